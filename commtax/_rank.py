@@ -1,0 +1,103 @@
+"""Entry point of one rank started by :func:`commtax.launch.run_ranks`.
+
+Usage (by the launcher only): ``python -m commtax._rank RUN_DIR RANK``.
+
+The rank reads its job from ``RUN_DIR/job.pkl``, joins the process group
+through a file store in ``RUN_DIR``, calls the function and writes either
+``rank{R}.result`` or ``rank{R}.error`` (both pickles). The launcher reads
+those files; it never trusts the exit code alone.
+"""
+
+from __future__ import annotations
+
+import datetime
+import faulthandler
+import os
+import pickle
+import signal
+import sys
+import threading
+import time
+import traceback
+
+
+def _write_atomically(path: str, payload: bytes) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(payload)
+    os.replace(tmp, path)  # the launcher never sees a half-written file
+
+
+def _exit_when_orphaned(parent_pid: int) -> None:
+    # If the launcher dies (killed, Ctrl-C in a notebook), nobody will reap us:
+    # leave instead of holding a port, a file store or a GPU forever.
+    while True:
+        time.sleep(0.5)
+        if os.getppid() != parent_pid:
+            os._exit(3)
+
+
+def main(run_dir: str, rank: int) -> None:
+    stack_file = open(os.path.join(run_dir, f"rank{rank}.stack"), "w")
+    faulthandler.enable(file=stack_file, all_threads=True)  # segfaults, aborts
+    if hasattr(signal, "SIGUSR1"):
+        # The launcher sends SIGUSR1 to a rank that is stuck, to learn where.
+        faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
+    threading.Thread(target=_exit_when_orphaned, args=(os.getppid(),), daemon=True).start()
+
+    with open(os.path.join(run_dir, "job.pkl"), "rb") as f:
+        header = pickle.load(f)  # plain data: where to import from, how to connect
+        sys.path[:] = header["sys_path"]
+        job_bytes = f.read()
+
+    import torch
+    import torch.distributed as dist
+
+    from commtax import _byfile
+
+    torch.set_num_threads(1)
+    world_size = header["world_size"]
+    backend = header["backend"]
+    if backend == "nccl":
+        torch.cuda.set_device(rank % max(torch.cuda.device_count(), 1))
+
+    try:
+        fn, args, kwargs = pickle.loads(job_bytes)
+        dist.init_process_group(
+            backend=backend,
+            init_method="file://" + os.path.join(run_dir, "store"),
+            rank=rank,
+            world_size=world_size,
+            timeout=datetime.timedelta(seconds=header["pg_timeout"]),
+        )
+        result = fn(rank, world_size, *args, **kwargs)
+        payload = _byfile.dumps(result)
+    except BaseException as exc:  # SystemExit and KeyboardInterrupt are failures too
+        if isinstance(exc, SystemExit):
+            summary = f"called sys.exit({exc.code!r}) instead of returning"
+        else:
+            summary = f"raised {type(exc).__name__}: {exc}"
+        error = {
+            "type": type(exc).__name__,
+            "summary": summary,
+            "traceback": traceback.format_exc(),
+            "when": time.time(),
+        }
+        _write_atomically(os.path.join(run_dir, f"rank{rank}.error"), pickle.dumps(error))
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)  # do not wait for peers: they may be stuck on us
+
+    _write_atomically(os.path.join(run_dir, f"rank{rank}.result"), payload)
+    try:
+        dist.destroy_process_group()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # os._exit skips interpreter teardown, where a library thread that
+        # still waits on a peer could keep a finished rank alive.
+        os._exit(0)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]))

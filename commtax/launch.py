@@ -1,0 +1,503 @@
+"""Run a function on N ranks as real processes, and never hang doing it.
+
+``run_ranks(fn, world_size, args=...)`` starts ``world_size`` fresh Python
+interpreters (the *spawn* start method: nothing is inherited by ``fork``, so
+Linux and macOS behave alike), joins them into a ``torch.distributed`` process
+group, calls ``fn(rank, world_size, *args, **kwargs)`` on each and returns the
+list of their return values, indexed by rank.
+
+What it guarantees, because distributed bugs hang rather than crash:
+
+* No fixed ports: the ranks meet through a file store in a private temporary
+  folder, so two runs (or two test sessions) never collide.
+* One thread per rank (``OMP_NUM_THREADS=1``, ``torch.set_num_threads(1)``), so
+  four ranks on two cores do not fight over 4 x 2 BLAS threads.
+* A hard deadline. When it passes, every live rank is asked for a stack dump
+  (``faulthandler`` on SIGUSR1) and killed, and the error says which rank was
+  stuck on which line.
+* When one rank fails, the others get ``grace`` seconds to finish and are then
+  dumped and killed too: a rank that raises while its peer waits in ``recv``
+  costs seconds, not the whole deadline. The first failing rank's traceback
+  is the headline of the error.
+* Each rank runs in its own process session; the whole session is killed at
+  the end, so nothing a rank started is left behind.
+
+The same worker functions run on a real cluster under ``torchrun`` through
+:func:`run_under_torchrun` (env:// rendezvous), and :func:`launch` picks
+whichever applies.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from commtax import _byfile
+
+BACKENDS = ("gloo", "nccl")
+OUTPUT_TAIL_BYTES = 8192  # how much of each rank's output a failure message quotes
+
+
+@dataclass
+class RankFailure:
+    """What went wrong on one rank.
+
+    ``how`` is one of ``"raised"`` (the function raised; ``traceback`` is set),
+    ``"exited"`` (the process ended without returning: ``os._exit``, a crash),
+    ``"stuck"`` (still running at the deadline) or ``"stopped"`` (still running
+    ``grace`` seconds after another rank failed). ``stack`` is the Python stack
+    dumped just before the kill, ``output`` the tail of what the rank printed.
+    """
+
+    rank: int
+    how: str
+    summary: str
+    seconds: float
+    when: float = 0.0  # wall-clock time of the failure, to put the first one first
+    traceback: str = ""
+    stack: str = ""
+    output: str = ""
+    exception_type: str = ""
+
+
+class DistributedRunError(AssertionError):
+    """A distributed run failed. ``failures`` lists every failing rank, first failure first.
+
+    It subclasses AssertionError so that pytest reports a failing *test*, with
+    this message, rather than an internal error.
+    """
+
+    def __init__(self, message: str, failures: list[RankFailure]):
+        super().__init__(message)
+        self.failures = failures
+
+    @property
+    def first(self) -> RankFailure:
+        return self.failures[0]
+
+
+class BackendUnavailable(RuntimeError):
+    """The backend cannot run here (NCCL without enough GPUs). Tests turn this into a skip."""
+
+
+def gpu_count() -> int:
+    """Number of CUDA GPUs this process can see (0 without CUDA)."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def backend_unavailable_reason(backend: str, world_size: int) -> str | None:
+    """Why ``backend`` cannot run ``world_size`` ranks here, or None if it can."""
+    import torch.distributed as dist
+
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if not dist.is_available():
+        return "this build of torch has no torch.distributed"
+    if backend == "gloo":
+        return None if dist.is_gloo_available() else "this build of torch has no gloo backend"
+    if not dist.is_nccl_available():
+        return "NCCL needs a CUDA build of torch (this one has no NCCL)"
+    gpus = gpu_count()
+    if gpus < world_size:
+        return f"NCCL with {world_size} ranks needs {world_size} GPUs, this machine has {gpus}"
+    return None
+
+
+def run_ranks(
+    fn,
+    world_size: int,
+    args: tuple = (),
+    kwargs: dict | None = None,
+    *,
+    backend: str = "gloo",
+    timeout: float = 60.0,
+    grace: float = 3.0,
+    echo_output: bool = True,
+    env: dict | None = None,
+) -> list:
+    """Run ``fn(rank, world_size, *args, **kwargs)`` on ``world_size`` processes.
+
+    Args:
+        fn: a function defined at the top level of a ``.py`` file (a lab file
+            or a test module is fine; a notebook cell is not: each rank must
+            import it).
+        world_size: number of ranks (processes), >= 1.
+        args, kwargs: extra arguments, pickled. Modules and functions from lab
+            files may be passed (they are re-loaded from their file).
+        backend: ``"gloo"`` (CPU tensors, runs anywhere) or ``"nccl"`` (one GPU
+            per rank; raises :class:`BackendUnavailable` without enough GPUs).
+        timeout: hard deadline for the whole run, in seconds, start-up included.
+        grace: seconds the other ranks get to finish after one rank fails.
+        echo_output: print what the ranks printed (prefixed ``[rank R]``) after
+            the run, so notebooks and pytest show it.
+        env: extra environment variables for the ranks.
+
+    Returns:
+        ``[result of rank 0, result of rank 1, ...]``.
+
+    Raises:
+        DistributedRunError: a rank raised, exited early, or the deadline passed.
+            The message leads with the first failure and its traceback, then
+            shows where every other rank was.
+    """
+    if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
+        raise ValueError(f"world_size must be an integer >= 1, got {world_size!r}")
+    if not timeout > 0:
+        raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
+    if grace < 0:
+        raise ValueError(f"grace must be >= 0 seconds, got {grace!r}")
+    reason = backend_unavailable_reason(backend, world_size)
+    if reason:
+        raise BackendUnavailable(reason)
+    _byfile.check_runnable(fn)
+
+    run_dir = tempfile.mkdtemp(prefix="commtax-run-")
+    procs: list[subprocess.Popen] = []
+    try:
+        _write_job(run_dir, fn, tuple(args), dict(kwargs or {}), world_size, backend, timeout)
+        procs = [_start_rank(run_dir, rank, world_size, env) for rank in range(world_size)]
+        results, failures = _watch(run_dir, procs, timeout, grace)
+        outputs = [_tail(os.path.join(run_dir, f"rank{r}.out")) for r in range(world_size)]
+    finally:
+        _kill_all(procs)
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+    if echo_output:
+        for rank, text in enumerate(outputs):
+            for line in text.splitlines():
+                print(f"[rank {rank}] {line}")
+    if failures:
+        for failure in failures:
+            failure.output = outputs[failure.rank]
+        raise DistributedRunError(_describe(fn, world_size, backend, timeout, failures), failures)
+    return results
+
+
+# -- the parent's side -------------------------------------------------------
+
+
+def _write_job(run_dir, fn, args, kwargs, world_size, backend, timeout) -> None:
+    header = {
+        "sys_path": [p for p in sys.path if p == "" or os.path.isdir(p)],
+        "world_size": world_size,
+        "backend": backend,
+        # The process group's own timeout fires later than our deadline, so
+        # that a stuck rank is reported by us, with its stack, not by gloo.
+        "pg_timeout": timeout + 30.0,
+    }
+    try:
+        job = _byfile.dumps((fn, args, kwargs))
+    except (pickle.PicklingError, TypeError, AttributeError) as exc:
+        raise ValueError(f"cannot send the job to the ranks: {exc}") from exc
+    with open(os.path.join(run_dir, "job.pkl"), "wb") as f:
+        pickle.dump(header, f)
+        f.write(job)
+
+
+def _start_rank(run_dir: str, rank: int, world_size: int, extra_env: dict | None) -> subprocess.Popen:
+    env = dict(os.environ)
+    package_root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
+    env.update(
+        OMP_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+        PYTHONUNBUFFERED="1",
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world_size),
+        LOCAL_WORLD_SIZE=str(world_size),
+    )
+    env.update(extra_env or {})
+    out = open(os.path.join(run_dir, f"rank{rank}.out"), "wb")
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-m", "commtax._rank", run_dir, str(rank)],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            **_new_session_kwargs(),
+        )
+    finally:
+        out.close()  # the child holds its own copy
+
+
+def _new_session_kwargs() -> dict:
+    if os.name == "posix":
+        return {"start_new_session": True}
+    return {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP}  # pragma: no cover
+
+
+def _watch(run_dir: str, procs, timeout: float, grace: float):
+    """Wait for every rank; return (results, failures ordered by time)."""
+    start = time.monotonic()
+    kill_at = start + timeout
+    results: list = [None] * len(procs)
+    failures: list[RankFailure] = []
+    running = set(range(len(procs)))
+    first_failure_at = None
+    while running:
+        now = time.monotonic()
+        for rank in sorted(running):
+            code = procs[rank].poll()
+            if code is None:
+                continue
+            running.discard(rank)
+            outcome = _collect(run_dir, rank, code, now - start)
+            if isinstance(outcome, RankFailure):
+                failures.append(outcome)
+            else:
+                results[rank] = outcome[0]
+        if failures and first_failure_at is None:
+            first_failure_at = now
+            kill_at = min(kill_at, now + grace)
+        if running and time.monotonic() >= kill_at:
+            how = "stopped" if failures else "stuck"
+            stacks = _dump_stacks(run_dir, procs, sorted(running))
+            elapsed = time.monotonic() - start
+            for rank in sorted(running):
+                if how == "stuck":
+                    summary = f"was still running when the {timeout:g} s deadline passed"
+                else:
+                    summary = f"was still running {grace:g} s after rank {failures[0].rank} failed"
+                failures.append(RankFailure(rank, how, summary, elapsed, when=time.time(),
+                                            stack=stacks[rank]))
+            break
+        if running:
+            time.sleep(0.02)
+    # Ranks are polled in turn, so order by when each failed: a peer's "connection
+    # closed" error must not take the headline from the rank that raised first.
+    failures.sort(key=lambda f: (f.how in ("stuck", "stopped"), f.when))
+    return results, failures
+
+
+def _collect(run_dir: str, rank: int, code: int, seconds: float):
+    """Read what a finished rank left: ``(result,)`` or a RankFailure."""
+    result_path = os.path.join(run_dir, f"rank{rank}.result")
+    error_path = os.path.join(run_dir, f"rank{rank}.error")
+    if os.path.exists(result_path):
+        with open(result_path, "rb") as f:
+            return (pickle.load(f),)
+    if os.path.exists(error_path):
+        with open(error_path, "rb") as f:
+            error = pickle.load(f)
+        return RankFailure(
+            rank, "raised", error["summary"], seconds, when=error["when"],
+            traceback=error["traceback"], exception_type=error["type"],
+        )
+    if code < 0:
+        try:
+            why = f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            why = f"was killed by signal {-code}"
+    else:
+        why = f"exited with code {code} without returning (os._exit, or a crash in C code)"
+    stack = _read(os.path.join(run_dir, f"rank{rank}.stack"))
+    return RankFailure(rank, "exited", why, seconds, when=time.time(), stack=stack)
+
+
+def _dump_stacks(run_dir: str, procs, ranks) -> dict[int, str]:
+    """Ask each rank in ``ranks`` for its Python stack (SIGUSR1) and return the dumps."""
+    stacks = {rank: "" for rank in ranks}
+    if not hasattr(signal, "SIGUSR1"):  # pragma: no cover - Windows
+        return stacks
+    sizes = {}
+    for rank in ranks:
+        path = os.path.join(run_dir, f"rank{rank}.stack")
+        sizes[rank] = os.path.getsize(path) if os.path.exists(path) else 0
+        try:
+            procs[rank].send_signal(signal.SIGUSR1)
+        except ProcessLookupError:
+            pass
+    # faulthandler writes from the signal handler; give it a moment per rank.
+    deadline = time.monotonic() + 2.0
+    pending = set(ranks)
+    last = {}
+    while pending and time.monotonic() < deadline:
+        time.sleep(0.05)
+        for rank in list(pending):
+            path = os.path.join(run_dir, f"rank{rank}.stack")
+            size = os.path.getsize(path) if os.path.exists(path) else 0
+            if size > sizes[rank] and last.get(rank) == size:
+                pending.discard(rank)  # grew, then stopped growing: the dump is complete
+            last[rank] = size
+    for rank in ranks:
+        text = _read(os.path.join(run_dir, f"rank{rank}.stack"))
+        stacks[rank] = text[sizes[rank]:] if len(text) >= sizes[rank] else text
+    return stacks
+
+
+def _kill_all(procs) -> None:
+    for proc in procs:
+        try:
+            if os.name == "posix":
+                os.killpg(proc.pid, signal.SIGKILL)  # the rank and all it started
+            else:  # pragma: no cover
+                proc.kill()
+        except (ProcessLookupError, PermissionError):
+            pass
+    for proc in procs:
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # pragma: no cover - the kernel is in trouble
+            pass
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()
+    except FileNotFoundError:
+        return ""
+
+
+def _tail(path: str, limit: int = OUTPUT_TAIL_BYTES) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - limit))
+            data = f.read()
+    except FileNotFoundError:
+        return ""
+    text = data.decode(errors="replace")
+    if size > limit:
+        text = f"... ({size - limit} earlier bytes not shown)\n" + text.split("\n", 1)[-1]
+    return text
+
+
+def _frames(stack: str, limit: int = 12) -> str:
+    """The useful part of a faulthandler dump: the launcher's own frames dropped."""
+    keep = []
+    for line in stack.splitlines():
+        if "commtax/_rank.py" in line or "commtax\\_rank.py" in line:
+            continue
+        if any(noise in line for noise in ("threading.py", "_exit_when_orphaned",
+                                           "<frozen runpy>", "c10d_logger.py")):
+            continue
+        keep.append(line)
+    # faulthandler lists a block per thread; drop blocks left empty by the filter.
+    blocks, current = [], []
+    for line in keep:
+        if line.startswith(("Thread ", "Current thread ", "Stack (most recent")) and current:
+            blocks.append(current)
+            current = []
+        current.append(line)
+    if current:
+        blocks.append(current)
+    useful = [b for b in blocks if any(l.strip().startswith("File ") for l in b)]
+    lines = [l for b in useful for l in b][: limit * 2]
+    return "\n".join(lines) if lines else "(no Python stack: it was inside C code with no Python frames)"
+
+
+def _waiting_in(stack: str) -> str | None:
+    """The torch.distributed call a stuck rank was inside (innermost), if any."""
+    for line in stack.splitlines():  # faulthandler lists the innermost frame first
+        if "distributed_c10d.py" in line and " in " in line:
+            return line.rsplit(" in ", 1)[1].strip()
+    return None
+
+
+def _deadlock_hint(failures: list[RankFailure]) -> str | None:
+    """A sentence for learners when the stacks show a classic deadlock, else None."""
+    stuck = [f for f in failures if f.how in ("stuck", "stopped")]
+    calls = {f.rank: _waiting_in(f.stack) for f in stuck}
+    calls = {rank: call for rank, call in calls.items() if call}
+    if len(calls) < 2:
+        return None
+    if len(set(calls.values())) > 1:
+        where = ", ".join(f"rank {r} in {c}()" for r, c in sorted(calls.items()))
+        return (f"the ranks wait in different calls ({where}). Every rank must issue the same "
+                "collectives in the same order; a collective in a `finally:` or behind an "
+                "`if rank == ...` that one rank skipped is the classic cause.")
+    if set(calls.values()) <= {"recv", "irecv"} and len(stuck) == len(failures):
+        return ("every stuck rank is waiting to receive: some send is missing, or the ranks "
+                "all receive before they send (post the send with isend first).")
+    return None
+
+
+def _describe(fn, world_size, backend, timeout, failures: list[RankFailure]) -> str:
+    name = getattr(fn, "__qualname__", repr(fn))
+    first = failures[0]
+    lines = [f"distributed run of {name}() on {world_size} ranks ({backend}) failed: "
+             f"rank {first.rank} {first.summary}"]
+    hint = _deadlock_hint(failures)
+    if hint:
+        lines.append(f"hint: {hint}")
+    for failure in failures:
+        lines.append("")
+        lines.append(f"--- rank {failure.rank}: {failure.summary} (after {failure.seconds:.1f} s)")
+        if failure.traceback:
+            lines.append(failure.traceback.rstrip())
+        if failure.stack:
+            lines.append(f"where rank {failure.rank} was:")
+            lines.append(_frames(failure.stack))
+        if failure.output.strip():
+            tail = "\n".join(failure.output.rstrip().splitlines()[-15:])
+            lines.append(f"last output of rank {failure.rank}:")
+            lines.append(tail)
+    return "\n".join(lines)
+
+
+# -- torchrun ----------------------------------------------------------------
+
+
+def launched_by_torchrun() -> bool:
+    """True inside a process started by ``torchrun`` (env:// rendezvous variables are set)."""
+    return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
+
+
+def run_under_torchrun(fn, args: tuple = (), kwargs: dict | None = None, *, backend: str | None = None,
+                       timeout: float = 600.0):
+    """Join the ``torchrun`` job this process belongs to and run ``fn`` on this rank.
+
+    ``backend`` defaults to NCCL when this process sees a GPU, else gloo. Each
+    rank uses GPU ``LOCAL_RANK``. Returns this rank's result.
+    """
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    if backend is None:
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if backend == "nccl":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    dist.init_process_group(backend=backend, init_method="env://",
+                            timeout=datetime.timedelta(seconds=timeout))
+    try:
+        return fn(dist.get_rank(), dist.get_world_size(), *args, **(kwargs or {}))
+    finally:
+        dist.destroy_process_group()
+
+
+def launch(fn, world_size: int, args: tuple = (), kwargs: dict | None = None, *,
+           backend: str | None = None, timeout: float = 600.0):
+    """Run ``fn`` on every rank: under torchrun if this process is part of a
+    torchrun job (returns this rank's result), else by spawning ``world_size``
+    local ranks (returns the list of results)."""
+    if launched_by_torchrun():
+        return run_under_torchrun(fn, args, kwargs, backend=backend, timeout=timeout)
+    return run_ranks(fn, world_size, args, kwargs, backend=backend or "gloo", timeout=timeout)
+
+
+def rank_device():
+    """The device this rank's tensors belong on: its GPU under NCCL, else the CPU."""
+    import torch
+    import torch.distributed as dist
+
+    if dist.is_initialized() and dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")

@@ -1,0 +1,115 @@
+"""Link presets (alpha, bandwidth) with their sources, and measured links from Lab 03.
+
+Convention: ``bandwidth`` is bytes per second **per GPU, per direction**.
+Vendors often quote the sum of both directions: NVIDIA's "900 GB/s NVLink"
+for the H100 SXM is 18 links x 25 GB/s x 2 directions, i.e. 450 GB/s each
+way, and 450e9 is what the formulas need. Network ports are quoted in bits:
+400 Gb/s InfiniBand NDR is 50 GB/s each way.
+
+``alpha`` is the fixed cost of one message (one step of an algorithm):
+hardware latency plus the software that launches and completes the transfer.
+It depends on the library and the message path far more than bandwidth does,
+so the presets are orders of magnitude to reason with. Measure your own link
+with Lab 03, which writes a JSON file that every calculator offers as a
+"measured" preset.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from commtax.checks import require_nonnegative, require_positive
+
+CALIBRATION_DIR = Path(__file__).resolve().parent.parent / "labs" / "lab-03-measure-the-wire" / "calibrations"
+
+
+@dataclass(frozen=True)
+class Link:
+    """A link in the alpha-beta model. alpha in seconds, bandwidth in bytes/s per direction."""
+
+    name: str
+    alpha: float
+    bandwidth: float
+    source: str = ""
+
+    def __post_init__(self):
+        require_nonnegative("alpha", self.alpha, "s")
+        require_positive("bandwidth", self.bandwidth, "bytes/s")
+
+    @property
+    def crossover_bytes(self) -> float:
+        """n* = alpha * bandwidth: below it latency dominates a message, above it bandwidth."""
+        return self.alpha * self.bandwidth
+
+
+NVLINK4 = Link(
+    "NVLink 4 (H100 SXM)", alpha=3e-6, bandwidth=450e9,
+    source="bandwidth: NVIDIA H100 datasheet, 900 GB/s NVLink = 450 GB/s per direction; "
+           "alpha: ~3 us per hop, the order of magnitude used by seed 003 (software included)",
+)
+INFINIBAND_NDR = Link(
+    "InfiniBand NDR (400 Gb/s per GPU)", alpha=5e-6, bandwidth=50e9,
+    source="bandwidth: NVIDIA ConnectX-7 / IBTA NDR, 400 Gb/s per port = 50 GB/s per direction, one "
+           "NIC per GPU as in a DGX H100; alpha: 2-5 us per message through NIC and switch (seed 003), "
+           "upper end taken to include the collective library",
+)
+ROCE_100G = Link(
+    "100GbE RoCE", alpha=5e-6, bandwidth=12.5e9,
+    source="bandwidth: 100 Gb/s = 12.5 GB/s per direction; alpha: ~5 us (seed 002, section 5.3)",
+)
+TCP_10G = Link(
+    "TCP over 10 GbE", alpha=50e-6, bandwidth=1.25e9,
+    source="bandwidth: 10 Gb/s = 1.25 GB/s per direction; alpha: ~50 us through the kernel's TCP "
+           "stack (seeds 002 and 003)",
+)
+
+PRESETS: dict[str, Link] = {link.name: link for link in (NVLINK4, INFINIBAND_NDR, ROCE_100G, TCP_10G)}
+
+
+def save_calibration(path, *, alpha: float, bandwidth: float, name: str, **details) -> Path:
+    """Write a measured link as JSON (what Lab 03's benchmark does with ``--out``)."""
+    link = Link(name, float(alpha), float(bandwidth), source=details.pop("source", "measured"))
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    record = {"name": link.name, "alpha_s": link.alpha, "bandwidth_bytes_per_s": link.bandwidth,
+              "source": link.source, **details}
+    path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    return path
+
+
+def load_calibration(path) -> Link:
+    """Read a measured link written by :func:`save_calibration`; ValueError if it is malformed."""
+    path = Path(path)
+    try:
+        record = json.loads(path.read_text())
+        alpha = float(record["alpha_s"])
+        bandwidth = float(record["bandwidth_bytes_per_s"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"path {path} is not a link calibration file: {exc}") from exc
+    name = str(record.get("name") or path.stem)
+    return Link(f"measured: {name}", alpha, bandwidth, source=str(record.get("source", f"measured ({path.name})")))
+
+
+def measured_links(folder=CALIBRATION_DIR) -> dict[str, Link]:
+    """Every readable calibration file in ``folder`` (unreadable ones are skipped)."""
+    links = {}
+    folder = Path(folder)
+    if folder.is_dir():
+        for path in sorted(folder.glob("*.json")):
+            try:
+                link = load_calibration(path)
+            except ValueError:
+                continue
+            links[link.name] = link
+    return links
+
+
+def available_links(folder=CALIBRATION_DIR) -> dict[str, Link]:
+    """The presets plus any measured links."""
+    return {**PRESETS, **measured_links(folder)}
+
+
+def link_as_dict(link: Link) -> dict:
+    return asdict(link)

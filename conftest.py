@@ -1,0 +1,40 @@
+"""Repository-wide pytest set-up: the LAB_IMPL check and short "not implemented yet" reports."""
+
+import pytest
+
+from commtax.labs import ENV_VAR, requested_impl
+from commtax.launch import DistributedRunError
+
+pytest_plugins = ["pytester"]  # tests/ check how failures are reported, in a separate pytest
+
+
+def pytest_configure(config):
+    try:
+        requested_impl()
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+def pytest_report_header(config):
+    impl = requested_impl()
+    return f"{ENV_VAR}={impl or '(unset: solution where the lab has one)'}"
+
+
+def _not_implemented(exc) -> str | None:
+    """The message to show when a test failed only because a starter is not written yet."""
+    if isinstance(exc, NotImplementedError):
+        return str(exc) or "not implemented yet"
+    if isinstance(exc, DistributedRunError) and exc.first.exception_type == "NotImplementedError":
+        return f"rank {exc.first.rank}: {exc.first.summary.removeprefix('raised NotImplementedError: ')}"
+    return None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and call.excinfo is not None:
+        message = _not_implemented(call.excinfo.value)
+        if message:
+            # A page of traceback into a `raise NotImplementedError` helps nobody.
+            report.longrepr = f"NotImplementedError: {message}"

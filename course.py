@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""Set up and run the course with one command.
+
+    python3 course.py lab     open the course in JupyterLab
+    python3 course.py test    run the whole test suite (extra arguments go to pytest)
+
+The first run creates a virtual environment in ``.venv`` next to this file and
+installs the pinned dependencies of ``requirements.txt`` plus the course's own
+package (``commtax``). Later runs reuse it, and reinstall only when
+``requirements.txt`` or ``pyproject.toml`` changed. Needs Python 3.10 or newer
+(the course is tested with 3.11) and access to the package index.
+
+Set ``COMMTAX_VENV`` to put the environment somewhere else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = Path(os.environ.get("COMMTAX_VENV", ROOT / ".venv"))
+STAMP = VENV / ".commtax-installed"
+FIRST_LESSON = "lessons/01-collectives-and-alpha-beta.ipynb"
+
+
+def venv_python() -> Path:
+    return VENV / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+
+
+def wanted_stamp() -> str:
+    digest = hashlib.sha256()
+    for name in ("requirements.txt", "pyproject.toml"):
+        digest.update((ROOT / name).read_bytes())
+    return digest.hexdigest()
+
+
+def ensure_environment() -> Path:
+    """Create and fill the virtual environment if needed; return its Python."""
+    if sys.version_info < (3, 10):
+        sys.exit(f"The course needs Python 3.10 or newer (3.11 recommended); this is {sys.version.split()[0]}.")
+    python = venv_python()
+    if not python.exists():
+        print(f"[course] creating a virtual environment in {VENV} ...", flush=True)
+        venv.EnvBuilder(with_pip=True).create(VENV)
+    if not STAMP.exists() or STAMP.read_text() != wanted_stamp():
+        print("[course] installing the pinned dependencies (first run: a few minutes) ...", flush=True)
+        subprocess.run([str(python), "-m", "pip", "install", "--disable-pip-version-check",
+                        "-r", str(ROOT / "requirements.txt"), "-e", str(ROOT)], check=True)
+        STAMP.write_text(wanted_stamp())
+    return python
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] in ("-h", "--help", "help") or argv[0] not in ("lab", "test"):
+        print(__doc__)
+        return 0 if argv and argv[0] in ("-h", "--help", "help") else 2
+    command, extra = argv[0], argv[1:]
+    python = str(ensure_environment())
+    if command == "lab":
+        args = [python, "-m", "jupyterlab", f"--ServerApp.root_dir={ROOT}",
+                f"--LabApp.default_url=/lab/tree/{FIRST_LESSON}", *extra]
+        if hasattr(os, "geteuid") and os.geteuid() == 0 and "--allow-root" not in extra:
+            args.append("--allow-root")  # containers often run as root; Jupyter refuses without this
+    else:
+        args = [python, "-m", "pytest", *extra]
+    os.chdir(ROOT)
+    try:
+        return subprocess.call(args)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

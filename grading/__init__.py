@@ -1,0 +1,1 @@
+"""Classroom tooling: starter generation, grading, the student release (see grading/README.md)."""

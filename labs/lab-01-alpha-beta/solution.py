@@ -1,0 +1,193 @@
+"""Lab 01: the alpha-beta model of collectives.
+
+Write the time of each collective algorithm in the alpha-beta model, then use
+them to pick an algorithm and to see why two-level clusters reduce in two
+stages. Lesson 01 (``lessons/01-collectives-and-alpha-beta.ipynb``) derives
+every formula; ``test_lab.py`` checks yours against a simulator that sends
+the messages one by one and counts.
+
+Conventions (every function here):
+
+* ``nbytes`` (n): bytes of the buffer each rank holds. For all-reduce, the
+  whole vector; for reduce-scatter, the full buffer *before* scattering; for
+  all-gather, the full buffer *after* gathering; for all-to-all, the total a
+  rank sends (including the block it keeps).
+* ``alpha`` (a): seconds per message. ``bandwidth`` (B): bytes per second,
+  per GPU, per direction. ``world_size`` (P): number of ranks, an int >= 1.
+* Returned times are seconds (floats). P = 1 costs nothing.
+* Bad input raises ``ValueError`` naming the argument: negative or non-finite
+  sizes and alphas, bandwidths <= 0, a world size that is not an int >= 1,
+  an unknown algorithm.
+"""
+
+import math
+import numbers
+
+ALGORITHMS = ("naive", "tree", "ring", "halving_doubling")
+
+
+def _check_size(name, value):
+    """Raise ValueError unless ``value`` is a finite number >= 0."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+
+
+def _check_bandwidth(name, value):
+    """Raise ValueError unless ``value`` is a finite number > 0."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a finite number > 0 (bytes/s), got {value!r}")
+
+
+def _check_count(name, value):
+    """Raise ValueError unless ``value`` is an int >= 1."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+
+
+def p2p_time(nbytes, alpha, bandwidth):
+    """Seconds to send one message of ``nbytes`` bytes over one link: alpha + n / B."""
+    # BEGIN SOLUTION
+    # HINT: a fixed start-up cost plus the bytes divided by the bandwidth. Validate first.
+    _check_size("nbytes", nbytes)
+    _check_size("alpha", alpha)
+    _check_bandwidth("bandwidth", bandwidth)
+    return alpha + nbytes / bandwidth
+    # END SOLUTION
+
+
+def allreduce_time(nbytes, world_size, alpha, bandwidth, algorithm="ring"):
+    """Seconds for an all-reduce of an ``nbytes`` buffer on ``world_size`` ranks.
+
+    ``algorithm`` is one of:
+
+    * ``"naive"``: reduce to a root, then broadcast; the root handles P-1
+      whole buffers each way: 2(P-1) a + 2(P-1) n/B.
+    * ``"tree"``: binomial-tree reduce then broadcast, ceil(log2 P) levels each,
+      whole buffers at every level: 2 ceil(log2 P) (a + n/B).
+    * ``"ring"``: reduce-scatter then all-gather, 2(P-1) steps of n/P bytes:
+      2(P-1) a + 2(P-1)/P n/B.
+    * ``"halving_doubling"``: recursive halving then doubling, 2 ceil(log2 P)
+      steps moving 2(P-1)/P n in total: 2 ceil(log2 P) a + 2(P-1)/P n/B
+      (exact when P is a power of two).
+    """
+    # BEGIN SOLUTION
+    # HINT: validate, return 0.0 for P = 1, then one formula per algorithm (see the docstring).
+    # HINT: ceil(log2 P) for an integer P is (P - 1).bit_length().
+    _check_size("nbytes", nbytes)
+    _check_count("world_size", world_size)
+    _check_size("alpha", alpha)
+    _check_bandwidth("bandwidth", bandwidth)
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
+    p = world_size
+    if p == 1:
+        return 0.0
+    levels = (p - 1).bit_length()  # ceil(log2 p), exact in integers
+    if algorithm == "naive":
+        return 2 * (p - 1) * (alpha + nbytes / bandwidth)
+    if algorithm == "tree":
+        return 2 * levels * (alpha + nbytes / bandwidth)
+    bandwidth_term = 2 * (p - 1) / p * nbytes / bandwidth
+    if algorithm == "ring":
+        return 2 * (p - 1) * alpha + bandwidth_term
+    return 2 * levels * alpha + bandwidth_term
+    # END SOLUTION
+
+
+def reduce_scatter_time(nbytes, world_size, alpha, bandwidth):
+    """Seconds for a ring reduce-scatter: (P-1) a + (P-1)/P n/B.
+
+    ``nbytes`` is the full buffer each rank holds before the reduce-scatter;
+    each rank ends with its n/P-byte share, summed over all ranks.
+    """
+    # BEGIN SOLUTION
+    # HINT: P-1 steps, each sending one n/P-byte chunk to the next rank.
+    _check_size("nbytes", nbytes)
+    _check_count("world_size", world_size)
+    _check_size("alpha", alpha)
+    _check_bandwidth("bandwidth", bandwidth)
+    p = world_size
+    return (p - 1) * alpha + (p - 1) / p * nbytes / bandwidth
+    # END SOLUTION
+
+
+def allgather_time(nbytes, world_size, alpha, bandwidth):
+    """Seconds for a ring all-gather: (P-1) a + (P-1)/P n/B.
+
+    ``nbytes`` is the full buffer each rank holds *after* the all-gather (each
+    starts with n/P bytes of it).
+    """
+    # BEGIN SOLUTION
+    # HINT: the mirror image of reduce-scatter: same steps, same chunk sizes.
+    return reduce_scatter_time(nbytes, world_size, alpha, bandwidth)
+    # END SOLUTION
+
+
+def all_to_all_time(nbytes, world_size, alpha, bandwidth):
+    """Seconds for a pairwise-exchange all-to-all: (P-1) a + (P-1)/P n/B.
+
+    ``nbytes`` is what each rank sends in total, its own block included: P
+    blocks of n/P bytes, P-1 of which cross the wire, one per step.
+    """
+    # BEGIN SOLUTION
+    # HINT: P-1 steps; at each, every rank sends one n/P-byte block to a different peer.
+    _check_size("nbytes", nbytes)
+    _check_count("world_size", world_size)
+    _check_size("alpha", alpha)
+    _check_bandwidth("bandwidth", bandwidth)
+    p = world_size
+    return (p - 1) * alpha + (p - 1) / p * nbytes / bandwidth
+    # END SOLUTION
+
+
+def crossover_bytes(alpha, bandwidth):
+    """The message size n* (bytes) at which latency and transfer time are equal: alpha * B."""
+    # BEGIN SOLUTION
+    # HINT: solve alpha = n / B for n.
+    _check_size("alpha", alpha)
+    _check_bandwidth("bandwidth", bandwidth)
+    return alpha * bandwidth
+    # END SOLUTION
+
+
+def best_allreduce_algorithm(nbytes, world_size, alpha, bandwidth):
+    """The name of the fastest all-reduce algorithm for this size and link.
+
+    Ties go to the algorithm listed first in ``ALGORITHMS``.
+    """
+    # BEGIN SOLUTION
+    # HINT: time each name in ALGORITHMS with allreduce_time and keep the smallest.
+    times = {name: allreduce_time(nbytes, world_size, alpha, bandwidth, name) for name in ALGORITHMS}
+    return min(ALGORITHMS, key=times.__getitem__)
+    # END SOLUTION
+
+
+def hierarchical_allreduce_time(nbytes, nodes, gpus_per_node, intra_alpha, intra_bandwidth,
+                                inter_alpha, inter_bandwidth):
+    """Seconds for a two-level all-reduce on ``nodes`` x ``gpus_per_node`` GPUs.
+
+    1. Ring reduce-scatter inside each node (G = gpus_per_node ranks, intra link):
+       each GPU ends with a summed n/G-byte shard.
+    2. Ring all-reduce of each shard across the N = nodes nodes: one ring per
+       local GPU index ("rail"), all rails at once, each GPU with its own
+       ``inter_bandwidth``.
+    3. Ring all-gather inside each node.
+
+    Total: 2(G-1) a_i + 2(G-1)/G n/B_i + 2(N-1) a_e + 2(N-1)/N (n/G)/B_e.
+    """
+    # BEGIN SOLUTION
+    # HINT: add the three stages; stages 1 and 3 are reduce_scatter_time / allgather_time on the
+    # HINT: intra link, stage 2 is allreduce_time of an n/G buffer on the inter link.
+    _check_size("nbytes", nbytes)
+    _check_count("nodes", nodes)
+    _check_count("gpus_per_node", gpus_per_node)
+    _check_size("intra_alpha", intra_alpha)
+    _check_bandwidth("intra_bandwidth", intra_bandwidth)
+    _check_size("inter_alpha", inter_alpha)
+    _check_bandwidth("inter_bandwidth", inter_bandwidth)
+    g = gpus_per_node
+    inside = (reduce_scatter_time(nbytes, g, intra_alpha, intra_bandwidth)
+              + allgather_time(nbytes, g, intra_alpha, intra_bandwidth))
+    across = allreduce_time(nbytes / g, nodes, inter_alpha, inter_bandwidth, "ring")
+    return inside + across
+    # END SOLUTION

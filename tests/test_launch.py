@@ -1,0 +1,263 @@
+"""The distributed runner keeps its promises: results per rank, and no hang, ever.
+
+Each classic mistake gets a real run: a rank that raises while its peer waits
+in recv, mismatched collectives, a barrier in ``finally``, an infinite loop,
+``sys.exit`` and ``os._exit``, a rank that starts a child process. Every one
+must end in a DistributedRunError that names the rank and where it was, well
+within the deadline, with no process left behind.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import types
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from commtax.labs import load_lab
+from commtax.launch import BackendUnavailable, DistributedRunError, run_ranks
+from commtax.testing import BACKENDS, run_or_skip
+
+DEADLINE = 8.0  # seconds; long enough for two ranks to import torch on a busy 2-core machine
+
+
+# -- workers (top level of this file: each rank imports it by path) -------------
+
+def sum_of_ranks(rank, world_size, scale):
+    t = torch.full((3,), float(rank + 1) * scale)
+    dist.all_reduce(t)
+    return t.tolist()
+
+
+def device_sum(rank, world_size):
+    from commtax.launch import rank_device
+
+    t = torch.ones(4, device=rank_device()) * (rank + 1)
+    dist.all_reduce(t)
+    return t.cpu().tolist()
+
+
+def use_a_lab_module(rank, world_size, lab):
+    return lab.crossover_bytes(1e-6, 1e9)
+
+
+def raise_while_peer_waits_in_recv(rank, world_size):
+    if rank == 1:
+        raise ValueError("rank 1 gave up")
+    t = torch.zeros(3)
+    dist.recv(t, src=1)
+
+
+def mismatched_collectives(rank, world_size):
+    t = torch.zeros(3)
+    if rank == 0:
+        dist.all_reduce(t)
+    else:
+        dist.broadcast(t, src=1)
+
+
+def barrier_in_finally(rank, world_size):
+    t = torch.zeros(3)
+    try:
+        if rank == 0:
+            raise RuntimeError("rank 0 failed before the all-reduce")
+        dist.all_reduce(t)
+    finally:
+        dist.barrier()  # rank 0 waits here while rank 1 waits in all_reduce
+
+
+def loop_forever_with_a_child(rank, world_size, pid_dir):
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    with open(os.path.join(pid_dir, f"rank{rank}"), "w") as f:
+        f.write(f"{os.getpid()} {child.pid}")
+    if rank == 0:
+        while True:
+            pass
+    return "rank 1 is done"
+
+
+def exit_early(rank, world_size, how):
+    if rank == 1:
+        if how == "sys.exit":
+            sys.exit(0)
+        os._exit(0)
+    return "fine"
+
+
+def not_written_yet(rank, world_size):
+    raise NotImplementedError("ring_all_reduce: not implemented yet. Hint: ...")
+
+
+# -- results -------------------------------------------------------------------
+
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+def test_each_rank_returns_its_result_in_rank_order(world_size):
+    results = run_ranks(sum_of_ranks, world_size, args=(2.0,))
+    total = 2.0 * world_size * (world_size + 1) / 2
+    assert results == [[total] * 3] * world_size
+
+
+def test_lab_modules_travel_to_the_ranks_by_path():
+    lab = load_lab("lab-01-alpha-beta", "solution")
+    assert run_ranks(use_a_lab_module, 2, args=(lab,)) == [1000.0, 1000.0]
+
+
+def test_two_runs_at_once_do_not_collide_because_no_port_is_fixed():
+    results, errors = {}, []
+
+    def go(key):
+        try:
+            results[key] = run_ranks(sum_of_ranks, 2, args=(float(key),))
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=go, args=(k,)) for k in (1, 10)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert results == {1: [[3.0] * 3] * 2, 10: [[30.0] * 3] * 2}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_backend_runs_or_skips_with_the_reason(backend):
+    assert run_or_skip(device_sum, 2, backend=backend) == [[3.0] * 4] * 2
+
+
+def test_nccl_without_enough_gpus_raises_backend_unavailable():
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    with pytest.raises(BackendUnavailable, match="GPU|NCCL"):
+        run_ranks(device_sum, gpus + 1, backend="nccl")
+
+
+def test_bad_arguments_are_refused_before_anything_starts():
+    with pytest.raises(ValueError, match="world_size"):
+        run_ranks(sum_of_ranks, 0)
+    with pytest.raises(ValueError, match="backend"):
+        run_ranks(sum_of_ranks, 2, backend="mpi")
+    with pytest.raises(ValueError, match="timeout"):
+        run_ranks(sum_of_ranks, 2, timeout=0)
+    cell = types.ModuleType("notebook_cell")  # what a function typed into Jupyter belongs to
+    exec("def worker(rank, world_size):\n    return rank", cell.__dict__)
+    sys.modules["notebook_cell"] = cell
+    try:
+        with pytest.raises(ValueError, match=r"\.py file"):
+            run_ranks(cell.worker, 2)
+    finally:
+        del sys.modules["notebook_cell"]
+
+
+# -- failures ------------------------------------------------------------------
+
+def test_a_rank_that_raises_while_its_peer_waits_fails_fast_with_its_traceback():
+    start = time.monotonic()
+    with pytest.raises(DistributedRunError) as info:
+        run_ranks(raise_while_peer_waits_in_recv, 2, timeout=60, grace=2)
+    assert time.monotonic() - start < 30  # the grace period, not the 60 s deadline
+    err = info.value
+    assert err.first.rank == 1 and err.first.how == "raised"
+    message = str(err)
+    assert message.splitlines()[0].endswith("rank 1 raised ValueError: rank 1 gave up")
+    assert 'raise ValueError("rank 1 gave up")' in message  # the traceback, with the line
+
+
+def test_mismatched_collectives_end_at_the_deadline_with_both_stacks():
+    with pytest.raises(DistributedRunError) as info:
+        run_ranks(mismatched_collectives, 2, timeout=DEADLINE)
+    err = info.value
+    assert {f.how for f in err.failures} == {"stuck"}
+    message = str(err)
+    assert "rank 0 in all_reduce()" in message and "rank 1 in broadcast()" in message
+    assert "in mismatched_collectives" in message  # the learner's own frame is shown
+
+
+def test_a_barrier_in_finally_is_reported_on_the_line_that_hangs():
+    with pytest.raises(DistributedRunError) as info:
+        run_ranks(barrier_in_finally, 2, timeout=DEADLINE)
+    by_rank = {f.rank: f for f in info.value.failures}
+    assert "barrier" in by_rank[0].stack and "all_reduce" in by_rank[1].stack
+    assert "`finally:`" in str(info.value)  # the hint names the classic cause
+
+
+def test_an_infinite_loop_is_killed_and_nothing_it_started_survives(tmp_path):
+    psutil = pytest.importorskip("psutil")
+    with pytest.raises(DistributedRunError) as info:
+        run_ranks(loop_forever_with_a_child, 2, args=(str(tmp_path),), timeout=DEADLINE)
+    err = info.value
+    assert [(f.rank, f.how) for f in err.failures] == [(0, "stuck")]
+    assert "in loop_forever_with_a_child" in err.first.stack
+    pids = [int(p) for f in tmp_path.iterdir() for p in f.read_text().split()]
+    assert len(pids) == 4  # two ranks, each with a sleeping child
+
+    def alive(pid):
+        try:
+            return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    deadline = time.monotonic() + 5  # init reaps orphans asynchronously
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [p for p in pids if alive(p)]
+
+
+@pytest.mark.parametrize("how,expected", [("sys.exit", "called sys.exit(0) instead of returning"),
+                                          ("os._exit", "exited with code 0 without returning")])
+def test_exiting_instead_of_returning_is_a_failure(how, expected):
+    with pytest.raises(DistributedRunError) as info:
+        run_ranks(exit_early, 2, args=(how,), timeout=30)
+    assert info.value.first.rank == 1
+    assert expected in info.value.first.summary
+
+
+def test_not_implemented_yet_is_reported_in_one_line(pytester):
+    pytester.makeconftest(f"import sys; sys.path.insert(0, {str(os.getcwd())!r})\n"
+                          + open(os.path.join(os.path.dirname(__file__), "..", "conftest.py")).read())
+    pytester.makepyfile(test_starter=textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        from commtax.launch import run_ranks
+        from test_launch import not_written_yet
+
+        def test_ring():
+            run_ranks(not_written_yet, 2, timeout=30)
+    """))
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:nbval")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*NotImplementedError: rank ?: ring_all_reduce: not implemented yet*"])
+    assert "Traceback" not in result.stdout.str()
+
+
+# -- torchrun --------------------------------------------------------------------
+
+TORCHRUN_SCRIPT = """
+import torch, torch.distributed as dist
+from commtax.launch import launch
+
+def worker(rank, world_size):
+    t = torch.tensor([float(rank + 1)])
+    dist.all_reduce(t)
+    return t.item()
+
+if __name__ == "__main__":
+    print("result", launch(worker, 2, backend="gloo"), flush=True)
+"""
+
+
+def test_the_same_worker_runs_under_torchrun(tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text(TORCHRUN_SCRIPT)
+    env = dict(os.environ, OMP_NUM_THREADS="1",
+               PYTHONPATH=os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script)],
+        capture_output=True, text=True, timeout=120, env=env,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("result 3.0") == 2

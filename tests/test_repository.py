@@ -1,0 +1,139 @@
+"""The course's structure keeps its conventions: pins, lab folders, starters, notebooks, README."""
+
+import inspect
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from commtax.labs import lab_dirs, load_lab
+from grading.starters import make_starter
+
+ROOT = Path(__file__).resolve().parent.parent
+LABS = lab_dirs()
+LAB_IDS = [p.name for p in LABS]
+LESSONS = sorted((ROOT / "lessons").glob("*.ipynb"))
+PIN_RE = re.compile(r"^([A-Za-z0-9_.-]+)==([A-Za-z0-9_.+-]+)$")
+
+
+def requirements_pins() -> dict:
+    pins = {}
+    for line in (ROOT / "requirements.txt").read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if line:
+            match = PIN_RE.match(line)
+            assert match, f"requirements.txt: {line!r} is not pinned with =="
+            pins[match.group(1).lower()] = match.group(2)
+    return pins
+
+
+def environment_pins() -> dict:
+    # environment.yml is simple enough to read without a YAML library (not a dependency).
+    lines = (ROOT / "environment.yml").read_text().splitlines()
+    start = next(i for i, l in enumerate(lines) if l.strip() == "- pip:")
+    pins = {}
+    for line in lines[start + 1:]:
+        item = line.strip()
+        if not item.startswith("- "):
+            break
+        item = item[2:].strip()
+        if item == "-e .":
+            continue
+        match = PIN_RE.match(item)
+        assert match, f"environment.yml: {item!r} is not pinned with =="
+        pins[match.group(1).lower()] = match.group(2)
+    return pins
+
+
+def test_requirements_and_environment_pin_the_same_versions():
+    assert requirements_pins() == environment_pins()
+    assert requirements_pins()["torch"] == "2.13.0"
+    assert "python=3.11" in (ROOT / "environment.yml").read_text()
+
+
+def test_top_level_is_laid_out_as_the_course_is_browsed():
+    for name in ("lessons", "labs", "solutions", "grading", "environment.yml", "README.md",
+                 "CONTRIBUTING.md", "requirements.txt", "pyproject.toml", "course.py", ".ci/run"):
+        assert (ROOT / name).exists(), name
+
+
+@pytest.mark.parametrize("lab_dir", LABS, ids=LAB_IDS)
+def test_each_lab_folder_is_complete(lab_dir):
+    for name in ("README.md", "starter.py", "solution.py", "test_lab.py"):
+        assert (lab_dir / name).is_file(), f"{lab_dir.name} has no {name}"
+    readme = (lab_dir / "README.md").read_text().lower()
+    for heading in ("why this lab exists", "background", "files", "run", "what the tests prove",
+                    "notes", "going further", "references"):
+        assert f"## {heading}" in readme, f"{lab_dir.name}/README.md has no '## {heading}' section"
+
+
+@pytest.mark.parametrize("lab_dir", LABS, ids=LAB_IDS)
+def test_starter_is_the_solution_with_its_marked_bodies_removed(lab_dir):
+    # Regenerate with `python -m grading starters` after editing a solution.
+    expected = make_starter((lab_dir / "solution.py").read_text(), str(lab_dir / "solution.py"))
+    assert (lab_dir / "starter.py").read_text() == expected, \
+        f"{lab_dir.name}/starter.py is out of date: run `python -m grading starters`"
+
+
+def _public_api(module) -> dict:
+    api = {}
+    for name, obj in vars(module).items():
+        if name.startswith("_") or inspect.ismodule(obj) or getattr(obj, "__module__", module.__name__) != module.__name__:
+            continue
+        if inspect.isfunction(obj):
+            api[name] = str(inspect.signature(obj))
+        elif inspect.isclass(obj):
+            api[name] = {m: str(inspect.signature(f)) for m, f in vars(obj).items()
+                         if inspect.isfunction(f) and (not m.startswith("_") or m == "__init__")}
+        else:
+            api[name] = repr(obj) if isinstance(obj, (int, float, str, tuple)) else type(obj).__name__
+    return api
+
+
+@pytest.mark.parametrize("lab_dir", LABS, ids=LAB_IDS)
+def test_starter_and_solution_have_the_same_public_names_and_signatures(lab_dir):
+    starter, solution = load_lab(lab_dir, "starter"), load_lab(lab_dir, "solution")
+    assert _public_api(starter) == _public_api(solution)
+
+
+@pytest.mark.parametrize("lab_dir", LABS, ids=LAB_IDS)
+def test_starter_functions_document_units_and_raise_with_a_hint(lab_dir):
+    source = (lab_dir / "starter.py").read_text()
+    assert source.count("not implemented yet") >= 1
+    for func in [f for f in vars(load_lab(lab_dir, "starter")).values()
+                 if inspect.isfunction(f) and not f.__name__.startswith("_")]:
+        assert func.__doc__ and len(func.__doc__) > 40, f"{func.__name__} needs a real docstring"
+
+
+def test_lesson_and_solution_notebooks_pair_up_and_are_stored_clean():
+    solutions = sorted((ROOT / "solutions").glob("*.ipynb"))
+    assert [p.name for p in LESSONS] == [p.name for p in solutions]
+    for path in LESSONS + solutions:
+        nb = nbformat.read(path, as_version=4)
+        nbformat.validate(nb)
+        assert nb.metadata.kernelspec.name == "python3", path.name
+        for cell in nb.cells:
+            if cell.cell_type == "code":
+                assert not cell.outputs and cell.execution_count is None, \
+                    f"{path.name}: store notebooks without outputs (Kernel > Restart and clear outputs)"
+    for path in LESSONS:
+        text = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "markdown")
+        assert "## Exercises" in text, f"{path.name} has no exercises"
+
+
+def test_readme_maps_every_lesson_and_lab_and_shows_the_two_commands():
+    readme = (ROOT / "README.md").read_text()
+    assert "python3 course.py lab" in readme and "python3 course.py test" in readme
+    for path in LESSONS:
+        assert path.stem in readme, f"README.md does not list lessons/{path.name}"
+    for lab_dir in LABS:
+        assert lab_dir.name in readme, f"README.md does not list labs/{lab_dir.name}"
+
+
+@pytest.mark.parametrize("lab_dir", LABS, ids=LAB_IDS)
+def test_lab_readme_table_lists_exactly_the_lab_tests(lab_dir):
+    tests = set(re.findall(r"^def (test_\w+)", (lab_dir / "test_lab.py").read_text(), re.M))
+    listed = set(re.findall(r"^\| `(test_\w+)`", (lab_dir / "README.md").read_text(), re.M))
+    assert tests - listed == set(), f"tests missing from {lab_dir.name}/README.md"
+    assert listed - tests == set(), f"{lab_dir.name}/README.md lists tests that do not exist"
