@@ -21,7 +21,7 @@ import sys
 import types
 from pathlib import Path
 
-MAIN_ALIAS = "__mp_main__"  # the name multiprocessing gives a parent's __main__ in a child
+MAIN_ALIAS = "__commtax_main__"  # a script's __main__, loaded in a rank (multiprocessing owns "__mp_main__")
 
 
 def load_module_from_file(name: str, path: str) -> types.ModuleType:

@@ -55,3 +55,44 @@ def eight_primitives(rank: int, world_size: int) -> dict:
     dist.all_to_all(received, list(per_peer.clone().split(1)))
     rows["all_to_all"] = (per_peer.tolist(), torch.cat(received).tolist())
     return rows
+
+
+def ring_on_real_ranks(rank: int, world_size: int, impl: str | None, nbytes: int, fit_sizes: list[int],
+                       iters: int = 10) -> dict:
+    """Lesson 02's real run: all-reduce ``nbytes`` with Lab 02's ring and with gloo's own; time both.
+
+    Uses ``labs/lab-02-ring-allreduce`` as ``impl`` (or LAB_IMPL) says. If that
+    ring is not written yet, every rank notices the same NotImplementedError
+    before sending anything, so the run goes on with gloo alone. Also times
+    gloo's all-reduce at ``fit_sizes`` for an on-the-spot alpha-beta fit.
+    Times are the fastest of ``iters`` calls, each on its slowest rank.
+    """
+    from commtax.labs import load_lab
+    from commtax.measure import time_collective
+
+    result = {"ring_seconds": None, "ring_error": None, "impl": None}
+    try:
+        lab = load_lab("lab-02-ring-allreduce", impl)
+        result["impl"] = lab.__file__.rsplit("/", 1)[-1]
+    except (FileNotFoundError, ValueError) as exc:
+        lab, result["ring_error"] = None, str(exc)
+    data = torch.randint(-100, 100, (nbytes // 8,), generator=torch.Generator().manual_seed(rank)).double()
+    expected = data.clone()
+    dist.all_reduce(expected)
+    if lab is not None:
+        mine = data.clone()
+        try:
+            lab.ring_all_reduce(mine)
+            result["ring_matches"] = bool(torch.equal(mine, expected))
+            buf = data.clone()
+            result["ring_seconds"] = min(time_collective(lambda: lab.ring_all_reduce(buf), warmup=2, iters=iters))
+        except NotImplementedError as exc:
+            result["ring_error"] = str(exc)
+    buf = data.clone()
+    result["gloo_seconds"] = min(time_collective(lambda: dist.all_reduce(buf), warmup=2, iters=iters))
+    fit = []
+    for size in fit_sizes:
+        small = torch.ones(max(1, size // 4))
+        fit.append((size, min(time_collective(lambda: dist.all_reduce(small), warmup=2, iters=iters))))
+    result["fit_points"] = fit
+    return result

@@ -29,8 +29,10 @@ whichever applies.
 
 from __future__ import annotations
 
+import linecache
 import os
 import pickle
+import re
 import shutil
 import signal
 import subprocess
@@ -123,6 +125,7 @@ def run_ranks(
     timeout: float = 60.0,
     grace: float = 3.0,
     echo_output: bool = True,
+    live: bool = False,
     env: dict | None = None,
 ) -> list:
     """Run ``fn(rank, world_size, *args, **kwargs)`` on ``world_size`` processes.
@@ -140,6 +143,8 @@ def run_ranks(
         grace: seconds the other ranks get to finish after one rank fails.
         echo_output: print what the ranks printed (prefixed ``[rank R]``) after
             the run, so notebooks and pytest show it.
+        live: print rank 0's output as it comes (progress lines of a long
+            benchmark) instead of after the run.
         env: extra environment variables for the ranks.
 
     Returns:
@@ -166,7 +171,7 @@ def run_ranks(
     try:
         _write_job(run_dir, fn, tuple(args), dict(kwargs or {}), world_size, backend, timeout)
         procs = [_start_rank(run_dir, rank, world_size, env) for rank in range(world_size)]
-        results, failures = _watch(run_dir, procs, timeout, grace)
+        results, failures = _watch(run_dir, procs, timeout, grace, live)
         outputs = [_tail(os.path.join(run_dir, f"rank{r}.out")) for r in range(world_size)]
     finally:
         _kill_all(procs)
@@ -174,6 +179,8 @@ def run_ranks(
 
     if echo_output:
         for rank, text in enumerate(outputs):
+            if live and rank == 0:
+                continue  # already shown as it came
             for line in text.splitlines():
                 print(f"[rank {rank}] {line}")
     if failures:
@@ -238,8 +245,34 @@ def _new_session_kwargs() -> dict:
     return {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP}  # pragma: no cover
 
 
-def _watch(run_dir: str, procs, timeout: float, grace: float):
+class _Follower:
+    """Print what a rank writes to its output file, as it writes it."""
+
+    def __init__(self, path: str):
+        self.path, self.offset, self.partial = path, 0, b""
+
+    def poll(self) -> None:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except FileNotFoundError:
+            return
+        self.offset += len(data)
+        *lines, self.partial = (self.partial + data).split(b"\n")
+        for line in lines:
+            print(line.decode(errors="replace"), flush=True)
+
+    def flush(self) -> None:
+        self.poll()
+        if self.partial:
+            print(self.partial.decode(errors="replace"), flush=True)
+            self.partial = b""
+
+
+def _watch(run_dir: str, procs, timeout: float, grace: float, live: bool = False):
     """Wait for every rank; return (results, failures ordered by time)."""
+    follower = _Follower(os.path.join(run_dir, "rank0.out")) if live else None
     start = time.monotonic()
     kill_at = start + timeout
     results: list = [None] * len(procs)
@@ -273,8 +306,12 @@ def _watch(run_dir: str, procs, timeout: float, grace: float):
                 failures.append(RankFailure(rank, how, summary, elapsed, when=time.time(),
                                             stack=stacks[rank]))
             break
+        if follower:
+            follower.poll()
         if running:
             time.sleep(0.02)
+    if follower:
+        follower.flush()
     # Ranks are polled in turn, so order by when each failed: a peer's "connection
     # closed" error must not take the headline from the rank that raised first.
     failures.sort(key=lambda f: (f.how in ("stuck", "stopped"), f.when))
@@ -385,6 +422,8 @@ def _frames(stack: str, limit: int = 12) -> str:
         if any(noise in line for noise in ("threading.py", "_exit_when_orphaned",
                                            "<frozen runpy>", "c10d_logger.py")):
             continue
+        if line.startswith("Extension modules:"):
+            continue
         keep.append(line)
     # faulthandler lists a block per thread; drop blocks left empty by the filter.
     blocks, current = [], []
@@ -400,11 +439,40 @@ def _frames(stack: str, limit: int = 12) -> str:
     return "\n".join(lines) if lines else "(no Python stack: it was inside C code with no Python frames)"
 
 
+def _main_thread(stack: str) -> list[str]:
+    """The lines of the dump's block for the thread running the worker (it started in _rank.main)."""
+    blocks, current = [], []
+    for line in stack.splitlines():
+        if line.startswith(("Thread ", "Current thread ")) and current:
+            blocks.append(current)
+            current = []
+        current.append(line)
+    blocks.append(current)
+    for block in blocks:
+        if any("_rank.py" in line and line.rstrip().endswith(" in main") for line in block):
+            return block
+    return stack.splitlines()
+
+
+_FRAME_RE = re.compile(r'File "(?P<file>.+)", line (?P<line>\d+) in (?P<func>\S+)')
+
+
 def _waiting_in(stack: str) -> str | None:
-    """The torch.distributed call a stuck rank was inside (innermost), if any."""
-    for line in stack.splitlines():  # faulthandler lists the innermost frame first
-        if "distributed_c10d.py" in line and " in " in line:
-            return line.rsplit(" in ", 1)[1].strip()
+    """The torch.distributed call a stuck rank was inside (innermost frame first), if any.
+
+    Either a frame of torch.distributed itself (``all_reduce``, ``recv``...),
+    or a line of the learner's code that waits on a request (``req.wait()``).
+    """
+    for line in _main_thread(stack):
+        match = _FRAME_RE.search(line)
+        if not match:
+            continue
+        if "distributed_c10d.py" in match["file"]:
+            return match["func"]
+        source = linecache.getline(match["file"], int(match["line"]))
+        if ".wait(" in source:
+            return "wait"
+        return None  # the innermost Python frame is not waiting on a peer
     return None
 
 
@@ -420,7 +488,7 @@ def _deadlock_hint(failures: list[RankFailure]) -> str | None:
         return (f"the ranks wait in different calls ({where}). Every rank must issue the same "
                 "collectives in the same order; a collective in a `finally:` or behind an "
                 "`if rank == ...` that one rank skipped is the classic cause.")
-    if set(calls.values()) <= {"recv", "irecv"} and len(stuck) == len(failures):
+    if set(calls.values()) <= {"recv", "irecv", "wait"} and len(stuck) == len(failures):
         return ("every stuck rank is waiting to receive: some send is missing, or the ranks "
                 "all receive before they send (post the send with isend first).")
     return None

@@ -54,3 +54,95 @@ def time_vs_size(sizes, times: dict, *, n_star: float | None = None, current: fl
     if title:
         ax.set_title(title)
     return ax
+
+
+def _contributors(bits: int, world_size: int) -> str:
+    ranks = [r for r in range(world_size) if bits >> r & 1]
+    if len(ranks) == world_size:
+        return "Σ all"
+    return "+".join(map(str, ranks))
+
+
+def ring_step(world_size: int, step: int, ax=None):
+    """The state of a ring all-reduce on ``world_size`` ranks after ``step`` of its 2(P-1) steps.
+
+    Rows are ranks, columns are chunks; a cell lists the ranks whose data the
+    chunk holds ("Σ all" once complete). The chunks sent in ``step`` are
+    outlined, with an arrow to the rank that receives them. Computed by the
+    message-level simulator, not drawn by hand.
+    """
+    from commtax import simulate
+
+    p = world_size
+    total = 2 * (p - 1)
+    step = max(0, min(step, total))
+    buffers = simulate.initial_buffers(p, p)  # one element per chunk
+    rounds = simulate.ring_allreduce(p, p)
+    run = simulate.run_schedule(rounds, buffers, simulate.Topology.flat(0.0, 1.0), p, p, record=True)
+    state = [b["data"] for b in simulate.initial_buffers(p, p)] if step == 0 else \
+        [b["data"] for b in run.snapshots[step - 1][1]]
+    messages = run.snapshots[step - 1][0] if step else []
+    ax = ax or new_axes(figsize=(1.3 * p + 2.5, 0.75 * p + 1.3))
+    full = (1 << p) - 1
+    for r in range(p):
+        for c in range(p):
+            bits = int(state[r][c])
+            count = bin(bits).count("1")
+            shade = plt.cm.Blues(0.15 + 0.7 * count / p) if bits != full else "#2ca02c"
+            ax.add_patch(plt.Rectangle((c, p - 1 - r), 0.94, 0.9, color=shade))
+            ax.text(c + 0.47, p - 1 - r + 0.45, _contributors(bits, p), ha="center", va="center",
+                    fontsize=8 if p <= 6 else 6, color="white" if count > p / 2 or bits == full else "black")
+    for m in messages:
+        c = m.start
+        ax.add_patch(plt.Rectangle((c, p - 1 - m.src), 0.94, 0.9, fill=False, edgecolor="#d62728", linewidth=2))
+        ax.annotate("", xy=(c + 0.47, p - 1 - m.dst + 0.9), xytext=(c + 0.47, p - 1 - m.src),
+                    arrowprops=dict(arrowstyle="->", color="#d62728", lw=1.2,
+                                    connectionstyle="arc3,rad=0.3" if m.dst < m.src else "arc3,rad=0"))
+    ax.set_xlim(-0.1, p)
+    ax.set_ylim(-0.2, p)
+    ax.set_xticks([c + 0.47 for c in range(p)], [f"chunk {c}" for c in range(p)], fontsize=8)
+    ax.set_yticks([p - 1 - r + 0.45 for r in range(p)], [f"rank {r}" for r in range(p)], fontsize=8)
+    ax.tick_params(length=0)
+    for side in ax.spines.values():
+        side.set_visible(False)
+    if step == 0:
+        title = "start: every rank holds only its own data"
+    elif step <= p - 1:
+        title = (f"after reduce-scatter step {step} of {p - 1}: each rank sent the outlined chunk "
+                 "forward; the receiver added it")
+    else:
+        title = (f"after all-gather step {step - (p - 1)} of {p - 1}: each rank passed the outlined "
+                 "finished chunk forward")
+    ax.set_title(title, fontsize=10)
+    return ax
+
+
+def halving_doubling_diagram(world_size: int = 8, ax=None):
+    """Who talks to whom in recursive halving-doubling, and how much (fraction of the buffer)."""
+    from commtax import simulate
+
+    p = world_size
+    rounds = simulate.halving_doubling_allreduce(p, p * 8)
+    ax = ax or new_axes(figsize=(9, 0.45 * p + 1.5))
+    n = p * 8
+    for k, messages in enumerate(rounds):
+        for m in messages:
+            if m.src < m.dst:
+                y0, y1 = p - 1 - m.src, p - 1 - m.dst
+                color = "#1f77b4" if k < len(rounds) // 2 else "#2ca02c"
+                ax.plot([k, k + 0.8], [y0, y1], color=color, lw=1)
+                ax.plot([k, k + 0.8], [y1, y0], color=color, lw=1)
+        size = messages[0].numel / n
+        ax.text(k + 0.4, p - 0.3, f"{'add' if messages[0].op == 'add' else 'copy'} n/{round(1 / size)}",
+                ha="center", fontsize=8)
+    half = len(rounds) // 2
+    ax.axvline(half - 0.1, color="black", lw=0.6, ls=":")
+    ax.text(half / 2 - 0.1, -1.0, "recursive halving = reduce-scatter", ha="center", fontsize=9, color="#1f77b4")
+    ax.text(half + half / 2 - 0.1, -1.0, "recursive doubling = all-gather", ha="center", fontsize=9, color="#2ca02c")
+    ax.set_yticks(range(p), [f"rank {p - 1 - i}" for i in range(p)], fontsize=8)
+    ax.set_xticks([k + 0.4 for k in range(len(rounds))], [f"step {k + 1}" for k in range(len(rounds))], fontsize=8)
+    ax.set_ylim(-1.4, p + 0.2)
+    for side in ax.spines.values():
+        side.set_visible(False)
+    ax.set_title(f"recursive halving-doubling on {p} ranks: partners at distance {p // 2}, ..., 1 and back")
+    return ax

@@ -1,0 +1,185 @@
+"""Lab 03 tests: bandwidth definitions, the fit on synthetic and real timings, and the calibration file."""
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+
+from commtax.links import available_links, load_calibration
+from commtax.measure import memcpy_bandwidth
+from commtax.testing import SharedRuns, require_implemented
+
+HERE = Path(__file__).resolve().parent
+RUNS = SharedRuns()
+SIZES = [2**k for k in range(10, 27)]  # 1 KiB .. 64 MiB, like nccl-tests -b 1K -e 64M -f 2
+
+
+def ring_times(sizes, world_size, alpha, bandwidth, steps, factor):
+    """Synthetic timings from the model, written out here independently of the lab."""
+    return [steps * alpha + factor * s / bandwidth for s in sizes]
+
+
+# -- definitions ---------------------------------------------------------------------
+
+def test_algbw_is_size_over_time(lab):
+    assert lab.algbw(1e9, 0.5) == pytest.approx(2e9)
+    with pytest.raises(ValueError, match="seconds"):
+        lab.algbw(1e6, 0.0)
+    with pytest.raises(ValueError, match="nbytes"):
+        lab.algbw(-1, 1.0)
+
+
+@pytest.mark.parametrize("collective,factor", [
+    ("all_reduce", 2 * 7 / 8), ("all_gather", 7 / 8), ("reduce_scatter", 7 / 8),
+    ("all_to_all", 7 / 8), ("broadcast", 1.0), ("reduce", 1.0),
+])
+def test_busbw_uses_the_nccl_tests_factor_of_each_collective(lab, collective, factor):
+    # 8 ranks, 1 GB in 10 ms: algbw 100 GB/s.
+    assert lab.busbw(collective, 1e9, 0.01, 8) == pytest.approx(100e9 * factor)
+
+
+def test_busbw_rejects_unknown_collectives_and_world_sizes(lab):
+    with pytest.raises(ValueError, match="collective"):
+        lab.busbw("all_scatter", 1e9, 0.01, 8)
+    with pytest.raises(ValueError, match="world_size"):
+        lab.busbw("all_reduce", 1e9, 0.01, 0)
+
+
+@pytest.mark.parametrize("collective,steps,factor", [
+    ("all_reduce", 2 * 3, 2 * 3 / 4), ("all_gather", 3, 3 / 4), ("reduce_scatter", 3, 3 / 4),
+    ("all_to_all", 3, 3 / 4), ("broadcast", 3, 1.0), ("reduce", 3, 1.0),
+])
+def test_predict_time_is_the_ring_model_of_each_collective(lab, collective, steps, factor):
+    alpha, bandwidth = 5e-6, 50e9
+    for n in (0, 1024, 1e9):
+        assert lab.predict_time(n, 4, alpha, bandwidth, collective) == pytest.approx(
+            steps * alpha + factor * n / bandwidth)
+    with pytest.raises(ValueError, match="bandwidth"):
+        lab.predict_time(1024, 4, alpha, 0, collective)
+
+
+# -- the fit ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("world_size,collective,steps,factor", [
+    (2, "all_reduce", 2, 1.0), (8, "all_reduce", 14, 14 / 8), (4, "all_gather", 3, 3 / 4),
+])
+def test_fit_recovers_alpha_and_bandwidth_from_exact_timings_within_1_percent(lab, world_size, collective,
+                                                                              steps, factor):
+    for alpha, bandwidth in ((5e-6, 50e9), (50e-6, 1.25e9), (3e-6, 450e9)):
+        times = ring_times(SIZES, world_size, alpha, bandwidth, steps, factor)
+        fit_alpha, fit_bandwidth = lab.fit_alpha_beta(SIZES, times, world_size, collective)
+        assert fit_alpha == pytest.approx(alpha, rel=0.01)
+        assert fit_bandwidth == pytest.approx(bandwidth, rel=0.01)
+
+
+def test_fit_survives_5_percent_noise_within_10_percent_where_a_plain_line_fails(lab):
+    alpha, bandwidth = 20e-6, 10e9
+    rng = np.random.default_rng(7)
+    exact = np.array(ring_times(SIZES, 2, alpha, bandwidth, 2, 1.0))
+    worst_line_alpha_error = 0.0
+    for trial in range(20):
+        noisy = exact * rng.lognormal(0.0, 0.05, size=exact.shape)
+        fit_alpha, fit_bandwidth = lab.fit_alpha_beta(SIZES, noisy.tolist(), 2, "all_reduce")
+        assert fit_alpha == pytest.approx(alpha, rel=0.10), f"trial {trial}"
+        assert fit_bandwidth == pytest.approx(bandwidth, rel=0.10), f"trial {trial}"
+        slope, intercept = np.polyfit(SIZES, noisy, 1)  # what a plain least-squares line gives
+        worst_line_alpha_error = max(worst_line_alpha_error, abs(intercept / 2 - alpha) / alpha)
+    # The 64 MB points dominate an unweighted fit: its alpha is off by far more than 10%.
+    assert worst_line_alpha_error > 0.5
+
+
+def test_fit_refuses_data_it_cannot_fit(lab):
+    with pytest.raises(ValueError, match="nbytes|seconds"):
+        lab.fit_alpha_beta([1024, 2048], [1e-5], 2)
+    with pytest.raises(ValueError, match="nbytes"):
+        lab.fit_alpha_beta([1024, 1024], [1e-5, 1e-5], 2)
+    with pytest.raises(ValueError, match="seconds"):
+        lab.fit_alpha_beta([1024, 2048], [1e-5, -1e-5], 2)
+    with pytest.raises(ValueError, match="collective"):
+        lab.fit_alpha_beta([1024, 2048], [1e-5, 2e-5], 2, "all_scatter")
+    with pytest.raises(ValueError, match="world_size"):
+        lab.fit_alpha_beta([1024, 2048], [1e-5, 2e-5], 1)
+
+
+# -- real runs on gloo -------------------------------------------------------------------
+
+def slow_rank_one(rank, world_size, lab):
+    """Rank 1 takes 20 ms longer: every reported iteration must show it."""
+    def step():
+        if rank == 1:
+            time.sleep(0.02)
+        dist.barrier()
+    return lab.time_collective(step, warmup=1, iters=5)
+
+
+def measure_gloo(rank, world_size, lab, sizes, iters):
+    """min over iterations of the per-iteration max over ranks, per size; plus this rank's memcpy rate."""
+    results = []
+    for size in sizes:
+        buf = torch.ones(size // 4)
+        times = lab.time_collective(lambda: dist.all_reduce(buf), warmup=3, iters=iters)
+        results.append((size, len(times), min(times), statistics.median(times)))
+    return {"rows": results, "memcpy": memcpy_bandwidth()}
+
+
+def test_time_collective_reports_the_slowest_rank_for_every_iteration(lab):
+    results = RUNS.get("slow", slow_rank_one, 2, (lab,), timeout=60, needs=[lab.time_collective])
+    assert results[0] == results[1], "every rank must return the same (max-reduced) list"
+    assert len(results[0]) == 5
+    assert min(results[0]) >= 0.02, "an iteration is as slow as its slowest rank"
+
+
+GLOO_SIZES = [2**k for k in range(12, 23)]  # 4 KiB .. 4 MiB
+
+
+def _gloo_rows(lab):
+    return RUNS.get("gloo", measure_gloo, 2, (lab, GLOO_SIZES, 15), timeout=180,
+                    needs=[lab.time_collective])[0]
+
+
+def test_real_gloo_fit_is_positive_and_predicts_held_out_sizes(lab):
+    require_implemented(lab.fit_alpha_beta, lab.predict_time)
+    rows = _gloo_rows(lab)["rows"]
+    assert all(n == 15 for _, n, _, _ in rows)
+    fit_rows, held_out = rows[::2], rows[1::2]  # fit on 4K, 16K, ...; predict 8K, 32K, ...
+    alpha, bandwidth = lab.fit_alpha_beta([r[0] for r in fit_rows], [r[2] for r in fit_rows], 2)
+    assert alpha > 0 and bandwidth > 0
+    errors = [abs(lab.predict_time(s, 2, alpha, bandwidth) - t) / t for s, _, t, _ in held_out]
+    # Loopback gloo on a busy 2-core machine is noisy; the model must still be the right shape.
+    assert statistics.median(errors) < 0.35, errors
+    assert max(errors) < 0.8, errors
+
+
+def test_bus_bandwidth_never_beats_the_memory_copy_rate(lab):
+    require_implemented(lab.busbw)
+    measured = _gloo_rows(lab)
+    best_busbw = max(lab.busbw("all_reduce", s, t, 2) for s, _, t, _ in measured["rows"])
+    # On one machine every received byte is copied at least once: a physical upper bound.
+    assert best_busbw <= measured["memcpy"], (best_busbw, measured["memcpy"])
+
+
+def test_the_benchmark_writes_a_calibration_that_the_calculators_load(lab, tmp_path):
+    require_implemented(lab.time_collective, lab.fit_alpha_beta, lab.algbw, lab.busbw, lab.predict_time)
+    out = tmp_path / "calibrations" / "loopback.json"
+    impl = "solution" if Path(lab.__file__).name == "solution.py" else "starter"
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.run([sys.executable, str(HERE / "measure.py"), "--world-size", "2", "--sizes", "4K:1M",
+                           "--factor", "4", "--iters", "5", "--impl", impl, "--out", str(out),
+                           "--name", "test loopback"],
+                          capture_output=True, text=True, timeout=180, env=env)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "busbw(GB/s)" in proc.stdout and "fitted ring model" in proc.stdout
+    assert "measuring all_reduce" in proc.stdout + proc.stderr  # the progress lines
+    record = json.loads(out.read_text())
+    link = load_calibration(out)
+    assert (link.alpha, link.bandwidth) == (record["alpha_s"], record["bandwidth_bytes_per_s"])
+    assert link.alpha > 0 and link.bandwidth > 0
+    assert available_links(out.parent)["measured: test loopback"] == link
