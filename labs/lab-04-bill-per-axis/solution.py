@@ -1,0 +1,353 @@
+"""Lab 04: the communication bill per axis, and the tax of a whole training plan.
+
+Given a model, a parallelism plan and the links, compute what each axis
+(data, ZeRO, tensor, pipeline and expert parallelism) sends, how long that
+takes, what compute it can hide behind, what it adds to the step, and which
+axis binds. Lessons 03 and 04 derive every formula; the tests check the byte
+formulas against a simulator that runs the collectives message by message.
+
+Conventions:
+
+* Units: bytes, seconds, FLOP/s, bytes/s. Bandwidth is per GPU per direction
+  (an NVLink "900 GB/s" is 450e9 here); peak FLOP/s are dense (H100 BF16:
+  989e12).
+* Bytes are **per rank**, with the ring's (d-1)/d factors: what one GPU sends.
+* ``dtype_bytes``: bytes per element (2 for bf16 gradients and activations).
+* A step runs ``microbatches`` micro-batches of ``micro_batch`` sequences of
+  ``seq_len`` tokens on every data-parallel replica; compute is 6 N FLOPs per
+  token (2N forward, 4N backward).
+* The *tax* of an axis is exposed time / compute time.
+
+Bad input raises ValueError naming the argument.
+"""
+
+import math
+import numbers
+from dataclasses import dataclass, field
+
+
+def _positive(name, value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+
+
+def _count(name, value, minimum=1):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+
+
+# -- bytes per rank, per axis ---------------------------------------------------------
+
+def dp_allreduce_bytes(n_params, dp, dtype_bytes=2):
+    """Bytes each rank sends to all-reduce the gradients of ``n_params`` parameters over ``dp`` ranks.
+
+    A ring all-reduce: 2(d-1)/d * N * dtype_bytes (tends to 2N * dtype_bytes for large d).
+    """
+    # BEGIN SOLUTION
+    # HINT: Lesson 01's ring: reduce-scatter plus all-gather, each (d-1)/d of the buffer.
+    _positive("n_params", n_params)
+    _count("dp", dp)
+    _positive("dtype_bytes", dtype_bytes)
+    return 2 * (dp - 1) / dp * n_params * dtype_bytes
+    # END SOLUTION
+
+
+def zero_bytes(n_params, dp, stage, dtype_bytes=2):
+    """Bytes per rank of ZeRO ``stage`` (0, 1, 2 or 3) for one pass over the data.
+
+    Stage 0 is plain data parallelism (all-reduce). Stages 1 and 2
+    reduce-scatter the gradients and all-gather the updated parameters: the
+    same 2(d-1)/d N bytes as an all-reduce. Stage 3 all-gathers the
+    parameters twice (forward, backward) and reduce-scatters the gradients:
+    3(d-1)/d N * dtype_bytes.
+    """
+    # BEGIN SOLUTION
+    # HINT: count how many (d-1)/d * N * dtype_bytes passes each stage makes.
+    _positive("n_params", n_params)
+    _count("dp", dp)
+    if stage not in (0, 1, 2, 3):
+        raise ValueError(f"stage must be 0, 1, 2 or 3, got {stage!r}")
+    _positive("dtype_bytes", dtype_bytes)
+    passes = 3 if stage == 3 else 2
+    return passes * (dp - 1) / dp * n_params * dtype_bytes
+    # END SOLUTION
+
+
+def tp_bytes_per_layer(micro_batch, seq, hidden, tp, dtype_bytes=2):
+    """Bytes per rank per transformer layer (forward + backward) of Megatron tensor parallelism.
+
+    Four all-reduces of the b*s*h activation (after attention and after the
+    MLP, forward and backward): 4 * 2(t-1)/t * b*s*h*dtype_bytes = 8(t-1)/t b s h B.
+    """
+    # BEGIN SOLUTION
+    # HINT: four ring all-reduces of micro_batch * seq * hidden * dtype_bytes bytes.
+    for name, value in (("micro_batch", micro_batch), ("seq", seq), ("hidden", hidden), ("tp", tp)):
+        _count(name, value)
+    _positive("dtype_bytes", dtype_bytes)
+    return 8 * (tp - 1) / tp * micro_batch * seq * hidden * dtype_bytes
+    # END SOLUTION
+
+
+def pp_bytes_per_microbatch(micro_batch, seq, hidden, dtype_bytes=2):
+    """Bytes crossing one pipeline stage boundary per micro-batch: 2 * b*s*h * dtype_bytes.
+
+    The activation goes forward, its gradient comes back; both are b*s*h.
+    Point-to-point, not a collective.
+    """
+    # BEGIN SOLUTION
+    # HINT: one activation forward, one gradient backward.
+    for name, value in (("micro_batch", micro_batch), ("seq", seq), ("hidden", hidden)):
+        _count(name, value)
+    _positive("dtype_bytes", dtype_bytes)
+    return 2 * micro_batch * seq * hidden * dtype_bytes
+    # END SOLUTION
+
+
+def ep_alltoall_bytes_per_layer(tokens, hidden, ep, top_k=1, dtype_bytes=2):
+    """Bytes per rank per MoE layer (forward + backward) of expert parallelism.
+
+    Four all-to-alls (dispatch and combine, forward and backward), each
+    carrying this rank's ``tokens`` x ``top_k`` routed copies of an
+    ``hidden``-wide vector, of which (e-1)/e leave the rank:
+    4 (e-1)/e * tokens * top_k * hidden * dtype_bytes.
+    """
+    # BEGIN SOLUTION
+    # HINT: Lesson 01's all-to-all sends (P-1)/P of a rank's buffer; there are four of them.
+    for name, value in (("tokens", tokens), ("hidden", hidden), ("ep", ep), ("top_k", top_k)):
+        _count(name, value)
+    _positive("dtype_bytes", dtype_bytes)
+    return 4 * (ep - 1) / ep * tokens * top_k * hidden * dtype_bytes
+    # END SOLUTION
+
+
+# -- the two thresholds ---------------------------------------------------------------
+
+def dp_min_local_tokens(peak_flops, mfu, bandwidth, dp=None, dtype_bytes=2):
+    """Tokens per micro-batch per replica above which the gradient all-reduce hides behind the backward.
+
+    t_comm = 2(d-1)/d * N * dtype_bytes / BW and t_bwd = 4 N T / (peak * MFU);
+    t_comm <= t_bwd gives T >= (d-1)/d * peak * MFU / BW * dtype_bytes / 2.
+    ``dp=None`` gives the large-d limit, peak * MFU / BW for bf16. Returns tokens.
+    """
+    # BEGIN SOLUTION
+    # HINT: write t_comm <= t_bwd and solve for T; N cancels.
+    _positive("peak_flops", peak_flops)
+    _positive("bandwidth", bandwidth)
+    if isinstance(mfu, bool) or not isinstance(mfu, numbers.Real) or not 0 < mfu <= 1:
+        raise ValueError(f"mfu must be in (0, 1], got {mfu!r}")
+    if dp is None:
+        factor = 1.0
+    else:
+        _count("dp", dp)
+        factor = (dp - 1) / dp
+    return factor * peak_flops * mfu / bandwidth * dtype_bytes / 2
+    # END SOLUTION
+
+
+def tp_tax(peak_flops, bandwidth, hidden, tp, mfu=1.0, dtype_bytes=2):
+    """Forward-pass tensor-parallel tax: all-reduce time / compute time = (t-1) peak MFU / (3 h BW).
+
+    Per layer forward: 2 all-reduces of b*s*h*dtype_bytes (4(t-1)/t b s h B / BW
+    seconds) against 24 b s h^2 / t FLOPs at peak * MFU. Batch, sequence and
+    model size cancel; 1/h stays: wider models pay less. (The backward has
+    the same two all-reduces and twice the FLOPs: over a whole step the tax
+    is 2/3 of this.) For dtype_bytes B: (t-1) peak MFU B / (6 h BW).
+    """
+    # BEGIN SOLUTION
+    # HINT: divide the forward all-reduce time of one layer by its forward compute time.
+    _positive("peak_flops", peak_flops)
+    _positive("bandwidth", bandwidth)
+    _count("hidden", hidden)
+    _count("tp", tp)
+    if isinstance(mfu, bool) or not isinstance(mfu, numbers.Real) or not 0 < mfu <= 1:
+        raise ValueError(f"mfu must be in (0, 1], got {mfu!r}")
+    return (tp - 1) * peak_flops * mfu * dtype_bytes / (6 * hidden * bandwidth)
+    # END SOLUTION
+
+
+# -- a whole plan ---------------------------------------------------------------------
+
+@dataclass
+class Plan:
+    """A training plan. Sizes are counts; links are (alpha seconds, bandwidth bytes/s per direction).
+
+    The data-parallel degree is dp = gpus / (tp * pp). Expert parallelism
+    groups are carved out of the data-parallel ranks (ep divides dp), and
+    ``moe_layers`` of the ``layers`` are mixture-of-experts layers.
+
+    Ranks are laid out like Megatron-LM: TP innermost (ranks 0..tp-1 form a
+    TP group), then DP, then PP. An axis whose group spans more consecutive
+    ranks than ``gpus_per_node`` (TP: tp; DP: tp*dp; EP: tp*ep; PP: all)
+    crosses nodes and uses the inter-node link.
+    """
+
+    n_params: float            # N, parameters of the model
+    layers: int
+    hidden: int
+    seq_len: int
+    micro_batch: int = 1       # sequences per micro-batch
+    microbatches: int = 1      # micro-batches per step, per data-parallel replica
+    gpus: int = 8
+    tp: int = 1
+    pp: int = 1
+    ep: int = 1
+    zero_stage: int = 0
+    moe_layers: int = 0
+    top_k: int = 1
+    gpus_per_node: int = 8
+    peak_flops: float = 989e12          # H100 SXM, dense BF16
+    mfu: float = 0.4                    # fraction of peak the compute itself reaches
+    intra_alpha: float = 3e-6           # NVLink 4, per message
+    intra_bandwidth: float = 450e9      # NVLink 4, per direction
+    inter_alpha: float = 5e-6           # InfiniBand NDR, per message
+    inter_bandwidth: float = 50e9       # 400 Gb/s per GPU
+    dtype_bytes: int = 2
+
+
+@dataclass
+class AxisCost:
+    """One axis of the bill. ``bytes`` per rank per step; times in seconds per step."""
+
+    axis: str            # "TP", "DP", "PP" or "EP"
+    collective: str
+    bytes: float
+    link: str            # "intra" or "inter"
+    t_comm: float
+    window: float        # compute it can hide behind
+    exposed: float       # what it adds to the step
+    tax: float           # exposed / t_compute
+
+
+@dataclass
+class StepReport:
+    axes: dict = field(default_factory=dict)   # axis name -> AxisCost, for axes of degree > 1
+    t_compute: float = 0.0
+    t_step: float = 0.0
+    mfu: float = 0.0
+    binding: str = None                        # axis with the largest exposed time, None if none
+
+
+# BEGIN SOLUTION
+def _check_plan(plan):
+    _positive("n_params", plan.n_params)
+    for name in ("layers", "hidden", "seq_len", "micro_batch", "microbatches", "gpus", "tp", "pp", "ep",
+                 "top_k", "gpus_per_node", "dtype_bytes"):
+        _count(name, getattr(plan, name))
+    _count("moe_layers", plan.moe_layers, 0)
+    if plan.zero_stage not in (0, 1, 2, 3):
+        raise ValueError(f"zero_stage must be 0, 1, 2 or 3, got {plan.zero_stage!r}")
+    for name in ("peak_flops", "intra_bandwidth", "inter_bandwidth"):
+        _positive(name, getattr(plan, name))
+    for name in ("intra_alpha", "inter_alpha"):
+        if getattr(plan, name) < 0:
+            raise ValueError(f"{name} must be >= 0, got {getattr(plan, name)!r}")
+    if not 0 < plan.mfu <= 1:
+        raise ValueError(f"mfu must be in (0, 1], got {plan.mfu!r}")
+    if plan.gpus % (plan.tp * plan.pp):
+        raise ValueError(f"gpus ({plan.gpus}) is not divisible by tp * pp = {plan.tp * plan.pp}")
+    dp = plan.gpus // (plan.tp * plan.pp)
+    if dp % plan.ep:
+        raise ValueError(f"ep ({plan.ep}) must divide the data-parallel degree dp = {dp}")
+    if plan.hidden % plan.tp:
+        raise ValueError(f"hidden ({plan.hidden}) is not divisible by tp ({plan.tp})")
+    if plan.layers % plan.pp:
+        raise ValueError(f"layers ({plan.layers}) is not divisible by pp ({plan.pp})")
+    if plan.moe_layers > plan.layers:
+        raise ValueError(f"moe_layers ({plan.moe_layers}) exceeds layers ({plan.layers})")
+    if plan.tp > plan.gpus_per_node and plan.tp % plan.gpus_per_node:
+        raise ValueError(f"tp ({plan.tp}) wider than a node must be a multiple of gpus_per_node")
+    return dp
+
+
+def _link(plan, span):
+    """(name, alpha, bandwidth) of the link a group of ``span`` consecutive ranks uses."""
+    if span <= plan.gpus_per_node:
+        return "intra", plan.intra_alpha, plan.intra_bandwidth
+    return "inter", plan.inter_alpha, plan.inter_bandwidth
+# END SOLUTION
+
+
+def step_report(plan):
+    """The bill of ``plan`` for one training step: a StepReport.
+
+    Compute per GPU: t_compute = 6 N * (micro_batch * seq_len * microbatches)
+    / (tp * pp) / (peak_flops * mfu). For each axis with degree > 1:
+
+    * TP: 4 ring all-reduces of b*s*h*B per layer on this stage, per
+      micro-batch; window 0 (the next matmul needs the result): all exposed.
+    * DP: gradients of this rank's N / (tp * pp) parameters. ZeRO 0-2: one
+      ring all-reduce (or reduce-scatter + all-gather, same time) per step,
+      hidden behind the backward of the last micro-batch (4 N b s / (tp pp)
+      FLOPs; gradient accumulation skips the sync on the others). ZeRO-3:
+      two all-gathers and a reduce-scatter per micro-batch, each
+      (d-1) alpha + (d-1)/d bytes / BW, hidden behind all the compute.
+    * PP: 2 messages of b*s*h*B per micro-batch. Transfers overlap other
+      micro-batches' work except along the fill and drain: exposed =
+      bubble (p-1)/m * t_compute + 2(p-1) (alpha + b s h B / BW).
+    * EP: 4 all-to-alls per MoE layer on this stage per micro-batch, each
+      (e-1) alpha + (e-1)/e payload / BW with payload = b s k h B; hidden
+      behind the expert FFNs (48 h^2 FLOPs per routed token, / tp).
+
+    Ring collectives cost 2(d-1) alpha + 2(d-1)/d bytes/BW (all-reduce). Links:
+    see :class:`Plan`. t_step = t_compute + sum of exposed; mfu =
+    plan.mfu * t_compute / t_step; binding = the axis with the largest exposed
+    time (None when nothing is exposed). Invalid plans raise ValueError.
+    """
+    # BEGIN SOLUTION
+    # HINT: validate first (gpus divisible by tp*pp, hidden by tp, layers by pp, ep divides dp).
+    # HINT: then compute t_compute, and one AxisCost per axis following the docstring.
+    dp = _check_plan(plan)
+    t, p, e, m = plan.tp, plan.pp, plan.ep, plan.microbatches
+    rate = plan.peak_flops * plan.mfu
+    tokens = plan.micro_batch * plan.seq_len
+    act = tokens * plan.hidden * plan.dtype_bytes
+    layers_here = plan.layers // p
+    t_compute = 6 * plan.n_params * tokens * m / (t * p) / rate
+    report = StepReport(t_compute=t_compute)
+
+    def record(axis, collective, nbytes, link, t_comm, window, exposed):
+        report.axes[axis] = AxisCost(axis, collective, nbytes, link, t_comm, window, exposed, exposed / t_compute)
+
+    if t > 1:
+        link, alpha, bandwidth = _link(plan, t)
+        one = 2 * (t - 1) * alpha + 2 * (t - 1) / t * act / bandwidth
+        t_comm = 4 * layers_here * m * one
+        nbytes = tp_bytes_per_layer(plan.micro_batch, plan.seq_len, plan.hidden, t, plan.dtype_bytes) * layers_here * m
+        record("TP", "all-reduce", nbytes, link, t_comm, 0.0, t_comm)
+    if dp > 1:
+        link, alpha, bandwidth = _link(plan, t * dp)
+        grads = plan.n_params / (t * p) * plan.dtype_bytes
+        if plan.zero_stage == 3:
+            one = (dp - 1) * alpha + (dp - 1) / dp * grads / bandwidth
+            t_comm = 3 * m * one
+            nbytes = zero_bytes(plan.n_params / (t * p), dp, 3, plan.dtype_bytes) * m
+            record("DP", "all-gather x2 + reduce-scatter", nbytes, link, t_comm, t_compute,
+                   max(0.0, t_comm - t_compute))
+        else:
+            t_comm = 2 * (dp - 1) * alpha + 2 * (dp - 1) / dp * grads / bandwidth
+            window = 4 * plan.n_params * tokens / (t * p) / rate
+            nbytes = zero_bytes(plan.n_params / (t * p), dp, plan.zero_stage, plan.dtype_bytes)
+            record("DP", "all-reduce" if plan.zero_stage == 0 else "reduce-scatter + all-gather", nbytes, link,
+                   t_comm, window, max(0.0, t_comm - window))
+    if p > 1:
+        link, alpha, bandwidth = _link(plan, plan.gpus)
+        one = alpha + act / bandwidth
+        exposed = (p - 1) / m * t_compute + 2 * (p - 1) * one
+        nbytes = pp_bytes_per_microbatch(plan.micro_batch, plan.seq_len, plan.hidden, plan.dtype_bytes) * m
+        record("PP", "send/recv", nbytes, link, 2 * m * one, t_compute, exposed)
+    if e > 1 and plan.moe_layers:
+        link, alpha, bandwidth = _link(plan, t * e)
+        moe_here = max(1, round(plan.moe_layers / p))
+        payload = tokens * plan.top_k * plan.hidden * plan.dtype_bytes
+        one = (e - 1) * alpha + (e - 1) / e * payload / bandwidth
+        t_comm = 4 * moe_here * m * one
+        window = 48 * plan.hidden**2 * tokens * plan.top_k / t / rate * moe_here * m
+        nbytes = ep_alltoall_bytes_per_layer(tokens, plan.hidden, e, plan.top_k, plan.dtype_bytes) * moe_here * m
+        record("EP", "all-to-all", nbytes, link, t_comm, window, max(0.0, t_comm - window))
+
+    report.t_step = t_compute + sum(axis.exposed for axis in report.axes.values())
+    report.mfu = plan.mfu * t_compute / report.t_step
+    exposed = {name: axis.exposed for name, axis in report.axes.items() if axis.exposed > 0}
+    report.binding = max(exposed, key=exposed.get) if exposed else None
+    return report
+    # END SOLUTION
