@@ -96,3 +96,37 @@ def ring_on_real_ranks(rank: int, world_size: int, impl: str | None, nbytes: int
         fit.append((size, min(time_collective(lambda: dist.all_reduce(small), warmup=2, iters=iters))))
     result["fit_points"] = fit
     return result
+
+
+def tp_mlp_on_real_ranks(rank: int, world_size: int, impl: str | None, hidden: int, ffn: int, tokens: int) -> dict:
+    """Lesson 05's real run: Lab 05's TensorParallelMLP on these ranks, against the full MLP.
+
+    Counts the all-reduces and their payload bytes in the forward and the
+    backward. If the lab's layers are not written yet, says so instead.
+    """
+    from commtax.labs import load_lab
+    from commtax.traffic import record_traffic
+
+    try:
+        lab = load_lab("lab-05-tensor-parallel-layers", impl)
+        torch.manual_seed(0)
+        full = lab.MLP(hidden, ffn, dtype=torch.float64)
+        parallel = lab.TensorParallelMLP.from_full(full)
+    except (FileNotFoundError, NotImplementedError) as exc:
+        return {"error": str(exc)}
+    x = torch.randn(1, tokens, hidden, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    x_ref, x_tp = x.clone().requires_grad_(), x.clone().requires_grad_()
+    full(x_ref).sum().backward()
+    try:
+        with record_traffic() as forward:
+            y = parallel(x_tp)
+        with record_traffic() as backward:
+            y.sum().backward()
+    except NotImplementedError as exc:
+        return {"error": str(exc)}
+    return {
+        "max_output_diff": (y - full(x)).abs().max().item(),
+        "max_input_grad_diff": (x_tp.grad - x_ref.grad).abs().max().item(),
+        "forward": forward.collectives, "backward": backward.collectives,
+        "fc1_shard": tuple(parallel.fc1.weight.shape), "fc1_full": tuple(full.fc1.weight.shape),
+    }

@@ -16,20 +16,21 @@ from commtax.labs import LABS_DIR
 from commtax.launch import DistributedRunError, run_ranks
 
 LAB02 = LABS_DIR / "lab-02-ring-allreduce"
+LAB05 = LABS_DIR / "lab-05-tensor-parallel-layers"
 pytestmark = pytest.mark.skipif(not (LAB02 / "solution.py").exists(),
                                 reason="the student release has no reference solutions to plant bugs in")
 
 
-def mutant(tmp_path: Path, name: str, old: str, new: str):
-    source = (LAB02 / "solution.py").read_text()
+def mutant(tmp_path: Path, name: str, old: str, new: str, lab_dir: Path = LAB02):
+    source = (lab_dir / "solution.py").read_text()
     assert source.count(old) == 1, f"the line to break is not in the reference: {old!r}"
     path = tmp_path / f"{name}.py"
     path.write_text(source.replace(old, new))
-    return load_module_from_file(f"lab_02_mutant_{name}", str(path))
+    return load_module_from_file(f"{lab_dir.name.replace('-', '_')}_mutant_{name}", str(path))
 
 
-def lab_checks():
-    return load_module_from_file("lab_02_test_lab", str(LAB02 / "test_lab.py"))
+def lab_checks(lab_dir: Path = LAB02):
+    return load_module_from_file(f"{lab_dir.name.replace('-', '_')}_test_lab", str(lab_dir / "test_lab.py"))
 
 
 def test_a_ring_that_sends_to_the_wrong_neighbour_deadlocks_into_a_clear_failure(tmp_path):
@@ -57,3 +58,17 @@ def test_an_all_gather_that_starts_from_the_wrong_chunk_is_caught(tmp_path):
     results = run_ranks(lab_checks().check_reduce_scatter_and_all_gather, 3, (broken,), timeout=60)
     assert all(r["reduced_ok"] for r in results)  # the reduce-scatter is untouched...
     assert not all(r["gathered_ok"] for r in results)  # ...and the test's all-gather check fails
+
+
+def test_a_row_parallel_layer_that_adds_its_bias_on_every_rank_is_caught(tmp_path):
+    broken = mutant(tmp_path, "bias_on_every_rank",
+                    "        partial = F.linear(x, self.weight)\n"
+                    "        out = reduce_from_tp_region(partial, self.group)\n"
+                    "        return out + self.bias if self.bias is not None else out\n",
+                    "        partial = F.linear(x, self.weight, self.bias)  # bias before the sum: t times\n"
+                    "        return reduce_from_tp_region(partial, self.group)\n",
+                    lab_dir=LAB05)
+    results = run_ranks(lab_checks(LAB05).check_tensor_parallel_layers, 2, (broken,), timeout=120)
+    for result in results:
+        # The outputs are off by (t - 1) x bias; the lab's tolerance is 1e-12.
+        assert result["mlp"]["output"] > 0.05 and result["attention"]["output"] > 0.05

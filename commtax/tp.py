@@ -1,0 +1,80 @@
+"""The tensor-parallel communication bill at inference (Lesson 05; Lab 06 has you write it).
+
+Conventions: bytes, seconds, bytes/s per direction. After each row-parallel
+projection (attention output, MLP down-projection) every rank holds a partial
+sum of the activation and all-reduces it: **2 all-reduces per layer per
+forward pass**, payload = tokens x hidden x dtype_bytes. A ring all-reduce on N
+ranks is 2(N-1) sequential hops, each paying the link latency, and each rank
+sends 2(N-1)/N x payload.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from commtax.checks import require_fraction, require_int, require_nonnegative, require_positive
+
+H100_HBM_BYTES_PER_S = 3.35e12   # NVIDIA H100 SXM datasheet, HBM3
+H100_BF16_DENSE = 989e12
+
+
+def allreduce_payload_bytes(batch_tokens, hidden, dtype_bytes=2):
+    """Bytes of one TP all-reduce: the activation of ``batch_tokens`` tokens."""
+    require_int("batch_tokens", batch_tokens, 1)
+    require_int("hidden", hidden, 1)
+    require_positive("dtype_bytes", dtype_bytes, "bytes")
+    return batch_tokens * hidden * dtype_bytes
+
+
+def ring_allreduce_traffic_per_rank(payload_bytes, tp):
+    """Bytes each rank sends in a ring all-reduce: 2(N-1)/N x payload."""
+    require_nonnegative("payload_bytes", payload_bytes, "bytes")
+    n = require_int("tp", tp, 1)
+    return 2 * (n - 1) / n * payload_bytes
+
+
+def allreduce_time_s(payload_bytes, tp, latency_s, bandwidth_bytes_per_s):
+    """Seconds for one ring all-reduce: 2(N-1) hops x latency + traffic / bandwidth."""
+    require_nonnegative("latency_s", latency_s, "s")
+    require_positive("bandwidth_bytes_per_s", bandwidth_bytes_per_s, "bytes/s")
+    n = require_int("tp", tp, 1)
+    return 2 * (n - 1) * latency_s + ring_allreduce_traffic_per_rank(payload_bytes, n) / bandwidth_bytes_per_s
+
+
+def tp_comm_time_per_step(num_layers, payload_bytes, tp, latency_s, bandwidth_bytes_per_s, allreduces_per_layer=2):
+    """Seconds of TP all-reduce per forward pass: layers x all-reduces per layer x one all-reduce."""
+    require_int("num_layers", num_layers, 1)
+    require_int("allreduces_per_layer", allreduces_per_layer, 1)
+    return num_layers * allreduces_per_layer * allreduce_time_s(payload_bytes, tp, latency_s, bandwidth_bytes_per_s)
+
+
+def comm_fraction(comm_s, compute_s):
+    """Share of a step spent communicating, with no overlap: comm / (comm + compute)."""
+    require_nonnegative("comm_s", comm_s, "s")
+    require_nonnegative("compute_s", compute_s, "s")
+    total = np.asarray(comm_s, dtype=float) + np.asarray(compute_s, dtype=float)
+    if np.any(total <= 0):
+        raise ValueError("comm_s + compute_s must be > 0")
+    result = np.asarray(comm_s, dtype=float) / total
+    return float(result) if np.ndim(result) == 0 else result
+
+
+def forward_time_s(n_params, tokens, tp, peak_flops=H100_BF16_DENSE, mfu=0.5,
+                   memory_bandwidth=H100_HBM_BYTES_PER_S, dtype_bytes=2):
+    """A roofline for one forward pass of ``tokens`` tokens on each of ``tp`` GPUs.
+
+    The weights (N x dtype_bytes / tp per GPU) must stream from memory once,
+    and 2 N x tokens / tp FLOPs must run: the slower of the two. Decode (a few
+    tokens) sits on the memory side, prefill (thousands) on the compute side.
+    The KV cache and attention's own FLOPs are left out.
+    """
+    require_positive("n_params", n_params)
+    require_positive("tokens", tokens)
+    tp = require_int("tp", tp, 1)
+    require_positive("peak_flops", peak_flops, "FLOP/s")
+    require_fraction("mfu", mfu, allow_zero=False)
+    require_positive("memory_bandwidth", memory_bandwidth, "bytes/s")
+    weights = n_params * dtype_bytes / tp / memory_bandwidth
+    flops = 2 * n_params * np.asarray(tokens, dtype=float) / tp / (peak_flops * mfu)
+    result = np.maximum(weights, flops)
+    return float(result) if np.ndim(result) == 0 else result

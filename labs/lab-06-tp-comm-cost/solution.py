@@ -1,0 +1,139 @@
+"""Lab 06: the TP communication bill of inference, on a napkin.
+
+Lab 05 showed tensor parallelism is exact at the price of one all-reduce per
+block. This lab prices that all-reduce, and derives "TP inside a node, never
+across" from four multiplications: payload, count, hops, latency.
+
+What is sent, how often, how:
+
+* **What**: after each row-parallel projection (attention output and MLP
+  down-projection), every rank holds a partial sum of the activation. The
+  payload is batch_tokens x hidden x dtype_bytes: one decode token of an 8B
+  model (hidden 4096, bf16) is 8 KB; a 2048-token prefill chunk is 16 MB.
+* **How often**: 2 all-reduces per layer per forward pass, so 64 per decode
+  step of a 32-layer model. Set by depth, not by anything you tune.
+* **How**: a ring all-reduce on N ranks. **Hop model**: 2(N-1) sequential
+  hops (reduce-scatter then all-gather), each paying the link's latency
+  once; each rank sends 2(N-1)/N x payload, at the link's bandwidth.
+
+Units: bytes, seconds, bytes per second (per direction). Bad input raises
+ValueError naming the argument.
+"""
+
+import math
+import numbers
+
+
+def _count(name, value, minimum=1):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+
+
+def _number(name, value, *, positive=False):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) \
+            or value < 0 or (positive and value == 0):
+        raise ValueError(f"{name} must be a finite number {'> 0' if positive else '>= 0'}, got {value!r}")
+
+
+def allreduce_payload_bytes(batch_tokens, hidden, dtype_bytes=2):
+    """Bytes of one TP all-reduce: batch_tokens x hidden x dtype_bytes (one activation row per token)."""
+    # BEGIN SOLUTION
+    # HINT: the tensor being summed is (batch_tokens, hidden).
+    _count("batch_tokens", batch_tokens)
+    _count("hidden", hidden)
+    _number("dtype_bytes", dtype_bytes, positive=True)
+    return batch_tokens * hidden * dtype_bytes
+    # END SOLUTION
+
+
+def ring_allreduce_traffic_per_rank(payload_bytes, tp):
+    """Bytes each of the ``tp`` ranks sends in a ring all-reduce of ``payload_bytes``: 2(N-1)/N x payload."""
+    # BEGIN SOLUTION
+    # HINT: reduce-scatter and all-gather each send (N-1) chunks of payload/N.
+    _number("payload_bytes", payload_bytes)
+    _count("tp", tp)
+    return 2 * (tp - 1) / tp * payload_bytes
+    # END SOLUTION
+
+
+def allreduce_time_s(payload_bytes, tp, latency_s, bandwidth_bytes_per_s):
+    """Seconds for one ring all-reduce: 2(N-1) x latency_s + traffic per rank / bandwidth."""
+    # BEGIN SOLUTION
+    # HINT: two terms: hops x latency, and bytes / bandwidth.
+    traffic = ring_allreduce_traffic_per_rank(payload_bytes, tp)  # also checks payload_bytes and tp
+    _number("latency_s", latency_s)
+    _number("bandwidth_bytes_per_s", bandwidth_bytes_per_s, positive=True)
+    return 2 * (tp - 1) * latency_s + traffic / bandwidth_bytes_per_s
+    # END SOLUTION
+
+
+def tp_comm_time_per_step(num_layers, payload_bytes, tp, latency_s, bandwidth_bytes_per_s):
+    """Seconds of all-reduce in one forward pass: 2 per layer x num_layers x allreduce_time_s."""
+    # BEGIN SOLUTION
+    # HINT: attention out-projection and MLP down-projection: two all-reduces per layer.
+    _count("num_layers", num_layers)
+    return 2 * num_layers * allreduce_time_s(payload_bytes, tp, latency_s, bandwidth_bytes_per_s)
+    # END SOLUTION
+
+
+def comm_fraction(comm_s, compute_s):
+    """Share of the step spent communicating, nothing overlapped: comm_s / (comm_s + compute_s)."""
+    # BEGIN SOLUTION
+    # HINT: both are seconds; their sum is the step.
+    _number("comm_s", comm_s)
+    _number("compute_s", compute_s)
+    if comm_s + compute_s == 0:
+        raise ValueError("comm_s + compute_s must be > 0")
+    return comm_s / (comm_s + compute_s)
+    # END SOLUTION
+
+
+# -- going further -----------------------------------------------------------------------
+
+def break_even_overlap(slow_comm_s, fast_comm_s):
+    """The fraction of the slow link's communication that must hide under compute to match the fast link.
+
+    With a fraction f overlapped, the slow link exposes slow_comm_s x (1 - f);
+    it equals fast_comm_s at f = 1 - fast / slow. 0 when the "slow" link is
+    not slower. Example: TP = 2 decode over InfiniBand against NVLink.
+    """
+    # BEGIN SOLUTION
+    # HINT: solve slow * (1 - f) = fast for f.
+    _number("slow_comm_s", slow_comm_s, positive=True)
+    _number("fast_comm_s", fast_comm_s)
+    return max(0.0, 1.0 - fast_comm_s / slow_comm_s)
+    # END SOLUTION
+
+
+def comm_fraction_vs_batch(batch_sizes, num_layers, hidden, tp, latency_s, bandwidth_bytes_per_s,
+                           step_compute_s, per_sequence_compute_s=0.0, dtype_bytes=2):
+    """Comm fraction of a decode step for each batch size (one new token per sequence).
+
+    Communication grows with the batch through the payload (batch x hidden x
+    dtype_bytes per all-reduce); the latency term does not. Compute is
+    step_compute_s at batch 1 (streaming the weights) plus
+    per_sequence_compute_s for each further sequence (its KV cache, its
+    FLOPs). Returns a list of fractions, one per batch size.
+    """
+    # BEGIN SOLUTION
+    # HINT: for each batch: payload -> tp_comm_time_per_step -> comm_fraction.
+    _number("step_compute_s", step_compute_s, positive=True)
+    _number("per_sequence_compute_s", per_sequence_compute_s)
+    fractions = []
+    for batch in batch_sizes:
+        payload = allreduce_payload_bytes(batch, hidden, dtype_bytes)
+        comm = tp_comm_time_per_step(num_layers, payload, tp, latency_s, bandwidth_bytes_per_s)
+        compute = step_compute_s + (batch - 1) * per_sequence_compute_s
+        fractions.append(comm_fraction(comm, compute))
+    return fractions
+    # END SOLUTION
+
+
+def tolerable_batches(batch_sizes, fractions, threshold=0.10):
+    """The batch sizes whose comm fraction is at most ``threshold`` (a list, maybe empty)."""
+    # BEGIN SOLUTION
+    # HINT: pair them up and filter.
+    if not 0 < threshold < 1:
+        raise ValueError(f"threshold must be in (0, 1), got {threshold!r}")
+    return [batch for batch, fraction in zip(batch_sizes, fractions) if fraction <= threshold]
+    # END SOLUTION
