@@ -146,3 +146,32 @@ def halving_doubling_diagram(world_size: int = 8, ax=None):
         side.set_visible(False)
     ax.set_title(f"recursive halving-doubling on {p} ranks: partners at distance {p // 2}, ..., 1 and back")
     return ax
+
+
+def gantt(ops, title: str = "", ax=None, labels: bool = True):
+    """A pipeline schedule as a Gantt chart: one row per stage (stage 0 on top), forwards blue,
+    backwards green (darker for later model chunks), idle time left white."""
+    stages = sorted({op.stage for op in ops})
+    chunks = max(op.chunk for op in ops) + 1
+    end = max(op.end for op in ops)
+    ax = ax or new_axes(figsize=(min(16, 3 + end * 0.35), 0.5 * len(stages) + 1.4))
+    for op in ops:
+        shade = 0.45 + 0.4 * (op.chunk / max(1, chunks - 1)) if chunks > 1 else 0.6
+        color = plt.cm.Blues(shade) if op.kind == "F" else plt.cm.Greens(shade)
+        row = len(stages) - 1 - op.stage
+        ax.broken_barh([(op.start, op.end - op.start)], (row + 0.1, 0.8), facecolors=color,
+                       edgecolors="white", linewidth=0.5)
+        if labels and op.end - op.start >= 0.45:
+            ax.text((op.start + op.end) / 2, row + 0.5, str(op.microbatch), ha="center", va="center",
+                    fontsize=7, color="white")
+    ax.set_yticks([len(stages) - 1 - s + 0.5 for s in stages], [f"stage {s}" for s in stages], fontsize=8)
+    ax.set_xlim(0, end)
+    ax.set_xlabel("time (units of one forward)")
+    ax.set_facecolor("#f2f2f2")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=plt.cm.Blues(0.6)), plt.Rectangle((0, 0), 1, 1, color=plt.cm.Greens(0.6)),
+               plt.Rectangle((0, 0), 1, 1, color="#f2f2f2")]
+    ax.legend(handles, ["forward", "backward", "idle (bubble)"], fontsize=7, loc="lower right",
+              bbox_to_anchor=(1.0, 1.0), ncol=3, frameon=False)
+    if title:
+        ax.set_title(title, fontsize=10, loc="left")
+    return ax

@@ -72,3 +72,18 @@ def test_a_row_parallel_layer_that_adds_its_bias_on_every_rank_is_caught(tmp_pat
     for result in results:
         # The outputs are off by (t - 1) x bias; the lab's tolerance is 1e-12.
         assert result["mlp"]["output"] > 0.05 and result["attention"]["output"] > 0.05
+
+
+LAB07 = LABS_DIR / "lab-07-pipeline-schedules"
+
+
+def test_a_pipeline_that_receives_with_the_wrong_tag_deadlocks_into_a_clear_failure(tmp_path):
+    broken = mutant(tmp_path, "wrong_tag", "dist.recv(x, peer(rank - 1), group, tag=2 * i)",
+                    "dist.recv(x, peer(rank - 1), group, tag=2 * i + 1)", lab_dir=LAB07)
+    start = time.monotonic()
+    with pytest.raises(DistributedRunError) as info:
+        run_ranks(lab_checks(LAB07).check_real_pipeline, 2, (broken,), timeout=12)
+    assert time.monotonic() - start < 30
+    message = str(info.value)
+    assert "deadline passed" in message and "in train_1f1b" in message
+    assert "waiting to receive" in message

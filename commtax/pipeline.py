@@ -1,0 +1,218 @@
+"""Pipeline schedules, simulated op by op, and the pipeline modeler of Lesson 06.
+
+Bubble conventions (the sources mix them; both are kept, with their names):
+
+* relative to ideal compute: (p-1)/m (Megatron-LM), (p-1)/(v m) interleaved;
+* share of the total step: (p-1)/(m+p-1), (p-1)/(v m+p-1).
+
+They convert through total = r / (1 + r) with r the relative bubble.
+
+``simulate`` runs a schedule on ``stages`` devices: each device executes its
+ops in the schedule's order, one at a time; a forward needs the previous
+stage's forward of that micro-batch (plus ``t_p2p`` to move the activation), a
+backward needs the next stage's backward (plus ``t_p2p``) and its own forward.
+Times are per micro-batch per device (a device's whole share of the layers);
+with v model chunks per device, each chunk takes 1/v of them. Lab 07 has you
+write the same simulator.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from commtax.checks import require_choice, require_fraction, require_int, require_nonnegative, require_positive
+
+SCHEDULES = ("naive", "gpipe", "1f1b", "interleaved_1f1b")
+
+
+@dataclass(frozen=True)
+class Op:
+    stage: int        # the device
+    kind: str         # "F" or "B"
+    microbatch: int
+    chunk: int        # model chunk on this device (0 unless interleaved)
+    start: float
+    end: float
+
+
+def bubble_fraction(stages, microbatches, virtual_stages=1, relative_to="total"):
+    """Pipeline bubble: (p-1)/(v m) relative to ideal compute, or (p-1)/(v m + p - 1) of the total."""
+    p = require_int("stages", stages, 1)
+    m = require_int("microbatches", microbatches, 1)
+    v = require_int("virtual_stages", virtual_stages, 1)
+    require_choice("relative_to", relative_to, ("total", "ideal"))
+    return (p - 1) / (v * m) if relative_to == "ideal" else (p - 1) / (v * m + p - 1)
+
+
+def _device_order(schedule, p, m, v, device):
+    """The (kind, microbatch, chunk) ops of ``device`` in the order the schedule runs them."""
+    if schedule == "naive":
+        return [op for mb in range(m) for op in (("F", mb, 0), ("B", mb, 0))]
+    if schedule == "gpipe":
+        return [("F", mb, 0) for mb in range(m)] + [("B", mb, 0) for mb in range(m)]
+    if schedule == "1f1b":
+        forwards = [("F", mb, 0) for mb in range(m)]
+        backwards = [("B", mb, 0) for mb in range(m)]
+        warmup = min(p - device - 1, m)
+    else:  # interleaved 1F1B, Megatron-LM's order
+        group = p * v
+
+        def unit(k, backward):
+            chunk = (k % group) // p
+            return (k // group) * p + k % p, (v - 1 - chunk if backward else chunk)
+
+        forwards = [("F", *unit(k, False)) for k in range(m * v)]
+        backwards = [("B", *unit(k, True)) for k in range(m * v)]
+        warmup = min((p - device - 1) * 2 + (v - 1) * p, m * v)
+    order = forwards[:warmup]
+    for i in range(len(forwards) - warmup):
+        order += [forwards[warmup + i], backwards[i]]
+    return order + backwards[len(forwards) - warmup:]
+
+
+def simulate(schedule, stages, microbatches, virtual_stages=1, t_forward=1.0, t_backward=2.0, t_p2p=0.0):
+    """Run ``schedule`` on ``stages`` devices; return the ops (with start and end times) in time order."""
+    require_choice("schedule", schedule, SCHEDULES)
+    p = require_int("stages", stages, 1)
+    m = require_int("microbatches", microbatches, 1)
+    v = require_int("virtual_stages", virtual_stages, 1)
+    require_positive("t_forward", t_forward, "s")
+    require_positive("t_backward", t_backward, "s")
+    require_nonnegative("t_p2p", t_p2p, "s")
+    if schedule != "interleaved_1f1b" and v != 1:
+        raise ValueError(f"virtual_stages must be 1 for the {schedule!r} schedule, got {v}")
+    if schedule == "interleaved_1f1b" and m % p:
+        raise ValueError(f"microbatches ({m}) must be a multiple of stages ({p}) for interleaved 1F1B")
+    last = p * v - 1                                   # the last virtual stage
+    duration = {"F": t_forward / v, "B": t_backward / v}
+    orders = [_device_order(schedule, p, m, v, d) for d in range(p)]
+    done = {}                                          # (kind, virtual stage, microbatch) -> end time
+    position, free = [0] * p, [0.0] * p
+    ops = []
+    progress = True
+    while progress:
+        progress = False
+        for device in range(p):
+            while position[device] < len(orders[device]):
+                kind, mb, chunk = orders[device][position[device]]
+                vs = chunk * p + device
+                if kind == "F":
+                    needs = [("F", vs - 1, mb, t_p2p)] if vs > 0 else []
+                else:
+                    needs = [("F", vs, mb, 0.0)] + ([("B", vs + 1, mb, t_p2p)] if vs < last else [])
+                if any(need[:3] not in done for need in needs):
+                    break  # this device waits; try the others
+                start = max([free[device]] + [done[n[:3]] + n[3] for n in needs])
+                end = start + duration[kind]
+                done[(kind, vs, mb)] = end
+                free[device] = end
+                ops.append(Op(device, kind, mb, chunk, start, end))
+                position[device] += 1
+                progress = True
+    if any(position[d] < len(orders[d]) for d in range(p)):
+        stuck = [f"stage {d} at {orders[d][position[d]]}" for d in range(p) if position[d] < len(orders[d])]
+        raise ValueError(f"the {schedule} order deadlocks: " + ", ".join(stuck))
+    return sorted(ops, key=lambda op: (op.start, op.stage))
+
+
+def makespan(ops):
+    """Seconds from the first op's start to the last op's end."""
+    return max(op.end for op in ops) - min(op.start for op in ops)
+
+
+def measured_bubble(ops):
+    """Idle share of device time: 1 - busy / (devices x makespan)."""
+    devices = len({op.stage for op in ops})
+    busy = sum(op.end - op.start for op in ops)
+    return 1 - busy / (devices * makespan(ops))
+
+
+def peak_activations_in_flight(ops, stage):
+    """Most (micro-batch, chunk) activations ``stage`` holds at once: forwards run, backwards not yet."""
+    held = peak = 0
+    for op in sorted((o for o in ops if o.stage == stage), key=lambda o: o.start):
+        held += 1 if op.kind == "F" else -1
+        peak = max(peak, held)
+    return peak
+
+
+# -- the modeler --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """Inputs of the modeler. bandwidth in bytes/s per direction, between consecutive stages."""
+
+    layers: int
+    hidden: int
+    heads: int
+    seq_len: int
+    micro_batch: int
+    microbatches: int
+    stages: int
+    tp: int = 1
+    dtype_bytes: int = 2
+    peak_flops: float = 989e12
+    mfu: float = 0.4
+    bandwidth: float = 50e9
+    alpha: float = 5e-6
+    target_efficiency: float = 0.8
+    recompute: bool = False   # full activation recomputation: keep only each layer's input
+
+
+def activation_bytes_per_layer(seq_len, micro_batch, hidden, heads, tp=1, recompute=False):
+    """Activation memory of one transformer layer for one micro-batch, 16-bit activations.
+
+    Without recomputation s b h (34 + 5 a s / h) bytes (Korthikanti et al.
+    2022, eq. 2), divided by t for tensor parallelism with sequence
+    parallelism. With full recomputation only the layer's input is kept:
+    2 s b h / t bytes.
+    """
+    if recompute:
+        return 2 * seq_len * micro_batch * hidden / tp
+    return seq_len * micro_batch * hidden * (34 + 5 * heads * seq_len / hidden) / tp
+
+
+def pipeline_report(cfg: PipelineConfig) -> dict:
+    """Everything the Lesson 06 modeler shows, in SI units (bytes, seconds, bytes/s)."""
+    for name in ("layers", "hidden", "heads", "seq_len", "micro_batch", "microbatches", "stages", "tp", "dtype_bytes"):
+        require_int(name, getattr(cfg, name), 1)
+    require_positive("peak_flops", cfg.peak_flops, "FLOP/s")
+    require_fraction("mfu", cfg.mfu, allow_zero=False)
+    require_positive("bandwidth", cfg.bandwidth, "bytes/s")
+    require_nonnegative("alpha", cfg.alpha, "s")
+    require_fraction("target_efficiency", cfg.target_efficiency, allow_zero=False)
+    p, m = cfg.stages, cfg.microbatches
+    if cfg.layers % p:
+        raise ValueError(f"layers ({cfg.layers}) must be divisible by stages ({p})")
+    per_stage = cfg.layers // p
+    boundary = cfg.micro_batch * cfg.seq_len * cfg.hidden * cfg.dtype_bytes     # one activation, one boundary
+    tokens = cfg.micro_batch * cfg.seq_len
+    params_per_stage = 12 * cfg.hidden**2 * per_stage / cfg.tp                   # attention + MLP weights
+    t_forward = 2 * params_per_stage * tokens / (cfg.peak_flops * cfg.mfu)       # one micro-batch, one stage
+    layer_activations = activation_bytes_per_layer(cfg.seq_len, cfg.micro_batch, cfg.hidden, cfg.heads, cfg.tp,
+                                                   cfg.recompute)
+    efficiency = 1 - bubble_fraction(p, m)
+    report = {
+        "layers_per_stage": per_stage,
+        "boundary_bytes_per_microbatch": boundary,
+        "transfer_per_step_per_boundary": 2 * boundary * m,                      # forward + backward, all micro-batches
+        "peak_activation_bytes_gpipe": layer_activations * per_stage * m,
+        "peak_activation_bytes_1f1b": layer_activations * per_stage * min(p, m),  # stage 0 holds p
+        "efficiency": efficiency,
+        "bubble_total": bubble_fraction(p, m, relative_to="total"),
+        "bubble_ideal": bubble_fraction(p, m, relative_to="ideal"),
+        "t_forward_per_microbatch": t_forward,
+        "compute_per_step": 3 * t_forward * m,                                   # forward + backward (2x), per GPU
+        "p2p_seconds_per_transfer": cfg.alpha + boundary / cfg.bandwidth,
+        "min_bandwidth_to_hide_p2p": boundary / t_forward,
+        "warning": None,
+    }
+    if efficiency < cfg.target_efficiency:
+        target = cfg.target_efficiency
+        min_m = math.ceil(target * (p - 1) / (1 - target) - 1e-9)
+        max_p = max(1, math.floor(1 + m * (1 - target) / target + 1e-9))
+        report["warning"] = (f"pipeline efficiency {efficiency:.1%} is below {target:.0%}: raise the micro-batches "
+                             f"from {m} to at least {min_m}, or reduce the stages from {p} to {max_p}")
+        report["min_microbatches"], report["max_stages"] = min_m, max_p
+    return report

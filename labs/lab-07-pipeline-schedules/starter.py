@@ -1,0 +1,143 @@
+"""Lab 07: pipeline schedules, simulated and run.
+
+Write a simulator that runs naive, GPipe, 1F1B and interleaved 1F1B pipeline
+schedules op by op, measure their bubbles and the activations each stage
+holds, then run a real 1F1B pipeline over gloo: a small MLP split into p
+stages on p processes, activations sent forward and gradients sent back with
+point-to-point operations in the order your simulator gives.
+
+Conventions:
+
+* p = ``stages`` (devices), m = ``microbatches``, v = ``virtual_stages``
+  (model chunks per device, interleaved schedule only).
+* ``t_forward`` and ``t_backward`` are seconds per micro-batch for a device's
+  whole share of the layers; with v chunks, each chunk takes 1/v of them.
+  ``t_p2p`` is the time to move one activation (or gradient) between devices.
+* Virtual stage of chunk c on device d: c * p + d. A forward of a micro-batch
+  needs the previous virtual stage's forward of it (plus t_p2p); a backward
+  needs the next virtual stage's backward (plus t_p2p) and its own forward.
+  A device runs one op at a time, in its schedule's order.
+* Bubble, two definitions: relative to ideal compute (p-1)/(v m), or the
+  share of the total step (p-1)/(v m + p - 1). total = r / (1 + r).
+
+Bad input raises ValueError naming the argument.
+"""
+
+import numbers
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+SCHEDULES = ("naive", "gpipe", "1f1b", "interleaved_1f1b")
+
+
+@dataclass(frozen=True)
+class Op:
+    """One forward ("F") or backward ("B") of one micro-batch through one model chunk on one device."""
+
+    stage: int
+    kind: str
+    microbatch: int
+    chunk: int
+    start: float
+    end: float
+
+
+def _count(name, value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+
+
+def bubble_fraction(stages, microbatches, virtual_stages=1, relative_to="total"):
+    """The pipeline bubble: (p-1)/(v m) if ``relative_to="ideal"``, (p-1)/(v m + p - 1) if ``"total"``."""
+    raise NotImplementedError(
+        "bubble_fraction: not implemented yet. Hint: the fill and drain cost (p-1) "
+        "chunk-times; the useful work is v m chunk-times."
+    )
+
+
+def simulate(schedule, stages, microbatches, virtual_stages=1, t_forward=1.0, t_backward=2.0, t_p2p=0.0):
+    """Run ``schedule`` ("naive", "gpipe", "1f1b", "interleaved_1f1b") and return its ops, by start time.
+
+    Each device executes its ops in the schedule's order, each as soon as the
+    device is free and its dependencies (module docstring) are done. Ordering
+    rules: naive: F then B of each micro-batch in turn; gpipe: all F, then all
+    B; 1f1b: device d runs min(p-d-1, m) forwards, then alternates F and B,
+    then the remaining B; interleaved_1f1b: Megatron-LM's order (warm-up of
+    2(p-d-1) + (v-1)p forwards over model chunks in groups of p
+    micro-batches), and m must be a multiple of p. Only interleaved_1f1b
+    takes virtual_stages > 1. An order that cannot proceed raises ValueError.
+    """
+    raise NotImplementedError(
+        "simulate: not implemented yet. Hint: build each device's op order, then repeatedly "
+        "start any device's next op whose dependencies have finished: start = max(device "
+        "free, dependency end + p2p)."
+    )
+
+
+def makespan(ops):
+    """Seconds from the first op's start to the last op's end."""
+    raise NotImplementedError("makespan: not implemented yet. Hint: max end minus min start.")
+
+
+def measured_bubble(ops):
+    """The idle share of device time: 1 - (busy seconds) / (devices x makespan)."""
+    raise NotImplementedError(
+        "measured_bubble: not implemented yet. Hint: count the devices that appear in ops; "
+        "busy time is the sum of op durations."
+    )
+
+
+def peak_activations_in_flight(ops, stage):
+    """The most activations ``stage`` holds at once: (micro-batch, chunk) forwards done, backwards not yet."""
+    raise NotImplementedError(
+        "peak_activations_in_flight: not implemented yet. Hint: walk the stage's ops in time "
+        "order: +1 for F, -1 for B; keep the maximum."
+    )
+
+
+# -- a real pipeline ----------------------------------------------------------------------
+
+def make_mlp(layers, width, seed=0):
+    """A small MLP of ``layers`` Linear(width, width) + Tanh blocks, the same on every rank for a seed."""
+    torch.manual_seed(seed)
+    blocks = []
+    for _ in range(layers):
+        blocks += [nn.Linear(width, width, dtype=torch.float64), nn.Tanh()]
+    return nn.Sequential(*blocks)
+
+
+def split_stages(model, stages):
+    """Cut ``model`` (an nn.Sequential) into ``stages`` consecutive pieces of equal length."""
+    if len(model) % stages:
+        raise ValueError(f"the model's {len(model)} modules cannot be split into {stages} equal stages")
+    size = len(model) // stages
+    return [model[i * size:(i + 1) * size] for i in range(stages)]
+
+
+def train_1f1b(stage, batch, microbatches, group=None):
+    """One 1F1B training step of this rank's ``stage``; gradients accumulate in its parameters.
+
+    ``batch`` is (inputs, targets), the whole batch, the same on every rank
+    (rank 0 reads the inputs, the last rank the targets, the others only
+    their shapes). It is cut into ``microbatches`` equal micro-batches. The
+    loss is the mean squared error over the whole batch, so each micro-batch
+    contributes mse(micro-batch) / m.
+
+    Follow the order of ``simulate("1f1b", P, m)`` for this rank. Forward of
+    micro-batch i: receive its activation from the previous rank (unless
+    first), run the stage, send the output to the next rank (unless last).
+    Backward: receive the output's gradient from the next rank (unless last:
+    there, the loss), backpropagate, send the input's gradient to the previous
+    rank (unless first). Send with ``dist.isend`` (and wait for all sends at
+    the end) and receive with ``dist.recv``, with a tag per micro-batch and
+    direction. Returns the summed loss on the last rank, None elsewhere.
+    """
+    raise NotImplementedError(
+        "train_1f1b: not implemented yet. Hint: keep, for each micro-batch in flight, the "
+        "stage's input (requires_grad) and output; tags: 2*i for activations forward, 2*i + 1"
+        " for gradients backward."
+    )
