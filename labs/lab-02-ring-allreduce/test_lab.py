@@ -134,6 +134,7 @@ def test_chunk_bounds_cover_the_buffer_in_order_with_sizes_differing_by_at_most_
             lab.chunk_bounds(*bad)
 
 
+@pytest.mark.points(3)
 @pytest.mark.parametrize("world_size", [2, 3, 4])
 def test_ring_all_reduce_equals_dist_all_reduce_using_only_point_to_point(lab, world_size):
     RUNS.get(("ring", world_size), check_ring_all_reduce, world_size, (lab,), timeout=90,

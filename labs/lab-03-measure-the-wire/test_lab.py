@@ -145,6 +145,7 @@ def _gloo_rows(lab):
                     needs=[lab.time_collective])[0]
 
 
+@pytest.mark.points(3)
 def test_real_gloo_fit_is_positive_and_predicts_held_out_sizes(lab):
     require_implemented(lab.fit_alpha_beta, lab.predict_time)
     rows = _gloo_rows(lab)["rows"]

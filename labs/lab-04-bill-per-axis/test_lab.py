@@ -122,6 +122,7 @@ def test_dp_stops_hiding_when_local_tokens_fall_below_the_threshold(lab):
     assert below.exposed == pytest.approx(below.t_comm - below.window)
 
 
+@pytest.mark.points(3)
 def test_binding_axis_of_hand_checked_plans(lab):
     n = 12 * 32 * 4096**2  # 6.4e9 parameters
     rate = PEAK * MFU
@@ -143,6 +144,7 @@ def test_binding_axis_of_hand_checked_plans(lab):
     assert r.binding is None and r.axes["DP"].exposed == 0 and r.mfu == pytest.approx(MFU)
 
 
+@pytest.mark.points(3)
 def test_step_report_agrees_with_the_per_axis_functions(lab):
     p = plan(lab, gpus=64, tp=4, pp=2, microbatches=4, micro_batch=2, ep=2, moe_layers=8, top_k=2)
     r = lab.step_report(p)

@@ -92,6 +92,7 @@ def _results(lab, world_size, backend="gloo"):
                     timeout=120, needs=needs)
 
 
+@pytest.mark.points(3)
 @pytest.mark.parametrize("world_size", [2, 4])
 @pytest.mark.parametrize("block", ["mlp", "attention"])
 def test_forward_output_equals_the_single_process_layer(lab, world_size, block):
@@ -99,6 +100,7 @@ def test_forward_output_equals_the_single_process_layer(lab, world_size, block):
         assert result[block]["output"] < TOLERANCE, f"rank {rank}: output differs by {result[block]['output']:g}"
 
 
+@pytest.mark.points(3)
 @pytest.mark.parametrize("world_size", [2, 4])
 @pytest.mark.parametrize("block", ["mlp", "attention"])
 def test_input_and_weight_gradients_equal_the_single_process_shards(lab, world_size, block):

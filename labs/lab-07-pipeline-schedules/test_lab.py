@@ -140,6 +140,7 @@ def _pipeline(lab, world_size):
                     needs=[lab.train_1f1b, lab.simulate])
 
 
+@pytest.mark.points(3)
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_real_1f1b_pipeline_gradients_equal_single_process_training(lab, world_size):
     results = _pipeline(lab, world_size)

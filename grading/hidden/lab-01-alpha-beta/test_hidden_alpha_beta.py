@@ -1,0 +1,21 @@
+"""Hidden tests for Lab 01 (an example of the mechanism; see grading/README.md).
+
+Files under grading/hidden/<lab>/ are copied into the lab's folder when the
+grader builds its work tree, and nowhere else: not into the student release,
+not into what learners see. Learners get "hidden test failed" for them,
+never their source or assertion text.
+"""
+
+import pytest
+
+
+@pytest.mark.points(2)
+def test_hidden_ring_at_a_world_size_nobody_tries(lab):
+    # P = 1000 ranks, 3 MB over 25 GB/s with 7 us per message (HIDDEN-CHECK-7f3a)
+    expected = 2 * 999 * 7e-6 + 2 * 999 / 1000 * 3e6 / 25e9
+    assert lab.allreduce_time(3e6, 1000, 7e-6, 25e9, "ring") == pytest.approx(expected)
+
+
+def test_hidden_hierarchical_with_one_gpu_per_node_is_a_flat_ring(lab):
+    flat = lab.allreduce_time(1e8, 16, 5e-6, 50e9, "ring")
+    assert lab.hierarchical_allreduce_time(1e8, 16, 1, 1e-6, 450e9, 5e-6, 50e9) == pytest.approx(flat)

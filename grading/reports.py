@@ -1,0 +1,85 @@
+"""Grade results as a table, a Gradescope results.json, a GitHub Classroom runner result, or CSV rows."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+from grading.grader import GradeResult
+
+GRADESCOPE_TEST_OUTPUT = 1500  # characters of a failure message shown per test
+
+
+def _points(x: float) -> str:
+    return f"{x:g}"
+
+
+def table(result: GradeResult) -> str:
+    """The per-lab table a teacher or learner reads in a terminal."""
+    rows = [("lab", "tests passed", "points", "time", "first failure")]
+    for lab in result.labs:
+        neutral = sum(t.outcome == "neutral" for t in lab.tests)
+        passed = f"{lab.passed}/{lab.counted}" + (f" (+{neutral} skipped: no GPU)" if neutral else "")
+        failure = lab.problem or lab.first_failure()
+        rows.append((lab.lab, passed, f"{_points(lab.score)}/{_points(lab.max_score)}", f"{lab.seconds:.0f} s",
+                     failure.splitlines()[0][:100] if failure else ""))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row[:4], widths)) + "  " + row[4] for row in rows]
+    lines.insert(1, "-" * (sum(widths) + 8 + 13))
+    lines.append(f"total: {_points(result.score)}/{_points(result.max_score)} points in {result.seconds:.0f} s")
+    if any(t.outcome == "neutral" for lab in result.labs for t in lab.tests):
+        lines.append("tests that need NCCL and a GPU per rank were skipped here; they neither earn nor cost points")
+    if result.error:
+        lines.append(f"grading error: {result.error}")
+    return "\n".join(lines)
+
+
+def gradescope(result: GradeResult) -> dict:
+    """Gradescope's results.json: score, execution_time, output, tests[], stdout_visibility."""
+    tests = []
+    for lab in result.labs:
+        for t in lab.tests:
+            entry = {
+                "name": f"{lab.lab}: {t.name}",
+                "score": t.score,
+                "max_score": 0.0 if t.outcome == "neutral" else t.points,
+                "status": "passed" if t.outcome in ("passed", "neutral") else "failed",
+                "output": t.message[:GRADESCOPE_TEST_OUTPUT],
+                # Hidden tests: their result only after grades are published, never their source.
+                "visibility": "after_published" if t.hidden else "visible",
+            }
+            tests.append(entry)
+    output = table(result)
+    return {"score": result.score, "execution_time": round(result.seconds, 1), "output": output,
+            "stdout_visibility": "hidden", "tests": tests}
+
+
+def classroom(result: GradeResult) -> dict:
+    """The runner result GitHub Classroom's autograding-grading-reporter reads (before base64)."""
+    tests = []
+    for lab in result.labs:
+        for t in lab.tests:
+            if t.outcome == "neutral":
+                continue  # no GPU: neither earned nor lost
+            tests.append({"name": f"{lab.lab}: {t.name}", "status": "pass" if t.outcome == "passed" else "fail",
+                          "score": t.score, "message": t.message[:GRADESCOPE_TEST_OUTPUT],
+                          "test_code": "", "filename": "", "line_no": 0, "duration": round(t.duration * 1000)})
+    status = "error" if result.error else ("pass" if result.score == result.max_score else "fail")
+    return {"version": 1, "status": status, "max_score": result.max_score, "tests": tests}
+
+
+def classroom_encoded(result: GradeResult) -> str:
+    return base64.b64encode(json.dumps(classroom(result)).encode()).decode()
+
+
+def error_result(message: str, seconds: float = 0.0) -> dict:
+    """A valid Gradescope results.json for when grading itself failed."""
+    return {"score": 0.0, "execution_time": round(seconds, 1), "stdout_visibility": "hidden",
+            "output": f"The autograder could not grade this submission: {message}\n"
+                      "Your teacher has the details; nothing you submitted was lost.", "tests": []}
+
+
+def csv_rows(name: str, result: GradeResult) -> list:
+    row = [name, _points(result.score), _points(result.max_score)]
+    row += [_points(lab.score) for lab in result.labs]
+    return row

@@ -1,0 +1,263 @@
+"""The grader keeps its promises, each proved with a fixture submission.
+
+Fixture submissions are folders with LAB/starter.py files written by the
+tests: the reference copied in, the shipped starters, and learners' code that
+hangs, deadlocks, crashes, exits, floods the output, recurses, leaves
+processes behind, forges results or reaches for the solution.
+"""
+
+import base64
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from grading import reports
+from grading.grader import grade, lab_names
+from grading.release import build_gradescope_zip, build_release
+
+ROOT = Path(__file__).resolve().parent.parent
+LABS = lab_names()
+FAST = "lab-06-tp-comm-cost"          # a pure-function lab: graded in about a second
+HAS_SOLUTIONS = (ROOT / "labs" / FAST / "solution.py").exists()
+pytestmark = pytest.mark.skipif(not HAS_SOLUTIONS, reason="the student release has no solutions to grade with")
+
+HANG = '''
+def allreduce_payload_bytes(batch_tokens, hidden, dtype_bytes=2):
+    while True:
+        pass
+'''
+
+
+def submission(tmp_path: Path, **starters: str) -> Path:
+    """A submission folder; ``starters`` maps lab folder names (with _ for -) to starter.py text."""
+    folder = tmp_path / "submission"
+    for lab, text in starters.items():
+        (folder / lab.replace("_", "-")).mkdir(parents=True, exist_ok=True)
+        (folder / lab.replace("_", "-") / "starter.py").write_text(text)
+    return folder
+
+
+def reference(lab: str, extra_before: str = "", extra_after: str = "") -> str:
+    return extra_before + (ROOT / "labs" / lab / "solution.py").read_text() + extra_after
+
+
+def lab_result(result, lab):
+    return next(x for x in result.labs if x.lab == lab)
+
+
+def grading_processes():
+    psutil = pytest.importorskip("psutil")
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            if any("commtax-grading-" in part or "sleep-forever-marker" in part for part in proc.info["cmdline"] or []):
+                found.append(proc.pid)
+        except (psutil.Error, TypeError):
+            continue
+    return found
+
+
+# -- the two anchors ---------------------------------------------------------------------------
+
+def test_reference_solutions_get_full_marks_on_every_lab(tmp_path):
+    folder = submission(tmp_path, **{lab.replace("-", "_"): reference(lab) for lab in LABS})
+    start = time.monotonic()
+    result = grade(folder)
+    elapsed = time.monotonic() - start
+    for lab in result.labs:
+        assert lab.score == lab.max_score > 0, f"{lab.lab}: {lab.first_failure() or lab.problem}"
+    assert elapsed < 600, f"grading the whole course took {elapsed:.0f} s"
+    print(f"graded every lab with the reference in {elapsed:.0f} s")
+
+
+def test_shipped_starters_get_zero_with_not_implemented_messages():
+    result = grade(None)
+    for lab in result.labs:
+        assert lab.score == 0 and lab.max_score > 0
+        visible = [t for t in lab.tests if not t.hidden and t.outcome == "failed"]
+        assert visible and all("not implemented yet" in t.message for t in visible), lab.first_failure()
+
+
+# -- hangs, crashes, exits -----------------------------------------------------------------
+
+def test_a_hanging_lab_and_a_deadlocking_ring_time_out_while_the_others_are_graded(tmp_path):
+    ring = reference("lab-02-ring-allreduce").replace("global_rank((rank + 1) % size)", "global_rank((rank + 2) % size)")
+    folder = submission(tmp_path, lab_06_tp_comm_cost=HANG, lab_02_ring_allreduce=ring,
+                        lab_01_alpha_beta=reference("lab-01-alpha-beta"))
+    result = grade(folder, ["lab-01-alpha-beta", "lab-02-ring-allreduce", FAST], lab_timeout=12)
+    assert lab_result(result, "lab-01-alpha-beta").score == lab_result(result, "lab-01-alpha-beta").max_score
+    for lab in ("lab-02-ring-allreduce", FAST):
+        graded = lab_result(result, lab)
+        assert graded.problem == "timed out after 12 s"
+        assert "timed out after 12 s" in reports.table(result)
+    assert lab_result(result, FAST).score == 0
+    time.sleep(0.5)
+    assert grading_processes() == [], "a process of the grading run is still alive"
+
+
+@pytest.mark.parametrize("prelude,expected", [
+    ("raise RuntimeError('broken at import')\n", "RuntimeError: broken at import"),
+    ("import sys\nsys.exit(0)\n", "SystemExit"),
+    ("import os\nos._exit(0)\n", "not run: the test process exited (code 0)"),
+])
+def test_a_submission_that_raises_or_exits_at_import_fails_with_a_readable_message(tmp_path, prelude, expected):
+    result = grade(submission(tmp_path, lab_06_tp_comm_cost=reference(FAST, extra_before=prelude)), [FAST])
+    graded = lab_result(result, FAST)
+    assert graded.score == 0
+    assert expected in graded.first_failure() or expected in graded.problem, graded.first_failure()
+
+
+def test_exiting_inside_a_test_ends_the_lab_with_the_rest_unrun(tmp_path):
+    text = reference(FAST).replace('    _count("num_layers", num_layers)\n', '    import os; os._exit(0)\n')
+    result = grade(submission(tmp_path, lab_06_tp_comm_cost=text), [FAST])
+    graded = lab_result(result, FAST)
+    assert 0 < graded.score < graded.max_score  # the tests before the exit passed
+    assert any(t.message.startswith("not run") for t in graded.tests)
+
+
+def test_fifty_megabytes_of_output_are_truncated_and_change_nothing(tmp_path):
+    flood = "import sys\nsys.stdout.write('x' * 50_000_000)\nsys.stdout.flush()\n"
+    result = grade(submission(tmp_path, lab_06_tp_comm_cost=reference(FAST, extra_before=flood)), [FAST])
+    assert lab_result(result, FAST).score == lab_result(result, FAST).max_score
+    payload = json.dumps(reports.gradescope(result))
+    assert len(payload) < 100_000 and "xxxxxxxxxx" not in payload
+
+
+def test_infinite_recursion_fails_its_tests_and_nothing_else(tmp_path):
+    text = reference(FAST).replace('    # BEGIN SOLUTION\n    # HINT: the tensor being summed is (batch_tokens, hidden).',
+                                   '    return allreduce_payload_bytes(batch_tokens, hidden, dtype_bytes)\n'
+                                   '    # BEGIN SOLUTION\n    # HINT: the tensor being summed is (batch_tokens, hidden).')
+    result = grade(submission(tmp_path, lab_06_tp_comm_cost=text), [FAST])
+    graded = lab_result(result, FAST)
+    assert "RecursionError" in graded.first_failure()
+    assert 0 < graded.score < graded.max_score
+
+
+def test_a_child_process_that_escapes_the_session_is_killed(tmp_path):
+    spawn = ("import subprocess, sys\n"
+             "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)', 'sleep-forever-marker'],\n"
+             "                 start_new_session=True)\n")
+    result = grade(submission(tmp_path, lab_06_tp_comm_cost=reference(FAST, extra_before=spawn)), [FAST])
+    assert lab_result(result, FAST).score == lab_result(result, FAST).max_score
+    time.sleep(0.5)
+    assert grading_processes() == []
+
+
+# -- nothing to gain by cheating ---------------------------------------------------------------
+
+def test_forged_results_fake_output_and_pipe_injection_gain_nothing(tmp_path):
+    forge = r'''
+import json, os, sys
+fake = {"score": 100, "tests": [{"name": "everything", "score": 100, "status": "passed"}]}
+for place in ("results.json", "../results.json", "/tmp/results.json"):
+    try:
+        open(place, "w").write(json.dumps(fake))
+    except OSError:
+        pass
+print("=" * 30 + " 93 passed in 0.5s " + "=" * 30)
+line = json.dumps({"payload": json.dumps({"kind": "result", "nodeid": "x", "outcome": "passed"}), "mac": "0" * 64})
+for fd in range(3, 64):  # write a "passed" record into every open descriptor
+    try:
+        os.write(fd, (line + "\n").encode())
+    except OSError:
+        pass
+'''
+    shipped = (ROOT / "labs" / FAST / "starter.py").read_text()
+    result = grade(submission(tmp_path, lab_06_tp_comm_cost=forge + shipped), [FAST])
+    assert lab_result(result, FAST).score == 0
+
+
+def test_reaching_for_the_solution_gains_nothing(tmp_path):
+    cheat = ("try:\n    from solution import *\nexcept ImportError:\n    pass\n"
+             "try:\n    from commtax.labs import load_lab\n"
+             "    globals().update(vars(load_lab('lab-06-tp-comm-cost', 'solution')))\n"
+             "except Exception:\n    pass\n")
+    shipped = (ROOT / "labs" / FAST / "starter.py").read_text()
+    result = grade(submission(tmp_path, lab_06_tp_comm_cost=cheat + shipped), [FAST])
+    assert lab_result(result, FAST).score == 0
+
+
+def test_hidden_tests_count_but_never_show_their_source(tmp_path):
+    result = grade(None, ["lab-01-alpha-beta"])
+    hidden = [t for t in lab_result(result, "lab-01-alpha-beta").tests if t.hidden]
+    assert hidden and all(t.message == "hidden test failed" for t in hidden)
+    outputs = [reports.table(result), json.dumps(reports.gradescope(result)), json.dumps(reports.classroom(result))]
+    assert not any("HIDDEN-CHECK-7f3a" in text or "2 * 999 * 7e-6" in text for text in outputs)
+    assert all(t["visibility"] == "after_published" for t in reports.gradescope(result)["tests"] if "hidden" in t["name"])
+
+
+# -- formats and packaging ---------------------------------------------------------------------
+
+def test_classroom_format_is_the_base64_runner_result_the_reporter_reads(tmp_path):
+    out = tmp_path / "result.txt"
+    subprocess.run([sys.executable, "-m", "grading", "grade", str(submission(tmp_path, lab_06_tp_comm_cost=reference(FAST))),
+                    "--labs", FAST, "--format", "classroom", "--out", str(out)], cwd=ROOT, check=True,
+                   capture_output=True, timeout=300)
+    data = json.loads(base64.b64decode(out.read_text()))
+    assert data["version"] == 1 and data["status"] == "pass" and data["max_score"] == 13
+    assert all(t["status"] == "pass" and t["score"] == 1 for t in data["tests"])
+
+
+def test_grade_many_writes_one_csv_row_per_submission(tmp_path):
+    folder = tmp_path / "all"
+    (folder / "alice" / FAST).mkdir(parents=True)
+    (folder / "alice" / FAST / "starter.py").write_text(reference(FAST))
+    (folder / "bob" / FAST).mkdir(parents=True)
+    (folder / "bob" / FAST / "starter.py").write_text((ROOT / "labs" / FAST / "starter.py").read_text())
+    out = tmp_path / "grades.csv"
+    subprocess.run([sys.executable, "-m", "grading", "grade-many", str(folder), "--labs", FAST, "--csv", str(out)],
+                   cwd=ROOT, check=True, capture_output=True, timeout=300)
+    rows = list(csv.reader(out.open()))
+    assert rows == [["submission", "score", "max_score", FAST], ["alice", "13", "13", "13"], ["bob", "0", "13", "0"]]
+
+
+def test_the_student_release_has_no_answers_and_fails_cleanly_in_starter_mode(tmp_path):
+    release = build_release(tmp_path / "release")
+    assert not list(release.rglob("solution.py")) and not (release / "solutions").exists()
+    assert not (release / "grading" / "hidden").exists() and not (release / "tests").exists()
+    workflow = (release / ".github" / "workflows" / "classroom.yml").read_text()
+    assert "LAB_IMPL=starter python -m grading grade" in workflow and "autograding-grading-reporter" in workflow
+    assert "For learners" in (release / "README.md").read_text()
+    report = tmp_path / "report.xml"
+    env = {k: v for k, v in os.environ.items() if k != "LAB_IMPL"}  # the release's default must be starter
+    proc = subprocess.run([sys.executable, "-m", "pytest", "labs", "-q", "-p", "no:cacheprovider",
+                           f"--junitxml={report}"], cwd=release, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    cases = list(ET.parse(report).getroot().iter("testcase"))
+    assert cases and not any(c.find("error") is not None for c in cases)
+    failed = [c for c in cases if c.find("failure") is not None]
+    assert len(failed) == len([c for c in cases if c.find("skipped") is None])
+    assert all("not implemented yet" in (c.find("failure").get("message") or "") for c in failed)
+
+
+def test_gradescope_zip_grades_a_submission_and_always_writes_results(tmp_path):
+    archive = build_gradescope_zip(tmp_path / "autograder.zip")
+    root = tmp_path / "autograder"
+    with zipfile.ZipFile(archive) as z:
+        names = z.namelist()
+        assert "setup.sh" in names and "run_autograder" in names
+        assert not any(n.endswith("solution.py") for n in names)
+        assert any(n.startswith("grading/hidden/") for n in names)
+        z.extractall(root / "source")
+    shutil.copytree(submission(tmp_path, lab_06_tp_comm_cost=reference(FAST)), root / "submission")
+    script = root / "source" / "run_autograder"
+    env = dict(os.environ, AUTOGRADER_ROOT=str(root), AUTOGRADER_PYTHON=sys.executable)
+    env["PYTHONPATH"] = str(root / "source")
+    subprocess.run(["bash", str(script), "--labs", FAST], env=env, check=True, capture_output=True, timeout=300)
+    results = json.loads((root / "results" / "results.json").read_text())
+    assert results["score"] == 13 and len(results["tests"]) == 13
+    assert {"name", "score", "max_score", "status", "output", "visibility"} <= set(results["tests"][0])
+    # A crash before grading starts still leaves a valid results.json.
+    (root / "results" / "results.json").unlink()
+    env["AUTOGRADER_PYTHON"] = "/bin/false"
+    subprocess.run(["bash", str(script)], env=env, check=True, capture_output=True, timeout=60)
+    assert json.loads((root / "results" / "results.json").read_text())["score"] == 0
