@@ -17,7 +17,7 @@ with Lab 03, which writes a JSON file that every calculator offers as a
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from commtax.checks import require_nonnegative, require_positive
@@ -109,7 +109,3 @@ def measured_links(folder=CALIBRATION_DIR) -> dict[str, Link]:
 def available_links(folder=CALIBRATION_DIR) -> dict[str, Link]:
     """The presets plus any measured links."""
     return {**PRESETS, **measured_links(folder)}
-
-
-def link_as_dict(link: Link) -> dict:
-    return asdict(link)

@@ -126,6 +126,16 @@ def tree_allreduce(world_size: int, numel: int) -> list[list[Message]]:
     return rounds_up + rounds_down
 
 
+def _ring(world_size, numel, ranks, span, offset, op) -> list[list[Message]]:
+    """P-1 ring steps: at step s the i-th rank sends chunk (i + offset - s) mod P to the (i+1)-th."""
+    ranks = list(range(world_size)) if ranks is None else ranks
+    lo, hi = span or (0, numel)
+    p = len(ranks)
+    chunks = [(lo + a, lo + b) for a, b in chunk_bounds(hi - lo, p)]
+    return [[Message(ranks[i], ranks[(i + 1) % p], *chunks[(i + offset - step) % p], op) for i in range(p)]
+            for step in range(p - 1)]
+
+
 def ring_reduce_scatter(world_size: int, numel: int, ranks: list[int] | None = None,
                         span: tuple[int, int] | None = None) -> list[list[Message]]:
     """Ring reduce-scatter over ``ranks`` (default all) of the elements in ``span``.
@@ -134,33 +144,13 @@ def ring_reduce_scatter(world_size: int, numel: int, ranks: list[int] | None = N
     successor. After P-1 steps the i-th rank holds chunk (i + 1) mod P summed
     over all ranks.
     """
-    ranks = list(range(world_size)) if ranks is None else ranks
-    lo, hi = span or (0, numel)
-    p = len(ranks)
-    chunks = [(lo + a, lo + b) for a, b in chunk_bounds(hi - lo, p)]
-    rounds = []
-    for step in range(p - 1):
-        rounds.append([
-            Message(ranks[i], ranks[(i + 1) % p], *chunks[(i - step) % p], "add")
-            for i in range(p)
-        ])
-    return rounds
+    return _ring(world_size, numel, ranks, span, 0, "add")
 
 
 def ring_allgather(world_size: int, numel: int, ranks: list[int] | None = None,
                    span: tuple[int, int] | None = None) -> list[list[Message]]:
     """Ring all-gather: the i-th rank starts owning chunk (i + 1) mod P (where reduce-scatter leaves it)."""
-    ranks = list(range(world_size)) if ranks is None else ranks
-    lo, hi = span or (0, numel)
-    p = len(ranks)
-    chunks = [(lo + a, lo + b) for a, b in chunk_bounds(hi - lo, p)]
-    rounds = []
-    for step in range(p - 1):
-        rounds.append([
-            Message(ranks[i], ranks[(i + 1) % p], *chunks[(i + 1 - step) % p], "copy")
-            for i in range(p)
-        ])
-    return rounds
+    return _ring(world_size, numel, ranks, span, 1, "copy")
 
 
 def ring_allreduce(world_size: int, numel: int) -> list[list[Message]]:

@@ -116,12 +116,14 @@ def test_a_submission_that_raises_or_exits_at_import_fails_with_a_readable_messa
     assert expected in graded.first_failure() or expected in graded.problem, graded.first_failure()
 
 
-def test_exiting_inside_a_test_ends_the_lab_with_the_rest_unrun(tmp_path):
-    text = reference(FAST).replace('    _count("num_layers", num_layers)\n', '    import os; os._exit(0)\n')
+@pytest.mark.parametrize("exit_call,expected", [("import os; os._exit(0)", "not run"),
+                                                ("import sys; sys.exit(0)", "SystemExit")])
+def test_exiting_inside_a_test_costs_what_it_should(tmp_path, exit_call, expected):
+    text = reference(FAST).replace('    _count("num_layers", num_layers)\n', f'    {exit_call}\n')
     result = grade(submission(tmp_path, lab_06_tp_comm_cost=text), [FAST])
     graded = lab_result(result, FAST)
-    assert 0 < graded.score < graded.max_score  # the tests before the exit passed
-    assert any(t.message.startswith("not run") for t in graded.tests)
+    assert 0 < graded.score < graded.max_score  # the tests that never reach the exit still pass
+    assert any(t.message.startswith(expected) for t in graded.tests if t.outcome == "failed")
 
 
 def test_fifty_megabytes_of_output_are_truncated_and_change_nothing(tmp_path):

@@ -137,19 +137,23 @@ def _shard(size, group, what):
 
 # -- the parallel layers -----------------------------------------------------------------
 
-class ColumnParallelLinear(nn.Module):
-    """Linear layer whose output features are split across the group; output stays split.
-
-    Holds ``weight`` (out/t x in) and ``bias`` (out/t): rows r*out/t .. (r+1)*out/t
-    of the full layer. ``forward(x)`` takes the full input (batch, seq, in) and
-    returns this rank's slice of the output (batch, seq, out/t).
-    """
+class _ShardedLinear(nn.Module):
+    """A weight shard, an optional bias and the process group it belongs to (given)."""
 
     def __init__(self, weight, bias, group=None):
         super().__init__()
         self.group = group
         self.weight = nn.Parameter(weight)
         self.bias = nn.Parameter(bias) if bias is not None else None
+
+
+class ColumnParallelLinear(_ShardedLinear):
+    """Linear layer whose output features are split across the group; output stays split.
+
+    Holds ``weight`` (out/t x in) and ``bias`` (out/t): rows r*out/t .. (r+1)*out/t
+    of the full layer. ``forward(x)`` takes the full input (batch, seq, in) and
+    returns this rank's slice of the output (batch, seq, out/t).
+    """
 
     @classmethod
     def from_full(cls, layer, group=None):
@@ -169,7 +173,7 @@ class ColumnParallelLinear(nn.Module):
         # END SOLUTION
 
 
-class RowParallelLinear(nn.Module):
+class RowParallelLinear(_ShardedLinear):
     """Linear layer whose input features are split across the group; output is the full sum.
 
     Holds ``weight`` (out x in/t): columns r*in/t .. (r+1)*in/t of the full
@@ -177,12 +181,6 @@ class RowParallelLinear(nn.Module):
     ``forward(x)`` takes this rank's slice of the input (batch, seq, in/t) and
     returns the full output (batch, seq, out), the same on every rank.
     """
-
-    def __init__(self, weight, bias, group=None):
-        super().__init__()
-        self.group = group
-        self.weight = nn.Parameter(weight)
-        self.bias = nn.Parameter(bias) if bias is not None else None
 
     @classmethod
     def from_full(cls, layer, group=None):
