@@ -278,7 +278,7 @@ def _watch(run_dir: str, procs, timeout: float, grace: float, live: bool = False
     results: list = [None] * len(procs)
     failures: list[RankFailure] = []
     running = set(range(len(procs)))
-    first_failure_at = None
+    grace_started = False
     while running:
         now = time.monotonic()
         for rank in sorted(running):
@@ -291,18 +291,19 @@ def _watch(run_dir: str, procs, timeout: float, grace: float, live: bool = False
                 failures.append(outcome)
             else:
                 results[rank] = outcome[0]
-        if failures and first_failure_at is None:
-            first_failure_at = now
+        if failures and not grace_started:
+            grace_started = True
             kill_at = min(kill_at, now + grace)
         if running and time.monotonic() >= kill_at:
             how = "stopped" if failures else "stuck"
             stacks = _dump_stacks(run_dir, procs, sorted(running))
             elapsed = time.monotonic() - start
+            first = min(failures, key=lambda f: f.when) if failures else None
             for rank in sorted(running):
                 if how == "stuck":
                     summary = f"was still running when the {timeout:g} s deadline passed"
                 else:
-                    summary = f"was still running {grace:g} s after rank {failures[0].rank} failed"
+                    summary = f"was still running {grace:g} s after rank {first.rank} failed"
                 failures.append(RankFailure(rank, how, summary, elapsed, when=time.time(),
                                             stack=stacks[rank]))
             break
