@@ -237,6 +237,7 @@ def test_not_implemented_yet_is_reported_in_one_line(pytester):
 # -- torchrun --------------------------------------------------------------------
 
 TORCHRUN_SCRIPT = """
+import os
 import torch, torch.distributed as dist
 from commtax.launch import launch
 
@@ -246,7 +247,7 @@ def worker(rank, world_size):
     return t.item()
 
 if __name__ == "__main__":
-    print("result", launch(worker, 2, backend="gloo"), flush=True)
+    os.write(1, f"result {launch(worker, 2, backend='gloo')}\\n".encode())  # one write: lines never interleave
 """
 
 

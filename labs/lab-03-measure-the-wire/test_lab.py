@@ -120,14 +120,18 @@ def slow_rank_one(rank, world_size, lab):
     return lab.time_collective(step, warmup=1, iters=5)
 
 
-def measure_gloo(rank, world_size, lab, sizes, iters):
-    """min over iterations of the per-iteration max over ranks, per size; plus this rank's memcpy rate."""
-    results = []
-    for size in sizes:
-        buf = torch.ones(size // 4)
-        times = lab.time_collective(lambda: dist.all_reduce(buf), warmup=3, iters=iters)
-        results.append((size, len(times), min(times), statistics.median(times)))
-    return {"rows": results, "memcpy": memcpy_bandwidth()}
+def measure_gloo(rank, world_size, lab, sizes, iters, passes=3):
+    """Per size: the fastest iteration (each timed on its slowest rank) over ``passes`` sweeps of all
+    sizes, so that a burst of load on the shared machine hits one sweep, not one size; plus memcpy."""
+    best = {size: float("inf") for size in sizes}
+    counts = {size: 0 for size in sizes}
+    for _ in range(passes):
+        for size in sizes:
+            buf = torch.ones(size // 4)
+            times = lab.time_collective(lambda: dist.all_reduce(buf), warmup=2, iters=iters)
+            best[size] = min(best[size], min(times))
+            counts[size] += len(times)
+    return {"rows": [(size, counts[size], best[size], None) for size in sizes], "memcpy": memcpy_bandwidth()}
 
 
 def test_time_collective_reports_the_slowest_rank_for_every_iteration(lab):
@@ -141,7 +145,7 @@ GLOO_SIZES = [2**k for k in range(12, 23)]  # 4 KiB .. 4 MiB
 
 
 def _gloo_rows(lab):
-    return RUNS.get("gloo", measure_gloo, 2, (lab, GLOO_SIZES, 15), timeout=180,
+    return RUNS.get("gloo", measure_gloo, 2, (lab, GLOO_SIZES, 10), timeout=180,
                     needs=[lab.time_collective])[0]
 
 
@@ -149,14 +153,15 @@ def _gloo_rows(lab):
 def test_real_gloo_fit_is_positive_and_predicts_held_out_sizes(lab):
     require_implemented(lab.fit_alpha_beta, lab.predict_time)
     rows = _gloo_rows(lab)["rows"]
-    assert all(n == 15 for _, n, _, _ in rows)
+    assert all(n == 30 for _, n, _, _ in rows)   # 3 sweeps x 10 timed iterations per size
     fit_rows, held_out = rows[::2], rows[1::2]  # fit on 4K, 16K, ...; predict 8K, 32K, ...
     alpha, bandwidth = lab.fit_alpha_beta([r[0] for r in fit_rows], [r[2] for r in fit_rows], 2)
     assert alpha > 0 and bandwidth > 0
-    errors = [abs(lab.predict_time(s, 2, alpha, bandwidth) - t) / t for s, _, t, _ in held_out]
-    # Loopback gloo on a busy 2-core machine is noisy; the model must still be the right shape.
-    assert statistics.median(errors) < 0.35, errors
-    assert max(errors) < 0.8, errors
+    ratios = [lab.predict_time(s, 2, alpha, bandwidth) / t for s, _, t, _ in held_out]
+    # Loopback gloo on a busy 2-core machine is noisy (tens of percent from run to run), so the
+    # bar is "the right shape": every held-out size within a factor of 2, most much closer.
+    assert all(0.5 < r < 2.0 for r in ratios), ratios
+    assert statistics.median(abs(r - 1) for r in ratios) < 0.5, ratios
 
 
 def test_bus_bandwidth_never_beats_the_memory_copy_rate(lab):
