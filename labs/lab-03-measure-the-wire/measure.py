@@ -107,7 +107,11 @@ def report(rows, world_size: int, collective: str, dtype_name: str, backend: str
         print(f" {size:>12} {count:>12} {dtype_name:>9} {seconds * 1e6:>11.2f} {alg / 1e9:>12.3f} {bus / 1e9:>12.3f}")
     sizes = [r[0] for r in rows]
     times = [r[2] for r in rows]
-    alpha, bandwidth = lab.fit_alpha_beta(sizes, times, world_size, collective)
+    try:
+        alpha, bandwidth = lab.fit_alpha_beta(sizes, times, world_size, collective)
+    except ValueError as exc:
+        raise SystemExit(f"# could not fit the link: {exc}. Measure a wider range of sizes "
+                         "(e.g. --sizes 1K:64M) or more iterations (--iters 50).") from None
     errors = [abs(lab.predict_time(s, world_size, alpha, bandwidth, collective) - t) / t
               for s, t in zip(sizes, times)]
     print(f"# fitted ring model: alpha = {format_seconds(alpha)} per message, bandwidth = "

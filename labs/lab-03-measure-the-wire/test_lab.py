@@ -177,8 +177,8 @@ def test_the_benchmark_writes_a_calibration_that_the_calculators_load(lab, tmp_p
     out = tmp_path / "calibrations" / "loopback.json"
     impl = "solution" if Path(lab.__file__).name == "solution.py" else "starter"
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    proc = subprocess.run([sys.executable, str(HERE / "measure.py"), "--world-size", "2", "--sizes", "4K:1M",
-                           "--factor", "4", "--iters", "5", "--impl", impl, "--out", str(out),
+    proc = subprocess.run([sys.executable, str(HERE / "measure.py"), "--world-size", "2", "--sizes", "4K:4M",
+                           "--factor", "4", "--iters", "10", "--impl", impl, "--out", str(out),
                            "--name", "test loopback"],
                           capture_output=True, text=True, timeout=180, env=env)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
