@@ -73,14 +73,16 @@ This repository is your assignment. Each lab folder under `labs/` has a
 There are no reference solutions here, so `LAB_IMPL` defaults to `starter`:
 
 ```bash
-python3 course.py test labs/lab-01-alpha-beta   # test your Lab 01
+python3 course.py test labs/lab-01-alpha-beta   # test your Lab 01 (sets up .venv on first use)
 python3 course.py test labs                     # every lab
-python3 -m grading grade .                      # your grade, as the autograder computes it
+.venv/bin/python -m grading grade .             # your grade, as the autograder computes it
 ```
 
 Push your work: the Classroom workflow grades every lab and reports the points
-per test. Only your `starter.py` files are graded; changing the tests changes
-nothing but your own understanding. Your teacher may also run hidden tests.
+per test. Only your `starter.py` files are meant to change: your teacher grades
+them against the original tests, and may add hidden ones. (The reference
+solutions, the worked solutions to the lessons' exercises and the course's own
+test suite mentioned above are not in this copy.)
 """
 
 SETUP_SH = """\
