@@ -1,7 +1,6 @@
 """The course's own formulas (commtax.collectives, used by the lessons' calculators) against the
 message-level simulator, and against Lab 01's reference where the course has one."""
 
-import math
 
 import numpy as np
 import pytest

@@ -1,7 +1,6 @@
 """Lab 04 tests: each byte formula against collectives simulated message by message, the two
 thresholds at the sources' numbers, the two "flips", and whole plans checked by hand."""
 
-import dataclasses
 
 import pytest
 
