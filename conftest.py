@@ -3,7 +3,7 @@
 import pytest
 
 from commtax.labs import ENV_VAR, requested_impl
-from commtax.launch import DistributedRunError
+from commtax.ranks.launch import DistributedRunError
 
 pytest_plugins = ["pytester"]  # tests/ check how failures are reported, in a separate pytest
 

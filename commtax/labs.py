@@ -10,7 +10,7 @@ cells) use:
 
 Any other value is a usage error. Lab files are loaded by path under a
 stable module name (``lab_01_alpha_beta_solution``), which is also the name
-ranks started by :mod:`commtax.launch` load them under.
+ranks started by :mod:`commtax.ranks.launch` load them under.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import re
 import types
 from pathlib import Path
 
-from commtax._byfile import load_module_from_file
+from commtax.ranks._byfile import load_module_from_file
 
 IMPLS = ("starter", "solution")
 ENV_VAR = "LAB_IMPL"

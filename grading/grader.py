@@ -285,7 +285,7 @@ def collect(work: Path, labs: list[str], timeout: float = 300) -> dict:
 
 
 def _gpus_missing() -> str | None:
-    from commtax.launch import backend_unavailable_reason
+    from commtax.ranks.launch import backend_unavailable_reason
     try:
         return backend_unavailable_reason("nccl", 2)
     except Exception as exc:  # pragma: no cover

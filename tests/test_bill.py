@@ -1,11 +1,12 @@
-"""The course's bill model (commtax.bill, behind Lessons 03-04) against counted collectives,
+"""The course's bill model (commtax.formulas.bill, behind Lessons 03-04) against counted collectives,
 the sources' numbers, and Lab 04's reference implementation."""
 
 import pytest
 
-from commtax import bill, simulate
+from commtax.formulas import bill
+from commtax.simulation import messages as simulate
 from commtax.labs import LABS_DIR, load_lab
-from commtax.links import Link
+from commtax.formulas.links import Link
 
 
 def test_byte_formulas_equal_counted_collectives():

@@ -142,8 +142,8 @@ def test_lesson_runs_in_jupyterlab_without_errors_and_its_widgets_render(browser
 
 
 def test_lesson_01_calculator_follows_its_controls(browser, jupyterlab):
-    from commtax import collectives as C
-    from commtax.links import PRESETS
+    from commtax.formulas import collectives as C
+    from commtax.formulas.links import PRESETS
     from commtax.units import format_seconds
 
     page = open_and_run(browser, jupyterlab, ROOT / "lessons" / "01-collectives-and-alpha-beta.ipynb")

@@ -1,12 +1,12 @@
-"""The course's own formulas (commtax.collectives, used by the lessons' calculators) against the
+"""The course's own formulas (commtax.formulas.collectives, used by the lessons' calculators) against the
 message-level simulator, and against Lab 01's reference where the course has one."""
 
 
 import numpy as np
 import pytest
 
-from commtax import collectives as C
-from commtax import simulate
+from commtax.formulas import collectives as C
+from commtax.simulation import messages as simulate
 from commtax.labs import LABS_DIR, load_lab
 
 A, B = 4e-6, 25e9

@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 from commtax.labs import load_lab
-from commtax.launch import BackendUnavailable, DistributedRunError, run_ranks
+from commtax.ranks.launch import BackendUnavailable, DistributedRunError, run_ranks
 from commtax.testing import BACKENDS, run_or_skip
 
 DEADLINE = 8.0  # seconds; long enough for two ranks to import torch on a busy 2-core machine
@@ -35,7 +35,7 @@ def sum_of_ranks(rank, world_size, scale):
 
 
 def device_sum(rank, world_size):
-    from commtax.launch import rank_device
+    from commtax.ranks.launch import rank_device
 
     t = torch.ones(4, device=rank_device()) * (rank + 1)
     dist.all_reduce(t)
@@ -222,7 +222,7 @@ def test_not_implemented_yet_is_reported_in_one_line(pytester):
     pytester.makepyfile(test_starter=textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {os.path.dirname(__file__)!r})
-        from commtax.launch import run_ranks
+        from commtax.ranks.launch import run_ranks
         from test_launch import not_written_yet
 
         def test_ring():
@@ -239,7 +239,7 @@ def test_not_implemented_yet_is_reported_in_one_line(pytester):
 TORCHRUN_SCRIPT = """
 import os
 import torch, torch.distributed as dist
-from commtax.launch import launch
+from commtax.ranks.launch import launch
 
 def worker(rank, world_size):
     t = torch.tensor([float(rank + 1)])

@@ -1,8 +1,8 @@
-"""The course's pipeline simulator and modeler (commtax.pipeline, behind Lesson 06)."""
+"""The course's pipeline simulator and modeler (commtax.simulation.pipeline, behind Lesson 06)."""
 
 import pytest
 
-from commtax import pipeline as P
+from commtax.simulation import pipeline as P
 from commtax.labs import LABS_DIR, load_lab
 
 

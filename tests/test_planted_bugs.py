@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from commtax._byfile import load_module_from_file
+from commtax.ranks._byfile import load_module_from_file
 from commtax.labs import LABS_DIR
-from commtax.launch import DistributedRunError, run_ranks
+from commtax.ranks.launch import DistributedRunError, run_ranks
 
 LAB02 = LABS_DIR / "lab-02-ring-allreduce"
 LAB05 = LABS_DIR / "lab-05-tensor-parallel-layers"

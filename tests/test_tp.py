@@ -1,8 +1,9 @@
-"""The course's TP inference bill (commtax.tp, behind Lesson 05) against the simulator and Lab 06's reference."""
+"""The course's TP inference bill (commtax.formulas.tp, behind Lesson 05) against the simulator and Lab 06's reference."""
 
 import pytest
 
-from commtax import simulate, tp
+from commtax.simulation import messages as simulate
+from commtax.formulas import tp
 from commtax.labs import LABS_DIR, load_lab
 
 

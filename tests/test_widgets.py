@@ -6,8 +6,10 @@ import math
 import numpy as np
 import pytest
 
-from commtax import collectives as C, measure, tp, widgets as cw
-from commtax.links import PRESETS, Link, load_calibration, save_calibration
+from commtax.formulas import collectives as C, tp
+from commtax.ranks import measure
+from commtax.ui import widgets as cw
+from commtax.formulas.links import PRESETS, Link, load_calibration, save_calibration
 
 
 def test_link_picker_offers_presets_and_bounded_custom_values():

@@ -1,6 +1,6 @@
 """Lab 01 tests: every formula against a simulator that sends the messages and counts.
 
-The simulator (``commtax/simulate.py``) knows no formula: it runs each
+The simulator (``commtax/simulation/messages.py``) knows no formula: it runs each
 algorithm round by round on simulated ranks, checks that every rank ends with
 the right sum, and adds up round times (each round lasts as long as its
 slowest message, alpha + bytes / bandwidth) and the bytes each rank sent.
@@ -10,7 +10,7 @@ import math
 
 import pytest
 
-from commtax import simulate
+from commtax.simulation import messages as simulate
 
 ALPHA = 2e-6        # s per message
 BANDWIDTH = 50e9    # bytes/s per direction

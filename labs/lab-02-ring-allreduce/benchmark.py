@@ -22,8 +22,8 @@ import torch
 import torch.distributed as dist
 
 from commtax.labs import load_lab, resolve_impl
-from commtax.launch import run_ranks
-from commtax.measure import busbw
+from commtax.ranks.launch import run_ranks
+from commtax.ranks.measure import busbw
 from commtax.units import format_bytes
 
 HERE = Path(__file__).resolve().parent

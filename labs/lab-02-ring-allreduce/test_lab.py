@@ -2,7 +2,7 @@
 
 Each distributed check is one job on P real ranks (gloo on CPU; NCCL only
 where there is a GPU per rank). Inside the job, the lab's function runs under
-``commtax.traffic.record_traffic``, which counts the bytes every rank sends
+``commtax.ranks.traffic.record_traffic``, which counts the bytes every rank sends
 and fails any call of a built-in collective. The reference answer is
 computed afterwards with ``torch.distributed.all_reduce`` itself.
 """
@@ -11,9 +11,9 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from commtax.launch import rank_device
+from commtax.ranks.launch import rank_device
 from commtax.testing import BACKENDS, SharedRuns
-from commtax.traffic import record_traffic
+from commtax.ranks.traffic import record_traffic
 
 SIZES = [0, 1, 2, 3, 5, 7, 64, 1000, 4099]  # elements: empty, fewer than P, uneven, larger
 DTYPES = [torch.float64, torch.float32, torch.bfloat16]

@@ -31,8 +31,8 @@ import torch
 import torch.distributed as dist
 
 from commtax.labs import load_lab, resolve_impl
-from commtax.launch import launched_by_torchrun, rank_device, run_ranks, run_under_torchrun
-from commtax.links import save_calibration
+from commtax.ranks.launch import launched_by_torchrun, rank_device, run_ranks, run_under_torchrun
+from commtax.formulas.links import save_calibration
 from commtax.units import format_bytes, format_rate, format_seconds, parse_bytes
 
 HERE = Path(__file__).resolve().parent

@@ -13,8 +13,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from commtax.links import available_links, load_calibration
-from commtax.measure import memcpy_bandwidth
+from commtax.formulas.links import available_links, load_calibration
+from commtax.ranks.measure import memcpy_bandwidth
 from commtax.testing import SharedRuns, require_implemented
 
 HERE = Path(__file__).resolve().parent

@@ -4,7 +4,7 @@ thresholds at the sources' numbers, the two "flips", and whole plans checked by 
 
 import pytest
 
-from commtax import simulate
+from commtax.simulation import messages as simulate
 
 N = 7e9                 # parameters
 B = 2                   # bf16

@@ -4,9 +4,9 @@ backward, with exactly one all-reduce per block each way and the bytes Lab 04 pr
 import pytest
 import torch
 
-from commtax.launch import rank_device
+from commtax.ranks.launch import rank_device
 from commtax.testing import BACKENDS, SharedRuns
-from commtax.traffic import record_traffic
+from commtax.ranks.traffic import record_traffic
 
 HIDDEN, FFN, HEADS, BATCH, SEQ = 16, 64, 8, 2, 5
 DTYPE = torch.float64   # exact enough to compare at 1e-12

@@ -3,7 +3,7 @@
 
 import pytest
 
-from commtax import simulate
+from commtax.simulation import messages as simulate
 
 HIDDEN, LAYERS = 4096, 32                 # an 8B model (Llama-3-8B): hidden 4096, 32 layers
 DECODE_STEP_S = 8e-3                      # the memory-bound decode step the table compares with

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from commtax.testing import SharedRuns
-from commtax.traffic import record_traffic
+from commtax.ranks.traffic import record_traffic
 
 RUNS = SharedRuns()
 UNIFORM = dict(t_forward=1.0, t_backward=2.0)  # equal stage times; backward twice the forward

@@ -17,7 +17,7 @@ import ipywidgets as w
 import traitlets
 from IPython.display import HTML, display
 
-from commtax.links import Link, available_links
+from commtax.formulas.links import Link, available_links
 from commtax.units import format_bytes, format_rate, format_seconds
 
 _LAYOUT = w.Layout(width="460px")
@@ -93,7 +93,7 @@ CUSTOM = "custom..."
 class LinkPicker(w.VBox):
     """Pick a link: a preset, a measured calibration from Lab 03, or custom alpha and bandwidth.
 
-    ``value`` is a :class:`commtax.links.Link`. Custom alpha is bounded to
+    ``value`` is a :class:`commtax.formulas.links.Link`. Custom alpha is bounded to
     [0.01 us, 10 ms] and bandwidth to [0.01 GB/s, 10 TB/s], so no setting
     gives a zero or negative denominator.
     """

@@ -71,7 +71,7 @@ def ring_step(world_size: int, step: int, ax=None):
     outlined, with an arrow to the rank that receives them. Computed by the
     message-level simulator, not drawn by hand.
     """
-    from commtax import simulate
+    from commtax.simulation import messages as simulate
 
     p = world_size
     total = 2 * (p - 1)
@@ -119,7 +119,7 @@ def ring_step(world_size: int, step: int, ax=None):
 
 def halving_doubling_diagram(world_size: int = 8, ax=None):
     """Who talks to whom in recursive halving-doubling, and how much (fraction of the buffer)."""
-    from commtax import simulate
+    from commtax.simulation import messages as simulate
 
     p = world_size
     rounds = simulate.halving_doubling_allreduce(p, p * 8)

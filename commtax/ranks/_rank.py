@@ -1,6 +1,6 @@
-"""Entry point of one rank started by :func:`commtax.launch.run_ranks`.
+"""Entry point of one rank started by :func:`commtax.ranks.launch.run_ranks`.
 
-Usage (by the launcher only): ``python -m commtax._rank RUN_DIR RANK``.
+Usage (by the launcher only): ``python -m commtax.ranks._rank RUN_DIR RANK``.
 
 The rank reads its job from ``RUN_DIR/job.pkl``, joins the process group
 through a file store in ``RUN_DIR``, calls the function and writes either
@@ -53,7 +53,7 @@ def main(run_dir: str, rank: int) -> None:
     import torch
     import torch.distributed as dist
 
-    from commtax import _byfile
+    from commtax.ranks import _byfile
 
     torch.set_num_threads(1)
     world_size = header["world_size"]

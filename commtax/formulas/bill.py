@@ -34,7 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from commtax.checks import require_choice, require_fraction, require_int, require_positive
-from commtax.links import INFINIBAND_NDR, NVLINK4, Link
+from commtax.formulas.links import INFINIBAND_NDR, NVLINK4, Link
 
 H100_BF16_DENSE = 989e12  # FLOP/s, NVIDIA H100 SXM datasheet (dense; 1979e12 is with sparsity)
 

@@ -68,7 +68,7 @@ def ring_on_real_ranks(rank: int, world_size: int, impl: str | None, nbytes: int
     Times are the fastest of ``iters`` calls, each on its slowest rank.
     """
     from commtax.labs import load_lab
-    from commtax.measure import time_collective
+    from commtax.ranks.measure import time_collective
 
     result = {"ring_seconds": None, "ring_error": None, "impl": None}
     try:
@@ -105,7 +105,7 @@ def tp_mlp_on_real_ranks(rank: int, world_size: int, impl: str | None, hidden: i
     backward. If the lab's layers are not written yet, says so instead.
     """
     from commtax.labs import load_lab
-    from commtax.traffic import record_traffic
+    from commtax.ranks.traffic import record_traffic
 
     try:
         lab = load_lab("lab-05-tensor-parallel-layers", impl)

@@ -14,7 +14,7 @@ Times are seconds. ``nbytes`` may be a numpy array (for plots); the result
 then is an array of the same shape.
 
 These are the course's reference formulas; each one is checked against the
-message-level simulator in :mod:`commtax.simulate` by the test suite. Lab 01
+message-level simulator in :mod:`commtax.simulation.messages` by the test suite. Lab 01
 has you write them yourself (``labs/lab-01-alpha-beta``).
 """
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from commtax.checks import require_nonnegative, require_positive
 
-CALIBRATION_DIR = Path(__file__).resolve().parent.parent / "labs" / "lab-03-measure-the-wire" / "calibrations"
+CALIBRATION_DIR = Path(__file__).resolve().parents[2] / "labs" / "lab-03-measure-the-wire" / "calibrations"
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from commtax import _byfile
+from commtax.ranks import _byfile
 
 BACKENDS = ("gloo", "nccl")
 OUTPUT_TAIL_BYTES = 8192  # how much of each rank's output a failure message quotes
@@ -213,7 +213,7 @@ def _write_job(run_dir, fn, args, kwargs, world_size, backend, timeout) -> None:
 
 def _start_rank(run_dir: str, rank: int, world_size: int, extra_env: dict | None) -> subprocess.Popen:
     env = dict(os.environ)
-    package_root = str(Path(__file__).resolve().parent.parent)
+    package_root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
     env.update(
         OMP_NUM_THREADS="1",
@@ -228,7 +228,7 @@ def _start_rank(run_dir: str, rank: int, world_size: int, extra_env: dict | None
     out = open(os.path.join(run_dir, f"rank{rank}.out"), "wb")
     try:
         return subprocess.Popen(
-            [sys.executable, "-m", "commtax._rank", run_dir, str(rank)],
+            [sys.executable, "-m", "commtax.ranks._rank", run_dir, str(rank)],
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -418,7 +418,7 @@ def _frames(stack: str, limit: int = 12) -> str:
     """The useful part of a faulthandler dump: the launcher's own frames dropped."""
     keep = []
     for line in stack.splitlines():
-        if "commtax/_rank.py" in line or "commtax\\_rank.py" in line:
+        if "commtax/ranks/_rank.py" in line or "commtax\\ranks\\_rank.py" in line:
             continue
         if any(noise in line for noise in ("threading.py", "_exit_when_orphaned",
                                            "<frozen runpy>", "c10d_logger.py")):

@@ -1,0 +1,1 @@
+"""Simulators that check the formulas independently: message-level collectives, pipeline schedules."""

@@ -1,0 +1,1 @@
+"""The widget and plot glue the lessons share (notebooks never copy it)."""
