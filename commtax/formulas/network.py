@@ -1,0 +1,239 @@
+"""The course's one network model: collectives over a group of GPUs that may span nodes.
+
+Lessons 03-10, Lab 04's bill and every calculator price a collective with
+these functions whenever its group leaves a node; a flat ring at one NIC's
+bandwidth is never used for that. Lab 01 has you write
+:func:`group_allreduce_time` yourself.
+
+The machine
+-----------
+Nodes of ``gpus_per_node`` GPUs joined by a fast intra-node fabric (NVLink and
+NVSwitch: ``intra_bandwidth`` per GPU per direction, ``intra_alpha`` per
+message), and a network where **each GPU drives its own NIC** on its own rail
+(``inter_bandwidth`` per GPU per direction, ``inter_alpha`` per message), as in
+DGX-class and most cloud GPU nodes. A node with fewer NICs than GPUs is
+described by dividing: 4 x 100 Gb/s NICs shared by 8 GPUs is
+``inter_bandwidth = 4 * 12.5e9 / 8``.
+
+The group
+---------
+``group_size`` (P) GPUs take part; ``members_per_node`` (m) of them share each
+node, so the group spans N = P / m nodes. A tensor-parallel group of 8 on
+8-GPU nodes has m = 8, N = 1; the data-parallel group beside it (one GPU per
+node) has m = 1; pure data parallelism on the same nodes has m = 8.
+:func:`members_per_node` computes m from a group's stride in Megatron's rank
+order.
+
+What is modelled
+----------------
+Sizes follow :mod:`commtax.formulas.collectives`: ``nbytes`` is the buffer
+each rank holds for all-reduce, the full buffer before scattering for
+reduce-scatter, after gathering for all-gather, and what each rank sends in
+total for all-to-all. Times are seconds.
+
+* N = 1: a ring on the intra link. m = 1: a ring on the inter link (for
+  all-reduce, with the tree's latency where it is smaller, as below).
+* Otherwise (m GPUs on each of N nodes) NCCL's tuner picks, per message
+  size, between its ring and its tree; the model takes the faster of the two:
+
+  - **rings across rails** (one ring per NIC, NCCL's channels): m rings run
+    at once, each carrying 1/m of the buffer and leaving each node through a
+    different NIC. Every step waits for its slowest hop, a node crossing:
+    2(P-1) a_e + 2(P-1)/P n / min(B_i, m B_e). Its bus bandwidth
+    (nccl-tests' busbw) is the node's aggregate NIC bandwidth,
+    min(B_i, m B_e), whatever the number of nodes: what NVIDIA measures
+    (192 GB/s on DGX-A100 with 8 x 200 Gb/s HDR).
+  - **the tree path** (hierarchical: a chain through the node's GPUs, then a
+    pipelined binary tree across nodes, as in NCCL's tree): the same
+    bandwidth term at scale (pipelining keeps it close to the ring's), but a
+    latency that grows like m + log2 N instead of m N:
+    2((m-1) a_i + ceil(log2 N) a_e) + 2(P-1)/P n / min(B_i, m B_e).
+    It wins for small messages on many nodes.
+
+  Lesson 01's two-level algorithm (reduce-scatter in the node, a ring across
+  nodes per rail, all-gather in the node) is the same idea with a ring
+  across nodes; run as separate phases it is never faster than the rails
+  in the bandwidth regime beyond two nodes.
+* Reduce-scatter and all-gather (NCCL runs them as rings) are half of the
+  rings across rails: (P-1) a_e + (P-1)/P n / min(B_i, m B_e).
+* All-to-all: each rank sends n/P to every peer; the (m-1)/P n for peers in
+  its node goes over the intra link while the (P-m)/P n for other nodes goes
+  through the GPU's own NIC at the same time; pairwise exchange pays one
+  latency per peer. A NIC's bandwidth cannot be pooled here (every pair is a
+  different destination), so across many nodes the all-to-all runs at about
+  one NIC's bandwidth, as NCCL's developers state.
+
+What is left out
+----------------
+In-network reduction (SHARP across nodes, NVLS inside an NVSwitch node: a
+single-node H100 all-reduce reaches ~480 GB/s busbw with NVLS, above the
+ring's ~370 GB/s), the extra bandwidth of NCCL's tree on exactly two nodes (it
+sends half the ring's inter-node bytes there, so its busbw can exceed the NIC
+limit), NCCL's PAT algorithm for all-gather/reduce-scatter at one GPU per node, oversubscribed or congested fabrics, and contention
+between axes that share NICs at the same time (DP and PP traffic of one GPU
+both use its NIC). Link alphas are orders of magnitude, not measurements.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from commtax.checks import ceil_log2, require_int, require_nonnegative, require_positive
+
+
+def members_per_node(group_size: int, stride: int, gpus_per_node: int) -> int:
+    """How many GPUs of one group share a node, for a group whose members are ``stride`` ranks apart.
+
+    Megatron lays ranks out with TP innermost (stride 1), then context
+    parallelism (stride t), data parallelism (stride t*cp) and pipeline stages
+    (stride t*cp*dp); ranks 0..gpus_per_node-1 fill the first node. A group
+    with stride >= gpus_per_node has one member per node; otherwise
+    gpus_per_node / stride members share a node (at most the whole group).
+    """
+    p = require_int("group_size", group_size, 1)
+    s = require_int("stride", stride, 1)
+    g = require_int("gpus_per_node", gpus_per_node, 1)
+    if s >= g:
+        if s % g:
+            raise ValueError(f"stride ({s}) must be a multiple of gpus_per_node ({g}) when it is larger")
+        return 1
+    if g % s:
+        raise ValueError(f"stride ({s}) must divide gpus_per_node ({g}) for the group to sit evenly on nodes")
+    per_node = g // s
+    if p <= per_node:
+        return p
+    if p % per_node:
+        raise ValueError(f"group_size ({p}) must be a multiple of {per_node} GPUs per node at stride {s}")
+    return per_node
+
+
+def _check(nbytes, group_size, members, intra_alpha, intra_bandwidth, inter_alpha, inter_bandwidth):
+    require_nonnegative("nbytes", nbytes, "bytes")
+    p = require_int("group_size", group_size, 1)
+    m = require_int("members_per_node", members, 1)
+    if m > p:
+        raise ValueError(f"members_per_node ({m}) exceeds group_size ({p})")
+    if p % m:
+        raise ValueError(f"members_per_node ({m}) does not divide group_size ({p})")
+    require_nonnegative("intra_alpha", intra_alpha, "s")
+    require_positive("intra_bandwidth", intra_bandwidth, "bytes/s")
+    require_nonnegative("inter_alpha", inter_alpha, "s")
+    require_positive("inter_bandwidth", inter_bandwidth, "bytes/s")
+    return np.asarray(nbytes, dtype=float), p, m, p // m
+
+
+def _out(value):
+    return float(value) if np.ndim(value) == 0 else value
+
+
+def _ring(steps_scale, n, p, alpha, bandwidth):
+    """A ring of p ranks: steps_scale = 2 for all-reduce, 1 for reduce-scatter or all-gather."""
+    return steps_scale * ((p - 1) * alpha + (p - 1) / p * n / bandwidth)
+
+
+def _across_nodes(steps_scale, n, p, m, nodes, a_i, b_i, a_e, b_e):
+    """Rings across rails and (all-reduce only) the tree path, for m GPUs on each of ``nodes`` >= 2 nodes."""
+    slowest_link = b_e if m == 1 else min(b_i, m * b_e)
+    bandwidth = steps_scale * (p - 1) / p * n / slowest_link
+    latency = steps_scale * (p - 1) * (a_e if m == 1 else max(a_i, a_e))
+    if steps_scale == 2:  # all-reduce: NCCL's tree is the other choice
+        latency = min(latency, 2 * ((m - 1) * a_i + ceil_log2(nodes) * a_e))
+    return bandwidth + latency
+
+
+def _collective(steps_scale, nbytes, group_size, members, a_i, b_i, a_e, b_e):
+    n, p, m, nodes = _check(nbytes, group_size, members, a_i, b_i, a_e, b_e)
+    if p == 1:
+        return _out(n * 0.0)
+    if nodes == 1:
+        return _out(_ring(steps_scale, n, p, a_i, b_i))
+    return _out(_across_nodes(steps_scale, n, p, m, nodes, a_i, b_i, a_e, b_e))
+
+
+def group_allreduce_time(nbytes, group_size, members_per_node, intra_alpha, intra_bandwidth,
+                         inter_alpha, inter_bandwidth):
+    """Seconds to all-reduce ``nbytes`` (the buffer each rank holds) over a group that may span nodes.
+
+    One node (m = P): a ring on the intra link,
+    2(P-1) a_i + 2(P-1)/P n / B_i. Several nodes (N = P/m >= 2): rings across
+    rails, 2(P-1)/P n / B for the bytes with B = min(B_i, m B_e) (B = B_e when
+    m = 1), plus the smaller latency of the ring, 2(P-1) max(a_i, a_e)
+    (2(P-1) a_e when m = 1), and of the tree path,
+    2((m-1) a_i + ceil(log2 N) a_e). The module docstring says what is
+    modelled and what is left out.
+    """
+    return _collective(2, nbytes, group_size, members_per_node, intra_alpha, intra_bandwidth,
+                       inter_alpha, inter_bandwidth)
+
+
+def group_reduce_scatter_time(nbytes, group_size, members_per_node, intra_alpha, intra_bandwidth,
+                              inter_alpha, inter_bandwidth):
+    """Seconds to reduce-scatter ``nbytes`` (the full buffer before scattering): rings, half an all-reduce's."""
+    return _collective(1, nbytes, group_size, members_per_node, intra_alpha, intra_bandwidth,
+                       inter_alpha, inter_bandwidth)
+
+
+def group_allgather_time(nbytes, group_size, members_per_node, intra_alpha, intra_bandwidth,
+                         inter_alpha, inter_bandwidth):
+    """Seconds to all-gather into ``nbytes`` (the full buffer after gathering): rings, half an all-reduce's."""
+    return _collective(1, nbytes, group_size, members_per_node, intra_alpha, intra_bandwidth,
+                       inter_alpha, inter_bandwidth)
+
+
+def group_all_to_all_time(nbytes, group_size, members_per_node, intra_alpha, intra_bandwidth,
+                          inter_alpha, inter_bandwidth):
+    """Seconds for a pairwise all-to-all where each rank sends ``nbytes`` in total (n/P to each peer).
+
+    (m-1) a_i + (P-m) a_e + max((m-1)/P n / B_i, (P-m)/P n / B_e): the in-node
+    and off-node parts move at the same time, the off-node part through the
+    GPU's own NIC. Reduces to the flat pairwise exchange when the group sits in
+    one node (m = P) or has one GPU per node (m = 1).
+    """
+    n, p, m, nodes = _check(nbytes, group_size, members_per_node, intra_alpha, intra_bandwidth,
+                            inter_alpha, inter_bandwidth)
+    latency = (m - 1) * intra_alpha + (p - m) * inter_alpha
+    inside = (m - 1) / p * n / intra_bandwidth
+    across = (p - m) / p * n / inter_bandwidth
+    return _out(latency + np.maximum(inside, across))
+
+
+def allreduce_bus_bandwidth(group_size, members_per_node, intra_bandwidth, inter_bandwidth) -> float:
+    """Large-message all-reduce bus bandwidth (nccl-tests' busbw, bytes/s) that the model predicts.
+
+    busbw = 2(P-1)/P * n / t as n grows: B_i in one node, B_e with one GPU per
+    node, and min(B_i, m B_e), the node's aggregate NIC bandwidth, otherwise.
+    """
+    n = 1e15  # large enough that every latency term is negligible
+    t = group_allreduce_time(n, group_size, members_per_node, 0.0, intra_bandwidth, 0.0, inter_bandwidth)
+    p = group_size
+    return 2 * (p - 1) / p * n / t if p > 1 else float("inf")
+
+
+# -- published measurements the model is held against ---------------------------------------
+#
+# Large-message all-reduce bus bandwidth (nccl-tests' busbw, bytes/s) across
+# nodes, as published. ``inter_bandwidth`` is per GPU per direction: the
+# node's NIC line rate divided by its GPUs. ``intra_bandwidth``: NVLink per
+# GPU per direction (datasheets; DGX-1's hybrid cube-mesh taken at the ~130 GB/s
+# its intra-node rings reach). Tests require the model within 15% of each.
+PUBLISHED_ALLREDUCE_BUSBW = (
+    dict(system="DGX-A100, 8 x HDR 200 Gb/s per node", gpus_per_node=8, group_size=16,
+         intra_bandwidth=300e9, inter_bandwidth=8 * 25e9 / 8, busbw=192e9,
+         source="NVIDIA engineer, NVIDIA/nccl issue 812: 'we measure 192GB/s AllReduce BusBW'"),
+    dict(system="HGX-A100, 4 x HDR 200 Gb/s per node, 2 nodes", gpus_per_node=8, group_size=16,
+         intra_bandwidth=300e9, inter_bandwidth=4 * 25e9 / 8, busbw=91e9,
+         source="user measurement, NVIDIA/nccl-tests issue 100 (1-8 GB messages)"),
+    dict(system="DGX-1 (V100), 4 x 100 Gb/s per node", gpus_per_node=8, group_size=16,
+         intra_bandwidth=130e9, inter_bandwidth=4 * 12.5e9 / 8, busbw=48e9,
+         source="NVIDIA/nccl-tests issue 29 (DGX-1 with four 100 Gb/s adapters: ~48 GB/s)"),
+    dict(system="8 GPUs, one 100 Gb/s NIC per node", gpus_per_node=8, group_size=16,
+         intra_bandwidth=130e9, inter_bandwidth=12.5e9 / 8, busbw=12.2e9,
+         source="NVIDIA/nccl-tests issue 29 (one 100 Gb/s card per node: ~12.2 GB/s)"),
+    dict(system="8 x A800, one HDR 200 Gb/s NIC per node", gpus_per_node=8, group_size=96,
+         intra_bandwidth=200e9, inter_bandwidth=25e9 / 8, busbw=24e9,
+         source="NVIDIA engineer, NVIDIA/nccl issue 412: expect ~24 GB/s inter-node busbw at 8 GB"),
+    dict(system="8 x H100, 8 x NDR 400 Gb/s per node", gpus_per_node=8, group_size=16,
+         intra_bandwidth=450e9, inter_bandwidth=50e9, busbw=8 * 47e9,
+         source="NVIDIA engineer, NVIDIA/nccl-tests issue 290: 'for NDR @ 400Gbps you should see "
+                "46-48GB/s per NIC' (x 8 NICs)"),
+)
