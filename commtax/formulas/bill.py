@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 
 from commtax.checks import require_choice, require_fraction, require_int, require_positive
 from commtax.formulas.links import INFINIBAND_NDR, NVLINK4, Link
+from commtax.formulas.memory import ADAM_STATE_BYTES, model_state_bytes  # noqa: F401 (re-exported)
 
 H100_BF16_DENSE = 989e12  # FLOP/s, NVIDIA H100 SXM datasheet (dense; 1979e12 is with sparsity)
 
@@ -102,28 +103,8 @@ def ep_alltoall_bytes_per_layer(tokens, hidden, ep, top_k=1, dtype_bytes=2):
 
 # -- memory: why we split ------------------------------------------------------------
 
-ADAM_STATE_BYTES = 12  # K of the ZeRO paper: fp32 master weights, momentum, variance (4 + 4 + 4)
-
-
-def model_state_bytes(n_params, dp=1, zero_stage=0):
-    """Bytes of model state per GPU for mixed-precision Adam: (2 + 2 + K) N with K = 12, sharded by ZeRO.
-
-    bf16 parameters (2N) and gradients (2N) plus K N of optimizer state (fp32
-    master weights, momentum, variance). ZeRO-1 shards the K N over dp ranks,
-    ZeRO-2 also the gradients, ZeRO-3 also the parameters (Rajbhandari et al.
-    2020, figure 1). Activations are not included.
-    """
-    require_positive("n_params", n_params)
-    d = _degree("dp", dp)
-    require_choice("zero_stage", zero_stage, (0, 1, 2, 3))
-    params, grads, optimizer = 2 * n_params, 2 * n_params, ADAM_STATE_BYTES * n_params
-    if zero_stage >= 1:
-        optimizer /= d
-    if zero_stage >= 2:
-        grads /= d
-    if zero_stage >= 3:
-        params /= d
-    return params + grads + optimizer
+# model_state_bytes(n_params, dp=1, zero_stage=0, ...) and ADAM_STATE_BYTES live in
+# commtax.formulas.memory (Lesson 07), imported at the top of this module.
 
 
 # -- the two thresholds ---------------------------------------------------------------

@@ -1,0 +1,304 @@
+"""The memory of one GPU in training, and what each way of sharding it costs on the wire.
+
+The course's reference formulas behind Lesson 07 (Lab 08 has you write them).
+Conventions:
+
+* **Bytes per GPU** (per rank), decimal prefixes when shown (1 GB = 1e9 B).
+* **Model state** of mixed-precision Adam (Rajbhandari et al. 2020, the ZeRO
+  paper): 16-bit parameters (2 bytes each), 16-bit gradients (2), and K = 12
+  bytes of optimizer state per parameter (fp32 master weights, momentum,
+  variance: 4 + 4 + 4). (2 + 2 + K) Psi = 16 Psi. ZeRO-1 shards the K Psi over
+  the ``dp`` ranks, ZeRO-2 also the gradients, ZeRO-3 also the parameters.
+* **Activations** of one transformer layer for one micro-batch, 16-bit
+  (Korthikanti et al. 2022, table 2): s sequence, b micro-batch, h hidden,
+  a heads, t tensor-parallel degree. GPT-style layer (4h MLP, dropout).
+* **Bytes on the wire** are what one rank *sends* per optimizer step, with
+  the ring's (d-1)/d factors (the course's convention, as in ``bill.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from commtax.checks import require_choice, require_int, require_nonnegative, require_positive
+
+ADAM_STATE_BYTES = 12  # K of the ZeRO paper: fp32 master weights, momentum, variance (4 + 4 + 4)
+RECOMPUTE_MODES = ("none", "selective", "full")
+ZERO_STAGES = (0, 1, 2, 3)
+
+
+# -- model state: parameters, gradients, optimizer ------------------------------------------
+
+def model_state_breakdown(n_params, dp=1, zero_stage=0, optimizer_bytes_per_param=ADAM_STATE_BYTES,
+                          param_bytes=2, grad_bytes=2):
+    """Bytes per GPU of parameters, gradients and optimizer state, as a dict, for ZeRO ``zero_stage``.
+
+    Stage 0 replicates all three on each of the ``dp`` ranks; stage 1 divides
+    the optimizer state by dp, stage 2 also the gradients, stage 3 also the
+    parameters. Exact division (no padding): per-rank shards of a real run
+    round up to whole elements.
+    """
+    require_positive("n_params", n_params)
+    d = require_int("dp", dp, 1)
+    require_choice("zero_stage", zero_stage, ZERO_STAGES)
+    require_nonnegative("optimizer_bytes_per_param", optimizer_bytes_per_param, "bytes")
+    require_positive("param_bytes", param_bytes, "bytes")
+    require_nonnegative("grad_bytes", grad_bytes, "bytes")
+    params = param_bytes * n_params / (d if zero_stage >= 3 else 1)
+    grads = grad_bytes * n_params / (d if zero_stage >= 2 else 1)
+    optimizer = optimizer_bytes_per_param * n_params / (d if zero_stage >= 1 else 1)
+    return {"params": params, "grads": grads, "optimizer": optimizer}
+
+
+def model_state_bytes(n_params, dp=1, zero_stage=0, optimizer_bytes_per_param=ADAM_STATE_BYTES,
+                      param_bytes=2, grad_bytes=2):
+    """Bytes of model state per GPU: (2 + 2 + K) N with K = 12 for mixed-precision Adam, sharded by ZeRO.
+
+    Rajbhandari et al. 2020, figure 1: 7.5e9 parameters on 64 ranks hold
+    120 GB, 31.4 GB, 16.6 GB and 1.9 GB per GPU at stages 0, 1, 2, 3
+    (GB = 1e9 bytes). Activations are not included.
+    """
+    parts = model_state_breakdown(n_params, dp, zero_stage, optimizer_bytes_per_param, param_bytes, grad_bytes)
+    return parts["params"] + parts["grads"] + parts["optimizer"]
+
+
+# -- activations -------------------------------------------------------------------------------
+
+def activation_bytes_per_layer(seq, micro_batch, hidden, heads, tp=1, sequence_parallel=False, recompute="none"):
+    """Bytes of activations one transformer layer keeps for the backward, per micro-batch, per GPU.
+
+    Korthikanti et al. 2022, table 2 (16-bit activations, 1-byte dropout masks):
+
+    ======================================  ===========================
+    no parallelism                          s b h (34 + 5 a s / h)
+    tensor parallel                         s b h (10 + 24/t + 5 a s/(h t))
+    tensor + sequence parallel              s b h (34/t + 5 a s/(h t))
+    ... + selective recomputation           the 5 a s / h term is gone
+    full recomputation                      2 s b h (the layer's input only)
+    ======================================  ===========================
+
+    The 34 s b h: attention 11 (QKV input 2, Q and K 4, V 2, output-projection
+    input 2, dropout mask 1), MLP 19 (input 2, GeLU input 8, GeLU output 8,
+    dropout mask 1), two layer norms 4. The 5 a s^2 b: softmax output 2,
+    its dropout mask 1, dropout output 2 (per head, s x s). Under TP the
+    layer norms, the two dropout masks and the inputs of the QKV and first
+    MLP matmuls (10 s b h) stay whole on every rank; sequence parallelism
+    splits those along the sequence too. Selective recomputation, or a fused
+    attention kernel such as FlashAttention, keeps none of the s x s tensors.
+    ``sequence_parallel`` requires nothing of t = 1 (it changes nothing there).
+    """
+    s = require_int("seq", seq, 1)
+    b = require_int("micro_batch", micro_batch, 1)
+    h = require_int("hidden", hidden, 1)
+    a = require_int("heads", heads, 1)
+    t = require_int("tp", tp, 1)
+    if not isinstance(sequence_parallel, bool):
+        raise ValueError(f"sequence_parallel must be True or False, got {sequence_parallel!r}")
+    require_choice("recompute", recompute, RECOMPUTE_MODES)
+    if a % t:
+        raise ValueError(f"heads ({a}) must be divisible by tp ({t})")
+    if h % a:
+        raise ValueError(f"hidden ({h}) must be divisible by heads ({a})")
+    sbh = s * b * h
+    if recompute == "full":
+        return 2.0 * sbh
+    scores = 0.0 if recompute == "selective" else 5.0 * a * s / (h * t)
+    if sequence_parallel:
+        return sbh * (34.0 / t + scores)
+    return sbh * (10.0 + 24.0 / t + scores) if t > 1 else sbh * (34.0 + scores)
+
+
+# -- bytes on the wire per step ------------------------------------------------------------
+
+def zero_bytes_per_step(n_params, dp, stage, microbatches, dtype_bytes=2):
+    """Bytes one rank sends per optimizer step for data parallelism under ZeRO ``stage``, ring algorithms.
+
+    With m = ``microbatches`` of gradient accumulation and one pass
+    (d-1)/d * N * B for a reduce-scatter or an all-gather of the N parameters:
+
+    * stage 0, DDP with ``no_sync`` until the last micro-batch: one all-reduce, 2 passes;
+    * stage 1: accumulate full gradients locally, reduce-scatter once, all-gather
+      the updated parameters once: 2 passes;
+    * stage 2: gradients are sharded, so they are reduce-scattered after EVERY
+      micro-batch, then one all-gather: m + 1 passes;
+    * stage 3: for every micro-batch, gather the parameters for the forward,
+      gather them again for the backward (they were freed after the forward),
+      reduce-scatter the gradients: 3 m passes. No all-gather after the step.
+    """
+    require_positive("n_params", n_params)
+    d = require_int("dp", dp, 1)
+    require_choice("stage", stage, ZERO_STAGES)
+    m = require_int("microbatches", microbatches, 1)
+    require_positive("dtype_bytes", dtype_bytes, "bytes")
+    passes = {0: 2, 1: 2, 2: m + 1, 3: 3 * m}[stage]
+    return passes * (d - 1) / d * n_params * dtype_bytes
+
+
+def hsdp_bytes_per_step(n_params, shard_group, replicas, microbatches, dtype_bytes=2):
+    """HSDP (FSDP FULL_SHARD inside groups of ``shard_group`` GPUs, replicated ``replicas`` times).
+
+    Returns ``{"shard": bytes sent inside the shard group, "replicate": bytes
+    sent across replicas}`` per rank per step: 3 m (g-1)/g N B inside (as ZeRO-3
+    on g ranks), plus one all-reduce of the rank's gradient shard N/g across
+    the r replicas once per step: 2 (r-1)/r N/g B.
+    """
+    g = require_int("shard_group", shard_group, 1)
+    r = require_int("replicas", replicas, 1)
+    inside = zero_bytes_per_step(n_params, g, 3, microbatches, dtype_bytes)
+    across = 2 * (r - 1) / r * n_params / g * dtype_bytes
+    return {"shard": inside, "replicate": across}
+
+
+def ring_attention_buffer_bytes(seq, cp, kv_hidden, micro_batch=1, dtype_bytes=2, double_buffer=True):
+    """Bytes per GPU of the K and V blocks a ring-attention rank holds while passing them round the ring.
+
+    Each of the ``cp`` ranks owns s/cp tokens; its K and V blocks are
+    2 * b * (s/cp) * kv_hidden * B bytes (kv_hidden = key/value heads x head
+    size). Double buffering (compute on one block while the next arrives)
+    holds two such pairs.
+    """
+    s = require_int("seq", seq, 1)
+    c = require_int("cp", cp, 1)
+    require_int("kv_hidden", kv_hidden, 1)
+    require_int("micro_batch", micro_batch, 1)
+    require_positive("dtype_bytes", dtype_bytes, "bytes")
+    block = 2 * micro_batch * s / c * kv_hidden * dtype_bytes
+    return 2 * block if double_buffer else block
+
+
+def ring_attention_bytes_per_layer(seq, cp, kv_hidden, micro_batch=1, dtype_bytes=2):
+    """Bytes one rank sends per layer in the forward of ring attention: its K, V block (cp - 1) times.
+
+    The backward passes K and V round again and their gradients too (about
+    twice this again); causal-mask load balancing does not change the bytes.
+    """
+    c = require_int("cp", cp, 1)
+    return (c - 1) * ring_attention_buffer_bytes(seq, cp, kv_hidden, micro_batch, dtype_bytes, double_buffer=False)
+
+
+# -- one GPU of a plan ---------------------------------------------------------------------
+
+#: GPU memory in bytes: total memory as nvidia-smi reports it (MiB x 2**20). The
+#: datasheets' "80 GB" is 80 GiB of HBM; a little of it is reserved.
+HBM_BYTES = {
+    "H100 SXM 80GB": 81559 * 2**20,
+    "A100 80GB": 81920 * 2**20,
+    "A100 40GB": 40960 * 2**20,
+    "H200 141GB": 143771 * 2**20,
+}
+
+#: Attention heads of the model presets in commtax.formulas.models (same sources).
+HEADS = {"Llama-2-7B": 32, "Llama-3-8B": 32, "Llama-2-13B": 40, "Llama-2-70B": 64, "GPT-3 175B": 96}
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """One GPU of a training plan. ``gpus`` = tp * pp * dp; ZeRO shards over the dp ranks."""
+
+    n_params: float
+    layers: int
+    hidden: int
+    heads: int
+    seq: int = 4096
+    micro_batch: int = 1
+    microbatches: int = 8
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    zero_stage: int = 0
+    recompute: str = "none"
+    sequence_parallel: bool = False
+    param_bytes: int = 2
+    grad_bytes: int = 2
+    optimizer_bytes_per_param: int = ADAM_STATE_BYTES
+    activation_bytes: int = 2
+
+
+def plan_memory(plan: MemoryPlan) -> dict:
+    """Per-GPU bytes: ``params``, ``grads``, ``optimizer``, ``activations``, ``buffers``, and ``total``.
+
+    Model state: the N/(t p) parameters of one model-parallel rank, sharded by
+    ZeRO over dp. Activations: Korthikanti's per-layer bytes (scaled from 16-bit
+    to ``activation_bytes``) times the layers on a stage, times the micro-batches
+    the first stage of a 1F1B pipeline holds at once, min(p, m). Buffers: ZeRO-3
+    keeps two layers' gathered parameters (the one computing and the one being
+    prefetched) in ``param_bytes``; other temporaries (communication buckets,
+    fragmentation, the logits) are not counted. Embeddings are counted in N
+    but their activations are not.
+    """
+    p = plan
+    for name in ("layers", "hidden", "heads", "seq", "micro_batch", "microbatches", "tp", "pp", "dp"):
+        require_int(name, getattr(p, name), 1)
+    if p.layers % p.pp:
+        raise ValueError(f"layers ({p.layers}) must be divisible by pp ({p.pp})")
+    if p.hidden % p.tp:
+        raise ValueError(f"hidden ({p.hidden}) must be divisible by tp ({p.tp})")
+    n_rank = p.n_params / (p.tp * p.pp)
+    parts = model_state_breakdown(n_rank, p.dp, p.zero_stage, p.optimizer_bytes_per_param,
+                                  p.param_bytes, p.grad_bytes)
+    per_layer = activation_bytes_per_layer(p.seq, p.micro_batch, p.hidden, p.heads, p.tp,
+                                           p.sequence_parallel, p.recompute) * p.activation_bytes / 2
+    in_flight = min(p.pp, p.microbatches)
+    layers_here = p.layers // p.pp
+    parts["activations"] = per_layer * layers_here * in_flight
+    if p.recompute == "full":  # the layer being recomputed needs its full activations once
+        parts["activations"] += activation_bytes_per_layer(p.seq, p.micro_batch, p.hidden, p.heads, p.tp,
+                                                           p.sequence_parallel, "selective") * p.activation_bytes / 2
+    parts["buffers"] = 2 * (n_rank / layers_here) * p.param_bytes if p.zero_stage == 3 and p.dp > 1 else 0.0
+    parts["total"] = sum(parts.values())
+    return parts
+
+
+def plan_wire_bytes(plan: MemoryPlan) -> dict:
+    """Bytes one GPU sends per optimizer step, per axis: ``dp`` (ZeRO stage), ``tp``, ``pp``; and ``total``.
+
+    DP: :func:`zero_bytes_per_step` of the rank's N/(t p) parameters in
+    ``grad_bytes``. TP: four all-reduces of b s h per layer per micro-batch
+    (with sequence parallelism: four reduce-scatter + all-gather pairs, the
+    same bytes), 8 (t-1)/t b s h B. PP: each micro-batch's activation forward
+    and its gradient back across a stage boundary, 2 b s h B.
+    """
+    p = plan
+    n_rank = p.n_params / (p.tp * p.pp)
+    out = {"dp": 0.0, "tp": 0.0, "pp": 0.0}
+    act = p.micro_batch * p.seq * p.hidden * p.activation_bytes
+    if p.dp > 1:
+        out["dp"] = zero_bytes_per_step(n_rank, p.dp, p.zero_stage, p.microbatches, p.grad_bytes)
+    if p.tp > 1:
+        out["tp"] = 8 * (p.tp - 1) / p.tp * act * (p.layers // p.pp) * p.microbatches
+    if p.pp > 1:
+        out["pp"] = 2 * act * p.microbatches
+    out["total"] = sum(out.values())
+    return out
+
+
+def smallest_plan(n_params, layers, hidden, heads, gpus, hbm_bytes, *, seq=4096, micro_batch=1,
+                  microbatches=8, gpus_per_node=8, **dtypes):
+    """The least-sharded plan on ``gpus`` GPUs whose per-GPU memory fits ``hbm_bytes``, or None.
+
+    Candidates in order of cost: fewer model-parallel ranks (t p, TP within a
+    node) first; then ZeRO-1, 2, 3 with selective recomputation (what a fused
+    attention kernel gives for free; ZeRO-1 moves no more bytes than DDP),
+    then ZeRO-1, 2, 3 with full recomputation (a third more compute); stage 0
+    when dp = 1. Sequence parallelism whenever t > 1 (it costs no extra
+    bytes). The first that fits is returned as a :class:`MemoryPlan`.
+    """
+    require_int("gpus", gpus, 1)
+    require_positive("hbm_bytes", hbm_bytes, "bytes")
+    candidates = []
+    for tp in (1, 2, 4, 8, 16):
+        if tp > gpus_per_node or gpus % tp or hidden % tp or heads % tp:
+            continue
+        for pp in range(1, layers + 1):
+            if layers % pp or gpus % (tp * pp):
+                continue
+            candidates.append((tp * pp, pp, tp))
+    for _, pp, tp in sorted(candidates):
+        dp = gpus // (tp * pp)
+        stages = (0,) if dp == 1 else (1, 2, 3)
+        for recompute, stage in [(r, z) for r in ("selective", "full") for z in stages]:
+            plan = MemoryPlan(n_params, layers, hidden, heads, seq, micro_batch, microbatches, tp, pp, dp,
+                              stage, recompute, tp > 1, **dtypes)
+            if plan_memory(plan)["total"] <= hbm_bytes:
+                return plan
+    return None
