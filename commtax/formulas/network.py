@@ -31,31 +31,32 @@ each rank holds for all-reduce, the full buffer before scattering for
 reduce-scatter, after gathering for all-gather, and what each rank sends in
 total for all-to-all. Times are seconds.
 
-* N = 1: a ring on the intra link. m = 1: a ring on the inter link (for
-  all-reduce, with the tree's latency where it is smaller, as below).
+* N = 1: a ring on the intra link.
 * Otherwise (m GPUs on each of N nodes) NCCL's tuner picks, per message
-  size, between its ring and its tree; the model takes the faster of the two:
+  size, between its ring and its tree. The model takes the bytes from the
+  one and the latency from the other:
 
-  - **rings across rails** (one ring per NIC, NCCL's channels): m rings run
-    at once, each carrying 1/m of the buffer and leaving each node through a
-    different NIC. Every step waits for its slowest hop, a node crossing:
-    2(P-1) a_e + 2(P-1)/P n / min(B_i, m B_e). Its bus bandwidth
-    (nccl-tests' busbw) is the node's aggregate NIC bandwidth,
-    min(B_i, m B_e), whatever the number of nodes: what NVIDIA measures
-    (192 GB/s on DGX-A100 with 8 x 200 Gb/s HDR).
-  - **the tree path** (hierarchical: a chain through the node's GPUs, then a
-    pipelined binary tree across nodes, as in NCCL's tree): the same
-    bandwidth term at scale (pipelining keeps it close to the ring's), but a
-    latency that grows like m + log2 N instead of m N:
-    2((m-1) a_i + ceil(log2 N) a_e) + 2(P-1)/P n / min(B_i, m B_e).
-    It wins for small messages on many nodes.
+  - **bytes: rings across rails** (one ring per NIC, NCCL's channels). m
+    rings run at once, each carrying 1/m of the buffer and leaving each node
+    through a different NIC, so the bytes move at the node's aggregate NIC
+    bandwidth: 2(P-1)/P n / min(B_i, m B_e) (B_e alone when m = 1). The bus
+    bandwidth (nccl-tests' busbw) is then min(B_i, m B_e) whatever the
+    number of nodes: what NVIDIA measures (192 GB/s on DGX-A100 with
+    8 x 200 Gb/s HDR).
+  - **latency: the tree path** (a chain through the node's GPUs, a binary
+    tree across nodes, up and down): 2((m-1) a_i + ceil(log2 N) a_e). It is
+    never more than the ring's 2(P-1) latencies, and NCCL's tree, pipelined
+    in chunks, keeps close to the ring's bandwidth at scale, so for every
+    size the faster choice costs about bytes-of-the-ring plus
+    latency-of-the-tree.
 
   Lesson 01's two-level algorithm (reduce-scatter in the node, a ring across
   nodes per rail, all-gather in the node) is the same idea with a ring
   across nodes; run as separate phases it is never faster than the rails
   in the bandwidth regime beyond two nodes.
 * Reduce-scatter and all-gather (NCCL runs them as rings) are half of the
-  rings across rails: (P-1) a_e + (P-1)/P n / min(B_i, m B_e).
+  rings across rails, latency included:
+  (P-1) max(a_i, a_e) + (P-1)/P n / min(B_i, m B_e).
 * All-to-all: each rank sends n/P to every peer; the (m-1)/P n for peers in
   its node goes over the intra link while the (P-m)/P n for other nodes goes
   through the GPU's own NIC at the same time; pairwise exchange pays one
@@ -132,12 +133,13 @@ def _ring(steps_scale, n, p, alpha, bandwidth):
 
 
 def _across_nodes(steps_scale, n, p, m, nodes, a_i, b_i, a_e, b_e):
-    """Rings across rails and (all-reduce only) the tree path, for m GPUs on each of ``nodes`` >= 2 nodes."""
+    """Rings across rails for the bytes; the tree path's latency (all-reduce) or the ring's (RS, AG)."""
     slowest_link = b_e if m == 1 else min(b_i, m * b_e)
     bandwidth = steps_scale * (p - 1) / p * n / slowest_link
-    latency = steps_scale * (p - 1) * (a_e if m == 1 else max(a_i, a_e))
-    if steps_scale == 2:  # all-reduce: NCCL's tree is the other choice
-        latency = min(latency, 2 * ((m - 1) * a_i + ceil_log2(nodes) * a_e))
+    if steps_scale == 2:  # all-reduce: NCCL's tree path
+        latency = 2 * ((m - 1) * a_i + ceil_log2(nodes) * a_e)
+    else:
+        latency = (p - 1) * (a_e if m == 1 else max(a_i, a_e))
     return bandwidth + latency
 
 
@@ -155,10 +157,9 @@ def group_allreduce_time(nbytes, group_size, members_per_node, intra_alpha, intr
     """Seconds to all-reduce ``nbytes`` (the buffer each rank holds) over a group that may span nodes.
 
     One node (m = P): a ring on the intra link,
-    2(P-1) a_i + 2(P-1)/P n / B_i. Several nodes (N = P/m >= 2): rings across
-    rails, 2(P-1)/P n / B for the bytes with B = min(B_i, m B_e) (B = B_e when
-    m = 1), plus the smaller latency of the ring, 2(P-1) max(a_i, a_e)
-    (2(P-1) a_e when m = 1), and of the tree path,
+    2(P-1) a_i + 2(P-1)/P n / B_i. Several nodes (N = P/m >= 2): the bytes
+    of rings across rails, 2(P-1)/P n / B with B = min(B_i, m B_e) (B = B_e
+    when m = 1), plus the latency of the tree path,
     2((m-1) a_i + ceil(log2 N) a_e). The module docstring says what is
     modelled and what is left out.
     """

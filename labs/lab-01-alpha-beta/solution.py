@@ -191,3 +191,48 @@ def hierarchical_allreduce_time(nbytes, nodes, gpus_per_node, intra_alpha, intra
     across = allreduce_time(nbytes / g, nodes, inter_alpha, inter_bandwidth, "ring")
     return inside + across
     # END SOLUTION
+
+
+def group_allreduce_time(nbytes, group_size, members_per_node, intra_alpha, intra_bandwidth,
+                         inter_alpha, inter_bandwidth):
+    """Seconds to all-reduce ``nbytes`` over a group of GPUs that may span nodes (the course's network model).
+
+    ``group_size`` (P) GPUs take part, ``members_per_node`` (m) of them on each
+    node, so they span N = P / m nodes. Each GPU drives its own NIC:
+    ``inter_bandwidth`` is per GPU per direction (a node whose 8 GPUs share 4
+    NICs has 4 x NIC / 8). A data-parallel group beside TP = 8 on 8-GPU nodes
+    has m = 1; pure data parallelism on the same nodes has m = 8.
+
+    * N = 1 (m = P): a ring on the intra link,
+      2(P-1) a_i + 2(P-1)/P n / B_i.
+    * N >= 2: NCCL runs m rings at once, one per NIC ("rail"), each carrying
+      1/m of the buffer, so the bytes move at the node's aggregate NIC
+      bandwidth: 2(P-1)/P n / B with B = min(B_i, m B_e) (B = B_e when m = 1).
+      For the latency NCCL's tree path is never worse than the ring's: a
+      chain inside the node and a binary tree across nodes, up and down,
+      2((m-1) a_i + ceil(log2 N) a_e). Time = bytes part + latency part.
+
+    ValueError naming the argument if ``members_per_node`` does not divide
+    ``group_size`` or exceeds it, or for the usual bad sizes, alphas and
+    bandwidths.
+    """
+    # BEGIN SOLUTION
+    # HINT: validate; N = P // m; one node: your ring formula on the intra link; several nodes:
+    # HINT: 2(P-1)/P n at min(B_i, m * B_e) (B_e alone if m == 1) plus the tree path's latency.
+    _check_size("nbytes", nbytes)
+    _check_count("group_size", group_size)
+    _check_count("members_per_node", members_per_node)
+    p, m = group_size, members_per_node
+    if m > p or p % m:
+        raise ValueError(f"members_per_node ({m}) must divide group_size ({p})")
+    _check_size("intra_alpha", intra_alpha)
+    _check_bandwidth("intra_bandwidth", intra_bandwidth)
+    _check_size("inter_alpha", inter_alpha)
+    _check_bandwidth("inter_bandwidth", inter_bandwidth)
+    nodes = p // m
+    if nodes == 1:
+        return allreduce_time(nbytes, p, intra_alpha, intra_bandwidth, "ring")
+    slowest = inter_bandwidth if m == 1 else min(intra_bandwidth, m * inter_bandwidth)
+    tree_latency = 2 * ((m - 1) * intra_alpha + math.ceil(math.log2(nodes)) * inter_alpha)
+    return 2 * (p - 1) / p * nbytes / slowest + tree_latency
+    # END SOLUTION

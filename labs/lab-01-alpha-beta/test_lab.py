@@ -10,7 +10,10 @@ import math
 
 import pytest
 
+from commtax.formulas import network
 from commtax.simulation import messages as simulate
+
+PUBLISHED = network.PUBLISHED_ALLREDUCE_BUSBW  # multi-node nccl-tests figures, with their sources
 
 ALPHA = 2e-6        # s per message
 BANDWIDTH = 50e9    # bytes/s per direction
@@ -180,9 +183,71 @@ def test_hierarchical_beats_a_flat_ring_across_slow_links(lab, nodes):
                                                          numel=nodes * 8 * 2)
         two_level = lab.hierarchical_allreduce_time(nbytes, nodes, 8, *NVLINK, *INFINIBAND)
         assert two_level < flat.time
-    # For big buffers the gain approaches G = 8: only n/G per GPU crosses the slow link.
+    # For big buffers the gain is large but capped near 1/(B_e/B_i + 1/G) = 4.2, not G = 8: both
+    # algorithms put ~2n per node on the network; the two-level one spreads it over all G NICs
+    # (the flat ring leaves each node through one), then pays NVLink twice.
     flat = simulate.simulate_flat_ring_on_two_levels(1e9, nodes, 8, *NVLINK, *INFINIBAND, numel=nodes * 16)
     assert flat.time / lab.hierarchical_allreduce_time(1e9, nodes, 8, *NVLINK, *INFINIBAND) > 4
+
+
+# -- groups that span nodes: the course's network model -------------------------------
+
+H100_NODE = dict(intra_alpha=3e-6, intra_bandwidth=450e9, inter_alpha=5e-6, inter_bandwidth=50e9)
+
+
+@pytest.mark.parametrize("size", [2, 4, 8])
+def test_group_allreduce_inside_one_node_is_the_ring_on_nvlink(lab, size):
+    for nbytes in (0.0, 1e3, float(N), 1e9):
+        got = lab.group_allreduce_time(nbytes, size, size, **H100_NODE)
+        ring = 2 * (size - 1) * 3e-6 + 2 * (size - 1) / size * nbytes / 450e9
+        assert got == pytest.approx(ring, rel=1e-12, abs=1e-18), (size, nbytes)
+
+
+def test_group_allreduce_with_one_gpu_per_node_moves_bytes_at_one_nics_bandwidth(lab):
+    p, nbytes = 64, 1e9
+    got = lab.group_allreduce_time(nbytes, p, 1, **H100_NODE)
+    bytes_part = 2 * (p - 1) / p * nbytes / 50e9
+    tree_latency = 2 * 6 * 5e-6  # log2(64) = 6 hops up and down: less than the ring's 2 * 63
+    assert got == pytest.approx(bytes_part + tree_latency, rel=1e-12)
+
+
+@pytest.mark.points(3)
+@pytest.mark.parametrize("row", PUBLISHED, ids=[r["system"] for r in PUBLISHED])
+def test_group_allreduce_busbw_is_within_15_percent_of_published_multi_node_measurements(lab, row):
+    """nccl-tests' busbw = 2(P-1)/P n / t at a size where latency is negligible."""
+    p, n = row["group_size"], 1e13
+    t = lab.group_allreduce_time(n, p, row["gpus_per_node"], 0.0, row["intra_bandwidth"], 0.0,
+                                 row["inter_bandwidth"])
+    busbw = 2 * (p - 1) / p * n / t
+    error = busbw / row["busbw"] - 1
+    assert abs(error) <= 0.15, (f"{row['system']}: your model gives {busbw / 1e9:.1f} GB/s, published "
+                                f"{row['busbw'] / 1e9:.1f} GB/s ({error:+.0%}); {row['source']}")
+
+
+def test_group_allreduce_busbw_does_not_fall_as_nodes_are_added(lab):
+    """Eight NICs per node: ~400 GB/s busbw at 2 or 128 nodes, not one NIC's 50 GB/s."""
+    n = 1e13
+    for nodes in (2, 8, 128):
+        p = 8 * nodes
+        t = lab.group_allreduce_time(n, p, 8, 0.0, 450e9, 0.0, 50e9)
+        assert 2 * (p - 1) / p * n / t == pytest.approx(400e9, rel=1e-9), nodes
+
+
+def test_group_allreduce_small_messages_pay_the_tree_paths_latency_not_the_rings(lab):
+    got = lab.group_allreduce_time(0.0, 1024, 8, **H100_NODE)
+    assert got == pytest.approx(2 * (7 * 3e-6 + 7 * 5e-6))   # 128 nodes: ceil(log2 128) = 7
+    assert got < 2 * 1023 * 5e-6 / 20                         # a ring pays 2(P-1) = 2046 latencies
+    assert lab.group_allreduce_time(0.0, 24, 8, **H100_NODE) == pytest.approx(2 * (7 * 3e-6 + 2 * 5e-6))
+
+
+def test_group_allreduce_agrees_with_the_course_model_on_a_grid(lab):
+    for p, m in ((2, 1), (16, 8), (16, 2), (64, 4), (256, 8), (12, 3)):
+        for nbytes in (0.0, 1e4, 1e6, 1e9):
+            for link in (H100_NODE, dict(intra_alpha=1e-6, intra_bandwidth=300e9, inter_alpha=20e-6,
+                                         inter_bandwidth=3.125e9)):
+                expected = network.group_allreduce_time(nbytes, p, m, *link.values())
+                assert lab.group_allreduce_time(nbytes, p, m, **link) == pytest.approx(expected, rel=1e-12), \
+                    (p, m, nbytes, link)
 
 
 # -- bad input -------------------------------------------------------------------
@@ -206,6 +271,14 @@ BAD_CASES = [
                                          intra_bandwidth=1, inter_alpha=0, inter_bandwidth=1), "nodes"),
     ("hierarchical_allreduce_time", dict(nbytes=1e6, nodes=2, gpus_per_node=8, intra_alpha=0,
                                          intra_bandwidth=1, inter_alpha=0, inter_bandwidth=0), "inter_bandwidth"),
+    ("group_allreduce_time", dict(nbytes=1e6, group_size=16, members_per_node=3, **H100_NODE),
+     "members_per_node"),
+    ("group_allreduce_time", dict(nbytes=1e6, group_size=4, members_per_node=8, **H100_NODE),
+     "members_per_node"),
+    ("group_allreduce_time", dict(nbytes=1e6, group_size=0, members_per_node=1, **H100_NODE), "group_size"),
+    ("group_allreduce_time", dict(nbytes=-1.0, group_size=16, members_per_node=8, **H100_NODE), "nbytes"),
+    ("group_allreduce_time", dict(nbytes=1e6, group_size=16, members_per_node=8,
+                                  **{**H100_NODE, "inter_bandwidth": 0.0}), "inter_bandwidth"),
 ]
 
 
