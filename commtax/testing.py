@@ -31,6 +31,9 @@ def stub_message(func) -> str | None:
     Spotting it statically lets a test fail at once instead of starting ranks
     only to watch every one of them raise.
     """
+    static = getattr(type(func), "_commtax_stub_message", None)
+    if static is not None:  # a commtax.boundary.LabFunction: read the learner's file, run nothing
+        return static(func)
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(func)))
     except (OSError, TypeError, SyntaxError):
