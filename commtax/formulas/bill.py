@@ -20,13 +20,20 @@ B = bytes per element):
 ========  ==========================  ===============================================
 axis      collective                  bytes per rank
 ========  ==========================  ===============================================
-DP        all-reduce of gradients     2(d-1)/d * N * B            (once per step)
-ZeRO-1/2  reduce-scatter + all-gather 2(d-1)/d * N * B            (same as DP)
-ZeRO-3    2 all-gathers + 1 RS        3(d-1)/d * N * B            (every micro-batch)
+DP        all-reduce of gradients     2(d-1)/d * N * B            (once per step, no_sync)
+ZeRO-1    reduce-scatter + all-gather 2(d-1)/d * N * B            (once per step)
+ZeRO-2    RS per micro-batch + AG     (m+1)(d-1)/d * N * B        (m micro-batches)
+ZeRO-3    2 all-gathers + 1 RS        3m(d-1)/d * N * B           (every micro-batch)
 TP        4 all-reduces per layer     8(t-1)/t * b*s*h * B        (per layer, fwd + bwd)
 PP        send / recv per boundary    2 * b*s*h * B               (per micro-batch)
 EP        4 all-to-alls per MoE layer 4(e-1)/e * b*s*k*h * B      (per MoE layer)
 ========  ==========================  ===============================================
+
+Times of collectives come from the course's network model
+(:mod:`commtax.formulas.network`), with each axis's group placed as
+Megatron-LM places it: TP innermost (consecutive ranks), then DP (stride t;
+EP groups are carved from DP ranks), then PP (stride t*d). A group with several
+members on each of several nodes uses every NIC of the node at once.
 """
 
 from __future__ import annotations
@@ -35,6 +42,9 @@ from dataclasses import dataclass, field
 
 from commtax.checks import require_choice, require_fraction, require_int, require_positive
 from commtax.formulas.links import INFINIBAND_NDR, NVLINK4, Link
+from commtax.formulas.memory import zero_bytes_per_step
+from commtax.formulas.network import (group_all_to_all_time, group_allgather_time, group_allreduce_time,
+                                      group_reduce_scatter_time, members_per_node)
 from commtax.formulas.memory import ADAM_STATE_BYTES, model_state_bytes  # noqa: F401 (re-exported)
 
 H100_BF16_DENSE = 989e12  # FLOP/s, NVIDIA H100 SXM datasheet (dense; 1979e12 is with sparsity)
@@ -55,7 +65,11 @@ def dp_allreduce_bytes(n_params, dp, dtype_bytes=2):
 
 
 def zero_bytes(n_params, dp, stage, dtype_bytes=2):
-    """Bytes per rank per optimizer step of ZeRO ``stage`` 0-3 (one micro-batch for stage 3).
+    """Bytes per rank of ZeRO ``stage`` 0-3 for ONE micro-batch (no gradient accumulation).
+
+    With accumulation over several micro-batches use :func:`zero_bytes_per_step`
+    (stage 2 then reduce-scatters after every micro-batch, stage 3 gathers for
+    every one).
 
     Stage 0 is plain DP; stages 1 and 2 reduce-scatter the gradients and
     all-gather the updated parameters: the same 2(d-1)/d N bytes. Stage 3
@@ -148,9 +162,13 @@ class Plan:
     """A training plan: model, batch, parallel degrees, hardware. dp = gpus / (tp * pp).
 
     Ranks are laid out Megatron-style: TP innermost (consecutive ranks), then
-    DP (EP groups are carved from DP ranks), then PP. An axis whose group
-    spans more consecutive ranks than ``gpus_per_node`` crosses nodes and uses
-    the ``inter`` link.
+    DP (stride t; EP groups are carved from DP ranks), then PP (stride t*d).
+    Each group's collectives are priced with the network model: how many of
+    its members share a node decides whether it runs on NVLink, on one NIC per
+    GPU, or on all of a node's NICs at once. ``inter`` is per GPU (each GPU
+    has its own NIC). ``grad_dtype_bytes``: bytes per gradient element in the
+    DP/ZeRO reduction (2 for bf16; 4 where gradients are reduced in fp32,
+    which doubles those bytes).
     """
 
     n_params: float
@@ -172,6 +190,7 @@ class Plan:
     intra: Link = NVLINK4
     inter: Link = INFINIBAND_NDR
     dtype_bytes: int = 2
+    grad_dtype_bytes: int = 2
 
     @property
     def dp(self) -> int:
@@ -180,7 +199,7 @@ class Plan:
     def validate(self) -> "Plan":
         require_positive("n_params", self.n_params)
         for name in ("layers", "hidden", "seq_len", "micro_batch", "microbatches", "gpus", "tp", "pp",
-                     "ep", "top_k", "gpus_per_node", "dtype_bytes"):
+                     "ep", "top_k", "gpus_per_node", "dtype_bytes", "grad_dtype_bytes"):
             require_int(name, getattr(self, name), 1)
         require_int("moe_layers", self.moe_layers, 0)
         require_choice("zero_stage", self.zero_stage, (0, 1, 2, 3))
@@ -196,9 +215,23 @@ class Plan:
             raise ValueError(f"layers ({self.layers}) is not divisible by pp ({self.pp})")
         if self.moe_layers > self.layers:
             raise ValueError(f"moe_layers ({self.moe_layers}) exceeds layers ({self.layers})")
-        if self.tp > self.gpus_per_node and self.tp % self.gpus_per_node:
-            raise ValueError(f"tp ({self.tp}) wider than a node must be a multiple of gpus_per_node")
+        for axis, size, stride in self.groups():
+            try:
+                members_per_node(size, stride, self.gpus_per_node)
+            except ValueError as exc:
+                raise ValueError(f"{axis} groups do not sit evenly on nodes of gpus_per_node = "
+                                 f"{self.gpus_per_node}: {exc}") from None
         return self
+
+    def groups(self):
+        """(axis, group size, stride) in Megatron's rank order: TP, DP (EP within it), PP."""
+        t, d = self.tp, self.dp
+        return (("tp", t, 1), ("dp", d, t), ("ep", self.ep, t), ("pp", self.pp, t * d))
+
+    def members_per_node(self, axis: str) -> int:
+        """GPUs of one ``axis`` group ("tp", "dp", "ep" or "pp") on each node it spans."""
+        size, stride = {a: (s, st) for a, s, st in self.groups()}[axis]
+        return members_per_node(size, stride, self.gpus_per_node)
 
 
 @dataclass
@@ -208,7 +241,7 @@ class AxisCost:
     axis: str
     collective: str
     bytes: float
-    link: str          # "intra" (inside a node) or "inter" (across nodes)
+    link: str          # "intra" (inside a node) or "inter" (across nodes, and how many GPUs per node)
     t_comm: float
     window: float      # compute it can hide behind
     exposed: float     # what it adds to the step
@@ -225,21 +258,49 @@ class StepReport:
     binding: str | None = None  # the axis with the largest exposed time (None: compute-bound)
 
 
-def _link(plan: Plan, span: int) -> tuple[str, Link]:
-    """The link a group of ``span`` consecutive ranks uses."""
-    return ("intra", plan.intra) if span <= plan.gpus_per_node else ("inter", plan.inter)
+def _placement(plan: Plan, axis: str) -> tuple[str, int]:
+    """("intra" or "inter", members per node) for one group of ``axis``."""
+    size = {"tp": plan.tp, "dp": plan.dp, "ep": plan.ep, "pp": plan.pp}[axis]
+    m = plan.members_per_node(axis)
+    return ("intra" if m == size else "inter"), m
+
+
+def _spread(where: str, m: int) -> str:
+    """How a group's traffic leaves its nodes, for the notes."""
+    if where == "intra":
+        return "inside one node"
+    return f"{m} GPUs per node, {m} NICs at once" if m > 1 else "1 GPU per node, one NIC"
+
+
+def _time(collective, nbytes, size, m, plan: Plan):
+    return collective(nbytes, size, m, plan.intra.alpha, plan.intra.bandwidth, plan.inter.alpha,
+                      plan.inter.bandwidth)
 
 
 def step_report(plan: Plan) -> StepReport:
     """Per-axis bytes, communication time, hiding window, exposed time and tax; step time and MFU.
 
-    Windows: the DP (and ZeRO-1/2) gradient sync hides behind the backward of
-    the last micro-batch (gradient accumulation skips it for the others);
-    ZeRO-3's gathers and scatters are prefetched behind all compute; TP is
-    on the critical path (window 0); PP's sends overlap other micro-batches'
-    work except along the fill and drain, where the bubble (p-1)/m of the
-    compute is also paid; EP's all-to-alls hide behind the expert FFNs.
-    Collective times use the ring's alpha-beta cost; buckets are ignored.
+    Collective times come from the network model with each group placed as
+    Megatron places it (see :class:`Plan`). Windows:
+
+    * TP: on the critical path (the next matmul needs the result): all exposed.
+    * DP, ZeRO-0 (DDP with ``no_sync``): one all-reduce per step behind the
+      last micro-batch's backward.
+    * ZeRO-1: one reduce-scatter behind the last backward, then one
+      all-gather of the updated parameters AFTER the optimizer step, outside
+      any backward: exposed.
+    * ZeRO-2: a reduce-scatter after EVERY micro-batch (only the gradient
+      shard is kept), each behind its own micro-batch's backward, then the
+      exposed all-gather.
+    * ZeRO-3: two all-gathers and a reduce-scatter per micro-batch, prefetched
+      behind all the compute.
+    * PP: transfers overlap other micro-batches' work (asynchronous p2p)
+      except along the fill and drain, where the bubble (p-1)/m of the
+      compute is also paid.
+    * EP: dispatch -> expert FFN -> combine is a chain of dependencies, so the
+      four all-to-alls are on the critical path (only chunking hides them,
+      Lesson 09).
+    Buckets are ignored (the last bucket is always exposed in reality).
     """
     plan.validate()
     t, p, d, e = plan.tp, plan.pp, plan.dp, plan.ep
@@ -249,54 +310,62 @@ def step_report(plan: Plan) -> StepReport:
     tokens_mb = plan.micro_batch * plan.seq_len           # tokens per micro-batch per replica
     m = plan.microbatches
     t_compute = 6 * plan.n_params * tokens_mb * m / (t * p) / rate
-    t_bwd_last = 4 * plan.n_params * tokens_mb / (t * p) / rate
+    t_bwd_one = 4 * plan.n_params * tokens_mb / (t * p) / rate   # backward of one micro-batch
     act = tokens_mb * plan.hidden * B                     # one activation tensor, bytes
     layers_here = plan.layers // p
     report = StepReport(t_compute=t_compute)
-
-    def ring_allreduce(nbytes, ranks, link):
-        return 2 * (ranks - 1) * link.alpha + 2 * (ranks - 1) / ranks * nbytes / link.bandwidth
 
     def add(axis, collective, nbytes, where, t_comm, window, exposed, note=""):
         report.axes[axis] = AxisCost(axis, collective, nbytes, where, t_comm, window, exposed,
                                      exposed / t_compute, note)
 
     if t > 1:
-        where, link = _link(plan, t)
-        count = 4 * layers_here * m
-        t_comm = count * ring_allreduce(act, t, link)
+        where, mt = _placement(plan, "tp")
+        t_comm = 4 * layers_here * m * _time(group_allreduce_time, act, t, mt, plan)
         add("TP", "all-reduce", tp_bytes_per_layer(plan.micro_batch, plan.seq_len, plan.hidden, t, B) * layers_here * m,
-            where, t_comm, 0.0, t_comm, "on the critical path")
+            where, t_comm, 0.0, t_comm, f"on the critical path; {_spread(where, mt)}")
     if d > 1:
-        where, link = _link(plan, t * d)
-        grad = n_rank * B
-        if plan.zero_stage == 3:
-            one = (d - 1) * link.alpha + (d - 1) / d * grad / link.bandwidth
-            t_comm = 3 * one * m
-            add("DP", "ZeRO-3: all-gather x2 + reduce-scatter", zero_bytes(n_rank, d, 3, B) * m,
-                where, t_comm, t_compute, max(0.0, t_comm - t_compute), "prefetched behind all compute")
+        where, md = _placement(plan, "dp")
+        grads = n_rank * plan.grad_dtype_bytes
+        params = n_rank * B
+        rs = _time(group_reduce_scatter_time, grads, d, md, plan)
+        ag = _time(group_allgather_time, params, d, md, plan)
+        stage = plan.zero_stage
+        if stage == 3:
+            t_comm = (rs + 2 * _time(group_allgather_time, params, d, md, plan)) * m
+            nbytes = (d - 1) / d * (grads + 2 * params) * m
+            add("DP", "ZeRO-3: all-gather x2 + reduce-scatter per micro-batch", nbytes, where, t_comm, t_compute,
+                max(0.0, t_comm - t_compute), f"prefetched behind all compute; {_spread(where, md)}")
+        elif stage == 0:
+            t_comm = _time(group_allreduce_time, grads, d, md, plan)
+            add("DP", "all-reduce", 2 * (d - 1) / d * grads, where, t_comm, t_bwd_one,
+                max(0.0, t_comm - t_bwd_one), f"behind the last micro-batch's backward; {_spread(where, md)}")
         else:
-            t_comm = ring_allreduce(grad, d, link)
-            name = "all-reduce" if plan.zero_stage == 0 else f"ZeRO-{plan.zero_stage}: reduce-scatter + all-gather"
-            add("DP", name, zero_bytes(n_rank, d, plan.zero_stage, B), where, t_comm, t_bwd_last,
-                max(0.0, t_comm - t_bwd_last), "behind the last micro-batch's backward")
+            scatters = 1 if stage == 1 else m
+            t_comm = scatters * rs + ag
+            exposed = scatters * max(0.0, rs - t_bwd_one) + ag
+            nbytes = (d - 1) / d * (scatters * grads + params)
+            name = "ZeRO-1: reduce-scatter + all-gather" if stage == 1 else \
+                "ZeRO-2: reduce-scatter per micro-batch + all-gather"
+            add("DP", name, nbytes, where, t_comm, scatters * t_bwd_one, exposed,
+                f"the all-gather after the optimizer step is exposed; {_spread(where, md)}")
     if p > 1:
-        where, link = _link(plan, t * d * p)
+        link = plan.intra if t * d * p <= plan.gpus_per_node else plan.inter
+        where = "intra" if link is plan.intra else "inter"
         one = link.alpha + act / link.bandwidth
         t_comm = 2 * m * one
         bubble = (p - 1) / m * t_compute
         exposed = bubble + 2 * (p - 1) * one
         add("PP", "send/recv", pp_bytes_per_microbatch(plan.micro_batch, plan.seq_len, plan.hidden, B) * m,
-            where, t_comm, t_compute, exposed, f"bubble {bubble:.3g} s + fill/drain transfers")
+            where, t_comm, t_compute, exposed,
+            f"exposed = bubble {bubble:.3g} s + fill/drain transfers (more than t_comm: the bubble is idle time)")
     if e > 1 and plan.moe_layers:
-        where, link = _link(plan, t * e)
+        where, me = _placement(plan, "ep")
         moe_here = max(1, round(plan.moe_layers / p))
         payload = tokens_mb * plan.top_k * plan.hidden * B
-        one = (e - 1) * link.alpha + (e - 1) / e * payload / link.bandwidth
-        t_comm = 4 * one * moe_here * m
-        window = 6 * 8 * plan.hidden**2 * tokens_mb * plan.top_k / t / rate * moe_here * m
+        t_comm = 4 * moe_here * m * _time(group_all_to_all_time, payload, e, me, plan)
         add("EP", "all-to-all", ep_alltoall_bytes_per_layer(tokens_mb, plan.hidden, e, plan.top_k, B) * moe_here * m,
-            where, t_comm, window, max(0.0, t_comm - window), "behind the expert FFNs")
+            where, t_comm, 0.0, t_comm, f"dispatch -> experts -> combine: on the critical path; {_spread(where, me)}")
 
     exposed = {name: axis.exposed for name, axis in report.axes.items()}
     report.t_step = t_compute + sum(exposed.values())

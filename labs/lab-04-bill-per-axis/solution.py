@@ -53,7 +53,7 @@ def dp_allreduce_bytes(n_params, dp, dtype_bytes=2):
 
 
 def zero_bytes(n_params, dp, stage, dtype_bytes=2):
-    """Bytes per rank of ZeRO ``stage`` (0, 1, 2 or 3) for one pass over the data.
+    """Bytes per rank of ZeRO ``stage`` (0, 1, 2 or 3) for ONE micro-batch (no gradient accumulation).
 
     Stage 0 is plain data parallelism (all-reduce). Stages 1 and 2
     reduce-scatter the gradients and all-gather the updated parameters: the
@@ -69,6 +69,35 @@ def zero_bytes(n_params, dp, stage, dtype_bytes=2):
         raise ValueError(f"stage must be 0, 1, 2 or 3, got {stage!r}")
     _positive("dtype_bytes", dtype_bytes)
     passes = 3 if stage == 3 else 2
+    return passes * (dp - 1) / dp * n_params * dtype_bytes
+    # END SOLUTION
+
+
+def zero_bytes_per_step(n_params, dp, stage, microbatches, dtype_bytes=2):
+    """Bytes one rank sends per optimizer step of ZeRO ``stage`` with gradient accumulation.
+
+    m = ``microbatches`` micro-batches per step; one "pass" is a ring
+    reduce-scatter or all-gather of the N parameters, (d-1)/d * N * dtype_bytes.
+
+    * stage 0 (DDP with ``no_sync`` until the last micro-batch): one all-reduce: 2 passes;
+    * stage 1 (optimizer states sharded, full gradients kept): one
+      reduce-scatter after the last micro-batch, one all-gather of the updated
+      parameters: 2 passes;
+    * stage 2 (gradients sharded too): a rank keeps only its gradient shard, so
+      it must reduce-scatter after EVERY micro-batch, then one all-gather: m + 1;
+    * stage 3 (parameters sharded too): for every micro-batch, all-gather the
+      parameters for the forward, again for the backward (they were freed),
+      and reduce-scatter the gradients: 3m passes; no all-gather after the step.
+    """
+    # BEGIN SOLUTION
+    # HINT: count the passes per stage as the docstring says, then multiply by (d-1)/d * N * B.
+    _positive("n_params", n_params)
+    _count("dp", dp)
+    if stage not in (0, 1, 2, 3):
+        raise ValueError(f"stage must be 0, 1, 2 or 3, got {stage!r}")
+    _count("microbatches", microbatches)
+    _positive("dtype_bytes", dtype_bytes)
+    passes = {0: 2, 1: 2, 2: microbatches + 1, 3: 3 * microbatches}[stage]
     return passes * (dp - 1) / dp * n_params * dtype_bytes
     # END SOLUTION
 
@@ -117,6 +146,40 @@ def ep_alltoall_bytes_per_layer(tokens, hidden, ep, top_k=1, dtype_bytes=2):
         _count(name, value)
     _positive("dtype_bytes", dtype_bytes)
     return 4 * (ep - 1) / ep * tokens * top_k * hidden * dtype_bytes
+    # END SOLUTION
+
+
+# -- where a group sits ---------------------------------------------------------------
+
+def members_per_node(group_size, stride, gpus_per_node):
+    """How many GPUs of one group share a node, for a group whose members are ``stride`` ranks apart.
+
+    Megatron-LM numbers ranks with TP innermost: a TP group is ``tp``
+    consecutive ranks (stride 1), a DP group takes every ``tp``-th rank
+    (stride tp), a PP group every ``tp * dp``-th. Ranks 0..gpus_per_node-1
+    fill the first node. So a group with stride >= gpus_per_node has 1 member
+    per node; otherwise gpus_per_node // stride members share a node, or the
+    whole group if it is smaller. ValueError (naming the argument) when the
+    group cannot sit evenly: a stride that does not divide gpus_per_node (or,
+    if larger, is not a multiple of it), or a group_size that is not a
+    multiple of the members per node.
+    """
+    # BEGIN SOLUTION
+    # HINT: three cases: stride >= gpus_per_node; the whole group fits in one node; else g // stride.
+    for name, value in (("group_size", group_size), ("stride", stride), ("gpus_per_node", gpus_per_node)):
+        _count(name, value)
+    if stride >= gpus_per_node:
+        if stride % gpus_per_node:
+            raise ValueError(f"stride ({stride}) must be a multiple of gpus_per_node ({gpus_per_node})")
+        return 1
+    if gpus_per_node % stride:
+        raise ValueError(f"stride ({stride}) must divide gpus_per_node ({gpus_per_node})")
+    per_node = gpus_per_node // stride
+    if group_size <= per_node:
+        return group_size
+    if group_size % per_node:
+        raise ValueError(f"group_size ({group_size}) must be a multiple of {per_node} at stride {stride}")
+    return per_node
     # END SOLUTION
 
 
@@ -176,9 +239,10 @@ class Plan:
     ``moe_layers`` of the ``layers`` are mixture-of-experts layers.
 
     Ranks are laid out like Megatron-LM: TP innermost (ranks 0..tp-1 form a
-    TP group), then DP, then PP. An axis whose group spans more consecutive
-    ranks than ``gpus_per_node`` (TP: tp; DP: tp*dp; EP: tp*ep; PP: all)
-    crosses nodes and uses the inter-node link.
+    TP group), then DP (stride tp; EP groups are carved from DP ranks, also
+    stride tp), then PP (stride tp*dp). ``inter_bandwidth`` is per GPU: each
+    GPU has its own NIC. ``grad_dtype_bytes``: bytes per gradient element in
+    the DP/ZeRO reduction (4 where gradients are reduced in fp32).
     """
 
     n_params: float            # N, parameters of the model
@@ -201,7 +265,8 @@ class Plan:
     intra_bandwidth: float = 450e9      # NVLink 4, per direction
     inter_alpha: float = 5e-6           # InfiniBand NDR, per message
     inter_bandwidth: float = 50e9       # 400 Gb/s per GPU
-    dtype_bytes: int = 2
+    dtype_bytes: int = 2                # activations and parameters (bf16)
+    grad_dtype_bytes: int = 2           # gradients in the DP/ZeRO reduction
 
 
 @dataclass
@@ -211,7 +276,7 @@ class AxisCost:
     axis: str            # "TP", "DP", "PP" or "EP"
     collective: str
     bytes: float
-    link: str            # "intra" or "inter"
+    link: str            # "intra" (one node) or "inter" (the group spans nodes)
     t_comm: float
     window: float        # compute it can hide behind
     exposed: float       # what it adds to the step
@@ -231,7 +296,7 @@ class StepReport:
 def _check_plan(plan):
     _positive("n_params", plan.n_params)
     for name in ("layers", "hidden", "seq_len", "micro_batch", "microbatches", "gpus", "tp", "pp", "ep",
-                 "top_k", "gpus_per_node", "dtype_bytes"):
+                 "top_k", "gpus_per_node", "dtype_bytes", "grad_dtype_bytes"):
         _count(name, getattr(plan, name))
     _count("moe_layers", plan.moe_layers, 0)
     if plan.zero_stage not in (0, 1, 2, 3):
@@ -254,16 +319,49 @@ def _check_plan(plan):
         raise ValueError(f"layers ({plan.layers}) is not divisible by pp ({plan.pp})")
     if plan.moe_layers > plan.layers:
         raise ValueError(f"moe_layers ({plan.moe_layers}) exceeds layers ({plan.layers})")
-    if plan.tp > plan.gpus_per_node and plan.tp % plan.gpus_per_node:
-        raise ValueError(f"tp ({plan.tp}) wider than a node must be a multiple of gpus_per_node")
+    for size, stride in ((plan.tp, 1), (dp, plan.tp), (plan.ep, plan.tp), (plan.pp, plan.tp * dp)):
+        members_per_node(size, stride, plan.gpus_per_node)
     return dp
 
 
-def _link(plan, span):
-    """(name, alpha, bandwidth) of the link a group of ``span`` consecutive ranks uses."""
-    if span <= plan.gpus_per_node:
-        return "intra", plan.intra_alpha, plan.intra_bandwidth
-    return "inter", plan.inter_alpha, plan.inter_bandwidth
+def _bytes_and_latency(plan, p, m, steps):
+    """(bytes divisor B, latency) of a collective on p ranks, m per node: Lab 01's network model.
+
+    steps = 2 for all-reduce (tree-path latency across nodes), 1 for RS/AG (ring latency).
+    """
+    nodes = p // m
+    if nodes == 1:
+        return plan.intra_bandwidth, steps * (p - 1) * plan.intra_alpha
+    bandwidth = plan.inter_bandwidth if m == 1 else min(plan.intra_bandwidth, m * plan.inter_bandwidth)
+    if steps == 2:
+        latency = 2 * ((m - 1) * plan.intra_alpha + math.ceil(math.log2(nodes)) * plan.inter_alpha)
+    else:
+        latency = (p - 1) * (plan.inter_alpha if m == 1 else max(plan.intra_alpha, plan.inter_alpha))
+    return bandwidth, latency
+
+
+def _allreduce(plan, nbytes, p, m):
+    if p == 1:
+        return 0.0
+    bandwidth, latency = _bytes_and_latency(plan, p, m, 2)
+    return latency + 2 * (p - 1) / p * nbytes / bandwidth
+
+
+def _half(plan, nbytes, p, m):
+    """A reduce-scatter (nbytes before) or an all-gather (nbytes after)."""
+    if p == 1:
+        return 0.0
+    bandwidth, latency = _bytes_and_latency(plan, p, m, 1)
+    return latency + (p - 1) / p * nbytes / bandwidth
+
+
+def _all_to_all(plan, nbytes, p, m):
+    latency = (m - 1) * plan.intra_alpha + (p - m) * plan.inter_alpha
+    return latency + max((m - 1) / p * nbytes / plan.intra_bandwidth, (p - m) / p * nbytes / plan.inter_bandwidth)
+
+
+def _where(p, m):
+    return "intra" if m == p else "inter"
 # END SOLUTION
 
 
@@ -271,31 +369,49 @@ def step_report(plan):
     """The bill of ``plan`` for one training step: a StepReport.
 
     Compute per GPU: t_compute = 6 N * (micro_batch * seq_len * microbatches)
-    / (tp * pp) / (peak_flops * mfu). For each axis with degree > 1:
+    / (tp * pp) / (peak_flops * mfu); the backward of one micro-batch is 4/6
+    of one micro-batch's compute.
 
-    * TP: 4 ring all-reduces of b*s*h*B per layer on this stage, per
+    Every collective is priced with Lab 01's network model for its group:
+    ``members_per_node`` of the group (TP stride 1, DP and EP stride tp) on
+    each of N nodes. One node: a ring on the intra link. Several nodes: bytes
+    at B = min(intra_bandwidth, m * inter_bandwidth) (inter_bandwidth if m = 1),
+    plus latency: all-reduce 2((m-1) a_i + ceil(log2 N) a_e); reduce-scatter
+    and all-gather (P-1) max(a_i, a_e) ((P-1) a_e if m = 1); all-to-all
+    (m-1) a_i + (P-m) a_e + max((m-1)/P n / B_i, (P-m)/P n / B_e). Link name:
+    "intra" when the group sits in one node, else "inter".
+
+    For each axis with degree > 1:
+
+    * TP: 4 all-reduces of b*s*h*dtype_bytes per layer on this stage, per
       micro-batch; window 0 (the next matmul needs the result): all exposed.
-    * DP: gradients of this rank's N / (tp * pp) parameters. ZeRO 0-2: one
-      ring all-reduce (or reduce-scatter + all-gather, same time) per step,
-      hidden behind the backward of the last micro-batch (4 N b s / (tp pp)
-      FLOPs; gradient accumulation skips the sync on the others). ZeRO-3:
-      two all-gathers and a reduce-scatter per micro-batch, each
-      (d-1) alpha + (d-1)/d bytes / BW, hidden behind all the compute.
-    * PP: 2 messages of b*s*h*B per micro-batch. Transfers overlap other
+    * DP over this rank's N / (tp * pp) parameters (gradients in
+      grad_dtype_bytes, parameters in dtype_bytes):
+      - ZeRO-0: one all-reduce per step, window = the last micro-batch's backward;
+      - ZeRO-1: one reduce-scatter (window: last backward) + one all-gather of
+        the parameters after the optimizer step (window 0: exposed);
+      - ZeRO-2: a reduce-scatter after every micro-batch (each behind its own
+        backward: window m * backward, exposed m * max(0, t_rs - t_bwd)) +
+        the exposed all-gather;
+      - ZeRO-3: per micro-batch two all-gathers of the parameters and one
+        reduce-scatter of the gradients, window = all the compute.
+      bytes: what one rank sends ((d-1)/d of each buffer per pass).
+    * PP: 2 messages of b*s*h*B per micro-batch, each alpha + bytes / BW on
+      the intra link if the whole pipeline fits in one node (tp*dp*pp <=
+      gpus_per_node), else the inter link. Transfers overlap other
       micro-batches' work except along the fill and drain: exposed =
       bubble (p-1)/m * t_compute + 2(p-1) (alpha + b s h B / BW).
-    * EP: 4 all-to-alls per MoE layer on this stage per micro-batch, each
-      (e-1) alpha + (e-1)/e payload / BW with payload = b s k h B; hidden
-      behind the expert FFNs (48 h^2 FLOPs per routed token, / tp).
+    * EP: 4 all-to-alls per MoE layer on this stage (moe_layers / pp,
+      rounded, at least 1) per micro-batch, payload b s k h B each; window 0
+      (dispatch -> expert FFN -> combine is a chain of dependencies).
 
-    Ring collectives cost 2(d-1) alpha + 2(d-1)/d bytes/BW (all-reduce). Links:
-    see :class:`Plan`. t_step = t_compute + sum of exposed; mfu =
-    plan.mfu * t_compute / t_step; binding = the axis with the largest exposed
-    time (None when nothing is exposed). Invalid plans raise ValueError.
+    t_step = t_compute + sum of exposed; mfu = plan.mfu * t_compute / t_step;
+    binding = the axis with the largest exposed time (None when nothing is
+    exposed). Invalid plans raise ValueError naming the field.
     """
     # BEGIN SOLUTION
-    # HINT: validate first (gpus divisible by tp*pp, hidden by tp, layers by pp, ep divides dp).
-    # HINT: then compute t_compute, and one AxisCost per axis following the docstring.
+    # HINT: validate first (gpus divisible by tp*pp, hidden by tp, layers by pp, ep divides dp, groups
+    # HINT: that sit evenly on nodes); reuse your Lab 01 group_allreduce_time for the collectives.
     dp = _check_plan(plan)
     t, p, e, m = plan.tp, plan.pp, plan.ep, plan.microbatches
     rate = plan.peak_flops * plan.mfu
@@ -303,47 +419,50 @@ def step_report(plan):
     act = tokens * plan.hidden * plan.dtype_bytes
     layers_here = plan.layers // p
     t_compute = 6 * plan.n_params * tokens * m / (t * p) / rate
+    t_bwd_one = 4 * plan.n_params * tokens / (t * p) / rate
     report = StepReport(t_compute=t_compute)
 
     def record(axis, collective, nbytes, link, t_comm, window, exposed):
         report.axes[axis] = AxisCost(axis, collective, nbytes, link, t_comm, window, exposed, exposed / t_compute)
 
     if t > 1:
-        link, alpha, bandwidth = _link(plan, t)
-        one = 2 * (t - 1) * alpha + 2 * (t - 1) / t * act / bandwidth
-        t_comm = 4 * layers_here * m * one
+        mt = members_per_node(t, 1, plan.gpus_per_node)
+        t_comm = 4 * layers_here * m * _allreduce(plan, act, t, mt)
         nbytes = tp_bytes_per_layer(plan.micro_batch, plan.seq_len, plan.hidden, t, plan.dtype_bytes) * layers_here * m
-        record("TP", "all-reduce", nbytes, link, t_comm, 0.0, t_comm)
+        record("TP", "all-reduce", nbytes, _where(t, mt), t_comm, 0.0, t_comm)
     if dp > 1:
-        link, alpha, bandwidth = _link(plan, t * dp)
-        grads = plan.n_params / (t * p) * plan.dtype_bytes
-        if plan.zero_stage == 3:
-            one = (dp - 1) * alpha + (dp - 1) / dp * grads / bandwidth
-            t_comm = 3 * m * one
-            nbytes = zero_bytes(plan.n_params / (t * p), dp, 3, plan.dtype_bytes) * m
-            record("DP", "all-gather x2 + reduce-scatter", nbytes, link, t_comm, t_compute,
-                   max(0.0, t_comm - t_compute))
+        md = members_per_node(dp, t, plan.gpus_per_node)
+        n_rank = plan.n_params / (t * p)
+        grads, params = n_rank * plan.grad_dtype_bytes, n_rank * plan.dtype_bytes
+        rs, ag = _half(plan, grads, dp, md), _half(plan, params, dp, md)
+        share = (dp - 1) / dp
+        if plan.zero_stage == 0:
+            t_comm = _allreduce(plan, grads, dp, md)
+            record("DP", "all-reduce", 2 * share * grads, _where(dp, md), t_comm, t_bwd_one,
+                   max(0.0, t_comm - t_bwd_one))
+        elif plan.zero_stage == 3:
+            t_comm = m * (rs + 2 * _half(plan, params, dp, md))
+            record("DP", "all-gather x2 + reduce-scatter", m * share * (grads + 2 * params), _where(dp, md),
+                   t_comm, t_compute, max(0.0, t_comm - t_compute))
         else:
-            t_comm = 2 * (dp - 1) * alpha + 2 * (dp - 1) / dp * grads / bandwidth
-            window = 4 * plan.n_params * tokens / (t * p) / rate
-            nbytes = zero_bytes(plan.n_params / (t * p), dp, plan.zero_stage, plan.dtype_bytes)
-            record("DP", "all-reduce" if plan.zero_stage == 0 else "reduce-scatter + all-gather", nbytes, link,
-                   t_comm, window, max(0.0, t_comm - window))
+            scatters = 1 if plan.zero_stage == 1 else m
+            record("DP", "reduce-scatter + all-gather", share * (scatters * grads + params), _where(dp, md),
+                   scatters * rs + ag, scatters * t_bwd_one, scatters * max(0.0, rs - t_bwd_one) + ag)
     if p > 1:
-        link, alpha, bandwidth = _link(plan, plan.gpus)
+        inside = t * dp * p <= plan.gpus_per_node
+        alpha, bandwidth = ((plan.intra_alpha, plan.intra_bandwidth) if inside
+                            else (plan.inter_alpha, plan.inter_bandwidth))
         one = alpha + act / bandwidth
         exposed = (p - 1) / m * t_compute + 2 * (p - 1) * one
         nbytes = pp_bytes_per_microbatch(plan.micro_batch, plan.seq_len, plan.hidden, plan.dtype_bytes) * m
-        record("PP", "send/recv", nbytes, link, 2 * m * one, t_compute, exposed)
+        record("PP", "send/recv", nbytes, "intra" if inside else "inter", 2 * m * one, t_compute, exposed)
     if e > 1 and plan.moe_layers:
-        link, alpha, bandwidth = _link(plan, t * e)
+        me = members_per_node(e, t, plan.gpus_per_node)
         moe_here = max(1, round(plan.moe_layers / p))
         payload = tokens * plan.top_k * plan.hidden * plan.dtype_bytes
-        one = (e - 1) * alpha + (e - 1) / e * payload / bandwidth
-        t_comm = 4 * moe_here * m * one
-        window = 48 * plan.hidden**2 * tokens * plan.top_k / t / rate * moe_here * m
+        t_comm = 4 * moe_here * m * _all_to_all(plan, payload, e, me)
         nbytes = ep_alltoall_bytes_per_layer(tokens, plan.hidden, e, plan.top_k, plan.dtype_bytes) * moe_here * m
-        record("EP", "all-to-all", nbytes, link, t_comm, window, max(0.0, t_comm - window))
+        record("EP", "all-to-all", nbytes, _where(e, me), t_comm, 0.0, t_comm)
 
     report.t_step = t_compute + sum(axis.exposed for axis in report.axes.values())
     report.mfu = plan.mfu * t_compute / report.t_step

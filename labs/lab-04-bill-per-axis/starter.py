@@ -50,7 +50,7 @@ def dp_allreduce_bytes(n_params, dp, dtype_bytes=2):
 
 
 def zero_bytes(n_params, dp, stage, dtype_bytes=2):
-    """Bytes per rank of ZeRO ``stage`` (0, 1, 2 or 3) for one pass over the data.
+    """Bytes per rank of ZeRO ``stage`` (0, 1, 2 or 3) for ONE micro-batch (no gradient accumulation).
 
     Stage 0 is plain data parallelism (all-reduce). Stages 1 and 2
     reduce-scatter the gradients and all-gather the updated parameters: the
@@ -61,6 +61,28 @@ def zero_bytes(n_params, dp, stage, dtype_bytes=2):
     raise NotImplementedError(
         "zero_bytes: not implemented yet. Hint: count how many (d-1)/d * N * dtype_bytes "
         "passes each stage makes."
+    )
+
+
+def zero_bytes_per_step(n_params, dp, stage, microbatches, dtype_bytes=2):
+    """Bytes one rank sends per optimizer step of ZeRO ``stage`` with gradient accumulation.
+
+    m = ``microbatches`` micro-batches per step; one "pass" is a ring
+    reduce-scatter or all-gather of the N parameters, (d-1)/d * N * dtype_bytes.
+
+    * stage 0 (DDP with ``no_sync`` until the last micro-batch): one all-reduce: 2 passes;
+    * stage 1 (optimizer states sharded, full gradients kept): one
+      reduce-scatter after the last micro-batch, one all-gather of the updated
+      parameters: 2 passes;
+    * stage 2 (gradients sharded too): a rank keeps only its gradient shard, so
+      it must reduce-scatter after EVERY micro-batch, then one all-gather: m + 1;
+    * stage 3 (parameters sharded too): for every micro-batch, all-gather the
+      parameters for the forward, again for the backward (they were freed),
+      and reduce-scatter the gradients: 3m passes; no all-gather after the step.
+    """
+    raise NotImplementedError(
+        "zero_bytes_per_step: not implemented yet. Hint: count the passes per stage as the "
+        "docstring says, then multiply by (d-1)/d * N * B."
     )
 
 
@@ -99,6 +121,27 @@ def ep_alltoall_bytes_per_layer(tokens, hidden, ep, top_k=1, dtype_bytes=2):
     raise NotImplementedError(
         "ep_alltoall_bytes_per_layer: not implemented yet. Hint: Lesson 01's all-to-all sends"
         " (P-1)/P of a rank's buffer; there are four of them."
+    )
+
+
+# -- where a group sits ---------------------------------------------------------------
+
+def members_per_node(group_size, stride, gpus_per_node):
+    """How many GPUs of one group share a node, for a group whose members are ``stride`` ranks apart.
+
+    Megatron-LM numbers ranks with TP innermost: a TP group is ``tp``
+    consecutive ranks (stride 1), a DP group takes every ``tp``-th rank
+    (stride tp), a PP group every ``tp * dp``-th. Ranks 0..gpus_per_node-1
+    fill the first node. So a group with stride >= gpus_per_node has 1 member
+    per node; otherwise gpus_per_node // stride members share a node, or the
+    whole group if it is smaller. ValueError (naming the argument) when the
+    group cannot sit evenly: a stride that does not divide gpus_per_node (or,
+    if larger, is not a multiple of it), or a group_size that is not a
+    multiple of the members per node.
+    """
+    raise NotImplementedError(
+        "members_per_node: not implemented yet. Hint: three cases: stride >= gpus_per_node; "
+        "the whole group fits in one node; else g // stride."
     )
 
 
@@ -143,9 +186,10 @@ class Plan:
     ``moe_layers`` of the ``layers`` are mixture-of-experts layers.
 
     Ranks are laid out like Megatron-LM: TP innermost (ranks 0..tp-1 form a
-    TP group), then DP, then PP. An axis whose group spans more consecutive
-    ranks than ``gpus_per_node`` (TP: tp; DP: tp*dp; EP: tp*ep; PP: all)
-    crosses nodes and uses the inter-node link.
+    TP group), then DP (stride tp; EP groups are carved from DP ranks, also
+    stride tp), then PP (stride tp*dp). ``inter_bandwidth`` is per GPU: each
+    GPU has its own NIC. ``grad_dtype_bytes``: bytes per gradient element in
+    the DP/ZeRO reduction (4 where gradients are reduced in fp32).
     """
 
     n_params: float            # N, parameters of the model
@@ -168,7 +212,8 @@ class Plan:
     intra_bandwidth: float = 450e9      # NVLink 4, per direction
     inter_alpha: float = 5e-6           # InfiniBand NDR, per message
     inter_bandwidth: float = 50e9       # 400 Gb/s per GPU
-    dtype_bytes: int = 2
+    dtype_bytes: int = 2                # activations and parameters (bf16)
+    grad_dtype_bytes: int = 2           # gradients in the DP/ZeRO reduction
 
 
 @dataclass
@@ -178,7 +223,7 @@ class AxisCost:
     axis: str            # "TP", "DP", "PP" or "EP"
     collective: str
     bytes: float
-    link: str            # "intra" or "inter"
+    link: str            # "intra" (one node) or "inter" (the group spans nodes)
     t_comm: float
     window: float        # compute it can hide behind
     exposed: float       # what it adds to the step
@@ -198,30 +243,48 @@ def step_report(plan):
     """The bill of ``plan`` for one training step: a StepReport.
 
     Compute per GPU: t_compute = 6 N * (micro_batch * seq_len * microbatches)
-    / (tp * pp) / (peak_flops * mfu). For each axis with degree > 1:
+    / (tp * pp) / (peak_flops * mfu); the backward of one micro-batch is 4/6
+    of one micro-batch's compute.
 
-    * TP: 4 ring all-reduces of b*s*h*B per layer on this stage, per
+    Every collective is priced with Lab 01's network model for its group:
+    ``members_per_node`` of the group (TP stride 1, DP and EP stride tp) on
+    each of N nodes. One node: a ring on the intra link. Several nodes: bytes
+    at B = min(intra_bandwidth, m * inter_bandwidth) (inter_bandwidth if m = 1),
+    plus latency: all-reduce 2((m-1) a_i + ceil(log2 N) a_e); reduce-scatter
+    and all-gather (P-1) max(a_i, a_e) ((P-1) a_e if m = 1); all-to-all
+    (m-1) a_i + (P-m) a_e + max((m-1)/P n / B_i, (P-m)/P n / B_e). Link name:
+    "intra" when the group sits in one node, else "inter".
+
+    For each axis with degree > 1:
+
+    * TP: 4 all-reduces of b*s*h*dtype_bytes per layer on this stage, per
       micro-batch; window 0 (the next matmul needs the result): all exposed.
-    * DP: gradients of this rank's N / (tp * pp) parameters. ZeRO 0-2: one
-      ring all-reduce (or reduce-scatter + all-gather, same time) per step,
-      hidden behind the backward of the last micro-batch (4 N b s / (tp pp)
-      FLOPs; gradient accumulation skips the sync on the others). ZeRO-3:
-      two all-gathers and a reduce-scatter per micro-batch, each
-      (d-1) alpha + (d-1)/d bytes / BW, hidden behind all the compute.
-    * PP: 2 messages of b*s*h*B per micro-batch. Transfers overlap other
+    * DP over this rank's N / (tp * pp) parameters (gradients in
+      grad_dtype_bytes, parameters in dtype_bytes):
+      - ZeRO-0: one all-reduce per step, window = the last micro-batch's backward;
+      - ZeRO-1: one reduce-scatter (window: last backward) + one all-gather of
+        the parameters after the optimizer step (window 0: exposed);
+      - ZeRO-2: a reduce-scatter after every micro-batch (each behind its own
+        backward: window m * backward, exposed m * max(0, t_rs - t_bwd)) +
+        the exposed all-gather;
+      - ZeRO-3: per micro-batch two all-gathers of the parameters and one
+        reduce-scatter of the gradients, window = all the compute.
+      bytes: what one rank sends ((d-1)/d of each buffer per pass).
+    * PP: 2 messages of b*s*h*B per micro-batch, each alpha + bytes / BW on
+      the intra link if the whole pipeline fits in one node (tp*dp*pp <=
+      gpus_per_node), else the inter link. Transfers overlap other
       micro-batches' work except along the fill and drain: exposed =
       bubble (p-1)/m * t_compute + 2(p-1) (alpha + b s h B / BW).
-    * EP: 4 all-to-alls per MoE layer on this stage per micro-batch, each
-      (e-1) alpha + (e-1)/e payload / BW with payload = b s k h B; hidden
-      behind the expert FFNs (48 h^2 FLOPs per routed token, / tp).
+    * EP: 4 all-to-alls per MoE layer on this stage (moe_layers / pp,
+      rounded, at least 1) per micro-batch, payload b s k h B each; window 0
+      (dispatch -> expert FFN -> combine is a chain of dependencies).
 
-    Ring collectives cost 2(d-1) alpha + 2(d-1)/d bytes/BW (all-reduce). Links:
-    see :class:`Plan`. t_step = t_compute + sum of exposed; mfu =
-    plan.mfu * t_compute / t_step; binding = the axis with the largest exposed
-    time (None when nothing is exposed). Invalid plans raise ValueError.
+    t_step = t_compute + sum of exposed; mfu = plan.mfu * t_compute / t_step;
+    binding = the axis with the largest exposed time (None when nothing is
+    exposed). Invalid plans raise ValueError naming the field.
     """
     raise NotImplementedError(
         "step_report: not implemented yet. Hint: validate first (gpus divisible by tp*pp, "
-        "hidden by tp, layers by pp, ep divides dp). then compute t_compute, and one AxisCost"
-        " per axis following the docstring."
+        "hidden by tp, layers by pp, ep divides dp, groups that sit evenly on nodes); reuse "
+        "your Lab 01 group_allreduce_time for the collectives."
     )

@@ -103,22 +103,38 @@ def plan(lab, **overrides):
     return lab.Plan(**fields)
 
 
-def test_tp_pushed_past_one_node_multiplies_its_tax_by_the_link_ratio(lab):
+def test_tp_pushed_past_one_node_pays_the_nodes_eight_nics_not_one(lab):
+    """DGX-class nodes: TP = 16 on 2 nodes uses 8 NICs at once, min(450, 8 x 50) = 400 GB/s.
+
+    Tax ~ (t-1)/BW, so the tax grows (15/7) x (450/400) = 2.4x, not the 19x of a
+    flat ring at one NIC; that figure holds only for a node with a single NIC.
+    """
     inside = lab.step_report(plan(lab, gpus=8, tp=8, **NO_LATENCY)).axes["TP"]
     across = lab.step_report(plan(lab, gpus=16, tp=16, **NO_LATENCY)).axes["TP"]
     assert (inside.link, across.link) == ("intra", "inter")
-    # tax ~ (t-1) / BW: (15 / 7) x (450 / 50)
-    assert across.tax / inside.tax == pytest.approx(15 / 7 * 9)
+    assert across.tax / inside.tax == pytest.approx(15 / 7 * 450 / 400)
+    one_nic = lab.step_report(plan(lab, gpus=16, tp=16, **{**NO_LATENCY, "inter_bandwidth": IB / 8})).axes["TP"]
+    assert one_nic.tax / inside.tax == pytest.approx(15 / 7 * 450 / 50)
 
 
-def test_dp_stops_hiding_when_local_tokens_fall_below_the_threshold(lab):
-    threshold = lab.dp_min_local_tokens(PEAK, MFU, IB, dp=64)   # 7788 tokens; 64 ranks cross nodes
-    above = lab.step_report(plan(lab, gpus=64, micro_batch=2, seq_len=4096, **NO_LATENCY)).axes["DP"]
-    below = lab.step_report(plan(lab, gpus=64, micro_batch=1, seq_len=4096, **NO_LATENCY)).axes["DP"]
+def test_dp_stops_hiding_below_the_threshold_when_each_dp_group_has_one_gpu_per_node(lab):
+    """TP = 8 fills each node, so a DP group has one GPU per node and one NIC: the ~7800-token rule."""
+    threshold = lab.dp_min_local_tokens(PEAK, MFU, IB, dp=64)   # 7788 tokens
+    above = lab.step_report(plan(lab, gpus=512, tp=8, micro_batch=2, seq_len=4096, **NO_LATENCY)).axes["DP"]
+    below = lab.step_report(plan(lab, gpus=512, tp=8, micro_batch=1, seq_len=4096, **NO_LATENCY)).axes["DP"]
     assert 4096 < threshold < 8192
     assert above.link == "inter" and above.exposed == 0 and above.t_comm <= above.window
     assert below.exposed > 0
     assert below.exposed == pytest.approx(below.t_comm - below.window)
+
+
+def test_pure_dp_pools_eight_nics_so_its_threshold_is_eight_times_lower(lab):
+    """64-way DP on 8 nodes of 8: each group has 8 GPUs per node, the gradient moves at 8 x 50 GB/s."""
+    r = lab.step_report(plan(lab, gpus=64, micro_batch=1, seq_len=1024, **NO_LATENCY)).axes["DP"]
+    n = 12 * 32 * 4096**2
+    assert r.link == "inter"
+    assert r.t_comm == pytest.approx(2 * 63 / 64 * n * B / (8 * IB))
+    assert r.exposed == 0   # 1024 tokens hide; one NIC per GPU-group would need ~7800
 
 
 @pytest.mark.points(3)
@@ -129,11 +145,12 @@ def test_binding_axis_of_hand_checked_plans(lab):
     r = lab.step_report(plan(lab, gpus=8, tp=8, **NO_LATENCY))
     t_comm = 4 * 32 * 2 * 7 / 8 * 4096 * 4096 * B / NVLINK
     assert r.binding == "TP" and r.axes["TP"].exposed == pytest.approx(t_comm)
-    # 64-way DP with 4096 tokens per micro-batch over InfiniBand: DP binds.
-    r = lab.step_report(plan(lab, gpus=64, **NO_LATENCY))
-    t_comm = 2 * 63 / 64 * n * B / IB
-    t_bwd = 4 * n * 4096 / rate
+    # 64-way DP beside TP = 8 (one GPU per node in each DP group), 4096 tokens: DP binds.
+    r = lab.step_report(plan(lab, gpus=512, tp=8, **NO_LATENCY))
+    t_comm = 2 * 63 / 64 * n / 8 * B / IB
+    t_bwd = 4 * n / 8 * 4096 / rate
     assert r.binding == "DP" and r.axes["DP"].exposed == pytest.approx(t_comm - t_bwd)
+    assert r.axes["DP"].exposed > r.axes["TP"].exposed
     # 8 pipeline stages, 8 micro-batches: the bubble (7/8 of the compute) binds.
     r = lab.step_report(plan(lab, gpus=8, pp=8, microbatches=8, **NO_LATENCY))
     # (one node: the stage boundaries use NVLink)
@@ -151,6 +168,7 @@ def test_step_report_agrees_with_the_per_axis_functions(lab):
     assert set(r.axes) == {"TP", "DP", "PP", "EP"}
     assert r.axes["TP"].bytes == pytest.approx(lab.tp_bytes_per_layer(2, 4096, 4096, 4, B) * 16 * 4)
     assert r.axes["DP"].bytes == pytest.approx(lab.dp_allreduce_bytes(p.n_params / 8, dp, B))
+    assert r.axes["DP"].bytes == pytest.approx(lab.zero_bytes_per_step(p.n_params / 8, dp, 0, 4, B))
     assert r.axes["PP"].bytes == pytest.approx(lab.pp_bytes_per_microbatch(2, 4096, 4096, B) * 4)
     assert r.axes["EP"].bytes == pytest.approx(lab.ep_alltoall_bytes_per_layer(2 * 4096, 4096, 2, 2, B) * 4 * 4)
     assert r.t_compute == pytest.approx(6 * p.n_params * 2 * 4096 * 4 / 8 / (PEAK * MFU))
@@ -175,6 +193,43 @@ def test_zero_3_moves_half_again_per_micro_batch_and_hides_behind_all_compute(la
     assert zero3.window > zero0.window
 
 
+@pytest.mark.parametrize("dp", [2, 8, 64])
+def test_zero_bytes_per_step_counts_every_collective_of_gradient_accumulation(lab, dp):
+    """m = 4 micro-batches: DDP and ZeRO-1 sync once (2 passes), ZeRO-2 reduce-scatters after every
+    micro-batch (m + 1 = 5 passes), ZeRO-3 gathers twice and scatters once per micro-batch (3m = 12)."""
+    one_pass = max(simulate.simulate_reduce_scatter(N * B, dp, 0.0, 1.0, numel=4 * dp).bytes_sent)
+    for stage, passes in ((0, 2), (1, 2), (2, 5), (3, 12)):
+        assert lab.zero_bytes_per_step(N, dp, stage, 4, B) == pytest.approx(passes * one_pass), stage
+
+
+def test_zero_2_scatters_every_micro_batch_and_zero_1_2_all_gather_after_the_step_is_exposed(lab):
+    fields = dict(gpus=512, tp=8, microbatches=8, **NO_LATENCY)
+    z0, z1, z2 = (lab.step_report(plan(lab, zero_stage=s, **fields)).axes["DP"] for s in (0, 1, 2))
+    n_rank = 12 * 32 * 4096**2 / 8
+    assert z2.bytes == pytest.approx(lab.zero_bytes_per_step(n_rank, 64, 2, 8, B))
+    assert z2.bytes == pytest.approx(9 / 2 * z1.bytes)
+    ag = 63 / 64 * n_rank * B / IB          # one all-gather through one NIC
+    assert z1.exposed >= ag * (1 - 1e-9) and z1.exposed > z0.exposed
+
+
+def test_gradients_reduced_in_fp32_double_the_dp_bytes(lab):
+    bf16 = lab.step_report(plan(lab, gpus=64, zero_stage=0)).axes["DP"]
+    fp32 = lab.step_report(plan(lab, gpus=64, zero_stage=0, grad_dtype_bytes=4)).axes["DP"]
+    assert fp32.bytes == pytest.approx(2 * bf16.bytes)
+
+
+def test_ep_all_to_alls_are_on_the_critical_path(lab):
+    r = lab.step_report(plan(lab, gpus=64, ep=8, moe_layers=32, top_k=2, **NO_LATENCY)).axes["EP"]
+    assert r.window == 0 and r.exposed == pytest.approx(r.t_comm) and r.link == "intra"
+
+
+@pytest.mark.parametrize("size,stride,gpus,expected", [
+    (8, 1, 8, 8), (2, 1, 8, 2), (16, 1, 8, 8), (64, 8, 8, 1), (8, 2, 8, 4), (64, 1, 8, 8), (3, 1, 8, 3),
+])
+def test_members_per_node_follows_megatron_rank_order(lab, size, stride, gpus, expected):
+    assert lab.members_per_node(size, stride, gpus) == expected
+
+
 @pytest.mark.parametrize("overrides,problem", [
     (dict(gpus=12, tp=8), "gpus"),
     (dict(hidden=4100, tp=8), "hidden"),
@@ -185,6 +240,7 @@ def test_zero_3_moves_half_again_per_micro_batch_and_hides_behind_all_compute(la
     (dict(mfu=0.0), "mfu"),
     (dict(zero_stage=4), "zero_stage"),
     (dict(micro_batch=0), "micro_batch"),
+    (dict(gpus=24, tp=3, hidden=4098), "gpus_per_node"),
 ])
 def test_invalid_plans_raise_value_error_naming_the_problem(lab, overrides, problem):
     with pytest.raises(ValueError, match=problem):
@@ -200,6 +256,10 @@ def test_invalid_plans_raise_value_error_naming_the_problem(lab, overrides, prob
     (lambda lab: lab.ep_alltoall_bytes_per_layer(4096, 4096, 4, top_k=0), "top_k"),
     (lambda lab: lab.dp_min_local_tokens(PEAK, 1.5, IB), "mfu"),
     (lambda lab: lab.tp_tax(PEAK, 0, 4096, 2), "bandwidth"),
+    (lambda lab: lab.zero_bytes_per_step(N, 4, 2, 0), "microbatches"),
+    (lambda lab: lab.zero_bytes_per_step(N, 4, 7, 2), "stage"),
+    (lambda lab: lab.members_per_node(8, 3, 8), "stride"),
+    (lambda lab: lab.members_per_node(12, 1, 8), "group_size"),
 ])
 def test_bad_arguments_raise_value_error_naming_them(lab, call, argument):
     with pytest.raises(ValueError, match=argument):
