@@ -2,14 +2,21 @@
 
 import itertools
 import math
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from commtax import exercises
 from commtax.formulas import collectives as C, tp
+from commtax.formulas.models import PRESETS as MODELS, transformer_params
 from commtax.ranks import measure
+from commtax.simulation import pipeline as P
 from commtax.ui import widgets as cw
 from commtax.formulas.links import PRESETS, Link, load_calibration, save_calibration
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_link_picker_offers_presets_and_bounded_custom_values():
@@ -38,8 +45,9 @@ def test_bad_calibration_files_are_refused_with_the_path():
 def test_slider_factories_refuse_bounds_that_allow_zero_or_negative_values():
     with pytest.raises(ValueError):
         cw.log_slider("x", 1.0, 0.0, 10.0)
-    slider = cw.bytes_slider("n", 5e12)          # a value above the range is clamped into it
-    assert 10 ** slider.min >= 1 and 10 ** slider.max <= 1e10 and slider.value <= 1e10
+    control = cw.bytes_slider("n", 5e12)         # a value above the range is clamped into it
+    slider = control.slider
+    assert 10 ** slider.min >= 1 and 10 ** slider.max <= 1e10 and control.value <= 1e10
     assert cw.int_choice_slider("P", [8, 2, 4], 5).options == (2, 4, 8)
 
 
@@ -58,3 +66,109 @@ def test_the_lesson_calculators_give_finite_non_negative_times_at_every_control_
             assert math.isfinite(comm) and comm >= 0 and 0 <= share <= 1
     curve = C.allreduce_time(np.logspace(0, 10, 50), 4096, 1e-8, 1e7, "tree")
     assert np.all(np.isfinite(curve)) and np.all(curve >= 0)
+
+
+def test_bytes_readout_is_in_decimal_units_and_follows_the_slider():
+    control = cw.bytes_slider("n", 1e8)
+    assert "100 MB" in control._readout.value and control.slider.readout is False
+    control.slider.value = 2.5e9
+    assert control.value == 2.5e9 and "2.5 GB" in control._readout.value
+
+
+def test_result_tables_say_yes_or_no_and_align_headers_with_cells():
+    table = cw.result_table(["axis", "waits"], [["TP", True], ["DP", False]]).data
+    assert ">yes<" in table and ">no<" in table and "True" not in table and "False" not in table
+    header_style = re.findall(r"<th style='([^']*)'", table)
+    cell_style = re.findall(r"<td style='([^']*)'", table)
+    assert set(header_style) == set(cell_style) and "text-align:left" in header_style[0]
+
+
+def test_a_moved_size_slider_turns_the_preset_into_a_derived_custom_model():
+    picker = cw.ModelPicker(value="Llama-2-70B")
+    assert picker.value == MODELS["Llama-2-70B"]
+    picker._layers.value = 40                     # the learner moves a size slider
+    assert picker._dropdown.value == cw.CUSTOM_MODEL
+    assert picker.value.name.startswith("custom") and "Llama" not in picker.value.name
+    assert picker.value.n_params == transformer_params(40, 8192) == 12 * 40 * 8192**2   # derived, never stale
+    picker._dropdown.value = "Mixtral 8x7B (MoE)"  # back to a preset: its own figures, sliders follow
+    assert picker.value == MODELS["Mixtral 8x7B (MoE)"]
+    assert (picker._layers.value, picker._hidden.value) == (32, 4096)
+    assert "12.9B used per token" in picker._note.value
+
+
+def test_moe_presets_carry_their_published_figures():
+    mixtral, deepseek = MODELS["Mixtral 8x7B (MoE)"], MODELS["DeepSeek-V3 (MoE)"]
+    # Mixtral of Experts (arXiv:2401.04088) table 1; DeepSeek-V3 report (arXiv:2412.19437) section 4.2
+    assert (mixtral.layers, mixtral.hidden, mixtral.experts, mixtral.top_k) == (32, 4096, 8, 2)
+    assert (mixtral.n_params, mixtral.active_params) == (46.7e9, 12.9e9)
+    assert (deepseek.layers, deepseek.hidden, deepseek.experts, deepseek.shared_experts, deepseek.top_k) == (61, 7168, 256, 1, 8)
+    assert (deepseek.n_params, deepseek.active_params, deepseek.moe_layers) == (671e9, 37e9, 58)
+    assert all(not m.is_moe for name, m in MODELS.items() if "MoE" not in name)
+
+
+def test_calculator_groups_controls_on_tabs_beside_the_result():
+    values = []
+    controls = {"a": cw.int_slider("a", 1, 0, 5), "b": cw.int_slider("b", 2, 0, 5)}
+    box = cw.calculator(lambda a, b: values.append((a, b)), controls, groups={"first": ["a"], "second": ["b"]},
+                        side_by_side=True)
+    tabs, out = box.children
+    assert tabs.titles == ("first", "second") and out.layout.flex.startswith("1")
+    controls["b"].value = 3
+    assert values[-1] == (1, 3)
+    with pytest.raises(ValueError, match="groups"):
+        cw.calculator(lambda a, b: None, controls, groups={"first": ["a"]})
+
+
+STAGES = [1, 2, 3, 4, 8, 16]                      # the explorer's slider goes 1..16
+MICROBATCHES = [1, 2, 4, 8, 12, 16, 24, 32, 48, 64]  # its micro-batch stops
+
+
+@pytest.mark.parametrize("schedule", P.SCHEDULES)
+def test_each_schedule_formula_the_explorer_shows_equals_its_simulation(schedule):
+    checked = 0
+    for p, m in itertools.product(STAGES, MICROBATCHES):
+        for v in ([1, 2, 4] if schedule == "interleaved_1f1b" else [1]):
+            if schedule == "interleaved_1f1b" and m % p:
+                continue  # the simulator refuses it, with a message; so does the explorer
+            simulated = P.measured_bubble(P.simulate(schedule, p, m, v, t_forward=1.0, t_backward=2.0))
+            formula = P.schedule_bubble(schedule, p, m, v)
+            assert simulated == pytest.approx(formula, abs=1e-9), (schedule, p, m, v, simulated, formula)
+            checked += 1
+    assert checked >= 40
+    # the bug this replaces: naive showed GPipe's (p-1)/(m+p-1), 17.9% at p = 8, m = 32, against 87.5% simulated
+    if schedule == "naive":
+        assert P.schedule_bubble("naive", 8, 32) == pytest.approx(7 / 8) != P.bubble_fraction(8, 32)
+
+
+def test_every_exercise_answer_is_scrambled_and_asserted_by_its_solution_and_checked_in_its_lesson():
+    import nbformat
+    for exercise_id, exercise in exercises.EXERCISES.items():
+        lesson = exercise_id[:2]
+        solution = next((ROOT / "solutions").glob(f"{lesson}-*.ipynb"))
+        lesson_nb = next((ROOT / "lessons").glob(f"{lesson}-*.ipynb"))
+        solution_code = "\n".join(c.source for c in nbformat.read(solution, 4).cells if c.cell_type == "code")
+        lesson_code = "\n".join(c.source for c in nbformat.read(lesson_nb, 4).cells if c.cell_type == "code")
+        assert f'assert verdict("{exercise_id}", ' in solution_code, f"{solution.name} does not assert {exercise_id}"
+        assert f'check("{exercise_id}", None)' in lesson_code, f"{lesson_nb.name} has no check line for {exercise_id}"
+        if not exercise.compute:
+            answer = exercises._answer(exercise_id)
+            assert repr(answer) not in exercise.scrambled and f"{answer:g}" not in repr(exercise)
+
+
+def test_exercise_verdicts_name_the_slip_without_revealing_the_answer(capsys):
+    answer = exercises._answer("02.2")            # a byte count, per rank
+    assert exercises.verdict("02.2", answer * 1.01) == "right"
+    assert exercises.verdict("02.2", answer * 2).startswith("off by a factor of ~2: check per-rank vs total")
+    assert exercises.verdict("02.2", answer / 2).startswith("off by a factor of ~2")
+    assert exercises.verdict("02.2", answer * 8).startswith("off by a factor of ~8: check bits vs bytes")
+    assert exercises.verdict("02.2", answer / 1e3).startswith("off by a factor of ~1e3")
+    assert exercises.verdict("02.2", answer * 1.3) == "wrong"
+    assert exercises.verdict("02.2", None) == "no answer yet"
+    assert exercises.verdict("02.1", exercises._answer("02.1") + 1) == "wrong"      # exact answers
+    exercises.check("02.2", answer * 1.3)
+    printed = capsys.readouterr().out
+    assert "wrong" in printed and f"{answer:g}" not in printed and "1.75" not in printed
+    with pytest.raises(ValueError, match="exercise_id"):
+        exercises.verdict("99.9", 1.0)
+    with pytest.raises(ValueError, match="value"):
+        exercises.verdict("02.2", "a lot")

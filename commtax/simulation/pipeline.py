@@ -45,6 +45,25 @@ def bubble_fraction(stages, microbatches, virtual_stages=1, relative_to="total")
     return (p - 1) / (v * m) if relative_to == "ideal" else (p - 1) / (v * m + p - 1)
 
 
+SCHEDULE_FORMULAS = {"naive": "(p-1)/p", "gpipe": "(p-1)/(m+p-1)", "1f1b": "(p-1)/(m+p-1)",
+                     "interleaved_1f1b": "(p-1)/(vm+p-1)"}
+
+
+def schedule_bubble(schedule, stages, microbatches, virtual_stages=1):
+    """The bubble share of the step that ``schedule`` has with equal stage times and no p2p time.
+
+    naive (one micro-batch through all stages and back before the next):
+    (p-1)/p, whatever m; GPipe and 1F1B: (p-1)/(m+p-1); interleaved 1F1B:
+    (p-1)/(v m+p-1). Any t_backward/t_forward ratio (see ``SCHEDULE_FORMULAS``).
+    """
+    require_choice("schedule", schedule, SCHEDULES)
+    p = require_int("stages", stages, 1)
+    if schedule == "naive":
+        require_int("microbatches", microbatches, 1)
+        return (p - 1) / p
+    return bubble_fraction(p, microbatches, virtual_stages if schedule == "interleaved_1f1b" else 1, "total")
+
+
 def _device_order(schedule, p, m, v, device):
     """The (kind, microbatch, chunk) ops of ``device`` in the order the schedule runs them."""
     if schedule == "naive":

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.ticker import FuncFormatter
 
 from commtax.units import format_bytes
 
@@ -32,27 +33,43 @@ def bytes_axis(ax, axis: str = "x") -> None:
     setter(ticks, [format_bytes(t, 2) for t in ticks])
 
 
+def bytes_formatter(ax, axis: str = "y") -> None:
+    """Tick labels of a byte axis in decimal units (100 GB, not 1e11), on any scale."""
+    target = ax.yaxis if axis == "y" else ax.xaxis
+    target.set_major_formatter(FuncFormatter(lambda value, _: format_bytes(value, 3) if value > 0 else "0"))
+
+
+def seconds_formatter(ax, axis: str = "y") -> None:
+    """Tick labels of a time axis in s, ms, us (not 1e-05)."""
+    from commtax.units import format_seconds
+    target = ax.yaxis if axis == "y" else ax.xaxis
+    target.set_major_formatter(FuncFormatter(lambda value, _: format_seconds(value, 3) if value > 0 else "0"))
+
+
 def time_vs_size(sizes, times: dict, *, n_star: float | None = None, current: float | None = None,
                  title: str = "", ax=None):
-    """Log-log time against message size, one line per algorithm; n* and the current size marked."""
+    """Log-log time against message size, one line per algorithm; n* and the current size marked.
+
+    The markers are vertical lines named in the legend (upper left, where the
+    curves are not), never text drawn across the curves.
+    """
     ax = ax or new_axes()
     sizes = np.asarray(sizes, dtype=float)
     for name, t in times.items():
         ax.loglog(sizes, t, label=name, **ALGORITHM_STYLE.get(name, {}))
     if n_star:
-        ax.axvline(n_star, color="black", linewidth=0.8)
-        ax.annotate(f"n* = {format_bytes(n_star)}", (n_star, ax.get_ylim()[0]), rotation=90,
-                    xytext=(3, 8), textcoords="offset points", fontsize=8)
+        ax.axvline(n_star, color="black", linewidth=0.8, label=f"n* = \u03b1B = {format_bytes(n_star)}")
     if current:
-        ax.axvline(current, color="#ff7f0e", linewidth=1.5, alpha=0.6, label="your message")
+        ax.axvline(current, color="#ff7f0e", linewidth=2.5, alpha=0.5, label=f"your message, {format_bytes(current)}")
     ax.set_xlim(sizes.min(), sizes.max())
     bytes_axis(ax)
+    seconds_formatter(ax)
     ax.set_xlabel("message size n (bytes per rank)")
-    ax.set_ylabel("time (s)")
+    ax.set_ylabel("time")
     ax.grid(True, which="major", alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left")
     if title:
-        ax.set_title(title)
+        ax.set_title(title, fontsize=10)
     return ax
 
 
@@ -60,6 +77,8 @@ def _contributors(bits: int, world_size: int) -> str:
     ranks = [r for r in range(world_size) if bits >> r & 1]
     if len(ranks) == world_size:
         return "Σ all"
+    if len(ranks) > 4:   # two lines, so the text stays large in a narrow cell
+        return "+".join(map(str, ranks[:4])) + "\n+" + "+".join(map(str, ranks[4:]))
     return "+".join(map(str, ranks))
 
 
@@ -82,7 +101,7 @@ def ring_step(world_size: int, step: int, ax=None):
     state = [b["data"] for b in simulate.initial_buffers(p, p)] if step == 0 else \
         [b["data"] for b in run.snapshots[step - 1][1]]
     messages = run.snapshots[step - 1][0] if step else []
-    ax = ax or new_axes(figsize=(1.3 * p + 2.5, 0.75 * p + 1.3))
+    ax = ax or new_axes(figsize=(0.95 * p + 1.6, 0.62 * p + 1.3))   # <= 9.2 in wide: not scaled down
     full = (1 << p) - 1
     for r in range(p):
         for c in range(p):
@@ -91,7 +110,7 @@ def ring_step(world_size: int, step: int, ax=None):
             shade = plt.cm.Blues(0.15 + 0.7 * count / p) if bits != full else "#2ca02c"
             ax.add_patch(plt.Rectangle((c, p - 1 - r), 0.94, 0.9, color=shade))
             ax.text(c + 0.47, p - 1 - r + 0.45, _contributors(bits, p), ha="center", va="center",
-                    fontsize=8 if p <= 6 else 6, color="white" if count > p / 2 or bits == full else "black")
+                    fontsize=10, linespacing=1.0, color="white" if count > p / 2 or bits == full else "black")
     for m in messages:
         c = m.start
         ax.add_patch(plt.Rectangle((c, p - 1 - m.src), 0.94, 0.9, fill=False, edgecolor="#d62728", linewidth=2))
@@ -100,20 +119,20 @@ def ring_step(world_size: int, step: int, ax=None):
                                     connectionstyle="arc3,rad=0.3" if m.dst < m.src else "arc3,rad=0"))
     ax.set_xlim(-0.1, p)
     ax.set_ylim(-0.2, p)
-    ax.set_xticks([c + 0.47 for c in range(p)], [f"chunk {c}" for c in range(p)], fontsize=8)
-    ax.set_yticks([p - 1 - r + 0.45 for r in range(p)], [f"rank {r}" for r in range(p)], fontsize=8)
+    ax.set_xticks([c + 0.47 for c in range(p)], [f"chunk {c}" for c in range(p)], fontsize=10)
+    ax.set_yticks([p - 1 - r + 0.45 for r in range(p)], [f"rank {r}" for r in range(p)], fontsize=10)
     ax.tick_params(length=0)
     for side in ax.spines.values():
         side.set_visible(False)
     if step == 0:
         title = "start: every rank holds only its own data"
     elif step <= p - 1:
-        title = (f"after reduce-scatter step {step} of {p - 1}: each rank sent the outlined chunk "
+        title = (f"after reduce-scatter step {step} of {p - 1}:\neach rank sent the outlined chunk "
                  "forward; the receiver added it")
     else:
-        title = (f"after all-gather step {step - (p - 1)} of {p - 1}: each rank passed the outlined "
+        title = (f"after all-gather step {step - (p - 1)} of {p - 1}:\neach rank passed the outlined "
                  "finished chunk forward")
-    ax.set_title(title, fontsize=10)
+    ax.set_title(title, fontsize=11, loc="left")
     return ax
 
 
@@ -150,28 +169,42 @@ def halving_doubling_diagram(world_size: int = 8, ax=None):
 
 def gantt(ops, title: str = "", ax=None, labels: bool = True):
     """A pipeline schedule as a Gantt chart: one row per stage (stage 0 on top), forwards blue,
-    backwards green (darker for later model chunks), idle time left white."""
+    backwards green (darker for later model chunks), idle time grey.
+
+    Micro-batch numbers are written in the bars only where they fit at 8 pt
+    (the figure is at most 10 in wide, so the notebook does not shrink it);
+    where they do not, the chart says so instead of printing an unreadable smear."""
     stages = sorted({op.stage for op in ops})
     chunks = max(op.chunk for op in ops) + 1
     end = max(op.end for op in ops)
-    ax = ax or new_axes(figsize=(min(16, 3 + end * 0.35), 0.5 * len(stages) + 1.4))
+    ax = ax or new_axes(figsize=(min(10, 3 + end * 0.3), 0.42 * len(stages) + 1.5))
+    fig = ax.figure
+    axes_inches = fig.get_size_inches()[0] * ax.get_position().width
+    points_per_unit = 72 * axes_inches / end
     for op in ops:
         shade = 0.45 + 0.4 * (op.chunk / max(1, chunks - 1)) if chunks > 1 else 0.6
         color = plt.cm.Blues(shade) if op.kind == "F" else plt.cm.Greens(shade)
         row = len(stages) - 1 - op.stage
         ax.broken_barh([(op.start, op.end - op.start)], (row + 0.1, 0.8), facecolors=color,
                        edgecolors="white", linewidth=0.5)
-        if labels and op.end - op.start >= 0.45:
-            ax.text((op.start + op.end) / 2, row + 0.5, str(op.microbatch), ha="center", va="center",
-                    fontsize=7, color="white")
-    ax.set_yticks([len(stages) - 1 - s + 0.5 for s in stages], [f"stage {s}" for s in stages], fontsize=8)
+    narrowest = min(op.end - op.start for op in ops) * points_per_unit
+    widest_label = len(str(max(op.microbatch for op in ops))) * 8 * 0.62 + 2
+    fits = narrowest >= widest_label
+    for op in ops if labels and fits else []:
+        row = len(stages) - 1 - op.stage
+        ax.text((op.start + op.end) / 2, row + 0.5, str(op.microbatch), ha="center", va="center",
+                fontsize=8, color="white")
+    ax.set_yticks([len(stages) - 1 - s + 0.5 for s in stages], [f"stage {s}" for s in stages], fontsize=9)
     ax.set_xlim(0, end)
-    ax.set_xlabel("time (units of one forward)")
-    ax.set_facecolor("#f2f2f2")
+    xlabel = "time (units of one forward)"
+    if labels and not fits:
+        xlabel += "; micro-batch numbers hidden (bars too narrow to print them: fewer micro-batches shows them)"
+    ax.set_xlabel(xlabel, fontsize=9)
+    ax.set_facecolor("#e6e6e6")
     handles = [plt.Rectangle((0, 0), 1, 1, color=plt.cm.Blues(0.6)), plt.Rectangle((0, 0), 1, 1, color=plt.cm.Greens(0.6)),
-               plt.Rectangle((0, 0), 1, 1, color="#f2f2f2")]
-    ax.legend(handles, ["forward", "backward", "idle (bubble)"], fontsize=7, loc="lower right",
-              bbox_to_anchor=(1.0, 1.0), ncol=3, frameon=False)
+               plt.Rectangle((0, 0), 1, 1, color="#e6e6e6")]
+    ax.legend(handles, ["forward", "backward", "idle (bubble)"], fontsize=8, loc="upper left",
+              bbox_to_anchor=(1.005, 1.0), frameon=False)
     if title:
         ax.set_title(title, fontsize=10, loc="left")
     return ax

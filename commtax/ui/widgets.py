@@ -18,6 +18,7 @@ import traitlets
 from IPython.display import HTML, display
 
 from commtax.formulas.links import Link, available_links
+from commtax.formulas.models import PRESETS as MODEL_PRESETS, Model, transformer_params
 from commtax.units import format_bytes, format_rate, format_seconds
 
 _LAYOUT = w.Layout(width="460px")
@@ -39,10 +40,34 @@ def log_slider(description: str, value: float, low: float, high: float, *,
     return slider
 
 
+class WithReadout(w.HBox):
+    """A slider whose readout is written by ``formatter`` (e.g. "100 MB" rather than d3's "100M").
+
+    ``value`` is the slider's value (two-way linked), so :func:`calculator` treats it like any control.
+    """
+
+    value = traitlets.Any()
+
+    def __init__(self, slider, formatter):
+        slider.readout = False
+        self.slider, self._formatter = slider, formatter
+        self._readout = w.HTML(layout=w.Layout(width="90px"))
+        self._readout.add_class("commtax-readout")
+        super().__init__([slider, self._readout])
+        self.value = slider.value
+        traitlets.link((slider, "value"), (self, "value"))
+        self.observe(self._show, "value")
+        self._show()
+
+    def _show(self, *_):
+        self._readout.value = f"<span style='font-family:monospace'>{html.escape(self._formatter(self.value))}</span>"
+
+
 def bytes_slider(description: str, value: float, low: float = 1.0, high: float = 1e10,
-                 css_class: str | None = None) -> w.FloatLogSlider:
-    """A message-size slider in bytes, on a log scale (readout like 1.05M = 1.05e6 bytes)."""
-    return log_slider(description, value, low, high, css_class=css_class)
+                 css_class: str | None = None) -> WithReadout:
+    """A message-size slider in bytes, on a log scale, read out in decimal units (1.05 MB = 1.05e6 bytes)."""
+    slider = log_slider(description, value, low, high, css_class=css_class)
+    return WithReadout(slider, format_bytes)
 
 
 def int_slider(description: str, value: int, low: int, high: int, *, step: int = 1,
@@ -79,8 +104,15 @@ def float_slider(description: str, value: float, low: float, high: float, *, ste
     return slider
 
 
+def yes_no(description: str, value: bool = False, css_class: str | None = None) -> w.Dropdown:
+    """A yes/no choice whose value is a bool."""
+    return choice(description, [("no", False), ("yes", True)], bool(value), css_class)
+
+
 def choice(description: str, options, value=None, css_class: str | None = None) -> w.Dropdown:
-    dropdown = w.Dropdown(options=options, value=value if value is not None else list(options)[0],
+    first = list(options)[0]
+    first = first[1] if isinstance(first, tuple) else first
+    dropdown = w.Dropdown(options=options, value=value if value is not None else first,
                           description=description, layout=_LAYOUT, style=_STYLE)
     if css_class:
         dropdown.add_class(css_class)
@@ -134,11 +166,93 @@ class LinkPicker(w.VBox):
         self.value = link
 
 
-def calculator(render, controls: dict, *, css_class: str = "commtax-calculator") -> w.VBox:
+CUSTOM_MODEL = "custom (from layers and width)"
+HIDDEN_SIZES = (1024, 2048, 4096, 5120, 6144, 7168, 8192, 12288, 16384)
+
+
+class ModelPicker(w.VBox):
+    """Pick a model: a published preset, or a custom one whose size follows from its shape.
+
+    ``value`` is a :class:`commtax.formulas.models.Model`. Choosing a preset sets
+    the layer and width sliders to its figures; moving a slider turns the
+    choice into ``custom``, whose parameter count is *derived*,
+    N = 12 L h^2 (:func:`transformer_params`), so the size can never
+    contradict the shape, and a preset's name never labels numbers it did not
+    produce. Custom models are dense.
+    """
+
+    value = traitlets.Instance(Model)
+
+    def __init__(self, description: str = "model", value: str | None = None, models: dict | None = None,
+                 css_class: str | None = None, max_layers: int = 160):
+        self._models = dict(models if models is not None else MODEL_PRESETS)
+        names = list(self._models) + [CUSTOM_MODEL]
+        self._dropdown = choice(description, names, value or names[0])
+        start = self._models.get(self._dropdown.value, list(self._models.values())[0])
+        self._layers = int_slider("layers L", start.layers, 1, max_layers)
+        self._hidden = int_choice_slider("hidden size h", sorted(set(HIDDEN_SIZES) | {m.hidden for m in self._models.values()}),
+                                         start.hidden)
+        self._note = w.HTML(layout=w.Layout(width="460px"))
+        self._note.add_class("commtax-model-note")
+        self._applying = False
+        super().__init__([self._dropdown, self._layers, self._hidden, self._note])
+        if css_class:
+            self.add_class(css_class)
+        self._dropdown.observe(self._on_choice, "value")
+        for slider in (self._layers, self._hidden):
+            slider.observe(self._on_size, "value")
+        self._on_choice()
+
+    def _custom(self) -> Model:
+        layers, hidden = self._layers.value, self._hidden.value
+        return Model(f"custom model (L = {layers}, h = {hidden})", transformer_params(layers, hidden), layers, hidden,
+                     "derived: N = 12 L h^2")
+
+    def _on_choice(self, *_):
+        name = self._dropdown.value
+        if name == CUSTOM_MODEL:
+            model = self._custom()
+        else:
+            model = self._models[name]
+            self._applying = True
+            try:
+                self._layers.value, self._hidden.value = model.layers, model.hidden
+            finally:
+                self._applying = False
+        self._note.value = "<small>" + html.escape(describe_model(model)) + "</small>"
+        self.value = model
+
+    def _on_size(self, *_):
+        if self._applying:
+            return
+        if self._dropdown.value != CUSTOM_MODEL:
+            self._dropdown.value = CUSTOM_MODEL   # calls _on_choice
+        else:
+            self._on_choice()
+
+
+def describe_model(model: Model) -> str:
+    """One line: the model's parameters and where they come from."""
+    if model.source.startswith("derived"):
+        return f"{model.name}: N = 12 L h\u00b2 = {model.n_params / 1e9:.3g}B parameters (derived, dense)"
+    line = f"{model.name}: {model.n_params / 1e9:.3g}B parameters"
+    if model.is_moe:
+        shared = f" + {model.shared_experts} shared" if model.shared_experts else ""
+        line += (f", {model.experts} experts{shared}, top-{model.top_k}, in {model.moe_layers} of {model.layers} layers; "
+                 f"{model.active_params / 1e9:.3g}B used per token")
+    return line + f" ({model.source})"
+
+
+def calculator(render, controls: dict, *, css_class: str = "commtax-calculator", groups: dict | None = None,
+               side_by_side: bool = False) -> w.Box:
     """Wire ``controls`` ({argument name: widget}) to ``render(**values)`` and return the widget.
 
     ``render`` prints, displays HTML or draws a figure; it reruns whenever a
     control changes. A ValueError it raises is shown as a message.
+
+    ``groups`` ({tab title: [argument names]}) puts the controls on tabs;
+    ``side_by_side`` puts the result to the right of the controls (it wraps
+    below them in a narrow window), so what changes stays next to what is changed.
     """
     out = w.Output()
     out.add_class("commtax-output")
@@ -156,19 +270,40 @@ def calculator(render, controls: dict, *, css_class: str = "commtax-calculator")
     for control in controls.values():
         control.observe(refresh, "value")
     refresh()
-    box = w.VBox([w.VBox(list(controls.values())), out])
+    if groups:
+        named = [name for names in groups.values() for name in names]
+        if sorted(named) != sorted(controls):
+            raise ValueError(f"groups must name every control once; got {named}, controls {list(controls)}")
+        panel = w.Tab(children=[w.VBox([controls[name] for name in names]) for names in groups.values()],
+                      titles=list(groups))
+    else:
+        panel = w.VBox(list(controls.values()))
+    if side_by_side:
+        panel.layout = w.Layout(flex="0 0 auto", margin="0 16px 0 0")
+        out.layout = w.Layout(flex="1 1 520px", min_width="480px")
+        box = w.HBox([panel, out], layout=w.Layout(flex_flow="row wrap", align_items="flex-start"))
+    else:
+        box = w.VBox([panel, out])
     box.add_class(css_class)
     return box
+
+
+def readable(value) -> str:
+    """A table cell for a learner: bools as yes/no, the rest as str."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
 
 
 def result_table(header: list[str], rows: list[list], highlight: int | None = None,
                  css_class: str = "commtax-result") -> HTML:
     """An HTML table; row ``highlight`` (an index) is bold on a yellow background."""
-    head = "".join(f"<th style='text-align:left;padding:2px 10px'>{html.escape(str(h))}</th>" for h in header)
+    cell = "text-align:left;padding:2px 10px;vertical-align:top"    # headers and cells aligned alike
+    head = "".join(f"<th style='{cell}'>{html.escape(readable(h))}</th>" for h in header)
     body = []
     for i, row in enumerate(rows):
         style = " style='background:#fff3b0;font-weight:bold'" if i == highlight else ""
-        cells = "".join(f"<td style='padding:2px 10px'>{html.escape(str(c))}</td>" for c in row)
+        cells = "".join(f"<td style='{cell}'>{html.escape(readable(c))}</td>" for c in row)
         body.append(f"<tr{style}>{cells}</tr>")
     return HTML(f"<table class='{css_class}'><tr>{head}</tr>{''.join(body)}</table>")
 
