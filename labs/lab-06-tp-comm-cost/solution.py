@@ -9,12 +9,18 @@ What is sent, how often, how:
 * **What**: after each row-parallel projection (attention output and MLP
   down-projection), every rank holds a partial sum of the activation. The
   payload is batch_tokens x hidden x dtype_bytes: one decode token of an 8B
-  model (hidden 4096, bf16) is 8 KB; a 2048-token prefill chunk is 16 MB.
+  model (hidden 4096, bf16) is 8 KiB; a 2048-token prefill chunk is 16 MiB.
 * **How often**: 2 all-reduces per layer per forward pass, so 64 per decode
   step of a 32-layer model. Set by depth, not by anything you tune.
 * **How**: a ring all-reduce on N ranks. **Hop model**: 2(N-1) sequential
   hops (reduce-scatter then all-gather), each paying the link's latency
   once; each rank sends 2(N-1)/N x payload, at the link's bandwidth.
+
+* **Against what**: a decode step is memory-bound: every weight is read from
+  HBM once per generated token, split across the t ranks. An 8B model in bf16
+  is 16 GB: ~8 ms on one A100-80GB (~2.0 TB/s), ~2.4 ms per step at t = 2 on
+  H100 SXM (3.35 TB/s). A faster GPU makes the same communication relatively
+  more expensive.
 
 Units: bytes, seconds, bytes per second (per direction). Bad input raises
 ValueError naming the argument.
@@ -85,6 +91,24 @@ def comm_fraction(comm_s, compute_s):
     if comm_s + compute_s == 0:
         raise ValueError("comm_s + compute_s must be > 0")
     return comm_s / (comm_s + compute_s)
+    # END SOLUTION
+
+
+def decode_step_time_s(n_params, dtype_bytes, hbm_bandwidth, tp=1):
+    """Seconds of one memory-bound decode step: every weight streamed from HBM once per token.
+
+    n_params * dtype_bytes / (tp * hbm_bandwidth): the t ranks each hold and
+    read 1/t of the weights, at the same time. (KV-cache reads and the few
+    FLOPs are left out: at batch 1 the weights dominate.) ``hbm_bandwidth``
+    in bytes/s: A100-80GB ~2.0e12, H100 SXM 3.35e12 (datasheets).
+    """
+    # BEGIN SOLUTION
+    # HINT: bytes of weights on one rank divided by that rank's HBM bandwidth.
+    _number("n_params", n_params, positive=True)
+    _number("dtype_bytes", dtype_bytes, positive=True)
+    _number("hbm_bandwidth", hbm_bandwidth, positive=True)
+    _count("tp", tp)
+    return n_params * dtype_bytes / (tp * hbm_bandwidth)
     # END SOLUTION
 
 
