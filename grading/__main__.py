@@ -19,7 +19,7 @@ import traceback
 from pathlib import Path
 
 from grading import reports, starters
-from grading.grader import SOURCE_ROOT, grade, lab_names
+from grading.grader import SANDBOX_USER, SOURCE_ROOT, grade, lab_names
 
 
 def _progress(message: str) -> None:
@@ -37,7 +37,7 @@ def _write(path: Path | None, text: str) -> None:
 def cmd_grade(args) -> int:
     submission = Path(args.submission) if args.submission else None
     result = grade(submission, args.labs, lab_timeout=args.lab_timeout, total_timeout=args.total_timeout,
-                   progress=_progress)
+                   user=args.user, same_user=args.same_user, progress=_progress)
     if args.format == "table":
         _write(args.out, reports.table(result))
     elif args.format == "gradescope":
@@ -60,7 +60,8 @@ def cmd_grade_many(args) -> int:
         writer.writerow(["submission", "score", "max_score", *labs])
         for path in submissions:
             _progress(f"{path.name}")
-            result = grade(path, labs, lab_timeout=args.lab_timeout, total_timeout=args.total_timeout)
+            result = grade(path, labs, lab_timeout=args.lab_timeout, total_timeout=args.total_timeout,
+                           user=args.user, same_user=args.same_user)
             writer.writerow(reports.csv_rows(path.name, result))
             f.flush()
     print(f"wrote {args.csv} ({len(submissions)} submissions)")
@@ -76,7 +77,8 @@ def cmd_autograde(args) -> int:
     payload = reports.error_result("grading did not finish")
     try:
         result = grade(root / "submission", args.labs, lab_timeout=args.lab_timeout,
-                       total_timeout=args.total_timeout, user=args.user, progress=_progress)
+                       total_timeout=args.total_timeout, user=args.user, same_user=args.same_user,
+                       progress=_progress)
         payload = reports.gradescope(result)
     except Exception as exc:  # noqa: BLE001 - the learner must get a result whatever broke
         traceback.print_exc()
@@ -99,6 +101,10 @@ def main(argv=None) -> int:
         p.add_argument("--labs", nargs="+", metavar="LAB", help="only these labs (folder names)")
         p.add_argument("--lab-timeout", type=float, default=300.0, help="seconds each lab may take (default 300)")
         p.add_argument("--total-timeout", type=float, default=1500.0, help="seconds for the whole grading")
+        p.add_argument("--user", help=f"(root) run learner code as this unprivileged user (default: "
+                                      f"{SANDBOX_USER}, created if missing)")
+        p.add_argument("--same-user", action="store_true",
+                       help="run learner code as the grader's own user even as root (weaker: see grading/README.md)")
 
     p = commands.add_parser("grade", help="grade one submission")
     p.add_argument("submission", nargs="?", help="a copy of the course, or a folder with LAB/starter.py per lab "
@@ -120,7 +126,6 @@ def main(argv=None) -> int:
 
     p = commands.add_parser("autograde", help="(Gradescope) grade ROOT/submission into ROOT/results/results.json")
     p.add_argument("--root", default="/autograder")
-    p.add_argument("--user", help="run learner code as this unprivileged user (needs root)")
     grading_options(p)
 
     args = parser.parse_args(argv)

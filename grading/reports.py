@@ -27,6 +27,8 @@ def table(result: GradeResult) -> str:
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(row[:4], widths)) + "  " + row[4] for row in rows]
     lines.insert(1, "-" * (sum(widths) + 8 + 13))
     lines.append(f"total: {_points(result.score)}/{_points(result.max_score)} points in {result.seconds:.0f} s")
+    if result.mode:
+        lines.append(result.mode)
     if any(t.outcome == "neutral" for lab in result.labs for t in lab.tests):
         lines.append("tests that need NCCL and a GPU per rank were skipped here; they neither earn nor cost points")
     if result.error:

@@ -101,7 +101,8 @@ def _file_reference(module: types.ModuleType) -> tuple[str, str] | None:
         return None
     if name == "__main__":
         name = MAIN_ALIAS  # so the script's `if __name__ == "__main__":` block stays asleep
-    return name, str(Path(file).resolve())
+    from commtax.boundary import learner_path
+    return name, learner_path(Path(file).resolve())  # under the grader: the learner's copy of that file
 
 
 class ByFilePickler(pickle.Pickler):

@@ -4,8 +4,10 @@ Usage (by the launcher only): ``python -m commtax.ranks._rank RUN_DIR RANK``.
 
 The rank reads its job from ``RUN_DIR/job.pkl``, joins the process group
 through a file store in ``RUN_DIR``, calls the function and writes either
-``rank{R}.result`` or ``rank{R}.error`` (both pickles). The launcher reads
-those files; it never trusts the exit code alone.
+``rank{R}.result`` or ``rank{R}.error``, both in the safe form of
+:mod:`commtax.boundary` (plain data: the launcher never unpickles an object
+a rank made). The launcher reads those files; it never trusts the exit code
+alone.
 """
 
 from __future__ import annotations
@@ -71,7 +73,8 @@ def main(run_dir: str, rank: int) -> None:
             timeout=datetime.timedelta(seconds=header["pg_timeout"]),
         )
         result = fn(rank, world_size, *args, **kwargs)
-        payload = _byfile.dumps(result)
+        from commtax import boundary
+        payload = boundary.dumps(result)  # the safe form: the launcher reads nothing else
     except BaseException as exc:  # SystemExit and KeyboardInterrupt are failures too
         if isinstance(exc, SystemExit):
             summary = f"called sys.exit({exc.code!r}) instead of returning"

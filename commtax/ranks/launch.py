@@ -42,6 +42,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from commtax import boundary
 from commtax.ranks import _byfile
 
 BACKENDS = ("gloo", "nccl")
@@ -166,7 +167,7 @@ def run_ranks(
         raise BackendUnavailable(reason)
     _byfile.check_runnable(fn)
 
-    run_dir = tempfile.mkdtemp(prefix="commtax-run-")
+    run_dir = boundary.learner_run_dir()  # under the grader: inside the learner's sandbox
     procs: list[subprocess.Popen] = []
     try:
         _write_job(run_dir, fn, tuple(args), dict(kwargs or {}), world_size, backend, timeout)
@@ -195,7 +196,7 @@ def run_ranks(
 
 def _write_job(run_dir, fn, args, kwargs, world_size, backend, timeout) -> None:
     header = {
-        "sys_path": [p for p in sys.path if p == "" or os.path.isdir(p)],
+        "sys_path": boundary.learner_sys_path([p for p in sys.path if p == "" or os.path.isdir(p)]),
         "world_size": world_size,
         "backend": backend,
         # The process group's own timeout fires later than our deadline, so
@@ -212,9 +213,10 @@ def _write_job(run_dir, fn, args, kwargs, world_size, backend, timeout) -> None:
 
 
 def _start_rank(run_dir: str, rank: int, world_size: int, extra_env: dict | None) -> subprocess.Popen:
-    env = dict(os.environ)
-    package_root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
+    # Ranks run the learner's code: started like every learner process (commtax.boundary), which
+    # under the grader means the sandbox's user, files and environment.
+    learner = boundary.learner_popen_kwargs()
+    env = learner.pop("env")
     env.update(
         OMP_NUM_THREADS="1",
         MKL_NUM_THREADS="1",
@@ -233,7 +235,7 @@ def _start_rank(run_dir: str, rank: int, world_size: int, extra_env: dict | None
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env,
-            **_new_session_kwargs(),
+            **{**_new_session_kwargs(), **learner},
         )
     finally:
         out.close()  # the child holds its own copy
@@ -323,16 +325,26 @@ def _collect(run_dir: str, rank: int, code: int, seconds: float):
     """Read what a finished rank left: ``(result,)`` or a RankFailure."""
     result_path = os.path.join(run_dir, f"rank{rank}.result")
     error_path = os.path.join(run_dir, f"rank{rank}.error")
+    # Both files are written by the learner's side: read them in the safe form only
+    # (commtax.boundary.loads builds plain data, never an object the rank chose).
     if os.path.exists(result_path):
-        with open(result_path, "rb") as f:
-            return (pickle.load(f),)
+        try:
+            with boundary.open_learner_file(result_path) as f:
+                return (boundary.loads(f.read()),)
+        except Exception as exc:  # noqa: BLE001 - whatever the file holds, it is a failure of that rank
+            return RankFailure(rank, "raised", f"left a result that cannot be read ({type(exc).__name__}: {exc})",
+                               seconds, when=time.time(), exception_type="BoundaryError")
     if os.path.exists(error_path):
-        with open(error_path, "rb") as f:
-            error = pickle.load(f)
-        return RankFailure(
-            rank, "raised", error["summary"], seconds, when=error["when"],
-            traceback=error["traceback"], exception_type=error["type"],
-        )
+        try:
+            with boundary.open_learner_file(error_path) as f:
+                error = boundary.loads(f.read())
+            return RankFailure(
+                rank, "raised", str(error["summary"])[:4000], seconds, when=float(error["when"]),
+                traceback=str(error["traceback"])[-8000:], exception_type=str(error["type"]),
+            )
+        except Exception as exc:  # noqa: BLE001
+            return RankFailure(rank, "raised", f"left an error report that cannot be read ({type(exc).__name__})",
+                               seconds, when=time.time())
     if code < 0:
         try:
             why = f"was killed by {signal.Signals(-code).name}"
@@ -393,20 +405,20 @@ def _kill_all(procs) -> None:
 
 def _read(path: str) -> str:
     try:
-        with open(path, errors="replace") as f:
+        with boundary.open_learner_file(path, "r") as f:  # a rank may have made it a symbolic link
             return f.read()
-    except FileNotFoundError:
+    except OSError:
         return ""
 
 
 def _tail(path: str, limit: int = OUTPUT_TAIL_BYTES) -> str:
     try:
-        with open(path, "rb") as f:
+        with boundary.open_learner_file(path) as f:
             f.seek(0, os.SEEK_END)
             size = f.tell()
             f.seek(max(0, size - limit))
             data = f.read()
-    except FileNotFoundError:
+    except OSError:
         return ""
     text = data.decode(errors="replace")
     if size > limit:
