@@ -422,6 +422,17 @@ def make_undumpable() -> None:
         pass
 
 
+def become_subreaper() -> None:
+    """Orphaned descendants become our children, not init's (Linux): a learner's double fork stays findable."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):  # pragma: no cover
+        pass
+
+
 # -- stub detection, statically -----------------------------------------------------------------
 
 def _stub_message_of(node, name: str) -> str | None:

@@ -78,6 +78,23 @@ def pytest_collection_modifyitems(session, config, items):
                            "nccl": item.get_closest_marker("nccl") is not None})
 
 
+def pytest_collection_finish(session):
+    """Under the grader, once the hidden tests are imported, take their files off the disk.
+
+    No learner code has run yet (the ``lab`` proxy starts its worker at the first
+    call), so no learner process can ever find them on disk, whatever its user.
+    """
+    if _channel is None or session.config.option.collectonly:
+        return
+    import shutil
+    from pathlib import Path
+    for item in session.items:
+        if _is_hidden(item):
+            folder = Path(str(item.path)).parent
+            if folder.name == "hidden":
+                shutil.rmtree(folder, ignore_errors=True)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield

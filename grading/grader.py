@@ -462,6 +462,86 @@ def choose_mode(user: str | None = None, same_user: bool = False) -> dict:
     return {"uid": uid, "gid": gid, "mode": f"root mode: learner code ran as the unprivileged user {name}"}
 
 
+def protect_source(source: Path = SOURCE_ROOT) -> list:
+    """Root mode: make the grader's own course folder unreadable to other users (the sandbox user).
+
+    Its solutions, hidden tests and answer modules must be out of the learner's reach. Each
+    top-level entry of ``source`` loses its permissions for "other" users, except the Python
+    environment that learner processes run with (when it lives inside ``source``); ``source``
+    itself keeps only its "x" bit for them. Returns the paths changed.
+    """
+    changed = []
+    environment = Path(sys.prefix).resolve()
+    for path in [source, *source.iterdir()]:
+        if path.is_symlink():
+            continue
+        resolved = path.resolve()
+        if resolved == environment or environment.is_relative_to(resolved) and resolved != source.resolve():
+            continue
+        mode = path.stat().st_mode
+        wanted = (mode & ~0o007) | (0o001 if path == source else 0)
+        if stat.S_IMODE(mode) != stat.S_IMODE(wanted):
+            os.chmod(path, stat.S_IMODE(wanted))
+            changed.append(path)
+    return changed
+
+
+def open_interpreter(uid: int, gid: int) -> list:
+    """Root mode: let the sandbox user reach this Python (its standard library and environment).
+
+    A Python installed under a private folder (pyenv in /root) is out of an unprivileged user's
+    reach. Each folder on the way that other users cannot pass through gets their "x" bit (pass
+    through, never list) for the time of the grading; returns [(folder, old mode)] to restore.
+    """
+    granted = []
+    for target in {Path(sys.base_prefix), Path(sys.prefix), Path(sys.executable).parent}:
+        for folder in [*reversed(target.resolve().parents), target.resolve()]:
+            try:
+                info = folder.stat()
+            except OSError:
+                continue
+            if info.st_uid == uid or info.st_mode & 0o001 or any(folder == f for f, _ in granted):
+                continue
+            granted.append((folder, stat.S_IMODE(info.st_mode)))
+            os.chmod(folder, stat.S_IMODE(info.st_mode) | 0o001)
+    return granted
+
+
+def close_interpreter(granted: list) -> None:
+    for folder, mode in reversed(granted):
+        try:
+            os.chmod(folder, mode)
+        except OSError:
+            pass
+
+
+def check_sandbox_python(uid: int, gid: int) -> None:
+    """Fail early, with the reason, if the sandbox user cannot run this Python with its standard library."""
+    probe = subprocess.run([sys.executable, "-c", "import ctypes, json, encodings, numpy"], user=uid, group=gid,
+                           extra_groups=[], cwd="/", capture_output=True, text=True, timeout=120)
+    if probe.returncode != 0:
+        raise RuntimeError(f"the sandbox user (uid {uid}) cannot run {sys.executable} with its libraries: "
+                           f"{probe.stderr.strip()[-500:]}")
+
+
+def _kill_descendants() -> None:
+    """Kill every descendant of this process: with the subreaper flag, a learner's daemon is one of them."""
+    try:
+        import psutil
+    except ImportError:  # pragma: no cover
+        return
+    for _ in range(3):
+        found = psutil.Process().children(recursive=True)
+        if not found:
+            return
+        for proc in found:
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
+        psutil.wait_procs(found, timeout=5)
+
+
 def _kill_user(uid: int) -> None:
     """Root mode: kill every process of the sandbox user (a forked child that cleared its environment too)."""
     try:
@@ -540,6 +620,7 @@ def _grade_lab(base: Path, course: dict, lab: str, starter: bytes, timeout: floa
         from commtax.boundary import SANDBOX_ENV
         return run_pytest(work, [f"labs/{lab}"], timeout, {SANDBOX_ENV: json.dumps(settings)})
     finally:
+        _kill_descendants()
         if uid is not None:
             _kill_user(uid)
             _sweep_files(uid)
@@ -555,7 +636,7 @@ def grade(submission: Path | None, labs: list[str] | None = None, *, source: Pat
     Root mode (learner code runs as ``user``, default ``commtax-learner``) when this process is
     root, unless ``same_user``; same-user mode otherwise. ``GradeResult.mode`` says which.
     """
-    from commtax.boundary import make_undumpable
+    from commtax.boundary import become_subreaper, make_undumpable
 
     start = time.monotonic()
     labs = labs or lab_names(source)
@@ -565,7 +646,26 @@ def grade(submission: Path | None, labs: list[str] | None = None, *, source: Pat
     if submission is not None and not Path(submission).is_dir():
         raise ValueError(f"submission {submission} is not a folder")
     make_undumpable()  # same-user mode: learner processes cannot read our memory or descriptors
+    become_subreaper()  # a process a lab left behind (double fork, setsid, cleared environment) stays ours
     mode = choose_mode(user, same_user)
+    granted = []
+    if mode["uid"] is not None:
+        granted = open_interpreter(mode["uid"], mode["gid"])
+        if granted:
+            mode["mode"] += (" (for the time of the grading, other users may pass through "
+                             + ", ".join(str(f) for f, _ in granted) + " to reach Python)")
+        protect_source(Path(source))
+        if Path(hidden).is_dir():
+            os.chmod(hidden, stat.S_IMODE(Path(hidden).stat().st_mode) & ~0o007)
+    try:
+        if mode["uid"] is not None:
+            check_sandbox_python(mode["uid"], mode["gid"])
+        return _grade(submission, labs, source, hidden, lab_timeout, total_timeout, mode, progress, start)
+    finally:
+        close_interpreter(granted)
+
+
+def _grade(submission, labs, source, hidden, lab_timeout, total_timeout, mode, progress, start) -> GradeResult:
     result = GradeResult(mode=mode["mode"])
     course = read_course(source, hidden)
     starters = {lab: starter_of(Path(submission) if submission else None, lab, source) for lab in labs}
