@@ -18,6 +18,7 @@ isend`` binds the original before the wrapping.
 from __future__ import annotations
 
 import contextlib
+import inspect
 from dataclasses import dataclass, field
 
 import torch.distributed as dist
@@ -83,13 +84,19 @@ def record_traffic(forbid_collectives: bool = False):
         return wrapper
 
     def wrap_collective(name, original):
+        try:  # the first parameter's name, to find it when passed by keyword (FSDP2 does)
+            first = next(iter(inspect.signature(original).parameters))
+        except (TypeError, ValueError, StopIteration):
+            first = None
+
         def wrapper(*args, **kwargs):
             if forbid_collectives:
                 raise AssertionError(
                     f"dist.{name}() was called: this exercise allows only point-to-point "
                     "operations (send, recv, isend, irecv, batch_isend_irecv)")
             # The first argument is the tensor (or list) that is reduced or sent.
-            traffic.collectives.append((name, _payload_bytes(args[0]) if args else 0))
+            value = args[0] if args else kwargs.get(first)
+            traffic.collectives.append((name, _payload_bytes(value) if value is not None else 0))
             return original(*args, **kwargs)
 
         return wrapper
