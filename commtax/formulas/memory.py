@@ -272,33 +272,58 @@ def plan_wire_bytes(plan: MemoryPlan) -> dict:
     return out
 
 
-def smallest_plan(n_params, layers, hidden, heads, gpus, hbm_bytes, *, seq=4096, micro_batch=1,
-                  microbatches=8, gpus_per_node=8, **dtypes):
-    """The least-sharded plan on ``gpus`` GPUs whose per-GPU memory fits ``hbm_bytes``, or None.
+def wire_seconds(plan: MemoryPlan, gpus_per_node=8, intra_bandwidth=450e9, inter_bandwidth=50e9) -> float:
+    """A rough communication time per step: each axis's bytes over its link, no overlap, no latency.
 
-    Candidates in order of cost: fewer model-parallel ranks (t p, TP within a
-    node) first; then ZeRO-1, 2, 3 with selective recomputation (what a fused
-    attention kernel gives for free; ZeRO-1 moves no more bytes than DDP),
-    then ZeRO-1, 2, 3 with full recomputation (a third more compute); stage 0
-    when dp = 1. Sequence parallelism whenever t > 1 (it costs no extra
-    bytes). The first that fits is returned as a :class:`MemoryPlan`.
+    TP groups stay inside a node (NVLink, 450e9 B/s per direction); the DP
+    group runs at NVLink speed if it fits in a node with its TP peers, else at
+    the NIC's (400 Gb/s InfiniBand, 50e9 B/s); PP crosses nodes when the plan
+    spans more than one. For ranking plans, not for predicting a step.
+    """
+    wire = plan_wire_bytes(plan)
+    dp_link = intra_bandwidth if plan.tp * plan.dp <= gpus_per_node else inter_bandwidth
+    pp_link = intra_bandwidth if plan.tp * plan.dp * plan.pp <= gpus_per_node else inter_bandwidth
+    return wire["tp"] / intra_bandwidth + wire["dp"] / dp_link + wire["pp"] / pp_link
+
+
+def fitting_plans(n_params, layers, hidden, heads, gpus, hbm_bytes, *, seq=4096, micro_batch=1,
+                  microbatches=8, gpus_per_node=8, **dtypes):
+    """Every plan on exactly ``gpus`` GPUs whose per-GPU memory fits ``hbm_bytes``.
+
+    Plans: TP within a node (t divides the heads and the node), PP dividing
+    the layers, ZeRO 0-3 over the rest (stage 0 only when dp = 1), selective or
+    full recomputation, sequence parallelism whenever t > 1 (it costs no
+    extra bytes). Sorted best first: selective before full recomputation (a
+    third more compute), then by :func:`wire_seconds`.
     """
     require_int("gpus", gpus, 1)
     require_positive("hbm_bytes", hbm_bytes, "bytes")
-    candidates = []
+    found = []
     for tp in (1, 2, 4, 8, 16):
         if tp > gpus_per_node or gpus % tp or hidden % tp or heads % tp:
             continue
         for pp in range(1, layers + 1):
             if layers % pp or gpus % (tp * pp):
                 continue
-            candidates.append((tp * pp, pp, tp))
-    for _, pp, tp in sorted(candidates):
-        dp = gpus // (tp * pp)
-        stages = (0,) if dp == 1 else (1, 2, 3)
-        for recompute, stage in [(r, z) for r in ("selective", "full") for z in stages]:
-            plan = MemoryPlan(n_params, layers, hidden, heads, seq, micro_batch, microbatches, tp, pp, dp,
-                              stage, recompute, tp > 1, **dtypes)
-            if plan_memory(plan)["total"] <= hbm_bytes:
-                return plan
+            dp = gpus // (tp * pp)
+            for stage in ((0,) if dp == 1 else (1, 2, 3)):
+                for recompute in ("selective", "full"):
+                    plan = MemoryPlan(n_params, layers, hidden, heads, seq, micro_batch, microbatches, tp, pp, dp,
+                                      stage, recompute, tp > 1, **dtypes)
+                    if plan_memory(plan)["total"] <= hbm_bytes:
+                        found.append(plan)
+    return sorted(found, key=lambda p: (p.recompute == "full", wire_seconds(p, gpus_per_node), p.tp * p.pp))
+
+
+def smallest_plan(n_params, layers, hidden, heads, hbm_bytes, *, max_gpus=4096, **options):
+    """The fewest GPUs (a power of two) on which the model fits, and the best plan there; None if none.
+
+    Returns ``(gpus, plan)``; ``options`` as :func:`fitting_plans`.
+    """
+    gpus = 1
+    while gpus <= max_gpus:
+        plans = fitting_plans(n_params, layers, hidden, heads, gpus, hbm_bytes, **options)
+        if plans:
+            return gpus, plans[0]
+        gpus *= 2
     return None
