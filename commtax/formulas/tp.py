@@ -15,7 +15,22 @@ import numpy as np
 from commtax.checks import require_fraction, require_int, require_nonnegative, require_positive
 
 H100_HBM_BYTES_PER_S = 3.35e12   # NVIDIA H100 SXM datasheet, HBM3
+A100_80GB_HBM_BYTES_PER_S = 2.0e12  # NVIDIA A100 80GB SXM datasheet, HBM2e (2,039 GB/s)
 H100_BF16_DENSE = 989e12
+
+
+def decode_step_time_s(n_params, dtype_bytes, hbm_bandwidth, tp=1):
+    """Seconds of one memory-bound decode step: every weight read from HBM once per token, split over tp ranks.
+
+    n_params * dtype_bytes / (tp * hbm_bandwidth). An 8B bf16 model (16 GB) on
+    one A100-80GB is ~8 ms; at tp = 2 on H100 SXM, ~2.4 ms. KV-cache reads and
+    FLOPs are left out (at batch 1 the weights dominate). Lab 06 has you write it.
+    """
+    require_positive("n_params", n_params)
+    require_positive("dtype_bytes", dtype_bytes, "bytes")
+    require_positive("hbm_bandwidth", hbm_bandwidth, "bytes/s")
+    tp = require_int("tp", tp, 1)
+    return n_params * dtype_bytes / (tp * hbm_bandwidth)
 
 
 def allreduce_payload_bytes(batch_tokens, hidden, dtype_bytes=2):
