@@ -326,10 +326,11 @@ def memory_bytes_per_gpu(cfg, recompute, gpu=None) -> float:
     return max(first_stage, last_stage)
 
 
-def choose_recompute(cfg) -> str:
+def choose_recompute(cfg, gpu=None) -> str:
     """The least recomputation whose memory fits in the GPU's HBM (full if none does)."""
+    gpu = gpu or GPUS[cfg["gpu"]]
     for mode in RECOMPUTE:
-        if memory_bytes_per_gpu(cfg, mode) <= GPUS[cfg["gpu"]].hbm_bytes:
+        if memory_bytes_per_gpu(cfg, mode, gpu) <= gpu.hbm_bytes:
             return mode
     return "full"
 
@@ -341,7 +342,7 @@ def _group(cfg, gpu, size, stride):
     return (size, m, gpu.nvlink_alpha, gpu.nvlink_bandwidth, gpu.nic_alpha, gpu.nic_bandwidth)
 
 
-def breakdown(run, constants=None) -> dict:
+def breakdown(run, constants=None, hardware=None) -> dict:
     """The prediction with the interleaving depth left open (``vpp`` None) chosen for speed.
 
     Megatron-LM's published pipelines use the interleaved schedule; the depth v is the one
@@ -354,24 +355,25 @@ def breakdown(run, constants=None) -> dict:
         for v in range(1, per_stage + 1):
             if run["layers"] % (run["pp"] * v):
                 continue
-            candidate = _breakdown({**run, "vpp": v}, constants)
+            candidate = _breakdown({**run, "vpp": v}, constants, hardware)
             key = (not candidate["fits"], candidate["step_time_s"])
             if best is None or key < best[0]:
                 best = (key, candidate)
         if best is not None:
             return best[1]
-    return _breakdown(run, constants)
+    return _breakdown(run, constants, hardware)
 
 
-def _breakdown(run, constants=None) -> dict:
+def _breakdown(run, constants=None, hardware=None) -> dict:
     """Everything the predictor computes: the chosen plan, each phase's seconds, the results.
 
-    ``constants`` overrides :data:`FITTED` for this GPU (``matmul_efficiency``, ``elementwise_passes``).
+    ``constants`` overrides :data:`FITTED` for this GPU (``matmul_efficiency``, ``elementwise_passes``);
+    ``hardware``, a :class:`GPU`, replaces the preset ``run["gpu"]`` names (e.g. half the NIC bandwidth).
     """
     cfg = normalize(run)
-    gpu = GPUS[cfg["gpu"]]
-    k = {**FITTED[gpu.name], **(constants or {})}
-    recompute = cfg["recompute"] or choose_recompute(cfg)
+    gpu = hardware or GPUS[cfg["gpu"]]
+    k = {**FITTED[cfg["gpu"]], **(constants or {})}
+    recompute = cfg["recompute"] or choose_recompute(cfg, gpu)
     t, p, d, c, v, m, b = (cfg[x] for x in ("tp", "pp", "dp", "cp", "vpp", "microbatches", "micro_batch"))
     h, s, L = cfg["hidden"], cfg["seq"], cfg["layers"]
     rate = gpu.peak_flops * k["matmul_efficiency"]
@@ -490,9 +492,9 @@ def _breakdown(run, constants=None) -> dict:
     )
 
 
-def predict(run, constants=None) -> dict:
+def predict(run, constants=None, hardware=None) -> dict:
     """Step time (s), model and hardware TFLOP/s per GPU, MFU, HFU, memory (bytes per GPU), binding."""
-    full = breakdown(run, constants)
+    full = breakdown(run, constants, hardware)
     return {key: full[key] for key in RETURNED}
 
 
@@ -588,3 +590,104 @@ def fit_constants(entries, gpu, efficiencies=None, passes=None) -> dict:
             if best is None or score < best[0] - 1e-12:
                 best = (score, k)
     return best[1]
+
+
+# -- planning ----------------------------------------------------------------------------------------
+
+#: Model shapes for the planner: the public rows' GPTs and two Llama-style models (model cards).
+MODELS = {
+    "GPT 1.7B (Megatron, s=2048)": dict(layers=24, hidden=2304, heads=24, seq=2048, vocab=51200),
+    "GPT 22B (Korthikanti)": dict(layers=48, hidden=6144, heads=64, seq=2048, vocab=51200),
+    "GPT-3 175B": dict(layers=96, hidden=12288, heads=96, seq=2048, vocab=51200),
+    "GPT 530B (Narayanan)": dict(layers=105, hidden=20480, heads=128, seq=2048, vocab=51200),
+    "Llama-2 7B": dict(layers=32, hidden=4096, heads=32, seq=4096, vocab=32000, ffn_hidden=11008,
+                       swiglu=True),
+    "Llama-2 70B": dict(layers=80, hidden=8192, heads=64, kv_heads=8, seq=4096, vocab=32000,
+                        ffn_hidden=28672, swiglu=True),
+}
+
+
+def _divisors(n):
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def search_plans(model: dict, gpus: int, gpu: str, global_batch: int, *, hardware=None,
+                 max_tp=None, micro_batches=(1, 2, 4), zero_stages=(1, 3), top=None) -> list[dict]:
+    """Every plan (tp, pp, dp, v, micro-batch, recompute, ZeRO stage) that fits in memory, fastest first.
+
+    tp runs over the powers of two that divide the heads (up to two nodes, or ``max_tp``), pp over
+    the divisors of the remaining GPUs up to the layers, dp takes the rest and must divide the
+    global batch together with the micro-batch; the interleaving depth and the recomputation are
+    the predictor's choices (fastest v, least recomputation that fits). Each result is
+    ``breakdown(...)`` plus ``run``. ``hardware`` overrides the preset (e.g. a slower network).
+    """
+    preset = hardware or GPUS[gpu]
+    max_tp = max_tp or 2 * preset.gpus_per_node
+    results = []
+    for tp in (1, 2, 4, 8, 16, 32):
+        if tp > max_tp or gpus % tp or model["heads"] % tp:
+            continue
+        for pp in _divisors(gpus // tp):
+            if pp > model["layers"]:
+                break
+            dp = gpus // (tp * pp)
+            for mb in micro_batches:
+                if global_batch % (dp * mb):
+                    continue
+                for zero in zero_stages:
+                    if zero and dp == 1:
+                        continue
+                    run = dict(model, gpus=gpus, gpu=gpu, tp=tp, pp=pp, dp=dp, micro_batch=mb,
+                               global_batch=global_batch, zero_stage=zero)
+                    try:
+                        result = breakdown(run, hardware=hardware)
+                    except ValueError:
+                        continue      # a plan the nodes cannot hold evenly
+                    if result["fits"]:
+                        results.append(dict(result, run=run))
+    results.sort(key=lambda r: r["step_time_s"])
+    return results[:top] if top else results
+
+
+RECOMPUTE_WORDS = {"none": "no recomputation", "selective": "selective recomputation",
+                   "full": "full recomputation"}
+
+
+def recommend(results: list[dict]) -> str:
+    """The best plan, what binds it, and what to change, in words (the modeler's recommendation)."""
+    if not results:
+        return ("No plan fits in memory: add GPUs, raise pipeline or tensor parallelism, shard the "
+                "optimizer (ZeRO), or recompute activations.")
+    best = results[0]
+    plan, times, step = best["plan"], best["times"], best["step_time_s"]
+    text = (f"Best plan: TP {plan['tp']} x PP {plan['pp']} x DP {plan['dp']}"
+            + (f" (interleaved, v = {plan['vpp']})" if plan["vpp"] > 1 else "")
+            + f", micro-batch {plan['micro_batch']}, {RECOMPUTE_WORDS[plan['recompute']]}, ZeRO-{plan['zero_stage']}: "
+            f"{step:.3g} s per step, MFU {best['mfu']:.0%}. ")
+    share = {name: times[name] / step for name in ("tp", "cp", "dp")}
+    share["pp"] = (times["bubble"] + times["p2p"]) / step
+    binding = best["binding"]
+    if binding == "pp":
+        m = plan["microbatches"]
+        text += (f"The pipeline binds: its bubble and sends take {share['pp']:.0%} of the step "
+                 f"((p-1)/(v m) with p = {plan['pp']}, m = {m}). More micro-batches per step "
+                 f"(a larger global batch, or a smaller micro-batch), deeper interleaving or fewer "
+                 f"stages shrink it.")
+    elif binding == "tp":
+        where = "across nodes" if plan["tp"] > 8 else "inside the node"
+        text += (f"Tensor parallelism binds: its all-reduces, {where} and on the critical path, take "
+                 f"{share['tp']:.0%} of the step. A smaller TP degree (with more pipeline stages or "
+                 f"ZeRO to make the model fit) or a wider model lowers the tax.")
+    elif binding == "dp":
+        text += (f"Data parallelism binds: {share['dp']:.0%} of the step waits on gradients "
+                 f"(or ZeRO-3's gathers) that the compute cannot hide. More tokens per micro-batch, "
+                 f"fewer data-parallel ranks (more TP/PP), or ZeRO-1 instead of ZeRO-3 hide it again.")
+    else:
+        text += ("Communication is buried: no axis exposes more than a few percent of the step. "
+                 "What is left is compute: kernel efficiency"
+                 + (", and less recomputation if memory allows." if plan["recompute"] != "none" else "."))
+    if len(results) > 1:
+        runner = results[1]
+        text += (f" Runner-up: TP {runner['plan']['tp']} x PP {runner['plan']['pp']} x DP {runner['plan']['dp']}, "
+                 f"{runner['step_time_s'] / step - 1:+.1%} step time.")
+    return text

@@ -103,3 +103,14 @@ def critical_global_batch(peak_flops, bandwidth, seq, replicas, dtype_bytes=2, w
     require_int("seq", seq, 1)
     dp = require_int("replicas", replicas, 2)
     return critical_tokens_per_gpu(peak_flops, bandwidth, dp, dtype_bytes, window) * dp / seq
+
+
+def ep_intensity(expert_ffn_hidden, ep, swiglu=True, dtype_bytes=2) -> float:
+    """EP: a routed token's expert FFN, 3 x 2 n f_e h FLOPs per expert it visits (n = 3 matrices with
+    SwiGLU, 2 without), against the all-to-alls that carry it there and back, forward and backward,
+    4 (e-1)/e h B bytes per visit: 1.5 n f_e e / ((e-1) B). h and top-k cancel: only the expert's
+    width decides whether its all-to-all can hide behind its own compute."""
+    require_int("expert_ffn_hidden", expert_ffn_hidden, 1)
+    require_positive("dtype_bytes", dtype_bytes, "bytes")
+    matrices = 3 if swiglu else 2
+    return 6 * matrices * expert_ffn_hidden / (4 * _degree("ep", ep) * dtype_bytes)
