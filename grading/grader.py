@@ -235,7 +235,8 @@ def _learner_module(relative: str, data: bytes) -> bytes | None:
     if helpers:
         source = data.decode()
         tree = ast.parse(source)
-        keep = [node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
+        keep = [node for node in tree.body if isinstance(node, ast.Import)
+                or isinstance(node, ast.ImportFrom) and node.module != "__future__"]
         keep += [node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name in helpers]
         text += "\n\n" + "\n\n\n".join(ast.get_source_segment(source, node) for node in keep) + "\n"
     return text.encode()
