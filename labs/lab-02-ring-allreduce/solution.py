@@ -4,8 +4,8 @@ Build the algorithm behind every data-parallel gradient sync out of
 point-to-point messages: a ring reduce-scatter, a ring all-gather, the two
 together as a ring all-reduce, and, for contrast, the naive reduce-then-
 broadcast. The tests run your functions on real processes (gloo on CPU, NCCL
-where there are GPUs), compare the result with ``torch.distributed.all_reduce``
-on every rank, and count the bytes each rank sends.
+where there are GPUs), compare every rank's result with the sum of every
+rank's input, and count the bytes each rank sends.
 
 Rules:
 
@@ -18,6 +18,17 @@ Rules:
 * ``group=None`` means the default (whole-world) group. Ranks inside
   ``group`` are numbered 0..P-1; point-to-point calls take global ranks
   (``dist.get_global_rank(group, i)``).
+* Bad input raises ``ValueError`` whose message names the argument:
+  ``numel`` or ``world_size`` that is not an ``int`` (``3.0`` and ``True``
+  included) or is out of range; a ``tensor`` that is not a torch.Tensor or
+  not contiguous (the given ``_check_tensor`` does both); an ``owned_chunk``
+  or ``root`` outside 0..P-1.
+
+What the tests check, on P = 2, 3 and 4 ranks: the values of every chunk
+(each function on its own inputs: the all-gather test starts from a buffer
+holding only the owned chunk, never from your reduce-scatter), the bytes each
+rank sends and receives, counted exactly, and that no built-in collective
+was called.
 
 Conventions: P = world size of the group; rank i's ring neighbours are
 (i - 1) mod P (receive from) and (i + 1) mod P (send to). The buffer is cut
@@ -36,7 +47,11 @@ def chunk_bounds(numel, world_size):
     Returns a list of ``world_size`` (start, stop) pairs that cover
     ``range(numel)`` in order, with sizes that differ by at most one (the
     first ``numel % world_size`` chunks get the extra element). When
-    ``numel < world_size`` some chunks are empty (start == stop).
+    ``numel < world_size`` some chunks are empty (start == stop):
+    ``chunk_bounds(2, 4) == [(0, 1), (1, 2), (2, 2), (2, 2)]``.
+
+    ``numel`` must be an ``int`` >= 0 and ``world_size`` an ``int`` >= 1;
+    anything else (``3.0``, ``True``, -1) raises ValueError naming it.
     """
     # BEGIN SOLUTION
     # HINT: divmod(numel, world_size) gives the base size and how many chunks get one more.
@@ -130,8 +145,9 @@ def ring_reduce_scatter(tensor, group=None):
 
     At step s = 0 .. P-2, rank i sends chunk (i - s) mod P to rank i+1 and
     receives chunk (i - s - 1) mod P from rank i-1, adding it into its own
-    copy. Each rank sends P-1 chunks: (P-1)/P of the buffer. Other chunks are
-    left holding partial sums.
+    copy. Each rank sends P-1 chunks (every chunk but the one it ends up
+    owning): (P-1)/P of the buffer. Other chunks are left holding partial
+    sums (the tests look only at the owned chunk).
 
     Returns the index of the chunk this rank holds fully reduced,
     (rank + 1) mod P.
@@ -165,7 +181,9 @@ def ring_all_gather(tensor, owned_chunk, group=None):
     complete, and rank i + k holds chunk ``owned_chunk + k`` (mod P): the
     layout :func:`ring_reduce_scatter` leaves. At step s, rank i sends chunk
     (owned - s) mod P forward and receives chunk (owned - s - 1) mod P from
-    behind, straight into place. Each rank sends P-1 chunks.
+    behind, straight into place. Each rank sends P-1 chunks (every chunk
+    but the last one it receives). The chunks other than ``owned_chunk`` may
+    hold anything on entry (the tests fill them with NaN).
     """
     # BEGIN SOLUTION
     # HINT: the same ring as the reduce-scatter, but copy instead of add: receive directly into
@@ -200,7 +218,9 @@ def naive_all_reduce(tensor, root=0, group=None):
 
     The root receives each other rank's whole buffer in turn (adding it in),
     then sends the sum to each in turn: its link carries 2(P-1) buffers, which
-    is why this does not scale. ``root`` is a rank of ``group``.
+    is why this does not scale: the root sends and receives (P-1) n bytes,
+    every other rank sends and receives its n-byte buffer once. ``root`` is a
+    rank of ``group``.
     """
     # BEGIN SOLUTION
     # HINT: on the root: recv from every other rank into a scratch buffer and add; then send the

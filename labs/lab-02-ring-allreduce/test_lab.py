@@ -1,107 +1,118 @@
-"""Lab 02 tests: your ring on real processes, against dist.all_reduce and a byte counter.
+"""Lab 02 tests: your ring on real processes, against sums computed here and a byte counter.
 
-Each distributed check is one job on P real ranks (gloo on CPU; NCCL only
-where there is a GPU per rank). Inside the job, the lab's function runs under
-``commtax.ranks.traffic.record_traffic``, which counts the bytes every rank sends
-and fails any call of a built-in collective. The reference answer is
-computed afterwards with ``torch.distributed.all_reduce`` itself.
+Each distributed job runs on P real ranks (gloo on CPU; NCCL only where there
+is a GPU per rank). The ranks only *run* your functions, under
+``commtax.ranks.traffic.record_traffic`` (which counts the bytes every rank
+sends and notes any built-in collective), and return what they got: result
+tensors and byte counts. Every expected value is computed in the test process
+from the same seeds (the all-reduce of rank inputs is their sum, added up
+here), and every check runs here, so the messages can say which chunk is
+wrong, by how much, and what the wrong value looks like.
+
+Inputs are small integers, so every sum is exact in float64, float32 and
+bfloat16 alike (|sum| <= 200 < 256) and results are compared exactly.
 """
+
+import itertools
 
 import pytest
 import torch
-import torch.distributed as dist
 
 from commtax.ranks.launch import rank_device
-from commtax.testing import BACKENDS, SharedRuns
 from commtax.ranks.traffic import record_traffic
+from commtax.testing import BACKENDS, SharedRuns
 
 SIZES = [0, 1, 2, 3, 5, 7, 64, 1000, 4099]  # elements: empty, fewer than P, uneven, larger
 DTYPES = [torch.float64, torch.float32, torch.bfloat16]
-TOLERANCE = {torch.float64: 0.0, torch.float32: 1e-5, torch.bfloat16: 2e-2}  # relative
 DIVISIBLE = 2 * 3 * 4 * 5 * 1000  # elements every P in the tests divides evenly
+# The reduce-scatter and all-gather tests use equal chunks, so that a step that sends the wrong chunk
+# delivers wrong values the test can point at (with unequal chunks the sizes of the two ends' messages
+# differ and gloo aborts); the all-reduce test covers unequal and empty chunks.
+EVEN = 1200  # elements: P = 2, 3 and 4 divide it
+NAIVE_SIZE = 6000
 RUNS = SharedRuns()
+# The all-reduce cases, in the order the ranks run them: (elements, dtype, shape or None).
+CASES = [(numel, dtype, None) for numel in SIZES for dtype in DTYPES] + [(15, torch.float64, (3, 5))]
 
 
-def rank_data(rank, numel, dtype, device):
-    """Integer-valued data, different on each rank: exact in float64, so sums compare exactly."""
+def rank_data(rank, numel, dtype=torch.float64, device="cpu"):
+    """Integer-valued data in [-50, 50), different on each rank: every sum of P <= 4 of them is exact."""
     g = torch.Generator().manual_seed(1234 + rank)
     return torch.randint(-50, 50, (numel,), generator=g).to(dtype=dtype, device=device)
 
 
-def _compare(got, expected, dtype, what):
-    if dtype == torch.float64:
-        ok = torch.equal(got, expected)
-    else:
-        ok = torch.allclose(got.double(), expected.double(), rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype] * 50)
-    if not ok:
-        diff = (got.double() - expected.double()).abs()
-        raise AssertionError(f"rank {dist.get_rank()}: {what} differs from dist.all_reduce "
-                             f"(largest difference {diff.max().item():g} at element {int(diff.argmax())})")
+def gathered_data(numel):
+    """What the all-gather check should end with everywhere (any deterministic vector will do)."""
+    return rank_data(99, numel)
 
 
-# -- workers: each runs on every rank --------------------------------------------------
+def bounds_of(numel, world_size):
+    """The chunking of the README, written out here independently of the lab's chunk_bounds."""
+    base, extra = divmod(numel, world_size)
+    starts = [i * base + min(i, extra) for i in range(world_size + 1)]
+    return list(zip(starts, starts[1:]))
 
-def check_ring_all_reduce(rank, world_size, lab):
-    """Every size and dtype: ring result equal to dist.all_reduce, bytes counted per rank."""
-    device = rank_device()
-    for numel in SIZES:
-        for dtype in DTYPES:
-            data = rank_data(rank, numel, dtype, device)
-            mine = data.clone()
-            with record_traffic(forbid_collectives=True):
-                returned = lab.ring_all_reduce(mine)
-            assert returned is mine, "ring_all_reduce must return the tensor it reduced in place"
-            expected = data.clone()
-            dist.all_reduce(expected)
-            _compare(mine, expected, dtype, f"ring_all_reduce of {numel} {dtype} elements")
-    matrix = rank_data(rank, 15, torch.float64, device).reshape(3, 5)  # any shape, reduced in place
-    expected = matrix.clone()
-    dist.all_reduce(expected)
-    lab.ring_all_reduce(matrix)
-    _compare(matrix, expected, torch.float64, "ring_all_reduce of a 3x5 matrix")
-    # The byte count, on a size every P divides into whole chunks.
-    data = rank_data(rank, DIVISIBLE, torch.float32, device)
-    with record_traffic(forbid_collectives=True) as traffic:
-        lab.ring_all_reduce(data)
+
+def _cpu(tensor):
+    return tensor.detach().cpu()
+
+
+def _traffic(traffic):
     return {"sent": traffic.bytes_sent, "received": traffic.bytes_received,
-            "nbytes": DIVISIBLE * 4}
+            "collectives": [name for name, _ in traffic.collectives]}
 
 
-def check_reduce_scatter_and_all_gather(rank, world_size, lab):
-    device = rank_device()
-    numel = DIVISIBLE + 3  # uneven chunks
-    data = rank_data(rank, numel, torch.float64, device)
-    total = data.clone()
-    dist.all_reduce(total)
-    bounds = lab.chunk_bounds(numel, world_size)
-    mine = data.clone()
-    with record_traffic(forbid_collectives=True) as rs_traffic:
+# -- the workers: they run the lab's functions on every rank and return what they did ---------
+
+def run_reduce_scatter(rank, world_size, lab):
+    mine = rank_data(rank, EVEN, device=rank_device())
+    with record_traffic() as traffic:
         owned = lab.ring_reduce_scatter(mine)
-    start, stop = bounds[owned]
-    reduced_ok = torch.equal(mine[start:stop], total[start:stop])
-    # All-gather from a buffer in which only the owned chunk is right: the rest is garbage.
-    scratch = torch.full_like(total, float("nan"))
-    scratch[start:stop] = total[start:stop]
-    with record_traffic(forbid_collectives=True) as ag_traffic:
-        lab.ring_all_gather(scratch, owned)
-    return {"owned": owned, "reduced_ok": reduced_ok, "gathered_ok": torch.equal(scratch, total),
-            "rs_sent": rs_traffic.bytes_sent, "ag_sent": ag_traffic.bytes_sent, "nbytes": numel * 8,
-            "bounds": bounds}
+    return {"owned": owned if isinstance(owned, int) else repr(owned), "tensor": _cpu(mine), **_traffic(traffic)}
 
 
-def check_naive_all_reduce(rank, world_size, lab, root):
+def run_all_gather(rank, world_size, lab):
+    """Only the chunk this rank owns in the reduce-scatter's layout is right; the rest is NaN.
+
+    The owned index is the README's convention, (rank + 1) mod P, not what your
+    reduce-scatter returns: this checks the all-gather on its own.
+    """
+    owned = (rank + 1) % world_size
+    start, stop = bounds_of(EVEN, world_size)[owned]
+    buffer = torch.full((EVEN,), float("nan"), dtype=torch.float64)
+    buffer[start:stop] = gathered_data(EVEN)[start:stop]
+    buffer = buffer.to(rank_device())
+    with record_traffic() as traffic:
+        lab.ring_all_gather(buffer, owned)
+    return {"tensor": _cpu(buffer), **_traffic(traffic)}
+
+
+def run_all_reduce(rank, world_size, lab):
+    """Every size and dtype, a 3x5 matrix, and a large buffer for the byte count."""
     device = rank_device()
-    data = rank_data(rank, DIVISIBLE, torch.float64, device)
-    expected = data.clone()
-    dist.all_reduce(expected)
-    with record_traffic(forbid_collectives=True) as traffic:
+    cases = []
+    for numel, dtype, shape in CASES:  # every size and dtype; then a matrix: any shape, reduced in place
+        mine = rank_data(rank, numel, dtype, device)
+        if shape:
+            mine = mine.reshape(shape)
+        with record_traffic() as traffic:
+            returned = lab.ring_all_reduce(mine)
+        cases.append({"tensor": _cpu(mine), "returned_input": returned is mine, **_traffic(traffic)})
+    big = rank_data(rank, DIVISIBLE, torch.float32, device)  # the byte count: whole chunks for every P
+    with record_traffic() as traffic:
+        lab.ring_all_reduce(big)
+    return {"cases": cases, "bytes": {"tensor": _cpu(big), **_traffic(traffic)}}
+
+
+def run_naive(rank, world_size, lab, root):
+    data = rank_data(rank, NAIVE_SIZE, torch.float64, rank_device())
+    with record_traffic() as traffic:
         returned = lab.naive_all_reduce(data, root=root)
-    assert returned is data, "naive_all_reduce must return the tensor it reduced in place"
-    _compare(data, expected, torch.float64, "naive_all_reduce")
-    return {"sent": traffic.bytes_sent, "received": traffic.bytes_received, "nbytes": DIVISIBLE * 8}
+    return {"tensor": _cpu(data), "returned_input": returned is data, **_traffic(traffic)}
 
 
 def check_bad_arguments(rank, world_size, lab):
+    """Each bad call on every rank alike; the error each raised (type and message), or None."""
     errors = {}
     for name, call in {
         "tensor": lambda: lab.ring_all_reduce([1.0, 2.0]),
@@ -112,93 +123,234 @@ def check_bad_arguments(rank, world_size, lab):
         try:
             call()
             errors[name] = None
-        except ValueError as exc:
-            errors[name] = str(exc)
+        except Exception as exc:  # noqa: BLE001 - reported by the test, whatever it is
+            errors[name] = (type(exc).__name__, str(exc))
     return errors
 
 
-# -- tests ------------------------------------------------------------------------------
+# -- what the tests expect, computed here -------------------------------------------------------
+
+def expected_sum(numel, world_size):
+    """The all-reduce of every rank's input: their sum, added up in this process (float64, exact)."""
+    return sum(rank_data(r, numel) for r in range(world_size))
+
+
+def _value(x):
+    return f"{x:g}"
+
+
+def explain_chunk(got, inputs, world_size):
+    """Why a reduced chunk is wrong, when its values match something recognisable."""
+    if got.numel() == 0:
+        return ""
+    if torch.isnan(got).any():
+        return " It holds NaN: garbage from a buffer that was never written."
+    for size in range(1, world_size):
+        for ranks in itertools.combinations(range(world_size), size):
+            if torch.equal(got, sum(inputs[r] for r in ranks)):
+                if size == 1:
+                    return (f" It equals rank {ranks[0]}'s input alone: copied instead of added? Each "
+                            "reduce-scatter step must add the received chunk into its own.")
+                missing = [r for r in range(world_size) if r not in ranks]
+                return (f" It is the sum of ranks {list(ranks)} only: the contribution of rank(s) {missing} "
+                        "is missing (too few steps, or a chunk overwritten instead of added).")
+    ratio = (got.sum() / sum(inputs).sum()).item() if sum(inputs).sum() != 0 else float("nan")
+    return f" (sum of its elements / expected: {ratio:.3g})"
+
+
+def describe_wrong_chunks(got, expected, inputs, world_size, what):
+    """None if ``got`` equals ``expected``; else which chunks are wrong, the first wrong value, and why."""
+    got = got.double().reshape(-1)
+    expected = expected.double().reshape(-1)
+    if got.shape != expected.shape:
+        return f"{what}: {got.numel()} elements, expected {expected.numel()}"
+    bounds = bounds_of(expected.numel(), world_size)
+    wrong = [c for c, (a, b) in enumerate(bounds) if not torch.equal(got[a:b], expected[a:b])]
+    if not wrong:
+        return None
+    c = wrong[0]
+    a, b = bounds[c]
+    bad = (got[a:b] != expected[a:b]).nonzero()[0].item() + a  # NaN != NaN counts too
+    flat_inputs = [x.double().reshape(-1)[a:b] for x in inputs]
+    return (f"{what}: chunk(s) {wrong} of {world_size} wrong (chunk {c} = elements {a}..{b - 1}); "
+            f"element {bad} is {_value(got[bad].item())}, expected {_value(expected[bad].item())}."
+            + explain_chunk(got[a:b], flat_inputs, world_size))
+
+
+def no_collectives(record, rank, what):
+    assert not record["collectives"], (
+        f"rank {rank} called dist.{record['collectives'][0]}() in {what}: this lab allows only point-to-point "
+        "operations (send, recv, isend, irecv, batch_isend_irecv)")
+
+
+def _run(lab, what, world_size, backend="gloo"):
+    """One job per (function, P, backend): a mistake in one function does not hide the others' results."""
+    worker, needs = {
+        "reduce_scatter": (run_reduce_scatter, [lab.ring_reduce_scatter]),
+        "all_gather": (run_all_gather, [lab.ring_all_gather]),
+        "all_reduce": (run_all_reduce, [lab.ring_all_reduce, lab.ring_reduce_scatter, lab.ring_all_gather]),
+    }[what]
+    return RUNS.get((what, world_size, backend), worker, world_size, (lab,), backend=backend, timeout=90,
+                    needs=needs)
+
+
+def fail_if(problem):
+    if problem:
+        raise AssertionError(problem)
+
+
+# -- tests ------------------------------------------------------------------------------------
 
 def test_chunk_bounds_cover_the_buffer_in_order_with_sizes_differing_by_at_most_one(lab):
     for numel in (0, 1, 2, 3, 7, 10, 1000, 1001):
         for world_size in (1, 2, 3, 4, 7, 16):
-            bounds = lab.chunk_bounds(numel, world_size)
-            assert len(bounds) == world_size
-            assert bounds[0][0] == 0 and bounds[-1][1] == numel
-            assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:])), "chunks must touch"
-            sizes = [stop - start for start, stop in bounds]
-            assert max(sizes) - min(sizes) <= 1 and min(sizes) >= 0
-    assert lab.chunk_bounds(2, 4) == [(0, 1), (1, 2), (2, 2), (2, 2)]  # fewer elements than ranks
-    for bad in ((-1, 2), (10, 0), (3.0, 2)):
-        with pytest.raises(ValueError, match="numel|world_size"):
+            got = [tuple(b) for b in lab.chunk_bounds(numel, world_size)]
+            expected = bounds_of(numel, world_size)
+            assert got == expected, (
+                f"chunk_bounds({numel}, {world_size}) = {got}, expected {expected}: {world_size} contiguous "
+                f"chunks in order, the first {numel % world_size} one element longer")
+    for bad, name in (((-1, 2), "numel"), ((10, 0), "world_size"), ((3.0, 2), "numel"), ((3, 2.0), "world_size"),
+                      ((True, 2), "numel")):
+        call = f"chunk_bounds{bad}"
+        try:
             lab.chunk_bounds(*bad)
+        except ValueError as exc:
+            assert name in str(exc), f"{call} raised ValueError({str(exc)!r}); its message must name {name!r}"
+        else:
+            raise AssertionError(f"{call} raised no ValueError: {name} must be an int "
+                                 f"({'>= 0' if name == 'numel' else '>= 1'}; not a float or a bool)")
 
 
 @pytest.mark.points(3)
 @pytest.mark.parametrize("world_size", [2, 3, 4])
-def test_ring_all_reduce_equals_dist_all_reduce_using_only_point_to_point(lab, world_size):
-    RUNS.get(("ring", world_size), check_ring_all_reduce, world_size, (lab,), timeout=90,
-                       needs=[lab.ring_all_reduce])
+def test_ring_all_reduce_equals_the_sum_of_every_ranks_input_using_only_point_to_point(lab, world_size):
+    results = _run(lab, "all_reduce", world_size)
+    for case_index, (numel, dtype, shape) in enumerate(CASES):
+        for rank, result in enumerate(results):
+            got = result["cases"][case_index]
+            size = f"a {shape[0]}x{shape[1]} matrix" if shape else f"{numel} element{'' if numel == 1 else 's'}"
+            what = f"P = {world_size}, rank {rank}, ring_all_reduce of {size} of {dtype}"
+            no_collectives(got, rank, what)
+            assert got["returned_input"], f"{what}: must return the tensor it reduced in place"
+            assert got["tensor"].dtype == dtype, f"{what}: the result is {got['tensor'].dtype}"
+            assert tuple(got["tensor"].shape) == (shape or (numel,)), f"{what}: the shape changed"
+            inputs = [rank_data(r, numel) for r in range(world_size)]
+            fail_if(describe_wrong_chunks(got["tensor"], sum(inputs), inputs, world_size, what))
+    inputs = [rank_data(r, DIVISIBLE) for r in range(world_size)]
+    for rank, result in enumerate(results):
+        what = f"P = {world_size}, rank {rank}, ring_all_reduce of {DIVISIBLE} float32 elements"
+        no_collectives(result["bytes"], rank, what)
+        fail_if(describe_wrong_chunks(result["bytes"]["tensor"], sum(inputs), inputs, world_size, what))
 
 
 @pytest.mark.parametrize("world_size", [2, 3, 4])
 def test_ring_sends_2_p_minus_1_over_p_of_the_buffer_per_rank(lab, world_size):
-    results = RUNS.get(("ring", world_size), check_ring_all_reduce, world_size, (lab,), timeout=90,
-                       needs=[lab.ring_all_reduce])
-    for rank, r in enumerate(results):
-        expected = 2 * (world_size - 1) * r["nbytes"] // world_size  # 2(P-1) chunks of n/P bytes
-        assert r["sent"] == expected, f"rank {rank} sent {r['sent']} bytes, the ring sends {expected}"
+    results = _run(lab, "all_reduce", world_size)
+    for rank, result in enumerate(results):
+        r, n = result["bytes"], DIVISIBLE * 4  # float32
+        expected = 2 * (world_size - 1) * n // world_size  # 2(P-1) chunks of n/P bytes
+        assert r["sent"] == expected, (f"P = {world_size}, rank {rank} sent {r['sent']} bytes ({r['sent'] / n:.3g} n) "
+                                       f"for an n = {n}-byte buffer; the ring sends 2(P-1)/P n = {expected}")
         assert r["received"] == expected, f"rank {rank} received {r['received']} bytes, expected {expected}"
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_ring_all_reduce_runs_on_each_backend(lab, backend):
-    RUNS.get(("ring-backend", backend), check_ring_all_reduce, 2, (lab,), backend=backend, timeout=120,
-             needs=[lab.ring_all_reduce])
+    results = _run(lab, "all_reduce", 2, backend)
+    for rank, result in enumerate(results):
+        for (numel, dtype, _), got in zip(CASES, result["cases"]):
+            what = f"{backend}, rank {rank}, ring_all_reduce of {numel} {dtype} element(s)"
+            no_collectives(got, rank, what)
+            inputs = [rank_data(r, numel) for r in range(2)]
+            fail_if(describe_wrong_chunks(got["tensor"], sum(inputs), inputs, 2, what))
 
 
 @pytest.mark.parametrize("world_size", [2, 3, 4])
 def test_reduce_scatter_leaves_rank_i_owning_chunk_i_plus_1_fully_reduced(lab, world_size):
-    results = RUNS.get(("rs-ag", world_size), check_reduce_scatter_and_all_gather, world_size, (lab,),
-                       timeout=90, needs=[lab.ring_reduce_scatter, lab.ring_all_gather, lab.chunk_bounds])
+    results = _run(lab, "reduce_scatter", world_size)
+    bounds = bounds_of(EVEN, world_size)
+    inputs = [rank_data(r, EVEN) for r in range(world_size)]
+    total = sum(inputs)
     for rank, r in enumerate(results):
-        assert r["owned"] == (rank + 1) % world_size
-        assert r["reduced_ok"], f"rank {rank}: chunk {r['owned']} is not the full sum"
+        what = f"P = {world_size}, rank {rank}, ring_reduce_scatter of {EVEN} elements"
+        no_collectives(r, rank, what)
+        owned = (rank + 1) % world_size
+        assert r["owned"] == owned, f"{what} returned {r['owned']!r}; rank i owns chunk (i + 1) mod P = {owned}"
+        a, b = bounds[owned]
+        got = r["tensor"][a:b]
+        wrong = (got != total[a:b]).nonzero()
+        if len(wrong):
+            i = wrong[0].item()
+            raise AssertionError(
+                f"{what}: chunk {owned} (elements {a}..{b - 1}) is not the sum over the {world_size} ranks: "
+                f"{len(wrong)} of {b - a} elements wrong; element {a + i} is {_value(got[i].item())}, expected "
+                f"{_value(total[a + i].item())}." + explain_chunk(got, [x[a:b] for x in inputs], world_size))
         # Rank i sends every chunk but the one it ends up owning: P-1 chunks, (P-1)/P of the buffer.
-        start, stop = r["bounds"][r["owned"]]
-        expected = r["nbytes"] - (stop - start) * 8
-        assert r["rs_sent"] == expected, f"rank {rank} sent {r['rs_sent']} bytes in the reduce-scatter, expected {expected}"
+        expected = (EVEN - (b - a)) * 8
+        assert r["sent"] == expected, (f"{what} sent {r['sent']} bytes; P-1 chunks (all but chunk {owned}) "
+                                       f"are {expected}")
 
 
 @pytest.mark.parametrize("world_size", [2, 3, 4])
 def test_all_gather_fills_every_chunk_from_the_owned_ones(lab, world_size):
-    results = RUNS.get(("rs-ag", world_size), check_reduce_scatter_and_all_gather, world_size, (lab,),
-                       timeout=90, needs=[lab.ring_reduce_scatter, lab.ring_all_gather, lab.chunk_bounds])
+    results = _run(lab, "all_gather", world_size)
+    bounds = bounds_of(EVEN, world_size)
+    full = gathered_data(EVEN)
     for rank, r in enumerate(results):
-        assert r["gathered_ok"], f"rank {rank} does not hold every chunk after the all-gather"
+        owned = (rank + 1) % world_size
+        what = (f"P = {world_size}, rank {rank}, ring_all_gather of {EVEN} elements starting from chunk "
+                f"{owned} (the other chunks NaN)")
+        no_collectives(r, rank, what)
+        got = r["tensor"]
+        missing = [c for c, (a, b) in enumerate(bounds) if b > a and torch.isnan(got[a:b]).all()]
+        wrong = [c for c, (a, b) in enumerate(bounds) if c not in missing and not torch.equal(got[a:b], full[a:b])]
+        if missing or wrong:
+            message = f"{what}: "
+            if missing:
+                message += f"chunk(s) {missing} still missing (all NaN: never received, or sent before they arrived)"
+            if wrong:
+                c = wrong[0]
+                a, b = bounds[c]
+                i = (got[a:b] != full[a:b]).nonzero()[0].item() + a
+                message += ("; " if missing else "") + (
+                    f"chunk(s) {wrong} hold wrong values (element {i} is {_value(got[i].item())}, expected "
+                    f"{_value(full[i].item())})")
+            raise AssertionError(message + ". At step s rank i sends chunk (owned - s) mod P.")
         # Rank i forwards every chunk but the last one it receives, (owned + 1) mod P: P-1 chunks.
-        start, stop = r["bounds"][(r["owned"] + 1) % world_size]
-        expected = r["nbytes"] - (stop - start) * 8
-        assert r["ag_sent"] == expected, f"rank {rank} sent {r['ag_sent']} bytes in the all-gather, expected {expected}"
+        a, b = bounds[(owned + 1) % world_size]
+        expected = (EVEN - (b - a)) * 8
+        assert r["sent"] == expected, f"{what} sent {r['sent']} bytes; P-1 chunks are {expected}"
 
 
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_naive_root_carries_2_p_minus_1_buffers_while_others_carry_2(lab, world_size):
     root = world_size - 1
-    results = RUNS.get(("naive", world_size), check_naive_all_reduce, world_size, (lab, root), timeout=90,
+    results = RUNS.get(("naive", world_size), run_naive, world_size, (lab, root), timeout=90,
                        needs=[lab.naive_all_reduce])
+    n = NAIVE_SIZE * 8
+    inputs = [rank_data(r, NAIVE_SIZE) for r in range(world_size)]
     for rank, r in enumerate(results):
-        n = r["nbytes"]
-        if rank == root:
-            assert (r["sent"], r["received"]) == ((world_size - 1) * n, (world_size - 1) * n), \
-                f"the root should send and receive (P-1) n = {(world_size - 1) * n} bytes"
-        else:
-            assert (r["sent"], r["received"]) == (n, n), f"rank {rank} should send and receive one buffer"
+        what = f"P = {world_size}, root {root}, rank {rank}, naive_all_reduce"
+        no_collectives(r, rank, what)
+        assert r["returned_input"], f"{what}: must return the tensor it reduced in place"
+        problem = describe_wrong_chunks(r["tensor"], sum(inputs), inputs, world_size, what)
+        fail_if(problem)
+        expected = ((world_size - 1) * n,) * 2 if rank == root else (n, n)
+        assert (r["sent"], r["received"]) == expected, (
+            f"{what} sent {r['sent']} and received {r['received']} bytes ({r['sent'] / n:g} and "
+            f"{r['received'] / n:g} buffers of n = {n}); expected {expected[0] // n} and {expected[1] // n} buffers")
 
 
 def test_bad_arguments_raise_value_error_naming_them(lab):
-    errors = RUNS.get(("bad", 2), check_bad_arguments, 2, (lab,), timeout=60,
+    errors = RUNS.get("bad", check_bad_arguments, 2, (lab,), timeout=60,
                       needs=[lab.ring_all_reduce, lab.ring_all_gather, lab.naive_all_reduce])[0]
-    for name, message in errors.items():
-        assert message is not None, f"no ValueError for a bad {name}"
-        assert name in message, message
+    calls = {"tensor": "ring_all_reduce([1.0, 2.0])", "contiguous": "ring_all_reduce(torch.zeros(4, 4).t())",
+             "owned_chunk": "ring_all_gather(torch.zeros(8), owned_chunk=2) with P = 2",
+             "root": "naive_all_reduce(torch.zeros(8), root=2) with P = 2"}
+    for name, error in errors.items():
+        assert error is not None, f"{calls[name]} raised nothing; expected a ValueError naming {name!r}"
+        kind, message = error
+        if kind == "NotImplementedError":
+            raise NotImplementedError(message)
+        assert kind == "ValueError" and name in message, (
+            f"{calls[name]} raised {kind}: {message!r}; expected a ValueError whose message names {name!r}")
