@@ -10,7 +10,17 @@ package (``commtax``). Later runs reuse it, and reinstall only when
 ``requirements.txt`` or ``pyproject.toml`` changed. Needs Python 3.10 or newer
 (the course is tested with 3.11) and access to the package index.
 
-Set ``COMMTAX_VENV`` to put the environment somewhere else.
+Set ``COMMTAX_VENV`` to put the environment somewhere else. Inside the
+course's conda environment (``conda activate communication-tax``) both
+commands use that environment instead of making ``.venv``.
+
+JupyterLab settings the course relies on (``jupyter-settings/overrides.json``:
+widget state saved with the notebook, so a reopened lesson shows its
+calculators; no "official Jupyter news" pop-up; long code lines wrapped) are
+installed into the environment's own settings folder,
+``<env>/share/jupyter/lab/settings/overrides.d/communication-tax.json``, where
+JupyterLab reads them as defaults (your own settings still win). After that,
+a plain ``jupyter lab`` in the same environment has them too.
 """
 
 from __future__ import annotations
@@ -26,6 +36,29 @@ ROOT = Path(__file__).resolve().parent
 VENV = Path(os.environ.get("COMMTAX_VENV", ROOT / ".venv"))
 STAMP = VENV / ".commtax-installed"
 FIRST_LESSON = "lessons/01-collectives-and-alpha-beta.ipynb"
+SETTINGS = ROOT / "jupyter-settings" / "overrides.json"
+CONDA_ENV = "communication-tax"   # the name in environment.yml
+
+
+def in_course_conda_env() -> bool:
+    """True when this Python is the course's activated conda environment (then it is used as is)."""
+    return (os.environ.get("CONDA_DEFAULT_ENV") == CONDA_ENV
+            and Path(os.environ.get("CONDA_PREFIX", "")).resolve() == Path(sys.prefix).resolve())
+
+
+def install_settings(prefix: Path) -> Path:
+    """Copy the course's JupyterLab settings overrides into the environment at ``prefix``; return the file.
+
+    JupyterLab merges ``<prefix>/share/jupyter/lab/settings/overrides.d/*.json``
+    into its defaults (jupyterlab_server's app settings folder), under the user's
+    own settings.
+    """
+    target = Path(prefix) / "share" / "jupyter" / "lab" / "settings" / "overrides.d" / "communication-tax.json"
+    wanted = SETTINGS.read_text()
+    if not target.exists() or target.read_text() != wanted:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(wanted)
+    return target
 
 
 def venv_python() -> Path:
@@ -60,7 +93,11 @@ def main(argv: list[str]) -> int:
         print(__doc__)
         return 0 if argv and argv[0] in ("-h", "--help", "help") else 2
     command, extra = argv[0], argv[1:]
-    python = str(ensure_environment())
+    if in_course_conda_env():
+        python, prefix = sys.executable, Path(sys.prefix)
+    else:
+        python, prefix = str(ensure_environment()), VENV
+    install_settings(prefix)
     if command == "lab":
         args = [python, "-m", "jupyterlab", f"--ServerApp.root_dir={ROOT}",
                 f"--LabApp.default_url=/lab/tree/{FIRST_LESSON}", *extra]
