@@ -1,0 +1,250 @@
+"""Lab 09: DDP from autograd hooks: buckets, overlap, and a measured timeline.
+
+Build the heart of ``torch.nn.parallel.DistributedDataParallel`` yourself:
+plan the gradient buckets, predict when their all-reduces finish, then write
+a bucketed data-parallel wrapper whose gradient hooks copy each gradient into
+its bucket and launch an asynchronous all-reduce the moment the bucket is
+full, so that communication runs while the backward pass is still computing.
+Each rank records a timeline (when each bucket became ready, was launched and
+finished), and the tests compare the exposed communication you measure with
+the exposed communication your two functions predict.
+
+Conventions:
+
+* Sizes are bytes; times are seconds (``time.perf_counter()`` on each rank).
+* Parameters are numbered in registration order (``module.parameters()``).
+  Backward produces gradients roughly in the reverse order, so buckets are
+  filled from the last parameter backwards and all-reduced in that order.
+* A bucket closes as soon as its bytes reach or exceed the cap (so a
+  parameter larger than the cap gets a bucket of its own).
+* Gradients are averaged over the ranks (sum all-reduce, divided by the world
+  size), as DDP does.
+
+Bad input raises ValueError naming the argument.
+"""
+
+import contextlib
+import numbers
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+
+def _check_number(name, value, minimum=0.0):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value == value \
+            or value in (float("inf"), float("-inf")) or value < minimum:
+        raise ValueError(f"{name} must be a finite number >= {minimum}, got {value!r}")
+
+
+def bucket_assignment(param_bytes, bucket_cap_bytes):
+    """Group parameters into buckets, in the order their all-reduces will run.
+
+    Args:
+        param_bytes: bytes of each parameter's gradient, in registration order
+            (a list of non-negative integers).
+        bucket_cap_bytes: the cap, bytes (> 0).
+
+    Returns:
+        A list of buckets, each a list of parameter indices. The first bucket
+        holds the last parameters (their gradients are ready first). Walk the
+        parameters from the last to the first, adding each to the open bucket;
+        close the bucket as soon as its bytes reach or exceed the cap. Every
+        parameter is in exactly one bucket; the last bucket may be under the cap.
+
+    Example: ``bucket_assignment([4, 4, 4, 4], 8) == [[3, 2], [1, 0]]``.
+    """
+    # BEGIN SOLUTION
+    # HINT: validate, then loop over reversed(range(len(param_bytes))), append the index to the open
+    # HINT: bucket, and close it (start a new one) when its total reaches bucket_cap_bytes.
+    if isinstance(param_bytes, (str, bytes)) or not hasattr(param_bytes, "__len__"):
+        raise ValueError(f"param_bytes must be a list of byte counts, got {param_bytes!r}")
+    if len(param_bytes) == 0:
+        raise ValueError("param_bytes must hold at least one parameter, got an empty list")
+    for nbytes in param_bytes:
+        if isinstance(nbytes, bool) or not isinstance(nbytes, numbers.Integral) or nbytes < 0:
+            raise ValueError(f"param_bytes must hold integers >= 0, got {nbytes!r}")
+    _check_number("bucket_cap_bytes", bucket_cap_bytes)
+    if bucket_cap_bytes <= 0:
+        raise ValueError(f"bucket_cap_bytes must be > 0, got {bucket_cap_bytes!r}")
+    buckets, current, size = [], [], 0
+    for index in reversed(range(len(param_bytes))):
+        current.append(index)
+        size += param_bytes[index]
+        if size >= bucket_cap_bytes:
+            buckets.append(current)
+            current, size = [], 0
+    if current:
+        buckets.append(current)
+    return buckets
+    # END SOLUTION
+
+
+def overlapped_allreduce_finish(ready_times, comm_times):
+    """When the last of a sequence of bucket all-reduces finishes.
+
+    Args:
+        ready_times: seconds at which each bucket becomes ready, in the order
+            the buckets are all-reduced (non-decreasing, each >= 0).
+        comm_times: seconds each bucket's all-reduce takes (each >= 0), same length.
+
+    The all-reduces run one at a time, in order: bucket i starts when it is
+    ready *and* bucket i-1 has finished, and finishes ``comm_times[i]`` later.
+
+    Returns:
+        The finish time of the last bucket, seconds (0.0 for no buckets).
+
+    Example: ready (1, 2, 3), comm (2, 2, 0.5) -> starts 1, 3, 5 -> 5.5.
+    """
+    # BEGIN SOLUTION
+    # HINT: keep the previous finish time t; for each bucket t = max(ready, t) + comm.
+    # HINT: check both lists (same length, numbers >= 0, ready_times non-decreasing).
+    for name, values in (("ready_times", ready_times), ("comm_times", comm_times)):
+        if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
+            raise ValueError(f"{name} must be a list of seconds, got {values!r}")
+        for value in values:
+            _check_number(name, value)
+    if len(ready_times) != len(comm_times):
+        raise ValueError(f"ready_times and comm_times must have the same length, got "
+                         f"{len(ready_times)} and {len(comm_times)}")
+    if any(b < a for a, b in zip(ready_times, list(ready_times)[1:])):
+        raise ValueError(f"ready_times must be non-decreasing, got {list(ready_times)!r}")
+    finish = 0.0
+    for ready, comm in zip(ready_times, comm_times):
+        finish = max(float(ready), finish) + float(comm)
+    return finish
+    # END SOLUTION
+
+
+class BucketedDDP:
+    """Data parallelism with bucketed, overlapped gradient all-reduce, built from autograd hooks.
+
+    Usage, on every rank::
+
+        ddp = BucketedDDP(model, bucket_cap_bytes=1 << 20)
+        loss_fn(ddp(inputs), targets).backward()   # hooks launch all-reduces during backward
+        ddp.finish()                               # wait; every p.grad now holds the average
+        optimizer.step()
+
+        with ddp.no_sync():                        # gradient accumulation: nothing is sent
+            loss_fn(ddp(x0), y0).backward()
+        loss_fn(ddp(x1), y1).backward()            # the last micro-batch sends the sum
+        ddp.finish()
+
+    After ``finish()``, ``ddp.timeline`` holds one dict per bucket, in
+    all-reduce order: ``{"bucket": i, "bytes": n, "ready": t, "start": t,
+    "finish": t}`` (seconds from ``time.perf_counter()``): ready = the moment
+    its last gradient was copied in, start = the moment its all-reduce was
+    launched, finish = the moment the all-reduce completed (recorded by a
+    callback on the work's future, not when you waited for it).
+    """
+
+    def __init__(self, module, bucket_cap_bytes, group=None):
+        self.module = module
+        self.group = group
+        self.world_size = dist.get_world_size(group)
+        self.params = [p for p in module.parameters() if p.requires_grad]
+        self.bucket_cap_bytes = bucket_cap_bytes
+        self.syncing = True          # False inside no_sync()
+        self.timeline = []           # filled by finish(): one dict per bucket
+        # BEGIN SOLUTION
+        # HINT: plan = bucket_assignment([p.numel() * p.element_size() for p in self.params], cap);
+        # HINT: one flat zero buffer per bucket (dtype of its parameters), an (bucket, offset) per
+        # HINT: parameter, a count of gradients still missing per bucket; then for each parameter
+        # HINT: p.register_post_accumulate_grad_hook(...) calling self._grad_ready(index).
+        self.plan = bucket_assignment([p.numel() * p.element_size() for p in self.params], bucket_cap_bytes)
+        self.buffers, self.where = [], {}
+        for b, indices in enumerate(self.plan):
+            offset = 0
+            for index in indices:
+                self.where[index] = (b, offset)
+                offset += self.params[index].numel()
+            self.buffers.append(torch.zeros(offset, dtype=self.params[indices[0]].dtype))
+        self.missing = [len(indices) for indices in self.plan]   # gradients each bucket still waits for
+        self.works = [None] * len(self.plan)                      # (work, future) per launched bucket
+        self.times = [{"bucket": b, "bytes": buf.numel() * buf.element_size()} for b, buf in enumerate(self.buffers)]
+        for index, param in enumerate(self.params):
+            param.register_post_accumulate_grad_hook(lambda p, index=index: self._grad_ready(index))
+        # END SOLUTION
+
+    def __call__(self, *args, **kwargs):
+        return self.module(*args, **kwargs)
+
+    def _grad_ready(self, index):
+        """Called by autograd when parameter ``index``'s gradient has been accumulated into ``.grad``."""
+        # BEGIN SOLUTION
+        # HINT: inside no_sync, do nothing. Otherwise copy p.grad into its slice of the bucket buffer;
+        # HINT: when the bucket's last gradient arrives, record "ready", launch
+        # HINT: work = dist.all_reduce(buffer, group=self.group, async_op=True), record "start", and
+        # HINT: work.get_future().then(...) a callback that records "finish" when it completes.
+        if not self.syncing:
+            return
+        param = self.params[index]
+        b, offset = self.where[index]
+        self.buffers[b][offset:offset + param.numel()].copy_(param.grad.reshape(-1))
+        self.missing[b] -= 1
+        if self.missing[b] == 0:
+            record = self.times[b]
+            record["ready"] = time.perf_counter()
+            work = dist.all_reduce(self.buffers[b], group=self.group, async_op=True)
+            record["start"] = time.perf_counter()
+
+            def finished(future, record=record):
+                record["finish"] = time.perf_counter()
+                return future.value()
+
+            self.works[b] = (work, work.get_future().then(finished))
+        # END SOLUTION
+
+    def finish(self):
+        """Wait for every bucket, then put the averaged gradients back into ``p.grad``.
+
+        Returns the timeline (also kept in ``self.timeline``). Raises
+        RuntimeError if a bucket was never launched (a parameter got no
+        gradient in this backward).
+        """
+        # BEGIN SOLUTION
+        # HINT: wait on each bucket's work (and its future, so the finish time is recorded), divide the
+        # HINT: buffer by the world size, copy each slice back into p.grad (reshaped), keep the
+        # HINT: timeline, and reset the counters for the next step.
+        missing = [b for b, work in enumerate(self.works) if work is None]
+        if missing:
+            raise RuntimeError(f"buckets {missing} were never all-reduced: did every parameter get a gradient?")
+        for b, (work, future) in enumerate(self.works):
+            work.wait()
+            future.wait()
+            self.buffers[b].div_(self.world_size)
+            for index in self.plan[b]:
+                param = self.params[index]
+                _, offset = self.where[index]
+                param.grad.copy_(self.buffers[b][offset:offset + param.numel()].view_as(param.grad))
+        self.timeline = self.times
+        self.missing = [len(indices) for indices in self.plan]
+        self.works = [None] * len(self.plan)
+        self.times = [{"bucket": b, "bytes": buf.numel() * buf.element_size()} for b, buf in enumerate(self.buffers)]
+        return self.timeline
+        # END SOLUTION
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        """Inside this context, backward only accumulates into ``p.grad``: nothing is sent."""
+        # BEGIN SOLUTION
+        # HINT: set self.syncing = False, yield, and set it back to True in a finally block.
+        self.syncing = False
+        try:
+            yield
+        finally:
+            self.syncing = True
+        # END SOLUTION
+
+
+def make_mlp(widths, seed=0, dtype=torch.float32):
+    """A Linear/ReLU stack with the given widths (given, not part of the exercise)."""
+    torch.manual_seed(seed)
+    layers = []
+    for i, (w_in, w_out) in enumerate(zip(widths, widths[1:])):
+        layers.append(nn.Linear(w_in, w_out, dtype=dtype))
+        if i < len(widths) - 2:
+            layers.append(nn.ReLU())
+    return nn.Sequential(*layers)

@@ -1,0 +1,172 @@
+"""Lab 09: DDP from autograd hooks: buckets, overlap, and a measured timeline.
+
+Build the heart of ``torch.nn.parallel.DistributedDataParallel`` yourself:
+plan the gradient buckets, predict when their all-reduces finish, then write
+a bucketed data-parallel wrapper whose gradient hooks copy each gradient into
+its bucket and launch an asynchronous all-reduce the moment the bucket is
+full, so that communication runs while the backward pass is still computing.
+Each rank records a timeline (when each bucket became ready, was launched and
+finished), and the tests compare the exposed communication you measure with
+the exposed communication your two functions predict.
+
+Conventions:
+
+* Sizes are bytes; times are seconds (``time.perf_counter()`` on each rank).
+* Parameters are numbered in registration order (``module.parameters()``).
+  Backward produces gradients roughly in the reverse order, so buckets are
+  filled from the last parameter backwards and all-reduced in that order.
+* A bucket closes as soon as its bytes reach or exceed the cap (so a
+  parameter larger than the cap gets a bucket of its own).
+* Gradients are averaged over the ranks (sum all-reduce, divided by the world
+  size), as DDP does.
+
+Bad input raises ValueError naming the argument.
+"""
+
+import contextlib
+import numbers
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+
+def _check_number(name, value, minimum=0.0):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value == value \
+            or value in (float("inf"), float("-inf")) or value < minimum:
+        raise ValueError(f"{name} must be a finite number >= {minimum}, got {value!r}")
+
+
+def bucket_assignment(param_bytes, bucket_cap_bytes):
+    """Group parameters into buckets, in the order their all-reduces will run.
+
+    Args:
+        param_bytes: bytes of each parameter's gradient, in registration order
+            (a list of non-negative integers).
+        bucket_cap_bytes: the cap, bytes (> 0).
+
+    Returns:
+        A list of buckets, each a list of parameter indices. The first bucket
+        holds the last parameters (their gradients are ready first). Walk the
+        parameters from the last to the first, adding each to the open bucket;
+        close the bucket as soon as its bytes reach or exceed the cap. Every
+        parameter is in exactly one bucket; the last bucket may be under the cap.
+
+    Example: ``bucket_assignment([4, 4, 4, 4], 8) == [[3, 2], [1, 0]]``.
+    """
+    raise NotImplementedError(
+        "bucket_assignment: not implemented yet. Hint: validate, then loop over "
+        "reversed(range(len(param_bytes))), append the index to the open bucket, and close it"
+        " (start a new one) when its total reaches bucket_cap_bytes."
+    )
+
+
+def overlapped_allreduce_finish(ready_times, comm_times):
+    """When the last of a sequence of bucket all-reduces finishes.
+
+    Args:
+        ready_times: seconds at which each bucket becomes ready, in the order
+            the buckets are all-reduced (non-decreasing, each >= 0).
+        comm_times: seconds each bucket's all-reduce takes (each >= 0), same length.
+
+    The all-reduces run one at a time, in order: bucket i starts when it is
+    ready *and* bucket i-1 has finished, and finishes ``comm_times[i]`` later.
+
+    Returns:
+        The finish time of the last bucket, seconds (0.0 for no buckets).
+
+    Example: ready (1, 2, 3), comm (2, 2, 0.5) -> starts 1, 3, 5 -> 5.5.
+    """
+    raise NotImplementedError(
+        "overlapped_allreduce_finish: not implemented yet. Hint: keep the previous finish "
+        "time t; for each bucket t = max(ready, t) + comm. check both lists (same length, "
+        "numbers >= 0, ready_times non-decreasing)."
+    )
+
+
+class BucketedDDP:
+    """Data parallelism with bucketed, overlapped gradient all-reduce, built from autograd hooks.
+
+    Usage, on every rank::
+
+        ddp = BucketedDDP(model, bucket_cap_bytes=1 << 20)
+        loss_fn(ddp(inputs), targets).backward()   # hooks launch all-reduces during backward
+        ddp.finish()                               # wait; every p.grad now holds the average
+        optimizer.step()
+
+        with ddp.no_sync():                        # gradient accumulation: nothing is sent
+            loss_fn(ddp(x0), y0).backward()
+        loss_fn(ddp(x1), y1).backward()            # the last micro-batch sends the sum
+        ddp.finish()
+
+    After ``finish()``, ``ddp.timeline`` holds one dict per bucket, in
+    all-reduce order: ``{"bucket": i, "bytes": n, "ready": t, "start": t,
+    "finish": t}`` (seconds from ``time.perf_counter()``): ready = the moment
+    its last gradient was copied in, start = the moment its all-reduce was
+    launched, finish = the moment the all-reduce completed (recorded by a
+    callback on the work's future, not when you waited for it).
+    """
+
+    def __init__(self, module, bucket_cap_bytes, group=None):
+        self.module = module
+        self.group = group
+        self.world_size = dist.get_world_size(group)
+        self.params = [p for p in module.parameters() if p.requires_grad]
+        self.bucket_cap_bytes = bucket_cap_bytes
+        self.syncing = True          # False inside no_sync()
+        self.timeline = []           # filled by finish(): one dict per bucket
+        raise NotImplementedError(
+            "BucketedDDP.__init__: not implemented yet. Hint: plan = "
+            "bucket_assignment([p.numel() * p.element_size() for p in self.params], cap); one"
+            " flat zero buffer per bucket (dtype of its parameters), an (bucket, offset) per "
+            "parameter, a count of gradients still missing per bucket; then for each "
+            "parameter p.register_post_accumulate_grad_hook(...) calling "
+            "self._grad_ready(index)."
+        )
+
+    def __call__(self, *args, **kwargs):
+        return self.module(*args, **kwargs)
+
+    def _grad_ready(self, index):
+        """Called by autograd when parameter ``index``'s gradient has been accumulated into ``.grad``."""
+        raise NotImplementedError(
+            "BucketedDDP._grad_ready: not implemented yet. Hint: inside no_sync, do nothing. "
+            "Otherwise copy p.grad into its slice of the bucket buffer; when the bucket's "
+            "last gradient arrives, record \"ready\", launch work = dist.all_reduce(buffer, "
+            "group=self.group, async_op=True), record \"start\", and "
+            "work.get_future().then(...) a callback that records \"finish\" when it completes."
+        )
+
+    def finish(self):
+        """Wait for every bucket, then put the averaged gradients back into ``p.grad``.
+
+        Returns the timeline (also kept in ``self.timeline``). Raises
+        RuntimeError if a bucket was never launched (a parameter got no
+        gradient in this backward).
+        """
+        raise NotImplementedError(
+            "BucketedDDP.finish: not implemented yet. Hint: wait on each bucket's work (and "
+            "its future, so the finish time is recorded), divide the buffer by the world "
+            "size, copy each slice back into p.grad (reshaped), keep the timeline, and reset "
+            "the counters for the next step."
+        )
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        """Inside this context, backward only accumulates into ``p.grad``: nothing is sent."""
+        raise NotImplementedError(
+            "BucketedDDP.no_sync: not implemented yet. Hint: set self.syncing = False, yield,"
+            " and set it back to True in a finally block."
+        )
+
+
+def make_mlp(widths, seed=0, dtype=torch.float32):
+    """A Linear/ReLU stack with the given widths (given, not part of the exercise)."""
+    torch.manual_seed(seed)
+    layers = []
+    for i, (w_in, w_out) in enumerate(zip(widths, widths[1:])):
+        layers.append(nn.Linear(w_in, w_out, dtype=dtype))
+        if i < len(widths) - 2:
+            layers.append(nn.ReLU())
+    return nn.Sequential(*layers)
