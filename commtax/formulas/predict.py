@@ -72,8 +72,8 @@ class GPU:
     hbm_bandwidth: float       # bytes/s
     nvlink_bandwidth: float    # bytes/s per GPU per direction
     nic_bandwidth: float       # bytes/s per GPU per direction (its own NIC)
-    nvlink_alpha: float = 5e-6  # s per message (NCCL inside a node, software included)
-    nic_alpha: float = 10e-6    # s per message (NCCL across nodes)
+    nvlink_alpha: float = 3e-6  # s per message inside a node (the course's NVLink preset, links.py)
+    nic_alpha: float = 5e-6     # s per message across nodes (the course's InfiniBand preset, links.py)
     gpus_per_node: int = 8
     fused_attention: bool = False  # the era's software: True = flash attention (no s^2 activations)
     source: str = ""
@@ -102,14 +102,18 @@ GPUS = {g.name: g for g in (A100, H100)}
 #: ``matmul_efficiency``: fraction of the dense peak a large GEMM reaches; ``elementwise_passes``:
 #: how many times the element-wise kernels read or write a layer's stored activations.
 FITTED = {
-    "A100-80GB": dict(matmul_efficiency=0.65, elementwise_passes=2.25),
-    "H100-80GB": dict(matmul_efficiency=0.71, elementwise_passes=5.75),
+    "A100-80GB": dict(matmul_efficiency=0.64, elementwise_passes=2.25),
+    "H100-80GB": dict(matmul_efficiency=0.69, elementwise_passes=5.5),
 }
 
 RECOMPUTE = ("none", "selective", "full")
 PRECISIONS = ("bf16", "fp16")
 DEFAULTS = dict(ffn_hidden=None, kv_heads=None, swiglu=False, cp=1, vpp=None, micro_batch=None,
                 recompute=None, sequence_parallel=None, zero_stage=0, precision="bf16", dp=None)
+#: What a key set to None becomes (the source does not say): Megatron-LM's defaults; GPT-2's
+#: vocabulary padded as Megatron pads it.
+OPEN_DEFAULTS = dict(vocab=51200, tp=1, pp=1, cp=1, zero_stage=0, precision="bf16", swiglu=False)
+GPU_ALIASES = {"A100": "A100-80GB", "H100": "H100-80GB", "H100-SXM": "H100-80GB"}
 REQUIRED = ("layers", "hidden", "heads", "seq", "vocab", "gpus", "gpu", "tp", "pp", "global_batch")
 KEYS = REQUIRED + tuple(DEFAULTS)
 RETURNED = ("step_time_s", "model_tflops_per_gpu", "hardware_tflops_per_gpu", "mfu", "hfu",
@@ -132,7 +136,9 @@ def _int(cfg, name, minimum=1):
 def normalize(run) -> dict:
     """Check ``run`` and fill what it leaves open; ValueError naming the argument on a bad plan.
 
-    Filled in (what Megatron-LM's published configurations do): ``dp`` = gpus / (tp pp cp);
+    Filled in (what Megatron-LM's published configurations do): :data:`OPEN_DEFAULTS` for
+    ``vocab``, ``tp``, ``pp``, ``cp``, ``zero_stage``, ``precision``, ``swiglu`` set to None;
+    ``dp`` = gpus / (tp pp cp);
     ``ffn_hidden`` = 4 h; ``kv_heads`` = heads; ``micro_batch`` = 1 (Megatron-LM's GPT scripts);
     ``vpp`` = 1 here (:func:`breakdown` first tries every interleaving depth);
     ``sequence_parallel`` = on when tp > 1; ``recompute`` is decided by :func:`choose_recompute`.
@@ -146,6 +152,10 @@ def normalize(run) -> dict:
     if missing:
         raise ValueError(f"run is missing required key(s): {', '.join(missing)}")
     cfg = {**DEFAULTS, **run}
+    for name, value in OPEN_DEFAULTS.items():   # None where the source does not say
+        if cfg[name] is None:
+            cfg[name] = value
+    cfg["gpu"] = GPU_ALIASES.get(cfg["gpu"], cfg["gpu"])
     if cfg["gpu"] not in GPUS:
         raise ValueError(f"gpu must be one of {', '.join(map(repr, GPUS))}; got {cfg['gpu']!r}")
     for name in ("layers", "hidden", "heads", "seq", "vocab", "gpus", "tp", "pp", "cp", "global_batch"):
@@ -195,13 +205,6 @@ def normalize(run) -> dict:
         raise ValueError(f"vpp ({cfg['vpp']}) needs pipeline parallelism (pp > 1)")
     if cfg["vpp"] * p > cfg["layers"]:
         raise ValueError(f"vpp * pp ({cfg['vpp']} * {p}) exceeds layers ({cfg['layers']})")
-    g = GPUS[cfg["gpu"]].gpus_per_node
-    for axis, size, stride in (("tp", t, 1), ("cp", c, t), ("dp", d, t * c), ("pp", p, t * c * d)):
-        try:
-            members_per_node(size, stride, g)
-        except ValueError as exc:
-            raise ValueError(f"{axis} ({size}) cannot be placed evenly on {g}-GPU nodes "
-                             f"at stride {stride}: {exc}") from None
     cfg["microbatches"] = cfg["global_batch"] // (d * cfg["micro_batch"])
     return cfg
 
@@ -232,6 +235,7 @@ def flops_per_step(run, convention="model", recompute=None) -> float:
     s/6h). ``recompute`` defaults to the run's.
     """
     cfg = {**DEFAULTS, **run}
+    cfg.update({k: v for k, v in OPEN_DEFAULTS.items() if cfg[k] is None})
     dense, attn = layer_forward_flops(cfg)
     B, L = cfg["global_batch"], cfg["layers"]
     model = B * (3 * L * (dense + attn) + 3 * logits_forward_flops(cfg))
@@ -337,8 +341,20 @@ def choose_recompute(cfg, gpu=None) -> str:
 
 # -- time -------------------------------------------------------------------------------------------
 
+def placed_members(size, stride, gpus_per_node) -> int:
+    """GPUs of a group per node (:func:`commtax.formulas.network.members_per_node`); for a group
+    that does not sit evenly on nodes (an odd degree), the largest count that divides it."""
+    try:
+        return members_per_node(size, stride, gpus_per_node)
+    except ValueError:
+        m = max(1, min(size, gpus_per_node // stride if stride < gpus_per_node else 1))
+        while size % m:
+            m -= 1
+        return m
+
+
 def _group(cfg, gpu, size, stride):
-    m = members_per_node(size, stride, gpu.gpus_per_node)
+    m = placed_members(size, stride, gpu.gpus_per_node)
     return (size, m, gpu.nvlink_alpha, gpu.nvlink_bandwidth, gpu.nic_alpha, gpu.nic_bandwidth)
 
 
@@ -348,12 +364,11 @@ def breakdown(run, constants=None, hardware=None) -> dict:
     Megatron-LM's published pipelines use the interleaved schedule; the depth v is the one
     (dividing the layers of a stage evenly) with the shortest predicted step that fits in memory.
     """
-    if run.get("vpp") is None and run.get("pp", 1) > 1 and isinstance(run.get("layers"), int) \
-            and isinstance(run.get("pp"), int) and run["pp"] <= run["layers"]:
+    cfg = normalize(run)
+    if run.get("vpp") is None and cfg["pp"] > 1:
         best = None
-        per_stage = run["layers"] // run["pp"]
-        for v in range(1, per_stage + 1):
-            if run["layers"] % (run["pp"] * v):
+        for v in range(1, cfg["layers"] // cfg["pp"] + 1):
+            if cfg["layers"] % (cfg["pp"] * v):
                 continue
             candidate = _breakdown({**run, "vpp": v}, constants, hardware)
             key = (not candidate["fits"], candidate["step_time_s"])

@@ -44,10 +44,10 @@ from commtax.formulas.network import (group_allgather_time, group_allreduce_time
 #: (Selene) 8 x HDR 200 Gb/s, DGX H100 8 x NDR 400 Gb/s.
 GPUS = {
     "A100-80GB": dict(peak_flops=312e12, hbm_bytes=80e9, hbm_bandwidth=2.039e12, nvlink_bandwidth=300e9,
-                      nic_bandwidth=25e9, nvlink_alpha=5e-6, nic_alpha=10e-6, gpus_per_node=8,
+                      nic_bandwidth=25e9, nvlink_alpha=3e-6, nic_alpha=5e-6, gpus_per_node=8,
                       fused_attention=False),
     "H100-80GB": dict(peak_flops=989e12, hbm_bytes=80e9, hbm_bandwidth=3.35e12, nvlink_bandwidth=450e9,
-                      nic_bandwidth=50e9, nvlink_alpha=5e-6, nic_alpha=10e-6, gpus_per_node=8,
+                      nic_bandwidth=50e9, nvlink_alpha=3e-6, nic_alpha=5e-6, gpus_per_node=8,
                       fused_attention=True),
 }
 
@@ -66,13 +66,17 @@ _GPU = {name: SimpleNamespace(name=name, **preset) for name, preset in GPUS.item
 #: the fraction of the dense peak the matmuls reach, and the passes the memory-bound
 #: element-wise kernels make over a layer's stored activations.
 _FITTED = {
-    "A100-80GB": dict(matmul_efficiency=0.65, elementwise_passes=2.25),
-    "H100-80GB": dict(matmul_efficiency=0.71, elementwise_passes=5.75),
+    "A100-80GB": dict(matmul_efficiency=0.64, elementwise_passes=2.25),
+    "H100-80GB": dict(matmul_efficiency=0.69, elementwise_passes=5.5),
 }
 _RECOMPUTE = ("none", "selective", "full")
 _PRECISIONS = ("bf16", "fp16")
 _DEFAULTS = dict(ffn_hidden=None, kv_heads=None, swiglu=False, cp=1, vpp=None, micro_batch=None,
                  recompute=None, sequence_parallel=None, zero_stage=0, precision="bf16", dp=None)
+#: What a key set to None becomes (the source does not say): Megatron-LM's defaults; GPT-2's
+#: vocabulary padded as Megatron pads it.
+_OPEN_DEFAULTS = dict(vocab=51200, tp=1, pp=1, cp=1, zero_stage=0, precision="bf16", swiglu=False)
+_GPU_ALIASES = {"A100": "A100-80GB", "H100": "H100-80GB", "H100-SXM": "H100-80GB"}
 _REQUIRED = RUN_KEYS[:10]
 _ADAM_BYTES = 12              # fp32 master weights, momentum, variance
 _OPTIMIZER_TRAFFIC = 30       # bytes per parameter read + written by one Adam step
@@ -90,7 +94,9 @@ def _int(cfg, name, minimum=1):
 def _normalize(run) -> dict:
     """Check ``run`` and fill what it leaves open; ValueError naming the argument on a bad plan.
 
-    Filled in (what Megatron-LM's published configurations do): ``dp`` = gpus / (tp pp cp);
+    Filled in (what Megatron-LM's published configurations do): ``_OPEN_DEFAULTS`` for
+    ``vocab``, ``tp``, ``pp``, ``cp``, ``zero_stage``, ``precision``, ``swiglu`` set to None;
+    ``dp`` = gpus / (tp pp cp);
     ``ffn_hidden`` = 4 h; ``kv_heads`` = heads; ``micro_batch`` = 1 (Megatron-LM's GPT scripts);
     ``vpp`` = 1 here (:func:`_breakdown` first tries every interleaving depth);
     ``sequence_parallel`` = on when tp > 1; ``recompute`` is decided by :func:`_choose_recompute`.
@@ -104,6 +110,10 @@ def _normalize(run) -> dict:
     if missing:
         raise ValueError(f"run is missing required key(s): {', '.join(missing)}")
     cfg = {**_DEFAULTS, **run}
+    for name, value in _OPEN_DEFAULTS.items():   # None where the source does not say
+        if cfg[name] is None:
+            cfg[name] = value
+    cfg["gpu"] = _GPU_ALIASES.get(cfg["gpu"], cfg["gpu"])
     if cfg["gpu"] not in _GPU:
         raise ValueError(f"gpu must be one of {', '.join(map(repr, _GPU))}; got {cfg['gpu']!r}")
     for name in ("layers", "hidden", "heads", "seq", "vocab", "gpus", "tp", "pp", "cp", "global_batch"):
@@ -153,13 +163,6 @@ def _normalize(run) -> dict:
         raise ValueError(f"vpp ({cfg['vpp']}) needs pipeline parallelism (pp > 1)")
     if cfg["vpp"] * p > cfg["layers"]:
         raise ValueError(f"vpp * pp ({cfg['vpp']} * {p}) exceeds layers ({cfg['layers']})")
-    g = _GPU[cfg["gpu"]].gpus_per_node
-    for axis, size, stride in (("tp", t, 1), ("cp", c, t), ("dp", d, t * c), ("pp", p, t * c * d)):
-        try:
-            members_per_node(size, stride, g)
-        except ValueError as exc:
-            raise ValueError(f"{axis} ({size}) cannot be placed evenly on {g}-GPU nodes "
-                             f"at stride {stride}: {exc}") from None
     cfg["microbatches"] = cfg["global_batch"] // (d * cfg["micro_batch"])
     return cfg
 
@@ -190,6 +193,7 @@ def _flops_per_step(run, convention="model", recompute=None) -> float:
     s/6h). ``recompute`` defaults to the run's.
     """
     cfg = {**_DEFAULTS, **run}
+    cfg.update({k: v for k, v in _OPEN_DEFAULTS.items() if cfg[k] is None})
     dense, attn = _layer_forward_flops(cfg)
     B, L = cfg["global_batch"], cfg["layers"]
     model = B * (3 * L * (dense + attn) + 3 * _logits_forward_flops(cfg))
@@ -269,52 +273,65 @@ def _memory_bytes_per_gpu(cfg, recompute, gpu=None) -> float:
     return max(first_stage, last_stage)
 
 
-def _choose_recompute(cfg) -> str:
+def _choose_recompute(cfg, gpu=None) -> str:
     """The least recomputation whose memory fits in the GPU's HBM (full if none does)."""
+    gpu = gpu or _GPU[cfg["gpu"]]
     for mode in _RECOMPUTE:
-        if _memory_bytes_per_gpu(cfg, mode) <= _GPU[cfg["gpu"]].hbm_bytes:
+        if _memory_bytes_per_gpu(cfg, mode, gpu) <= gpu.hbm_bytes:
             return mode
     return "full"
 
 
 # -- time -------------------------------------------------------------------------------------------
 
+def _placed_members(size, stride, gpus_per_node) -> int:
+    """GPUs of a group per node (``members_per_node`` of the network model); for a group
+    that does not sit evenly on nodes (an odd degree), the largest count that divides it."""
+    try:
+        return members_per_node(size, stride, gpus_per_node)
+    except ValueError:
+        m = max(1, min(size, gpus_per_node // stride if stride < gpus_per_node else 1))
+        while size % m:
+            m -= 1
+        return m
+
+
 def _group(cfg, gpu, size, stride):
-    m = members_per_node(size, stride, gpu.gpus_per_node)
+    m = _placed_members(size, stride, gpu.gpus_per_node)
     return (size, m, gpu.nvlink_alpha, gpu.nvlink_bandwidth, gpu.nic_alpha, gpu.nic_bandwidth)
 
 
-def _breakdown(run, constants=None) -> dict:
+def _breakdown(run, constants=None, hardware=None) -> dict:
     """The prediction with the interleaving depth left open (``vpp`` None) chosen for speed.
 
     Megatron-LM's published pipelines use the interleaved schedule; the depth v is the one
     (dividing the layers of a stage evenly) with the shortest predicted step that fits in memory.
     """
-    if run.get("vpp") is None and run.get("pp", 1) > 1 and isinstance(run.get("layers"), int) \
-            and isinstance(run.get("pp"), int) and run["pp"] <= run["layers"]:
+    cfg = _normalize(run)
+    if run.get("vpp") is None and cfg["pp"] > 1:
         best = None
-        per_stage = run["layers"] // run["pp"]
-        for v in range(1, per_stage + 1):
-            if run["layers"] % (run["pp"] * v):
+        for v in range(1, cfg["layers"] // cfg["pp"] + 1):
+            if cfg["layers"] % (cfg["pp"] * v):
                 continue
-            candidate = _breakdown_one({**run, "vpp": v}, constants)
+            candidate = _breakdown_one({**run, "vpp": v}, constants, hardware)
             key = (not candidate["fits"], candidate["step_time_s"])
             if best is None or key < best[0]:
                 best = (key, candidate)
         if best is not None:
             return best[1]
-    return _breakdown_one(run, constants)
+    return _breakdown_one(run, constants, hardware)
 
 
-def _breakdown_one(run, constants=None) -> dict:
+def _breakdown_one(run, constants=None, hardware=None) -> dict:
     """Everything the predictor computes: the chosen plan, each phase's seconds, the results.
 
-    ``constants`` overrides ``_FITTED`` for this GPU (``matmul_efficiency``, ``elementwise_passes``).
+    ``constants`` overrides ``_FITTED`` for this GPU (``matmul_efficiency``, ``elementwise_passes``);
+    ``hardware``, a preset object, replaces the preset ``run["gpu"]`` names (e.g. half the NIC bandwidth).
     """
     cfg = _normalize(run)
-    gpu = _GPU[cfg["gpu"]]
-    k = {**_FITTED[gpu.name], **(constants or {})}
-    recompute = cfg["recompute"] or _choose_recompute(cfg)
+    gpu = hardware or _GPU[cfg["gpu"]]
+    k = {**_FITTED[cfg["gpu"]], **(constants or {})}
+    recompute = cfg["recompute"] or _choose_recompute(cfg, gpu)
     t, p, d, c, v, m, b = (cfg[x] for x in ("tp", "pp", "dp", "cp", "vpp", "microbatches", "micro_batch"))
     h, s, L = cfg["hidden"], cfg["seq"], cfg["layers"]
     rate = gpu.peak_flops * k["matmul_efficiency"]
@@ -431,6 +448,8 @@ def _breakdown_one(run, constants=None) -> dict:
         memory_bytes_per_gpu=memory,
         binding=binding,
     )
+
+
 # END SOLUTION
 
 

@@ -44,10 +44,10 @@ from commtax.formulas.network import (group_allgather_time, group_allreduce_time
 #: (Selene) 8 x HDR 200 Gb/s, DGX H100 8 x NDR 400 Gb/s.
 GPUS = {
     "A100-80GB": dict(peak_flops=312e12, hbm_bytes=80e9, hbm_bandwidth=2.039e12, nvlink_bandwidth=300e9,
-                      nic_bandwidth=25e9, nvlink_alpha=5e-6, nic_alpha=10e-6, gpus_per_node=8,
+                      nic_bandwidth=25e9, nvlink_alpha=3e-6, nic_alpha=5e-6, gpus_per_node=8,
                       fused_attention=False),
     "H100-80GB": dict(peak_flops=989e12, hbm_bytes=80e9, hbm_bandwidth=3.35e12, nvlink_bandwidth=450e9,
-                      nic_bandwidth=50e9, nvlink_alpha=5e-6, nic_alpha=10e-6, gpus_per_node=8,
+                      nic_bandwidth=50e9, nvlink_alpha=3e-6, nic_alpha=5e-6, gpus_per_node=8,
                       fused_attention=True),
 }
 

@@ -192,11 +192,13 @@ def test_tp_across_two_nodes_costs_what_the_network_model_says(lab):
     assert across["step_time_s"] > 0.6 * inside["step_time_s"]   # twice the GPUs, far from twice the speed
 
 
-def test_zero3_at_512_gpus_with_one_sequence_per_microbatch_is_bound_by_its_per_layer_collectives(lab):
-    base = dict(GPT, layers=40, hidden=5120, heads=40, gpus=512, tp=1, pp=1, dp=512, micro_batch=1,
-                global_batch=512, recompute="full")
+def test_zero3_on_512_gpus_one_per_node_per_group_is_bound_by_its_per_layer_collectives(lab):
+    # TP 8 fills each node, so every ZeRO-3 group (DP 64) has one GPU per node and one 25 GB/s NIC:
+    # with 2K tokens per micro-batch, a layer's gathers and reduce-scatter outlast its compute.
+    base = dict(GPT, layers=40, hidden=5120, heads=40, gpus=512, tp=8, pp=1, dp=64, micro_batch=1,
+                global_batch=64, recompute="full")
     zero1, zero3 = lab.predict(dict(base, zero_stage=1)), lab.predict(dict(base, zero_stage=3))
-    assert zero3["step_time_s"] > zero1["step_time_s"]
+    assert zero3["step_time_s"] > 1.5 * zero1["step_time_s"], (zero3["step_time_s"], zero1["step_time_s"])
     assert zero3["binding"] == "dp", zero3
     assert zero3["memory_bytes_per_gpu"] < zero1["memory_bytes_per_gpu"]
 
