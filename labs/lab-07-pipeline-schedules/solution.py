@@ -19,6 +19,9 @@ Conventions:
   A device runs one op at a time, in its schedule's order.
 * Bubble, two definitions: relative to ideal compute (p-1)/(v m), or the
   share of the total step (p-1)/(v m + p - 1). total = r / (1 + r).
+* Each device's order of ops, for every schedule, is spelled out in
+  :func:`simulate` and in the README (with a worked table for the
+  interleaved schedule); the tests compare your order with it op by op.
 
 Bad input raises ValueError naming the argument.
 """
@@ -94,13 +97,26 @@ def simulate(schedule, stages, microbatches, virtual_stages=1, t_forward=1.0, t_
     """Run ``schedule`` ("naive", "gpipe", "1f1b", "interleaved_1f1b") and return its ops, by start time.
 
     Each device executes its ops in the schedule's order, each as soon as the
-    device is free and its dependencies (module docstring) are done. Ordering
-    rules: naive: F then B of each micro-batch in turn; gpipe: all F, then all
-    B; 1f1b: device d runs min(p-d-1, m) forwards, then alternates F and B,
-    then the remaining B; interleaved_1f1b: Megatron-LM's order (warm-up of
-    2(p-d-1) + (v-1)p forwards over model chunks in groups of p
-    micro-batches), and m must be a multiple of p. Only interleaved_1f1b
-    takes virtual_stages > 1. An order that cannot proceed raises ValueError.
+    device is free and its dependencies (module docstring) are done; an op
+    takes t_forward / v or t_backward / v. Returns a list of :class:`Op`
+    sorted by (start, stage).
+
+    Ordering rules for device d (micro-batches and chunks count from 0):
+
+    * naive: F then B of each micro-batch in turn.
+    * gpipe: all F (micro-batch 0, 1, ...), then all B (0, 1, ...).
+    * 1f1b: min(p-d-1, m) forwards (warm-up), then alternate one F and one B
+      (the B of the oldest micro-batch in flight), then the remaining B.
+    * interleaved_1f1b (Megatron-LM's order; m must be a multiple of p):
+      each device runs m v forwards and m v backwards. The k-th forward
+      (k = 0 .. m v - 1) is micro-batch (k // (p v)) p + k % p on chunk
+      (k % (p v)) // p; the k-th backward is the same micro-batch on chunk
+      v - 1 - (k % (p v)) // p. Warm-up: min(2(p-d-1) + (v-1) p, m v)
+      forwards, then alternate one F and one B, then the remaining B.
+
+    Only interleaved_1f1b takes virtual_stages > 1. Bad input raises
+    ValueError naming the argument; an order that cannot proceed raises
+    ValueError too.
     """
     # BEGIN SOLUTION
     # HINT: build each device's op order, then repeatedly start any device's next op whose
@@ -160,7 +176,10 @@ def makespan(ops):
 
 
 def measured_bubble(ops):
-    """The idle share of device time: 1 - (busy seconds) / (devices x makespan)."""
+    """The idle share of device time: 1 - (busy seconds) / (devices x makespan).
+
+    The devices are those that appear in ``ops`` (a list of :class:`Op`, in any order).
+    """
     # BEGIN SOLUTION
     # HINT: count the devices that appear in ops; busy time is the sum of op durations.
     devices = len({op.stage for op in ops})
@@ -170,7 +189,10 @@ def measured_bubble(ops):
 
 
 def peak_activations_in_flight(ops, stage):
-    """The most activations ``stage`` holds at once: (micro-batch, chunk) forwards done, backwards not yet."""
+    """The most activations ``stage`` holds at once: (micro-batch, chunk) forwards done, backwards not yet.
+
+    ``ops``: a list of :class:`Op`, in any order.
+    """
     # BEGIN SOLUTION
     # HINT: walk the stage's ops in time order: +1 for F, -1 for B; keep the maximum.
     held = peak = 0
@@ -205,9 +227,10 @@ def train_1f1b(stage, batch, microbatches, group=None):
 
     ``batch`` is (inputs, targets), the whole batch, the same on every rank
     (rank 0 reads the inputs, the last rank the targets, the others only
-    their shapes). It is cut into ``microbatches`` equal micro-batches. The
-    loss is the mean squared error over the whole batch, so each micro-batch
-    contributes mse(micro-batch) / m.
+    their shapes). It is cut into ``microbatches`` equal micro-batches
+    (``tensor.chunk(m)``). The loss is the mean squared error over the whole
+    batch, so each micro-batch contributes mse(micro-batch) / m: backpropagate
+    that, and the gradients equal single-process training on the whole batch.
 
     Follow the order of ``simulate("1f1b", P, m)`` for this rank. Forward of
     micro-batch i: receive its activation from the previous rank (unless
@@ -216,7 +239,10 @@ def train_1f1b(stage, batch, microbatches, group=None):
     there, the loss), backpropagate, send the input's gradient to the previous
     rank (unless first). Send with ``dist.isend`` (and wait for all sends at
     the end) and receive with ``dist.recv``, with a tag per micro-batch and
-    direction. Returns the summed loss on the last rank, None elsewhere.
+    direction. Returns the summed loss (a number or a 0-d tensor) on the last
+    rank, None elsewhere. Any other message (or any collective) changes the
+    byte count the tests check: one activation forward and one gradient back
+    per micro-batch per boundary.
     """
     # BEGIN SOLUTION
     # HINT: keep, for each micro-batch in flight, the stage's input (requires_grad) and output;

@@ -1,15 +1,85 @@
 """Lab 07 tests: simulated bubbles against the formulas (both definitions), activation memory,
-point-to-point time, Megatron-LM's numbers, and a real 1F1B pipeline against single-process training."""
+point-to-point time, Megatron-LM's numbers, and a real 1F1B pipeline against single-process training.
+
+The lab's functions are called with plain data and their results read as plain
+data: the lab's ``Op`` records are read field by field into this file's own
+tuples, and ops sent to the lab are records of plain numbers. Every expected
+value (formulas, orders, the reference training step) is computed in this
+file, independently of the lab.
+"""
+
+from collections import namedtuple
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+from commtax.boundary import LabRecord
 from commtax.testing import SharedRuns
 from commtax.ranks.traffic import record_traffic
 
 RUNS = SharedRuns()
 UNIFORM = dict(t_forward=1.0, t_backward=2.0)  # equal stage times; backward twice the forward
+Op = namedtuple("Op", "stage kind microbatch chunk start end")  # this file's own view of an op
+
+
+def read_op(op):
+    """The lab's Op (a record: fields read as attributes) as this file's tuple of plain values."""
+    return Op(int(op.stage), str(op.kind), int(op.microbatch), int(op.chunk), float(op.start), float(op.end))
+
+
+def simulate(lab, schedule, p, m, v=1, **times):
+    """The lab's simulation as plain ops, checked for shape."""
+    ops = [read_op(op) for op in lab.simulate(schedule, p, m, v, **{**UNIFORM, **times})]
+    assert len(ops) == 2 * p * m * v, (f"simulate({schedule!r}, p={p}, m={m}, v={v}) returned {len(ops)} ops; "
+                                       f"expected 2 p m v = {2 * p * m * v} (one F and one B per micro-batch, "
+                                       "chunk and device)")
+    return ops
+
+
+def plain(ops):
+    """Ops to hand to the lab's functions: records of the lab's Op, holding plain values only."""
+    return [LabRecord("Op", op._asdict()) for op in ops]
+
+
+def bubble_total(p, m, v=1):
+    return (p - 1) / (v * m + p - 1)
+
+
+def bubble_ideal(p, m, v=1):
+    return (p - 1) / (v * m)
+
+
+def idle_share(ops):
+    """1 - busy / (devices x makespan), computed here from the ops."""
+    span = max(op.end for op in ops) - min(op.start for op in ops)
+    devices = len({op.stage for op in ops})
+    return 1 - sum(op.end - op.start for op in ops) / (devices * span)
+
+
+def expected_order(schedule, p, m, v, device):
+    """Device ``device``'s ops as (kind, microbatch, chunk), by the rules in the README."""
+    if schedule == "naive":
+        return [op for mb in range(m) for op in (("F", mb, 0), ("B", mb, 0))]
+    if schedule == "gpipe":
+        return [("F", mb, 0) for mb in range(m)] + [("B", mb, 0) for mb in range(m)]
+    if schedule == "1f1b":
+        forwards = [("F", mb, 0) for mb in range(m)]
+        backwards = [("B", mb, 0) for mb in range(m)]
+        warmup = min(p - device - 1, m)
+    else:
+        group = p * v  # k-th forward: micro-batch (k // pv) p + k % p, chunk (k % pv) // p; backward: chunk v-1-that
+        forwards = [("F", k // group * p + k % p, k % group // p) for k in range(m * v)]
+        backwards = [("B", k // group * p + k % p, v - 1 - k % group // p) for k in range(m * v)]
+        warmup = min(2 * (p - device - 1) + (v - 1) * p, m * v)
+    order = forwards[:warmup]
+    for i, forward in enumerate(forwards[warmup:]):
+        order += [forward, backwards[i]]
+    return order + backwards[len(forwards) - warmup:]
+
+
+def _name(op, v=1):
+    return f"{op[0]}(micro-batch {op[1]}, chunk {op[2]})" if v > 1 or op[2] else f"{op[0]}(micro-batch {op[1]})"
 
 
 # -- the formula ---------------------------------------------------------------------------
@@ -23,7 +93,11 @@ def test_megatron_lm_example_p8_m32_is_7_32_of_ideal_and_7_39_of_the_step(lab):
 def test_the_two_definitions_convert_by_r_over_1_plus_r(lab):
     for p, m, v in ((4, 8, 1), (8, 32, 2), (16, 4, 1)):
         r = lab.bubble_fraction(p, m, v, "ideal")
-        assert lab.bubble_fraction(p, m, v, "total") == pytest.approx(r / (1 + r))
+        assert r == pytest.approx(bubble_ideal(p, m, v)), \
+            f"bubble_fraction({p}, {m}, {v}, 'ideal') = {r:.6g}; (p-1)/(v m) = {bubble_ideal(p, m, v):.6g}"
+        total = lab.bubble_fraction(p, m, v, "total")
+        assert total == pytest.approx(r / (1 + r)), \
+            f"bubble_fraction({p}, {m}, {v}, 'total') = {total:.6g}; r / (1 + r) = {r / (1 + r):.6g}"
 
 
 def test_gpipe_at_m_equal_4p_is_16_to_20_percent_not_negligible(lab):
@@ -33,68 +107,138 @@ def test_gpipe_at_m_equal_4p_is_16_to_20_percent_not_negligible(lab):
     assert all(0.15 < s < 0.20 for s in shares) and shares == sorted(shares)  # -> (p-1)/(5p-1) -> 20%
 
 
+# -- the op-list functions on their own ---------------------------------------------------------
+
+# Two devices, hand-made: device 0 runs F0 [0,1], F1 [1,2], B0 [4,6], B1 [7,9]; device 1 runs
+# F0 [1,2], B0 [2,4], F1 [4,5], B1 [5,7]. Makespan 9; busy 6 + 6 = 12 of 2 x 9 = 18.
+HAND_MADE = [Op(0, "F", 0, 0, 0.0, 1.0), Op(0, "F", 1, 0, 1.0, 2.0), Op(1, "F", 0, 0, 1.0, 2.0),
+             Op(1, "B", 0, 0, 2.0, 4.0), Op(1, "F", 1, 0, 4.0, 5.0), Op(0, "B", 0, 0, 4.0, 6.0),
+             Op(1, "B", 1, 0, 5.0, 7.0), Op(0, "B", 1, 0, 7.0, 9.0)]
+
+
+def test_makespan_bubble_and_peak_activations_of_a_hand_made_schedule(lab):
+    ops = plain(HAND_MADE)
+    span = lab.makespan(ops)
+    assert span == pytest.approx(9.0), f"makespan of the hand-made schedule = {span}; last end 9 - first start 0 = 9"
+    bubble = lab.measured_bubble(ops)
+    assert bubble == pytest.approx(1 - 12 / 18), \
+        f"measured_bubble = {bubble:.6g}; 1 - busy / (devices x makespan) = 1 - 12 / (2 x 9) = {1 - 12 / 18:.6g}"
+    peaks = [lab.peak_activations_in_flight(ops[::-1], stage) for stage in (0, 1)]  # any order in
+    assert peaks == [2, 1], f"peak activations per stage {peaks}; device 0 holds F0 and F1 at once, device 1 one"
+    later = plain([op._replace(start=op.start + 5.0, end=op.end + 5.0) for op in HAND_MADE])  # starting at t = 5
+    span, bubble = lab.makespan(later), lab.measured_bubble(later)
+    assert (span, bubble) == (pytest.approx(9.0), pytest.approx(1 - 12 / 18)), \
+        f"the same schedule starting at t = 5 s: makespan {span}, bubble {bubble:.6g}; a step need not start at 0"
+
+
 # -- the simulator against the formula -------------------------------------------------------
+
+def check_order(ops, schedule, p, m, v=1):
+    """Each device's (kind, micro-batch, chunk) sequence, in time order, against the README's rule."""
+    for device in range(p):
+        got = [(op.kind, op.microbatch, op.chunk) for op in sorted((o for o in ops if o.stage == device),
+                                                                   key=lambda o: o.start)]
+        want = expected_order(schedule, p, m, v, device)
+        for k, (g, w) in enumerate(zip(got, want)):
+            if g != w:
+                warmup = ""
+                if schedule in ("1f1b", "interleaved_1f1b"):
+                    if schedule == "1f1b":
+                        rule, count = "min(p-d-1, m)", min(p - device - 1, m)
+                    else:
+                        rule, count = "min(2(p-d-1) + (v-1)p, m v)", min(2 * (p - device - 1) + (v - 1) * p, m * v)
+                    warmup = f" Device {device} warms up with {rule} = {count} forwards."
+                raise AssertionError(
+                    f"{schedule}, p = {p}, m = {m}, v = {v}: device {device}'s op {k} (counting from 0) is "
+                    f"{_name(g, v)}; the schedule's order has {_name(w, v)} there.{warmup} Expected ops "
+                    f"{max(0, k - 3)}..{k}: {', '.join(_name(o, v) for o in want[max(0, k - 3):k + 1])}")
+        assert len(got) == len(want), f"device {device} runs {len(got)} ops, expected {len(want)}"
+
+
+def check_bubble(ops, schedule, p, m, v=1):
+    share = idle_share(ops)
+    expected = bubble_total(p, 1 if schedule == "naive" else m, v)
+    span = max(op.end for op in ops) - min(op.start for op in ops)
+    assert share == pytest.approx(expected), (
+        f"{schedule}, p = {p}, m = {m}, v = {v}: the simulated devices are idle {share:.4f} of the step "
+        f"(makespan {span:g} s); the formula gives {expected:.4f}")
+
 
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
 @pytest.mark.parametrize("p,m", [(2, 1), (2, 4), (4, 4), (4, 8), (8, 32), (3, 7)])
 def test_simulated_bubble_equals_the_formula_both_ways(lab, schedule, p, m):
-    ops = lab.simulate(schedule, p, m, **UNIFORM)
-    share = lab.measured_bubble(ops)
-    assert share == pytest.approx(lab.bubble_fraction(p, m, relative_to="total"))
-    assert share / (1 - share) == pytest.approx(lab.bubble_fraction(p, m, relative_to="ideal"))
-    assert lab.makespan(ops) == pytest.approx((m + p - 1) * 3.0)
+    ops = simulate(lab, schedule, p, m)
+    check_order(ops, schedule, p, m)
+    check_bubble(ops, schedule, p, m)
+    span = max(op.end for op in ops) - min(op.start for op in ops)
+    assert span == pytest.approx((m + p - 1) * 3.0), f"makespan {span:g} s; (m + p - 1)(t_f + t_b) = {(m + p - 1) * 3.0:g}"
+    share = lab.measured_bubble(plain(ops))
+    assert share == pytest.approx(bubble_total(p, m)), f"measured_bubble = {share:.6g}, expected {bubble_total(p, m):.6g}"
+    assert share / (1 - share) == pytest.approx(bubble_ideal(p, m))
 
 
 @pytest.mark.parametrize("p,m", [(2, 3), (4, 8)])
 def test_naive_pipeline_idles_p_minus_1_over_p(lab, p, m):
-    ops = lab.simulate("naive", p, m, **UNIFORM)
-    assert lab.measured_bubble(ops) == pytest.approx((p - 1) / p) == pytest.approx(lab.bubble_fraction(p, 1))
+    ops = simulate(lab, "naive", p, m)
+    check_order(ops, "naive", p, m)
+    check_bubble(ops, "naive", p, m)
+    assert idle_share(ops) == pytest.approx((p - 1) / p)
 
 
-@pytest.mark.parametrize("p,m,v", [(4, 8, 2), (4, 8, 4), (8, 32, 2), (2, 4, 2), (4, 4, 2)])
-def test_interleaved_bubble_equals_p_minus_1_over_v_m(lab, p, m, v):
-    ops = lab.simulate("interleaved_1f1b", p, m, v, **UNIFORM)
-    share = lab.measured_bubble(ops)
-    assert share == pytest.approx(lab.bubble_fraction(p, m, v, "total"))
-    assert share / (1 - share) == pytest.approx(lab.bubble_fraction(p, m, v, "ideal"))
+@pytest.mark.parametrize("p,m,v", [(2, 4, 2), (4, 8, 2), (4, 8, 4), (8, 32, 2), (4, 4, 2)])
+def test_interleaved_order_and_bubble_equal_p_minus_1_over_v_m(lab, p, m, v):
+    ops = simulate(lab, "interleaved_1f1b", p, m, v)
+    check_order(ops, "interleaved_1f1b", p, m, v)
+    check_bubble(ops, "interleaved_1f1b", p, m, v)
+    assert idle_share(ops) / (1 - idle_share(ops)) == pytest.approx(bubble_ideal(p, m, v))
+    durations = {round(op.end - op.start, 9) for op in ops}
+    assert durations == {1.0 / v, 2.0 / v}, f"op durations {sorted(durations)}; each chunk takes t_f / v and t_b / v"
 
 
 def test_ops_obey_dependencies_and_one_op_per_device(lab):
     for schedule, v in (("gpipe", 1), ("1f1b", 1), ("interleaved_1f1b", 2)):
         p, m = 4, 8
-        ops = lab.simulate(schedule, p, m, v, t_p2p=0.25, **UNIFORM)
-        assert len(ops) == 2 * p * m * v
+        ops = simulate(lab, schedule, p, m, v, t_p2p=0.25)
         end = {(op.kind, op.chunk * p + op.stage, op.microbatch): op.end for op in ops}
         for op in ops:
             vs = op.chunk * p + op.stage
+            what = f"{schedule}: {_name((op.kind, op.microbatch, op.chunk))} on device {op.stage} starts at {op.start:g}"
             if op.kind == "F" and vs > 0:
-                assert op.start >= end[("F", vs - 1, op.microbatch)] + 0.25 - 1e-9
+                need = end[("F", vs - 1, op.microbatch)] + 0.25
+                assert op.start >= need - 1e-9, f"{what}, before the previous stage's forward ends + t_p2p = {need:g}"
             if op.kind == "B":
-                assert op.start >= end[("F", vs, op.microbatch)] - 1e-9
+                assert op.start >= end[("F", vs, op.microbatch)] - 1e-9, f"{what}, before its own forward ends"
                 if vs < p * v - 1:
-                    assert op.start >= end[("B", vs + 1, op.microbatch)] + 0.25 - 1e-9
+                    need = end[("B", vs + 1, op.microbatch)] + 0.25
+                    assert op.start >= need - 1e-9, f"{what}, before the next stage's backward ends + t_p2p = {need:g}"
         for stage in range(p):
             mine = sorted((op for op in ops if op.stage == stage), key=lambda op: op.start)
-            assert all(a.end <= b.start + 1e-9 for a, b in zip(mine, mine[1:])), f"{schedule}: overlap on {stage}"
+            for a, b in zip(mine, mine[1:]):
+                assert a.end <= b.start + 1e-9, f"{schedule}: device {stage} runs {a} and {b} at once"
 
 
 def test_1f1b_holds_at_most_p_minus_stage_microbatches_where_gpipe_holds_m(lab):
     p, m = 4, 16
-    gpipe, one_f_one_b = lab.simulate("gpipe", p, m, **UNIFORM), lab.simulate("1f1b", p, m, **UNIFORM)
-    assert [lab.peak_activations_in_flight(gpipe, s) for s in range(p)] == [m] * p
-    assert [lab.peak_activations_in_flight(one_f_one_b, s) for s in range(p)] == [p - s for s in range(p)]
+    gpipe, one_f_one_b = simulate(lab, "gpipe", p, m), simulate(lab, "1f1b", p, m)
+    peaks = [lab.peak_activations_in_flight(plain(gpipe), s) for s in range(p)]
+    assert peaks == [m] * p, f"GPipe, p = 4, m = 16: peak activations per stage {peaks}, expected {[m] * p}"
+    peaks = [lab.peak_activations_in_flight(plain(one_f_one_b), s) for s in range(p)]
+    assert peaks == [p - s for s in range(p)], f"1F1B, p = 4, m = 16: peaks {peaks}, expected p - stage = [4, 3, 2, 1]"
 
 
 def test_p2p_time_adds_2_p_minus_1_transfers_to_gpipe_and_more_to_1f1b(lab):
+    def span(schedule, p, m, t_p2p=0.0):
+        ops = simulate(lab, schedule, p, m, t_p2p=t_p2p)
+        return max(op.end for op in ops) - min(op.start for op in ops)
+
     for p, m in ((2, 4), (4, 8), (8, 16)):
-        base = lab.makespan(lab.simulate("gpipe", p, m, **UNIFORM))
-        slow = lab.makespan(lab.simulate("gpipe", p, m, t_p2p=0.1, **UNIFORM))
-        assert slow - base == pytest.approx(2 * (p - 1) * 0.1)       # only the fill and the drain wait
-        base = lab.makespan(lab.simulate("1f1b", p, m, **UNIFORM))
-        slow = lab.makespan(lab.simulate("1f1b", p, m, t_p2p=0.1, **UNIFORM))
-        assert slow - base >= 2 * (p - 1) * 0.1 - 1e-9                 # strict alternation exposes more
-    assert lab.makespan(lab.simulate("1f1b", 4, 2, t_p2p=0.1, **UNIFORM)) - \
-        lab.makespan(lab.simulate("1f1b", 4, 2, **UNIFORM)) == pytest.approx(0.6)
+        extra = span("gpipe", p, m, 0.1) - span("gpipe", p, m)
+        assert extra == pytest.approx(2 * (p - 1) * 0.1), \
+            f"GPipe p = {p}, m = {m}: t_p2p = 0.1 s adds {extra:.4g} s; only fill and drain wait: 2(p-1) x 0.1"
+        extra = span("1f1b", p, m, 0.1) - span("1f1b", p, m)
+        assert extra >= 2 * (p - 1) * 0.1 - 1e-9, f"1F1B p = {p}, m = {m}: t_p2p adds {extra:.4g} s"  # more exposed
+    extra = span("1f1b", 4, 2, 0.1) - span("1f1b", 4, 2)
+    assert extra == pytest.approx(0.6), f"1F1B p = 4, m = 2: t_p2p = 0.1 s adds {extra:.4g} s, expected 6 x 0.1"
 
 
 def test_bad_arguments_raise_value_error_naming_them(lab):
@@ -117,22 +261,49 @@ def test_bad_arguments_raise_value_error_naming_them(lab):
 LAYERS, WIDTH, BATCH, MICROBATCHES = 8, 16, 16, 8
 
 
+def pipeline_data():
+    """The batch, and the weights of the whole MLP (LAYERS Linear + Tanh blocks), from seeds."""
+    g = torch.Generator().manual_seed(3)
+    inputs = torch.randn(BATCH, WIDTH, dtype=torch.float64, generator=g)
+    targets = torch.randn(BATCH, WIDTH, dtype=torch.float64, generator=g)
+    weights = [(torch.randn(WIDTH, WIDTH, dtype=torch.float64, generator=g) / WIDTH ** 0.5,
+                torch.randn(WIDTH, dtype=torch.float64, generator=g) * 0.1) for _ in range(LAYERS)]
+    return inputs, targets, weights
+
+
 def check_real_pipeline(rank, world_size, lab):
-    """Runs on every rank: one 1F1B step of this rank's stage vs single-process training of the whole MLP."""
-    gen = torch.Generator().manual_seed(3)
-    inputs = torch.randn(BATCH, WIDTH, dtype=torch.float64, generator=gen)
-    targets = torch.randn(BATCH, WIDTH, dtype=torch.float64, generator=gen)
-    reference = lab.make_mlp(LAYERS, WIDTH, seed=0)
-    F.mse_loss(reference(inputs), targets).backward()
-    stage = lab.split_stages(lab.make_mlp(LAYERS, WIDTH, seed=0), world_size)[rank]
-    with record_traffic(forbid_collectives=True) as traffic:
+    """Runs on every rank: one 1F1B step of this rank's stage; returns its gradients, loss and bytes."""
+    inputs, targets, weights = pipeline_data()
+    model = lab.make_mlp(LAYERS, WIDTH, seed=0)
+    with torch.no_grad():  # the seeded weights of this file, so that the test process knows them too
+        for layer, (weight, bias) in zip(model[::2], weights):
+            layer.weight.copy_(weight)
+            layer.bias.copy_(bias)
+    stage = lab.split_stages(model, world_size)[rank]
+    with record_traffic() as traffic:
         loss = lab.train_1f1b(stage, (inputs, targets), MICROBATCHES)
-    offset = rank * len(stage)
-    reference_params = list(reference[offset:offset + len(stage)].parameters())
-    diffs = [(mine.grad - ref.grad).abs().max().item() for mine, ref in zip(stage.parameters(), reference_params)]
-    return {"max_grad_diff": max(diffs), "loss": None if loss is None else float(loss),
-            "reference_loss": F.mse_loss(reference(inputs), targets).item(),
-            "sent": traffic.bytes_sent, "received": traffic.bytes_received}
+    return {"grads": [None if p.grad is None else p.grad.detach().clone() for p in stage.parameters()],
+            "loss": None if loss is None else float(loss),
+            "sent": traffic.bytes_sent, "received": traffic.bytes_received,
+            "collectives": [name for name, _ in traffic.collectives]}
+
+
+_REFERENCE = {}
+
+
+def reference_step():
+    """Single-process training on the whole batch, here: the loss and each Linear's (weight, bias) gradients."""
+    if not _REFERENCE:
+        inputs, targets, weights = pipeline_data()
+        params = [(w.clone().requires_grad_(), b.clone().requires_grad_()) for w, b in weights]
+        x = inputs
+        for weight, bias in params:
+            x = torch.tanh(x @ weight.T + bias)
+        loss = F.mse_loss(x, targets)
+        loss.backward()
+        _REFERENCE["loss"] = loss.item()
+        _REFERENCE["grads"] = [g for w, b in params for g in (w.grad, b.grad)]
+    return _REFERENCE
 
 
 def _pipeline(lab, world_size):
@@ -140,19 +311,50 @@ def _pipeline(lab, world_size):
                     needs=[lab.train_1f1b, lab.simulate])
 
 
+def _scale_hint(ratio):
+    m = MICROBATCHES
+    if abs(ratio - m) < 1e-6 * m:
+        return f" = m = {m}: each micro-batch's loss must be divided by m (the loss is the mean over the whole batch)"
+    if abs(ratio - 1 / m) < 1e-6:
+        return f" = 1/m = 1/{m}: the loss is divided by m once too often"
+    return ""
+
+
 @pytest.mark.points(3)
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_real_1f1b_pipeline_gradients_equal_single_process_training(lab, world_size):
     results = _pipeline(lab, world_size)
+    ref = reference_step()
+    for rank, r in enumerate(results[:-1]):
+        assert r["loss"] is None, f"P = {world_size}: rank {rank} returned loss {r['loss']}; only the last rank returns one"
+    loss = results[-1]["loss"]  # the loss first: a wrong loss explains wrong gradients
+    assert loss is not None, f"P = {world_size}: the last rank returned no loss"
+    ratio = loss / ref["loss"]
+    assert loss == pytest.approx(ref["loss"], rel=1e-12), (
+        f"P = {world_size}: the last rank's loss is {loss:.10g}; single-process training on the whole batch gives "
+        f"{ref['loss']:.10g} (ratio got/expected {ratio:.6g}{_scale_hint(ratio)})")
+    per_stage = 2 * LAYERS // world_size  # parameters per stage: a weight and a bias per Linear
     for rank, r in enumerate(results):
-        assert r["max_grad_diff"] < 1e-12, f"rank {rank}: gradients differ by {r['max_grad_diff']:g}"
-    assert results[-1]["loss"] == pytest.approx(results[-1]["reference_loss"])
-    assert all(r["loss"] is None for r in results[:-1])
+        expected = ref["grads"][rank * per_stage:(rank + 1) * per_stage]
+        assert len(r["grads"]) == len(expected), f"rank {rank}: {len(r['grads'])} parameters, expected {len(expected)}"
+        for i, (got, want) in enumerate(zip(r["grads"], expected)):
+            what = f"P = {world_size}, rank {rank}: the gradient of layer {rank * per_stage // 2 + i // 2}'s " \
+                   f"{'weight' if i % 2 == 0 else 'bias'}"
+            assert got is not None, f"{what} is None: the backward never reached it"
+            diff = (got - want).abs().max().item()
+            if not diff < 1e-12:
+                ratio = (got * want).sum().item() / (want * want).sum().item()
+                raise AssertionError(f"{what} differs by up to {diff:.3g} (ratio got/expected {ratio:.6g}"
+                                     f"{_scale_hint(ratio)})")
 
 
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_real_pipeline_sends_one_activation_and_one_gradient_per_microbatch_per_boundary(lab, world_size):
     activation = BATCH // MICROBATCHES * WIDTH * 8   # bytes of one micro-batch's activation (float64)
     for rank, r in enumerate(_pipeline(lab, world_size)):
+        assert not r["collectives"], f"rank {rank} called dist.{r['collectives'][0]}(): only send and recv here"
         boundaries = (rank > 0) + (rank < world_size - 1)   # a middle stage sends both ways
-        assert r["sent"] == r["received"] == boundaries * MICROBATCHES * activation
+        expected = boundaries * MICROBATCHES * activation
+        assert (r["sent"], r["received"]) == (expected, expected), (
+            f"P = {world_size}, rank {rank} sent {r['sent']} and received {r['received']} bytes; {boundaries} "
+            f"boundary(ies) x {MICROBATCHES} micro-batches x one {activation}-byte activation (or gradient) = {expected}")
