@@ -284,7 +284,8 @@ def calculator(render, controls: dict, *, css_class: str = "commtax-calculator",
         box = w.HBox([panel, out], layout=w.Layout(flex_flow="row wrap", align_items="flex-start"))
     else:
         box = w.VBox([panel, out])
-    box.add_class(css_class)
+    for name in css_class.split():   # one or more classes, space-separated
+        box.add_class(name)
     return box
 
 
