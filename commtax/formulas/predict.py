@@ -523,6 +523,8 @@ FIGURES = {
                         ("published_iter_time_s", "step_time_s")),
     "MLM-README-2024": (("published_tflops_per_gpu", "model_tflops_per_gpu"), ("published_mfu", "mfu")),
 }
+#: The public rows, shipped with Lab 11 (the course's copy of the published-runs table).
+PUBLIC_RUNS = Path(__file__).resolve().parents[2] / "labs" / "lab-11-plan-a-cluster" / "published_runs.csv"
 SP_PUBLISHED_IN = 2022   # sequence parallelism (Korthikanti et al.): runs before it ran without
 GPT2_VOCAB = 51200       # GPT-2's BPE vocabulary padded to a multiple of 1024, as Megatron-LM pads it
 
