@@ -175,9 +175,11 @@ def ep_bytes_per_step(tokens_per_rank, hidden, ep, top_k, moe_layers, microbatch
 
 def ep_all_to_all_time(nbytes, ep, gpus_per_node=8, stride=1, intra: Link = NVLINK4,
                        inter: Link = INFINIBAND_NDR):
-    """Seconds for one all-to-all over an EP group of ``ep`` GPUs, ``nbytes`` sent per rank.
+    """Seconds for one all-to-all over an EP group of ``ep`` GPUs; ``nbytes`` is each rank's whole buffer.
 
-    The group's members are ``stride`` ranks apart (1: consecutive GPUs, so
+    As everywhere in the course, an all-to-all's ``nbytes`` is the buffer a
+    rank splits among all members, **its own block included** (T * k * h * B
+    for a dropless dispatch); it sends (ep-1)/ep of it. The group's members are ``stride`` ranks apart (1: consecutive GPUs, so
     EP <= gpus_per_node stays in one node); the course's network model
     prices the in-node and off-node parts (pairwise exchange: one latency
     per peer, so the latency term grows with the group).
@@ -236,7 +238,7 @@ def chunked_time(dispatch, ffn, combine, chunks=1) -> float:
 class MoELayerCost:
     """One MoE layer on the busiest rank, forward + backward. Bytes per rank; seconds."""
 
-    dispatch_bytes: float     # one all-to-all, sent by the busiest rank
+    dispatch_bytes: float     # one all-to-all, sent off-rank by the busiest rank
     layer_bytes: float        # four all-to-alls
     t_all_to_all: float       # one all-to-all (unchunked)
     t_comm: float             # four all-to-alls
@@ -280,24 +282,29 @@ def moe_layer_cost(tokens_per_rank, hidden, expert_ffn, ep, top_k, experts, *, c
     if mfu > 1:
         raise ValueError(f"mfu must be in (0, 1], got {mfu!r}")
     average = t * k                                      # routed copies per rank, on average
+    h = require_int("hidden", hidden, 1)
     if capacity_factor is None:
         load = imbalance
         dropped = 0.0
-        nbytes = dispatch_bytes_per_rank(t, hidden, e_ranks, k, dtype_bytes, None, n_experts) * imbalance
+        # the busiest receiver takes imbalance x its share from every peer; the exchange waits for it
+        nbytes = dispatch_bytes_per_rank(t, h, e_ranks, k, dtype_bytes, None, n_experts) * imbalance
+        buffer = t * k * h * dtype_bytes * imbalance
     else:
         # slots per expert over the average load per expert: cf, give or take the ceiling
-        cap = expert_capacity(t, n_experts, k, capacity_factor) * n_experts / (k * t)
+        slots = expert_capacity(t, n_experts, k, capacity_factor)
+        cap = slots * n_experts / (k * t) if t * k else 0.0
         load = min(imbalance, cap)
         dropped = max(0.0, 1 - cap / imbalance)
-        nbytes = dispatch_bytes_per_rank(t, hidden, e_ranks, k, dtype_bytes, capacity_factor, n_experts)
+        nbytes = dispatch_bytes_per_rank(t, h, e_ranks, k, dtype_bytes, capacity_factor, n_experts)
+        buffer = n_experts * slots * h * dtype_bytes        # every expert's buffer, padding included
     routed = average * load
     flops_fwd = routed * 2 * require_int("ffn_matrices", ffn_matrices, 1) * hidden * require_int(
         "expert_ffn", expert_ffn, 1)
     rate = peak_flops * mfu
     f_fwd = flops_fwd / rate
     n = require_int("chunks", chunks, 1)
-    one = ep_all_to_all_time(nbytes, e_ranks, gpus_per_node, stride, intra, inter)
-    one_chunk = ep_all_to_all_time(nbytes / n, e_ranks, gpus_per_node, stride, intra, inter)
+    one = ep_all_to_all_time(buffer, e_ranks, gpus_per_node, stride, intra, inter)
+    one_chunk = ep_all_to_all_time(buffer / n, e_ranks, gpus_per_node, stride, intra, inter)
     forward = chunked_time(one_chunk, f_fwd / n, one_chunk, n)
     backward = chunked_time(one_chunk, 2 * f_fwd / n, one_chunk, n)
     t_layer = float(forward + backward)

@@ -1,0 +1,105 @@
+"""commtax.formulas.moe against independent counts: the message simulator, Lab 04's bill, brute force."""
+
+import math
+import random
+
+import numpy as np
+import pytest
+
+from commtax.formulas import bill, moe
+from commtax.formulas.links import INFINIBAND_NDR as IB, NVLINK4 as NVLINK
+from commtax.simulation.messages import simulate_all_to_all
+
+
+def test_capacity_is_the_ceiling_of_cf_times_the_average_load_without_float_noise():
+    assert moe.expert_capacity(4096, 8, 2, 1.25) == 1280
+    assert moe.expert_capacity(100, 1, 1, 1.1) == 110            # 1.1 * 100 is 110.00000000000001 in floats
+    assert moe.expert_capacity(10, 4, 1, 1.0) == 3
+    with pytest.raises(ValueError, match="top_k"):
+        moe.expert_capacity(10, 4, 5, 1.0)
+
+
+def test_dispatch_bytes_are_a_quarter_of_lab_04s_ep_row_for_every_shape():
+    for model in moe.PRESETS.values():
+        for ep in (2, 8, 32):
+            if model.experts % ep:
+                continue
+            four = 4 * moe.dispatch_bytes_per_rank(4096, model.hidden, ep, model.top_k, experts=model.experts)
+            assert four == pytest.approx(bill.ep_alltoall_bytes_per_layer(4096, model.hidden, ep, model.top_k))
+            assert moe.ep_bytes_per_step(4096, model.hidden, ep, model.top_k, model.moe_layers, 8,
+                                         experts=model.experts) == pytest.approx(four * model.moe_layers * 8)
+
+
+def test_padded_dispatch_is_cf_times_dropless_when_the_slots_divide_evenly():
+    padded = moe.dispatch_bytes_per_rank(4096, 7168, 64, 8, 2, capacity_factor=1.25, experts=256)
+    assert padded == 63 * 4 * 160 * 7168 * 2
+    assert padded / moe.dispatch_bytes_per_rank(4096, 7168, 64, 8, 2, experts=256) == pytest.approx(1.25)
+
+
+def test_routed_send_bytes_leave_the_own_block_out():
+    assert moe.routed_send_bytes([3, 5, 0, 2], rank=1, hidden=4, dtype_bytes=8) == (3 + 0 + 2) * 4 * 8
+    with pytest.raises(ValueError, match="rank"):
+        moe.routed_send_bytes([1, 2], rank=2, hidden=4)
+
+
+@pytest.mark.parametrize("ep", [2, 4, 8])
+def test_in_node_all_to_all_time_equals_the_simulated_pairwise_exchange(ep):
+    for n in (8e3, 64e6):
+        simulated = simulate_all_to_all(n, ep, NVLINK.alpha, NVLINK.bandwidth).time
+        assert moe.ep_all_to_all_time(n, ep, gpus_per_node=8) == pytest.approx(simulated, rel=1e-9)
+
+
+def test_across_nodes_the_all_to_all_runs_at_one_nics_bandwidth():
+    n = 1e9
+    t = moe.ep_all_to_all_time(n, 64, gpus_per_node=8)
+    bandwidth_part = 56 / 64 * n / IB.bandwidth           # 56 of 64 peers are remote, through one NIC
+    assert t == pytest.approx(7 * NVLINK.alpha + 56 * IB.alpha + bandwidth_part)
+
+
+def test_chunked_time_sits_between_its_limits_and_on_the_compute_bound_one_when_ffn_dominates():
+    rng = random.Random(0)
+    for _ in range(2000):
+        d, f, c, n = rng.random(), 3 * rng.random(), rng.random(), rng.randint(1, 9)
+        t = moe.chunked_time(d, f, c, n)
+        low = max(d + n * f + c, n * (d + c))
+        assert low - 1e-12 <= t <= low + f + 1e-12
+        if f >= d + c:
+            assert t == pytest.approx(d + n * f + c)
+    assert moe.chunked_time(1.0, 2.0, 3.0, 1) == 6.0        # one chunk: nothing overlaps
+
+
+def test_one_chunk_exposes_exactly_the_four_all_to_alls_as_lab_04s_bill_does():
+    model = moe.MIXTRAL_8X7B
+    cost = moe.moe_layer_cost(4096, model.hidden, model.expert_ffn, 8, model.top_k, model.experts, mfu=0.4)
+    assert cost.exposed == pytest.approx(cost.t_comm)
+    plan = bill.Plan(n_params=46.7e9, layers=32, hidden=model.hidden, seq_len=4096, gpus=8, ep=8,
+                     moe_layers=32, top_k=2, mfu=0.4)
+    report = bill.step_report(plan)
+    assert report.axes["EP"].t_comm == pytest.approx(32 * cost.t_comm)
+    assert report.axes["EP"].bytes == pytest.approx(32 * cost.layer_bytes)
+
+
+def test_imbalance_scales_the_dropless_layer_and_a_capacity_caps_it():
+    args = (4096, 4096, 14336, 8, 2, 8)
+    base = moe.moe_layer_cost(*args)
+    double = moe.moe_layer_cost(*args, imbalance=2.0)
+    assert double.t_layer == pytest.approx(2 * base.t_layer, rel=0.01)       # latency terms do not double
+    capped = moe.moe_layer_cost(*args, capacity_factor=1.25, imbalance=2.0)
+    assert capped.dropped_share == pytest.approx(1 - 1.25 / 2)
+    assert capped.t_compute == pytest.approx(1.25 * base.t_compute)
+    with pytest.raises(ValueError, match="imbalance"):
+        moe.moe_layer_cost(*args, imbalance=9.0)
+
+
+def test_expected_nodes_per_token_matches_a_monte_carlo_count():
+    rng = np.random.default_rng(0)
+    picks = np.argsort(rng.random((20000, 256)), axis=1)[:, :8] // 32
+    counted = np.mean([len(set(row)) for row in picks])
+    assert moe.expected_nodes_per_token(256, 8, 8) == pytest.approx(counted, abs=0.03)
+    assert moe.expected_nodes_per_token(256, 8, 8) == pytest.approx(8 * (1 - math.comb(224, 8) / math.comb(256, 8)))
+
+
+def test_node_limit_and_deduplication_halve_deepseek_v3s_cross_node_bytes():
+    plain = moe.inter_node_bytes_per_token(7168, 256, 8, 8, deduplicate=False)
+    limited = moe.inter_node_bytes_per_token(7168, 256, 8, 8, max_nodes=4)
+    assert plain == 7 * 7168 * 2 and limited == 3.5 * 7168 * 2
