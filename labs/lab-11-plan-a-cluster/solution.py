@@ -20,8 +20,10 @@ dict, keys in :data:`RUN_KEYS`), predict one training step of Megatron-style
 Conventions: seconds, bytes, FLOP/s; bandwidths per GPU per direction; peak FLOP/s dense.
 Megatron's rank order places TP innermost (stride 1), then CP (stride tp), DP (stride tp*cp),
 PP (stride tp*cp*dp); a collective over a group that leaves a node is priced with the course's
-network model (``commtax.formulas.network``). Keys a run leaves out, or sets to None, are what
-the source did not say: choose what Megatron-LM would (see the README) and document it.
+network model (Lab 01's ``group_allreduce_time``; ``commtax.formulas.network`` in the lessons).
+Graded code cannot import ``commtax.formulas`` (it holds the labs' answers): write what you need
+in this file. Keys a run leaves out, or sets to None, are what the source did not say: choose
+what Megatron-LM would (see the README) and document it.
 
 A bad plan raises ValueError naming the argument: an unknown key, tp*pp*dp*cp != gpus,
 heads % tp, global_batch % (dp * micro_batch), and values of the wrong type or range.
@@ -34,8 +36,6 @@ import math
 import numbers
 from types import SimpleNamespace
 
-from commtax.formulas.network import (group_allgather_time, group_allreduce_time, group_reduce_scatter_time,
-                                      members_per_node)
 
 #: GPU presets: dense peak FLOP/s, HBM bytes and bytes/s, NVLink and NIC bytes/s per GPU per
 #: direction, 8 GPUs per node, one NIC per GPU; alphas in seconds per message (orders of
@@ -82,6 +82,40 @@ _ADAM_BYTES = 12              # fp32 master weights, momentum, variance
 _OPTIMIZER_TRAFFIC = 30       # bytes per parameter read + written by one Adam step
 _BUCKET_PARAMS = 40e6         # Megatron-LM's default gradient bucket (parameters)
 _ACT_BYTES = 2                # bf16/fp16 activations
+
+
+def _members_per_node(size, stride, gpus_per_node):
+    """GPUs of a group on one node, in Megatron's rank order (as Lab 01's network model)."""
+    if stride >= gpus_per_node:
+        if stride % gpus_per_node:
+            raise ValueError(f"stride ({stride}) must be a multiple of gpus_per_node ({gpus_per_node})")
+        return 1
+    if gpus_per_node % stride:
+        raise ValueError(f"stride ({stride}) must divide gpus_per_node ({gpus_per_node})")
+    per_node = gpus_per_node // stride
+    if size <= per_node:
+        return size
+    if size % per_node:
+        raise ValueError(f"group_size ({size}) must be a multiple of {per_node}")
+    return per_node
+
+
+def _collective(steps, nbytes, size, members, intra_alpha, intra_bandwidth, inter_alpha, inter_bandwidth):
+    """The course's network model: steps = 2 for all-reduce, 1 for reduce-scatter or all-gather.
+
+    One node: a ring on NVLink. Several: rings across rails, each GPU's NIC carrying its share,
+    min(NVLink, m x NIC) for m members per node; all-reduce may take the tree's latency instead.
+    """
+    if size == 1:
+        return 0.0
+    nodes = size // members
+    if nodes == 1:
+        return steps * ((size - 1) * intra_alpha + (size - 1) / size * nbytes / intra_bandwidth)
+    link = inter_bandwidth if members == 1 else min(intra_bandwidth, members * inter_bandwidth)
+    latency = steps * (size - 1) * (inter_alpha if members == 1 else max(intra_alpha, inter_alpha))
+    if steps == 2:
+        latency = min(latency, 2 * ((members - 1) * intra_alpha + (nodes - 1).bit_length() * inter_alpha))
+    return steps * (size - 1) / size * nbytes / link + latency
 
 
 def _int(cfg, name, minimum=1):
@@ -288,7 +322,7 @@ def _placed_members(size, stride, gpus_per_node) -> int:
     """GPUs of a group per node (``members_per_node`` of the network model); for a group
     that does not sit evenly on nodes (an odd degree), the largest count that divides it."""
     try:
-        return members_per_node(size, stride, gpus_per_node)
+        return _members_per_node(size, stride, gpus_per_node)
     except ValueError:
         m = max(1, min(size, gpus_per_node // stride if stride < gpus_per_node else 1))
         while size % m:
@@ -353,7 +387,7 @@ def _breakdown_one(run, constants=None, hardware=None) -> dict:
     # TP: all-reduces of the b s h activation (all-gather + reduce-scatter with SP: the same time)
     act = b * s / c * h * _ACT_BYTES
     tp_count = 4 + (2 if recompute == "full" else 0)
-    t_tp = tp_count * group_allreduce_time(act, *_group(cfg, gpu, t, 1)) if t > 1 else 0.0
+    t_tp = tp_count * _collective(2, act, *_group(cfg, gpu, t, 1)) if t > 1 else 0.0
 
     # CP: each layer gathers the other ranks' keys and values (forward, and the recompute) and
     # reduce-scatters their gradients; the ring overlaps with the attention it feeds.
@@ -361,8 +395,8 @@ def _breakdown_one(run, constants=None, hardware=None) -> dict:
     if c > 1:
         kv_bytes = 2 * b * s * h * cfg["kv_heads"] // cfg["heads"] * _ACT_BYTES / t
         g = _group(cfg, gpu, c, t)
-        comm = (2 if recompute == "full" else 1) * group_allgather_time(kv_bytes, *g) \
-            + group_reduce_scatter_time(kv_bytes, *g)
+        comm = (2 if recompute == "full" else 1) * _collective(1, kv_bytes, *g) \
+            + _collective(1, kv_bytes, *g)
         window = (3 * b * attn / split) / rate
         t_cp = max(0.0, comm - window)
 
@@ -398,23 +432,23 @@ def _breakdown_one(run, constants=None, hardware=None) -> dict:
         if z < 3:
             def reduce(n_params):
                 if z == 0:
-                    return group_allreduce_time(n_params * grad_bytes, *g)
-                return group_reduce_scatter_time(n_params * grad_bytes, *g)
+                    return _collective(2, n_params * grad_bytes, *g)
+                return _collective(1, n_params * grad_bytes, *g)
             dp_comm = reduce(params_gpu)
             last_bucket = reduce(min(_BUCKET_PARAMS, params_gpu))
             dp_exposed = max(last_bucket, dp_comm - backward_last)
             if z >= 1:  # updated bf16 parameters gathered, behind the next forward but the first bucket
-                dp_comm += group_allgather_time(params_gpu * 2, *g)
-                dp_exposed += group_allgather_time(min(_BUCKET_PARAMS, params_gpu) * 2, *g)
+                dp_comm += _collective(1, params_gpu * 2, *g)
+                dp_exposed += _collective(1, min(_BUCKET_PARAMS, params_gpu) * 2, *g)
         else:
             layer_bytes = _layer_params(cfg) / t * 2
             gathers = 2 + (1 if recompute == "full" else 0)
-            per_layer = gathers * group_allgather_time(layer_bytes, *g) \
-                + group_reduce_scatter_time(_layer_params(cfg) / t * grad_bytes, *g)
+            per_layer = gathers * _collective(1, layer_bytes, *g) \
+                + _collective(1, _layer_params(cfg) / t * grad_bytes, *g)
             layers_here = first if p > 1 else L
             dp_comm = m * layers_here * per_layer
             dp_exposed = m * layers_here * max(0.0, per_layer - t_layer) \
-                + group_allgather_time(layer_bytes, *g)
+                + _collective(1, layer_bytes, *g)
 
     shard = params_gpu / (shards if cfg["zero_stage"] >= 1 else 1)
     t_opt = _OPTIMIZER_TRAFFIC * shard / gpu.hbm_bandwidth

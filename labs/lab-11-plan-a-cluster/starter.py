@@ -20,8 +20,10 @@ dict, keys in :data:`RUN_KEYS`), predict one training step of Megatron-style
 Conventions: seconds, bytes, FLOP/s; bandwidths per GPU per direction; peak FLOP/s dense.
 Megatron's rank order places TP innermost (stride 1), then CP (stride tp), DP (stride tp*cp),
 PP (stride tp*cp*dp); a collective over a group that leaves a node is priced with the course's
-network model (``commtax.formulas.network``). Keys a run leaves out, or sets to None, are what
-the source did not say: choose what Megatron-LM would (see the README) and document it.
+network model (Lab 01's ``group_allreduce_time``; ``commtax.formulas.network`` in the lessons).
+Graded code cannot import ``commtax.formulas`` (it holds the labs' answers): write what you need
+in this file. Keys a run leaves out, or sets to None, are what the source did not say: choose
+what Megatron-LM would (see the README) and document it.
 
 A bad plan raises ValueError naming the argument: an unknown key, tp*pp*dp*cp != gpus,
 heads % tp, global_batch % (dp * micro_batch), and values of the wrong type or range.
@@ -34,8 +36,6 @@ import math
 import numbers
 from types import SimpleNamespace
 
-from commtax.formulas.network import (group_allgather_time, group_allreduce_time, group_reduce_scatter_time,
-                                      members_per_node)
 
 #: GPU presets: dense peak FLOP/s, HBM bytes and bytes/s, NVLink and NIC bytes/s per GPU per
 #: direction, 8 GPUs per node, one NIC per GPU; alphas in seconds per message (orders of
