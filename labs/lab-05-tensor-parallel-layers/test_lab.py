@@ -13,64 +13,72 @@ DTYPE = torch.float64   # exact enough to compare at 1e-12
 TOLERANCE = 1e-12
 RUNS = SharedRuns()
 
+# Every tensor below comes from a seeded generator, so the ranks and this process build the same ones.
 
-def _max_diff(a, b):
-    return (a.detach().double().cpu() - b.detach().double().cpu()).abs().max().item()
+def full_weights():
+    """The full (single-process) layers' weights and biases, and the block's input and upstream gradient."""
+    g = torch.Generator().manual_seed(2024)
+
+    def linear(out_features, in_features):
+        bound = in_features ** -0.5
+        weight = (torch.rand(out_features, in_features, generator=g, dtype=DTYPE) * 2 - 1) * bound
+        bias = (torch.rand(out_features, generator=g, dtype=DTYPE) * 2 - 1) * bound + 0.1  # biases that matter
+        return weight, bias
+
+    return {"fc1": linear(FFN, HIDDEN), "fc2": linear(HIDDEN, FFN),
+            "qkv": linear(3 * HIDDEN, HIDDEN), "out": linear(HIDDEN, HIDDEN),
+            "x": torch.randn(BATCH, SEQ, HIDDEN, generator=g, dtype=DTYPE),
+            "upstream": torch.randn(BATCH, SEQ, HIDDEN, generator=g, dtype=DTYPE)}
 
 
-def _run_block(full, parallel, device):
-    """Forward and backward through both; returns (parallel output, x grads, traffic fwd, traffic bwd, ref output)."""
-    gen = torch.Generator().manual_seed(7)                       # the same input on every rank
-    x = torch.randn(BATCH, SEQ, HIDDEN, dtype=DTYPE, generator=gen).to(device)
-    upstream = torch.randn(BATCH, SEQ, HIDDEN, dtype=DTYPE, generator=gen).to(device)
-    x_ref = x.clone().requires_grad_()
-    y_ref = full(x_ref)
-    (y_ref * upstream).sum().backward()
-    x_tp = x.clone().requires_grad_()
+def _load(linear, weight, bias):
+    with torch.no_grad():
+        linear.weight.copy_(weight)
+        linear.bias.copy_(bias)
+
+
+# -- the worker: it builds the lab's layers on every rank and returns what they computed ----------
+
+def _run_block(parallel, w, device):
+    """Forward and backward of ``parallel`` on the seeded input; output, input gradient, collectives."""
+    x = w["x"].clone().to(device).requires_grad_()
     with record_traffic() as forward:
-        y = parallel(x_tp)
+        y = parallel(x)
     with record_traffic() as backward:
-        (y * upstream).sum().backward()
-    return y, y_ref, x_tp.grad, x_ref.grad, forward, backward
+        (y * w["upstream"].to(device)).sum().backward()
+    return {"output": _cpu(y), "input_grad": _cpu(x.grad),
+            "forward": forward.collectives, "backward": backward.collectives}
+
+
+def _cpu(tensor):
+    return None if tensor is None else tensor.detach().cpu()
 
 
 def check_tensor_parallel_layers(rank, world_size, lab):
-    """Runs on every rank: MLP and attention vs their single-process versions."""
+    """Runs on every rank: the lab's MLP and attention shards, built from the seeded full layers."""
     device = rank_device()
-    torch.manual_seed(0)  # every rank builds the same full layers
-    full_mlp = lab.MLP(HIDDEN, FFN, dtype=DTYPE).to(device)
-    full_attention = lab.SelfAttention(HIDDEN, HEADS, dtype=DTYPE).to(device)
-    with torch.no_grad():  # make the biases matter
-        for p in list(full_mlp.parameters()) + list(full_attention.parameters()):
-            p.add_(0.1)
-    t, r = world_size, rank
+    w = full_weights()
+    full_mlp = lab.MLP(HIDDEN, FFN, dtype=DTYPE)
+    _load(full_mlp.fc1, *w["fc1"])
+    _load(full_mlp.fc2, *w["fc2"])
+    full_attention = lab.SelfAttention(HIDDEN, HEADS, dtype=DTYPE)
+    _load(full_attention.qkv, *w["qkv"])
+    _load(full_attention.out, *w["out"])
     out = {}
 
-    tp_mlp = lab.TensorParallelMLP.from_full(full_mlp)
-    y, y_ref, gx, gx_ref, fwd, bwd = _run_block(full_mlp, tp_mlp, device)
-    cols = slice(r * FFN // t, (r + 1) * FFN // t)
-    out["mlp"] = {
-        "output": _max_diff(y, y_ref), "input_grad": _max_diff(gx, gx_ref),
-        "fc1_weight_grad": _max_diff(tp_mlp.fc1.weight.grad, full_mlp.fc1.weight.grad[cols]),
-        "fc1_bias_grad": _max_diff(tp_mlp.fc1.bias.grad, full_mlp.fc1.bias.grad[cols]),
-        "fc2_weight_grad": _max_diff(tp_mlp.fc2.weight.grad, full_mlp.fc2.weight.grad[:, cols]),
-        "fc2_bias_grad": _max_diff(tp_mlp.fc2.bias.grad, full_mlp.fc2.bias.grad),
-        "fc1_shape": tuple(tp_mlp.fc1.weight.shape), "fc2_shape": tuple(tp_mlp.fc2.weight.shape),
-        "forward": fwd.collectives, "backward": bwd.collectives,
-    }
+    tp_mlp = lab.TensorParallelMLP.from_full(full_mlp.to(device))
+    out["mlp"] = _run_block(tp_mlp, w, device)
+    for name in ("fc1", "fc2"):
+        layer = getattr(tp_mlp, name)
+        out["mlp"][name] = {"weight": _cpu(layer.weight), "weight_grad": _cpu(layer.weight.grad),
+                            "bias_grad": _cpu(layer.bias.grad)}
 
-    tp_attention = lab.TensorParallelAttention.from_full(full_attention)
-    y, y_ref, gx, gx_ref, fwd, bwd = _run_block(full_attention, tp_attention, device)
-    width = HIDDEN // t  # this rank's heads, times head_dim
-    rows = torch.cat([torch.arange(blk * HIDDEN + r * width, blk * HIDDEN + (r + 1) * width) for blk in range(3)])
-    out["attention"] = {
-        "output": _max_diff(y, y_ref), "input_grad": _max_diff(gx, gx_ref),
-        "qkv_weight_grad": _max_diff(tp_attention.qkv.weight.grad, full_attention.qkv.weight.grad[rows]),
-        "qkv_bias_grad": _max_diff(tp_attention.qkv.bias.grad, full_attention.qkv.bias.grad[rows]),
-        "out_weight_grad": _max_diff(tp_attention.out.weight.grad, full_attention.out.weight.grad[:, r * width:(r + 1) * width]),
-        "out_bias_grad": _max_diff(tp_attention.out.bias.grad, full_attention.out.bias.grad),
-        "forward": fwd.collectives, "backward": bwd.collectives,
-    }
+    tp_attention = lab.TensorParallelAttention.from_full(full_attention.to(device))
+    out["attention"] = _run_block(tp_attention, w, device)
+    for name in ("qkv", "out"):
+        layer = getattr(tp_attention, name)
+        out["attention"][name] = {"weight": _cpu(layer.weight), "weight_grad": _cpu(layer.weight.grad),
+                                  "bias_grad": _cpu(layer.bias.grad)}
 
     errors = {}
     for name, make in {"column": lambda: lab.ColumnParallelLinear.from_full(torch.nn.Linear(HIDDEN, FFN + 1)),
@@ -78,11 +86,94 @@ def check_tensor_parallel_layers(rank, world_size, lab):
                        "heads": lambda: lab.TensorParallelAttention.from_full(lab.SelfAttention(HIDDEN, 2))}.items():
         try:
             make()
-            errors[name] = "no error"
-        except ValueError as exc:
-            errors[name] = str(exc)
+            errors[name] = None
+        except Exception as exc:  # noqa: BLE001 - reported by the test, whatever it is
+            errors[name] = (type(exc).__name__, str(exc))
     out["errors"] = errors
     return out
+
+
+# -- the single-process reference, computed here -------------------------------------------------
+
+def _linear(x, weight_bias):
+    weight, bias = weight_bias
+    return x @ weight.T + bias
+
+
+def _causal_attention(q, k, v, heads):
+    """Per head: softmax(q k^T / sqrt(d) + causal mask) v, written out with matmuls (no fused kernel)."""
+    b, s, width = q.shape
+    d = width // heads
+    split = lambda t: t.reshape(b, s, heads, d).transpose(1, 2)        # (b, heads, s, d)
+    scores = split(q) @ split(k).transpose(-1, -2) / d ** 0.5
+    future = torch.ones(s, s, dtype=torch.bool).triu(1)
+    weights = torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
+    return (weights @ split(v)).transpose(1, 2).reshape(b, s, width)
+
+
+_REFERENCE = {}
+
+
+def reference():
+    """Outputs and gradients of the full MLP and attention, by autograd in this process."""
+    if not _REFERENCE:
+        w = full_weights()
+        params = {name: tuple(t.clone().requires_grad_() for t in w[name]) for name in ("fc1", "fc2", "qkv", "out")}
+        for block in ("mlp", "attention"):
+            x = w["x"].clone().requires_grad_()
+            if block == "mlp":
+                y = _linear(torch.nn.functional.gelu(_linear(x, params["fc1"])), params["fc2"])
+                names = ("fc1", "fc2")
+            else:
+                q, k, v = _linear(x, params["qkv"]).chunk(3, dim=-1)
+                y = _linear(_causal_attention(q, k, v, HEADS), params["out"])
+                names = ("qkv", "out")
+            (y * w["upstream"]).sum().backward()
+            _REFERENCE[block] = {"output": y.detach(), "input_grad": x.grad,
+                                 **{n: {"weight": params[n][0].detach(), "weight_grad": params[n][0].grad,
+                                        "bias_grad": params[n][1].grad} for n in names}}
+    return _REFERENCE
+
+
+def shard_of(block, layer, rank, world_size):
+    """Which rows (column-parallel) or columns (row-parallel) of the full layer rank r keeps."""
+    if layer == "fc1":
+        width = FFN // world_size
+        return (slice(rank * width, (rank + 1) * width), slice(None)), slice(rank * width, (rank + 1) * width)
+    if layer == "qkv":
+        width = HIDDEN // world_size  # this rank's heads times head_dim, in each of Q, K and V
+        rows = torch.cat([torch.arange(blk * HIDDEN + rank * width, blk * HIDDEN + (rank + 1) * width)
+                          for blk in range(3)])
+        return (rows, slice(None)), rows
+    width = (FFN if layer == "fc2" else HIDDEN) // world_size  # row-parallel: columns; the whole bias
+    return (slice(None), slice(rank * width, (rank + 1) * width)), slice(None)
+
+
+def _ratio(got, expected):
+    """The scale that best maps expected onto got (least squares): 1 when right, 2 when doubled ..."""
+    denominator = (expected * expected).sum().item()
+    return (got * expected).sum().item() / denominator if denominator else float("nan")
+
+
+def compare(got, expected, what):
+    """None if equal within TOLERANCE; else where, by how much, and the ratio got/expected."""
+    if got is None:
+        return f"{what}: no gradient (None): is the parameter used, and does the backward reach it?"
+    got = got.double()
+    if got.shape != expected.shape:
+        return f"{what}: shape {tuple(got.shape)}, expected {tuple(expected.shape)}"
+    diff = (got - expected).abs()
+    if not diff.max().item() < TOLERANCE:  # NaN fails too
+        i = int(diff.reshape(-1).nan_to_num(float("inf")).argmax())
+        return (f"{what} differs: largest difference {diff.max().item():.3g} at flat index {i} "
+                f"(got {got.reshape(-1)[i].item():.6g}, expected {expected.reshape(-1)[i].item():.6g}); "
+                f"ratio got/expected {_ratio(got, expected):.4g}")
+    return None
+
+
+def fail_if(problem):
+    if problem:
+        raise AssertionError(problem)
 
 
 def _results(lab, world_size, backend="gloo"):
@@ -92,29 +183,71 @@ def _results(lab, world_size, backend="gloo"):
                     timeout=120, needs=needs)
 
 
+def bias_diagnosis(block, output, world_size):
+    """A row-parallel bias added on every rank makes the output (t - 1) x bias too large, everywhere."""
+    bias = full_weights()["fc2" if block == "mlp" else "out"][1]
+    excess = output.double() - reference()[block]["output"]
+    if world_size > 1 and (excess - (world_size - 1) * bias).abs().max().item() < 1e-9:
+        return (f" The output is too large by exactly (t - 1) x bias = {world_size - 1} x the row-parallel layer's "
+                "bias: the bias is added on every rank before the all-reduce; add it once, after.")
+    return ""
+
+
 @pytest.mark.points(3)
 @pytest.mark.parametrize("world_size", [2, 4])
 @pytest.mark.parametrize("block", ["mlp", "attention"])
 def test_forward_output_equals_the_single_process_layer(lab, world_size, block):
+    expected = reference()[block]["output"]
     for rank, result in enumerate(_results(lab, world_size)):
-        assert result[block]["output"] < TOLERANCE, f"rank {rank}: output differs by {result[block]['output']:g}"
+        output = result[block]["output"]
+        problem = compare(output, expected, f"t = {world_size}, rank {rank}, {block} output")
+        fail_if(problem and problem + "." + bias_diagnosis(block, output, world_size))
 
 
 @pytest.mark.points(3)
 @pytest.mark.parametrize("world_size", [2, 4])
 @pytest.mark.parametrize("block", ["mlp", "attention"])
 def test_input_and_weight_gradients_equal_the_single_process_shards(lab, world_size, block):
-    for rank, result in enumerate(_results(lab, world_size)):
-        grads = {k: v for k, v in result[block].items() if k.endswith("_grad")}
-        bad = {k: v for k, v in grads.items() if not v < TOLERANCE}
-        assert not bad, f"rank {rank}, {block}: gradients differ: {bad}"
+    ref = reference()[block]
+    layers = ("fc1", "fc2") if block == "mlp" else ("qkv", "out")
+    results = _results(lab, world_size)
+    for rank, result in enumerate(results):
+        got = result[block]
+        what = f"t = {world_size}, rank {rank}, {block}"
+        problem = compare(got["output"], ref["output"], f"{what} output")
+        if problem:
+            raise AssertionError(f"{problem} (the output is wrong, so the gradients cannot be right: fix it first)."
+                                 + bias_diagnosis(block, got["output"], world_size))
+        problem = compare(got["input_grad"], ref["input_grad"], f"{what}: the gradient of the input x")
+        if problem:
+            grads = [r[block]["input_grad"] for r in results]
+            if all(g is not None for g in grads) and compare(sum(g.double() for g in grads), ref["input_grad"], "") is None:
+                problem += (". Summed over the t ranks it is right: each rank holds only its own branch's part; the "
+                            "backward of copy_to_tp_region must all-reduce it (every rank used the whole x)")
+            elif compare(got["input_grad"].double() / world_size, ref["input_grad"], "") is None:
+                problem += f". It is exactly t = {world_size} times too large: all-reduced once too often?"
+        fail_if(problem)
+        for layer in layers:
+            weight_rows, bias_rows = shard_of(block, layer, rank, world_size)
+            fail_if(compare(got[layer]["weight_grad"], ref[layer]["weight_grad"][weight_rows],
+                            f"{what}: the gradient of {layer}.weight (this rank's shard)"))
+            fail_if(compare(got[layer]["bias_grad"], ref[layer]["bias_grad"][bias_rows],
+                            f"{what}: the gradient of {layer}.bias (this rank's shard)"))
 
 
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_each_rank_holds_one_t_th_of_the_weights(lab, world_size):
-    result = _results(lab, world_size)[0]["mlp"]
-    assert result["fc1_shape"] == (FFN // world_size, HIDDEN)   # column-parallel: rows of W
-    assert result["fc2_shape"] == (HIDDEN, FFN // world_size)   # row-parallel: columns of W
+    ref = reference()
+    for rank, result in enumerate(_results(lab, world_size)):
+        for block, layer in (("mlp", "fc1"), ("mlp", "fc2"), ("attention", "qkv"), ("attention", "out")):
+            rows, _ = shard_of(block, layer, rank, world_size)
+            expected = ref[block][layer]["weight"][rows]
+            weight = result[block][layer]["weight"]
+            kind = "rows" if layer in ("fc1", "qkv") else "columns"
+            assert tuple(weight.shape) == tuple(expected.shape), (
+                f"t = {world_size}, rank {rank}: {layer}.weight is {tuple(weight.shape)}; this rank's block of "
+                f"{kind} of the full {tuple(ref[block][layer]['weight'].shape)} weight is {tuple(expected.shape)}")
+            fail_if(compare(weight, expected, f"t = {world_size}, rank {rank}: {layer}.weight (its block of {kind})"))
 
 
 @pytest.mark.parametrize("world_size", [2, 4])
@@ -123,8 +256,8 @@ def test_exactly_one_all_reduce_per_block_forward_and_one_backward(lab, world_si
     for rank, result in enumerate(_results(lab, world_size)):
         forward = [name for name, _ in result[block]["forward"]]
         backward = [name for name, _ in result[block]["backward"]]
-        assert forward == ["all_reduce"], f"rank {rank} forward issued {forward}"
-        assert backward == ["all_reduce"], f"rank {rank} backward issued {backward}"
+        assert forward == ["all_reduce"], f"t = {world_size}, rank {rank}, {block}: the forward issued {forward}"
+        assert backward == ["all_reduce"], f"t = {world_size}, rank {rank}, {block}: the backward issued {backward}"
 
 
 @pytest.mark.parametrize("world_size", [2, 4])
@@ -133,19 +266,32 @@ def test_bytes_per_layer_per_rank_are_lab_04s_8_t_minus_1_over_t_bsh(lab, world_
     for rank, result in enumerate(_results(lab, world_size)):
         calls = [nbytes for block in ("attention", "mlp") for phase in ("forward", "backward")
                  for _, nbytes in result[block][phase]]
-        assert calls == [activation] * 4, "four all-reduces of one b*s*h activation per layer"
+        assert calls == [activation] * 4, (f"t = {world_size}, rank {rank}: collectives of {calls} bytes; one "
+                                           f"layer is four all-reduces of one b*s*h activation ({activation} bytes)")
         on_the_wire = sum(calls) * 2 * (world_size - 1) / world_size   # each, a ring all-reduce
         assert on_the_wire == pytest.approx(8 * (world_size - 1) / world_size * activation)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_the_layers_run_on_each_backend(lab, backend):
-    for result in _results(lab, 2, backend):
-        assert result["mlp"]["output"] < TOLERANCE and result["attention"]["output"] < TOLERANCE
+    ref = reference()
+    for rank, result in enumerate(_results(lab, 2, backend)):
+        for block in ("mlp", "attention"):
+            fail_if(compare(result[block]["output"], ref[block]["output"], f"{backend}, rank {rank}, {block} output"))
+            fail_if(compare(result[block]["input_grad"], ref[block]["input_grad"],
+                            f"{backend}, rank {rank}, {block} input gradient"))
 
 
 def test_from_full_refuses_sizes_the_group_cannot_split(lab):
-    for rank, result in enumerate(_results(lab, 4)):
-        assert "out_features" in result["errors"]["column"], result["errors"]
-        assert "in_features" in result["errors"]["row"], result["errors"]
-        assert "heads" in result["errors"]["heads"], result["errors"]
+    calls = {"column": ("ColumnParallelLinear.from_full(nn.Linear(16, 65))", "out_features"),
+             "row": ("RowParallelLinear.from_full(nn.Linear(65, 16))", "in_features"),
+             "heads": ("TensorParallelAttention.from_full(SelfAttention(16, heads=2))", "heads")}
+    errors = _results(lab, 4)[0]["errors"]
+    for key, (call, name) in calls.items():
+        error = errors[key]
+        assert error is not None, f"t = 4: {call} raised nothing; expected a ValueError naming {name!r}"
+        kind, message = error
+        if kind == "NotImplementedError":
+            raise NotImplementedError(message)
+        assert kind == "ValueError" and name in message, (
+            f"t = 4: {call} raised {kind}: {message!r}; expected a ValueError whose message names {name!r}")
