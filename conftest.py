@@ -29,6 +29,14 @@ def _not_implemented(exc) -> str | None:
     return None
 
 
+def _test_line(item, excinfo) -> str:
+    """``labs/lab-02-.../test_lab.py:123``: the last line of the test file on the traceback."""
+    for entry in reversed(excinfo.traceback):
+        if str(entry.path) == str(item.path):
+            return f"{item.location[0]}:{entry.lineno + 1}"
+    return item.location[0]
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
@@ -38,3 +46,8 @@ def pytest_runtest_makereport(item, call):
         if message:
             # A page of traceback into a `raise NotImplementedError` helps nobody.
             report.longrepr = f"NotImplementedError: {message}"
+        elif isinstance(call.excinfo.value, DistributedRunError):
+            # The diagnosis (which rank is stuck on which line of the learner's code, and why)
+            # in the first lines; the test's own line last; none of the runner's source.
+            report.longrepr = f"{type(call.excinfo.value).__name__}: {call.excinfo.value}\n\n" \
+                              f"(raised in {_test_line(item, call.excinfo)})"

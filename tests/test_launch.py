@@ -5,6 +5,11 @@ in recv, mismatched collectives, a barrier in ``finally``, an infinite loop,
 ``sys.exit`` and ``os._exit``, a rank that starts a child process. Every one
 must end in a DistributedRunError that names the rank and where it was, well
 within the deadline, with no process left behind.
+
+A deadlock must cost seconds, not the deadline: the ring that receives first,
+the ring of blocking sends and the receive with the wrong tag or source
+(tests/planted_deadlocks.py) end within seconds under a 60 s deadline, and
+the first lines of the error name each rank's stuck line and the fix.
 """
 
 import os
@@ -19,11 +24,16 @@ import pytest
 import torch
 import torch.distributed as dist
 
+import commtax.testing
 from commtax.labs import load_lab
+from commtax.ranks._byfile import load_module_from_file
 from commtax.ranks.launch import BackendUnavailable, DistributedRunError, run_ranks
-from commtax.testing import BACKENDS, run_or_skip
+from commtax.testing import BACKENDS, RememberedHang, SharedRunFailed, SharedRuns, run_or_skip
 
-DEADLINE = 8.0  # seconds; long enough for two ranks to import torch on a busy 2-core machine
+DEADLINE = 15.0  # seconds; long enough for two ranks to import torch on a busy 2-core machine (8-14 s seen)
+LONG_DEADLINE = 60.0  # for deadlocks: only the deadlock detector can end these runs early
+DETECTED_WITHIN = 30.0  # seconds: start-up (~2-8 s on a busy machine) + the 2 s quiet period + margin
+planted = load_module_from_file("planted_deadlocks", os.path.join(os.path.dirname(__file__), "planted_deadlocks.py"))
 
 
 # -- workers (top level of this file: each rank imports it by path) -------------
@@ -167,22 +177,100 @@ def test_a_rank_that_raises_while_its_peer_waits_fails_fast_with_its_traceback()
     assert 'raise ValueError("rank 1 gave up")' in message  # the traceback, with the line
 
 
-def test_mismatched_collectives_end_at_the_deadline_with_both_stacks():
+def test_mismatched_collectives_are_stopped_as_a_deadlock_with_both_stacks():
+    start = time.monotonic()
     with pytest.raises(DistributedRunError) as info:
-        run_ranks(mismatched_collectives, 2, timeout=DEADLINE)
+        run_ranks(mismatched_collectives, 2, timeout=LONG_DEADLINE)
+    assert time.monotonic() - start < DETECTED_WITHIN
     err = info.value
-    assert {f.how for f in err.failures} == {"stuck"}
+    assert {f.how for f in err.failures} == {"stuck"} and all(f.deadlocked for f in err.failures)
     message = str(err)
     assert "rank 0 in all_reduce()" in message and "rank 1 in broadcast()" in message
     assert "in mismatched_collectives" in message  # the learner's own frame is shown
 
 
+def test_mismatched_collectives_end_at_the_deadline_without_the_detector():
+    with pytest.raises(DistributedRunError) as info:
+        run_ranks(mismatched_collectives, 2, timeout=DEADLINE, deadlock_after=None)
+    err = info.value
+    assert {f.how for f in err.failures} == {"stuck"} and not any(f.deadlocked for f in err.failures)
+    assert f"was still running when the {DEADLINE:g} s deadline passed" in str(err).splitlines()[0]
+    assert "rank 0 in all_reduce()" in str(err)
+
+
 def test_a_barrier_in_finally_is_reported_on_the_line_that_hangs():
     with pytest.raises(DistributedRunError) as info:
-        run_ranks(barrier_in_finally, 2, timeout=DEADLINE)
+        run_ranks(barrier_in_finally, 2, timeout=LONG_DEADLINE)
     by_rank = {f.rank: f for f in info.value.failures}
     assert "barrier" in by_rank[0].stack and "all_reduce" in by_rank[1].stack
     assert "`finally:`" in str(info.value)  # the hint names the classic cause
+    assert "test_launch.py:" in str(info.value).splitlines()[1]  # rank 0's line of the worker
+
+
+# -- deadlocks cost seconds, and say which line and why ---------------------------------
+
+@pytest.mark.parametrize("worker,what,hint", [
+    ("ring_that_receives_first", "every rank waits in recv() and no message is on its way",
+     "the ranks all receive before they send"),
+    ("ring_that_sends_first_with_a_blocking_send", "every rank is blocked in send()",
+     "Post the send with dist.isend"),
+    ("ring_with_a_wrong_tag", "a recv's tag matches no send",
+     "rank 0 waits for tag 1 from rank 2 while rank 2 sent it tag 0"),
+    ("ring_with_a_wrong_source", "a recv names a source rank that sent nothing",
+     "rank 0 waits for a message from rank 1 (tag 0), while the message waiting for it came from rank 2"),
+])
+def test_a_planted_deadlock_fails_in_seconds_naming_each_ranks_line_and_the_cause(worker, what, hint):
+    start = time.monotonic()
+    with pytest.raises(DistributedRunError) as info:
+        run_ranks(getattr(planted, worker), 3, timeout=LONG_DEADLINE)
+    elapsed = time.monotonic() - start
+    assert elapsed < DETECTED_WITHIN, f"the deadlock took {elapsed:.1f} s to report"
+    lines = str(info.value).splitlines()
+    assert lines[0].startswith(f"distributed run of {worker}() on 3 ranks (gloo) deadlocked after ")
+    assert lines[0].endswith(what)
+    line = planted.stuck_line(worker)
+    for rank in range(3):  # one line per rank: the learner's file, line and code
+        assert lines[1 + rank].startswith(f"  rank {rank}: ")
+        assert f"planted_deadlocks.py:{line} in {worker}: `dist." in lines[1 + rank]
+    assert lines[4].startswith("hint: ") and hint in lines[4]
+    assert "Check the tag and the source rank" in lines[4] or "tag" not in what + hint
+
+
+def test_a_rank_that_works_while_its_peers_wait_in_recv_is_not_a_deadlock():
+    # Rank 0 sleeps, then computes, for twice the quiet period while ranks 1 and 2 wait in recv.
+    assert run_ranks(planted.slow_rank_then_send, 3, args=(4.0,), timeout=LONG_DEADLINE,
+                     deadlock_after=2.0) == [0.0, 0.0, 0.0]
+
+
+def test_a_hang_is_remembered_so_the_next_run_of_the_same_worker_fails_at_once(monkeypatch):
+    monkeypatch.setattr(commtax.testing, "_HANGS", {})
+    monkeypatch.setenv("PYTEST_CURRENT_TEST", "tests/test_x.py::test_first (call)")
+    with pytest.raises(DistributedRunError):
+        run_or_skip(planted.ring_that_receives_first, 2, timeout=LONG_DEADLINE)
+    start = time.monotonic()
+    with pytest.raises(RememberedHang) as info:
+        run_or_skip(planted.ring_that_receives_first, 3, timeout=LONG_DEADLINE)
+    assert time.monotonic() - start < 1.0  # no ranks started
+    lines = str(info.value).splitlines()
+    assert lines[0] == ("not run: ring_that_receives_first() hung on 2 ranks in test_first, "
+                        "and would hang the same way here. Fix that first:")
+    assert "deadlocked after" in lines[1] and "planted_deadlocks.py:" in lines[2]
+    assert info.value.first.rank == 0  # the first run's failures travel with it
+
+
+def test_shared_runs_show_the_whole_error_once_and_a_short_one_in_later_tests(monkeypatch):
+    monkeypatch.setattr(commtax.testing, "_HANGS", {})
+    runs = SharedRuns()
+    monkeypatch.setenv("PYTEST_CURRENT_TEST", "tests/test_x.py::test_first (call)")
+    with pytest.raises(DistributedRunError) as first:
+        runs.get("ring", planted.ring_that_receives_first, 2, timeout=LONG_DEADLINE)
+    assert "--- rank 0" in str(first.value)  # the details, in the test that ran the job
+    monkeypatch.setenv("PYTEST_CURRENT_TEST", "tests/test_x.py::test_second (call)")
+    with pytest.raises(SharedRunFailed) as later:
+        runs.get("ring", planted.ring_that_receives_first, 2, timeout=LONG_DEADLINE)
+    message = str(later.value)
+    assert message.startswith("the run this test shares with test_first failed")
+    assert "--- rank 0" not in message and "deadlocked after" in message
 
 
 def test_an_infinite_loop_is_killed_and_nothing_it_started_survives(tmp_path):
@@ -232,6 +320,31 @@ def test_not_implemented_yet_is_reported_in_one_line(pytester):
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*NotImplementedError: rank ?: ring_all_reduce: not implemented yet*"])
     assert "Traceback" not in result.stdout.str()
+
+
+def test_a_deadlocked_test_reports_the_diagnosis_first_and_none_of_the_runners_source(pytester):
+    pytester.makeconftest(f"import sys; sys.path.insert(0, {str(os.getcwd())!r})\n"
+                          + open(os.path.join(os.path.dirname(__file__), "..", "conftest.py")).read())
+    pytester.makepyfile(test_ring=textwrap.dedent(f"""
+        from commtax.ranks._byfile import load_module_from_file
+        from commtax.testing import run_or_skip
+
+        planted = load_module_from_file("planted_deadlocks", {planted.__file__!r})
+
+        def test_ring():
+            run_or_skip(planted.ring_that_receives_first, 2, timeout=60)
+    """))
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:nbval")
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    section = out.split("_ test_ring _", 1)[1].split("warnings summary", 1)[0].split("short test summary", 1)[0]
+    report = section.splitlines()[1:]
+    assert report[0].startswith("DistributedRunError: distributed run of ring_that_receives_first() "
+                                "on 2 ranks (gloo) deadlocked after "), report[0]
+    assert "planted_deadlocks.py:" in report[1] and "planted_deadlocks.py:" in report[2]
+    assert report[3].startswith("hint: every rank is waiting to receive")
+    assert "launch.py" not in section and "def run_ranks" not in section and "testing.py" not in section
+    assert "(raised in test_ring.py:" in section  # the test's own line comes last
 
 
 # -- torchrun --------------------------------------------------------------------

@@ -55,8 +55,9 @@ def main(run_dir: str, rank: int) -> None:
     import torch
     import torch.distributed as dist
 
-    from commtax.ranks import _byfile
+    from commtax.ranks import _byfile, _heartbeat
 
+    _heartbeat.start(run_dir, rank)  # lets the launcher see a deadlock in seconds
     torch.set_num_threads(1)
     world_size = header["world_size"]
     backend = header["backend"]

@@ -29,6 +29,7 @@ whichever applies.
 
 from __future__ import annotations
 
+import json
 import linecache
 import os
 import pickle
@@ -37,6 +38,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from dataclasses import dataclass
@@ -46,6 +48,8 @@ from commtax import boundary
 from commtax.ranks import _byfile
 
 BACKENDS = ("gloo", "nccl")
+DEADLOCK_AFTER = 2.0  # seconds every rank may wait on a peer, using no CPU, before it is a deadlock
+DEADLOCK_CPU = 0.1  # seconds of CPU per rank allowed in that quiet period (gloo's idle threads use ~0)
 OUTPUT_TAIL_BYTES = 8192  # how much of each rank's output a failure message quotes
 
 
@@ -69,6 +73,9 @@ class RankFailure:
     stack: str = ""
     output: str = ""
     exception_type: str = ""
+    deadlocked: bool = False  # stopped early: every live rank waited on a peer, no CPU used
+    frames: list | None = None  # [file, line, function] innermost first, from the rank's heartbeat
+    p2p: dict | None = None  # messages posted: {"send PEER TAG": n, "recv PEER TAG": n}
 
 
 class DistributedRunError(AssertionError):
@@ -128,6 +135,7 @@ def run_ranks(
     echo_output: bool = True,
     live: bool = False,
     env: dict | None = None,
+    deadlock_after: float | None = DEADLOCK_AFTER,
 ) -> list:
     """Run ``fn(rank, world_size, *args, **kwargs)`` on ``world_size`` processes.
 
@@ -147,6 +155,10 @@ def run_ranks(
         live: print rank 0's output as it comes (progress lines of a long
             benchmark) instead of after the run.
         env: extra environment variables for the ranks.
+        deadlock_after: with gloo, stop the run as a deadlock once every live
+            rank has sat this many seconds in a torch.distributed wait (same
+            stack, same messages posted, no CPU used), instead of waiting
+            for ``timeout``. None: only the deadline (NCCL always).
 
     Returns:
         ``[result of rank 0, result of rank 1, ...]``.
@@ -156,12 +168,15 @@ def run_ranks(
             The message leads with the first failure and its traceback, then
             shows where every other rank was.
     """
+    __tracebackhide__ = True  # pytest: show the learner's line, not the runner's
     if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
         raise ValueError(f"world_size must be an integer >= 1, got {world_size!r}")
     if not timeout > 0:
         raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
     if grace < 0:
         raise ValueError(f"grace must be >= 0 seconds, got {grace!r}")
+    if deadlock_after is not None and not deadlock_after > 0:
+        raise ValueError(f"deadlock_after must be > 0 seconds or None, got {deadlock_after!r}")
     reason = backend_unavailable_reason(backend, world_size)
     if reason:
         raise BackendUnavailable(reason)
@@ -172,7 +187,8 @@ def run_ranks(
     try:
         _write_job(run_dir, fn, tuple(args), dict(kwargs or {}), world_size, backend, timeout)
         procs = [_start_rank(run_dir, rank, world_size, env) for rank in range(world_size)]
-        results, failures = _watch(run_dir, procs, timeout, grace, live)
+        results, failures = _watch(run_dir, procs, timeout, grace, live,
+                                   deadlock_after if backend == "gloo" else None)
         outputs = [_tail(os.path.join(run_dir, f"rank{r}.out")) for r in range(world_size)]
     finally:
         _kill_all(procs)
@@ -272,9 +288,11 @@ class _Follower:
             self.partial = b""
 
 
-def _watch(run_dir: str, procs, timeout: float, grace: float, live: bool = False):
+def _watch(run_dir: str, procs, timeout: float, grace: float, live: bool = False,
+           deadlock_after: float | None = None):
     """Wait for every rank; return (results, failures ordered by time)."""
     follower = _Follower(os.path.join(run_dir, "rank0.out")) if live else None
+    stall = _Stall(run_dir, deadlock_after) if deadlock_after else None
     start = time.monotonic()
     kill_at = start + timeout
     results: list = [None] * len(procs)
@@ -296,6 +314,17 @@ def _watch(run_dir: str, procs, timeout: float, grace: float, live: bool = False
         if failures and not grace_started:
             grace_started = True
             kill_at = min(kill_at, now + grace)
+        if running and stall and not failures and stall.deadlocked(running):
+            stacks = _dump_stacks(run_dir, procs, sorted(running))
+            elapsed = time.monotonic() - start
+            for rank in sorted(running):
+                beat = stall.beats[rank]
+                failures.append(RankFailure(
+                    rank, "stuck", f"deadlocked: waited {stall.quiet_for():.1f} s in "
+                    f"{_waiting_call(beat['stack'])}() while every live rank waited and none used CPU",
+                    elapsed, when=time.time(), stack=stacks[rank], deadlocked=True,
+                    frames=beat["stack"], p2p=beat["p2p"]))
+            break
         if running and time.monotonic() >= kill_at:
             how = "stopped" if failures else "stuck"
             stacks = _dump_stacks(run_dir, procs, sorted(running))
@@ -432,7 +461,7 @@ def _frames(stack: str, limit: int = 12) -> str:
     for line in stack.splitlines():
         if "commtax/ranks/_rank.py" in line or "commtax\\ranks\\_rank.py" in line:
             continue
-        if any(noise in line for noise in ("threading.py", "_exit_when_orphaned",
+        if any(noise in line for noise in ("threading.py", "_exit_when_orphaned", "_heartbeat.py",
                                            "<frozen runpy>", "c10d_logger.py")):
             continue
         if line.startswith("Extension modules:"):
@@ -468,67 +497,293 @@ def _main_thread(stack: str) -> list[str]:
 
 
 _FRAME_RE = re.compile(r'File "(?P<file>.+)", line (?P<line>\d+) in (?P<func>\S+)')
+_RUNNER_FILES = ("_rank.py", "launch.py", "traffic.py", "_heartbeat.py", "_byfile.py")
+_RANKS_DIR = os.path.dirname(os.path.abspath(__file__))
+_STDLIB = sysconfig.get_paths().get("stdlib", "\0")
+_RECEIVES = ("recv", "irecv", "wait")
+
+
+def _parse_frames(stack: str) -> list:
+    """A faulthandler dump's worker thread as ``[file, line, function]``, innermost first."""
+    frames = []
+    for line in _main_thread(stack):
+        match = _FRAME_RE.search(line)
+        if match:
+            frames.append([match["file"], int(match["line"]), match["func"]])
+    return frames
+
+
+def _frames_of(failure: RankFailure) -> list:
+    return failure.frames if failure.frames else _parse_frames(failure.stack)
+
+
+def _is_runner_or_library(path: str) -> bool:
+    """True for frames the learner did not write: torch, the standard library, this runner."""
+    posix = path.replace("\\", "/")
+    if posix.startswith("<") or "/site-packages/" in posix or "/dist-packages/" in posix or "/torch/" in posix:
+        return True
+    if os.path.dirname(os.path.abspath(path)) == _RANKS_DIR and os.path.basename(path) in _RUNNER_FILES:
+        return True
+    return os.path.abspath(path).startswith(_STDLIB)
+
+
+def _waiting_call(frames) -> str | None:
+    """The torch.distributed call a rank is inside (``recv``, ``all_reduce``...), ``"wait"`` for a
+    line of the learner's code that waits on a request (``req.wait()``), or None when the
+    innermost Python frame is not waiting on a peer."""
+    call = None
+    for file, line, func in frames:
+        posix = file.replace("\\", "/")
+        if "/torch/distributed/" in posix:
+            if call is None and posix.endswith("distributed_c10d.py"):
+                call = func  # the innermost torch.distributed function: the one that waits
+            continue
+        if call:
+            return call
+        return "wait" if ".wait(" in linecache.getline(file, int(line)) else None
+    return call
 
 
 def _waiting_in(stack: str) -> str | None:
-    """The torch.distributed call a stuck rank was inside (innermost frame first), if any.
+    """:func:`_waiting_call` of a faulthandler dump."""
+    return _waiting_call(_parse_frames(stack))
 
-    Either a frame of torch.distributed itself (``all_reduce``, ``recv``...),
-    or a line of the learner's code that waits on a request (``req.wait()``).
-    """
-    for line in _main_thread(stack):
-        match = _FRAME_RE.search(line)
-        if not match:
-            continue
-        if "distributed_c10d.py" in match["file"]:
-            return match["func"]
-        source = linecache.getline(match["file"], int(match["line"]))
-        if ".wait(" in source:
-            return "wait"
-        return None  # the innermost Python frame is not waiting on a peer
+
+def _learner_frame(frames):
+    """The innermost frame of code the learner (or the test) wrote: ``(file, line, function)``."""
+    for file, line, func in frames:
+        if not _is_runner_or_library(file):
+            return file, int(line), func
     return None
+
+
+def _where(file: str, line: int, func: str) -> str:
+    """``labs/lab-02.../starter.py:156 in ring_reduce_scatter: `dist.recv(...)```."""
+    shown = os.path.relpath(file) if os.path.abspath(file).startswith(os.getcwd() + os.sep) else file
+    source = linecache.getline(file, line).strip()
+    return f"{shown}:{line} in {func}" + (f": `{source}`" if source else "")
+
+
+def _p2p_ledger(failures):
+    """Receives nobody sent, and sends nobody received, from the ranks' message counts.
+
+    Returns ``(waiting, unreceived)``: ``{(dst, src, tag): n}`` receives posted at
+    ``dst`` with no matching send yet, ``{(src, dst, tag): n}`` sends not received
+    yet; None when some rank's counts are unknown.
+    """
+    sends, recvs = {}, {}
+    for failure in failures:
+        if failure.p2p is None:
+            return None
+        for key, n in failure.p2p.items():
+            kind, peer, tag = key.split()
+            if kind == "send":
+                sends[(failure.rank, int(peer), int(tag))] = sends.get((failure.rank, int(peer), int(tag)), 0) + n
+            else:
+                src = peer if peer == "*" else int(peer)
+                recvs[(failure.rank, src, int(tag))] = recvs.get((failure.rank, src, int(tag)), 0) + n
+    unreceived = {}
+    for (src, dst, tag), n in sends.items():
+        extra = n - recvs.get((dst, src, tag), 0)
+        if extra > 0:
+            unreceived[(src, dst, tag)] = extra
+    waiting = {}
+    for (dst, src, tag), n in recvs.items():
+        if src == "*":
+            missing = n - sum(m for (s, d, t), m in unreceived.items() if d == dst and t == tag)
+        else:
+            missing = n - sends.get((src, dst, tag), 0)
+        if missing > 0:
+            waiting[(dst, src, tag)] = missing
+    return waiting, unreceived
+
+
+def _tags(values) -> str:
+    values = sorted(set(values))
+    return ("tag " if len(values) == 1 else "tags ") + ", ".join(str(v) for v in values)
+
+
+def _diagnose(failures: list[RankFailure], world_size: int) -> tuple[str, str] | tuple[None, None]:
+    """``(what, hint)`` for learners when the stacks show a classic deadlock, else (None, None).
+
+    ``what`` is a few words for the headline, ``hint`` the explanation and the fix.
+    """
+    stuck = [f for f in failures if f.how in ("stuck", "stopped")]
+    calls = {f.rank: _waiting_call(_frames_of(f)) for f in stuck}
+    calls = {rank: call for rank, call in calls.items() if call}
+    if not calls or (len(calls) < 2 and world_size > 1):
+        return None, None
+    if len(set(calls.values())) > 1 and not set(calls.values()) <= {"send", *_RECEIVES}:
+        where = ", ".join(f"rank {r} in {c}()" for r, c in sorted(calls.items()))
+        return "the ranks wait in different collectives", (
+            f"the ranks wait in different calls ({where}). Every rank must issue the same "
+            "collectives in the same order; a collective in a `finally:` or behind an "
+            "`if rank == ...` that one rank skipped is the classic cause.")
+    if len(stuck) != len(failures) or len(calls) != len(stuck):
+        return None, None  # a rank raised, or one is not waiting on a peer: not a clean deadlock
+    ledger = _p2p_ledger(stuck) if len(stuck) == world_size else None
+    if set(calls.values()) == {"send"}:
+        return "every rank is blocked in send()", (
+            "every rank is blocked in dist.send(). With gloo a blocking send returns only once "
+            "the peer has posted the matching recv, so when every rank sends first, nobody "
+            "receives. Post the send with dist.isend, receive, then wait on the send: "
+            "`req = dist.isend(t, dst); dist.recv(buf, src); req.wait()`.")
+    if not set(calls.values()) <= set(_RECEIVES) | {"send"}:
+        return None, None
+    if ledger is None:
+        return "every rank is waiting for a peer", (
+            "every stuck rank is waiting to receive: some send is missing, or the ranks all "
+            "receive before they send (post the send first with dist.isend), or a recv's tag "
+            "or source rank matches no send: check the tag and the source rank of each recv "
+            "against the sends.")
+    waiting, unreceived = ledger
+    for (dst, src, tag) in sorted(waiting, key=str):
+        offered = {(s, t) for (s, d, t) in unreceived if d == dst}
+        if not offered:
+            continue
+        if any(s == src for s, _ in offered):
+            sent = _tags(t for s, t in offered if s == src)
+            return "a recv's tag matches no send", (
+                f"every rank is waiting to receive, and rank {dst} waits for tag {tag} from rank "
+                f"{src} while rank {src} sent it {sent}, which nobody received: a recv's tag "
+                "matches no send. Check the tag and the source rank of each recv against the sends.")
+        senders = sorted({s for s, _ in offered})
+        return "a recv names a source rank that sent nothing", (
+            f"every rank is waiting to receive, and rank {dst} waits for a message from rank "
+            f"{src} (tag {tag}), while the message{'s' if len(offered) > 1 else ''} waiting for it "
+            f"came from rank {', '.join(map(str, senders))}: a recv's source rank matches no send. "
+            "Check the tag and the source rank of each recv against the sends.")
+    if unreceived and "send" in calls.values():
+        return "ranks are blocked in send()", (
+            "some ranks are blocked in dist.send() while the others wait to receive something "
+            "else. With gloo a blocking send returns only once the peer posts the matching "
+            "recv: post sends with dist.isend and wait on them after receiving, and check the "
+            "tag and the source rank of each recv against the sends.")
+    return "every rank waits in recv() and no message is on its way", (
+        "every rank is waiting to receive and no rank has sent anything: the ranks all "
+        "receive before they send. Post the send first with dist.isend and wait on it after "
+        "the recv (`req = dist.isend(t, dst); dist.recv(buf, src); req.wait()`), or let "
+        "even ranks send first and odd ranks receive first.")
+
+
+def _waits_for(failure: RankFailure, ledger) -> str:
+    """``(waits in recv() for rank 1, tag 0)``: what one stuck rank is waiting for."""
+    call = _waiting_call(_frames_of(failure))
+    if not call:
+        return ""
+    details = []
+    if ledger:
+        waiting, unreceived = ledger
+        for (dst, src, tag) in sorted(waiting, key=str):
+            if dst == failure.rank:
+                details.append(f"for {'any rank' if src == '*' else f'rank {src}'}, tag {tag}")
+        if call in ("send", "wait"):
+            for (src, dst, tag) in sorted(unreceived):
+                if src == failure.rank:
+                    details.append(f"sending to rank {dst}, tag {tag}")
+    return f"  (waits in {call}()" + (" " + "; ".join(details[:4]) if details else "") + ")"
 
 
 def _deadlock_hint(failures: list[RankFailure]) -> str | None:
-    """A sentence for learners when the stacks show a classic deadlock, else None."""
-    stuck = [f for f in failures if f.how in ("stuck", "stopped")]
-    calls = {f.rank: _waiting_in(f.stack) for f in stuck}
-    calls = {rank: call for rank, call in calls.items() if call}
-    if len(calls) < 2:
-        return None
-    if len(set(calls.values())) > 1:
-        where = ", ".join(f"rank {r} in {c}()" for r, c in sorted(calls.items()))
-        return (f"the ranks wait in different calls ({where}). Every rank must issue the same "
-                "collectives in the same order; a collective in a `finally:` or behind an "
-                "`if rank == ...` that one rank skipped is the classic cause.")
-    if set(calls.values()) <= {"recv", "irecv", "wait"} and len(stuck) == len(failures):
-        return ("every stuck rank is waiting to receive: some send is missing, or the ranks "
-                "all receive before they send (post the send with isend first).")
-    return None
+    """The hint sentence for learners when the stacks show a classic deadlock, else None."""
+    return _diagnose(failures, len({f.rank for f in failures}))[1]
 
 
 def _describe(fn, world_size, backend, timeout, failures: list[RankFailure]) -> str:
+    """The error message: the diagnosis and each stuck rank's line of learner code first, details after."""
+    __tracebackhide__ = True
     name = getattr(fn, "__qualname__", repr(fn))
     first = failures[0]
-    lines = [f"distributed run of {name}() on {world_size} ranks ({backend}) failed: "
-             f"rank {first.rank} {first.summary}"]
-    hint = _deadlock_hint(failures)
+    what, hint = _diagnose(failures, world_size)
+    if first.deadlocked:
+        lines = [f"distributed run of {name}() on {world_size} ranks ({backend}) deadlocked after "
+                 f"{first.seconds:.1f} s: {what or 'every live rank waits for a peer'}"]
+    else:
+        lines = [f"distributed run of {name}() on {world_size} ranks ({backend}) failed: "
+                 f"rank {first.rank} {first.summary}"]
+    if first.how in ("stuck", "exited"):
+        ledger = _p2p_ledger(failures) if len(failures) == world_size else None
+        for failure in failures:
+            if failure.how not in ("stuck", "exited"):
+                continue
+            spot = _learner_frame(_frames_of(failure))
+            where = _where(*spot) if spot else "(no line of your code on its stack)"
+            lines.append(f"  rank {failure.rank}: {where}{_waits_for(failure, ledger)}")
+        done = sorted(set(range(world_size)) - {f.rank for f in failures})
+        if done and first.deadlocked:
+            lines.append(f"  rank{'s' if len(done) > 1 else ''} {', '.join(map(str, done))} had "
+                         "already returned (a message it should have sent or received is missing?)")
     if hint:
         lines.append(f"hint: {hint}")
+    shown = {}  # stack text -> the rank it was first shown for
     for failure in failures:
         lines.append("")
         lines.append(f"--- rank {failure.rank}: {failure.summary} (after {failure.seconds:.1f} s)")
         if failure.traceback:
             lines.append(failure.traceback.rstrip())
         if failure.stack:
-            lines.append(f"where rank {failure.rank} was:")
-            lines.append(_frames(failure.stack))
+            frames = _frames(failure.stack)
+            same = "\n".join(l for l in frames.splitlines() if l.startswith(" "))  # no thread ids
+            if same in shown:
+                lines.append(f"where rank {failure.rank} was: on the same lines as rank {shown[same]}")
+            else:
+                lines.append(f"where rank {failure.rank} was:")
+                lines.append(frames)
+                shown[same] = failure.rank
         if failure.output.strip():
             tail = "\n".join(failure.output.rstrip().splitlines()[-15:])
             lines.append(f"last output of rank {failure.rank}:")
             lines.append(tail)
     return "\n".join(lines)
 
+
+class _Stall:
+    """Read the ranks' heartbeats (:mod:`commtax.ranks._heartbeat`) and spot a deadlock.
+
+    A deadlock: every live rank has sat in a torch.distributed wait with the
+    same stack and the same message counts for ``quiet`` seconds, and none
+    used more than :data:`DEADLOCK_CPU` seconds of CPU meanwhile (a long
+    transfer keeps gloo's threads busy; a deadlock uses none).
+    """
+
+    def __init__(self, run_dir: str, quiet: float):
+        self.run_dir, self.quiet = run_dir, quiet
+        self.beats: dict[int, dict] = {}
+        self.state = None
+        self.since = 0.0
+        self.cpu0: dict[int, float] = {}
+        self.next_read = 0.0
+
+    def _read(self, rank: int):
+        try:
+            with open(os.path.join(self.run_dir, f"rank{rank}.beat")) as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            return None
+
+    def quiet_for(self) -> float:
+        return time.monotonic() - self.since
+
+    def deadlocked(self, running) -> bool:
+        now = time.monotonic()
+        if now < self.next_read:
+            return False
+        self.next_read = now + 0.25
+        state = {}
+        for rank in sorted(running):
+            beat = self._read(rank)
+            # No beat yet (still importing), or a stale one (C code holding the GIL): not waiting.
+            if beat is None or time.time() - beat.get("time", 0) > 1.5 or not _waiting_call(beat["stack"]):
+                self.state = None
+                return False
+            self.beats[rank] = beat
+            state[rank] = (json.dumps(beat["stack"]), json.dumps(beat["p2p"], sort_keys=True))
+        cpu_used = {r: self.beats[r]["cpu"] - self.cpu0.get(r, self.beats[r]["cpu"]) for r in state}
+        if state != self.state or max(cpu_used.values()) > DEADLOCK_CPU:
+            self.state, self.since = state, now  # something moved: start the quiet period again
+            self.cpu0 = {r: self.beats[r]["cpu"] for r in state}
+            return False
+        return now - self.since >= self.quiet
 
 # -- torchrun ----------------------------------------------------------------
 

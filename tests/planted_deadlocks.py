@@ -1,0 +1,60 @@
+"""Rank workers that make the classic point-to-point mistakes, for tests/test_launch.py.
+
+Each is a ring on three ranks: rank r sends to r + 1 and receives from r - 1.
+The line where every rank ends up stuck carries the comment ``# stuck here``,
+so the tests can check that the error names it.
+"""
+
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def ring_that_receives_first(rank, world_size):
+    inbox = torch.zeros(4)
+    dist.recv(inbox, (rank - 1) % world_size)  # stuck here: nobody has sent yet
+    dist.send(torch.ones(4), (rank + 1) % world_size)
+
+
+def ring_that_sends_first_with_a_blocking_send(rank, world_size):
+    dist.send(torch.ones(4), (rank + 1) % world_size)  # stuck here: gloo's send waits for the recv
+    inbox = torch.zeros(4)
+    dist.recv(inbox, (rank - 1) % world_size)
+
+
+def ring_with_a_wrong_tag(rank, world_size):
+    request = dist.isend(torch.ones(4), (rank + 1) % world_size, tag=0)
+    inbox = torch.zeros(4)
+    dist.recv(inbox, (rank - 1) % world_size, tag=1)  # stuck here: the message carries tag 0
+    request.wait()
+
+
+def ring_with_a_wrong_source(rank, world_size):
+    request = dist.isend(torch.ones(4), (rank + 1) % world_size)
+    inbox = torch.zeros(4)
+    dist.recv(inbox, (rank + 1) % world_size)  # stuck here: the message comes from rank - 1
+    request.wait()
+
+
+def slow_rank_then_send(rank, world_size, seconds):
+    """Correct, but rank 0 works for ``seconds`` while the others wait in recv: not a deadlock."""
+    value = torch.tensor([float(rank)])
+    if rank == 0:
+        time.sleep(seconds / 2)
+        end = time.monotonic() + seconds / 2
+        while time.monotonic() < end:  # busy, in Python: CPU time advances
+            pass
+        for peer in range(1, world_size):
+            dist.send(value, peer)
+        return 0.0
+    dist.recv(value, 0)
+    return value.item()
+
+
+def stuck_line(worker: str) -> int:
+    """The line number of ``worker``'s ``# stuck here`` comment in this file."""
+    with open(__file__) as f:
+        lines = f.read().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"def {worker}("))
+    return next(i for i in range(start, len(lines)) if "# stuck here" in lines[i]) + 1
