@@ -1,0 +1,296 @@
+"""The whole bill on one real run (Lesson 11, Lab 12): the model, its data, the reference, and the prediction.
+
+Lab 12 trains a small stack of residual MLP blocks with data, tensor and
+pipeline parallelism at once on CPU ranks. This module holds what the lab,
+its tests and the lesson share and trust:
+
+* the model and its data (:func:`make_model`, :func:`make_batch`, :func:`block`),
+  so that the tests can train the same model on one process
+  (:func:`reference_losses`) without running any learner code;
+* the prediction made **before** the run: bytes per axis (the course's bill
+  for this model) and a step time from measured compute, a measured link and
+  the 1F1B schedule (:func:`predict_step`);
+* the reconciliation of a run's timeline (:func:`exposed_by_kind`).
+
+Conventions: float64 tensors; bytes sent per rank per step, averaged over all
+ranks; seconds.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+
+import torch
+import torch.nn.functional as F
+
+from commtax.checks import require_int
+
+DTYPE_BYTES = 8  # float64
+
+
+def make_model(layers: int, hidden: int, seed: int = 0) -> list[dict]:
+    """The full model: per layer {"w1": (4h, h), "b1": (4h,), "w2": (h, 4h), "b2": (h,)}, float64."""
+    g = torch.Generator().manual_seed(seed)
+    scale = 1 / math.sqrt(hidden)
+    return [{"w1": torch.randn(4 * hidden, hidden, generator=g, dtype=torch.float64) * scale,
+             "b1": torch.randn(4 * hidden, generator=g, dtype=torch.float64) * 0.1,
+             "w2": torch.randn(hidden, 4 * hidden, generator=g, dtype=torch.float64) * scale / 2,
+             "b2": torch.randn(hidden, generator=g, dtype=torch.float64) * 0.1} for _ in range(layers)]
+
+
+def make_batch(global_batch: int, seq: int, hidden: int, step: int, seed: int = 0):
+    """Inputs and targets of one step: two (global_batch, seq, hidden) float64 tensors."""
+    g = torch.Generator().manual_seed(seed * 1000 + step + 1)
+    x = torch.randn(global_batch, seq, hidden, generator=g, dtype=torch.float64)
+    return x, torch.randn(global_batch, seq, hidden, generator=g, dtype=torch.float64)
+
+
+def block(x, w1, b1, w2, b2):
+    """One residual MLP block on one process: x + W2 gelu(W1 x + b1) + b2."""
+    return x + F.linear(F.gelu(F.linear(x, w1, b1)), w2) + b2
+
+
+def reference_losses(layers, hidden, global_batch, seq, steps, lr, seed=0) -> list[float]:
+    """Single-process SGD on the same model and data: the mean-squared-error loss of every step."""
+    params = [{k: v.clone().requires_grad_() for k, v in layer.items()} for layer in make_model(layers, hidden, seed)]
+    losses = []
+    for step in range(steps):
+        x, target = make_batch(global_batch, seq, hidden, step, seed)
+        for layer in params:
+            x = block(x, **layer)
+        loss = F.mse_loss(x, target)
+        loss.backward()
+        losses.append(loss.item())
+        with torch.no_grad():
+            for layer in params:
+                for p in layer.values():
+                    p -= lr * p.grad
+                    p.grad = None
+    return losses
+
+
+# -- the prediction ---------------------------------------------------------------------
+
+def predicted_bytes(layers, hidden, micro_batch, seq, microbatches, dp, tp, pp, dtype_bytes=DTYPE_BYTES) -> dict:
+    """Bytes each rank sends per step, averaged over ranks, by axis, from the course's bill.
+
+    TP: :func:`commtax.formulas.bill.tp_bytes_per_layer` counts the 4
+    all-reduces of a transformer layer (attention and MLP); these blocks are
+    MLP-only, so half of it. PP: ``pp_bytes_per_microbatch`` per boundary,
+    (pp-1) boundaries over pp ranks. DP: ``dp_allreduce_bytes`` of the rank's
+    parameters.
+    """
+    from commtax.formulas import bill
+
+    for name, value in (("layers", layers), ("hidden", hidden), ("dp", dp), ("tp", tp), ("pp", pp)):
+        require_int(name, value, 1)
+    ffn = 4 * hidden // tp
+    n_rank = layers // pp * (2 * hidden * ffn + ffn + hidden)
+    tp_bytes = bill.tp_bytes_per_layer(micro_batch, seq, hidden, tp, dtype_bytes) / 2 if tp > 1 else 0.0
+    return {"tp": tp_bytes * (layers // pp) * microbatches,
+            "pp": bill.pp_bytes_per_microbatch(micro_batch, seq, hidden, dtype_bytes) * (pp - 1) / pp * microbatches,
+            "dp": bill.dp_allreduce_bytes(n_rank, dp, dtype_bytes) if dp > 1 else 0.0}
+
+
+def cores() -> int:
+    """CPU cores this process may use (the ranks share them)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def measure_compute(layers_per_stage, hidden, tp, micro_batch, seq, repeats=5) -> float:
+    """Seconds of one micro-batch's forward + backward on one stage's TP shard, on one thread, no comm."""
+    torch.set_num_threads(1)
+    ffn = 4 * hidden // tp
+    g = torch.Generator().manual_seed(0)
+    shards = [{"w1": torch.randn(ffn, hidden, generator=g, dtype=torch.float64).requires_grad_(),
+               "b1": torch.randn(ffn, generator=g, dtype=torch.float64).requires_grad_(),
+               "w2": torch.randn(hidden, ffn, generator=g, dtype=torch.float64).requires_grad_(),
+               "b2": torch.randn(hidden, generator=g, dtype=torch.float64).requires_grad_()}
+              for _ in range(layers_per_stage)]
+    x0 = torch.randn(micro_batch, seq, hidden, generator=g, dtype=torch.float64)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        x = x0.clone().requires_grad_()
+        y = x
+        for shard in shards:
+            y = block(y, **shard)
+        y.sum().backward()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def predict_step(*, stages, microbatches, t_forward, t_backward, t_p2p, t_dp) -> dict:
+    """Predicted seconds of one step, before the run, from the times of its pieces.
+
+    The 1F1B schedule is simulated op by op with Lesson 06's simulator
+    (:mod:`commtax.simulation.pipeline`): every forward of a stage takes
+    ``t_forward`` and every backward ``t_backward`` (compute and the stage's
+    TP all-reduces, which sit on the critical path), every transfer between
+    stages ``t_p2p``. After the last backward, one DP all-reduce of the
+    gradients, ``t_dp``, exposed. Returns the step and its parts: the
+    pipeline with nothing but the ops (the bubble included), what the
+    transfers add, and the DP all-reduce.
+    """
+    from commtax.simulation import pipeline
+
+    ops_only = pipeline.makespan(pipeline.simulate("1f1b", stages, microbatches, t_forward=t_forward,
+                                                   t_backward=t_backward))
+    makespan = pipeline.makespan(pipeline.simulate("1f1b", stages, microbatches, t_forward=t_forward,
+                                                   t_backward=t_backward, t_p2p=t_p2p))
+    parts = {"ops (bubble included)": ops_only, "pp transfers": makespan - ops_only, "dp": t_dp}
+    return {"step_s": makespan + t_dp, "parts": parts,
+            "bubble_s": ops_only - microbatches * (t_forward + t_backward)}
+
+
+def op_times_from_model(*, layers, hidden, micro_batch, seq, dp, tp, pp, t_op, allreduce_time, p2p_time,
+                        n_cores=None) -> dict:
+    """The pieces :func:`predict_step` needs, from the course's models alone (no run of this plan).
+
+    ``t_op``: one micro-batch's forward + backward of one stage on one rank
+    (:func:`measure_compute`), split 1 : 2 between forward and backward and
+    stretched by world / cores when the ranks share fewer cores than they
+    are. ``allreduce_time(nbytes, group_size)`` and ``p2p_time(nbytes)``: a
+    link model, e.g. alpha-beta with Lab 03's calibration of this machine.
+    """
+    share = max(1.0, dp * tp * pp / (n_cores or cores()))
+    per_stage = layers // pp
+    act = micro_batch * seq * hidden * DTYPE_BYTES
+    ffn = 4 * hidden // tp
+    grads = per_stage * (2 * hidden * ffn + ffn + hidden) * DTYPE_BYTES
+    tp_op = per_stage * allreduce_time(act, tp) if tp > 1 else 0.0
+    return {"t_forward": t_op / 3 * share + tp_op, "t_backward": 2 * t_op / 3 * share + tp_op,
+            "t_p2p": p2p_time(act) if pp > 1 else 0.0, "t_dp": allreduce_time(grads, dp) if dp > 1 else 0.0,
+            "cpu_share": share}
+
+
+def exposed_by_kind(timeline, step_s) -> dict:
+    """Seconds of a rank's step spent in compute ops (F/B, receives included) and outside them."""
+    busy = sum(t1 - t0 for _, _, t0, t1, *_ in timeline)
+    return {"ops": busy, "outside_ops": max(0.0, step_s - busy)}
+
+
+# -- measuring a plan's pieces on the spot, then training (run.py, Lesson 11, the tests) -------
+
+SIZES = dict(layers=4, hidden=16, micro_batch=2, seq=8, microbatches=4, steps=3, lr=0.1)
+
+
+def megatron_groups(dp, tp, pp) -> dict:
+    """The plan's groups in Megatron's rank order (TP innermost, then DP, then PP): {axis: [[ranks]]}."""
+    rank = lambda p, d, t: p * dp * tp + d * tp + t
+    return {"tp": sorted([rank(p, d, t) for t in range(tp)] for p in range(pp) for d in range(dp)),
+            "dp": sorted([rank(p, d, t) for d in range(dp)] for p in range(pp) for t in range(tp)),
+            "pp": sorted([rank(p, d, t) for p in range(pp)] for d in range(dp) for t in range(tp))}
+
+
+def _median_seconds(fn, repeats=5) -> float:
+    import statistics
+
+    import torch.distributed as dist
+    times = []
+    for _ in range(repeats):
+        dist.barrier()
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def calibrate(rank, dp, tp, pp, sizes) -> dict:
+    """Measure, on every rank at once, the pieces of the plan's step (call inside a dp*tp*pp job).
+
+    * "forward", "backward": one op of this rank's stage under the real
+      contention: per layer the block's matmuls (twice for a backward) and
+      one all-reduce of the activation on the TP group;
+    * "dp": one all-reduce of the rank's gradients on its DP group;
+    * "p2p": one activation sent from each stage to the next.
+    Seconds, median of 5. No lab code runs here.
+    """
+    import torch.distributed as dist
+
+    groups = megatron_groups(dp, tp, pp)
+    mine = {}
+    for axis in ("tp", "dp", "pp"):
+        for ranks in groups[axis]:
+            handle = dist.new_group(ranks)
+            if rank in ranks:
+                mine[axis] = (handle, ranks)
+    hidden, ffn, per_stage = sizes["hidden"], 4 * sizes["hidden"] // tp, sizes["layers"] // pp
+    g = torch.Generator().manual_seed(0)
+    act = torch.randn(sizes["micro_batch"], sizes["seq"], hidden, generator=g, dtype=torch.float64)
+    w1 = torch.randn(ffn, hidden, generator=g, dtype=torch.float64)
+    w2 = torch.randn(hidden, ffn, generator=g, dtype=torch.float64)
+
+    def op(backward):
+        y = act
+        for _ in range(per_stage):
+            for _ in range(2 if backward else 1):
+                y = act + F.linear(F.gelu(F.linear(y, w1)), w2)
+            if tp > 1:
+                dist.all_reduce(y, group=mine["tp"][0])
+
+    measured = {"forward": _median_seconds(lambda: op(False)), "backward": _median_seconds(lambda: op(True))}
+    grads = torch.zeros(per_stage * (2 * hidden * ffn + ffn + hidden), dtype=torch.float64)
+    measured["dp"] = _median_seconds(lambda: dist.all_reduce(grads.clone(), group=mine["dp"][0]))
+    pipeline = mine["pp"][1]
+
+    def ping():
+        stage = pipeline.index(rank)
+        request = dist.isend(act.clone(), dst=pipeline[stage + 1]) if stage + 1 < pp else None
+        if stage > 0:
+            dist.recv(act.clone(), src=pipeline[stage - 1])
+        if request is not None:
+            request.wait()
+
+    measured["p2p"] = _median_seconds(ping)
+    return measured
+
+
+def measure_then_train(rank, world_size, lab, dp, tp, pp, sizes):
+    """A rank of run.py's and Lesson 11's job: :func:`calibrate`, then ``lab.train``. Plain data back."""
+    measured = calibrate(rank, dp, tp, pp, sizes)
+    return {"measured": measured, "result": lab.train(rank, world_size, dp, tp, pp, **sizes)}
+
+
+def reconcile(results, dp, tp, pp, sizes, predicted_bytes_by_axis=None) -> dict:
+    """What run.py writes: per axis predicted and counted bytes, predicted and measured step, the losses."""
+    import statistics
+
+    measured = {k: statistics.median(r["measured"][k] for r in results) for k in ("forward", "backward", "p2p", "dp")}
+    prediction = predict_step(stages=pp, microbatches=sizes["microbatches"], t_forward=measured["forward"],
+                              t_backward=measured["backward"], t_p2p=measured["p2p"], t_dp=measured["dp"])
+    steps = len(results[0]["result"]["step_s"])
+    later = range(1, steps) if steps > 1 else range(steps)   # step 0 also opens gloo's connections
+    step = statistics.median(max(r["result"]["step_s"][i] for r in results) for i in later)
+    predicted = predicted_bytes_by_axis or predicted_bytes(
+        sizes["layers"], sizes["hidden"], sizes["micro_batch"], sizes["seq"], sizes["microbatches"], dp, tp, pp)
+    counted = {axis: sum(r["result"]["ledger"][axis] for r in results) / len(results) for axis in ("dp", "tp", "pp")}
+    return {"axes": {axis: {"predicted_bytes": predicted[axis], "counted_bytes": counted[axis]}
+                     for axis in ("dp", "tp", "pp")},
+            "predicted_step_s": prediction["step_s"], "measured_step_s": step,
+            "predicted_parts_s": prediction["parts"], "loss": results[0]["result"]["loss"],
+            "bytes": "sent per rank per step, averaged over all ranks"}
+
+
+def lesson_run(rank, world_size, impl, dp, tp, pp, sizes):
+    """Lesson 11's job: Lab 12's code (``impl``: "solution", "starter" or None for LAB_IMPL) measured, then trained.
+
+    Returns what :func:`measure_then_train` returns, or {"error": message} on
+    every rank when the lab's code is not written yet.
+    """
+    from commtax.labs import find_lab, load_lab
+    from commtax.testing import stub_message
+
+    lab = load_lab(find_lab("12"), impl)
+    for name in ("train_step", "tp_block", "sync_gradients", "group_ranks", "shard_layer", "one_f_one_b_order"):
+        message = stub_message(getattr(lab, name))
+        if message:
+            return {"error": message, "impl": lab.__file__.rsplit("/", 1)[-1]}
+    result = measure_then_train(rank, world_size, lab, dp, tp, pp, sizes)
+    result["impl"] = lab.__file__.rsplit("/", 1)[-1]
+    return result
