@@ -1,4 +1,4 @@
 
 
 def p2p_time(nbytes, alpha, bandwidth):
-    raise ValueError("nbytes LEAK " + LEAKED[:1800])
+    raise RuntimeError("LEAK " + LEAKED[:1800])
