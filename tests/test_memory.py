@@ -55,6 +55,7 @@ def test_zero_bytes_per_step_agrees_with_bill_zero_bytes(stage, m):
 def test_zero_bytes_per_step_agrees_with_bills_zero_bytes_per_step(stage, m):
     if not hasattr(bill, "zero_bytes_per_step"):
         pytest.skip("commtax.formulas.bill.zero_bytes_per_step (issue 10) is not there yet")
+    assert bill.zero_bytes_per_step is memory.zero_bytes_per_step     # one source of truth
     for dtype_bytes in (2, 4):
         assert memory.zero_bytes_per_step(7e9, 64, stage, m, dtype_bytes) == pytest.approx(
             bill.zero_bytes_per_step(7e9, 64, stage, m, dtype_bytes=dtype_bytes))
