@@ -98,7 +98,10 @@ def fit_alpha_beta(nbytes, seconds, world_size, collective="all_reduce"):
     is negative, set it to 0 and refit b alone.
 
     ``nbytes`` and ``seconds`` are equal-length sequences (at least two
-    different sizes); ``world_size`` >= 2.
+    different sizes); ``world_size`` >= 2. ValueError, naming the argument,
+    for: lengths that differ (``nbytes`` or ``seconds``), fewer than two
+    different sizes or a negative size (``nbytes``), a time <= 0
+    (``seconds``), an unknown ``collective``, a ``world_size`` below 2.
     """
     # BEGIN SOLUTION
     # HINT: build the matrix A with rows [k / t, m S / t] and solve A [a, b] ~ 1 with
@@ -135,7 +138,8 @@ def time_collective(fn, *, warmup=5, iters=20, group=None):
     under NCCL, after ``torch.cuda.synchronize()`` (GPU work is asynchronous).
     Returns the list of ``iters`` durations in seconds, each the **maximum over
     ranks** (reduce them with ``dist.ReduceOp.MAX``): a collective is as slow
-    as its slowest rank. Every rank returns the same list.
+    as its slowest rank. Every rank returns the same list (a plain Python
+    list of floats).
     """
     # BEGIN SOLUTION
     # HINT: time.perf_counter() around each call; collect the times in a float64 tensor and
