@@ -42,10 +42,10 @@ from dataclasses import dataclass, field
 
 from commtax.checks import require_choice, require_fraction, require_int, require_positive
 from commtax.formulas.links import INFINIBAND_NDR, NVLINK4, Link
-from commtax.formulas.memory import zero_bytes_per_step
 from commtax.formulas.network import (group_all_to_all_time, group_allgather_time, group_allreduce_time,
                                       group_reduce_scatter_time, members_per_node)
-from commtax.formulas.memory import ADAM_STATE_BYTES, model_state_bytes  # noqa: F401 (re-exported)
+# Re-exported: the bill's users find the memory of a plan and ZeRO's bytes per step here too.
+from commtax.formulas.memory import ADAM_STATE_BYTES, model_state_bytes, zero_bytes_per_step  # noqa: F401
 
 H100_BF16_DENSE = 989e12  # FLOP/s, NVIDIA H100 SXM datasheet (dense; 1979e12 is with sparsity)
 

@@ -33,8 +33,6 @@ ring-equivalent so that it is comparable with the course's bill).
 Bad input raises ValueError naming the argument.
 """
 
-import contextlib
-import math
 import numbers
 import time
 

@@ -14,7 +14,6 @@ ledger is checked against a second count.
 import statistics
 
 import pytest
-import torch
 import torch.distributed as dist
 
 from commtax.ranks import wholebill
