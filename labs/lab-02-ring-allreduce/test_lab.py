@@ -190,8 +190,19 @@ def _run(lab, what, world_size, backend="gloo"):
         "all_gather": (run_all_gather, [lab.ring_all_gather]),
         "all_reduce": (run_all_reduce, [lab.ring_all_reduce, lab.ring_reduce_scatter, lab.ring_all_gather]),
     }[what]
-    return RUNS.get((what, world_size, backend), worker, world_size, (lab,), backend=backend, timeout=90,
-                    needs=needs)
+    try:
+        return RUNS.get((what, world_size, backend), worker, world_size, (lab,), backend=backend, timeout=90,
+                        needs=needs)
+    except AssertionError as exc:  # a failed run (commtax.ranks.launch.DistributedRunError is one)
+        text = str(exc)
+        if "size doesn't match expected size" in text and "deadlock" not in text:
+            raise AssertionError(
+                f"P = {world_size}, ring_{what}: a rank received a message of a different length than it posted to "
+                "receive (gloo: \"Received data size doesn't match expected size\"), and the run crashed. At some "
+                "step the two ends of a link disagree on which chunk moves: the sender sends chunk (i - s) mod P "
+                "(reduce-scatter) or (owned - s) mod P (all-gather) to i + 1, which receives the chunk one lower."
+                "\n\n" + text) from None
+        raise
 
 
 def fail_if(problem):
