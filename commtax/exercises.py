@@ -71,6 +71,19 @@ def _lesson04_plan(tp: int, pp: int):
                                       seq_len=4096, gpus=1024, zero_stage=1, tp=tp, pp=pp, microbatches=32))
 
 
+def _lesson08_exposed_across_nodes() -> float:
+    """Lesson 08, exercise 3: 25 MiB buckets, 64 GPUs on 8 nodes, a 10 ms backward (the network model)."""
+    from commtax.formulas import ddp
+    from commtax.formulas.links import INFINIBAND_NDR, NVLINK4
+    from commtax.formulas.network import group_allreduce_time, members_per_node
+    sizes = ddp.transformer_param_bytes(12 * 24 * 2048**2, 24, 2)
+    m = members_per_node(64, 1, 8)
+    comm = lambda n: group_allreduce_time(n, 64, m, NVLINK4.alpha, NVLINK4.bandwidth,  # noqa: E731
+                                          INFINIBAND_NDR.alpha, INFINIBAND_NDR.bandwidth)
+    return ddp.ddp_timeline(sizes, ddp.DEFAULT_BUCKET_CAP_BYTES, 0.010, 64, NVLINK4.alpha, NVLINK4.bandwidth,
+                            comm_time=comm)["exposed"]
+
+
 EXERCISES: dict[str, Exercise] = {
     # Lesson 01
     "01.1": Exercise("ring all-reduce of 1 GB on 8 GPUs over the NVLink preset, in seconds", "1jE0qsJngQE="),
@@ -115,6 +128,14 @@ EXERCISES: dict[str, Exercise] = {
                      "7BV86JXxcHU="),
     "07.3": Exercise("double-buffered K+V ring-attention bytes per GPU per layer, 1M tokens, c = 8", "jwbdNY+ihNc="),
     "07.4": Exercise("how many times more ZeRO-2 sends than ZeRO-1 per step at m = 8", "DSD0ZLVPlTA="),
+    # Lesson 08
+    "08.1": Exercise("latency (alpha terms) of 291 separate ring all-reduces on 8 GPUs over NVLink, in seconds",
+                     "M3+9KavCEDk="),
+    "08.2": Exercise("the optimal bucket s* for the running example on 8 GPUs over NVLink, in bytes", "vRVJpLzQvNo="),
+    "08.3": Exercise("exposed time, 25 MiB buckets, 64 GPUs on 8 nodes, 10 ms backward, in seconds", tolerance=0.03,
+                     compute=_lesson08_exposed_across_nodes),
+    "08.4": Exercise("how many times fewer bytes rank-4 PowerSGD sends for GPT-2 XL's matrices", "xVOfkscX5CY="),
+    "08.5": Exercise("exposed time with the source's 16 chunks, in seconds", "0qiF7lF4lYk="),
     # Lesson 09
     "09.1": Exercise("bytes one rank sends in the all-to-alls of one Mixtral step (8 micro-batches)", "aW1J/pAOr6s="),
     "09.2": Exercise("bytes one rank sends per fixed-capacity dispatch (DeepSeek-V3-like, EP 64, cf 1.25)", "yKJBIn5a+X0="),

@@ -168,6 +168,21 @@ def ddp_timeline(param_bytes, bucket_cap_bytes, backward_time, world_size, alpha
             "exposed": max(0.0, finish_time - backward_time), "comm_total": sum(comm), "serial": sum(comm)}
 
 
+def transformer_param_bytes(n_params, layers, element_bytes=2) -> list[int]:
+    """Gradient bytes per tensor of a ``layers``-layer transformer with ``n_params`` in its layers.
+
+    Each layer, in registration order: attention norm (h), fused QKV (3h^2), output projection
+    (h^2), MLP norm (h), MLP up (4h^2), MLP down (4h^2), with h = sqrt(n_params / (12 layers)).
+    Embeddings are left out (they are the first parameters registered: the last bucket).
+    """
+    require_positive("n_params", n_params)
+    layers = require_int("layers", layers, 1)
+    element_bytes = require_int("element_bytes", element_bytes, 1)
+    h = math.sqrt(n_params / (12 * layers))
+    shapes = [h, 3 * h * h, h * h, h, 4 * h * h, 4 * h * h]
+    return [max(1, int(round(x))) * element_bytes for _ in range(layers) for x in shapes]
+
+
 # -- the trade-off, in closed form (k equal buckets, gradients produced at a constant rate) ------
 
 def _uniform_args(total_bytes, backward_time, world_size, alpha, bandwidth):

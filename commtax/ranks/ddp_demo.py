@@ -117,16 +117,19 @@ def measure_ddp(rank: int, world_size: int, impl: str, widths, batch: int, bucke
 
     def one_step(ddp, model, sync):
         model.zero_grad(set_to_none=False)
-        loss = F.mse_loss(ddp(x), y)
-        dist.barrier()
-        t0 = time.perf_counter()
-        if not sync:
-            cpu0 = time.thread_time()
+        if not sync:   # the forward too: PyTorch's DDP decides in forward whether this backward syncs
             with ddp.no_sync():
+                loss = F.mse_loss(ddp(x), y)
+                dist.barrier()
+                t0 = time.perf_counter()
+                cpu0 = time.thread_time()
                 loss.backward()
             wall = time.perf_counter() - t0
             return {"backward": wall, "grad_times": [t - t0 for t in grad_time],
                     "cpu_share": (time.thread_time() - cpu0) / wall}
+        loss = F.mse_loss(ddp(x), y)
+        dist.barrier()
+        t0 = time.perf_counter()
         loss.backward()
         t1 = time.perf_counter()
         timeline = ddp.finish()
@@ -192,3 +195,25 @@ def summarize(results, bucket_assignment, overlapped_allreduce_finish, widths) -
                      "first_finish_before_backward_end": sum(s["timeline"][0]["finish"] < s["backward"]
                                                              for s in steps) / len(steps)})
     return rows
+
+
+def pytorch_buckets(rank: int, world_size: int, widths, bucket_cap_mb=None) -> dict:
+    """Runs on every rank: PyTorch's DDP buckets for :func:`make_mlp`, before and after it rebuilds them.
+
+    ``bucket_cap_mb`` as DDP takes it (MiB; None = the default). Returns the bucket sizes (bytes)
+    DDP built at construction and the ones it rebuilt after the first iteration, with the
+    parameter indices of each rebuilt bucket, from DDP's own logging data.
+    """
+    model = make_mlp(widths)
+    ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb)
+    x = torch.randn(4, widths[0])
+    before = ddp._get_ddp_logging_data().get("bucket_sizes", "")
+    for _ in range(3):
+        model.zero_grad()
+        ddp(x).sum().backward()
+    logged = ddp._get_ddp_logging_data()
+    return {"bucket_cap_bytes": logged.get("bucket_cap_bytes"),
+            "initial_sizes": [int(v) for v in str(before).split(",") if v.strip()],
+            "rebuilt_sizes": [int(v) for v in str(logged.get("rebuilt_bucket_sizes", "")).split(",") if v.strip()],
+            "rebuilt_indices": [[int(i) for i in b.split()] for b in
+                                str(logged.get("rebuilt_per_bucket_param_indices", "")).split(",") if b.strip()]}

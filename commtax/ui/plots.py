@@ -208,3 +208,59 @@ def gantt(ops, title: str = "", ax=None, labels: bool = True):
     if title:
         ax.set_title(title, fontsize=10, loc="left")
     return ax
+
+
+def bucket_timeline(backward, ready, start, finish, title: str = "", ax=None, bucket_bytes=None,
+                    measured_rows=None):
+    """DDP's backward with its bucket all-reduces (Lesson 08): seconds in, milliseconds on the axis.
+
+    Row "backward": one bar from 0 to ``backward``. Row "all-reduce": one bar per bucket from its
+    start to its finish, alternating shades, with a tick where the bucket became ready. The part of
+    communication after backward ends is hatched: the exposed time. ``measured_rows``: optional
+    extra (label, backward, ready, start, finish) rows drawn the same way (a measured run).
+    """
+    rows = [("predicted", backward, ready, start, finish)] + list(measured_rows or [])
+    ax = ax or new_axes((8.5, 1.2 + 1.1 * len(rows)))
+    end = max([b for _, b, *_ in rows] + [max(f, default=0.0) for *_, f in rows]) * 1e3
+    y = 0
+    for label, b, rd, st, fi in reversed(rows):
+        ax.broken_barh([(0, b * 1e3)], (y + 0.55, 0.35), facecolors="#9ecae1", edgecolors="white")
+        for i, (r, s, f) in enumerate(zip(rd, st, fi)):
+            color = "#e6550d" if i % 2 == 0 else "#fdae6b"
+            ax.broken_barh([(s * 1e3, (f - s) * 1e3)], (y + 0.1, 0.35), facecolors=color, edgecolors="white",
+                           linewidth=0.5)
+            ax.plot([r * 1e3, r * 1e3], [y + 0.05, y + 0.5], color="black", linewidth=0.6)
+        last = max(fi, default=0.0)
+        if last > b:
+            ax.broken_barh([(b * 1e3, (last - b) * 1e3)], (y + 0.05, 0.45), facecolors="none",
+                           edgecolors="#444444", hatch="///", linewidth=0.0)
+            ax.text(last * 1e3, y + 0.27, f" exposed {(last - b) * 1e3:.3g} ms", va="center", fontsize=8)
+        ax.text(-0.01 * end, y + 0.5, label, ha="right", va="center", fontsize=9)
+        y += 1
+    ax.set_ylim(0, y)
+    ax.set_yticks([])
+    ax.set_xlim(0, end * 1.25 if end > 0 else 1)
+    ax.set_xlabel("time since backward started (ms); upper bar: backward compute; lower bars: one all-reduce "
+                  "per bucket (tick: bucket ready)", fontsize=8)
+    if title:
+        ax.set_title(title, fontsize=10, loc="left")
+    return ax
+
+
+def exposed_vs_cap(caps, exposed, *, best=None, current=None, crossover=None, ax=None, label=None):
+    """Exposed communication (ms) against the bucket cap (bytes, log axis), with marks."""
+    ax = ax or new_axes((7.5, 3.6))
+    ax.semilogx(caps, np.asarray(exposed) * 1e3, color="#d62728", label=label)
+    if best is not None:
+        ax.plot([best[0]], [best[1] * 1e3], "o", color="#2ca02c", label=f"best cap {format_bytes(best[0], 2)}")
+    if current is not None:
+        ax.plot([current[0]], [current[1] * 1e3], "s", color="black", label=f"your cap {format_bytes(current[0], 2)}")
+    if crossover is not None:
+        ax.axvline(crossover, color="#999999", linestyle=":", label=f"P n* = {format_bytes(crossover, 2)}")
+    ax.set_xlim(min(caps), max(caps))
+    bytes_axis(ax, "x")
+    ax.set_xlabel("bucket cap")
+    ax.set_ylabel("exposed communication (ms)")
+    ax.legend(fontsize=8, frameon=False)
+    ax.grid(True, which="both", alpha=0.3)
+    return ax

@@ -308,18 +308,21 @@ def overlap_worker(rank, world_size, lab):
 
     def step(sync):
         model.zero_grad(set_to_none=False)
-        loss = F.mse_loss(ddp(x), y)
-        dist.barrier()
-        t0 = time.perf_counter()
         if sync:
+            loss = F.mse_loss(ddp(x), y)
+            dist.barrier()
+            t0 = time.perf_counter()
             loss.backward()
             t1 = time.perf_counter()
             timeline = ddp.finish()
             t2 = time.perf_counter()
             rel = [{k: (v - t0 if k in ("ready", "start", "finish") else v) for k, v in r.items()} for r in timeline]
             return {"t0": t0, "backward": t1 - t0, "wait": t2 - t1, "timeline": rel}
-        cpu0 = time.thread_time()
         with ddp.no_sync():
+            loss = F.mse_loss(ddp(x), y)
+            dist.barrier()
+            t0 = time.perf_counter()
+            cpu0 = time.thread_time()
             loss.backward()
         wall = time.perf_counter() - t0
         return {"backward": wall, "grad_times": [t - t0 for t in grad_time],
