@@ -348,12 +348,23 @@ def learner_sys_path(paths) -> list:
     return out
 
 
+# Under the grader, learner processes get only these variables of ours (no tokens, no paths of the
+# grader's own): the locale, the search path for programs and libraries, and what torch, NCCL
+# and gloo read.
+LEARNER_VARIABLES = {"PATH", "LANG", "LANGUAGE", "TZ", "TERM", "LD_LIBRARY_PATH", "LAB_IMPL", "OMP_NUM_THREADS",
+                     "MKL_NUM_THREADS", "MPLBACKEND", "PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED",
+                     "PYTHONHASHSEED", "COMMTAX_LAB_CALL_TIMEOUT"}
+LEARNER_PREFIXES = ("LC_", "NCCL_", "GLOO_", "TORCH_", "CUDA_", "NVIDIA_")
+
+
 def learner_env(extra: dict | None = None) -> dict:
     """The environment of a learner process: ours, without the grader's variables, plus ``extra``."""
     box = sandbox()
     package_root = str(Path(__file__).resolve().parent.parent)
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("COMMTAX_SANDBOX", "PYTEST_")) and not k.startswith("COMMTAX_GRADING_")}
+    if box:
+        env = {k: v for k, v in env.items() if k in LEARNER_VARIABLES or k.startswith(LEARNER_PREFIXES)}
     if "COMMTAX_GRADING_RUN" in os.environ:
         env["COMMTAX_GRADING_RUN"] = os.environ["COMMTAX_GRADING_RUN"]  # the tag the grader kills by
     if box:

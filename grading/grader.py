@@ -487,13 +487,25 @@ def protect_source(source: Path = SOURCE_ROOT) -> list:
     return changed
 
 
-def open_interpreter(uid: int, gid: int) -> list:
+PYTHON_ACCESS = Path(tempfile.gettempdir()) / "commtax-grading-python-access.json"
+
+
+def open_interpreter(uid: int, gid: int):
     """Root mode: let the sandbox user reach this Python (its standard library and environment).
 
     A Python installed under a private folder (pyenv in /root) is out of an unprivileged user's
     reach. Each folder on the way that other users cannot pass through gets their "x" bit (pass
-    through, never list) for the time of the grading; returns [(folder, old mode)] to restore.
+    through, never list) while any grading runs. The original modes are kept in a root-owned file
+    under a lock, so that the last of several concurrent gradings puts them back. Returns
+    (lock descriptor, [folders granted]) for :func:`close_interpreter`.
     """
+    import fcntl
+    fd = os.open(PYTHON_ACCESS, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    if os.fstat(fd).st_uid != os.geteuid():
+        os.close(fd)
+        raise RuntimeError(f"{PYTHON_ACCESS} is not ours: remove it and grade again")
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    saved = _read_saved(fd)
     granted = []
     for target in {Path(sys.base_prefix), Path(sys.prefix), Path(sys.executable).parent}:
         for folder in [*reversed(target.resolve().parents), target.resolve()]:
@@ -501,19 +513,49 @@ def open_interpreter(uid: int, gid: int) -> list:
                 info = folder.stat()
             except OSError:
                 continue
-            if info.st_uid == uid or info.st_mode & 0o001 or any(folder == f for f, _ in granted):
+            if info.st_uid == uid or info.st_mode & 0o001:
                 continue
-            granted.append((folder, stat.S_IMODE(info.st_mode)))
+            saved.setdefault(str(folder), stat.S_IMODE(info.st_mode))
             os.chmod(folder, stat.S_IMODE(info.st_mode) | 0o001)
-    return granted
+            granted.append(folder)
+    _write_saved(fd, saved)
+    fcntl.flock(fd, fcntl.LOCK_SH)  # held while this grading runs
+    return fd, sorted(set(granted) | {Path(p) for p in saved})
 
 
-def close_interpreter(granted: list) -> None:
-    for folder, mode in reversed(granted):
+def _read_saved(fd) -> dict:
+    os.lseek(fd, 0, os.SEEK_SET)
+    try:
+        return {str(k): int(v) for k, v in json.loads(os.read(fd, 1 << 20) or b"{}").items()}
+    except (ValueError, AttributeError):
+        return {}
+
+
+def _write_saved(fd, saved: dict) -> None:
+    os.lseek(fd, 0, os.SEEK_SET)
+    os.ftruncate(fd, 0)
+    os.write(fd, json.dumps(saved).encode())
+
+
+def close_interpreter(access) -> None:
+    """Put the folders' modes back, unless another grading still runs (it will)."""
+    import fcntl
+    if not access:
+        return
+    fd, _ = access
+    try:
         try:
-            os.chmod(folder, mode)
-        except OSError:
-            pass
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return  # another grading holds it: the last one restores
+        for folder, mode in _read_saved(fd).items():
+            try:
+                os.chmod(folder, mode)
+            except OSError:
+                pass
+        _write_saved(fd, {})
+    finally:
+        os.close(fd)
 
 
 def check_sandbox_python(uid: int, gid: int) -> None:
@@ -649,12 +691,12 @@ def grade(submission: Path | None, labs: list[str] | None = None, *, source: Pat
     make_undumpable()  # same-user mode: learner processes cannot read our memory or descriptors
     become_subreaper()  # a process a lab left behind (double fork, setsid, cleared environment) stays ours
     mode = choose_mode(user, same_user)
-    granted = []
+    access = None
     if mode["uid"] is not None:
-        granted = open_interpreter(mode["uid"], mode["gid"])
-        if granted:
+        access = open_interpreter(mode["uid"], mode["gid"])
+        if access[1]:
             mode["mode"] += (" (for the time of the grading, other users may pass through "
-                             + ", ".join(str(f) for f, _ in granted) + " to reach Python)")
+                             + ", ".join(str(f) for f in access[1]) + " to reach Python)")
         protect_source(Path(source))
         if Path(hidden).is_dir():
             os.chmod(hidden, stat.S_IMODE(Path(hidden).stat().st_mode) & ~0o007)
@@ -663,7 +705,7 @@ def grade(submission: Path | None, labs: list[str] | None = None, *, source: Pat
             check_sandbox_python(mode["uid"], mode["gid"])
         return _grade(submission, labs, source, hidden, lab_timeout, total_timeout, mode, progress, start)
     finally:
-        close_interpreter(granted)
+        close_interpreter(access)
 
 
 def _grade(submission, labs, source, hidden, lab_timeout, total_timeout, mode, progress, start) -> GradeResult:

@@ -276,7 +276,8 @@ def test_gradescope_zip_grades_a_submission_and_always_writes_results(tmp_path):
 
 MODES = [pytest.param("root", marks=pytest.mark.skipif(not IS_ROOT, reason="root mode needs the tests to run as root")),
          "same-user"]
-HIDDEN_TEXT = ("HIDDEN-CHECK-7f3a", "2 * 999 * 7e-6", "nobody_tries")
+HIDDEN_TEXT = ("HIDDEN-CHECK-7f3a", "2 * 999 * 7e-6")  # the source (a hidden test's name is shown, by design)
+CANARY = "grader-secret-canary-5d1e"  # in the grader's environment: learner processes must not see it
 
 
 def attack(name: str, marker: str = "") -> str:
@@ -320,7 +321,7 @@ def grade_as(mode: str, folder: Path, labs: list, tmp_path: Path, lab_timeout: f
         proc = subprocess.run([sys.executable, "-m", "grading", "grade", str(home / "submission"), "--labs", *labs,
                                "--lab-timeout", str(lab_timeout), "--format", "gradescope", "--out", str(out)],
                               cwd=course, user=uid, group=gid, extra_groups=[], capture_output=True, text=True,
-                              timeout=600, env=dict(os.environ, HOME=str(home), TMPDIR="/tmp"))
+                              timeout=600, env=dict(os.environ, HOME=str(home), TMPDIR="/tmp", GRADER_TOKEN=CANARY))
         assert proc.returncode == 0, proc.stderr[-3000:]
         results = json.loads(out.read_text())
     finally:
@@ -377,7 +378,8 @@ def test_rewriting_another_labs_tests_or_folder_gains_nothing(tmp_path, mode, na
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_reading_the_hidden_tests_or_other_processes_leaks_nothing(tmp_path, mode):
+def test_reading_the_hidden_tests_or_other_processes_leaks_nothing(tmp_path, mode, monkeypatch):
+    monkeypatch.setenv("GRADER_TOKEN", CANARY)
     text = attack("leak_hidden.py") + shipped("lab-01-alpha-beta") + attack("leak_hidden_suffix.py")
     graded = grade_as(mode, submission(tmp_path, lab_01_alpha_beta=text), ["lab-01-alpha-beta"], tmp_path)
     assert graded.scores["lab-01-alpha-beta"][0] == 0, graded.mode
@@ -385,6 +387,7 @@ def test_reading_the_hidden_tests_or_other_processes_leaks_nothing(tmp_path, mod
     assert "LEAK" in seen  # what the attack found does reach the report: it found nothing
     assert not any(secret in seen for secret in HIDDEN_TEXT), graded.mode
     assert "COMMTAX_SANDBOX" not in seen and "COMMTAX_GRADING_OUT_FD" not in seen, graded.mode
+    assert CANARY not in seen, "the grader's environment reached the learner's code"
 
 
 @pytest.mark.parametrize("mode", MODES)
