@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
+import stat
 import sys
 import time
 import traceback
@@ -55,6 +57,9 @@ def cmd_grade_many(args) -> int:
     if not submissions:
         raise SystemExit(f"no submission folders in {folder}")
     labs = args.labs or lab_names()
+    if hasattr(os, "geteuid") and os.geteuid() == 0 and not args.same_user:
+        # Root mode: one learner's code must not read another learner's submission.
+        os.chmod(folder, stat.S_IMODE(folder.stat().st_mode) & ~0o007)
     with open(args.csv, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["submission", "score", "max_score", *labs])
