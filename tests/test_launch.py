@@ -236,6 +236,21 @@ def test_a_planted_deadlock_fails_in_seconds_naming_each_ranks_line_and_the_caus
     assert "Check the tag and the source rank" in lines[4] or "tag" not in what + hint
 
 
+def test_an_error_quotes_source_lines_only_from_the_jobs_own_files(tmp_path):
+    # Stacks come from the ranks, which run the learner's code: a forged frame naming another file
+    # (a hidden test) must not put that file's lines into a message.
+    from commtax.ranks import launch
+
+    secret = tmp_path / "hidden_test.py"
+    secret.write_text("EXPECTED = 42  # the answer\n")
+    launch._SOURCES.files = launch._job_sources(planted.ring_with_a_wrong_tag, (), {})
+    line = planted.stuck_line("ring_with_a_wrong_tag")
+    assert "tag=1" in launch._source_line(planted.__file__, line)
+    assert launch._source_line(str(secret), 1) == ""
+    assert launch._where(str(secret), 1, "f") == f"{secret}:1 in f"
+    assert not launch._valid_beat({"time": 0.0, "cpu": 0.0, "stack": [[str(secret)]], "p2p": {}})
+
+
 def test_a_rank_that_works_while_its_peers_wait_in_recv_is_not_a_deadlock():
     # Rank 0 sleeps, then computes, for twice the quiet period while ranks 1 and 2 wait in recv.
     assert run_ranks(planted.slow_rank_then_send, 3, args=(4.0,), timeout=LONG_DEADLINE,

@@ -40,7 +40,9 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 import time
+import types
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -182,6 +184,7 @@ def run_ranks(
         raise BackendUnavailable(reason)
     _byfile.check_runnable(fn)
 
+    _SOURCES.files = _job_sources(fn, args, kwargs)  # the files an error may quote lines of
     run_dir = boundary.learner_run_dir()  # under the grader: inside the learner's sandbox
     procs: list[subprocess.Popen] = []
     try:
@@ -499,8 +502,44 @@ def _main_thread(stack: str) -> list[str]:
 _FRAME_RE = re.compile(r'File "(?P<file>.+)", line (?P<line>\d+) in (?P<func>\S+)')
 _RUNNER_FILES = ("_rank.py", "launch.py", "traffic.py", "_heartbeat.py", "_byfile.py")
 _RANKS_DIR = os.path.dirname(os.path.abspath(__file__))
+_PACKAGE_DIR = os.path.dirname(os.path.realpath(_RANKS_DIR))
 _STDLIB = sysconfig.get_paths().get("stdlib", "\0")
 _RECEIVES = ("recv", "irecv", "wait")
+
+
+_SOURCES = threading.local()  # .files: the source files this thread's run may quote
+
+
+def _job_sources(fn, args, kwargs) -> set:
+    """The files whose lines an error may quote: the worker's file and the lab files passed to it."""
+    files = set()
+    for obj in (fn, *args, *(kwargs or {}).values()):
+        try:
+            path = getattr(getattr(obj, "__code__", None), "co_filename", None)
+            if path is None and (isinstance(obj, types.ModuleType) or type(obj).__name__ == "LabProxy"):
+                path = getattr(obj, "__file__", None)
+        except Exception:  # noqa: BLE001 - a proxy that answers nothing quotes nothing
+            path = None
+        if isinstance(path, str):
+            # Under the grader, ranks run the learner's private copy of each file.
+            files.update(os.path.realpath(p) for p in (path, boundary.learner_path(path)))
+    return files
+
+
+def _source_line(file: str, line) -> str:
+    """One line of source, read only from the run's own files (:func:`_job_sources`) or commtax.
+
+    The paths come from the ranks' stacks, and the ranks run the learner's code:
+    quoting any file they name would let a crafted stack read another file (a
+    hidden test) into a visible message.
+    """
+    try:
+        real = os.path.realpath(file)
+        if real not in getattr(_SOURCES, "files", set()) and not real.startswith(_PACKAGE_DIR + os.sep):
+            return ""
+        return linecache.getline(file, int(line))
+    except (TypeError, ValueError, OSError):
+        return ""
 
 
 def _parse_frames(stack: str) -> list:
@@ -540,7 +579,7 @@ def _waiting_call(frames) -> str | None:
             continue
         if call:
             return call
-        return "wait" if ".wait(" in linecache.getline(file, int(line)) else None
+        return "wait" if ".wait(" in _source_line(file, line) else None
     return call
 
 
@@ -560,7 +599,7 @@ def _learner_frame(frames):
 def _where(file: str, line: int, func: str) -> str:
     """``labs/lab-02.../starter.py:156 in ring_reduce_scatter: `dist.recv(...)```."""
     shown = os.path.relpath(file) if os.path.abspath(file).startswith(os.getcwd() + os.sep) else file
-    source = linecache.getline(file, line).strip()
+    source = _source_line(file, line).strip()
     return f"{shown}:{line} in {func}" + (f": `{source}`" if source else "")
 
 
@@ -737,6 +776,20 @@ def _describe(fn, world_size, backend, timeout, failures: list[RankFailure]) -> 
     return "\n".join(lines)
 
 
+def _valid_beat(beat) -> bool:
+    """A heartbeat of the shape :mod:`commtax.ranks._heartbeat` writes (the rank may have forged it)."""
+    try:
+        return (isinstance(beat["time"], (int, float)) and isinstance(beat["cpu"], (int, float))
+                and all(isinstance(f, str) and isinstance(n, int) and isinstance(c, str)
+                        for f, n, c in beat["stack"])
+                and all(isinstance(k, str) and len(k.split()) == 3 and k.split()[0] in ("send", "recv")
+                        and (k.split()[1].isdigit() or k.split()[1] == "*") and k.split()[2].isdigit()
+                        and isinstance(n, int)
+                        for k, n in beat["p2p"].items()))
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return False
+
+
 class _Stall:
     """Read the ranks' heartbeats (:mod:`commtax.ranks._heartbeat`) and spot a deadlock.
 
@@ -755,11 +808,13 @@ class _Stall:
         self.next_read = 0.0
 
     def _read(self, rank: int):
+        # The rank runs the learner's code: never follow a link, never read more than a beat's size.
         try:
-            with open(os.path.join(self.run_dir, f"rank{rank}.beat")) as f:
-                return json.load(f)
+            with boundary.open_learner_file(os.path.join(self.run_dir, f"rank{rank}.beat"), "r") as f:
+                beat = json.loads(f.read(1 << 20))
         except (OSError, ValueError):
             return None
+        return beat if _valid_beat(beat) else None
 
     def quiet_for(self) -> float:
         return time.monotonic() - self.since
@@ -773,7 +828,11 @@ class _Stall:
         for rank in sorted(running):
             beat = self._read(rank)
             # No beat yet (still importing), or a stale one (C code holding the GIL): not waiting.
-            if beat is None or time.time() - beat.get("time", 0) > 1.5 or not _waiting_call(beat["stack"]):
+            try:
+                waiting = beat is not None and time.time() - beat["time"] < 1.5 and _waiting_call(beat["stack"])
+            except (KeyError, TypeError, ValueError):  # a beat the learner's code scribbled on
+                waiting = False
+            if not waiting:
                 self.state = None
                 return False
             self.beats[rank] = beat
