@@ -9,6 +9,7 @@ does not come from the lab.
 
 import math
 import time
+import traceback
 
 import pytest
 import torch
@@ -170,10 +171,17 @@ def _timed_layer(lab, weights, x, top_k, repeats):
     return {"recv_counts": list(layer.recv_counts), "cpu": best_cpu, "wall": best_wall}
 
 
-def moe_worker(rank, world_size, lab, case):
-    """All checks of one world size in one start-up: all-to-all, the EP layer, its errors, the skew."""
-    device = rank_device()
-    out = {"a2a": {}, "ep": {}}
+def _section(fn):
+    """Run one part of the checks; a learner's exception there becomes a message for that part's tests only
+    (if the other ranks then wait forever, the launcher's deadlock detection fails the whole run instead)."""
+    try:
+        return fn()
+    except Exception as exc:  # noqa: BLE001 - reported by the tests that read this part
+        return {"failed": "".join(traceback.format_exception(exc))[-4000:]}
+
+
+def _a2a_checks(lab, rank, world_size, case, device):
+    out = {}
     matrix = SPLITS[world_size]
     send_splits, recv_splits = matrix[rank], [row[rank] for row in matrix]
     for name, tensors in case["a2a"].items():
@@ -182,19 +190,31 @@ def moe_worker(rank, world_size, lab, case):
             got = lab.all_to_all(send, send_splits, recv_splits)
         single = send.new_empty((sum(recv_splits),) + tuple(send.shape[1:]))
         torch.distributed.all_to_all_single(single, send, recv_splits, send_splits)
-        out["a2a"][name] = {"got": got.cpu(), "single": single.cpu(), "bytes_sent": traffic.bytes_sent,
-                            "collectives": traffic.collectives}
-    for label, cf in (("dropless", None), ("capacity", CAPACITY_FACTOR)):
-        out["ep"][label] = _ep_run(lab, case["weights"], case["xs"][rank], case["ups"][rank], TOP_K, cf, device)
+        out[name] = {"got": got.cpu(), "single": single.cpu(), "bytes_sent": traffic.bytes_sent,
+                     "collectives": traffic.collectives}
+    return out
+
+
+def _from_full_error(lab, world_size):
     try:
         lab.ExpertParallelMoE.from_full(lab.MoE(HIDDEN, FFN, world_size + 1, 1, dtype=DTYPE))
-        out["error"] = "no error"
+        return "no error"
     except ValueError as exc:
-        out["error"] = str(exc)
+        return str(exc)
+
+
+def moe_worker(rank, world_size, lab, case):
+    """All checks of one world size in one start-up: all-to-all, the EP layer, its errors, the skew."""
+    device = rank_device()
+    out = {"a2a": _section(lambda: _a2a_checks(lab, rank, world_size, case, device)),
+           "ep": _section(lambda: {label: _ep_run(lab, case["weights"], case["xs"][rank], case["ups"][rank], TOP_K,
+                                                  cf, device)
+                                   for label, cf in (("dropless", None), ("capacity", CAPACITY_FACTOR))}),
+           "error": _section(lambda: _from_full_error(lab, world_size))}
     if "skew" in case:
         xs, routers = case["skew"]
-        out["skew"] = {name: _timed_layer(lab, weights, xs[rank], 1, SKEW["repeats"])
-                       for name, weights in routers.items()}
+        out["skew"] = _section(lambda: {name: _timed_layer(lab, weights, xs[rank], 1, SKEW["repeats"])
+                                        for name, weights in routers.items()})
     return out
 
 
@@ -213,6 +233,14 @@ def _results(lab, world_size, backend="gloo"):
     case = _case(world_size, with_skew=(world_size == 2 and backend == "gloo"))
     return RUNS.get((world_size, backend), moe_worker, world_size, (lab, case), backend=backend, timeout=120,
                     needs=needs)
+
+
+def _part(result, rank, key):
+    """One part of a rank's results; if the learner's code raised there, fail with its traceback."""
+    part = result[key]
+    if isinstance(part, dict) and "failed" in part:
+        raise AssertionError(f"rank {rank}: the {key} checks raised in your code:\n{part['failed']}")
+    return part
 
 
 def _diff(a, b):
@@ -310,7 +338,7 @@ def test_all_to_all_equals_all_to_all_single_with_uneven_and_empty_splits(lab, w
                 start = sum(matrix[j][:rank])
                 pieces.append(tensors[j][start:start + matrix[j][rank]])
             expected = torch.cat(pieces)
-            got = result["a2a"][name]["got"]
+            got = _part(result, rank, "a2a")[name]["got"]
             assert got.dtype == expected.dtype and tuple(got.shape) == tuple(expected.shape), \
                 f"rank {rank}, {name}: got {got.dtype} {tuple(got.shape)}, expected {expected.dtype} {tuple(expected.shape)}"
             assert torch.equal(got, expected), f"rank {rank}, {name}: rows differ from the splits' transpose"
@@ -322,7 +350,7 @@ def test_all_to_all_uses_point_to_point_only_and_sends_each_row_once(lab, world_
     inputs, matrix = _a2a_inputs(world_size), SPLITS[world_size]
     for rank, result in enumerate(_results(lab, world_size)):
         for name, tensors in inputs.items():
-            entry = result["a2a"][name]
+            entry = _part(result, rank, "a2a")[name]
             assert entry["collectives"] == [], f"rank {rank} called collectives {entry['collectives']}"
             off_rank = sum(matrix[rank]) - matrix[rank][rank]
             expected = off_rank * tensors[rank][0:1].numel() * tensors[rank].element_size()
@@ -338,7 +366,7 @@ def test_expert_parallel_outputs_and_input_grads_equal_the_single_process_moe(la
     cf = None if mode == "dropless" else CAPACITY_FACTOR
     outputs, input_grads, _, _ = _reference(case["weights"], case["xs"], case["ups"], TOP_K, cf)
     for rank, result in enumerate(_results(lab, world_size)):
-        got = result["ep"][mode]
+        got = _part(result, rank, "ep")[mode]
         d_out, d_grad = _diff(got["output"], outputs[rank].detach()), _diff(got["input_grad"], input_grads[rank])
         assert d_out < TOLERANCE, f"rank {rank}: output differs by {d_out:g}"
         assert d_grad < TOLERANCE, f"rank {rank}: input gradient differs by {d_grad:g}"
@@ -351,7 +379,7 @@ def test_expert_and_router_gradients_equal_the_single_process_moe(lab, world_siz
     case = _case(world_size, with_skew=False)
     cf = None if mode == "dropless" else CAPACITY_FACTOR
     _, _, grads, _ = _reference(case["weights"], case["xs"], case["ups"], TOP_K, cf)
-    results = [r["ep"][mode] for r in _results(lab, world_size)]
+    results = [_part(r, rank, "ep")[mode] for rank, r in enumerate(_results(lab, world_size))]
     local = EXPERTS[world_size] // world_size
     for rank, got in enumerate(results):
         mine = slice(rank * local, (rank + 1) * local)
@@ -367,9 +395,10 @@ def test_expert_and_router_gradients_equal_the_single_process_moe(lab, world_siz
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_each_rank_holds_only_its_experts(lab, world_size):
     for rank, result in enumerate(_results(lab, world_size)):
-        shape = result["ep"]["dropless"]["w1_shape"]
+        shape = _part(result, rank, "ep")["dropless"]["w1_shape"]
         assert shape == (EXPERTS[world_size] // world_size, FFN, HIDDEN), f"rank {rank}: w1 shard {shape}"
-        assert "experts" in result["error"], f"from_full with {world_size + 1} experts: {result['error']!r}"
+        error = _part(result, rank, "error")
+        assert "experts" in error, f"from_full with {world_size + 1} experts: {error!r}"
 
 
 @pytest.mark.points(3)
@@ -384,7 +413,7 @@ def test_bytes_each_rank_sends_equal_its_routing_times_hidden(lab, world_size, m
     row = HIDDEN * DTYPE.itemsize
     counts = (world_size - 1) * (experts // world_size) * COUNT_BYTES      # the per-expert counts, int64
     for rank, result in enumerate(_results(lab, world_size)):
-        got = result["ep"][mode]
+        got = _part(result, rank, "ep")[mode]
         assert got["send_counts"] == sent[rank], f"rank {rank}: sent {got['send_counts']}, routing says {sent[rank]}"
         received = [sent[j][rank] for j in range(world_size)]
         assert got["recv_counts"] == received, f"rank {rank}: received {got['recv_counts']}, expected {received}"
@@ -404,9 +433,10 @@ def test_capacity_in_the_layer_drops_what_the_rule_drops(lab, world_size):
     dropped = [int((~keep).sum()) for _, keep in keeps]
     assert sum(dropped) > 0, "the test's capacity factor should drop something"
     for rank, result in enumerate(_results(lab, world_size)):
-        assert result["ep"]["capacity"]["dropped"] == dropped[rank], \
-            f"rank {rank}: dropped {result['ep']['capacity']['dropped']}, the rule drops {dropped[rank]}"
-        assert result["ep"]["dropless"]["dropped"] == 0
+        ep = _part(result, rank, "ep")
+        assert ep["capacity"]["dropped"] == dropped[rank], \
+            f"rank {rank}: dropped {ep['capacity']['dropped']}, the rule drops {dropped[rank]}"
+        assert ep["dropless"]["dropped"] == 0
 
 
 @pytest.mark.points(3)
@@ -421,7 +451,7 @@ def test_a_skewed_router_loads_the_busiest_rank_and_its_time_as_predicted(lab):
             for e in ids.reshape(-1).tolist():
                 counts[e // per_rank][src] += 1
         expected[name] = counts                                   # expected[name][dst][src]
-    results = _results(lab, 2)
+    results = [{"skew": _part(r, rank, "skew")} for rank, r in enumerate(_results(lab, 2))]
     for rank, result in enumerate(results):
         for name in routers:
             assert result["skew"][name]["recv_counts"] == expected[name][rank], \
@@ -450,5 +480,5 @@ def test_the_layer_runs_on_each_backend(lab, backend):
     case = _case(2, with_skew=False)
     outputs, _, _, _ = _reference(case["weights"], case["xs"], case["ups"], TOP_K, None)
     for rank, result in enumerate(_results(lab, 2, backend)):
-        d = _diff(result["ep"]["dropless"]["output"], outputs[rank].detach())
+        d = _diff(_part(result, rank, "ep")["dropless"]["output"], outputs[rank].detach())
         assert d < 1e-9, f"rank {rank} on {backend}: output differs by {d:g}"
