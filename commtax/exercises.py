@@ -142,6 +142,11 @@ EXERCISES: dict[str, Exercise] = {
     "09.3": Exercise("share of the busiest rank's copies dropped at cf 1.25 and imbalance 2 (0.25 = 25%)", "8UwJyTlyRIA="),
     "09.4": Exercise("expected distinct nodes per token: 256 experts on 8 nodes, top-8", "e5YbJx63nVQ="),
     "09.5": Exercise("the smallest SwiGLU expert FFN size f_e that hides behind one IB NDR NIC", "9fdmwQ6BJMY="),
+    # Lesson 11
+    "11.1": Exercise("PP bytes per rank per step (averaged over ranks) for d = 1, t = 2, p = 4", "CY6cBW3iAJg="),
+    "11.2": Exercise("TP bytes with attention divided by TP bytes without", "pU0mEOgju1E="),
+    "11.3": Exercise("the bubble's share of the step at m = 8, p = 2 (0.25 = 25%)", "5WvHPguHJsA="),
+    "11.4": Exercise("bytes per rank per step the ledger shows on DP in 2 x 2 x 1 with the wrong group", "jKOeAYyvjmo="),
 }
 
 # Factors that betray a classic slip, and what to check then.
