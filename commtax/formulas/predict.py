@@ -103,7 +103,7 @@ GPUS = {g.name: g for g in (A100, H100)}
 #: how many times the element-wise kernels read or write a layer's stored activations.
 FITTED = {
     "A100-80GB": dict(matmul_efficiency=0.64, elementwise_passes=2.25),
-    "H100-80GB": dict(matmul_efficiency=0.69, elementwise_passes=5.5),
+    "H100-80GB": dict(matmul_efficiency=0.66, elementwise_passes=5.25),
 }
 
 RECOMPUTE = ("none", "selective", "full")
@@ -120,6 +120,7 @@ RETURNED = ("step_time_s", "model_tflops_per_gpu", "hardware_tflops_per_gpu", "m
             "memory_bytes_per_gpu", "binding")
 ADAM_BYTES = 12              # fp32 master weights, momentum, variance
 OPTIMIZER_TRAFFIC = 30       # bytes per parameter read + written by one Adam step
+MAX_MICRO_BATCH = 16        # the largest micro-batch the predictor tries when a run leaves it open
 BUCKET_PARAMS = 40e6         # Megatron-LM's default gradient bucket (parameters)
 ACT_BYTES = 2                # bf16/fp16 activations
 
@@ -139,8 +140,8 @@ def normalize(run) -> dict:
     Filled in (what Megatron-LM's published configurations do): :data:`OPEN_DEFAULTS` for
     ``vocab``, ``tp``, ``pp``, ``cp``, ``zero_stage``, ``precision``, ``swiglu`` set to None;
     ``dp`` = gpus / (tp pp cp);
-    ``ffn_hidden`` = 4 h; ``kv_heads`` = heads; ``micro_batch`` = 1 (Megatron-LM's GPT scripts);
-    ``vpp`` = 1 here (:func:`breakdown` first tries every interleaving depth);
+    ``ffn_hidden`` = 4 h; ``kv_heads`` = heads; ``micro_batch`` = 1 and ``vpp`` = 1 here
+    (:func:`breakdown` first tries every micro-batch and interleaving depth);
     ``sequence_parallel`` = on when tp > 1; ``recompute`` is decided by :func:`choose_recompute`.
     """
     if not isinstance(run, dict):
@@ -359,24 +360,30 @@ def _group(cfg, gpu, size, stride):
 
 
 def breakdown(run, constants=None, hardware=None) -> dict:
-    """The prediction with the interleaving depth left open (``vpp`` None) chosen for speed.
+    """The prediction, with what the run leaves open chosen as a tuned run would choose it.
 
-    Megatron-LM's published pipelines use the interleaved schedule; the depth v is the one
-    (dividing the layers of a stage evenly) with the shortest predicted step that fits in memory.
+    ``vpp`` None: Megatron-LM's published pipelines use the interleaved schedule; the depth v
+    (1 to the layers per stage; a stage's layers need not divide evenly) with the shortest
+    predicted step that fits in memory. ``micro_batch`` None: likewise, among the divisors of
+    the sequences per replica up to :data:`MAX_MICRO_BATCH` (more micro-batches shrink the
+    bubble; larger ones hide ZeRO-3's gathers and the DP reduce better, and need more memory).
     """
     cfg = normalize(run)
-    if run.get("vpp") is None and cfg["pp"] > 1:
-        best = None
-        for v in range(1, cfg["layers"] // cfg["pp"] + 1):
-            if cfg["layers"] % (cfg["pp"] * v):
-                continue
-            candidate = _breakdown({**run, "vpp": v}, constants, hardware)
-            key = (not candidate["fits"], candidate["step_time_s"])
+    per_replica = cfg["global_batch"] // cfg["dp"]
+    micro = [run.get("micro_batch")] if run.get("micro_batch") is not None else \
+        [b for b in range(1, min(per_replica, MAX_MICRO_BATCH) + 1) if per_replica % b == 0]
+    depths = [run.get("vpp")] if run.get("vpp") is not None or cfg["pp"] == 1 else \
+        list(range(1, cfg["layers"] // cfg["pp"] + 1))
+    if len(micro) * len(depths) == 1:
+        return _breakdown(run, constants, hardware)
+    best = None
+    for b in micro:
+        for v in depths:
+            candidate = _breakdown({**run, "micro_batch": b, "vpp": v}, constants, hardware)
+            key = (not candidate["fits"], candidate["step_time_s"] * (1 + 1e-9))  # ties: the smaller
             if best is None or key < best[0]:
-                best = (key, candidate)
-        if best is not None:
-            return best[1]
-    return _breakdown(run, constants, hardware)
+                best = ((key[0], candidate["step_time_s"]), candidate)
+    return best[1]
 
 
 def _breakdown(run, constants=None, hardware=None) -> dict:
@@ -595,8 +602,13 @@ def errors(entries, constants=None) -> list[float]:
 
 def fit_constants(entries, gpu, efficiencies=None, passes=None) -> dict:
     """Grid-search the two constants of ``gpu`` minimising the sum of squared log errors of the
-    primary figures of the ``entries`` run on that GPU (least squares on log(predicted / published))."""
-    mine = [e for e in entries if e["run"]["gpu"] == gpu]
+    primary figures of the ``entries`` run on that GPU (least squares on log(predicted / published)).
+    The micro-batch and interleaving depth a run leaves open are chosen once, before the search."""
+    mine = []
+    for e in entries:   # the plan choices a run leaves open are made once, with the shipped constants
+        if GPU_ALIASES.get(e["run"]["gpu"], e["run"]["gpu"]) == gpu:
+            plan = breakdown(e["run"])["plan"]
+            mine.append(dict(e, run={**e["run"], "micro_batch": plan["micro_batch"], "vpp": plan["vpp"]}))
     efficiencies = efficiencies if efficiencies is not None else [x / 100 for x in range(50, 96)]
     passes = passes if passes is not None else [x / 4 for x in range(0, 33)]
     best = None

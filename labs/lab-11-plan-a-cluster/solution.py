@@ -67,7 +67,7 @@ _GPU = {name: SimpleNamespace(name=name, **preset) for name, preset in GPUS.item
 #: element-wise kernels make over a layer's stored activations.
 _FITTED = {
     "A100-80GB": dict(matmul_efficiency=0.64, elementwise_passes=2.25),
-    "H100-80GB": dict(matmul_efficiency=0.69, elementwise_passes=5.5),
+    "H100-80GB": dict(matmul_efficiency=0.66, elementwise_passes=5.25),
 }
 _RECOMPUTE = ("none", "selective", "full")
 _PRECISIONS = ("bf16", "fp16")
@@ -80,6 +80,7 @@ _GPU_ALIASES = {"A100": "A100-80GB", "H100": "H100-80GB", "H100-SXM": "H100-80GB
 _REQUIRED = RUN_KEYS[:10]
 _ADAM_BYTES = 12              # fp32 master weights, momentum, variance
 _OPTIMIZER_TRAFFIC = 30       # bytes per parameter read + written by one Adam step
+_MAX_MICRO_BATCH = 16         # the largest micro-batch tried when a run leaves it open
 _BUCKET_PARAMS = 40e6         # Megatron-LM's default gradient bucket (parameters)
 _ACT_BYTES = 2                # bf16/fp16 activations
 
@@ -131,8 +132,8 @@ def _normalize(run) -> dict:
     Filled in (what Megatron-LM's published configurations do): ``_OPEN_DEFAULTS`` for
     ``vocab``, ``tp``, ``pp``, ``cp``, ``zero_stage``, ``precision``, ``swiglu`` set to None;
     ``dp`` = gpus / (tp pp cp);
-    ``ffn_hidden`` = 4 h; ``kv_heads`` = heads; ``micro_batch`` = 1 (Megatron-LM's GPT scripts);
-    ``vpp`` = 1 here (:func:`_breakdown` first tries every interleaving depth);
+    ``ffn_hidden`` = 4 h; ``kv_heads`` = heads; ``micro_batch`` = 1 and ``vpp`` = 1 here
+    (:func:`_breakdown` first tries every micro-batch and interleaving depth);
     ``sequence_parallel`` = on when tp > 1; ``recompute`` is decided by :func:`_choose_recompute`.
     """
     if not isinstance(run, dict):
@@ -336,24 +337,30 @@ def _group(cfg, gpu, size, stride):
 
 
 def _breakdown(run, constants=None, hardware=None) -> dict:
-    """The prediction with the interleaving depth left open (``vpp`` None) chosen for speed.
+    """The prediction, with what the run leaves open chosen as a tuned run would choose it.
 
-    Megatron-LM's published pipelines use the interleaved schedule; the depth v is the one
-    (dividing the layers of a stage evenly) with the shortest predicted step that fits in memory.
+    ``vpp`` None: Megatron-LM's published pipelines use the interleaved schedule; the depth v
+    (1 to the layers per stage; a stage's layers need not divide evenly) with the shortest
+    predicted step that fits in memory. ``micro_batch`` None: likewise, among the divisors of
+    the sequences per replica up to ``_MAX_MICRO_BATCH`` (more micro-batches shrink the
+    bubble; larger ones hide ZeRO-3's gathers and the DP reduce better, and need more memory).
     """
     cfg = _normalize(run)
-    if run.get("vpp") is None and cfg["pp"] > 1:
-        best = None
-        for v in range(1, cfg["layers"] // cfg["pp"] + 1):
-            if cfg["layers"] % (cfg["pp"] * v):
-                continue
-            candidate = _breakdown_one({**run, "vpp": v}, constants, hardware)
-            key = (not candidate["fits"], candidate["step_time_s"])
+    per_replica = cfg["global_batch"] // cfg["dp"]
+    micro = [run.get("micro_batch")] if run.get("micro_batch") is not None else \
+        [b for b in range(1, min(per_replica, _MAX_MICRO_BATCH) + 1) if per_replica % b == 0]
+    depths = [run.get("vpp")] if run.get("vpp") is not None or cfg["pp"] == 1 else \
+        list(range(1, cfg["layers"] // cfg["pp"] + 1))
+    if len(micro) * len(depths) == 1:
+        return _breakdown_one(run, constants, hardware)
+    best = None
+    for b in micro:
+        for v in depths:
+            candidate = _breakdown_one({**run, "micro_batch": b, "vpp": v}, constants, hardware)
+            key = (not candidate["fits"], candidate["step_time_s"] * (1 + 1e-9))  # ties: the smaller
             if best is None or key < best[0]:
-                best = (key, candidate)
-        if best is not None:
-            return best[1]
-    return _breakdown_one(run, constants, hardware)
+                best = ((key[0], candidate["step_time_s"]), candidate)
+    return best[1]
 
 
 def _breakdown_one(run, constants=None, hardware=None) -> dict:
