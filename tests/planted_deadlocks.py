@@ -37,6 +37,13 @@ def ring_with_a_wrong_source(rank, world_size):
     request.wait()
 
 
+def ring_that_waits_on_its_send_before_receiving(rank, world_size):
+    request = dist.isend(torch.ones(4), (rank + 1) % world_size)
+    request.wait()  # stuck here: the send completes only once the peer receives
+    inbox = torch.zeros(4)
+    dist.recv(inbox, (rank - 1) % world_size)
+
+
 def slow_rank_then_send(rank, world_size, seconds):
     """Correct, but rank 0 works for ``seconds`` while the others wait in recv: not a deadlock."""
     value = torch.tensor([float(rank)])

@@ -15,10 +15,19 @@ What it guarantees, because distributed bugs hang rather than crash:
 * A hard deadline. When it passes, every live rank is asked for a stack dump
   (``faulthandler`` on SIGUSR1) and killed, and the error says which rank was
   stuck on which line.
+* A deadlock costs seconds, not the deadline (gloo). Each rank writes a
+  heartbeat (:mod:`commtax.ranks._heartbeat`: its stack, its CPU time, the
+  messages it posted per peer and tag); once every live rank has sat
+  ``deadlock_after`` seconds in a torch.distributed wait, with nothing moving
+  and no CPU used, the run is stopped. The error's first lines name each
+  rank's line of the learner's code and what it waits for, then a hint: all
+  ranks receive first, all block in ``send`` (use ``isend``), a ``recv`` whose
+  tag or source rank matches no send, different collectives.
 * When one rank fails, the others get ``grace`` seconds to finish and are then
   dumped and killed too: a rank that raises while its peer waits in ``recv``
   costs seconds, not the whole deadline. The first failing rank's traceback
-  is the headline of the error.
+  is the headline of the error. Under pytest the runner's own frames are
+  hidden (``__tracebackhide__``).
 * Each rank runs in its own process session; the whole session is killed at
   the end, so nothing a rank started is left behind.
 
@@ -698,6 +707,12 @@ def _diagnose(failures: list[RankFailure], world_size: int) -> tuple[str, str] |
             "else. With gloo a blocking send returns only once the peer posts the matching "
             "recv: post sends with dist.isend and wait on them after receiving, and check the "
             "tag and the source rank of each recv against the sends.")
+    if unreceived and not waiting:
+        return "every rank waits for its own send to be received", (
+            "every rank waits on a send (`req.wait()` after dist.isend) and no rank has posted "
+            "the matching recv: a send completes only once the peer receives it. Post the "
+            "receive before waiting on the send (`req = dist.isend(t, dst); dist.recv(buf, "
+            "src); req.wait()`).")
     return "every rank waits in recv() and no message is on its way", (
         "every rank is waiting to receive and no rank has sent anything: the ranks all "
         "receive before they send. Post the send first with dist.isend and wait on it after "
@@ -883,6 +898,7 @@ def launch(fn, world_size: int, args: tuple = (), kwargs: dict | None = None, *,
     """Run ``fn`` on every rank: under torchrun if this process is part of a
     torchrun job (returns this rank's result), else by spawning ``world_size``
     local ranks (returns the list of results)."""
+    __tracebackhide__ = True
     if launched_by_torchrun():
         return run_under_torchrun(fn, args, kwargs, backend=backend, timeout=timeout)
     return run_ranks(fn, world_size, args, kwargs, backend=backend or "gloo", timeout=timeout)
