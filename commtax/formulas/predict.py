@@ -58,6 +58,7 @@ import numbers
 from dataclasses import dataclass
 from pathlib import Path
 
+from commtax.formulas import memory
 from commtax.formulas.network import (group_allgather_time, group_allreduce_time, group_reduce_scatter_time,
                                       members_per_node)
 
@@ -284,18 +285,16 @@ def stage_layers(cfg) -> tuple[int, int]:
 def activation_bytes_per_layer(cfg, recompute, fused_attention) -> float:
     """Bytes one layer keeps for its backward, per GPU, for one micro-batch (Korthikanti Table 2).
 
-    none: s b h (34 + 5 a s / h) without TP; s b h (10 + 24/t + 5 a s/(h t)) with TP; / t overall
-    with sequence parallelism. Fused attention drops the 5 a s / h term. selective: the 5 a s / h
-    term is recomputed. full: only the layer's input, 2 s b h (/ t with sequence parallelism).
+    :func:`commtax.formulas.memory.activation_bytes_per_layer` (Lesson 07): none: s b h (34 +
+    5 a s / h) without TP, s b h (10 + 24/t + 5 a s/(h t)) with TP, / t overall with sequence
+    parallelism; selective: the 5 a s / h term is recomputed; full: only the layer's input,
+    2 s b h. Here fused attention keeps no s x s scores either, and with sequence parallelism the
+    checkpointed inputs of a full recomputation are split along the sequence too (2 s b h / t).
     """
-    s, b, h, a, t = cfg["seq"] // cfg["cp"], cfg["micro_batch"], cfg["hidden"], cfg["heads"], cfg["tp"]
-    sbh = s * b * h
-    scores = 0.0 if (fused_attention or recompute != "none") else 5 * a * s / h
-    if recompute == "full":
-        return 2 * sbh / (t if cfg["sequence_parallel"] else 1)
-    if cfg["sequence_parallel"]:
-        return sbh / t * (34 + scores)
-    return sbh * (10 + 24 / t + scores / t)
+    mode = "selective" if (fused_attention and recompute == "none") else recompute
+    per = memory.activation_bytes_per_layer(cfg["seq"] // cfg["cp"], cfg["micro_batch"], cfg["hidden"],
+                                            cfg["heads"], cfg["tp"], cfg["sequence_parallel"], mode)
+    return per / cfg["tp"] if (recompute == "full" and cfg["sequence_parallel"]) else per
 
 
 def memory_bytes_per_gpu(cfg, recompute, gpu=None) -> float:
@@ -308,10 +307,8 @@ def memory_bytes_per_gpu(cfg, recompute, gpu=None) -> float:
     shards = d * c
     z = cfg["zero_stage"]
 
-    def states(params):
-        per = (2 / (shards if z >= 3 else 1) + grad_bytes / (shards if z >= 2 else 1)
-               + ADAM_BYTES / (shards if z >= 1 else 1))
-        return params * per
+    def states(params):   # Lesson 07's (2 + g + 12) bytes per parameter, sharded by ZeRO
+        return memory.model_state_bytes(params, shards, z, ADAM_BYTES, grad_bytes=grad_bytes)
 
     per_layer = activation_bytes_per_layer(cfg, recompute, gpu.fused_attention)
     if v == 1:
