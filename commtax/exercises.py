@@ -71,6 +71,19 @@ def _lesson04_plan(tp: int, pp: int):
                                       seq_len=4096, gpus=1024, zero_stage=1, tp=tp, pp=pp, microbatches=32))
 
 
+def _lesson10_best(hardware):
+    """Lesson 10, exercises 1-2: the planner's best plan for Llama-2 70B on 512 H100s, 1,024 sequences."""
+    from commtax.formulas import predict
+    return predict.search_plans(predict.MODELS["Llama-2 70B"], 512, "H100-80GB", 1024, hardware=hardware)[0]
+
+
+def _lesson10_old_winner_halved() -> float:
+    import dataclasses
+    from commtax.formulas import predict
+    halved = dataclasses.replace(predict.H100, nic_bandwidth=25e9)
+    return predict.breakdown(_lesson10_best(None)["run"], hardware=halved)["step_time_s"]
+
+
 def _lesson08_exposed_across_nodes() -> float:
     """Lesson 08, exercise 3: 25 MiB buckets, 64 GPUs on 8 nodes, a 10 ms backward (the network model)."""
     from commtax.formulas import ddp
@@ -142,6 +155,14 @@ EXERCISES: dict[str, Exercise] = {
     "09.3": Exercise("share of the busiest rank's copies dropped at cf 1.25 and imbalance 2 (0.25 = 25%)", "8UwJyTlyRIA="),
     "09.4": Exercise("expected distinct nodes per token: 256 experts on 8 nodes, top-8", "e5YbJx63nVQ="),
     "09.5": Exercise("the smallest SwiGLU expert FFN size f_e that hides behind one IB NDR NIC", "9fdmwQ6BJMY="),
+    # Lesson 10 (answers follow the course's predictor, commtax.formulas.predict)
+    "10.1": Exercise("predicted MFU of the planner's best Llama-2 70B plan on 512 H100s (0.25 = 25%)",
+                     tolerance=0.01, compute=lambda: _lesson10_best(None)["mfu"]),
+    "10.2": Exercise("step time of the full-network winner on the halved network, in seconds", tolerance=0.01,
+                     compute=_lesson10_old_winner_halved),
+    "10.3": Exercise("model-state bytes per GPU of GPT-3 at TP 8 x PP 4 without ZeRO (175e9 / 32 parameters)",
+                     "PYdy20wYaYI="),
+    "10.4": Exercise("FLOPs per byte of the expert all-to-all at EP 16, 1,536-wide SwiGLU experts", "aetK0+orWik="),
     # Lesson 11
     "11.1": Exercise("PP bytes per rank per step (averaged over ranks) for d = 1, t = 2, p = 4", "CY6cBW3iAJg="),
     "11.2": Exercise("TP bytes with attention divided by TP bytes without", "pU0mEOgju1E="),
