@@ -237,7 +237,7 @@ def flops_per_step(run, convention="model", recompute=None) -> float:
     s/6h). ``recompute`` defaults to the run's.
     """
     cfg = {**DEFAULTS, **run}
-    cfg.update({k: v for k, v in OPEN_DEFAULTS.items() if cfg[k] is None})
+    cfg.update({k: v for k, v in OPEN_DEFAULTS.items() if cfg.get(k) is None})
     dense, attn = layer_forward_flops(cfg)
     B, L = cfg["global_batch"], cfg["layers"]
     model = B * (3 * L * (dense + attn) + 3 * logits_forward_flops(cfg))
