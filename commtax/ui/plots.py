@@ -185,8 +185,9 @@ def gantt(ops, title: str = "", ax=None, labels: bool = True):
         shade = 0.45 + 0.4 * (op.chunk / max(1, chunks - 1)) if chunks > 1 else 0.6
         color = plt.cm.Blues(shade) if op.kind == "F" else plt.cm.Greens(shade)
         row = len(stages) - 1 - op.stage
+        wide = (op.end - op.start) * points_per_unit >= 4   # a white outline only where it leaves colour inside
         ax.broken_barh([(op.start, op.end - op.start)], (row + 0.1, 0.8), facecolors=color,
-                       edgecolors="white", linewidth=0.5)
+                       edgecolors="white" if wide else "none", linewidth=0.5 if wide else 0)
     narrowest = min(op.end - op.start for op in ops) * points_per_unit
     widest_label = len(str(max(op.microbatch for op in ops))) * 8 * 0.62 + 2
     fits = narrowest >= widest_label
@@ -203,7 +204,8 @@ def gantt(ops, title: str = "", ax=None, labels: bool = True):
     ax.set_facecolor("#e6e6e6")
     handles = [plt.Rectangle((0, 0), 1, 1, color=plt.cm.Blues(0.6)), plt.Rectangle((0, 0), 1, 1, color=plt.cm.Greens(0.6)),
                plt.Rectangle((0, 0), 1, 1, color="#e6e6e6")]
-    ax.legend(handles, ["forward", "backward", "idle (bubble)"], fontsize=8, loc="upper left",
+    later = " (darker: later chunk)" if chunks > 1 else ""
+    ax.legend(handles, ["forward" + later, "backward" + later, "idle (bubble)"], fontsize=8, loc="upper left",
               bbox_to_anchor=(1.005, 1.0), frameon=False)
     if title:
         ax.set_title(title, fontsize=10, loc="left")
