@@ -205,8 +205,9 @@ def calibrate(rank, dp, tp, pp, sizes) -> dict:
     """Measure, on every rank at once, the pieces of the plan's step (call inside a dp*tp*pp job).
 
     * "forward", "backward": one op of this rank's stage under the real
-      contention: per layer the block's matmuls (twice for a backward) and
-      one all-reduce of the activation on the TP group;
+      contention, autograd included: the forward of its blocks with one
+      all-reduce of the activation per layer on the TP group, and the
+      backward of the same blocks with one all-reduce per layer;
     * "dp": one all-reduce of the rank's gradients on its DP group;
     * "p2p": one activation sent from each stage to the next.
     Seconds, median of 5. No lab code runs here.
@@ -223,18 +224,33 @@ def calibrate(rank, dp, tp, pp, sizes) -> dict:
     hidden, ffn, per_stage = sizes["hidden"], 4 * sizes["hidden"] // tp, sizes["layers"] // pp
     g = torch.Generator().manual_seed(0)
     act = torch.randn(sizes["micro_batch"], sizes["seq"], hidden, generator=g, dtype=torch.float64)
-    w1 = torch.randn(ffn, hidden, generator=g, dtype=torch.float64)
-    w2 = torch.randn(hidden, ffn, generator=g, dtype=torch.float64)
+    weights = [{"w1": torch.randn(ffn, hidden, generator=g, dtype=torch.float64).requires_grad_(),
+                "b1": torch.randn(ffn, generator=g, dtype=torch.float64).requires_grad_(),
+                "w2": torch.randn(hidden, ffn, generator=g, dtype=torch.float64).requires_grad_(),
+                "b2": torch.randn(hidden, generator=g, dtype=torch.float64).requires_grad_()} for _ in range(per_stage)]
+    kept = {}
 
-    def op(backward):
-        y = act
-        for _ in range(per_stage):
-            for _ in range(2 if backward else 1):
-                y = act + F.linear(F.gelu(F.linear(y, w1)), w2)
+    def forward():  # autograd on, as in training; one all-reduce of the activation per layer
+        y = act.clone().requires_grad_()
+        for layer in weights:
+            y = block(y, **layer)
             if tp > 1:
-                dist.all_reduce(y, group=mine["tp"][0])
+                dist.all_reduce(y.detach().clone(), group=mine["tp"][0])
+        kept["y"] = y
 
-    measured = {"forward": _median_seconds(lambda: op(False)), "backward": _median_seconds(lambda: op(True))}
+    def backward():  # the autograd backward of the same layers, and one all-reduce per layer
+        kept["y"].sum().backward()
+        for _ in range(per_stage):
+            if tp > 1:
+                dist.all_reduce(act.clone(), group=mine["tp"][0])
+
+    def op(backward_too):
+        forward()
+        if backward_too:
+            backward()
+
+    forward_only = _median_seconds(lambda: op(False))
+    measured = {"forward": forward_only, "backward": max(0.0, _median_seconds(lambda: op(True)) - forward_only)}
     grads = torch.zeros(per_stage * (2 * hidden * ffn + ffn + hidden), dtype=torch.float64)
     measured["dp"] = _median_seconds(lambda: dist.all_reduce(grads.clone(), group=mine["dp"][0]))
     pipeline = mine["pp"][1]
