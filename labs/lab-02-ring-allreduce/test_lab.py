@@ -31,6 +31,19 @@ DIVISIBLE = 2 * 3 * 4 * 5 * 1000  # elements every P in the tests divides evenly
 EVEN = 1200  # elements: P = 2, 3 and 4 divide it
 NAIVE_SIZE = 6000
 RUNS = SharedRuns()
+
+
+def fail(message):
+    """Fail the test with ``message`` alone: it says what is wrong, with numbers; no traceback needed."""
+    __tracebackhide__ = True
+    pytest.fail(message, pytrace=False)
+
+
+def check(condition, message):
+    __tracebackhide__ = True
+    if not condition:
+        fail(message)
+
 # The all-reduce cases, in the order the ranks run them: (elements, dtype, shape or None).
 CASES = [(numel, dtype, None) for numel in SIZES for dtype in DTYPES] + [(15, torch.float64, (3, 5))]
 
@@ -178,9 +191,10 @@ def describe_wrong_chunks(got, expected, inputs, world_size, what):
 
 
 def no_collectives(record, rank, what):
-    assert not record["collectives"], (
-        f"rank {rank} called dist.{record['collectives'][0]}() in {what}: this lab allows only point-to-point "
-        "operations (send, recv, isend, irecv, batch_isend_irecv)")
+    __tracebackhide__ = True
+    if record["collectives"]:
+        fail(f"rank {rank} called dist.{record['collectives'][0]}() in {what}: this lab allows only point-to-point "
+             "operations (send, recv, isend, irecv, batch_isend_irecv)")
 
 
 def _run(lab, what, world_size, backend="gloo"):
@@ -196,18 +210,19 @@ def _run(lab, what, world_size, backend="gloo"):
     except AssertionError as exc:  # a failed run (commtax.ranks.launch.DistributedRunError is one)
         text = str(exc)
         if "size doesn't match expected size" in text and "deadlock" not in text:
-            raise AssertionError(
+            fail(
                 f"P = {world_size}, ring_{what}: a rank received a message of a different length than it posted to "
                 "receive (gloo: \"Received data size doesn't match expected size\"), and the run crashed. At some "
                 "step the two ends of a link disagree on which chunk moves: the sender sends chunk (i - s) mod P "
                 "(reduce-scatter) or (owned - s) mod P (all-gather) to i + 1, which receives the chunk one lower."
-                "\n\n" + text) from None
+                "\n\n" + text)
         raise
 
 
 def fail_if(problem):
+    __tracebackhide__ = True
     if problem:
-        raise AssertionError(problem)
+        fail(problem)
 
 
 # -- tests ------------------------------------------------------------------------------------
@@ -217,8 +232,8 @@ def test_chunk_bounds_cover_the_buffer_in_order_with_sizes_differing_by_at_most_
         for world_size in (1, 2, 3, 4, 7, 16):
             got = [tuple(b) for b in lab.chunk_bounds(numel, world_size)]
             expected = bounds_of(numel, world_size)
-            assert got == expected, (
-                f"chunk_bounds({numel}, {world_size}) = {got}, expected {expected}: {world_size} contiguous "
+            check(got == expected,
+                  f"chunk_bounds({numel}, {world_size}) = {got}, expected {expected}: {world_size} contiguous "
                 f"chunks in order, the first {numel % world_size} one element longer")
     for bad, name in (((-1, 2), "numel"), ((10, 0), "world_size"), ((3.0, 2), "numel"), ((3, 2.0), "world_size"),
                       ((True, 2), "numel")):
@@ -226,9 +241,9 @@ def test_chunk_bounds_cover_the_buffer_in_order_with_sizes_differing_by_at_most_
         try:
             lab.chunk_bounds(*bad)
         except ValueError as exc:
-            assert name in str(exc), f"{call} raised ValueError({str(exc)!r}); its message must name {name!r}"
+            check(name in str(exc), f"{call} raised ValueError({str(exc)!r}); its message must name {name!r}")
         else:
-            raise AssertionError(f"{call} raised no ValueError: {name} must be an int "
+            fail(f"{call} raised no ValueError: {name} must be an int "
                                  f"({'>= 0' if name == 'numel' else '>= 1'}; not a float or a bool)")
 
 
@@ -242,9 +257,9 @@ def test_ring_all_reduce_equals_the_sum_of_every_ranks_input_using_only_point_to
             size = f"a {shape[0]}x{shape[1]} matrix" if shape else f"{numel} element{'' if numel == 1 else 's'}"
             what = f"P = {world_size}, rank {rank}, ring_all_reduce of {size} of {dtype}"
             no_collectives(got, rank, what)
-            assert got["returned_input"], f"{what}: must return the tensor it reduced in place"
-            assert got["tensor"].dtype == dtype, f"{what}: the result is {got['tensor'].dtype}"
-            assert tuple(got["tensor"].shape) == (shape or (numel,)), f"{what}: the shape changed"
+            check(got["returned_input"], f"{what}: must return the tensor it reduced in place")
+            check(got["tensor"].dtype == dtype, f"{what}: the result is {got['tensor'].dtype}")
+            check(tuple(got["tensor"].shape) == (shape or (numel,)), f"{what}: the shape changed")
             inputs = [rank_data(r, numel) for r in range(world_size)]
             fail_if(describe_wrong_chunks(got["tensor"], sum(inputs), inputs, world_size, what))
     inputs = [rank_data(r, DIVISIBLE) for r in range(world_size)]
@@ -260,9 +275,9 @@ def test_ring_sends_2_p_minus_1_over_p_of_the_buffer_per_rank(lab, world_size):
     for rank, result in enumerate(results):
         r, n = result["bytes"], DIVISIBLE * 4  # float32
         expected = 2 * (world_size - 1) * n // world_size  # 2(P-1) chunks of n/P bytes
-        assert r["sent"] == expected, (f"P = {world_size}, rank {rank} sent {r['sent']} bytes ({r['sent'] / n:.3g} n) "
+        check(r["sent"] == expected, f"P = {world_size}, rank {rank} sent {r['sent']} bytes ({r['sent'] / n:.3g} n) "
                                        f"for an n = {n}-byte buffer; the ring sends 2(P-1)/P n = {expected}")
-        assert r["received"] == expected, f"rank {rank} received {r['received']} bytes, expected {expected}"
+        check(r["received"] == expected, f"rank {rank} received {r['received']} bytes, expected {expected}")
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -286,19 +301,19 @@ def test_reduce_scatter_leaves_rank_i_owning_chunk_i_plus_1_fully_reduced(lab, w
         what = f"P = {world_size}, rank {rank}, ring_reduce_scatter of {EVEN} elements"
         no_collectives(r, rank, what)
         owned = (rank + 1) % world_size
-        assert r["owned"] == owned, f"{what} returned {r['owned']!r}; rank i owns chunk (i + 1) mod P = {owned}"
+        check(r["owned"] == owned, f"{what} returned {r['owned']!r}; rank i owns chunk (i + 1) mod P = {owned}")
         a, b = bounds[owned]
         got = r["tensor"][a:b]
         wrong = (got != total[a:b]).nonzero()
         if len(wrong):
             i = wrong[0].item()
-            raise AssertionError(
+            fail(
                 f"{what}: chunk {owned} (elements {a}..{b - 1}) is not the sum over the {world_size} ranks: "
                 f"{len(wrong)} of {b - a} elements wrong; element {a + i} is {_value(got[i].item())}, expected "
                 f"{_value(total[a + i].item())}." + explain_chunk(got, [x[a:b] for x in inputs], world_size))
         # Rank i sends every chunk but the one it ends up owning: P-1 chunks, (P-1)/P of the buffer.
         expected = (EVEN - (b - a)) * 8
-        assert r["sent"] == expected, (f"{what} sent {r['sent']} bytes; P-1 chunks (all but chunk {owned}) "
+        check(r["sent"] == expected, f"{what} sent {r['sent']} bytes; P-1 chunks (all but chunk {owned}) "
                                        f"are {expected}")
 
 
@@ -326,11 +341,11 @@ def test_all_gather_fills_every_chunk_from_the_owned_ones(lab, world_size):
                 message += ("; " if missing else "") + (
                     f"chunk(s) {wrong} hold wrong values (element {i} is {_value(got[i].item())}, expected "
                     f"{_value(full[i].item())})")
-            raise AssertionError(message + ". At step s rank i sends chunk (owned - s) mod P.")
+            fail(message + ". At step s rank i sends chunk (owned - s) mod P.")
         # Rank i forwards every chunk but the last one it receives, (owned + 1) mod P: P-1 chunks.
         a, b = bounds[(owned + 1) % world_size]
         expected = (EVEN - (b - a)) * 8
-        assert r["sent"] == expected, f"{what} sent {r['sent']} bytes; P-1 chunks are {expected}"
+        check(r["sent"] == expected, f"{what} sent {r['sent']} bytes; P-1 chunks are {expected}")
 
 
 @pytest.mark.parametrize("world_size", [2, 4])
@@ -343,12 +358,12 @@ def test_naive_root_carries_2_p_minus_1_buffers_while_others_carry_2(lab, world_
     for rank, r in enumerate(results):
         what = f"P = {world_size}, root {root}, rank {rank}, naive_all_reduce"
         no_collectives(r, rank, what)
-        assert r["returned_input"], f"{what}: must return the tensor it reduced in place"
+        check(r["returned_input"], f"{what}: must return the tensor it reduced in place")
         problem = describe_wrong_chunks(r["tensor"], sum(inputs), inputs, world_size, what)
         fail_if(problem)
         expected = ((world_size - 1) * n,) * 2 if rank == root else (n, n)
-        assert (r["sent"], r["received"]) == expected, (
-            f"{what} sent {r['sent']} and received {r['received']} bytes ({r['sent'] / n:g} and "
+        check((r["sent"], r["received"]) == expected,
+              f"{what} sent {r['sent']} and received {r['received']} bytes ({r['sent'] / n:g} and "
             f"{r['received'] / n:g} buffers of n = {n}); expected {expected[0] // n} and {expected[1] // n} buffers")
 
 
@@ -359,9 +374,9 @@ def test_bad_arguments_raise_value_error_naming_them(lab):
              "owned_chunk": "ring_all_gather(torch.zeros(8), owned_chunk=2) with P = 2",
              "root": "naive_all_reduce(torch.zeros(8), root=2) with P = 2"}
     for name, error in errors.items():
-        assert error is not None, f"{calls[name]} raised nothing; expected a ValueError naming {name!r}"
+        check(error is not None, f"{calls[name]} raised nothing; expected a ValueError naming {name!r}")
         kind, message = error
         if kind == "NotImplementedError":
             raise NotImplementedError(message)
-        assert kind == "ValueError" and name in message, (
-            f"{calls[name]} raised {kind}: {message!r}; expected a ValueError whose message names {name!r}")
+        check(kind == "ValueError" and name in message,
+              f"{calls[name]} raised {kind}: {message!r}; expected a ValueError whose message names {name!r}")

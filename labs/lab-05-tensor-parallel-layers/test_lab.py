@@ -13,6 +13,19 @@ DTYPE = torch.float64   # exact enough to compare at 1e-12
 TOLERANCE = 1e-12
 RUNS = SharedRuns()
 
+
+def fail(message):
+    """Fail the test with ``message`` alone: it says what is wrong, with numbers; no traceback needed."""
+    __tracebackhide__ = True
+    pytest.fail(message, pytrace=False)
+
+
+def check(condition, message):
+    __tracebackhide__ = True
+    if not condition:
+        fail(message)
+
+
 # Every tensor below comes from a seeded generator, so the ranks and this process build the same ones.
 
 def full_weights():
@@ -172,8 +185,9 @@ def compare(got, expected, what):
 
 
 def fail_if(problem):
+    __tracebackhide__ = True
     if problem:
-        raise AssertionError(problem)
+        fail(problem)
 
 
 def _results(lab, world_size, backend="gloo"):
@@ -216,7 +230,7 @@ def test_input_and_weight_gradients_equal_the_single_process_shards(lab, world_s
         what = f"t = {world_size}, rank {rank}, {block}"
         problem = compare(got["output"], ref["output"], f"{what} output")
         if problem:
-            raise AssertionError(f"{problem} (the output is wrong, so the gradients cannot be right: fix it first)."
+            fail(f"{problem} (the output is wrong, so the gradients cannot be right: fix it first)."
                                  + bias_diagnosis(block, got["output"], world_size))
         problem = compare(got["input_grad"], ref["input_grad"], f"{what}: the gradient of the input x")
         if problem:
@@ -244,8 +258,8 @@ def test_each_rank_holds_one_t_th_of_the_weights(lab, world_size):
             expected = ref[block][layer]["weight"][rows]
             weight = result[block][layer]["weight"]
             kind = "rows" if layer in ("fc1", "qkv") else "columns"
-            assert tuple(weight.shape) == tuple(expected.shape), (
-                f"t = {world_size}, rank {rank}: {layer}.weight is {tuple(weight.shape)}; this rank's block of "
+            check(tuple(weight.shape) == tuple(expected.shape),
+                  f"t = {world_size}, rank {rank}: {layer}.weight is {tuple(weight.shape)}; this rank's block of "
                 f"{kind} of the full {tuple(ref[block][layer]['weight'].shape)} weight is {tuple(expected.shape)}")
             fail_if(compare(weight, expected, f"t = {world_size}, rank {rank}: {layer}.weight (its block of {kind})"))
 
@@ -256,8 +270,8 @@ def test_exactly_one_all_reduce_per_block_forward_and_one_backward(lab, world_si
     for rank, result in enumerate(_results(lab, world_size)):
         forward = [name for name, _ in result[block]["forward"]]
         backward = [name for name, _ in result[block]["backward"]]
-        assert forward == ["all_reduce"], f"t = {world_size}, rank {rank}, {block}: the forward issued {forward}"
-        assert backward == ["all_reduce"], f"t = {world_size}, rank {rank}, {block}: the backward issued {backward}"
+        check(forward == ["all_reduce"], f"t = {world_size}, rank {rank}, {block}: the forward issued {forward}")
+        check(backward == ["all_reduce"], f"t = {world_size}, rank {rank}, {block}: the backward issued {backward}")
 
 
 @pytest.mark.parametrize("world_size", [2, 4])
@@ -266,7 +280,7 @@ def test_bytes_per_layer_per_rank_are_lab_04s_8_t_minus_1_over_t_bsh(lab, world_
     for rank, result in enumerate(_results(lab, world_size)):
         calls = [nbytes for block in ("attention", "mlp") for phase in ("forward", "backward")
                  for _, nbytes in result[block][phase]]
-        assert calls == [activation] * 4, (f"t = {world_size}, rank {rank}: collectives of {calls} bytes; one "
+        check(calls == [activation] * 4, f"t = {world_size}, rank {rank}: collectives of {calls} bytes; one "
                                            f"layer is four all-reduces of one b*s*h activation ({activation} bytes)")
         on_the_wire = sum(calls) * 2 * (world_size - 1) / world_size   # each, a ring all-reduce
         assert on_the_wire == pytest.approx(8 * (world_size - 1) / world_size * activation)
@@ -289,9 +303,9 @@ def test_from_full_refuses_sizes_the_group_cannot_split(lab):
     errors = _results(lab, 4)[0]["errors"]
     for key, (call, name) in calls.items():
         error = errors[key]
-        assert error is not None, f"t = 4: {call} raised nothing; expected a ValueError naming {name!r}"
+        check(error is not None, f"t = 4: {call} raised nothing; expected a ValueError naming {name!r}")
         kind, message = error
         if kind == "NotImplementedError":
             raise NotImplementedError(message)
-        assert kind == "ValueError" and name in message, (
-            f"t = 4: {call} raised {kind}: {message!r}; expected a ValueError whose message names {name!r}")
+        check(kind == "ValueError" and name in message,
+              f"t = 4: {call} raised {kind}: {message!r}; expected a ValueError whose message names {name!r}")

@@ -19,6 +19,19 @@ from commtax.testing import SharedRuns
 from commtax.ranks.traffic import record_traffic
 
 RUNS = SharedRuns()
+
+
+def fail(message):
+    """Fail the test with ``message`` alone: it says what is wrong, with numbers; no traceback needed."""
+    __tracebackhide__ = True
+    pytest.fail(message, pytrace=False)
+
+
+def check(condition, message):
+    __tracebackhide__ = True
+    if not condition:
+        fail(message)
+
 UNIFORM = dict(t_forward=1.0, t_backward=2.0)  # equal stage times; backward twice the forward
 Op = namedtuple("Op", "stage kind microbatch chunk start end")  # this file's own view of an op
 
@@ -31,7 +44,7 @@ def read_op(op):
 def simulate(lab, schedule, p, m, v=1, **times):
     """The lab's simulation as plain ops, checked for shape."""
     ops = [read_op(op) for op in lab.simulate(schedule, p, m, v, **{**UNIFORM, **times})]
-    assert len(ops) == 2 * p * m * v, (f"simulate({schedule!r}, p={p}, m={m}, v={v}) returned {len(ops)} ops; "
+    check(len(ops) == 2 * p * m * v, f"simulate({schedule!r}, p={p}, m={m}, v={v}) returned {len(ops)} ops; "
                                        f"expected 2 p m v = {2 * p * m * v} (one F and one B per micro-batch, "
                                        "chunk and device)")
     return ops
@@ -93,11 +106,11 @@ def test_megatron_lm_example_p8_m32_is_7_32_of_ideal_and_7_39_of_the_step(lab):
 def test_the_two_definitions_convert_by_r_over_1_plus_r(lab):
     for p, m, v in ((4, 8, 1), (8, 32, 2), (16, 4, 1)):
         r = lab.bubble_fraction(p, m, v, "ideal")
-        assert r == pytest.approx(bubble_ideal(p, m, v)), \
-            f"bubble_fraction({p}, {m}, {v}, 'ideal') = {r:.6g}; (p-1)/(v m) = {bubble_ideal(p, m, v):.6g}"
+        check(r == pytest.approx(bubble_ideal(p, m, v)),
+              f"bubble_fraction({p}, {m}, {v}, 'ideal') = {r:.6g}; (p-1)/(v m) = {bubble_ideal(p, m, v):.6g}")
         total = lab.bubble_fraction(p, m, v, "total")
-        assert total == pytest.approx(r / (1 + r)), \
-            f"bubble_fraction({p}, {m}, {v}, 'total') = {total:.6g}; r / (1 + r) = {r / (1 + r):.6g}"
+        check(total == pytest.approx(r / (1 + r)),
+              f"bubble_fraction({p}, {m}, {v}, 'total') = {total:.6g}; r / (1 + r) = {r / (1 + r):.6g}")
 
 
 def test_gpipe_at_m_equal_4p_is_16_to_20_percent_not_negligible(lab):
@@ -119,16 +132,16 @@ HAND_MADE = [Op(0, "F", 0, 0, 0.0, 1.0), Op(0, "F", 1, 0, 1.0, 2.0), Op(1, "F", 
 def test_makespan_bubble_and_peak_activations_of_a_hand_made_schedule(lab):
     ops = plain(HAND_MADE)
     span = lab.makespan(ops)
-    assert span == pytest.approx(9.0), f"makespan of the hand-made schedule = {span}; last end 9 - first start 0 = 9"
+    check(span == pytest.approx(9.0), f"makespan of the hand-made schedule = {span}; last end 9 - first start 0 = 9")
     bubble = lab.measured_bubble(ops)
-    assert bubble == pytest.approx(1 - 12 / 18), \
-        f"measured_bubble = {bubble:.6g}; 1 - busy / (devices x makespan) = 1 - 12 / (2 x 9) = {1 - 12 / 18:.6g}"
+    check(bubble == pytest.approx(1 - 12 / 18),
+          f"measured_bubble = {bubble:.6g}; 1 - busy / (devices x makespan) = 1 - 12 / (2 x 9) = {1 - 12 / 18:.6g}")
     peaks = [lab.peak_activations_in_flight(ops[::-1], stage) for stage in (0, 1)]  # any order in
-    assert peaks == [2, 1], f"peak activations per stage {peaks}; device 0 holds F0 and F1 at once, device 1 one"
+    check(peaks == [2, 1], f"peak activations per stage {peaks}; device 0 holds F0 and F1 at once, device 1 one")
     later = plain([op._replace(start=op.start + 5.0, end=op.end + 5.0) for op in HAND_MADE])  # starting at t = 5
     span, bubble = lab.makespan(later), lab.measured_bubble(later)
-    assert (span, bubble) == (pytest.approx(9.0), pytest.approx(1 - 12 / 18)), \
-        f"the same schedule starting at t = 5 s: makespan {span}, bubble {bubble:.6g}; a step need not start at 0"
+    check((span, bubble) == (pytest.approx(9.0), pytest.approx(1 - 12 / 18)),
+          f"the same schedule starting at t = 5 s: makespan {span}, bubble {bubble:.6g}; a step need not start at 0")
 
 
 # -- the simulator against the formula -------------------------------------------------------
@@ -148,19 +161,19 @@ def check_order(ops, schedule, p, m, v=1):
                     else:
                         rule, count = "min(2(p-d-1) + (v-1)p, m v)", min(2 * (p - device - 1) + (v - 1) * p, m * v)
                     warmup = f" Device {device} warms up with {rule} = {count} forwards."
-                raise AssertionError(
+                fail(
                     f"{schedule}, p = {p}, m = {m}, v = {v}: device {device}'s op {k} (counting from 0) is "
                     f"{_name(g, v)}; the schedule's order has {_name(w, v)} there.{warmup} Expected ops "
                     f"{max(0, k - 3)}..{k}: {', '.join(_name(o, v) for o in want[max(0, k - 3):k + 1])}")
-        assert len(got) == len(want), f"device {device} runs {len(got)} ops, expected {len(want)}"
+        check(len(got) == len(want), f"device {device} runs {len(got)} ops, expected {len(want)}")
 
 
 def check_bubble(ops, schedule, p, m, v=1):
     share = idle_share(ops)
     expected = bubble_total(p, 1 if schedule == "naive" else m, v)
     span = max(op.end for op in ops) - min(op.start for op in ops)
-    assert share == pytest.approx(expected), (
-        f"{schedule}, p = {p}, m = {m}, v = {v}: the simulated devices are idle {share:.4f} of the step "
+    check(share == pytest.approx(expected),
+          f"{schedule}, p = {p}, m = {m}, v = {v}: the simulated devices are idle {share:.4f} of the step "
         f"(makespan {span:g} s); the formula gives {expected:.4f}")
 
 
@@ -171,9 +184,11 @@ def test_simulated_bubble_equals_the_formula_both_ways(lab, schedule, p, m):
     check_order(ops, schedule, p, m)
     check_bubble(ops, schedule, p, m)
     span = max(op.end for op in ops) - min(op.start for op in ops)
-    assert span == pytest.approx((m + p - 1) * 3.0), f"makespan {span:g} s; (m + p - 1)(t_f + t_b) = {(m + p - 1) * 3.0:g}"
+    check(span == pytest.approx((m + p - 1) * 3.0),
+          f"makespan {span:g} s; (m + p - 1)(t_f + t_b) = {(m + p - 1) * 3.0:g}")
     share = lab.measured_bubble(plain(ops))
-    assert share == pytest.approx(bubble_total(p, m)), f"measured_bubble = {share:.6g}, expected {bubble_total(p, m):.6g}"
+    check(share == pytest.approx(bubble_total(p, m)),
+          f"measured_bubble = {share:.6g}, expected {bubble_total(p, m):.6g}")
     assert share / (1 - share) == pytest.approx(bubble_ideal(p, m))
 
 
@@ -192,7 +207,7 @@ def test_interleaved_order_and_bubble_equal_p_minus_1_over_v_m(lab, p, m, v):
     check_bubble(ops, "interleaved_1f1b", p, m, v)
     assert idle_share(ops) / (1 - idle_share(ops)) == pytest.approx(bubble_ideal(p, m, v))
     durations = {round(op.end - op.start, 9) for op in ops}
-    assert durations == {1.0 / v, 2.0 / v}, f"op durations {sorted(durations)}; each chunk takes t_f / v and t_b / v"
+    check(durations == {1.0 / v, 2.0 / v}, f"op durations {sorted(durations)}; each chunk takes t_f / v and t_b / v")
 
 
 def test_ops_obey_dependencies_and_one_op_per_device(lab):
@@ -205,25 +220,25 @@ def test_ops_obey_dependencies_and_one_op_per_device(lab):
             what = f"{schedule}: {_name((op.kind, op.microbatch, op.chunk))} on device {op.stage} starts at {op.start:g}"
             if op.kind == "F" and vs > 0:
                 need = end[("F", vs - 1, op.microbatch)] + 0.25
-                assert op.start >= need - 1e-9, f"{what}, before the previous stage's forward ends + t_p2p = {need:g}"
+                check(op.start >= need - 1e-9, f"{what}, before the previous stage's forward ends + t_p2p = {need:g}")
             if op.kind == "B":
-                assert op.start >= end[("F", vs, op.microbatch)] - 1e-9, f"{what}, before its own forward ends"
+                check(op.start >= end[("F", vs, op.microbatch)] - 1e-9, f"{what}, before its own forward ends")
                 if vs < p * v - 1:
                     need = end[("B", vs + 1, op.microbatch)] + 0.25
-                    assert op.start >= need - 1e-9, f"{what}, before the next stage's backward ends + t_p2p = {need:g}"
+                    check(op.start >= need - 1e-9, f"{what}, before the next stage's backward ends + t_p2p = {need:g}")
         for stage in range(p):
             mine = sorted((op for op in ops if op.stage == stage), key=lambda op: op.start)
             for a, b in zip(mine, mine[1:]):
-                assert a.end <= b.start + 1e-9, f"{schedule}: device {stage} runs {a} and {b} at once"
+                check(a.end <= b.start + 1e-9, f"{schedule}: device {stage} runs {a} and {b} at once")
 
 
 def test_1f1b_holds_at_most_p_minus_stage_microbatches_where_gpipe_holds_m(lab):
     p, m = 4, 16
     gpipe, one_f_one_b = simulate(lab, "gpipe", p, m), simulate(lab, "1f1b", p, m)
     peaks = [lab.peak_activations_in_flight(plain(gpipe), s) for s in range(p)]
-    assert peaks == [m] * p, f"GPipe, p = 4, m = 16: peak activations per stage {peaks}, expected {[m] * p}"
+    check(peaks == [m] * p, f"GPipe, p = 4, m = 16: peak activations per stage {peaks}, expected {[m] * p}")
     peaks = [lab.peak_activations_in_flight(plain(one_f_one_b), s) for s in range(p)]
-    assert peaks == [p - s for s in range(p)], f"1F1B, p = 4, m = 16: peaks {peaks}, expected p - stage = [4, 3, 2, 1]"
+    check(peaks == [p - s for s in range(p)], f"1F1B, p = 4, m = 16: peaks {peaks}, expected p - stage = [4, 3, 2, 1]")
 
 
 def test_p2p_time_adds_2_p_minus_1_transfers_to_gpipe_and_more_to_1f1b(lab):
@@ -233,12 +248,12 @@ def test_p2p_time_adds_2_p_minus_1_transfers_to_gpipe_and_more_to_1f1b(lab):
 
     for p, m in ((2, 4), (4, 8), (8, 16)):
         extra = span("gpipe", p, m, 0.1) - span("gpipe", p, m)
-        assert extra == pytest.approx(2 * (p - 1) * 0.1), \
-            f"GPipe p = {p}, m = {m}: t_p2p = 0.1 s adds {extra:.4g} s; only fill and drain wait: 2(p-1) x 0.1"
+        check(extra == pytest.approx(2 * (p - 1) * 0.1),
+              f"GPipe p = {p}, m = {m}: t_p2p = 0.1 s adds {extra:.4g} s; only fill and drain wait: 2(p-1) x 0.1")
         extra = span("1f1b", p, m, 0.1) - span("1f1b", p, m)
-        assert extra >= 2 * (p - 1) * 0.1 - 1e-9, f"1F1B p = {p}, m = {m}: t_p2p adds {extra:.4g} s"  # more exposed
+        check(extra >= 2 * (p - 1) * 0.1 - 1e-9, f"1F1B p = {p}, m = {m}: t_p2p adds {extra:.4g} s")  # more exposed
     extra = span("1f1b", 4, 2, 0.1) - span("1f1b", 4, 2)
-    assert extra == pytest.approx(0.6), f"1F1B p = 4, m = 2: t_p2p = 0.1 s adds {extra:.4g} s, expected 6 x 0.1"
+    check(extra == pytest.approx(0.6), f"1F1B p = 4, m = 2: t_p2p = 0.1 s adds {extra:.4g} s, expected 6 x 0.1")
 
 
 def test_bad_arguments_raise_value_error_naming_them(lab):
@@ -326,25 +341,26 @@ def test_real_1f1b_pipeline_gradients_equal_single_process_training(lab, world_s
     results = _pipeline(lab, world_size)
     ref = reference_step()
     for rank, r in enumerate(results[:-1]):
-        assert r["loss"] is None, f"P = {world_size}: rank {rank} returned loss {r['loss']}; only the last rank returns one"
+        check(r["loss"] is None,
+              f"P = {world_size}: rank {rank} returned loss {r['loss']}; only the last rank returns one")
     loss = results[-1]["loss"]  # the loss first: a wrong loss explains wrong gradients
-    assert loss is not None, f"P = {world_size}: the last rank returned no loss"
+    check(loss is not None, f"P = {world_size}: the last rank returned no loss")
     ratio = loss / ref["loss"]
-    assert loss == pytest.approx(ref["loss"], rel=1e-12), (
-        f"P = {world_size}: the last rank's loss is {loss:.10g}; single-process training on the whole batch gives "
+    check(loss == pytest.approx(ref["loss"], rel=1e-12),
+          f"P = {world_size}: the last rank's loss is {loss:.10g}; single-process training on the whole batch gives "
         f"{ref['loss']:.10g} (ratio got/expected {ratio:.6g}{_scale_hint(ratio)})")
     per_stage = 2 * LAYERS // world_size  # parameters per stage: a weight and a bias per Linear
     for rank, r in enumerate(results):
         expected = ref["grads"][rank * per_stage:(rank + 1) * per_stage]
-        assert len(r["grads"]) == len(expected), f"rank {rank}: {len(r['grads'])} parameters, expected {len(expected)}"
+        check(len(r["grads"]) == len(expected), f"rank {rank}: {len(r['grads'])} parameters, expected {len(expected)}")
         for i, (got, want) in enumerate(zip(r["grads"], expected)):
             what = f"P = {world_size}, rank {rank}: the gradient of layer {rank * per_stage // 2 + i // 2}'s " \
                    f"{'weight' if i % 2 == 0 else 'bias'}"
-            assert got is not None, f"{what} is None: the backward never reached it"
+            check(got is not None, f"{what} is None: the backward never reached it")
             diff = (got - want).abs().max().item()
             if not diff < 1e-12:
                 ratio = (got * want).sum().item() / (want * want).sum().item()
-                raise AssertionError(f"{what} differs by up to {diff:.3g} (ratio got/expected {ratio:.6g}"
+                fail(f"{what} differs by up to {diff:.3g} (ratio got/expected {ratio:.6g}"
                                      f"{_scale_hint(ratio)})")
 
 
@@ -352,9 +368,10 @@ def test_real_1f1b_pipeline_gradients_equal_single_process_training(lab, world_s
 def test_real_pipeline_sends_one_activation_and_one_gradient_per_microbatch_per_boundary(lab, world_size):
     activation = BATCH // MICROBATCHES * WIDTH * 8   # bytes of one micro-batch's activation (float64)
     for rank, r in enumerate(_pipeline(lab, world_size)):
-        assert not r["collectives"], f"rank {rank} called dist.{r['collectives'][0]}(): only send and recv here"
+        if r["collectives"]:
+            fail(f"rank {rank} called dist.{r['collectives'][0]}(): only send and recv here")
         boundaries = (rank > 0) + (rank < world_size - 1)   # a middle stage sends both ways
         expected = boundaries * MICROBATCHES * activation
-        assert (r["sent"], r["received"]) == (expected, expected), (
-            f"P = {world_size}, rank {rank} sent {r['sent']} and received {r['received']} bytes; {boundaries} "
+        check((r["sent"], r["received"]) == (expected, expected),
+              f"P = {world_size}, rank {rank} sent {r['sent']} and received {r['received']} bytes; {boundaries} "
             f"boundary(ies) x {MICROBATCHES} micro-batches x one {activation}-byte activation (or gradient) = {expected}")
