@@ -179,6 +179,13 @@ def test_lesson_runs_in_jupyterlab_without_errors_and_its_widgets_render(browser
         assert page.locator(".commtax-calculator .widget-dropdown, .commtax-calculator .widget-slider").count() > 0
         text = page.locator(".jp-NotebookPanel").inner_text()
         assert "Error displaying widget" not in text and "Loading widget" not in text
+        if lesson.name.startswith("04-"):
+            # 14 controls on tabs: the result sits next to (or right under) what the learner changes
+            calculator = page.locator(".commtax-calculator").first
+            calculator.scroll_into_view_if_needed()
+            top = calculator.bounding_box()["y"]
+            result = calculator.locator(".commtax-headline").first.bounding_box()["y"]
+            assert result - top < 450, f"Lesson 04's result is {result - top:.0f} px below its controls"
     finally:
         page.close()
 
