@@ -45,7 +45,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--impl", default=None, help="starter, solution or torch (default: LAB_IMPL's choice)")
     parser.add_argument("--world-size", type=int, default=2)
-    parser.add_argument("--caps", default="1.1M,2.2M,4.5M,8.5M,17M,40M",
+    parser.add_argument("--caps", default="1M,4.5M,8.5M,13M,40M",
                         help="bucket caps in bytes (K/M/G = 1e3/1e6/1e9)")
     parser.add_argument("--width", type=int, default=1024, help="width of the square Linear layers")
     parser.add_argument("--layers", type=int, default=8)
