@@ -228,6 +228,8 @@ def test_jupyterlab_runs_with_the_course_settings_and_shows_no_news_popup(browse
     assert widgets["properties"]["saveState"]["default"] is True, "widget state would not be saved"
     notification = settings_schema(jupyterlab, "@jupyterlab/apputils-extension:notification")
     assert notification["properties"]["fetchNews"]["default"] == "false"
+    tracker = settings_schema(jupyterlab, "@jupyterlab/notebook-extension:tracker")
+    assert tracker["properties"]["codeCellConfig"]["default"]["lineWrap"] is True, "long code lines would be cut off"
     page = open_lesson(browser, jupyterlab, LESSONS[0])
     try:
         page.wait_for_timeout(6_000)   # JupyterLab asks about news a few seconds after start-up
