@@ -288,13 +288,16 @@ def step_report(plan: Plan) -> StepReport:
       last micro-batch's backward.
     * ZeRO-1: one reduce-scatter behind the last backward, then one
       all-gather of the updated parameters AFTER the optimizer step, outside
-      any backward: exposed.
+      any backward: exposed (Megatron's --overlap-param-gather hides it
+      behind the next forward; left out here).
     * ZeRO-2: a reduce-scatter after EVERY micro-batch (only the gradient
       shard is kept), each behind its own micro-batch's backward, then the
       exposed all-gather.
     * ZeRO-3: two all-gathers and a reduce-scatter per micro-batch, prefetched
       behind all the compute.
     * PP: transfers overlap other micro-batches' work (asynchronous p2p)
+      on the inter link whenever the pipeline spans nodes (conservative:
+      some boundaries may stay inside a node)
       except along the fill and drain, where the bubble (p-1)/m of the
       compute is also paid.
     * EP: dispatch -> expert FFN -> combine is a chain of dependencies, so the

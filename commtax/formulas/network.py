@@ -1,8 +1,10 @@
 """The course's one network model: collectives over a group of GPUs that may span nodes.
 
-Lessons 03-10, Lab 04's bill and every calculator price a collective with
-these functions whenever its group leaves a node; a flat ring at one NIC's
-bandwidth is never used for that. Lab 01 has you write
+Lessons 03-11, Lab 04's bill and the training calculators price a collective
+with these functions whenever its group leaves a node; a flat ring at one
+NIC's bandwidth is never used for that. (Lesson 05 and Lab 06 price inference
+TP with the explicit hop model of a ring, 2(N-1) latencies, which agrees with
+this model at t = 2.) Lab 01 has you write
 :func:`group_allreduce_time` yourself.
 
 The machine
@@ -46,23 +48,28 @@ total for all-to-all. Times are seconds.
   - **latency: the tree path** (a chain through the node's GPUs, a binary
     tree across nodes, up and down): 2((m-1) a_i + ceil(log2 N) a_e). It is
     never more than the ring's 2(P-1) latencies, and NCCL's tree, pipelined
-    in chunks, keeps close to the ring's bandwidth at scale, so for every
-    size the faster choice costs about bytes-of-the-ring plus
-    latency-of-the-tree.
+    in chunks, keeps close to the ring's bandwidth at scale. Bytes of the
+    ring plus latency of the tree is a lower envelope: for mid-size messages
+    neither algorithm reaches it (the tree's bandwidth is below the ring's),
+    so the model is optimistic there.
 
   Lesson 01's two-level algorithm (reduce-scatter in the node, a ring across
-  nodes per rail, all-gather in the node) is the same idea with a ring
-  across nodes; run as separate phases it is never faster than the rails
-  in the bandwidth regime beyond two nodes.
+  nodes per rail, all-gather in the node) is the same idea; run as separate
+  phases it is slower than the rails in the bandwidth regime whenever
+  B_i <= P B_e (a NIC per GPU, as on DGX-class nodes: 0.73x at N = 2 on
+  H100). Nodes with few NICs can reverse this (B_i > P B_e), which is one
+  reason NCCL keeps a tree; the published measurements below are the rails'.
 * Reduce-scatter and all-gather (NCCL runs them as rings) are half of the
   rings across rails, latency included:
   (P-1) max(a_i, a_e) + (P-1)/P n / min(B_i, m B_e).
 * All-to-all: each rank sends n/P to every peer; the (m-1)/P n for peers in
   its node goes over the intra link while the (P-m)/P n for other nodes goes
   through the GPU's own NIC at the same time; pairwise exchange pays one
-  latency per peer. A NIC's bandwidth cannot be pooled here (every pair is a
-  different destination), so across many nodes the all-to-all runs at about
-  one NIC's bandwidth, as NCCL's developers state.
+  latency per peer (NCCL posts the sends of a group concurrently, so this
+  latency is pessimistic). The node's NICs cannot be pooled for it: every
+  NIC is already busy with its own GPU's share, so across many nodes the
+  all-to-all runs at about one NIC's bandwidth per GPU, as NCCL's developers
+  state.
 
 What is left out
 ----------------
@@ -72,7 +79,10 @@ ring's ~370 GB/s), the extra bandwidth of NCCL's tree on exactly two nodes (it
 sends half the ring's inter-node bytes there, so its busbw can exceed the NIC
 limit), NCCL's PAT algorithm for all-gather/reduce-scatter at one GPU per node, oversubscribed or congested fabrics, and contention
 between axes that share NICs at the same time (DP and PP traffic of one GPU
-both use its NIC). Link alphas are orders of magnitude, not measurements.
+both use its NIC), more channels than NICs, and NCCL's exact latency
+accounting (its tuning model charges network latency only on inter-node
+steps, and rounds log2 down). Link alphas are orders of magnitude, not
+measurements.
 """
 
 from __future__ import annotations
@@ -230,11 +240,15 @@ PUBLISHED_ALLREDUCE_BUSBW = (
     dict(system="8 GPUs, one 100 Gb/s NIC per node", gpus_per_node=8, group_size=16,
          intra_bandwidth=130e9, inter_bandwidth=12.5e9 / 8, busbw=12.2e9,
          source="NVIDIA/nccl-tests issue 29 (one 100 Gb/s card per node: ~12.2 GB/s)"),
-    dict(system="8 x A800, one HDR 200 Gb/s NIC per node", gpus_per_node=8, group_size=96,
+    dict(system="8 x A800, one HDR 200 Gb/s NIC per node (expected)", gpus_per_node=8, group_size=96,
          intra_bandwidth=200e9, inter_bandwidth=25e9 / 8, busbw=24e9,
-         source="NVIDIA engineer, NVIDIA/nccl issue 412: expect ~24 GB/s inter-node busbw at 8 GB"),
-    dict(system="8 x H100, 8 x NDR 400 Gb/s per node", gpus_per_node=8, group_size=16,
+         source="NVIDIA engineer's expected value, NVIDIA/nccl issue 412: ~24 GB/s inter-node busbw at 8 GB "
+                "(the user measured 15.3 GB/s on a NIC shared with storage traffic)"),
+    dict(system="8 x H100, 8 x NDR 400 Gb/s per node (expected)", gpus_per_node=8, group_size=16,
          intra_bandwidth=450e9, inter_bandwidth=50e9, busbw=8 * 47e9,
-         source="NVIDIA engineer, NVIDIA/nccl-tests issue 290: 'for NDR @ 400Gbps you should see "
-                "46-48GB/s per NIC' (x 8 NICs)"),
+         source="NVIDIA engineer's expected value, NVIDIA/nccl-tests issue 290: 'for NDR @ 400Gbps you should "
+                "see 46-48GB/s per NIC' (x 8 NICs)"),
+    dict(system="8 x H100, 8 x NDR 400 Gb/s per node, ring", gpus_per_node=8, group_size=16,
+         intra_bandwidth=450e9, inter_bandwidth=50e9, busbw=396e9,
+         source="measured, NVIDIA/nccl-tests issue 319: ~396 GB/s all-reduce busbw with the ring"),
 )
