@@ -71,7 +71,11 @@ LEARNER_COMMTAX = ("__init__.py", "checks.py", "units.py", "labs.py", "testing.p
                    "ranks/__init__.py", "ranks/launch.py", "ranks/traffic.py", "ranks/_*.py")
 # Helpers that public rank workers call but that live in a module with answers: the stub of
 # that module carries these functions (and the module's imports), and nothing else.
-SHARED_HELPERS = {"ranks/measure.py": ("memcpy_bandwidth",)}
+# Each is readable by graded code: keep answers out of them (Lab 12's calibration needs the Megatron
+# groups; its test could pass them to the ranks as data instead).
+SHARED_HELPERS = {"ranks/measure.py": ("memcpy_bandwidth",),
+                  "ranks/wholebill.py": ("SIZES", "block", "make_model", "make_batch",  # Lab 12's starter uses these
+                                          "megatron_groups", "_median_seconds", "calibrate")}
 
 
 @dataclass
@@ -237,7 +241,9 @@ def _learner_module(relative: str, data: bytes) -> bytes | None:
         tree = ast.parse(source)
         keep = [node for node in tree.body if isinstance(node, ast.Import)
                 or isinstance(node, ast.ImportFrom) and node.module != "__future__"]
-        keep += [node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name in helpers]
+        keep += [node for node in tree.body
+                 if isinstance(node, ast.FunctionDef) and node.name in helpers
+                 or isinstance(node, ast.Assign) and any(getattr(t, "id", None) in helpers for t in node.targets)]
         text += "\n\n" + "\n\n\n".join(ast.get_source_segment(source, node) for node in keep) + "\n"
     return text.encode()
 
