@@ -279,7 +279,7 @@ def test_no_sync_sends_nothing_until_the_last_microbatch(lab):
 BIG_WIDTHS = [1024] * 9               # eight 1024 x 1024 float32 layers: 4 MiB of weights each
 BIG_BATCH, BIG_CAP, STEPS = 16, 4_500_000, 5   # two layers per bucket: four 8.4 MB all-reduces
 FACTOR = 3.0                          # measured exposed time within 3x of the prediction (shared CPUs)
-MIN_CPU_SHARE = 0.7                   # below this, other processes set the timings: the comparison skips
+MIN_CPU_SHARE = 0.7                   # below this, other processes set the timings: only the lower side is checked
 
 
 def big_model():
@@ -375,12 +375,14 @@ def test_communication_runs_during_backward_on_the_measured_timeline(lab):
 
 def test_measured_exposed_time_is_within_3x_of_the_prediction(lab):
     """Prediction: the reference finish time of the buckets' measured ready times (compute-only
-    backward, slowest rank) and measured blocking all-reduce times, minus the backward time."""
+    backward, slowest rank) and measured blocking all-reduce times, minus the backward time.
+
+    Measured must not be below a third of the prediction (a step cannot beat its own link and compute:
+    a finish() that does not wait, or a forged timeline, fails here). It must not exceed 3x the
+    prediction either when each rank's backward got at least 70% of a core; on an oversubscribed
+    machine other processes set the timings, and only the lower side is checked."""
     results = _overlap(lab)
     share = min(statistics.median(s["cpu_share"] for s in r["compute"]) for r in results)
-    if share < MIN_CPU_SHARE:
-        pytest.skip(f"the machine is oversubscribed: a rank's backward got {share:.0%} of a core with nothing else "
-                    f"of its own running (this comparison needs {MIN_CPU_SHARE:.0%}); rerun on a quieter machine")
     plan = reference.bucket_assignment([p.numel() * 4 for p in big_model().parameters()], BIG_CAP)
     sizes = reference.bucket_bytes([p.numel() * 4 for p in big_model().parameters()], plan)
     backward = max(statistics.median(s["backward"] for s in r["compute"]) for r in results)
@@ -396,9 +398,10 @@ def test_measured_exposed_time_is_within_3x_of_the_prediction(lab):
                 max(r["overlapped"][j]["t0"] + r["overlapped"][j]["backward"] for r in results)
                 for j in range(STEPS)]
     measured = statistics.median(per_step)
-    ratio = measured / predicted
-    print(f"exposed: measured {measured * 1e3:.1f} ms, predicted {predicted * 1e3:.1f} ms, ratio {ratio:.2f}, cpu share {share:.2f}")
-    assert 1 / FACTOR <= ratio <= FACTOR, \
-        f"measured exposed {measured * 1e3:.1f} ms vs predicted {predicted * 1e3:.1f} ms (ratio {ratio:.2f}); " \
-        f"compute-only backward {backward * 1e3:.1f} ms, bucket ready {[round(t * 1e3, 1) for t in ready]} ms, " \
-        f"all-reduce {[round(t * 1e3, 1) for t in comm]} ms"
+    detail = (f"measured exposed {measured * 1e3:.1f} ms vs predicted {predicted * 1e3:.1f} ms; compute-only backward "
+              f"{backward * 1e3:.1f} ms, bucket ready {[round(t * 1e3, 1) for t in ready]} ms, all-reduce "
+              f"{[round(t * 1e3, 1) for t in comm]} ms; each rank's backward got {share:.0%} of a core")
+    print(detail)
+    assert measured >= predicted / FACTOR, f"faster than the link and compute allow: {detail}"
+    if share >= MIN_CPU_SHARE:
+        assert measured <= predicted * FACTOR, f"more than {FACTOR:g}x the prediction: {detail}"
