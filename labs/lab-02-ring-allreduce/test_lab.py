@@ -209,14 +209,23 @@ def _run(lab, what, world_size, backend="gloo"):
                         needs=needs)
     except AssertionError as exc:  # a failed run (commtax.ranks.launch.DistributedRunError is one)
         text = str(exc)
-        if "size doesn't match expected size" in text and "deadlock" not in text:
-            fail(
-                f"P = {world_size}, ring_{what}: a rank received a message of a different length than it posted to "
-                "receive (gloo: \"Received data size doesn't match expected size\"), and the run crashed. At some "
-                "step the two ends of a link disagree on which chunk moves: the sender sends chunk (i - s) mod P "
-                "(reduce-scatter) or (owned - s) mod P (all-gather) to i + 1, which receives the chunk one lower."
-                "\n\n" + text)
-        raise
+        hint = next((hint for pattern, hint in GLOO_CRASHES if pattern in text), None)
+        if hint is None or "deadlock" in text:
+            raise
+    fail(f"P = {world_size}, ring_{what}: {hint}\n\n{text}")
+
+
+# gloo's own words when ranks disagree, and what they mean in this lab.
+GLOO_CRASHES = [
+    ("size doesn't match expected size",
+     "a rank received a message of a different length than it posted to receive (gloo: \"Received data size "
+     "doesn't match expected size\"), and the run crashed. At some step the two ends of a link disagree on which "
+     "chunk moves: the sender sends chunk (i - s) mod P (reduce-scatter) or (owned - s) mod P (all-gather) to "
+     "i + 1, which receives the chunk one lower."),
+    ("Pair is not connected",
+     "a rank sent a message to itself or received from itself (gloo: \"Pair is not connected\"). Rank i sends "
+     "to (i + 1) mod P and receives from (i - 1) mod P, as global ranks of the group."),
+]
 
 
 def fail_if(problem):
