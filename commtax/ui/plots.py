@@ -242,8 +242,8 @@ def bucket_timeline(backward, ready, start, finish, title: str = "", ax=None, bu
     ax.set_ylim(0, y)
     ax.set_yticks([])
     ax.set_xlim(0, end * 1.25 if end > 0 else 1)
-    ax.set_xlabel("time since backward started (ms); upper bar: backward compute; lower bars: one all-reduce "
-                  "per bucket (tick: bucket ready)", fontsize=8)
+    ax.set_xlabel("ms since backward started. Blue: backward; orange: one all-reduce per bucket "
+                  "(tick: bucket ready); hatched: exposed", fontsize=8)
     if title:
         ax.set_title(title, fontsize=10, loc="left")
     return ax
