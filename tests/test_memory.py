@@ -23,7 +23,7 @@ def test_bill_keeps_model_state_bytes_from_memory_one_source_of_truth():
 
 @pytest.mark.parametrize("tp,sp,recompute,factor", [
     (1, False, "none", 34 + 80), (8, False, "none", 10 + 3 + 10), (8, True, "none", 4.25 + 10),
-    (8, False, "selective", 13), (8, True, "selective", 4.25), (8, True, "full", 2)])
+    (8, False, "selective", 13), (8, True, "selective", 4.25), (8, True, "full", 2 / 8), (8, False, "full", 2)])
 def test_korthikanti_table_2_for_gpt3_175b(tp, sp, recompute, factor):
     # s = 2048, h = 12288, a = 96: 5 a s / h = 80 (the paper's point: the scores outweigh the 34)
     got = memory.activation_bytes_per_layer(2048, 1, 12288, 96, tp, sp, recompute)

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from commtax.checks import require_choice, require_int, require_nonnegative, require_positive
+from commtax.formulas.network import allreduce_bus_bandwidth, members_per_node
 
 ADAM_STATE_BYTES = 12  # K of the ZeRO paper: fp32 master weights, momentum, variance (4 + 4 + 4)
 RECOMPUTE_MODES = ("none", "selective", "full")
@@ -75,6 +76,7 @@ def activation_bytes_per_layer(seq, micro_batch, hidden, heads, tp=1, sequence_p
     tensor + sequence parallel              s b h (34/t + 5 a s/(h t))
     ... + selective recomputation           the 5 a s / h term is gone
     full recomputation                      2 s b h (the layer's input only)
+    full recomputation, sequence parallel   2 s b h / t (that input is split along s)
     ======================================  ===========================
 
     The 34 s b h: attention 11 (QKV input 2, Q and K 4, V 2, output-projection
@@ -86,6 +88,18 @@ def activation_bytes_per_layer(seq, micro_batch, hidden, heads, tp=1, sequence_p
     splits those along the sequence too. Selective recomputation, or a fused
     attention kernel such as FlashAttention, keeps none of the s x s tensors.
     ``sequence_parallel`` requires nothing of t = 1 (it changes nothing there).
+    Under full recomputation with sequence parallelism the checkpointed layer
+    input is the sequence-parallel shard Megatron passes between layers (s/t
+    tokens per rank), so each rank stores 2 s b h / t; table 2's 2 s b h is
+    the case without sequence parallelism.
+
+    This is the *GPT* layer of the paper (multi-head attention, a 4h GeLU MLP,
+    dropout, LayerNorm). A Llama-style layer differs: grouped-query attention
+    keeps smaller K and V, SwiGLU keeps three tensors of the 3.5h-wide MLP
+    (gate, up, and their product), and there is no dropout; by the same count
+    that is about 40 s b h instead of 34, so these formulas under-count a
+    Llama layer's activations by ~15%. Read plans within ~15% of the HBM as
+    marginal.
     """
     s = require_int("seq", seq, 1)
     b = require_int("micro_batch", micro_batch, 1)
@@ -101,7 +115,7 @@ def activation_bytes_per_layer(seq, micro_batch, hidden, heads, tp=1, sequence_p
         raise ValueError(f"hidden ({h}) must be divisible by heads ({a})")
     sbh = s * b * h
     if recompute == "full":
-        return 2.0 * sbh
+        return 2.0 * sbh / (t if sequence_parallel else 1)
     scores = 0.0 if recompute == "selective" else 5.0 * a * s / (h * t)
     if sequence_parallel:
         return sbh * (34.0 / t + scores)
@@ -220,7 +234,11 @@ def plan_memory(plan: MemoryPlan) -> dict:
     Model state: the N/(t p) parameters of one model-parallel rank, sharded by
     ZeRO over dp. Activations: Korthikanti's per-layer bytes (scaled from 16-bit
     to ``activation_bytes``) times the layers on a stage, times the micro-batches
-    the first stage of a 1F1B pipeline holds at once, min(p, m). Buffers: ZeRO-3
+    the first stage of a 1F1B pipeline holds at once, min(p, m); under full
+    recomputation, plus one layer's full activations (``"none"``: the layer
+    being recomputed for its backward rebuilds everything, the s x s scores of
+    unfused attention included; :mod:`commtax.formulas.predict` counts the
+    same). Buffers: ZeRO-3
     keeps two layers' gathered parameters (the one computing and the one being
     prefetched) in ``param_bytes``; other temporaries (communication buckets,
     fragmentation, the logits) are not counted. Embeddings are counted in N
@@ -241,9 +259,9 @@ def plan_memory(plan: MemoryPlan) -> dict:
     in_flight = min(p.pp, p.microbatches)
     layers_here = p.layers // p.pp
     parts["activations"] = per_layer * layers_here * in_flight
-    if p.recompute == "full":  # the layer being recomputed needs its full activations once
+    if p.recompute == "full":  # the layer being recomputed rebuilds all its activations, s x s scores included
         parts["activations"] += activation_bytes_per_layer(p.seq, p.micro_batch, p.hidden, p.heads, p.tp,
-                                                           p.sequence_parallel, "selective") * p.activation_bytes / 2
+                                                           p.sequence_parallel, "none") * p.activation_bytes / 2
     parts["buffers"] = 2 * (n_rank / layers_here) * p.param_bytes if p.zero_stage == 3 and p.dp > 1 else 0.0
     parts["total"] = sum(parts.values())
     return parts
@@ -273,17 +291,28 @@ def plan_wire_bytes(plan: MemoryPlan) -> dict:
 
 
 def wire_seconds(plan: MemoryPlan, gpus_per_node=8, intra_bandwidth=450e9, inter_bandwidth=50e9) -> float:
-    """A rough communication time per step: each axis's bytes over its link, no overlap, no latency.
+    """A rough communication time per step: each axis's bytes at its group's bandwidth, no overlap, no latency.
 
-    TP groups stay inside a node (NVLink, 450e9 B/s per direction); the DP
-    group runs at NVLink speed if it fits in a node with its TP peers, else at
-    the NIC's (400 Gb/s InfiniBand, 50e9 B/s); PP crosses nodes when the plan
-    spans more than one. For ranking plans, not for predicting a step.
+    Groups are placed in Megatron's rank order (TP innermost, stride 1; DP
+    stride t; PP stride t d) and priced with the course's network model
+    (:mod:`commtax.formulas.network`): a group inside one node runs at NVLink's
+    ``intra_bandwidth`` (450e9 B/s per direction); a group spanning nodes with
+    m members on each runs its rings across m rails, min(intra, m x inter)
+    (``inter_bandwidth``: one 400 Gb/s NDR NIC per GPU, 50e9 B/s), so pure
+    data parallelism on 8-GPU nodes moves its bytes at 400e9 B/s and the DP
+    group beside TP 8 (one member per node) at 50e9. A PP send crosses a
+    NIC when consecutive stages sit on different nodes (stride t d >= the
+    node), else NVLink. For ranking plans, not for predicting a step.
     """
     wire = plan_wire_bytes(plan)
-    dp_link = intra_bandwidth if plan.tp * plan.dp <= gpus_per_node else inter_bandwidth
-    pp_link = intra_bandwidth if plan.tp * plan.dp * plan.pp <= gpus_per_node else inter_bandwidth
-    return wire["tp"] / intra_bandwidth + wire["dp"] / dp_link + wire["pp"] / pp_link
+
+    def bandwidth(size, stride):
+        members = members_per_node(size, stride, gpus_per_node) if size > 1 else 1
+        return allreduce_bus_bandwidth(size, members, intra_bandwidth, inter_bandwidth) if size > 1 else intra_bandwidth
+
+    pp_link = intra_bandwidth if plan.tp * plan.dp < gpus_per_node else inter_bandwidth
+    return (wire["tp"] / bandwidth(plan.tp, 1) + wire["dp"] / bandwidth(plan.dp, plan.tp)
+            + wire["pp"] / pp_link)
 
 
 def fitting_plans(n_params, layers, hidden, heads, gpus, hbm_bytes, *, seq=4096, micro_batch=1,

@@ -69,19 +69,27 @@ class GPU:
 
     name: str
     peak_flops: float          # dense BF16/FP16 tensor-core FLOP/s
-    hbm_bytes: float           # memory capacity, bytes
+    hbm_bytes: float           # the plans' memory budget, bytes (see the presets)
     hbm_bandwidth: float       # bytes/s
     nvlink_bandwidth: float    # bytes/s per GPU per direction
     nic_bandwidth: float       # bytes/s per GPU per direction (its own NIC)
     nvlink_alpha: float = 3e-6  # s per message inside a node (the course's NVLink preset, links.py)
     nic_alpha: float = 5e-6     # s per message across nodes (the course's InfiniBand preset, links.py)
     gpus_per_node: int = 8
-    fused_attention: bool = False  # the era's software: True = flash attention (no s^2 activations)
+    fused_attention: bool = False  # default software of the era's runs (a run's own key overrides it)
     source: str = ""
 
 
+#: The plans' memory budget: 80e9 bytes on both 80 GB GPUs, deliberately below what programs can
+#: use (the HBM is 80 GiB; nvidia-smi shows 81,920 MiB = 85.9e9 B on an A100 80GB and 81,559 MiB =
+#: 85.5e9 B on an H100 SXM, :data:`commtax.formulas.memory.HBM_BYTES`). The ~6% headroom is for what
+#: the memory model leaves out: the CUDA context, NCCL's buffers, the logits' workspace beyond
+#: their fp32 copy, and the caching allocator's fragmentation.
+HBM_BUDGET = 80e9
+
+
 A100 = GPU(
-    "A100-80GB", peak_flops=312e12, hbm_bytes=80e9, hbm_bandwidth=2.039e12, nvlink_bandwidth=300e9,
+    "A100-80GB", peak_flops=312e12, hbm_bytes=HBM_BUDGET, hbm_bandwidth=2.039e12, nvlink_bandwidth=300e9,
     nic_bandwidth=25e9, fused_attention=False,
     source="NVIDIA A100 Tensor Core GPU datasheet (2021): 312 TFLOP/s dense FP16/BF16, 80 GB HBM2e at "
            "2,039 GB/s, NVLink 3 600 GB/s = 300 GB/s per direction; DGX A100 / Selene: 8 x HDR 200 Gb/s "
@@ -89,7 +97,7 @@ A100 = GPU(
            "unfused attention, s^2 scores in memory",
 )
 H100 = GPU(
-    "H100-80GB", peak_flops=989e12, hbm_bytes=80e9, hbm_bandwidth=3.35e12, nvlink_bandwidth=450e9,
+    "H100-80GB", peak_flops=989e12, hbm_bytes=HBM_BUDGET, hbm_bandwidth=3.35e12, nvlink_bandwidth=450e9,
     nic_bandwidth=50e9, fused_attention=True,
     source="NVIDIA H100 Tensor Core GPU datasheet (SXM): 989 TFLOP/s dense BF16 (1,979 is with "
            "sparsity), 80 GB HBM3 at 3.35 TB/s, NVLink 4 900 GB/s = 450 GB/s per direction; DGX H100: "
@@ -103,14 +111,15 @@ GPUS = {g.name: g for g in (A100, H100)}
 #: ``matmul_efficiency``: fraction of the dense peak a large GEMM reaches; ``elementwise_passes``:
 #: how many times the element-wise kernels read or write a layer's stored activations.
 FITTED = {
-    "A100-80GB": dict(matmul_efficiency=0.64, elementwise_passes=2.25),
-    "H100-80GB": dict(matmul_efficiency=0.66, elementwise_passes=5.25),
+    "A100-80GB": dict(matmul_efficiency=0.63, elementwise_passes=2.0),
+    "H100-80GB": dict(matmul_efficiency=0.66, elementwise_passes=4.75),
 }
 
 RECOMPUTE = ("none", "selective", "full")
 PRECISIONS = ("bf16", "fp16")
 DEFAULTS = dict(ffn_hidden=None, kv_heads=None, swiglu=False, cp=1, vpp=None, micro_batch=None,
-                recompute=None, sequence_parallel=None, zero_stage=0, precision="bf16", dp=None)
+                recompute=None, sequence_parallel=None, zero_stage=0, precision="bf16", dp=None,
+                fused_attention=None, overlap_grad_reduce=None)
 #: What a key set to None becomes (the source does not say): Megatron-LM's defaults; GPT-2's
 #: vocabulary padded as Megatron pads it.
 OPEN_DEFAULTS = dict(vocab=51200, tp=1, pp=1, cp=1, zero_stage=0, precision="bf16", swiglu=False)
@@ -143,7 +152,10 @@ def normalize(run) -> dict:
     ``dp`` = gpus / (tp pp cp);
     ``ffn_hidden`` = 4 h; ``kv_heads`` = heads; ``micro_batch`` = 1 and ``vpp`` = 1 here
     (:func:`breakdown` first tries every micro-batch and interleaving depth);
-    ``sequence_parallel`` = on when tp > 1; ``recompute`` is decided by :func:`choose_recompute`.
+    ``sequence_parallel`` = on when tp > 1; ``recompute`` is decided by :func:`choose_recompute`;
+    ``fused_attention`` = the GPU preset's (the software of its published runs: flash attention on
+    H100, none on A100); ``overlap_grad_reduce`` = True (Megatron-core's bucketed reduce during the
+    backward; Megatron-LM of 2021 all-reduced after the backward: False).
     """
     if not isinstance(run, dict):
         raise ValueError(f"run must be a dict, got {type(run).__name__}")
@@ -207,6 +219,16 @@ def normalize(run) -> dict:
         raise ValueError(f"vpp ({cfg['vpp']}) needs pipeline parallelism (pp > 1)")
     if cfg["vpp"] * p > cfg["layers"]:
         raise ValueError(f"vpp * pp ({cfg['vpp']} * {p}) exceeds layers ({cfg['layers']})")
+    if cfg["vpp"] > 1 and cfg["layers"] % (p * cfg["vpp"]):
+        raise ValueError(f"vpp ({cfg['vpp']}) must divide the layers per stage: layers ({cfg['layers']}) "
+                         f"is not divisible by pp * vpp ({p} * {cfg['vpp']}), as Megatron's interleaving requires")
+    if cfg["fused_attention"] is None:
+        cfg["fused_attention"] = GPUS[cfg["gpu"]].fused_attention
+    if cfg["overlap_grad_reduce"] is None:
+        cfg["overlap_grad_reduce"] = True
+    for name in ("fused_attention", "overlap_grad_reduce"):
+        if not isinstance(cfg[name], bool):
+            raise ValueError(f"{name} must be True, False or None, got {cfg[name]!r}")
     cfg["microbatches"] = cfg["global_batch"] // (d * cfg["micro_batch"])
     return cfg
 
@@ -285,21 +307,28 @@ def stage_layers(cfg) -> tuple[int, int]:
 def activation_bytes_per_layer(cfg, recompute, fused_attention) -> float:
     """Bytes one layer keeps for its backward, per GPU, for one micro-batch (Korthikanti Table 2).
 
-    :func:`commtax.formulas.memory.activation_bytes_per_layer` (Lesson 07): none: s b h (34 +
-    5 a s / h) without TP, s b h (10 + 24/t + 5 a s/(h t)) with TP, / t overall with sequence
-    parallelism; selective: the 5 a s / h term is recomputed; full: only the layer's input,
-    2 s b h. Here fused attention keeps no s x s scores either, and with sequence parallelism the
-    checkpointed inputs of a full recomputation are split along the sequence too (2 s b h / t).
+    :func:`commtax.formulas.memory.activation_bytes_per_layer` (Lesson 07), the one source of
+    truth: none: s b h (34 + 5 a s / h) without TP, s b h (10 + 24/t + 5 a s/(h t)) with TP,
+    / t overall with sequence parallelism; selective: the 5 a s / h term is recomputed; full: only
+    the layer's input, 2 s b h (2 s b h / t with sequence parallelism). Fused attention keeps no
+    s x s scores either. A GPT layer (MHA, 4h GeLU MLP, dropout): for Llama-style layers (GQA,
+    SwiGLU, no dropout) it under-counts by ~15% (see :mod:`commtax.formulas.memory`).
     """
     mode = "selective" if (fused_attention and recompute == "none") else recompute
-    per = memory.activation_bytes_per_layer(cfg["seq"] // cfg["cp"], cfg["micro_batch"], cfg["hidden"],
-                                            cfg["heads"], cfg["tp"], cfg["sequence_parallel"], mode)
-    return per / cfg["tp"] if (recompute == "full" and cfg["sequence_parallel"]) else per
+    return memory.activation_bytes_per_layer(cfg["seq"] // cfg["cp"], cfg["micro_batch"], cfg["hidden"],
+                                             cfg["heads"], cfg["tp"], cfg["sequence_parallel"], mode)
 
 
 def memory_bytes_per_gpu(cfg, recompute, gpu=None) -> float:
-    """Model states plus activations on the fuller of the first and last stages, bytes per GPU."""
+    """Model states plus activations on the fuller of the first and last stages, bytes per GPU.
+
+    The input embedding and the output layer share one matrix (Megatron ties them): one copy
+    without pipelining, one on the first and one on the last stage with it. Under full
+    recomputation one layer's full activations (``"none"``) are added, as
+    :func:`commtax.formulas.memory.plan_memory` does.
+    """
     gpu = gpu or GPUS[cfg["gpu"]]
+    fused = cfg["fused_attention"]
     t, p, d, c, v, m = cfg["tp"], cfg["pp"], cfg["dp"], cfg["cp"], cfg["vpp"], cfg["microbatches"]
     first, last = stage_layers(cfg)
     embedding = cfg["vocab"] * cfg["hidden"] / t
@@ -310,7 +339,7 @@ def memory_bytes_per_gpu(cfg, recompute, gpu=None) -> float:
     def states(params):   # Lesson 07's (2 + g + 12) bytes per parameter, sharded by ZeRO
         return memory.model_state_bytes(params, shards, z, ADAM_BYTES, grad_bytes=grad_bytes)
 
-    per_layer = activation_bytes_per_layer(cfg, recompute, gpu.fused_attention)
+    per_layer = activation_bytes_per_layer(cfg, recompute, fused)
     if v == 1:
         in_flight_layers = first * min(p, m)
     else:
@@ -318,12 +347,12 @@ def memory_bytes_per_gpu(cfg, recompute, gpu=None) -> float:
         in_flight_layers = math.ceil(cfg["layers"] / (p * v)) * chunks
     acts = per_layer * in_flight_layers
     if recompute == "full":  # the layer being recomputed holds its full activations for a moment
-        acts += activation_bytes_per_layer(cfg, "none", gpu.fused_attention)
+        acts += activation_bytes_per_layer(cfg, "none", fused)
     logits = 4 * cfg["seq"] // c * cfg["micro_batch"] * cfg["vocab"] / t  # fp32 logits for the loss
-    first_stage = states(first * layer_params(cfg) / t + embedding + (embedding if p == 1 else 0)) + acts
+    first_stage = states(first * layer_params(cfg) / t + embedding) + acts
     if p == 1:
         return first_stage + logits
-    last_acts = activation_bytes_per_layer(cfg, recompute, gpu.fused_attention) * last * 1
+    last_acts = activation_bytes_per_layer(cfg, recompute, fused) * last
     last_stage = states(last * layer_params(cfg) / t + embedding) + last_acts + logits
     return max(first_stage, last_stage)
 
@@ -360,17 +389,24 @@ def breakdown(run, constants=None, hardware=None) -> dict:
     """The prediction, with what the run leaves open chosen as a tuned run would choose it.
 
     ``vpp`` None: Megatron-LM's published pipelines use the interleaved schedule; the depth v
-    (1 to the layers per stage; a stage's layers need not divide evenly) with the shortest
-    predicted step that fits in memory. ``micro_batch`` None: likewise, among the divisors of
-    the sequences per replica up to :data:`MAX_MICRO_BATCH` (more micro-batches shrink the
-    bubble; larger ones hide ZeRO-3's gathers and the DP reduce better, and need more memory).
+    (a divisor of the layers per stage, as Megatron's interleaving requires; 1 when pp does not
+    divide the layers) with the shortest predicted step that fits in memory. ``micro_batch``
+    None: likewise, among the divisors of the sequences per replica up to
+    :data:`MAX_MICRO_BATCH` (more micro-batches shrink the bubble; larger ones hide ZeRO-3's
+    gathers and the DP reduce better, and need more memory).
+
+    These choices are a hidden degree of freedom beside the two fitted constants: a run that
+    leaves them open is predicted at its best (v, micro-batch) *by this model's own clock*, which
+    flatters the model where a real run chose otherwise.
     """
     cfg = normalize(run)
     per_replica = cfg["global_batch"] // cfg["dp"]
     micro = [run.get("micro_batch")] if run.get("micro_batch") is not None else \
         [b for b in range(1, min(per_replica, MAX_MICRO_BATCH) + 1) if per_replica % b == 0]
-    depths = [run.get("vpp")] if run.get("vpp") is not None or cfg["pp"] == 1 else \
-        list(range(1, cfg["layers"] // cfg["pp"] + 1))
+    if run.get("vpp") is not None or cfg["pp"] == 1 or cfg["layers"] % cfg["pp"]:
+        depths = [run.get("vpp")]
+    else:
+        depths = _divisors(cfg["layers"] // cfg["pp"])
     if len(micro) * len(depths) == 1:
         return _breakdown(run, constants, hardware)
     best = None
@@ -402,9 +438,11 @@ def _breakdown(run, constants=None, hardware=None) -> dict:
     dense, attn = layer_forward_flops(cfg)
     fwd = b * (dense + attn) / split
     extra = {"none": 0.0, "selective": b * attn / split, "full": fwd}[recompute]
+    if cfg["fused_attention"]:  # flash attention's backward recomputes the scores (Q K^T): half the forward's
+        extra += 0.5 * b * attn / split   # attention FLOPs; time only (hardware FLOPs do not count it)
     t_matmul = (3 * fwd + extra) / rate
-    act_none = activation_bytes_per_layer(cfg, "none", gpu.fused_attention)
-    act_scores = act_none - activation_bytes_per_layer(cfg, "selective", gpu.fused_attention)
+    act_none = activation_bytes_per_layer(cfg, "none", cfg["fused_attention"])
+    act_scores = act_none - activation_bytes_per_layer(cfg, "selective", cfg["fused_attention"])
     elem_bytes = 3 * act_none + {"none": 0.0, "selective": act_scores, "full": act_none}[recompute]
     t_elem = k["elementwise_passes"] * elem_bytes / gpu.hbm_bandwidth
     # logits on the last stage: matmuls and the fp32 softmax / cross-entropy
@@ -446,7 +484,7 @@ def _breakdown(run, constants=None, hardware=None) -> dict:
         p2p = 2 * (v * m + p - 1) * t_p2p_one
 
     # DP: gradients behind the last micro-batch's backward, but the last bucket; ZeRO-3 per layer
-    params_gpu = max(first * layer_params(cfg) / t + cfg["vocab"] * h / t * (2 if p == 1 else 1),
+    params_gpu = max(first * layer_params(cfg) / t + cfg["vocab"] * h / t,   # tied embedding: one copy
                      last * layer_params(cfg) / t + cfg["vocab"] * h / t)
     grad_bytes = 4 if cfg["precision"] == "bf16" else 2
     dp_exposed = 0.0
@@ -463,10 +501,13 @@ def _breakdown(run, constants=None, hardware=None) -> dict:
                 return group_reduce_scatter_time(n_params * grad_bytes, *g)
             dp_comm = reduce(params_gpu)
             last_bucket = reduce(min(BUCKET_PARAMS, params_gpu))
-            dp_exposed = max(last_bucket, dp_comm - backward_last)
+            # overlapped: only what the last backward cannot hide; Megatron-LM 2021: all of it, after
+            dp_exposed = max(last_bucket, dp_comm - backward_last) if cfg["overlap_grad_reduce"] else dp_comm
             if z >= 1:  # updated bf16 parameters gathered, behind the next forward but the first bucket
-                dp_comm += group_allgather_time(params_gpu * 2, *g)
-                dp_exposed += group_allgather_time(min(BUCKET_PARAMS, params_gpu) * 2, *g)
+                gather = group_allgather_time(params_gpu * 2, *g)
+                dp_comm += gather
+                dp_exposed += group_allgather_time(min(BUCKET_PARAMS, params_gpu) * 2, *g) \
+                    if cfg["overlap_grad_reduce"] else gather
         else:
             layer_bytes = layer_params(cfg) / t * 2
             gathers = 2 + (1 if recompute == "full" else 0)
@@ -537,9 +578,12 @@ def run_from_row(row: dict) -> dict:
     """A ``run`` dict for :func:`predict` from one row of ``published-runs.csv`` (blank = None).
 
     What a blank means here: Megatron-LM 2021 runs (NAR21, MLM-README-2021) predate sequence
-    parallelism and ran fp16 (their notes say so); a missing vocabulary is GPT-2's padded
+    parallelism, ran fp16 (their notes say so) and all-reduced the gradients after the backward
+    (Megatron-LM v2's default local DDP: ``allreduce_gradients()`` once ``forward_backward_func``
+    returns, so ``overlap_grad_reduce`` = False); a missing vocabulary is GPT-2's padded
     51,200; the 2024 Megatron-core runs use its distributed optimizer (ZeRO-1), without which
-    the 314B row's model states alone (16 bytes x 4.9e9 parameters per GPU) exceed 80 GB.
+    the 314B row's model states alone (18 bytes x 4.9e9 parameters per GPU: bf16 weights, fp32
+    gradients, Adam) are 88 GB, over the 80 GB budget.
     """
     def num(key):
         value = (row.get(key) or "").strip()
@@ -556,6 +600,7 @@ def run_from_row(row: dict) -> dict:
                recompute=(row.get("recompute") or "").strip() or None,
                sequence_parallel={"yes": True, "no": False}.get(sp, False if year < SP_PUBLISHED_IN else None),
                zero_stage=1 if year >= 2024 else 0,
+               overlap_grad_reduce=False if year < SP_PUBLISHED_IN else None,
                precision="fp16" if ("fp16" in notes or "mixed16" in notes) else "bf16")
     return run
 
@@ -600,7 +645,11 @@ def errors(entries, constants=None) -> list[float]:
 def fit_constants(entries, gpu, efficiencies=None, passes=None) -> dict:
     """Grid-search the two constants of ``gpu`` minimising the sum of squared log errors of the
     primary figures of the ``entries`` run on that GPU (least squares on log(predicted / published)).
-    The micro-batch and interleaving depth a run leaves open are chosen once, before the search."""
+
+    The micro-batch and interleaving depth a run leaves open are chosen once, before the search,
+    with the shipped constants (:data:`FITTED`): the fit is circular. The shipped constants are a
+    fixed point of it: refitting with the plan choices they make returns them (checked by
+    iterating choose-then-fit until nothing changes; one round sufficed)."""
     mine = []
     for e in entries:   # the plan choices a run leaves open are made once, with the shipped constants
         if GPU_ALIASES.get(e["run"]["gpu"], e["run"]["gpu"]) == gpu:

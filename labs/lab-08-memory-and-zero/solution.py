@@ -86,12 +86,14 @@ def activation_bytes_per_layer(seq, micro_batch, hidden, heads, tp=1, sequence_p
     Korthikanti et al. 2022, table 2. ``recompute``: ``"none"``, ``"selective"``
     (the attention scores, softmax and its dropout are recomputed: the
     5 a s / h term is gone), ``"full"`` (only the layer's 16-bit input,
-    2 s b h, is kept). ``sequence_parallel`` (with tp) also splits the
+    2 s b h, is kept; with sequence parallelism that input is the rank's
+    s/t tokens, 2 s b h / t). ``sequence_parallel`` (with tp) also splits the
     10 s b h that plain TP keeps whole on every rank.
     """
     # BEGIN SOLUTION
     # HINT: s b h (34 + 5 a s / h) without parallelism; s b h (10 + 24/t + 5 a s/(h t)) with TP;
-    # HINT: s b h (34/t + 5 a s/(h t)) with TP and sequence parallelism; 2 s b h with full recomputation.
+    # HINT: s b h (34/t + 5 a s/(h t)) with TP and sequence parallelism; 2 s b h with full recomputation
+    # HINT: (2 s b h / t with sequence parallelism: the stored input is split along the sequence).
     s, b = _int("seq", seq), _int("micro_batch", micro_batch)
     h, a, t = _int("hidden", hidden), _int("heads", heads), _int("tp", tp)
     if not isinstance(sequence_parallel, bool):
@@ -102,7 +104,7 @@ def activation_bytes_per_layer(seq, micro_batch, hidden, heads, tp=1, sequence_p
         raise ValueError(f"heads ({a}) must be divisible by tp ({t})")
     sbh = s * b * h
     if recompute == "full":
-        return 2.0 * sbh
+        return 2.0 * sbh / (t if sequence_parallel else 1)
     scores = 0.0 if recompute == "selective" else 5.0 * a * s / (h * t)
     if sequence_parallel:
         return sbh * (34.0 / t + scores)

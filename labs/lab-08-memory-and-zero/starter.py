@@ -76,13 +76,15 @@ def activation_bytes_per_layer(seq, micro_batch, hidden, heads, tp=1, sequence_p
     Korthikanti et al. 2022, table 2. ``recompute``: ``"none"``, ``"selective"``
     (the attention scores, softmax and its dropout are recomputed: the
     5 a s / h term is gone), ``"full"`` (only the layer's 16-bit input,
-    2 s b h, is kept). ``sequence_parallel`` (with tp) also splits the
+    2 s b h, is kept; with sequence parallelism that input is the rank's
+    s/t tokens, 2 s b h / t). ``sequence_parallel`` (with tp) also splits the
     10 s b h that plain TP keeps whole on every rank.
     """
     raise NotImplementedError(
         "activation_bytes_per_layer: not implemented yet. Hint: s b h (34 + 5 a s / h) "
         "without parallelism; s b h (10 + 24/t + 5 a s/(h t)) with TP; s b h (34/t + 5 a s/(h"
-        " t)) with TP and sequence parallelism; 2 s b h with full recomputation."
+        " t)) with TP and sequence parallelism; 2 s b h with full recomputation (2 s b h / t "
+        "with sequence parallelism: the stored input is split along the sequence)."
     )
 
 

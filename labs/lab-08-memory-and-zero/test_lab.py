@@ -46,7 +46,7 @@ KORTHIKANTI = dict(seq=2048, micro_batch=1, hidden=12288, heads=96)  # GPT-3 175
     (8, False, "selective", 10 + 24 / 8),
     (8, True, "selective", 34 / 8),
     (1, False, "selective", 34),
-    (8, True, "full", 2),
+    (8, True, "full", 2 / 8),
     (1, False, "full", 2),
 ], ids=["none", "tp", "tp+sp", "tp+selective", "tp+sp+selective", "selective", "full-tp8", "full"])
 def test_korthikanti_table_2_rows_for_gpt3_175b(lab, tp, sp, recompute, factor):

@@ -37,11 +37,13 @@ import numbers
 from types import SimpleNamespace
 
 
-#: GPU presets: dense peak FLOP/s, HBM bytes and bytes/s, NVLink and NIC bytes/s per GPU per
-#: direction, 8 GPUs per node, one NIC per GPU; alphas in seconds per message (orders of
-#: magnitude); ``fused_attention``: the software of the era's published runs (flash attention
-#: keeps no s^2 attention scores). Sources: NVIDIA A100 and H100 SXM datasheets; DGX A100
-#: (Selene) 8 x HDR 200 Gb/s, DGX H100 8 x NDR 400 Gb/s.
+#: GPU presets: dense peak FLOP/s, the plans' memory budget (80e9 bytes: the HBM is 80 GiB, of which
+#: programs see 85.9e9 B on A100 and 85.5e9 B on H100; the ~6% left is headroom for what a memory
+#: model leaves out) and HBM bytes/s, NVLink and NIC bytes/s per GPU per direction, 8 GPUs per
+#: node, one NIC per GPU; alphas in seconds per message (orders of magnitude); ``fused_attention``:
+#: the default software of the era's published runs (flash attention keeps no s^2 attention
+#: scores; a run's ``fused_attention`` key overrides it). Sources: NVIDIA A100 and H100 SXM
+#: datasheets; DGX A100 (Selene) 8 x HDR 200 Gb/s, DGX H100 8 x NDR 400 Gb/s.
 GPUS = {
     "A100-80GB": dict(peak_flops=312e12, hbm_bytes=80e9, hbm_bandwidth=2.039e12, nvlink_bandwidth=300e9,
                       nic_bandwidth=25e9, nvlink_alpha=3e-6, nic_alpha=5e-6, gpus_per_node=8,
@@ -55,7 +57,7 @@ GPUS = {
 #: global_batch; the others may be left out (None / their default).
 RUN_KEYS = ("layers", "hidden", "heads", "seq", "vocab", "gpus", "gpu", "tp", "pp", "global_batch",
             "ffn_hidden", "kv_heads", "swiglu", "cp", "vpp", "micro_batch", "recompute",
-            "sequence_parallel", "zero_stage", "precision", "dp")
+            "sequence_parallel", "zero_stage", "precision", "dp", "fused_attention", "overlap_grad_reduce")
 RETURNED_KEYS = ("step_time_s", "model_tflops_per_gpu", "hardware_tflops_per_gpu", "mfu", "hfu",
                  "memory_bytes_per_gpu", "binding")
 
@@ -66,13 +68,14 @@ _GPU = {name: SimpleNamespace(name=name, **preset) for name, preset in GPUS.item
 #: the fraction of the dense peak the matmuls reach, and the passes the memory-bound
 #: element-wise kernels make over a layer's stored activations.
 _FITTED = {
-    "A100-80GB": dict(matmul_efficiency=0.64, elementwise_passes=2.25),
-    "H100-80GB": dict(matmul_efficiency=0.66, elementwise_passes=5.25),
+    "A100-80GB": dict(matmul_efficiency=0.63, elementwise_passes=2.0),
+    "H100-80GB": dict(matmul_efficiency=0.66, elementwise_passes=4.75),
 }
 _RECOMPUTE = ("none", "selective", "full")
 _PRECISIONS = ("bf16", "fp16")
 _DEFAULTS = dict(ffn_hidden=None, kv_heads=None, swiglu=False, cp=1, vpp=None, micro_batch=None,
-                 recompute=None, sequence_parallel=None, zero_stage=0, precision="bf16", dp=None)
+                 recompute=None, sequence_parallel=None, zero_stage=0, precision="bf16", dp=None,
+                 fused_attention=None, overlap_grad_reduce=None)
 #: What a key set to None becomes (the source does not say): Megatron-LM's defaults; GPT-2's
 #: vocabulary padded as Megatron pads it.
 _OPEN_DEFAULTS = dict(vocab=51200, tp=1, pp=1, cp=1, zero_stage=0, precision="bf16", swiglu=False)
@@ -134,7 +137,9 @@ def _normalize(run) -> dict:
     ``dp`` = gpus / (tp pp cp);
     ``ffn_hidden`` = 4 h; ``kv_heads`` = heads; ``micro_batch`` = 1 and ``vpp`` = 1 here
     (:func:`_breakdown` first tries every micro-batch and interleaving depth);
-    ``sequence_parallel`` = on when tp > 1; ``recompute`` is decided by :func:`_choose_recompute`.
+    ``sequence_parallel`` = on when tp > 1; ``recompute`` is decided by :func:`_choose_recompute`;
+    ``fused_attention`` = the GPU preset's; ``overlap_grad_reduce`` = True (Megatron-core's bucketed
+    reduce during the backward; Megatron-LM of 2021 all-reduced after the backward: False).
     """
     if not isinstance(run, dict):
         raise ValueError(f"run must be a dict, got {type(run).__name__}")
@@ -198,6 +203,16 @@ def _normalize(run) -> dict:
         raise ValueError(f"vpp ({cfg['vpp']}) needs pipeline parallelism (pp > 1)")
     if cfg["vpp"] * p > cfg["layers"]:
         raise ValueError(f"vpp * pp ({cfg['vpp']} * {p}) exceeds layers ({cfg['layers']})")
+    if cfg["vpp"] > 1 and cfg["layers"] % (p * cfg["vpp"]):
+        raise ValueError(f"vpp ({cfg['vpp']}) must divide the layers per stage: layers ({cfg['layers']}) "
+                         f"is not divisible by pp * vpp ({p} * {cfg['vpp']}), as Megatron's interleaving requires")
+    if cfg["fused_attention"] is None:
+        cfg["fused_attention"] = GPUS[cfg["gpu"]]["fused_attention"]
+    if cfg["overlap_grad_reduce"] is None:
+        cfg["overlap_grad_reduce"] = True
+    for name in ("fused_attention", "overlap_grad_reduce"):
+        if not isinstance(cfg[name], bool):
+            raise ValueError(f"{name} must be True, False or None, got {cfg[name]!r}")
     cfg["microbatches"] = cfg["global_batch"] // (d * cfg["micro_batch"])
     return cfg
 
@@ -264,6 +279,7 @@ def _activation_bytes_per_layer(cfg, recompute, fused_attention) -> float:
     none: s b h (34 + 5 a s / h) without TP; s b h (10 + 24/t + 5 a s/(h t)) with TP; / t overall
     with sequence parallelism. Fused attention drops the 5 a s / h term. selective: the 5 a s / h
     term is recomputed. full: only the layer's input, 2 s b h (/ t with sequence parallelism).
+    A GPT layer (MHA, 4h GeLU MLP, dropout): it under-counts a Llama-style layer by ~15%.
     """
     s, b, h, a, t = cfg["seq"] // cfg["cp"], cfg["micro_batch"], cfg["hidden"], cfg["heads"], cfg["tp"]
     sbh = s * b * h
@@ -276,8 +292,13 @@ def _activation_bytes_per_layer(cfg, recompute, fused_attention) -> float:
 
 
 def _memory_bytes_per_gpu(cfg, recompute, gpu=None) -> float:
-    """Model states plus activations on the fuller of the first and last stages, bytes per GPU."""
+    """Model states plus activations on the fuller of the first and last stages, bytes per GPU.
+
+    The embedding and the output layer share one matrix (tied, as in Megatron): one copy without
+    pipelining, one on each of the first and last stages with it.
+    """
     gpu = gpu or _GPU[cfg["gpu"]]
+    fused = cfg["fused_attention"]
     t, p, d, c, v, m = cfg["tp"], cfg["pp"], cfg["dp"], cfg["cp"], cfg["vpp"], cfg["microbatches"]
     first, last = _stage_layers(cfg)
     embedding = cfg["vocab"] * cfg["hidden"] / t
@@ -290,7 +311,7 @@ def _memory_bytes_per_gpu(cfg, recompute, gpu=None) -> float:
                + _ADAM_BYTES / (shards if z >= 1 else 1))
         return params * per
 
-    per_layer = _activation_bytes_per_layer(cfg, recompute, gpu.fused_attention)
+    per_layer = _activation_bytes_per_layer(cfg, recompute, fused)
     if v == 1:
         in_flight_layers = first * min(p, m)
     else:
@@ -298,12 +319,12 @@ def _memory_bytes_per_gpu(cfg, recompute, gpu=None) -> float:
         in_flight_layers = math.ceil(cfg["layers"] / (p * v)) * chunks
     acts = per_layer * in_flight_layers
     if recompute == "full":  # the layer being recomputed holds its full activations for a moment
-        acts += _activation_bytes_per_layer(cfg, "none", gpu.fused_attention)
+        acts += _activation_bytes_per_layer(cfg, "none", fused)
     logits = 4 * cfg["seq"] // c * cfg["micro_batch"] * cfg["vocab"] / t  # fp32 logits for the loss
-    first_stage = states(first * _layer_params(cfg) / t + embedding + (embedding if p == 1 else 0)) + acts
+    first_stage = states(first * _layer_params(cfg) / t + embedding) + acts
     if p == 1:
         return first_stage + logits
-    last_acts = _activation_bytes_per_layer(cfg, recompute, gpu.fused_attention) * last * 1
+    last_acts = _activation_bytes_per_layer(cfg, recompute, fused) * last
     last_stage = states(last * _layer_params(cfg) / t + embedding) + last_acts + logits
     return max(first_stage, last_stage)
 
@@ -340,8 +361,8 @@ def _breakdown(run, constants=None, hardware=None) -> dict:
     """The prediction, with what the run leaves open chosen as a tuned run would choose it.
 
     ``vpp`` None: Megatron-LM's published pipelines use the interleaved schedule; the depth v
-    (1 to the layers per stage; a stage's layers need not divide evenly) with the shortest
-    predicted step that fits in memory. ``micro_batch`` None: likewise, among the divisors of
+    (a divisor of the layers per stage, as Megatron requires; 1 when pp does not divide the
+    layers) with the shortest predicted step that fits in memory. ``micro_batch`` None: likewise, among the divisors of
     the sequences per replica up to ``_MAX_MICRO_BATCH`` (more micro-batches shrink the
     bubble; larger ones hide ZeRO-3's gathers and the DP reduce better, and need more memory).
     """
@@ -349,8 +370,11 @@ def _breakdown(run, constants=None, hardware=None) -> dict:
     per_replica = cfg["global_batch"] // cfg["dp"]
     micro = [run.get("micro_batch")] if run.get("micro_batch") is not None else \
         [b for b in range(1, min(per_replica, _MAX_MICRO_BATCH) + 1) if per_replica % b == 0]
-    depths = [run.get("vpp")] if run.get("vpp") is not None or cfg["pp"] == 1 else \
-        list(range(1, cfg["layers"] // cfg["pp"] + 1))
+    if run.get("vpp") is not None or cfg["pp"] == 1 or cfg["layers"] % cfg["pp"]:
+        depths = [run.get("vpp")]
+    else:
+        per_stage = cfg["layers"] // cfg["pp"]
+        depths = [v for v in range(1, per_stage + 1) if per_stage % v == 0]
     if len(micro) * len(depths) == 1:
         return _breakdown_one(run, constants, hardware)
     best = None
@@ -382,9 +406,11 @@ def _breakdown_one(run, constants=None, hardware=None) -> dict:
     dense, attn = _layer_forward_flops(cfg)
     fwd = b * (dense + attn) / split
     extra = {"none": 0.0, "selective": b * attn / split, "full": fwd}[recompute]
+    if cfg["fused_attention"]:  # flash attention's backward recomputes the scores: half the forward's
+        extra += 0.5 * b * attn / split   # attention FLOPs; time only (hardware FLOPs do not count it)
     t_matmul = (3 * fwd + extra) / rate
-    act_none = _activation_bytes_per_layer(cfg, "none", gpu.fused_attention)
-    act_scores = act_none - _activation_bytes_per_layer(cfg, "selective", gpu.fused_attention)
+    act_none = _activation_bytes_per_layer(cfg, "none", cfg["fused_attention"])
+    act_scores = act_none - _activation_bytes_per_layer(cfg, "selective", cfg["fused_attention"])
     elem_bytes = 3 * act_none + {"none": 0.0, "selective": act_scores, "full": act_none}[recompute]
     t_elem = k["elementwise_passes"] * elem_bytes / gpu.hbm_bandwidth
     # logits on the last stage: matmuls and the fp32 softmax / cross-entropy
@@ -426,7 +452,7 @@ def _breakdown_one(run, constants=None, hardware=None) -> dict:
         p2p = 2 * (v * m + p - 1) * t_p2p_one
 
     # DP: gradients behind the last micro-batch's backward, but the last bucket; ZeRO-3 per layer
-    params_gpu = max(first * _layer_params(cfg) / t + cfg["vocab"] * h / t * (2 if p == 1 else 1),
+    params_gpu = max(first * _layer_params(cfg) / t + cfg["vocab"] * h / t,   # tied embedding: one copy
                      last * _layer_params(cfg) / t + cfg["vocab"] * h / t)
     grad_bytes = 4 if cfg["precision"] == "bf16" else 2
     dp_exposed = 0.0
@@ -443,10 +469,13 @@ def _breakdown_one(run, constants=None, hardware=None) -> dict:
                 return _collective(1, n_params * grad_bytes, *g)
             dp_comm = reduce(params_gpu)
             last_bucket = reduce(min(_BUCKET_PARAMS, params_gpu))
-            dp_exposed = max(last_bucket, dp_comm - backward_last)
+            # overlapped: only what the last backward cannot hide; Megatron-LM 2021: all of it, after
+            dp_exposed = max(last_bucket, dp_comm - backward_last) if cfg["overlap_grad_reduce"] else dp_comm
             if z >= 1:  # updated bf16 parameters gathered, behind the next forward but the first bucket
-                dp_comm += _collective(1, params_gpu * 2, *g)
-                dp_exposed += _collective(1, min(_BUCKET_PARAMS, params_gpu) * 2, *g)
+                gather = _collective(1, params_gpu * 2, *g)
+                dp_comm += gather
+                dp_exposed += _collective(1, min(_BUCKET_PARAMS, params_gpu) * 2, *g) \
+                    if cfg["overlap_grad_reduce"] else gather
         else:
             layer_bytes = _layer_params(cfg) / t * 2
             gathers = 2 + (1 if recompute == "full" else 0)

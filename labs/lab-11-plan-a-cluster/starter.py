@@ -37,11 +37,13 @@ import numbers
 from types import SimpleNamespace
 
 
-#: GPU presets: dense peak FLOP/s, HBM bytes and bytes/s, NVLink and NIC bytes/s per GPU per
-#: direction, 8 GPUs per node, one NIC per GPU; alphas in seconds per message (orders of
-#: magnitude); ``fused_attention``: the software of the era's published runs (flash attention
-#: keeps no s^2 attention scores). Sources: NVIDIA A100 and H100 SXM datasheets; DGX A100
-#: (Selene) 8 x HDR 200 Gb/s, DGX H100 8 x NDR 400 Gb/s.
+#: GPU presets: dense peak FLOP/s, the plans' memory budget (80e9 bytes: the HBM is 80 GiB, of which
+#: programs see 85.9e9 B on A100 and 85.5e9 B on H100; the ~6% left is headroom for what a memory
+#: model leaves out) and HBM bytes/s, NVLink and NIC bytes/s per GPU per direction, 8 GPUs per
+#: node, one NIC per GPU; alphas in seconds per message (orders of magnitude); ``fused_attention``:
+#: the default software of the era's published runs (flash attention keeps no s^2 attention
+#: scores; a run's ``fused_attention`` key overrides it). Sources: NVIDIA A100 and H100 SXM
+#: datasheets; DGX A100 (Selene) 8 x HDR 200 Gb/s, DGX H100 8 x NDR 400 Gb/s.
 GPUS = {
     "A100-80GB": dict(peak_flops=312e12, hbm_bytes=80e9, hbm_bandwidth=2.039e12, nvlink_bandwidth=300e9,
                       nic_bandwidth=25e9, nvlink_alpha=3e-6, nic_alpha=5e-6, gpus_per_node=8,
@@ -55,7 +57,7 @@ GPUS = {
 #: global_batch; the others may be left out (None / their default).
 RUN_KEYS = ("layers", "hidden", "heads", "seq", "vocab", "gpus", "gpu", "tp", "pp", "global_batch",
             "ffn_hidden", "kv_heads", "swiglu", "cp", "vpp", "micro_batch", "recompute",
-            "sequence_parallel", "zero_stage", "precision", "dp")
+            "sequence_parallel", "zero_stage", "precision", "dp", "fused_attention", "overlap_grad_reduce")
 RETURNED_KEYS = ("step_time_s", "model_tflops_per_gpu", "hardware_tflops_per_gpu", "mfu", "hfu",
                  "memory_bytes_per_gpu", "binding")
 
