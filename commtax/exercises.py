@@ -137,8 +137,8 @@ EXERCISES: dict[str, Exercise] = {
     "06.5": Exercise("how much longer the 1F1B step gets with transfers of 0.1 t_f, in units of t_f", "jravudNjH+A="),
     # Lesson 07
     "07.1": Exercise("bytes one GPU sends per step, Llama-2-70B, TP 1 x DP 64, the ZeRO stage that fits", "gRTcd4+Ygoc="),
-    "07.2": Exercise("tokens per micro-batch above which ZeRO-3 over 8 sends fewer bytes than TP 8, Llama-2-7B",
-                     "7BV86JXxcHU="),
+    "07.2": Exercise("tokens per GPU above which ZeRO-3 over 8 sends fewer bytes than TP 8 at equal work, Llama-2-7B",
+                     "7BV86JXxAHU="),
     "07.3": Exercise("double-buffered K+V ring-attention bytes per GPU per layer, 1M tokens, c = 8", "jwbdNY+ihNc="),
     "07.4": Exercise("how many times more ZeRO-2 sends than ZeRO-1 per step at m = 8", "DSD0ZLVPlTA="),
     # Lesson 08
