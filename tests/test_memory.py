@@ -112,3 +112,26 @@ def test_bad_arguments_name_themselves():
         memory.zero_bytes_per_step(1e9, 8, 2, 0)
     with pytest.raises(ValueError, match="layers"):
         memory.plan_memory(memory.MemoryPlan(7e9, 30, 4096, 32, pp=4))
+
+
+def test_wire_seconds_prices_dp_groups_with_the_network_model_not_one_nic():
+    from commtax.formulas.network import allreduce_bus_bandwidth
+    model = PRESETS["Llama-2-70B"]
+    common = dict(n_params=model.n_params, layers=model.layers, hidden=model.hidden, heads=64, microbatches=8)
+    zero3 = memory.MemoryPlan(**common, tp=1, dp=64, zero_stage=3, recompute="full")
+    tp8 = memory.MemoryPlan(**common, tp=8, dp=8, zero_stage=1, recompute="selective", sequence_parallel=True)
+    # pure DP: 8 members per node, rings across 8 rails at min(450, 8 x 50) = 400 GB/s
+    assert allreduce_bus_bandwidth(64, 8, 450e9, 50e9) == pytest.approx(400e9)
+    assert memory.wire_seconds(zero3) == pytest.approx(memory.plan_wire_bytes(zero3)["dp"] / 400e9)
+    # DP beside TP 8: one member per node, one NIC; TP on NVLink
+    wire = memory.plan_wire_bytes(tp8)
+    assert memory.wire_seconds(tp8) == pytest.approx(wire["dp"] / 50e9 + wire["tp"] / 450e9)
+    assert 6 < memory.wire_seconds(zero3) / memory.wire_seconds(tp8) < 7      # not 50x
+
+
+def test_full_recompute_adds_one_whole_layer_in_both_memory_models():
+    plan = memory.MemoryPlan(7e9, 32, 4096, 32, seq=4096, tp=4, dp=2, recompute="full", sequence_parallel=True)
+    parts = memory.plan_memory(plan)
+    stored = 32 * 2 * 4096 * 4096 / 4                                        # 2 s b h / t per layer with SP
+    whole = memory.activation_bytes_per_layer(4096, 1, 4096, 32, 4, True, "none")
+    assert parts["activations"] == pytest.approx(stored + whole)

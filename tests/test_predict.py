@@ -62,3 +62,23 @@ def test_planner_moves_off_zero3_when_the_network_halves():
     assert full[0]["plan"]["zero_stage"] == 3 and half[0]["plan"]["zero_stage"] == 1
     assert all(r["fits"] for r in full + half)
     assert "Best plan" in P.recommend(full) and "No plan fits" in P.recommend([])
+
+
+def test_plan_choices_keep_v_a_divisor_of_the_layers_per_stage_and_2021_rows_reduce_after_the_backward():
+    for e in PUBLISHED:
+        plan = P.breakdown(e["run"])["plan"]
+        if plan["pp"] > 1 and e["run"]["layers"] % plan["pp"] == 0:
+            assert (e["run"]["layers"] // plan["pp"]) % plan["vpp"] == 0, (e["model"], plan)
+        assert e["run"]["overlap_grad_reduce"] is (False if e["source"] in ("NAR21-T1", "MLM-README-2021") else None)
+    with pytest.raises(ValueError, match="vpp"):
+        P.normalize(dict(P.MODELS["GPT-3 175B"], gpus=64, gpu="A100", tp=8, pp=8, vpp=5, global_batch=64))
+
+
+def test_tied_embedding_is_one_copy_without_pipelining():
+    run = dict(P.MODELS["GPT 1.7B (Megatron, s=2048)"], gpus=8, gpu="A100", tp=1, pp=1, global_batch=8,
+               micro_batch=1, recompute="full", zero_stage=0)
+    cfg = P.normalize(run)
+    params = cfg["layers"] * P.layer_params(cfg) + cfg["vocab"] * cfg["hidden"]
+    acts = cfg["layers"] * P.activation_bytes_per_layer(cfg, "full", False) \
+        + P.activation_bytes_per_layer(cfg, "none", False) + 4 * cfg["seq"] * cfg["vocab"]
+    assert P.memory_bytes_per_gpu(cfg, "full") == pytest.approx(params * (2 + 4 + 12) + acts)

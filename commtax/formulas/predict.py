@@ -18,7 +18,11 @@ adds up the course's parts, each from first principles:
   ``elementwise_passes`` x the activation bytes a layer writes (Korthikanti's
   34 s b h + 5 a s^2 b, without the s^2 term where attention is fused) over
   the HBM bandwidth. These two are the only constants fitted to published runs
-  (:data:`FITTED`, two per GPU type).
+  (:data:`FITTED`, two per GPU type); beside them, the micro-batch and
+  interleaving depth a run leaves open are chosen by this model's own shortest
+  step (:func:`breakdown`), a hidden freedom that flatters the fit. Fused
+  (flash) attention, the run key ``fused_attention``, also pays its backward's
+  recomputation of the scores (time only).
 * **TP**: Megatron's all-reduces (or all-gather + reduce-scatter with sequence
   parallelism): 2 per layer in the forward, 2 in the backward, 2 more in a
   fully recomputed forward; on the critical path; priced with the course's
@@ -32,7 +36,8 @@ adds up the course's parts, each from first principles:
   scatter/gather) between stages, all on the critical path.
 * **DP**: gradients reduced (all-reduce; reduce-scatter + parameter
   all-gather with ZeRO-1/2) behind the backward of the last micro-batch,
-  except the last bucket; ZeRO-3 gathers every layer's parameters before its
+  except the last bucket (``overlap_grad_reduce``; Megatron-LM of 2021 reduced
+  after the whole backward, exposing all of it); ZeRO-3 gathers every layer's parameters before its
   forward and backward and reduce-scatters its gradients every micro-batch,
   prefetched behind the layer's compute. Every collective whose group leaves a
   node goes through the network model (latency included: thousands of small
@@ -43,7 +48,11 @@ adds up the course's parts, each from first principles:
   accumulates in fp32, as Megatron-LM does), 12 of Adam state, sharded by the
   ZeRO stage over data parallelism) plus activations (Korthikanti et al.
   2022, Table 2, per recomputation mode) times the micro-batches the first
-  stage holds in flight; it decides ``recompute`` when the run leaves it open.
+  stage holds in flight; it decides ``recompute`` when the run leaves it open,
+  against a budget of 80e9 bytes (:data:`HBM_BUDGET`, ~6% headroom under the
+  80 GiB). The activations are a GPT layer's (MHA, 4h GeLU MLP, dropout): for
+  Llama-style layers (GQA, SwiGLU, no dropout) they are ~15% low, so a Llama
+  plan within ~15% of the budget is marginal.
 
 Conventions: seconds, bytes, FLOP/s; bandwidths per GPU per direction;
 hardware figures dense. ``model_tflops_per_gpu`` and ``hardware_tflops_per_gpu``

@@ -203,6 +203,21 @@ def test_zero3_on_512_gpus_one_per_node_per_group_is_bound_by_its_per_layer_coll
     assert zero3["memory_bytes_per_gpu"] < zero1["memory_bytes_per_gpu"]
 
 
+def test_a_gradient_reduce_after_the_backward_is_exposed_whole(lab):
+    # Megatron-LM of 2021 all-reduced the gradients after the backward (overlap_grad_reduce=False):
+    # the whole all-reduce adds to the step, where an overlapped one hides behind the last backward.
+    base = dict(GPT, layers=36, hidden=4096, heads=32, gpus=128, tp=8, pp=1, dp=16, recompute="full",
+                precision="fp16", zero_stage=0, micro_batch=16, global_batch=256)
+    on = lab.predict(dict(base, overlap_grad_reduce=True))
+    off = lab.predict(dict(base, overlap_grad_reduce=False))
+    params_per_gpu = (36 * 12 * 4096**2 + 51200 * 4096) / 8
+    reduce_s = group_allreduce_time(params_per_gpu * 2, 16, 1, 0.0, NVLINK3, 0.0, HDR_NIC)
+    gained = off["step_time_s"] - on["step_time_s"]
+    assert gained >= 0.8 * reduce_s, \
+        f"reducing after the backward adds {gained:.4f} s; its all-reduce alone takes {reduce_s:.4f} s"
+    assert on["binding"] != "dp" and off["memory_bytes_per_gpu"] == pytest.approx(on["memory_bytes_per_gpu"])
+
+
 def test_memory_decides_recompute_when_the_run_leaves_it_open(lab):
     run = dict(GPT, layers=96, hidden=12288, heads=96, gpus=64, tp=8, pp=8, dp=1, vpp=3, micro_batch=1,
                global_batch=64, sequence_parallel=False)
@@ -229,7 +244,8 @@ GOOD = dict(GPT, layers=24, hidden=2048, heads=16, gpus=32, tp=8, pp=2, dp=2, mi
     (dict(zero_stage=4), "zero_stage"),
     (dict(layers=0), "layers"),
     (dict(precision="fp8"), "precision"),
-], ids=["gpus", "heads", "global_batch", "recompute", "gpu", "zero_stage", "layers", "precision"])
+    (dict(vpp=5), "vpp"),                    # 12 layers per stage do not split into 5 chunks
+], ids=["gpus", "heads", "global_batch", "recompute", "gpu", "zero_stage", "layers", "precision", "vpp"])
 def test_bad_plans_raise_value_error_naming_the_argument(lab, change, name):
     lab.predict(dict(GOOD))                   # the plan itself is fine
     with pytest.raises(ValueError, match=name):
