@@ -44,6 +44,7 @@ def check(condition, message):
     if not condition:
         fail(message)
 
+
 # The all-reduce cases, in the order the ranks run them: (elements, dtype, shape or None).
 CASES = [(numel, dtype, None) for numel in SIZES for dtype in DTYPES] + [(15, torch.float64, (3, 5))]
 

@@ -39,6 +39,7 @@ def check(condition, message):
     if not condition:
         fail(message)
 
+
 SIZES = [2**k for k in range(10, 27)]  # 1 KiB .. 64 MiB, like nccl-tests -b 1K -e 64M -f 2
 
 

@@ -32,6 +32,7 @@ def check(condition, message):
     if not condition:
         fail(message)
 
+
 UNIFORM = dict(t_forward=1.0, t_backward=2.0)  # equal stage times; backward twice the forward
 Op = namedtuple("Op", "stage kind microbatch chunk start end")  # this file's own view of an op
 
