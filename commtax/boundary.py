@@ -605,6 +605,7 @@ class LabProxy:
         object.__setattr__(self, "_worker", None)
         object.__setattr__(self, "_names", None)
         object.__setattr__(self, "_import_error", None)
+        object.__setattr__(self, "_pending", None)
 
     # -- what the proxy says about itself
     @property
@@ -653,7 +654,8 @@ class LabProxy:
             raise rebuild_exception(self._import_error)
         if self._worker is not None:
             return self._worker
-        worker = _Worker(self._module_name, self._path, str(Path(self._path).parent))
+        worker = self._pending or _Worker(self._module_name, self._path, str(Path(self._path).parent))
+        object.__setattr__(self, "_pending", None)
         try:
             kind, body = worker.receive(START_TIMEOUT)
         except TimeoutError:
@@ -672,6 +674,11 @@ class LabProxy:
         object.__setattr__(self, "_names", dict(body))
         object.__setattr__(self, "_worker", worker)
         return worker
+
+    def prestart(self) -> None:
+        """Start the worker now, without waiting for it (its imports overlap other tests)."""
+        if self._worker is None and self._pending is None and self._import_error is None:
+            object.__setattr__(self, "_pending", _Worker(self._module_name, self._path, str(Path(self._path).parent)))
 
     def _echo(self, worker: _Worker) -> None:
         text = worker.take_output()
@@ -707,8 +714,11 @@ class LabProxy:
         object.__setattr__(self, "_worker", None)
 
     def close(self) -> None:
-        if self._worker is not None:
-            self._drop(self._worker)
+        for worker in (self._worker, self._pending):
+            if worker is not None:
+                worker.kill()
+        object.__setattr__(self, "_worker", None)
+        object.__setattr__(self, "_pending", None)
 
 
 class LabFunction:

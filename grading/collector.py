@@ -78,11 +78,13 @@ def pytest_collection_modifyitems(session, config, items):
                            "nccl": item.get_closest_marker("nccl") is not None})
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_finish(session):
     """Under the grader, once the hidden tests are imported, take their files off the disk.
 
-    No learner code has run yet (the ``lab`` proxy starts its worker at the first
-    call), so no learner process can ever find them on disk, whatever its user.
+    No learner code has run yet (this runs before labs/conftest.py starts the
+    ``lab`` proxies' workers), so no learner process can ever find them on disk,
+    whatever its user.
     """
     if _channel is None or session.config.option.collectonly:
         return

@@ -10,17 +10,48 @@ It is a :class:`commtax.boundary.LabProxy`: the learner's file is imported in a
 separate worker process, and ``lab.f(...)`` sends the call there. Pass and
 expect plain data only (numbers, strings, lists, tuples, dicts, numpy arrays,
 tensors; dataclass instances come back as read-only records). See
-``commtax/boundary.py``.
+``commtax/boundary.py``. Once the tests are collected, every lab's worker is
+started at once, so that their imports (torch) overlap the tests that run
+before them.
 """
+
+from pathlib import Path
 
 import pytest
 
 from commtax.boundary import load_lab_proxy
 
+_proxies = {}
+
+
+def _lab_folder(path) -> Path:
+    return next(p for p in Path(path).parents if p.name.startswith("lab-"))
+
+
+def _proxy(folder: Path):
+    if folder not in _proxies:
+        _proxies[folder] = load_lab_proxy(folder)
+    return _proxies[folder]
+
+
+def pytest_collection_finish(session):
+    if session.config.option.collectonly:
+        return
+    for folder in dict.fromkeys(_lab_folder(item.path) for item in session.items
+                                if "lab" in getattr(item, "fixturenames", ())):
+        try:
+            _proxy(folder).prestart()
+        except (OSError, ValueError):
+            pass  # the test that needs it reports the problem
+
+
+def pytest_sessionfinish(session):
+    for proxy in _proxies.values():
+        proxy.close()
+
 
 @pytest.fixture(scope="module")
 def lab(request):
-    folder = next(p for p in request.path.parents if p.name.startswith("lab-"))
-    proxy = load_lab_proxy(folder)
+    proxy = _proxy(_lab_folder(request.path))
     yield proxy
     proxy.close()
