@@ -68,7 +68,9 @@ SANDBOX_USER = "commtax-learner"  # root mode: learner code runs as this user (c
 # formulas, the simulators, the benchmarks, the widgets: modules that hold lab answers,
 # including any added later) is replaced in the sandbox by a stub whose every name raises.
 LEARNER_COMMTAX = ("__init__.py", "checks.py", "units.py", "labs.py", "testing.py", "boundary.py",
-                   "ranks/__init__.py", "ranks/launch.py", "ranks/traffic.py", "ranks/_*.py")
+                   "ranks/__init__.py", "ranks/launch.py", "ranks/traffic.py", "ranks/_*.py",
+                   # link presets and Lab 03's calibration files (measure.py saves one): no answers
+                   "formulas/__init__.py", "formulas/links.py")
 # Helpers that public rank workers call but that live in a module with answers: the stub of
 # that module carries these functions (and the module's imports), and nothing else.
 # Each is readable by graded code: keep answers out of them (Lab 12's calibration needs the Megatron
