@@ -73,8 +73,8 @@ LEARNER_COMMTAX = ("__init__.py", "checks.py", "units.py", "labs.py", "testing.p
                    "formulas/__init__.py", "formulas/links.py")
 # Helpers that public rank workers call but that live in a module with answers: the stub of
 # that module carries these functions (and the module's imports), and nothing else.
-# Each is readable by graded code: keep answers out of them (Lab 12's calibration needs the Megatron
-# groups; its test could pass them to the ranks as data instead).
+# Each is readable by graded code: keep answers out of them (Lab 12's Megatron groups are given code
+# in its starter, not an exercise).
 SHARED_HELPERS = {"ranks/measure.py": ("memcpy_bandwidth",),
                   "ranks/wholebill.py": ("SIZES", "block", "make_model", "make_batch",  # Lab 12's starter uses these
                                           "megatron_groups", "_median_seconds", "calibrate")}

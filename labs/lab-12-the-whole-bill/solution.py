@@ -41,7 +41,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 # Given: the model and its data, shared with the tests' single-process reference.
-from commtax.ranks.wholebill import make_batch, make_model
+from commtax.ranks.wholebill import make_batch, make_model, megatron_groups
 
 AXES = ("dp", "tp", "pp")
 
@@ -54,9 +54,7 @@ def _count(name, value, minimum=1):
 # -- the plan --------------------------------------------------------------------------
 
 def grid_coordinates(rank, dp, tp, pp):
-    """(pp_idx, dp_idx, tp_idx) of ``rank`` in Megatron's order: TP innermost, then DP, then PP."""
-    # BEGIN SOLUTION
-    # HINT: rank = pp_idx * (dp * tp) + dp_idx * tp + tp_idx; use divmod twice.
+    """(pp_idx, dp_idx, tp_idx) of ``rank`` in Megatron's order: TP innermost, then DP, then PP (given)."""
     for name, value in (("dp", dp), ("tp", tp), ("pp", pp)):
         _count(name, value)
     _count("rank", rank, 0)
@@ -65,27 +63,19 @@ def grid_coordinates(rank, dp, tp, pp):
     pp_idx, rest = divmod(rank, dp * tp)
     dp_idx, tp_idx = divmod(rest, tp)
     return pp_idx, dp_idx, tp_idx
-    # END SOLUTION
 
 
 def group_ranks(dp, tp, pp):
-    """Every process group of the plan: {"tp": [[ranks], ...], "dp": [...], "pp": [...]}.
+    """Every process group of the plan: {"tp": [[ranks], ...], "dp": [...], "pp": [...]} (given).
 
     A TP group is the ``tp`` ranks that share (pp_idx, dp_idx); a DP group the
     ``dp`` ranks that share (pp_idx, tp_idx); a PP group (a pipeline) the
-    ``pp`` ranks that share (dp_idx, tp_idx), in stage order. Each list is
-    sorted by its first rank; ranks inside a group ascending (PP: by stage).
+    ``pp`` ranks that share (dp_idx, tp_idx), in stage order. For 2 x 2 x 2:
+    TP {0,1} {2,3} {4,5} {6,7}; DP {0,2} {1,3} {4,6} {5,7}; PP {0,4} {1,5} {2,6} {3,7}.
     """
-    # BEGIN SOLUTION
-    # HINT: loop over all ranks, compute grid_coordinates, and bucket them by the two other indices.
-    groups = {axis: {} for axis in AXES}
-    for rank in range(dp * tp * pp):
-        p, d, t = grid_coordinates(rank, dp, tp, pp)
-        groups["tp"].setdefault((p, d), []).append(rank)
-        groups["dp"].setdefault((p, t), []).append(rank)
-        groups["pp"].setdefault((d, t), []).append(rank)
-    return {axis: sorted(found.values()) for axis, found in groups.items()}
-    # END SOLUTION
+    for name, value in (("dp", dp), ("tp", tp), ("pp", pp)):
+        _count(name, value)
+    return megatron_groups(dp, tp, pp)
 
 
 def params_per_rank(layers, hidden, tp, pp):

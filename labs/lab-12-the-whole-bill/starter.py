@@ -41,7 +41,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 # Given: the model and its data, shared with the tests' single-process reference.
-from commtax.ranks.wholebill import make_batch, make_model
+from commtax.ranks.wholebill import make_batch, make_model, megatron_groups
 
 AXES = ("dp", "tp", "pp")
 
@@ -54,25 +54,28 @@ def _count(name, value, minimum=1):
 # -- the plan --------------------------------------------------------------------------
 
 def grid_coordinates(rank, dp, tp, pp):
-    """(pp_idx, dp_idx, tp_idx) of ``rank`` in Megatron's order: TP innermost, then DP, then PP."""
-    raise NotImplementedError(
-        "grid_coordinates: not implemented yet. Hint: rank = pp_idx * (dp * tp) + dp_idx * tp"
-        " + tp_idx; use divmod twice."
-    )
+    """(pp_idx, dp_idx, tp_idx) of ``rank`` in Megatron's order: TP innermost, then DP, then PP (given)."""
+    for name, value in (("dp", dp), ("tp", tp), ("pp", pp)):
+        _count(name, value)
+    _count("rank", rank, 0)
+    if rank >= dp * tp * pp:
+        raise ValueError(f"rank ({rank}) must be below dp * tp * pp = {dp * tp * pp}")
+    pp_idx, rest = divmod(rank, dp * tp)
+    dp_idx, tp_idx = divmod(rest, tp)
+    return pp_idx, dp_idx, tp_idx
 
 
 def group_ranks(dp, tp, pp):
-    """Every process group of the plan: {"tp": [[ranks], ...], "dp": [...], "pp": [...]}.
+    """Every process group of the plan: {"tp": [[ranks], ...], "dp": [...], "pp": [...]} (given).
 
     A TP group is the ``tp`` ranks that share (pp_idx, dp_idx); a DP group the
     ``dp`` ranks that share (pp_idx, tp_idx); a PP group (a pipeline) the
-    ``pp`` ranks that share (dp_idx, tp_idx), in stage order. Each list is
-    sorted by its first rank; ranks inside a group ascending (PP: by stage).
+    ``pp`` ranks that share (dp_idx, tp_idx), in stage order. For 2 x 2 x 2:
+    TP {0,1} {2,3} {4,5} {6,7}; DP {0,2} {1,3} {4,6} {5,7}; PP {0,4} {1,5} {2,6} {3,7}.
     """
-    raise NotImplementedError(
-        "group_ranks: not implemented yet. Hint: loop over all ranks, compute "
-        "grid_coordinates, and bucket them by the two other indices."
-    )
+    for name, value in (("dp", dp), ("tp", tp), ("pp", pp)):
+        _count(name, value)
+    return megatron_groups(dp, tp, pp)
 
 
 def params_per_rank(layers, hidden, tp, pp):

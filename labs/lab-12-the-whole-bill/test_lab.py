@@ -24,14 +24,6 @@ PLANS = [(2, 2, 2), (2, 1, 2), (1, 2, 2)]       # (dp, tp, pp): the capstone and
 RUNS = SharedRuns()
 
 
-def megatron_groups(dp, tp, pp):
-    """The plan's groups, written out independently of the lab: TP innermost, then DP, then PP."""
-    rank = lambda p, d, t: p * dp * tp + d * tp + t
-    return {"tp": sorted([rank(p, d, t) for t in range(tp)] for p in range(pp) for d in range(dp)),
-            "dp": sorted([rank(p, d, t) for d in range(dp)] for p in range(pp) for t in range(tp)),
-            "pp": sorted([rank(p, d, t) for p in range(pp)] for d in range(dp) for t in range(tp))}
-
-
 # -- inside the ranks ---------------------------------------------------------------------
 
 class _GroupCounter:
@@ -80,7 +72,7 @@ def run(lab, dp, tp, pp, **options):
     key = (dp, tp, pp, tuple(sorted(options.items())))
     return RUNS.get(key, calibrate_and_train, dp * tp * pp, (lab, dp, tp, pp, options), timeout=90,
                     needs=(lab.train_step, lab.tp_block, lab.sync_gradients, lab.Ledger.start, lab.Ledger.stop,
-                           lab.group_ranks, lab.shard_layer, lab.one_f_one_b_order))
+                           lab.shard_layer, lab.one_f_one_b_order))
 
 
 def expected_losses(dp):
@@ -91,7 +83,7 @@ def expected_losses(dp):
 
 def counted_by_axis(ranks_results, dp, tp, pp):
     """Bytes per rank per step, averaged over ranks, from the independent counter: {axis: bytes}."""
-    groups = megatron_groups(dp, tp, pp)
+    groups = wholebill.megatron_groups(dp, tp, pp)
     axis_of = {tuple(g): axis for axis in ("tp", "dp") for g in groups[axis] if len(g) > 1}
     totals = {"tp": 0.0, "dp": 0.0, "pp": 0.0, "other": 0.0}
     world = dp * tp * pp
@@ -117,21 +109,6 @@ def _bytes_report(counted, predicted):
 
 
 # -- the plan, without ranks -----------------------------------------------------------------
-
-def test_grid_coordinates_follow_megatrons_order_tp_innermost(lab):
-    assert [lab.grid_coordinates(r, 2, 2, 2) for r in range(8)] == [
-        (0, 0, 0), (0, 0, 1), (0, 1, 0), (0, 1, 1), (1, 0, 0), (1, 0, 1), (1, 1, 0), (1, 1, 1)]
-    assert lab.grid_coordinates(13, 2, 4, 2) == (1, 1, 1)
-
-
-def test_group_ranks_of_a_2x2x2_grid_are_the_hand_checked_ones(lab):
-    groups = lab.group_ranks(2, 2, 2)
-    assert groups["tp"] == [[0, 1], [2, 3], [4, 5], [6, 7]]
-    assert groups["dp"] == [[0, 2], [1, 3], [4, 6], [5, 7]]
-    assert groups["pp"] == [[0, 4], [1, 5], [2, 6], [3, 7]]
-    for plan in ((1, 2, 4), (4, 1, 2), (2, 4, 1)):
-        assert lab.group_ranks(*plan) == megatron_groups(*plan), plan
-
 
 def test_params_per_rank_counts_the_tp_shard_of_a_stage(lab):
     # h = 16, t = 2, 4 layers on 2 stages: 2 x (16*32 + 32 + 32*16 + 16) = 2 x 1072
@@ -225,8 +202,6 @@ def test_a_tp_all_reduce_on_the_wrong_group_is_caught_naming_the_axis(lab):
 # -- bad input --------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("call,argument", [
-    (lambda lab: lab.grid_coordinates(8, 2, 2, 2), "rank"),
-    (lambda lab: lab.grid_coordinates(0, 0, 2, 2), "dp"),
     (lambda lab: lab.params_per_rank(5, 16, 2, 2), "layers"),
     (lambda lab: lab.params_per_rank(4, 16, 3, 1), "tp"),
     (lambda lab: lab.predicted_bytes_per_step(4, 16, 0, 8, 4, 2, 2, 2), "micro_batch"),
