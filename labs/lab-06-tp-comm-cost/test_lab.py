@@ -22,7 +22,7 @@ def step_comm(lab, link, tp=2, tokens=1):
     return lab.tp_comm_time_per_step(LAYERS, payload, tp, link["latency_s"], link["bandwidth_bytes_per_s"])
 
 
-# -- seed 003's table --------------------------------------------------------------------
+# -- the inference lab specification's table --------------------------------------------------------------------
 
 def test_payload_is_one_activation_row_per_token(lab):
     assert lab.allreduce_payload_bytes(1, 4096, 2) == 8192                # 8 KiB per decode token: tiny
