@@ -105,6 +105,19 @@ def stub_message(func) -> str | None:
     return f"{func.__name__}: not implemented yet"
 
 
+def fail(message: str) -> None:
+    """Fail the test with ``message`` alone: it says what is wrong, with numbers; no traceback needed."""
+    __tracebackhide__ = True
+    pytest.fail(message, pytrace=False)
+
+
+def check(condition, message: str) -> None:
+    """:func:`fail` with ``message`` unless ``condition`` holds."""
+    __tracebackhide__ = True
+    if not condition:
+        fail(message)
+
+
 def require_implemented(*funcs) -> None:
     """Raise the stub's NotImplementedError if any of ``funcs`` is still a starter stub."""
     __tracebackhide__ = True

@@ -20,7 +20,7 @@ import torch
 
 from commtax.ranks.launch import rank_device
 from commtax.ranks.traffic import record_traffic
-from commtax.testing import BACKENDS, SharedRuns
+from commtax.testing import BACKENDS, SharedRuns, check, fail
 
 SIZES = [0, 1, 2, 3, 5, 7, 64, 1000, 4099]  # elements: empty, fewer than P, uneven, larger
 DTYPES = [torch.float64, torch.float32, torch.bfloat16]
@@ -31,18 +31,6 @@ DIVISIBLE = 2 * 3 * 4 * 5 * 1000  # elements every P in the tests divides evenly
 EVEN = 1200  # elements: P = 2, 3 and 4 divide it
 NAIVE_SIZE = 6000
 RUNS = SharedRuns()
-
-
-def fail(message):
-    """Fail the test with ``message`` alone: it says what is wrong, with numbers; no traceback needed."""
-    __tracebackhide__ = True
-    pytest.fail(message, pytrace=False)
-
-
-def check(condition, message):
-    __tracebackhide__ = True
-    if not condition:
-        fail(message)
 
 
 # The all-reduce cases, in the order the ranks run them: (elements, dtype, shape or None).

@@ -22,22 +22,10 @@ from commtax import boundary
 from commtax.formulas.links import available_links, load_calibration
 from commtax.labs import resolve_impl
 from commtax.ranks.measure import memcpy_bandwidth
-from commtax.testing import SharedRuns, require_implemented
+from commtax.testing import SharedRuns, check, require_implemented
 
 HERE = Path(__file__).resolve().parent
 RUNS = SharedRuns()
-
-
-def fail(message):
-    """Fail the test with ``message`` alone: it says what is wrong, with numbers; no traceback needed."""
-    __tracebackhide__ = True
-    pytest.fail(message, pytrace=False)
-
-
-def check(condition, message):
-    __tracebackhide__ = True
-    if not condition:
-        fail(message)
 
 
 SIZES = [2**k for k in range(10, 27)]  # 1 KiB .. 64 MiB, like nccl-tests -b 1K -e 64M -f 2

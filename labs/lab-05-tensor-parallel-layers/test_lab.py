@@ -5,25 +5,13 @@ import pytest
 import torch
 
 from commtax.ranks.launch import rank_device
-from commtax.testing import BACKENDS, SharedRuns
+from commtax.testing import BACKENDS, SharedRuns, check, fail
 from commtax.ranks.traffic import record_traffic
 
 HIDDEN, FFN, HEADS, BATCH, SEQ = 16, 64, 8, 2, 5
 DTYPE = torch.float64   # exact enough to compare at 1e-12
 TOLERANCE = 1e-12
 RUNS = SharedRuns()
-
-
-def fail(message):
-    """Fail the test with ``message`` alone: it says what is wrong, with numbers; no traceback needed."""
-    __tracebackhide__ = True
-    pytest.fail(message, pytrace=False)
-
-
-def check(condition, message):
-    __tracebackhide__ = True
-    if not condition:
-        fail(message)
 
 
 # Every tensor below comes from a seeded generator, so the ranks and this process build the same ones.

@@ -15,22 +15,10 @@ import torch
 import torch.nn.functional as F
 
 from commtax.boundary import LabRecord
-from commtax.testing import SharedRuns
+from commtax.testing import SharedRuns, check, fail
 from commtax.ranks.traffic import record_traffic
 
 RUNS = SharedRuns()
-
-
-def fail(message):
-    """Fail the test with ``message`` alone: it says what is wrong, with numbers; no traceback needed."""
-    __tracebackhide__ = True
-    pytest.fail(message, pytrace=False)
-
-
-def check(condition, message):
-    __tracebackhide__ = True
-    if not condition:
-        fail(message)
 
 
 UNIFORM = dict(t_forward=1.0, t_backward=2.0)  # equal stage times; backward twice the forward
