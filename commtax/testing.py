@@ -92,17 +92,10 @@ def stub_message(func) -> str | None:
         tree = ast.parse(textwrap.dedent(inspect.getsource(func)))
     except (OSError, TypeError, SyntaxError):
         return None
-    body = tree.body[0].body if tree.body and hasattr(tree.body[0], "body") else []
-    if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant):
-        body = body[1:]  # the docstring
-    if len(body) != 1 or not isinstance(body[0], ast.Raise) or not isinstance(body[0].exc, ast.Call):
+    if not tree.body:
         return None
-    call = body[0].exc
-    if getattr(call.func, "id", None) != "NotImplementedError":
-        return None
-    if call.args and isinstance(call.args[0], ast.Constant):
-        return str(call.args[0].value)
-    return f"{func.__name__}: not implemented yet"
+    from commtax.boundary import _stub_message_of  # one parser for proxies and plain modules
+    return _stub_message_of(tree.body[0], func.__name__)
 
 
 def fail(message: str) -> None:
