@@ -750,18 +750,9 @@ class LabFunction:
 
 def load_lab_proxy(lab_dir, impl: str | None = None) -> LabProxy:
     """The proxy for ``lab_dir``'s ``starter.py``/``solution.py`` (chosen as :func:`commtax.labs.load_lab` does)."""
-    from commtax.labs import ENV_VAR, find_lab, module_name, resolve_impl
-    lab_dir = Path(lab_dir)
-    if not lab_dir.is_dir():
-        lab_dir = find_lab(str(lab_dir))
-    impl = resolve_impl(lab_dir, impl)
-    path = lab_dir / f"{impl}.py"
-    if not path.exists():
-        if impl == "solution":
-            raise FileNotFoundError(f"{ENV_VAR}=solution, but {path} is not in this copy of the course (the student "
-                                    f"release has no solutions). Use {ENV_VAR}=starter to test your own code.")
-        raise FileNotFoundError(f"{path} is missing")
-    return LabProxy(path, module_name(lab_dir, impl))
+    from commtax.labs import lab_file
+    path, name = lab_file(lab_dir, impl)
+    return LabProxy(path, name)
 
 
 # -- the untrusted side: the worker -------------------------------------------------------------

@@ -77,8 +77,8 @@ def resolve_impl(lab_dir: Path, impl: str | None = None) -> str:
     return impl
 
 
-def load_lab(lab_dir, impl: str | None = None) -> types.ModuleType:
-    """Import ``starter.py`` or ``solution.py`` of ``lab_dir`` (see the module docstring)."""
+def lab_file(lab_dir, impl: str | None = None) -> tuple[Path, str]:
+    """(path of ``starter.py`` or ``solution.py``, the module name to load it under), as LAB_IMPL says."""
     lab_dir = Path(lab_dir)
     if not lab_dir.is_dir():
         lab_dir = find_lab(str(lab_dir))
@@ -91,7 +91,13 @@ def load_lab(lab_dir, impl: str | None = None) -> types.ModuleType:
                 f"release has no solutions). Use {ENV_VAR}=starter to test your own code."
             )
         raise FileNotFoundError(f"{path} is missing")
+    return path, module_name(lab_dir, impl)
+
+
+def load_lab(lab_dir, impl: str | None = None) -> types.ModuleType:
+    """Import ``starter.py`` or ``solution.py`` of ``lab_dir`` (see the module docstring)."""
+    path, name = lab_file(lab_dir, impl)
     from commtax import boundary
     if boundary.sandbox() is not None:  # a trusted process under the grader: never import learner code here
-        return boundary.LabProxy(path, module_name(lab_dir, impl))
-    return load_module_from_file(module_name(lab_dir, impl), str(path))
+        return boundary.LabProxy(path, name)
+    return load_module_from_file(name, str(path))
