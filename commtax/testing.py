@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import math
 import os
 import textwrap
 import types
@@ -159,3 +160,131 @@ class SharedRuns:
                                       f"error is there):\n{_headline(value)}", value.failures)
             raise value
         return value
+
+
+# -- comparing a learner's value with the expected one ------------------------------------
+#
+# ``x == pytest.approx(y)`` is the wrong tool at a trust boundary: for arrays it is
+# ``all()`` over the elements, so an empty array equals anything, and it says nothing
+# of type or shape. Every lab test compares through :func:`close` or :func:`expect_close`,
+# which check kind, shape and values, in that order.
+
+
+def _kind(value) -> str:
+    """'number', 'array', 'tensor', 'sequence', 'mapping' or the type's name."""
+    import numbers
+
+    import numpy as np
+    if isinstance(value, bool) or isinstance(value, np.bool_):
+        return "bool"
+    if isinstance(value, numbers.Real):
+        return "number"
+    if isinstance(value, np.ndarray):
+        return "array"
+    if type(value).__module__.startswith("torch") and type(value).__name__ == "Tensor":
+        return "tensor"
+    if isinstance(value, (list, tuple)):
+        return "sequence"
+    if isinstance(value, dict):
+        return "mapping"
+    return type(value).__name__
+
+
+def mismatch(actual, expected, *, rel: float = 1e-9, abs: float = 0.0) -> str | None:  # noqa: A002
+    """Why ``actual`` is not ``expected`` (kind, shape or value), or None when it is.
+
+    Numbers match a number (int or float; never a bool, an array or a tensor) within
+    ``rel`` or ``abs``; NaN matches nothing. Arrays and tensors match one of the same
+    kind and shape, element by element. Lists and tuples match a list or tuple of the
+    same length, item by item; dicts the same keys, value by value. Anything else must
+    compare equal with ``==`` and be of the same type.
+    """
+    import math
+
+    import numpy as np
+    want, got = _kind(expected), _kind(actual)
+    if want == "number":
+        if got != "number":
+            return f"expected a number, got {_describe(actual)}"
+        a, e = float(actual), float(expected)
+        if math.isnan(a) or math.isnan(e):
+            return f"got {a!r}, expected {e!r}"
+        if a == e or (math.isfinite(a) and math.isfinite(e) and math.fabs(a - e) <= max(rel * math.fabs(e), abs)):
+            return None
+        return f"got {a!r}, expected {e!r}{_ratio(a, e)}"
+    if want in ("array", "tensor"):
+        if got != want:
+            return f"expected a {'numpy array' if want == 'array' else 'torch tensor'}, got {_describe(actual)}"
+        a = actual.detach().cpu().double().numpy() if want == "tensor" else np.asarray(actual, dtype=float)
+        e = expected.detach().cpu().double().numpy() if want == "tensor" else np.asarray(expected, dtype=float)
+        if a.shape != e.shape:
+            return f"expected shape {tuple(e.shape)}, got shape {tuple(a.shape)}"
+        bad = ~(np.isclose(a, e, rtol=rel, atol=abs, equal_nan=False) | (a == e))
+        if bad.any():
+            index = tuple(int(i) for i in np.argwhere(bad)[0])
+            return (f"{int(bad.sum())} of {bad.size} elements differ; first at {index}: "
+                    f"got {float(a[index])!r}, expected {float(e[index])!r}{_ratio(float(a[index]), float(e[index]))}")
+        return None
+    if want == "sequence":
+        if got != "sequence":
+            return f"expected a list or tuple of {len(expected)}, got {_describe(actual)}"
+        if len(actual) != len(expected):
+            return f"expected {len(expected)} items, got {len(actual)}"
+        for i, (a, e) in enumerate(zip(actual, expected)):
+            why = mismatch(a, e, rel=rel, abs=abs)
+            if why:
+                return f"item {i}: {why}"
+        return None
+    if want == "mapping":
+        if got != "mapping":
+            return f"expected a dict, got {_describe(actual)}"
+        if set(actual) != set(expected):
+            return f"expected keys {sorted(map(str, expected))}, got {sorted(map(str, actual))}"
+        for key in expected:
+            why = mismatch(actual[key], expected[key], rel=rel, abs=abs)
+            if why:
+                return f"[{key!r}]: {why}"
+        return None
+    if type(actual) is not type(expected) or actual != expected:
+        return f"got {_describe(actual)}, expected {expected!r}"
+    return None
+
+
+def _describe(value) -> str:
+    kind = _kind(value)
+    if kind in ("array", "tensor"):
+        return f"{'a numpy array' if kind == 'array' else 'a torch tensor'} of shape {tuple(value.shape)}"
+    text = repr(value)
+    return f"{type(value).__name__} {text[:80] + '...' if len(text) > 80 else text}"
+
+
+def _ratio(actual: float, expected: float) -> str:
+    if expected and actual and math.isfinite(actual / expected):
+        return f" (x{actual / expected:.4g} of the expected)"
+    return ""
+
+
+def close(actual, expected, *, rel: float = 1e-9, abs: float = 0.0) -> bool:  # noqa: A002
+    """True when ``actual`` matches ``expected`` in kind, shape and value (see :func:`mismatch`)."""
+    return mismatch(actual, expected, rel=rel, abs=abs) is None
+
+
+def expect_close(actual, expected, *, rel: float = 1e-9, abs: float = 0.0, what: str = "the result",  # noqa: A002
+                 hints: dict | None = None) -> None:
+    """Fail the test, naming ``what`` and why, unless ``actual`` matches ``expected`` (:func:`mismatch`).
+
+    ``hints`` maps a ratio actual/expected to what it suggests, e.g.
+    ``{2.0: "gradients summed, not averaged over the d ranks?"}``; the first ratio
+    within 1e-6 of the observed one is added to the message.
+    """
+    __tracebackhide__ = True
+    why = mismatch(actual, expected, rel=rel, abs=abs)
+    if why is None:
+        return
+    if hints and _kind(actual) == _kind(expected) == "number" and expected:
+        ratio = float(actual) / float(expected)
+        for r, hint in hints.items():
+            if math.isclose(ratio, r, rel_tol=1e-6):
+                why += f": {hint}"
+                break
+    fail(f"{what}: {why}")
