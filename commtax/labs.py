@@ -14,8 +14,8 @@ ranks started by :mod:`commtax.ranks.launch` load them under.
 
 Under the grader, a process the tests started (a lab's helper script run with
 ``subprocess``) is trusted like the tests: there :func:`load_lab` returns a
-:class:`commtax.boundary.LabProxy`, so the learner's file still runs only in
-the sandbox.
+:class:`commtax.boundary.proxy.LabProxy`, so the learner's file still runs
+only in the sandbox. The tests' ``lab`` fixture is :func:`load_lab_proxy`.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ import re
 import types
 from pathlib import Path
 
+from commtax.boundary.proxy import LabProxy
+from commtax.learner_process import sandbox
 from commtax.ranks._byfile import load_module_from_file
 
 IMPLS = ("starter", "solution")
@@ -97,7 +99,13 @@ def lab_file(lab_dir, impl: str | None = None) -> tuple[Path, str]:
 def load_lab(lab_dir, impl: str | None = None) -> types.ModuleType:
     """Import ``starter.py`` or ``solution.py`` of ``lab_dir`` (see the module docstring)."""
     path, name = lab_file(lab_dir, impl)
-    from commtax import boundary
-    if boundary.sandbox() is not None:  # a trusted process under the grader: never import learner code here
-        return boundary.LabProxy(path, name)
+    if sandbox() is not None:  # a trusted process under the grader: never import learner code here
+        return LabProxy(path, name)
     return load_module_from_file(name, str(path))
+
+
+def load_lab_proxy(lab_dir, impl: str | None = None) -> LabProxy:
+    """The proxy for ``lab_dir``'s ``starter.py``/``solution.py`` (chosen as :func:`load_lab` does):
+    the learner's file runs in a worker process, never in the caller's."""
+    path, name = lab_file(lab_dir, impl)
+    return LabProxy(path, name)

@@ -21,7 +21,9 @@ import traceback
 from pathlib import Path
 
 from grading import reports, starters
-from grading.grader import SANDBOX_USER, SOURCE_ROOT, grade, lab_names
+from grading.grader import ISOLATIONS, SANDBOX_USER, SOURCE_ROOT, grade, lab_names
+from grading.sanitize import clean
+from grading.submission import SubmissionError, check_folder
 
 
 def _progress(message: str) -> None:
@@ -38,8 +40,7 @@ def _write(path: Path | None, text: str) -> None:
 
 def cmd_grade(args) -> int:
     submission = Path(args.submission) if args.submission else None
-    result = grade(submission, args.labs, lab_timeout=args.lab_timeout, total_timeout=args.total_timeout,
-                   user=args.user, same_user=args.same_user, progress=_progress)
+    result = grade(submission, args.labs, progress=_progress, **_options(args))
     if args.format == "table":
         _write(args.out, reports.table(result))
     elif args.format == "gradescope":
@@ -51,9 +52,26 @@ def cmd_grade(args) -> int:
     return 0
 
 
+def _options(args) -> dict:
+    return dict(lab_timeout=args.lab_timeout, total_timeout=args.total_timeout, user=args.user,
+                same_user=args.same_user, isolation=args.isolation)
+
+
+def _grade_one(path: Path, labs: list, args):
+    """(GradeResult or None, the reason it could not be graded): one submission never stops the others."""
+    try:
+        check_folder(path)
+        return grade(path, labs, **_options(args)), ""
+    except (SubmissionError, ValueError) as exc:
+        return None, clean(str(exc), limit=300)
+    except Exception as exc:  # noqa: BLE001 - a row with the reason, and the next submission
+        traceback.print_exc()
+        return None, clean(f"the grader failed on this submission: {type(exc).__name__}: {exc}", limit=300)
+
+
 def cmd_grade_many(args) -> int:
     folder = Path(args.folder)
-    submissions = sorted(p for p in folder.iterdir() if p.is_dir())
+    submissions = sorted(p for p in folder.iterdir() if p.is_dir() or p.is_symlink())
     if not submissions:
         raise SystemExit(f"no submission folders in {folder}")
     labs = args.labs or lab_names()
@@ -62,12 +80,14 @@ def cmd_grade_many(args) -> int:
         os.chmod(folder, stat.S_IMODE(folder.stat().st_mode) & ~0o007)
     with open(args.csv, "w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["submission", "score", "max_score", *labs])
+        writer.writerow(["submission", "score", "max_score", *labs, "problem"])
         for path in submissions:
             _progress(f"{path.name}")
-            result = grade(path, labs, lab_timeout=args.lab_timeout, total_timeout=args.total_timeout,
-                           user=args.user, same_user=args.same_user)
-            writer.writerow(reports.csv_rows(path.name, result))
+            result, problem = _grade_one(path, labs, args)
+            if result is None:
+                writer.writerow([path.name, "", "", *["" for _ in labs], problem])
+            else:
+                writer.writerow(reports.csv_rows(path.name, result))
             f.flush()
     print(f"wrote {args.csv} ({len(submissions)} submissions)")
     return 0
@@ -81,9 +101,7 @@ def cmd_autograde(args) -> int:
     start = time.monotonic()
     payload = reports.error_result("grading did not finish")
     try:
-        result = grade(root / "submission", args.labs, lab_timeout=args.lab_timeout,
-                       total_timeout=args.total_timeout, user=args.user, same_user=args.same_user,
-                       progress=_progress)
+        result = grade(root / "submission", args.labs, progress=_progress, **_options(args))
         payload = reports.gradescope(result)
     except Exception as exc:  # noqa: BLE001 - the learner must get a result whatever broke
         traceback.print_exc()
@@ -110,6 +128,9 @@ def main(argv=None) -> int:
                                       f"{SANDBOX_USER}, created if missing)")
         p.add_argument("--same-user", action="store_true",
                        help="run learner code as the grader's own user even as root (weaker: see grading/README.md)")
+        p.add_argument("--isolation", choices=ISOLATIONS, default="auto",
+                       help="auto: an OS sandbox (bubblewrap) where one can be made, else the fallback; "
+                            "namespaces: the sandbox or an error; none: the fallback (see grading/README.md)")
 
     p = commands.add_parser("grade", help="grade one submission")
     p.add_argument("submission", nargs="?", help="a copy of the course, or a folder with LAB/starter.py per lab "
@@ -134,6 +155,9 @@ def main(argv=None) -> int:
     grading_options(p)
 
     args = parser.parse_args(argv)
+    for stream in (sys.stdout, sys.stderr):  # a terminal or log that cannot show a character gets "?"
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="replace")
     if args.command == "starters":
         stale = starters.regenerate(SOURCE_ROOT / "labs", check_only=args.check)
         for path in stale:

@@ -1,11 +1,18 @@
-"""Grade results as a table, a Gradescope results.json, a GitHub Classroom runner result, or CSV rows."""
+"""Grade results as a table, a Gradescope results.json, a GitHub Classroom runner result, or CSV rows.
+
+Every message that can quote the learner was sanitized when the lab was scored
+(:func:`grading.sanitize.clean`: printable text only, capped); the cells are
+cleaned again here, and Gradescope is told that all of it is plain text
+(``output_format: text``), so HTML in a message is shown, never rendered.
+"""
 
 from __future__ import annotations
 
 import base64
 import json
 
-from grading.grader import GradeResult
+from grading.results import GradeResult
+from grading.sanitize import clean
 
 GRADESCOPE_TEST_OUTPUT = 1500  # characters of a failure message shown per test
 
@@ -20,9 +27,9 @@ def table(result: GradeResult) -> str:
     for lab in result.labs:
         neutral = sum(t.outcome == "neutral" for t in lab.tests)
         passed = f"{lab.passed}/{lab.counted}" + (f" (+{neutral} skipped: no GPU)" if neutral else "")
-        failure = lab.problem or lab.first_failure()
+        failure = clean(lab.problem or lab.first_failure())
         rows.append((lab.lab, passed, f"{_points(lab.score)}/{_points(lab.max_score)}", f"{lab.seconds:.0f} s",
-                     failure.splitlines()[0][:100] if failure else ""))
+                     failure.splitlines()[0][:100] if failure.strip() else ""))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(row[:4], widths)) + "  " + row[4] for row in rows]
     lines.insert(1, "-" * (sum(widths) + 8 + 13))
@@ -32,7 +39,7 @@ def table(result: GradeResult) -> str:
     if any(t.outcome == "neutral" for lab in result.labs for t in lab.tests):
         lines.append("tests that need NCCL and a GPU per rank were skipped here; they neither earn nor cost points")
     if result.error:
-        lines.append(f"grading error: {result.error}")
+        lines.append(f"grading error: {clean(result.error, limit=500)}")
     return "\n".join(lines)
 
 
@@ -46,13 +53,15 @@ def gradescope(result: GradeResult) -> dict:
                 "score": t.score,
                 "max_score": 0.0 if t.outcome == "neutral" else t.points,
                 "status": "passed" if t.outcome in ("passed", "neutral") else "failed",
-                "output": t.message[:GRADESCOPE_TEST_OUTPUT],
+                "output": clean(t.message, limit=GRADESCOPE_TEST_OUTPUT),
+                "output_format": "text",
                 # Hidden tests: their result only after grades are published, never their source.
                 "visibility": "after_published" if t.hidden else "visible",
             }
             tests.append(entry)
     output = table(result)
     return {"score": result.score, "execution_time": round(result.seconds, 1), "output": output,
+            "output_format": "text", "test_output_format": "text", "test_name_format": "text",
             "stdout_visibility": "hidden", "tests": tests}
 
 
@@ -64,7 +73,7 @@ def classroom(result: GradeResult) -> dict:
             if t.outcome == "neutral":
                 continue  # no GPU: neither earned nor lost
             tests.append({"name": f"{lab.lab}: {t.name}", "status": "pass" if t.outcome == "passed" else "fail",
-                          "score": t.score, "message": t.message[:GRADESCOPE_TEST_OUTPUT],
+                          "score": t.score, "message": clean(t.message, limit=GRADESCOPE_TEST_OUTPUT),
                           "test_code": "", "filename": "", "line_no": 0, "duration": round(t.duration * 1000)})
     status = "error" if result.error else ("pass" if result.score == result.max_score else "fail")
     return {"version": 1, "status": status, "max_score": result.max_score, "tests": tests}
@@ -77,11 +86,16 @@ def classroom_encoded(result: GradeResult) -> str:
 def error_result(message: str, seconds: float = 0.0) -> dict:
     """A valid Gradescope results.json for when grading itself failed."""
     return {"score": 0.0, "execution_time": round(seconds, 1), "stdout_visibility": "hidden",
-            "output": f"The autograder could not grade this submission: {message}\n"
+            "output_format": "text",
+            "output": f"The autograder could not grade this submission: {clean(message, limit=500)}\n"
                       "Your teacher has the details; nothing you submitted was lost.", "tests": []}
 
 
 def csv_rows(name: str, result: GradeResult) -> list:
+    """submission, score, max_score, the score of each lab, and what went wrong (refused files, errors)."""
     row = [name, _points(result.score), _points(result.max_score)]
     row += [_points(lab.score) for lab in result.labs]
+    problems = [result.error] if result.error else []
+    problems += [f"{lab.lab}: {lab.problem}" for lab in result.labs if lab.problem and "no starter.py" not in lab.problem]
+    row.append(clean("; ".join(problems), limit=500, lines=1).replace("\n", " "))
     return row

@@ -6,11 +6,11 @@ test file sits in (or under: the grader puts hidden tests in
 never import either file directly, so the same test checks the reference and
 the learner's code.
 
-It is a :class:`commtax.boundary.LabProxy`: the learner's file is imported in a
+It is a :class:`commtax.boundary.proxy.LabProxy`: the learner's file is imported in a
 separate worker process, and ``lab.f(...)`` sends the call there. Pass and
 expect plain data only (numbers, strings, lists, tuples, dicts, numpy arrays,
 tensors; dataclass instances come back as read-only records). See
-``commtax/boundary.py``. Once the tests are collected, every lab's worker is
+``commtax/boundary/``. Once the tests are collected, every lab's worker is
 started at once, so that their imports (torch) overlap the tests that run
 before them.
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from commtax.boundary import load_lab_proxy
+from commtax.labs import load_lab_proxy
 
 _proxies = {}
 

@@ -21,6 +21,8 @@ import sys
 import types
 from pathlib import Path
 
+from commtax.learner_process import learner_path
+
 MAIN_ALIAS = "__commtax_main__"  # a script's __main__, loaded in a rank (multiprocessing owns "__mp_main__")
 
 
@@ -101,7 +103,6 @@ def _file_reference(module: types.ModuleType) -> tuple[str, str] | None:
         return None
     if name == "__main__":
         name = MAIN_ALIAS  # so the script's `if __name__ == "__main__":` block stays asleep
-    from commtax.boundary import learner_path
     return name, learner_path(Path(file).resolve())  # under the grader: the learner's copy of that file
 
 

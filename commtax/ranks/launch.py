@@ -243,9 +243,7 @@ def _write_job(run_dir, fn, args, kwargs, world_size, backend, timeout) -> None:
 def _start_rank(run_dir: str, rank: int, world_size: int, extra_env: dict | None) -> subprocess.Popen:
     # Ranks run the learner's code: started like every learner process (commtax.boundary), which
     # under the grader means the sandbox's user, files and environment.
-    learner = boundary.learner_popen_kwargs()
-    env = learner.pop("env")
-    env.update(
+    env = dict(
         OMP_NUM_THREADS="1",
         MKL_NUM_THREADS="1",
         PYTHONUNBUFFERED="1",
@@ -257,22 +255,15 @@ def _start_rank(run_dir: str, rank: int, world_size: int, extra_env: dict | None
     env.update(extra_env or {})
     out = open(os.path.join(run_dir, f"rank{rank}.out"), "wb")
     try:
-        return subprocess.Popen(
+        return boundary.learner_popen(  # in its own session
             [sys.executable, "-m", "commtax.ranks._rank", run_dir, str(rank)],
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
-            env=env,
-            **{**_new_session_kwargs(), **learner},
+            extra_env=env,
         )
     finally:
         out.close()  # the child holds its own copy
-
-
-def _new_session_kwargs() -> dict:
-    if os.name == "posix":
-        return {"start_new_session": True}
-    return {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP}  # pragma: no cover
 
 
 class _Follower:

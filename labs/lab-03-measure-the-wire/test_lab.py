@@ -8,7 +8,6 @@ in the test process, from the model written out in this file.
 import json
 import shutil
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -204,8 +203,8 @@ def test_the_benchmark_writes_a_calibration_that_the_calculators_load(lab, tmp_p
         command = [sys.executable, boundary.learner_path(HERE / "measure.py"), "--world-size", "2",
                    "--sizes", "4K:4M", "--factor", "4", "--iters", "10", "--impl", resolve_impl(HERE),
                    "--out", str(out), "--name", "test loopback"]
-        proc = subprocess.run(command, capture_output=True, text=True, timeout=180,
-                              **boundary.learner_popen_kwargs(extra_env={"PYTHONUNBUFFERED": "1"}))
+        proc = boundary.learner_run(command, capture_output=True, text=True, timeout=180,
+                                    extra_env={"PYTHONUNBUFFERED": "1"})
         check(proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:])
         check("busbw(GB/s)" in proc.stdout and "fitted ring model" in proc.stdout, proc.stdout[-2000:])
         assert "measuring all_reduce" in proc.stdout + proc.stderr  # the progress lines

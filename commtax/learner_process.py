@@ -1,0 +1,197 @@
+"""Start a learner process (a lab worker, a rank) and find its files: plainly, or in the grader's sandbox.
+
+A *learner process* runs the learner's code: the worker behind the ``lab``
+proxy (:mod:`commtax.boundary.proxy`) and the ranks of
+:func:`commtax.ranks.launch.run_ranks`. Outside the grader it is an ordinary
+child process with the course on its ``PYTHONPATH``.
+
+Under the grader (``grading/``), the environment variable ``COMMTAX_SANDBOX``
+holds the sandbox's settings (JSON), and every learner process must be started
+through :func:`learner_popen` (or :func:`learner_run`):
+
+* ``learner_root``/``trusted_root``: the learner's copy of the course and the
+  trusted one; :func:`learner_path` maps a file of the latter to the former.
+* ``runs``: where run folders shared with learner processes are made
+  (:func:`learner_run_dir`); ``tmp``: the learner's temporary folder and home.
+* ``relay``: when the grader made an OS sandbox (namespaces), the command
+  that hands a process over to it (``grading/sandbox/relay.py``): the process
+  is started *inside* the sandbox, and the local process that represents it
+  (the relay) exits as it exits and passes on the signals it gets. Without a
+  relay (the grader's fallback mode), ``uid``/``gid`` name the user to run as.
+
+This module imports nothing from the course: the grader, the proxy and the
+rank launcher all build on it.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+SANDBOX_ENV = "COMMTAX_SANDBOX"
+RUN_TAG = "COMMTAX_GRADING_RUN"  # the grader's tag on every process of a lab (it kills by it)
+
+# Under the grader, learner processes get only these variables of ours (no tokens, no paths of the
+# grader's own): the locale, the search path for programs and libraries, and what torch, NCCL
+# and gloo read.
+LEARNER_VARIABLES = {"PATH", "LANG", "LANGUAGE", "TZ", "TERM", "LD_LIBRARY_PATH", "LAB_IMPL", "OMP_NUM_THREADS",
+                     "MKL_NUM_THREADS", "MPLBACKEND", "PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED",
+                     "PYTHONHASHSEED", "COMMTAX_LAB_CALL_TIMEOUT"}
+LEARNER_PREFIXES = ("LC_", "NCCL_", "GLOO_", "TORCH_", "CUDA_", "NVIDIA_")
+
+
+def sandbox() -> dict | None:
+    """The grader's sandbox settings (None outside the grader)."""
+    text = os.environ.get(SANDBOX_ENV)
+    if not text:
+        return None
+    return json.loads(text)
+
+
+def learner_path(path) -> str:
+    """Where a learner process finds ``path`` (a file of the trusted tree): its copy in the sandbox."""
+    box = sandbox()
+    path = str(path)
+    if not box:
+        return path
+    real = os.path.realpath(path)
+    trusted = box["trusted_root"]
+    if real == trusted or real.startswith(trusted + os.sep):
+        return box["learner_root"] + real[len(trusted):]
+    return path
+
+
+def learner_sys_path(paths) -> list:
+    """``sys.path`` for a learner process: trusted-tree entries mapped into the sandbox, or dropped."""
+    box = sandbox()
+    if not box:
+        return list(paths)
+    out = []
+    for entry in paths:
+        if entry == "":
+            continue
+        mapped = learner_path(entry)
+        if mapped != entry or not os.path.realpath(entry).startswith(box["trusted_root"]):
+            if os.path.isdir(mapped) and mapped not in out:
+                out.append(mapped)
+    if box["learner_root"] not in out:
+        out.insert(0, box["learner_root"])
+    return out
+
+
+def learner_env(extra: dict | None = None) -> dict:
+    """The environment of a learner process: ours, without the grader's variables, plus ``extra``."""
+    box = sandbox()
+    package_root = str(Path(__file__).resolve().parent.parent)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("COMMTAX_SANDBOX", "PYTEST_")) and not k.startswith("COMMTAX_GRADING_")}
+    if box:
+        env = {k: v for k, v in env.items() if k in LEARNER_VARIABLES or k.startswith(LEARNER_PREFIXES)}
+    if RUN_TAG in os.environ:
+        env[RUN_TAG] = os.environ[RUN_TAG]  # the tag the grader kills by
+    if box:
+        env.update(PYTHONPATH=box["learner_root"], TMPDIR=box["tmp"], TMP=box["tmp"], TEMP=box["tmp"],
+                   HOME=box["tmp"], XDG_CACHE_HOME=box["tmp"], MPLCONFIGDIR=box["tmp"],
+                   PYTHONDONTWRITEBYTECODE="1")
+    else:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
+    env.update(extra or {})
+    return env
+
+
+def _learner_preexec(limits: dict):  # pragma: no cover - runs in the child between fork and exec
+    """Umask, no core dumps, and the grader's resource limits ({"RLIMIT_AS": [soft, hard], ...})."""
+    os.umask(0o077)
+    try:
+        import resource
+    except ImportError:
+        return
+    for name, (soft, hard) in {"RLIMIT_CORE": (0, 0), **limits}.items():
+        try:
+            resource.setrlimit(getattr(resource, name), (soft, hard))
+        except (AttributeError, ValueError, OSError):
+            pass
+
+
+def learner_popen_kwargs(cwd=None, extra_env: dict | None = None) -> dict:
+    """Keyword arguments for ``subprocess.Popen`` that start a learner process outside an OS sandbox.
+
+    Under an OS sandbox no keyword arguments can move a process into it: use :func:`learner_popen`
+    (this function refuses, so that no caller runs learner code outside it by mistake).
+    """
+    box = sandbox()
+    if box and box.get("relay"):
+        raise RuntimeError("learner processes under the grader's sandbox must be started with "
+                           "commtax.learner_process.learner_popen (or learner_run)")
+    kwargs = {"env": learner_env(extra_env)}
+    if os.name == "posix":
+        kwargs["start_new_session"] = True
+    if box:
+        kwargs["cwd"] = learner_path(cwd) if cwd else box["learner_root"]
+        kwargs["preexec_fn"] = functools.partial(_learner_preexec, dict(box.get("limits") or {}))
+        if box.get("uid") is not None and os.geteuid() == 0:
+            kwargs.update(user=int(box["uid"]), group=int(box["gid"]), extra_groups=[])
+    elif cwd:
+        kwargs["cwd"] = str(cwd)
+    return kwargs
+
+
+def learner_popen(command, *, cwd=None, extra_env: dict | None = None, pass_fds=(), **popen_kwargs):
+    """Start ``command`` (a list; its first item the Python interpreter) as a learner process.
+
+    Takes ``subprocess.Popen``'s keyword arguments (``stdin``, ``stdout``, ``stderr``, ``text`` ...)
+    except ``env`` (``extra_env`` is added to :func:`learner_env`) and those that decide who and where
+    the process is. Returns the ``Popen``: under an OS sandbox, that of the relay, which stands for
+    the process inside (same exit status; signals passed on; killing it kills the process inside).
+    """
+    box = sandbox()
+    relay = box.get("relay") if box else None
+    if not relay:
+        kwargs = learner_popen_kwargs(cwd, extra_env)
+        return subprocess.Popen(list(command), pass_fds=tuple(pass_fds), **kwargs, **popen_kwargs)
+    spec = {"argv": [str(part) for part in command],
+            "cwd": learner_path(cwd) if cwd else box["learner_root"],
+            "fds": [0, 1, 2, *(int(fd) for fd in pass_fds)]}
+    wrapper = [relay["python"], "-I", "-S", relay["script"], str(relay["fd"]), json.dumps(spec)]
+    return subprocess.Popen(wrapper, env=learner_env(extra_env), cwd="/", start_new_session=True,
+                            pass_fds=(*pass_fds, int(relay["fd"])), **popen_kwargs)
+
+
+def learner_run(command, *, timeout: float | None = None, input=None, capture_output: bool = False,  # noqa: A002
+                cwd=None, extra_env: dict | None = None, **popen_kwargs) -> subprocess.CompletedProcess:
+    """``subprocess.run`` for a learner process (see :func:`learner_popen`); killed at ``timeout``."""
+    if capture_output:
+        popen_kwargs.update(stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if input is not None:
+        popen_kwargs["stdin"] = subprocess.PIPE
+    with learner_popen(command, cwd=cwd, extra_env=extra_env, **popen_kwargs) as proc:
+        try:
+            stdout, stderr = proc.communicate(input, timeout=timeout)
+        except BaseException:
+            proc.kill()
+            proc.communicate()
+            raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+
+
+def learner_run_dir(prefix: str = "commtax-run-") -> str:
+    """A folder that learner processes can write into and the trusted side reads (ranks' run folders)."""
+    box = sandbox()
+    if not box:
+        return tempfile.mkdtemp(prefix=prefix)
+    path = tempfile.mkdtemp(prefix=prefix, dir=box["runs"])
+    # Sticky and world-writable, owned by the trusted user: learner processes add files, but cannot
+    # rename this folder or replace the files the trusted side created in it.
+    os.chmod(path, 0o1777)
+    return path
+
+
+def open_learner_file(path, mode: str = "rb"):
+    """Open a file a learner process may have written, never following a symbolic link."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)  # nor blocking on a FIFO
+    fd = os.open(path, flags)
+    return os.fdopen(fd, mode) if "b" in mode else os.fdopen(fd, mode, errors="replace")

@@ -1,0 +1,69 @@
+"""Where learner code runs: an OS sandbox per lab run (namespaces), or the fallback; as whom.
+
+Two questions, answered once per grading by :func:`choose_isolation`:
+
+* **as whom** ("mode"): *root mode* when the grader is root (learner code as
+  an unprivileged user: a fresh one per sandbox, or ``commtax-learner`` (or
+  ``--user``) in the fallback), else *same-user mode* (as the grader's own
+  user);
+* **in what** ("isolation"): an OS sandbox made with bubblewrap
+  (:mod:`grading.sandbox.namespaces`) when it can be made here, else the
+  fallback (:mod:`grading.sandbox.plain`), whose lost guarantees the report
+  lists. ``isolation="namespaces"`` refuses to fall back; ``"none"`` asks for
+  the fallback.
+
+The object returned opens one sandbox per lab run (``open(box, runs, agent)``)
+and is closed at the end of the grading.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+from pathlib import Path
+
+from grading.sandbox import namespaces, plain
+from grading.sandbox.limits import Limits
+
+SANDBOX_USER = "commtax-learner"
+ISOLATIONS = ("auto", "namespaces", "none")
+
+
+def _root_mode(same_user: bool) -> bool:
+    return not same_user and hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+def choose_isolation(*, user: str | None, same_user: bool, isolation: str, limits: Limits, base: Path,
+                     source: Path, hidden: Path, protected: list):
+    """The isolation of this grading; its ``mode`` attribute is the sentence the report shows."""
+    if isolation not in ISOLATIONS:
+        raise ValueError(f"isolation must be one of {', '.join(ISOLATIONS)}, got {isolation!r}")
+    root = _root_mode(same_user)
+    if user and not root:
+        raise ValueError("user: running learner code as another user needs root")
+    me = getpass.getuser()
+    why = "asked for with --isolation none"
+    if isolation != "none":
+        bwrap = namespaces.bwrap_path()
+        why = "bubblewrap (bwrap) is not installed"
+        if bwrap:
+            chosen = namespaces.NamespaceIsolation(bwrap, root, limits, protected, base)
+            failure = namespaces.probe(chosen, base)
+            if failure is None:
+                who = ("root mode: learner code ran as a fresh unprivileged user per lab run" if root else
+                       f"same-user mode: learner code ran as {me}, the grader's own user")
+                chosen.mode = f"{who}, in an {chosen.describe()}"
+                return chosen
+            why = f"bubblewrap cannot make namespaces here: {failure}"
+        if isolation == "namespaces":
+            raise RuntimeError(f"no OS sandbox: {why}")
+    if root:
+        name = user or SANDBOX_USER
+        uid, gid = plain.sandbox_user(name)
+        who = f"root mode: learner code ran as the unprivileged user {name}"
+    else:
+        uid, gid = None, None
+        who = f"same-user mode: learner code ran as {me}, the grader's own user"
+    chosen = plain.PlainIsolation(uid, gid, limits, source, hidden, why)
+    chosen.mode = f"{who}, with {chosen.describe()}"
+    return chosen

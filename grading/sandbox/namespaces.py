@@ -1,0 +1,275 @@
+"""The OS sandbox of one lab run: bubblewrap namespaces around an agent that starts the learner's processes.
+
+Per lab (and again for its hidden tests) the grader starts ``bwrap`` (Debian's
+``bubblewrap``) with new PID, mount, IPC, network and UTS namespaces (and a
+user namespace when the grader is not root). Inside, the file system holds only:
+
+* ``/usr`` (and ``/bin``, ``/lib`` ... as on the host), read-only, plus a
+  few files of ``/etc`` (the loader's cache; a ``passwd``, ``group`` and
+  ``hosts`` written by the grader);
+* the Python environment (its prefixes and site-packages), read-only;
+* the lab's sandbox tree (the learner's ``starter.py``, the public lab files,
+  commtax without answers), read-only, at the same path as outside;
+* the lab's run folders (where ranks write their results), read-write;
+* a private ``/tmp`` and ``/dev/shm`` (memory-backed, size-capped), a private
+  ``/proc`` (only the sandbox's processes), a minimal ``/dev``.
+
+No other checkout, no grader's ``/proc``, no host ``/run/lock`` or ``/tmp``,
+no network but loopback, System V IPC of its own. The agent
+(``grading/sandbox/agent.py``) sets the resource limits, becomes the sandbox
+user (root mode) and starts each learner process the trusted tests ask for
+through a relay. Closing the sandbox kills ``bwrap``; the kernel then kills
+every process of the sandbox's PID namespace, and its mounts, IPC objects and
+memory-backed files go with it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from grading.sandbox.limits import Limits
+
+READY_TIMEOUT = 60.0
+AGENT_PATH = "/.commtax-sandbox-agent.py"   # where the agent's file appears inside
+SYSTEM_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+ETC_FROM_HOST = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "alternatives", "fonts")
+GPU_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset")
+HOSTNAME = "sandbox"
+
+
+class SandboxError(RuntimeError):
+    """The sandbox could not be made (the message says why)."""
+
+
+def bwrap_path() -> str | None:
+    return shutil.which("bwrap")
+
+
+def bwrap_version(path: str) -> str:
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "bubblewrap"
+    return out or "bubblewrap"
+
+
+def python_paths() -> list[str]:
+    """The folders of this Python environment that learner processes need (read-only), outermost first."""
+    import site
+    import sysconfig
+    candidates = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+                  os.path.dirname(sys.executable), *sysconfig.get_paths().values()}
+    try:
+        candidates.update(site.getsitepackages())
+        if site.ENABLE_USER_SITE:
+            candidates.add(site.getusersitepackages())
+    except AttributeError:  # pragma: no cover - an old virtualenv's site module
+        pass
+    paths = set()
+    for path in candidates:
+        for variant in (os.path.abspath(path), os.path.realpath(path)):
+            if os.path.isdir(variant) and not _under(variant, "/usr"):
+                paths.add(variant)
+    kept = sorted(p for p in paths if not any(q != p and _under(p, q) for q in paths))
+    return kept
+
+
+def _under(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def _parents(path: str) -> list[str]:
+    """bwrap options that make ``path``'s parent folders (mode 0755) inside the sandbox."""
+    options = []
+    for parent in reversed(Path(path).parents):
+        if str(parent) != "/":
+            options += ["--perms", "0755", "--dir", str(parent)]
+    return options
+
+
+def _etc(folder: Path, uid: int, gid: int) -> list[str]:
+    """A few files of /etc for the sandbox: written here, bound read-only."""
+    folder.mkdir(mode=0o755)
+    files = {"passwd": f"root:x:0:0:root:/root:/usr/sbin/nologin\nlearner:x:{uid}:{gid}:learner:/tmp:/usr/sbin/nologin\n"
+                       "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+             "group": f"root:x:0:\nlearner:x:{gid}:\nnogroup:x:65534:\n",
+             "hosts": f"127.0.0.1 localhost {HOSTNAME}\n::1 localhost\n",
+             "nsswitch.conf": "passwd: files\ngroup: files\nhosts: files\n"}
+    options = ["--perms", "0755", "--dir", "/etc"]
+    for name, text in files.items():
+        (folder / name).write_text(text)
+        os.chmod(folder / name, 0o644)
+        options += ["--ro-bind", str(folder / name), f"/etc/{name}"]
+    for name in ETC_FROM_HOST:
+        options += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    return options
+
+
+class NamespaceSandbox:
+    """One running sandbox: ``bwrap`` and the agent in it, reached through ``control`` (a socket)."""
+
+    def __init__(self, proc: subprocess.Popen, control: socket.socket, log: Path, box: Path, runs: Path):
+        self.proc, self.control, self.log, self.box, self.runs = proc, control, log, box, runs
+
+    def settings(self, trusted_root: Path, relay_script: Path) -> dict:
+        """What the trusted test process needs to start learner processes in here (COMMTAX_SANDBOX)."""
+        return {"trusted_root": os.path.realpath(trusted_root), "learner_root": str(self.box), "tmp": "/tmp",
+                "runs": str(self.runs), "relay": {"python": sys.executable, "script": str(relay_script),
+                                                  "fd": self.control.fileno()}}
+
+    @property
+    def pass_fds(self) -> tuple:
+        return (self.control.fileno(),)
+
+    def close(self) -> None:
+        """Kill the sandbox: bwrap, and through its PID namespace every process in it."""
+        try:
+            self.control.close()
+        except OSError:
+            pass
+        if self.proc.poll() is None:
+            try:
+                self.proc.send_signal(signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:  # pragma: no cover - the kernel is in trouble
+            pass
+
+
+FRESH_UIDS = (0x60000000, 0x6FFFFFFF)  # root mode: each sandbox's user is drawn from here (no passwd entry)
+
+
+def fresh_uid() -> int:
+    """A user id for one sandbox, that no account of this machine has (as systemd's DynamicUser does)."""
+    import pwd
+    import secrets
+    while True:
+        uid = FRESH_UIDS[0] + secrets.randbelow(FRESH_UIDS[1] - FRESH_UIDS[0])
+        try:
+            pwd.getpwuid(uid)
+        except KeyError:
+            return uid
+
+
+class NamespaceIsolation:
+    """How this grading makes sandboxes with bubblewrap.
+
+    Root mode (``root_mode``): bubblewrap runs as root, and the agent drops to a **fresh user per
+    sandbox** (:func:`fresh_uid`): no other process on this machine, no other lab, no other
+    grading runs as it, so nothing else can be signalled, counted against its process limit or
+    killed by a sweep meant for it. Otherwise a user namespace maps the grader's own user.
+    """
+
+    def __init__(self, bwrap: str, root_mode: bool, limits: Limits, protected: list, base: Path):
+        self.bwrap, self.root_mode, self.limits = bwrap, root_mode, limits
+        self.user_namespace = not root_mode
+        self.other_user = root_mode  # the sandbox tree must be readable by another user
+        self.protected = [os.path.realpath(p) for p in protected]
+        self.base = base
+        self.python = python_paths()
+        self.version = bwrap_version(bwrap)
+        self._count = 0
+
+    def close(self) -> None:
+        """Nothing outlives a sandbox: nothing to undo for the whole grading."""
+
+    def describe(self) -> str:
+        namespaces = "PID, mount, IPC, network and UTS namespaces" + (
+            " in a user namespace" if self.user_namespace else "")
+        return (f"OS sandbox ({self.version}): {namespaces}; only the lab's files, the Python environment "
+                f"(read-only) and a private /tmp visible; no network; limits: {self.limits.describe()}")
+
+    def _command(self, box: Path, runs: Path, agent: Path, control_fd: int, uid: int, etc: list) -> list:
+        c = [self.bwrap, "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--unshare-net",
+             "--unshare-uts", "--unshare-cgroup-try", "--hostname", HOSTNAME]
+        if self.user_namespace:
+            c += ["--unshare-user", "--disable-userns"]
+        c += ["--clearenv", "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin", "--ro-bind", "/usr", "/usr"]
+        for name in SYSTEM_DIRS:
+            if os.path.islink(name):
+                c += ["--symlink", os.readlink(name), name]
+            elif os.path.isdir(name):
+                c += ["--ro-bind", name, name]
+        c += etc
+        c += ["--proc", "/proc", "--dev", "/dev",
+              "--perms", "1777", "--size", str(self.limits.tmp_size), "--tmpfs", "/tmp",
+              "--perms", "1777", "--size", str(self.limits.tmp_size), "--tmpfs", "/dev/shm",
+              # read-only: torch reads the CPUs there, gloo the network devices, NCCL the GPUs' topology
+              "--ro-bind-try", "/sys", "/sys"]
+        if os.path.exists("/dev/nvidiactl"):  # NCCL: the GPUs
+            for device in [*GPU_DEVICES, *(f"/dev/{n}" for n in sorted(os.listdir("/dev"))
+                                           if n.startswith("nvidia") and n[6:].isdigit())]:
+                c += ["--dev-bind-try", device, device]
+        c += self._python_binds()
+        for path, writable in ((str(box), False), (str(runs), True)):
+            c += _parents(path) + ["--bind" if writable else "--ro-bind", path, path]
+        c += ["--ro-bind", str(agent), AGENT_PATH, "--chdir", str(box), "--",
+              sys.executable, "-I", "-S", AGENT_PATH, str(control_fd),
+              json.dumps({"uid": None if self.user_namespace else uid, "gid": uid,
+                          "limits": self.limits.rlimits()})]
+        return c
+
+    def _python_binds(self) -> list:
+        """The environment read-only; any protected folder (the course, hidden tests, submissions) inside
+        a bound one is hidden again under an empty folder."""
+        c = []
+        for path in self.python:
+            c += _parents(path) + ["--ro-bind", path, path]
+        bound = ["/usr", *self.python]
+        masked = [p for p in self.protected if any(_under(p, b) and p != b for b in bound)]
+        for path in masked:
+            c += ["--tmpfs", path]
+        for path in self.python:  # the environment may itself sit inside a masked folder (a .venv in the course)
+            if any(_under(path, m) for m in masked):
+                c += _parents(path) + ["--ro-bind", path, path]
+        return c
+
+    def open(self, box: Path, runs: Path, agent: Path) -> NamespaceSandbox:
+        """Start a sandbox around ``box`` (read-only) and ``runs`` (read-write); wait for its agent."""
+        self._count += 1
+        log = self.base / f"sandbox-{self._count}.log"
+        uid = fresh_uid() if self.root_mode else os.geteuid()
+        etc = _etc(self.base / f"sandbox-{self._count}-etc", uid, uid if self.root_mode else os.getegid())
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        command = self._command(box, runs, agent, theirs.fileno(), uid, etc)
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                    pass_fds=(theirs.fileno(),), start_new_session=True, cwd="/")
+        theirs.close()
+        sandbox = NamespaceSandbox(proc, ours, log, box, runs)
+        try:
+            ours.settimeout(READY_TIMEOUT)
+            reply = ours.recv(4096)
+            ours.settimeout(None)
+            ready = json.loads(reply) if reply else {}
+        except (OSError, ValueError):
+            ready = {}
+        if "ready" not in ready:
+            sandbox.close()
+            text = log.read_text(errors="replace").strip()[-1500:]
+            raise SandboxError(f"bubblewrap could not start the sandbox: {text or 'no message'}")
+        ours.set_inheritable(False)
+        return sandbox
+
+
+def probe(isolation: NamespaceIsolation, folder: Path) -> str | None:
+    """None if ``isolation`` can make a sandbox here, else why not (one line)."""
+    box, runs = folder / "probe-box", folder / "probe-runs"
+    box.mkdir(mode=0o755)
+    runs.mkdir(mode=0o755)
+    agent = Path(__file__).with_name("agent.py")
+    try:
+        sandbox = isolation.open(box, runs, agent)
+    except (SandboxError, OSError) as exc:
+        return str(exc).splitlines()[-1][:300] if str(exc) else type(exc).__name__
+    sandbox.close()
+    return None
