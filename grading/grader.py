@@ -253,7 +253,9 @@ def _grade_lab(course, lab, starter, expected, base, chosen, source, hidden, lab
         if problem:
             problems.append(problem)
     tests = score_lab(lab, expected, records, "; ".join(problems), no_gpu)
-    grader_files = integrity.changed_files(course, Path(source), Path(hidden))
+    # Only where learner code runs as us with our files (the fallback's same-user mode) can it write the
+    # grader's own folder; elsewhere a change there is a teacher's edit, not an attack.
+    grader_files = integrity.changed_files(course, Path(source), Path(hidden)) if chosen.shares_our_files else []
     if changed or grader_files:
         files = ", ".join((changed + grader_files)[:5]) + (" ..." if len(changed + grader_files) > 5 else "")
         why = (f"the grader's own files changed while this lab ran ({files}): graded code tampered with them, "

@@ -10,10 +10,12 @@ later, then put the file back. Two defences, in every mode:
   and what it pulls in), so no file changed later is ever imported by it;
 * before each lab is scored, :func:`tree_changes` compares the lab's trusted
   tree (what its pytest process imported) with what was written there, and
-  :func:`changed_files` the grader's own files on disk with the copy read
-  into memory at the start (:func:`grading.course.read_course`): a lab during
-  which either changed scores nothing, and the report names the files (they
-  are not put back: a teacher may be editing them).
+  (where learner code runs with the grader's own user and files: the
+  fallback's same-user mode) :func:`changed_files` the grader's own files on
+  disk with the copy read into memory at the start
+  (:func:`grading.course.read_course`): a lab during which either changed
+  scores nothing, and the report names the files (they are not put back: a
+  teacher may be editing them).
 """
 
 from __future__ import annotations

@@ -91,6 +91,8 @@ SETUP_SH = """\
 set -euo pipefail
 apt-get update -qq
 apt-get install -y -qq python3 python3-venv python3-pip > /dev/null
+# The OS sandbox learner code runs in (the grader falls back, and says so, where the container forbids it).
+apt-get install -y -qq bubblewrap > /dev/null || echo "bubblewrap could not be installed: no OS sandbox"
 cd /autograder/source
 python3 -m venv /autograder/venv
 # Gradescope has no GPU: take torch's CPU build instead of the multi-GB CUDA one (same version).

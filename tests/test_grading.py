@@ -11,9 +11,11 @@ root) and in same-user mode (as a teacher without root would run it).
 
 import base64
 import csv
+import functools
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -226,7 +228,8 @@ def test_grade_many_writes_one_csv_row_per_submission(tmp_path):
                    cwd=ROOT, check=True, capture_output=True, timeout=300)
     rows = list(csv.reader(out.open()))
     most = rows[1][2]
-    assert rows == [["submission", "score", "max_score", FAST], ["alice", most, most, most], ["bob", "0", most, "0"]]
+    assert rows == [["submission", "score", "max_score", FAST, "problem"], ["alice", most, most, most, ""],
+                    ["bob", "0", most, "0", ""]]
 
 
 def test_the_student_release_has_no_answers_and_fails_cleanly_in_starter_mode(tmp_path):
@@ -280,8 +283,12 @@ HIDDEN_TEXT = ("HIDDEN-CHECK-7f3a", "2 * 999 * 7e-6")  # the source (a hidden te
 CANARY = "grader-secret-canary-5d1e"  # in the grader's environment: learner processes must not see it
 
 
-def attack(name: str, marker: str = "") -> str:
-    return (ATTACKS / name).read_text().replace("ATTACK_MARKER", marker)
+def attack(name: str, marker: str = "", **placeholders) -> str:
+    """The attack file ``name``, with ATTACK_MARKER (and ATTACK_<KEY> for each keyword) filled in."""
+    text = (ATTACKS / name).read_text().replace("ATTACK_MARKER", marker)
+    for key, value in placeholders.items():
+        text = text.replace(f"ATTACK_{key.upper()}", value)
+    return text
 
 
 def shipped(lab: str) -> str:
@@ -289,41 +296,55 @@ def shipped(lab: str) -> str:
 
 
 class Graded:
-    """What a grading run gave, whichever way it ran: points per lab, and every text a learner sees."""
+    """What a grading run gave, whichever way it ran: points per lab, every text a learner sees, and
+    (same-user mode) which of the grader's own files differed afterwards."""
 
-    def __init__(self, scores: dict, texts: list, mode: str):
-        self.scores, self.texts, self.mode = scores, texts, mode
+    def __init__(self, scores: dict, texts: list, mode: str, changed: list = ()):
+        self.scores, self.texts, self.mode, self.changed = scores, texts, mode, list(changed)
 
     def seen(self) -> str:
         return "\n".join(self.texts)
 
 
-def grade_as(mode: str, folder: Path, labs: list, tmp_path: Path, lab_timeout: float = 60) -> Graded:
-    """Grade ``folder`` in ``mode``. Same-user mode under root runs the grader as an unprivileged teacher."""
-    if mode == "root" or not IS_ROOT:
-        result = grade(folder, labs, lab_timeout=lab_timeout, same_user=(mode != "root"))
+def grade_as(mode: str, folder: Path, labs: list, tmp_path: Path, lab_timeout: float = 60,
+             isolation: str = "auto") -> Graded:
+    """Grade ``folder`` in ``mode``, with ``isolation``.
+
+    Root mode runs in this process. Same-user mode runs ``python -m grading grade`` from a copy of
+    the course that the grading user owns (so an attack that writes the grader's files writes the
+    copy, never this checkout): as an unprivileged teacher when these tests run as root, else as
+    ourselves.
+    """
+    if mode == "root":
+        result = grade(folder, labs, lab_timeout=lab_timeout, isolation=isolation)
         scores = {lab.lab: (lab.score, lab.max_score) for lab in result.labs}
         texts = [reports.table(result), json.dumps(reports.gradescope(result)), json.dumps(reports.classroom(result))]
         return Graded(scores, texts, result.mode)
-    # A teacher without root: a copy of the course they own, graded as them (the grader finds no root).
     import tempfile
-    uid, gid = sandbox_user("commtax-teacher")
     home = Path(tempfile.mkdtemp(prefix="commtax-teacher-"))
     course = home / "course"
     shutil.copytree(ROOT, course, ignore=shutil.ignore_patterns(".venv", ".git", "lessons", "solutions", "tests",
                                                                   "__pycache__", "dist", "*.ipynb"))
-    shutil.copytree(folder, home / "submission")
-    for path in [home, *home.rglob("*")]:
-        os.chown(path, uid, gid, follow_symlinks=False)
+    shutil.copytree(folder, home / "submission", symlinks=True)
+    user, granted = {}, None
+    if IS_ROOT:  # a teacher without root: the grader finds no root
+        uid, gid = sandbox_user("commtax-teacher")
+        for path in [home, *home.rglob("*")]:
+            os.chown(path, uid, gid, follow_symlinks=False)
+        user = dict(user=uid, group=gid, extra_groups=[])
+        granted = open_interpreter(uid, gid)
     out = home / "results.json"
-    granted = open_interpreter(uid, gid)
     try:
         proc = subprocess.run([sys.executable, "-m", "grading", "grade", str(home / "submission"), "--labs", *labs,
-                               "--lab-timeout", str(lab_timeout), "--format", "gradescope", "--out", str(out)],
-                              cwd=course, user=uid, group=gid, extra_groups=[], capture_output=True, text=True,
-                              timeout=600, env=dict(os.environ, HOME=str(home), TMPDIR="/tmp", GRADER_TOKEN=CANARY))
+                               "--lab-timeout", str(lab_timeout), "--format", "gradescope", "--out", str(out),
+                               "--isolation", isolation],
+                              cwd=course, capture_output=True, text=True, timeout=900,
+                              env=dict(os.environ, HOME=str(home), TMPDIR="/tmp", GRADER_TOKEN=CANARY,
+                                       PYTHONPATH=str(course)), **user)
         assert proc.returncode == 0, proc.stderr[-3000:]
         results = json.loads(out.read_text())
+        changed = [str(p.relative_to(course)) for p in sorted((course / "commtax").rglob("*.py"))
+                   if p.read_bytes() != (ROOT / p.relative_to(course)).read_bytes()]
     finally:
         close_interpreter(granted)
         shutil.rmtree(home, ignore_errors=True)
@@ -332,7 +353,7 @@ def grade_as(mode: str, folder: Path, labs: list, tmp_path: Path, lab_timeout: f
         lab = test["name"].split(":", 1)[0]
         got, most = scores.get(lab, (0.0, 0.0))
         scores[lab] = (got + test["score"], most + test["max_score"])
-    return Graded(scores, [json.dumps(results), proc.stderr], "same-user mode (as commtax-teacher)")
+    return Graded(scores, [json.dumps(results), proc.stderr], "same-user mode", changed)
 
 
 def survivors(marker: str) -> list:
@@ -438,7 +459,231 @@ def test_the_reference_gets_full_marks_in_either_mode_and_the_report_names_it(tm
     assert ("root mode" if mode == "root" else "same-user mode") in graded.seen() + graded.mode
 
 
-# -- the boundary itself (commtax/boundary.py) ----------------------------------------------------
+# -- issue 21: an OS sandbox per lab run; one attack per cause ------------------------------------
+#
+# ISOLATED: the two modes, each in an OS sandbox (skipped where bubblewrap cannot make one here; the
+# fallback's claims are tested with isolation="none").
+
+@functools.lru_cache(maxsize=None)
+def sandbox_missing() -> str | None:
+    """Why no OS sandbox can be made here (None if one can)."""
+    import tempfile
+    from grading.sandbox import namespaces
+    from grading.sandbox.limits import Limits
+    bwrap = namespaces.bwrap_path()
+    if not bwrap:
+        return "bubblewrap is not installed"
+    with tempfile.TemporaryDirectory() as folder:
+        os.chmod(folder, 0o711)
+        isolation = namespaces.NamespaceIsolation(bwrap, IS_ROOT, Limits(), [], Path(folder))
+        return namespaces.probe(isolation, Path(folder))
+
+
+def needs_sandbox():
+    if sandbox_missing():
+        pytest.skip(f"no OS sandbox here: {sandbox_missing()}")
+
+
+ISOLATED = [pytest.param("root", marks=pytest.mark.skipif(not IS_ROOT, reason="root mode needs the tests to run as root")),
+            "same-user"]
+PLANTED_IN = ("/tmp", "/dev/shm", "/run/lock", "/var/tmp")
+
+
+def planted(marker: str) -> list:
+    """Files named after ``marker`` left in the machine's shared folders, and System V objects of the attack."""
+    found = [str(p) for top in PLANTED_IN if os.path.isdir(top) for p in Path(top).glob(f"*{marker}*")]
+    for kind in ("shm", "msg"):
+        try:
+            rows = Path(f"/proc/sysvipc/{kind}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        found += [f"System V {kind} {row.split()[0]}" for row in rows if row.split() and row.split()[0] == str(0x5EED21)]
+    return found
+
+
+@pytest.mark.parametrize("mode", ISOLATED)
+def test_the_report_says_which_isolation_was_in_force_and_the_fallback_what_it_loses(tmp_path, mode):
+    needs_sandbox()
+    folder = submission(tmp_path, lab_06_tp_comm_cost=reference(FAST))
+    boxed = grade_as(mode, folder, [FAST], tmp_path)
+    assert boxed.scores[FAST][0] == boxed.scores[FAST][1] > 0
+    assert "in an OS sandbox" in boxed.seen() and "PID, mount, IPC, network and UTS namespaces" in boxed.seen()
+    if mode == "root":
+        plain = grade_as(mode, folder, [FAST], tmp_path, isolation="none")
+        assert plain.scores[FAST][0] == plain.scores[FAST][1]
+        assert "no OS sandbox" in plain.seen() and "guarantees lost" in plain.seen()
+
+
+@pytest.mark.parametrize("mode", ISOLATED)
+def test_cause_1_forged_values_from_the_worker_are_refused_and_every_test_still_reports(tmp_path, mode):
+    needs_sandbox()
+    text = attack("forged_values.py") + reference(FAST)
+    graded = grade_as(mode, submission(tmp_path, lab_06_tp_comm_cost=text), [FAST], tmp_path)
+    assert graded.scores[FAST][0] == 0 < graded.scores[FAST][1], graded.mode
+    seen = graded.seen()
+    assert "refused" in seen and "not run" not in seen, "the trusted process must survive and report every test"
+
+
+@pytest.mark.parametrize("isolation", ["auto", "none"])
+def test_cause_2_patching_the_graders_own_files_runs_nothing_in_the_deciding_process(tmp_path, isolation):
+    if isolation == "auto":
+        needs_sandbox()
+    elif not IS_ROOT:
+        pytest.skip("the fallback's same-user mode is tried as an unprivileged teacher, which needs root")
+    marker = Path("/tmp") / f"commtax-attack-{os.urandom(6).hex()}"
+    text = attack("patch_grader.py", str(marker), scope="commtax-teacher-") + shipped(FAST)
+    graded = grade_as("same-user", submission(tmp_path, lab_06_tp_comm_cost=text), [FAST], tmp_path,
+                      isolation=isolation)
+    assert graded.scores[FAST][0] == 0, graded.mode
+    assert not marker.exists(), "the deciding process imported a file the learner's code patched"
+    if isolation == "auto":
+        assert graded.changed == [], "learner code in the sandbox wrote the grader's own files"
+    else:  # the fallback cannot stop the write: it detects it, and the lab scores nothing
+        assert graded.changed == ["commtax/ranks/__init__.py"]
+        assert "the grader's own files changed while this lab ran (commtax/ranks/__init__.py)" in graded.seen()
+
+
+@pytest.mark.xfail(strict=True, reason="cause 3 is fixed in the rank launcher's diagnostics (issue 21, runner "
+                                       "split): remove this mark when that lands")
+def test_cause_3_a_rank_that_names_trusted_files_in_its_stack_gets_none_of_them_quoted(tmp_path):
+    needs_sandbox()
+    lab = "lab-07-pipeline-schedules"
+    answers = (ROOT / "commtax" / "formulas" / "collectives.py").read_text().splitlines()
+    public = "\n".join(p.read_text() for p in (ROOT / "labs" / lab).glob("*.py") if p.name != "solution.py")
+    secret = [line.strip() for line in answers if len(line.strip()) > 30 and line.strip() not in public]
+    text = attack("quote_from_stack.py") + reference(lab)
+    graded = grade_as("root" if IS_ROOT else "same-user", submission(tmp_path, lab_07_pipeline_schedules=text),
+                      [lab], tmp_path)
+    seen = graded.seen()
+    assert graded.scores[lab][0] < graded.scores[lab][1]
+    assert not re.search(r"collectives\.py:\d+ in \w+: `", seen), "a line of a file the rank named was quoted"
+    assert not [line for line in secret if line in seen], "a line of the withheld answers was quoted"
+
+
+@pytest.mark.parametrize("mode,isolation", [*(pytest.param(m, "auto", id=f"{m}") for m in ("root", "same-user")),
+                                            pytest.param("root", "none", id="root-fallback")])
+def test_cause_4_hidden_test_inputs_never_reach_a_visible_message(tmp_path, mode, isolation):
+    if mode == "root" and not IS_ROOT:
+        pytest.skip("root mode needs the tests to run as root")
+    if isolation == "auto":
+        needs_sandbox()
+    marker = f"commtax-attack-{os.urandom(6).hex()}"
+    text = shipped("lab-01-alpha-beta") + attack("hidden_inputs.py", marker)
+    graded = grade_as(mode, submission(tmp_path, lab_01_alpha_beta=text), ["lab-01-alpha-beta"], tmp_path,
+                      isolation=isolation)
+    seen = graded.seen()
+    assert graded.scores["lab-01-alpha-beta"][0] == 0 and "SEEN" in seen, graded.mode
+    # The hidden tests call allreduce_time(3e6, 1000, 7e-6, 25e9, "ring") and
+    # hierarchical_allreduce_time(1e8, 16, 1, ...); no visible test does.
+    assert "3000000.0, 1000, 7e-06" not in seen and "100000000.0, 16, 1, 1e-06" not in seen
+    assert planted(marker) == []
+
+
+@pytest.mark.parametrize("mode", ISOLATED)
+def test_cause_5_a_forking_chain_and_its_notes_end_with_the_lab(tmp_path, mode):
+    needs_sandbox()
+    marker = f"commtax-attack-{os.urandom(6).hex()}"
+    folder = submission(tmp_path,
+                        lab_01_alpha_beta=attack("outlive_and_plant.py", marker) + shipped("lab-01-alpha-beta"),
+                        lab_06_tp_comm_cost=reference(FAST) + attack("read_notes.py", marker))
+    graded = grade_as(mode, folder, ["lab-01-alpha-beta", FAST], tmp_path)
+    seen = graded.seen()
+    assert graded.scores[FAST][0] == 0 and "NOTES nothing" in seen, seen[-3000:]
+    assert f"NOTE-{marker}" not in seen
+    time.sleep(0.5)
+    assert survivors(marker) == [], "a process of the chain outlived its lab"
+    assert planted(marker) == [], "the lab left files or System V objects behind"
+
+
+def test_cause_5_under_grade_many_one_students_chain_cannot_reach_the_next(tmp_path):
+    needs_sandbox()
+    marker = f"commtax-attack-{os.urandom(6).hex()}"
+    folder = tmp_path / "all"
+    (folder / "a-mallory" / FAST).mkdir(parents=True)
+    (folder / "a-mallory" / FAST / "starter.py").write_text(attack("outlive_and_plant.py", marker) + shipped(FAST))
+    (folder / "b-alice" / FAST).mkdir(parents=True)
+    (folder / "b-alice" / FAST / "starter.py").write_text(reference(FAST))
+    rows = grade_many(folder, tmp_path)
+    assert rows["b-alice"][1] == rows["b-alice"][2] != "", rows
+    assert rows["a-mallory"][1] == "0"
+    time.sleep(0.5)
+    assert survivors(marker) == [] and planted(marker) == [] and not list(Path("/tmp").glob("commtax-stolen-*"))
+
+
+@pytest.mark.parametrize("mode", ISOLATED)
+def test_cause_6_answers_elsewhere_on_the_machine_are_out_of_reach(tmp_path, mode):
+    needs_sandbox()
+    import tempfile
+    other = Path(tempfile.mkdtemp(prefix="commtax-other-checkout-"))
+    try:
+        (other / "labs" / FAST).mkdir(parents=True)
+        shutil.copyfile(ROOT / "labs" / FAST / "solution.py", other / "labs" / FAST / "solution.py")
+        shutil.copytree(ROOT / "grading" / "hidden", other / "grading" / "hidden")
+        for path in [other, *other.rglob("*")]:  # as a careless colleague leaves a clone: readable by all
+            os.chmod(path, 0o755 if path.is_dir() else 0o644)
+        text = shipped(FAST) + attack("find_answers.py")
+        graded = grade_as(mode, submission(tmp_path, lab_06_tp_comm_cost=text), [FAST], tmp_path)
+    finally:
+        shutil.rmtree(other, ignore_errors=True)
+    assert graded.scores[FAST][0] == 0, graded.mode
+
+
+def grade_many(folder: Path, tmp_path: Path, labs=(FAST,)) -> dict:
+    """``grade-many`` on ``folder``: {submission: its CSV row}."""
+    out = tmp_path / "grades.csv"
+    proc = subprocess.run([sys.executable, "-m", "grading", "grade-many", str(folder), "--labs", *labs,
+                           "--csv", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = list(csv.reader(out.open()))
+    assert rows[0] == ["submission", "score", "max_score", *labs, "problem"]
+    return {row[0]: row for row in rows[1:]}
+
+
+def test_cause_6_and_7_grade_many_refuses_links_fifos_and_huge_files_and_grades_everyone_else(tmp_path):
+    folder = tmp_path / "all"
+    for name in ("alice", "bob", "carol", "dave"):
+        (folder / name).mkdir(parents=True)
+    (folder / "carol" / FAST).mkdir()
+    (folder / "carol" / FAST / "starter.py").write_text(reference(FAST))
+    (folder / "alice" / FAST).mkdir()
+    with open(folder / "alice" / FAST / "starter.py", "wb") as f:  # 40 GB, sparse: once a MemoryError
+        f.truncate(40 * 2**30)
+    (folder / "bob" / FAST).symlink_to(folder / "carol" / FAST)     # bob hands in carol's work
+    (folder / "dave" / FAST).mkdir()
+    os.mkfifo(folder / "dave" / FAST / "starter.py")               # opening it would wait forever
+    (folder / "eve").symlink_to(folder / "carol")
+    rows = grade_many(folder, tmp_path)
+    most = rows["carol"][2]
+    assert rows["carol"][1] == most != "" and rows["carol"][4] == ""
+    assert rows["alice"][1] == "0" and "more than the 1,000,000" in rows["alice"][4]
+    assert rows["bob"][1] == "0" and "symbolic link: refused" in rows["bob"][4]
+    assert rows["dave"][1] == "0" and "not a regular file" in rows["dave"][4]
+    assert rows["eve"][1] == "" and "symbolic link: refused" in rows["eve"][4]
+
+
+def test_cause_8_hostile_messages_reach_every_report_as_plain_printable_text(tmp_path):
+    folder = submission(tmp_path, lab_06_tp_comm_cost=shipped(FAST) + attack("hostile_text.py"))
+    out = tmp_path / "results.json"
+    env = dict(os.environ, PYTHONIOENCODING="utf-8:strict")
+    table = subprocess.run([sys.executable, "-m", "grading", "grade", str(folder), "--labs", FAST, "--format",
+                            "gradescope", "--out", str(out)], cwd=ROOT, capture_output=True, env=env, timeout=600)
+    assert table.returncode == 0, table.stderr[-2000:]
+    printed = table.stderr.decode("utf-8")  # the table goes to stderr with --out: it printed, and is UTF-8
+    results = json.loads(out.read_text())
+    assert results["score"] == 0
+    assert results["output_format"] == results["test_output_format"] == "text"
+    outputs = [t["output"] for t in results["tests"]] + [results["output"], printed]
+    assert any("onerror" in o for o in outputs), "the message itself is shown (as text)"
+    for text in outputs:
+        assert not any(ch in text for ch in "\x1b\x00\r\u202e"), repr(text[:200])
+        text.encode("utf-8")  # no lone surrogate
+        assert len(text) < 5000
+    for report in (results["output"], printed):  # the forged total stays inside its test's message
+        assert not any(line.startswith("total: 999") for line in report.splitlines()), report
+    assert all(t["output_format"] == "text" for t in results["tests"])
+
+
+# -- the boundary itself (commtax/boundary/) -------------------------------------------------------
 
 LEARNER_MODULE = '''
 import dataclasses, time
@@ -552,3 +797,55 @@ def test_stubs_are_found_by_reading_the_file_and_callables_do_not_cross(proxied)
     require_implemented(proxied.norm1)
     with pytest.raises(BoundaryError):
         proxied.echo(lambda: 1)
+
+
+def test_the_codec_refuses_shapes_that_do_not_match_their_bytes_and_keeps_kinds():
+    import pickle
+    import numpy as np
+    from commtax.boundary import BoundaryError, LabRecord, dumps, loads
+    tag = "\x00commtax-boundary"
+    for forged in ((tag, "tensor", "float64", (10**6, 10**6), b""),   # 8 TB asked for, nothing sent
+                   (tag, "ndarray", "<f8", (-1,), b"\x00" * 8),       # a shape that hides the size
+                   (tag, "ndarray", "<f8", (3,), b"\x00" * 8),        # bytes for one element, not three
+                   (tag, "nonsense", 1)):
+        with pytest.raises(BoundaryError, match="refused"):
+            loads(pickle.dumps(forged))
+    looks_tagged = (tag, "ndarray", "<f8", (1,), b"\x00" * 8)
+    assert loads(dumps(looks_tagged)) == looks_tagged  # a plain tuple stays a plain tuple
+    assert loads(dumps(np.empty(0))).shape == (0,) and loads(dumps(True)) is True
+    same = LabRecord("Op", {"t": np.zeros(2), "n": 1})
+    assert same == LabRecord("Op", {"t": np.zeros(2), "n": 1})
+    assert same != LabRecord("Op", {"t": np.zeros(3), "n": 1}) and same != LabRecord("Op", {"t": np.empty(0), "n": 1})
+    assert same != LabRecord("Op", {"t": np.zeros(2), "n": True}) and same != LabRecord("Op", {"t": np.zeros(2), "n": 1.0})
+    assert LabRecord("Op", {"x": float("nan")}) != LabRecord("Op", {"x": float("nan")})
+
+
+def test_learner_text_is_cleaned_of_what_breaks_or_fools_a_report():
+    from grading.sanitize import clean
+    shown = clean("a\ud800b \x1b[31mred\x1b[0m \x00 \r\n\u202edone" + "x" * 5000)
+    shown.encode("utf-8")
+    assert "\x1b" not in shown and "\x00" not in shown and "\u202e" not in shown and "\r" not in shown
+    assert shown.startswith("a\ufffd") and "red" in shown and len(shown) < 1600 and "more characters not shown" in shown
+
+
+def test_the_boundary_the_lab_loader_and_the_pickler_import_each_other_in_one_direction_only():
+    import ast
+    modules = {"commtax.labs": ROOT / "commtax" / "labs.py",
+               "commtax.learner_process": ROOT / "commtax" / "learner_process.py",
+               "commtax.ranks._byfile": ROOT / "commtax" / "ranks" / "_byfile.py",
+               **{f"commtax.boundary.{p.stem}" if p.stem != "__init__" else "commtax.boundary": p
+                  for p in (ROOT / "commtax" / "boundary").glob("*.py")}}
+    graph = {}
+    for name, path in modules.items():  # every import, at the top or inside a function
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+                if isinstance(node, ast.ImportFrom) and node.module else [])
+            found.update(t for t in targets if t in modules and t != name)
+        graph[name] = found
+
+    def reaches(start, goal, seen=()):
+        return any(n == goal or (n not in seen and reaches(n, goal, (*seen, n))) for n in graph[start])
+
+    assert not [m for m in graph if reaches(m, m)], graph

@@ -304,3 +304,5 @@ class LabFunction:
     def __reduce__(self):
         return (_byfile._load_object, (self._proxy._module_name, learner_path(self._proxy._path), self._qualname))
 
+    def _commtax_stub_message(self):
+        return stub_message_in_file(self._proxy._path, self._qualname)

@@ -173,6 +173,7 @@ class NamespaceIsolation:
         self.bwrap, self.root_mode, self.limits = bwrap, root_mode, limits
         self.user_namespace = not root_mode
         self.other_user = root_mode  # the sandbox tree must be readable by another user
+        self.shares_our_files = False  # learner code sees none of the grader's files
         self.protected = [os.path.realpath(p) for p in protected]
         self.base = base
         self.python = python_paths()

@@ -218,6 +218,7 @@ class PlainIsolation:
     def __init__(self, uid: int | None, gid: int | None, limits: Limits, source: Path, hidden: Path, why: str):
         self.uid, self.gid, self.limits, self.why = uid, gid, limits, why
         self.other_user = uid is not None  # the sandbox tree must be readable by another user
+        self.shares_our_files = uid is None  # learner code can write whatever the grader's user can
         self.access = None
         self.granted = []
         if uid is not None:

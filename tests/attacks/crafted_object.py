@@ -19,11 +19,14 @@ class Evil(float):
 
 import sys as _sys
 
-for _name in ("commtax.boundary", "__main__"):  # the worker runs as `python -m commtax.boundary`
+# The worker runs as `python -m commtax.boundary.worker` (its module is __main__); the encoder is
+# commtax.boundary.codec.lower (commtax.boundary._lower before issue 21).
+for _name in ("commtax.boundary", "commtax.boundary.codec", "commtax.boundary.worker", "__main__"):
     try:
         __import__(_name)
-        if hasattr(_sys.modules[_name], "_lower"):
-            _sys.modules[_name]._lower = lambda value, depth=0: value
+        for _attribute in ("lower", "_lower"):
+            if hasattr(_sys.modules[_name], _attribute):
+                setattr(_sys.modules[_name], _attribute, lambda value, depth=0: value)
     except Exception:
         pass
 try:
