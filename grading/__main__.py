@@ -124,8 +124,9 @@ def main(argv=None) -> int:
         p.add_argument("--labs", nargs="+", metavar="LAB", help="only these labs (folder names)")
         p.add_argument("--lab-timeout", type=float, default=300.0, help="seconds each lab may take (default 300)")
         p.add_argument("--total-timeout", type=float, default=1500.0, help="seconds for the whole grading")
-        p.add_argument("--user", help=f"(root) run learner code as this unprivileged user (default: "
-                                      f"{SANDBOX_USER}, created if missing)")
+        p.add_argument("--user", help=f"(root, without the OS sandbox) run learner code as this unprivileged "
+                                      f"user (default: {SANDBOX_USER}, created if missing); in the sandbox "
+                                      "each lab run gets a fresh user")
         p.add_argument("--same-user", action="store_true",
                        help="run learner code as the grader's own user even as root (weaker: see grading/README.md)")
         p.add_argument("--isolation", choices=ISOLATIONS, default="auto",

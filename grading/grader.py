@@ -239,28 +239,29 @@ def _grade_labs(result, course, starters, refused, labs, base, chosen, source, h
 def _grade_lab(course, lab, starter, expected, base, chosen, source, hidden, lab_timeout, total_timeout, start,
                no_gpu, result) -> LabResult:
     """The visible tests, then the hidden ones (fresh trees, a fresh sandbox), then the checks, then the score."""
-    records, problems, seconds, changed = [], [], 0.0, []
-    for part in ("visible", "hidden") if has_hidden_tests(course, lab) else ("visible",):
+    tests, problems, seconds, changed = [], [], 0.0, []
+    parts = ("visible", "hidden") if has_hidden_tests(course, lab) else ("visible",)
+    for part in parts:
+        mine = [item for item in expected if item["hidden"] == (part == "hidden")]
         remaining = total_timeout - (time.monotonic() - start)
         if remaining <= 5:
-            problems.append(f"the total grading time ran out before the {part} tests")
-            break
-        got, problem, took, altered = _grade_part(base, course, lab, starter, part, min(lab_timeout, remaining),
-                                                  chosen)
-        records += got
-        seconds += took
-        changed += altered
-        if problem:
-            problems.append(problem)
-    tests = score_lab(lab, expected, records, "; ".join(problems), no_gpu)
-    # Only where learner code runs as us with our files (the fallback's same-user mode) can it write the
-    # grader's own folder; elsewhere a change there is a teacher's edit, not an attack.
-    grader_files = integrity.changed_files(course, Path(source), Path(hidden)) if chosen.shares_our_files else []
+            problem, records = f"the total grading time ran out before the {part} tests", []
+        else:
+            records, problem, took, altered = _grade_part(base, course, lab, starter, part,
+                                                          min(lab_timeout, remaining), chosen)
+            seconds += took
+            changed += altered
+        scored = score_lab(lab, mine, records, problem, no_gpu)
+        if problem and any(t.message.startswith("not run") for t in scored):
+            problems.append(problem)  # (a part whose tests all reported needs no excuse)
+        tests += scored
+    grader_files = []
+    if chosen.shares_our_files:  # only then can learner code write the grader's own folder: else a change
+        grader_files = integrity.changed_files(course, Path(source), Path(hidden))  # is a teacher's edit
     if changed or grader_files:
         files = ", ".join((changed + grader_files)[:5]) + (" ..." if len(changed + grader_files) > 5 else "")
         why = (f"the grader's own files changed while this lab ran ({files}): graded code tampered with them, "
                "so this lab scores nothing")
         result.error = clean(f"{lab}: {why}")
         return LabResult(lab, _void(tests, why), seconds, why)
-    unreported = any(t.message.startswith("not run") for t in tests)
-    return LabResult(lab, tests, seconds, clean("; ".join(problems)) if unreported else "")
+    return LabResult(lab, tests, seconds, clean("; ".join(problems)))

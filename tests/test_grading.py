@@ -101,12 +101,14 @@ def test_a_hanging_lab_and_a_deadlocking_ring_time_out_while_the_others_are_grad
     ring = reference("lab-02-ring-allreduce").replace("global_rank((rank + 1) % size)", "global_rank((rank + 2) % size)")
     folder = submission(tmp_path, lab_06_tp_comm_cost=HANG, lab_02_ring_allreduce=ring,
                         lab_01_alpha_beta=reference("lab-01-alpha-beta"))
-    result = grade(folder, ["lab-01-alpha-beta", "lab-02-ring-allreduce", FAST], lab_timeout=12)
+    # 12 s is plenty for Lab 01's reference on a quiet 2-core machine; a busy one gets more.
+    deadline = min(120, round(12 * max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))))
+    result = grade(folder, ["lab-01-alpha-beta", "lab-02-ring-allreduce", FAST], lab_timeout=deadline)
     assert lab_result(result, "lab-01-alpha-beta").score == lab_result(result, "lab-01-alpha-beta").max_score
     for lab in ("lab-02-ring-allreduce", FAST):
         graded = lab_result(result, lab)
-        assert graded.problem == "timed out after 12 s"
-        assert "timed out after 12 s" in reports.table(result)
+        assert graded.problem == f"timed out after {deadline} s"
+        assert f"timed out after {deadline} s" in reports.table(result)
     assert lab_result(result, FAST).score == 0
     time.sleep(0.5)
     assert grading_processes() == [], "a process of the grading run is still alive"

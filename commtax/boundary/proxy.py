@@ -122,7 +122,7 @@ class _Worker:
 
     def exit_description(self) -> str:
         try:
-            code = self.proc.wait(timeout=2)
+            code = self.proc.wait(timeout=5)  # it closed its pipe: it is exiting
         except subprocess.TimeoutExpired:
             return "stopped answering"
         if code < 0:
@@ -223,9 +223,10 @@ class LabProxy:
             worker.kill()
             raise LearnerProcessError(f"importing {Path(self._path).name} took more than {START_TIMEOUT:g} s") from None
         except (EOFError, OSError, pickle.UnpicklingError, BoundaryError, ValueError) as exc:
+            how = worker.exit_description() if isinstance(exc, (EOFError, OSError)) else "sent what cannot be read"
             worker.kill()
             self._echo(worker)
-            raise LearnerProcessError(f"the process importing {Path(self._path).name} {worker.exit_description()}"
+            raise LearnerProcessError(f"the process importing {Path(self._path).name} {how}"
                                       + ("" if isinstance(exc, EOFError) else f" ({exc})")) from None
         self._echo(worker)
         if kind == "import-error":

@@ -1,8 +1,10 @@
 """The OS sandbox of one lab run: bubblewrap namespaces around an agent that starts the learner's processes.
 
-Per lab (and again for its hidden tests) the grader starts ``bwrap`` (Debian's
-``bubblewrap``) with new PID, mount, IPC, network and UTS namespaces (and a
-user namespace when the grader is not root). Inside, the file system holds only:
+Per lab run (the visible tests; the hidden ones get their own) the grader
+starts ``bwrap`` (Debian's ``bubblewrap``) with new PID, mount, IPC, network
+and UTS namespaces: as root, with learner code as a fresh unprivileged user;
+otherwise in a user namespace mapping the grader's own user. Inside, the file
+system holds only:
 
 * ``/usr`` (and ``/bin``, ``/lib`` ... as on the host), read-only, plus a
   few files of ``/etc`` (the loader's cache; a ``passwd``, ``group`` and
@@ -16,7 +18,7 @@ user namespace when the grader is not root). Inside, the file system holds only:
 
 No other checkout, no grader's ``/proc``, no host ``/run/lock`` or ``/tmp``,
 no network but loopback, System V IPC of its own. The agent
-(``grading/sandbox/agent.py``) sets the resource limits, becomes the sandbox
+(``grading/sandbox/agent.py``) sets the resource limits, becomes the sandbox's
 user (root mode) and starts each learner process the trusted tests ask for
 through a relay. Closing the sandbox kills ``bwrap``; the kernel then kills
 every process of the sandbox's PID namespace, and its mounts, IPC objects and
