@@ -21,7 +21,7 @@ import traceback
 from pathlib import Path
 
 from grading import reports, starters
-from grading.grader import ISOLATIONS, SANDBOX_USER, SOURCE_ROOT, grade, lab_names
+from grading.grader import DEFAULT_ISOLATION, ISOLATIONS, SANDBOX_USER, SOURCE_ROOT, NoSandbox, grade, lab_names
 from grading.sanitize import clean
 from grading.submission import SubmissionError, check_folder
 
@@ -64,6 +64,8 @@ def _grade_one(path: Path, labs: list, args):
         return grade(path, labs, **_options(args)), ""
     except (SubmissionError, ValueError) as exc:
         return None, clean(str(exc), limit=300)
+    except NoSandbox:
+        raise  # the machine's problem, not this submission's: stop before grading anyone
     except Exception as exc:  # noqa: BLE001 - a row with the reason, and the next submission
         traceback.print_exc()
         return None, clean(f"the grader failed on this submission: {type(exc).__name__}: {exc}", limit=300)
@@ -129,9 +131,10 @@ def main(argv=None) -> int:
                                       "each lab run gets a fresh user")
         p.add_argument("--same-user", action="store_true",
                        help="run learner code as the grader's own user even as root (weaker: see grading/README.md)")
-        p.add_argument("--isolation", choices=ISOLATIONS, default="auto",
-                       help="auto: an OS sandbox (bubblewrap) where one can be made, else the fallback; "
-                            "namespaces: the sandbox or an error; none: the fallback (see grading/README.md)")
+        p.add_argument("--isolation", choices=ISOLATIONS, default=DEFAULT_ISOLATION,
+                       help="namespaces (default): an OS sandbox made with bubblewrap, or refuse to grade; "
+                            "auto: the sandbox where one can be made, else the fallback (with a warning); "
+                            "none: the fallback (weaker: see grading/README.md, \"Modes\")")
 
     p = commands.add_parser("grade", help="grade one submission")
     p.add_argument("submission", nargs="?", help="a copy of the course, or a folder with LAB/starter.py per lab "
@@ -166,10 +169,14 @@ def main(argv=None) -> int:
         if not stale:
             print("every starter.py matches its solution.py")
         return 1 if (args.check and stale) else 0
-    if args.command == "grade":
-        return cmd_grade(args)
-    if args.command == "grade-many":
-        return cmd_grade_many(args)
+    try:
+        if args.command == "grade":
+            return cmd_grade(args)
+        if args.command == "grade-many":
+            return cmd_grade_many(args)
+    except NoSandbox as exc:
+        print(f"[grading] refused: {exc}", file=sys.stderr)
+        return 2
     if args.command == "release":
         from grading.release import build_release
         print(f"wrote the student release to {build_release(args.dest)}")

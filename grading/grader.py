@@ -34,6 +34,7 @@ import json
 import os
 import secrets
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -45,7 +46,7 @@ from grading.course import (HIDDEN_DIR, SOURCE_ROOT, has_hidden_tests, lab_names
 from grading.process import become_subreaper, kill_descendants, make_undumpable
 from grading.pytest_run import collect, run_pytest
 from grading.results import GradeResult, LabResult, TestResult
-from grading.sandbox import ISOLATIONS, SANDBOX_USER, choose_isolation
+from grading.sandbox import DEFAULT_ISOLATION, ISOLATIONS, SANDBOX_USER, NoSandbox, choose_isolation, warning
 from grading.sandbox.limits import Limits
 from grading.sandbox.namespaces import SandboxError
 from grading.sandbox.plain import close_interpreter, open_interpreter, sandbox_user
@@ -54,7 +55,7 @@ from grading.submission import SubmissionError, read_starter
 
 NCCL_SKIP = "nccl skipped"     # the reason commtax.testing gives; only trusted nccl tests may use it
 
-__all__ = ["GradeResult", "LabResult", "TestResult", "ISOLATIONS", "SANDBOX_USER", "SOURCE_ROOT", "HIDDEN_DIR",
+__all__ = ["GradeResult", "LabResult", "TestResult", "ISOLATIONS", "DEFAULT_ISOLATION", "NoSandbox", "SANDBOX_USER", "SOURCE_ROOT", "HIDDEN_DIR",
            "lab_names", "grade", "score_lab", "starter_of", "sandbox_user", "open_interpreter",
            "close_interpreter"]
 
@@ -170,14 +171,15 @@ def _grade_part(base: Path, course: dict, lab: str, starter: bytes, part: str, t
 
 def grade(submission: Path | None, labs: list[str] | None = None, *, source: Path = SOURCE_ROOT,
           hidden: Path = HIDDEN_DIR, lab_timeout: float = 300.0, total_timeout: float = 1500.0,
-          user: str | None = None, same_user: bool = False, isolation: str = "auto", limits: Limits | None = None,
+          user: str | None = None, same_user: bool = False, isolation: str = DEFAULT_ISOLATION, limits: Limits | None = None,
           progress=None) -> GradeResult:
     """Grade ``submission`` (a folder; None grades the shipped starters) on ``labs`` (default: all).
 
     Root mode (learner code runs as ``user``, default ``commtax-learner``) when this process is
-    root, unless ``same_user``; same-user mode otherwise. ``isolation``: ``"auto"`` (an OS sandbox
-    where one can be made, else the fallback), ``"namespaces"`` (the sandbox or an error),
-    ``"none"`` (the fallback). ``GradeResult.mode`` says which ran.
+    root, unless ``same_user``; same-user mode otherwise. ``isolation``: ``"namespaces"`` (the
+    default: the OS sandbox, or :class:`NoSandbox` saying why not and what to do), ``"auto"`` (the
+    sandbox where one can be made, else the fallback), ``"none"`` (the fallback); without the
+    sandbox a loud warning goes to ``progress`` (or stderr). ``GradeResult.mode`` says which ran.
     """
     start = time.monotonic()
     integrity.preload()  # nothing is imported by this process once learner code has run
@@ -203,6 +205,9 @@ def grade(submission: Path | None, labs: list[str] | None = None, *, source: Pat
         os.chmod(base, 0o711)  # the sandbox user may pass through to its own folders, not list them
         chosen = choose_isolation(user=user, same_user=same_user, isolation=isolation, limits=limits, base=base,
                                   source=Path(source), hidden=Path(hidden), protected=protected)
+        loud = warning(chosen)
+        if loud:  # the teacher asked for the fallback: make sure they see what it means
+            (progress or _to_stderr)(loud)
         try:
             result = GradeResult(mode=chosen.mode)
             _grade_labs(result, course, starters, refused, labs, base, chosen, source, hidden,
@@ -211,6 +216,10 @@ def grade(submission: Path | None, labs: list[str] | None = None, *, source: Pat
             chosen.close()
     result.seconds = time.monotonic() - start
     return result
+
+
+def _to_stderr(message: str) -> None:
+    print(f"[grading] {message}", file=sys.stderr, flush=True)
 
 
 def _grade_labs(result, course, starters, refused, labs, base, chosen, source, hidden, lab_timeout,

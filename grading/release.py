@@ -53,8 +53,9 @@ jobs:
       - name: Grade
         id: grader
         # The command grader replaces the environment, so LAB_IMPL is set inline.
+        # The learner's own code in the learner's own repository: no sandbox needed (runners may forbid it).
         run: |
-          LAB_IMPL=starter python -m grading grade . --format classroom --out classroom-result.txt
+          LAB_IMPL=starter python -m grading grade . --isolation auto --format classroom --out classroom-result.txt
           echo "result=$(cat classroom-result.txt)" >> "$GITHUB_OUTPUT"
       - name: Autograding Reporter
         uses: classroom-resources/autograding-grading-reporter@v1
@@ -75,7 +76,7 @@ There are no reference solutions here, so `LAB_IMPL` defaults to `starter`:
 ```bash
 python3 course.py test labs/lab-01-alpha-beta   # test your Lab 01 (sets up .venv on first use)
 python3 course.py test labs                     # every lab
-.venv/bin/python -m grading grade .             # your grade, as the autograder computes it
+.venv/bin/python -m grading grade . --isolation auto   # your grade, as the autograder computes it
 ```
 
 Push your work: the Classroom workflow grades every lab and reports the points
@@ -111,7 +112,9 @@ USER_ARG=""
 if [ "$(id -u)" = "0" ] && id -u student > /dev/null 2>&1; then USER_ARG="--user student"; fi
 mkdir -p "$ROOT/results"
 cd "$ROOT/source" || exit 0
-"$PYTHON" -m grading autograde --root "$ROOT" $USER_ARG "$@"
+# --isolation auto: the OS sandbox where Gradescope's container allows it, else the fallback (root
+# mode, as the unprivileged user student), which results.json names; learners always get a grade.
+"$PYTHON" -m grading autograde --root "$ROOT" --isolation auto $USER_ARG "$@"
 # Whatever happened above, Gradescope gets a valid results.json.
 if [ ! -s "$ROOT/results/results.json" ]; then
   echo '{"score": 0, "output": "The autograder crashed before writing results; your teacher has the log.", "tests": []}' \\

@@ -27,7 +27,8 @@ from pathlib import Path
 import pytest
 
 from grading import reports
-from grading.grader import close_interpreter, grade, lab_names, open_interpreter, sandbox_user
+from grading.grader import NoSandbox, close_interpreter, lab_names, open_interpreter, sandbox_user
+from grading.grader import grade as grade_with
 from grading.release import build_gradescope_zip, build_release
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,6 +38,33 @@ LABS = lab_names()
 FAST = "lab-06-tp-comm-cost"          # a pure-function lab: graded in about a second
 HAS_SOLUTIONS = (ROOT / "labs" / FAST / "solution.py").exists()
 pytestmark = pytest.mark.skipif(not HAS_SOLUTIONS, reason="the student release has no solutions to grade with")
+
+@functools.lru_cache(maxsize=None)
+def sandbox_missing() -> str | None:
+    """Why no OS sandbox can be made here (None if one can)."""
+    import tempfile
+    from grading.sandbox import namespaces
+    from grading.sandbox.limits import Limits
+    bwrap = namespaces.bwrap_path()
+    if not bwrap:
+        return "bubblewrap is not installed"
+    with tempfile.TemporaryDirectory() as folder:
+        os.chmod(folder, 0o711)
+        isolation = namespaces.NamespaceIsolation(bwrap, IS_ROOT, Limits(), [], Path(folder))
+        return namespaces.probe(isolation, Path(folder))
+
+
+def needs_sandbox():
+    if sandbox_missing():
+        pytest.skip(f"no OS sandbox here: {sandbox_missing()}")
+
+
+# The grader refuses to run without the OS sandbox unless told to: where bubblewrap cannot make one
+# here, these tests grade in the fallback (its claims are tested with isolation="none" anyway) and the
+# tests that need the sandbox skip with the reason.
+ISOLATION = "namespaces" if sandbox_missing() is None else "auto"
+grade = functools.partial(grade_with, isolation=ISOLATION)
+
 
 HANG = '''
 def allreduce_payload_bytes(batch_tokens, hidden, dtype_bytes=2):
@@ -309,7 +337,7 @@ class Graded:
 
 
 def grade_as(mode: str, folder: Path, labs: list, tmp_path: Path, lab_timeout: float = 60,
-             isolation: str = "auto") -> Graded:
+             isolation: str = ISOLATION) -> Graded:
     """Grade ``folder`` in ``mode``, with ``isolation``.
 
     Root mode runs in this process. Same-user mode runs ``python -m grading grade`` from a copy of
@@ -466,26 +494,6 @@ def test_the_reference_gets_full_marks_in_either_mode_and_the_report_names_it(tm
 # ISOLATED: the two modes, each in an OS sandbox (skipped where bubblewrap cannot make one here; the
 # fallback's claims are tested with isolation="none").
 
-@functools.lru_cache(maxsize=None)
-def sandbox_missing() -> str | None:
-    """Why no OS sandbox can be made here (None if one can)."""
-    import tempfile
-    from grading.sandbox import namespaces
-    from grading.sandbox.limits import Limits
-    bwrap = namespaces.bwrap_path()
-    if not bwrap:
-        return "bubblewrap is not installed"
-    with tempfile.TemporaryDirectory() as folder:
-        os.chmod(folder, 0o711)
-        isolation = namespaces.NamespaceIsolation(bwrap, IS_ROOT, Limits(), [], Path(folder))
-        return namespaces.probe(isolation, Path(folder))
-
-
-def needs_sandbox():
-    if sandbox_missing():
-        pytest.skip(f"no OS sandbox here: {sandbox_missing()}")
-
-
 ISOLATED = [pytest.param("root", marks=pytest.mark.skipif(not IS_ROOT, reason="root mode needs the tests to run as root")),
             "same-user"]
 PLANTED_IN = ("/tmp", "/dev/shm", "/run/lock", "/var/tmp")
@@ -516,6 +524,29 @@ def test_the_report_says_which_isolation_was_in_force_and_the_fallback_what_it_l
         assert "no OS sandbox" in plain.seen() and "guarantees lost" in plain.seen()
 
 
+def test_without_bubblewrap_the_grader_refuses_unless_told_and_then_warns_loudly(tmp_path, monkeypatch):
+    """A teacher who forgot to install bubblewrap must not believe their grades are sandboxed."""
+    from grading.sandbox import namespaces
+    monkeypatch.setattr(namespaces, "bwrap_path", lambda: None)
+    folder = submission(tmp_path, lab_06_tp_comm_cost=shipped(FAST))
+    with pytest.raises(NoSandbox, match=r"bubblewrap \(bwrap\) is not installed.*apt-get install bubblewrap"):
+        grade_with(folder, [FAST])  # the default: the sandbox, or nothing
+    said = []
+    result = grade_with(folder, [FAST], isolation="auto", progress=said.append)
+    assert [lab.score for lab in result.labs] == [0] and "no OS sandbox" in result.mode
+    assert said[0].startswith("WARNING: NO OS SANDBOX") and "bubblewrap (bwrap) is not installed" in said[0]
+
+
+def test_the_command_line_refuses_without_a_sandbox_with_one_readable_line(tmp_path):
+    """``python -m grading grade`` exits 2 with the reason and the way out, not a traceback."""
+    env = dict(os.environ, PATH=str(tmp_path))  # no bwrap on this PATH
+    proc = subprocess.run([sys.executable, "-m", "grading", "grade", "--labs", FAST], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "refused: no OS sandbox" in proc.stderr and "--isolation auto" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
 @pytest.mark.parametrize("mode", ISOLATED)
 def test_cause_1_forged_values_from_the_worker_are_refused_and_every_test_still_reports(tmp_path, mode):
     needs_sandbox()
@@ -526,9 +557,9 @@ def test_cause_1_forged_values_from_the_worker_are_refused_and_every_test_still_
     assert "refused" in seen and "not run" not in seen, "the trusted process must survive and report every test"
 
 
-@pytest.mark.parametrize("isolation", ["auto", "none"])
+@pytest.mark.parametrize("isolation", ["namespaces", "none"])
 def test_cause_2_patching_the_graders_own_files_runs_nothing_in_the_deciding_process(tmp_path, isolation):
-    if isolation == "auto":
+    if isolation == "namespaces":
         needs_sandbox()
     elif not IS_ROOT:
         pytest.skip("the fallback's same-user mode is tried as an unprivileged teacher, which needs root")
@@ -538,7 +569,7 @@ def test_cause_2_patching_the_graders_own_files_runs_nothing_in_the_deciding_pro
                       isolation=isolation)
     assert graded.scores[FAST][0] == 0, graded.mode
     assert not marker.exists(), "the deciding process imported a file the learner's code patched"
-    if isolation == "auto":
+    if isolation == "namespaces":
         assert graded.changed == [], "learner code in the sandbox wrote the grader's own files"
     else:  # the fallback cannot stop the write: it detects it, and the lab scores nothing
         assert graded.changed == ["commtax/ranks/__init__.py"]
@@ -562,12 +593,12 @@ def test_cause_3_a_rank_that_names_trusted_files_in_its_stack_gets_none_of_them_
     assert not [line for line in secret if line in seen], "a line of the withheld answers was quoted"
 
 
-@pytest.mark.parametrize("mode,isolation", [*(pytest.param(m, "auto", id=f"{m}") for m in ("root", "same-user")),
+@pytest.mark.parametrize("mode,isolation", [*(pytest.param(m, "namespaces", id=f"{m}") for m in ("root", "same-user")),
                                             pytest.param("root", "none", id="root-fallback")])
 def test_cause_4_hidden_test_inputs_never_reach_a_visible_message(tmp_path, mode, isolation):
     if mode == "root" and not IS_ROOT:
         pytest.skip("root mode needs the tests to run as root")
-    if isolation == "auto":
+    if isolation == "namespaces":
         needs_sandbox()
     marker = f"commtax-attack-{os.urandom(6).hex()}"
     text = shipped("lab-01-alpha-beta") + attack("hidden_inputs.py", marker)

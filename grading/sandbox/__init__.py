@@ -9,8 +9,10 @@ Two questions, answered once per grading by :func:`choose_isolation`:
 * **in what** ("isolation"): an OS sandbox made with bubblewrap
   (:mod:`grading.sandbox.namespaces`) when it can be made here, else the
   fallback (:mod:`grading.sandbox.plain`), whose lost guarantees the report
-  lists. ``isolation="namespaces"`` refuses to fall back; ``"none"`` asks for
-  the fallback.
+  lists. ``isolation="namespaces"`` (the default) refuses to grade without
+  the sandbox (:class:`NoSandbox`, saying why and how to install it);
+  ``"auto"`` falls back where it must and ``"none"`` asks for the fallback:
+  the teacher's explicit choice, which :func:`warning` spells out.
 
 The object returned opens one sandbox per lab run (``open(box, runs, agent)``)
 and is closed at the end of the grading.
@@ -26,7 +28,23 @@ from grading.sandbox import namespaces, plain
 from grading.sandbox.limits import Limits
 
 SANDBOX_USER = "commtax-learner"
-ISOLATIONS = ("auto", "namespaces", "none")
+ISOLATIONS = ("namespaces", "auto", "none")
+DEFAULT_ISOLATION = "namespaces"
+INSTALL_HINT = ("install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap), "
+                "or grade without an OS sandbox, knowing what is lost (grading/README.md, \"Modes\"), "
+                "with --isolation auto (the sandbox where it can be made) or --isolation none")
+
+
+class NoSandbox(RuntimeError):
+    """No OS sandbox can be made here and the teacher did not accept grading without one."""
+
+
+def warning(chosen) -> str | None:
+    """The loud line a teacher must see when learner code runs without the OS sandbox (None with it)."""
+    if isinstance(chosen, namespaces.NamespaceIsolation):
+        return None
+    return ("WARNING: NO OS SANDBOX. Learner code is graded in the fallback, which a determined learner can "
+            f"defeat: {chosen.mode}. Grade where bubblewrap works for grades that count.")
 
 
 def _root_mode(same_user: bool) -> bool:
@@ -56,7 +74,7 @@ def choose_isolation(*, user: str | None, same_user: bool, isolation: str, limit
                 return chosen
             why = f"bubblewrap cannot make namespaces here: {failure}"
         if isolation == "namespaces":
-            raise RuntimeError(f"no OS sandbox: {why}")
+            raise NoSandbox(f"no OS sandbox: {why}. To grade, {INSTALL_HINT}.")
     if root:
         name = user or SANDBOX_USER
         uid, gid = plain.sandbox_user(name)
