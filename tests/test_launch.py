@@ -238,19 +238,32 @@ def test_a_planted_deadlock_fails_in_seconds_naming_each_ranks_line_and_the_caus
     assert "Check the tag and the source rank" in lines[4] or "tag" not in what + hint
 
 
-def test_an_error_quotes_source_lines_only_from_the_jobs_own_files(tmp_path):
+def test_an_error_quotes_source_lines_only_from_the_learners_files_read_before_the_run(tmp_path):
     # Stacks come from the ranks, which run the learner's code: a forged frame naming another file
-    # (a hidden test) must not put that file's lines into a message.
-    from commtax.ranks import launch
+    # (a hidden test, an answer module of commtax) must not put that file's lines into a message,
+    # and a learner's file swapped for a link after the run started must not be read through it.
+    from commtax.ranks._frames import where
+    from commtax.ranks._quotes import Quotes
+    from commtax.ranks._watch import valid_beat
 
     secret = tmp_path / "hidden_test.py"
     secret.write_text("EXPECTED = 42  # the answer\n")
-    launch._SOURCES.files = launch._job_sources(planted.ring_with_a_wrong_tag, (), {})
+    learner = tmp_path / "starter.py"
+    learner.write_text("def ring():\n    dist.recv(buf, 1)  # the learner's line\n")
+    quotes = Quotes.of_job(planted.ring_with_a_wrong_tag, (load_module_from_file("quoted_starter", str(learner)),))
+    learner.unlink()
+    learner.symlink_to(secret)  # flipped after the start: the lines read at the start stay
     line = planted.stuck_line("ring_with_a_wrong_tag")
-    assert "tag=1" in launch._source_line(planted.__file__, line)
-    assert launch._source_line(str(secret), 1) == ""
-    assert launch._where(str(secret), 1, "f") == f"{secret}:1 in f"
-    assert not launch._valid_beat({"time": 0.0, "cpu": 0.0, "stack": [[str(secret)]], "p2p": {}})
+    assert "tag=1" in quotes.line(planted.__file__, line)
+    assert quotes.line(str(learner), 2) == "    dist.recv(buf, 1)  # the learner's line"
+    assert quotes.line(str(secret), 1) == ""
+    collectives = os.path.join(os.path.dirname(commtax.testing.__file__), "formulas", "collectives.py")
+    assert quotes.line(collectives, 1) == "" and quotes.line(commtax.testing.__file__, 1) == ""
+    assert where(str(secret), 1, "f", quotes) == f"{secret}:1 in f"
+    assert not valid_beat({"time": 0.0, "cpu": 0.0, "stack": [[str(secret)]], "p2p": {}})
+    # A file that is a link when the run starts is not read at all; a test module is named, not quoted.
+    assert Quotes([str(learner)]).line(str(learner), 1) == ""
+    assert Quotes.of_job(sum_of_ranks).line(__file__, 1) == ""
 
 
 def test_a_rank_that_works_while_its_peers_wait_in_recv_is_not_a_deadlock():
