@@ -283,7 +283,7 @@ def test_a_hang_is_remembered_so_the_next_run_of_the_same_worker_fails_at_once(m
     assert time.monotonic() - start < 1.0  # no ranks started
     lines = str(info.value).splitlines()
     assert lines[0] == ("not run: ring_that_receives_first() hung on 2 ranks in test_first, "
-                        "and would hang the same way here. Fix that first:")
+                        "and would do the same here. Fix that first:")
     assert "deadlocked after" in lines[1] and "planted_deadlocks.py:" in lines[2]
     assert info.value.first.rank == 0  # the first run's failures travel with it
 

@@ -96,7 +96,8 @@ def diagnose(failures, world_size: int) -> tuple[str, str] | tuple[None, None]:
     dropped = dropped_requests(failures)
     if dropped:
         rank, record = dropped[0]
-        return f"rank {rank} never waited on the request of its {_requests.describe(record)}", DROPPED_HINT
+        return (f"rank {rank} never waited on the request of its {_requests.describe(record)}: "
+                "keep it and call req.wait()"), DROPPED_HINT
     stuck = [f for f in failures if f.how in ("stuck", "stopped")]
     calls = {f.rank: waiting_call(frames_of(f)) for f in stuck}
     calls = {rank: call for rank, call in calls.items() if call}

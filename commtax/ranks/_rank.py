@@ -66,9 +66,13 @@ def _dropped_error(dropped: list) -> dict:
     """The error report of a worker that returned, leaving requests nobody waited on."""
     from commtax.ranks import _requests
 
+    from commtax.ranks._frames import is_runner_file
+
     first = dropped[0]
     lines = ["Traceback of the call whose request was dropped (most recent call last):"]
     for file, line, func in reversed(first["site"]):
+        if file.startswith("<") or is_runner_file(file):
+            continue  # the runner's frames and runpy's: none is the learner's
         lines.append(f'  File "{file}", line {line}, in {func}')
         source = linecache.getline(file, line).strip()  # this rank's own files: the learner's process
         if source:

@@ -35,9 +35,10 @@ def _headline_ranks(failures, world_size, quotes) -> list[str]:
     lines = []
     if first.dropped:
         for failure in failures:
-            for record in (failure.dropped or [])[:2]:
-                line = _rank_line(failure, quotes, record.get("kind"), record.get("site"))
-                lines.append(f"  rank {failure.rank}: {line}")
+            for record in failure.dropped or []:
+                line = f"  rank {failure.rank}: {_rank_line(failure, quotes, record['kind'], record['site'])}"
+                if line not in lines:  # a loop drops one request per peer, all from the same line
+                    lines.append(line)
     elif first.how == "raised":
         if first.frames:
             lines.append(f"  rank {first.rank}: {_rank_line(first, quotes)}")

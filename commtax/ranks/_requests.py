@@ -18,10 +18,19 @@ the requests that only this module still holds: dropped, never waited on.
 The rank then fails (:mod:`commtax.ranks._rank`) with the line of that
 ``isend`` and the fix, in the time the run itself takes. The heartbeat also
 carries them, for the launcher's diagnosis of a run that hangs anyway.
+
+One drop is not the learner's mistake: an exception raised between the
+``isend`` and its wait (a test that catches it and reports it as data, as
+Labs 08 and 10 do) frees the requests on its way out. So each request also
+keeps the frame that made it (the learner's function, past wrappers) until
+that frame has finished, and notes how it finished: a request whose frame
+ended by an exception is kept alive like the others but not reported (the
+exception is).
 """
 
 from __future__ import annotations
 
+import dis
 import sys
 import threading
 
@@ -29,7 +38,7 @@ SITE_FRAMES = 12  # frames of the stack kept per request: enough to pass a ledge
 KEPT_RECORDS = 8  # dropped requests reported per rank
 
 _lock = threading.Lock()
-_open: dict[int, tuple] = {}  # id(request) -> (request, record): made, not yet waited on
+_open: dict[int, list] = {}  # id(request) -> [request, record, frame that made it]: not yet waited on
 _kept: list = []  # dropped requests kept alive until their message is through
 dropped: list[dict] = []  # records of dropped requests: {"kind", "peer", "tag", "site"}
 _originals: dict = {}
@@ -39,7 +48,9 @@ def _refs(entry) -> int:
     return sys.getrefcount(entry[0])
 
 
-_ALONE = _refs((object(), None))  # the count of a request only an _open entry holds
+_ALONE = _refs([object(), None, None])  # the count of a request only an _open entry holds
+_RETURNS = {dis.opmap[name] for name in ("RETURN_VALUE", "RETURN_CONST") if name in dis.opmap}
+_GENERATORS = 0x20 | 0x80 | 0x200  # CO_GENERATOR, CO_COROUTINE, CO_ASYNC_GENERATOR
 
 
 def _site(frame) -> list:
@@ -50,13 +61,29 @@ def _site(frame) -> list:
     return frames
 
 
+def _owner(frame, kind: str):
+    """The frame of the function that called ``dist.<kind>``: past the runner's and wrappers named like it."""
+    from commtax.ranks._frames import is_runner_or_library
+
+    family = {"isend": "send", "irecv": "recv"}.get(kind, kind)
+    while frame is not None:
+        name = frame.f_code.co_name
+        if not (is_runner_or_library(frame.f_code.co_filename) or {"isend": "send", "irecv": "recv"}.get(name, name)
+                == family):
+            # A generator's frame is suspended, not finished, between its steps: not one to watch.
+            return None if frame.f_code.co_flags & _GENERATORS else frame
+        frame = frame.f_back
+    return None
+
+
 def track(request, kind: str, peer, tag, caller) -> None:
     """Keep ``request`` (from ``dist.isend``/``dist.irecv`` called by frame ``caller``) until it is waited on."""
     if request is None or not _originals:
         return
     record = {"kind": kind, "peer": peer, "tag": tag, "site": _site(caller)}
+    owner = _owner(caller, kind)
     with _lock:
-        _open[id(request)] = (request, record)
+        _open[id(request)] = [request, record, owner]
 
 
 def _looked_after(request) -> None:
@@ -71,14 +98,36 @@ def _completed(request) -> bool:
         return False
 
 
+def _running_frames() -> set[int]:
+    running = set()
+    for frame in sys._current_frames().values():
+        while frame is not None:
+            running.add(id(frame))
+            frame = frame.f_back
+    return running
+
+
+def _ended_by_exception(frame) -> bool:
+    """True for a finished frame whose last instruction was not a return: an exception unwound it."""
+    try:
+        return frame.f_code.co_code[frame.f_lasti] not in _RETURNS
+    except (IndexError, AttributeError):
+        return False
+
+
 def scan() -> list[dict]:
     """Move requests that only we still hold (dropped without a wait) to ``dropped``; return ``dropped``."""
     with _lock:
+        running = _running_frames() if any(entry[2] is not None for entry in _open.values()) else set()
         for key, entry in list(_open.items()):
+            if entry[2] is not None and id(entry[2]) not in running:
+                # The function that made it has finished: remember how, and let its locals go.
+                entry[1]["unwound"] = _ended_by_exception(entry[2])
+                entry[2] = None
             if _refs(entry) <= _ALONE:
                 del _open[key]
                 _kept.append(entry[0])
-                if len(dropped) < KEPT_RECORDS:
+                if not entry[1].pop("unwound", False) and len(dropped) < KEPT_RECORDS:
                     dropped.append(entry[1])
         _kept[:] = [request for request in _kept if not _completed(request)]
     return list(dropped)
