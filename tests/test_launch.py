@@ -27,7 +27,7 @@ import torch.distributed as dist
 import commtax.testing
 from commtax.labs import load_lab
 from commtax.ranks._byfile import load_module_from_file
-from commtax.ranks.launch import BackendUnavailable, DistributedRunError, run_ranks
+from commtax.ranks.launch import BackendUnavailable, DistributedRunError, learner_traceback, run_ranks
 from commtax.testing import BACKENDS, RememberedHang, SharedRunFailed, SharedRuns, run_or_skip
 
 DEADLINE = 15.0  # seconds; long enough for two ranks to import torch on a busy 2-core machine (8-14 s seen)
@@ -174,7 +174,26 @@ def test_a_rank_that_raises_while_its_peer_waits_fails_fast_with_its_traceback()
     assert err.first.rank == 1 and err.first.how == "raised"
     message = str(err)
     assert message.splitlines()[0].endswith("rank 1 raised ValueError: rank 1 gave up")
+    assert message.splitlines()[1].startswith("  rank 1: tests/test_launch.py:")  # the worker's line, first
+    assert message.splitlines()[1].endswith(" in raise_while_peer_waits_in_recv")
     assert 'raise ValueError("rank 1 gave up")' in message  # the traceback, with the line
+    assert "_rank.py" not in message  # from the worker inward: none of the runner's frames
+
+
+def test_an_exception_reported_as_data_keeps_the_learners_frames_and_drops_the_runners():
+    # Lab tests that catch a rank's exception to report it as data use learner_traceback.
+    from commtax.ranks._frames import where
+
+    class Quotes:
+        def line(self, file, number):
+            raise KeyError(f"the learner's mistake on line {number}")
+
+    try:
+        where("starter.py", 7, "ring", Quotes())  # a frame of the runner (commtax/ranks/_frames.py) in between
+    except KeyError as exc:
+        text = learner_traceback(exc)
+    assert "the learner's mistake on line 7" in text and "in line" in text and __file__ in text
+    assert "_frames.py" not in text
 
 
 def test_mismatched_collectives_are_stopped_as_a_deadlock_with_both_stacks():
