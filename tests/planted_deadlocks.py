@@ -44,6 +44,22 @@ def ring_that_waits_on_its_send_before_receiving(rank, world_size):
     dist.recv(inbox, (rank - 1) % world_size)
 
 
+def reduce_on_rank_0_broadcast_elsewhere_through_a_ledger(rank, world_size):
+    """Rank 0 all-reduces while the others broadcast, through a ledger that wraps dist.all_reduce as
+    Lab 12's does: the error must name this function's line, not the ledger's or a test's wrapper."""
+    original = dist.all_reduce
+
+    def all_reduce(tensor, *args, **kwargs):  # the learner's ledger, named like the call it wraps
+        return original(tensor, *args, **kwargs)
+
+    dist.all_reduce = all_reduce
+    t = torch.zeros(3)
+    if rank == 0:
+        dist.all_reduce(t)  # stuck here: the other ranks broadcast
+    else:
+        dist.broadcast(t, src=1)
+
+
 def slow_rank_then_send(rank, world_size, seconds):
     """Correct, but rank 0 works for ``seconds`` while the others wait in recv: not a deadlock."""
     value = torch.tensor([float(rank)])
