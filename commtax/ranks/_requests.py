@@ -37,7 +37,7 @@ import threading
 SITE_FRAMES = 12  # frames of the stack kept per request: enough to pass a ledger's wrapper or two
 KEPT_RECORDS = 8  # dropped requests reported per rank
 
-_lock = threading.Lock()
+_lock = threading.RLock()  # re-entrant: a __del__ run by our scan may wait on a request
 _open: dict[int, list] = {}  # id(request) -> [request, record, frame that made it]: not yet waited on
 _kept: list = []  # dropped requests kept alive until their message is through
 dropped: list[dict] = []  # records of dropped requests: {"kind", "peer", "tag", "site"}
@@ -117,13 +117,18 @@ def _ended_by_exception(frame) -> bool:
 
 def scan() -> list[dict]:
     """Move requests that only we still hold (dropped without a wait) to ``dropped``; return ``dropped``."""
+    finished = []
     with _lock:
         running = _running_frames() if any(entry[2] is not None for entry in _open.values()) else set()
-        for key, entry in list(_open.items()):
+        for entry in _open.values():
             if entry[2] is not None and id(entry[2]) not in running:
                 # The function that made it has finished: remember how, and let its locals go.
                 entry[1]["unwound"] = _ended_by_exception(entry[2])
+                finished.append(entry[2])
                 entry[2] = None
+    finished.clear()  # outside the lock: freeing a frame's locals may run code that waits on a request
+    with _lock:
+        for key, entry in list(_open.items()):
             if _refs(entry) <= _ALONE:
                 del _open[key]
                 _kept.append(entry[0])
