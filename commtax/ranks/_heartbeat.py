@@ -1,9 +1,11 @@
 """The rank's half of deadlock detection: a heartbeat file the launcher reads.
 
 :func:`start` (called by :mod:`commtax.ranks._rank` before the worker runs)
-wraps ``torch.distributed``'s point-to-point calls with a counter and starts a
-daemon thread that, every :data:`PERIOD` seconds, writes ``RUN_DIR/rank{R}.beat``
-(JSON, replaced atomically):
+wraps ``torch.distributed``'s point-to-point calls with a counter (and hands
+each request of ``isend``/``irecv`` to :mod:`commtax.ranks._requests`, which
+notices one dropped without a wait) and starts a daemon thread that, every
+:data:`PERIOD` seconds, writes ``RUN_DIR/rank{R}.beat`` (JSON, replaced
+atomically):
 
 * ``stack``: the main thread's Python stack, innermost frame first, as
   ``[file, line, function]`` (``sys._current_frames``: no signal needed; the
