@@ -44,19 +44,18 @@ def _exit_when_orphaned(parent_pid: int) -> None:
 
 
 def _error(exc: BaseException) -> dict:
-    """The error report of a worker that raised: from its own frames inward, none of this file's."""
+    """The error report of a worker that raised: its traceback without the runner's frames."""
     if isinstance(exc, SystemExit):
         summary = f"called sys.exit({exc.code!r}) instead of returning"
     else:
         summary = f"raised {type(exc).__name__}: {exc}"
-    tb = exc.__traceback__
-    if tb is not None and tb.tb_frame.f_code is main.__code__ and tb.tb_next is not None:
-        tb = tb.tb_next  # the call from main() into the worker: the runner's line, not the learner's
-    frames = [[f.filename, f.lineno, f.name] for f in traceback.extract_tb(tb)][::-1]
+    from commtax.ranks._frames import learner_traceback
+
+    frames = [[f.filename, f.lineno, f.name] for f in traceback.extract_tb(exc.__traceback__)][::-1]
     return {
         "type": type(exc).__name__,
         "summary": summary,
-        "traceback": "".join(traceback.format_exception(type(exc), exc, tb)),
+        "traceback": learner_traceback(exc, limit=16000),  # none of the runner's frames (this file's included)
         "when": time.time(),
         "frames": frames[:40],
     }
