@@ -1,13 +1,15 @@
 
 
-# Issue 21, cause 3: make the launcher quote files the learner must not read. Inside a rank, every
-# lab function (1) swaps the rank's copy of its own file for a link to an answer module, then
-# (2) either writes a forged faulthandler dump naming lines of the answers (commtax/formulas/,
-# a solution, the grader's hidden tests, by relative and by absolute name) and exits, so that the
-# launcher describes an "exited" rank from that dump, or (3) forges its heartbeat with the same
-# frames under a torch.distributed wait and sleeps, so that the deadlock detector reports it.
-# Outside a rank (the tests' worker) every function just fails. Before the fix, the launcher
-# resolved those names and quoted lines of commtax/formulas/collectives.py into the report.
+# Issue 21, cause 3: make the launcher quote files the learner must not read. Inside a rank, a lab
+# function (1) swaps the rank's copy of its own file for a link to an answer module, then either
+# (2) writes a forged faulthandler dump naming lines of the answers (commtax/formulas/, a solution,
+# the grader's hidden tests, by relative and by absolute name) and exits, so that the launcher
+# describes an "exited" rank from that dump (on 2 ranks), or (3) forges its heartbeat with the same
+# frames under a torch.distributed wait and sleeps, so that the deadlock detector reports it (on 3
+# ranks; the runner then remembers the hang). Outside a rank (the tests' worker) every function
+# just fails. Before the fix, the launcher resolved those names and quoted lines of
+# commtax/formulas/collectives.py into the report. Two functions are left as stubs so that the
+# tests needing them fail without starting ranks: two runs are enough, and they cost the suite less.
 import os as _os
 import sys as _sys
 import time as _time
@@ -65,11 +67,21 @@ def _forger(name):
             raise RuntimeError("forged")
         _swap_own_file()
         rank = int(_sys.argv[2])
-        if name == "naive_all_reduce":  # one run per world size: the "exited" path
+        if _os.environ.get("WORLD_SIZE") == "2":
             _forge_dump_and_exit(_sys.argv[1], rank)
-        _forge_heartbeat_and_wait(rank)  # a deadlock, remembered: one run per worker
+        _forge_heartbeat_and_wait(rank)
     return forged
 
 
 for _name in [n for n, v in list(globals().items()) if callable(v) and not n.startswith("_")]:
     globals()[_name] = _forger(_name)
+
+
+def ring_all_gather(tensor, owned_chunk, group=None):
+    """Left unwritten: the tests that need it fail at once."""
+    raise NotImplementedError("ring_all_gather: not implemented yet")
+
+
+def naive_all_reduce(tensor, root=0, group=None):
+    """Left unwritten: the tests that need it fail at once."""
+    raise NotImplementedError("naive_all_reduce: not implemented yet")
