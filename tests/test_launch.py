@@ -34,6 +34,15 @@ from commtax.testing import BACKENDS, RememberedHang, SharedRunFailed, SharedRun
 DEADLINE = 15.0  # seconds; long enough for two ranks to import torch on a busy 2-core machine (8-14 s seen)
 LONG_DEADLINE = 60.0  # for deadlocks: only the deadlock detector can end these runs early
 DETECTED_WITHIN = 30.0  # seconds: start-up (~2-8 s on a busy machine) + the 2 s quiet period + margin
+
+
+def load_factor() -> float:
+    """How many times more runnable processes than cores there are (1 on a quiet machine). A run
+    whose ranks must finish gets a deadline scaled by it: others' CPU time cannot be the ranks'."""
+    load = os.getloadavg()[0] / (os.cpu_count() or 1) if hasattr(os, "getloadavg") else 0.0
+    return max(1.0, load)
+
+
 planted = load_module_from_file("planted_deadlocks", os.path.join(os.path.dirname(__file__), "planted_deadlocks.py"))
 
 
@@ -222,10 +231,12 @@ def test_mismatched_collectives_are_stopped_as_a_deadlock_with_both_stacks():
 
 def test_mismatched_collectives_end_at_the_deadline_without_the_detector():
     with pytest.raises(DistributedRunError) as info:
-        run_ranks(mismatched_collectives, 2, timeout=DEADLINE, deadlock_after=None)
+        # Both ranks must reach their collectives before the deadline: it follows the machine's load.
+        run_ranks(mismatched_collectives, 2, timeout=(deadline := round(DEADLINE * load_factor())),
+                  deadlock_after=None)
     err = info.value
     assert {f.how for f in err.failures} == {"stuck"} and not any(f.deadlocked for f in err.failures)
-    assert f"was still running when the {DEADLINE:g} s deadline passed" in str(err).splitlines()[0]
+    assert f"was still running when the {deadline:g} s deadline passed" in str(err).splitlines()[0]
     assert "rank 0 in all_reduce()" in str(err)
 
 
@@ -373,7 +384,8 @@ def test_shared_runs_show_the_whole_error_once_and_a_short_one_in_later_tests(mo
 def test_an_infinite_loop_is_killed_and_nothing_it_started_survives(tmp_path):
     psutil = pytest.importorskip("psutil")
     with pytest.raises(DistributedRunError) as info:
-        run_ranks(loop_forever_with_a_child, 2, args=(str(tmp_path),), timeout=DEADLINE)
+        # Rank 1 must finish while rank 0 spins on a core: its deadline follows the machine's load.
+        run_ranks(loop_forever_with_a_child, 2, args=(str(tmp_path),), timeout=DEADLINE * load_factor())
     err = info.value
     assert [(f.rank, f.how) for f in err.failures] == [(0, "stuck")]
     assert "in loop_forever_with_a_child" in err.first.stack
