@@ -129,8 +129,8 @@ GPUS = {g.name: g for g in (A100, H100)}
 #: ``matmul_efficiency``: the fraction of the dense peak a GEMM reaches once it fills many waves;
 #: ``elementwise_efficiency``: the fraction of the HBM bandwidth the memory-bound kernels reach.
 FITTED = {
-    "A100-80GB": dict(matmul_efficiency=0.80, elementwise_efficiency=0.65),
-    "H100-80GB": dict(matmul_efficiency=0.70, elementwise_efficiency=0.30),
+    "A100-80GB": dict(matmul_efficiency=0.72, elementwise_efficiency=0.65),
+    "H100-80GB": dict(matmul_efficiency=0.66, elementwise_efficiency=0.30),
 }
 #: One constant per distributed-optimizer implementation: the share of the network model's bandwidth
 #: its ZeRO-3 collectives reach. Megatron-core's distributed optimizer and PyTorch FSDP issue one NCCL
@@ -138,7 +138,6 @@ FITTED = {
 #: public ZeRO-3 row (Narayanan et al. 2021, Table 2, 384 GPUs).
 ZERO_BANDWIDTH_SHARE = {"megatron": 1.0, "deepspeed": 0.068}
 
-GEMM_DEPTH_OVERHEAD = 512  # a tile's fixed prologue + epilogue, in elements of the reduction depth K
 TILE_ELEMENTS = 128 * 256   # output elements of one GEMM tile (CUTLASS/cuBLAS large tensor-core tiles)
 CAUSAL_SHARE = 0.5          # of the scores a causal fused-attention kernel computes (it skips masked tiles)
 NCCL_SMS = 16               # SMs a collective takes from compute (NVIDIA/nccl issue 689: 16 on a DGX with 8 NICs)
@@ -508,12 +507,6 @@ def wave_factor(rows, cols, gpu) -> float:
     return waves / (waves + 0.5)
 
 
-def depth_factor(depth) -> float:
-    """K / (K + K0): a tile's main loop over the reduction depth K pays a fixed prologue and epilogue
-    (filling the pipeline of staged loads, writing the tile), worth :data:`GEMM_DEPTH_OVERHEAD` steps of K."""
-    return depth / (depth + GEMM_DEPTH_OVERHEAD)
-
-
 def _gemm_shapes(cfg):
     """(K, N) of the linear layers' GEMMs on one TP rank, in forward order: QKV, output projection,
     FC1 (gate and up together with SwiGLU, as Megatron fuses them), FC2."""
@@ -545,9 +538,8 @@ def layer_compute(cfg, recompute, constants=None, gpu=None) -> dict:
     forward = backward = 0.0
     for K, N in _gemm_shapes(cfg):
         flops = 2 * M * N * K
-        forward += flops / (lin_peak * wave_factor(M, N, gpu) * depth_factor(K))
-        backward += flops / (lin_peak * wave_factor(M, K, gpu) * depth_factor(N)) \
-            + flops / (lin_peak * wave_factor(K, N, gpu) * depth_factor(M))
+        forward += flops / (lin_peak * wave_factor(M, N, gpu))
+        backward += flops / (lin_peak * wave_factor(M, K, gpu)) + flops / (lin_peak * wave_factor(K, N, gpu))
     causal = CAUSAL_SHARE if cfg["fused_attention"] else 1.0
     attn = causal * 4 * M * cfg["seq"] * cfg["hidden"] / cfg["tp"] / (k["matmul_efficiency"] * gpu.peak_flops)
     attn_backward = (2.5 if cfg["fused_attention"] else 2.0) * attn
@@ -625,8 +617,7 @@ def logits_compute(cfg, constants=None, gpu=None) -> float:
     h, N = cfg["hidden"], cfg["vocab"] / cfg["tp"]
     rate = k["matmul_efficiency"] * gpu.peak_flops
     flops = 2 * M * N * h
-    gemms = flops / rate * (1 / (wave_factor(M, N, gpu) * depth_factor(h)) + 1 / (wave_factor(M, h, gpu) * depth_factor(N))
-                            + 1 / (wave_factor(h, N, gpu) * depth_factor(M)))
+    gemms = flops / rate * (1 / wave_factor(M, N, gpu) + 1 / wave_factor(M, h, gpu) + 1 / wave_factor(h, N, gpu))
     return gemms + LOGIT_BYTES * M * N / (k["elementwise_efficiency"] * gpu.hbm_bandwidth)
 
 
