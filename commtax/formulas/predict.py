@@ -59,6 +59,7 @@ reports "BF16 MFU").
 from __future__ import annotations
 
 import csv
+import functools
 import math
 import numbers
 from dataclasses import dataclass, replace
@@ -464,6 +465,12 @@ COLLECTIVES = {"all_reduce": group_allreduce_time, "reduce_scatter": group_reduc
 
 
 def collective_time(op, nbytes, group_size, stride, gpu) -> float:
+    """Seconds of one collective (see :func:`_collective_time`); the GPU as a preset or its name."""
+    return _collective_time(op, float(nbytes), int(group_size), int(stride), GPUS[gpu] if isinstance(gpu, str) else gpu)
+
+
+@functools.lru_cache(maxsize=65536)   # a planner's search prices the same collectives again and again
+def _collective_time(op, nbytes, group_size, stride, gpu) -> float:
     """Seconds of one collective over a group of Megatron's rank order, on the GPU preset's network.
 
     ``op``: ``all_reduce`` (``nbytes`` each rank holds), ``reduce_scatter`` (the full buffer before
@@ -473,7 +480,6 @@ def collective_time(op, nbytes, group_size, stride, gpu) -> float:
     :func:`placed_members` says how many share a node. Priced with the course's network model at
     the preset's measured bandwidths.
     """
-    gpu = GPUS[gpu] if isinstance(gpu, str) else gpu
     if group_size == 1:
         return 0.0
     if op == "send":
@@ -744,20 +750,24 @@ def dp_bytes_per_step(cfg) -> float:
       grad_bytes, after every micro-batch (``hsdp_allreduce="micro_batch"``, FSDP's default) or once
       per step (``"step"``, FSDP2's ``set_requires_all_reduce(False)`` until the last micro-batch).
 
-    With fp16 (every byte count 2) this is :func:`commtax.formulas.memory.zero_bytes_per_step`
-    and :func:`commtax.formulas.memory.hsdp_bytes_per_step` (Lesson 07).
+    Computed with Lesson 07's formulas, :func:`commtax.formulas.memory.zero_bytes_per_step` and
+    :func:`commtax.formulas.memory.hsdp_bytes_per_step`, which count every pass in 2-byte elements;
+    the gradient passes add (grad_bytes - 2) per element when gradients travel in fp32. With fp16
+    (every count 2 bytes) and ``hsdp_allreduce="step"`` the two are equal.
     """
     g, z, m = cfg["shard_group"], cfg["zero_stage"], cfg["microbatches"]
     r = cfg["dp"] * cfg["cp"] // g
     n = max(stage_params(cfg))
     gb = cfg["grad_bytes"]
-    ring = (g - 1) / g
-    shard = {0: 2 * ring * n * gb, 1: ring * n * (gb + 2), 2: ring * n * (m * gb + 2),
-             3: m * ring * n * (2 * 2 + gb)}[z]
-    replicate = 0.0
     if r > 1:
-        replicate = 2 * (r - 1) / r * n / g * gb * (m if cfg["hsdp_allreduce"] == "micro_batch" else 1)
-    return shard + replicate
+        parts = memory.hsdp_bytes_per_step(n, g, r, m, dtype_bytes=2)
+        shard = parts["shard"] if z == 3 else memory.zero_bytes_per_step(n, g, z, m, dtype_bytes=2)
+        replicate = parts["replicate"] * gb / 2 * (m if cfg["hsdp_allreduce"] == "micro_batch" else 1)
+    else:
+        shard = memory.zero_bytes_per_step(n, g, z, m, dtype_bytes=2) if g > 1 else 0.0
+        replicate = 0.0
+    gradient_passes = {0: 2, 1: 1, 2: m, 3: m}[z]
+    return shard + (gb - 2) * gradient_passes * (g - 1) / g * n + replicate
 
 
 def dp_time(cfg, recompute, layer_s, stage_s, gpu=None) -> dict:
@@ -868,11 +878,19 @@ def in_flight_layers(cfg, stage) -> int:
     return math.ceil(n / v) * min(2 * (p - stage - 1) + (v - 1) * p + 1, v * m)
 
 
+@functools.lru_cache(maxsize=65536)
+def _model_states(params, shards, zero_stage, grad_bytes) -> dict:
+    """Lesson 07's model states (:func:`commtax.formulas.memory.model_state_breakdown`), remembered."""
+    return memory.model_state_breakdown(params, shards, zero_stage, ADAM_BYTES, grad_bytes=grad_bytes)
+
+
 def memory_parts(cfg, recompute, gpu=None) -> dict:
     """Bytes per GPU on the fullest stage: ``params``, ``grads``, ``optimizer``, ``activations``,
     ``logits``, ``buffers`` and ``total``.
 
-    Model states: (2 + grad_bytes + 12) bytes per parameter of the stage (one TP rank), sharded by
+    The fullest of the first, the second and the last stage (the stages after the second hold fewer
+    micro-batches in flight and no more parameters). Model states: (2 + grad_bytes + 12) bytes per
+    parameter of the stage (one TP rank), sharded by
     the ZeRO stage over the shard group (Lesson 07's formula). Activations: Korthikanti's bytes per
     layer x :func:`in_flight_layers`; under full recomputation plus one layer's full activations (the
     layer being recomputed). Logits: the fp32 copy, 4 b (s/cp) V / t, on the last stage. Buffers:
@@ -884,9 +902,8 @@ def memory_parts(cfg, recompute, gpu=None) -> dict:
     per_layer = activation_bytes_per_layer(cfg, recompute, fused)
     params = stage_params(cfg)
     best = None
-    for stage in range(p):
-        states = memory.model_state_breakdown(params[stage], cfg["shard_group"], cfg["zero_stage"], ADAM_BYTES,
-                                              grad_bytes=cfg["grad_bytes"])
+    for stage in sorted({0, min(1, p - 1), p - 1}):   # the middle stages hold no more than stage 1
+        states = _model_states(params[stage], cfg["shard_group"], cfg["zero_stage"], cfg["grad_bytes"])
         acts = per_layer * in_flight_layers(cfg, stage)
         if recompute == "full":
             acts += activation_bytes_per_layer(cfg, "none", fused)
