@@ -555,16 +555,6 @@ def layer_compute(cfg, recompute, constants=None, gpu=None) -> dict:
     return dict(matmul=matmul, elementwise=elementwise, gemm=forward + backward + (forward if recompute == "full" else 0))
 
 
-def kernels_per_layer(cfg, recompute) -> int:
-    """Kernels one layer launches per micro-batch: forward, 4 GEMMs, the attention (1 fused kernel; 4
-    unfused: scores, softmax, dropout, values) and the element-wise kernels (GPT: 2 LayerNorms, 2
-    bias-dropout-adds, GeLU; Llama: 2 RMSNorms, 2 residual adds, SwiGLU, RoPE); the backward twice as
-    many; a full recomputation one forward more, a selective one the attention again."""
-    attention = 1 if cfg["fused_attention"] else 4
-    forward = 4 + attention + (6 if cfg["swiglu"] else 5)
-    return 3 * forward + {"none": 0, "selective": attention, "full": forward}[recompute]
-
-
 def elementwise_bytes(cfg, recompute) -> float:
     """Bytes the memory-bound kernels of one layer read and write, one micro-batch, one GPU.
 
@@ -1001,6 +991,19 @@ def predict(run, constants=None, hardware=None) -> dict:
     return breakdown(run, constants, hardware)
 
 
+def stage_seconds(cfg, recompute, constants=None, gpu=None) -> list[float]:
+    """Seconds of one micro-batch on each pipeline stage: its layers (compute, TP, CP) and, on the last,
+    the output layer and its loss (the embedding's lookup is left out)."""
+    gpu = gpu or GPUS[cfg["gpu"]]
+    k = constants_for(cfg["gpu"], constants)
+    layer = layer_compute(cfg, recompute, k, gpu)
+    t_layer = layer["matmul"] + layer["elementwise"] + tp_time(cfg, recompute, gpu, layer["gemm"]) \
+        + cp_time(cfg, recompute, k, gpu)
+    layers = stage_layers(cfg)
+    t_logits = logits_compute(cfg, k, gpu)
+    return [n * t_layer + (t_logits if i == len(layers) - 1 else 0.0) for i, n in enumerate(layers)]
+
+
 def step(run, constants=None, hardware=None) -> dict:
     """Everything the predictor computes for one fully chosen plan (``micro_batch`` and ``vpp`` as
     given, 1 if None; ``recompute`` None: :func:`choose_recompute`); the record :func:`predict` documents.
@@ -1018,9 +1021,8 @@ def step(run, constants=None, hardware=None) -> dict:
     t_tp = tp_time(cfg, recompute, gpu, layer["gemm"])
     t_cp = cp_time(cfg, recompute, k, gpu)
     t_logits = logits_compute(cfg, k, gpu)
-    t_layer = layer["matmul"] + layer["elementwise"] + t_tp + t_cp
     layers = stage_layers(cfg)
-    stage_s = [n * t_layer + (t_logits if i == p - 1 else 0.0) for i, n in enumerate(layers)]
+    stage_s = stage_seconds(cfg, recompute, k, gpu)
     pace = max(range(p), key=lambda i: (stage_s[i], i))      # the slowest stage (ties: the last)
     t_mb = stage_s[pace]
     pipe = pipeline_time(cfg, t_mb, gpu)
