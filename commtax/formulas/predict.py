@@ -23,9 +23,9 @@ piece). Every piece is a function of a fully specified plan (``cfg``, from
   unfused attention computes every score.
 * **Element-wise time**: bytes the memory-bound kernels move (layer norms,
   residual adds, dropout, GeLU/SwiGLU, softmax of unfused attention, RoPE, FP8
-  casts, the fp32 gradient accumulation, the output layer's fp32 cross-entropy),
-  counted kernel by kernel (:func:`elementwise_bytes`), at ``elementwise_efficiency``
-  x the HBM bandwidth.
+  casts; the output layer's fp32 cross-entropy), counted kernel by kernel
+  (:func:`elementwise_bytes`), at ``elementwise_efficiency`` x the HBM
+  bandwidth. The FP8 runs keep the linear layers' saved inputs in 1 byte.
 * **Communication** through the course's network model
   (:mod:`commtax.formulas.network`) at the bandwidths NCCL measurably reaches
   (in-node rings ~370 GB/s on H100, ~230 GB/s on A100; ~47 and ~24 GB/s per
@@ -571,14 +571,16 @@ def elementwise_bytes(cfg, recompute) -> float:
     SwiGLU (Llama)                   6 f/t                                10 f/t
     RoPE (Llama)                     4 (h + h_kv)/t                       4 (h + h_kv)/t
     unfused attention, per score     9 a s/t (softmax 4, dropout 5)       11 a s/t
-    FP8 casts (a cast and its        2 x each FP8 GEMM's input            2 x each FP8 GEMM's
-    transpose, 1 byte each)                                               output gradient
+    FP8 casts                        0 (fused into the producing kernel)  4 x each FP8 GEMM's output
+                                                                          gradient (cast + transpose)
     ===============================  ===================================  =======================
 
-    Full recomputation runs the forward kernels again, selective the attention's. Per parameter:
-    the gradient accumulation reads and writes the fp32 (fp16) main gradient once per micro-batch,
-    2 x grad_bytes per parameter of the layer. A GPT layer (``swiglu`` False) has LayerNorm,
-    biases, GeLU and dropout; a Llama-style one RMSNorm, RoPE, SwiGLU, no biases, no dropout.
+    That is 22h + 34h of norms and residuals for a GPT layer, 20h + 24h for a Llama-style one.
+    Full recomputation runs the forward kernels again, selective the attention's. Left out: the
+    fp32 gradient accumulation (fused into the weight-gradient GEMM, Megatron's
+    ``gradient_accumulation_fusion``), the embedding, kernel launch gaps. A GPT layer (``swiglu``
+    False) has LayerNorm, biases, GeLU and dropout; a Llama-style one RMSNorm, RoPE, SwiGLU, no biases,
+    no dropout.
     """
     h, f, a, t, s = cfg["hidden"], cfg["ffn_hidden"], cfg["heads"], cfg["tp"], cfg["seq"]
     tokens = cfg["micro_batch"] * s / cfg["cp"]
