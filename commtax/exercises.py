@@ -72,16 +72,19 @@ def _lesson04_plan(tp: int, pp: int):
 
 
 def _lesson10_best(hardware):
-    """Lesson 10, exercises 1-2: the planner's best plan for Llama-2 70B on 512 H100s, 1,024 sequences."""
+    """Lesson 10, exercise 1: the planner's best plan for Llama-2 70B on 512 H100s, 1,024 sequences."""
     from commtax.formulas import predict
     return predict.search_plans(predict.MODELS["Llama-2 70B"], 512, "H100-80GB", 1024, hardware=hardware)[0]
 
 
-def _lesson10_old_winner_halved() -> float:
+def _lesson10_zero3_halved() -> float:
+    """Lesson 10, exercise 2: the ZeRO-3 plan (TP 2 x DP 256, micro-batch 1) with half the NIC bandwidth."""
     import dataclasses
     from commtax.formulas import predict
-    halved = dataclasses.replace(predict.H100, nic_bandwidth=25e9)
-    return predict.breakdown(_lesson10_best(None)["run"], hardware=halved)["step_time_s"]
+    halved = dataclasses.replace(predict.H100, nic_bandwidth=predict.H100.nic_bandwidth / 2)
+    run = dict(predict.MODELS["Llama-2 70B"], gpus=512, gpu="H100-80GB", tp=2, pp=1, dp=256, micro_batch=1,
+               global_batch=1024, zero_stage=3)
+    return predict.predict(run, hardware=halved)["step_time_s"]
 
 
 def _lesson08_exposed_across_nodes() -> float:
@@ -158,8 +161,8 @@ EXERCISES: dict[str, Exercise] = {
     # Lesson 10 (answers follow the course's predictor, commtax.formulas.predict)
     "10.1": Exercise("predicted MFU of the planner's best Llama-2 70B plan on 512 H100s (0.25 = 25%)",
                      tolerance=0.01, compute=lambda: _lesson10_best(None)["mfu"]),
-    "10.2": Exercise("step time of the full-network winner on the halved network, in seconds", tolerance=0.01,
-                     compute=_lesson10_old_winner_halved),
+    "10.2": Exercise("step time of the ZeRO-3 plan (TP 2 x DP 256) on the halved network, in seconds",
+                     tolerance=0.01, compute=_lesson10_zero3_halved),
     "10.3": Exercise("model-state bytes per GPU of GPT-3 at TP 8 x PP 4 without ZeRO (175e9 / 32 parameters)",
                      "PYdy20wYaYI="),
     "10.4": Exercise("FLOPs per byte of the expert all-to-all at EP 16, 1,536-wide SwiGLU experts", "aetK0+orWik="),

@@ -1292,20 +1292,21 @@ def check_errors(checks=CHECK_RUNS) -> list[dict]:
     return out
 
 
-def zero3_critical_tokens(run) -> float:
+def zero3_critical_tokens(run, hardware=None) -> float:
     """Tokens per micro-batch per GPU below which ZeRO-3's per-layer collectives outlast the layer's
     compute (the DP axis then sets the pace): the run's b s/cp tokens x collectives / compute, from
-    the predictor's own pieces (compute scales with the tokens, the collectives do not)."""
+    the predictor's own pieces (compute scales with the tokens, the collectives do not).
+    ``hardware`` replaces the preset the run names."""
     cfg = normalize(dict(run, zero_stage=3))
-    recompute = cfg["recompute"] or choose_recompute(cfg)
-    gpu = GPUS[cfg["gpu"]]
+    gpu = hardware or GPUS[cfg["gpu"]]
+    recompute = cfg["recompute"] or choose_recompute(cfg, gpu)
     share = ZERO_BANDWIDTH_SHARE[cfg["dp_impl"]]
     slow = replace(gpu, nvlink_bandwidth=share * gpu.nvlink_bandwidth, nic_bandwidth=share * gpu.nic_bandwidth)
     per_layer = layer_params(cfg) / cfg["tp"]
     g, t = cfg["shard_group"], cfg["tp"]
     comm = 2 * collective_time("all_gather", per_layer * 2, g, t, slow) \
         + collective_time("reduce_scatter", per_layer * cfg["grad_bytes"], g, t, slow)
-    layer = layer_compute(cfg, recompute)
+    layer = layer_compute(cfg, recompute, gpu=gpu)
     tokens = cfg["micro_batch"] * cfg["seq"] / cfg["cp"]
     return tokens * comm / (layer["matmul"] + layer["elementwise"])
 
