@@ -126,17 +126,24 @@ def plan(model: dict, gpus: int, gpu: str, global_batch: int, precision="bf16", 
         raise ValueError(f"--gpu must be one of {', '.join(P.GPUS)} (no preset for {gpu!r})")
     cps = (1, 2, 4, 8, 16) if model["seq"] >= 32768 else (1,)
     return P.search_plans(model, gpus, name, global_batch, precision=precision, cps=cps,
-                          micro_batches=(1, 2, 4), zero_stages=(1, 2, 3), top=top)
+                          micro_batches=(1, 2, 4), zero_stages=(1, 2, 3), hsdp=True, top=top)
 
 
 def row(result: dict, tokens_per_step: int) -> dict:
     """What the table and --json show of one plan."""
     q = result["plan"]
     return dict(tp=q["tp"], pp=q["pp"], dp=q["dp"], cp=q["cp"], vpp=q["vpp"], micro_batch=q["micro_batch"],
+                shard_group=q["shard_group"],
                 recompute=q["recompute"], zero_stage=q["zero_stage"], step_time_s=result["step_time_s"],
                 mfu=result["mfu"], tokens_per_s=tokens_per_step / result["step_time_s"],
                 memory_bytes_per_gpu=result["memory_bytes_per_gpu"], binding=result["binding"],
                 times=result["times"], memory=result["memory"])
+
+
+def zero_label(r: dict) -> str:
+    """'3', or '3/h8' for HSDP sharded over 8 GPUs of a node."""
+    hsdp = r["shard_group"] < r["dp"] * r["cp"]
+    return f"{r['zero_stage']}" + (f"/h{r['shard_group']}" if hsdp else "")
 
 
 def main(argv=None) -> int:
@@ -175,12 +182,12 @@ def main(argv=None) -> int:
     if not rows:
         print(P.recommend(results))
         return 1
-    header = f"{'TP':>3} {'PP':>3} {'DP':>5} {'CP':>3} {'v':>3} {'mb':>3} {'recompute':>9} {'ZeRO':>4} " \
+    header = f"{'TP':>3} {'PP':>3} {'DP':>5} {'CP':>3} {'v':>3} {'mb':>3} {'recompute':>9} {'ZeRO':>6} " \
              f"{'step':>8} {'MFU':>6} {'tokens/s':>10} {'memory':>7}  binding"
     print(header)
     for r in rows:
         print(f"{r['tp']:>3} {r['pp']:>3} {r['dp']:>5} {r['cp']:>3} {r['vpp']:>3} {r['micro_batch']:>3} "
-              f"{r['recompute']:>9} {r['zero_stage']:>4} {r['step_time_s']:>7.3g}s {r['mfu']:>6.1%} "
+              f"{r['recompute']:>9} {zero_label(r):>6} {r['step_time_s']:>7.3g}s {r['mfu']:>6.1%} "
               f"{r['tokens_per_s']:>10,.0f} {r['memory_bytes_per_gpu'] / 1e9:>5.0f}GB  {r['binding']}")
     print(P.recommend(results))
     print("Predictions from Lesson 10's predictor: every public row within 8% (median ~3%); memory "

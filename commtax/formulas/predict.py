@@ -1334,14 +1334,16 @@ MODELS = {
 
 def search_plans(model: dict, gpus: int, gpu: str, global_batch: int, *, hardware=None,
                  max_tp=None, micro_batches=(1, 2, 4), zero_stages=(1, 3), precision="bf16",
-                 cps=(1,), top=None) -> list[dict]:
+                 cps=(1,), hsdp=False, top=None) -> list[dict]:
     """Every plan (tp, pp, dp, cp, v, micro-batch, recompute, ZeRO stage) that fits in memory, fastest first.
 
     tp runs over the powers of two that divide the heads (up to two nodes, or ``max_tp``), cp over
     ``cps``, pp over the divisors of the remaining GPUs up to the layers, dp takes the rest and must
     divide the global batch together with the micro-batch; the interleaving depth, the pipeline split
     and the recomputation are the predictor's choices (fastest v, least recomputation that fits).
-    Each result is :func:`predict`'s record plus ``run``. ``hardware`` overrides the preset.
+    ``hsdp``: ZeRO-2/3 plans are also tried as HSDP, sharded over the data-parallel ranks of one node
+    (8 / tp of them) and replicated across nodes. Each result is :func:`predict`'s record plus
+    ``run``. ``hardware`` overrides the preset.
     """
     preset = hardware or GPUS[GPU_ALIASES.get(gpu, gpu)]
     max_tp = max_tp or 2 * preset.gpus_per_node
@@ -1362,14 +1364,21 @@ def search_plans(model: dict, gpus: int, gpu: str, global_batch: int, *, hardwar
                     for zero in zero_stages:
                         if zero and dp * cp == 1:
                             continue
-                        run = dict(model, gpus=gpus, gpu=gpu, tp=tp, pp=pp, dp=dp, cp=cp, micro_batch=mb,
-                                   global_batch=global_batch, zero_stage=zero, precision=precision)
-                        try:
-                            result = breakdown(run, hardware=hardware)
-                        except ValueError:
-                            continue      # a plan the nodes or the layers cannot hold evenly
-                        if result["fits"]:
-                            results.append(dict(result, run=run))
+                        groups = [None]
+                        node_group = preset.gpus_per_node // tp if tp < preset.gpus_per_node else 1
+                        if hsdp and zero >= 2 and cp == 1 and 1 < node_group < dp and dp % node_group == 0:
+                            groups.append(node_group)
+                        for group in groups:
+                            run = dict(model, gpus=gpus, gpu=gpu, tp=tp, pp=pp, dp=dp, cp=cp, micro_batch=mb,
+                                       global_batch=global_batch, zero_stage=zero, precision=precision)
+                            if group:
+                                run["shard_group"] = group
+                            try:
+                                result = breakdown(run, hardware=hardware)
+                            except ValueError:
+                                continue      # a plan the nodes or the layers cannot hold evenly
+                            if result["fits"]:
+                                results.append(dict(result, run=run))
     results.sort(key=lambda r: r["step_time_s"])
     return results[:top] if top else results
 
@@ -1379,8 +1388,10 @@ RECOMPUTE_WORDS = {"none": "no recomputation", "selective": "selective recomputa
 
 
 def describe_plan(plan) -> str:
-    """'TP 2 x PP 4 x DP 64 (interleaved, v = 2)' and the like, with CP when there is some."""
+    """'TP 2 x PP 4 x DP 64 (interleaved, v = 2)' and the like, with CP and HSDP when there are."""
     text = f"TP {plan['tp']} x PP {plan['pp']} x DP {plan['dp']}" + (f" x CP {plan['cp']}" if plan.get("cp", 1) > 1 else "")
+    if plan.get("shard_group") and plan["shard_group"] < plan["dp"] * plan.get("cp", 1):
+        text += f" (HSDP: sharded over {plan['shard_group']})"
     return text + (f" (interleaved, v = {plan['vpp']})" if plan["vpp"] > 1 else "")
 
 
