@@ -286,7 +286,8 @@ def normalize(run) -> dict:
     g = cfg["shard_group"]
     if g != shards:
         if c > 1:
-            raise ValueError(f"shard_group ({g}) with cp > 1 is not modelled: HSDP shards within the data-parallel group")
+            raise ValueError(f"shard_group ({g}) with cp > 1 is not modelled: HSDP shards within the "
+                             f"data-parallel group")
         if d % g:
             raise ValueError(f"shard_group ({g}) must divide dp ({d})")
         if cfg["zero_stage"] < 2:
@@ -552,7 +553,8 @@ def layer_compute(cfg, recompute, constants=None, gpu=None) -> dict:
     again = {"none": 0.0, "selective": attn, "full": forward + attn}[recompute]
     matmul = forward + attn + backward + attn_backward + again
     elementwise = elementwise_bytes(cfg, recompute) / (k["elementwise_efficiency"] * gpu.hbm_bandwidth)
-    return dict(matmul=matmul, elementwise=elementwise, gemm=forward + backward + (forward if recompute == "full" else 0))
+    gemm = forward + backward + (forward if recompute == "full" else 0.0)   # the linear layers' GEMMs alone
+    return dict(matmul=matmul, elementwise=elementwise, gemm=gemm)
 
 
 def elementwise_bytes(cfg, recompute) -> float:
@@ -688,8 +690,8 @@ def cp_time(cfg, recompute, constants=None, gpu=None) -> float:
         return 0.0
     full = recompute == "full"
     if cfg["cp_comm"] == "all_gather":
-        gathered = 2 * cfg["micro_batch"] * cfg["seq"] * max(1, cfg["kv_heads"] // t) * (cfg["hidden"] // cfg["heads"]) \
-            * ACT_BYTES
+        head_dim = cfg["hidden"] // cfg["heads"]
+        gathered = 2 * cfg["micro_batch"] * cfg["seq"] * max(1, cfg["kv_heads"] // t) * head_dim * ACT_BYTES
         return (2 if full else 1) * collective_time("all_gather", gathered, c, t, gpu) \
             + collective_time("reduce_scatter", gathered, c, t, gpu)
     block = 2 * cfg["micro_batch"] * cfg["seq"] / c * cfg["kv_hidden"] / t * ACT_BYTES
@@ -831,7 +833,8 @@ def dp_time(cfg, recompute, layer_s, stage_s, gpu=None) -> dict:
     every_mb = 2 * gather + scatter + (all_reduce if cfg["hsdp_allreduce"] == "micro_batch" else 0.0)
     last_mb = 2 * gather + scatter + all_reduce
     n_layers = max(layers)
-    per_step = (m - 1) * n_layers * overlap_cost(every_mb, layer_s, gpu) + n_layers * overlap_cost(last_mb, layer_s, gpu)
+    per_step = (m - 1) * n_layers * overlap_cost(every_mb, layer_s, gpu) \
+        + n_layers * overlap_cost(last_mb, layer_s, gpu)
     comm = (m - 1) * n_layers * every_mb + n_layers * last_mb
     return dict(added=per_step + m * gather + scatter + all_reduce, comm=comm)
 
@@ -1043,7 +1046,6 @@ def step(run, constants=None, hardware=None) -> dict:
     exposed = {"tp": times["tp"], "cp": times["cp"], "pp": times["bubble"] + times["p2p"], "dp": times["dp"]}
     worst = max(exposed, key=exposed.get)
     parts = memory_parts(cfg, recompute, gpu)
-    act = cfg["micro_batch"] * cfg["seq"] / c * cfg["hidden"] * ACT_BYTES
     comm = dict(tp=m * n_pace * t_tp, cp=m * n_pace * t_cp, pp=pipe["comm"], dp=dp["comm"])
     return dict(
         plan=dict(tp=t, pp=p, dp=d, cp=c, vpp=v, micro_batch=cfg["micro_batch"], microbatches=m,
@@ -1054,7 +1056,6 @@ def step(run, constants=None, hardware=None) -> dict:
         times=times,
         comm=comm,
         dp_bytes=dp_bytes_per_step(cfg) if d * c > 1 else 0.0,
-        tp_bytes=(8 + (4 if recompute == "full" else 0)) * (t - 1) / t * act * n_pace * m if t > 1 else 0.0,
         memory=parts,
         fits=parts["total"] <= gpu.hbm_bytes,
         step_time_s=total,
@@ -1188,7 +1189,8 @@ def fit_constants(entries, gpu, efficiencies=None, elementwise=None) -> dict:
     """
     mine = []
     for e in entries:   # the plan choices a run leaves open are made once, with the shipped constants
-        if GPU_ALIASES.get(e["run"]["gpu"], e["run"]["gpu"]) == gpu and e["run"].get("dp_impl", "megatron") == "megatron":
+        on_gpu = GPU_ALIASES.get(e["run"]["gpu"], e["run"]["gpu"]) == gpu
+        if on_gpu and e["run"].get("dp_impl", "megatron") == "megatron":
             plan = breakdown(e["run"])["plan"]
             mine.append(dict(e, run={**e["run"], "micro_batch": plan["micro_batch"], "vpp": plan["vpp"]}))
     efficiencies = efficiencies if efficiencies is not None else [x / 100 for x in range(50, 96, 2)]
@@ -1389,7 +1391,9 @@ RECOMPUTE_WORDS = {"none": "no recomputation", "selective": "selective recomputa
 
 def describe_plan(plan) -> str:
     """'TP 2 x PP 4 x DP 64 (interleaved, v = 2)' and the like, with CP and HSDP when there are."""
-    text = f"TP {plan['tp']} x PP {plan['pp']} x DP {plan['dp']}" + (f" x CP {plan['cp']}" if plan.get("cp", 1) > 1 else "")
+    text = f"TP {plan['tp']} x PP {plan['pp']} x DP {plan['dp']}"
+    if plan.get("cp", 1) > 1:
+        text += f" x CP {plan['cp']}"
     if plan.get("shard_group") and plan["shard_group"] < plan["dp"] * plan.get("cp", 1):
         text += f" (HSDP: sharded over {plan['shard_group']})"
     return text + (f" (interleaved, v = {plan['vpp']})" if plan["vpp"] > 1 else "")

@@ -290,7 +290,9 @@ def _collective(op, nbytes, size, stride, gpu):
     m = _members(size, stride, gpu.gpus_per_node)
     if op == "send":
         inside = stride < gpu.gpus_per_node and m > 1
-        return (gpu.nvlink_alpha + nbytes / gpu.nvlink_bandwidth) if inside else (gpu.nic_alpha + nbytes / gpu.nic_bandwidth)
+        if inside:
+            return gpu.nvlink_alpha + nbytes / gpu.nvlink_bandwidth
+        return gpu.nic_alpha + nbytes / gpu.nic_bandwidth
     steps = {"all_reduce": 2, "reduce_scatter": 1, "all_gather": 1}.get(op)
     if steps is None:
         raise ValueError(f"op must be all_reduce, reduce_scatter, all_gather or send; got {op!r}")
@@ -487,6 +489,7 @@ def _activations(cfg, recompute):
 def _memory(cfg, recompute):
     p, v, m, t = cfg["pp"], cfg["vpp"], cfg["microbatches"], cfg["tp"]
     g, z, gb = cfg["shard_group"], cfg["zero_stage"], cfg["grad_bytes"]
+    M = cfg["micro_batch"] * cfg["seq"] // cfg["cp"]
     per_layer = _activations(cfg, recompute)
     layers, params = _stage_layers(cfg), _stage_params(cfg)
     best = None
@@ -501,7 +504,7 @@ def _memory(cfg, recompute):
             acts += _activations(cfg, "none")
         parts = dict(params=2 * n / (g if z >= 3 else 1), grads=gb * n / (g if z >= 2 else 1),
                      optimizer=ADAM_BYTES * n / (g if z >= 1 else 1), activations=acts,
-                     logits=4 * cfg["seq"] // cfg["cp"] * cfg["micro_batch"] * cfg["vocab"] / t if stage == p - 1 else 0.0,
+                     logits=4 * M * cfg["vocab"] / t if stage == p - 1 else 0.0,
                      buffers=4 * _layer_params(cfg) / t if z == 3 and g > 1 else 0.0)
         if cfg["cp"] > 1 and cfg["cp_comm"] == "all_gather":
             parts["buffers"] += 2 * cfg["micro_batch"] * cfg["seq"] * cfg["kv_hidden"] / t * ACT_BYTES

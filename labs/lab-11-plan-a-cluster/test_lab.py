@@ -310,7 +310,8 @@ def test_predict_every_public_row_within_10_percent_in_its_sources_convention(la
                 bad.append(lines[-1])
     median = statistics.median(main_errors)
     print("\n".join(lines))
-    print(f"median |error| of the main figures: {median:.1%}, worst {max(main_errors):.1%} over {len(main_errors)} rows")
+    print(f"median |error| of the main figures: {median:.1%}, worst {max(main_errors):.1%} "
+          f"over {len(main_errors)} rows")
     check(not bad, f"outside {TOLERANCE:.0%}:\n" + "\n".join(bad))
     check(median <= MEDIAN_TOLERANCE, f"median error {median:.1%} > {MEDIAN_TOLERANCE:.0%}")
 
