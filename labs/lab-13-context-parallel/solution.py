@@ -229,16 +229,12 @@ def all_to_all_attention_bytes_per_rank(seq, heads, kv_heads, head_dim, cp, dtyp
 
 # -- part 2: attention in blocks ----------------------------------------------------------------
 
-def _scores(q, k, scale, diagonal):
-    """scale * q.k for every query row, head and key: (sq, heads, sk), GQA-grouped; -inf above the diagonal."""
+def _scores(q, k, scale):
+    """scale * q.k for every query row, head and key: (sq, heads, sk), query head i against K/V head i // group."""
     sq, heads, d = q.shape
     sk, kv_heads, _ = k.shape
     g = heads // kv_heads
-    s = torch.einsum("qGgd,kGd->qGgk", q.reshape(sq, kv_heads, g, d), k).reshape(sq, heads, sk) * scale
-    if diagonal:
-        future = torch.ones(sq, sk, dtype=torch.bool, device=q.device).triu(1)    # key after query
-        s = s.masked_fill(future[:, None, :], float("-inf"))
-    return s
+    return torch.einsum("qGgd,kGd->qGgk", q.reshape(sq, kv_heads, g, d), k).reshape(sq, heads, sk) * scale
 
 
 def new_state(q):
@@ -261,9 +257,13 @@ def block_forward(q, k, v, m, l, acc, diagonal, scale):
     subtracting the running max: scores of 1000 are legal and exp(1000) is inf.
     """
     # BEGIN SOLUTION
-    # HINT: s = _scores(q, k, scale, diagonal); m_new = max(m, row max of s);
+    # HINT: s = _scores(q, k, scale); on a diagonal block set s to -inf where key j > query i
+    # HINT: (torch.ones(sq, sk, dtype=bool).triu(1), broadcast over heads); m_new = max(m, row max of s);
     # HINT: rescale the old l and acc by exp(m - m_new); add exp(s - m_new) summed, and exp(s - m_new) @ v.
-    s = _scores(q, k, scale, diagonal)
+    s = _scores(q, k, scale)
+    if diagonal:                                    # key j is in query i's future when j > i
+        future = torch.ones(s.shape[0], s.shape[2], dtype=torch.bool, device=s.device).triu(1)
+        s = s.masked_fill(future[:, None, :], float("-inf"))
     m_new = torch.maximum(m, s.amax(-1))
     rescale = torch.exp(m - m_new)                  # 0 for the first block (m = -inf)
     p = torch.exp(s - m_new[..., None])
@@ -285,12 +285,15 @@ def block_backward(q, k, v, d_out, lse, delta, diagonal, scale):
     head summed into its dK and dV (GQA).
     """
     # BEGIN SOLUTION
-    # HINT: p = exp(_scores(...) - lse[..., None]); view every tensor as (rows, kv_heads, group, ...)
-    # HINT: and use einsum over the group dimension for dk and dv.
+    # HINT: s = _scores(q, k, scale), masked on a diagonal block as in block_forward; p = exp(s - lse[..., None]);
+    # HINT: view every tensor as (rows, kv_heads, group, ...) and sum over the group for dk and dv (einsum).
     sq, heads, d = q.shape
     sk, kv_heads, _ = k.shape
     g = heads // kv_heads
-    p = torch.exp(_scores(q, k, scale, diagonal) - lse[..., None]).reshape(sq, kv_heads, g, sk)
+    s = _scores(q, k, scale)
+    if diagonal:
+        s = s.masked_fill(torch.ones(sq, sk, dtype=torch.bool, device=s.device).triu(1)[:, None, :], float("-inf"))
+    p = torch.exp(s - lse[..., None]).reshape(sq, kv_heads, g, sk)
     d_out = d_out.reshape(sq, kv_heads, g, d)
     dv = torch.einsum("qGgk,qGgd->kGd", p, d_out)
     dp = torch.einsum("qGgd,kGd->qGgk", d_out, v)

@@ -189,16 +189,12 @@ def all_to_all_attention_bytes_per_rank(seq, heads, kv_heads, head_dim, cp, dtyp
 
 # -- part 2: attention in blocks ----------------------------------------------------------------
 
-def _scores(q, k, scale, diagonal):
-    """scale * q.k for every query row, head and key: (sq, heads, sk), GQA-grouped; -inf above the diagonal."""
+def _scores(q, k, scale):
+    """scale * q.k for every query row, head and key: (sq, heads, sk), query head i against K/V head i // group."""
     sq, heads, d = q.shape
     sk, kv_heads, _ = k.shape
     g = heads // kv_heads
-    s = torch.einsum("qGgd,kGd->qGgk", q.reshape(sq, kv_heads, g, d), k).reshape(sq, heads, sk) * scale
-    if diagonal:
-        future = torch.ones(sq, sk, dtype=torch.bool, device=q.device).triu(1)    # key after query
-        s = s.masked_fill(future[:, None, :], float("-inf"))
-    return s
+    return torch.einsum("qGgd,kGd->qGgk", q.reshape(sq, kv_heads, g, d), k).reshape(sq, heads, sk) * scale
 
 
 def new_state(q):
@@ -221,9 +217,10 @@ def block_forward(q, k, v, m, l, acc, diagonal, scale):
     subtracting the running max: scores of 1000 are legal and exp(1000) is inf.
     """
     raise NotImplementedError(
-        "block_forward: not implemented yet. Hint: s = _scores(q, k, scale, diagonal); m_new "
-        "= max(m, row max of s); rescale the old l and acc by exp(m - m_new); add exp(s - "
-        "m_new) summed, and exp(s - m_new) @ v."
+        "block_forward: not implemented yet. Hint: s = _scores(q, k, scale); on a diagonal "
+        "block set s to -inf where key j > query i (torch.ones(sq, sk, dtype=bool).triu(1), "
+        "broadcast over heads); m_new = max(m, row max of s); rescale the old l and acc by "
+        "exp(m - m_new); add exp(s - m_new) summed, and exp(s - m_new) @ v."
     )
 
 
@@ -238,9 +235,9 @@ def block_backward(q, k, v, d_out, lse, delta, diagonal, scale):
     head summed into its dK and dV (GQA).
     """
     raise NotImplementedError(
-        "block_backward: not implemented yet. Hint: p = exp(_scores(...) - lse[..., None]); "
-        "view every tensor as (rows, kv_heads, group, ...) and use einsum over the group "
-        "dimension for dk and dv."
+        "block_backward: not implemented yet. Hint: s = _scores(q, k, scale), masked on a "
+        "diagonal block as in block_forward; p = exp(s - lse[..., None]); view every tensor "
+        "as (rows, kv_heads, group, ...) and sum over the group for dk and dv (einsum)."
     )
 
 
