@@ -17,7 +17,8 @@ from commtax.ranks._byfile import load_module_from_file
 LAB13 = LABS_DIR / "lab-13-context-parallel"
 pytestmark = pytest.mark.skipif(not (LAB13 / "solution.py").exists(),
                                 reason="the student release has no reference solution to plant bugs in")
-run_planted = load_module_from_file("commtax_planted_bugs_runner", str(REPO_ROOT / "tests" / "test_planted_bugs.py")).run_planted
+run_planted = load_module_from_file("commtax_planted_bugs_runner",
+                                   str(REPO_ROOT / "tests" / "test_planted_bugs.py")).run_planted
 
 
 def _failed(run) -> set[str]:
@@ -29,9 +30,8 @@ def _passed(run) -> set[str]:
 
 
 def test_a_diagonal_block_that_masks_the_past_instead_of_the_future_is_caught(tmp_path):
-    run = run_planted(tmp_path, LAB13,
-                      "        future = torch.ones(s.shape[0], s.shape[2], dtype=torch.bool, device=s.device).triu(1)\n",
-                      "        future = torch.ones(s.shape[0], s.shape[2], dtype=torch.bool, device=s.device).tril(-1)\n",
+    mask = "        future = torch.ones(s.shape[0], s.shape[2], dtype=torch.bool, device=s.device)"
+    run = run_planted(tmp_path, LAB13, mask + ".triu(1)\n", mask + ".tril(-1)\n",
                       "-k", "block_forward", "-rA")
     failed, passed = _failed(run), _passed(run)
     assert "test_block_forward_masks_only_the_future_keys_of_a_diagonal_block" in failed, run.output[-3000:]

@@ -12,7 +12,6 @@ If Lab 13 is not written yet, they say so instead.
 from __future__ import annotations
 
 import math
-import statistics
 import time
 
 import torch
@@ -81,7 +80,8 @@ def exactness_and_bytes(rank: int, world_size: int, impl: str | None, seq: int, 
 
 
 def _exchange_time(shape, repeats=7) -> float:
-    """Median seconds for two ranks to swap one float64 tensor of ``shape`` (isend + irecv, both ways)."""
+    """Seconds for two ranks to swap one float64 tensor of ``shape`` (isend + irecv, both ways): the best of
+    ``repeats`` (on a shared machine the slower ones measure the scheduler, not the link)."""
     peer = 1 - dist.get_rank()
     x, y = torch.randn(shape, dtype=DTYPE), torch.empty(shape, dtype=DTYPE)
     times = []
@@ -91,7 +91,7 @@ def _exchange_time(shape, repeats=7) -> float:
         for work in (dist.isend(x, peer), dist.irecv(y, peer)):
             work.wait()
         times.append(time.perf_counter() - start)
-    return statistics.median(times[1:])
+    return min(times[1:])
 
 
 def ring_timeline(rank: int, world_size: int, impl: str | None, seq: int, heads: int, kv_heads: int, head_dim: int,
@@ -117,7 +117,8 @@ def ring_timeline(rank: int, world_size: int, impl: str | None, seq: int, heads:
             y = lab.ring_attention(*mine, causal=True, timeline=timeline)
             middle = time.perf_counter()
             (y * up).sum().backward()
-            runs.append({"timeline": timeline, "start": start, "forward_end": middle, "backward_end": time.perf_counter()})
+            runs.append({"timeline": timeline, "start": start, "forward_end": middle,
+                         "backward_end": time.perf_counter()})
     except NotImplementedError as exc:
         return {"error": str(exc)}
     best = min(runs[1:], key=lambda r: r["backward_end"] - r["start"])
@@ -187,3 +188,15 @@ def load_balance(rank: int, world_size: int, impl: str | None, seq: int, heads: 
             return {"error": str(exc)}
         out["zigzag" if zigzag else "contiguous"] = min(cpu)
     return out
+
+
+def four_ranks(rank: int, world_size: int, impl: str | None, exact: tuple, balance: tuple) -> dict:
+    """Lesson 12's 4-rank runs in one start-up: ``exactness_and_bytes(*exact)`` and ``load_balance(*balance)``."""
+    return {"exact": exactness_and_bytes(rank, world_size, impl, *exact),
+            "balance": load_balance(rank, world_size, impl, *balance)}
+
+
+def two_ranks(rank: int, world_size: int, impl: str | None, timeline: tuple, sweep: tuple) -> dict:
+    """Lesson 12's 2-rank runs in one start-up: ``ring_timeline(*timeline)`` and ``overlap_sweep(*sweep)``."""
+    return {"timeline": ring_timeline(rank, world_size, impl, *timeline),
+            "sweep": overlap_sweep(rank, world_size, impl, *sweep)}

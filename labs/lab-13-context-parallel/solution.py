@@ -389,7 +389,7 @@ class RingAttention(torch.autograd.Function):
             if step < cp - 1:
                 incoming = torch.empty_like(kv)
                 works = [dist.isend(kv, to, group=group, tag=0), dist.irecv(incoming, frm, group=group, tag=0)]
-            if step >= 1:                               # rank-1's sum after its step `step`: used next step, or at the end
+            if step >= 1:                   # rank-1's running sum after its step `step`: used next step, or at the end
                 next_sum = torch.empty_like(kv)
                 next_work = dist.irecv(next_sum, frm, group=group, tag=1)
             with timed(timeline, phase="backward", step=step, event="compute"):
