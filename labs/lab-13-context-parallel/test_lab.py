@@ -42,7 +42,7 @@ A2A_CASES = ("causal_gqa", "noncausal_mha", "causal_contiguous", "large_logits")
 # Overlap (2 ranks): long blocks, so each step's compute (~10 ms) outlasts its transfer (<1 ms).
 OVERLAP = dict(seq=2 * 384, heads=4, kv_heads=4, head_dim=32, repeats=5)
 # Load balance (4 ranks): causal, forward only, contiguous vs zigzag.
-BALANCE = dict(seq=4 * 256, heads=4, kv_heads=4, head_dim=64, repeats=3)
+BALANCE = dict(seq=4 * 256, heads=4, kv_heads=4, head_dim=64, repeats=5)
 MIN_CPU_SHARE = 0.6     # below this share of a core per rank, other processes set the timings
 
 
@@ -622,11 +622,11 @@ def test_the_last_dkv_hop_of_the_backward_cannot_hide(lab):
 
 @pytest.mark.points(3)
 def test_zigzag_balances_causal_work_that_the_contiguous_split_gives_to_the_last_rank(lab):
-    """Per-rank compute CPU time of causal ring attention on 4 ranks. Block model
-    (commtax.formulas.context.causal_work_per_rank): contiguous 1, 2, 3, 4 blocks (max/min 4),
-    zigzag 9/4 each (1). Measured: contiguous max/min >= 2 (a diagonal block costs more than a whole
-    one, for its mask, and every rank pays fixed costs: 2.3 to 3 was seen on a loaded machine),
-    zigzag max/min <= 1.3."""
+    """Per-rank compute CPU time of causal ring attention on 4 ranks, best of 5 runs. Block model
+    (commtax.formulas.context.causal_work_per_rank): contiguous 1, 2, 3, 4 blocks, zigzag 9/4 each.
+    A diagonal block costs d times a whole one (its mask: d = 1.6 in the reference, maybe 3 in yours),
+    so contiguous gives max/min = 1 + 3/d: 4 to 2. Checked: contiguous max/min >= 1.6 and at least
+    0.4 above zigzag's; zigzag max/min <= 1.3 (its ranks compute the same tiles whatever d is)."""
     results = [_part(r, rank, "balance") for rank, r in enumerate(_results(lab, 4))]
     ratios = {}
     for layout in ("contiguous", "zigzag"):
@@ -636,8 +636,9 @@ def test_zigzag_balances_causal_work_that_the_contiguous_split_gives_to_the_last
         ratios[layout] = max(cpu) / min(cpu)
         print(f"{layout}: per-rank compute {[round(c * 1e3, 1) for c in cpu]} ms, max/min {ratios[layout]:.2f}, "
               f"block model {context.causal_work_per_rank(4, layout == 'zigzag')}")
-    check(ratios["contiguous"] >= 2.0, f"contiguous max/min {ratios['contiguous']:.2f}: the last rank should "
-                                       "compute about 4x the first (1 vs 4 blocks)")
+    check(ratios["contiguous"] >= 1.6 and ratios["contiguous"] >= ratios["zigzag"] + 0.4,
+          f"contiguous max/min {ratios['contiguous']:.2f} (zigzag {ratios['zigzag']:.2f}): the last rank should "
+          "compute 2 to 4 times what the first does (1 block against 4)")
     check(ratios["zigzag"] <= 1.3, f"zigzag max/min {ratios['zigzag']:.2f}: every rank should compute "
                                    "about the same (9/4 blocks each)")
 
