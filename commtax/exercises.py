@@ -100,6 +100,20 @@ def _lesson08_exposed_across_nodes() -> float:
                             comm_time=comm)["exposed"]
 
 
+def _lesson12_crossover() -> float:
+    """Lesson 12, exercise 2: the ring's crossover for 64 heads, 8 K/V heads of 128, bf16, CP 8 on NVLink."""
+    from commtax.formulas import context
+    from commtax.formulas.links import NVLINK4
+    return context.ring_overlap_crossover(64, 8, 128, 8, 2, 989e12 * 0.5, link=NVLINK4)
+
+
+def _lesson12_modeler_case() -> float:
+    """Lesson 12, exercise 5: 128K tokens, 64 heads of 128 (MHA), FP8, CP 64 over 8 nodes: forward exposed."""
+    from commtax.formulas import context
+    return context.ring_attention_time(131072, 64, 64, 128, 64, 1, 1979e12 * 0.5, members_per_node=8,
+                                       backward=False).exposed
+
+
 EXERCISES: dict[str, Exercise] = {
     # Lesson 01
     "01.1": Exercise("ring all-reduce of 1 GB on 8 GPUs over the NVLink preset, in seconds", "1jE0qsJngQE="),
@@ -171,6 +185,16 @@ EXERCISES: dict[str, Exercise] = {
     "11.2": Exercise("TP bytes with attention divided by TP bytes without", "pU0mEOgju1E="),
     "11.3": Exercise("the bubble's share of the step at m = 8, p = 2 (0.25 = 25%)", "5WvHPguHJsA="),
     "11.4": Exercise("bytes per rank per step the ledger shows on DP in 2 x 2 x 1 with the wrong group", "jKOeAYyvjmo="),
+    # Lesson 12 (12.2 and 12.5 follow the course's model, commtax.formulas.context)
+    "12.1": Exercise("ring-attention bytes per rank per layer, forward + backward, 131,072 tokens on CP 16",
+                     "av4V3IW/wSU="),
+    "12.2": Exercise("the shortest sequence whose ring steps hide their transfers (CP 8, NVLink), in tokens",
+                     compute=_lesson12_crossover),
+    "12.3": Exercise("all-to-all attention bytes per rank per layer, forward + backward, 131,072 tokens on CP 8",
+                     "b4p1hvLbrPQ="),
+    "12.4": Exercise("the slowest rank's causal work, contiguous split / zigzag split, on CP 8", "sLT1UKdym/o="),
+    "12.5": Exercise("exposed forward communication per layer of the modeler's 128K FP8 case, in seconds",
+                     tolerance=0.03, compute=_lesson12_modeler_case),
 }
 
 # Factors that betray a classic slip, and what to check then.

@@ -183,8 +183,10 @@ def ring_attention_buffer_bytes(seq, cp, kv_hidden, micro_batch=1, dtype_bytes=2
 def ring_attention_bytes_per_layer(seq, cp, kv_hidden, micro_batch=1, dtype_bytes=2):
     """Bytes one rank sends per layer in the forward of ring attention: its K, V block (cp - 1) times.
 
-    The backward passes K and V round again and their gradients too (about
-    twice this again); causal-mask load balancing does not change the bytes.
+    The backward sends exactly twice this again (K and V round once more, and
+    each block's dK, dV passed on to its owner): forward and backward together
+    are :func:`commtax.formulas.context.ring_attention_bytes_per_rank`, which
+    Lab 13 counts on real ranks. Causal-mask load balancing does not change the bytes.
     """
     c = require_int("cp", cp, 1)
     return (c - 1) * ring_attention_buffer_bytes(seq, cp, kv_hidden, micro_batch, dtype_bytes, double_buffer=False)
