@@ -66,7 +66,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from commtax.formulas import memory
-from commtax.formulas.context import kv_allgather_bytes_per_rank
+from commtax.formulas.context import kv_allgather_bytes_per_rank, ring_attention_bytes_per_rank
 from commtax.formulas.network import (group_allgather_time, group_allreduce_time, group_reduce_scatter_time,
                                       members_per_node)
 
@@ -661,17 +661,19 @@ def cp_bytes_per_layer(cfg) -> float:
 
     ``p2p`` (ring attention, Megatron/TE's default): each rank's K, V block, 2 b (s/cp) h_kv/t
     2 bytes, travels cp - 1 steps round the ring in the forward; the backward sends the block and
-    its gradient, twice as much. ``all_gather`` (Llama 3):
-    :func:`commtax.formulas.context.kv_allgather_bytes_per_rank` x b.
+    its gradient, twice as much: Lesson 12's
+    :func:`commtax.formulas.context.ring_attention_bytes_per_rank` x b. ``all_gather`` (Llama 3):
+    :func:`commtax.formulas.context.kv_allgather_bytes_per_rank` x b. Under TP each rank holds
+    kv_heads / t of the K, V heads (at least one).
     """
     c, t, b = cfg["cp"], cfg["tp"], cfg["micro_batch"]
     head_dim = cfg["hidden"] // cfg["heads"]
     if c == 1:
         return 0.0
+    kv_heads = max(1, cfg["kv_heads"] // t)
     if cfg["cp_comm"] == "all_gather":
-        return b * kv_allgather_bytes_per_rank(cfg["seq"], max(1, cfg["kv_heads"] // t), head_dim, c, ACT_BYTES)
-    block = 2 * b * cfg["seq"] / c * cfg["kv_hidden"] / t * ACT_BYTES
-    return 3 * (c - 1) * block
+        return b * kv_allgather_bytes_per_rank(cfg["seq"], kv_heads, head_dim, c, ACT_BYTES)
+    return b * ring_attention_bytes_per_rank(cfg["seq"], kv_heads, head_dim, c, ACT_BYTES)
 
 
 def cp_time(cfg, recompute, constants=None, gpu=None) -> float:
