@@ -18,7 +18,14 @@ def test_zero_paper_figure_1_7_5b_on_64_gpus_in_decimal_gb():
 def test_bill_keeps_model_state_bytes_from_memory_one_source_of_truth():
     assert bill.model_state_bytes is memory.model_state_bytes
     assert bill.ADAM_STATE_BYTES == memory.ADAM_STATE_BYTES == 12
-    assert bill.model_state_bytes(7e9) == pytest.approx(112e9)          # 16N, not the 18N of one table
+    assert bill.model_state_bytes(7e9) == pytest.approx(112e9)          # 16N: bf16 gradients (ZeRO paper)
+
+
+def test_16_and_18_bytes_per_parameter_are_two_conventions_bf16_or_fp32_gradients():
+    """Lesson 07: 2 + 2 + 12 = 16 (the ZeRO paper) and 2 + 4 + 12 = 18 (Megatron's fp32 main gradients, what
+    Lesson 10's predictor counts): 112 GB and 126 GB for 7e9 parameters, 14 GB apart."""
+    assert memory.model_state_bytes(7e9, grad_bytes=2) == pytest.approx(112e9)
+    assert memory.model_state_bytes(7e9, grad_bytes=4) == pytest.approx(126e9)
 
 
 @pytest.mark.parametrize("tp,sp,recompute,factor", [
