@@ -73,7 +73,7 @@ def test_one_chunk_exposes_exactly_the_four_all_to_alls_as_lab_04s_bill_does():
     cost = moe.moe_layer_cost(4096, model.hidden, model.expert_ffn, 8, model.top_k, model.experts, mfu=0.4)
     assert cost.exposed == pytest.approx(cost.t_comm)
     plan = bill.Plan(n_params=46.7e9, layers=32, hidden=model.hidden, seq_len=4096, gpus=8, ep=8,
-                     moe_layers=32, top_k=2, mfu=0.4)
+                     moe_layers=32, top_k=2, mfu=0.4, intra=NVLINK, inter=IB)   # this lesson's line-rate presets
     report = bill.step_report(plan)
     assert report.axes["EP"].t_comm == pytest.approx(32 * cost.t_comm)
     assert report.axes["EP"].bytes == pytest.approx(32 * cost.layer_bytes)
@@ -103,3 +103,42 @@ def test_node_limit_and_deduplication_halve_deepseek_v3s_cross_node_bytes():
     plain = moe.inter_node_bytes_per_token(7168, 256, 8, 8, deduplicate=False)
     limited = moe.inter_node_bytes_per_token(7168, 256, 8, 8, max_nodes=4)
     assert plain == 7 * 7168 * 2 and limited == 3.5 * 7168 * 2
+
+
+def test_lesson_09_hiding_threshold_is_mfu_times_lesson_10s_ridge_point():
+    """One ridge (Lesson 10): dense peak / bandwidth, 2,198 FLOP/B on NVLink's line rate, 19,780 on one NDR NIC.
+    At 50% MFU the expert hides above half of it: ~1,100 and 9,890 (1,336 and 10,521 at the measured 370 and 47)."""
+    from commtax.formulas.roofline import ridge_point
+    assert ridge_point(989e12, 450e9) == pytest.approx(2198, abs=1)
+    assert ridge_point(989e12, 50e9) == pytest.approx(19780)
+    assert 0.5 * ridge_point(989e12, 450e9) == pytest.approx(1099, abs=1)
+    assert 0.5 * ridge_point(989e12, 50e9) == pytest.approx(9890)
+    assert 0.5 * ridge_point(989e12, 370e9) == pytest.approx(1336, abs=1)
+    assert 0.5 * ridge_point(989e12, 47e9) == pytest.approx(10521, abs=1)
+    # SwiGLU expert intensity 3 f_e / B: Mixtral's hides across nodes, DeepSeek-V3's only inside one
+    assert 3 * 14336 / 2 > 0.5 * ridge_point(989e12, 50e9) > 3 * 2048 / 2 > 0.5 * ridge_point(989e12, 450e9)
+
+
+def test_off_node_the_all_to_all_puts_about_8x_more_of_each_byte_sent_on_the_network_than_an_all_reduce():
+    """Both use every NIC of a node; the all-reduce reduces inside the node first (1/8 of a GPU's ring traffic
+    crosses a NIC on 8-GPU nodes), the all-to-all sends (P-m)/P of its bytes off the node. Per byte a GPU
+    sends, the network time is 8 (P-m)/(P-1) times the all-reduce's: 7.1 at P = 64, 7.9 at P = 1024."""
+    from commtax.formulas.network import group_all_to_all_time, group_allreduce_time
+    n, nic, nvlink = 1e9, 47e9, 1e15          # NVLink taken as unlimited: what the NICs carry decides
+    for p, expected in ((64, 7.11), (1024, 7.95)):
+        allreduce = group_allreduce_time(n, p, 8, 0.0, nvlink, 0.0, nic) / (2 * (p - 1) / p * n)
+        all_to_all = group_all_to_all_time(n, p, 8, 0.0, nvlink, 0.0, nic) / ((p - 1) / p * n)
+        assert all_to_all / allreduce == pytest.approx(8 * (p - 8) / (p - 1)) == pytest.approx(expected, abs=0.01)
+
+
+def test_the_pairwise_all_to_all_charges_p_minus_1_latencies_bruck_needs_log2_p_rounds_for_more_bytes():
+    """Lesson 09's model is pairwise exchange, (P-1) alpha serially: an upper bound. Bruck et al. (1997) merge
+    blocks into ceil(log2 P) rounds at (n/2) log2 P bytes: fewer latencies, more bytes."""
+    from commtax.formulas.collectives import all_to_all_time
+    alpha, bandwidth, p, n = 5e-6, 50e9, 64, 64e3
+    pairwise = all_to_all_time(n, p, alpha, bandwidth)
+    assert pairwise == pytest.approx((p - 1) * alpha + (p - 1) / p * n / bandwidth)
+    bruck = math.ceil(math.log2(p)) * alpha + n / 2 * math.log2(p) / bandwidth
+    assert bruck < pairwise / 5                       # small messages: merging wins
+    big = 64e6
+    assert math.ceil(math.log2(p)) * alpha + big / 2 * math.log2(p) / bandwidth > all_to_all_time(big, p, alpha, bandwidth)

@@ -749,16 +749,16 @@ def dp_bytes_per_step(cfg) -> float:
     Computed with Lesson 07's formulas, :func:`commtax.formulas.memory.zero_bytes_per_step` and
     :func:`commtax.formulas.memory.hsdp_bytes_per_step`, which count every pass in 2-byte elements;
     the gradient passes add (grad_bytes - 2) per element when gradients travel in fp32. With fp16
-    (every count 2 bytes) and ``hsdp_allreduce="step"`` the two are equal.
+    (every count 2 bytes) the two are equal, for either ``hsdp_allreduce``.
     """
     g, z, m = cfg["shard_group"], cfg["zero_stage"], cfg["microbatches"]
     r = cfg["dp"] * cfg["cp"] // g
     n = max(stage_params(cfg))
     gb = cfg["grad_bytes"]
     if r > 1:
-        parts = memory.hsdp_bytes_per_step(n, g, r, m, dtype_bytes=2)
+        parts = memory.hsdp_bytes_per_step(n, g, r, m, dtype_bytes=2, allreduce=cfg["hsdp_allreduce"])
         shard = parts["shard"] if z == 3 else memory.zero_bytes_per_step(n, g, z, m, dtype_bytes=2)
-        replicate = parts["replicate"] * gb / 2 * (m if cfg["hsdp_allreduce"] == "micro_batch" else 1)
+        replicate = parts["replicate"] * gb / 2
     else:
         shard = memory.zero_bytes_per_step(n, g, z, m, dtype_bytes=2) if g > 1 else 0.0
         replicate = 0.0
