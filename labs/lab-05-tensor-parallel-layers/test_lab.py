@@ -4,8 +4,9 @@ backward, with exactly one all-reduce per block each way and the bytes Lab 04 pr
 import pytest
 import torch
 
+from commtax.formulas import bill
 from commtax.ranks.launch import rank_device
-from commtax.testing import BACKENDS, SharedRuns, check, fail
+from commtax.testing import BACKENDS, SharedRuns, check, expect_close, fail
 from commtax.ranks.traffic import record_traffic
 
 HIDDEN, FFN, HEADS, BATCH, SEQ = 16, 64, 8, 2, 5
@@ -271,7 +272,8 @@ def test_bytes_per_layer_per_rank_are_lab_04s_8_t_minus_1_over_t_bsh(lab, world_
         check(calls == [activation] * 4, f"t = {world_size}, rank {rank}: collectives of {calls} bytes; one "
                                            f"layer is four all-reduces of one b*s*h activation ({activation} bytes)")
         on_the_wire = sum(calls) * 2 * (world_size - 1) / world_size   # each, a ring all-reduce
-        assert on_the_wire == pytest.approx(8 * (world_size - 1) / world_size * activation)
+        expect_close(on_the_wire, bill.tp_bytes_per_layer(BATCH, SEQ, HIDDEN, world_size, DTYPE.itemsize), rel=1e-12,
+                     what=f"t = {world_size}, rank {rank}: ring bytes of the four all-reduces against Lab 04's bill")
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
