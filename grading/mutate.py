@@ -18,11 +18,15 @@ mistake a learner could make and still get full marks, unless it is
 *equivalent* (the same function written differently, e.g. ``max(0.0, x)``
 where x is never negative).
 
-This is a benchmark, not a test: one lab takes from a minute (pure
-functions) to an hour (real ranks), so the test suite runs only a unit test
-of the mutator (``tests/test_mutate.py``). Runs are forked from a process
-that imported pytest, torch and ``commtax`` once (Linux), so a mutant costs
-its tests' time, not an interpreter's start-up.
+This is a benchmark, not a test: one lab takes from minutes (pure
+functions) to hours (real ranks; ``--max N`` samples), so the test suite
+runs only a unit test of the mutator (``tests/test_mutate.py``). To keep a
+mutant's cost near its tests' own time: runs are forked from a process that
+imported pytest, torch and ``commtax`` once (Linux); each run imports the
+mutant in the test process rather than through the grader's proxy
+(``--proxy`` restores it); the tests that killed most mutants so far run
+first, and a run stops at its first failure; the simulators' results of the
+unmutated run are reused (they are deterministic).
 """
 
 from __future__ import annotations
@@ -516,13 +520,28 @@ def _lab_names(wanted) -> list[str]:
     return [find_lab(name, SOURCE_ROOT / "labs").name for name in wanted]
 
 
+def _survived_before(path: Path, lab: str) -> set:
+    """(function, description, before, after) of each survivor of ``lab`` in an earlier ``--json`` file."""
+    for summary in json.loads(Path(path).read_text()):
+        if summary.get("lab") == lab:
+            return {(m["function"], m["description"], m["before"], m["after"]) for m in summary.get("survivors", [])}
+    return set()
+
+
 def mutate_lab(lab: str, *, functions=None, limit=None, seed=0, jobs=1, timeout=None, keep=False,
-               direct=True, progress=print) -> dict:
-    """Mutate ``lab``'s solution, run its tests on each mutant; a summary dict (see :func:`main`)."""
+               direct=True, retry=None, progress=print) -> dict:
+    """Mutate ``lab``'s solution, run its tests on each mutant; a summary dict (see :func:`main`).
+
+    ``retry``: an earlier ``--json`` file; run only the mutants that survived there (after the
+    tests were strengthened, the others are still killed: tests were added, not removed).
+    """
     text = (SOURCE_ROOT / "labs" / lab / "solution.py").read_text()
     items = mutants(text)
     if functions:
         items = [m for m in items if m.function in functions or m.function.split(".")[0] in functions]
+    if retry:
+        wanted = _survived_before(retry, lab)
+        items = [m for m in items if (m.function, m.description, m.before, m.after) in wanted]
     total = len(items)
     if limit and len(items) > limit:
         items = sorted(random.Random(seed).sample(items, limit), key=lambda m: (m.line, m.description))
@@ -590,6 +609,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the sample (default 0)")
     parser.add_argument("--jobs", "-j", type=int, default=1, help="mutants run at once (default 1)")
     parser.add_argument("--timeout", type=float, help="seconds per mutant (default: 3x the unmutated run + 10)")
+    parser.add_argument("--retry", type=Path, metavar="FILE",
+                        help="run only the mutants that survived in this earlier --json file")
     parser.add_argument("--list", action="store_true", help="list the mutants and run nothing")
     parser.add_argument("--json", type=Path, metavar="FILE", help="also write the results as JSON")
     parser.add_argument("--keep", action="store_true", help="keep the mutants' trees and logs (to debug)")
@@ -613,7 +634,7 @@ def run(args) -> int:
     summaries = []
     for lab in labs:
         summaries.append(mutate_lab(lab, functions=args.functions, limit=args.max, seed=args.seed, jobs=args.jobs,
-                                    timeout=args.timeout, keep=args.keep, direct=not args.proxy,
+                                    timeout=args.timeout, keep=args.keep, direct=not args.proxy, retry=args.retry,
                                     progress=lambda m: print(m, file=sys.stderr, flush=True)))
         if args.json:
             args.json.write_text(json.dumps(summaries, indent=1))

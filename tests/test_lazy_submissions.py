@@ -10,6 +10,7 @@ submission would be (root mode where these tests run as root).
 """
 
 import importlib.util
+import os
 from pathlib import Path
 
 import pytest
@@ -24,15 +25,19 @@ _spec = importlib.util.spec_from_file_location("commtax_lazy_attacks", Path(__fi
 lazy = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(lazy)
 
-LABS = lab_names()
-# Labs 08-12 belong to the labs 08-12 helper (issue 23): graded and reported here, but a lab of
-# theirs that still gives points to a lazy submission is an expected failure until they fix it.
-OTHERS = {lab for lab in LABS if int(lab[4:6]) >= 8}
+ALL_LABS = lab_names()
+# Labs 08-12 are being reworked for issue 23 (their own helper makes every test there fail for lazy
+# code). Until that lands they are graded only with COMMTAX_LAZY_LABS=all, and a lab of theirs that
+# still gives points is an expected failure; the default run grades Labs 01-07 (about a minute per
+# kind on two quiet cores).
+EVERY_LAB = os.environ.get("COMMTAX_LAZY_LABS") == "all"
+REWORKED = {lab for lab in ALL_LABS if int(lab[4:6]) >= 8}
+LABS = [lab for lab in ALL_LABS if EVERY_LAB or lab not in REWORKED]
 _graded: dict = {}
 
 
 def graded(kind: str, tmp_path_factory):
-    """The grader's result for the ``kind`` of lazy submission: one grading run per kind, every lab."""
+    """The grader's result for the ``kind`` of lazy submission: one grading run per kind, every lab in LABS."""
     if kind not in _graded:
         folder = tmp_path_factory.mktemp(f"lazy-{kind}")
         for lab in LABS:
@@ -43,9 +48,17 @@ def graded(kind: str, tmp_path_factory):
     return _graded[kind]
 
 
-@pytest.mark.parametrize("lab", [pytest.param(lab, marks=pytest.mark.xfail(
-    reason="Labs 08-12: their helper (issue 23) makes every test fail for lazy code", strict=False))
-    if lab in OTHERS else lab for lab in LABS])
+def _case(lab):
+    if lab not in REWORKED:
+        return lab
+    if not EVERY_LAB:
+        return pytest.param(lab, marks=pytest.mark.skip(reason="Labs 08-12 (issue 23, their own helper): "
+                                                                "run with COMMTAX_LAZY_LABS=all"))
+    return pytest.param(lab, marks=pytest.mark.xfail(
+        reason="Labs 08-12: their helper (issue 23) makes every test fail for lazy code", strict=False))
+
+
+@pytest.mark.parametrize("lab", [_case(lab) for lab in ALL_LABS])
 @pytest.mark.parametrize("kind", lazy.KINDS)
 def test_a_lazy_submission_scores_nothing(kind, lab, tmp_path_factory):
     result = graded(kind, tmp_path_factory)[lab]

@@ -278,7 +278,9 @@ def test_group_allreduce_agrees_with_the_course_model_on_a_grid(lab):
     for p, m in ((2, 1), (16, 8), (16, 2), (64, 4), (256, 8), (12, 3)):
         for nbytes in (0.0, 1e4, 1e6, 1e9):
             for link in (H100_NODE, dict(intra_alpha=1e-6, intra_bandwidth=300e9, inter_alpha=20e-6,
-                                         inter_bandwidth=3.125e9)):
+                                         inter_bandwidth=3.125e9),
+                         # PCIe inside the node, slower than the NIC: with m = 1 only the NIC carries bytes
+                         dict(intra_alpha=2e-6, intra_bandwidth=16e9, inter_alpha=5e-6, inter_bandwidth=50e9)):
                 expected = network.group_allreduce_time(nbytes, p, m, *link.values())
                 expect_close(lab.group_allreduce_time(nbytes, p, m, **link), expected, rel=1e-12,
                              what=f"P = {p}, m = {m}, {nbytes:g} bytes, {link}")
@@ -330,6 +332,8 @@ BAD_CASES = [
     ("group_allreduce_time", dict(nbytes=1e6, group_size=4, members_per_node=8, **H100_NODE),
      "members_per_node"),
     ("group_allreduce_time", dict(nbytes=1e6, group_size=0, members_per_node=1, **H100_NODE), "group_size"),
+    ("group_allreduce_time", dict(nbytes=1e6, group_size=8.0, members_per_node=8, **H100_NODE), "group_size"),
+    ("group_allreduce_time", dict(nbytes=1e6, group_size=8, members_per_node=0, **H100_NODE), "members_per_node"),
     ("group_allreduce_time", dict(nbytes=-1.0, group_size=16, members_per_node=8, **H100_NODE), "nbytes"),
     ("group_allreduce_time", dict(nbytes=1e6, group_size=16, members_per_node=8,
                                   **{**H100_NODE, "inter_bandwidth": 0.0}), "inter_bandwidth"),

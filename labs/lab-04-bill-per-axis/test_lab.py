@@ -7,7 +7,7 @@ import pytest
 from commtax.formulas import bill as course
 from commtax.formulas.links import Link
 from commtax.simulation import messages as simulate
-from commtax.testing import expect_close, number
+from commtax.testing import check, expect_close, number
 
 N = 7e9                 # parameters
 B = 2                   # bf16
@@ -227,6 +227,16 @@ GRID = [
     dict(gpus=32, tp=4, pp=2, gpus_per_node=4, microbatches=4, zero_stage=3),
     dict(gpus=16, tp=2, intra_alpha=1e-5, inter_alpha=2e-5, inter_bandwidth=25e9, micro_batch=4),
     dict(gpus=8, micro_batch=4, mfu=0.9, peak_flops=312e12, dtype_bytes=4),
+    dict(gpus=24),                                          # 3 nodes: ceil(log2 3) = 2 tree levels
+    dict(gpus=32, tp=2, zero_stage=1, intra_alpha=8e-6, inter_alpha=2e-6),      # RS/AG latency: max(a_i, a_e)
+    dict(gpus=32, tp=8, zero_stage=2, microbatches=2, intra_alpha=8e-6, inter_alpha=2e-6),  # one NIC: a_e
+    dict(gpus=512, tp=8, zero_stage=2, microbatches=4, seq_len=1024),         # each reduce-scatter sticks out
+    dict(gpus=16, tp=2, pp=2, microbatches=4),              # a pipeline that leaves the node only through pp
+    dict(gpus=16, tp=8, intra_bandwidth=16e9, inter_bandwidth=50e9),   # PCIe inside, a faster NIC (m = 1)
+    dict(gpus=8, moe_layers=4, top_k=2),                    # MoE layers but ep = 1: no EP axis
+    dict(gpus=32, pp=4, ep=4, moe_layers=1, microbatches=4),  # one MoE layer on four stages: at least one each
+    dict(gpus=24, tp=2),                                    # DP of 12 at stride 2: 4 per node, 3 nodes
+    dict(gpus=96, tp=2, pp=4, microbatches=4),              # a pipeline stride of 24: one stage per 3 nodes
 ]
 
 
@@ -237,6 +247,7 @@ def test_step_report_equals_the_course_bill_on_plans_that_take_every_branch(lab,
     expect_close(sorted(got.axes), sorted(want.axes), what="the axes with degree > 1")
     for name, axis in want.axes.items():
         mine = got.axes[name]
+        expect_close(mine.axis, name, what=f"{name}.axis")
         expect_close(mine.link, axis.link, what=f"{name}.link")
         for attribute in ("bytes", "t_comm", "window", "exposed", "tax"):
             expect_close(getattr(mine, attribute), getattr(axis, attribute), rel=1e-9, abs=1e-15,
@@ -301,7 +312,9 @@ def test_ep_all_to_alls_are_on_the_critical_path(lab):
     (8, 1, 8, 8), (2, 1, 8, 2), (16, 1, 8, 8), (64, 8, 8, 1), (8, 2, 8, 4), (64, 1, 8, 8), (3, 1, 8, 3),
 ])
 def test_members_per_node_follows_megatron_rank_order(lab, size, stride, gpus, expected):
-    expect_close(lab.members_per_node(size, stride, gpus), expected, what=f"members_per_node({size}, {stride}, {gpus})")
+    got = lab.members_per_node(size, stride, gpus)
+    expect_close(got, expected, what=f"members_per_node({size}, {stride}, {gpus})")
+    check(type(got) is int, f"members_per_node({size}, {stride}, {gpus}) returned {got!r}: a count of GPUs is an int")
 
 
 @pytest.mark.parametrize("overrides,problem", [
@@ -315,6 +328,17 @@ def test_members_per_node_follows_megatron_rank_order(lab, size, stride, gpus, e
     (dict(zero_stage=4), "zero_stage"),
     (dict(micro_batch=0), "micro_batch"),
     (dict(gpus=24, tp=3, hidden=4098), "gpus_per_node"),
+    (dict(gpus=6, pp=2), "gpus_per_node"),         # the pipeline's stride 3 does not divide a node of 8
+    (dict(gpus=24, tp=2, ep=6, moe_layers=4), "gpus_per_node"),   # EP groups of 6 at stride 2: 4 per node
+    (dict(gpus=8, tp=4, pp=4), "gpus"),
+    (dict(moe_layers=-1), "moe_layers"),
+    (dict(moe_layers=33), "moe_layers"),
+    (dict(mfu=1.5), "mfu"),
+    (dict(peak_flops=0.0), "peak_flops"),
+    (dict(intra_bandwidth=0.0), "intra_bandwidth"),
+    (dict(inter_bandwidth=-1.0), "inter_bandwidth"),
+    (dict(intra_alpha=-1e-6), "intra_alpha"),
+    (dict(inter_alpha=-0.5), "inter_alpha"),
 ])
 def test_invalid_plans_raise_value_error_naming_the_problem(lab, overrides, problem):
     expect_close(lab.step_report(plan(lab)).t_step, course_report({}).t_step, rel=1e-9, what="a valid plan's step")
@@ -375,6 +399,7 @@ BAD_CASES = [
     ("tp_tax", dict(hidden=0), "hidden"),
     ("tp_tax", dict(tp=0), "tp"),
     ("tp_tax", dict(mfu=1.01), "mfu"),
+    ("tp_tax", dict(mfu=0.0), "mfu"),
     ("members_per_node", dict(group_size=8, stride=3), "stride"),
     ("members_per_node", dict(group_size=8, stride=12), "stride"),
     ("members_per_node", dict(group_size=12, stride=1), "group_size"),
