@@ -41,6 +41,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import textwrap
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -220,27 +221,48 @@ def _splice(lines: list[str], node, replacement: str) -> str:
     return "\n".join(new) + "\n"
 
 
+def _segment(lines: list[str], node) -> str:
+    """The source of ``node`` (``ast.get_source_segment`` re-splits the whole file each call: minutes here)."""
+    first, last = node.lineno - 1, node.end_lineno - 1
+    if first == last:
+        return lines[first][node.col_offset:node.end_col_offset]
+    return "\n".join([lines[first][node.col_offset:], *lines[first + 1:last], lines[last][:node.end_col_offset]])
+
+
+def _shape(source: str) -> str:
+    """The syntax tree of a code fragment, without its layout (the fragment itself if it does not parse alone)."""
+    try:
+        return ast.dump(ast.parse(textwrap.dedent(source).strip() or "pass"))
+    except SyntaxError:
+        return " ".join(source.split())
+
+
 def mutants(text: str) -> list[Mutant]:
     """Every distinct mutant of ``text`` whose mutation lies inside a BEGIN/END SOLUTION block."""
     tree = ast.parse(text)
     lines = text.splitlines()
     walker = _Walker(solution_blocks(text))
     walker.visit(tree)
-    seen = {ast.dump(tree)}
+    seen = set()
     found = []
     for node, parent, function in walker.found:
         pairs = _statement_mutations(node) if isinstance(node, ast.stmt) else _expression_mutations(node, parent)
+        where = (node.lineno, node.col_offset, node.end_lineno, node.end_col_offset)
+        seen.add((where, _shape(_segment(lines, node))))
         for replacement, description in pairs:
             mutated = _splice(lines, node, replacement)
             try:
-                key = ast.dump(ast.parse(mutated))
+                ast.parse(mutated)
             except SyntaxError:
                 continue
+            # Two mutants are the same when their replacements of the same node parse alike (comparing
+            # whole files instead costs minutes on a 700-line solution).
+            key = (where, _shape(replacement))
             if key in seen:
                 continue
             seen.add(key)
             found.append(Mutant(function or "<module>", node.lineno, description,
-                                _short(ast.get_source_segment(text, node) or "", 60), _short(replacement, 60), mutated))
+                                _short(_segment(lines, node), 60), _short(replacement, 60), mutated))
     return found
 
 
