@@ -184,7 +184,8 @@ def run_section(fn):
         return fn()
     except Exception as exc:  # noqa: BLE001 - reported by the tests that read this part
         summary = "".join(traceback.format_exception_only(exc)).strip()
-        return {SECTION_FAILED: (summary, "".join(traceback.format_exception(exc))[-4000:])}
+        frames = exc.__traceback__.tb_next or exc.__traceback__   # from the part's own code on
+        return {SECTION_FAILED: (summary, "".join(traceback.format_exception(type(exc), exc, frames))[-4000:])}
 
 
 def section(result: dict, part: str, *, rank: int, job=None):
