@@ -267,70 +267,36 @@ def calibrate(rank, dp, tp, pp, sizes) -> dict:
     return measured
 
 
-class ByteCounter:
-    """What this rank sends while the ``with`` block runs, counted apart from the lab's ledger.
+def bytes_by_axis(traffic, dp, tp, pp, steps) -> dict:
+    """Bytes a rank sent per step by axis, from a :class:`commtax.ranks.traffic.Traffic` of its training.
 
-    Wraps ``dist.all_reduce`` (each call: the global ranks of its group and its
-    payload bytes) and ``dist.send``/``dist.isend`` (payload bytes), and puts
-    the originals back on exit. run.py and Lesson 11 use it to check the lab's
-    ``Ledger``; the lab's tests keep their own copy (so that nothing the tests
-    trust comes from a module the lab's code can reach).
+    An all-reduce on g ranks counts 2(g-1)/g x its payload (ring-equivalent) on the axis whose
+    group has its ranks, else on "other"; point-to-point sends are "pp". Other collectives (the
+    loss that ``train`` shares after each step) are no part of the bill.
     """
-
-    def __init__(self):
-        self.allreduces, self.sent = [], 0
-
-    def __enter__(self):
-        import torch.distributed as dist
-
-        self._originals = {name: getattr(dist, name) for name in ("all_reduce", "send", "isend")}
-        originals = self._originals
-
-        def all_reduce(tensor, *args, **kwargs):
-            group = kwargs.get("group", args[1] if len(args) > 1 else None)
-            ranks = tuple(dist.get_process_group_ranks(group)) if group is not None else \
-                tuple(range(dist.get_world_size()))
-            self.allreduces.append((ranks, tensor.numel() * tensor.element_size()))
-            return originals["all_reduce"](tensor, *args, **kwargs)
-
-        def sender(name):
-            def send(tensor, *args, **kwargs):
-                self.sent += tensor.numel() * tensor.element_size()
-                return originals[name](tensor, *args, **kwargs)
-            return send
-
-        dist.all_reduce, dist.send, dist.isend = all_reduce, sender("send"), sender("isend")
-        return self
-
-    def __exit__(self, *exc):
-        import torch.distributed as dist
-
-        for name, original in self._originals.items():
-            setattr(dist, name, original)
-        return False
-
-    def by_axis(self, dp, tp, pp, steps) -> dict:
-        """Bytes this rank sent per step by axis: an all-reduce on g ranks counts 2(g-1)/g x its payload
-        (ring-equivalent) on the axis whose group has its ranks, else on "other"; sends are "pp"."""
-        groups = megatron_groups(dp, tp, pp)
-        axis_of = {tuple(g): axis for axis in ("tp", "dp") for g in groups[axis] if len(g) > 1}
-        totals = {"dp": 0.0, "tp": 0.0, "pp": self.sent / steps, "other": 0.0}
-        for ranks, nbytes in self.allreduces:
+    groups = megatron_groups(dp, tp, pp)
+    axis_of = {tuple(g): axis for axis in ("tp", "dp") for g in groups[axis] if len(g) > 1}
+    totals = {"dp": 0.0, "tp": 0.0, "pp": traffic.bytes_sent / steps, "other": 0.0}
+    for name, ranks, nbytes in traffic.collective_groups:
+        if name == "all_reduce" and ranks:
             g = len(ranks)
-            totals[axis_of.get(ranks, "other")] += 2 * (g - 1) / g * nbytes / steps
-        return totals
+            totals[axis_of.get(tuple(ranks), "other")] += 2 * (g - 1) / g * nbytes / steps
+    return totals
 
 
 def measure_then_train(rank, world_size, lab, dp, tp, pp, sizes):
     """A rank of run.py's and Lesson 11's job: :func:`calibrate`, then ``lab.train``, its bytes counted.
 
     Plain data back: {"measured": pieces' seconds, "result": what ``lab.train`` returned,
-    "counted": {axis: bytes this rank sent per step} by :class:`ByteCounter`}.
+    "counted": {axis: bytes this rank sent per step}, counted by the course's byte counter
+    (:func:`commtax.ranks.traffic.record_traffic`, apart from the lab's own ledger; :func:`bytes_by_axis`)}.
     """
+    from commtax.ranks.traffic import record_traffic
+
     measured = calibrate(rank, dp, tp, pp, sizes)
-    with ByteCounter() as counter:
+    with record_traffic() as traffic:
         result = lab.train(rank, world_size, dp, tp, pp, **sizes)
-    return {"measured": measured, "result": result, "counted": counter.by_axis(dp, tp, pp, sizes["steps"])}
+    return {"measured": measured, "result": result, "counted": bytes_by_axis(traffic, dp, tp, pp, sizes["steps"])}
 
 
 AXES_AND_OTHER = ("dp", "tp", "pp", "other")
@@ -358,7 +324,7 @@ def reconcile(results, dp, tp, pp, sizes, predicted_bytes_by_axis=None, learner_
     ``results``: what :func:`measure_then_train` returned on every rank.
 
     Per axis ("dp", "tp", "pp", and "other": bytes on no axis of the plan): the course's bill
-    (``predicted_bytes``), the bytes :class:`ByteCounter` counted (``counted_bytes``), the lab's
+    (``predicted_bytes``), the bytes the course's counter counted (``counted_bytes``), the lab's
     ledger (``ledger_bytes``), the learner's own prediction when given (``your_prediction``), and a
     verdict. Bytes are sent per rank per step, averaged over all ranks. Per step: the run's loss and
     single-process training's. The step: predicted from the pieces measured before training (the

@@ -6,9 +6,9 @@ messages they sent and received, their timelines); every expected value is
 computed here, in the pytest process: the losses by single-process training
 of the same model and data (``commtax.ranks.wholebill.reference_losses``), the
 bytes by the course's bill, the groups by Megatron's rank order, the 1F1B
-order by Lesson 06's pipeline simulator. Inside each rank, an independent
-counter (this file's ``_Recorder``) records every all-reduce with its group's
-ranks, and every send and receive with its peer and tag, so that the
+order by Lesson 06's pipeline simulator. Inside each rank, the course's byte
+counter (``commtax.ranks.traffic.record_traffic``) records every all-reduce
+with its group's ranks, and every send with its peer and tag, so that the
 learner's ledger is checked against a second count.
 
 The plans include groups of 4 ranks: on 2 ranks a ring all-reduce sends
@@ -17,12 +17,10 @@ The step time is not graded (it depends on the machine's load): ``run.py``
 reports it. Failures read best with ``--tb=short``.
 """
 
-import inspect
-
 import pytest
-import torch.distributed as dist
 
 from commtax.ranks import wholebill
+from commtax.ranks.traffic import record_traffic
 from commtax.simulation import pipeline
 from commtax.testing import SharedRuns, check, close, expect_close, fail, mismatch
 
@@ -34,55 +32,20 @@ RUNS = SharedRuns()
 
 # -- inside the ranks ---------------------------------------------------------------------
 
-class _Recorder:
-    """Record all-reduces (their group's ranks, payload bytes) and point-to-point messages (peer, tag, bytes)."""
-
-    def __init__(self):
-        self.allreduces, self.sends, self.recvs = [], [], []
-
-    def __enter__(self):
-        self._saved = {name: getattr(dist, name) for name in ("all_reduce", "send", "isend", "recv", "irecv")}
-
-        def all_reduce(tensor, *args, **kwargs):
-            group = kwargs.get("group", args[1] if len(args) > 1 else None)
-            ranks = tuple(dist.get_process_group_ranks(group)) if group is not None else \
-                tuple(range(dist.get_world_size()))
-            self.allreduces.append((ranks, tensor.numel() * tensor.element_size()))
-            return self._saved["all_reduce"](tensor, *args, **kwargs)
-
-        def p2p(name, log, peer):
-            original = self._saved[name]
-            signature = inspect.signature(original)
-
-            def call(tensor, *args, **kwargs):
-                try:
-                    bound = signature.bind(tensor, *args, **kwargs)
-                    bound.apply_defaults()
-                    who, tag = bound.arguments.get(peer), bound.arguments.get("tag")
-                except TypeError:  # the call itself will say what is wrong with its arguments
-                    who = tag = None
-                log.append((who, tag, tensor.numel() * tensor.element_size()))
-                return original(tensor, *args, **kwargs)
-            return call
-
-        dist.all_reduce = all_reduce
-        dist.send, dist.isend = p2p("send", self.sends, "dst"), p2p("isend", self.sends, "dst")
-        dist.recv, dist.irecv = p2p("recv", self.recvs, "src"), p2p("irecv", self.recvs, "src")
-        return self
-
-    def __exit__(self, *exc):
-        for name, original in self._saved.items():
-            setattr(dist, name, original)
-        return False
-
-
 def record_training(rank, world_size, lab, dp, tp, pp, options):
-    """Train with the lab's code while the recorder watches; plain data back."""
+    """Train with the lab's code while the course's byte counter watches; plain data back.
+
+    ``record_traffic`` (commtax.ranks.traffic) sees every all-reduce with its group's ranks and
+    every send and receive with its peer and tag; the runner hides its frames, so a rank that
+    hangs is reported at the learner's line.
+    """
     sizes = {**SIZES, **options}
-    with _Recorder() as recorder:
+    with record_traffic() as traffic:
         result = lab.train(rank, world_size, dp, tp, pp, **sizes)
-    return {"result": result, "allreduces": recorder.allreduces, "sends": recorder.sends, "recvs": recorder.recvs,
-            "steps": sizes["steps"]}
+    return {"result": result, "steps": sizes["steps"],
+            "allreduces": [(ranks, nbytes) for name, ranks, nbytes in traffic.collective_groups
+                           if name == "all_reduce"],
+            "sends": [(peer, tag, nbytes) for kind, peer, tag, nbytes in traffic.messages if kind == "send"]}
 
 
 # -- in the pytest process ----------------------------------------------------------------
@@ -113,8 +76,8 @@ def counted_by_axis(ranks_results, dp, tp, pp):
     for rank_result in ranks_results:
         steps = rank_result["steps"]
         for ranks, nbytes in rank_result["allreduces"]:
-            g = len(ranks)
-            totals[axis_of.get(tuple(ranks), "other")] += 2 * (g - 1) / g * nbytes / steps
+            g = len(ranks)           # 1: a group of one sends nothing; 0: its group could not be read
+            totals[axis_of.get(tuple(ranks), "other")] += (2 * (g - 1) / g if g else 1.0) * nbytes / steps
         totals["pp"] += sum(nbytes for _, _, nbytes in rank_result["sends"]) / steps
     world = dp * tp * pp
     return {axis: value / world for axis, value in totals.items()}
@@ -198,18 +161,20 @@ def test_one_f_one_b_order_is_the_1f1b_rule_on_every_stage(lab, stages, microbat
         why = mismatch(got, expected)
         if why is None:
             continue
-        message = f"one_f_one_b_order(stage={stage}, stages={stages}, microbatches={microbatches}): {why}"
+        call = f"one_f_one_b_order(stage={stage}, stages={stages}, microbatches={microbatches})"
+        message = f"{call}: {why}"
         if isinstance(got, (list, tuple)) and all(isinstance(op, (list, tuple)) and len(op) == 2 for op in got):
             ops_got = [tuple(op) for op in got]
-            warmup = next((i for i, op in enumerate(ops_got) if op[0] == "B"), len(ops_got))
             rule = min(stages - stage - 1, microbatches)
-            message += f"; got {ops_got}, expected {expected}"
-            if ops_got == [("F", k) for k in range(microbatches)] + [("B", k) for k in range(microbatches)] \
-                    and rule < microbatches:
+            before = min(rule + 1, microbatches)      # the warm-up, then the first forward of the steady state
+            got_before = next((i for i, op in enumerate(ops_got) if op[0] == "B"), len(ops_got))
+            message = f"{call} = {ops_got}; the 1F1B rule gives {expected}"
+            if ops_got == [("F", k) for k in range(microbatches)] + [("B", k) for k in range(microbatches)]:
                 message += ": that is GPipe's order (every forward first), which holds all m activations"
-            elif warmup != rule:
-                message += (f": {warmup} warm-up forwards before the first backward; 1F1B warms up with "
-                            f"min(stages - stage - 1, microbatches) = {rule}")
+            elif got_before != before:
+                message += (f": {got_before} forwards before the first backward, where 1F1B runs {before}: a warm-up "
+                            f"of min(stages - stage - 1, microbatches) = {rule} forwards, then one forward and one "
+                            "backward in turn")
         fail(message)
 
 
@@ -262,47 +227,41 @@ def test_the_learners_ledger_agrees_with_an_independent_count(lab, plan):
                           f"the tests' count", hints=_byte_hints(axis, _degree(axis, dp, tp, pp)))
 
 
-def _expected_messages(stage, stages, prev, nxt, steps):
-    """(sends, receives) of one rank in 1F1B order: [(peer, tag)], tag k forward and M + k backward."""
-    sends, recvs = [], []
+def _expected_sends(stage, stages, prev, nxt, steps):
+    """One rank's sends in 1F1B order: [(peer, tag)], tag k for an activation, M + k for a gradient."""
+    sends = []
     for _ in range(steps):
         for kind, k in ((op.kind, op.microbatch) for op in pipeline.simulate("1f1b", stages, M) if op.stage == stage):
-            if kind == "F":
-                if stage > 0:
-                    recvs.append((prev, k))
-                if stage < stages - 1:
-                    sends.append((nxt, k))
-            else:
-                if stage < stages - 1:
-                    recvs.append((nxt, M + k))
-                if stage > 0:
-                    sends.append((prev, M + k))
-    return sends, recvs
+            if kind == "F" and stage < stages - 1:
+                sends.append((nxt, k))
+            elif kind == "B" and stage > 0:
+                sends.append((prev, M + k))
+    return sends
 
 
 @pytest.mark.points(2)
 def test_pipeline_messages_carry_the_tags_the_docstring_asks_in_1f1b_order(lab):
-    """Stage boundaries of the 2 x 2 x 2 run: every send and receive with its peer and tag, in the order of the
-    1F1B schedule: tag k for micro-batch k's activation, microbatches + k for its gradient."""
+    """Stage boundaries of the 2 x 2 x 2 run: every send with its peer and tag, in the order of the 1F1B
+    schedule: tag k for micro-batch k's activation, microbatches + k for its gradient. (A receive whose tag
+    matches no send hangs, and the runner names it; a send and a receive both untagged do not, hence this.)"""
     dp, tp, pp = 2, 2, 2
     pipelines = wholebill.megatron_groups(dp, tp, pp)["pp"]
     for rank, result in enumerate(run(lab, dp, tp, pp)):
         line = next(p for p in pipelines if rank in p)
         stage = line.index(rank)
         prev, nxt = (line[stage - 1] if stage else None), (line[stage + 1] if stage < pp - 1 else None)
-        sends, recvs = _expected_messages(stage, pp, prev, nxt, result["steps"])
-        for what, got, expected in (("sent", result["sends"], sends), ("received", result["recvs"], recvs)):
-            got = [(peer, tag) for peer, tag, _ in got]
-            if got == expected:
-                continue
-            message = (f"rank {rank} (stage {stage} of {pp}) {what} {len(got)} messages, (peer, tag) {got[:8]}...; "
-                       f"expected {len(expected)}: {expected[:8]}...")
-            if got and all(tag == 0 for _, tag in got) and any(tag for _, tag in expected):
-                message += (": every message has tag 0. Tag micro-batch k's activation k and its gradient "
-                            f"microbatches + k = {M} + k, on the send and on the receive")
-            elif sorted(got) == sorted(expected):
-                message += ": the right messages in another order: run the ops in one_f_one_b_order's order"
-            fail(message)
+        expected = _expected_sends(stage, pp, prev, nxt, result["steps"])
+        got = [(peer, tag) for peer, tag, _ in result["sends"]]
+        if got == expected:
+            continue
+        message = (f"rank {rank} (stage {stage} of {pp}) sent {len(got)} messages, (peer, tag) {got[:8]}...; "
+                   f"1F1B expects {len(expected)}: {expected[:8]}...")
+        if got and all(tag == 0 for _, tag in got) and any(tag for _, tag in expected):
+            message += (": every message has tag 0. Tag micro-batch k's activation k and its gradient "
+                        f"microbatches + k = {M} + k, on the send and on the receive")
+        elif sorted(got) == sorted(expected):
+            message += ": the right messages in another order: run the ops in one_f_one_b_order's order"
+        fail(message)
 
 
 def test_the_timeline_records_every_op_once_in_1f1b_order(lab):
