@@ -8,6 +8,7 @@ the tests read its results. A failure reads best with ``--tb=short``."""
 
 import pytest
 import torch
+import torch.distributed as dist
 
 from commtax.formulas import bill
 from commtax.ranks.launch import rank_device
@@ -15,6 +16,7 @@ from commtax.testing import BACKENDS, SharedRuns, check, close, fail, mismatch, 
 from commtax.ranks.traffic import record_traffic
 
 HIDDEN, FFN, HEADS, BATCH, SEQ = 16, 64, 8, 2, 5
+SUBGROUPS = ([0, 1], [2, 3])   # on 4 ranks, two TP groups of 2
 DTYPE = torch.float64   # exact enough to compare at 1e-12
 TOLERANCE = 1e-12
 RUNS = SharedRuns()
@@ -104,9 +106,20 @@ def check_tensor_parallel_layers(rank, world_size, lab):
         layer = lab.RowParallelLinear.from_full(_full_linear(w["fc2"], device), input_is_parallel=False)
         return dict(_run_block(layer, w, device, x="x_ffn"), fc2=_params(layer))
 
+    # On 4 ranks, also on two groups of 2 ({0, 1} and {2, 3}): the layers must use their group's size and
+    # their place in it (dist.get_rank(group)), and reduce over their group only.
+    pairs = [dist.new_group(pair) for pair in SUBGROUPS] if world_size == 4 else []   # every rank makes each group
+
+    def on_a_subgroup():
+        group = next(g for g, pair in zip(pairs, SUBGROUPS) if rank in pair)
+        layer = lab.TensorParallelMLP.from_full(full_mlp, group=group)
+        gathered = lab.ColumnParallelLinear.from_full(_full_linear(w["fc1"], device), group=group, gather_output=True)
+        return {"mlp": dict(_run_block(layer, w, device), fc1=_params(layer.fc1), fc2=_params(layer.fc2)),
+                "gathered": dict(_run_block(gathered, w, device, upstream="upstream_ffn"), fc1=_params(gathered))}
+
     # Each part on its own: an unwritten or raising part fails its own tests only.
-    out = {name: run_section(part) for name, part in
-           (("mlp", mlp), ("attention", attention), ("gathered", gathered), ("whole_input", whole_input))}
+    parts = [("mlp", mlp), ("attention", attention), ("gathered", gathered), ("whole_input", whole_input)]
+    out = {name: run_section(part) for name, part in parts + ([("subgroup", on_a_subgroup)] if pairs else [])}
     errors = {}
     for name, make in {"column": lambda: lab.ColumnParallelLinear.from_full(torch.nn.Linear(HIDDEN, FFN + 1)),
                        "row": lambda: lab.RowParallelLinear.from_full(torch.nn.Linear(FFN + 1, HIDDEN)),
@@ -341,6 +354,26 @@ def test_row_layer_given_the_whole_input_keeps_its_slice_and_gathers_the_input_g
         what = f"t = {world_size}, rank {rank}, fc2 with input_is_parallel=False:"
         _check_output_then_input_grad(results, ref, "whole_input", rank, world_size, what)
         check_params(got, ref, "whole_input", "fc2", rank, world_size, what)
+
+
+@pytest.mark.points(2)
+def test_layers_on_a_subgroup_use_its_size_its_ranks_and_reduce_over_it_only(lab):
+    """On 4 ranks, TP groups {0, 1} and {2, 3}: each pair's MLP and gathered fc1 equal the full layers, and each
+    rank holds the shard of its place in its pair (t = 2), not of its global rank."""
+    ref = reference()
+    for rank, got in enumerate(_parts(lab, 4, "subgroup")):
+        place = SUBGROUPS[rank // 2].index(rank)
+        for block, layers in (("mlp", ("fc1", "fc2")), ("gathered", ("fc1",))):
+            what = f"rank {rank} (place {place} of the group {SUBGROUPS[rank // 2]}), {block} on its group"
+            problem = compare(got[block]["output"], ref[block]["output"], f"{what}: the output", 2)
+            if problem and mismatch(got[block]["output"], ref[block]["output"], abs=float("inf")) is None:
+                problem += (". (On a group of 2 inside 4 ranks: did a collective run on the default group, or did a "
+                            "shard use the global rank? Pass group= to every collective, and take dist.get_rank(group) "
+                            "and dist.get_world_size(group).)")
+            fail_if(problem)
+            fail_if(compare(got[block]["input_grad"], ref[block]["input_grad"], f"{what}: the gradient of the input", 2))
+            for layer in layers:
+                check_params(got[block], ref[block], block, layer, place, 2, what)
 
 
 @pytest.mark.parametrize("world_size", [2, 4])

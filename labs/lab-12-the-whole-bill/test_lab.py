@@ -18,6 +18,7 @@ reports it. Failures read best with ``--tb=short``.
 """
 
 import pytest
+import torch.distributed as dist
 
 from commtax.ranks import wholebill
 from commtax.ranks.traffic import record_traffic
@@ -41,8 +42,10 @@ def record_training(rank, world_size, lab, dp, tp, pp, options):
     """
     sizes = {**SIZES, **options}
     with record_traffic() as traffic:
+        before = {name: getattr(dist, name) for name in ("all_reduce", "send", "isend")}
         result = lab.train(rank, world_size, dp, tp, pp, **sizes)
-    return {"result": result, "steps": sizes["steps"],
+        left_wrapped = sorted(name for name, function in before.items() if getattr(dist, name) is not function)
+    return {"result": result, "steps": sizes["steps"], "left_wrapped": left_wrapped,
             "allreduces": [(ranks, nbytes) for name, ranks, nbytes in traffic.collective_groups
                            if name == "all_reduce"],
             "sends": [(peer, tag, nbytes) for kind, peer, tag, nbytes in traffic.messages if kind == "send"]}
@@ -211,7 +214,8 @@ def test_counted_bytes_of_each_axis_equal_the_prediction_byte_for_byte(lab, plan
 @pytest.mark.points(2)
 @pytest.mark.parametrize("plan", PLANS, ids=lambda p: "x".join(map(str, p)))
 def test_the_learners_ledger_agrees_with_an_independent_count(lab, plan):
-    """Your Ledger, axis by axis, against the recorder: on groups of 4, 2(g-1)/g = 1.5 x the payload."""
+    """Your Ledger, axis by axis, against the course's counter (on groups of 4 an all-reduce is 1.5 x its payload);
+    after training, dist.all_reduce, dist.send and dist.isend are back to what they were."""
     dp, tp, pp = plan
     results = run(lab, dp, tp, pp)
     counted = counted_by_axis(results, dp, tp, pp)
@@ -220,6 +224,9 @@ def test_the_learners_ledger_agrees_with_an_independent_count(lab, plan):
         check(isinstance(ledger, dict) and set(ledger) == set(counted),
               f"plan {dp} x {tp} x {pp}, rank {rank}: ledger.bytes has the keys {sorted(ledger) if isinstance(ledger, dict) else ledger!r}; "
               f"expected {sorted(counted)} (\"other\" included, always present)")
+        check(not rank_result["left_wrapped"],
+              f"plan {dp} x {tp} x {pp}, rank {rank}: after training, dist.{', dist.'.join(rank_result['left_wrapped'])} "
+              "is still the Ledger's wrapper: Ledger.stop must put back what Ledger.start replaced")
     ledger = {axis: sum(r["result"]["ledger"][axis] for r in results) / len(results) for axis in counted}
     for axis in ("dp", "tp", "pp", "other"):
         expect_close(ledger[axis], counted[axis],
