@@ -55,10 +55,18 @@ def _run_block(parallel, w, device, x="x", upstream="upstream"):
     x = w[x].clone().to(device).requires_grad_()
     with record_traffic() as forward:
         y = parallel(x)
+    if not isinstance(y, torch.Tensor) or tuple(y.shape) != tuple(w[upstream].shape):
+        raise ValueError(f"the layer's forward returned {_shape_of(y)}; expected the shape {tuple(w[upstream].shape)} "
+                         "(batch, seq, features): a column layer with gather_output=True returns the whole output, "
+                         "every layer keeps the batch and sequence dimensions")
     with record_traffic() as backward:
         (y * w[upstream].to(device)).sum().backward()
     return {"output": _cpu(y), "input_grad": _cpu(x.grad),
             "forward": forward.collectives, "backward": backward.collectives}
+
+
+def _shape_of(value):
+    return f"a tensor of shape {tuple(value.shape)}" if isinstance(value, torch.Tensor) else f"{value!r:.60}"
 
 
 def _params(layer):
@@ -70,6 +78,13 @@ def _full_linear(weight_bias, device):
     linear = torch.nn.Linear(weight.shape[1], weight.shape[0], dtype=DTYPE)
     _load(linear, weight, bias)
     return linear.to(device)
+
+
+def _built(layer, call):
+    """``layer``, if ``call`` returned a module; else a TypeError that says what it returned."""
+    if not isinstance(layer, torch.nn.Module):
+        raise TypeError(f"{call} returned {type(layer).__name__} {layer!r:.60}, not an nn.Module")
+    return layer
 
 
 def _cpu(tensor):
@@ -90,20 +105,23 @@ def check_tensor_parallel_layers(rank, world_size, lab):
     full_attention.to(device)
 
     def mlp():
-        tp_mlp = lab.TensorParallelMLP.from_full(full_mlp)
+        tp_mlp = _built(lab.TensorParallelMLP.from_full(full_mlp), "TensorParallelMLP.from_full(mlp)")
         return dict(_run_block(tp_mlp, w, device), **{name: _params(getattr(tp_mlp, name)) for name in ("fc1", "fc2")})
 
     def attention():
-        tp_attention = lab.TensorParallelAttention.from_full(full_attention)
+        tp_attention = _built(lab.TensorParallelAttention.from_full(full_attention),
+                              "TensorParallelAttention.from_full(attention)")
         return dict(_run_block(tp_attention, w, device),
                     **{name: _params(getattr(tp_attention, name)) for name in ("qkv", "out")})
 
     def gathered():  # Megatron-LM's gather_output: fc1 alone, its whole output on every rank
-        layer = lab.ColumnParallelLinear.from_full(_full_linear(w["fc1"], device), gather_output=True)
+        layer = _built(lab.ColumnParallelLinear.from_full(_full_linear(w["fc1"], device), gather_output=True),
+                       "ColumnParallelLinear.from_full(fc1, gather_output=True)")
         return dict(_run_block(layer, w, device, upstream="upstream_ffn"), fc1=_params(layer))
 
     def whole_input():  # Megatron-LM's input_is_parallel=False: fc2 alone, fed the whole input
-        layer = lab.RowParallelLinear.from_full(_full_linear(w["fc2"], device), input_is_parallel=False)
+        layer = _built(lab.RowParallelLinear.from_full(_full_linear(w["fc2"], device), input_is_parallel=False),
+                       "RowParallelLinear.from_full(fc2, input_is_parallel=False)")
         return dict(_run_block(layer, w, device, x="x_ffn"), fc2=_params(layer))
 
     # On 4 ranks, also on two groups of 2 ({0, 1} and {2, 3}): the layers must use their group's size and
@@ -112,7 +130,7 @@ def check_tensor_parallel_layers(rank, world_size, lab):
 
     def on_a_subgroup():
         group = next(g for g, pair in zip(pairs, SUBGROUPS) if rank in pair)
-        layer = lab.TensorParallelMLP.from_full(full_mlp, group=group)
+        layer = _built(lab.TensorParallelMLP.from_full(full_mlp, group=group), "TensorParallelMLP.from_full(mlp, group)")
         gathered = lab.ColumnParallelLinear.from_full(_full_linear(w["fc1"], device), group=group, gather_output=True)
         return {"mlp": dict(_run_block(layer, w, device), fc1=_params(layer.fc1), fc2=_params(layer.fc2)),
                 "gathered": dict(_run_block(gathered, w, device, upstream="upstream_ffn"), fc1=_params(gathered))}
@@ -334,11 +352,7 @@ def test_gather_output_gives_every_rank_the_whole_output_and_splits_the_gradient
     ref = reference()["gathered"]
     results = _parts(lab, world_size, "gathered")
     for rank, got in enumerate(results):
-        what = f"t = {world_size}, rank {rank}, fc1 with gather_output=True:"
-        if got["output"] is not None and tuple(got["output"].shape) == tuple(ref["output"].shape[:-1]) + (
-                FFN // world_size,):
-            fail(f"{what} the output has this rank's slice's shape {tuple(got['output'].shape)}; gather_output=True "
-                 f"returns the whole {tuple(ref['output'].shape)}, all-gathered along the last dimension")
+        what = f"t = {world_size}, rank {rank}, fc1 with gather_output=True"
         _check_output_then_input_grad(results, ref, "gathered", rank, world_size, what)
         check_params(got, ref, "gathered", "fc1", rank, world_size, what)
 
@@ -351,7 +365,7 @@ def test_row_layer_given_the_whole_input_keeps_its_slice_and_gathers_the_input_g
     ref = reference()["whole_input"]
     results = _parts(lab, world_size, "whole_input")
     for rank, got in enumerate(results):
-        what = f"t = {world_size}, rank {rank}, fc2 with input_is_parallel=False:"
+        what = f"t = {world_size}, rank {rank}, fc2 with input_is_parallel=False"
         _check_output_then_input_grad(results, ref, "whole_input", rank, world_size, what)
         check_params(got, ref, "whole_input", "fc2", rank, world_size, what)
 

@@ -163,6 +163,9 @@ def _ep_parts(lab, weights, x, up, top_k, cf, device):
 
     def forward():
         layer = lab.ExpertParallelMoE.from_full(_moe(lab, weights, top_k, device))
+        if not isinstance(layer, torch.nn.Module):
+            raise TypeError(f"ExpertParallelMoE.from_full(moe) returned {type(layer).__name__} {layer!r:.60}, "
+                            "not an nn.Module")
         xi = x.clone().to(device).requires_grad_()
         with record_traffic() as traffic:
             y = layer(xi, capacity_factor=cf)
