@@ -49,5 +49,6 @@ def pytest_runtest_makereport(item, call):
         elif isinstance(call.excinfo.value, DistributedRunError):
             # The diagnosis (which rank is stuck on which line of the learner's code, and why)
             # in the first lines; the test's own line last; none of the runner's source.
-            report.longrepr = f"{type(call.excinfo.value).__name__}: {call.excinfo.value}\n\n" \
+            notes = "".join(f"\n\n{note}" for note in getattr(call.excinfo.value, "__notes__", ()))  # a lab's hint
+            report.longrepr = f"{type(call.excinfo.value).__name__}: {call.excinfo.value}{notes}\n\n" \
                               f"(raised in {_test_line(item, call.excinfo)})"

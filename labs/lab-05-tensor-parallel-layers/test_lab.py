@@ -58,11 +58,17 @@ def _run_block(parallel, w, device, x="x", upstream="upstream"):
     if not isinstance(y, torch.Tensor) or tuple(y.shape) != tuple(w[upstream].shape):
         raise ValueError(f"the layer's forward returned {_shape_of(y)}; expected the shape {tuple(w[upstream].shape)} "
                          "(batch, seq, features): a column layer with gather_output=True returns the whole output, "
-                         "every layer keeps the batch and sequence dimensions")
+                         "every layer keeps the batch and sequence dimensions" + _same_size_hint(y, w[upstream]))
     with record_traffic() as backward:
         (y * w[upstream].to(device)).sum().backward()
     return {"output": _cpu(y), "input_grad": _cpu(x.grad),
             "forward": forward.collectives, "backward": backward.collectives}
+
+
+def _same_size_hint(got, expected):
+    if isinstance(got, torch.Tensor) and got.numel() == expected.numel():
+        return " (as many elements as expected: pieces joined along another dimension than the last, the features?)"
+    return ""
 
 
 def _shape_of(value):

@@ -20,9 +20,9 @@ import torch
 import torch.nn.functional as F
 
 from commtax.formulas import bill, moe
-from commtax.ranks.launch import rank_device
+from commtax.ranks.launch import DistributedRunError, rank_device
 from commtax.ranks.traffic import record_traffic
-from commtax.testing import BACKENDS, SharedRuns, check, expect_close, fail, mismatch, run_section, section
+from commtax.testing import BACKENDS, SharedRunFailed, SharedRuns, check, expect_close, fail, mismatch, run_section, section
 
 RUNS = SharedRuns()
 DTYPE = torch.float64
@@ -279,10 +279,25 @@ def _case(world, with_skew):
     return case
 
 
+ABORT_HINT = ("hint (Lab 10): when a message and the receive buffer posted for it differ in size, gloo aborts the "
+              "rank (SIGABRT; its peer then reads 'Connection reset by peer') or leaves it waiting in all_to_all's "
+              "wait() while its peer moves on. A rank's irecv from rank j must be recv_splits[j] rows (what rank "
+              "j's send_splits sends it), at the offset sum(recv_splits[:j]): check each irecv against its peer's send")
+ABORT_SIGNS = ("SIGABRT", "Connection reset by peer", " in all_to_all: ")
+
+
 def _results(lab, world_size, backend="gloo"):
+    __tracebackhide__ = True
     case = _case(world_size, with_skew=(world_size == 2 and backend == "gloo"))
-    return RUNS.get((world_size, backend), moe_worker, world_size, (lab, case), backend=backend, timeout=120,
-                    needs=[lab.all_to_all])
+    try:
+        return RUNS.get((world_size, backend), moe_worker, world_size, (lab, case), backend=backend, timeout=120,
+                        needs=[lab.all_to_all])
+    except DistributedRunError as exc:  # a size mismatch kills gloo's ranks with no word about sizes: say it
+        first_report = not isinstance(exc, SharedRunFailed)   # the tests that share the run say so in one line
+        if first_report and any(sign in str(exc) for sign in ABORT_SIGNS) and ABORT_HINT not in getattr(
+                exc, "__notes__", ()):
+            exc.add_note(ABORT_HINT)
+        raise
 
 
 def _parts(lab, world_size, part, backend="gloo"):
