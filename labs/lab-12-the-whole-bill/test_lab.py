@@ -21,9 +21,10 @@ import pytest
 import torch.distributed as dist
 
 from commtax.ranks import wholebill
+from commtax.ranks.launch import DistributedRunError
 from commtax.ranks.traffic import record_traffic
 from commtax.simulation import pipeline
-from commtax.testing import SharedRuns, check, close, expect_close, fail, mismatch
+from commtax.testing import SharedRunFailed, SharedRuns, check, close, expect_close, fail, mismatch
 
 SIZES = dict(wholebill.SIZES)
 M = SIZES["microbatches"]
@@ -53,11 +54,25 @@ def record_training(rank, world_size, lab, dp, tp, pp, options):
 
 # -- in the pytest process ----------------------------------------------------------------
 
+WRONG_GROUP_HINT = ("hint (Lab 12): some ranks wait in all_reduce() while others wait in recv(): an all-reduce "
+                    "on a group with ranks that never join it. group=None is all dp x tp x pp ranks; each TP "
+                    "all-reduce (forward and backward) belongs on the rank's TP group, sync_gradients' on its DP group")
+
+
 def run(lab, dp, tp, pp, **options):
+    __tracebackhide__ = True
     key = (dp, tp, pp, tuple(sorted(options.items())))
-    return RUNS.get(key, record_training, dp * tp * pp, (lab, dp, tp, pp, options), timeout=90,
-                    needs=(lab.train_step, lab.tp_block, lab.sync_gradients, lab.Ledger.start, lab.Ledger.stop,
-                           lab.shard_layer, lab.one_f_one_b_order))
+    try:
+        return RUNS.get(key, record_training, dp * tp * pp, (lab, dp, tp, pp, options), timeout=90,
+                        needs=(lab.train_step, lab.tp_block, lab.sync_gradients, lab.Ledger.start, lab.Ledger.stop,
+                               lab.shard_layer, lab.one_f_one_b_order))
+    except DistributedRunError as exc:  # the runner sees different calls; the likely cause here is a group
+        text = str(exc).split("\n\n", 1)[0]
+        wrong_group = "deadlocked" in text and "in all_reduce()" in text and "in recv()" in text
+        if wrong_group and not isinstance(exc, SharedRunFailed) and WRONG_GROUP_HINT not in getattr(
+                exc, "__notes__", ()):
+            exc.add_note(WRONG_GROUP_HINT)
+        raise
 
 
 def expected_losses(dp):
