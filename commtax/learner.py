@@ -1,0 +1,95 @@
+"""The learner's own lab code, for the parts of ``commtax`` a lab grades (student release only).
+
+In the full repository nothing calls this module: the reference formulas run.
+The student release ships no implementation of a graded function (see
+``grading/answers.py``): there, each such body in ``commtax`` is replaced by a
+call into the learner's lab module, e.g.
+``return learner.lab("01").allreduce_time(nbytes, world_size, alpha, bandwidth, algorithm)``,
+so the lessons' calculators run on the learner's code. Until that function
+works it raises :class:`Unlit`, which a calculator shows as "implement Lab
+01's ``allreduce_time`` (labs/lab-01-alpha-beta/starter.py) to light this
+calculator" instead of a traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+
+from commtax import labs
+
+
+class Unlit(NotImplementedError):
+    """A calculator needs a lab function the learner has not written yet (or that does not load)."""
+
+    def __init__(self, lab: str, name: str, why: str = ""):
+        self.lab, self.name, self.why = _number(lab), name, why
+        where = _where(self.lab)
+        detail = f" ({why})" if why else ""
+        super().__init__(f"implement Lab {self.lab}'s `{name}` ({where}) to light this calculator{detail}")
+
+
+def _number(lab: str) -> str:
+    """"01" from "lab-01", "01", "1" or 1."""
+    text = str(lab).removeprefix("lab-")[:2].rstrip("-")
+    return f"{int(text):02d}"
+
+
+def _where(number: str) -> str:
+    try:
+        return f"labs/{labs.find_lab(number).name}/starter.py"
+    except ValueError:
+        return f"Lab {number}'s starter.py"
+
+
+class _LabFunctions:
+    """``lab("01").f(...)``: calls the learner's ``f``; a stub or a broken file raises :class:`Unlit`."""
+
+    def __init__(self, number: str):
+        self._number = number
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        number = self._number
+
+        def call(*args, **kwargs):
+            module = _load(number, name)
+            function = getattr(module, name, None)
+            if function is None:
+                raise Unlit(number, name, f"your starter.py has no `{name}`")
+            try:
+                return function(*args, **kwargs)
+            except Unlit:
+                raise
+            except NotImplementedError as exc:
+                raise Unlit(number, name, str(exc).split(". Hint:")[0]) from None
+        call.__name__ = name
+        return call
+
+
+_LOADED_AT: dict[str, float] = {}   # module name -> mtime of starter.py when it was loaded
+
+
+def _load(number: str, name: str):
+    """The learner's starter module, loaded again when the file changed (edit, save, move a slider)."""
+    try:
+        path, module_name = labs.lab_file(labs.find_lab(number), "starter")
+        mtime = path.stat().st_mtime
+        if _LOADED_AT.get(module_name) != mtime:
+            sys.modules.pop(module_name, None)
+            _LOADED_AT[module_name] = mtime
+        return labs.load_lab(path.parent, "starter")
+    except Exception as exc:  # a syntax error in the learner's file must not break the lesson
+        raise Unlit(number, name, f"starter.py does not load: {type(exc).__name__}: {exc}") from None
+
+
+@functools.lru_cache(maxsize=None)
+def lab(number) -> _LabFunctions:
+    """The learner's functions of lab ``number`` ("01", "lab-01" or 1)."""
+    return _LabFunctions(_number(number))
+
+
+def unlit(lab_number, name: str, why: str = ""):
+    """Raise :class:`Unlit` (an expression form, for one-line release statements)."""
+    raise Unlit(lab_number, name, why)

@@ -1,0 +1,348 @@
+"""Find graded implementations outside the labs, and take them out of the student release.
+
+A lab grades a function when its tests call it (``lab.NAME`` in ``test_lab.py``,
+its hidden tests or its helper scripts) and ``solution.py`` defines it. The
+release must not ship an implementation of any of them (issue 22). Three parts:
+
+* :func:`find` (``python -m grading.answers find``): for every lab, the graded
+  names, and every function of a shipped module (``commtax/``, ``grading/``,
+  ``course.py``, the labs' helper scripts) that implements one: the same name,
+  or the same formulas (arithmetic expressions that match the solution's once
+  variable names are erased). A finding is *covered* when the function is
+  marked (below) or listed in :data:`NOT_ANSWERS` with the reason it gives
+  nothing away; the tool exits 1 if any finding is not covered.
+* Markers in ``commtax``: the body of a graded implementation sits between::
+
+      # BEGIN GRADED lab-01 allreduce_time
+      ...the reference...
+      # END GRADED: return learner.lab("01").allreduce_time(nbytes, world_size, alpha, bandwidth, algorithm)
+
+  In the full repository the markers are comments and the reference runs. The
+  release (:func:`strip_graded`) replaces the block by the statement after
+  ``END GRADED:``, which calls the learner's own lab function through
+  :mod:`commtax.learner` (a stub raises :class:`commtax.learner.Unlit`, which
+  the calculators show as "implement Lab 01's allreduce_time to light this
+  calculator"). With ``# END GRADED`` alone the block becomes a plain
+  ``raise learner.Unlit(...)`` naming the lab function.
+* :func:`transform_release`: applies :func:`strip_graded` to every ``.py`` file
+  of a built release, and removes the scrambled exercise answers
+  (:mod:`commtax.exercises`): in the release the lessons' ``check`` lines say
+  they are for self-study in the public repository.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+BEGIN_RE = re.compile(r"^(\s*)# BEGIN GRADED (lab-\d\d) (\w+)\s*$")
+END_RE = re.compile(r"^(\s*)# END GRADED(?::\s*(.*\S))?\s*$")
+HELPER_SCRIPTS_EXCLUDED = {"solution.py", "starter.py"}
+
+# Same-name findings that are not answers, each with the reason. Keys: (lab, name, "path::qualname").
+NOT_ANSWERS: dict[tuple[str, str, str], str] = {
+    ("lab-02", "chunk_bounds", "commtax/simulation/messages.py::chunk_bounds"):
+        "the message simulator Labs 01, 04 and 06 are tested against splits buffers the same way; "
+        "an even split (the lab's README states it), not the ring",
+    ("lab-02", "ring_reduce_scatter", "commtax/simulation/messages.py::ring_reduce_scatter"):
+        "a schedule of simulated messages (rank, peer, chunk) for the simulator, not the torch.distributed "
+        "code Lab 02 grades; Labs 01, 04 and 06 are tested against it",
+    ("lab-04", "members_per_node", "commtax/formulas/bill.py::Plan.members_per_node"):
+        "looks the group up and calls network.members_per_node, which is marked",
+}
+
+
+class GradedMarkerError(ValueError):
+    """A GRADED block is unbalanced, or its statement is missing."""
+
+
+@dataclass(frozen=True)
+class Definition:
+    path: str           # relative to the repository root
+    qualname: str       # Class.method for a method
+    line: int
+    node: ast.AST
+
+    @property
+    def where(self) -> str:
+        return f"{self.path}::{self.qualname}"
+
+
+@dataclass(frozen=True)
+class Finding:
+    lab: str
+    name: str           # the graded name in the lab
+    definition: Definition
+    why: str            # "same name" or "same formulas (k shared)"
+    covered: str        # "" when not covered, else "marked" or the NOT_ANSWERS reason
+
+
+# -- what each lab grades -------------------------------------------------------------------
+
+
+def _top_level_names(tree: ast.Module) -> dict[str, ast.AST]:
+    return {node.name: node for node in tree.body
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and not node.name.startswith("_")}
+
+
+def _attribute_names(path: Path) -> set[str]:
+    try:
+        tree = ast.parse(path.read_text())
+    except SyntaxError:
+        return set()
+    return {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+
+
+def lab_test_files(root: Path, lab_dir: Path) -> list[Path]:
+    """The files that call a lab's functions: its tests, hidden tests and helper scripts."""
+    files = [p for p in lab_dir.rglob("*.py") if p.name not in HELPER_SCRIPTS_EXCLUDED]
+    hidden = root / "grading" / "hidden" / lab_dir.name
+    if hidden.is_dir():
+        files += sorted(hidden.rglob("*.py"))
+    return files
+
+
+def graded_names(root: Path, lab_dir: Path) -> dict[str, ast.AST]:
+    """{name: node in solution.py} for every public name its tests call and the learner writes.
+
+    "The learner writes" means a ``# BEGIN SOLUTION`` block inside it; the
+    helpers a lab gives (``make_mlp``) are tested through, but are no answer.
+    """
+    text = (lab_dir / "solution.py").read_text()
+    lines = text.splitlines()
+    defined = _top_level_names(ast.parse(text))
+    called = set().union(*(_attribute_names(p) for p in lab_test_files(root, lab_dir)))
+    return {name: node for name, node in sorted(defined.items())
+            if name in called and any("# BEGIN SOLUTION" in line for line in lines[node.lineno - 1:node.end_lineno])}
+
+
+# -- what the shipped modules define ---------------------------------------------------------
+
+
+def shipped_modules(root: Path) -> list[Path]:
+    """Every Python module that ships besides the labs' solution and starter files."""
+    paths = sorted((root / "commtax").rglob("*.py")) + sorted((root / "grading").glob("*.py"))
+    paths += [root / "course.py"] if (root / "course.py").exists() else []
+    for lab_dir in sorted((root / "labs").glob("lab-*")):
+        paths += sorted(p for p in lab_dir.glob("*.py") if p.name not in HELPER_SCRIPTS_EXCLUDED | {"test_lab.py"})
+    return [p for p in paths if "__pycache__" not in p.parts]
+
+
+def definitions(root: Path, path: Path) -> list[Definition]:
+    tree = ast.parse(path.read_text())
+    found = []
+
+    def visit(body, prefix):
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                qualname = f"{prefix}{node.name}"
+                found.append(Definition(str(path.relative_to(root)), qualname, node.lineno, node))
+                if isinstance(node, ast.ClassDef):
+                    visit(node.body, f"{qualname}.")
+    visit(tree.body, "")
+    return found
+
+
+# -- same formulas ---------------------------------------------------------------------------
+
+
+class _Erase(ast.NodeTransformer):
+    """Erase what names a formula (variables, attributes, calls' targets): keep its shape."""
+
+    def visit_Name(self, node):
+        return ast.Name(id="v", ctx=ast.Load())
+
+    def visit_Attribute(self, node):
+        return ast.Name(id="v", ctx=ast.Load())
+
+
+def formulas(node: ast.AST) -> set[str]:
+    """The shapes of the arithmetic expressions in ``node`` with two operators or more."""
+    shapes = set()
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.BinOp) and sum(isinstance(n, ast.BinOp) for n in ast.walk(sub)) >= 2:
+            erased = _Erase().visit(ast.parse(ast.unparse(sub), mode="eval"))
+            shapes.add(ast.dump(erased.body))
+    return shapes
+
+
+def _marked(path: Path) -> set[tuple[str, str]]:
+    """{(lab, name)} of the GRADED blocks in ``path``."""
+    return {(m.group(2), m.group(3)) for m in map(BEGIN_RE.match, path.read_text().splitlines()) if m}
+
+
+def _marked_in(root: Path, definition: Definition) -> set[tuple[str, str]]:
+    """The GRADED blocks inside one definition's lines."""
+    lines = (root / definition.path).read_text().splitlines()
+    node = definition.node
+    return {(m.group(2), m.group(3)) for m in map(BEGIN_RE.match, lines[node.lineno - 1:node.end_lineno]) if m}
+
+
+def find(root: Path, min_shared: int = 3, min_share: float = 0.5) -> list[Finding]:
+    """Every shipped function that implements something a lab grades (see the module docstring).
+
+    Same name: must be covered. Same formulas (at least ``min_shared`` shapes,
+    and ``min_share`` of the solution's): a lead to review, covered or not
+    (arithmetic like 2(P-1)/P n recurs in honest, ungraded places).
+    """
+    root = Path(root)
+    shipped = [d for p in shipped_modules(root) for d in definitions(root, p)]
+    shapes = {d.where: formulas(d.node) for d in shipped}
+    findings = []
+    for lab_dir in sorted((root / "labs").glob("lab-*")):
+        lab = lab_dir.name[:6]
+        for name, node in graded_names(root, lab_dir).items():
+            wanted = formulas(node)
+            for d in shipped:
+                shared = len(wanted & shapes[d.where])
+                if d.qualname.split(".")[-1] == name:
+                    why = "same name"
+                elif wanted and shared >= min_shared and shared >= min_share * len(wanted):
+                    why = f"same formulas ({shared} shared)"
+                else:
+                    continue
+                marks = _marked_in(root, d)
+                covered = ("marked" if any(m[1] == name or m[0] == lab for m in marks) and marks
+                           else NOT_ANSWERS.get((lab, name, d.where), ""))
+                findings.append(Finding(lab, name, d, why, covered))
+    return findings
+
+
+# -- the release transform -------------------------------------------------------------------
+
+
+def strip_graded(text: str, path: str = "<text>") -> str:
+    """``text`` with every GRADED block replaced by its release statement (see the module docstring)."""
+    lines = text.splitlines(keepends=True)
+    out, block = [], None
+    for number, line in enumerate(lines, 1):
+        begin, end = BEGIN_RE.match(line), END_RE.match(line)
+        if begin:
+            if block is not None:
+                raise GradedMarkerError(f"{path}:{number}: BEGIN GRADED inside another block")
+            block = (begin.group(1), begin.group(2), begin.group(3), number)
+        elif end:
+            if block is None:
+                raise GradedMarkerError(f"{path}:{number}: END GRADED without BEGIN GRADED")
+            indent, lab, name, _ = block
+            statement = end.group(2) or f"raise learner.Unlit({lab!r}, {name!r})"
+            out.append(f"{indent}from commtax import learner  # the reference is not in the student release\n")
+            out.append(f"{indent}{statement}\n")
+            block = None
+        elif block is None:
+            out.append(line)
+    if block is not None:
+        raise GradedMarkerError(f"{path}:{block[3]}: BEGIN GRADED {block[1]} {block[2]} never ends")
+    return "".join(out)
+
+
+def transform_release(dest: Path) -> list[Path]:
+    """Strip every GRADED block from the release at ``dest`` and its exercise answers; return what changed."""
+    changed = []
+    for path in sorted(Path(dest).rglob("*.py")):
+        text = path.read_text()
+        if "# BEGIN GRADED" in text:
+            path.write_text(strip_graded(text, str(path)))
+            changed.append(path)
+    exercises = Path(dest) / "commtax" / "exercises.py"
+    if exercises.exists():
+        from commtax.exercises import release_text
+        exercises.write_text(release_text(exercises.read_text()))
+        changed.append(exercises)
+    return changed
+
+
+# -- command line ----------------------------------------------------------------------------
+
+
+def report(findings: list[Finding]) -> str:
+    lines, lab = [], None
+    for f in findings:
+        if f.lab != lab:
+            lab = f.lab
+            lines.append(f"{lab}:")
+        state = (f"covered ({f.covered})" if f.covered else
+                 "NOT COVERED" if f.why == "same name" else "to review")
+        lines.append(f"  {f.name:32s} {f.definition.where}:{f.definition.line}  [{f.why}] {state}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m grading.answers", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    cmd = sub.add_parser("find", help="list every shipped implementation of a graded function")
+    cmd.add_argument("--root", default=str(Path(__file__).resolve().parent.parent))
+    cmd.add_argument("--graded", action="store_true", help="also list every lab's graded names")
+    args = parser.parse_args(argv)
+    root = Path(args.root)
+    if args.graded:
+        for lab_dir in sorted((root / "labs").glob("lab-*")):
+            print(f"{lab_dir.name}: {', '.join(graded_names(root, lab_dir))}")
+    findings = find(root)
+    print(report(findings))
+    missing = [f for f in findings if not f.covered and f.why == "same name"]
+    problems = check_markers(root)
+    print("\n".join(problems))
+    print(f"{len(findings)} findings, {len(missing)} same-name findings not covered, {len(problems)} marker problems")
+    return 1 if missing or problems else 0
+
+
+
+# -- checking the markers ----------------------------------------------------------------------
+
+
+def _accepts(function: ast.FunctionDef, call: ast.Call) -> str:
+    """"" when ``function``'s signature accepts ``call``'s arguments, else why not."""
+    a = function.args
+    positional = [x.arg for x in a.posonlyargs + a.args]
+    if len(call.args) > len(positional) and a.vararg is None:
+        return f"{len(call.args)} positional arguments, it takes {len(positional)}"
+    named = {k.arg for k in call.keywords if k.arg}
+    known = set(positional) | {x.arg for x in a.kwonlyargs}
+    if a.kwarg is None and named - known:
+        return f"no parameter {sorted(named - known)}"
+    given = set(positional[:len(call.args)]) | named
+    required = positional[:len(positional) - len(a.defaults)]
+    required += [x.arg for x, d in zip(a.kwonlyargs, a.kw_defaults) if d is None]
+    missing = [r for r in required if r not in given]
+    return f"missing {missing}" if missing else ""
+
+
+def check_markers(root: Path) -> list[str]:
+    """Problems with the GRADED blocks of ``root/commtax``: unbalanced, or a release call a lab cannot take."""
+    root = Path(root)
+    problems = []
+    solutions = {}
+    for path in sorted((root / "commtax").rglob("*.py")):
+        text = path.read_text()
+        if "# BEGIN GRADED" not in text:
+            continue
+        try:
+            released = strip_graded(text, str(path.relative_to(root)))
+            tree = ast.parse(released)
+        except (GradedMarkerError, SyntaxError) as exc:
+            problems.append(str(exc))
+            continue
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and isinstance(node.func.value, ast.Call) and getattr(node.func.value.func, "attr", "") == "lab"):
+                continue
+            number, name = node.func.value.args[0].value, node.func.attr
+            lab_dir = next((root / "labs").glob(f"lab-{number}-*"))
+            if number not in solutions:
+                solutions[number] = _top_level_names(ast.parse((lab_dir / "solution.py").read_text()))
+            function = solutions[number].get(name)
+            where = f"{path.relative_to(root)}:{node.lineno}"
+            if function is None:
+                problems.append(f"{where}: Lab {number} has no {name}")
+            elif isinstance(function, ast.FunctionDef) and (why := _accepts(function, node)):
+                problems.append(f"{where}: Lab {number}'s {name} cannot take this call: {why}")
+    return problems
+
+
+if __name__ == "__main__":
+    sys.exit(main())
