@@ -240,9 +240,65 @@ def strip_graded(text: str, path: str = "<text>") -> str:
     return "".join(out)
 
 
-def transform_release(dest: Path) -> list[Path]:
-    """Strip every GRADED block from the release at ``dest`` and its exercise answers; return what changed."""
+NO_SOLUTIONS_NOTE = ("Worked solutions are not in this copy: the `check` lines are for self-study in the "
+                     "course's public repository, and your teacher says how the exercises are graded.")
+# (pattern, replacement) for the README and the lessons' text; each README pattern must match (see release_readme).
+README_EDITS = [
+    (r"Worked solutions to every lesson's exercises are in \[`solutions/`\]\(solutions/\),\nwith the same file "
+     r"names as the lessons\.", NO_SOLUTIONS_NOTE),
+    (r"`starter\.py` \(your work: functions that raise `NotImplementedError` with a\nhint\), `solution\.py` "
+     r"\(the reference\) and `test_lab\.py`",
+     "`starter.py` (your work: functions that raise `NotImplementedError` with a\nhint) and `test_lab.py`"),
+    (r"\| `solution` \| the reference `solution\.py` \|\n", ""),
+    (r"python3 course\.py test labs/lab-01-alpha-beta +# the reference: passes\n", ""),
+    (r"labs/ +one folder per lab: README, starter, solution, tests", "labs/        one folder per lab: README, starter, tests"),
+    (r"solutions/ +worked solutions to the lessons' exercises\n", ""),
+    (r"tests/ +tests of the course itself[^\n]*\n", ""),
+]
+LESSON_EDITS = [
+    (r"Worked solutions(?: are in|:) `solutions/[\w.-]+`\.", NO_SOLUTIONS_NOTE),
+    (r"(# [^\n]*?)Worked solutions: solutions/[\w.-]+", r"\1This copy has no answers (self-study: the public repository)."),
+]
+
+
+def release_readme(text: str) -> str:
+    """The README without the worked solutions, the reference solutions or the course's tests (it must still say the rest)."""
+    for pattern, replacement in README_EDITS:
+        text, count = re.subn(pattern, replacement, text)
+        if not count:
+            raise ValueError(f"README.md changed: no match for {pattern!r}; update grading/answers.py README_EDITS")
+    return text
+
+
+def release_lessons(lessons: Path) -> list[Path]:
+    """Rewrite the lessons' "Worked solutions: solutions/..." lines (nbformat, so the layout stays)."""
+    import nbformat
     changed = []
+    for path in sorted(Path(lessons).glob("*.ipynb")):
+        notebook = nbformat.read(path, as_version=4)
+        touched = False
+        for cell in notebook.cells:
+            source = cell.source
+            for pattern, replacement in LESSON_EDITS:
+                source = re.sub(pattern, replacement, source)
+            if source != cell.source:
+                cell.source, touched = source, True
+        if touched:
+            nbformat.write(notebook, path)
+            changed.append(path)
+    return changed
+
+
+def transform_release(dest: Path) -> list[Path]:
+    """Make the release at ``dest`` answer-free (module docstring); return the files changed."""
+    dest = Path(dest)
+    changed = []
+    readme = dest / "README.md"
+    if readme.exists():
+        readme.write_text(release_readme(readme.read_text()))
+        changed.append(readme)
+    if (dest / "lessons").is_dir():
+        changed += release_lessons(dest / "lessons")
     for path in sorted(Path(dest).rglob("*.py")):
         text = path.read_text()
         if "# BEGIN GRADED" in text:
