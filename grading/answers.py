@@ -97,6 +97,11 @@ def _attribute_names(path: Path) -> set[str]:
     return {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
 
 
+def lab_dirs_of(root: Path) -> list[Path]:
+    """Every lab folder of the course at ``root``."""
+    return sorted(p for p in (Path(root) / "labs").glob("lab-*") if p.is_dir())
+
+
 def lab_test_files(root: Path, lab_dir: Path) -> list[Path]:
     """The files that call a lab's functions: its tests, hidden tests and helper scripts."""
     files = [p for p in lab_dir.rglob("*.py") if p.name not in HELPER_SCRIPTS_EXCLUDED]
@@ -127,7 +132,7 @@ def shipped_modules(root: Path) -> list[Path]:
     """Every Python module that ships besides the labs' solution and starter files."""
     paths = sorted((root / "commtax").rglob("*.py")) + sorted((root / "grading").glob("*.py"))
     paths += [root / "course.py"] if (root / "course.py").exists() else []
-    for lab_dir in sorted((root / "labs").glob("lab-*")):
+    for lab_dir in lab_dirs_of(root):
         paths += sorted(p for p in lab_dir.glob("*.py") if p.name not in HELPER_SCRIPTS_EXCLUDED | {"test_lab.py"})
     return [p for p in paths if "__pycache__" not in p.parts]
 
@@ -193,7 +198,7 @@ def find(root: Path, min_shared: int = 3, min_share: float = 0.5) -> list[Findin
     shipped = [d for p in shipped_modules(root) for d in definitions(root, p)]
     shapes = {d.where: formulas(d.node) for d in shipped}
     findings = []
-    for lab_dir in sorted((root / "labs").glob("lab-*")):
+    for lab_dir in lab_dirs_of(root):
         lab = lab_dir.name[:6]
         for name, node in graded_names(root, lab_dir).items():
             wanted = formulas(node)
@@ -299,7 +304,7 @@ def transform_release(dest: Path) -> list[Path]:
         changed.append(readme)
     if (dest / "lessons").is_dir():
         changed += release_lessons(dest / "lessons")
-    for path in sorted(Path(dest).rglob("*.py")):
+    for path in sorted((dest / "commtax").rglob("*.py")):  # the markers live in commtax only (check_markers)
         text = path.read_text()
         if "# BEGIN GRADED" in text:
             path.write_text(strip_graded(text, str(path)))
@@ -336,7 +341,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     root = Path(args.root)
     if args.graded:
-        for lab_dir in sorted((root / "labs").glob("lab-*")):
+        for lab_dir in lab_dirs_of(root):
             print(f"{lab_dir.name}: {', '.join(graded_names(root, lab_dir))}")
     findings = find(root)
     print(report(findings))
