@@ -94,7 +94,7 @@ def test_no_solution_file_marker_or_scrambled_answer_ships(release):
               and any(map(answers.BEGIN_RE.match, p.read_text().splitlines()))]
     assert not marked, marked
     exercises = (release / "commtax" / "exercises.py").read_text()
-    assert "ANSWERS_SHIPPED = False" in exercises and "BEGIN ANSWERS" not in exercises
+    assert "\nANSWERS_SHIPPED = False\n" in exercises and "\n# BEGIN ANSWERS" not in exercises
     assert not re.findall(r'"[A-Za-z0-9+/]{11}="', exercises), "a scrambled answer (8 bytes in base64) ships"
     assert "compute=" not in exercises.split("EXERCISES: dict")[1], "an answer computed from commtax ships"
 
