@@ -16,6 +16,8 @@ from __future__ import annotations
 import functools
 import sys
 
+import numpy as np
+
 from commtax import labs
 
 
@@ -59,13 +61,23 @@ class _LabFunctions:
             if function is None:
                 raise Unlit(number, name, f"your starter.py has no `{name}`")
             try:
-                return function(*args, **kwargs)
+                try:
+                    return function(*args, **kwargs)
+                except (TypeError, ValueError):
+                    if not _has_array(args, kwargs):
+                        raise
+                    # commtax's formulas take numpy arrays (a curve in one call); a lab's take numbers.
+                    return np.vectorize(function)(*args, **kwargs)
             except Unlit:
                 raise
             except NotImplementedError as exc:
                 raise Unlit(number, name, str(exc).split(". Hint:")[0]) from None
         call.__name__ = name
         return call
+
+
+def _has_array(args, kwargs) -> bool:
+    return any(isinstance(a, np.ndarray) and a.ndim > 0 for a in (*args, *kwargs.values()))
 
 
 _LOADED_AT: dict[str, float] = {}   # module name -> mtime of starter.py when it was loaded
