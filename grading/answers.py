@@ -217,6 +217,37 @@ def find(root: Path, min_shared: int = 3, min_share: float = 0.5) -> list[Findin
     return findings
 
 
+def reference_calls(root: Path) -> list[str]:
+    """Where a lab's tests (or hidden tests) call a marked commtax function as their reference.
+
+    In the release such a call runs the learner's own code (or another lab's), so
+    the check compares the learner with the learner: it must get its expected
+    values elsewhere (a simulator, frozen numbers) before the release can grade it.
+    """
+    root = Path(root)
+    marked = {}   # module name -> {function names with a GRADED block}
+    for path in (root / "commtax").rglob("*.py"):
+        names = {m[1] for m in _marked(path)}
+        if names:
+            module = ".".join(path.relative_to(root).with_suffix("").parts)
+            marked[module] = {d.qualname for d in definitions(root, path) if _marked_in(root, d)}
+    found = []
+    for lab_dir in lab_dirs_of(root):
+        for path in lab_test_files(root, lab_dir):
+            tree = ast.parse(path.read_text())
+            aliases = {}
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and node.module:
+                    for alias in node.names:
+                        aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+                    module = aliases.get(node.value.id)
+                    if module in marked and node.attr in marked[module]:
+                        found.append(f"{path.relative_to(root)}:{node.lineno}: {module}.{node.attr}")
+    return sorted(set(found))
+
+
 # -- the release transform -------------------------------------------------------------------
 
 
@@ -345,6 +376,10 @@ def main(argv=None) -> int:
             print(f"{lab_dir.name}: {', '.join(graded_names(root, lab_dir))}")
     findings = find(root)
     print(report(findings))
+    calls = reference_calls(root)
+    print(f"lab tests that use a marked function as their reference ({len(calls)}; in the release they "
+          "compare the learner with the learner):")
+    print("\n".join(f"  {c}" for c in calls))
     missing = [f for f in findings if not f.covered and f.why == "same name"]
     problems = check_markers(root)
     print("\n".join(problems))
