@@ -14,6 +14,7 @@ calculator" instead of a traceback.
 from __future__ import annotations
 
 import functools
+import os
 import sys
 
 import numpy as np
@@ -56,6 +57,7 @@ class _LabFunctions:
         number = self._number
 
         def call(*args, **kwargs):
+            _skip_in_a_lab_test(number, name)
             module = _load(number, name)
             function = getattr(module, name, None)
             if function is None:
@@ -103,9 +105,25 @@ def lab(number) -> _LabFunctions:
     return _LabFunctions(_number(number))
 
 
-def unlit(lab_number, name: str, why: str = ""):
+def unlit(lab_number, name: str, why: str = "not implemented yet: this copy has no reference for it"):
     """Raise :class:`Unlit` (an expression form, for one-line release statements)."""
+    _skip_in_a_lab_test(lab_number, name)
     raise Unlit(lab_number, name, why)
+
+
+def _skip_in_a_lab_test(lab_number, name: str) -> None:
+    """Inside a test (the release's pytest), a reference that is not here skips the test, honestly.
+
+    A lab test that checks the learner against a ``commtax`` reference would,
+    in the release, compare the learner with the learner (or fail for want of
+    the reference): it is skipped there, and the teacher's grader, which has
+    the reference, runs it. (The learner's own code runs in a worker process
+    that has no pytest, so this never fires for it.)
+    """
+    if "_pytest" in sys.modules and os.environ.get("PYTEST_CURRENT_TEST"):
+        import pytest
+        pytest.skip(f"this test checks against the course's reference for Lab {_number(lab_number)}'s "
+                    f"`{name}`, which is not in the student release; your teacher's grader runs it")
 
 
 @functools.lru_cache(maxsize=None)
