@@ -69,7 +69,7 @@ class _LabFunctions:
                     if not _has_array(args, kwargs):
                         raise
                     # commtax's formulas take numpy arrays (a curve in one call); a lab's take numbers.
-                    return np.vectorize(function)(*args, **kwargs)
+                    return _elementwise(function, args, kwargs)
             except Unlit:
                 raise
             except NotImplementedError as exc:
@@ -80,6 +80,20 @@ class _LabFunctions:
 
 def _has_array(args, kwargs) -> bool:
     return any(isinstance(a, np.ndarray) and a.ndim > 0 for a in (*args, *kwargs.values()))
+
+
+def _elementwise(function, args, kwargs):
+    """``function`` at every element of the (broadcast) array arguments, given as Python numbers."""
+    keys = list(kwargs)
+    arrays = [i for i, a in enumerate((*args, *kwargs.values())) if isinstance(a, np.ndarray) and a.ndim > 0]
+    values = list((*args, *kwargs.values()))
+    broadcast = np.broadcast_arrays(*(values[i] for i in arrays))
+    results = []
+    for index in np.ndindex(broadcast[0].shape):
+        for i, array in zip(arrays, broadcast):
+            values[i] = array[index].item()   # a Python float or int, as a learner's checks expect
+        results.append(function(*values[:len(args)], **dict(zip(keys, values[len(args):]))))
+    return np.array(results).reshape(broadcast[0].shape)
 
 
 _LOADED_AT: dict[str, float] = {}   # module name -> mtime of starter.py when it was loaded
