@@ -29,9 +29,11 @@ release must not ship an implementation of any of them (issue 22). Three parts:
   against the reference, which the teacher's grader has (see
   :func:`reference_calls` and :mod:`commtax.learner`).
 * :func:`transform_release`: applies :func:`strip_graded` to every ``.py`` file
-  of a built release, and removes the scrambled exercise answers
-  (:mod:`commtax.exercises`): in the release the lessons' ``check`` lines say
-  they are for self-study in the public repository.
+  of the release's ``commtax``, removes the exercise answers
+  (:mod:`commtax.exercises`: in the release the lessons' ``check`` lines say
+  they are for self-study in the public repository), ships the graded form of
+  the exercises (``exercises/answers.toml``, :mod:`grading.exercise_answers`),
+  and takes the pointers to worked solutions out of the README and lessons.
 """
 
 from __future__ import annotations
@@ -281,7 +283,8 @@ def strip_graded(text: str, path: str = "<text>") -> str:
 
 
 NO_SOLUTIONS_NOTE = ("Worked solutions are not in this copy: the `check` lines are for self-study in the "
-                     "course's public repository, and your teacher says how the exercises are graded.")
+                     "course's public repository. If your teacher grades the exercises, write your numbers in "
+                     "`exercises/answers.toml`.")
 # (pattern, replacement) for the README and the lessons' text; each README pattern must match (see release_readme).
 README_EDITS = [
     (r"Worked solutions to every lesson's exercises are in \[`solutions/`\]\(solutions/\),\nwith the same file "
@@ -344,6 +347,10 @@ def transform_release(dest: Path) -> list[Path]:
         if "# BEGIN GRADED" in text:
             path.write_text(strip_graded(text, str(path)))
             changed.append(path)
+    from grading import exercise_answers
+    (dest / exercise_answers.ANSWERS_FILE).parent.mkdir(exist_ok=True)
+    (dest / exercise_answers.ANSWERS_FILE).write_text(exercise_answers.template())
+    changed.append(dest / exercise_answers.ANSWERS_FILE)
     exercises = Path(dest) / "commtax" / "exercises.py"
     if exercises.exists():
         from commtax.exercises import release_text

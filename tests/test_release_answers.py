@@ -171,3 +171,27 @@ def test_strip_graded_replaces_the_block_and_rejects_unbalanced_markers():
     assert "learner.unlit('lab-01', 'p2p_time')" in plain
     with pytest.raises(answers.GradedMarkerError):
         answers.strip_graded(text.replace("    # END GRADED", "    # END GRADE"))
+
+
+def test_release_ships_the_exercise_answer_file_and_the_teachers_copy_scores_it(release, tmp_path):
+    """exercises/answers.toml lists every exercise; scoring: right within tolerance, a slip named, no answer 0."""
+    from commtax import exercises
+    from grading import exercise_answers
+    shipped = (release / "exercises" / "answers.toml").read_text()
+    assert all(f'# "{key}" = ...' in shipped for key in exercises.EXERCISES)
+    submission = tmp_path / "alice"
+    (submission / "exercises").mkdir(parents=True)
+    right, slipped = exercises._answer("01.1"), exercises._answer("02.2") * 8
+    (submission / "exercises" / "answers.toml").write_text(
+        shipped.replace('# "01.1" = ...', f'"01.1" = {right * 1.01!r}').replace('# "02.2" = ...', f'"02.2" = {slipped!r}')
+        .replace('# "03.1" = ...', '"03.1" = "lots"'))
+    scores = {s.exercise: s for s in exercise_answers.score(submission)}
+    assert len(scores) == len(exercises.EXERCISES)
+    assert (scores["01.1"].score, scores["01.1"].output) == (1, "right")
+    assert scores["02.2"].score == 0 and scores["02.2"].output.startswith("off by a factor of ~8")
+    assert scores["03.1"].score == 0 and scores["03.1"].output.startswith("not a finite number")
+    assert sum(s.score for s in scores.values()) == 1 and scores["04.1"].output == "no answer"
+    assert all(repr(right)[:6] not in s.output for s in scores.values())   # the verdict never shows the answer
+    (submission / "exercises" / "answers.toml").write_text('"01.1" = ')
+    broken = exercise_answers.score(submission)
+    assert sum(s.score for s in broken) == 0 and "not valid TOML" in broken[0].output
