@@ -41,9 +41,25 @@ def or_unlit(compute, fallback: str = "(needs your lab code)"):
         return fallback
 
 
+_UNLIT_SEEN: list[str] = []   # the lines shown by cells so far in this kernel
+
+
 def _cell_handler(shell, etype, value, tb, tb_offset=None):
-    """IPython's handler for :class:`Unlit` outside a calculator: the one line, not a traceback."""
-    show_unlit(value)
+    """IPython's handler for :class:`Unlit` outside a calculator: the one line, not a traceback.
+
+    A NameError after an unlit cell is almost always that cell's missing result:
+    it says so (naming the lab function) rather than blame the learner. Any
+    other NameError gets IPython's usual traceback.
+    """
+    if issubclass(etype, Unlit):
+        _UNLIT_SEEN.append(message(value))
+        show_unlit(value)
+    elif _UNLIT_SEEN:
+        display(HTML(f'<p class="{CSS_CLASS}" style="color:#8a6d00"><b>Unlit:</b> {html.escape(str(value))}: '
+                     f"this cell needs the result of a cell above that is not lit yet "
+                     f"({html.escape(_UNLIT_SEEN[-1])})</p>"))
+    else:
+        shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
     return []
 
 
@@ -61,5 +77,5 @@ def install_cell_handler() -> bool:
     shell = get_ipython()
     if shell is None:
         return False
-    shell.set_custom_exc((Unlit,), _cell_handler)
+    shell.set_custom_exc((Unlit, NameError), _cell_handler)
     return True
