@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import json
 import re
 import sys
 from dataclasses import dataclass
@@ -314,20 +315,24 @@ def release_readme(text: str) -> str:
 
 
 def release_lessons(lessons: Path) -> list[Path]:
-    """Rewrite the lessons' "Worked solutions: solutions/..." lines (nbformat, so the layout stays)."""
-    import nbformat
+    """Rewrite the lessons' "Worked solutions: solutions/..." lines.
+
+    Plain JSON in nbformat's own layout (sorted keys, indent 1, sources as
+    lists of lines): importing nbformat alone takes seconds, and the build must
+    stay fast.
+    """
     changed = []
     for path in sorted(Path(lessons).glob("*.ipynb")):
-        notebook = nbformat.read(path, as_version=4)
+        notebook = json.loads(path.read_text())
         touched = False
-        for cell in notebook.cells:
-            source = cell.source
+        for cell in notebook["cells"]:
+            source = old = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
             for pattern, replacement in LESSON_EDITS:
                 source = re.sub(pattern, replacement, source)
-            if source != cell.source:
-                cell.source, touched = source, True
+            if source != old:
+                cell["source"], touched = source.splitlines(keepends=True), True
         if touched:
-            nbformat.write(notebook, path)
+            path.write_text(json.dumps(notebook, sort_keys=True, indent=1, ensure_ascii=False) + "\n")
             changed.append(path)
     return changed
 
