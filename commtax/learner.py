@@ -125,6 +125,23 @@ def unlit(lab_number, name: str, why: str = "not implemented yet: this copy has 
     raise Unlit(lab_number, name, why)
 
 
+class Unavailable(Unlit):
+    """A calculator needs a reference the release does not ship, and the lab's function cannot stand in for it."""
+
+    def __init__(self, lab: str, name: str):
+        NotImplementedError.__init__(
+            self, f"this calculator runs on the course's reference for Lab {_number(lab)}'s `{name}` (its "
+                  f"signature differs from the lab's), which the student release does not ship: run it in the "
+                  f"course's public repository")
+        self.lab, self.name, self.why = _number(lab), name, "reference only"
+
+
+def unavailable(lab_number, name: str):
+    """Raise :class:`Unavailable` (the release statement of a GRADED block that no lab call can replace)."""
+    _skip_in_a_lab_test(lab_number, name)
+    raise Unavailable(lab_number, name)
+
+
 def _skip_in_a_lab_test(lab_number, name: str) -> None:
     """Inside a test (the release's pytest), a reference that is not here skips the test, honestly.
 

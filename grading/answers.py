@@ -23,8 +23,10 @@ release must not ship an implementation of any of them (issue 22). Three parts:
   :mod:`commtax.learner` (a stub raises :class:`commtax.learner.Unlit`, which
   the calculators show as "implement Lab 01's allreduce_time to light this
   calculator"). With ``# END GRADED`` alone the block becomes
-  ``learner.unlit(lab, name)``, which raises Unlit naming the lab function (its
-  signature differs from commtax's, so no call can be made). In the release's
+  ``learner.unavailable(lab, name)``: the lab's function has another
+  signature or other types (Lab 11's pieces take a run, commtax's a
+  normalized config and a GPU record), so no call can stand in, and the
+  calculator says it runs on the reference only, in the public repository. In the release's
   own pytest, a lab test that reaches either form is skipped: it checks
   against the reference, which the teacher's grader has (see
   :func:`reference_calls` and :mod:`commtax.learner`).
@@ -272,7 +274,7 @@ def strip_graded(text: str, path: str = "<text>") -> str:
             if block is None:
                 raise GradedMarkerError(f"{path}:{number}: END GRADED without BEGIN GRADED")
             indent, lab, name, _ = block
-            statement = end.group(2) or f"learner.unlit({lab!r}, {name!r})"
+            statement = end.group(2) or f"learner.unavailable({lab!r}, {name!r})"
             out.append(f"{indent}from commtax import learner  # the reference is not in the student release\n")
             out.append(f"{indent}{statement}\n")
             block = None

@@ -44,7 +44,8 @@ def _is_stub(node: ast.AST) -> bool:
     text = ast.unparse(body[0])
     if isinstance(body[0], ast.Raise):
         return "NotImplementedError" in text
-    return isinstance(body[0], (ast.Return, ast.Expr)) and ("learner.lab(" in text or "learner.unlit(" in text)
+    return isinstance(body[0], (ast.Return, ast.Expr)) and ("learner.lab(" in text or "learner.unlit(" in text
+                                                                          or "learner.unavailable(" in text)
 
 
 def _is_starter_stub(node: ast.FunctionDef) -> bool:
@@ -168,7 +169,7 @@ def test_strip_graded_replaces_the_block_and_rejects_unbalanced_markers():
     stripped = answers.strip_graded(text)
     assert "n + 1" not in stripped and 'return learner.lab("01").p2p_time(n, 0, 1)' in stripped
     plain = answers.strip_graded(text.replace(': return learner.lab("01").p2p_time(n, 0, 1)', ""))
-    assert "learner.unlit('lab-01', 'p2p_time')" in plain
+    assert "learner.unavailable('lab-01', 'p2p_time')" in plain
     with pytest.raises(answers.GradedMarkerError):
         answers.strip_graded(text.replace("    # END GRADED", "    # END GRADE"))
 
