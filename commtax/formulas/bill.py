@@ -458,4 +458,4 @@ def step_report(plan: Plan) -> StepReport:
     worst = max(exposed, key=exposed.get, default=None)
     report.binding = worst if worst is not None and exposed[worst] > 0 else None
     return report
-    # END GRADED: return learner.lab("04").step_report(plan)
+    # END GRADED
