@@ -201,7 +201,7 @@ def activation_bytes_per_layer(seq_len, micro_batch, hidden, heads, tp=1, recomp
     if recompute:
         return 2 * seq_len * micro_batch * hidden / tp
     return seq_len * micro_batch * hidden * (34 + 5 * heads * seq_len / hidden) / tp
-    # END GRADED: return learner.lab("08").activation_bytes_per_layer(seq_len, micro_batch, hidden, heads, tp, recompute)
+    # END GRADED
 
 
 def pipeline_report(cfg: PipelineConfig) -> dict:
