@@ -1,13 +1,91 @@
-"""Matplotlib figures shared by the lessons. Each function draws on an Axes it is given
-(or a new one) and returns it, so notebooks and calculators compose them."""
+"""Matplotlib figures shared by the lessons, drawn without pyplot.
+
+Every figure is a :class:`matplotlib.figure.Figure` made here (:func:`figure`,
+:func:`subplots`) and shown with :func:`show`, which renders it to PNG bytes
+(:func:`png`) and displays them as an image. Nothing touches pyplot's global
+state (its list of open figures, its "current" figure): in JupyterLab a
+calculator's callback can run on one kernel thread while a widget message is
+handled on another, and matplotlib's inline backend then flushes and closes
+whatever pyplot figures are open, half drawn, on that other thread. A figure
+that pyplot never knew about cannot be flushed, closed or drawn twice.
+
+Sizes: figures are drawn at :data:`DPI` (100 pixels per inch) and at most
+:data:`COLUMN_PX` pixels wide, so JupyterLab shows them at 100% (8-pt text is
+11 px) in the notebook column at 1280 x 800 with the file browser open.
+Each plotting function draws on an Axes it is given (or on a new figure) and
+returns the Axes, so notebooks and calculators compose them.
+"""
 
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
-import numpy as np
-from matplotlib.ticker import FuncFormatter
+import contextvars
+import io
 
-from commtax.units import format_bytes
+import numpy as np
+from matplotlib import colormaps
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+from commtax.units import format_bytes, format_seconds
+
+DPI = 100
+#: The widest figure, in pixels: JupyterLab's output column is 848 px at 1280 x 800 with the file browser open.
+COLUMN_PX = 840
+
+# Where show() puts figures while a calculator renders (a list), or None: display them at once.
+_collecting: contextvars.ContextVar[list | None] = contextvars.ContextVar("commtax_figures", default=None)
+
+
+def figure(width: float = 7.5, height: float = 4.2, *, layout: str | None = "constrained") -> Figure:
+    """A new figure of ``width`` x ``height`` inches at 100 dpi, unknown to pyplot.
+
+    Constrained layout (the default) keeps labels, titles and legends inside the
+    figure; pass ``layout=None`` to place axes by hand.
+    """
+    if not 0 < width * DPI <= COLUMN_PX:
+        raise ValueError(f"width must be at most {COLUMN_PX / DPI:g} inches (the notebook column); got {width!r}")
+    if not 0 < height <= 12:
+        raise ValueError(f"height must be in (0, 12] inches; got {height!r}")
+    return Figure(figsize=(width, height), dpi=DPI, layout=layout)
+
+
+def subplots(nrows: int = 1, ncols: int = 1, *, figsize=(7.5, 4.2), layout: str | None = "constrained", **kwargs):
+    """``(fig, axes)`` like ``plt.subplots``, on a figure from :func:`figure`."""
+    fig = figure(*figsize, layout=layout)
+    return fig, fig.subplots(nrows, ncols, **kwargs)
+
+
+def new_axes(figsize=(7.5, 4.2)):
+    """One Axes on a new figure (:func:`figure`)."""
+    return figure(*figsize).add_subplot()
+
+
+def png(fig: Figure) -> bytes:
+    """The figure rendered to PNG bytes at its own size (width x height inches x 100 dpi), nothing cropped.
+
+    Deterministic: the same figure gives the same bytes (no time stamp, no software tag).
+    """
+    FigureCanvasAgg(fig)   # a canvas of its own: the figure never passes through a pyplot backend
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=DPI, facecolor="white", metadata={"Software": None})
+    return buffer.getvalue()
+
+
+def show(fig: Figure) -> None:
+    """Display ``fig`` as a PNG image, at 100% of its size.
+
+    Inside a calculator's render (see :func:`commtax.ui.widgets.calculator`) the
+    figure goes to the calculator's figure area; elsewhere it is displayed at once.
+    """
+    collected = _collecting.get()
+    if collected is not None:
+        collected.append(fig)
+        return
+    from IPython.display import Image, display
+    display(Image(data=png(fig), format="png"))
+
 
 ALGORITHM_STYLE = {
     "naive": dict(color="#999999", linestyle=":"),
@@ -17,11 +95,6 @@ ALGORITHM_STYLE = {
     "hierarchical": dict(color="#9467bd", linestyle="-"),
     "flat ring": dict(color="#d62728", linestyle="--"),
 }
-
-
-def new_axes(figsize=(7.5, 4.2)):
-    fig, ax = plt.subplots(figsize=figsize)
-    return ax
 
 
 def bytes_axis(ax, axis: str = "x") -> None:
@@ -41,7 +114,6 @@ def bytes_formatter(ax, axis: str = "y") -> None:
 
 def seconds_formatter(ax, axis: str = "y") -> None:
     """Tick labels of a time axis in s, ms, us (not 1e-05)."""
-    from commtax.units import format_seconds
     target = ax.yaxis if axis == "y" else ax.xaxis
     target.set_major_formatter(FuncFormatter(lambda value, _: format_seconds(value, 3) if value > 0 else "0"))
 
@@ -101,19 +173,19 @@ def ring_step(world_size: int, step: int, ax=None):
     state = [b["data"] for b in simulate.initial_buffers(p, p)] if step == 0 else \
         [b["data"] for b in run.snapshots[step - 1][1]]
     messages = run.snapshots[step - 1][0] if step else []
-    ax = ax or new_axes(figsize=(0.95 * p + 1.6, 0.62 * p + 1.3))   # <= 9.2 in wide: not scaled down
+    ax = ax or new_axes(figsize=(0.85 * p + 1.5, 0.62 * p + 1.3))   # <= 8.3 in wide at P = 8: the column
     full = (1 << p) - 1
     for r in range(p):
         for c in range(p):
             bits = int(state[r][c])
             count = bin(bits).count("1")
-            shade = plt.cm.Blues(0.15 + 0.7 * count / p) if bits != full else "#2ca02c"
-            ax.add_patch(plt.Rectangle((c, p - 1 - r), 0.94, 0.9, color=shade))
+            shade = colormaps["Blues"](0.15 + 0.7 * count / p) if bits != full else "#2ca02c"
+            ax.add_patch(Rectangle((c, p - 1 - r), 0.94, 0.9, color=shade))
             ax.text(c + 0.47, p - 1 - r + 0.45, _contributors(bits, p), ha="center", va="center",
                     fontsize=10, linespacing=1.0, color="white" if count > p / 2 or bits == full else "black")
     for m in messages:
         c = m.start
-        ax.add_patch(plt.Rectangle((c, p - 1 - m.src), 0.94, 0.9, fill=False, edgecolor="#d62728", linewidth=2))
+        ax.add_patch(Rectangle((c, p - 1 - m.src), 0.94, 0.9, fill=False, edgecolor="#d62728", linewidth=2))
         ax.annotate("", xy=(c + 0.47, p - 1 - m.dst + 0.9), xytext=(c + 0.47, p - 1 - m.src),
                     arrowprops=dict(arrowstyle="->", color="#d62728", lw=1.2,
                                     connectionstyle="arc3,rad=0.3" if m.dst < m.src else "arc3,rad=0"))
@@ -142,7 +214,7 @@ def halving_doubling_diagram(world_size: int = 8, ax=None):
 
     p = world_size
     rounds = simulate.halving_doubling_allreduce(p, p * 8)
-    ax = ax or new_axes(figsize=(9, 0.45 * p + 1.5))
+    ax = ax or new_axes(figsize=(8.4, 0.45 * p + 1.5))
     n = p * 8
     for k, messages in enumerate(rounds):
         for m in messages:
@@ -172,18 +244,18 @@ def gantt(ops, title: str = "", ax=None, labels: bool = True):
     backwards green (darker for later model chunks), idle time grey.
 
     Micro-batch numbers are written in the bars only where they fit at 8 pt
-    (the figure is at most 10 in wide, so the notebook does not shrink it);
+    (the figure is at most the column's 8.4 in wide, shown at 100%);
     where they do not, the chart says so instead of printing an unreadable smear."""
     stages = sorted({op.stage for op in ops})
     chunks = max(op.chunk for op in ops) + 1
     end = max(op.end for op in ops)
-    ax = ax or new_axes(figsize=(min(10, 3 + end * 0.3), 0.42 * len(stages) + 1.5))
+    ax = ax or new_axes(figsize=(min(8.4, 3 + end * 0.3), 0.42 * len(stages) + 1.5))
     fig = ax.figure
     axes_inches = fig.get_size_inches()[0] * ax.get_position().width
     points_per_unit = 72 * axes_inches / end
     for op in ops:
         shade = 0.45 + 0.4 * (op.chunk / max(1, chunks - 1)) if chunks > 1 else 0.6
-        color = plt.cm.Blues(shade) if op.kind == "F" else plt.cm.Greens(shade)
+        color = colormaps["Blues"](shade) if op.kind == "F" else colormaps["Greens"](shade)
         row = len(stages) - 1 - op.stage
         wide = (op.end - op.start) * points_per_unit >= 4   # a white outline only where it leaves colour inside
         ax.broken_barh([(op.start, op.end - op.start)], (row + 0.1, 0.8), facecolors=color,
@@ -202,8 +274,8 @@ def gantt(ops, title: str = "", ax=None, labels: bool = True):
         xlabel += "; micro-batch numbers hidden (bars too narrow to print them: fewer micro-batches shows them)"
     ax.set_xlabel(xlabel, fontsize=9)
     ax.set_facecolor("#e6e6e6")
-    handles = [plt.Rectangle((0, 0), 1, 1, color=plt.cm.Blues(0.6)), plt.Rectangle((0, 0), 1, 1, color=plt.cm.Greens(0.6)),
-               plt.Rectangle((0, 0), 1, 1, color="#e6e6e6")]
+    handles = [Rectangle((0, 0), 1, 1, color=colormaps["Blues"](0.6)), Rectangle((0, 0), 1, 1, color=colormaps["Greens"](0.6)),
+               Rectangle((0, 0), 1, 1, color="#e6e6e6")]
     later = " (darker: later chunk)" if chunks > 1 else ""
     ax.legend(handles, ["forward" + later, "backward" + later, "idle (bubble)"], fontsize=8, loc="upper left",
               bbox_to_anchor=(1.005, 1.0), frameon=False)

@@ -12,13 +12,17 @@ from __future__ import annotations
 
 import html
 import math
+import threading
+import traceback
 
 import ipywidgets as w
 import traitlets
-from IPython.display import HTML, display
+from IPython.display import HTML, Image, display
+from IPython.utils.capture import capture_output
 
 from commtax.formulas.links import Link, available_links
 from commtax.formulas.models import PRESETS as MODEL_PRESETS, Model, transformer_params
+from commtax.ui import plots
 from commtax.units import format_bytes, format_rate, format_seconds
 
 _LAYOUT = w.Layout(width="460px")
@@ -126,7 +130,7 @@ class LinkPicker(w.VBox):
     """Pick a link: a preset, a measured calibration from Lab 03, or custom alpha and bandwidth.
 
     ``value`` is a :class:`commtax.formulas.links.Link`. Custom alpha is bounded to
-    [0.01 us, 10 ms] and bandwidth to [0.01 GB/s, 10 TB/s], so no setting
+    [0.01 µs, 10 ms] and bandwidth to [0.01 GB/s, 10 TB/s], so no setting
     gives a zero or negative denominator.
     """
 
@@ -138,7 +142,7 @@ class LinkPicker(w.VBox):
         self._dropdown = choice(description, names, value or names[0])
         start = self._links[self._dropdown.value] if self._dropdown.value != CUSTOM else list(self._links.values())[0]
         self._alpha_us = w.BoundedFloatText(value=start.alpha * 1e6, min=0.01, max=1e4, step=0.5,
-                                            description="alpha (us)", layout=_LAYOUT, style=_STYLE)
+                                            description="alpha (µs)", layout=_LAYOUT, style=_STYLE)
         self._bw_gbs = w.BoundedFloatText(value=start.bandwidth / 1e9, min=0.01, max=1e4, step=1.0,
                                           description="bandwidth (GB/s, 1 dir)", layout=_LAYOUT,
                                           style=_STYLE)
@@ -243,50 +247,127 @@ def describe_model(model: Model) -> str:
     return line + f" ({model.source})"
 
 
+# One render at a time in the kernel. JupyterLab's widget messages reach the kernel on the main thread
+# and on a subshell thread, so two controls moved in quick succession can call two renders at once;
+# matplotlib and an Output widget must not be driven from two threads together. Reentrant: a render
+# that moves a control (a preset setting sliders) refreshes on the same thread.
+_RENDER_LOCK = threading.RLock()
+
+
+class Calculator(w.VBox):
+    """A calculator: ``controls`` ({argument name: widget}) wired to ``render(**values)``.
+
+    ``render`` displays its result (headlines, tables) and draws its figures with
+    :func:`commtax.ui.plots.show`; it reruns whenever a control changes, reading
+    every control's value at that moment, so the last change always wins however
+    quickly changes arrive. A ``ValueError`` it raises is shown as a message, and
+    then no figure is shown (never a stale one). Text goes to ``text`` (class
+    ``commtax-output``), figures, rendered to PNG, to ``figure_area`` (class
+    ``commtax-figure``) below it. Each control gets the class
+    ``commtax-control-<name>``, the calculator ``commtax-id-<its model id>``.
+    """
+
+    def __init__(self, render, controls: dict, *, css_class: str = "commtax-calculator", groups: dict | None = None,
+                 side_by_side: bool = False):
+        self.render, self.controls = render, dict(controls)
+        if groups:
+            named = [name for names in groups.values() for name in names]
+            if sorted(named) != sorted(self.controls):
+                raise ValueError(f"groups must name every control once; got {named}, controls {list(self.controls)}")
+        self.text = w.Output()
+        self.text.add_class("commtax-output")
+        self.figure_area = w.Output()
+        self.figure_area.add_class("commtax-figure")
+        self._latest, self._count_lock = 0, threading.Lock()
+        if groups:
+            panel = w.Tab(children=[w.VBox([self.controls[name] for name in names]) for names in groups.values()],
+                          titles=list(groups))
+        else:
+            panel = w.VBox(list(self.controls.values()))
+        if side_by_side:
+            # The result beside the controls (below them in a narrow window), the figure under both at full width.
+            panel.layout = w.Layout(flex="0 0 auto", margin="0 16px 0 0")
+            self.text.layout = w.Layout(flex="1 1 360px", min_width="360px")
+            top = w.HBox([panel, self.text], layout=w.Layout(flex_flow="row wrap", align_items="flex-start"))
+            super().__init__([top, self.figure_area])
+        else:
+            super().__init__([panel, self.text, self.figure_area])
+        for name in css_class.split():   # one or more classes, space-separated
+            self.add_class(name)
+        self.add_class(f"commtax-id-{self.model_id}")
+        for name, control in self.controls.items():
+            control.add_class("commtax-control-" + name.replace("_", "-"))
+            control.observe(self.refresh, "value")
+        self.refresh()
+
+    def values(self) -> dict:
+        return {name: control.value for name, control in self.controls.items()}
+
+    def refresh(self, *_):
+        """Render the controls' current values (called on every change)."""
+        with self._count_lock:
+            self._latest += 1
+            mine = self._latest
+        with _RENDER_LOCK:
+            if mine != self._latest:
+                return   # a later change is waiting for the lock: it draws the newest values, once
+            self._draw()
+
+    def _draw(self):
+        figures = []
+        self.text.clear_output(wait=True)
+        token = plots._collecting.set(figures)
+        try:
+            with self.text:
+                try:
+                    self.render(**self.values())
+                except ValueError as exc:
+                    figures.clear()
+                    display(HTML(f'<p class="commtax-error" style="color:#b00020"><b>Invalid input:</b> '
+                                 f"{html.escape(str(exc))}</p>"))
+                except Exception:   # a bug, not an input: show it where the learner looks, keep the widget alive
+                    figures.clear()
+                    display(HTML(f'<pre class="commtax-error" style="color:#b00020">'
+                                 f"{html.escape(traceback.format_exc())}</pre>"))
+        finally:
+            plots._collecting.reset(token)
+        images = [plots.png(fig) for fig in figures]
+        self.figure_area.clear_output(wait=bool(images))
+        with self.figure_area:
+            for data in images:
+                display(Image(data=data, format="png"))
+
+    def figures(self) -> list[bytes]:
+        """The PNG bytes of the figures the controls' current values draw, rendered now and displayed nowhere.
+
+        What the browser test compares the displayed figures with; [] where the values are invalid.
+        """
+        figures = []
+        with _RENDER_LOCK:
+            token = plots._collecting.set(figures)
+            try:
+                with capture_output():   # the text results are not wanted here
+                    self.render(**self.values())
+            except ValueError:
+                return []
+            finally:
+                plots._collecting.reset(token)
+            return [plots.png(fig) for fig in figures]
+
+
 def calculator(render, controls: dict, *, css_class: str = "commtax-calculator", groups: dict | None = None,
-               side_by_side: bool = False) -> w.Box:
+               side_by_side: bool = False) -> Calculator:
     """Wire ``controls`` ({argument name: widget}) to ``render(**values)`` and return the widget.
 
-    ``render`` prints, displays HTML or draws a figure; it reruns whenever a
-    control changes. A ValueError it raises is shown as a message.
+    ``render`` displays its result and draws figures with :func:`commtax.ui.plots.show`;
+    it reruns whenever a control changes. A ValueError it raises is shown as a message.
 
     ``groups`` ({tab title: [argument names]}) puts the controls on tabs;
-    ``side_by_side`` puts the result to the right of the controls (it wraps
-    below them in a narrow window), so what changes stays next to what is changed.
+    ``side_by_side`` puts the text result to the right of the controls (it wraps
+    below them in a narrow window), so what changes stays next to what is changed;
+    figures always come below, at the column's full width. See :class:`Calculator`.
     """
-    out = w.Output()
-    out.add_class("commtax-output")
-
-    def refresh(*_):
-        values = {name: control.value for name, control in controls.items()}
-        out.clear_output(wait=True)
-        with out:
-            try:
-                render(**values)
-            except ValueError as exc:
-                display(HTML(f'<p class="commtax-error" style="color:#b00020"><b>Invalid input:</b> '
-                             f"{html.escape(str(exc))}</p>"))
-
-    for control in controls.values():
-        control.observe(refresh, "value")
-    refresh()
-    if groups:
-        named = [name for names in groups.values() for name in names]
-        if sorted(named) != sorted(controls):
-            raise ValueError(f"groups must name every control once; got {named}, controls {list(controls)}")
-        panel = w.Tab(children=[w.VBox([controls[name] for name in names]) for names in groups.values()],
-                      titles=list(groups))
-    else:
-        panel = w.VBox(list(controls.values()))
-    if side_by_side:
-        panel.layout = w.Layout(flex="0 0 auto", margin="0 16px 0 0")
-        out.layout = w.Layout(flex="1 1 520px", min_width="480px")
-        box = w.HBox([panel, out], layout=w.Layout(flex_flow="row wrap", align_items="flex-start"))
-    else:
-        box = w.VBox([panel, out])
-    for name in css_class.split():   # one or more classes, space-separated
-        box.add_class(name)
-    return box
+    return Calculator(render, controls, css_class=css_class, groups=groups, side_by_side=side_by_side)
 
 
 def readable(value) -> str:
