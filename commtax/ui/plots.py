@@ -98,12 +98,21 @@ ALGORITHM_STYLE = {
 
 
 def bytes_axis(ax, axis: str = "x") -> None:
-    """Label a log-scaled byte axis with readable sizes (1 kB, 1 MB, ...)."""
-    ticks = [10.0 ** k for k in range(0, 13, 2)]
-    setter = ax.set_xticks if axis == "x" else ax.set_yticks
+    """Label a log-scaled byte axis with readable sizes (1 kB, 1 MB, ...): every power of ten where
+    the axis spans up to six of them, every other one beyond."""
     lim = ax.get_xlim() if axis == "x" else ax.get_ylim()
-    ticks = [t for t in ticks if lim[0] <= t <= lim[1]]
+    step = 1 if np.log10(lim[1] / lim[0]) <= 6 else 2
+    ticks = [10.0 ** k for k in range(0, 14, step) if lim[0] * (1 - 1e-9) <= 10.0 ** k <= lim[1] * (1 + 1e-9)]
+    setter = ax.set_xticks if axis == "x" else ax.set_yticks
     setter(ticks, [format_bytes(t, 2) for t in ticks])
+
+
+def time_scale(seconds: float) -> tuple[float, str]:
+    """``(factor, unit)`` for an axis whose largest time is ``seconds``: s, ms or µs, so ticks read 1-999."""
+    magnitude = abs(float(seconds))
+    if magnitude >= 1:
+        return 1.0, "s"
+    return (1e3, "ms") if magnitude >= 1e-3 else (1e6, "µs")
 
 
 def bytes_formatter(ax, axis: str = "y") -> None:
@@ -286,7 +295,8 @@ def gantt(ops, title: str = "", ax=None, labels: bool = True):
 
 def bucket_timeline(backward, ready, start, finish, title: str = "", ax=None, bucket_bytes=None,
                     measured_rows=None):
-    """DDP's backward with its bucket all-reduces (Lesson 08): seconds in, milliseconds on the axis.
+    """DDP's backward with its bucket all-reduces (Lesson 08); times in seconds, the axis in s, ms or µs
+    as the longest time asks (:func:`time_scale`).
 
     Row "backward": one bar from 0 to ``backward``. Row "all-reduce": one bar per bucket from its
     start to its finish, alternating shades, with a tick where the bucket became ready. The part of
@@ -294,27 +304,29 @@ def bucket_timeline(backward, ready, start, finish, title: str = "", ax=None, bu
     extra (label, backward, ready, start, finish) rows drawn the same way (a measured run).
     """
     rows = [("predicted", backward, ready, start, finish)] + list(measured_rows or [])
-    ax = ax or new_axes((8.5, 1.2 + 1.1 * len(rows)))
-    end = max([b for _, b, *_ in rows] + [max(f, default=0.0) for *_, f in rows]) * 1e3
-    y = 0
+    ax = ax or new_axes((8.4, 1.2 + 1.1 * len(rows)))
+    longest = max([b for _, b, *_ in rows] + [max(f, default=0.0) for *_, f in rows])
+    k, unit = time_scale(longest)
+    y, names = 0, []
     for label, b, rd, st, fi in reversed(rows):
-        ax.broken_barh([(0, b * 1e3)], (y + 0.55, 0.35), facecolors="#9ecae1", edgecolors="white")
+        ax.broken_barh([(0, b * k)], (y + 0.55, 0.35), facecolors="#9ecae1", edgecolors="white")
         for i, (r, s, f) in enumerate(zip(rd, st, fi)):
             color = "#e6550d" if i % 2 == 0 else "#fdae6b"
-            ax.broken_barh([(s * 1e3, (f - s) * 1e3)], (y + 0.1, 0.35), facecolors=color, edgecolors="white",
+            ax.broken_barh([(s * k, (f - s) * k)], (y + 0.1, 0.35), facecolors=color, edgecolors="white",
                            linewidth=0.5)
-            ax.plot([r * 1e3, r * 1e3], [y + 0.05, y + 0.5], color="black", linewidth=0.6)
+            ax.plot([r * k, r * k], [y + 0.05, y + 0.5], color="black", linewidth=0.6)
         last = max(fi, default=0.0)
         if last > b:
-            ax.broken_barh([(b * 1e3, (last - b) * 1e3)], (y + 0.05, 0.45), facecolors="none",
+            ax.broken_barh([(b * k, (last - b) * k)], (y + 0.05, 0.45), facecolors="none",
                            edgecolors="#444444", hatch="///", linewidth=0.0)
-            ax.text(last * 1e3, y + 0.27, f" exposed {(last - b) * 1e3:.3g} ms", va="center", fontsize=8)
-        ax.text(-0.01 * end, y + 0.5, label, ha="right", va="center", fontsize=9)
+            ax.text(last * k, y + 0.27, f" exposed {format_seconds(last - b)}", va="center", fontsize=8)
+        names.append(label)
         y += 1
     ax.set_ylim(0, y)
-    ax.set_yticks([])
-    ax.set_xlim(0, end * 1.25 if end > 0 else 1)
-    ax.set_xlabel("ms since backward started. Blue: backward; orange: one all-reduce per bucket "
+    ax.set_yticks([i + 0.5 for i in range(y)], names, fontsize=9)
+    ax.tick_params(axis="y", length=0)
+    ax.set_xlim(0, longest * k * 1.3 if longest > 0 else 1)
+    ax.set_xlabel(f"{unit} since backward started. Blue: backward; orange: one all-reduce per bucket "
                   "(tick: bucket ready); hatched: exposed", fontsize=8)
     if title:
         ax.set_title(title, fontsize=10, loc="left")
@@ -322,19 +334,26 @@ def bucket_timeline(backward, ready, start, finish, title: str = "", ax=None, bu
 
 
 def exposed_vs_cap(caps, exposed, *, best=None, current=None, crossover=None, ax=None, label=None):
-    """Exposed communication (ms) against the bucket cap (bytes, log axis), with marks."""
+    """Exposed communication against the bucket cap (bytes, log axis), with marks; the time axis starts
+    at 0 (so a change of 0.2% looks like one) in s, ms or µs as its largest value asks."""
     ax = ax or new_axes((7.5, 3.6))
-    ax.semilogx(caps, np.asarray(exposed) * 1e3, color="#d62728", label=label)
+    exposed = np.asarray(exposed, dtype=float)
+    top = max([exposed.max()] + [m[1] for m in (best, current) if m is not None])
+    k, unit = time_scale(top)
+    ax.semilogx(caps, exposed * k, color="#d62728", label=label)
+    marks = dict(clip_on=False, zorder=3, ms=7)     # a mark on the axis' end is drawn whole
     if best is not None:
-        ax.plot([best[0]], [best[1] * 1e3], "o", color="#2ca02c", label=f"best cap {format_bytes(best[0], 2)}")
+        ax.plot([best[0]], [best[1] * k], "o", color="#2ca02c", label=f"best cap {format_bytes(best[0], 2)}", **marks)
     if current is not None:
-        ax.plot([current[0]], [current[1] * 1e3], "s", color="black", label=f"your cap {format_bytes(current[0], 2)}")
+        ax.plot([current[0]], [current[1] * k], "s", color="black", label=f"your cap {format_bytes(current[0], 2)}",
+                **marks)
     if crossover is not None:
         ax.axvline(crossover, color="#999999", linestyle=":", label=f"P n* = {format_bytes(crossover, 2)}")
     ax.set_xlim(min(caps), max(caps))
     bytes_axis(ax, "x")
+    ax.set_ylim(0, top * k * 1.12 if top > 0 else 1)
     ax.set_xlabel("bucket cap")
-    ax.set_ylabel("exposed communication (ms)")
+    ax.set_ylabel(f"exposed communication ({unit})")
     ax.legend(fontsize=8, frameon=False)
     ax.grid(True, which="both", alpha=0.3)
     return ax

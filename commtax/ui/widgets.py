@@ -25,8 +25,11 @@ from commtax.formulas.models import PRESETS as MODEL_PRESETS, Model, transformer
 from commtax.ui import plots
 from commtax.units import format_bytes, format_rate, format_seconds
 
-_LAYOUT = w.Layout(width="460px")
-_STYLE = {"description_width": "170px"}
+# Controls 440 px wide: beside them a 360-px result still fits the notebook column at 1280 x 800 with the
+# file browser open (848 px).
+CONTROL_PX = 440
+_LAYOUT = w.Layout(width=f"{CONTROL_PX}px")
+_STYLE = {"description_width": "160px"}
 
 
 def log_slider(description: str, value: float, low: float, high: float, *,
@@ -54,8 +57,9 @@ class WithReadout(w.HBox):
 
     def __init__(self, slider, formatter):
         slider.readout = False
+        slider.layout = w.Layout(width=f"{CONTROL_PX - 80}px")   # with its readout as wide as the other controls
         self.slider, self._formatter = slider, formatter
-        self._readout = w.HTML(layout=w.Layout(width="90px"))
+        self._readout = w.HTML(layout=w.Layout(width="80px"))
         self._readout.add_class("commtax-readout")
         super().__init__([slider, self._readout])
         self.value = slider.value
@@ -95,6 +99,23 @@ def int_choice_slider(description: str, options, value: int, css_class: str | No
     return slider
 
 
+def restrict(slider: w.SelectionSlider, options) -> None:
+    """Let ``slider`` stop only at ``options`` (the valid ones for the current setting), keeping its value
+    where it is still valid, else the largest valid one below it (else the smallest).
+
+    For controls whose valid stops depend on another control (e.g. PP degrees that divide a
+    model's layers): every position a learner can reach is then a valid plan.
+    """
+    options = sorted(set(int(o) for o in options))
+    if not options:
+        raise ValueError("options must not be empty")
+    below = [o for o in options if o <= slider.value]
+    keep = below[-1] if below else options[0]
+    if tuple(options) != tuple(slider.options):
+        slider.options = options   # ipywidgets moves the value to the first option here...
+    slider.value = keep            # ...so set it back
+
+
 WORLD_SIZES = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 2048, 4096)
 
 
@@ -113,11 +134,13 @@ def yes_no(description: str, value: bool = False, css_class: str | None = None) 
     return choice(description, [("no", False), ("yes", True)], bool(value), css_class)
 
 
-def choice(description: str, options, value=None, css_class: str | None = None) -> w.Dropdown:
+def choice(description: str, options, value=None, css_class: str | None = None, width: int | None = None) -> w.Dropdown:
+    """A dropdown; ``width`` (pixels) widens it where its options are long (default: the controls' width)."""
     first = list(options)[0]
     first = first[1] if isinstance(first, tuple) else first
     dropdown = w.Dropdown(options=options, value=value if value is not None else first,
-                          description=description, layout=_LAYOUT, style=_STYLE)
+                          description=description, layout=w.Layout(width=f"{width}px") if width else _LAYOUT,
+                          style=_STYLE)
     if css_class:
         dropdown.add_class(css_class)
     return dropdown
@@ -147,7 +170,7 @@ class LinkPicker(w.VBox):
                                           description="bandwidth (GB/s, 1 dir)", layout=_LAYOUT,
                                           style=_STYLE)
         self._custom = w.VBox([self._alpha_us, self._bw_gbs])
-        self._note = w.HTML(layout=w.Layout(width="640px"))
+        self._note = w.HTML(layout=w.Layout(width=f"{CONTROL_PX}px"))
         super().__init__([self._dropdown, self._custom, self._note])
         if css_class:
             self.add_class(css_class)
@@ -196,7 +219,7 @@ class ModelPicker(w.VBox):
         self._layers = int_slider("layers L", start.layers, 1, max_layers)
         self._hidden = int_choice_slider("hidden size h", sorted(set(HIDDEN_SIZES) | {m.hidden for m in self._models.values()}),
                                          start.hidden)
-        self._note = w.HTML(layout=w.Layout(width="460px"))
+        self._note = w.HTML(layout=w.Layout(width=f"{CONTROL_PX}px"))
         self._note.add_class("commtax-model-note")
         self._applying = False
         super().__init__([self._dropdown, self._layers, self._hidden, self._note])
@@ -265,11 +288,16 @@ class Calculator(w.VBox):
     ``commtax-output``), figures, rendered to PNG, to ``figure_area`` (class
     ``commtax-figure``) below it. Each control gets the class
     ``commtax-control-<name>``, the calculator ``commtax-id-<its model id>``.
+
+    ``adjust(controls)``, if given, runs before every render and may change controls whose valid
+    settings depend on others (with :func:`restrict`, or by disabling one): its changes do not
+    render on their own, so the learner never sees an intermediate, invalid plan.
     """
 
     def __init__(self, render, controls: dict, *, css_class: str = "commtax-calculator", groups: dict | None = None,
-                 side_by_side: bool = False):
-        self.render, self.controls = render, dict(controls)
+                 side_by_side: bool = False, adjust=None):
+        self.render, self.controls, self._adjust = render, dict(controls), adjust
+        self._adjusting = threading.local()
         if groups:
             named = [name for names in groups.values() for name in names]
             if sorted(named) != sorted(self.controls):
@@ -305,12 +333,20 @@ class Calculator(w.VBox):
 
     def refresh(self, *_):
         """Render the controls' current values (called on every change)."""
+        if getattr(self._adjusting, "active", False):
+            return   # a change ``adjust`` is making: the render under way draws it
         with self._count_lock:
             self._latest += 1
             mine = self._latest
         with _RENDER_LOCK:
             if mine != self._latest:
                 return   # a later change is waiting for the lock: it draws the newest values, once
+            if self._adjust is not None:
+                self._adjusting.active = True
+                try:
+                    self._adjust(self.controls)
+                finally:
+                    self._adjusting.active = False
             self._draw()
 
     def _draw(self):
@@ -356,7 +392,7 @@ class Calculator(w.VBox):
 
 
 def calculator(render, controls: dict, *, css_class: str = "commtax-calculator", groups: dict | None = None,
-               side_by_side: bool = False) -> Calculator:
+               side_by_side: bool = False, adjust=None) -> Calculator:
     """Wire ``controls`` ({argument name: widget}) to ``render(**values)`` and return the widget.
 
     ``render`` displays its result and draws figures with :func:`commtax.ui.plots.show`;
@@ -365,9 +401,10 @@ def calculator(render, controls: dict, *, css_class: str = "commtax-calculator",
     ``groups`` ({tab title: [argument names]}) puts the controls on tabs;
     ``side_by_side`` puts the text result to the right of the controls (it wraps
     below them in a narrow window), so what changes stays next to what is changed;
-    figures always come below, at the column's full width. See :class:`Calculator`.
+    figures always come below, at the column's full width. ``adjust(controls)`` keeps dependent
+    controls valid before each render. See :class:`Calculator`.
     """
-    return Calculator(render, controls, css_class=css_class, groups=groups, side_by_side=side_by_side)
+    return Calculator(render, controls, css_class=css_class, groups=groups, side_by_side=side_by_side, adjust=adjust)
 
 
 def readable(value) -> str:
