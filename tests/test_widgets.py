@@ -237,3 +237,16 @@ def test_exercise_verdicts_name_the_slip_without_revealing_the_answer(capsys):
         exercises.verdict("99.9", 1.0)
     with pytest.raises(ValueError, match="value"):
         exercises.verdict("02.2", "a lot")
+
+
+def test_a_label_cut_off_at_the_figures_edge_is_reported_and_one_that_fits_is_not():
+    import warnings
+    fig, ax = plots.subplots(figsize=(3, 2))
+    ax.set_xlabel("a label far too long for a figure three inches wide, " * 3)
+    with pytest.warns(plots.CutText, match="cut off at the figure's edge: 'a label far too long"):
+        plots.png(fig)
+    fig, ax = plots.subplots(figsize=(3, 2))
+    ax.set_xlabel("short")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        plots.png(fig)

@@ -20,17 +20,21 @@ from __future__ import annotations
 
 import contextvars
 import io
+import warnings
 
 import numpy as np
 from matplotlib import colormaps
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
+from matplotlib.text import Text
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from commtax.units import format_bytes, format_seconds
 
 DPI = 100
+# The colour maps, looked up once: the registry hands out a fresh copy, with its table to build, per lookup.
+BLUES, GREENS = colormaps["Blues"], colormaps["Greens"]
 #: The widest figure, in pixels: JupyterLab's output column is 848 px at 1280 x 800 with the file browser open.
 COLUMN_PX = 840
 
@@ -62,15 +66,48 @@ def new_axes(figsize=(7.5, 4.2)):
     return figure(*figsize).add_subplot()
 
 
+class CutText(UserWarning):
+    """Text of a figure reaches past the figure's edge: it shows cut off (make it shorter, or the figure taller)."""
+
+
 def png(fig: Figure) -> bytes:
     """The figure rendered to PNG bytes at its own size (width x height inches x 100 dpi), nothing cropped.
 
-    Deterministic: the same figure gives the same bytes (no time stamp, no software tag).
+    Deterministic: the same figure gives the same bytes (no time stamp, no software tag). Warns
+    :class:`CutText` naming any label, title or legend entry that reaches past the figure's edge.
     """
-    FigureCanvasAgg(fig)   # a canvas of its own: the figure never passes through a pyplot backend
+    canvas = FigureCanvasAgg(fig)   # a canvas of its own: the figure never passes through a pyplot backend
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=DPI, facecolor="white", metadata={"Software": None})
+    cut = cut_text(fig, canvas.get_renderer())
+    if cut:
+        warnings.warn(CutText(f"text cut off at the figure's edge: {', '.join(map(repr, cut[:3]))}"), stacklevel=2)
     return buffer.getvalue()
+
+
+def cut_text(fig: Figure, renderer=None) -> list[str]:
+    """What of ``fig`` reaches more than 1 px past its edges: the texts named, or "tick labels".
+
+    ``renderer``: the one that has just drawn the figure (the layout places texts at draw time);
+    without it the figure is drawn here first.
+    """
+    if renderer is None:
+        canvas = FigureCanvasAgg(fig)
+        canvas.draw()
+        renderer = canvas.get_renderer()
+    tight = fig.get_tightbbox(renderer).transformed(fig.dpi_scale_trans)   # what was drawn, in pixels
+    edge = fig.bbox
+    if tight.x0 >= edge.x0 - 1 and tight.x1 <= edge.x1 + 1 and tight.y0 >= edge.y0 - 1 and tight.y1 <= edge.y1 + 1:
+        return []
+    ticks = {id(t) for ax in fig.axes for axis in (ax.xaxis, ax.yaxis) for t in axis.get_ticklabels(which="both")}
+    cut = []
+    for text in fig.findobj(Text):
+        if id(text) in ticks or not text.get_visible() or not text.get_text().strip():
+            continue
+        box = text.get_window_extent(renderer)
+        if box.x0 < edge.x0 - 1 or box.x1 > edge.x1 + 1 or box.y0 < edge.y0 - 1 or box.y1 > edge.y1 + 1:
+            cut.append(text.get_text())
+    return cut or ["tick labels"]
 
 
 def show(fig: Figure) -> None:
@@ -97,12 +134,15 @@ ALGORITHM_STYLE = {
 }
 
 
-def bytes_axis(ax, axis: str = "x") -> None:
+def bytes_axis(ax, axis: str = "x", ends: bool = False) -> None:
     """Label a log-scaled byte axis with readable sizes (1 kB, 1 MB, ...): every power of ten where
-    the axis spans up to six of them, every other one beyond."""
+    the axis spans up to six of them, every other one beyond; with ``ends``, the axis' two ends too
+    (where they are not within a factor of 3 of a labelled power of ten)."""
     lim = ax.get_xlim() if axis == "x" else ax.get_ylim()
     step = 1 if np.log10(lim[1] / lim[0]) <= 6 else 2
     ticks = [10.0 ** k for k in range(0, 14, step) if lim[0] * (1 - 1e-9) <= 10.0 ** k <= lim[1] * (1 + 1e-9)]
+    if ends:
+        ticks = sorted(ticks + [end for end in lim if all(max(end / t, t / end) >= 3 for t in ticks)])
     setter = ax.set_xticks if axis == "x" else ax.set_yticks
     setter(ticks, [format_bytes(t, 2) for t in ticks])
 
@@ -188,7 +228,7 @@ def ring_step(world_size: int, step: int, ax=None):
         for c in range(p):
             bits = int(state[r][c])
             count = bin(bits).count("1")
-            shade = colormaps["Blues"](0.15 + 0.7 * count / p) if bits != full else "#2ca02c"
+            shade = BLUES(0.15 + 0.7 * count / p) if bits != full else "#2ca02c"
             ax.add_patch(Rectangle((c, p - 1 - r), 0.94, 0.9, color=shade))
             ax.text(c + 0.47, p - 1 - r + 0.45, _contributors(bits, p), ha="center", va="center",
                     fontsize=10, linespacing=1.0, color="white" if count > p / 2 or bits == full else "black")
@@ -258,17 +298,19 @@ def gantt(ops, title: str = "", ax=None, labels: bool = True):
     stages = sorted({op.stage for op in ops})
     chunks = max(op.chunk for op in ops) + 1
     end = max(op.end for op in ops)
-    ax = ax or new_axes(figsize=(min(8.4, 3 + end * 0.3), 0.42 * len(stages) + 1.5))
+    ax = ax or new_axes(figsize=(COLUMN_PX / DPI, 0.42 * len(stages) + 1.5))
     fig = ax.figure
     axes_inches = fig.get_size_inches()[0] * ax.get_position().width
     points_per_unit = 72 * axes_inches / end
-    for op in ops:
-        shade = 0.45 + 0.4 * (op.chunk / max(1, chunks - 1)) if chunks > 1 else 0.6
-        color = colormaps["Blues"](shade) if op.kind == "F" else colormaps["Greens"](shade)
-        row = len(stages) - 1 - op.stage
-        wide = (op.end - op.start) * points_per_unit >= 4   # a white outline only where it leaves colour inside
-        ax.broken_barh([(op.start, op.end - op.start)], (row + 0.1, 0.8), facecolors=color,
-                       edgecolors="white" if wide else "none", linewidth=0.5 if wide else 0)
+    # One collection per stage (not one per op): a schedule of thousands of ops draws in a blink.
+    for stage in stages:
+        mine = [op for op in ops if op.stage == stage]
+        shades = [0.45 + 0.4 * (op.chunk / max(1, chunks - 1)) if chunks > 1 else 0.6 for op in mine]
+        colors = [(BLUES if op.kind == "F" else GREENS)(shade) for op, shade in zip(mine, shades)]
+        wide = [(op.end - op.start) * points_per_unit >= 4 for op in mine]   # a white outline only where it leaves colour inside
+        ax.broken_barh([(op.start, op.end - op.start) for op in mine], (len(stages) - 1 - stage + 0.1, 0.8),
+                       facecolors=colors, edgecolors=["white" if w else "none" for w in wide],
+                       linewidths=[0.5 if w else 0.0 for w in wide])
     narrowest = min(op.end - op.start for op in ops) * points_per_unit
     widest_label = len(str(max(op.microbatch for op in ops))) * 8 * 0.62 + 2
     fits = narrowest >= widest_label
@@ -280,10 +322,10 @@ def gantt(ops, title: str = "", ax=None, labels: bool = True):
     ax.set_xlim(0, end)
     xlabel = "time (units of one forward)"
     if labels and not fits:
-        xlabel += "; micro-batch numbers hidden (bars too narrow to print them: fewer micro-batches shows them)"
+        xlabel += "; micro-batch numbers hidden:\nthe bars are too narrow for them (fewer micro-batches shows them)"
     ax.set_xlabel(xlabel, fontsize=9)
     ax.set_facecolor("#e6e6e6")
-    handles = [Rectangle((0, 0), 1, 1, color=colormaps["Blues"](0.6)), Rectangle((0, 0), 1, 1, color=colormaps["Greens"](0.6)),
+    handles = [Rectangle((0, 0), 1, 1, color=BLUES(0.6)), Rectangle((0, 0), 1, 1, color=GREENS(0.6)),
                Rectangle((0, 0), 1, 1, color="#e6e6e6")]
     later = " (darker: later chunk)" if chunks > 1 else ""
     ax.legend(handles, ["forward" + later, "backward" + later, "idle (bubble)"], fontsize=8, loc="upper left",
@@ -350,7 +392,7 @@ def exposed_vs_cap(caps, exposed, *, best=None, current=None, crossover=None, ax
     if crossover is not None:
         ax.axvline(crossover, color="#999999", linestyle=":", label=f"P n* = {format_bytes(crossover, 2)}")
     ax.set_xlim(min(caps), max(caps))
-    bytes_axis(ax, "x")
+    bytes_axis(ax, "x", ends=True)
     ax.set_ylim(0, top * k * 1.12 if top > 0 else 1)
     ax.set_xlabel("bucket cap")
     ax.set_ylabel(f"exposed communication ({unit})")

@@ -14,6 +14,7 @@ import html
 import math
 import threading
 import traceback
+import warnings
 
 import ipywidgets as w
 import traitlets
@@ -367,7 +368,13 @@ class Calculator(w.VBox):
                                  f"{html.escape(traceback.format_exc())}</pre>"))
         finally:
             plots._collecting.reset(token)
-        images = [plots.png(fig) for fig in figures]
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", plots.CutText)
+            images = [plots.png(fig) for fig in figures]
+        if caught:   # a label that does not fit: say so where the learner (and the browser test) looks
+            with self.text:
+                display(HTML(f'<p class="commtax-error" style="color:#b00020">'
+                             f"{html.escape('; '.join(str(w.message) for w in caught))}</p>"))
         self.figure_area.clear_output(wait=bool(images))
         with self.figure_area:
             for data in images:
