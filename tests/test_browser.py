@@ -531,15 +531,25 @@ def drive(page, lesson: Path, spec: Calc, failures: Path) -> list[str]:
             save_pair(failures, label, shown, offline)
             problems += [f"{label}: {p}" for p in found]
         print(f"{time.monotonic() - started:5.1f} s  {label}")   # shown with pytest -s: where the time goes
-    shots = os.environ.get("COMMTAX_SCREENSHOTS")
-    if shots:
-        for width, height in ((1440, 900), (1280, 800)):
-            page.set_viewport_size({"width": width, "height": height})
-            page.wait_for_timeout(500)
-            calc.scroll_into_view_if_needed()
-            calc.screenshot(path=str(Path(shots) / f"{lesson.stem[:2]}-{spec.index}-{width}x{height}.png"))
-        page.set_viewport_size({"width": 1440, "height": 900})
+        if step.what == "after Run All":
+            screenshot(page, calc, lesson, spec, "default", [(1440, 900)])
+    screenshot(page, calc, lesson, spec, "last-change", [(1440, 900), (1280, 800)])
     return problems
+
+
+def screenshot(page, calc, lesson: Path, spec: Calc, state: str, sizes):
+    """With COMMTAX_SCREENSHOTS=DIR: the calculator as shown, for a person to look at."""
+    folder = os.environ.get("COMMTAX_SCREENSHOTS")
+    if not folder:
+        return
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    for width, height in sizes:
+        page.set_viewport_size({"width": width, "height": height})
+        page.wait_for_timeout(500)
+        calc.scroll_into_view_if_needed()
+        name = f"{lesson.stem[:2]}-calc{spec.index}-{state}-{width}x{height}.png"
+        calc.screenshot(path=str(Path(folder) / name))
+    page.set_viewport_size({"width": 1440, "height": 900})
 
 
 def geometry_problems(page, lesson: Path) -> list[str]:
