@@ -28,7 +28,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 from matplotlib.text import Text
-from matplotlib.ticker import FuncFormatter, MaxNLocator
+from matplotlib.ticker import FuncFormatter
 
 from commtax.units import format_bytes, format_seconds
 
@@ -222,7 +222,7 @@ def ring_step(world_size: int, step: int, ax=None):
     state = [b["data"] for b in simulate.initial_buffers(p, p)] if step == 0 else \
         [b["data"] for b in run.snapshots[step - 1][1]]
     messages = run.snapshots[step - 1][0] if step else []
-    ax = ax or new_axes(figsize=(0.85 * p + 1.5, 0.62 * p + 1.3))   # <= 8.3 in wide at P = 8: the column
+    ax = ax or new_axes(figsize=(max(4.8, 0.85 * p + 1.5), 0.62 * p + 1.3))   # room for the title; 8.3 in at P = 8
     full = (1 << p) - 1
     for r in range(p):
         for c in range(p):
@@ -249,10 +249,10 @@ def ring_step(world_size: int, step: int, ax=None):
         title = "start: every rank holds only its own data"
     elif step <= p - 1:
         title = (f"after reduce-scatter step {step} of {p - 1}:\neach rank sent the outlined chunk "
-                 "forward; the receiver added it")
+                 "forward;\nthe receiver added it")
     else:
         title = (f"after all-gather step {step - (p - 1)} of {p - 1}:\neach rank passed the outlined "
-                 "finished chunk forward")
+                 "finished\nchunk forward")
     ax.set_title(title, fontsize=11, loc="left")
     return ax
 

@@ -19,7 +19,6 @@ import warnings
 import ipywidgets as w
 import traitlets
 from IPython.display import HTML, Image, display
-from IPython.utils.capture import capture_output
 
 from commtax.formulas.links import Link, available_links
 from commtax.formulas.models import PRESETS as MODEL_PRESETS, Model, transformer_params
@@ -308,6 +307,9 @@ class Calculator(w.VBox):
         self.figure_area = w.Output()
         self.figure_area.add_class("commtax-figure")
         self._latest, self._count_lock = 0, threading.Lock()
+        # figures() renders into an Output of its own: IPython's capture_output() would swap the kernel's
+        # display publisher for every thread, and a widget message handled meanwhile on a subshell thread fails.
+        self._offline = None
         if groups:
             panel = w.Tab(children=[w.VBox([self.controls[name] for name in names]) for names in groups.values()],
                           titles=list(groups))
@@ -387,9 +389,12 @@ class Calculator(w.VBox):
         """
         figures = []
         with _RENDER_LOCK:
+            if self._offline is None:
+                self._offline = w.Output()   # never displayed: the text results go here, seen by nobody
             token = plots._collecting.set(figures)
             try:
-                with capture_output():   # the text results are not wanted here
+                with self._offline:
+                    self._offline.clear_output()
                     self.render(**self.values())
             except ValueError:
                 return []
