@@ -33,6 +33,7 @@ import base64
 import glob
 import io
 import json
+import math
 import os
 import secrets
 import shutil
@@ -268,11 +269,12 @@ right, left = (lambda n: ["ArrowRight"] * n), (lambda n: ["ArrowLeft"] * n)
 # sliders, and drags (several stops in quick succession). Every step compares the figures.
 SCENARIOS = {
     "01": [Calc(0, "all-reduce calculator", [
-        Step("link: TCP", [select("link", TCP)], check=lesson_01_headline),
+        Step("link: TCP", [select("link", TCP)], expect={"link": TCP}, check=lesson_01_headline),
         Step("ranks to the top", [keys("world_size", "End")], expect={"world_size": 4096}),
         Step("message to 1 byte", [keys("nbytes", "Home")], expect={"nbytes": 1.0}),
-        Step("message dragged up six stops", [keys("nbytes", *right(6))]),
-        Step("custom link, alpha at its bound", [select("link", "custom..."), fill("link", 0, "10000")]),
+        Step("message dragged up six stops", [keys("nbytes", *right(6))], expect={"nbytes": 10 ** 0.3}),
+        Step("custom link, alpha at its bound", [select("link", "custom..."), fill("link", 0, "10000")],
+             expect={"link": "custom"}),
         Step("ranks dragged down five stops", [keys("world_size", *left(5))], expect={"world_size": 128}),
     ])],
     "02": [Calc(0, "ring, step by step", [
@@ -295,34 +297,35 @@ SCENARIOS = {
         Step("TP 16 over TCP", [keys("tp_degree", "End"), select("link", TCP)], expect={"tp_degree": 16}),
         Step("Llama-2-70B", [select("model", "Llama-2-70B")], expect={"model": "Llama-2-70B"}),
         Step("tokens dragged down five stops", [keys("batch_tokens", *left(5))], expect={"batch_tokens": 256}),
-        Step("layers moved: a custom model", [keys("model", *right(3))]),
+        Step("layers moved: a custom model", [keys("model", *right(3))], expect={"model": "custom model (L = 83, h = 8192)"}),
     ])],
     "06": [Calc(0, "schedule explorer", [
-        Step("interleaved", [select("schedule", "interleaved_1f1b")]),
+        Step("interleaved", [select("schedule", "interleaved_1f1b")], expect={"schedule": "interleaved_1f1b"}),
         Step("stages dragged 4 -> 8", [keys("stages", *right(4))], expect={"stages": 8}),
         Step("64 micro-batches, p2p at its top", [keys("microbatches", "End"), keys("p2p", "End")],
              expect={"microbatches": 64, "p2p": 1.0}),
         Step("naive, one stage", [select("schedule", "naive"), keys("stages", "Home")], expect={"stages": 1}),
     ])],
     "07": [Calc(0, "memory calculator", [
-        Step("GPT-3 175B", [select("model", "GPT-3 175B")]),
+        Step("GPT-3 175B", [select("model", "GPT-3 175B")], expect={"model": "GPT-3 175B"}),
         Step("TP 1 x PP 16 x DP 1", [keys("tp", "Home"), keys("pp", "End"), keys("dp", "Home")],
              expect={"tp": 1, "pp": 16, "dp": 1}, check=says("nothing to shard")),
         Step("32K tokens, no recomputation", [keys("seq", "End"), select("recompute", "none")],
+             expect={"seq": 32768, "recompute": "none"},
              check=says("25.4 TB", "8 micro-batches in flight", "s x s scores")),
-        Step("A100 40GB", [select("gpu", "A100 40GB")], check=says("42.9 GB = 40.0 GiB usable")),
+        Step("A100 40GB", [select("gpu", "A100 40GB")], expect={"gpu": "A100 40GB"}, check=says("42.9 GB = 40.0 GiB usable")),
         Step("DP dragged up four stops", [keys("dp", *right(4))], expect={"dp": 16}),
     ])],
     "08": [Calc(0, "DDP buckets", [
-        Step("cap to the top", [keys("cap", "End")]),
-        Step("cap to the bottom", [keys("cap", "Home")]),
+        Step("cap to the top", [keys("cap", "End")], expect={"cap": 4 * 2**30}),
+        Step("cap to the bottom", [keys("cap", "Home")], expect={"cap": 64 * 1024}),
         Step("1024 ranks over TCP", [keys("dp", "End"), select("inter", TCP)], expect={"dp": 1024, "inter": TCP}),
         Step("backward of 1 ms", [keys("backward_ms", "Home")], expect={"backward_ms": 1.0}),
-        Step("cap dragged up six stops", [keys("cap", *right(6))]),
+        Step("cap dragged up six stops", [keys("cap", *right(6))], expect={"cap": 64 * 1024 * 10 ** 0.3}),
     ])],
     "09": [Calc(0, "EP calculator", [
         Step("imbalance to the top", [keys("imbalance", "End")], expect={"imbalance": 8.0}),
-        Step("network link TCP", [select("inter", TCP)]),
+        Step("network link TCP", [select("inter", TCP)], expect={"inter": TCP}),
         Step("EP 256 (Mixtral has 8 experts: refused)", [keys("ep", "End")], expect={"ep": 256}),
         Step("EP dragged back to 8", [keys("ep", *left(5))], expect={"ep": 8}),
         Step("DeepSeek-V3, 16 chunks", [select("model", "DeepSeek-V3"), keys("chunks", "End")],
@@ -331,7 +334,8 @@ SCENARIOS = {
     ])],
     "10": [Calc(0, "planner", [
         Step("GPT 530B on the halved network", [select("model", "GPT 530B (Narayanan)"),
-                                                  select("cluster", "H100-80GB, network halved (4 x NDR per node)")]),
+                                                  select("cluster", "H100-80GB, network halved (4 x NDR per node)")],
+             expect={"model": "GPT 530B (Narayanan)", "cluster": "H100-80GB, network halved (4 x NDR per node)"}),
         Step("GPUs dragged up three stops", [keys("gpus", *right(3))], expect={"gpus": 4096}),
         Step("global batch to the top", [keys("global_batch", "End")], expect={"global_batch": 8192}),
         Step("8 GPUs: no plan fits", [keys("gpus", "Home")], expect={"gpus": 8}, check=says("No plan")),
@@ -405,8 +409,19 @@ def kernel_probe(page, model_id: str) -> dict:
     return json.loads(ast.literal_eval(reply["value"]))
 
 
-def wait_idle(page, lesson: Path):
-    page.wait_for_function(KERNEL_IDLE, arg=lesson.name, timeout=120_000, polling=100)
+def wait_idle(page, lesson: Path, quiet_ms: int = 400):
+    """Wait until the page has seen the kernel idle for ``quiet_ms`` without a break (see settle_and_compare)."""
+    deadline = time.monotonic() + 120
+    quiet_since = None
+    while time.monotonic() < deadline:
+        page.wait_for_function(KERNEL_IDLE, arg=lesson.name, timeout=120_000, polling=50)
+        quiet_since = quiet_since or time.monotonic()
+        if (time.monotonic() - quiet_since) * 1000 >= quiet_ms:
+            return
+        page.wait_for_timeout(50)
+        if not page.evaluate(KERNEL_IDLE, lesson.name):
+            quiet_since = None
+    raise AssertionError("the kernel did not stay idle for a moment within 120 s")
 
 
 def act(page, calc, action):
@@ -482,16 +497,30 @@ def figure_problems(page, calc, model_id: str) -> tuple[list, dict, list, list]:
     return problems, probe["values"], shown, offline
 
 
-def settle_and_compare(page, lesson, calc, model_id, patience_s=6.0):
-    """Wait for the kernel, then compare until the figure matches or ``patience_s`` passes (late messages)."""
+def settle_and_compare(page, lesson, calc, model_id, expect=None, patience_s=12.0):
+    """Compare until the figure matches the state and the controls hold ``expect``, or ``patience_s`` passes.
+
+    Why patience: with kernel subshells the page's kernel status reads idle as soon as any thread is
+    idle, and a slider moved several stops sends its last value only after the kernel has handled the
+    one before (ipywidgets keeps one message in flight per control), so the last value can arrive
+    after the page says idle. A figure that is wrong for good stays wrong: patience does not hide it.
+    """
     deadline = time.monotonic() + patience_s
     while True:
         wait_idle(page, lesson)
-        page.wait_for_timeout(250)
-        result = figure_problems(page, calc, model_id)
-        if not result[0] or time.monotonic() > deadline:
-            return result
+        found, values, shown, offline = figure_problems(page, calc, model_id)
+        found += [f"control {name} holds {values.get(name)!r}, the learner set {want!r}"
+                  for name, want in (expect or {}).items() if not same_value(values.get(name), want)]
+        if not found or time.monotonic() > deadline:
+            return found, values, shown, offline
         page.wait_for_timeout(500)
+
+
+def same_value(have, want) -> bool:
+    """Equal, numbers to 1e-9 (a log slider's value is 10 ** exponent, computed in the browser)."""
+    if isinstance(have, (int, float)) and isinstance(want, (int, float)) and not isinstance(want, bool):
+        return math.isclose(have, want, rel_tol=1e-9)
+    return have == want
 
 
 def save_pair(folder: Path, label: str, shown: list, offline: list):
@@ -518,10 +547,7 @@ def drive(page, lesson: Path, spec: Calc, failures: Path) -> list[str]:
         except Exception as exc:   # a control that is not there (or not usable) is a problem of this step
             problems.append(f"{label}: could not act: {str(exc).splitlines()[0]}")
             continue
-        found, values, shown, offline = settle_and_compare(page, lesson, calc, model_id)
-        for name, want in step.expect.items():
-            if values.get(name) != want:
-                found.append(f"control {name} holds {values.get(name)!r}, the learner set {want!r}")
+        found, values, shown, offline = settle_and_compare(page, lesson, calc, model_id, step.expect)
         text = calc.locator(".commtax-output").first.inner_text()
         if step.check is not None and (problem := step.check(text)):
             found.append(problem)
