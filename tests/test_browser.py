@@ -564,7 +564,8 @@ def drive(page, lesson: Path, spec: Calc, failures: Path) -> list[str]:
 
 
 def screenshot(page, calc, lesson: Path, spec: Calc, state: str, sizes):
-    """With COMMTAX_SCREENSHOTS=DIR: the calculator as shown, for a person to look at."""
+    """With COMMTAX_SCREENSHOTS=DIR: the window as a learner sees it, the calculator's top at the top of the
+    notebook (and, if it is taller than the window, a second one with its bottom at the bottom)."""
     folder = os.environ.get("COMMTAX_SCREENSHOTS")
     if not folder:
         return
@@ -572,9 +573,13 @@ def screenshot(page, calc, lesson: Path, spec: Calc, state: str, sizes):
     for width, height in sizes:
         page.set_viewport_size({"width": width, "height": height})
         page.wait_for_timeout(500)
-        calc.scroll_into_view_if_needed()
-        name = f"{lesson.stem[:2]}-calc{spec.index}-{state}-{width}x{height}.png"
-        calc.screenshot(path=str(Path(folder) / name))
+        for end in ("start", "end"):
+            calc.evaluate(f"el => el.scrollIntoView({{block: '{end}'}})")
+            page.wait_for_timeout(300)
+            name = f"{lesson.stem[:2]}-calc{spec.index}-{state}-{width}x{height}{'' if end == 'start' else '-bottom'}.png"
+            page.screenshot(path=str(Path(folder) / name))
+            if calc.bounding_box()["height"] < height - 150:
+                break   # it fits in the window: one screenshot shows it all
     page.set_viewport_size({"width": 1440, "height": 900})
 
 

@@ -250,3 +250,27 @@ def test_a_label_cut_off_at_the_figures_edge_is_reported_and_one_that_fits_is_no
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         plots.png(fig)
+
+
+def test_adjust_keeps_a_dependent_control_valid_and_each_change_renders_once():
+    # Lesson 11's controls: TP stops only at degrees that divide the ranks, so no reachable plan is invalid.
+    rendered = []
+
+    def render(ranks, tp):
+        if ranks % tp:
+            raise ValueError(f"tp ({tp}) must divide ranks ({ranks})")
+        rendered.append((ranks, tp))
+
+    def whole(controls):
+        cw.restrict(controls["tp"], [d for d in (1, 2, 4) if controls["ranks"].value % d == 0])
+
+    controls = {"ranks": cw.int_choice_slider("ranks", [1, 2, 4, 8], 8), "tp": cw.int_choice_slider("tp", [1, 2, 4], 4)}
+    cw.calculator(render, controls, adjust=whole)
+    rendered.clear()
+    controls["ranks"].value = 2
+    assert rendered == [(2, 2)], "one render, of a valid plan (no intermediate TP 1, no TP 4 on 2 ranks)"
+    assert controls["tp"].options == (1, 2)
+    controls["ranks"].value = 8
+    assert rendered[-1] == (8, 2) and controls["tp"].options == (1, 2, 4), "a still-valid TP stays where it is"
+    with pytest.raises(ValueError, match="options"):
+        cw.restrict(controls["tp"], [])

@@ -25,7 +25,7 @@ from commtax.formulas.models import PRESETS as MODEL_PRESETS, Model, transformer
 from commtax.ui import plots
 from commtax.units import format_bytes, format_rate, format_seconds
 
-# Controls 440 px wide: beside them a 360-px result still fits the notebook column at 1280 x 800 with the
+# Controls 440 px wide: beside them a 330-px result still fits the notebook column at 1280 x 800 with the
 # file browser open (848 px).
 CONTROL_PX = 440
 _LAYOUT = w.Layout(width=f"{CONTROL_PX}px")
@@ -318,7 +318,7 @@ class Calculator(w.VBox):
         if side_by_side:
             # The result beside the controls (below them in a narrow window), the figure under both at full width.
             panel.layout = w.Layout(flex="0 0 auto", margin="0 16px 0 0")
-            self.text.layout = w.Layout(flex="1 1 360px", min_width="360px")
+            self.text.layout = w.Layout(flex="1 1 330px", min_width="330px")   # beside 440-px controls in 848 px
             top = w.HBox([panel, self.text], layout=w.Layout(flex_flow="row wrap", align_items="flex-start"))
             super().__init__([top, self.figure_area])
         else:
