@@ -282,6 +282,11 @@ SCENARIOS = {
         Step("8 ranks, then back four steps at once", [keys("world_size", "End"), keys("step", *left(4))],
              expect={"world_size": 8}),
         Step("2 ranks", [keys("world_size", "Home")], expect={"world_size": 2}),
+    ]), Calc(1, "ring all-reduce time", [
+        Step("ranks to the top", [keys("world_size", "End")], expect={"world_size": 4096}, check=no_error),
+        Step("message to 1 byte over TCP", [keys("nbytes", "Home"), select("link", TCP)],
+             expect={"nbytes": 1.0, "link": TCP}, check=no_error),
+        Step("message dragged up eight stops", [keys("nbytes", *right(8))], expect={"nbytes": 10 ** 0.4}),
     ])],
     "03": [Calc(0, "the bill per axis", [
         Step("DeepSeek-V3 preset", [select("model_name", "DeepSeek-V3 (MoE)")], expect={"pp": 1}, check=no_error),
@@ -291,6 +296,10 @@ SCENARIOS = {
     ])],
     "04": [Calc(0, "the overlap calculator", [
         Step("DP dragged down", [keys("dp", *left(3))], expect={"dp": 4}, check=no_error),
+        Step("MFU to the bottom, TCP between nodes", [keys("mfu", "Home"), select("inter", TCP)],
+             expect={"mfu": 0.1, "inter": TCP}, check=no_error),
+        Step("ZeRO-3, micro-batches to the top", [select("zero_stage", "3"), keys("microbatches", "End")],
+             expect={"zero_stage": 3, "microbatches": 128}, check=no_error),
     ])],
     "05": [Calc(0, "TP comm share", [
         Step("tokens to the top", [keys("batch_tokens", "End")], expect={"batch_tokens": 8192}),
@@ -305,6 +314,12 @@ SCENARIOS = {
         Step("64 micro-batches, p2p at its top", [keys("microbatches", "End"), keys("p2p", "End")],
              expect={"microbatches": 64, "p2p": 1.0}),
         Step("naive, one stage", [select("schedule", "naive"), keys("stages", "Home")], expect={"stages": 1}),
+    ]), Calc(1, "pipeline modeler", [
+        Step("20 stages, 128 micro-batches", [keys("stages", "End"), keys("microbatches", "End")],
+             expect={"stages": 20, "microbatches": 128}, check=no_error),
+        Step("layers dragged down three stops", [keys("layers", *left(3))], expect={"layers": 40}, check=no_error),
+        Step("recompute, over TCP", [select("recompute", "yes"), select("link", TCP)],
+             expect={"recompute": True, "link": TCP}, check=no_error),
     ])],
     "07": [Calc(0, "memory calculator", [
         Step("GPT-3 175B", [select("model", "GPT-3 175B")], expect={"model": "GPT-3 175B"}),
@@ -346,6 +361,19 @@ SCENARIOS = {
         Step("8 ranks, PP up", [keys("ranks", "End"), keys("pp", "ArrowRight")], expect={"ranks": 8, "pp": 2},
              check=no_error),
         Step("1 rank", [keys("ranks", "Home")], expect={"ranks": 1, "tp": 1, "pp": 1}, check=no_error),
+    ])],
+    "12": [Calc(0, "context-parallel calculator", [
+        Step("tokens to the top, CP 64", [keys("seq", "End"), keys("cp", "End")], expect={"seq": 2**21, "cp": 64},
+             check=no_error),
+        Step("fp8, efficiency to the bottom", [select("dtype", "fp8"), keys("efficiency", "Home")],
+             expect={"dtype": "fp8", "efficiency": 0.1}, check=no_error),
+        Step("K/V heads dragged up to 64", [keys("kv_heads", *right(3))], expect={"kv_heads": 64}, check=no_error),
+        Step("K/V heads above the query heads: refused, no figure", [keys("kv_heads", "End")],
+             expect={"kv_heads": 128}, check=says("Invalid input", "multiple of kv_heads")),
+        Step("K/V heads back to 8, one CP rank per node over TCP",
+             [keys("kv_heads", *left(4)), keys("per_node", "Home"), select("inter", TCP)],
+             expect={"kv_heads": 8, "per_node": 1, "inter": TCP}, check=no_error),
+        Step("tokens dragged down six stops", [keys("seq", *left(6))], expect={"seq": 2**15}, check=no_error),
     ])],
 }
 
