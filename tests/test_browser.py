@@ -583,8 +583,15 @@ def drive(page, lesson: Path, spec: Calc, failures: Path) -> list[str]:
         label = f"{lesson.stem[:2]} {spec.name}: {step.what}"
         started = time.monotonic()
         try:
-            for action in step.actions:
+            for k, action in enumerate(step.actions):
                 act(page, calc, action)
+                if action[0] == "select" and k + 1 < len(step.actions):
+                    # A choice can reset other controls (a preset, a slider's stops): a learner sees them
+                    # change before moving the next one, so wait for that render first (the probe renders
+                    # under the calculator's lock: it returns once the render of the choice is done).
+                    wait_idle(page, lesson, quiet_ms=200)
+                    kernel_probe(page, model_id)
+                    page.wait_for_timeout(300)   # the controls' new state reaching the page
         except Exception as exc:   # a control that is not there (or not usable) is a problem of this step
             problems.append(f"{label}: could not act: {str(exc).splitlines()[0]}")
             continue
