@@ -385,9 +385,9 @@ def exposed_vs_cap(caps, exposed, *, best=None, current=None, crossover=None, ax
     ax.semilogx(caps, exposed * k, color="#d62728", label=label)
     marks = dict(clip_on=False, zorder=3, ms=7)     # a mark on the axis' end is drawn whole
     if best is not None:
-        ax.plot([best[0]], [best[1] * k], "o", color="#2ca02c", label=f"best cap {format_bytes(best[0], 2)}", **marks)
+        ax.plot([best[0]], [best[1] * k], "o", color="#2ca02c", label=f"best cap {format_bytes(best[0])}", **marks)
     if current is not None:
-        ax.plot([current[0]], [current[1] * k], "s", color="black", label=f"your cap {format_bytes(current[0], 2)}",
+        ax.plot([current[0]], [current[1] * k], "s", color="black", label=f"your cap {format_bytes(current[0])}",
                 **marks)
     if crossover is not None:
         ax.axvline(crossover, color="#999999", linestyle=":", label=f"P n* = {format_bytes(crossover, 2)}")
