@@ -538,23 +538,35 @@ def figure_problems(page, calc, model_id: str) -> tuple[list, dict, list, list]:
     return problems, probe["values"], shown, offline
 
 
-def settle_and_compare(page, lesson, calc, model_id, expect=None, patience_s=12.0):
+def settle_and_compare(page, lesson, calc, model_id, expect=None, patience_s=12.0, changes=1):
     """Compare until the figure matches the state and the controls hold ``expect``, or ``patience_s`` passes.
 
     Why patience: with kernel subshells the page's kernel status reads idle as soon as any thread is
     idle, and a slider moved several stops sends its last value only after the kernel has handled the
     one before (ipywidgets keeps one message in flight per control), so the last value can arrive
     after the page says idle. A figure that is wrong for good stays wrong: patience does not hide it.
+    Load-aware: each of the ``changes`` values sent may cost the kernel one render, so the patience is at
+    least three renders per change, a render timed by the probe (seconds on a loaded machine).
     """
-    deadline = time.monotonic() + patience_s
+    started = time.monotonic()
     while True:
         wait_idle(page, lesson)
+        probe_started = time.monotonic()
         found, values, shown, offline = figure_problems(page, calc, model_id)
-        found += [f"control {name} holds {values.get(name)!r}, the learner set {want!r}"
+        render_s = time.monotonic() - probe_started
+        found += [f"control {name} holds {values.get(name)!r} in the kernel, the learner set {want!r} "
+                  f"(the page shows {page_readout(calc, name)!r})"
                   for name, want in (expect or {}).items() if not same_value(values.get(name), want)]
-        if not found or time.monotonic() > deadline:
+        if not found or time.monotonic() > started + max(patience_s, 3 * changes * render_s):
             return found, values, shown, offline
         page.wait_for_timeout(500)
+
+
+def page_readout(calc, name: str) -> str:
+    """What the page shows for a control (its readout, or its text): is a wrong value the page's or the kernel's?"""
+    element = calc.locator(f".commtax-control-{name.replace('_', '-')}").first
+    readout = element.locator(".widget-readout")
+    return (readout.first.inner_text() if readout.count() else element.inner_text()).strip()[:80]
 
 
 def same_value(have, want) -> bool:
@@ -595,7 +607,8 @@ def drive(page, lesson: Path, spec: Calc, failures: Path) -> list[str]:
         except Exception as exc:   # a control that is not there (or not usable) is a problem of this step
             problems.append(f"{label}: could not act: {str(exc).splitlines()[0]}")
             continue
-        found, values, shown, offline = settle_and_compare(page, lesson, calc, model_id, step.expect)
+        found, values, shown, offline = settle_and_compare(page, lesson, calc, model_id, step.expect, changes=sum(
+            len(a[2]) if a[0] == "keys" else 1 for a in step.actions) or 1)
         text = calc.locator(".commtax-output").first.inner_text()
         if step.check is not None and (problem := step.check(text)):
             found.append(problem)
