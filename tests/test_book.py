@@ -1,0 +1,340 @@
+"""The course's website (``python3 course.py book``), checked as a visitor meets it.
+
+The module builds the book first (book/build.py: incremental, so where
+``python3 course.py book`` already built it, as CI's ``.ci/run`` does, nothing
+is executed or rendered again). Then it checks the built site: every notebook
+executed to its end without an error, for the sources as they are now; a page
+for every lesson, lab and worked solution, each with its "run this" line and a
+link back to its notebook; and, in headless Chromium over a loopback HTTP
+server, every page: no console error or failed request, every figure of the
+executed notebook present as a loaded image, every formula typeset by MathJax,
+every calculator drawn from its saved state with its "live in JupyterLab" note
+(no empty or broken widget area), every link between pages resolving (file and
+anchor), and search finding a lesson.
+
+Skips where the book's tools are not installed (``python3 course.py book``
+installs them) or Chromium is missing; under CI (``CI`` set) a missing tool
+fails instead, since ``.ci/run`` installs them. Set COMMTAX_BOOK_SCREENSHOTS to
+a folder to also save screenshots of three pages at a laptop and a phone size.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import importlib.util
+import json
+import os
+import re
+import shutil
+import threading
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--no-first-run", "--disable-sync"]
+IMAGE_MIMES = ("image/png", "image/jpeg", "image/svg+xml")
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+
+# The notebooks execute in the build when they changed; allow for that (a whole fresh build takes
+# several minutes on two cores), instead of the suite's 600 s safety net.
+pytestmark = pytest.mark.timeout(3600)
+
+
+def missing(reason: str):
+    """Skip here; fail under CI, where .ci/run installs everything the book needs."""
+    if os.environ.get("CI"):
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def book():
+    """The built book's module (book/build.py), after an incremental build."""
+    for module in ("sphinx", "myst_nb", "sphinx_book_theme"):
+        if importlib.util.find_spec(module) is None:
+            missing(f"the book's tools are not installed ({module}): `python3 course.py book` installs them")
+    from book import build
+    if not (build.BUILD / "assets").exists() and shutil.which("npm") is None:
+        missing("npm (Node.js) is needed once to fetch the book's MathJax and widget manager")
+    try:
+        build.build()
+    except SystemExit as error:
+        pytest.fail(f"the book did not build: {error}")
+    return build
+
+
+def page_of(book, source: str) -> Path:
+    """The HTML page of a repository file (lessons/x.ipynb, labs/y/README.md)."""
+    return book.HTML / (source.rsplit(".", 1)[0] + ".html")
+
+
+def executed(book) -> dict[str, nbformat.NotebookNode]:
+    return {str(p.relative_to(ROOT)): nbformat.read(book.BUILD / "executed" / p.relative_to(ROOT), as_version=4)
+            for p in book.notebooks()}
+
+
+def course_pages(book) -> list[str]:
+    """Every lesson, worked solution and lab README of the course map (repository paths)."""
+    lessons = book.pages.course_map((ROOT / "README.md").read_text())
+    labs = [lab for lesson in lessons for lab in lesson.labs]
+    return [str(p.relative_to(ROOT)) for p in book.notebooks()] + labs
+
+
+# -- the build, read from disk -------------------------------------------------------------------
+
+def test_every_notebook_ran_to_its_end_without_an_error_for_the_sources_as_they_are(book):
+    # What nbval checks, on the executions the pages show: a page never shows a stale or failed run.
+    dependencies = book.execute.dependencies_digest(ROOT)
+    for rel, nb in executed(book).items():
+        source = nbformat.read(ROOT / rel, as_version=4)
+        assert nb.metadata["commtax_book"]["key"] == book.execute.notebook_key(source, dependencies), \
+            f"{rel}: the book shows an execution of other sources"
+        code = [c for c in nb.cells if c.cell_type == "code"]
+        errors = [o for c in code for o in c.outputs if o.output_type == "error"]
+        assert not errors, f"{rel}: {errors[0].ename}: {errors[0].evalue}"
+        assert all(c.execution_count for c in code if c.source.strip()), f"{rel}: a cell did not run"
+
+
+def test_the_course_map_links_every_lesson_and_the_book_has_all_twelve(book):
+    # The home page and the sidebar come from the README's course map: a lesson missing from the map
+    # would have no page.
+    lessons = book.pages.course_map((ROOT / "README.md").read_text())
+    in_map = sorted(l.notebook for l in lessons)
+    on_disk = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "lessons").glob("[0-9][0-9]-*.ipynb"))
+    assert in_map == on_disk
+    assert len(in_map) >= 12
+
+
+def test_every_lesson_lab_and_solution_has_a_page_with_its_run_line_and_notebook_link(book):
+    for rel in course_pages(book):
+        html = page_of(book, rel).read_text()
+        run = re.search(r'<div class="commtax-run[^"]*">(.*?)</div>', html, re.S)
+        assert run, f"{rel}: no 'run this' line"
+        assert "python3 course.py" in run.group(1), f"{rel}: the run line has no command"
+        if rel.endswith(".ipynb"):
+            href = re.search(r'href="([^"]+\.ipynb)"', run.group(1))
+            assert href, f"{rel}: the run line does not link to the notebook"
+            target = (page_of(book, rel).parent / unquote(href.group(1))).resolve()
+            assert target.is_file(), f"{rel}: the notebook link {href.group(1)} leads nowhere"
+            assert not any(c.get("outputs") for c in nbformat.read(target, as_version=4).cells), \
+                f"{rel}: the linked notebook should be the stored one, without outputs"
+
+
+def test_worked_solutions_are_on_their_own_pages_marked_as_answers(book):
+    solutions = [r for r in course_pages(book) if r.startswith("solutions/")]
+    assert len(solutions) >= 12
+    for rel in solutions:
+        html = page_of(book, rel).read_text()
+        assert "admonition warning" in html and "Worked solutions:" in html, f"{rel}: not marked as answers"
+        lesson = page_of(book, rel.replace("solutions/", "lessons/", 1)).read_text()
+        assert "Worked solutions:" not in lesson, f"{rel}: the lesson page carries the solutions' mark"
+
+
+# -- the site, in a browser ----------------------------------------------------------------------
+
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def site(book):
+    """The built site on a loopback HTTP server (a port the OS picks); yields its base URL."""
+    handler = functools.partial(QuietHandler, directory=str(book.HTML))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    candidates = [os.environ.get("COMMTAX_CHROMIUM"), "/usr/bin/chromium", shutil.which("chromium"),
+                  shutil.which("chromium-browser"), shutil.which("google-chrome")]
+    path = next((c for c in candidates if c and os.path.exists(c)), None)
+    if path is None:
+        pytest.skip("Chromium not found (apt-get install chromium, or set COMMTAX_CHROMIUM)")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=path, args=CHROMIUM_FLAGS, headless=True)
+        yield browser
+        browser.close()
+
+
+# One pass over the page, after MathJax and the widget manager finished: what the tests below judge.
+INSPECT = """() => {
+  const outside = (el, sel) => !el.closest(sel);
+  const imgs = sel => Array.from(document.querySelectorAll(sel));
+  const loaded = img => img.complete && img.naturalWidth > 0;
+  const cellImgs = imgs('.cell_output img').filter(i => outside(i, '.widget-subarea'));
+  const widgetImgs = imgs('.widget-subarea img');
+  const math = Array.from(document.querySelectorAll('.math'));
+  const views = Array.from(document.querySelectorAll('script[type="application/vnd.jupyter.widget-view+json"]'));
+  const areas = views.map(v => {
+    const area = v.previousElementSibling;
+    if (!area || !area.classList.contains('widget-subarea')) return {drawn: false};
+    const box = area.getBoundingClientRect();
+    return {drawn: true, height: box.height, text: area.innerText.trim().slice(0, 200),
+            broken: /Error displaying widget|Loading widget/.test(area.innerText)};
+  });
+  const prose = Array.from(document.querySelectorAll('article p, article li, article td'))
+    .filter(e => outside(e, '.cell_output, pre, code, .highlight'))
+    .map(e => e.innerText).filter(t => /\\$[^$\\s][^$]*\\$/.test(t));
+  return {
+    cellImages: cellImgs.length, cellImagesLoaded: cellImgs.filter(loaded).length,
+    widgetImages: widgetImgs.length, widgetImagesLoaded: widgetImgs.filter(loaded).length,
+    math: math.length, mathTypeset: math.filter(m => m.querySelector('mjx-container')).length,
+    mathErrors: document.querySelectorAll('mjx-merror').length, rawDollars: prose.slice(0, 3),
+    views: areas, liveNotes: document.querySelectorAll('.commtax-live').length,
+    links: Array.from(document.querySelectorAll('a[href]')).map(a => a.href),
+    ids: Array.from(document.querySelectorAll('[id]')).map(e => e.id),
+  };
+}"""
+
+SETTLED = """() => {
+  const mathDone = !window.MathJax || (window.MathJax.startup && window.MathJax.startup.promise
+                   && window.__mathSettled === true);
+  const views = document.querySelectorAll('script[type="application/vnd.jupyter.widget-view+json"]').length;
+  const drawn = document.querySelectorAll('.widget-subarea').length;
+  return mathDone && drawn >= views;
+}"""
+
+
+def visit(browser, url: str) -> dict:
+    page = browser.new_page(viewport={"width": 1440, "height": 900})
+    problems = []
+    page.on("console", lambda m: m.type == "error" and problems.append(f"console: {m.text}"))
+    page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    page.on("requestfailed", lambda r: problems.append(f"request failed: {r.url} ({r.failure})"))
+    page.on("response", lambda r: r.status >= 400 and problems.append(f"HTTP {r.status}: {r.url}"))
+    try:
+        page.goto(url, wait_until="load")
+        page.evaluate("() => { if (window.MathJax && MathJax.startup && MathJax.startup.promise) "
+                      "MathJax.startup.promise.then(() => { window.__mathSettled = true; }); }")
+        page.wait_for_function(SETTLED, timeout=60_000)
+        report = page.evaluate(INSPECT)
+    finally:
+        page.close()
+    report["problems"] = problems
+    return report
+
+
+@pytest.fixture(scope="module")
+def visits(book, site, chromium) -> dict[str, dict]:
+    """Every HTML page of the site, opened once: {path under _build/html: what INSPECT saw}."""
+    paths = sorted(str(p.relative_to(book.HTML)) for p in book.HTML.rglob("*.html")
+                   if not p.relative_to(book.HTML).parts[0].startswith("_"))
+    reports = {path: visit(chromium, site + path) for path in paths}
+    shots = os.environ.get("COMMTAX_BOOK_SCREENSHOTS")
+    if shots:
+        save_screenshots(chromium, site, Path(shots))
+    return reports
+
+
+def save_screenshots(browser, site: str, folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    pages = {"home": "index.html", "lesson-01": "lessons/01-collectives-and-alpha-beta.html",
+             "lab-11": "labs/lab-11-plan-a-cluster/README.html"}
+    for size, (width, height) in {"laptop": (1440, 900), "phone": (390, 844)}.items():
+        for name, path in pages.items():
+            page = browser.new_page(viewport={"width": width, "height": height})
+            page.goto(site + path, wait_until="load")
+            page.wait_for_timeout(1500)
+            page.screenshot(path=str(folder / f"{name}-{size}.png"))
+            page.close()
+
+
+def test_every_page_loads_without_a_console_error_or_a_failed_request(visits):
+    assert len(visits) >= 12 + 12 + 13 + 2
+    bad = {path: r["problems"] for path, r in visits.items() if r["problems"]}
+    assert not bad, json.dumps(bad, indent=1)[:3000]
+
+
+def test_every_figure_of_the_executed_notebooks_is_a_loaded_image_on_its_page(book, visits):
+    # A plot that did not reach the page (a failed conversion, a PNG not copied) shows here.
+    for rel, nb in executed(book).items():
+        report = visits[rel.removesuffix(".ipynb") + ".html"]
+        outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+        figures = sum(1 for o in outputs if any(m in o.get("data", {}) for m in IMAGE_MIMES))
+        state = nb.metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
+        in_widgets = sum(1 for m in state.values() for o in m.get("state", {}).get("outputs", [])
+                         if any(k in o.get("data", {}) for k in IMAGE_MIMES))
+        assert report["cellImages"] == figures, f"{rel}: {report['cellImages']} images for {figures} figures"
+        assert report["cellImagesLoaded"] == figures, f"{rel}: an image did not load"
+        assert report["widgetImages"] == in_widgets, f"{rel}: {report['widgetImages']} calculator plots " \
+                                                     f"for {in_widgets} saved"
+        assert report["widgetImagesLoaded"] == in_widgets, f"{rel}: a calculator's plot did not load"
+
+
+def test_every_formula_is_typeset_and_no_dollar_math_is_left_raw(book, visits):
+    for rel in course_pages(book):
+        report = visits[rel.rsplit(".", 1)[0] + ".html"]
+        assert report["mathTypeset"] == report["math"], f"{rel}: {report['math'] - report['mathTypeset']} " \
+                                                        "formulas not typeset"
+        assert report["mathErrors"] == 0, f"{rel}: MathJax could not read {report['mathErrors']} formulas"
+        assert not report["rawDollars"], f"{rel}: math left as text: {report['rawDollars']}"
+    lessons = [r for r in course_pages(book) if r.startswith("lessons/")]
+    assert all(visits[r.replace(".ipynb", ".html")]["math"] > 0 for r in lessons), "a lesson shows no formula"
+
+
+def test_every_calculator_is_drawn_from_its_saved_state_with_its_live_note(book, visits):
+    calculators = 0
+    for rel, nb in executed(book).items():
+        report = visits[rel.removesuffix(".ipynb") + ".html"]
+        views = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if WIDGET_VIEW in o.get("data", {})]
+        assert len(report["views"]) == len(views), f"{rel}: {len(report['views'])} widget areas for {len(views)}"
+        for area in report["views"]:
+            assert area["drawn"], f"{rel}: a calculator was not drawn"
+            assert area["height"] > 20 and area["text"], f"{rel}: an empty widget area: {area}"
+            assert not area["broken"], f"{rel}: {area['text']}"
+        cells = sum(1 for c in nb.cells if c.cell_type == "code"
+                    and any(WIDGET_VIEW in o.get("data", {}) for o in c.outputs))
+        assert report["liveNotes"] == cells, f"{rel}: {report['liveNotes']} live notes for {cells} calculators"
+        calculators += len(views)
+    assert calculators >= 5, "the lessons' calculators did not reach the pages"
+
+
+def test_every_link_between_pages_resolves_to_a_file_and_anchor(book, site, visits):
+    ids = {path: set(r["ids"]) for path, r in visits.items()}
+    broken = []
+    for path, report in visits.items():
+        for link in report["links"]:
+            if not link.startswith(site):
+                continue   # another site (a reference in a README): not the book's to check
+            parts = urlsplit(link)
+            target = unquote(parts.path[len(urlsplit(site).path):]) or "index.html"
+            if target.endswith("/"):
+                target += "index.html"
+            if not (book.HTML / target).is_file():
+                broken.append(f"{path} -> {target} (no such file)")
+            elif parts.fragment and target in ids and unquote(parts.fragment) not in ids[target]:
+                broken.append(f"{path} -> {target}#{parts.fragment} (no such anchor)")
+    assert not broken, "\n".join(broken[:20])
+
+
+def test_search_finds_a_lesson(site, chromium):
+    page = chromium.new_page()
+    try:
+        page.goto(site + "search.html?q=all-reduce", wait_until="load")
+        page.wait_for_selector("#search-results li", timeout=60_000)
+        results = page.inner_text("#search-results")
+    finally:
+        page.close()
+    assert "Lesson 02" in results or "Ring all-reduce" in results, results[:500]
+
+
+def test_the_student_release_and_the_autograder_leave_the_built_book_out():
+    # _build/ holds the worked solutions' pages and executions: answers, wherever the book was built.
+    from grading import release
+    for excluded in (release.RELEASE_EXCLUDED, release.GRADESCOPE_EXCLUDED):
+        assert "_build" in shutil.ignore_patterns(*excluded)(str(ROOT), ["_build", "lessons"])
