@@ -179,7 +179,8 @@ EXERCISES: dict[str, Exercise] = {
                      tolerance=0.01, compute=_lesson10_zero3_halved),
     "10.3": Exercise("model-state bytes per GPU of GPT-3 at TP 8 x PP 4 without ZeRO (175e9 / 32 parameters)",
                      "PYdy20wYaYI="),
-    "10.4": Exercise("FLOPs per byte of the expert all-to-all at EP 16, 1,536-wide SwiGLU experts", "aetK0+orWik="),
+    "10.4": Exercise("FLOPs per byte of the expert all-to-all in the forward (its binding window) at EP 16, "
+                     "1,536-wide SwiGLU experts", "lxS1LBXUVSk="),
     # Lesson 11
     "11.1": Exercise("PP bytes per rank per step (averaged over ranks) for d = 1, t = 2, p = 4", "CY6cBW3iAJg="),
     "11.2": Exercise("TP bytes with attention divided by TP bytes without", "pU0mEOgju1E="),

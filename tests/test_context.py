@@ -161,3 +161,34 @@ def test_fp8_leaves_the_crossover_where_it_was():
     fp8 = context.ring_overlap_crossover(64, 8, 128, 1, 1, 1979e12 * 0.5, link=no_alpha)
     assert fp8 == pytest.approx(bf16, rel=2e-3)
     assert bf16 == pytest.approx(8 / 64 * 2 * (989e12 * 0.5 / 450e9) / (2 * 0.5))
+
+
+def test_ring_overlap_ridge_is_the_kernels_rate_over_the_link_lesson_10s_eta_times_its_ridge():
+    """Lesson 12's R = F/beta with F = peak x efficiency is Lesson 10's threshold eta I*, not its ridge I*:
+    at 50% of 989 TFLOP/s, 1,099 FLOP/B on NVLink 4 (I* = 2,198) and 9,890 on one NDR NIC (I* = 19,780).
+    Without alpha, x* = (a_kv/a) B R / (2f): x* = B R for the causal zigzag steps (f = 1/2) with a_kv = a."""
+    from commtax.formulas.roofline import ridge_point
+    rate = 0.5 * 989e12
+    no_alpha = lambda link: Link(link.name, 0.0, link.bandwidth)
+    for link, ridge in ((NVLINK, 2198), (IB, 19780)):
+        assert ridge_point(989e12, link.bandwidth) == pytest.approx(ridge, abs=1)
+        R = rate / link.bandwidth
+        assert R == pytest.approx(0.5 * ridge, abs=1)
+        x_star = context.ring_overlap_crossover(8, 8, 128, 1, 8, rate, link=no_alpha(link))
+        assert x_star == pytest.approx(8 * R)                                    # B R, causal, a_kv = a
+        assert context.ring_overlap_crossover(8, 8, 128, 1, 8, rate, causal=False, link=no_alpha(link)) == \
+            pytest.approx(8 * R / 2)
+
+
+def test_a_1m_token_ring_step_computes_16x_its_transfer_with_the_causal_mask_33x_without():
+    """Lesson 07, section 3: 131,072-token blocks (1M tokens on c = 8, h = 8192, 16-bit) move in 42.9 ms at
+    100 GB/s; a step's forward is 4 (s/c)^2 h = 5.6e14 FLOPs non-causal, 1.42 s at 40% of 989 TFLOP/s (33x),
+    and half of that with the zigzag split's causal steps, 0.71 s (16.6x)."""
+    flops = context.block_forward_flops(2**20, 64, 128, 8)
+    assert flops == pytest.approx(5.63e14, rel=1e-3)
+    transfer = 2 * 131072 * 8192 * 2 / 100e9
+    seconds = flops / (0.4 * 989e12)
+    causal = seconds * context.ring_step_work(0, 8)[1]
+    assert transfer == pytest.approx(42.95e-3, rel=1e-3)
+    assert seconds == pytest.approx(1.42, abs=0.01) and seconds / transfer == pytest.approx(33.2, abs=0.1)
+    assert causal == pytest.approx(0.71, abs=0.01) and causal / transfer == pytest.approx(16.6, abs=0.1)

@@ -142,3 +142,48 @@ def test_the_pairwise_all_to_all_charges_p_minus_1_latencies_bruck_needs_log2_p_
     assert bruck < pairwise / 5                       # small messages: merging wins
     big = 64e6
     assert math.ceil(math.log2(p)) * alpha + big / 2 * math.log2(p) / bandwidth > all_to_all_time(big, p, alpha, bandwidth)
+
+
+def test_expert_intensity_binds_in_the_forward_at_3_fe_over_b_and_pooling_the_backward_reads_1_5x_high():
+    """Lesson 09's expert intensity (forward: 6 h f_e FLOPs per copy against 2 h B bytes for the (e-1)/e of copies
+    that leave the rank) and roofline.ep_intensity are one formula: 3 f_e / B x e/(e-1) (8/7 at EP 8). Pooling
+    forward and backward (1.5x) averages what no single all-to-all gets: dispatch, expert, combine are a chain.
+    DeepSeek-V3 (f_e 2,048, EP 8) hides inside an H100 node at 50% MFU; DeepSeek-V2's 1,536-wide experts at
+    EP 16 (2,458 FLOP/B) sit under eta x the ridge of an H800's NVLink (3,264 at eta 0.66, 2,473 at 50%) and far
+    under one NIC's (9,890 at 50%)."""
+    from commtax.formulas import roofline as R
+    assert R.ep_intensity(14336, 8) == pytest.approx(3 * 14336 / 2 * 8 / 7)
+    assert R.ep_intensity(1536, 16) == pytest.approx(2457.6)
+    assert R.ep_intensity(1536, 16, window="step") == pytest.approx(1.5 * 2457.6)
+    assert R.ep_intensity(1536, 16, window="backward") == pytest.approx(2 * 2457.6)
+    assert R.ep_intensity(1536, 16, swiglu=False) == pytest.approx(2 / 3 * 2457.6)
+    v3 = R.ep_intensity(2048, 8)
+    assert v3 == pytest.approx(3510.9, abs=0.1) and v3 > 0.5 * R.ridge_point(989e12, 450e9)
+    v2 = R.ep_intensity(1536, 16)
+    h800 = R.ridge_point(989e12, 200e9)
+    assert v2 < 0.5 * h800 < 0.66 * h800 and v2 < 0.5 * R.ridge_point(989e12, 50e9) / 4
+    with pytest.raises(ValueError, match="window"):
+        R.ep_intensity(1536, 16, window="layer")
+
+
+def test_uniform_router_at_capacity_factor_1_drops_about_one_percent_not_well_under():
+    """Mixtral's shape (4,096 tokens, 8 experts, top-2, C = 1,024 slots): each expert's load is Binomial(4096, 1/4),
+    sigma 27.7, and the expected overflow is 1.08% of the 8,192 copies (8 sigma / sqrt(2 pi) / 8,192 in the normal
+    limit). Lesson 09's seed 0 happens to drop 0.65%; over many seeds the mean is ~1.1%."""
+    T, E, k = 4096, 8, 2
+    C = moe.expert_capacity(T, E, k, 1.0)
+    assert C == 1024
+    p = k / E
+    logpmf = [math.lgamma(T + 1) - math.lgamma(x + 1) - math.lgamma(T - x + 1) + x * math.log(p)
+              + (T - x) * math.log(1 - p) for x in range(T + 1)]
+    overflow = sum((x - C) * math.exp(lp) for x, lp in enumerate(logpmf) if x > C)
+    expected = E * overflow / (T * k)
+    assert expected == pytest.approx(0.0108, abs=0.0003)
+    assert expected == pytest.approx(E * math.sqrt(T * p * (1 - p)) / math.sqrt(2 * math.pi) / (T * k), rel=0.03)
+    rng = np.random.default_rng(1)
+    shares = []
+    for _ in range(200):      # the lesson's router: top-2 of Gumbel-perturbed equal logits
+        ids = np.argsort(-rng.gumbel(size=(T, E)), axis=1)[:, :k]
+        load = np.bincount(ids.reshape(-1), minlength=E)
+        shares.append(np.maximum(load - C, 0).sum() / (T * k))
+    assert np.mean(shares) == pytest.approx(expected, abs=0.001)

@@ -327,7 +327,10 @@ def ring_overlap_crossover(heads, kv_heads, head_dim, cp, dtype_bytes=2, flops_r
     step hides its transfer when a x^2 >= alpha + b x, i.e. for
     x >= x* = (b + sqrt(b^2 + 4 a alpha)) / (2 a); below it the transfer is
     exposed. Without alpha, x* = (kv_heads / heads) dtype_bytes R / (2 f),
-    where R = flops_rate / bandwidth is the link's ridge (FLOP per byte).
+    where R = flops_rate / bandwidth (FLOP per byte) is the link's ridge at the
+    kernel's rate: Lesson 10's threshold eta I*, eta = flops_rate / peak times
+    the ridge point I* = peak / bandwidth (R ~ 1,100 on NVLink 4 at 50% of an
+    H100's 989 TFLOP/s, where I* is 2,198).
     Returns tokens (a float). The forward binds: the backward has 2.5x the
     compute for 2x the bytes.
     """

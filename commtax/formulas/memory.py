@@ -94,12 +94,14 @@ def activation_bytes_per_layer(seq, micro_batch, hidden, heads, tp=1, sequence_p
     the case without sequence parallelism.
 
     This is the *GPT* layer of the paper (multi-head attention, a 4h GeLU MLP,
-    dropout, LayerNorm). A Llama-style layer differs: grouped-query attention
-    keeps smaller K and V, SwiGLU keeps three tensors of the 3.5h-wide MLP
-    (gate, up, and their product), and there is no dropout; by the same count
-    that is about 40 s b h instead of 34, so these formulas under-count a
-    Llama layer's activations by ~15%. Read plans within ~15% of the HBM as
-    marginal.
+    dropout, LayerNorm). A Llama-style layer, counted the same way
+    (:func:`llama_activation_sbh`), keeps smaller K and V (grouped-query
+    attention), no dropout masks, and three f-wide tensors of its SwiGLU MLP
+    with Megatron's fused kernel: 32-34 s b h for Llama 2 and 3 (33.5 for
+    Llama-2-70B), within ~5% of the GPT's 34, so these formulas stand in for
+    it. What the kernels keep moves it: rotated copies of Q and K beside the
+    QKV output add ~2 s b h, and an unfused (eager PyTorch) SwiGLU keeps
+    silu(gate) as a fourth f-wide tensor, ~40 s b h (+20%).
     """
     s = require_int("seq", seq, 1)
     b = require_int("micro_batch", micro_batch, 1)
@@ -120,6 +122,32 @@ def activation_bytes_per_layer(seq, micro_batch, hidden, heads, tp=1, sequence_p
     if sequence_parallel:
         return sbh * (34.0 / t + scores)
     return sbh * (10.0 + 24.0 / t + scores) if t > 1 else sbh * (34.0 + scores)
+
+
+def llama_activation_sbh(hidden, heads, kv_heads, ffn_hidden, fused_swiglu=True, rope_copies=False) -> float:
+    """Bytes one Llama-style layer keeps for its backward, in units of s b h (16-bit, no TP, no recomputation,
+    fused attention: no s x s scores), counted Korthikanti's way.
+
+    Two RMSNorms' inputs 4; attention: the QKV matmul's input 2, Q 2, K and V 2 a_kv/a each, the output
+    projection's input 2 (no dropout masks); MLP: its input 2, then 2 f/h per f-wide tensor kept: 3 with
+    Megatron's fused SwiGLU (``bias_swiglu_impl`` keeps its input, gate and up, 2f wide, and the down
+    projection keeps their product), 4 with an unfused one (``fused_swiglu=False``: eager PyTorch also keeps
+    silu(gate)). ``rope_copies``: rotated copies of Q and K are kept beside the QKV output (V a view of it),
+    2 + 2 a_kv/a more. The attention kernel's log-sum-exp and the norms' statistics (4 a/h and 8/h s b h,
+    fp32) are left out. Llama-2-70B: 33.5 (the GPT layer: 34); 40.5 unfused.
+    """
+    h = require_int("hidden", hidden, 1)
+    a = require_int("heads", heads, 1)
+    kv = require_int("kv_heads", kv_heads, 1)
+    f = require_int("ffn_hidden", ffn_hidden, 1)
+    if a % kv:
+        raise ValueError(f"kv_heads ({kv}) must divide heads ({a})")
+    if not isinstance(fused_swiglu, bool) or not isinstance(rope_copies, bool):
+        raise ValueError("fused_swiglu and rope_copies must be True or False")
+    r = kv / a
+    attention = 2 + 2 + 2 * r + 2 * r + 2 + ((2 + 2 * r) if rope_copies else 0.0)
+    mlp = 2 + (3 if fused_swiglu else 4) * 2 * f / h
+    return 4 + attention + mlp
 
 
 # -- bytes on the wire per step ------------------------------------------------------------
@@ -294,8 +322,11 @@ def plan_wire_bytes(plan: MemoryPlan) -> dict:
     DP: :func:`zero_bytes_per_step` of the rank's N/(t p) parameters in
     ``grad_bytes``. TP: four all-reduces of b s h per layer per micro-batch
     (with sequence parallelism: four reduce-scatter + all-gather pairs, the
-    same bytes), 8 (t-1)/t b s h B. PP: each micro-batch's activation forward
-    and its gradient back across a stage boundary, 2 b s h B.
+    same bytes), six under full recomputation (Megatron reruns the forward's
+    two), 2 (t-1)/t b s h B each. PP: each micro-batch's activation forward
+    and its gradient back across a stage boundary, 2 b s h B / t: each TP rank
+    sends its 1/t slice (Megatron's scatter/gather, or the sequence-parallel
+    shard), as Lesson 10's predictor counts.
     """
     p = plan
     n_rank = p.n_params / (p.tp * p.pp)
@@ -304,9 +335,10 @@ def plan_wire_bytes(plan: MemoryPlan) -> dict:
     if p.dp > 1:
         out["dp"] = zero_bytes_per_step(n_rank, p.dp, p.zero_stage, p.microbatches, p.grad_bytes)
     if p.tp > 1:
-        out["tp"] = 8 * (p.tp - 1) / p.tp * act * (p.layers // p.pp) * p.microbatches
+        collectives = 4 + (2 if p.recompute == "full" else 0)
+        out["tp"] = collectives * 2 * (p.tp - 1) / p.tp * act * (p.layers // p.pp) * p.microbatches
     if p.pp > 1:
-        out["pp"] = 2 * act * p.microbatches
+        out["pp"] = 2 * act / p.tp * p.microbatches
     out["total"] = sum(out.values())
     return out
 

@@ -148,15 +148,19 @@ PIPELINE_SPLITS = ("even", "embedding_and_loss")
 CP_COMMS = ("p2p", "all_gather")
 DP_IMPLS = tuple(ZERO_BANDWIDTH_SHARE)
 HSDP_ALLREDUCE = ("micro_batch", "step")
+#: When ZeRO-2 gathers the parameters: once per step (the ZeRO paper's stage 2: parameters never
+#: sharded while the step runs) or before every micro-batch's forward (PyTorch FSDP's SHARD_GRAD_OP,
+#: FSDP2's ``reshard_after_forward=False``: resharded after each backward, gathered again).
+PARAM_GATHERS = ("step", "micro_batch")
 DEFAULTS = dict(ffn_hidden=None, kv_heads=None, swiglu=False, cp=1, vpp=None, micro_batch=None,
                 recompute=None, sequence_parallel=None, zero_stage=0, precision="bf16", dp=None,
                 fused_attention=None, overlap_grad_reduce=None, overlap_p2p=None, tp_overlap=False,
                 pipeline_split=None, cp_comm="p2p",
-                dp_impl="megatron", shard_group=None, hsdp_allreduce="micro_batch")
+                dp_impl="megatron", shard_group=None, hsdp_allreduce="micro_batch", param_gather="step")
 #: What a key set to None becomes (the source does not say): Megatron-LM's defaults; GPT-2's
 #: vocabulary padded as Megatron pads it.
 OPEN_DEFAULTS = dict(vocab=51200, tp=1, pp=1, cp=1, zero_stage=0, precision="bf16", swiglu=False, cp_comm="p2p",
-                     dp_impl="megatron", hsdp_allreduce="micro_batch")
+                     dp_impl="megatron", hsdp_allreduce="micro_batch", param_gather="step")
 GPU_ALIASES = {"A100": "A100-80GB", "H100": "H100-80GB", "H100-SXM": "H100-80GB"}
 REQUIRED = ("layers", "hidden", "heads", "seq", "vocab", "gpus", "gpu", "tp", "pp", "global_batch")
 KEYS = REQUIRED + tuple(DEFAULTS)
@@ -275,8 +279,12 @@ def normalize(run) -> dict:
     _choice(cfg, "cp_comm", CP_COMMS)
     _choice(cfg, "dp_impl", DP_IMPLS)
     _choice(cfg, "hsdp_allreduce", HSDP_ALLREDUCE)
+    _choice(cfg, "param_gather", PARAM_GATHERS)
     if isinstance(cfg["zero_stage"], bool) or cfg["zero_stage"] not in (0, 1, 2, 3):
         raise ValueError(f"zero_stage must be 0, 1, 2 or 3; got {cfg['zero_stage']!r}")
+    if cfg["param_gather"] == "micro_batch" and cfg["zero_stage"] != 2:
+        raise ValueError(f"param_gather 'micro_batch' (FSDP's SHARD_GRAD_OP) needs zero_stage 2, got "
+                         f"{cfg['zero_stage']}: ZeRO-3 gathers every micro-batch anyway, ZeRO-0/1 once per step")
     gpu = GPUS[cfg["gpu"]]
     if cfg["precision"] == "fp8" and not gpu.peak_flops_fp8:
         raise ValueError(f"precision 'fp8' needs FP8 tensor cores; {cfg['gpu']} has none")
@@ -737,8 +745,13 @@ def dp_bytes_per_step(cfg) -> float:
 
     * ZeRO-0: one all-reduce of the gradients, 2 (g-1)/g N grad_bytes;
     * ZeRO-1: one reduce-scatter and one parameter all-gather, (g-1)/g N (grad_bytes + 2);
-    * ZeRO-2 (FSDP SHARD_GRAD_OP, Llama 3's "no reshard after forward"): a reduce-scatter every
-      micro-batch and one all-gather, (g-1)/g N (m grad_bytes + 2);
+    * ZeRO-2 as the ZeRO paper defines it (DeepSpeed's stage 2; parameters never sharded while the
+      step runs): a reduce-scatter every micro-batch and one all-gather, (g-1)/g N (m grad_bytes + 2);
+      with ``param_gather="micro_batch"`` (PyTorch FSDP's SHARD_GRAD_OP, FSDP2's
+      ``reshard_after_forward=False``: the parameters are resharded after every backward and gathered
+      again before the next forward, as Lesson 07 counts on real FSDP2 ranks) m all-gathers,
+      m (g-1)/g N (grad_bytes + 2). (FSDP under PyTorch's pipeline schedule, or FSDP1's ``no_sync``,
+      keeps parameters and gradients unsharded until the last micro-batch: ZeRO-1's bytes and memory.)
     * ZeRO-3 (FSDP FULL_SHARD): per micro-batch, every layer gathered before its forward and again
       before its backward (the recomputed forward shares the backward's gather) and its gradients
       reduce-scattered: m (g-1)/g N (2 x 2 + grad_bytes);
@@ -763,7 +776,8 @@ def dp_bytes_per_step(cfg) -> float:
         shard = memory.zero_bytes_per_step(n, g, z, m, dtype_bytes=2) if g > 1 else 0.0
         replicate = 0.0
     gradient_passes = {0: 2, 1: 1, 2: m, 3: m}[z]
-    return shard + (gb - 2) * gradient_passes * (g - 1) / g * n + replicate
+    regather = (m - 1) * (g - 1) / g * n * 2 if z == 2 and cfg["param_gather"] == "micro_batch" else 0.0
+    return shard + regather + (gb - 2) * gradient_passes * (g - 1) / g * n + replicate
 
 
 def dp_time(cfg, recompute, layer_s, stage_s, gpu=None) -> dict:
@@ -778,7 +792,8 @@ def dp_time(cfg, recompute, layer_s, stage_s, gpu=None) -> dict:
       (Megatron's default) during the backward of the last micro-batch (its window: 2/3 of the
       micro-batch, 3/4 with full recomputation), all but the last bucket, which is exposed; the
       updated parameters (ZeRO-1/2) are gathered behind the next forward (1/3, or 1/4) but the first
-      bucket; ZeRO-2 reduce-scatters every micro-batch behind its own backward. Without
+      bucket (with ``param_gather="micro_batch"``, before every micro-batch's forward, m times); ZeRO-2
+      reduce-scatters every micro-batch behind its own backward. Without
       ``overlap_grad_reduce`` (Megatron-LM 2021) all of it is exposed. Hidden parts cost
       :func:`overlap_cost`.
     * ZeRO-3: per layer and micro-batch, the gathers and the reduce-scatter (and HSDP's per
@@ -824,9 +839,10 @@ def dp_time(cfg, recompute, layer_s, stage_s, gpu=None) -> dict:
         if z >= 1:
             gather = coll("all_gather", n * 2, g, t)
             first = coll("all_gather", bucket * 2, g, t)
-            comm += gather
-            added += first + overlap_cost(gather - first, forward_window, gpu) if cfg["overlap_grad_reduce"] \
-                else gather
+            gathers = m if z == 2 and cfg["param_gather"] == "micro_batch" else 1
+            comm += gathers * gather
+            added += gathers * (first + overlap_cost(gather - first, forward_window, gpu)) \
+                if cfg["overlap_grad_reduce"] else gathers * gather
         return dict(added=added, comm=comm)
     per_layer_params = layer_params(cfg) / t
     gather = coll("all_gather", per_layer_params * 2, g, t)
@@ -850,8 +866,9 @@ def activation_bytes_per_layer(cfg, recompute, fused_attention) -> float:
     truth, at s/cp tokens: none: s b h (34 + 5 a s / h) without TP, s b h (10 + 24/t + 5 a s/(h t))
     with TP, / t overall with sequence parallelism; selective: the 5 a s / h term is recomputed;
     full: only the layer's input, 2 s b h (/ t with sequence parallelism). Fused attention keeps no
-    s x s scores either. A GPT layer (MHA, 4h GeLU MLP, dropout): for Llama-style layers (GQA,
-    SwiGLU, no dropout) it under-counts by ~15% (see :mod:`commtax.formulas.memory`).
+    s x s scores either. A GPT layer (MHA, 4h GeLU MLP, dropout); a Llama-style layer (GQA, SwiGLU, no
+    dropout) counted the same way keeps 32-34 s b h with Megatron's fused SwiGLU, within ~5% of it
+    (:func:`commtax.formulas.memory.llama_activation_sbh`; ~40 with an unfused SwiGLU).
     """
     mode = "selective" if (fused_attention and recompute == "none") else recompute
     stored = memory.activation_bytes_per_layer(cfg["seq"] // cfg["cp"], cfg["micro_batch"], cfg["hidden"],
@@ -1251,8 +1268,11 @@ def _llama3(gpus, cp, dp, seq, per_dp):
 #: ``published``: {predicted key: value} in the source's convention. Llama 3 (Dubey et al. 2024, "The
 #: Llama 3 Herd of Models", Table 4): TFLOP/s per GPU and "BF16 MFU" of the 405B model (126 layers,
 #: h 16,384, 128 heads, 8 KV heads, FFN 53,248, vocabulary 128,256); FSDP without resharding after
-#: the forward (ZeRO-2 here), one layer less on the first and last pipeline stages, CP as an all-gather
-#: of K and V; micro-batch, interleaving and recomputation not stated (the predictor chooses them).
+#: the forward, priced here as the ZeRO paper's stage 2 (one parameter gather per step; how often Meta's
+#: FSDP gathered under its pipeline schedule is not published: ``param_gather="micro_batch"`` prices
+#: PyTorch FSDP2's default, ``zero_stage=1`` PyTorch's pipeline schedule, which keeps parameters and
+#: gradients unsharded until the last micro-batch), one layer less on the first and last pipeline
+#: stages, CP as an all-gather of K and V; micro-batch, interleaving and recomputation not stated (the predictor chooses them).
 #: The paper does not say how it counts attention FLOPs; compared here with the causal count
 #: (``model_tflops_per_gpu_causal``): at 131K tokens the non-causal count would put 57% of the FLOPs in
 #: attention, of which the masked half is never computed (430/400/380 TFLOP/s = 43/41/38% of 989).

@@ -66,17 +66,18 @@ PRECISIONS = ("bf16", "fp16", "fp8")
 PIPELINE_SPLITS = ("even", "embedding_and_loss")
 CP_COMMS = ("p2p", "all_gather")
 HSDP_ALLREDUCE = ("micro_batch", "step")
+PARAM_GATHERS = ("step", "micro_batch")   # ZeRO-2's parameter gather: once per step, or every micro-batch (FSDP)
 DP_IMPLS = tuple(ZERO_BANDWIDTH_SHARE)
 
 #: Every key a run may have; the first ten are required, the others default as :data:`DEFAULTS` says.
 RUN_KEYS = ("layers", "hidden", "heads", "seq", "vocab", "gpus", "gpu", "tp", "pp", "global_batch",
             "ffn_hidden", "kv_heads", "swiglu", "cp", "vpp", "micro_batch", "recompute",
             "sequence_parallel", "zero_stage", "precision", "dp", "fused_attention", "overlap_grad_reduce",
-            "overlap_p2p", "tp_overlap", "pipeline_split", "cp_comm", "dp_impl", "shard_group", "hsdp_allreduce")
+            "overlap_p2p", "tp_overlap", "pipeline_split", "cp_comm", "dp_impl", "shard_group", "hsdp_allreduce", "param_gather")
 DEFAULTS = dict(ffn_hidden=None, kv_heads=None, swiglu=False, cp=1, vpp=None, micro_batch=None, recompute=None,
                 sequence_parallel=None, zero_stage=0, precision="bf16", dp=None, fused_attention=None,
                 overlap_grad_reduce=None, overlap_p2p=None, tp_overlap=False, pipeline_split=None, cp_comm="p2p",
-                dp_impl="megatron", shard_group=None, hsdp_allreduce="micro_batch")
+                dp_impl="megatron", shard_group=None, hsdp_allreduce="micro_batch", param_gather="step")
 RETURNED_KEYS = ("step_time_s", "model_tflops_per_gpu", "hardware_tflops_per_gpu", "mfu", "hfu",
                  "memory_bytes_per_gpu", "binding")
 
@@ -110,7 +111,7 @@ def normalize(run):
     """Check ``run`` and fill its defaults; a new dict. ValueError naming the argument on a bad plan.
 
     Filled: :data:`DEFAULTS`; a key set to None for vocab/tp/pp/cp/zero_stage/precision/swiglu/cp_comm/
-    dp_impl/hsdp_allreduce takes its default too; ``gpu`` aliases (``"H100"``); ``dp`` = gpus / (tp pp
+    dp_impl/hsdp_allreduce/param_gather takes its default too; ``gpu`` aliases (``"H100"``); ``dp`` = gpus / (tp pp
     cp); ``ffn_hidden`` = 4 h; ``kv_heads`` = heads; ``sequence_parallel`` = tp > 1; ``fused_attention``
     = the GPU preset's; ``overlap_grad_reduce`` = True; ``overlap_p2p`` = vpp > 1; ``shard_group`` =
     dp x cp (no HSDP); ``pipeline_split`` None: "even" when pp divides the layers, else
@@ -128,7 +129,8 @@ def normalize(run):
         raise ValueError(f"run is missing required key(s): {', '.join(missing)}")
     cfg = {**DEFAULTS, **run}
     for name, value in dict(vocab=51200, tp=1, pp=1, cp=1, zero_stage=0, precision="bf16", swiglu=False,
-                            cp_comm="p2p", dp_impl="megatron", hsdp_allreduce="micro_batch").items():
+                            cp_comm="p2p", dp_impl="megatron", hsdp_allreduce="micro_batch",
+                            param_gather="step").items():
         if cfg[name] is None:
             cfg[name] = value
     if not isinstance(cfg["gpu"], str) or GPU_ALIASES.get(cfg["gpu"], cfg["gpu"]) not in GPUS:
@@ -170,8 +172,11 @@ def normalize(run):
     _choice(cfg, "cp_comm", CP_COMMS)
     _choice(cfg, "dp_impl", DP_IMPLS)
     _choice(cfg, "hsdp_allreduce", HSDP_ALLREDUCE)
+    _choice(cfg, "param_gather", PARAM_GATHERS)
     if isinstance(cfg["zero_stage"], bool) or cfg["zero_stage"] not in (0, 1, 2, 3):
         raise ValueError(f"zero_stage must be 0, 1, 2 or 3; got {cfg['zero_stage']!r}")
+    if cfg["param_gather"] == "micro_batch" and cfg["zero_stage"] != 2:
+        raise ValueError(f"param_gather 'micro_batch' needs zero_stage 2, got {cfg['zero_stage']}")
     if cfg["precision"] == "fp8" and not GPUS[cfg["gpu"]]["peak_flops_fp8"]:
         raise ValueError(f"precision 'fp8' needs FP8 tensor cores; {cfg['gpu']} has none")
     if cfg["shard_group"] is None:
@@ -417,6 +422,8 @@ def _dp_bytes(cfg):
     n, gb = max(_stage_params(cfg)), cfg["grad_bytes"]
     ring = (g - 1) / g
     gradient_passes, param_passes = {0: (2, 0), 1: (1, 1), 2: (m, 1), 3: (m, 2 * m)}[z]
+    if z == 2 and cfg["param_gather"] == "micro_batch":
+        param_passes = m
     out = ring * n * (gradient_passes * gb + param_passes * 2)
     if r > 1:
         out += 2 * (r - 1) / r * n / g * gb * (m if cfg["hsdp_allreduce"] == "micro_batch" else 1)
@@ -455,8 +462,10 @@ def _dp(cfg, recompute, layer_s, stage_s):
         if z >= 1:
             gather = _collective("all_gather", n * 2, g, t, gpu)
             first = _collective("all_gather", bucket * 2, g, t, gpu)
-            comm += gather
-            added += first + _overlap(gather - first, forward_window, base) if cfg["overlap_grad_reduce"] else gather
+            gathers = m if z == 2 and cfg["param_gather"] == "micro_batch" else 1
+            comm += gathers * gather
+            added += gathers * (first + _overlap(gather - first, forward_window, base)) \
+                if cfg["overlap_grad_reduce"] else gathers * gather
         return added, comm
     per_layer = _layer_params(cfg) / t
     gather = _collective("all_gather", per_layer * 2, g, t, gpu)
