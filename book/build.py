@@ -1,10 +1,13 @@
 """Build the course as a static website: ``python3 course.py book`` runs this.
 
-    python book/build.py [--jobs N] [--repository-url URL] [--clean]
+    python book/build.py [--jobs N] [--repository-url URL] [--clean] [--execute 03,04 | --quick]
 
 1. fetch the browser assets once (book/assets.py; needs npm the first time);
 2. execute every lesson and worked solution that changed since the last build
-   (book/execute.py: one run each, cached in ``_build/executed/``);
+   (book/execute.py: one run each, cached in ``_build/executed/``); with
+   ``--execute 03,04`` only those lessons and their solutions run, and the
+   other notebooks whose execution is not current are shown without outputs
+   (``--quick``: QUICK below, the test suite's and CI's build);
 3. stage the pages (book/pages.py) in ``_build/src/``;
 4. render them with Sphinx + MyST-NB (book/conf.py) into ``_build/html/``.
 
@@ -26,6 +29,10 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 BUILD = ROOT / "_build"
 HTML = BUILD / "html"
+# The lessons (and their worked solutions) the test suite and CI execute: the two quickest
+# (about 30 s together on two cores) that carry formulas, a figure and calculators. The suite's
+# nbval run executes every notebook anyway; a full build takes about ten minutes.
+QUICK = ("03", "04")
 
 sys.path.insert(0, str(ROOT))
 from book import assets, execute, pages  # noqa: E402
@@ -48,8 +55,24 @@ def repository_url(given: str | None) -> str:
     return url if url.startswith("https://") else ""
 
 
-def build(jobs: int = 1, repository: str | None = None, clean: bool = False) -> Path:
-    """Build the book into ``_build/html``; return the path of its home page."""
+def selected(lessons: list[str] | None, root: Path = ROOT) -> set[Path] | None:
+    """The notebooks of the lessons numbered in ``lessons`` ("03"), or None for all of them."""
+    if lessons is None:
+        return None
+    chosen = {p for p in notebooks(root) if p.name[:2] in lessons}
+    unknown = set(lessons) - {p.name[:2] for p in chosen}
+    if unknown:
+        raise SystemExit(f"[book] --execute: no lesson numbered {', '.join(sorted(unknown))}")
+    return chosen
+
+
+def build(jobs: int = 1, repository: str | None = None, clean: bool = False,
+          lessons: list[str] | None = None) -> Path:
+    """Build the book into ``_build/html``; return the path of its home page.
+
+    ``lessons``: the numbers of the lessons whose notebooks run if their execution is not
+    current (None: all); the others reuse a current execution or show no outputs.
+    """
     start = time.monotonic()
     if clean:
         import shutil
@@ -57,7 +80,8 @@ def build(jobs: int = 1, repository: str | None = None, clean: bool = False) -> 
         shutil.rmtree(HTML, ignore_errors=True)
         shutil.rmtree(BUILD / "doctrees", ignore_errors=True)
     asset_dir = assets.ensure_assets(BUILD / "assets")
-    executed = execute.execute_all(notebooks(), ROOT, BUILD / "executed", jobs=jobs)
+    executed = execute.execute_all(notebooks(), ROOT, BUILD / "executed", jobs=jobs,
+                                   run=selected(lessons))
     ran = time.monotonic()
     url = repository_url(repository)
     pages.stage(ROOT, BUILD / "src", executed, url)
@@ -77,8 +101,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--jobs", type=int, default=1, help="notebooks executed at a time (default 1)")
     parser.add_argument("--repository-url", help="the https URL readers clone (default: git's origin, if https)")
     parser.add_argument("--clean", action="store_true", help="re-render every page (executions stay cached)")
+    parser.add_argument("--execute", metavar="NN,NN", type=lambda text: [n.strip().zfill(2) for n in text.split(",")],
+                        help="execute only these lessons (and their solutions); others show outputs only "
+                             f"from an earlier build (the test suite's quick build: {','.join(QUICK)})")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"--execute {','.join(QUICK)}: the test suite's and CI's build (about a minute)")
     args = parser.parse_args(argv)
-    build(args.jobs, args.repository_url, args.clean)
+    build(args.jobs, args.repository_url, args.clean, list(QUICK) if args.quick else args.execute)
     return 0
 
 

@@ -36,6 +36,10 @@ mathjax_path = "mathjax/tex-mml-chtml.js"
 html_theme = "sphinx_book_theme"
 html_static_path = [str(HERE / "static"), str(ASSETS)]
 html_css_files = ["commtax-book.css"]
+# After MathJax (deferred, priority 500), before the widgets are drawn on "load".
+html_js_files = [("commtax-book.js", {"defer": "defer", "priority": 800})]
+html_favicon = str(HERE / "static" / "favicon.svg")   # a ring of four ranks; spares a 404 for /favicon.ico
+html_context = {"default_mode": "light"}    # the plots are drawn on white
 html_last_updated_fmt = None
 html_copy_source = True                       # the theme's download button offers each page's source
 html_theme_options = {

@@ -84,24 +84,33 @@ def _run(source: Path, target: Path, key: str, root: Path) -> float:
     return seconds
 
 
-def execute_all(sources: list[Path], root: Path, store: Path, jobs: int = 1) -> dict[Path, Path]:
-    """Return {source notebook: its executed copy}, running only the ones whose key changed.
+def execute_all(sources: list[Path], root: Path, store: Path, jobs: int = 1,
+                run: set[Path] | None = None) -> dict[Path, Path]:
+    """Return {source notebook: its executed copy} for every source that has a current execution.
 
-    ``jobs`` notebooks run at a time (default one: the lessons start several
-    ranks each, and the suite's nbval runs them one after another too).
+    A notebook whose stored execution is stale is executed again when ``run`` is
+    None (every notebook) or holds it; otherwise it is left out of the result and
+    its page shows the notebook as stored, without outputs (``--execute`` builds,
+    such as the test suite's quick one). ``jobs`` notebooks run at a time (default
+    one: the lessons start several ranks each, and the suite's nbval runs them one
+    after another too).
     """
     # The kernels import this tree's commtax, whatever the environment has installed.
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
     dependencies = dependencies_digest(root)
-    done, todo = {}, []
+    done, todo, skipped = {}, [], []
     for source in sources:
         target = store / source.relative_to(root)
-        done[source] = target
         key = notebook_key(nbformat.read(source, as_version=4), dependencies)
-        if stored_key(target) != key:
+        if stored_key(target) == key:
+            done[source] = target
+        elif run is None or source in run:
             todo.append((source, target, key))
-    print(f"[book] {len(sources) - len(todo)} of {len(sources)} notebooks reused from {store}; "
-          f"executing {len(todo)}", flush=True)
+            done[source] = target
+        else:
+            skipped.append(source)
+    print(f"[book] {len(sources) - len(todo) - len(skipped)} of {len(sources)} notebooks reused from {store}; "
+          f"executing {len(todo)}" + (f"; {len(skipped)} shown without outputs" if skipped else ""), flush=True)
 
     def one(item):
         source, target, key = item

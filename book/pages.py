@@ -99,15 +99,21 @@ class Stager:
         write_if_changed(path, text)
         self.written.add(path)
 
-    def notebook(self, rel: str, executed: Path, lesson: Lesson, toctree: list[str]) -> None:
-        nb = nbformat.read(executed, as_version=4)
+    def notebook(self, rel: str, executed: Path | None, lesson: Lesson, toctree: list[str]) -> None:
+        """The page of notebook ``rel``: its execution ``executed``, or without outputs when None."""
+        nb = nbformat.read(executed or self.root / rel, as_version=4)
         solution = rel.startswith("solutions/")
         how = f"run `python3 course.py lab` and open `{rel}` (then Run ▸ Run All Cells)"
         lines = [self.run_line(rel, rel, "notebook" if solution else "lesson", how)]
+        if executed is None:
+            lines.append("```{container} commtax-unexecuted\nThis build did not execute this notebook, so its "
+                         "figures, tables and calculators are missing here: `python3 course.py book` executes "
+                         "every notebook.\n```\n")
         if solution:
-            lines.insert(0, "```{warning}\nWorked solutions: these are the answers to the exercises of "
-                            f"[Lesson {lesson.number}](../{lesson.notebook}). Try each exercise there first; "
-                            "its one-line self-check says whether your number is right without showing it.\n```\n")
+            lines.insert(0, "```{admonition} Worked solutions: the answers\n:class: warning commtax-answers\n"
+                            f"This page answers the exercises of [Lesson {lesson.number}](../{lesson.notebook}). "
+                            "Try each exercise there first: its one-line self-check says whether your number is "
+                            "right without showing it.\n```\n")
         _insert_under_title(nb, "\n".join(lines))
         _mark_calculators(nb, rel)
         if toctree:
@@ -124,7 +130,10 @@ class Stager:
         self.write(rel, text)
 
     def index(self, readme: str, lessons: list[Lesson], extra: list[str]) -> None:
-        text = readme.replace("](solutions/)", "](solutions/index.md)")
+        if any((self.root / l.solution).exists() for l in lessons):
+            text = readme.replace("](solutions/)", "](solutions/index.md)")
+        else:   # a student release: no worked solutions, so no link to them
+            text = re.sub(r"\[([^\]]*)\]\(solutions/[^)]*\)", r"\1", readme)
         toc = ["", "```{toctree}", ":caption: Lessons", ":hidden:", ""]
         toc += [l.notebook.removesuffix(".ipynb") for l in lessons]
         toc += ["```", "", "```{toctree}", ":caption: For teachers", ":hidden:", ""] + extra + ["```", ""]
@@ -174,17 +183,22 @@ def _mark_calculators(nb, rel: str) -> None:
 
 
 def stage(root: Path, src: Path, executed: dict[Path, Path], repository_url: str | None) -> list[Lesson]:
-    """Write every page's source under ``src``; return the course map it was built from."""
+    """Write every page's source under ``src``; return the course map it was built from.
+
+    ``executed`` maps a notebook to its current execution; a notebook missing there
+    gets a page without outputs. Where ``solutions/`` is absent (the student
+    release) there are no solution pages and no links to them.
+    """
     stager = Stager(root, src, repository_url)
     readme = (root / "README.md").read_text()
     lessons = course_map(readme)
     for lesson in lessons:
         labs = [f"../{lab.removesuffix('.md')}" for lab in lesson.labs if (root / lab).exists()]
         solution = root / lesson.solution
-        children = labs + ([f"../{lesson.solution.removesuffix('.ipynb')}"] if solution in executed else [])
-        stager.notebook(lesson.notebook, executed[root / lesson.notebook], lesson, children)
-        if solution in executed:
-            stager.notebook(lesson.solution, executed[solution], lesson, [])
+        children = labs + ([f"../{lesson.solution.removesuffix('.ipynb')}"] if solution.exists() else [])
+        stager.notebook(lesson.notebook, executed.get(root / lesson.notebook), lesson, children)
+        if solution.exists():
+            stager.notebook(lesson.solution, executed.get(solution), lesson, [])
         for lab in lesson.labs:
             if (root / lab).exists():
                 folder = str(Path(lab).parent)
