@@ -19,6 +19,7 @@ Open ``_build/html/index.html`` in a browser. Sphinx's warnings fail the build
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import subprocess
 import sys
@@ -66,6 +67,18 @@ def selected(lessons: list[str] | None, root: Path = ROOT) -> set[Path] | None:
     return chosen
 
 
+def rendered_from(repository: str) -> str:
+    """A digest of everything Sphinx renders from: the staged pages, this folder (conf.py, static/)
+    and the assets' versions. Equal digests: the site in _build/html is already these pages."""
+    digest = hashlib.sha256(repository.encode())
+    for folder in (BUILD / "src", HERE / "static"):
+        for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+            digest.update(str(path).encode() + b"\0" + path.read_bytes())
+    for path in [HERE / "conf.py", *sorted((BUILD / "assets").glob("*/.version"))]:
+        digest.update(str(path).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
 def build(jobs: int = 1, repository: str | None = None, clean: bool = False,
           lessons: list[str] | None = None) -> Path:
     """Build the book into ``_build/html``; return the path of its home page.
@@ -85,11 +98,18 @@ def build(jobs: int = 1, repository: str | None = None, clean: bool = False,
     ran = time.monotonic()
     url = repository_url(repository)
     pages.stage(ROOT, BUILD / "src", executed, url)
-    env = dict(os.environ, COMMTAX_BOOK_ASSETS=str(asset_dir), COMMTAX_BOOK_REPOSITORY=url)
-    command = [sys.executable, "-m", "sphinx", "-b", "html", "-c", str(HERE), "-d", str(BUILD / "doctrees"),
-               "-W", "--keep-going", "-q", str(BUILD / "src"), str(HTML)]
-    if subprocess.call(command, env=env) != 0:
-        raise SystemExit("[book] Sphinx reported the problems above; the book is not complete")
+    rendered = HTML / ".commtax-rendered"      # what the last complete render was made from
+    inputs = rendered_from(url)
+    if rendered.exists() and rendered.read_text() == inputs:
+        print("[book] no page changed since the last build: not rendered again", flush=True)
+    else:
+        env = dict(os.environ, COMMTAX_BOOK_ASSETS=str(asset_dir), COMMTAX_BOOK_REPOSITORY=url)
+        command = [sys.executable, "-m", "sphinx", "-b", "html", "-c", str(HERE), "-d", str(BUILD / "doctrees"),
+                   "-W", "--keep-going", "-q", str(BUILD / "src"), str(HTML)]
+        rendered.unlink(missing_ok=True)
+        if subprocess.call(command, env=env) != 0:
+            raise SystemExit("[book] Sphinx reported the problems above; the book is not complete")
+        rendered.write_text(inputs)
     done = time.monotonic()
     print(f"[book] built in {done - start:.0f} s (notebooks {ran - start:.0f} s, pages {done - ran:.0f} s): "
           f"open {HTML / 'index.html'}", flush=True)

@@ -117,8 +117,7 @@ class Stager:
         _insert_under_title(nb, "\n".join(lines))
         _mark_calculators(nb, rel)
         if toctree:
-            nb.cells.append(nbformat.v4.new_markdown_cell(
-                "```{toctree}\n:hidden:\n\n" + "\n".join(toctree) + "\n```"))
+            nb.cells.append(_cell("```{toctree}\n:hidden:\n\n" + "\n".join(toctree) + "\n```", "commtax-toctree"))
         nb.metadata.pop("commtax_book", None)   # the cache's bookkeeping, not the page's
         self.write(rel, nbformat.writes(nb) + "\n")
         self.write(f"{DOWNLOADS}/{rel}", (self.root / rel).read_text())
@@ -153,13 +152,20 @@ class Stager:
                 path.unlink()
 
 
+def _cell(text: str, cell_id: str):
+    """A markdown cell with a fixed id (nbformat's are random: every build would change every page)."""
+    cell = nbformat.v4.new_markdown_cell(text)
+    cell.id = cell_id
+    return cell
+
+
 def _insert_under_title(nb, text: str) -> None:
     """Put ``text`` right under the notebook's first '# ' heading (its title)."""
     for cell in nb.cells:
         if cell.cell_type == "markdown" and re.search(r"^# ", cell.source, re.M):
             cell.source = _insert_after_heading(cell.source, text)
             return
-    nb.cells.insert(0, nbformat.v4.new_markdown_cell(text))
+    nb.cells.insert(0, _cell(text, "commtax-run"))
 
 
 def _insert_after_heading(markdown: str, text: str) -> str:
@@ -175,7 +181,7 @@ def _mark_calculators(nb, rel: str) -> None:
     for index in reversed(range(len(nb.cells))):
         cell = nb.cells[index]
         if cell.cell_type == "code" and any(WIDGET_VIEW in o.get("data", {}) for o in cell.get("outputs", [])):
-            nb.cells.insert(index + 1, nbformat.v4.new_markdown_cell(note))
+            nb.cells.insert(index + 1, _cell(note, f"commtax-live-{index}"))
     state = nb.metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
     for model in state.values():
         if "disabled" in model.get("state", {}):
