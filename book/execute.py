@@ -5,8 +5,9 @@ run for (``metadata.commtax_book.key``). The key hashes the notebook's code
 cells and kernel, and everything else its outputs depend on: the ``commtax``
 package, the data files under ``labs/`` that lessons read, and the pinned
 requirements. A build whose key matches reuses the stored notebook; anything
-else (an edited cell, a changed formula in ``commtax``) runs it again. A fresh
-clone has no store, so CI always executes every notebook, once, in the build.
+else (an edited cell, a changed formula in ``commtax``) runs it again, unless
+the build asked for only some notebooks (``--quick``, CI's build: a fresh clone
+has no store, so there the two quick lessons and their solutions run, once).
 
 Execution is what the test suite's nbval run does, with nbclient: the kernel of
 this environment, the notebook's own folder as the working directory, the same
