@@ -318,9 +318,9 @@ class ShardedOptimizer(torch.optim.Optimizer):
         keeps only its shard of the gradient between micro-batches.
         """
         # BEGIN SOLUTION
-        # HINT: for each j: full = flat_gradient(self.trainable[j], self.flats[j].numel()); shard = torch.empty(
-        # HINT: stop - start); dist.reduce_scatter_single(shard, full, group=self.group); self.grad_shards[j] += shard;
-        # HINT: then p.grad = None for every p in self.trainable[j].
+        # HINT: for each j: full = flat_gradient(self.trainable[j], self.flats[j].numel());
+        # HINT: shard = torch.empty(stop - start, dtype=full.dtype); dist.reduce_scatter_single(shard, full,
+        # HINT: group=self.group); self.grad_shards[j] += shard; then p.grad = None for every p in self.trainable[j].
         for j, params in enumerate(self.trainable):
             start, stop = self.bounds[j]
             full = flat_gradient(params, self.flats[j].numel())
