@@ -388,32 +388,30 @@ def _state_checks(lab, rank, world_size):
 
 
 def train_fully_sharded(lab, rank, group=None, data_rank=None):
-    """The caller's own loop and torch Adam around the learner's FullyShardedModule."""
-    saved = []
+    """The caller's own loop and torch Adam around the learner's FullyShardedModule.
 
-    def pack(tensor):
-        saved.append(tuple(tensor.shape))
-        return tensor
-
+    Also counts what a rank holds between each micro-batch's forward and its backward (the most
+    ZeRO-3 should keep then: the shards; the activations are autograd's).
+    """
     model = TinyLM()
     wrapped = lab.FullyShardedModule(model, group=group)
     opt = torch.optim.Adam(wrapped.parameters(), lr=ADAMW["lr"])
-    steps, collectives, held = [], [], None
+    steps, collectives, held, after_forward = [], [], None, {"params": 0, "other": 0}
     for k, step in enumerate(_batches(rank if data_rank is None else data_rank)):
-        with record_traffic() as traffic, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        with record_traffic() as traffic:
             opt.zero_grad()
             for x, y in step:
-                (F.mse_loss(wrapped(x), y) / len(step)).backward()
+                loss = F.mse_loss(wrapped(x), y) / len(step)
+                now = held_bytes(model, wrapped, lab)
+                after_forward = {kind: max(after_forward[kind], now[kind]) for kind in after_forward}
+                loss.backward()
             wrapped.finish_gradient_synchronization()
             if k == STEPS - 1:
                 held = held_bytes(model, [wrapped, opt], lab)
             opt.step()
         collectives += traffic.collectives
         steps.append({name: _dense(t) for name, t in wrapped.gather_full_params().items()})
-    shapes = {tuple(p.shape) for p in TinyLM().parameters() if p.dim() == 2}
-    whole = sorted({s for s in saved if s in shapes or s[::-1] in shapes})
-    return {"steps": steps, "collectives": collectives, "held": held, "saved_whole_layers": whole,
-            "frozen": model.out_scale.detach().clone()}
+    return {"steps": steps, "collectives": collectives, "held": held, "after_forward": after_forward}
 
 
 UNIT_SHAPES = [(3, 2), (5,), (1,)]      # 6, 5 and 1 elements: padded differently on 2 and 4 ranks
@@ -483,14 +481,15 @@ def run_zero(rank, world_size, lab, with_fsdp=True):
     if world_size == 4:   # two groups of two ranks, each training its own model on its own data
         groups = [dist.new_group([0, 1]), dist.new_group([2, 3])]
         mine = groups[rank // 2]
-        for key, train in (("subgroup/2", lambda: train_sharded(lab, rank, 2, "adamw", group=mine)),
-                           ("subgroup/3", lambda: train_fully_sharded(lab, rank, group=mine))):
+        for stage in (0, 1, 2, 3):
+            what = f"ShardedOptimizer(zero_stage={stage}" if stage < 3 else "FullyShardedModule("
             try:
-                run = train()
-                out[key] = {k: v for k, v in run.items() if not k.startswith("_")}
+                run = train_fully_sharded(lab, rank, group=mine) if stage == 3 else \
+                    train_sharded(lab, rank, stage, "adamw", group=mine)
+                out[f"subgroup/{stage}"] = {k: v for k, v in run.items() if not k.startswith("_")}
             except Exception as exc:  # noqa: BLE001
-                out[key] = _error(lab, f"{'ShardedOptimizer' if key.endswith('2') else 'FullyShardedModule'}"
-                                       f"(group=<ranks {2 * (rank // 2)}, {2 * (rank // 2) + 1}>)", exc)
+                out[f"subgroup/{stage}"] = _error(lab, f"{what}, group=<ranks {2 * (rank // 2)}, "
+                                                       f"{2 * (rank // 2) + 1}>)", exc)
     if with_fsdp:
         try:
             out["fsdp"] = _fsdp2(rank)
@@ -541,7 +540,10 @@ def _current_test():
 
 
 def _wrong_shards(got, want, shard):
-    bad = (got - want).abs() > TOLERANCE
+    """The group ranks whose shard of the flat buffer (the trainable parameters, in order) is wrong."""
+    frozen = _frozen_slice()
+    trainable = [torch.cat([t[:frozen.start], t[frozen.stop:]]) for t in (got, want)]
+    bad = (trainable[0] - trainable[1]).abs() > TOLERANCE
     return sorted({int(i) // shard for i in torch.nonzero(bad).flatten()})
 
 
@@ -559,18 +561,18 @@ def check_training(run_steps, reference, what, world_size, shard=None):
         diff = (got - want).abs()
         if diff.max() <= TOLERANCE:
             continue
+        scale = ""
         if k == 0:
             moved, expected_move = got - before, want - before
             mask = expected_move.abs() > 1e-6
-            if mask.any():
-                ratio = float((moved[mask] / expected_move[mask]).median())
-                if abs(ratio) < 1e-12:
-                    fail(f"{what}: the first step did not move the parameters: does the local step write into the "
-                         "model's parameters (a master that views the flat buffer), and are the shards gathered?")
-                expect_close(ratio, 1.0, rel=1e-3, what=f"{what}: how far the first step moved the parameters, "
-                             "against the reference (median ratio over elements)", hints={
-                                 float(world_size): "gradients summed over the d ranks, not averaged?",
-                                 1 / world_size: "gradients divided by d twice?"})
+            ratio = float((moved[mask] / expected_move[mask]).median()) if mask.any() else 1.0
+            if abs(ratio) < 1e-12:
+                fail(f"{what}: the first step did not move the parameters: does the local step write into the "
+                     "model's parameters (a master that views the flat buffer), and are the shards gathered?")
+            for factor, why in ((world_size, "gradients summed, not averaged over the d ranks?"),
+                                (1 / world_size, "gradients divided by d twice?")):
+                if abs(ratio / factor - 1) < 1e-3:
+                    scale = f" - the first step moved the parameters x{ratio:.4g} as far as it should: {why}"
         where = ""
         if shard:
             wrong = _wrong_shards(got, want, shard)
@@ -579,7 +581,7 @@ def check_training(run_steps, reference, what, world_size, shard=None):
                  "built once)?") if k > 0 else ""
         fail(f"{what}: after step {k + 1} of {STEPS} the parameters differ from one process training on every "
              f"rank's data by up to {diff.max():.3g} (tolerance {TOLERANCE:g}) in {int((diff > TOLERANCE).sum())} of "
-             f"{got.numel()} elements{where}{later}")
+             f"{got.numel()} elements{where}{scale}{later}")
     expect_close(run_steps[-1], reference["steps"][-1], rel=0.0, abs=TOLERANCE, what=f"{what}: the final parameters")
 
 
@@ -826,14 +828,19 @@ def test_byte_ledger_of_the_fully_sharded_module_gathers_twice_and_reduce_scatte
     check_ledger(_part(results, world_size, 3), world_size, 3, n_padded)
 
 
-def test_fully_sharded_module_saves_no_whole_weight_for_the_backward(lab):
-    # Freed after the forward: autograd keeps notes, not the gathered weight matrices (seen through an
-    # outer torch.autograd.graph.saved_tensors_hooks, which sees what the learner's hooks do not take).
+def test_fully_sharded_module_holds_only_shards_between_forward_and_backward(lab):
+    # After each micro-batch's forward, before its backward: the modules hold their shards again and the
+    # wrapper keeps no gathered tensor (what autograd keeps for the backward, the ledger test counts).
     results = _zero(lab, 2, _needs(lab, FULLY_SHARDED))
+    shards = 8 * sum(padded(p.numel(), 2) for p in TinyLM().parameters() if p.requires_grad) // 2
     for rank, run in enumerate(_part(results, 2, 3)):
-        if run["saved_whole_layers"]:
-            fail(f"rank {rank}: autograd saved tensors of shape {run['saved_whole_layers']} for the backward, whole "
-                 "gathered weights: the unit was not freed after its forward (_pack must replace them by a note)")
+        got = run["after_forward"]
+        if got["params"] != shards:
+            fail(f"rank {rank}: after a forward the modules hold {got['params']} bytes of parameters, expected their "
+                 f"shards' {shards}: put each shard back after its unit's forward")
+        if got["other"]:
+            fail(f"rank {rank}: after a forward the wrapper still holds {got['other']} bytes of other tensors: keep no "
+                 "reference to the gathered parameters once the unit's forward is over")
 
 
 @pytest.mark.points(3)
@@ -843,8 +850,10 @@ def test_sharded_optimizer_and_fully_sharded_module_work_on_a_subgroup(lab):
     results = _zero(lab, 4, _needs(lab, SHARDED + FULLY_SHARDED))
     hint = (" - the same code passes on the whole world: a collective without group=self.group runs on every "
             "rank (the default group), and dividing by dist.get_world_size() without the group averages over 4")
-    for key, reference, what in (("subgroup/2", lambda g: reference_run(g, "adamw"), "ShardedOptimizer(zero_stage=2)"),
-                                 ("subgroup/3", lambda g: reference_adam(g), "FullyShardedModule")):
+    for stage in (0, 1, 2, 3):
+        key = f"subgroup/{stage}"
+        reference = (lambda g: reference_adam(g)) if stage == 3 else (lambda g: reference_run(g, "adamw"))
+        what = "FullyShardedModule" if stage == 3 else f"ShardedOptimizer(zero_stage={stage})"
         for rank, r in enumerate(results):
             if "error" in r[key]:
                 fail(f"rank {rank}: {r[key]['error']}{hint}")
@@ -852,10 +861,10 @@ def test_sharded_optimizer_and_fully_sharded_module_work_on_a_subgroup(lab):
             want = reference([first, first + 1])
             for rank in (first, first + 1):
                 run = results[rank][key]
-                steps = run["steps"] if key.endswith("2") else [_named_to_flat(s) for s in run["steps"]]
+                steps = run["steps"] if stage < 3 else [_named_to_flat(s) for s in run["steps"]]
                 got, expected = steps[-1], want["steps"][-1]
                 if (got - expected).abs().max() > TOLERANCE:
-                    world = reference_run(range(4), "adamw") if key.endswith("2") else reference_adam(range(4))
+                    world = reference(range(4))
                     also = " (it equals training on all 4 ranks' data)" if (
                         got - world["steps"][-1]).abs().max() <= 1e-6 else ""
                     fail(f"{what} on group [{first}, {first + 1}], rank {rank}: after {STEPS} steps the parameters "
