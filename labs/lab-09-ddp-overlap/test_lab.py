@@ -238,6 +238,9 @@ def hold_back_worker(rank, lab, directory):
     While rank 1 holds back, none of rank 0's all-reduces can complete. With hooks that launch them
     asynchronously, rank 0's backward returns anyway, every bucket launched and none finished.
     A hook that waits for its all-reduce blocks rank 0's backward until rank 1 gives up waiting.
+    Then both ranks enter a barrier, which with gloo returns only once every collective launched
+    before it on the group has completed (and its future's callbacks have run): a finish time
+    recorded at completion is before the moment rank 0 then calls finish_gradient_synchronization().
     Nothing here depends on how fast the machine is: only on what must come before what.
     """
     model = build_model(seed=0)
@@ -250,13 +253,17 @@ def hold_back_worker(rank, lab, directory):
         loss.backward()
         end = time.perf_counter()
         open(flag, "w").close()
+        dist.barrier()
+        called = time.perf_counter()
         timeline = ddp.finish_gradient_synchronization()
-        return {"backward_start": start, "backward_end": end, "timeline": [dict(r) for r in timeline]}
+        return {"backward_start": start, "backward_end": end, "finish_called": called,
+                "timeline": [dict(r) for r in timeline]}
     deadline = time.perf_counter() + HOLD_BACK
     while not os.path.exists(flag) and time.perf_counter() < deadline:
         time.sleep(0.005)     # polled, not waited on: the run's deadlock detector must not see a wait here
     arrived = os.path.exists(flag)
     loss.backward()
+    dist.barrier()
     ddp.finish_gradient_synchronization()
     return {"signal_arrived": arrived}
 
@@ -324,10 +331,15 @@ def check_grads(got, want, what, group_size):
     if isinstance(got, list) and len(got) == len(want) and all(
             torch.is_tensor(g) and g.shape == w.shape for g, w in zip(got, want)):
         ratio = float(torch.median(torch.cat([(g / w).reshape(-1) for g, w in zip(got, want)])))
+        hints = {float(group_size): "gradients summed, not averaged over the d ranks?", 1 / group_size: "divided by d "
+                 "twice?"}
+        if abs(ratio - 1) > 1e-6 and not any(abs(ratio / r - 1) < 1e-6 for r in hints):
+            fail(f"{what}: the gradients differ by no clean factor (median ratio {ratio:.4g}): a bucket read before its "
+                 "all-reduce completed (every bucket's work waited for in finish_gradient_synchronization()?), or "
+                 "gradients copied to or from the wrong slice of a bucket?")
         if abs(ratio - 1) > 1e-6:
             expect_close(ratio, 1.0, rel=1e-6, what=f"{what}: the gradients, as a multiple of the expected ones "
-                         "(median ratio)", hints={float(group_size): "gradients summed, not averaged over the d ranks?",
-                                                 1 / group_size: "divided by d twice?"})
+                         "(median ratio)", hints=hints)
     expect_close(got, want, rel=0.0, abs=1e-12, what=what)
 
 
@@ -424,6 +436,7 @@ def test_hooks_launch_every_allreduce_during_backward_without_waiting_for_it(lab
     # Rank 1 holds back its backward until rank 0's backward returns: none of rank 0's all-reduces can
     # finish before then. Order of events, not timing: a correct wrapper's backward returns at once,
     # every bucket launched, none finished; a hook that waits blocks the backward until rank 1 gives up.
+    # A barrier then completes every all-reduce before rank 0 calls finish_gradient_synchronization().
     results = _learner(lab, 2)
     zero, one = results[0]["hold_back"], results[1]["hold_back"]
     for rank, part in enumerate((zero, one)):
@@ -444,6 +457,11 @@ def test_hooks_launch_every_allreduce_during_backward_without_waiting_for_it(lab
             fail(f"rank 0: bucket {r['bucket']} 'finished' {(end - r['finish']) * 1e3:.1f} ms before its backward "
                  "returned, while rank 1 had sent nothing: record finish when the all-reduce completes (a callback "
                  "on work.get_future())")
+        if r["finish"] > zero["finish_called"]:
+            fail(f"rank 0: bucket {r['bucket']} 'finished' {(r['finish'] - zero['finish_called']) * 1e6:.0f} us after "
+                 "finish_gradient_synchronization() was called, though every all-reduce had completed before (a "
+                 "barrier waited for them): record finish when the all-reduce completes (a callback on "
+                 "work.get_future()), not when you wait for it")
 
 
 @pytest.mark.points(3)
