@@ -515,9 +515,9 @@ def gather_unit(shards, numels, shapes, group=None):
     ``shapes[i]``. Returns the list of full parameters (new tensors).
     """
     # BEGIN SOLUTION
-    # HINT: local = torch.cat([s.detach().reshape(-1) for s in shards]); out = torch.empty(d * L);
-    # HINT: dist.all_gather_single(out, local, group=group); rows = out.view(d, L); parameter i is
-    # HINT: rows[:, o:o + c].reshape(-1)[:numels[i]].view(shapes[i]).
+    # HINT: local = torch.cat([s.detach().reshape(-1) for s in shards]); out = torch.empty(d * L,
+    # HINT: dtype=local.dtype); dist.all_gather_single(out, local, group=group); rows = out.view(d, L);
+    # HINT: parameter i is rows[:, o:o + c].reshape(-1)[:numels[i]].view(shapes[i]).
     d = dist.get_world_size(group)
     local = torch.cat([s.detach().reshape(-1) for s in shards])
     out = torch.empty(d * local.numel(), dtype=local.dtype)
@@ -545,9 +545,10 @@ def reduce_scatter_unit(grads, numels, group=None):
     c_i elements each).
     """
     # BEGIN SOLUTION
-    # HINT: padded = zeros(padded_numel(n, d)); padded[:n] = g.reshape(-1); pieces.append(padded.view(d, -1));
-    # HINT: packed = torch.cat(pieces, dim=1); out = torch.empty(packed.shape[1]);
-    # HINT: dist.reduce_scatter_single(out, packed.reshape(-1), group=group); out / d, split into the c_i.
+    # HINT: per gradient g of n elements: padded = torch.zeros(padded_numel(n, d), dtype=g.dtype);
+    # HINT: padded[:n] = g.reshape(-1); pieces.append(padded.view(d, -1)). packed = torch.cat(pieces, dim=1);
+    # HINT: out = torch.empty(packed.shape[1], dtype=packed.dtype); dist.reduce_scatter_single(out,
+    # HINT: packed.reshape(-1), group=group); out / d, split into the c_i.
     d = dist.get_world_size(group)
     pieces = []
     for grad, numel in zip(grads, numels):

@@ -427,9 +427,9 @@ def gather_unit(shards, numels, shapes, group=None):
     """
     raise NotImplementedError(
         "gather_unit: not implemented yet. Hint: local = torch.cat([s.detach().reshape(-1) "
-        "for s in shards]); out = torch.empty(d * L); dist.all_gather_single(out, local, "
-        "group=group); rows = out.view(d, L); parameter i is rows[:, o:o + "
-        "c].reshape(-1)[:numels[i]].view(shapes[i])."
+        "for s in shards]); out = torch.empty(d * L, dtype=local.dtype); "
+        "dist.all_gather_single(out, local, group=group); rows = out.view(d, L); parameter i "
+        "is rows[:, o:o + c].reshape(-1)[:numels[i]].view(shapes[i])."
     )
 
 
@@ -446,11 +446,11 @@ def reduce_scatter_unit(grads, numels, group=None):
     c_i elements each).
     """
     raise NotImplementedError(
-        "reduce_scatter_unit: not implemented yet. Hint: padded = zeros(padded_numel(n, d)); "
-        "padded[:n] = g.reshape(-1); pieces.append(padded.view(d, -1)); packed = "
-        "torch.cat(pieces, dim=1); out = torch.empty(packed.shape[1]); "
-        "dist.reduce_scatter_single(out, packed.reshape(-1), group=group); out / d, split "
-        "into the c_i."
+        "reduce_scatter_unit: not implemented yet. Hint: per gradient g of n elements: padded"
+        " = torch.zeros(padded_numel(n, d), dtype=g.dtype); padded[:n] = g.reshape(-1); "
+        "pieces.append(padded.view(d, -1)). packed = torch.cat(pieces, dim=1); out = "
+        "torch.empty(packed.shape[1], dtype=packed.dtype); dist.reduce_scatter_single(out, "
+        "packed.reshape(-1), group=group); out / d, split into the c_i."
     )
 
 

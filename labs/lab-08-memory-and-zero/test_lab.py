@@ -234,28 +234,56 @@ def _dense(t):
     return t.detach().clone(memory_format=torch.contiguous_format)
 
 
-def reference_run(data_ranks, optimizer, steps=STEPS):
-    """One process, every rank's data: the parameters after each step and the optimizer's state_dict."""
+def reference_run(data_ranks, optimizer, steps=STEPS, scale=1.0, restart=False, weights=None):
+    """One process, every rank's data: the parameters after each step and the optimizer's state_dict.
+
+    The variants compute what a plausible mistake gives, so that a failure can say which one it is:
+    ``scale`` multiplies the gradient (d: summed over the ranks, not averaged), ``restart`` builds a
+    new optimizer every step (state not kept), ``weights`` counts micro-batch k's gradient
+    ``weights[k]`` times (ZeRO-2 sending the gradients of earlier micro-batches again).
+    """
     model = TinyLM()
     cls, kwargs = _optimizer_class(optimizer)
     opt = cls(_groups(model, optimizer), **kwargs)
     data = [_batches(r) for r in data_ranks]
     after = []
     for step in range(steps):
+        if restart:
+            opt = cls(_groups(model, optimizer), **kwargs)
         opt.zero_grad()
         for batches in data:
-            for x, y in batches[step]:
-                (F.mse_loss(model(x), y) / (MICROBATCHES * len(data_ranks))).backward()
+            for k, (x, y) in enumerate(batches[step]):
+                weight = scale * (weights[k] if weights else 1)
+                (F.mse_loss(model(x), y) * weight / (MICROBATCHES * len(data_ranks))).backward()
         opt.step()
         after.append(_flat(model))
     return {"before": _flat(TinyLM()), "steps": after, "state": opt.state_dict(),
             "named": {name: p.detach().clone() for name, p in model.named_parameters()}}
 
 
+def likely_mistakes(world_size, optimizer, stage, rank):
+    """What each plausible mistake would give (the parameters after each step), by what it means."""
+    d, m = world_size, MICROBATCHES
+    out = {"gradients summed over the d ranks, not averaged": reference_run(range(d), optimizer, scale=d),
+           "the optimizer state not kept across steps (a new local optimizer each step?)":
+           reference_run(range(d), optimizer, restart=True),
+           "only this rank's gradient (never reduced over the group)": reference_run([rank], optimizer)}
+    if stage == 2:
+        out["each micro-batch's gradient sent again with every later one: free p.grad once it is reduce-scattered"] = \
+            reference_run(range(d), optimizer, weights=[m - k for k in range(m)])
+    return {why: run["steps"] for why, run in out.items()}
+
+
 # -- what runs on every rank ---------------------------------------------------------------------------
+
+class PartFailed(Exception):
+    """A part's error, already described (see _agreed)."""
+
 
 def _error(lab, what, exc):
     """``what`` raised: the exception, and the lines of the learner's file it went through."""
+    if isinstance(exc, PartFailed):
+        return {"error": str(exc)}
     frames = [f"  {f.filename.rsplit('/', 1)[-1]}:{f.lineno} in {f.name}: {f.line}"
               for f in traceback.extract_tb(exc.__traceback__) if f.filename == getattr(lab, "__file__", None)]
     where = ("\n" + "\n".join(frames[-4:])) if frames else ""
@@ -369,8 +397,14 @@ def _state_checks(lab, rank, world_size):
     """AdamW, stage 1: the consolidated state on rank 0, then a new optimizer loaded with it continues."""
     run = train_sharded(lab, rank, 1, "adamw")
     opt, model = run["_opt"], run["_model"]
-    opt.consolidate_state_dict(to=0)
-    state = _plain(opt.state_dict()) if rank == 0 else None
+    def consolidate():
+        opt.consolidate_state_dict(to=0)
+        return {"state": _plain(opt.state_dict()) if rank == 0 else None}
+
+    consolidated = _agreed(lab, "consolidate_state_dict(to=0), then state_dict() on rank 0", consolidate)
+    if "error" in consolidated:
+        raise PartFailed(consolidated["error"])
+    state = consolidated["state"]
     shared = [state]
     dist.broadcast_object_list(shared, src=0)
     fresh = TinyLM()
@@ -459,37 +493,43 @@ def _fsdp2(rank):
     return {name: p.full_tensor().detach().clone() for name, p in model.named_parameters()}
 
 
+def _agreed(lab, what, part):
+    """Run ``part`` on every rank; if it raised on any rank, every rank gets that error and moves on.
+
+    Keeps the ranks in step: a part that raised on one rank only would otherwise leave the others
+    waiting in the next part's collectives, and the run would end as a deadlock, not as the error.
+    """
+    try:
+        result, error = part(), None
+    except Exception as exc:  # noqa: BLE001 - reported by the tests that need this part
+        result, error = None, _error(lab, what, exc)
+    errors = [None] * dist.get_world_size()
+    dist.all_gather_object(errors, error)
+    failed = [(r, e) for r, e in enumerate(errors) if e]
+    if failed:
+        rank, first = failed[0]
+        return error or {"error": f"(rank {rank} failed) {first['error']}"}
+    return {k: v for k, v in result.items() if not k.startswith("_")}
+
+
 def run_zero(rank, world_size, lab, with_fsdp=True):
     """Runs on every rank: every part the tests read, each part's failure kept as its error."""
     out = {"units": unit_checks(lab, rank, world_size)}
     for stage in (0, 1, 2):
         for optimizer in ("adamw", "sgd"):
-            key = f"{stage}/{optimizer}"
-            try:
-                run = train_sharded(lab, rank, stage, optimizer)
-                out[key] = {k: v for k, v in run.items() if not k.startswith("_")}
-            except Exception as exc:  # noqa: BLE001 - reported by the tests that need this part
-                out[key] = _error(lab, f"ShardedOptimizer(zero_stage={stage}, {optimizer})", exc)
-    try:
-        out["state"] = _state_checks(lab, rank, world_size)
-    except Exception as exc:  # noqa: BLE001
-        out["state"] = _error(lab, "consolidate_state_dict / load_state_dict", exc)
-    try:
-        out[3] = train_fully_sharded(lab, rank)
-    except Exception as exc:  # noqa: BLE001
-        out[3] = _error(lab, "FullyShardedModule", exc)
+            out[f"{stage}/{optimizer}"] = _agreed(lab, f"ShardedOptimizer(zero_stage={stage}, {optimizer})",
+                                                  lambda: train_sharded(lab, rank, stage, optimizer))
+    out["state"] = _agreed(lab, "consolidate_state_dict / load_state_dict",
+                           lambda: _state_checks(lab, rank, world_size))
+    out[3] = _agreed(lab, "FullyShardedModule", lambda: train_fully_sharded(lab, rank))
     if world_size == 4:   # two groups of two ranks, each training its own model on its own data
         groups = [dist.new_group([0, 1]), dist.new_group([2, 3])]
-        mine = groups[rank // 2]
-        for stage in (0, 1, 2, 3):
-            what = f"ShardedOptimizer(zero_stage={stage}" if stage < 3 else "FullyShardedModule("
-            try:
-                run = train_fully_sharded(lab, rank, group=mine) if stage == 3 else \
-                    train_sharded(lab, rank, stage, "adamw", group=mine)
-                out[f"subgroup/{stage}"] = {k: v for k, v in run.items() if not k.startswith("_")}
-            except Exception as exc:  # noqa: BLE001
-                out[f"subgroup/{stage}"] = _error(lab, f"{what}, group=<ranks {2 * (rank // 2)}, "
-                                                       f"{2 * (rank // 2) + 1}>)", exc)
+        mine, pair = groups[rank // 2], f"group=<ranks {2 * (rank // 2)}, {2 * (rank // 2) + 1}>"
+        for stage in (0, 1, 2):
+            out[f"subgroup/{stage}"] = _agreed(lab, f"ShardedOptimizer(zero_stage={stage}, {pair})",
+                                               lambda: train_sharded(lab, rank, stage, "adamw", group=mine))
+        out["subgroup/3"] = _agreed(lab, f"FullyShardedModule({pair})",
+                                    lambda: train_fully_sharded(lab, rank, group=mine))
     if with_fsdp:
         try:
             out["fsdp"] = _fsdp2(rank)
@@ -547,8 +587,11 @@ def _wrong_shards(got, want, shard):
     return sorted({int(i) // shard for i in torch.nonzero(bad).flatten()})
 
 
-def check_training(run_steps, reference, what, world_size, shard=None):
-    """The parameters after every step equal the reference's; the first difference is explained."""
+def check_training(run_steps, reference, what, world_size, shard=None, mistakes=None):
+    """The parameters after every step equal the reference's; the first difference is explained.
+
+    ``mistakes``: {what it means: the parameters after each step it would give} (see likely_mistakes).
+    """
     before, frozen_at = reference["before"], _frozen_slice()
     for k, (got, want) in enumerate(zip(run_steps, reference["steps"])):
         if got.shape != want.shape:
@@ -579,6 +622,10 @@ def check_training(run_steps, reference, what, world_size, shard=None):
             where = f"; the wrong elements lie in the shards of group ranks {wrong} (shard = {shard} elements)"
         later = (" - the first step was right: is the optimizer state kept across steps (one local optimizer, "
                  "built once)?") if k > 0 else ""
+        for why, steps in (mistakes or {}).items():
+            if (got - steps[k]).abs().max() <= TOLERANCE:
+                later, scale = f" - it equals training with {why}", ""
+                break
         fail(f"{what}: after step {k + 1} of {STEPS} the parameters differ from one process training on every "
              f"rank's data by up to {diff.max():.3g} (tolerance {TOLERANCE:g}) in {int((diff > TOLERANCE).sum())} of "
              f"{got.numel()} elements{where}{scale}{later}")
@@ -611,8 +658,12 @@ def test_sharded_optimizer_equals_one_process_training_after_every_step(lab, sta
     reference = reference_run(range(world_size), optimizer)
     shard = padded(N_PARAMS, world_size) // world_size if optimizer == "adamw" and stage else None
     for rank, run in enumerate(_part(results, world_size, f"{stage}/{optimizer}")):
-        check_training(run["steps"], reference, f"ShardedOptimizer(zero_stage={stage}) with "
-                       f"{'AdamW' if optimizer == 'adamw' else 'SGD'}, rank {rank} of {world_size}", world_size, shard)
+        what = f"ShardedOptimizer(zero_stage={stage}) with {'AdamW' if optimizer == 'adamw' else 'SGD'}, rank {rank} " \
+               f"of {world_size}"
+        if any((got - want).abs().max() > TOLERANCE for got, want in zip(run["steps"], reference["steps"])):
+            check_training(run["steps"], reference, what, world_size, shard,
+                           likely_mistakes(world_size, optimizer, stage, rank))
+        check_training(run["steps"], reference, what, world_size, shard)
 
 
 @pytest.mark.points(2)
