@@ -72,16 +72,19 @@ def _lesson04_plan(tp: int, pp: int):
 
 
 def _lesson10_best(hardware):
-    """Lesson 10, exercises 1-2: the planner's best plan for Llama-2 70B on 512 H100s, 1,024 sequences."""
+    """Lesson 10, exercise 1: the planner's best plan for Llama-2 70B on 512 H100s, 1,024 sequences."""
     from commtax.formulas import predict
     return predict.search_plans(predict.MODELS["Llama-2 70B"], 512, "H100-80GB", 1024, hardware=hardware)[0]
 
 
-def _lesson10_old_winner_halved() -> float:
+def _lesson10_zero3_halved() -> float:
+    """Lesson 10, exercise 2: the ZeRO-3 plan (TP 2 x DP 256, micro-batch 1) with half the NIC bandwidth."""
     import dataclasses
     from commtax.formulas import predict
-    halved = dataclasses.replace(predict.H100, nic_bandwidth=25e9)
-    return predict.breakdown(_lesson10_best(None)["run"], hardware=halved)["step_time_s"]
+    halved = dataclasses.replace(predict.H100, nic_bandwidth=predict.H100.nic_bandwidth / 2)
+    run = dict(predict.MODELS["Llama-2 70B"], gpus=512, gpu="H100-80GB", tp=2, pp=1, dp=256, micro_batch=1,
+               global_batch=1024, zero_stage=3)
+    return predict.predict(run, hardware=halved)["step_time_s"]
 
 
 def _lesson08_exposed_across_nodes() -> float:
@@ -95,6 +98,20 @@ def _lesson08_exposed_across_nodes() -> float:
                                           INFINIBAND_NDR.alpha, INFINIBAND_NDR.bandwidth)
     return ddp.ddp_timeline(sizes, ddp.DEFAULT_BUCKET_CAP_BYTES, 0.010, 64, NVLINK4.alpha, NVLINK4.bandwidth,
                             comm_time=comm)["exposed"]
+
+
+def _lesson12_crossover() -> float:
+    """Lesson 12, exercise 2: the ring's crossover for 64 heads, 8 K/V heads of 128, bf16, CP 8 on NVLink."""
+    from commtax.formulas import context
+    from commtax.formulas.links import NVLINK4
+    return context.ring_overlap_crossover(64, 8, 128, 8, 2, 989e12 * 0.5, link=NVLINK4)
+
+
+def _lesson12_modeler_case() -> float:
+    """Lesson 12, exercise 5: 128K tokens, 64 heads of 128 (MHA), FP8, CP 64 over 8 nodes: forward exposed."""
+    from commtax.formulas import context
+    return context.ring_attention_time(131072, 64, 64, 128, 64, 1, 1979e12 * 0.5, members_per_node=8,
+                                       backward=False).exposed
 
 
 EXERCISES: dict[str, Exercise] = {
@@ -158,16 +175,27 @@ EXERCISES: dict[str, Exercise] = {
     # Lesson 10 (answers follow the course's predictor, commtax.formulas.predict)
     "10.1": Exercise("predicted MFU of the planner's best Llama-2 70B plan on 512 H100s (0.25 = 25%)",
                      tolerance=0.01, compute=lambda: _lesson10_best(None)["mfu"]),
-    "10.2": Exercise("step time of the full-network winner on the halved network, in seconds", tolerance=0.01,
-                     compute=_lesson10_old_winner_halved),
+    "10.2": Exercise("step time of the ZeRO-3 plan (TP 2 x DP 256) on the halved network, in seconds",
+                     tolerance=0.01, compute=_lesson10_zero3_halved),
     "10.3": Exercise("model-state bytes per GPU of GPT-3 at TP 8 x PP 4 without ZeRO (175e9 / 32 parameters)",
                      "PYdy20wYaYI="),
-    "10.4": Exercise("FLOPs per byte of the expert all-to-all at EP 16, 1,536-wide SwiGLU experts", "aetK0+orWik="),
+    "10.4": Exercise("FLOPs per byte of the expert all-to-all in the forward (its binding window) at EP 16, "
+                     "1,536-wide SwiGLU experts", "lxS1LBXUVSk="),
     # Lesson 11
     "11.1": Exercise("PP bytes per rank per step (averaged over ranks) for d = 1, t = 2, p = 4", "CY6cBW3iAJg="),
     "11.2": Exercise("TP bytes with attention divided by TP bytes without", "pU0mEOgju1E="),
     "11.3": Exercise("the bubble's share of the step at m = 8, p = 2 (0.25 = 25%)", "5WvHPguHJsA="),
     "11.4": Exercise("bytes per rank per step the ledger shows on DP in 2 x 2 x 1 with the wrong group", "jKOeAYyvjmo="),
+    # Lesson 12 (12.2 and 12.5 follow the course's model, commtax.formulas.context)
+    "12.1": Exercise("ring-attention bytes per rank per layer, forward + backward, 131,072 tokens on CP 16",
+                     "av4V3IW/wSU="),
+    "12.2": Exercise("the shortest sequence whose ring steps hide their transfers (CP 8, NVLink), in tokens",
+                     compute=_lesson12_crossover),
+    "12.3": Exercise("all-to-all attention bytes per rank per layer, forward + backward, 131,072 tokens on CP 8",
+                     "b4p1hvLbrPQ="),
+    "12.4": Exercise("the slowest rank's causal work, contiguous split / zigzag split, on CP 8", "sLT1UKdym/o="),
+    "12.5": Exercise("exposed forward communication per layer of the modeler's 128K FP8 case, in seconds",
+                     tolerance=0.03, compute=_lesson12_modeler_case),
 }
 
 # Factors that betray a classic slip, and what to check then.

@@ -111,3 +111,22 @@ def test_times_are_arrays_for_plots_and_never_negative():
     t = N.group_allreduce_time(sizes, 64, 8, A_I, B_I, A_E, B_E)
     assert t.shape == sizes.shape and (np.diff(t) > 0).all() and not np.isnan(t).any()
     assert math.isfinite(N.group_all_to_all_time(1e9, 64, 8, A_I, B_I, A_E, B_E))
+
+
+@pytest.mark.parametrize("row", N.IN_NODE_RING_BUSBW, ids=lambda r: r["system"])
+def test_in_node_rings_reach_about_80_percent_of_the_nvlink_line_rate_as_measured(row):
+    """The predictor's intra-node bandwidth is NCCL's measured ring busbw, the line rate its ceiling."""
+    from commtax.formulas import links
+    assert 0.7 < row["busbw"] / row["line_rate"] < 0.85, row["source"]
+    measured = {links.NVLINK4_RING.bandwidth, links.NVLINK3_RING.bandwidth}
+    assert row["busbw"] in measured
+    # a ring inside the node at the measured busbw: 2(P-1)/P n / busbw for large messages
+    n = 1e12
+    assert N.allreduce_bus_bandwidth(8, 8, row["busbw"], 50e9) == pytest.approx(row["busbw"])
+    assert N.group_allreduce_time(n, 8, 8, 0, row["busbw"], 0, 50e9) > N.group_allreduce_time(n, 8, 8, 0, row["line_rate"], 0, 50e9)
+
+
+def test_measured_link_presets_sit_below_their_line_rates():
+    from commtax.formulas import links
+    for measured, line in ((links.NVLINK4_RING, links.NVLINK4), (links.INFINIBAND_NDR_MEASURED, links.INFINIBAND_NDR)):
+        assert measured.bandwidth < line.bandwidth and measured.name in links.PRESETS and measured.source

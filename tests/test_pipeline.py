@@ -46,3 +46,14 @@ def test_course_simulator_agrees_with_the_lab_07_reference():
         assert [(o.stage, o.kind, o.microbatch, o.chunk) for o in ours] == \
             [(o.stage, o.kind, o.microbatch, o.chunk) for o in theirs]
         assert [t for o in ours for t in (o.start, o.end)] == pytest.approx([t for o in theirs for t in (o.start, o.end)])
+
+
+@pytest.mark.parametrize("p,m,on_path", [(2, 4, 4), (4, 8, 16), (8, 16, 40)])
+def test_1f1b_puts_steady_state_round_trips_on_the_critical_path_not_only_the_fill_and_drain(p, m, on_path):
+    """Lesson 11 and Lab 12 time a step with this simulator: with blocking receives, every steady-state round trip
+    (activation forward, gradient back) waits for its transfer, so more transfers lie on the critical path than
+    the fill and drain's 2(p-1); Lesson 10's predictor charges 2(m + p - 1) sends (no interleaving) for that."""
+    t = 0.01
+    added = P.makespan(P.simulate("1f1b", p, m, t_p2p=t)) - P.makespan(P.simulate("1f1b", p, m))
+    assert added / t == pytest.approx(on_path)
+    assert 2 * (p - 1) < on_path <= 2 * (m + p - 1)

@@ -6,10 +6,18 @@ it yourself). Conventions:
 * **Bytes per rank**, sent by one GPU, with the ring's (d-1)/d factors. The
   sources' "2N", "3N", "8bsh" are the large-degree limits of these.
 * **Bandwidth per GPU per direction** (an NVLink "900 GB/s" is 450e9 here).
+  A :class:`Plan` prices its links at what NCCL measurably reaches, as the
+  course's predictor does (one network model): ~370 GB/s of ring bus
+  bandwidth inside an H100 node (``links.NVLINK4_RING``) and ~47 GB/s per NDR
+  NIC (``links.INFINIBAND_NDR_MEASURED``). The line rates, 450 and 50 GB/s
+  (``links.NVLINK4``, ``links.INFINIBAND_NDR``), are the ceiling: pass them
+  to see the best case.
 * **Dense peak FLOP/s** (H100 SXM BF16: 989e12; 1979e12 is with sparsity).
 * A training step processes ``microbatches`` micro-batches of ``micro_batch``
   sequences of ``seq_len`` tokens on each data-parallel replica, with
-  6 N FLOPs per token (2N forward, 4N backward).
+  6 N FLOPs per token (2N forward, 4N backward). For a mixture-of-experts
+  model N is the parameters one token uses (``active_params``: DeepSeek-V3
+  computes with 37B of its 671B), not all of them.
 * The **tax** of an axis is its exposed time over the compute time,
   t_exposed / t_compute (the sources' convention). Its share of the step is
   tax / (1 + total tax).
@@ -20,7 +28,8 @@ B = bytes per element):
 ========  ==========================  ===============================================
 axis      collective                  bytes per rank
 ========  ==========================  ===============================================
-DP        all-reduce of gradients     2(d-1)/d * N * B            (once per step, no_sync)
+DP        all-reduce of gradients     2(d-1)/d * N * B            (once per step, no_sync; see
+                                                                   Plan for experts under EP)
 ZeRO-1    reduce-scatter + all-gather 2(d-1)/d * N * B            (once per step)
 ZeRO-2    RS per micro-batch + AG     (m+1)(d-1)/d * N * B        (m micro-batches)
 ZeRO-3    2 all-gathers + 1 RS        3m(d-1)/d * N * B           (every micro-batch)
@@ -40,8 +49,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from commtax.checks import require_choice, require_fraction, require_int, require_positive
-from commtax.formulas.links import INFINIBAND_NDR, NVLINK4, Link
+from commtax.checks import require_choice, require_fraction, require_int, require_nonnegative, require_positive
+from commtax.formulas.links import INFINIBAND_NDR, INFINIBAND_NDR_MEASURED, NVLINK4, NVLINK4_RING, Link  # noqa: F401
 from commtax.formulas.network import (group_all_to_all_time, group_allgather_time, group_allreduce_time,
                                       group_reduce_scatter_time, members_per_node)
 # Re-exported: the bill's users find the memory of a plan and ZeRO's bytes per step here too.
@@ -166,9 +175,19 @@ class Plan:
     Each group's collectives are priced with the network model: how many of
     its members share a node decides whether it runs on NVLink, on one NIC per
     GPU, or on all of a node's NICs at once. ``inter`` is per GPU (each GPU
-    has its own NIC). ``grad_dtype_bytes``: bytes per gradient element in the
-    DP/ZeRO reduction (2 for bf16; 4 where gradients are reduced in fp32,
-    which doubles those bytes).
+    has its own NIC). The default links are what NCCL measurably reaches on
+    an H100 node with a NDR NIC per GPU (370 and 47 GB/s); the line rates
+    (450, 50) are the ceiling. ``grad_dtype_bytes``: bytes per gradient
+    element in the DP/ZeRO reduction (2 for bf16; 4 where gradients are
+    reduced in fp32, which doubles those bytes).
+
+    Mixture of experts: ``active_params`` is what one token computes with
+    (0: all ``n_params``, a dense model); the compute is 6 x active_params per
+    token. ``expert_params`` is the part of ``n_params`` in routed experts
+    (0: not split out). Under EP those are sharded over the ``ep`` ranks (and
+    TP, as Megatron's default expert tensor parallelism), so their gradients
+    are reduced only over the dp / ep ranks that hold the same experts
+    (stride t * ep); the rest over all dp ranks.
     """
 
     n_params: float
@@ -187,14 +206,30 @@ class Plan:
     gpus_per_node: int = 8
     peak_flops: float = H100_BF16_DENSE
     mfu: float = 0.4
-    intra: Link = NVLINK4
-    inter: Link = INFINIBAND_NDR
+    intra: Link = NVLINK4_RING
+    inter: Link = INFINIBAND_NDR_MEASURED
     dtype_bytes: int = 2
     grad_dtype_bytes: int = 2
+    active_params: float = 0.0
+    expert_params: float = 0.0
 
     @property
     def dp(self) -> int:
         return self.gpus // (self.tp * self.pp)
+
+    @property
+    def params_per_token(self) -> float:
+        """Parameters one token computes with: ``active_params``, or all of them for a dense model."""
+        return self.active_params or self.n_params
+
+    def dp_shards(self):
+        """[(parameters on one rank, DP group size, stride)]: the dense part over dp, experts over dp / ep."""
+        t, p, d, e = self.tp, self.pp, self.dp, self.ep
+        dense = self.n_params - self.expert_params
+        parts = [(dense / (t * p), d, t)]
+        if self.expert_params:
+            parts.append((self.expert_params / (e * t * p), d // e, t * e))
+        return parts
 
     def validate(self) -> "Plan":
         require_positive("n_params", self.n_params)
@@ -203,6 +238,12 @@ class Plan:
             require_int(name, getattr(self, name), 1)
         require_int("moe_layers", self.moe_layers, 0)
         require_choice("zero_stage", self.zero_stage, (0, 1, 2, 3))
+        require_nonnegative("active_params", self.active_params)
+        require_nonnegative("expert_params", self.expert_params)
+        if self.active_params > self.n_params:
+            raise ValueError(f"active_params ({self.active_params:g}) exceeds n_params ({self.n_params:g})")
+        if self.expert_params >= self.n_params:
+            raise ValueError(f"expert_params ({self.expert_params:g}) must be below n_params ({self.n_params:g})")
         require_positive("peak_flops", self.peak_flops, "FLOP/s")
         require_fraction("mfu", self.mfu, allow_zero=False)
         if self.gpus % (self.tp * self.pp):
@@ -226,12 +267,30 @@ class Plan:
     def groups(self):
         """(axis, group size, stride) in Megatron's rank order: TP, DP (EP within it), PP."""
         t, d = self.tp, self.dp
-        return (("tp", t, 1), ("dp", d, t), ("ep", self.ep, t), ("pp", self.pp, t * d))
+        groups = (("tp", t, 1), ("dp", d, t), ("ep", self.ep, t), ("pp", self.pp, t * d))
+        if self.expert_params and self.ep > 1:
+            groups += (("expert-dp", d // self.ep, t * self.ep),)
+        return groups
 
     def members_per_node(self, axis: str) -> int:
         """GPUs of one ``axis`` group ("tp", "dp", "ep" or "pp") on each node it spans."""
         size, stride = {a: (s, st) for a, s, st in self.groups()}[axis]
         return members_per_node(size, stride, self.gpus_per_node)
+
+
+def moe_fields(model) -> dict:
+    """The :class:`Plan` fields of a mixture-of-experts model preset (:class:`commtax.formulas.models.Model`).
+
+    ``active_params`` as published; ``expert_params``, the routed experts' parameters, from the two
+    published counts: every token uses the non-routed parameters and k of the E routed experts, so
+    one expert (all layers) holds (N - N_active) / (E - k) and the routed experts E times that
+    (Mixtral 8x7B: 45.1e9 of 46.7e9; DeepSeek-V3: 654e9 of 671e9). A dense model gives {}.
+    """
+    if not getattr(model, "experts", 0):
+        return {}
+    per_expert = (model.n_params - model.active_params) / (model.experts - model.top_k)
+    return dict(active_params=model.active_params, expert_params=model.experts * per_expert,
+                moe_layers=model.moe_layers, top_k=model.top_k)
 
 
 @dataclass
@@ -272,6 +331,10 @@ def _spread(where: str, m: int) -> str:
     return f"{m} GPUs per node, {m} NICs at once" if m > 1 else "1 GPU per node, one NIC"
 
 
+def _members(size, stride, plan: Plan) -> int:
+    return members_per_node(size, stride, plan.gpus_per_node) if size > 1 else 1
+
+
 def _time(collective, nbytes, size, m, plan: Plan):
     return collective(nbytes, size, m, plan.intra.alpha, plan.intra.bandwidth, plan.inter.alpha,
                       plan.inter.bandwidth)
@@ -280,6 +343,8 @@ def _time(collective, nbytes, size, m, plan: Plan):
 def step_report(plan: Plan) -> StepReport:
     """Per-axis bytes, communication time, hiding window, exposed time and tax; step time and MFU.
 
+    Compute per GPU: 6 x ``plan.params_per_token`` FLOPs per token (the active
+    parameters of an MoE model), over tp x pp GPUs, at peak x MFU.
     Collective times come from the network model with each group placed as
     Megatron places it (see :class:`Plan`). Windows:
 
@@ -309,11 +374,11 @@ def step_report(plan: Plan) -> StepReport:
     t, p, d, e = plan.tp, plan.pp, plan.dp, plan.ep
     B = plan.dtype_bytes
     rate = plan.peak_flops * plan.mfu
-    n_rank = plan.n_params / (t * p)                      # parameters on one rank
     tokens_mb = plan.micro_batch * plan.seq_len           # tokens per micro-batch per replica
     m = plan.microbatches
-    t_compute = 6 * plan.n_params * tokens_mb * m / (t * p) / rate
-    t_bwd_one = 4 * plan.n_params * tokens_mb / (t * p) / rate   # backward of one micro-batch
+    flops_params = plan.params_per_token                  # MoE: the active parameters, not all of them
+    t_compute = 6 * flops_params * tokens_mb * m / (t * p) / rate
+    t_bwd_one = 4 * flops_params * tokens_mb / (t * p) / rate   # backward of one micro-batch
     act = tokens_mb * plan.hidden * B                     # one activation tensor, bytes
     layers_here = plan.layers // p
     report = StepReport(t_compute=t_compute)
@@ -329,25 +394,27 @@ def step_report(plan: Plan) -> StepReport:
             where, t_comm, 0.0, t_comm, f"on the critical path; {_spread(where, mt)}")
     if d > 1:
         where, md = _placement(plan, "dp")
-        grads = n_rank * plan.grad_dtype_bytes
-        params = n_rank * B
-        rs = _time(group_reduce_scatter_time, grads, d, md, plan)
-        ag = _time(group_allgather_time, params, d, md, plan)
         stage = plan.zero_stage
+        # One entry per DP group a rank reduces over: the dense parameters over all d ranks and, with
+        # expert_params under EP, the rank's experts over the d / e ranks that hold the same ones.
+        shards = [(n_rank, size, _members(size, stride, plan)) for n_rank, size, stride in plan.dp_shards()]
+        rs = sum(_time(group_reduce_scatter_time, n * plan.grad_dtype_bytes, g, mg, plan) for n, g, mg in shards)
+        ag = sum(_time(group_allgather_time, n * B, g, mg, plan) for n, g, mg in shards)
+        passes_bytes = lambda per_element: sum((g - 1) / g * n * per_element for n, g, _ in shards)  # noqa: E731
         if stage == 3:
-            t_comm = (rs + 2 * _time(group_allgather_time, params, d, md, plan)) * m
-            nbytes = (d - 1) / d * (grads + 2 * params) * m
+            t_comm = (rs + 2 * ag) * m
+            nbytes = passes_bytes(plan.grad_dtype_bytes + 2 * B) * m
             add("DP", "ZeRO-3: all-gather x2 + reduce-scatter per micro-batch", nbytes, where, t_comm, t_compute,
                 max(0.0, t_comm - t_compute), f"prefetched behind all compute; {_spread(where, md)}")
         elif stage == 0:
-            t_comm = _time(group_allreduce_time, grads, d, md, plan)
-            add("DP", "all-reduce", 2 * (d - 1) / d * grads, where, t_comm, t_bwd_one,
+            t_comm = sum(_time(group_allreduce_time, n * plan.grad_dtype_bytes, g, mg, plan) for n, g, mg in shards)
+            add("DP", "all-reduce", 2 * passes_bytes(plan.grad_dtype_bytes), where, t_comm, t_bwd_one,
                 max(0.0, t_comm - t_bwd_one), f"behind the last micro-batch's backward; {_spread(where, md)}")
         else:
             scatters = 1 if stage == 1 else m
             t_comm = scatters * rs + ag
             exposed = scatters * max(0.0, rs - t_bwd_one) + ag
-            nbytes = (d - 1) / d * (scatters * grads + params)
+            nbytes = scatters * passes_bytes(plan.grad_dtype_bytes) + passes_bytes(B)
             name = "ZeRO-1: reduce-scatter + all-gather" if stage == 1 else \
                 "ZeRO-2: reduce-scatter per micro-batch + all-gather"
             add("DP", name, nbytes, where, t_comm, scatters * t_bwd_one, exposed,

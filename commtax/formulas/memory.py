@@ -94,12 +94,14 @@ def activation_bytes_per_layer(seq, micro_batch, hidden, heads, tp=1, sequence_p
     the case without sequence parallelism.
 
     This is the *GPT* layer of the paper (multi-head attention, a 4h GeLU MLP,
-    dropout, LayerNorm). A Llama-style layer differs: grouped-query attention
-    keeps smaller K and V, SwiGLU keeps three tensors of the 3.5h-wide MLP
-    (gate, up, and their product), and there is no dropout; by the same count
-    that is about 40 s b h instead of 34, so these formulas under-count a
-    Llama layer's activations by ~15%. Read plans within ~15% of the HBM as
-    marginal.
+    dropout, LayerNorm). A Llama-style layer, counted the same way
+    (:func:`llama_activation_sbh`), keeps smaller K and V (grouped-query
+    attention), no dropout masks, and three f-wide tensors of its SwiGLU MLP
+    with Megatron's fused kernel: 32-34 s b h for Llama 2 and 3 (33.5 for
+    Llama-2-70B), within ~5% of the GPT's 34, so these formulas stand in for
+    it. What the kernels keep moves it: rotated copies of Q and K beside the
+    QKV output add ~2 s b h, and an unfused (eager PyTorch) SwiGLU keeps
+    silu(gate) as a fourth f-wide tensor, ~40 s b h (+20%).
     """
     s = require_int("seq", seq, 1)
     b = require_int("micro_batch", micro_batch, 1)
@@ -120,6 +122,32 @@ def activation_bytes_per_layer(seq, micro_batch, hidden, heads, tp=1, sequence_p
     if sequence_parallel:
         return sbh * (34.0 / t + scores)
     return sbh * (10.0 + 24.0 / t + scores) if t > 1 else sbh * (34.0 + scores)
+
+
+def llama_activation_sbh(hidden, heads, kv_heads, ffn_hidden, fused_swiglu=True, rope_copies=False) -> float:
+    """Bytes one Llama-style layer keeps for its backward, in units of s b h (16-bit, no TP, no recomputation,
+    fused attention: no s x s scores), counted Korthikanti's way.
+
+    Two RMSNorms' inputs 4; attention: the QKV matmul's input 2, Q 2, K and V 2 a_kv/a each, the output
+    projection's input 2 (no dropout masks); MLP: its input 2, then 2 f/h per f-wide tensor kept: 3 with
+    Megatron's fused SwiGLU (``bias_swiglu_impl`` keeps its input, gate and up, 2f wide, and the down
+    projection keeps their product), 4 with an unfused one (``fused_swiglu=False``: eager PyTorch also keeps
+    silu(gate)). ``rope_copies``: rotated copies of Q and K are kept beside the QKV output (V a view of it),
+    2 + 2 a_kv/a more. The attention kernel's log-sum-exp and the norms' statistics (4 a/h and 8/h s b h,
+    fp32) are left out. Llama-2-70B: 33.5 (the GPT layer: 34); 40.5 unfused.
+    """
+    h = require_int("hidden", hidden, 1)
+    a = require_int("heads", heads, 1)
+    kv = require_int("kv_heads", kv_heads, 1)
+    f = require_int("ffn_hidden", ffn_hidden, 1)
+    if a % kv:
+        raise ValueError(f"kv_heads ({kv}) must divide heads ({a})")
+    if not isinstance(fused_swiglu, bool) or not isinstance(rope_copies, bool):
+        raise ValueError("fused_swiglu and rope_copies must be True or False")
+    r = kv / a
+    attention = 2 + 2 + 2 * r + 2 * r + 2 + ((2 + 2 * r) if rope_copies else 0.0)
+    mlp = 2 + (3 if fused_swiglu else 4) * 2 * f / h
+    return 4 + attention + mlp
 
 
 # -- bytes on the wire per step ------------------------------------------------------------
@@ -148,18 +176,37 @@ def zero_bytes_per_step(n_params, dp, stage, microbatches, dtype_bytes=2):
     return passes * (d - 1) / d * n_params * dtype_bytes
 
 
-def hsdp_bytes_per_step(n_params, shard_group, replicas, microbatches, dtype_bytes=2):
+HSDP_ALLREDUCE = ("step", "micro_batch")
+
+
+def hsdp_bytes_per_step(n_params, shard_group, replicas, microbatches, dtype_bytes=2, allreduce="step"):
     """HSDP (FSDP FULL_SHARD inside groups of ``shard_group`` GPUs, replicated ``replicas`` times).
 
     Returns ``{"shard": bytes sent inside the shard group, "replicate": bytes
     sent across replicas}`` per rank per step: 3 m (g-1)/g N B inside (as ZeRO-3
-    on g ranks), plus one all-reduce of the rank's gradient shard N/g across
-    the r replicas once per step: 2 (r-1)/r N/g B.
+    on g ranks), plus the all-reduce of the rank's gradient shard N/g across
+    the r replicas, 2 (r-1)/r N/g B each time it runs. When it runs is the
+    implementation's choice, ``allreduce``:
+
+    * ``"micro_batch"``: after every micro-batch's reduce-scatter, m times per
+      step. PyTorch FSDP's default: with ``HYBRID_SHARD`` (FSDP1) or a 2-D mesh
+      (FSDP2), each backward reduce-scatters inside the group and all-reduces
+      across replicas; FSDP1's ``no_sync`` skips both and keeps unsharded
+      gradients, which HSDP is meant to avoid.
+    * ``"step"`` (the default here, for the comparison with DDP's one
+      all-reduce): once per step, after the last micro-batch. FSDP2 does this
+      when told, ``set_requires_all_reduce(False)`` for all micro-batches but
+      the last (the reduce-scatter still runs every micro-batch).
+
+    Lesson 10's predictor (``hsdp_allreduce``, default ``"micro_batch"``) calls
+    this with the run's choice.
     """
     g = require_int("shard_group", shard_group, 1)
     r = require_int("replicas", replicas, 1)
+    require_choice("allreduce", allreduce, HSDP_ALLREDUCE)
     inside = zero_bytes_per_step(n_params, g, 3, microbatches, dtype_bytes)
-    across = 2 * (r - 1) / r * n_params / g * dtype_bytes
+    times = microbatches if allreduce == "micro_batch" else 1
+    across = times * 2 * (r - 1) / r * n_params / g * dtype_bytes
     return {"shard": inside, "replicate": across}
 
 
@@ -183,8 +230,10 @@ def ring_attention_buffer_bytes(seq, cp, kv_hidden, micro_batch=1, dtype_bytes=2
 def ring_attention_bytes_per_layer(seq, cp, kv_hidden, micro_batch=1, dtype_bytes=2):
     """Bytes one rank sends per layer in the forward of ring attention: its K, V block (cp - 1) times.
 
-    The backward passes K and V round again and their gradients too (about
-    twice this again); causal-mask load balancing does not change the bytes.
+    The backward sends exactly twice this again (K and V round once more, and
+    each block's dK, dV passed on to its owner): forward and backward together
+    are :func:`commtax.formulas.context.ring_attention_bytes_per_rank`, which
+    Lab 13 counts on real ranks. Causal-mask load balancing does not change the bytes.
     """
     c = require_int("cp", cp, 1)
     return (c - 1) * ring_attention_buffer_bytes(seq, cp, kv_hidden, micro_batch, dtype_bytes, double_buffer=False)
@@ -273,8 +322,11 @@ def plan_wire_bytes(plan: MemoryPlan) -> dict:
     DP: :func:`zero_bytes_per_step` of the rank's N/(t p) parameters in
     ``grad_bytes``. TP: four all-reduces of b s h per layer per micro-batch
     (with sequence parallelism: four reduce-scatter + all-gather pairs, the
-    same bytes), 8 (t-1)/t b s h B. PP: each micro-batch's activation forward
-    and its gradient back across a stage boundary, 2 b s h B.
+    same bytes), six under full recomputation (Megatron reruns the forward's
+    two), 2 (t-1)/t b s h B each. PP: each micro-batch's activation forward
+    and its gradient back across a stage boundary, 2 b s h B / t: each TP rank
+    sends its 1/t slice (Megatron's scatter/gather, or the sequence-parallel
+    shard), as Lesson 10's predictor counts.
     """
     p = plan
     n_rank = p.n_params / (p.tp * p.pp)
@@ -283,26 +335,34 @@ def plan_wire_bytes(plan: MemoryPlan) -> dict:
     if p.dp > 1:
         out["dp"] = zero_bytes_per_step(n_rank, p.dp, p.zero_stage, p.microbatches, p.grad_bytes)
     if p.tp > 1:
-        out["tp"] = 8 * (p.tp - 1) / p.tp * act * (p.layers // p.pp) * p.microbatches
+        collectives = 4 + (2 if p.recompute == "full" else 0)
+        out["tp"] = collectives * 2 * (p.tp - 1) / p.tp * act * (p.layers // p.pp) * p.microbatches
     if p.pp > 1:
-        out["pp"] = 2 * act * p.microbatches
+        out["pp"] = 2 * act / p.tp * p.microbatches
     out["total"] = sum(out.values())
     return out
 
 
-def wire_seconds(plan: MemoryPlan, gpus_per_node=8, intra_bandwidth=450e9, inter_bandwidth=50e9) -> float:
+def wire_seconds(plan: MemoryPlan, gpus_per_node=8, intra_bandwidth=370e9, inter_bandwidth=47e9) -> float:
     """A rough communication time per step: each axis's bytes at its group's bandwidth, no overlap, no latency.
 
     Groups are placed in Megatron's rank order (TP innermost, stride 1; DP
     stride t; PP stride t d) and priced with the course's network model
-    (:mod:`commtax.formulas.network`): a group inside one node runs at NVLink's
-    ``intra_bandwidth`` (450e9 B/s per direction); a group spanning nodes with
-    m members on each runs its rings across m rails, min(intra, m x inter)
-    (``inter_bandwidth``: one 400 Gb/s NDR NIC per GPU, 50e9 B/s), so pure
-    data parallelism on 8-GPU nodes moves its bytes at 400e9 B/s and the DP
-    group beside TP 8 (one member per node) at 50e9. A PP send crosses a
-    NIC when consecutive stages sit on different nodes (stride t d >= the
-    node), else NVLink. For ranking plans, not for predicting a step.
+    (:mod:`commtax.formulas.network`) at what NCCL measurably reaches, as the
+    predictor does: a group inside one node runs its ring at
+    ``intra_bandwidth`` (370e9 B/s on an H100 node; the 450e9 line rate is the
+    ceiling); a group spanning nodes with m members on each runs its rings
+    across m rails, min(intra, m x inter) (``inter_bandwidth``: one 400 Gb/s
+    NDR NIC per GPU, 47e9 B/s reached of its 50e9), so pure data parallelism
+    on 8-GPU nodes moves its bytes at min(370, 376) = 370e9 B/s and the DP
+    group beside TP 8 (one member per node) at 47e9. A PP send crosses a NIC
+    when consecutive stages sit on different nodes (stride t d >= the node),
+    else NVLink.
+
+    Wire seconds per step do not rank plans: plans on the same GPUs process
+    different tokens per step (dp x m x b x s) and pay different pipeline
+    bubbles. :func:`rank_by_step_time` ranks them by Lesson 10's predicted step
+    time per token.
     """
     wire = plan_wire_bytes(plan)
 
@@ -315,6 +375,52 @@ def wire_seconds(plan: MemoryPlan, gpus_per_node=8, intra_bandwidth=450e9, inter
             + wire["pp"] / pp_link)
 
 
+#: What Lesson 10's predictor needs beyond layers, hidden and heads for the model presets above (model
+#: cards: Llama 2 and 3 use SwiGLU FFNs and, at 70B and for Llama 3, 8 key/value heads; GPT-3 a 4h GeLU
+#: FFN). Names as in :mod:`commtax.formulas.models`.
+PREDICTOR_SHAPES = {
+    "Llama-2-7B": dict(vocab=32000, ffn_hidden=11008, swiglu=True),
+    "Llama-3-8B": dict(vocab=128256, ffn_hidden=14336, kv_heads=8, swiglu=True),
+    "Llama-2-13B": dict(vocab=32000, ffn_hidden=13824, swiglu=True),
+    "Llama-2-70B": dict(vocab=32000, ffn_hidden=28672, kv_heads=8, swiglu=True),
+    "GPT-3 175B": dict(vocab=51200),
+}
+#: The predictor's GPU preset for each GPU of :data:`HBM_BYTES` (the H200 priced as an H100: same
+#: tensor cores, NVLink and NIC; its faster HBM is left out, so its element-wise kernels are priced slow).
+PREDICTOR_GPUS = {"H100 SXM 80GB": "H100-80GB", "H200 141GB": "H100-80GB", "A100 80GB": "A100-80GB",
+                  "A100 40GB": "A100-80GB"}
+
+
+def predicted_step(plan: MemoryPlan, model_name: str, gpu: str = "H100 SXM 80GB") -> dict:
+    """Lesson 10's predictor on ``plan``: ``step_time_s``, ``tokens`` per step, ``seconds_per_token``, ``mfu``.
+
+    The plan as it stands (1F1B without interleaving, its micro-batch, recomputation and ZeRO stage;
+    global batch dp x m x b sequences) for the preset ``model_name`` (:data:`PREDICTOR_SHAPES`) on
+    ``gpu`` (:data:`PREDICTOR_GPUS`): compute, TP, the pipeline bubble and what DP adds, at the
+    measured link rates. Uses bf16; the plan's own precisions are not passed on.
+    """
+    from commtax.formulas import predict   # here, not at the top: the predictor imports this module
+
+    require_choice("model_name", model_name, tuple(PREDICTOR_SHAPES))
+    require_choice("gpu", gpu, tuple(PREDICTOR_GPUS))
+    p = plan
+    batch = p.dp * p.micro_batch * p.microbatches
+    run = dict(layers=p.layers, hidden=p.hidden, heads=p.heads, seq=p.seq, gpus=p.tp * p.pp * p.dp,
+               gpu=PREDICTOR_GPUS[gpu], tp=p.tp, pp=p.pp, dp=p.dp, micro_batch=p.micro_batch, vpp=1,
+               global_batch=batch, zero_stage=p.zero_stage, recompute=p.recompute,
+               sequence_parallel=p.sequence_parallel, **PREDICTOR_SHAPES[model_name])
+    result = predict.predict(run)
+    tokens = batch * p.seq
+    return dict(step_time_s=result["step_time_s"], tokens=tokens, seconds_per_token=result["step_time_s"] / tokens,
+                mfu=result["mfu"], binding=result["binding"])
+
+
+def rank_by_step_time(plans, model_name: str, gpu: str = "H100 SXM 80GB") -> list:
+    """``[(plan, predicted_step(plan))]``, fastest per token first: the order in which to pick a plan."""
+    scored = [(plan, predicted_step(plan, model_name, gpu)) for plan in plans]
+    return sorted(scored, key=lambda item: item[1]["seconds_per_token"])
+
+
 def fitting_plans(n_params, layers, hidden, heads, gpus, hbm_bytes, *, seq=4096, micro_batch=1,
                   microbatches=8, gpus_per_node=8, **dtypes):
     """Every plan on exactly ``gpus`` GPUs whose per-GPU memory fits ``hbm_bytes``.
@@ -322,8 +428,9 @@ def fitting_plans(n_params, layers, hidden, heads, gpus, hbm_bytes, *, seq=4096,
     Plans: TP within a node (t divides the heads and the node), PP dividing
     the layers, ZeRO 0-3 over the rest (stage 0 only when dp = 1), selective or
     full recomputation, sequence parallelism whenever t > 1 (it costs no
-    extra bytes). Sorted best first: selective before full recomputation (a
-    third more compute), then by :func:`wire_seconds`.
+    extra bytes). Sorted selective before full recomputation (a third more
+    compute), then by :func:`wire_seconds`: a quick order, not a ranking
+    (see :func:`rank_by_step_time`).
     """
     require_int("gpus", gpus, 1)
     require_positive("hbm_bytes", hbm_bytes, "bytes")
@@ -345,9 +452,10 @@ def fitting_plans(n_params, layers, hidden, heads, gpus, hbm_bytes, *, seq=4096,
 
 
 def smallest_plan(n_params, layers, hidden, heads, hbm_bytes, *, max_gpus=4096, **options):
-    """The fewest GPUs (a power of two) on which the model fits, and the best plan there; None if none.
+    """The fewest GPUs (a power of two) on which the model fits, and the first plan there; None if none.
 
-    Returns ``(gpus, plan)``; ``options`` as :func:`fitting_plans`.
+    Returns ``(gpus, plan)``, the plan first in :func:`fitting_plans`' quick order; ``options`` as
+    :func:`fitting_plans`. Rank every plan there with :func:`rank_by_step_time`.
     """
     gpus = 1
     while gpus <= max_gpus:

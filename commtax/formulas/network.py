@@ -13,7 +13,15 @@ Nodes of ``gpus_per_node`` GPUs joined by a fast intra-node fabric (NVLink and
 NVSwitch: ``intra_bandwidth`` per GPU per direction, ``intra_alpha`` per
 message), and a network where **each GPU drives its own NIC** on its own rail
 (``inter_bandwidth`` per GPU per direction, ``inter_alpha`` per message), as in
-DGX-class and most cloud GPU nodes. A node with fewer NICs than GPUs is
+DGX-class and most cloud GPU nodes.
+
+Which bandwidth to pass: the functions take whatever the caller gives. The
+line rate (NVLink 4: 450 GB/s, NDR: 50 GB/s per direction) is the ceiling;
+NCCL's rings reach less, measured (:data:`IN_NODE_RING_BUSBW`): ~370 GB/s of
+bus bandwidth inside an H100 node, ~230 GB/s inside an A100 node, 46-48 GB/s
+per NDR NIC. The course's predictor (:mod:`commtax.formulas.predict`) passes
+the measured figures; the links of :mod:`commtax.formulas.links` offer both
+(``NVLINK4`` at line rate, ``NVLINK4_RING`` measured). A node with fewer NICs than GPUs is
 described by dividing: 4 x 100 Gb/s NICs shared by 8 GPUs is
 ``inter_bandwidth = 4 * 12.5e9 / 8``.
 
@@ -75,7 +83,8 @@ What is left out
 ----------------
 In-network reduction (SHARP across nodes, NVLS inside an NVSwitch node: a
 single-node H100 all-reduce reaches ~480 GB/s busbw with NVLS, above the
-ring's ~370 GB/s), the extra bandwidth of NCCL's tree on exactly two nodes (it
+ring's ~370 GB/s; reduce-scatter and all-gather, which sequence-parallel TP
+uses, run as rings), the extra bandwidth of NCCL's tree on exactly two nodes (it
 sends half the ring's inter-node bytes there, so its busbw can exceed the NIC
 limit), NCCL's PAT algorithm for all-gather/reduce-scatter at one GPU per node, oversubscribed or congested fabrics, and contention
 between axes that share NICs at the same time (DP and PP traffic of one GPU
@@ -222,17 +231,33 @@ def allreduce_bus_bandwidth(group_size, members_per_node, intra_bandwidth, inter
 
 # -- published measurements the model is held against ---------------------------------------
 #
+# Inside one node: what NCCL's ring reaches (nccl-tests' busbw, large messages), against the
+# NVLink line rate per direction. These are the ``intra_bandwidth`` to pass for a planning model;
+# the line rate is the ceiling no collective reaches.
+IN_NODE_RING_BUSBW = (
+    dict(system="8 x H100 SXM, NVLink 4 + NVSwitch", line_rate=450e9, busbw=370e9, nvls_allreduce_busbw=480e9,
+         source="NVIDIA/nccl-tests issue 212 (S. Jeaugey, NVIDIA): 450 GB/s line rate, ~20% protocol overhead, "
+                "'an effective NVLink bandwidth of 370GB/s' as busbw of rings and of non-all-reduce collectives; "
+                "all-reduce with NVLink SHARP ~480 GB/s busbw on 8 GPUs; NVIDIA/nccl issue 1455: 365-370 GB/s "
+                "ring busbw measured on 2 to 8 H100s"),
+    dict(system="8 x A100 SXM, NVLink 3 + NVSwitch", line_rate=300e9, busbw=230e9, nvls_allreduce_busbw=None,
+         source="NVIDIA/nccl-tests issue 149 (S. Jeaugey, NVIDIA): 12 links x 25 GB/s line rate, ~20 GB/s each "
+                "effective with the SMs' 128-byte payloads, other bottlenecks cap it at ~230 GB/s; measured "
+                "~200-208 GB/s with 1 GB messages (issues 149, 178)"),
+)
+#
 # Large-message all-reduce bus bandwidth (nccl-tests' busbw, bytes/s) across
 # nodes, as published. ``inter_bandwidth`` is per GPU per direction: the
-# node's NIC line rate divided by its GPUs. ``intra_bandwidth``: NVLink per
-# GPU per direction (datasheets; DGX-1's hybrid cube-mesh taken at the ~130 GB/s
-# its intra-node rings reach). Tests require the model within 15% of each.
+# node's NIC line rate divided by its GPUs. ``intra_bandwidth``: what NCCL's
+# rings reach inside the node (A100 and H100: measured, IN_NODE_RING_BUSBW;
+# DGX-1's hybrid cube-mesh taken at the ~130 GB/s its intra-node rings reach;
+# the A800's 200 GB/s line rate). Tests require the model within 15% of each.
 PUBLISHED_ALLREDUCE_BUSBW = (
     dict(system="DGX-A100, 8 x HDR 200 Gb/s per node", gpus_per_node=8, group_size=16,
-         intra_bandwidth=300e9, inter_bandwidth=8 * 25e9 / 8, busbw=192e9,
+         intra_bandwidth=230e9, inter_bandwidth=8 * 25e9 / 8, busbw=192e9,
          source="NVIDIA engineer, NVIDIA/nccl issue 812: 'we measure 192GB/s AllReduce BusBW'"),
     dict(system="HGX-A100, 4 x HDR 200 Gb/s per node, 2 nodes", gpus_per_node=8, group_size=16,
-         intra_bandwidth=300e9, inter_bandwidth=4 * 25e9 / 8, busbw=91e9,
+         intra_bandwidth=230e9, inter_bandwidth=4 * 25e9 / 8, busbw=91e9,
          source="user measurement, NVIDIA/nccl-tests issue 100 (1-8 GB messages)"),
     dict(system="DGX-1 (V100), 4 x 100 Gb/s per node", gpus_per_node=8, group_size=16,
          intra_bandwidth=130e9, inter_bandwidth=4 * 12.5e9 / 8, busbw=48e9,
@@ -245,10 +270,10 @@ PUBLISHED_ALLREDUCE_BUSBW = (
          source="NVIDIA engineer's expected value, NVIDIA/nccl issue 412: ~24 GB/s inter-node busbw at 8 GB "
                 "(the user measured 15.3 GB/s on a NIC shared with storage traffic)"),
     dict(system="8 x H100, 8 x NDR 400 Gb/s per node (expected)", gpus_per_node=8, group_size=16,
-         intra_bandwidth=450e9, inter_bandwidth=50e9, busbw=8 * 47e9,
+         intra_bandwidth=370e9, inter_bandwidth=50e9, busbw=8 * 47e9,
          source="NVIDIA engineer's expected value, NVIDIA/nccl-tests issue 290: 'for NDR @ 400Gbps you should "
                 "see 46-48GB/s per NIC' (x 8 NICs)"),
     dict(system="8 x H100, 8 x NDR 400 Gb/s per node, ring", gpus_per_node=8, group_size=16,
-         intra_bandwidth=450e9, inter_bandwidth=50e9, busbw=396e9,
+         intra_bandwidth=370e9, inter_bandwidth=50e9, busbw=396e9,
          source="measured, NVIDIA/nccl-tests issue 319: ~396 GB/s all-reduce busbw with the ring"),
 )

@@ -72,13 +72,18 @@ def pp_intensity(hidden, layers_per_stage, seq=0, dtype_bytes=2) -> float:
     return 3 * (24 * hidden + 4 * seq) * layers_per_stage / (2 * dtype_bytes)
 
 
-def zero3_intensity(tokens_per_microbatch, dp, dtype_bytes=2) -> float:
+def zero3_intensity(tokens_per_microbatch, dp, dtype_bytes=2, grad_bytes=None) -> float:
     """ZeRO-3: a layer's 6 x (12 h^2) FLOPs per token against gathering its 12 h^2 parameters twice
-    and reduce-scattering their gradients, 3 (d-1)/d 12 h^2 B bytes: 2 T d / ((d-1) B) for T tokens
-    per micro-batch on the GPU. The model size cancels again."""
+    (``dtype_bytes`` each) and reduce-scattering their gradients (``grad_bytes``, default
+    ``dtype_bytes``), (2 B + B_g) (d-1)/d 12 h^2 bytes: 6 T d / ((d-1) (2 B + B_g)) for T tokens per
+    micro-batch on the GPU, 2 T d / ((d-1) B) when the gradients travel in B too. The model size
+    cancels again. bf16 parameters with fp32 gradients (Megatron's default, the predictor's) give
+    0.75 T d / (d-1), a third less than all-bf16's T d / (d-1)."""
     require_positive("tokens_per_microbatch", tokens_per_microbatch)
     require_positive("dtype_bytes", dtype_bytes, "bytes")
-    return 6 * tokens_per_microbatch / (3 * _degree("dp", dp) * dtype_bytes)
+    g = dtype_bytes if grad_bytes is None else grad_bytes
+    require_positive("grad_bytes", g, "bytes")
+    return 6 * tokens_per_microbatch / (_degree("dp", dp) * (2 * dtype_bytes + g))
 
 
 def critical_tokens_per_gpu(peak_flops, bandwidth, dp=None, dtype_bytes=2, window="step") -> float:
@@ -105,12 +110,22 @@ def critical_global_batch(peak_flops, bandwidth, seq, replicas, dtype_bytes=2, w
     return critical_tokens_per_gpu(peak_flops, bandwidth, dp, dtype_bytes, window) * dp / seq
 
 
-def ep_intensity(expert_ffn_hidden, ep, swiglu=True, dtype_bytes=2) -> float:
-    """EP: a routed token's expert FFN, 3 x 2 n f_e h FLOPs per expert it visits (n = 3 matrices with
-    SwiGLU, 2 without), against the all-to-alls that carry it there and back, forward and backward,
-    4 (e-1)/e h B bytes per visit: 1.5 n f_e e / ((e-1) B). h and top-k cancel: only the expert's
-    width decides whether its all-to-all can hide behind its own compute."""
+def ep_intensity(expert_ffn_hidden, ep, swiglu=True, dtype_bytes=2, window="forward") -> float:
+    """EP: a routed copy's expert FFN against the all-to-alls that carry it to its expert and back.
+
+    Per copy, the dispatch and the combine move 2 h B bytes for the (e-1)/e of copies that leave their
+    rank, and the expert computes 2 n h f_e FLOPs forward (n = 3 matrices with SwiGLU, 2 without).
+    ``window="forward"`` (Lesson 09's convention, and the binding case: dispatch, expert, combine are a
+    chain, so the forward's all-to-alls can hide only behind the forward's FLOPs): n f_e e / ((e-1) B),
+    3 f_e / B for SwiGLU experts in the large-e limit. ``"backward"``: twice the FLOPs for the same
+    bytes, 2 n f_e e / ((e-1) B). ``"step"``: forward and backward pooled, 1.5 n f_e e / ((e-1) B),
+    1.5x the forward's: an average that no single all-to-all gets. h and top-k cancel: only the
+    expert's width decides. Hides above eta x the link's ridge (eta: the experts' share of the peak).
+    """
     require_int("expert_ffn_hidden", expert_ffn_hidden, 1)
     require_positive("dtype_bytes", dtype_bytes, "bytes")
     matrices = 3 if swiglu else 2
-    return 6 * matrices * expert_ffn_hidden / (4 * _degree("ep", ep) * dtype_bytes)
+    flops, passes = {"forward": (2, 1), "backward": (4, 1), "step": (6, 2)}.get(window, (None, None))
+    if flops is None:
+        raise ValueError(f"window must be 'forward', 'backward' or 'step', got {window!r}")
+    return flops * matrices * expert_ffn_hidden / (2 * passes * _degree("ep", ep) * dtype_bytes)

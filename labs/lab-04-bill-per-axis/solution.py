@@ -15,7 +15,12 @@ Conventions:
 * ``dtype_bytes``: bytes per element (2 for bf16 gradients and activations).
 * A step runs ``microbatches`` micro-batches of ``micro_batch`` sequences of
   ``seq_len`` tokens on every data-parallel replica; compute is 6 N FLOPs per
-  token (2N forward, 4N backward).
+  token (2N forward, 4N backward), N the parameters one token uses: all of
+  them for a dense model, the *active* ones for a mixture of experts (a token
+  runs through its top-k experts only).
+* Links: the defaults are what NCCL measurably reaches on an H100 node with
+  one NDR NIC per GPU (370 GB/s inside the node, 47 GB/s per NIC); the line
+  rates (450 and 50 GB/s) are the ceiling.
 * The *tax* of an axis is exposed time / compute time.
 
 Bad input raises ValueError naming the argument.
@@ -237,6 +242,8 @@ class Plan:
     The data-parallel degree is dp = gpus / (tp * pp). Expert parallelism
     groups are carved out of the data-parallel ranks (ep divides dp), and
     ``moe_layers`` of the ``layers`` are mixture-of-experts layers.
+    ``active_params``: the parameters one token computes with (0 means all
+    ``n_params``, a dense model; Mixtral 8x7B: 12.9e9 of 46.7e9).
 
     Ranks are laid out like Megatron-LM: TP innermost (ranks 0..tp-1 form a
     TP group), then DP (stride tp; EP groups are carved from DP ranks, also
@@ -262,11 +269,12 @@ class Plan:
     peak_flops: float = 989e12          # H100 SXM, dense BF16
     mfu: float = 0.4                    # fraction of peak the compute itself reaches
     intra_alpha: float = 3e-6           # NVLink 4, per message
-    intra_bandwidth: float = 450e9      # NVLink 4, per direction
+    intra_bandwidth: float = 370e9      # NVLink 4: NCCL's ring busbw, measured (line rate 450e9: the ceiling)
     inter_alpha: float = 5e-6           # InfiniBand NDR, per message
-    inter_bandwidth: float = 50e9       # 400 Gb/s per GPU
+    inter_bandwidth: float = 47e9       # one 400 Gb/s NIC per GPU, measured (line rate 50e9)
     dtype_bytes: int = 2                # activations and parameters (bf16)
     grad_dtype_bytes: int = 2           # gradients in the DP/ZeRO reduction
+    active_params: float = 0.0          # parameters one token uses (0: all n_params, a dense model)
 
 
 @dataclass
@@ -299,6 +307,10 @@ def _check_plan(plan):
                  "top_k", "gpus_per_node", "dtype_bytes", "grad_dtype_bytes"):
         _count(name, getattr(plan, name))
     _count("moe_layers", plan.moe_layers, 0)
+    if plan.active_params:
+        _positive("active_params", plan.active_params)
+        if plan.active_params > plan.n_params:
+            raise ValueError(f"active_params ({plan.active_params!r}) exceeds n_params ({plan.n_params!r})")
     if plan.zero_stage not in (0, 1, 2, 3):
         raise ValueError(f"zero_stage must be 0, 1, 2 or 3, got {plan.zero_stage!r}")
     for name in ("peak_flops", "intra_bandwidth", "inter_bandwidth"):
@@ -369,8 +381,9 @@ def step_report(plan):
     """The bill of ``plan`` for one training step: a StepReport.
 
     Compute per GPU: t_compute = 6 N * (micro_batch * seq_len * microbatches)
-    / (tp * pp) / (peak_flops * mfu); the backward of one micro-batch is 4/6
-    of one micro-batch's compute.
+    / (tp * pp) / (peak_flops * mfu), with N = ``active_params`` when it is set
+    (an MoE model) and ``n_params`` otherwise; the backward of one
+    micro-batch is 4/6 of one micro-batch's compute.
 
     Every collective is priced with Lab 01's network model for its group:
     ``members_per_node`` of the group (TP stride 1, DP and EP stride tp) on
@@ -412,14 +425,16 @@ def step_report(plan):
     # BEGIN SOLUTION
     # HINT: validate first (gpus divisible by tp*pp, hidden by tp, layers by pp, ep divides dp, groups
     # HINT: that sit evenly on nodes); reuse your Lab 01 group_allreduce_time for the collectives.
+    # HINT: compute with 6 x the parameters a token uses: active_params when it is set (MoE), else n_params.
     dp = _check_plan(plan)
     t, p, e, m = plan.tp, plan.pp, plan.ep, plan.microbatches
     rate = plan.peak_flops * plan.mfu
     tokens = plan.micro_batch * plan.seq_len
     act = tokens * plan.hidden * plan.dtype_bytes
     layers_here = plan.layers // p
-    t_compute = 6 * plan.n_params * tokens * m / (t * p) / rate
-    t_bwd_one = 4 * plan.n_params * tokens / (t * p) / rate
+    n_flops = plan.active_params or plan.n_params     # MoE: a token runs through its top-k experts only
+    t_compute = 6 * n_flops * tokens * m / (t * p) / rate
+    t_bwd_one = 4 * n_flops * tokens / (t * p) / rate
     report = StepReport(t_compute=t_compute)
 
     def record(axis, collective, nbytes, link, t_comm, window, exposed):

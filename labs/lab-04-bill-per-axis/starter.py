@@ -15,7 +15,12 @@ Conventions:
 * ``dtype_bytes``: bytes per element (2 for bf16 gradients and activations).
 * A step runs ``microbatches`` micro-batches of ``micro_batch`` sequences of
   ``seq_len`` tokens on every data-parallel replica; compute is 6 N FLOPs per
-  token (2N forward, 4N backward).
+  token (2N forward, 4N backward), N the parameters one token uses: all of
+  them for a dense model, the *active* ones for a mixture of experts (a token
+  runs through its top-k experts only).
+* Links: the defaults are what NCCL measurably reaches on an H100 node with
+  one NDR NIC per GPU (370 GB/s inside the node, 47 GB/s per NIC); the line
+  rates (450 and 50 GB/s) are the ceiling.
 * The *tax* of an axis is exposed time / compute time.
 
 Bad input raises ValueError naming the argument.
@@ -184,6 +189,8 @@ class Plan:
     The data-parallel degree is dp = gpus / (tp * pp). Expert parallelism
     groups are carved out of the data-parallel ranks (ep divides dp), and
     ``moe_layers`` of the ``layers`` are mixture-of-experts layers.
+    ``active_params``: the parameters one token computes with (0 means all
+    ``n_params``, a dense model; Mixtral 8x7B: 12.9e9 of 46.7e9).
 
     Ranks are laid out like Megatron-LM: TP innermost (ranks 0..tp-1 form a
     TP group), then DP (stride tp; EP groups are carved from DP ranks, also
@@ -209,11 +216,12 @@ class Plan:
     peak_flops: float = 989e12          # H100 SXM, dense BF16
     mfu: float = 0.4                    # fraction of peak the compute itself reaches
     intra_alpha: float = 3e-6           # NVLink 4, per message
-    intra_bandwidth: float = 450e9      # NVLink 4, per direction
+    intra_bandwidth: float = 370e9      # NVLink 4: NCCL's ring busbw, measured (line rate 450e9: the ceiling)
     inter_alpha: float = 5e-6           # InfiniBand NDR, per message
-    inter_bandwidth: float = 50e9       # 400 Gb/s per GPU
+    inter_bandwidth: float = 47e9       # one 400 Gb/s NIC per GPU, measured (line rate 50e9)
     dtype_bytes: int = 2                # activations and parameters (bf16)
     grad_dtype_bytes: int = 2           # gradients in the DP/ZeRO reduction
+    active_params: float = 0.0          # parameters one token uses (0: all n_params, a dense model)
 
 
 @dataclass
@@ -243,8 +251,9 @@ def step_report(plan):
     """The bill of ``plan`` for one training step: a StepReport.
 
     Compute per GPU: t_compute = 6 N * (micro_batch * seq_len * microbatches)
-    / (tp * pp) / (peak_flops * mfu); the backward of one micro-batch is 4/6
-    of one micro-batch's compute.
+    / (tp * pp) / (peak_flops * mfu), with N = ``active_params`` when it is set
+    (an MoE model) and ``n_params`` otherwise; the backward of one
+    micro-batch is 4/6 of one micro-batch's compute.
 
     Every collective is priced with Lab 01's network model for its group:
     ``members_per_node`` of the group (TP stride 1, DP and EP stride tp) on
@@ -286,5 +295,6 @@ def step_report(plan):
     raise NotImplementedError(
         "step_report: not implemented yet. Hint: validate first (gpus divisible by tp*pp, "
         "hidden by tp, layers by pp, ep divides dp, groups that sit evenly on nodes); reuse "
-        "your Lab 01 group_allreduce_time for the collectives."
+        "your Lab 01 group_allreduce_time for the collectives. compute with 6 x the "
+        "parameters a token uses: active_params when it is set (MoE), else n_params."
     )

@@ -9,7 +9,8 @@ from commtax.simulation import messages as simulate
 N = 7e9                 # parameters
 B = 2                   # bf16
 PEAK, MFU = 989e12, 0.4  # H100 SXM dense BF16, a typical MFU
-NVLINK, IB = 450e9, 50e9  # bytes/s per direction
+NVLINK, IB = 370e9, 47e9  # bytes/s per direction: what NCCL reaches (the Plan's defaults)
+NVLINK_LINE, IB_LINE = 450e9, 50e9  # the line rates (the ceiling), which the sources' numbers use
 NO_LATENCY = dict(intra_alpha=0.0, inter_alpha=0.0)  # pure bandwidth, for exact hand checks
 
 
@@ -73,25 +74,29 @@ def test_large_degree_limits_are_the_sources_2n_3n_and_8bsh(lab):
 # -- thresholds ------------------------------------------------------------------------------
 
 def test_dp_threshold_at_the_sources_numbers_is_about_7900_tokens(lab):
-    assert lab.dp_min_local_tokens(PEAK, MFU, IB) == pytest.approx(7912)            # "~8K tok/GPU on IB"
-    assert lab.dp_min_local_tokens(PEAK, MFU, IB, dp=64) == pytest.approx(7912 * 63 / 64)
-    assert lab.dp_min_local_tokens(PEAK, MFU, NVLINK, dp=8) == pytest.approx(989e12 * 0.4 / 450e9 * 7 / 8)
+    assert lab.dp_min_local_tokens(PEAK, MFU, IB_LINE) == pytest.approx(7912)       # "~8K tok/GPU on IB"
+    assert lab.dp_min_local_tokens(PEAK, MFU, IB_LINE, dp=64) == pytest.approx(7912 * 63 / 64)
+    assert lab.dp_min_local_tokens(PEAK, MFU, NVLINK_LINE, dp=8) == pytest.approx(989e12 * 0.4 / 450e9 * 7 / 8)
+    # at the 47 GB/s a NIC reaches, not its 50 GB/s line rate: 8,417 tokens, two 4K sequences no longer hide
+    assert lab.dp_min_local_tokens(PEAK, MFU, IB) == pytest.approx(8417, abs=1)
 
 
 def test_tp_tax_doubles_when_hidden_halves_and_grows_with_t_minus_1(lab):
-    base = lab.tp_tax(PEAK, NVLINK, 8192, 2, MFU)
-    assert lab.tp_tax(PEAK, NVLINK, 4096, 2, MFU) == pytest.approx(2 * base)
-    assert lab.tp_tax(PEAK, NVLINK, 8192, 8, MFU) == pytest.approx(7 * base)
-    assert lab.tp_tax(PEAK, IB, 8192, 2, MFU) == pytest.approx(9 * base)  # NVLink / IB = 450 / 50
+    base = lab.tp_tax(PEAK, NVLINK_LINE, 8192, 2, MFU)
+    assert lab.tp_tax(PEAK, NVLINK_LINE, 4096, 2, MFU) == pytest.approx(2 * base)
+    assert lab.tp_tax(PEAK, NVLINK_LINE, 8192, 8, MFU) == pytest.approx(7 * base)
+    assert lab.tp_tax(PEAK, IB_LINE, 8192, 2, MFU) == pytest.approx(9 * base)  # NVLink / IB = 450 / 50
 
 
 def test_tp_tax_gives_the_sources_5_and_80_percent_only_with_900_gbps_at_t_2(lab):
     # The sources' "~5% in-node, ~80% across nodes": t = 2, h = 8192, MFU = 1, NVLink counted both ways.
     assert lab.tp_tax(PEAK, 900e9, 8192, 2) == pytest.approx(0.0447, abs=5e-4)
-    assert lab.tp_tax(PEAK, IB, 8192, 2) == pytest.approx(0.805, abs=5e-3)
-    # Per direction, at t = 8: 63% at MFU 1, 25% at MFU 0.4 -- not 5%.
-    assert lab.tp_tax(PEAK, NVLINK, 8192, 8) == pytest.approx(0.626, abs=1e-3)
-    assert lab.tp_tax(PEAK, NVLINK, 8192, 8, MFU) == pytest.approx(0.250, abs=1e-3)
+    assert lab.tp_tax(PEAK, IB_LINE, 8192, 2) == pytest.approx(0.805, abs=5e-3)
+    # Per direction, at t = 8: 63% at MFU 1, 25% at MFU 0.4 at line rate -- not 5%; 30% at the
+    # 370 GB/s NCCL's rings reach.
+    assert lab.tp_tax(PEAK, NVLINK_LINE, 8192, 8) == pytest.approx(0.626, abs=1e-3)
+    assert lab.tp_tax(PEAK, NVLINK_LINE, 8192, 8, MFU) == pytest.approx(0.250, abs=1e-3)
+    assert lab.tp_tax(PEAK, NVLINK, 8192, 8, MFU) == pytest.approx(0.305, abs=1e-3)
 
 
 # -- whole plans -------------------------------------------------------------------------------
@@ -104,37 +109,45 @@ def plan(lab, **overrides):
 
 
 def test_tp_pushed_past_one_node_pays_the_nodes_eight_nics_not_one(lab):
-    """DGX-class nodes: TP = 16 on 2 nodes uses 8 NICs at once, min(450, 8 x 50) = 400 GB/s.
+    """DGX-class nodes: TP = 16 on 2 nodes uses 8 NICs at once, min(370, 8 x 47) = 370 GB/s.
 
-    Tax ~ (t-1)/BW, so the tax grows (15/7) x (450/400) = 2.4x, not the 19x of a
-    flat ring at one NIC; that figure holds only for a node with a single NIC.
+    Tax ~ (t-1)/BW, so at the measured rates the tax grows 15/7 = 2.1x (at line
+    rates (15/7) x (450/400) = 2.4x), not the 19x of a flat ring at one NIC; that
+    figure holds only for a node with a single NIC.
     """
     inside = lab.step_report(plan(lab, gpus=8, tp=8, **NO_LATENCY)).axes["TP"]
     across = lab.step_report(plan(lab, gpus=16, tp=16, **NO_LATENCY)).axes["TP"]
     assert (inside.link, across.link) == ("intra", "inter")
-    assert across.tax / inside.tax == pytest.approx(15 / 7 * 450 / 400)
+    assert across.tax / inside.tax == pytest.approx(15 / 7 * NVLINK / min(NVLINK, 8 * IB))
+    lines = dict(NO_LATENCY, intra_bandwidth=NVLINK_LINE, inter_bandwidth=IB_LINE)
+    ratio = (lab.step_report(plan(lab, gpus=16, tp=16, **lines)).axes["TP"].tax
+             / lab.step_report(plan(lab, gpus=8, tp=8, **lines)).axes["TP"].tax)
+    assert ratio == pytest.approx(15 / 7 * 450 / 400)
     one_nic = lab.step_report(plan(lab, gpus=16, tp=16, **{**NO_LATENCY, "inter_bandwidth": IB / 8})).axes["TP"]
-    assert one_nic.tax / inside.tax == pytest.approx(15 / 7 * 450 / 50)
+    assert one_nic.tax / inside.tax == pytest.approx(15 / 7 * NVLINK / IB)
 
 
 def test_dp_stops_hiding_below_the_threshold_when_each_dp_group_has_one_gpu_per_node(lab):
-    """TP = 8 fills each node, so a DP group has one GPU per node and one NIC: the ~7800-token rule."""
-    threshold = lab.dp_min_local_tokens(PEAK, MFU, IB, dp=64)   # 7788 tokens
-    above = lab.step_report(plan(lab, gpus=512, tp=8, micro_batch=2, seq_len=4096, **NO_LATENCY)).axes["DP"]
-    below = lab.step_report(plan(lab, gpus=512, tp=8, micro_batch=1, seq_len=4096, **NO_LATENCY)).axes["DP"]
-    assert 4096 < threshold < 8192
+    """TP = 8 fills each node, so a DP group has one GPU per node and one NIC: the ~8K-token rule
+    (8,285 tokens at d = 64 and the 47 GB/s a NIC reaches)."""
+    threshold = lab.dp_min_local_tokens(PEAK, MFU, IB, dp=64)   # 8285 tokens
+    above = lab.step_report(plan(lab, gpus=512, tp=8, micro_batch=3, seq_len=4096, **NO_LATENCY)).axes["DP"]
+    below = lab.step_report(plan(lab, gpus=512, tp=8, micro_batch=2, seq_len=4096, **NO_LATENCY)).axes["DP"]
+    assert 8192 < threshold < 12288
     assert above.link == "inter" and above.exposed == 0 and above.t_comm <= above.window
     assert below.exposed > 0
     assert below.exposed == pytest.approx(below.t_comm - below.window)
 
 
 def test_pure_dp_pools_eight_nics_so_its_threshold_is_eight_times_lower(lab):
-    """64-way DP on 8 nodes of 8: each group has 8 GPUs per node, the gradient moves at 8 x 50 GB/s."""
-    r = lab.step_report(plan(lab, gpus=64, micro_batch=1, seq_len=1024, **NO_LATENCY)).axes["DP"]
+    """64-way DP on 8 nodes of 8: each group has 8 GPUs per node, the gradient moves through 8 NICs at
+    once, min(370, 8 x 47) = 370 GB/s (then NVLink's ring is the narrower): 7.9x one NIC's 47."""
+    r = lab.step_report(plan(lab, gpus=64, micro_batch=1, seq_len=2048, **NO_LATENCY)).axes["DP"]
     n = 12 * 32 * 4096**2
     assert r.link == "inter"
-    assert r.t_comm == pytest.approx(2 * 63 / 64 * n * B / (8 * IB))
-    assert r.exposed == 0   # 1024 tokens hide; one NIC per GPU-group would need ~7800
+    assert r.t_comm == pytest.approx(2 * 63 / 64 * n * B / min(NVLINK, 8 * IB))
+    assert r.exposed == 0   # 2048 tokens hide (the threshold is 1,053); one NIC per group would need ~8,300
+    assert lab.dp_min_local_tokens(PEAK, MFU, min(NVLINK, 8 * IB), dp=64) == pytest.approx(1052.5, abs=0.5)
 
 
 @pytest.mark.points(3)
@@ -179,6 +192,19 @@ def test_step_report_agrees_with_the_per_axis_functions(lab):
     assert r.binding == max(r.axes, key=lambda a: r.axes[a].exposed)
 
 
+def test_moe_compute_counts_the_active_parameters_a_token_uses_not_all_of_them(lab):
+    """Mixtral-like: 46.7e9 parameters, 12.9e9 used per token (top-2 of 8 experts). The compute is
+    6 x 12.9e9 per token, 3.6x less than 6 x 46.7e9; the gradients still cover every parameter."""
+    fields = dict(n_params=46.7e9, layers=32, hidden=4096, gpus=64, ep=8, moe_layers=32, top_k=2, **NO_LATENCY)
+    moe = lab.step_report(plan(lab, active_params=12.9e9, **fields))
+    assert moe.t_compute == pytest.approx(6 * 12.9e9 * 4096 / (PEAK * MFU))
+    assert moe.axes["DP"].window == pytest.approx(4 * 12.9e9 * 4096 / (PEAK * MFU))
+    assert moe.axes["DP"].bytes == pytest.approx(lab.dp_allreduce_bytes(46.7e9, 64, B))
+    as_dense = lab.step_report(plan(lab, **fields))
+    assert as_dense.t_compute / moe.t_compute == pytest.approx(46.7 / 12.9)
+    assert moe.axes["EP"].tax > as_dense.axes["EP"].tax
+
+
 def test_over_a_whole_step_the_tp_tax_is_two_thirds_of_the_forward_tax(lab):
     # With N = 12 L h^2 (attention + MLP weights) and no latency, the report's TP tax is
     # 4 all-reduces against 72 b s h^2 / t FLOPs: 2/3 of the forward-only tp_tax.
@@ -203,7 +229,7 @@ def test_zero_bytes_per_step_counts_every_collective_of_gradient_accumulation(la
 
 
 def test_zero_2_scatters_every_micro_batch_and_zero_1_2_all_gather_after_the_step_is_exposed(lab):
-    fields = dict(gpus=512, tp=8, microbatches=8, **NO_LATENCY)
+    fields = dict(gpus=512, tp=8, microbatches=8, micro_batch=2, **NO_LATENCY)
     z0, z1, z2 = (lab.step_report(plan(lab, zero_stage=s, **fields)).axes["DP"] for s in (0, 1, 2))
     n_rank = 12 * 32 * 4096**2 / 8
     assert z2.bytes == pytest.approx(lab.zero_bytes_per_step(n_rank, 64, 2, 8, B))
@@ -241,6 +267,7 @@ def test_members_per_node_follows_megatron_rank_order(lab, size, stride, gpus, e
     (dict(zero_stage=4), "zero_stage"),
     (dict(micro_batch=0), "micro_batch"),
     (dict(gpus=24, tp=3, hidden=4098), "gpus_per_node"),
+    (dict(active_params=2 * 12 * 32 * 4096**2), "active_params"),
 ])
 def test_invalid_plans_raise_value_error_naming_the_problem(lab, overrides, problem):
     with pytest.raises(ValueError, match=problem):

@@ -1,35 +1,25 @@
-"""Lab 11: plan a cluster. Predict a training plan's step time, TFLOP/s, MFU and memory.
+"""Lab 11: plan a cluster. Predict a training plan's step time, TFLOP/s, MFU and memory, piece by piece.
 
-Write ``predict(run)``: from a model, a cluster and a parallelism plan (a plain
-dict, keys in :data:`RUN_KEYS`), predict one training step of Megatron-style
-3D parallelism, and return a plain dict with :data:`RETURNED_KEYS`:
+You write the predictor of Lesson 10 as ten functions, each graded on its own (the README's
+"Conventions" section states everything the tests depend on):
 
-* ``step_time_s``: seconds per step (one optimizer step over ``global_batch`` sequences);
-* ``model_tflops_per_gpu``: model FLOPs per step / step time / GPUs, in 1e12 FLOP/s, with model
-  FLOPs as Korthikanti et al. (2022) Eq. 7 count them: 72 B L s h^2 (1 + s/6h + V/12hL) for a
-  GPT layer (3 x the forward of every layer and of the logits; generalize for kv_heads, swiglu
-  and ffn_hidden);
-* ``hardware_tflops_per_gpu``: the same with the recomputation the run does: ``full`` adds one
-  forward of every layer (Narayanan et al. 2021 Eq. 3, 96 B s l h^2 (1 + s/6h + V/16lh));
-  ``selective`` as Korthikanti's Eq. 8 counts it (s/3h in place of s/6h); ``none`` adds nothing;
-* ``mfu``, ``hfu``: those two over the GPU's dense peak (fractions, not percent);
-* ``memory_bytes_per_gpu``: model states and activations on the fullest GPU, bytes;
-* ``binding``: what sets the step beyond compute: ``"tp"``, ``"cp"``, ``"pp"``, ``"dp"``, or
-  ``"compute"`` when no axis exposes more than a few percent of the step.
+1. :func:`flops_per_step`: model and hardware FLOPs of a step;
+2. :func:`collective_time`: the course's network model for one collective over a group;
+3. :func:`stage_layers`: how many layers each pipeline stage holds;
+4. :func:`layer_time`: one layer's matmul and element-wise seconds;
+5. :func:`tp_time`, 6. :func:`cp_time`: the tensor- and context-parallel seconds of one layer;
+7. :func:`pipeline_time`: the bubble and the sends;
+8. :func:`dp_time`: what data parallelism (ZeRO 0-3, HSDP) adds, its collectives and its bytes;
+9. :func:`memory_bytes_per_gpu`: memory by part;
+10. :func:`predict`: the step, with what the run leaves open chosen.
 
-Conventions: seconds, bytes, FLOP/s; bandwidths per GPU per direction; peak FLOP/s dense.
-Megatron's rank order places TP innermost (stride 1), then CP (stride tp), DP (stride tp*cp),
-PP (stride tp*cp*dp); a collective over a group that leaves a node is priced with the course's
-network model (Lab 01's ``group_allreduce_time``; ``commtax.formulas.network`` in the lessons).
-Graded code cannot import ``commtax.formulas`` (it holds the labs' answers): write what you need
-in this file. Keys a run leaves out, or sets to None, are what the source did not say: choose
-what Megatron-LM would (see the README) and document it.
+Every piece takes a ``run`` (a plain dict, keys in :data:`RUN_KEYS`) and prices it **as given**:
+``micro_batch`` and ``vpp`` None are 1, ``recompute`` None is "none". Only :func:`predict` chooses
+what a run leaves open. :func:`normalize` (given) checks a run and fills its defaults: call it first.
 
-A bad plan raises ValueError naming the argument: an unknown key, tp*pp*dp*cp != gpus,
-heads % tp, global_batch % (dp * micro_batch), and values of the wrong type or range.
-
-You may fit at most two efficiency constants per GPU type on the public rows
-(``published_runs.csv``), and must say which in your README or docstring.
+Conventions: seconds, bytes, FLOP/s; bandwidths per GPU per direction; peaks dense. Megatron's rank
+order places TP innermost (stride 1), then CP (stride tp), DP (stride tp cp), PP (stride tp cp dp).
+Graded code cannot import ``commtax.formulas`` (it holds the labs' answers): write what you need here.
 """
 
 import math
@@ -37,138 +27,128 @@ import numbers
 from types import SimpleNamespace
 
 
-#: GPU presets: dense peak FLOP/s, the plans' memory budget (80e9 bytes: the HBM is 80 GiB, of which
-#: programs see 85.9e9 B on A100 and 85.5e9 B on H100; the ~6% left is headroom for what a memory
-#: model leaves out) and HBM bytes/s, NVLink and NIC bytes/s per GPU per direction, 8 GPUs per
-#: node, one NIC per GPU; alphas in seconds per message (orders of magnitude); ``fused_attention``:
-#: the default software of the era's published runs (flash attention keeps no s^2 attention
-#: scores; a run's ``fused_attention`` key overrides it). Sources: NVIDIA A100 and H100 SXM
-#: datasheets; DGX A100 (Selene) 8 x HDR 200 Gb/s, DGX H100 8 x NDR 400 Gb/s.
+#: GPU presets (sources in the README): dense peaks (BF16, FP8), SMs, the plans' memory budget (80e9
+#: bytes of the 80 GiB; the ~6% left is headroom for what a memory model leaves out), HBM bytes/s,
+#: what NCCL's rings reach inside a node and per NIC (measured; line rates beside them, the ceiling),
+#: alphas in seconds per message, 8 GPUs per node with one NIC each, and the era's attention software
+#: (``fused_attention``: flash attention on H100, unfused on A100; a run's key overrides it).
 GPUS = {
-    "A100-80GB": dict(peak_flops=312e12, hbm_bytes=80e9, hbm_bandwidth=2.039e12, nvlink_bandwidth=300e9,
-                      nic_bandwidth=25e9, nvlink_alpha=3e-6, nic_alpha=5e-6, gpus_per_node=8,
-                      fused_attention=False),
-    "H100-80GB": dict(peak_flops=989e12, hbm_bytes=80e9, hbm_bandwidth=3.35e12, nvlink_bandwidth=450e9,
-                      nic_bandwidth=50e9, nvlink_alpha=3e-6, nic_alpha=5e-6, gpus_per_node=8,
-                      fused_attention=True),
+    "A100-80GB": dict(peak_flops=312e12, peak_flops_fp8=0.0, sms=108, hbm_bytes=80e9, hbm_bandwidth=2.039e12,
+                      nvlink_bandwidth=230e9, nic_bandwidth=24e9, nvlink_line_rate=300e9, nic_line_rate=25e9,
+                      nvlink_alpha=3e-6, nic_alpha=5e-6, gpus_per_node=8, fused_attention=False),
+    "H100-80GB": dict(peak_flops=989e12, peak_flops_fp8=1979e12, sms=132, hbm_bytes=80e9, hbm_bandwidth=3.35e12,
+                      nvlink_bandwidth=370e9, nic_bandwidth=47e9, nvlink_line_rate=450e9, nic_line_rate=50e9,
+                      nvlink_alpha=3e-6, nic_alpha=5e-6, gpus_per_node=8, fused_attention=True),
 }
+GPU_ALIASES = {"A100": "A100-80GB", "H100": "H100-80GB", "H100-SXM": "H100-80GB"}
 
-#: Every key a run may have. Required: layers, hidden, heads, seq, vocab, gpus, gpu, tp, pp,
-#: global_batch; the others may be left out (None / their default).
+#: The reference's fitted constants (Lesson 10): two per GPU type, fitted on the public rows, and one
+#: for DeepSpeed's ZeRO-3 of 2021 (the share of the network model's bandwidth its collectives reach),
+#: fitted on the public ZeRO-3 row. The piece tests expect these; refit them in "Going further".
+FITTED = {
+    "A100-80GB": dict(matmul_efficiency=0.72, elementwise_efficiency=0.65),
+    "H100-80GB": dict(matmul_efficiency=0.66, elementwise_efficiency=0.30),
+}
+ZERO_BANDWIDTH_SHARE = {"megatron": 1.0, "deepspeed": 0.068}
+
+TILE_ELEMENTS = 128 * 256   # output elements of one GEMM tile
+NCCL_SMS = 16               # SMs a running collective takes from the compute
+ADAM_BYTES = 12             # fp32 master weights, momentum, variance, per parameter
+OPTIMIZER_TRAFFIC = 30      # bytes per parameter shard one Adam step reads and writes
+LOGIT_BYTES = 52            # bytes per logit the fp32 cross-entropy moves, forward and backward
+BUCKET_PARAMS = 40e6        # Megatron's gradient bucket, parameters
+ACT_BYTES = 2               # bf16/fp16 activations
+MAX_MICRO_BATCH = 16        # the largest micro-batch predict tries when a run leaves it open
+BINDING_SHARE = 0.03        # an axis binds when it adds more than 3% of the step
+
+RECOMPUTE = ("none", "selective", "full")
+PRECISIONS = ("bf16", "fp16", "fp8")
+PIPELINE_SPLITS = ("even", "embedding_and_loss")
+CP_COMMS = ("p2p", "all_gather")
+HSDP_ALLREDUCE = ("micro_batch", "step")
+PARAM_GATHERS = ("step", "micro_batch")   # ZeRO-2's parameter gather: once per step, or every micro-batch (FSDP)
+DP_IMPLS = tuple(ZERO_BANDWIDTH_SHARE)
+
+#: Every key a run may have; the first ten are required, the others default as :data:`DEFAULTS` says.
 RUN_KEYS = ("layers", "hidden", "heads", "seq", "vocab", "gpus", "gpu", "tp", "pp", "global_batch",
             "ffn_hidden", "kv_heads", "swiglu", "cp", "vpp", "micro_batch", "recompute",
-            "sequence_parallel", "zero_stage", "precision", "dp", "fused_attention", "overlap_grad_reduce")
+            "sequence_parallel", "zero_stage", "precision", "dp", "fused_attention", "overlap_grad_reduce",
+            "overlap_p2p", "tp_overlap", "pipeline_split", "cp_comm", "dp_impl", "shard_group", "hsdp_allreduce", "param_gather")
+DEFAULTS = dict(ffn_hidden=None, kv_heads=None, swiglu=False, cp=1, vpp=None, micro_batch=None, recompute=None,
+                sequence_parallel=None, zero_stage=0, precision="bf16", dp=None, fused_attention=None,
+                overlap_grad_reduce=None, overlap_p2p=None, tp_overlap=False, pipeline_split=None, cp_comm="p2p",
+                dp_impl="megatron", shard_group=None, hsdp_allreduce="micro_batch", param_gather="step")
 RETURNED_KEYS = ("step_time_s", "model_tflops_per_gpu", "hardware_tflops_per_gpu", "mfu", "hfu",
                  "memory_bytes_per_gpu", "binding")
 
-# BEGIN SOLUTION
-_GPU = {name: SimpleNamespace(name=name, **preset) for name, preset in GPUS.items()}
 
-#: The two constants per GPU type fitted on the public rows (least squares on log errors):
-#: the fraction of the dense peak the matmuls reach, and the passes the memory-bound
-#: element-wise kernels make over a layer's stored activations.
-_FITTED = {
-    "A100-80GB": dict(matmul_efficiency=0.63, elementwise_passes=2.0),
-    "H100-80GB": dict(matmul_efficiency=0.66, elementwise_passes=4.75),
-}
-_RECOMPUTE = ("none", "selective", "full")
-_PRECISIONS = ("bf16", "fp16")
-_DEFAULTS = dict(ffn_hidden=None, kv_heads=None, swiglu=False, cp=1, vpp=None, micro_batch=None,
-                 recompute=None, sequence_parallel=None, zero_stage=0, precision="bf16", dp=None,
-                 fused_attention=None, overlap_grad_reduce=None)
-#: What a key set to None becomes (the source does not say): Megatron-LM's defaults; GPT-2's
-#: vocabulary padded as Megatron pads it.
-_OPEN_DEFAULTS = dict(vocab=51200, tp=1, pp=1, cp=1, zero_stage=0, precision="bf16", swiglu=False)
-_GPU_ALIASES = {"A100": "A100-80GB", "H100": "H100-80GB", "H100-SXM": "H100-80GB"}
-_REQUIRED = RUN_KEYS[:10]
-_ADAM_BYTES = 12              # fp32 master weights, momentum, variance
-_OPTIMIZER_TRAFFIC = 30       # bytes per parameter read + written by one Adam step
-_MAX_MICRO_BATCH = 16         # the largest micro-batch tried when a run leaves it open
-_BUCKET_PARAMS = 40e6         # Megatron-LM's default gradient bucket (parameters)
-_ACT_BYTES = 2                # bf16/fp16 activations
-
-
-def _members_per_node(size, stride, gpus_per_node):
-    """GPUs of a group on one node, in Megatron's rank order (as Lab 01's network model)."""
-    if stride >= gpus_per_node:
-        if stride % gpus_per_node:
-            raise ValueError(f"stride ({stride}) must be a multiple of gpus_per_node ({gpus_per_node})")
-        return 1
-    if gpus_per_node % stride:
-        raise ValueError(f"stride ({stride}) must divide gpus_per_node ({gpus_per_node})")
-    per_node = gpus_per_node // stride
-    if size <= per_node:
-        return size
-    if size % per_node:
-        raise ValueError(f"group_size ({size}) must be a multiple of {per_node}")
-    return per_node
-
-
-def _collective(steps, nbytes, size, members, intra_alpha, intra_bandwidth, inter_alpha, inter_bandwidth):
-    """The course's network model: steps = 2 for all-reduce, 1 for reduce-scatter or all-gather.
-
-    One node: a ring on NVLink. Several: rings across rails, each GPU's NIC carrying its share,
-    min(NVLink, m x NIC) for m members per node; all-reduce may take the tree's latency instead.
-    """
-    if size == 1:
-        return 0.0
-    nodes = size // members
-    if nodes == 1:
-        return steps * ((size - 1) * intra_alpha + (size - 1) / size * nbytes / intra_bandwidth)
-    link = inter_bandwidth if members == 1 else min(intra_bandwidth, members * inter_bandwidth)
-    latency = steps * (size - 1) * (inter_alpha if members == 1 else max(intra_alpha, inter_alpha))
-    if steps == 2:
-        latency = min(latency, 2 * ((members - 1) * intra_alpha + (nodes - 1).bit_length() * inter_alpha))
-    return steps * (size - 1) / size * nbytes / link + latency
-
+# -- given: checking a run and filling its defaults ----------------------------------------------------
 
 def _int(cfg, name, minimum=1):
     value = cfg[name]
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
 
 
-def _normalize(run) -> dict:
-    """Check ``run`` and fill what it leaves open; ValueError naming the argument on a bad plan.
+def _choice(cfg, name, options, allow_none=False):
+    value = cfg[name]
+    if (value is None and allow_none) or (not isinstance(value, bool) and value in options):
+        return value
+    raise ValueError(f"{name} must be one of {options}{' or None' if allow_none else ''}; got {value!r}")
 
-    Filled in (what Megatron-LM's published configurations do): ``_OPEN_DEFAULTS`` for
-    ``vocab``, ``tp``, ``pp``, ``cp``, ``zero_stage``, ``precision``, ``swiglu`` set to None;
-    ``dp`` = gpus / (tp pp cp);
-    ``ffn_hidden`` = 4 h; ``kv_heads`` = heads; ``micro_batch`` = 1 and ``vpp`` = 1 here
-    (:func:`_breakdown` first tries every micro-batch and interleaving depth);
-    ``sequence_parallel`` = on when tp > 1; ``recompute`` is decided by :func:`_choose_recompute`;
-    ``fused_attention`` = the GPU preset's; ``overlap_grad_reduce`` = True (Megatron-core's bucketed
-    reduce during the backward; Megatron-LM of 2021 all-reduced after the backward: False).
+
+def _flag(cfg, name):
+    if not isinstance(cfg[name], bool):
+        raise ValueError(f"{name} must be True or False, got {cfg[name]!r}")
+
+
+def split_extra(split):
+    """Layer slots the embedding and the loss take: 2 with the ``embedding_and_loss`` split, else 0."""
+    return 2 if split == "embedding_and_loss" else 0
+
+
+def normalize(run):
+    """Check ``run`` and fill its defaults; a new dict. ValueError naming the argument on a bad plan.
+
+    Filled: :data:`DEFAULTS`; a key set to None for vocab/tp/pp/cp/zero_stage/precision/swiglu/cp_comm/
+    dp_impl/hsdp_allreduce/param_gather takes its default too; ``gpu`` aliases (``"H100"``); ``dp`` = gpus / (tp pp
+    cp); ``ffn_hidden`` = 4 h; ``kv_heads`` = heads; ``sequence_parallel`` = tp > 1; ``fused_attention``
+    = the GPU preset's; ``overlap_grad_reduce`` = True; ``overlap_p2p`` = vpp > 1; ``shard_group`` =
+    dp x cp (no HSDP); ``pipeline_split`` None: "even" when pp divides the layers, else
+    "embedding_and_loss" when pp divides layers + 2, else "even"; ``micro_batch`` and ``vpp`` None: 1
+    (``recompute`` stays None). Added: ``microbatches`` = global_batch / (dp micro_batch), ``kv_hidden``
+    = h kv_heads / heads, ``grad_bytes`` (2 for fp16, 4 for bf16 and fp8: fp32 main gradients).
     """
     if not isinstance(run, dict):
         raise ValueError(f"run must be a dict, got {type(run).__name__}")
-    unknown = sorted(set(run) - set(RUN_KEYS))
+    unknown = sorted((str(k) for k in set(run) - set(RUN_KEYS)))
     if unknown:
-        raise ValueError(f"unknown key(s) in run: {', '.join(map(str, unknown))}; known: {', '.join(RUN_KEYS)}")
-    missing = [k for k in _REQUIRED if k not in run]
+        raise ValueError(f"unknown key(s) in run: {', '.join(unknown)}; known: {', '.join(RUN_KEYS)}")
+    missing = [k for k in RUN_KEYS[:10] if k not in run]
     if missing:
         raise ValueError(f"run is missing required key(s): {', '.join(missing)}")
-    cfg = {**_DEFAULTS, **run}
-    for name, value in _OPEN_DEFAULTS.items():   # None where the source does not say
+    cfg = {**DEFAULTS, **run}
+    for name, value in dict(vocab=51200, tp=1, pp=1, cp=1, zero_stage=0, precision="bf16", swiglu=False,
+                            cp_comm="p2p", dp_impl="megatron", hsdp_allreduce="micro_batch",
+                            param_gather="step").items():
         if cfg[name] is None:
             cfg[name] = value
-    cfg["gpu"] = _GPU_ALIASES.get(cfg["gpu"], cfg["gpu"])
-    if cfg["gpu"] not in _GPU:
-        raise ValueError(f"gpu must be one of {', '.join(map(repr, _GPU))}; got {cfg['gpu']!r}")
+    if not isinstance(cfg["gpu"], str) or GPU_ALIASES.get(cfg["gpu"], cfg["gpu"]) not in GPUS:
+        raise ValueError(f"gpu must be one of {', '.join(map(repr, GPUS))}; got {cfg['gpu']!r}")
+    cfg["gpu"] = GPU_ALIASES.get(cfg["gpu"], cfg["gpu"])
     for name in ("layers", "hidden", "heads", "seq", "vocab", "gpus", "tp", "pp", "cp", "global_batch"):
         _int(cfg, name)
-    for name in ("ffn_hidden", "kv_heads", "micro_batch", "vpp", "dp"):
+    for name in ("ffn_hidden", "kv_heads", "micro_batch", "vpp", "dp", "shard_group"):
         if cfg[name] is not None:
             _int(cfg, name)
+    t, p, c = cfg["tp"], cfg["pp"], cfg["cp"]
     if cfg["dp"] is None:
-        if cfg["gpus"] % (cfg["tp"] * cfg["pp"] * cfg["cp"]):
-            raise ValueError(f"gpus ({cfg['gpus']}) is not divisible by tp * pp * cp "
-                             f"({cfg['tp']} * {cfg['pp']} * {cfg['cp']})")
-        cfg["dp"] = cfg["gpus"] // (cfg["tp"] * cfg["pp"] * cfg["cp"])
-    t, p, d, c = cfg["tp"], cfg["pp"], cfg["dp"], cfg["cp"]
+        if cfg["gpus"] % (t * p * c):
+            raise ValueError(f"gpus ({cfg['gpus']}) is not divisible by tp * pp * cp ({t} * {p} * {c})")
+        cfg["dp"] = cfg["gpus"] // (t * p * c)
+    d = cfg["dp"]
     if t * p * d * c != cfg["gpus"]:
-        raise ValueError(f"gpus ({cfg['gpus']}) must equal tp * pp * dp * cp = {t} * {p} * {d} * {c} = {t * p * d * c}")
+        raise ValueError(f"gpus ({cfg['gpus']}) must equal tp * pp * dp * cp = {t} * {p} * {d} * {c}")
     if cfg["heads"] % t:
         raise ValueError(f"heads ({cfg['heads']}) is not divisible by tp ({t})")
     if cfg["hidden"] % cfg["heads"]:
@@ -177,362 +157,569 @@ def _normalize(run) -> dict:
     cfg["kv_heads"] = cfg["kv_heads"] or cfg["heads"]
     if cfg["heads"] % cfg["kv_heads"]:
         raise ValueError(f"kv_heads ({cfg['kv_heads']}) must divide heads ({cfg['heads']})")
-    if cfg["seq"] % c:
-        raise ValueError(f"seq ({cfg['seq']}) is not divisible by cp ({c})")
+    if cfg["ffn_hidden"] % t:
+        raise ValueError(f"ffn_hidden ({cfg['ffn_hidden']}) is not divisible by tp ({t})")
+    if c > 1 and cfg["seq"] % (2 * c):
+        raise ValueError(f"seq ({cfg['seq']}) is not divisible by 2 * cp ({2 * c})")
     if p > cfg["layers"]:
         raise ValueError(f"pp ({p}) exceeds layers ({cfg['layers']})")
-    if not isinstance(cfg["swiglu"], bool):
-        raise ValueError(f"swiglu must be True or False, got {cfg['swiglu']!r}")
+    _flag(cfg, "swiglu")
     if cfg["sequence_parallel"] is None:
         cfg["sequence_parallel"] = t > 1
-    if not isinstance(cfg["sequence_parallel"], bool):
-        raise ValueError(f"sequence_parallel must be True, False or None, got {cfg['sequence_parallel']!r}")
-    if cfg["recompute"] is not None and cfg["recompute"] not in _RECOMPUTE:
-        raise ValueError(f"recompute must be one of {_RECOMPUTE} or None; got {cfg['recompute']!r}")
-    if cfg["precision"] not in _PRECISIONS:
-        raise ValueError(f"precision must be one of {_PRECISIONS}; got {cfg['precision']!r}")
+    _flag(cfg, "sequence_parallel")
+    _choice(cfg, "recompute", RECOMPUTE, allow_none=True)
+    _choice(cfg, "precision", PRECISIONS)
+    _choice(cfg, "cp_comm", CP_COMMS)
+    _choice(cfg, "dp_impl", DP_IMPLS)
+    _choice(cfg, "hsdp_allreduce", HSDP_ALLREDUCE)
+    _choice(cfg, "param_gather", PARAM_GATHERS)
     if isinstance(cfg["zero_stage"], bool) or cfg["zero_stage"] not in (0, 1, 2, 3):
         raise ValueError(f"zero_stage must be 0, 1, 2 or 3; got {cfg['zero_stage']!r}")
+    if cfg["param_gather"] == "micro_batch" and cfg["zero_stage"] != 2:
+        raise ValueError(f"param_gather 'micro_batch' needs zero_stage 2, got {cfg['zero_stage']}")
+    if cfg["precision"] == "fp8" and not GPUS[cfg["gpu"]]["peak_flops_fp8"]:
+        raise ValueError(f"precision 'fp8' needs FP8 tensor cores; {cfg['gpu']} has none")
+    if cfg["shard_group"] is None:
+        cfg["shard_group"] = d * c
+    g = cfg["shard_group"]
+    if g != d * c:
+        if c > 1:
+            raise ValueError(f"shard_group ({g}) with cp > 1 is not modelled")
+        if d % g:
+            raise ValueError(f"shard_group ({g}) must divide dp ({d})")
+        if cfg["zero_stage"] < 2:
+            raise ValueError(f"shard_group ({g}) is HSDP: it needs zero_stage 2 or 3")
     cfg["micro_batch"] = cfg["micro_batch"] or 1
     if cfg["global_batch"] % (d * cfg["micro_batch"]):
         raise ValueError(f"global_batch ({cfg['global_batch']}) is not divisible by dp * micro_batch "
                          f"({d} * {cfg['micro_batch']})")
-    if cfg["vpp"] is None:
-        cfg["vpp"] = 1
-    if cfg["vpp"] > 1 and p == 1:
-        raise ValueError(f"vpp ({cfg['vpp']}) needs pipeline parallelism (pp > 1)")
-    if cfg["vpp"] * p > cfg["layers"]:
-        raise ValueError(f"vpp * pp ({cfg['vpp']} * {p}) exceeds layers ({cfg['layers']})")
-    if cfg["vpp"] > 1 and cfg["layers"] % (p * cfg["vpp"]):
-        raise ValueError(f"vpp ({cfg['vpp']}) must divide the layers per stage: layers ({cfg['layers']}) "
-                         f"is not divisible by pp * vpp ({p} * {cfg['vpp']}), as Megatron's interleaving requires")
+    split = _choice(cfg, "pipeline_split", PIPELINE_SPLITS, allow_none=True)
+    if split is None:
+        L = cfg["layers"]
+        split = "even" if (p == 1 or L % p == 0 or (L + 2) % p) else "embedding_and_loss"
+    cfg["pipeline_split"] = split
+    if split == "embedding_and_loss" and p > 1:
+        if (cfg["layers"] + 2) % p:
+            raise ValueError(f"pipeline_split 'embedding_and_loss' needs pp ({p}) to divide layers + 2")
+        if (cfg["layers"] + 2) // p < 2:
+            raise ValueError(f"pp ({p}) leaves no layer on the first stage beside the embedding")
+    cfg["vpp"] = cfg["vpp"] or 1
+    v = cfg["vpp"]
+    if v > 1:
+        if p == 1:
+            raise ValueError(f"vpp ({v}) needs pipeline parallelism (pp > 1)")
+        total = cfg["layers"] + split_extra(split)
+        if total % p or (total // p) % v:
+            raise ValueError(f"vpp ({v}) must divide the layer slots per stage: layers (+ 2 with the "
+                             f"embedding_and_loss split) divisible by pp * vpp, as Megatron's interleaving needs")
     if cfg["fused_attention"] is None:
         cfg["fused_attention"] = GPUS[cfg["gpu"]]["fused_attention"]
     if cfg["overlap_grad_reduce"] is None:
         cfg["overlap_grad_reduce"] = True
-    for name in ("fused_attention", "overlap_grad_reduce"):
-        if not isinstance(cfg[name], bool):
-            raise ValueError(f"{name} must be True, False or None, got {cfg[name]!r}")
+    if cfg["overlap_p2p"] is None:
+        cfg["overlap_p2p"] = v > 1
+    if cfg["tp_overlap"] is None:
+        cfg["tp_overlap"] = False
+    for name in ("fused_attention", "overlap_grad_reduce", "overlap_p2p", "tp_overlap"):
+        _flag(cfg, name)
     cfg["microbatches"] = cfg["global_batch"] // (d * cfg["micro_batch"])
+    cfg["kv_hidden"] = cfg["hidden"] * cfg["kv_heads"] // cfg["heads"]
+    cfg["grad_bytes"] = 2 if cfg["precision"] == "fp16" else 4
     return cfg
 
 
-# -- FLOPs ------------------------------------------------------------------------------------------
+# BEGIN SOLUTION
+def _gpu(cfg, share=1.0):
+    preset = dict(GPUS[cfg["gpu"]])
+    preset["nvlink_bandwidth"] *= share
+    preset["nic_bandwidth"] *= share
+    return SimpleNamespace(**preset)
 
-def _layer_forward_flops(cfg) -> tuple[float, float]:
-    """(dense, attention) forward FLOPs of one layer for ONE sequence: 2 s (params of the layer's
-    matmuls), and 4 s^2 h for the scores and their product with the values (no causal saving)."""
-    h, s, f = cfg["hidden"], cfg["seq"], cfg["ffn_hidden"] or 4 * cfg["hidden"]
-    kv = h * (cfg["kv_heads"] or cfg["heads"]) // cfg["heads"]
-    mlp_matrices = 3 if cfg.get("swiglu") else 2
-    dense = 2 * s * (h * (h + 2 * kv) + h * h + mlp_matrices * h * f)
+
+def _recompute(cfg):
+    return cfg["recompute"] or "none"
+
+
+def _peak(cfg, gpu):
+    return gpu.peak_flops_fp8 if cfg["precision"] == "fp8" else gpu.peak_flops
+
+
+def _layer_forward_flops(cfg):
+    h, s, f, kv = cfg["hidden"], cfg["seq"], cfg["ffn_hidden"], cfg["kv_hidden"]
+    dense = 2 * s * (h * (h + 2 * kv) + h * h + (3 if cfg["swiglu"] else 2) * h * f)
     return float(dense), float(4 * s * s * h)
 
 
-def _logits_forward_flops(cfg) -> float:
-    """Forward FLOPs of the output layer for one sequence: 2 s h V."""
-    return 2.0 * cfg["seq"] * cfg["hidden"] * cfg["vocab"]
+def _layer_params(cfg):
+    h, f, kv = cfg["hidden"], cfg["ffn_hidden"], cfg["kv_hidden"]
+    matmuls = h * (h + 2 * kv) + h * h + (3 if cfg["swiglu"] else 2) * h * f
+    return matmuls + (2 * h if cfg["swiglu"] else 7 * h + f + 2 * kv)
 
 
-def _flops_per_step(run, convention="model", recompute=None) -> float:
-    """FLOPs of one step, all GPUs together.
+def _stage_layers(cfg):
+    L, p = cfg["layers"], cfg["pp"]
+    if p == 1:
+        return [L]
+    if cfg["pipeline_split"] == "embedding_and_loss":
+        k = (L + 2) // p
+        return [k - 1] + [k] * (p - 2) + [k - 1]
+    q, r = divmod(L, p)
+    return [q + 1] * r + [q] * (p - r)
 
-    ``model``: 3 x forward of every layer and the logits (Korthikanti Eq. 7 for a GPT layer).
-    ``hardware``: model FLOPs plus recomputation: ``full`` adds one forward of every layer
-    (Narayanan Eq. 3); ``selective`` is counted as Korthikanti's Eq. 8 does (s/3h in place of
-    s/6h). ``recompute`` defaults to the run's.
-    """
-    cfg = {**_DEFAULTS, **run}
-    cfg.update({k: v for k, v in _OPEN_DEFAULTS.items() if cfg.get(k) is None})
+
+def _stage_params(cfg):
+    t = cfg["tp"]
+    embedding = cfg["vocab"] * cfg["hidden"] / t
+    out = [n * _layer_params(cfg) / t for n in _stage_layers(cfg)]
+    if len(out) == 1:
+        out[0] += embedding * (2 if cfg["swiglu"] else 1)
+    else:
+        out[0] += embedding
+        out[-1] += embedding
+    return out
+
+
+def _members(size, stride, per_node):
+    """GPUs of a group per node in Megatron's order; an odd group: the largest count that divides it."""
+    if stride >= per_node:
+        return 1
+    m = min(size, per_node // stride) if per_node % stride == 0 else 1
+    while size % m:
+        m -= 1
+    return max(m, 1)
+
+
+def _collective(op, nbytes, size, stride, gpu):
+    if size == 1:
+        return 0.0
+    m = _members(size, stride, gpu.gpus_per_node)
+    if op == "send":
+        inside = stride < gpu.gpus_per_node and m > 1
+        if inside:
+            return gpu.nvlink_alpha + nbytes / gpu.nvlink_bandwidth
+        return gpu.nic_alpha + nbytes / gpu.nic_bandwidth
+    steps = {"all_reduce": 2, "reduce_scatter": 1, "all_gather": 1}.get(op)
+    if steps is None:
+        raise ValueError(f"op must be all_reduce, reduce_scatter, all_gather or send; got {op!r}")
+    nodes = size // m
+    if nodes == 1:
+        return steps * ((size - 1) * gpu.nvlink_alpha + (size - 1) / size * nbytes / gpu.nvlink_bandwidth)
+    link = gpu.nic_bandwidth if m == 1 else min(gpu.nvlink_bandwidth, m * gpu.nic_bandwidth)
+    if steps == 2:
+        latency = 2 * ((m - 1) * gpu.nvlink_alpha + (nodes - 1).bit_length() * gpu.nic_alpha)
+    else:
+        latency = (size - 1) * (gpu.nic_alpha if m == 1 else max(gpu.nvlink_alpha, gpu.nic_alpha))
+    return steps * (size - 1) / size * nbytes / link + latency
+
+
+def _overlap(comm, window, gpu):
+    return max(comm - window, NCCL_SMS / gpu.sms * comm)
+
+
+def _wave(rows, cols, gpu):
+    waves = rows * cols / (TILE_ELEMENTS * gpu.sms)
+    return waves / (waves + 0.5)
+
+
+def _gemm_shapes(cfg):
+    h, f, t = cfg["hidden"], cfg["ffn_hidden"], cfg["tp"]
+    return [(h, (h + 2 * cfg["kv_hidden"]) / t), (h / t, h), (h, (2 if cfg["swiglu"] else 1) * f / t), (f / t, h)]
+
+
+def _elementwise_bytes(cfg, recompute):
+    h, f, a, t, s = cfg["hidden"], cfg["ffn_hidden"], cfg["heads"], cfg["tp"], cfg["seq"]
+    tokens = cfg["micro_batch"] * s / cfg["cp"]
+    norm_tokens = tokens / t if cfg["sequence_parallel"] else tokens
+    if cfg["swiglu"]:
+        fwd_norm, bwd_norm, fwd_mlp, bwd_mlp = 20 * h, 24 * h, 6 * f / t, 10 * f / t
+        rope = 4 * (h + cfg["kv_hidden"]) / t
+    else:
+        fwd_norm, bwd_norm, fwd_mlp, bwd_mlp, rope = 22 * h, 34 * h, 4 * f / t, 6 * f / t, 0.0
+    scores_f, scores_b = (0.0, 0.0) if cfg["fused_attention"] else (9 * a * s / t, 11 * a * s / t)
+    fp8 = 4 * sum(n for _, n in _gemm_shapes(cfg)) if cfg["precision"] == "fp8" else 0.0
+    forward = norm_tokens * fwd_norm + tokens * (fwd_mlp + rope + scores_f)
+    backward = norm_tokens * bwd_norm + tokens * (bwd_mlp + rope + scores_b + fp8)
+    return forward + backward + {"none": 0.0, "selective": tokens * scores_f, "full": forward}[recompute]
+
+
+def _layer(cfg, recompute, gpu):
+    k = FITTED[cfg["gpu"]]
+    M = cfg["micro_batch"] * cfg["seq"] / cfg["cp"]
+    lin = k["matmul_efficiency"] * _peak(cfg, gpu)
+    forward = backward = 0.0
+    for K, N in _gemm_shapes(cfg):
+        flops = 2 * M * N * K
+        forward += flops / (lin * _wave(M, N, gpu))
+        backward += flops / (lin * _wave(M, K, gpu)) + flops / (lin * _wave(K, N, gpu))
+    attn = _attention(cfg, gpu)
+    again = {"none": 0.0, "selective": attn, "full": forward + attn}[recompute]
+    matmul = forward + attn + backward + (2.5 if cfg["fused_attention"] else 2.0) * attn + again
+    elementwise = _elementwise_bytes(cfg, recompute) / (k["elementwise_efficiency"] * gpu.hbm_bandwidth)
+    gemm = forward + backward + (forward if recompute == "full" else 0.0)
+    return matmul, elementwise, gemm
+
+
+def _attention(cfg, gpu):
+    M = cfg["micro_batch"] * cfg["seq"] / cfg["cp"]
+    causal = 0.5 if cfg["fused_attention"] else 1.0
+    return causal * 4 * M * cfg["seq"] * cfg["hidden"] / cfg["tp"] / (FITTED[cfg["gpu"]]["matmul_efficiency"]
+                                                                     * gpu.peak_flops)
+
+
+def _logits(cfg, gpu):
+    k = FITTED[cfg["gpu"]]
+    M = cfg["micro_batch"] * cfg["seq"] / cfg["cp"]
+    h, N = cfg["hidden"], cfg["vocab"] / cfg["tp"]
+    gemms = 2 * M * N * h / (k["matmul_efficiency"] * gpu.peak_flops) \
+        * (1 / _wave(M, N, gpu) + 1 / _wave(M, h, gpu) + 1 / _wave(h, N, gpu))
+    return gemms + LOGIT_BYTES * M * N / (k["elementwise_efficiency"] * gpu.hbm_bandwidth)
+
+
+def _tp(cfg, recompute, gpu, gemm_s):
+    t = cfg["tp"]
+    if t == 1:
+        return 0.0
+    act = cfg["micro_batch"] * cfg["seq"] / cfg["cp"] * cfg["hidden"] * ACT_BYTES
+    count = 4 + (2 if recompute == "full" else 0)
+    if cfg["sequence_parallel"]:
+        one = _collective("reduce_scatter", act, t, 1, gpu) + _collective("all_gather", act, t, 1, gpu)
+    else:
+        one = _collective("all_reduce", act, t, 1, gpu)
+    return _overlap(count * one, gemm_s, gpu) if cfg["tp_overlap"] else count * one
+
+
+def _cp(cfg, recompute, gpu):
+    c, t = cfg["cp"], cfg["tp"]
+    if c == 1:
+        return 0.0
+    full = recompute == "full"
+    if cfg["cp_comm"] == "all_gather":
+        gathered = 2 * cfg["micro_batch"] * cfg["seq"] * max(1, cfg["kv_heads"] // t) \
+            * (cfg["hidden"] // cfg["heads"]) * ACT_BYTES
+        return (2 if full else 1) * _collective("all_gather", gathered, c, t, gpu) \
+            + _collective("reduce_scatter", gathered, c, t, gpu)
+    block = 2 * cfg["micro_batch"] * cfg["seq"] / c * cfg["kv_hidden"] / t * ACT_BYTES
+    step_f = _attention(cfg, gpu) / c
+    step_b = (2.5 if cfg["fused_attention"] else 2.0) * step_f
+    forward = (c - 1) * _overlap(_collective("send", block, c, t, gpu), step_f, gpu)
+    return (2 if full else 1) * forward + (c - 1) * _overlap(_collective("send", 2 * block, c, t, gpu), step_b, gpu)
+
+
+def _pipeline(cfg, stage_s, gpu):
+    p, v, m = cfg["pp"], cfg["vpp"], cfg["microbatches"]
+    if p == 1:
+        return 0.0, 0.0
+    act = cfg["micro_batch"] * cfg["seq"] / cfg["cp"] * cfg["hidden"] * ACT_BYTES
+    send = _collective("send", act / cfg["tp"], p, cfg["tp"] * cfg["cp"] * cfg["dp"], gpu)
+    count = 2 * (v * m + p - 1)
+    sends = count * (_overlap(send, stage_s / v / 2, gpu) if cfg["overlap_p2p"] else send)
+    return (p - 1) / (v * m) * m * stage_s, sends
+
+
+def _dp_bytes(cfg):
+    g, z, m = cfg["shard_group"], cfg["zero_stage"], cfg["microbatches"]
+    r = cfg["dp"] * cfg["cp"] // g
+    n, gb = max(_stage_params(cfg)), cfg["grad_bytes"]
+    ring = (g - 1) / g
+    gradient_passes, param_passes = {0: (2, 0), 1: (1, 1), 2: (m, 1), 3: (m, 2 * m)}[z]
+    if z == 2 and cfg["param_gather"] == "micro_batch":
+        param_passes = m
+    out = ring * n * (gradient_passes * gb + param_passes * 2)
+    if r > 1:
+        out += 2 * (r - 1) / r * n / g * gb * (m if cfg["hsdp_allreduce"] == "micro_batch" else 1)
+    return out
+
+
+def _dp(cfg, recompute, layer_s, stage_s):
+    t, c, d, g, z, m = cfg["tp"], cfg["cp"], cfg["dp"], cfg["shard_group"], cfg["zero_stage"], cfg["microbatches"]
+    if d * c == 1:
+        return 0.0, 0.0
+    base = _gpu(cfg)
+    gpu = _gpu(cfg, ZERO_BANDWIDTH_SHARE[cfg["dp_impl"]])
+    r = d * c // g
+    gb = cfg["grad_bytes"]
+    n = max(_stage_params(cfg))
+
+    def replicate(n_params):
+        return _collective("all_reduce", n_params / g * gb, r, t * g, gpu) if r > 1 else 0.0
+
+    share = 1 if recompute == "full" else 0
+    backward_window = stage_s * (2 + share) / (3 + share)
+    forward_window = stage_s - backward_window
+    if z < 3:
+        op = "all_reduce" if z == 0 else "reduce_scatter"
+        bucket = min(BUCKET_PARAMS, n)
+        per_reduce = _collective(op, n * gb, g, t, gpu)
+        last = _collective(op, bucket * gb, g, t, gpu)
+        reductions = m if z == 2 else 1
+        hsdp = replicate(n) * (m if cfg["hsdp_allreduce"] == "micro_batch" else 1)
+        comm = reductions * per_reduce + hsdp
+        if cfg["overlap_grad_reduce"]:
+            added = last + (reductions - 1) * _overlap(per_reduce, backward_window, base) \
+                + _overlap(per_reduce - last, backward_window, base) + _overlap(hsdp, backward_window, base)
+        else:
+            added = comm
+        if z >= 1:
+            gather = _collective("all_gather", n * 2, g, t, gpu)
+            first = _collective("all_gather", bucket * 2, g, t, gpu)
+            gathers = m if z == 2 and cfg["param_gather"] == "micro_batch" else 1
+            comm += gathers * gather
+            added += gathers * (first + _overlap(gather - first, forward_window, base)) \
+                if cfg["overlap_grad_reduce"] else gathers * gather
+        return added, comm
+    per_layer = _layer_params(cfg) / t
+    gather = _collective("all_gather", per_layer * 2, g, t, gpu)
+    scatter = _collective("reduce_scatter", per_layer * gb, g, t, gpu)
+    all_reduce = replicate(per_layer)
+    every = 2 * gather + scatter + (all_reduce if cfg["hsdp_allreduce"] == "micro_batch" else 0.0)
+    last_mb = 2 * gather + scatter + all_reduce
+    layers = max(_stage_layers(cfg))
+    added = (m - 1) * layers * _overlap(every, layer_s, base) + layers * _overlap(last_mb, layer_s, base)
+    return added + m * gather + scatter + all_reduce, (m - 1) * layers * every + layers * last_mb
+
+
+def _activations(cfg, recompute):
+    s, b, h, a, t = cfg["seq"] // cfg["cp"], cfg["micro_batch"], cfg["hidden"], cfg["heads"], cfg["tp"]
+    mode = "selective" if (cfg["fused_attention"] and recompute == "none") else recompute
+    sbh = s * b * h
+    sp = cfg["sequence_parallel"]
+    if mode == "full":
+        return 2.0 * sbh / (t if sp else 1)
+    scores = 0.0 if mode == "selective" else 5.0 * a * s / (h * t)
+    if sp:
+        stored = sbh * (34.0 / t + scores)
+    else:
+        stored = sbh * (10.0 + 24.0 / t + scores) if t > 1 else sbh * (34.0 + scores)
+    if cfg["precision"] == "fp8":
+        stored -= 7 * sbh / (t if sp else 1)
+    return stored
+
+
+def _memory(cfg, recompute):
+    p, v, m, t = cfg["pp"], cfg["vpp"], cfg["microbatches"], cfg["tp"]
+    g, z, gb = cfg["shard_group"], cfg["zero_stage"], cfg["grad_bytes"]
+    M = cfg["micro_batch"] * cfg["seq"] // cfg["cp"]
+    per_layer = _activations(cfg, recompute)
+    layers, params = _stage_layers(cfg), _stage_params(cfg)
+    best = None
+    for stage in sorted({0, min(1, p - 1), p - 1}):
+        n = params[stage]
+        if v == 1:
+            in_flight = layers[stage] * min(p - stage, m)
+        else:
+            in_flight = math.ceil(layers[stage] / v) * min(2 * (p - stage - 1) + (v - 1) * p + 1, v * m)
+        acts = per_layer * in_flight
+        if recompute == "full":
+            acts += _activations(cfg, "none")
+        parts = dict(params=2 * n / (g if z >= 3 else 1), grads=gb * n / (g if z >= 2 else 1),
+                     optimizer=ADAM_BYTES * n / (g if z >= 1 else 1), activations=acts,
+                     logits=4 * M * cfg["vocab"] / t if stage == p - 1 else 0.0,
+                     buffers=4 * _layer_params(cfg) / t if z == 3 and g > 1 else 0.0)
+        if cfg["cp"] > 1 and cfg["cp_comm"] == "all_gather":
+            parts["buffers"] += 2 * cfg["micro_batch"] * cfg["seq"] * cfg["kv_hidden"] / t * ACT_BYTES
+        parts["total"] = sum(parts.values())
+        if best is None or parts["total"] > best["total"]:
+            best = parts
+    return best
+
+
+def _flops(cfg, convention, recompute):
     dense, attn = _layer_forward_flops(cfg)
     B, L = cfg["global_batch"], cfg["layers"]
-    model = B * (3 * L * (dense + attn) + 3 * _logits_forward_flops(cfg))
+    model = B * (3 * L * (dense + attn) + 3 * 2.0 * cfg["seq"] * cfg["hidden"] * cfg["vocab"])
     if convention == "model":
         return model
     if convention != "hardware":
         raise ValueError(f"convention must be 'model' or 'hardware', got {convention!r}")
-    mode = recompute or cfg["recompute"] or "none"
-    if mode == "full":
-        return model + B * L * (dense + attn)
-    if mode == "selective":
-        return model + B * L * 3 * attn
-    return model
+    return model + {"none": 0.0, "selective": B * L * 3 * attn, "full": B * L * (dense + attn)}[recompute]
 
 
-# -- memory -----------------------------------------------------------------------------------------
-
-def _layer_params(cfg) -> float:
-    h, f = cfg["hidden"], cfg["ffn_hidden"]
-    kv = h * cfg["kv_heads"] // cfg["heads"]
-    return h * (h + 2 * kv) + h * h + (3 if cfg["swiglu"] else 2) * h * f + 4 * h + f + 2 * kv
-
-
-def _stage_layers(cfg) -> tuple[int, int]:
-    """Layers on the first (fullest) stage and on the last stage: as even as possible, extras first."""
-    q, r = divmod(cfg["layers"], cfg["pp"])
-    return q + (1 if r else 0), q
-
-
-def _activation_bytes_per_layer(cfg, recompute, fused_attention) -> float:
-    """Bytes one layer keeps for its backward, per GPU, for one micro-batch (Korthikanti Table 2).
-
-    none: s b h (34 + 5 a s / h) without TP; s b h (10 + 24/t + 5 a s/(h t)) with TP; / t overall
-    with sequence parallelism. Fused attention drops the 5 a s / h term. selective: the 5 a s / h
-    term is recomputed. full: only the layer's input, 2 s b h (/ t with sequence parallelism).
-    A GPT layer (MHA, 4h GeLU MLP, dropout): it under-counts a Llama-style layer by ~15%.
-    """
-    s, b, h, a, t = cfg["seq"] // cfg["cp"], cfg["micro_batch"], cfg["hidden"], cfg["heads"], cfg["tp"]
-    sbh = s * b * h
-    scores = 0.0 if (fused_attention or recompute != "none") else 5 * a * s / h
-    if recompute == "full":
-        return 2 * sbh / (t if cfg["sequence_parallel"] else 1)
-    if cfg["sequence_parallel"]:
-        return sbh / t * (34 + scores)
-    return sbh * (10 + 24 / t + scores / t)
+def _step(cfg, recompute):
+    """The whole prediction of one fully chosen plan (recompute given)."""
+    gpu = _gpu(cfg)
+    matmul, elementwise, gemm = _layer(cfg, recompute, gpu)
+    t_tp, t_cp = _tp(cfg, recompute, gpu, gemm), _cp(cfg, recompute, gpu)
+    t_logits = _logits(cfg, gpu)
+    t_layer = matmul + elementwise + t_tp + t_cp
+    layers, p, m = _stage_layers(cfg), cfg["pp"], cfg["microbatches"]
+    stage_s = [n * t_layer + (t_logits if i == p - 1 else 0.0) for i, n in enumerate(layers)]
+    pace = max(range(p), key=lambda i: (stage_s[i], i))
+    bubble, sends = _pipeline(cfg, stage_s[pace], gpu)
+    dp_added, _ = _dp(cfg, recompute, matmul + elementwise, stage_s[pace])
+    shard = max(_stage_params(cfg)) / (cfg["shard_group"] if cfg["zero_stage"] >= 1 else 1)
+    optimizer = OPTIMIZER_TRAFFIC * shard / (FITTED[cfg["gpu"]]["elementwise_efficiency"] * gpu.hbm_bandwidth)
+    n = layers[pace]
+    tp_s, cp_s = m * n * t_tp, m * n * t_cp
+    step = m * n * (matmul + elementwise) + (m * t_logits if pace == p - 1 else 0.0) + tp_s + cp_s \
+        + bubble + sends + dp_added + optimizer
+    exposed = {"tp": tp_s, "cp": cp_s, "pp": bubble + sends, "dp": dp_added}
+    worst = max(exposed, key=exposed.get)
+    memory = _memory(cfg, recompute)
+    gpus, peak = cfg["gpus"], _peak(cfg, gpu)
+    model, hardware = _flops(cfg, "model", recompute), _flops(cfg, "hardware", recompute)
+    return dict(step_time_s=step, model_tflops_per_gpu=model / step / gpus / 1e12,
+                hardware_tflops_per_gpu=hardware / step / gpus / 1e12, mfu=model / step / gpus / peak,
+                hfu=hardware / step / gpus / peak, memory_bytes_per_gpu=memory["total"],
+                binding=worst if exposed[worst] > BINDING_SHARE * step else "compute",
+                fits=memory["total"] <= gpu.hbm_bytes)
 
 
-def _memory_bytes_per_gpu(cfg, recompute, gpu=None) -> float:
-    """Model states plus activations on the fuller of the first and last stages, bytes per GPU.
-
-    The embedding and the output layer share one matrix (tied, as in Megatron): one copy without
-    pipelining, one on each of the first and last stages with it.
-    """
-    gpu = gpu or _GPU[cfg["gpu"]]
-    fused = cfg["fused_attention"]
-    t, p, d, c, v, m = cfg["tp"], cfg["pp"], cfg["dp"], cfg["cp"], cfg["vpp"], cfg["microbatches"]
-    first, last = _stage_layers(cfg)
-    embedding = cfg["vocab"] * cfg["hidden"] / t
-    grad_bytes = 4 if cfg["precision"] == "bf16" else 2
-    shards = d * c
-    z = cfg["zero_stage"]
-
-    def states(params):
-        per = (2 / (shards if z >= 3 else 1) + grad_bytes / (shards if z >= 2 else 1)
-               + _ADAM_BYTES / (shards if z >= 1 else 1))
-        return params * per
-
-    per_layer = _activation_bytes_per_layer(cfg, recompute, fused)
-    if v == 1:
-        in_flight_layers = first * min(p, m)
-    else:
-        chunks = min(2 * (p - 1) + (v - 1) * p + 1, m * v)
-        in_flight_layers = math.ceil(cfg["layers"] / (p * v)) * chunks
-    acts = per_layer * in_flight_layers
-    if recompute == "full":  # the layer being recomputed holds its full activations for a moment
-        acts += _activation_bytes_per_layer(cfg, "none", fused)
-    logits = 4 * cfg["seq"] // c * cfg["micro_batch"] * cfg["vocab"] / t  # fp32 logits for the loss
-    first_stage = states(first * _layer_params(cfg) / t + embedding) + acts
-    if p == 1:
-        return first_stage + logits
-    last_acts = _activation_bytes_per_layer(cfg, recompute, fused) * last
-    last_stage = states(last * _layer_params(cfg) / t + embedding) + last_acts + logits
-    return max(first_stage, last_stage)
-
-
-def _choose_recompute(cfg, gpu=None) -> str:
-    """The least recomputation whose memory fits in the GPU's HBM (full if none does)."""
-    gpu = gpu or _GPU[cfg["gpu"]]
-    for mode in _RECOMPUTE:
-        if _memory_bytes_per_gpu(cfg, mode, gpu) <= gpu.hbm_bytes:
+def _choose_recompute(cfg):
+    for mode in RECOMPUTE:
+        if _memory(cfg, mode)["total"] <= GPUS[cfg["gpu"]]["hbm_bytes"]:
             return mode
     return "full"
+# END SOLUTION
 
 
-# -- time -------------------------------------------------------------------------------------------
+def flops_per_step(run, convention="model"):
+    """FLOPs of one step, all GPUs together (float).
 
-def _placed_members(size, stride, gpus_per_node) -> int:
-    """GPUs of a group per node (``members_per_node`` of the network model); for a group
-    that does not sit evenly on nodes (an odd degree), the largest count that divides it."""
-    try:
-        return _members_per_node(size, stride, gpus_per_node)
-    except ValueError:
-        m = max(1, min(size, gpus_per_node // stride if stride < gpus_per_node else 1))
-        while size % m:
-            m -= 1
-        return m
-
-
-def _group(cfg, gpu, size, stride):
-    m = _placed_members(size, stride, gpu.gpus_per_node)
-    return (size, m, gpu.nvlink_alpha, gpu.nvlink_bandwidth, gpu.nic_alpha, gpu.nic_bandwidth)
-
-
-def _breakdown(run, constants=None, hardware=None) -> dict:
-    """The prediction, with what the run leaves open chosen as a tuned run would choose it.
-
-    ``vpp`` None: Megatron-LM's published pipelines use the interleaved schedule; the depth v
-    (a divisor of the layers per stage, as Megatron requires; 1 when pp does not divide the
-    layers) with the shortest predicted step that fits in memory. ``micro_batch`` None: likewise, among the divisors of
-    the sequences per replica up to ``_MAX_MICRO_BATCH`` (more micro-batches shrink the
-    bubble; larger ones hide ZeRO-3's gathers and the DP reduce better, and need more memory).
+    ``"model"``: 3 x the forward of every layer and of the output layer, per sequence a layer's forward
+    being 2 s x (its matmul weights: h (h + 2 h_kv) + h^2 + 2 h f, or 3 h f with SwiGLU) plus 4 s^2 h of
+    attention, the output layer 2 s h V (Korthikanti et al. 2022, Eq. 7 for a GPT layer). ``"hardware"``
+    adds what the run recomputes: ``full`` one more forward of every layer (Narayanan et al. 2021,
+    Eq. 3), ``selective`` 3 x the attention's 4 s^2 h per layer (Korthikanti's Eq. 8 convention).
     """
-    cfg = _normalize(run)
-    per_replica = cfg["global_batch"] // cfg["dp"]
-    micro = [run.get("micro_batch")] if run.get("micro_batch") is not None else \
-        [b for b in range(1, min(per_replica, _MAX_MICRO_BATCH) + 1) if per_replica % b == 0]
-    if run.get("vpp") is not None or cfg["pp"] == 1 or cfg["layers"] % cfg["pp"]:
-        depths = [run.get("vpp")]
-    else:
-        per_stage = cfg["layers"] // cfg["pp"]
-        depths = [v for v in range(1, per_stage + 1) if per_stage % v == 0]
-    if len(micro) * len(depths) == 1:
-        return _breakdown_one(run, constants, hardware)
-    best = None
-    for b in micro:
-        for v in depths:
-            candidate = _breakdown_one({**run, "micro_batch": b, "vpp": v}, constants, hardware)
-            key = (not candidate["fits"], candidate["step_time_s"] * (1 + 1e-9))  # ties: the smaller
-            if best is None or key < best[0]:
-                best = ((key[0], candidate["step_time_s"]), candidate)
-    return best[1]
+    # BEGIN SOLUTION
+    # HINT: count one layer's forward per sequence: dense matmuls 2 s (weights) and attention 4 s^2 h;
+    # HINT: model = 3 B (L layer + 2 s h V); hardware adds the recomputed forward (full) or 3 B L 4 s^2 h (selective).
+    cfg = normalize(run)
+    return _flops(cfg, convention, _recompute(cfg))
+    # END SOLUTION
 
 
-def _breakdown_one(run, constants=None, hardware=None) -> dict:
-    """Everything the predictor computes: the chosen plan, each phase's seconds, the results.
+def collective_time(op, nbytes, group_size, stride, gpu):
+    """Seconds of one ``op`` over a group whose members sit ``stride`` ranks apart, on preset ``gpu``.
 
-    ``constants`` overrides ``_FITTED`` for this GPU (``matmul_efficiency``, ``elementwise_passes``);
-    ``hardware``, a preset object, replaces the preset ``run["gpu"]`` names (e.g. half the NIC bandwidth).
+    ``op``: ``"all_reduce"`` (``nbytes`` each rank holds), ``"reduce_scatter"`` (the full buffer before
+    scattering), ``"all_gather"`` (after gathering): the course's network model (Lab 01); or ``"send"``,
+    one message to a neighbour: alpha + n / B over NVLink when the group shares a node, over the NIC
+    when not. A group of 1 costs 0.
     """
-    cfg = _normalize(run)
-    gpu = hardware or _GPU[cfg["gpu"]]
-    k = {**_FITTED[cfg["gpu"]], **(constants or {})}
-    recompute = cfg["recompute"] or _choose_recompute(cfg, gpu)
-    t, p, d, c, v, m, b = (cfg[x] for x in ("tp", "pp", "dp", "cp", "vpp", "microbatches", "micro_batch"))
-    h, s, L = cfg["hidden"], cfg["seq"], cfg["layers"]
-    rate = gpu.peak_flops * k["matmul_efficiency"]
-    split = t * c  # a layer's work is split over the TP and CP ranks
-
-    # compute, one layer, one micro-batch, on one GPU
-    dense, attn = _layer_forward_flops(cfg)
-    fwd = b * (dense + attn) / split
-    extra = {"none": 0.0, "selective": b * attn / split, "full": fwd}[recompute]
-    if cfg["fused_attention"]:  # flash attention's backward recomputes the scores: half the forward's
-        extra += 0.5 * b * attn / split   # attention FLOPs; time only (hardware FLOPs do not count it)
-    t_matmul = (3 * fwd + extra) / rate
-    act_none = _activation_bytes_per_layer(cfg, "none", cfg["fused_attention"])
-    act_scores = act_none - _activation_bytes_per_layer(cfg, "selective", cfg["fused_attention"])
-    elem_bytes = 3 * act_none + {"none": 0.0, "selective": act_scores, "full": act_none}[recompute]
-    t_elem = k["elementwise_passes"] * elem_bytes / gpu.hbm_bandwidth
-    # logits on the last stage: matmuls and the fp32 softmax / cross-entropy
-    t_logits = (3 * b * _logits_forward_flops(cfg) / split / rate
-                + k["elementwise_passes"] * 3 * 4 * b * s / c * cfg["vocab"] / t / gpu.hbm_bandwidth)
-
-    # TP: all-reduces of the b s h activation (all-gather + reduce-scatter with SP: the same time)
-    act = b * s / c * h * _ACT_BYTES
-    tp_count = 4 + (2 if recompute == "full" else 0)
-    t_tp = tp_count * _collective(2, act, *_group(cfg, gpu, t, 1)) if t > 1 else 0.0
-
-    # CP: each layer gathers the other ranks' keys and values (forward, and the recompute) and
-    # reduce-scatters their gradients; the ring overlaps with the attention it feeds.
-    t_cp = 0.0
-    if c > 1:
-        kv_bytes = 2 * b * s * h * cfg["kv_heads"] // cfg["heads"] * _ACT_BYTES / t
-        g = _group(cfg, gpu, c, t)
-        comm = (2 if recompute == "full" else 1) * _collective(1, kv_bytes, *g) \
-            + _collective(1, kv_bytes, *g)
-        window = (3 * b * attn / split) / rate
-        t_cp = max(0.0, comm - window)
-
-    t_layer = t_matmul + t_elem + t_tp + t_cp
-    first, last = _stage_layers(cfg)
-    if p == 1:
-        t_mb = L * t_layer + t_logits
-    else:
-        t_mb = max(first * t_layer, last * t_layer + t_logits)
-    compute_total = m * t_mb
-
-    # PP: bubble of (p-1)/(v m) of the ideal time, and the sends, 1/t of the activation per GPU
-    bubble = (p - 1) / (v * m) * compute_total if p > 1 else 0.0
-    t_p2p_one = 0.0
-    p2p = 0.0
-    if p > 1:
-        size, mp, ia, ib, ea, eb = _group(cfg, gpu, p, t * c * d)
-        alpha, bw = (ea, eb) if mp == 1 else (ia, ib)
-        t_p2p_one = alpha + act / t / bw
-        p2p = 2 * (v * m + p - 1) * t_p2p_one
-
-    # DP: gradients behind the last micro-batch's backward, but the last bucket; ZeRO-3 per layer
-    params_gpu = max(first * _layer_params(cfg) / t + cfg["vocab"] * h / t,   # tied embedding: one copy
-                     last * _layer_params(cfg) / t + cfg["vocab"] * h / t)
-    grad_bytes = 4 if cfg["precision"] == "bf16" else 2
-    dp_exposed = 0.0
-    dp_comm = 0.0
-    shards = d * c
-    if shards > 1:
-        g = _group(cfg, gpu, shards, t)
-        z = cfg["zero_stage"]
-        backward_last = t_mb * (2 + (1 if recompute == "full" else 0)) / (3 + (1 if recompute == "full" else 0))
-        if z < 3:
-            def reduce(n_params):
-                if z == 0:
-                    return _collective(2, n_params * grad_bytes, *g)
-                return _collective(1, n_params * grad_bytes, *g)
-            dp_comm = reduce(params_gpu)
-            last_bucket = reduce(min(_BUCKET_PARAMS, params_gpu))
-            # overlapped: only what the last backward cannot hide; Megatron-LM 2021: all of it, after
-            dp_exposed = max(last_bucket, dp_comm - backward_last) if cfg["overlap_grad_reduce"] else dp_comm
-            if z >= 1:  # updated bf16 parameters gathered, behind the next forward but the first bucket
-                gather = _collective(1, params_gpu * 2, *g)
-                dp_comm += gather
-                dp_exposed += _collective(1, min(_BUCKET_PARAMS, params_gpu) * 2, *g) \
-                    if cfg["overlap_grad_reduce"] else gather
-        else:
-            layer_bytes = _layer_params(cfg) / t * 2
-            gathers = 2 + (1 if recompute == "full" else 0)
-            per_layer = gathers * _collective(1, layer_bytes, *g) \
-                + _collective(1, _layer_params(cfg) / t * grad_bytes, *g)
-            layers_here = first if p > 1 else L
-            dp_comm = m * layers_here * per_layer
-            dp_exposed = m * layers_here * max(0.0, per_layer - t_layer) \
-                + _collective(1, layer_bytes, *g)
-
-    shard = params_gpu / (shards if cfg["zero_stage"] >= 1 else 1)
-    t_opt = _OPTIMIZER_TRAFFIC * shard / gpu.hbm_bandwidth
-
-    step = compute_total + bubble + p2p + dp_exposed + t_opt
-    model_flops = _flops_per_step(cfg, "model")
-    hardware_flops = _flops_per_step(cfg, "hardware", recompute)
-    gpus = cfg["gpus"]
-    exposed = {
-        "tp": m * (first if p > 1 else L) * t_tp,
-        "cp": m * (first if p > 1 else L) * t_cp,
-        "pp": bubble + p2p,
-        "dp": dp_exposed,
-    }
-    worst = max(exposed, key=exposed.get)
-    binding = worst if exposed[worst] > 0.03 * step else "compute"
-    memory = _memory_bytes_per_gpu(cfg, recompute, gpu)
-    return dict(
-        plan=dict(tp=t, pp=p, dp=d, cp=c, vpp=v, micro_batch=b, microbatches=m, recompute=recompute,
-                  sequence_parallel=cfg["sequence_parallel"], zero_stage=cfg["zero_stage"]),
-        constants=k,
-        times=dict(matmul=m * (first if p > 1 else L) * t_matmul, elementwise=m * (first if p > 1 else L) * t_elem,
-                   logits=m * t_logits, tp=exposed["tp"], cp=exposed["cp"], bubble=bubble, p2p=p2p,
-                   dp=dp_exposed, dp_comm=dp_comm, optimizer=t_opt),
-        fits=memory <= gpu.hbm_bytes,
-        step_time_s=step,
-        model_tflops_per_gpu=model_flops / step / gpus / 1e12,
-        hardware_tflops_per_gpu=hardware_flops / step / gpus / 1e12,
-        mfu=model_flops / step / gpus / gpu.peak_flops,
-        hfu=hardware_flops / step / gpus / gpu.peak_flops,
-        memory_bytes_per_gpu=memory,
-        binding=binding,
-    )
+    # BEGIN SOLUTION
+    # HINT: members per node from the stride (TP 1, CP tp, DP tp cp, PP tp cp dp); one node: a ring on NVLink;
+    # HINT: several: bytes at min(NVLink, m x NIC) (NIC alone for m = 1) plus the tree's latency (all-reduce)
+    # HINT: or the ring's (P-1) alphas (reduce-scatter, all-gather).
+    return _collective(op, nbytes, group_size, stride, SimpleNamespace(**GPUS[GPU_ALIASES.get(gpu, gpu)]))
+    # END SOLUTION
 
 
+def stage_layers(run):
+    """Transformer layers on each pipeline stage, first to last (a list of pp integers)."""
+    # BEGIN SOLUTION
+    # HINT: "even": L/p each, the first L mod p stages one more; "embedding_and_loss": k = (L+2)/p slots per
+    # HINT: stage, k - 1 layers on the first and the last (the embedding and the loss take a slot each).
+    return _stage_layers(normalize(run))
+    # END SOLUTION
+
+
+def layer_time(run):
+    """Seconds of one layer, one micro-batch, on one GPU: ``{"matmul": s, "elementwise": s}``."""
+    # BEGIN SOLUTION
+    # HINT: each GEMM at matmul_efficiency x peak x W/(W + 1/2) of its output (forward, input and weight
+    # HINT: gradients); attention in BF16; the element-wise bytes of the README's table over the HBM bandwidth.
+    cfg = normalize(run)
+    matmul, elementwise, _ = _layer(cfg, _recompute(cfg), _gpu(cfg))
+    return dict(matmul=matmul, elementwise=elementwise)
+    # END SOLUTION
+
+
+def tp_time(run):
+    """Seconds of tensor-parallel communication in one layer, one micro-batch (on the critical path)."""
+    # BEGIN SOLUTION
+    # HINT: 4 collectives of the b (s/cp) h x 2-byte activation per layer (6 with full recomputation): all-reduces,
+    # HINT: or reduce-scatter + all-gather pairs with sequence parallelism; over the TP group (stride 1).
+    cfg = normalize(run)
+    gpu = _gpu(cfg)
+    return _tp(cfg, _recompute(cfg), gpu, _layer(cfg, _recompute(cfg), gpu)[2])
+    # END SOLUTION
+
+
+def cp_time(run):
+    """Seconds context parallelism adds to one layer, one micro-batch."""
+    # BEGIN SOLUTION
+    # HINT: "p2p": cp - 1 ring steps of a K,V block behind 1/cp of the attention, forward and backward;
+    # HINT: "all_gather": Llama 3's exposed all-gather of K and V and reduce-scatter of their gradients.
+    cfg = normalize(run)
+    return _cp(cfg, _recompute(cfg), _gpu(cfg))
+    # END SOLUTION
+
+
+def pipeline_time(run):
+    """Seconds per step of the pipeline: ``{"bubble": s, "sends": s}``."""
+    # BEGIN SOLUTION
+    # HINT: bubble = (p-1)/(v m) x m x the slowest stage's seconds per micro-batch; 2 (v m + p - 1) sends of
+    # HINT: the activation / tp, over the NIC when the next stage is on another node.
+    cfg = normalize(run)
+    return dict(zip(("bubble", "sends"), _pipeline(cfg, _stage_seconds(cfg), _gpu(cfg))))
+    # END SOLUTION
+
+
+def dp_time(run):
+    """The data-parallel axis per step: ``{"added": s, "comm": s, "bytes": bytes one GPU sends}``."""
+    # BEGIN SOLUTION
+    # HINT: ZeRO 0-2: buckets behind the last micro-batch's backward but the last; ZeRO-3: per layer, 2 gathers
+    # HINT: and a reduce-scatter behind the layer, max(x - c, s x) each; HSDP's all-reduce across replicas.
+    cfg = normalize(run)
+    recompute = _recompute(cfg)
+    matmul, elementwise, _ = _layer(cfg, recompute, _gpu(cfg))
+    added, comm = _dp(cfg, recompute, matmul + elementwise, _stage_seconds(cfg))
+    return dict(added=added, comm=comm, bytes=_dp_bytes(cfg) if cfg["dp"] * cfg["cp"] > 1 else 0.0)
+    # END SOLUTION
+
+
+def memory_bytes_per_gpu(run):
+    """Bytes per GPU on the fullest stage: ``params``, ``grads``, ``optimizer``, ``activations``,
+    ``logits``, ``buffers`` and ``total``."""
+    # BEGIN SOLUTION
+    # HINT: (2 + grad_bytes + 12) bytes per parameter sharded by ZeRO, Korthikanti's activations x the layers in
+    # HINT: flight, fp32 logits on the last stage, ZeRO-3's two gathered layers; the max of stages 0, 1 and p-1.
+    cfg = normalize(run)
+    return _memory(cfg, _recompute(cfg))
+    # END SOLUTION
+
+
+# BEGIN SOLUTION
+def _stage_seconds(cfg):
+    """The slowest stage's seconds per micro-batch (compute, TP, CP, and the logits on the last)."""
+    recompute, gpu = _recompute(cfg), _gpu(cfg)
+    matmul, elementwise, gemm = _layer(cfg, recompute, gpu)
+    t_layer = matmul + elementwise + _tp(cfg, recompute, gpu, gemm) + _cp(cfg, recompute, gpu)
+    layers = _stage_layers(cfg)
+    return max(n * t_layer + (_logits(cfg, gpu) if i == len(layers) - 1 else 0.0) for i, n in enumerate(layers))
 # END SOLUTION
 
 
 def predict(run):
-    """Predict one training step of ``run`` (a dict, keys in RUN_KEYS); a dict of RETURNED_KEYS.
+    """Predict one training step of ``run``; a dict of :data:`RETURNED_KEYS`.
 
-    Units: seconds, 1e12 FLOP/s per GPU, fractions of the dense peak, bytes per GPU. ValueError
-    naming the argument for a plan that does not divide or a key that is not in RUN_KEYS.
+    Units: seconds, 1e12 FLOP/s per GPU, fractions of the peak of the run's precision, bytes per GPU.
+    What the run leaves open is chosen: ``recompute`` the least that fits in the 80e9-byte budget;
+    ``micro_batch`` among the divisors of global_batch / dp up to 16 and ``vpp`` among the divisors of
+    the layer slots per stage (1 for uneven stages), the pair with the shortest step that fits (ties:
+    the smaller). ValueError naming the argument for a bad plan.
     """
     # BEGIN SOLUTION
-    # HINT: build it from the course's parts: FLOPs per layer (model, and hardware with recompute),
-    # HINT: compute time at an achievable efficiency, TP collectives on the critical path, the
-    # HINT: pipeline bubble (p-1)/(v m), DP reduce behind the last backward, memory deciding recompute.
-    full = _breakdown(run)
-    return {key: full[key] for key in RETURNED_KEYS}
+    # HINT: step = m x the slowest stage's micro-batch + bubble + sends + what DP adds + the optimizer;
+    # HINT: try every open (micro-batch, v) with the least recomputation that fits; keep the fastest that fits.
+    cfg = normalize(run)
+    per_replica = cfg["global_batch"] // cfg["dp"]
+    micro = [run["micro_batch"]] if run.get("micro_batch") is not None else \
+        [b for b in range(1, min(per_replica, MAX_MICRO_BATCH) + 1) if per_replica % b == 0]
+    total = cfg["layers"] + split_extra(cfg["pipeline_split"])
+    if run.get("vpp") is not None or cfg["pp"] == 1 or total % cfg["pp"]:
+        depths = [run.get("vpp")]
+    else:
+        slots = total // cfg["pp"]
+        depths = [v for v in range(1, slots + 1) if slots % v == 0]
+    best = None
+    for b in micro:
+        for v in depths:
+            one = normalize({**run, "micro_batch": b, "vpp": v})
+            result = _step(one, one["recompute"] or _choose_recompute(one))
+            key = (not result["fits"], result["step_time_s"] * (1 + 1e-9))
+            if best is None or key < best[0]:
+                best = ((key[0], result["step_time_s"]), result)
+    return {key: best[1][key] for key in RETURNED_KEYS}
     # END SOLUTION
