@@ -2,7 +2,7 @@
 
 import pytest
 
-from commtax.labs import ENV_VAR, requested_impl
+from commtax.labs import ENV_VAR, lab_dirs, requested_impl
 from commtax.ranks.launch import DistributedRunError
 
 pytest_plugins = ["pytester"]  # tests/ check how failures are reported, in a separate pytest
@@ -17,7 +17,12 @@ def pytest_configure(config):
 
 def pytest_report_header(config):
     impl = requested_impl()
-    return f"{ENV_VAR}={impl or '(unset: solution where the lab has one)'}"
+    if impl:
+        return f"{ENV_VAR}={impl}"
+    # Say what "unset" means in THIS tree: the student release ships no solution.py at all.
+    if any((lab / "solution.py").exists() for lab in lab_dirs()):
+        return f"{ENV_VAR}=(unset: solution where the lab has one, else starter)"
+    return f"{ENV_VAR}=(unset: starter, your code; this copy has no solutions)"
 
 
 def _not_implemented(exc) -> str | None:
