@@ -201,7 +201,7 @@ def learner_ddp_worker(rank, world_size, lab):
             "names": [name for name, _ in ddp.named_parameters()]}
     x, y = _mine(global_batch(world_size), rank)
     with record_traffic() as traffic:
-        F.mse_loss(ddp(x), y).backward()
+        _backward(F.mse_loss(ddp(x), y))
         timeline = ddp.finish_gradient_synchronization()
     step.update(grads=_grads(model), collectives=list(traffic.collectives), timeline=[dict(r) for r in timeline])
     model.zero_grad()
@@ -223,6 +223,18 @@ def learner_ddp_worker(rank, world_size, lab):
     if world_size == 4:
         step["subgroup"] = _attempt(lambda: subgroup_worker(rank, lab, groups[rank // 2]))
     return step
+
+
+def _backward(loss):
+    """``loss.backward()``; a hook that found ``p.grad`` still None says what that usually means."""
+    try:
+        loss.backward()
+    except (AttributeError, TypeError) as exc:
+        if "NoneType" not in str(exc):
+            raise
+        raise type(exc)(f"{exc} - was p.grad None in your gradient hook? A hook from register_hook runs before "
+                        "the gradient is added into .grad (it receives the gradient as its argument); "
+                        "register_post_accumulate_grad_hook runs after, with .grad filled in") from exc
 
 
 def _attempt(part):
