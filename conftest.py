@@ -1,4 +1,12 @@
-"""Repository-wide pytest set-up: the LAB_IMPL check and short "not implemented yet" reports."""
+"""Repository-wide pytest set-up: the LAB_IMPL check, short "not implemented yet" reports, no error twice.
+
+Several tests of a lab often fail for one cause (the shared distributed run
+failed, or one function raises in every check that uses it). The first such
+test shows the whole error; every later one says in two or three lines that
+it is the same error and where it is shown in full.
+"""
+
+import re
 
 import pytest
 
@@ -6,6 +14,9 @@ from commtax.labs import ENV_VAR, lab_dirs, requested_impl
 from commtax.ranks.launch import DistributedRunError
 
 pytest_plugins = ["pytester"]  # tests/ check how failures are reported, in a separate pytest
+
+LONG_MESSAGE = 4  # lines: a failure message at least this long is shown in full once per session
+_shown: dict = {}  # a failure's key (its text, numbers blanked) -> the test that showed it in full
 
 
 def pytest_configure(config):
@@ -18,11 +29,15 @@ def pytest_configure(config):
 def pytest_report_header(config):
     impl = requested_impl()
     if impl:
-        return f"{ENV_VAR}={impl}"
-    # Say what "unset" means in THIS tree: the student release ships no solution.py at all.
-    if any((lab / "solution.py").exists() for lab in lab_dirs()):
-        return f"{ENV_VAR}=(unset: solution where the lab has one, else starter)"
-    return f"{ENV_VAR}=(unset: starter, your code; this copy has no solutions)"
+        header = f"{ENV_VAR}={impl}"
+    elif any((lab / "solution.py").exists() for lab in lab_dirs()):
+        header = f"{ENV_VAR}=(unset: solution where the lab has one, else starter)"
+    else:   # the student release ships no solution.py at all: say what "unset" means in THIS copy
+        header = f"{ENV_VAR}=(unset: starter, your code; this copy has no solutions)"
+    lines = [header]
+    if config.option.tbstyle == "auto":
+        lines.append("tip: a long failure reads better with --tb=short (each frame in one line, no test source)")
+    return lines
 
 
 def _not_implemented(exc) -> str | None:
@@ -42,6 +57,46 @@ def _test_line(item, excinfo) -> str:
     return item.location[0]
 
 
+def _key(kind: str, text: str) -> tuple:
+    """What makes two failures "the same error": the type and the text, numbers left out
+    (the same mistake on 2 ranks and on 4 gives other sizes and line numbers)."""
+    return kind, re.sub(r"\d+", "#", text)
+
+
+def _seen_before(item, key) -> str | None:
+    """The test that showed the failure ``key`` in full, if not this one (and remember this one if first)."""
+    first = _shown.setdefault(key, item.name)
+    return first if first != item.name else None
+
+
+def _distributed_report(item, excinfo) -> str:
+    """The diagnosis (which rank is stuck on which line of the learner's code, and why) in the
+    first lines; the test's own line last; none of the runner's source. A run whose headline
+    an earlier test showed with its hint loses the hint here."""
+    error = excinfo.value
+    text = str(error)
+    run_line = next((line for line in text.splitlines() if line.startswith("distributed run of ")), "")
+    first = _seen_before(item, _key("run", run_line)) if run_line else None
+    if first:
+        kept = [line for line in text.split("\n\n", 1)[0].splitlines() if not line.startswith("hint: ")]
+        text = "\n".join(kept) + f"\n(the hint and the details are in the report of {first})"
+    return f"{type(error).__name__}: {text}\n\n(raised in {_test_line(item, excinfo)})"
+
+
+def _repeated_report(item, excinfo) -> str | None:
+    """A short report for a long failure message already shown in full by an earlier test, else None."""
+    kind = excinfo.typename
+    text = str(excinfo.value).strip()
+    lines = [line for line in text.splitlines() if line.strip()]
+    if len(lines) < LONG_MESSAGE:
+        return None
+    first = _seen_before(item, _key(kind, text))
+    if not first:
+        return None
+    return (f"{kind}: {lines[0]}\n{lines[-1]}\n(the same error as in {first}, shown there in full; "
+            f"raised in {_test_line(item, excinfo)})")
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
@@ -52,7 +107,8 @@ def pytest_runtest_makereport(item, call):
             # A page of traceback into a `raise NotImplementedError` helps nobody.
             report.longrepr = f"NotImplementedError: {message}"
         elif isinstance(call.excinfo.value, DistributedRunError):
-            # The diagnosis (which rank is stuck on which line of the learner's code, and why)
-            # in the first lines; the test's own line last; none of the runner's source.
-            report.longrepr = f"{type(call.excinfo.value).__name__}: {call.excinfo.value}\n\n" \
-                              f"(raised in {_test_line(item, call.excinfo)})"
+            report.longrepr = _distributed_report(item, call.excinfo)
+        else:
+            short = _repeated_report(item, call.excinfo)
+            if short:
+                report.longrepr = short

@@ -58,23 +58,24 @@ def run_or_skip(fn, world_size: int, args: tuple = (), kwargs: dict | None = Non
                 backend: str = "gloo", timeout: float = 60.0, **options):
     """:func:`commtax.ranks.launch.run_ranks`, turning "this backend cannot run here" into a skip.
 
-    A job that hung (deadlock or deadline) is remembered: running the same
-    worker on the same lab code again fails at once with a short message
-    that points at the first failure.
+    A job that hung (deadlock or deadline), or dropped the request of an
+    isend, is remembered: running the same worker on the same lab code again
+    fails at once with a short message that points at the first failure.
     """
     __tracebackhide__ = True  # pytest: the learner's line, not the runner's
     key = _hang_key(fn, args, kwargs)
     if key in _HANGS:
         error, test, size = _HANGS[key]
+        what = "dropped a request" if error.first.dropped else "hung"
         raise RememberedHang(
-            f"not run: {key[1]}() hung on {size} ranks in {test}, and would hang the same way "
+            f"not run: {key[1]}() {what} on {size} ranks in {test}, and would do the same "
             f"here. Fix that first:\n{_headline(error)}", error.failures)
     try:
         return run_ranks(fn, world_size, args, kwargs, backend=backend, timeout=timeout, **options)
     except BackendUnavailable as exc:
         pytest.skip(f"{backend} skipped: {exc}")
     except DistributedRunError as exc:
-        if exc.failures and exc.first.how == "stuck":
+        if exc.failures and (exc.first.how == "stuck" or exc.first.dropped):  # it would happen again
             _HANGS[key] = (exc, _current_test(), world_size)
         raise
 

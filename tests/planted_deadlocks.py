@@ -44,6 +44,22 @@ def ring_that_waits_on_its_send_before_receiving(rank, world_size):
     dist.recv(inbox, (rank - 1) % world_size)
 
 
+def reduce_on_rank_0_broadcast_elsewhere_through_a_ledger(rank, world_size):
+    """Rank 0 all-reduces while the others broadcast, through a ledger that wraps dist.all_reduce as
+    Lab 12's does: the error must name this function's line, not the ledger's or a test's wrapper."""
+    original = dist.all_reduce
+
+    def all_reduce(tensor, *args, **kwargs):  # the learner's ledger, named like the call it wraps
+        return original(tensor, *args, **kwargs)
+
+    dist.all_reduce = all_reduce
+    t = torch.zeros(3)
+    if rank == 0:
+        dist.all_reduce(t)  # stuck here: the other ranks broadcast
+    else:
+        dist.broadcast(t, src=1)
+
+
 def slow_rank_then_send(rank, world_size, seconds):
     """Correct, but rank 0 works for ``seconds`` while the others wait in recv: not a deadlock."""
     value = torch.tensor([float(rank)])
@@ -65,3 +81,43 @@ def stuck_line(worker: str) -> int:
         lines = f.read().splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith(f"def {worker}("))
     return next(i for i in range(start, len(lines)) if "# stuck here" in lines[i]) + 1
+
+
+# -- requests dropped without a wait (gloo cancels the message: the peer would wait forever) --------
+
+def ring_that_drops_its_send_request(rank, world_size):
+    """Lab 12 style: the isend's request is not kept; the peer's recv would never complete."""
+    dist.isend(torch.ones(4) * rank, (rank + 1) % world_size)  # dropped here: nobody waits on it
+    inbox = torch.zeros(4)
+    dist.recv(inbox, (rank - 1) % world_size)
+    return inbox.tolist()
+
+
+def all_to_all_that_waits_only_on_its_receives(rank, world_size):
+    """Lab 10 style: every irecv is kept and waited on, every isend dropped."""
+    inbox = torch.zeros(world_size)
+    requests = []
+    for step in range(1, world_size):
+        to, frm = (rank + step) % world_size, (rank - step) % world_size
+        requests.append(dist.irecv(inbox[frm:frm + 1], frm))
+        dist.isend(torch.tensor([float(rank)]), to)  # dropped here: not in the list
+    for request in requests:
+        request.wait()
+    return inbox.tolist()
+
+
+def _exchange_then_raise(rank, world_size):
+    requests = [dist.isend(torch.ones(2), (rank + 1) % world_size),
+                dist.irecv(torch.zeros(2), (rank - 1) % world_size)]
+    raise ValueError(f"rank {rank}: a check after posting the requests failed")
+    for request in requests:  # never reached: the requests are freed by the exception
+        request.wait()
+
+
+def exception_after_posting_requests(rank, world_size):
+    """A lab test's pattern: the learner's function raises after posting requests; the worker reports it."""
+    try:
+        _exchange_then_raise(rank, world_size)
+    except ValueError as exc:
+        return str(exc)
+    return "no error"

@@ -391,6 +391,20 @@ def test_reading_the_hidden_tests_or_other_processes_leaks_nothing(tmp_path, mod
 
 
 @pytest.mark.parametrize("mode", MODES)
+def test_a_rank_that_forges_its_stack_gets_other_files_named_never_quoted(tmp_path, mode):
+    # Issue 21, cause 3: ranks name answer files in a forged stack dump and heartbeat, and swap their
+    # own file for a link; the report names those files (proof the forgery arrived) and quotes none.
+    text = reference("lab-02-ring-allreduce") + attack("forge_rank_stack_suffix.py")
+    graded = grade_as(mode, submission(tmp_path, lab_02_ring_allreduce=text), ["lab-02-ring-allreduce"], tmp_path)
+    assert graded.scores["lab-02-ring-allreduce"][0] == 0, graded.mode
+    seen = graded.seen()
+    assert "formulas/collectives.py:" in seen, graded.mode
+    answers = {line.strip() for name in ("collectives.py", "network.py", "bill.py")
+               for line in (ROOT / "commtax" / "formulas" / name).read_text().splitlines() if len(line.strip()) > 24}
+    assert not [line for line in answers if line in seen], graded.mode
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_importing_the_answers_from_commtax_gains_nothing(tmp_path, mode):
     text = shipped("lab-01-alpha-beta") + attack("import_answers.py")
     graded = grade_as(mode, submission(tmp_path, lab_01_alpha_beta=text), ["lab-01-alpha-beta"], tmp_path)

@@ -1,9 +1,11 @@
 """The rank's half of deadlock detection: a heartbeat file the launcher reads.
 
 :func:`start` (called by :mod:`commtax.ranks._rank` before the worker runs)
-wraps ``torch.distributed``'s point-to-point calls with a counter and starts a
-daemon thread that, every :data:`PERIOD` seconds, writes ``RUN_DIR/rank{R}.beat``
-(JSON, replaced atomically):
+wraps ``torch.distributed``'s point-to-point calls with a counter (and hands
+each request of ``isend``/``irecv`` to :mod:`commtax.ranks._requests`, which
+notices one dropped without a wait) and starts a daemon thread that, every
+:data:`PERIOD` seconds, writes ``RUN_DIR/rank{R}.beat`` (JSON, replaced
+atomically):
 
 * ``stack``: the main thread's Python stack, innermost frame first, as
   ``[file, line, function]`` (``sys._current_frames``: no signal needed; the
@@ -12,7 +14,9 @@ daemon thread that, every :data:`PERIOD` seconds, writes ``RUN_DIR/rank{R}.beat`
 * ``p2p``: how many messages this rank has posted, per direction, peer and tag
   (``"send 1 0": 3`` = three sends to global rank 1 with tag 0; a receive
   from any source has peer ``*``);
-* ``time``: when the beat was written.
+* ``time``: when the beat was written;
+* ``dropped``: requests of ``dist.isend``/``dist.irecv`` the rank's code
+  dropped without waiting on them (:mod:`commtax.ranks._requests`).
 
 The launcher calls it a deadlock when every live rank sits in a
 torch.distributed wait, with the same stack, the same counts and (almost) no
@@ -28,6 +32,8 @@ import sys
 import threading
 import time
 
+from commtax.ranks import _requests
+
 PERIOD = 0.25  # seconds between beats
 
 _counts: dict[str, int] = {}
@@ -39,7 +45,9 @@ def _wrap(dist, c10d, name, original):
     peer_kw, group_peer_kw = ("dst", "group_dst") if kind == "send" else ("src", "group_src")
 
     def wrapper(*args, **kwargs):
-        if _depth[0] == 0:
+        outer = _depth[0] == 0
+        key = None
+        if outer:
             try:
                 peer = args[1] if len(args) > 1 else kwargs.get(peer_kw)
                 group = args[2] if len(args) > 2 else kwargs.get("group")
@@ -50,12 +58,16 @@ def _wrap(dist, c10d, name, original):
                 key = f"{kind} {'*' if peer is None else int(peer)} {int(tag)}"
                 _counts[key] = _counts.get(key, 0) + 1
             except Exception:  # noqa: BLE001 - counting must never break the call
-                pass
+                key = None
         _depth[0] += 1
         try:
-            return original(*args, **kwargs)
+            request = original(*args, **kwargs)
         finally:
             _depth[0] -= 1
+        if outer and name in ("isend", "irecv") and key is not None:
+            _, peer, tag = key.split()
+            _requests.track(request, name, None if peer == "*" else int(peer), int(tag), sys._getframe(1))
+        return request
 
     wrapper.__name__ = getattr(original, "__name__", name)
     wrapper.__qualname__ = getattr(original, "__qualname__", name)
@@ -76,8 +88,10 @@ def _beat_forever(path: str, main_id: int) -> None:
     tmp = path + ".tmp"
     while True:
         try:
+            dropped = _requests.scan()
             beat = {"time": time.time(), "cpu": time.process_time(),
-                    "stack": _stack(sys._current_frames().get(main_id)), "p2p": dict(_counts)}
+                    "stack": _stack(sys._current_frames().get(main_id)), "p2p": dict(_counts),
+                    "dropped": dropped}
             with open(tmp, "w") as f:
                 json.dump(beat, f)
             os.replace(tmp, path)
@@ -87,10 +101,11 @@ def _beat_forever(path: str, main_id: int) -> None:
 
 
 def start(run_dir: str, rank: int) -> None:
-    """Count point-to-point messages and write a beat every PERIOD seconds (see the module docstring)."""
+    """Count point-to-point messages, keep their requests, write a beat every PERIOD seconds (module docstring)."""
     import torch.distributed as dist
     import torch.distributed.distributed_c10d as c10d
 
+    _requests.install(c10d.Work)  # notices req.wait(): a request nobody waits on is reported
     for name in ("send", "recv", "isend", "irecv"):
         original = getattr(c10d, name, None)
         if original is None:

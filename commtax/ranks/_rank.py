@@ -7,13 +7,17 @@ through a file store in ``RUN_DIR``, calls the function and writes either
 ``rank{R}.result`` or ``rank{R}.error``, both in the safe form of
 :mod:`commtax.boundary` (plain data: the launcher never unpickles an object
 a rank made). The launcher reads those files; it never trusts the exit code
-alone.
+alone. An error carries the traceback from the worker function inward (this
+file's own frame left out) and its frames as data; a function that returned
+but dropped the request of an ``isend`` without waiting on it
+(:mod:`commtax.ranks._requests`) fails too, with the line of that ``isend``.
 """
 
 from __future__ import annotations
 
 import datetime
 import faulthandler
+import linecache
 import os
 import pickle
 import signal
@@ -39,6 +43,47 @@ def _exit_when_orphaned(parent_pid: int) -> None:
             os._exit(3)
 
 
+def _error(exc: BaseException) -> dict:
+    """The error report of a worker that raised: its traceback without the runner's frames."""
+    if isinstance(exc, SystemExit):
+        summary = f"called sys.exit({exc.code!r}) instead of returning"
+    else:
+        summary = f"raised {type(exc).__name__}: {exc}"
+    from commtax.ranks._frames import learner_traceback
+
+    frames = [[f.filename, f.lineno, f.name] for f in traceback.extract_tb(exc.__traceback__)][::-1]
+    return {
+        "type": type(exc).__name__,
+        "summary": summary,
+        "traceback": learner_traceback(exc, limit=16000),  # none of the runner's frames (this file's included)
+        "when": time.time(),
+        "frames": frames[:40],
+    }
+
+
+def _dropped_error(dropped: list) -> dict:
+    """The error report of a worker that returned, leaving requests nobody waited on."""
+    from commtax.ranks import _requests
+
+    from commtax.ranks._frames import is_runner_file
+
+    first = dropped[0]
+    lines = ["Traceback of the call whose request was dropped (most recent call last):"]
+    for file, line, func in reversed(first["site"]):
+        if file.startswith("<") or is_runner_file(file):
+            continue  # the runner's frames and runpy's: none is the learner's
+        lines.append(f'  File "{file}", line {line}, in {func}')
+        source = linecache.getline(file, line).strip()  # this rank's own files: the learner's process
+        if source:
+            lines.append(f"    {source}")
+    what = "; ".join(_requests.describe(r) for r in dropped[:3])
+    summary = (f"never waited on the request of its {_requests.describe(first)}: keep the request and "
+               "call req.wait() on it")
+    lines.append(f"DroppedRequest: {summary} (dropped: {what})")
+    return {"type": "DroppedRequest", "summary": summary, "traceback": "\n".join(lines) + "\n",
+            "when": time.time(), "frames": first["site"], "dropped": dropped}
+
+
 def main(run_dir: str, rank: int) -> None:
     stack_file = open(os.path.join(run_dir, f"rank{rank}.stack"), "w")
     faulthandler.enable(file=stack_file, all_threads=True)  # segfaults, aborts
@@ -55,7 +100,7 @@ def main(run_dir: str, rank: int) -> None:
     import torch
     import torch.distributed as dist
 
-    from commtax.ranks import _byfile, _heartbeat
+    from commtax.ranks import _byfile, _heartbeat, _requests
 
     _heartbeat.start(run_dir, rank)  # lets the launcher see a deadlock in seconds
     torch.set_num_threads(1)
@@ -76,17 +121,11 @@ def main(run_dir: str, rank: int) -> None:
         result = fn(rank, world_size, *args, **kwargs)
         from commtax import boundary
         payload = boundary.dumps(result)  # the safe form: the launcher reads nothing else
+        dropped = _requests.scan()  # the function's frames are gone: what only we hold was dropped
+        error = _dropped_error(dropped) if dropped else None
     except BaseException as exc:  # SystemExit and KeyboardInterrupt are failures too
-        if isinstance(exc, SystemExit):
-            summary = f"called sys.exit({exc.code!r}) instead of returning"
-        else:
-            summary = f"raised {type(exc).__name__}: {exc}"
-        error = {
-            "type": type(exc).__name__,
-            "summary": summary,
-            "traceback": traceback.format_exc(),
-            "when": time.time(),
-        }
+        error = _error(exc)
+    if error is not None:
         _write_atomically(os.path.join(run_dir, f"rank{rank}.error"), pickle.dumps(error))
         sys.stdout.flush()
         sys.stderr.flush()
