@@ -191,7 +191,7 @@ def main(argv=None) -> int:
               f"{r['tokens_per_s']:>10,.0f} {r['memory_bytes_per_gpu'] / 1e9:>5.0f}GB  {r['binding']}")
     print(P.recommend(results))
     print("Predictions from Lesson 10's predictor: every public row within 8% (median ~3%); memory "
-          "counts a GPT layer's activations (a Llama-style layer with fused SwiGLU keeps within ~5% of it, "
+          "counts a GPT layer's activations (a Llama-style layer with fused SwiGLU keeps within ~7% of it, "
           "~20% more with an unfused SwiGLU).")
     return 0
 

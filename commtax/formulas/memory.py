@@ -97,11 +97,11 @@ def activation_bytes_per_layer(seq, micro_batch, hidden, heads, tp=1, sequence_p
     dropout, LayerNorm). A Llama-style layer, counted the same way
     (:func:`llama_activation_sbh`), keeps smaller K and V (grouped-query
     attention), no dropout masks, and three f-wide tensors of its SwiGLU MLP
-    with Megatron's fused kernel: 32-34 s b h for Llama 2 and 3 (33.5 for
-    Llama-2-70B), within ~5% of the GPT's 34, so these formulas stand in for
+    with Megatron's fused kernel: 31.75-34 s b h for Llama 2 and 3 (33.5 for
+    Llama-2-70B, 31.75 for Llama 3 405B), within ~7% of the GPT's 34, so these formulas stand in for
     it. What the kernels keep moves it: rotated copies of Q and K beside the
     QKV output add ~2 s b h, and an unfused (eager PyTorch) SwiGLU keeps
-    silu(gate) as a fourth f-wide tensor, ~40 s b h (+20%).
+    silu(gate) as a fourth f-wide tensor, ~40 s b h for the 70B shape (+20%).
     """
     s = require_int("seq", seq, 1)
     b = require_int("micro_batch", micro_batch, 1)

@@ -797,8 +797,8 @@ def dp_time(cfg, recompute, layer_s, stage_s, gpu=None) -> dict:
       ``overlap_grad_reduce`` (Megatron-LM 2021) all of it is exposed. Hidden parts cost
       :func:`overlap_cost`.
     * ZeRO-3: per layer and micro-batch, the gathers and the reduce-scatter (and HSDP's per
-      micro-batch all-reduce) run behind the layer's compute, prefetched one layer ahead (FSDP's and
-      DeepSpeed's default depth): :func:`overlap_cost` per layer; the first layer's gather of each
+      micro-batch all-reduce) run behind the layer's compute, prefetched one layer ahead (FSDP's
+      default depth; DeepSpeed's byte budget comes to about a layer of a large model): :func:`overlap_cost` per layer; the first layer's gather of each
       micro-batch and the last reduce-scatter of the step are exposed.
     """
     gpu = gpu or GPUS[cfg["gpu"]]
@@ -867,7 +867,7 @@ def activation_bytes_per_layer(cfg, recompute, fused_attention) -> float:
     with TP, / t overall with sequence parallelism; selective: the 5 a s / h term is recomputed;
     full: only the layer's input, 2 s b h (/ t with sequence parallelism). Fused attention keeps no
     s x s scores either. A GPT layer (MHA, 4h GeLU MLP, dropout); a Llama-style layer (GQA, SwiGLU, no
-    dropout) counted the same way keeps 32-34 s b h with Megatron's fused SwiGLU, within ~5% of it
+    dropout) counted the same way keeps 31.75-34 s b h with Megatron's fused SwiGLU, within ~7% of it
     (:func:`commtax.formulas.memory.llama_activation_sbh`; ~40 with an unfused SwiGLU).
     """
     mode = "selective" if (fused_attention and recompute == "none") else recompute

@@ -78,7 +78,7 @@ def zero3_intensity(tokens_per_microbatch, dp, dtype_bytes=2, grad_bytes=None) -
     ``dtype_bytes``), (2 B + B_g) (d-1)/d 12 h^2 bytes: 6 T d / ((d-1) (2 B + B_g)) for T tokens per
     micro-batch on the GPU, 2 T d / ((d-1) B) when the gradients travel in B too. The model size
     cancels again. bf16 parameters with fp32 gradients (Megatron's default, the predictor's) give
-    0.75 T d / (d-1), a third less than all-bf16's T d / (d-1)."""
+    0.75 T d / (d-1), a quarter less than all-bf16's T d / (d-1)."""
     require_positive("tokens_per_microbatch", tokens_per_microbatch)
     require_positive("dtype_bytes", dtype_bytes, "bytes")
     g = dtype_bytes if grad_bytes is None else grad_bytes
