@@ -74,7 +74,8 @@ def _distributed_report(item, excinfo) -> str:
     first lines; the test's own line last; none of the runner's source. A run whose headline
     an earlier test showed with its hint loses the hint here."""
     error = excinfo.value
-    text = str(error)
+    notes = "".join(f"\n\n{note}" for note in getattr(error, "__notes__", ()))  # a lab's own hint (Lab 10's)
+    text = str(error) + notes
     run_line = next((line for line in text.splitlines() if line.startswith("distributed run of ")), "")
     first = _seen_before(item, _key("run", run_line)) if run_line else None
     if first:

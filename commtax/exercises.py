@@ -19,7 +19,9 @@ In a lesson, under ``## Exercises``::
 
 The answers are stored scrambled (not encrypted: anyone can read the worked
 solutions in ``solutions/`` anyway), so that printing this module's data does
-not spoil an exercise. ``tests/test_widgets.py`` and the solution notebooks
+not spoil an exercise. The student release (``python -m grading release``)
+ships none: :func:`release_text` drops them, and there :func:`check` says the
+check lines are for self-study in the course's public repository. ``tests/test_widgets.py`` and the solution notebooks
 check that every stored answer agrees with the worked solutions. To change an
 answer: ``python -m commtax.exercises encode 01.1 0.00393`` prints the new entry.
 A few answers follow the course's network model as it evolves (Lesson 04's
@@ -61,6 +63,10 @@ def encode(exercise_id: str, answer: float) -> str:
 def _decode(exercise_id: str, scrambled: str) -> float:
     raw = base64.b64decode(scrambled)
     return struct.unpack("<d", bytes(a ^ b for a, b in zip(raw, _key(exercise_id))))[0]
+
+
+# BEGIN ANSWERS (the student release replaces this block by the table without answers: release_text)
+ANSWERS_SHIPPED = True
 
 
 def _lesson04_plan(tp: int, pp: int):
@@ -197,6 +203,7 @@ EXERCISES: dict[str, Exercise] = {
     "12.5": Exercise("exposed forward communication per layer of the modeler's 128K FP8 case, in seconds",
                      tolerance=0.03, compute=_lesson12_modeler_case),
 }
+# END ANSWERS
 
 # Factors that betray a classic slip, and what to check then.
 _SLIPS = [
@@ -231,11 +238,18 @@ def _close(value: float, answer: float, tolerance: float) -> bool:
     return abs(value / answer - 1) <= tolerance
 
 
+NO_ANSWERS = "no answers in this copy"
+SELF_STUDY = ("the student release ships no answers: these check lines are for self-study in the "
+              "course's public repository; your teacher says how the exercises are graded")
+
+
 def verdict(exercise_id: str, value) -> str:
-    """``"right"``, ``"off by a factor of ~F: <hint>"``, ``"wrong"`` or ``"no answer yet"``."""
+    """``"right"``, ``"off by a factor of ~F: <hint>"``, ``"wrong"``, ``"no answer yet"`` or :data:`NO_ANSWERS`."""
     exercise = _exercise(exercise_id)
     if value is None:
         return "no answer yet"
+    if not ANSWERS_SHIPPED:
+        return NO_ANSWERS
     if isinstance(value, bool) or not isinstance(value, (int, float)) and not hasattr(value, "__float__"):
         raise ValueError(f"value must be a number, got {value!r}")
     value = float(value)
@@ -263,10 +277,26 @@ def check(exercise_id: str, value) -> None:
         said += " (exact)" if exercise.exact else f" (within {exercise.tolerance:.0%})"
     elif said == "no answer yet":
         said += ": replace None with your number and run the cell again"
+    elif said == NO_ANSWERS:
+        said = f"your number {float(value):.6g} is noted ({SELF_STUDY})"
     elif said == "wrong":
         said += (" (must be exact)" if exercise.exact else
                  f" (more than {exercise.tolerance:.0%} away, and not a known slip): compare with the worked solution")
     print(f"Exercise {exercise_id} ({exercise.what}): {said}")
+
+
+def release_text(text: str) -> str:
+    """This module's source for the student release: the answers block replaced by a table without answers."""
+    begin, end = text.index("# BEGIN ANSWERS"), text.index("# END ANSWERS")
+    end = text.index("\n", end) + 1
+    rows = [f"    {key!r}: Exercise({e.what!r}, tolerance={e.tolerance!r}, exact={e.exact!r}),"
+            for key, e in EXERCISES.items()]
+    table = "\n".join([
+        "# The student release ships no answers (neither scrambled nor computed): see SELF_STUDY.",
+        "ANSWERS_SHIPPED = False",
+        "",
+        "EXERCISES: dict[str, Exercise] = {", *rows, "}", ""])
+    return text[:begin] + table + text[end:]
 
 
 def main(argv: list[str]) -> int:

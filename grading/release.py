@@ -17,7 +17,7 @@ import stat
 import zipfile
 from pathlib import Path
 
-from grading import starters
+from grading import answers, starters
 from grading.grader import SOURCE_ROOT
 
 # Never in anything that leaves the teacher's machine (besides solutions):
@@ -80,9 +80,10 @@ python3 course.py test labs                     # every lab
 
 Push your work: the Classroom workflow grades every lab and reports the points
 per test. Only your `starter.py` files are meant to change: your teacher grades
-them against the original tests, and may add hidden ones. (The reference
-solutions, the worked solutions to the lessons' exercises and the course's own
-test suite mentioned above are not in this copy.)
+them against the original tests, and may add hidden ones. (This copy has no
+reference solutions, no answers to the lessons' exercises and not the course's
+own test suite. The lessons' calculators run on your own lab code: each one
+that needs a lab function says which, until you have written it.)
 """
 
 SETUP_SH = """\
@@ -132,6 +133,7 @@ def build_release(dest, source: Path = SOURCE_ROOT) -> Path:
         raise ValueError(f"dest {dest} already exists: choose a new folder")
     _check_starters(source)
     shutil.copytree(source, dest, ignore=shutil.ignore_patterns(*RELEASE_EXCLUDED))
+    answers.transform_release(dest)  # no graded implementation, exercise answer or pointer to solutions ships
     workflow = dest / ".github" / "workflows" / "classroom.yml"
     workflow.parent.mkdir(parents=True, exist_ok=True)
     workflow.write_text(CLASSROOM_WORKFLOW)

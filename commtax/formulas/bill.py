@@ -67,10 +67,12 @@ def _degree(name, value):
 
 def dp_allreduce_bytes(n_params, dp, dtype_bytes=2):
     """Bytes each rank sends in a ring all-reduce of the gradients: 2(d-1)/d * N * dtype_bytes."""
+    # BEGIN GRADED lab-04 dp_allreduce_bytes
     require_positive("n_params", n_params)
     d = _degree("dp", dp)
     require_positive("dtype_bytes", dtype_bytes, "bytes")
     return 2 * (d - 1) / d * n_params * dtype_bytes
+    # END GRADED: return learner.lab("04").dp_allreduce_bytes(n_params, dp, dtype_bytes)
 
 
 def zero_bytes(n_params, dp, stage, dtype_bytes=2):
@@ -85,12 +87,14 @@ def zero_bytes(n_params, dp, stage, dtype_bytes=2):
     all-gathers the parameters for the forward and again for the backward,
     and reduce-scatters the gradients: 3(d-1)/d N.
     """
+    # BEGIN GRADED lab-04 zero_bytes
     require_positive("n_params", n_params)
     d = _degree("dp", dp)
     require_choice("stage", stage, (0, 1, 2, 3))
     require_positive("dtype_bytes", dtype_bytes, "bytes")
     passes = 3 if stage == 3 else 2
     return passes * (d - 1) / d * n_params * dtype_bytes
+    # END GRADED: return learner.lab("04").zero_bytes(n_params, dp, stage, dtype_bytes)
 
 
 def tp_bytes_per_layer(micro_batch, seq, hidden, tp, dtype_bytes=2):
@@ -99,29 +103,35 @@ def tp_bytes_per_layer(micro_batch, seq, hidden, tp, dtype_bytes=2):
     Four all-reduces of the b*s*h activation: after attention and after the
     MLP in the forward, and their mirrors in the backward.
     """
+    # BEGIN GRADED lab-04 tp_bytes_per_layer
     for name, value in (("micro_batch", micro_batch), ("seq", seq), ("hidden", hidden)):
         require_int(name, value, 1)
     t = _degree("tp", tp)
     require_positive("dtype_bytes", dtype_bytes, "bytes")
     return 4 * 2 * (t - 1) / t * micro_batch * seq * hidden * dtype_bytes
+    # END GRADED: return learner.lab("04").tp_bytes_per_layer(micro_batch, seq, hidden, tp, dtype_bytes)
 
 
 def pp_bytes_per_microbatch(micro_batch, seq, hidden, dtype_bytes=2):
     """Bytes crossing one stage boundary per micro-batch: the activation forward, its gradient back."""
+    # BEGIN GRADED lab-04 pp_bytes_per_microbatch
     for name, value in (("micro_batch", micro_batch), ("seq", seq), ("hidden", hidden)):
         require_int(name, value, 1)
     require_positive("dtype_bytes", dtype_bytes, "bytes")
     return 2 * micro_batch * seq * hidden * dtype_bytes
+    # END GRADED: return learner.lab("04").pp_bytes_per_microbatch(micro_batch, seq, hidden, dtype_bytes)
 
 
 def ep_alltoall_bytes_per_layer(tokens, hidden, ep, top_k=1, dtype_bytes=2):
     """Bytes per rank per MoE layer: 4 all-to-alls (dispatch, combine; fwd, bwd) of tokens*k*h*B."""
+    # BEGIN GRADED lab-04 ep_alltoall_bytes_per_layer
     require_int("tokens", tokens, 1)
     require_int("hidden", hidden, 1)
     e = _degree("ep", ep)
     require_int("top_k", top_k, 1)
     require_positive("dtype_bytes", dtype_bytes, "bytes")
     return 4 * (e - 1) / e * tokens * top_k * hidden * dtype_bytes
+    # END GRADED: return learner.lab("04").ep_alltoall_bytes_per_layer(tokens, hidden, ep, top_k, dtype_bytes)
 
 
 # -- memory: why we split ------------------------------------------------------------
@@ -139,11 +149,13 @@ def dp_min_local_tokens(peak_flops, mfu, bandwidth, dp=None, dtype_bytes=2):
     T >= (d-1)/d * peak * MFU / BW * (B_dt / 2). N cancels. ``dp=None``: the
     large-d limit, peak * MFU / BW for bf16 gradients.
     """
+    # BEGIN GRADED lab-04 dp_min_local_tokens
     require_positive("peak_flops", peak_flops, "FLOP/s")
     require_fraction("mfu", mfu, allow_zero=False)
     require_positive("bandwidth", bandwidth, "bytes/s")
     factor = 1.0 if dp is None else (_degree("dp", dp) - 1) / dp
     return factor * peak_flops * mfu / bandwidth * dtype_bytes / 2
+    # END GRADED: return learner.lab("04").dp_min_local_tokens(peak_flops, mfu, bandwidth, dp, dtype_bytes)
 
 
 def tp_tax(peak_flops, bandwidth, hidden, tp, mfu=1.0, dtype_bytes=2):
@@ -156,12 +168,14 @@ def tp_tax(peak_flops, bandwidth, hidden, tp, mfu=1.0, dtype_bytes=2):
     2/3 of this (a source says "the backward mirrors both, so the ratio is the
     same"; it is not).
     """
+    # BEGIN GRADED lab-04 tp_tax
     require_positive("peak_flops", peak_flops, "FLOP/s")
     require_positive("bandwidth", bandwidth, "bytes/s")
     require_int("hidden", hidden, 1)
     t = _degree("tp", tp)
     require_fraction("mfu", mfu, allow_zero=False)
     return (t - 1) * peak_flops * mfu * dtype_bytes / (6 * hidden * bandwidth)
+    # END GRADED: return learner.lab("04").tp_tax(peak_flops, bandwidth, hidden, tp, mfu, dtype_bytes)
 
 
 # -- a whole plan ---------------------------------------------------------------------
@@ -370,6 +384,7 @@ def step_report(plan: Plan) -> StepReport:
       Lesson 09).
     Buckets are ignored (the last bucket is always exposed in reality).
     """
+    # BEGIN GRADED lab-04 step_report
     plan.validate()
     t, p, d, e = plan.tp, plan.pp, plan.dp, plan.ep
     B = plan.dtype_bytes
@@ -443,3 +458,4 @@ def step_report(plan: Plan) -> StepReport:
     worst = max(exposed, key=exposed.get, default=None)
     report.binding = worst if worst is not None and exposed[worst] > 0 else None
     return report
+    # END GRADED

@@ -43,9 +43,11 @@ def _out(value):
 
 def p2p_time(nbytes, alpha, bandwidth):
     """One message: alpha + n / B."""
+    # BEGIN GRADED lab-01 p2p_time
     n, _ = _sizes(nbytes, 1)
     _link(alpha, bandwidth)
     return _out(alpha + n / bandwidth)
+    # END GRADED: return learner.lab("01").p2p_time(nbytes, alpha, bandwidth)
 
 
 def allreduce_time(nbytes, world_size, alpha, bandwidth, algorithm="ring"):
@@ -57,6 +59,7 @@ def allreduce_time(nbytes, world_size, alpha, bandwidth, algorithm="ring"):
     halving_doubling 2 ceil(log2 P) a + 2(P-1)/P n/B  (exact for P a power of two; an
                                                    optimistic bound otherwise)
     """
+    # BEGIN GRADED lab-01 allreduce_time
     n, p = _sizes(nbytes, world_size)
     _link(alpha, bandwidth)
     require_choice("algorithm", algorithm, ALGORITHMS)
@@ -72,29 +75,38 @@ def allreduce_time(nbytes, world_size, alpha, bandwidth, algorithm="ring"):
     else:
         t = 2 * steps * alpha + 2 * (p - 1) / p * n / bandwidth
     return _out(t)
+    # END GRADED: return learner.lab("01").allreduce_time(nbytes, world_size, alpha, bandwidth, algorithm)
 
 
 def reduce_scatter_time(nbytes, world_size, alpha, bandwidth):
     """Ring reduce-scatter: (P-1)a + (P-1)/P n/B, n the full buffer before scattering."""
+    # BEGIN GRADED lab-01 reduce_scatter_time
     n, p = _sizes(nbytes, world_size)
     _link(alpha, bandwidth)
     return _out((p - 1) * alpha + (p - 1) / p * n / bandwidth)
+    # END GRADED: return learner.lab("01").reduce_scatter_time(nbytes, world_size, alpha, bandwidth)
 
 
 def allgather_time(nbytes, world_size, alpha, bandwidth):
     """Ring all-gather: (P-1)a + (P-1)/P n/B, n the full buffer after gathering."""
+    # BEGIN GRADED lab-01 allgather_time
     return reduce_scatter_time(nbytes, world_size, alpha, bandwidth)
+    # END GRADED: return learner.lab("01").allgather_time(nbytes, world_size, alpha, bandwidth)
 
 
 def all_to_all_time(nbytes, world_size, alpha, bandwidth):
     """Pairwise all-to-all: (P-1)a + (P-1)/P n/B, n what each rank sends in total."""
+    # BEGIN GRADED lab-01 all_to_all_time
     return reduce_scatter_time(nbytes, world_size, alpha, bandwidth)
+    # END GRADED: return learner.lab("01").all_to_all_time(nbytes, world_size, alpha, bandwidth)
 
 
 def crossover_bytes(alpha, bandwidth):
     """n* = a * B: the message size whose transfer time equals the latency."""
+    # BEGIN GRADED lab-01 crossover_bytes
     _link(alpha, bandwidth)
     return float(alpha * bandwidth)
+    # END GRADED: return learner.lab("01").crossover_bytes(alpha, bandwidth)
 
 
 def allreduce_times(nbytes, world_size, alpha, bandwidth) -> dict:
@@ -104,8 +116,10 @@ def allreduce_times(nbytes, world_size, alpha, bandwidth) -> dict:
 
 def best_allreduce_algorithm(nbytes, world_size, alpha, bandwidth) -> str:
     """The fastest of :data:`ALGORITHMS` (ties go to the earlier, simpler one)."""
+    # BEGIN GRADED lab-01 best_allreduce_algorithm
     times = allreduce_times(nbytes, world_size, alpha, bandwidth)
     return min(ALGORITHMS, key=lambda a: times[a])
+    # END GRADED: return learner.lab("01").best_allreduce_algorithm(nbytes, world_size, alpha, bandwidth)
 
 
 def tree_ring_crossover_bytes(world_size, alpha, bandwidth) -> float:
@@ -143,11 +157,13 @@ def hierarchical_allreduce_time(nbytes, nodes, gpus_per_node, intra_alpha, intra
 
     2(G-1) a_i + 2(G-1)/G n/B_i  +  2(N-1) a_e + 2(N-1)/N (n/G)/B_e
     """
+    # BEGIN GRADED lab-01 hierarchical_allreduce_time
     n, nodes, g = _two_level(nbytes, nodes, gpus_per_node, intra_alpha, intra_bandwidth,
                              inter_alpha, inter_bandwidth)
     inside = 2 * (g - 1) * intra_alpha + 2 * (g - 1) / g * n / intra_bandwidth
     across = 2 * (nodes - 1) * inter_alpha + 2 * (nodes - 1) / nodes * (n / g) / inter_bandwidth
     return _out(inside + across)
+    # END GRADED: return learner.lab("01").hierarchical_allreduce_time(nbytes, nodes, gpus_per_node, intra_alpha, intra_bandwidth, inter_alpha, inter_bandwidth)
 
 
 def flat_ring_two_level_time(nbytes, nodes, gpus_per_node, intra_alpha, intra_bandwidth,

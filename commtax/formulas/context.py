@@ -92,9 +92,11 @@ def ring_attention_bytes_per_rank(seq, kv_heads, head_dim, cp, dtype_bytes=2, ba
     sum on once (2 (cp - 1) blocks). Total with backward: 6 (cp - 1) blocks.
     No collective at all: only sends to the next rank (and receives from the previous).
     """
+    # BEGIN GRADED lab-13 ring_attention_bytes_per_rank
     block = kv_block_bytes(seq, kv_heads, head_dim, cp, dtype_bytes)
     passes = 6 if backward else 2
     return passes * (cp - 1) * block
+    # END GRADED: return learner.lab("13").ring_attention_bytes_per_rank(seq, kv_heads, head_dim, cp, dtype_bytes, backward)
 
 
 def all_to_all_attention_bytes_per_rank(seq, heads, kv_heads, head_dim, cp, dtype_bytes=2, backward=True):
@@ -107,6 +109,7 @@ def all_to_all_attention_bytes_per_rank(seq, heads, kv_heads, head_dim, cp, dtyp
     dQ, dK, dV: twice that in all. ValueError naming ``heads`` (``kv_heads``)
     unless cp divides it: each rank takes whole heads.
     """
+    # BEGIN GRADED lab-13 all_to_all_attention_bytes_per_rank
     s, g, d, c = _shape(seq, kv_heads, head_dim, cp, dtype_bytes, heads)
     if heads % c:
         raise ValueError(f"heads ({heads}) must be divisible by cp ({c}): each rank computes heads/cp whole heads")
@@ -115,6 +118,7 @@ def all_to_all_attention_bytes_per_rank(seq, heads, kv_heads, head_dim, cp, dtyp
                          "(GQA limits all-to-all attention to cp <= kv_heads)")
     forward = (c - 1) / c * (s // c) * d * dtype_bytes * (2 * heads + 2 * g)
     return 2 * forward if backward else forward
+    # END GRADED: return learner.lab("13").all_to_all_attention_bytes_per_rank(seq, heads, kv_heads, head_dim, cp, dtype_bytes, backward)
 
 
 def ring_step_work(rank, cp, causal=True, zigzag=True):

@@ -69,6 +69,7 @@ def bucket_assignment(param_bytes, bucket_cap_bytes, first_bucket_cap_bytes=None
     bytes reach or exceed its cap. ``first_bucket_cap_bytes`` caps bucket 0
     alone (PyTorch's 1 MiB first bucket after rebuilding; None: same cap).
     """
+    # BEGIN GRADED lab-09 bucket_assignment
     sizes = _byte_list("param_bytes", param_bytes)
     require_positive("bucket_cap_bytes", bucket_cap_bytes, "bytes")
     if first_bucket_cap_bytes is not None:
@@ -84,6 +85,7 @@ def bucket_assignment(param_bytes, bucket_cap_bytes, first_bucket_cap_bytes=None
     if current:
         buckets.append(current)
     return buckets
+    # END GRADED: return learner.lab("09").bucket_assignment(param_bytes, bucket_cap_bytes) if first_bucket_cap_bytes is None else learner.unavailable("09", "bucket_assignment")
 
 
 def bucket_bytes(param_bytes, buckets) -> list[int]:
@@ -110,8 +112,10 @@ def allreduce_schedule(ready_times, comm_times) -> list[tuple[float, float]]:
 
 def overlapped_allreduce_finish(ready_times, comm_times) -> float:
     """When the last bucket's all-reduce finishes (0.0 for no buckets)."""
+    # BEGIN GRADED lab-09 overlapped_allreduce_finish
     schedule = allreduce_schedule(ready_times, comm_times)
     return schedule[-1][1] if schedule else 0.0
+    # END GRADED: return learner.lab("09").overlapped_allreduce_finish(ready_times, comm_times)
 
 
 def ready_times(param_bytes, buckets, backward_time, param_times=None) -> list[float]:

@@ -41,7 +41,9 @@ class Link:
     @property
     def crossover_bytes(self) -> float:
         """n* = alpha * bandwidth: below it latency dominates a message, above it bandwidth."""
+        # BEGIN GRADED lab-01 crossover_bytes
         return self.alpha * self.bandwidth
+        # END GRADED: return learner.lab("01").crossover_bytes(self.alpha, self.bandwidth)
 
 
 NVLINK4 = Link(

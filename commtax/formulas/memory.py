@@ -59,8 +59,10 @@ def model_state_bytes(n_params, dp=1, zero_stage=0, optimizer_bytes_per_param=AD
     120 GB, 31.4 GB, 16.6 GB and 1.9 GB per GPU at stages 0, 1, 2, 3
     (GB = 1e9 bytes). Activations are not included.
     """
+    # BEGIN GRADED lab-08 model_state_bytes
     parts = model_state_breakdown(n_params, dp, zero_stage, optimizer_bytes_per_param, param_bytes, grad_bytes)
     return parts["params"] + parts["grads"] + parts["optimizer"]
+    # END GRADED: return learner.lab("08").model_state_bytes(n_params, dp, zero_stage, optimizer_bytes_per_param, param_bytes, grad_bytes)
 
 
 # -- activations -------------------------------------------------------------------------------
@@ -103,6 +105,7 @@ def activation_bytes_per_layer(seq, micro_batch, hidden, heads, tp=1, sequence_p
     QKV output add ~2 s b h, and an unfused (eager PyTorch) SwiGLU keeps
     silu(gate) as a fourth f-wide tensor, ~40 s b h for the 70B shape (+20%).
     """
+    # BEGIN GRADED lab-08 activation_bytes_per_layer
     s = require_int("seq", seq, 1)
     b = require_int("micro_batch", micro_batch, 1)
     h = require_int("hidden", hidden, 1)
@@ -122,6 +125,7 @@ def activation_bytes_per_layer(seq, micro_batch, hidden, heads, tp=1, sequence_p
     if sequence_parallel:
         return sbh * (34.0 / t + scores)
     return sbh * (10.0 + 24.0 / t + scores) if t > 1 else sbh * (34.0 + scores)
+    # END GRADED: return learner.lab("08").activation_bytes_per_layer(seq, micro_batch, hidden, heads, tp, sequence_parallel, recompute)
 
 
 def llama_activation_sbh(hidden, heads, kv_heads, ffn_hidden, fused_swiglu=True, rope_copies=False) -> float:
@@ -167,6 +171,7 @@ def zero_bytes_per_step(n_params, dp, stage, microbatches, dtype_bytes=2):
       gather them again for the backward (they were freed after the forward),
       reduce-scatter the gradients: 3 m passes. No all-gather after the step.
     """
+    # BEGIN GRADED lab-08 zero_bytes_per_step
     require_positive("n_params", n_params)
     d = require_int("dp", dp, 1)
     require_choice("stage", stage, ZERO_STAGES)
@@ -174,6 +179,7 @@ def zero_bytes_per_step(n_params, dp, stage, microbatches, dtype_bytes=2):
     require_positive("dtype_bytes", dtype_bytes, "bytes")
     passes = {0: 2, 1: 2, 2: m + 1, 3: 3 * m}[stage]
     return passes * (d - 1) / d * n_params * dtype_bytes
+    # END GRADED: return learner.lab("08").zero_bytes_per_step(n_params, dp, stage, microbatches, dtype_bytes)
 
 
 HSDP_ALLREDUCE = ("step", "micro_batch")

@@ -101,10 +101,12 @@ def expert_capacity(tokens, experts, top_k, capacity_factor) -> int:
     product is rounded to 9 decimals before the ceiling, so that 1.1 * 100
     gives 110 slots, not 111 (1.1 is not exact in binary).
     """
+    # BEGIN GRADED lab-10 expert_capacity
     t = require_int("tokens", tokens, 0)
     e, k = _check_routing(experts, top_k)
     require_positive("capacity_factor", capacity_factor)
     return int(math.ceil(round(capacity_factor * t * k / e, 9)))
+    # END GRADED: return learner.lab("10").expert_capacity(tokens, experts, top_k, capacity_factor)
 
 
 def dispatch_bytes_per_rank(tokens_per_rank, hidden, ep, top_k, dtype_bytes=2, capacity_factor=None,
@@ -119,6 +121,7 @@ def dispatch_bytes_per_rank(tokens_per_rank, hidden, ep, top_k, dtype_bytes=2, c
     routing. ``experts`` defaults to ``ep`` (one expert per rank) and must be
     a multiple of ``ep``.
     """
+    # BEGIN GRADED lab-10 dispatch_bytes_per_rank
     t = require_int("tokens_per_rank", tokens_per_rank, 0)
     h = require_int("hidden", hidden, 1)
     e_ranks = require_int("ep", ep, 1)
@@ -134,6 +137,7 @@ def dispatch_bytes_per_rank(tokens_per_rank, hidden, ep, top_k, dtype_bytes=2, c
         return (e_ranks - 1) / e_ranks * t * k * h * dtype_bytes
     slots = expert_capacity(t, n_experts, k, capacity_factor)
     return float((e_ranks - 1) * (n_experts // e_ranks) * slots * h * dtype_bytes)
+    # END GRADED: return learner.lab("10").dispatch_bytes_per_rank(tokens_per_rank, hidden, ep, top_k, dtype_bytes, capacity_factor, experts)
 
 
 def routed_send_bytes(send_counts, rank, hidden, dtype_bytes=2) -> float:

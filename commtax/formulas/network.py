@@ -110,6 +110,7 @@ def members_per_node(group_size: int, stride: int, gpus_per_node: int) -> int:
     with stride >= gpus_per_node has one member per node; otherwise
     gpus_per_node / stride members share a node (at most the whole group).
     """
+    # BEGIN GRADED lab-04 members_per_node
     p = require_int("group_size", group_size, 1)
     s = require_int("stride", stride, 1)
     g = require_int("gpus_per_node", gpus_per_node, 1)
@@ -125,6 +126,7 @@ def members_per_node(group_size: int, stride: int, gpus_per_node: int) -> int:
     if p % per_node:
         raise ValueError(f"group_size ({p}) must be a multiple of {per_node} GPUs per node at stride {s}")
     return per_node
+    # END GRADED: return learner.lab("04").members_per_node(group_size, stride, gpus_per_node)
 
 
 def _check(nbytes, group_size, members, intra_alpha, intra_bandwidth, inter_alpha, inter_bandwidth):
@@ -182,8 +184,10 @@ def group_allreduce_time(nbytes, group_size, members_per_node, intra_alpha, intr
     2((m-1) a_i + ceil(log2 N) a_e). The module docstring says what is
     modelled and what is left out.
     """
+    # BEGIN GRADED lab-01 group_allreduce_time
     return _collective(2, nbytes, group_size, members_per_node, intra_alpha, intra_bandwidth,
                        inter_alpha, inter_bandwidth)
+    # END GRADED: return learner.lab("01").group_allreduce_time(nbytes, group_size, members_per_node, intra_alpha, intra_bandwidth, inter_alpha, inter_bandwidth)
 
 
 def group_reduce_scatter_time(nbytes, group_size, members_per_node, intra_alpha, intra_bandwidth,

@@ -225,6 +225,7 @@ def normalize(run) -> dict:
     ``shard_group`` = the whole data-parallel group (no HSDP). ``micro_batch`` and ``vpp`` left open
     become 1 here and ``recompute`` stays None: :func:`breakdown` chooses them.
     """
+    # BEGIN GRADED lab-11 normalize
     if not isinstance(run, dict):
         raise ValueError(f"run must be a dict, got {type(run).__name__}")
     unknown = sorted(set(run) - set(KEYS), key=str)
@@ -340,6 +341,7 @@ def normalize(run) -> dict:
     cfg["kv_hidden"] = cfg["hidden"] * cfg["kv_heads"] // cfg["heads"]
     cfg["grad_bytes"] = 2 if cfg["precision"] == "fp16" else 4   # bf16/fp8: fp32 main gradients
     return cfg
+    # END GRADED
 
 
 # -- FLOPs ------------------------------------------------------------------------------------------
@@ -369,6 +371,7 @@ def flops_per_step(run, convention="model", recompute=None) -> float:
     (Narayanan Eq. 3); ``selective`` is counted as Korthikanti's Eq. 8 does (s/3h in place of
     s/6h). ``recompute`` defaults to the run's. The precision does not change FLOPs.
     """
+    # BEGIN GRADED lab-11 flops_per_step
     cfg = {**DEFAULTS, **run}
     cfg.update({k: v for k, v in OPEN_DEFAULTS.items() if cfg.get(k) is None})
     dense, attn = layer_forward_flops(cfg)
@@ -386,6 +389,7 @@ def flops_per_step(run, convention="model", recompute=None) -> float:
     if mode == "selective":
         return model + B * L * 3 * attn
     return model
+    # END GRADED
 
 
 def narayanan_eq3(batch, seq, layers, hidden, vocab) -> float:
@@ -429,6 +433,7 @@ def stage_layers(cfg) -> list[int]:
     Llama 3 405B: "one Transformer layer less on the first and the last stages"), so
     k = (L+2)/p slots per stage: k - 1 layers on the first and last stages, k on the others.
     """
+    # BEGIN GRADED lab-11 stage_layers
     L, p = cfg["layers"], cfg["pp"]
     if p == 1:
         return [L]
@@ -437,6 +442,7 @@ def stage_layers(cfg) -> list[int]:
         return [k - 1] + [k] * (p - 2) + [k - 1]
     q, r = divmod(L, p)
     return [q + 1] * r + [q] * (p - r)
+    # END GRADED
 
 
 def stage_params(cfg) -> list[float]:
@@ -475,7 +481,9 @@ COLLECTIVES = {"all_reduce": group_allreduce_time, "reduce_scatter": group_reduc
 
 def collective_time(op, nbytes, group_size, stride, gpu) -> float:
     """Seconds of one collective (see :func:`_collective_time`); the GPU as a preset or its name."""
+    # BEGIN GRADED lab-11 collective_time
     return _collective_time(op, float(nbytes), int(group_size), int(stride), GPUS[gpu] if isinstance(gpu, str) else gpu)
+    # END GRADED
 
 
 @functools.lru_cache(maxsize=65536)   # a planner's search prices the same collectives again and again
@@ -641,6 +649,7 @@ def tp_time(cfg, recompute, gpu=None, gemm_s=None) -> float:
     ``tp_overlap`` (Transformer Engine's userbuffers, NeMo's ``tp_comm_overlap``): the collectives
     run in chunks behind the layer's linear GEMMs (``gemm_s`` seconds): :func:`overlap_cost`.
     """
+    # BEGIN GRADED lab-11 tp_time
     gpu = gpu or GPUS[cfg["gpu"]]
     t = cfg["tp"]
     if t == 1:
@@ -654,6 +663,7 @@ def tp_time(cfg, recompute, gpu=None, gemm_s=None) -> float:
     if cfg["tp_overlap"] and gemm_s is not None:   # split into chunks behind the GEMMs they feed
         return overlap_cost(count * one, gemm_s, gpu)
     return count * one
+    # END GRADED
 
 
 def _attention_seconds(cfg, gpu, constants):
@@ -694,6 +704,7 @@ def cp_time(cfg, recompute, constants=None, gpu=None) -> float:
     in a fully recomputed forward) and one reduce-scatter of their gradients after it, exposed (as
     Llama 3 states: the keys and values are small next to the attention). The CP group: stride tp.
     """
+    # BEGIN GRADED lab-11 cp_time
     gpu = gpu or GPUS[cfg["gpu"]]
     c, t = cfg["cp"], cfg["tp"]
     if c == 1:
@@ -711,6 +722,7 @@ def cp_time(cfg, recompute, constants=None, gpu=None) -> float:
     send_b = collective_time("send", 2 * block, c, t, gpu)
     forward = (c - 1) * overlap_cost(send_f, step_f, gpu)
     return (2 if full else 1) * forward + (c - 1) * overlap_cost(send_b, step_b, gpu)
+    # END GRADED
 
 
 def pipeline_time(cfg, stage_micro_batch_s, gpu=None) -> dict:
@@ -722,6 +734,7 @@ def pipeline_time(cfg, stage_micro_batch_s, gpu=None) -> dict:
     from each TP rank (Megatron's scatter/gather), on the critical path, 2 (v m + p - 1) of them;
     over the NIC when the neighbour stage sits on another node (PP stride tp cp dp).
     """
+    # BEGIN GRADED lab-11 pipeline_time
     gpu = gpu or GPUS[cfg["gpu"]]
     p, v, m = cfg["pp"], cfg["vpp"], cfg["microbatches"]
     if p == 1:
@@ -734,6 +747,7 @@ def pipeline_time(cfg, stage_micro_batch_s, gpu=None) -> dict:
     else:
         sends = count * send
     return dict(bubble=(p - 1) / (v * m) * m * stage_micro_batch_s, sends=sends, comm=count * send)
+    # END GRADED
 
 
 def dp_bytes_per_step(cfg) -> float:
@@ -801,6 +815,7 @@ def dp_time(cfg, recompute, layer_s, stage_s, gpu=None) -> dict:
       default depth; DeepSpeed's byte budget comes to about a layer of a large model): :func:`overlap_cost` per layer; the first layer's gather of each
       micro-batch and the last reduce-scatter of the step are exposed.
     """
+    # BEGIN GRADED lab-11 dp_time
     gpu = gpu or GPUS[cfg["gpu"]]
     t, c, d, g, z, m = cfg["tp"], cfg["cp"], cfg["dp"], cfg["shard_group"], cfg["zero_stage"], cfg["microbatches"]
     r = d * c // g
@@ -855,6 +870,7 @@ def dp_time(cfg, recompute, layer_s, stage_s, gpu=None) -> dict:
         + n_layers * overlap_cost(last_mb, layer_s, gpu)
     comm = (m - 1) * n_layers * every_mb + n_layers * last_mb
     return dict(added=per_step + m * gather + scatter + all_reduce, comm=comm)
+    # END GRADED
 
 
 # -- memory -----------------------------------------------------------------------------------------
@@ -870,6 +886,7 @@ def activation_bytes_per_layer(cfg, recompute, fused_attention) -> float:
     dropout) counted the same way keeps 31.75-34 s b h with Megatron's fused SwiGLU, within ~7% of it
     (:func:`commtax.formulas.memory.llama_activation_sbh`; ~40 with an unfused SwiGLU).
     """
+    # BEGIN GRADED lab-08 activation_bytes_per_layer
     mode = "selective" if (fused_attention and recompute == "none") else recompute
     stored = memory.activation_bytes_per_layer(cfg["seq"] // cfg["cp"], cfg["micro_batch"], cfg["hidden"],
                                                cfg["heads"], cfg["tp"], cfg["sequence_parallel"], mode)
@@ -879,6 +896,7 @@ def activation_bytes_per_layer(cfg, recompute, fused_attention) -> float:
         sbh = cfg["seq"] // cfg["cp"] * cfg["micro_batch"] * cfg["hidden"]
         stored -= 7 * sbh / (cfg["tp"] if cfg["sequence_parallel"] else 1)
     return stored
+    # END GRADED
 
 
 def in_flight_layers(cfg, stage) -> int:
@@ -935,7 +953,9 @@ def memory_parts(cfg, recompute, gpu=None) -> dict:
 
 def memory_bytes_per_gpu(cfg, recompute, gpu=None) -> float:
     """Bytes per GPU on the fullest stage (:func:`memory_parts`' total)."""
+    # BEGIN GRADED lab-11 memory_bytes_per_gpu
     return memory_parts(cfg, recompute, gpu)["total"]
+    # END GRADED
 
 
 def choose_recompute(cfg, gpu=None) -> str:
@@ -1012,7 +1032,9 @@ def predict(run, constants=None, hardware=None) -> dict:
       sequence_parallel, zero_stage, precision, pipeline_split, stage_layers, shard_group;
       ``constants``: the fitted constants used.
     """
+    # BEGIN GRADED lab-11 predict
     return breakdown(run, constants, hardware)
+    # END GRADED
 
 
 def stage_seconds(cfg, recompute, constants=None, gpu=None) -> list[float]:

@@ -26,45 +26,56 @@ def decode_step_time_s(n_params, dtype_bytes, hbm_bandwidth, tp=1):
     one A100-80GB is ~8 ms; at tp = 2 on H100 SXM, ~2.4 ms. KV-cache reads and
     FLOPs are left out (at batch 1 the weights dominate). Lab 06 has you write it.
     """
+    # BEGIN GRADED lab-06 decode_step_time_s
     require_positive("n_params", n_params)
     require_positive("dtype_bytes", dtype_bytes, "bytes")
     require_positive("hbm_bandwidth", hbm_bandwidth, "bytes/s")
     tp = require_int("tp", tp, 1)
     return n_params * dtype_bytes / (tp * hbm_bandwidth)
+    # END GRADED: return learner.lab("06").decode_step_time_s(n_params, dtype_bytes, hbm_bandwidth, tp)
 
 
 def allreduce_payload_bytes(batch_tokens, hidden, dtype_bytes=2):
     """Bytes of one TP all-reduce: the activation of ``batch_tokens`` tokens."""
+    # BEGIN GRADED lab-06 allreduce_payload_bytes
     require_int("batch_tokens", batch_tokens, 1)
     require_int("hidden", hidden, 1)
     require_positive("dtype_bytes", dtype_bytes, "bytes")
     return batch_tokens * hidden * dtype_bytes
+    # END GRADED: return learner.lab("06").allreduce_payload_bytes(batch_tokens, hidden, dtype_bytes)
 
 
 def ring_allreduce_traffic_per_rank(payload_bytes, tp):
     """Bytes each rank sends in a ring all-reduce: 2(N-1)/N x payload."""
+    # BEGIN GRADED lab-06 ring_allreduce_traffic_per_rank
     require_nonnegative("payload_bytes", payload_bytes, "bytes")
     n = require_int("tp", tp, 1)
     return 2 * (n - 1) / n * payload_bytes
+    # END GRADED: return learner.lab("06").ring_allreduce_traffic_per_rank(payload_bytes, tp)
 
 
 def allreduce_time_s(payload_bytes, tp, latency_s, bandwidth_bytes_per_s):
     """Seconds for one ring all-reduce: 2(N-1) hops x latency + traffic / bandwidth."""
+    # BEGIN GRADED lab-06 allreduce_time_s
     require_nonnegative("latency_s", latency_s, "s")
     require_positive("bandwidth_bytes_per_s", bandwidth_bytes_per_s, "bytes/s")
     n = require_int("tp", tp, 1)
     return 2 * (n - 1) * latency_s + ring_allreduce_traffic_per_rank(payload_bytes, n) / bandwidth_bytes_per_s
+    # END GRADED: return learner.lab("06").allreduce_time_s(payload_bytes, tp, latency_s, bandwidth_bytes_per_s)
 
 
 def tp_comm_time_per_step(num_layers, payload_bytes, tp, latency_s, bandwidth_bytes_per_s, allreduces_per_layer=2):
     """Seconds of TP all-reduce per forward pass: layers x all-reduces per layer x one all-reduce."""
+    # BEGIN GRADED lab-06 tp_comm_time_per_step
     require_int("num_layers", num_layers, 1)
     require_int("allreduces_per_layer", allreduces_per_layer, 1)
     return num_layers * allreduces_per_layer * allreduce_time_s(payload_bytes, tp, latency_s, bandwidth_bytes_per_s)
+    # END GRADED: return learner.lab("06").tp_comm_time_per_step(num_layers, payload_bytes, tp, latency_s, bandwidth_bytes_per_s) * allreduces_per_layer / 2
 
 
 def comm_fraction(comm_s, compute_s):
     """Share of a step spent communicating, with no overlap: comm / (comm + compute)."""
+    # BEGIN GRADED lab-06 comm_fraction
     require_nonnegative("comm_s", comm_s, "s")
     require_nonnegative("compute_s", compute_s, "s")
     total = np.asarray(comm_s, dtype=float) + np.asarray(compute_s, dtype=float)
@@ -72,6 +83,7 @@ def comm_fraction(comm_s, compute_s):
         raise ValueError("comm_s + compute_s must be > 0")
     result = np.asarray(comm_s, dtype=float) / total
     return float(result) if np.ndim(result) == 0 else result
+    # END GRADED: return learner.lab("06").comm_fraction(comm_s, compute_s)
 
 
 def forward_time_s(n_params, tokens, tp, peak_flops=H100_BF16_DENSE, mfu=0.5,

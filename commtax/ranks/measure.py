@@ -46,24 +46,30 @@ def _out(value):
 
 def algbw(nbytes, seconds):
     """Algorithm bandwidth S / t, bytes per second."""
+    # BEGIN GRADED lab-03 algbw
     require_nonnegative("nbytes", nbytes, "bytes")
     require_positive("seconds", seconds, "s")
     return _out(np.asarray(nbytes, dtype=float) / np.asarray(seconds, dtype=float))
+    # END GRADED: return learner.lab("03").algbw(nbytes, seconds)
 
 
 def busbw(collective: str, nbytes, seconds, world_size: int):
     """Bus bandwidth: algbw times nccl-tests' factor for ``collective`` (see the module docstring)."""
+    # BEGIN GRADED lab-03 busbw
     _, factor = ring_model(collective, world_size)
     return algbw(nbytes, seconds) * factor
+    # END GRADED: return learner.lab("03").busbw(collective, nbytes, seconds, world_size)
 
 
 def predict_time(nbytes, world_size: int, alpha: float, bandwidth: float, collective: str = "all_reduce"):
     """Seconds the ring model predicts: k(P) alpha + m(P) S / B."""
+    # BEGIN GRADED lab-03 predict_time
     require_nonnegative("nbytes", nbytes, "bytes")
     require_nonnegative("alpha", alpha, "s")
     require_positive("bandwidth", bandwidth, "bytes/s")
     k, m = ring_model(collective, world_size)
     return _out(k * alpha + m * np.asarray(nbytes, dtype=float) / bandwidth)
+    # END GRADED: return learner.lab("03").predict_time(nbytes, world_size, alpha, bandwidth, collective)
 
 
 def fit_alpha_beta(nbytes, seconds, world_size: int, collective: str = "all_reduce") -> tuple[float, float]:
@@ -76,6 +82,7 @@ def fit_alpha_beta(nbytes, seconds, world_size: int, collective: str = "all_redu
     and 1/B; if the best unconstrained alpha is negative, alpha is set to 0
     and 1/B refitted.
     """
+    # BEGIN GRADED lab-03 fit_alpha_beta
     sizes = np.asarray(nbytes, dtype=float)
     times = np.asarray(seconds, dtype=float)
     if sizes.ndim != 1 or sizes.shape != times.shape:
@@ -96,6 +103,7 @@ def fit_alpha_beta(nbytes, seconds, world_size: int, collective: str = "all_redu
         raise ValueError("the times do not grow with the size: no bandwidth can be fitted "
                          "(measure larger messages)")
     return float(alpha), float(1.0 / beta)
+    # END GRADED: return learner.lab("03").fit_alpha_beta(nbytes, seconds, world_size, collective)
 
 
 def fit_errors(nbytes, seconds, world_size, alpha, bandwidth, collective="all_reduce") -> np.ndarray:
@@ -113,6 +121,7 @@ def time_collective(fn, *, warmup: int = 5, iters: int = 20, group=None) -> list
     times are then reduced with MAX across ranks: a collective is as slow as
     its slowest rank. Every rank gets the same list.
     """
+    # BEGIN GRADED lab-03 time_collective
     import torch
     import torch.distributed as dist
 
@@ -139,6 +148,7 @@ def time_collective(fn, *, warmup: int = 5, iters: int = 20, group=None) -> list
     slowest = torch.tensor(times, dtype=torch.float64, device=device)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=group)
     return slowest.cpu().tolist()
+    # END GRADED: return learner.lab("03").time_collective(fn, warmup=warmup, iters=iters, group=group)
 
 
 def memcpy_bandwidth(nbytes: int = 64 * 2**20, repeats: int = 5) -> float:

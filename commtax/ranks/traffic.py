@@ -39,6 +39,9 @@ class Traffic:
     sends: int = 0
     receives: int = 0
     collectives: list = field(default_factory=list)  # (name, payload bytes) per call, in order
+    # The same calls in more detail, for ledgers that attribute bytes to process groups and tags:
+    messages: list = field(default_factory=list)     # ("send"|"recv", peer global rank or None, tag, bytes)
+    collective_groups: list = field(default_factory=list)  # (name, global ranks of its group, payload bytes)
 
     def collective_calls(self, name: str) -> int:
         return sum(1 for n, _ in self.collectives if n == name)
@@ -55,6 +58,46 @@ def _payload_bytes(value) -> int:
     return 0
 
 
+def _signature(function):
+    try:
+        return inspect.signature(function)
+    except (TypeError, ValueError):
+        return None
+
+
+def _arguments(signature, tensor, args, kwargs) -> dict:
+    """The call's arguments by name, defaults included; {} if they do not fit (the call itself will say so)."""
+    if signature is None:
+        return {}
+    try:
+        bound = signature.bind(*((tensor,) if tensor is not None else ()), *args, **kwargs)
+    except TypeError:
+        return {}
+    bound.apply_defaults()
+    return bound.arguments
+
+
+def _peer(arguments: dict, sending: bool):
+    """The global rank a point-to-point call sends to or receives from (None: any source)."""
+    peer = arguments.get("dst" if sending else "src")
+    group_peer = arguments.get("group_dst" if sending else "group_src")
+    if peer is None and group_peer is not None:
+        group = arguments.get("group")
+        peer = group_peer if group is None else dist.get_global_rank(group, group_peer)
+    return peer
+
+
+def _group_ranks(arguments: dict) -> tuple:
+    """The global ranks of a collective's group (the default group: every rank)."""
+    group = arguments.get("group")
+    try:
+        if group is None:
+            return tuple(range(dist.get_world_size()))
+        return tuple(dist.get_process_group_ranks(group))
+    except (RuntimeError, ValueError, TypeError):
+        return ()
+
+
 @contextlib.contextmanager
 def record_traffic(forbid_collectives: bool = False):
     """Count this rank's point-to-point bytes and collective calls; yields a :class:`Traffic`."""
@@ -65,6 +108,7 @@ def record_traffic(forbid_collectives: bool = False):
 
     def wrap_p2p(name, original):
         sending = name in ("send", "isend")
+        signature = _signature(original)
 
         def wrapper(tensor, *args, **kwargs):
             if depth[0] == 0:
@@ -75,6 +119,9 @@ def record_traffic(forbid_collectives: bool = False):
                 else:
                     traffic.bytes_received += nbytes
                     traffic.receives += 1
+                given = _arguments(signature, tensor, args, kwargs)
+                traffic.messages.append(("send" if sending else "recv", _peer(given, sending),
+                                         given.get("tag", 0), nbytes))
             depth[0] += 1
             try:
                 return original(tensor, *args, **kwargs)
@@ -84,6 +131,7 @@ def record_traffic(forbid_collectives: bool = False):
         return wrapper
 
     def wrap_collective(name, original):
+        signature = _signature(original)
         try:  # the first parameter's name, to find it when passed by keyword (FSDP2 does)
             first = next(iter(inspect.signature(original).parameters))
         except (TypeError, ValueError, StopIteration):
@@ -96,7 +144,9 @@ def record_traffic(forbid_collectives: bool = False):
                     "operations (send, recv, isend, irecv, batch_isend_irecv)")
             # The first argument is the tensor (or list) that is reduced or sent.
             value = args[0] if args else kwargs.get(first)
-            traffic.collectives.append((name, _payload_bytes(value) if value is not None else 0))
+            nbytes = _payload_bytes(value) if value is not None else 0
+            traffic.collectives.append((name, nbytes))
+            traffic.collective_groups.append((name, _group_ranks(_arguments(signature, None, args, kwargs)), nbytes))
             return original(*args, **kwargs)
 
         return wrapper

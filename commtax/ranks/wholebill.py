@@ -267,14 +267,69 @@ def calibrate(rank, dp, tp, pp, sizes) -> dict:
     return measured
 
 
+def bytes_by_axis(traffic, dp, tp, pp, steps) -> dict:
+    """Bytes a rank sent per step by axis, from a :class:`commtax.ranks.traffic.Traffic` of its training.
+
+    An all-reduce on g ranks counts 2(g-1)/g x its payload (ring-equivalent) on the axis whose
+    group has its ranks, else on "other"; point-to-point sends are "pp". Other collectives (the
+    loss that ``train`` shares after each step) are no part of the bill.
+    """
+    groups = megatron_groups(dp, tp, pp)
+    axis_of = {tuple(g): axis for axis in ("tp", "dp") for g in groups[axis] if len(g) > 1}
+    totals = {"dp": 0.0, "tp": 0.0, "pp": traffic.bytes_sent / steps, "other": 0.0}
+    for name, ranks, nbytes in traffic.collective_groups:
+        if name == "all_reduce" and ranks:
+            g = len(ranks)
+            totals[axis_of.get(tuple(ranks), "other")] += 2 * (g - 1) / g * nbytes / steps
+    return totals
+
+
 def measure_then_train(rank, world_size, lab, dp, tp, pp, sizes):
-    """A rank of run.py's and Lesson 11's job: :func:`calibrate`, then ``lab.train``. Plain data back."""
+    """A rank of run.py's and Lesson 11's job: :func:`calibrate`, then ``lab.train``, its bytes counted.
+
+    Plain data back: {"measured": pieces' seconds, "result": what ``lab.train`` returned,
+    "counted": {axis: bytes this rank sent per step}, counted by the course's byte counter
+    (:func:`commtax.ranks.traffic.record_traffic`, apart from the lab's own ledger; :func:`bytes_by_axis`)}.
+    """
+    from commtax.ranks.traffic import record_traffic
+
     measured = calibrate(rank, dp, tp, pp, sizes)
-    return {"measured": measured, "result": lab.train(rank, world_size, dp, tp, pp, **sizes)}
+    with record_traffic() as traffic:
+        result = lab.train(rank, world_size, dp, tp, pp, **sizes)
+    return {"measured": measured, "result": result, "counted": bytes_by_axis(traffic, dp, tp, pp, sizes["steps"])}
 
 
-def reconcile(results, dp, tp, pp, sizes, predicted_bytes_by_axis=None) -> dict:
-    """What run.py writes: per axis predicted and counted bytes, predicted and measured step, the losses."""
+AXES_AND_OTHER = ("dp", "tp", "pp", "other")
+
+
+def _same(a, b) -> bool:
+    return a is not None and b is not None and abs(a - b) <= 1e-9 * max(1.0, abs(b))
+
+
+def byte_verdict(bill_bytes, counted, ledger=None, yours=None) -> str:
+    """One row's verdict: "ok" when the bill, the count and (when given) the learner's ledger and prediction agree."""
+    problems = []
+    if yours is not None and not _same(yours, bill_bytes):
+        problems.append("your prediction differs from the bill")
+    if not _same(counted, bill_bytes):
+        problems.append("the run sent " + ("more" if counted > bill_bytes else "less") + " than the bill")
+    if ledger is not None and not _same(ledger, counted):
+        problems.append("your ledger differs from the count")
+    return "ok" if not problems else "; ".join(problems)
+
+
+def reconcile(results, dp, tp, pp, sizes, predicted_bytes_by_axis=None, learner_prediction=None) -> dict:
+    """What run.py prints and Lesson 11 shows: bytes by axis, the step, the losses, each with a verdict.
+
+    ``results``: what :func:`measure_then_train` returned on every rank.
+
+    Per axis ("dp", "tp", "pp", and "other": bytes on no axis of the plan): the course's bill
+    (``predicted_bytes``), the bytes the course's counter counted (``counted_bytes``), the lab's
+    ledger (``ledger_bytes``), the learner's own prediction when given (``your_prediction``), and a
+    verdict. Bytes are sent per rank per step, averaged over all ranks. Per step: the run's loss and
+    single-process training's. The step: predicted from the pieces measured before training (the
+    1F1B simulator) and measured (slowest rank, median over the steps after the first).
+    """
     import statistics
 
     measured = {k: statistics.median(r["measured"][k] for r in results) for k in ("forward", "backward", "p2p", "dp")}
@@ -283,14 +338,28 @@ def reconcile(results, dp, tp, pp, sizes, predicted_bytes_by_axis=None) -> dict:
     steps = len(results[0]["result"]["step_s"])
     later = range(1, steps) if steps > 1 else range(steps)   # step 0 also opens gloo's connections
     step = statistics.median(max(r["result"]["step_s"][i] for r in results) for i in later)
-    predicted = predicted_bytes_by_axis or predicted_bytes(
-        sizes["layers"], sizes["hidden"], sizes["micro_batch"], sizes["seq"], sizes["microbatches"], dp, tp, pp)
-    counted = {axis: sum(r["result"]["ledger"][axis] for r in results) / len(results) for axis in ("dp", "tp", "pp")}
-    return {"axes": {axis: {"predicted_bytes": predicted[axis], "counted_bytes": counted[axis]}
-                     for axis in ("dp", "tp", "pp")},
-            "predicted_step_s": prediction["step_s"], "measured_step_s": step,
-            "predicted_parts_s": prediction["parts"], "loss": results[0]["result"]["loss"],
-            "bytes": "sent per rank per step, averaged over all ranks"}
+    bill = dict(predicted_bytes_by_axis or predicted_bytes(
+        sizes["layers"], sizes["hidden"], sizes["micro_batch"], sizes["seq"], sizes["microbatches"], dp, tp, pp))
+    bill.setdefault("other", 0.0)
+    mean = lambda values: sum(values) / len(results)  # noqa: E731
+    axes = {}
+    for axis in AXES_AND_OTHER:
+        counted = mean(r["counted"][axis] for r in results)
+        ledger = mean(r["result"]["ledger"].get(axis, 0.0) for r in results)
+        yours = None if learner_prediction is None else learner_prediction.get(axis, 0.0)
+        axes[axis] = {"predicted_bytes": bill[axis], "counted_bytes": counted, "ledger_bytes": ledger,
+                      "your_prediction": yours, "verdict": byte_verdict(bill[axis], counted, ledger, yours)}
+    reference = reference_losses(sizes["layers"], sizes["hidden"], dp * sizes["micro_batch"] * sizes["microbatches"],
+                                 sizes["seq"], steps, sizes["lr"])
+    losses = results[0]["result"]["loss"]
+    loss_rows = [{"step": i, "yours": a, "single_process": b,
+                  "verdict": "equal" if abs(a - b) <= 1e-9 * abs(b) else f"differs (x{a / b:.4g})" if b else "differs"}
+                 for i, (a, b) in enumerate(zip(losses, reference))]
+    ratio = step / prediction["step_s"]
+    return {"axes": axes, "predicted_step_s": prediction["step_s"], "measured_step_s": step,
+            "step_verdict": "within 2x" if 0.5 <= ratio <= 2 else "outside 2x",
+            "predicted_parts_s": prediction["parts"], "loss": losses, "reference_loss": reference,
+            "losses": loss_rows, "bytes": "sent per rank per step, averaged over all ranks"}
 
 
 def lesson_run(rank, world_size, impl, dp, tp, pp, sizes):

@@ -38,11 +38,13 @@ class Op:
 
 def bubble_fraction(stages, microbatches, virtual_stages=1, relative_to="total"):
     """Pipeline bubble: (p-1)/(v m) relative to ideal compute, or (p-1)/(v m + p - 1) of the total."""
+    # BEGIN GRADED lab-07 bubble_fraction
     p = require_int("stages", stages, 1)
     m = require_int("microbatches", microbatches, 1)
     v = require_int("virtual_stages", virtual_stages, 1)
     require_choice("relative_to", relative_to, ("total", "ideal"))
     return (p - 1) / (v * m) if relative_to == "ideal" else (p - 1) / (v * m + p - 1)
+    # END GRADED: return learner.lab("07").bubble_fraction(stages, microbatches, virtual_stages, relative_to)
 
 
 SCHEDULE_FORMULAS = {"naive": "(p-1)/p", "gpipe": "(p-1)/(m+p-1)", "1f1b": "(p-1)/(m+p-1)",
@@ -92,6 +94,7 @@ def _device_order(schedule, p, m, v, device):
 
 def simulate(schedule, stages, microbatches, virtual_stages=1, t_forward=1.0, t_backward=2.0, t_p2p=0.0):
     """Run ``schedule`` on ``stages`` devices; return the ops (with start and end times) in time order."""
+    # BEGIN GRADED lab-07 simulate
     require_choice("schedule", schedule, SCHEDULES)
     p = require_int("stages", stages, 1)
     m = require_int("microbatches", microbatches, 1)
@@ -133,27 +136,34 @@ def simulate(schedule, stages, microbatches, virtual_stages=1, t_forward=1.0, t_
         stuck = [f"stage {d} at {orders[d][position[d]]}" for d in range(p) if position[d] < len(orders[d])]
         raise ValueError(f"the {schedule} order deadlocks: " + ", ".join(stuck))
     return sorted(ops, key=lambda op: (op.start, op.stage))
+    # END GRADED: return learner.lab("07").simulate(schedule, stages, microbatches, virtual_stages, t_forward, t_backward, t_p2p)
 
 
 def makespan(ops):
     """Seconds from the first op's start to the last op's end."""
+    # BEGIN GRADED lab-07 makespan
     return max(op.end for op in ops) - min(op.start for op in ops)
+    # END GRADED: return learner.lab("07").makespan(ops)
 
 
 def measured_bubble(ops):
     """Idle share of device time: 1 - busy / (devices x makespan)."""
+    # BEGIN GRADED lab-07 measured_bubble
     devices = len({op.stage for op in ops})
     busy = sum(op.end - op.start for op in ops)
     return 1 - busy / (devices * makespan(ops))
+    # END GRADED: return learner.lab("07").measured_bubble(ops)
 
 
 def peak_activations_in_flight(ops, stage):
     """Most (micro-batch, chunk) activations ``stage`` holds at once: forwards run, backwards not yet."""
+    # BEGIN GRADED lab-07 peak_activations_in_flight
     held = peak = 0
     for op in sorted((o for o in ops if o.stage == stage), key=lambda o: o.start):
         held += 1 if op.kind == "F" else -1
         peak = max(peak, held)
     return peak
+    # END GRADED: return learner.lab("07").peak_activations_in_flight(ops, stage)
 
 
 # -- the modeler --------------------------------------------------------------------------
@@ -187,9 +197,11 @@ def activation_bytes_per_layer(seq_len, micro_batch, hidden, heads, tp=1, recomp
     parallelism. With full recomputation only the layer's input is kept:
     2 s b h / t bytes.
     """
+    # BEGIN GRADED lab-08 activation_bytes_per_layer
     if recompute:
         return 2 * seq_len * micro_batch * hidden / tp
     return seq_len * micro_batch * hidden * (34 + 5 * heads * seq_len / hidden) / tp
+    # END GRADED
 
 
 def pipeline_report(cfg: PipelineConfig) -> dict:

@@ -19,6 +19,7 @@ from IPython.display import HTML, display
 
 from commtax.formulas.links import Link, available_links
 from commtax.formulas.models import PRESETS as MODEL_PRESETS, Model, transformer_params
+from commtax.ui import powered
 from commtax.units import format_bytes, format_rate, format_seconds
 
 _LAYOUT = w.Layout(width="460px")
@@ -160,7 +161,7 @@ class LinkPicker(w.VBox):
             link = self._links[self._dropdown.value]
         self._note.value = (
             f"<small>alpha = {format_seconds(link.alpha)}, bandwidth = {format_rate(link.bandwidth)} "
-            f"per direction, n* = {format_bytes(link.crossover_bytes)}. "
+            f"per direction, n* = {powered.or_unlit(lambda: format_bytes(link.crossover_bytes))}. "
             f"<i>{html.escape(link.source)}</i></small>"
         )
         self.value = link
@@ -266,6 +267,8 @@ def calculator(render, controls: dict, *, css_class: str = "commtax-calculator",
             except ValueError as exc:
                 display(HTML(f'<p class="commtax-error" style="color:#b00020"><b>Invalid input:</b> '
                              f"{html.escape(str(exc))}</p>"))
+            except NotImplementedError as exc:  # student release: a lab function not written yet
+                powered.show_unlit(exc)
 
     for control in controls.values():
         control.observe(refresh, "value")

@@ -7,32 +7,47 @@ all-reduce per block in the forward and one in the backward.
 
 * ``ColumnParallelLinear``: W (out x in) split by **rows of W** (output
   features). Rank r computes its slice of the output; no communication.
+  With ``gather_output=True`` (Megatron-LM's option) it all-gathers the
+  slices, so every rank gets the whole output.
 * ``RowParallelLinear``: W split by **columns of W** (input features). Rank r
   multiplies its slice of the input and gets a *partial sum* of the whole
   output; an all-reduce adds them up. The bias is added once, after it.
+  With ``input_is_parallel=False`` (Megatron-LM's flag) it takes the whole
+  input and keeps its own slice first.
 * Column then row needs only the row's all-reduce: the column layer's output
   slice is exactly the row layer's input slice, and element-wise functions
   (GELU) work on slices.
 
-The communication is written as two autograd functions, so that the backward
+The communication is written as autograd functions, so that the backward
 is right: entering the parallel region (``copy_to_tp_region``) is an identity
 forward and an all-reduce of the gradient backward; leaving it
 (``reduce_from_tp_region``) is an all-reduce forward and an identity backward.
+Gathering a split output (``gather_from_tp_region``) is an all-gather forward
+and a split backward; splitting a whole input (``scatter_to_tp_region``) is a
+split forward and an all-gather backward.
 
-Conventions: ``group=None`` is the default (world) group; t = its size. Each
-``from_full(layer, group)`` builds the rank's shard from the weights of a full
-single-process layer (``MLP`` or ``SelfAttention`` below), so results compare
-exactly. Shapes are (batch, seq, hidden). Call collectives as
-``dist.all_reduce`` (the tests count them).
+Conventions: ``group=None`` is the default (world) group; t = its size; a
+rank's place is ``dist.get_rank(group)``. The layers are built like
+``nn.Linear``, from sizes (``ColumnParallelLinear(in_features, out_features,
+bias=True, group=None, gather_output=False)``, ``RowParallelLinear(...,
+input_is_parallel=True)``; the constructors are given); each
+``from_full(layer, group)`` builds the rank's shard from the weights of a
+full single-process layer (``nn.Linear``, ``MLP`` or ``SelfAttention``
+below), so results compare exactly. Shapes are (batch, seq, features);
+splits are along the last dimension, in group-rank order. Call collectives
+as ``dist.all_reduce`` and ``dist.all_gather`` (the tests count them).
 
 What the tests check, on t = 2 and 4 ranks in float64 (to 1e-12): the output
 and the gradient of the input equal the single-process layer's on every rank;
 each rank's weight is its block of the full weight and its weight and bias
 gradients are the matching block of the full layer's gradients; each block
 issues exactly one ``all_reduce`` of one (batch, seq, hidden) activation in
-the forward and one in the backward, and no other collective. ``from_full``
-raises ValueError naming ``out_features``, ``in_features`` or ``heads`` when
-t does not divide it (the given ``_shard`` does this).
+the forward and one in the backward, and no other collective; a gathered
+column layer issues one all-gather of its whole output forward and one
+all-reduce backward, a row layer with a whole input one all-reduce forward
+and one all-gather of the input's gradient backward. ``from_full`` raises
+ValueError naming ``out_features``, ``in_features`` or ``heads`` when t does
+not divide it (the given ``_shard`` does this).
 """
 
 import torch
@@ -83,7 +98,10 @@ class SelfAttention(nn.Module):
         return self.out(causal_attention(q, k, v, self.hidden // self.heads))
 
 
-# -- the two communication points -------------------------------------------------------
+# -- the four communication points -------------------------------------------------------
+#
+# Megatron-LM's names for them: copy_to_tensor_model_parallel_region,
+# reduce_from_..., gather_from_... and scatter_to_... (``megatron.core.tensor_parallel``).
 
 class _CopyToTensorParallel(torch.autograd.Function):
     """Identity forward; all-reduce of the gradient backward (every rank used the same input)."""
@@ -126,6 +144,64 @@ class _ReduceFromTensorParallel(torch.autograd.Function):
         # END SOLUTION
 
 
+class _GatherFromTensorParallel(torch.autograd.Function):
+    """All-gather along the last dimension forward (rank r's slice goes to place r); split backward.
+
+    Forward: every rank's (..., n) slice, concatenated in group-rank order into
+    the whole (..., n * t), on every rank. Backward: every rank holds the
+    gradient of the whole output, the same on all ranks; its own slice's part
+    is the (..., n) block at place r. No communication backward.
+    """
+
+    @staticmethod
+    def forward(ctx, x, group):
+        # BEGIN SOLUTION
+        # HINT: dist.all_gather(list of t empty tensors like x, x.contiguous(), group=group), then torch.cat
+        # HINT: on the last dimension. Remember the group for the backward.
+        ctx.group = group
+        x = x.contiguous()
+        pieces = [torch.empty_like(x) for _ in range(dist.get_world_size(group))]
+        dist.all_gather(pieces, x, group=group)
+        return torch.cat(pieces, dim=-1)
+        # END SOLUTION
+
+    @staticmethod
+    def backward(ctx, grad):
+        # BEGIN SOLUTION
+        # HINT: keep the block of the last dimension that this rank contributed (dist.get_rank(group)).
+        rank, world = dist.get_rank(ctx.group), dist.get_world_size(ctx.group)
+        return grad.chunk(world, dim=-1)[rank].contiguous(), None
+        # END SOLUTION
+
+
+class _ScatterToTensorParallel(torch.autograd.Function):
+    """Keep this rank's slice of the last dimension forward; all-gather the gradient backward.
+
+    Forward: from the whole (..., n * t) input, rank r keeps the block
+    r*n .. (r+1)*n of the last dimension (no communication). Backward: the
+    input's gradient is every rank's slice gradient, concatenated in rank order.
+    """
+
+    @staticmethod
+    def forward(ctx, x, group):
+        # BEGIN SOLUTION
+        # HINT: the mirror of the gather: the forward is the gather's backward, the backward its forward.
+        ctx.group = group
+        rank, world = dist.get_rank(group), dist.get_world_size(group)
+        return x.chunk(world, dim=-1)[rank].contiguous().clone()
+        # END SOLUTION
+
+    @staticmethod
+    def backward(ctx, grad):
+        # BEGIN SOLUTION
+        # HINT: all-gather the slices' gradients and concatenate them on the last dimension.
+        grad = grad.contiguous()
+        pieces = [torch.empty_like(grad) for _ in range(dist.get_world_size(ctx.group))]
+        dist.all_gather(pieces, grad, group=ctx.group)
+        return torch.cat(pieces, dim=-1), None
+        # END SOLUTION
+
+
 def copy_to_tp_region(x, group=None):
     """Enter the tensor-parallel region: identity forward, all-reduce backward."""
     return _CopyToTensorParallel.apply(x, group)
@@ -134,6 +210,16 @@ def copy_to_tp_region(x, group=None):
 def reduce_from_tp_region(x, group=None):
     """Leave the tensor-parallel region: all-reduce forward, identity backward."""
     return _ReduceFromTensorParallel.apply(x, group)
+
+
+def gather_from_tp_region(x, group=None):
+    """Leave the region with the whole output: all-gather of the last dimension forward, split backward."""
+    return _GatherFromTensorParallel.apply(x, group)
+
+
+def scatter_to_tp_region(x, group=None):
+    """Enter the region with a slice of a whole input: split of the last dimension forward, all-gather backward."""
+    return _ScatterToTensorParallel.apply(x, group)
 
 
 def _shard(size, group, what):
@@ -147,64 +233,112 @@ def _shard(size, group, what):
 # -- the parallel layers -----------------------------------------------------------------
 
 class _ShardedLinear(nn.Module):
-    """A weight shard, an optional bias and the process group it belongs to (given)."""
+    """A weight shard of the given shape, an optional bias, the group, the full sizes (given).
 
-    def __init__(self, weight, bias, group=None):
+    Initialised as ``nn.Linear(in_features, out_features)`` initialises its
+    weight and bias: uniform in +-1/sqrt(in_features), the full layer's fan-in.
+    (Each rank draws its own values; :meth:`from_full`, or assigning
+    ``layer.weight = nn.Parameter(...)``, puts the real ones in.)
+    """
+
+    def __init__(self, in_features, out_features, weight_shape, bias_size, bias, group, dtype, device):
         super().__init__()
-        self.group = group
-        self.weight = nn.Parameter(weight)
-        self.bias = nn.Parameter(bias) if bias is not None else None
+        self.in_features, self.out_features, self.group = in_features, out_features, group
+        bound = in_features ** -0.5
+        self.weight = nn.Parameter(torch.empty(weight_shape, dtype=dtype, device=device).uniform_(-bound, bound))
+        if bias:
+            self.bias = nn.Parameter(torch.empty(bias_size, dtype=dtype, device=device).uniform_(-bound, bound))
+        else:
+            self.register_parameter("bias", None)
 
 
 class ColumnParallelLinear(_ShardedLinear):
-    """Linear layer whose output features are split across the group; output stays split.
+    """Linear layer whose output features are split across the group (Megatron-LM's ColumnParallelLinear).
 
     Holds ``weight`` (out/t x in) and ``bias`` (out/t): rows r*out/t .. (r+1)*out/t
     of the full layer. ``forward(x)`` takes the full input (batch, seq, in) and
-    returns this rank's slice of the output (batch, seq, out/t).
+    returns this rank's slice of the output (batch, seq, out/t); with
+    ``gather_output=True``, the whole output (batch, seq, out), the same on
+    every rank (one all-gather forward; its backward keeps this rank's slice
+    of the gradient). The constructor is given: ValueError naming
+    ``out_features`` when t does not divide it.
     """
 
+    def __init__(self, in_features, out_features, bias=True, group=None, gather_output=False, *, dtype=None,
+                 device=None):
+        _, width = _shard(out_features, group, "out_features")
+        super().__init__(in_features, out_features, (width, in_features), width, bias, group, dtype, device)
+        self.gather_output = gather_output
+
     @classmethod
-    def from_full(cls, layer, group=None):
-        """The shard of ``layer`` (an nn.Linear) for this rank."""
+    def from_full(cls, layer, group=None, gather_output=False):
+        """The shard of ``layer`` (an nn.Linear) for this rank, with the same dtype and device."""
         # BEGIN SOLUTION
-        # HINT: nn.Linear.weight is (out, in): take this rank's block of rows (and of the bias).
+        # HINT: build cls(layer.in_features, layer.out_features, layer.bias is not None, group, gather_output,
+        # HINT: dtype=..., device=...), then copy in this rank's block of rows of nn.Linear's (out, in) weight
+        # HINT: (and of the bias) under torch.no_grad().
         rank, width = _shard(layer.out_features, group, "out_features")
+        shard = cls(layer.in_features, layer.out_features, layer.bias is not None, group, gather_output,
+                    dtype=layer.weight.dtype, device=layer.weight.device)
         rows = slice(rank * width, (rank + 1) * width)
-        bias = layer.bias.detach()[rows].clone() if layer.bias is not None else None
-        return cls(layer.weight.detach()[rows].clone(), bias, group)
+        with torch.no_grad():
+            shard.weight.copy_(layer.weight[rows])
+            if layer.bias is not None:
+                shard.bias.copy_(layer.bias[rows])
+        return shard
         # END SOLUTION
 
     def forward(self, x):
         # BEGIN SOLUTION
-        # HINT: enter the parallel region first, so that the backward sums the input's gradient.
-        return F.linear(copy_to_tp_region(x, self.group), self.weight, self.bias)
+        # HINT: enter the parallel region first, so that the backward sums the input's gradient; with
+        # HINT: self.gather_output, leave it through gather_from_tp_region.
+        y = F.linear(copy_to_tp_region(x, self.group), self.weight, self.bias)
+        return gather_from_tp_region(y, self.group) if self.gather_output else y
         # END SOLUTION
 
 
 class RowParallelLinear(_ShardedLinear):
-    """Linear layer whose input features are split across the group; output is the full sum.
+    """Linear layer whose input features are split across the group (Megatron-LM's RowParallelLinear).
 
     Holds ``weight`` (out x in/t): columns r*in/t .. (r+1)*in/t of the full
     layer, and the full ``bias`` (out), added once, after the all-reduce.
-    ``forward(x)`` takes this rank's slice of the input (batch, seq, in/t) and
-    returns the full output (batch, seq, out), the same on every rank.
+    ``forward(x)`` takes this rank's slice of the input (batch, seq, in/t)
+    and returns the full output (batch, seq, out), the same on every rank.
+    With ``input_is_parallel=False`` it takes the whole input (batch, seq, in)
+    instead and keeps its own slice (no communication forward; the backward
+    all-gathers the input's gradient). The default, True, is what follows a
+    column-parallel layer (Megatron-LM asks for the flag explicitly). The
+    constructor is given: ValueError naming ``in_features`` when t does not divide it.
     """
 
+    def __init__(self, in_features, out_features, bias=True, group=None, input_is_parallel=True, *, dtype=None,
+                 device=None):
+        _, width = _shard(in_features, group, "in_features")
+        super().__init__(in_features, out_features, (out_features, width), out_features, bias, group, dtype, device)
+        self.input_is_parallel = input_is_parallel
+
     @classmethod
-    def from_full(cls, layer, group=None):
-        """The shard of ``layer`` (an nn.Linear) for this rank."""
+    def from_full(cls, layer, group=None, input_is_parallel=True):
+        """The shard of ``layer`` (an nn.Linear) for this rank, with the same dtype and device."""
         # BEGIN SOLUTION
-        # HINT: take this rank's block of columns of the weight; keep the whole bias.
+        # HINT: build cls(...) as in ColumnParallelLinear.from_full; copy this rank's block of columns of the
+        # HINT: weight and the whole bias.
         rank, width = _shard(layer.in_features, group, "in_features")
-        weight = layer.weight.detach()[:, rank * width:(rank + 1) * width].clone()
-        bias = layer.bias.detach().clone() if layer.bias is not None else None
-        return cls(weight, bias, group)
+        shard = cls(layer.in_features, layer.out_features, layer.bias is not None, group, input_is_parallel,
+                    dtype=layer.weight.dtype, device=layer.weight.device)
+        with torch.no_grad():
+            shard.weight.copy_(layer.weight[:, rank * width:(rank + 1) * width])
+            if layer.bias is not None:
+                shard.bias.copy_(layer.bias)
+        return shard
         # END SOLUTION
 
     def forward(self, x):
         # BEGIN SOLUTION
+        # HINT: a whole input (not self.input_is_parallel) goes through scatter_to_tp_region first. Then
         # HINT: partial = x @ W_r^T; sum the partials across ranks; then add the bias, once.
+        if not self.input_is_parallel:
+            x = scatter_to_tp_region(x, self.group)
         partial = F.linear(x, self.weight)
         out = reduce_from_tp_region(partial, self.group)
         return out + self.bias if self.bias is not None else out
@@ -222,7 +356,8 @@ class TensorParallelMLP(nn.Module):
     def from_full(cls, mlp, group=None):
         """The shard of ``mlp`` (an :class:`MLP`) for this rank."""
         # BEGIN SOLUTION
-        # HINT: one ColumnParallelLinear and one RowParallelLinear.
+        # HINT: one ColumnParallelLinear and one RowParallelLinear (their defaults: the output stays split,
+        # HINT: the input is a slice).
         return cls(ColumnParallelLinear.from_full(mlp.fc1, group), RowParallelLinear.from_full(mlp.fc2, group))
         # END SOLUTION
 
@@ -248,16 +383,21 @@ class TensorParallelAttention(nn.Module):
     def from_full(cls, attention, group=None):
         """The shard of ``attention`` (a :class:`SelfAttention`) for this rank."""
         # BEGIN SOLUTION
-        # HINT: the fused qkv weight is [Q; K; V]; take this rank's heads' rows from each of the
-        # HINT: three blocks and concatenate them. The output projection is an ordinary RowParallelLinear.
+        # HINT: check that t divides the heads (_shard(attention.heads, group, "heads")). The fused qkv weight
+        # HINT: is [Q; K; V]: build ColumnParallelLinear(hidden, 3 * hidden, ...) and copy in this rank's heads'
+        # HINT: rows from each of the three blocks. The output projection is an ordinary RowParallelLinear.
         rank, heads_here = _shard(attention.heads, group, "heads")
-        head_dim = attention.hidden // attention.heads
-        width = heads_here * head_dim
-        rows = torch.cat([torch.arange(block * attention.hidden + rank * width, block * attention.hidden + (rank + 1) * width)
+        hidden = attention.hidden
+        width = heads_here * (hidden // attention.heads)
+        rows = torch.cat([torch.arange(block * hidden + rank * width, block * hidden + (rank + 1) * width)
                           for block in range(3)])
-        qkv = ColumnParallelLinear(attention.qkv.weight.detach()[rows].clone(),
-                                   attention.qkv.bias.detach()[rows].clone(), group)
-        return cls(qkv, RowParallelLinear.from_full(attention.out, group), head_dim)
+        full = attention.qkv
+        qkv = ColumnParallelLinear(hidden, 3 * hidden, full.bias is not None, group,
+                                   dtype=full.weight.dtype, device=full.weight.device)
+        with torch.no_grad():
+            qkv.weight.copy_(full.weight[rows.to(full.weight.device)])
+            qkv.bias.copy_(full.bias[rows.to(full.weight.device)])
+        return cls(qkv, RowParallelLinear.from_full(attention.out, group), hidden // attention.heads)
         # END SOLUTION
 
     def forward(self, x):

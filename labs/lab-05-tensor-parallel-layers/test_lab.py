@@ -1,14 +1,22 @@
 """Lab 05 tests: tensor-parallel layers on real ranks equal the single-process layers, forward and
-backward, with exactly one all-reduce per block each way and the bytes Lab 04 predicts."""
+backward, with exactly one all-reduce per block each way and the bytes Lab 04 predicts; a gathered
+column layer and a row layer fed the whole input (Megatron-LM's gather_output and input_is_parallel)
+likewise, with one all-gather each, in the right direction.
+
+Each world size runs one job (a few seconds) that builds every layer and returns what it computed;
+the tests read its results. A failure reads best with ``--tb=short``."""
 
 import pytest
 import torch
+import torch.distributed as dist
 
+from commtax.formulas import bill
 from commtax.ranks.launch import rank_device
-from commtax.testing import BACKENDS, SharedRuns, check, fail
+from commtax.testing import BACKENDS, SharedRuns, check, close, fail, mismatch, run_section, section
 from commtax.ranks.traffic import record_traffic
 
 HIDDEN, FFN, HEADS, BATCH, SEQ = 16, 64, 8, 2, 5
+SUBGROUPS = ([0, 1], [2, 3])   # on 4 ranks, two TP groups of 2
 DTYPE = torch.float64   # exact enough to compare at 1e-12
 TOLERANCE = 1e-12
 RUNS = SharedRuns()
@@ -29,7 +37,9 @@ def full_weights():
     return {"fc1": linear(FFN, HIDDEN), "fc2": linear(HIDDEN, FFN),
             "qkv": linear(3 * HIDDEN, HIDDEN), "out": linear(HIDDEN, HIDDEN),
             "x": torch.randn(BATCH, SEQ, HIDDEN, generator=g, dtype=DTYPE),
-            "upstream": torch.randn(BATCH, SEQ, HIDDEN, generator=g, dtype=DTYPE)}
+            "upstream": torch.randn(BATCH, SEQ, HIDDEN, generator=g, dtype=DTYPE),
+            "upstream_ffn": torch.randn(BATCH, SEQ, FFN, generator=g, dtype=DTYPE),   # a gathered fc1's output
+            "x_ffn": torch.randn(BATCH, SEQ, FFN, generator=g, dtype=DTYPE)}          # a whole input of fc2
 
 
 def _load(linear, weight, bias):
@@ -40,15 +50,47 @@ def _load(linear, weight, bias):
 
 # -- the worker: it builds the lab's layers on every rank and returns what they computed ----------
 
-def _run_block(parallel, w, device):
-    """Forward and backward of ``parallel`` on the seeded input; output, input gradient, collectives."""
-    x = w["x"].clone().to(device).requires_grad_()
+def _run_block(parallel, w, device, x="x", upstream="upstream"):
+    """Forward and backward of ``parallel`` on a seeded input; output, input gradient, collectives."""
+    x = w[x].clone().to(device).requires_grad_()
     with record_traffic() as forward:
         y = parallel(x)
+    if not isinstance(y, torch.Tensor) or tuple(y.shape) != tuple(w[upstream].shape):
+        raise ValueError(f"the layer's forward returned {_shape_of(y)}; expected the shape {tuple(w[upstream].shape)} "
+                         "(batch, seq, features): a column layer with gather_output=True returns the whole output, "
+                         "every layer keeps the batch and sequence dimensions" + _same_size_hint(y, w[upstream]))
     with record_traffic() as backward:
-        (y * w["upstream"].to(device)).sum().backward()
+        (y * w[upstream].to(device)).sum().backward()
     return {"output": _cpu(y), "input_grad": _cpu(x.grad),
             "forward": forward.collectives, "backward": backward.collectives}
+
+
+def _same_size_hint(got, expected):
+    if isinstance(got, torch.Tensor) and got.numel() == expected.numel():
+        return " (as many elements as expected: pieces joined along another dimension than the last, the features?)"
+    return ""
+
+
+def _shape_of(value):
+    return f"a tensor of shape {tuple(value.shape)}" if isinstance(value, torch.Tensor) else f"{value!r:.60}"
+
+
+def _params(layer):
+    return {"weight": _cpu(layer.weight), "weight_grad": _cpu(layer.weight.grad), "bias_grad": _cpu(layer.bias.grad)}
+
+
+def _full_linear(weight_bias, device):
+    weight, bias = weight_bias
+    linear = torch.nn.Linear(weight.shape[1], weight.shape[0], dtype=DTYPE)
+    _load(linear, weight, bias)
+    return linear.to(device)
+
+
+def _built(layer, call):
+    """``layer``, if ``call`` returned a module; else a TypeError that says what it returned."""
+    if not isinstance(layer, torch.nn.Module):
+        raise TypeError(f"{call} returned {type(layer).__name__} {layer!r:.60}, not an nn.Module")
+    return layer
 
 
 def _cpu(tensor):
@@ -65,22 +107,43 @@ def check_tensor_parallel_layers(rank, world_size, lab):
     full_attention = lab.SelfAttention(HIDDEN, HEADS, dtype=DTYPE)
     _load(full_attention.qkv, *w["qkv"])
     _load(full_attention.out, *w["out"])
-    out = {}
+    full_mlp.to(device)
+    full_attention.to(device)
 
-    tp_mlp = lab.TensorParallelMLP.from_full(full_mlp.to(device))
-    out["mlp"] = _run_block(tp_mlp, w, device)
-    for name in ("fc1", "fc2"):
-        layer = getattr(tp_mlp, name)
-        out["mlp"][name] = {"weight": _cpu(layer.weight), "weight_grad": _cpu(layer.weight.grad),
-                            "bias_grad": _cpu(layer.bias.grad)}
+    def mlp():
+        tp_mlp = _built(lab.TensorParallelMLP.from_full(full_mlp), "TensorParallelMLP.from_full(mlp)")
+        return dict(_run_block(tp_mlp, w, device), **{name: _params(getattr(tp_mlp, name)) for name in ("fc1", "fc2")})
 
-    tp_attention = lab.TensorParallelAttention.from_full(full_attention.to(device))
-    out["attention"] = _run_block(tp_attention, w, device)
-    for name in ("qkv", "out"):
-        layer = getattr(tp_attention, name)
-        out["attention"][name] = {"weight": _cpu(layer.weight), "weight_grad": _cpu(layer.weight.grad),
-                                  "bias_grad": _cpu(layer.bias.grad)}
+    def attention():
+        tp_attention = _built(lab.TensorParallelAttention.from_full(full_attention),
+                              "TensorParallelAttention.from_full(attention)")
+        return dict(_run_block(tp_attention, w, device),
+                    **{name: _params(getattr(tp_attention, name)) for name in ("qkv", "out")})
 
+    def gathered():  # Megatron-LM's gather_output: fc1 alone, its whole output on every rank
+        layer = _built(lab.ColumnParallelLinear.from_full(_full_linear(w["fc1"], device), gather_output=True),
+                       "ColumnParallelLinear.from_full(fc1, gather_output=True)")
+        return dict(_run_block(layer, w, device, upstream="upstream_ffn"), fc1=_params(layer))
+
+    def whole_input():  # Megatron-LM's input_is_parallel=False: fc2 alone, fed the whole input
+        layer = _built(lab.RowParallelLinear.from_full(_full_linear(w["fc2"], device), input_is_parallel=False),
+                       "RowParallelLinear.from_full(fc2, input_is_parallel=False)")
+        return dict(_run_block(layer, w, device, x="x_ffn"), fc2=_params(layer))
+
+    # On 4 ranks, also on two groups of 2 ({0, 1} and {2, 3}): the layers must use their group's size and
+    # their place in it (dist.get_rank(group)), and reduce over their group only.
+    pairs = [dist.new_group(pair) for pair in SUBGROUPS] if world_size == 4 else []   # every rank makes each group
+
+    def on_a_subgroup():
+        group = next(g for g, pair in zip(pairs, SUBGROUPS) if rank in pair)
+        layer = _built(lab.TensorParallelMLP.from_full(full_mlp, group=group), "TensorParallelMLP.from_full(mlp, group)")
+        gathered = lab.ColumnParallelLinear.from_full(_full_linear(w["fc1"], device), group=group, gather_output=True)
+        return {"mlp": dict(_run_block(layer, w, device), fc1=_params(layer.fc1), fc2=_params(layer.fc2)),
+                "gathered": dict(_run_block(gathered, w, device, upstream="upstream_ffn"), fc1=_params(gathered))}
+
+    # Each part on its own: an unwritten or raising part fails its own tests only.
+    parts = [("mlp", mlp), ("attention", attention), ("gathered", gathered), ("whole_input", whole_input)]
+    out = {name: run_section(part) for name, part in parts + ([("subgroup", on_a_subgroup)] if pairs else [])}
     errors = {}
     for name, make in {"column": lambda: lab.ColumnParallelLinear.from_full(torch.nn.Linear(HIDDEN, FFN + 1)),
                        "row": lambda: lab.RowParallelLinear.from_full(torch.nn.Linear(FFN + 1, HIDDEN)),
@@ -133,6 +196,14 @@ def reference():
             _REFERENCE[block] = {"output": y.detach(), "input_grad": x.grad,
                                  **{n: {"weight": params[n][0].detach(), "weight_grad": params[n][0].grad,
                                         "bias_grad": params[n][1].grad} for n in names}}
+        for block, layer, x_name, upstream in (("gathered", "fc1", "x", "upstream_ffn"),
+                                               ("whole_input", "fc2", "x_ffn", "upstream")):
+            weight, bias = (t.clone().requires_grad_() for t in w[layer])
+            x = w[x_name].clone().requires_grad_()
+            y = _linear(x, (weight, bias))
+            (y * w[upstream]).sum().backward()
+            _REFERENCE[block] = {"output": y.detach(), "input_grad": x.grad,
+                                 layer: {"weight": weight.detach(), "weight_grad": weight.grad, "bias_grad": bias.grad}}
     return _REFERENCE
 
 
@@ -156,20 +227,54 @@ def _ratio(got, expected):
     return (got * expected).sum().item() / denominator if denominator else float("nan")
 
 
-def compare(got, expected, what):
-    """None if equal within TOLERANCE; else where, by how much, and the ratio got/expected."""
+def _ratio_hint(ratio, world_size):
+    """What a whole tensor off by a clean factor usually means in this lab."""
+    if world_size and abs(ratio - world_size) < 1e-9:
+        return f": exactly t = {world_size} times too large (summed over the ranks once too often?)"
+    if world_size and abs(ratio - 1 / world_size) < 1e-9:
+        return f": exactly 1/t = 1/{world_size} of it (one rank's part only: an all-reduce missing?)"
+    if abs(ratio) < 1e-12:
+        return ": all zeros"
+    return ""
+
+
+def compare(got, expected, what, world_size=None):
+    """None if equal within TOLERANCE; else where, by how much, and the ratio got/expected (what it suggests)."""
     if got is None:
         return f"{what}: no gradient (None): is the parameter used, and does the backward reach it?"
-    got = got.double()
-    if got.shape != expected.shape:
-        return f"{what}: shape {tuple(got.shape)}, expected {tuple(expected.shape)}"
-    diff = (got - expected).abs()
-    if not diff.max().item() < TOLERANCE:  # NaN fails too
-        i = int(diff.reshape(-1).nan_to_num(float("inf")).argmax())
-        return (f"{what} differs: largest difference {diff.max().item():.3g} at flat index {i} "
-                f"(got {got.reshape(-1)[i].item():.6g}, expected {expected.reshape(-1)[i].item():.6g}); "
-                f"ratio got/expected {_ratio(got, expected):.4g}")
+    why = mismatch(got, expected, rel=0.0, abs=TOLERANCE)
+    if why is None:
+        return None
+    if mismatch(got, torch.zeros_like(expected), abs=float("inf")) is None:  # a tensor of the right shape
+        ratio = _ratio(got.double(), expected)
+        why += f"; least-squares ratio got/expected {ratio:.4g}{_ratio_hint(ratio, world_size)}"
+    return f"{what}: {why}"
+
+
+def _other_shard(got, full, block, layer, rank, world_size):
+    """The rank whose shard of ``full`` ``got`` equals, if another rank's: the classic wrong-slice bug."""
+    for other in range(world_size):
+        if other != rank:
+            rows, _ = shard_of(block, layer, other, world_size)
+            if got is not None and mismatch(got, full[rows], rel=0.0, abs=TOLERANCE) is None:
+                return other
     return None
+
+
+def check_params(got, ref, block, layer, rank, world_size, what):
+    """Weight and bias gradient of one layer: this rank's shard of the full layer's, named if another rank's."""
+    __tracebackhide__ = True
+    weight_rows, bias_rows = shard_of(block, layer, rank, world_size)
+    problem = compare(got[layer]["weight_grad"], ref[layer]["weight_grad"][weight_rows],
+                      f"{what}: the gradient of {layer}.weight (this rank's shard)", world_size)
+    if problem:
+        other = _other_shard(got[layer]["weight_grad"], ref[layer]["weight_grad"], block, layer, rank, world_size)
+        if other is not None:
+            problem += (f". It is rank {other}'s shard of the full gradient: a split or gather uses the wrong "
+                        "rank's place (use dist.get_rank(group), the rank inside the group)")
+        fail(problem)
+    fail_if(compare(got[layer]["bias_grad"], ref[layer]["bias_grad"][bias_rows],
+                    f"{what}: the gradient of {layer}.bias (this rank's shard)", world_size))
 
 
 def fail_if(problem):
@@ -180,14 +285,21 @@ def fail_if(problem):
 
 def _results(lab, world_size, backend="gloo"):
     needs = [lab.ColumnParallelLinear.from_full, lab.ColumnParallelLinear.forward, lab.RowParallelLinear.from_full,
-             lab.RowParallelLinear.forward, lab.TensorParallelMLP.from_full, lab.TensorParallelAttention.from_full]
+             lab.RowParallelLinear.forward]
     return RUNS.get((world_size, backend), check_tensor_parallel_layers, world_size, (lab,), backend=backend,
                     timeout=120, needs=needs)
 
 
+def _parts(lab, world_size, part, backend="gloo"):
+    """[rank r's results of ``part``]; fails (the traceback once) if the learner's code raised in it."""
+    __tracebackhide__ = True
+    return [section(result, part, rank=rank, job=(world_size, backend))
+            for rank, result in enumerate(_results(lab, world_size, backend))]
+
+
 def bias_diagnosis(block, output, world_size):
     """A row-parallel bias added on every rank makes the output (t - 1) x bias too large, everywhere."""
-    bias = full_weights()["fc2" if block == "mlp" else "out"][1]
+    bias = full_weights()["fc2" if block in ("mlp", "whole_input") else "out"][1]
     excess = output.double() - reference()[block]["output"]
     if world_size > 1 and (excess - (world_size - 1) * bias).abs().max().item() < 1e-9:
         return (f" The output is too large by exactly (t - 1) x bias = {world_size - 1} x the row-parallel layer's "
@@ -195,14 +307,32 @@ def bias_diagnosis(block, output, world_size):
     return ""
 
 
+def _check_output_then_input_grad(results, ref, block, rank, world_size, what):
+    """The output first (nothing else can be right without it), then the gradient of the input."""
+    __tracebackhide__ = True
+    got = results[rank]
+    problem = compare(got["output"], ref["output"], f"{what} output", world_size)
+    if problem:
+        fail(f"{problem} (the output is wrong, so the gradients cannot be right: fix it first)."
+             + bias_diagnosis(block, got["output"], world_size))
+    problem = compare(got["input_grad"], ref["input_grad"], f"{what}: the gradient of the input x", world_size)
+    if problem:
+        grads = [r["input_grad"] for r in results]
+        if all(g is not None and g.shape == ref["input_grad"].shape for g in grads) and \
+                compare(sum(g.double() for g in grads), ref["input_grad"], "") is None:
+            problem += (". Summed over the t ranks it is right: each rank holds only its own branch's part; the "
+                        "backward of copy_to_tp_region must all-reduce it (every rank used the whole x)")
+        fail(problem)
+
+
 @pytest.mark.points(3)
 @pytest.mark.parametrize("world_size", [2, 4])
 @pytest.mark.parametrize("block", ["mlp", "attention"])
 def test_forward_output_equals_the_single_process_layer(lab, world_size, block):
     expected = reference()[block]["output"]
-    for rank, result in enumerate(_results(lab, world_size)):
-        output = result[block]["output"]
-        problem = compare(output, expected, f"t = {world_size}, rank {rank}, {block} output")
+    for rank, result in enumerate(_parts(lab, world_size, block)):
+        output = result["output"]
+        problem = compare(output, expected, f"t = {world_size}, rank {rank}, {block} output", world_size)
         fail_if(problem and problem + "." + bias_diagnosis(block, output, world_size))
 
 
@@ -212,75 +342,139 @@ def test_forward_output_equals_the_single_process_layer(lab, world_size, block):
 def test_input_and_weight_gradients_equal_the_single_process_shards(lab, world_size, block):
     ref = reference()[block]
     layers = ("fc1", "fc2") if block == "mlp" else ("qkv", "out")
-    results = _results(lab, world_size)
-    for rank, result in enumerate(results):
-        got = result[block]
+    results = _parts(lab, world_size, block)
+    for rank, got in enumerate(results):
         what = f"t = {world_size}, rank {rank}, {block}"
-        problem = compare(got["output"], ref["output"], f"{what} output")
-        if problem:
-            fail(f"{problem} (the output is wrong, so the gradients cannot be right: fix it first)."
-                                 + bias_diagnosis(block, got["output"], world_size))
-        problem = compare(got["input_grad"], ref["input_grad"], f"{what}: the gradient of the input x")
-        if problem:
-            grads = [r[block]["input_grad"] for r in results]
-            if all(g is not None for g in grads) and compare(sum(g.double() for g in grads), ref["input_grad"], "") is None:
-                problem += (". Summed over the t ranks it is right: each rank holds only its own branch's part; the "
-                            "backward of copy_to_tp_region must all-reduce it (every rank used the whole x)")
-            elif compare(got["input_grad"].double() / world_size, ref["input_grad"], "") is None:
-                problem += f". It is exactly t = {world_size} times too large: all-reduced once too often?"
-        fail_if(problem)
+        _check_output_then_input_grad(results, ref, block, rank, world_size, what)
         for layer in layers:
-            weight_rows, bias_rows = shard_of(block, layer, rank, world_size)
-            fail_if(compare(got[layer]["weight_grad"], ref[layer]["weight_grad"][weight_rows],
-                            f"{what}: the gradient of {layer}.weight (this rank's shard)"))
-            fail_if(compare(got[layer]["bias_grad"], ref[layer]["bias_grad"][bias_rows],
-                            f"{what}: the gradient of {layer}.bias (this rank's shard)"))
+            check_params(got, ref, block, layer, rank, world_size, what)
+
+
+@pytest.mark.points(2)
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_gather_output_gives_every_rank_the_whole_output_and_splits_the_gradient_back(lab, world_size):
+    """ColumnParallelLinear.from_full(fc1, gather_output=True): the whole (b, s, ffn) output on every rank;
+    the input's gradient whole; the weight's and bias's gradients this rank's rows of the full layer's."""
+    ref = reference()["gathered"]
+    results = _parts(lab, world_size, "gathered")
+    for rank, got in enumerate(results):
+        what = f"t = {world_size}, rank {rank}, fc1 with gather_output=True"
+        _check_output_then_input_grad(results, ref, "gathered", rank, world_size, what)
+        check_params(got, ref, "gathered", "fc1", rank, world_size, what)
+
+
+@pytest.mark.points(2)
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_row_layer_given_the_whole_input_keeps_its_slice_and_gathers_the_input_gradient(lab, world_size):
+    """RowParallelLinear.from_full(fc2, input_is_parallel=False), fed the whole (b, s, ffn) input: the full
+    output, the input's whole gradient on every rank, this rank's columns of the weight's gradient."""
+    ref = reference()["whole_input"]
+    results = _parts(lab, world_size, "whole_input")
+    for rank, got in enumerate(results):
+        what = f"t = {world_size}, rank {rank}, fc2 with input_is_parallel=False"
+        _check_output_then_input_grad(results, ref, "whole_input", rank, world_size, what)
+        check_params(got, ref, "whole_input", "fc2", rank, world_size, what)
+
+
+@pytest.mark.points(2)
+def test_layers_on_a_subgroup_use_its_size_its_ranks_and_reduce_over_it_only(lab):
+    """On 4 ranks, TP groups {0, 1} and {2, 3}: each pair's MLP and gathered fc1 equal the full layers, and each
+    rank holds the shard of its place in its pair (t = 2), not of its global rank."""
+    ref = reference()
+    for rank, got in enumerate(_parts(lab, 4, "subgroup")):
+        place = SUBGROUPS[rank // 2].index(rank)
+        for block, layers in (("mlp", ("fc1", "fc2")), ("gathered", ("fc1",))):
+            what = f"rank {rank} (place {place} of the group {SUBGROUPS[rank // 2]}), {block} on its group"
+            problem = compare(got[block]["output"], ref[block]["output"], f"{what}: the output", 2)
+            if problem and mismatch(got[block]["output"], ref[block]["output"], abs=float("inf")) is None:
+                problem += (". (On a group of 2 inside 4 ranks: did a collective run on the default group, or did a "
+                            "shard use the global rank? Pass group= to every collective, and take dist.get_rank(group) "
+                            "and dist.get_world_size(group).)")
+            fail_if(problem)
+            fail_if(compare(got[block]["input_grad"], ref[block]["input_grad"], f"{what}: the gradient of the input", 2))
+            for layer in layers:
+                check_params(got[block], ref[block], block, layer, place, 2, what)
 
 
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_each_rank_holds_one_t_th_of_the_weights(lab, world_size):
     ref = reference()
-    for rank, result in enumerate(_results(lab, world_size)):
-        for block, layer in (("mlp", "fc1"), ("mlp", "fc2"), ("attention", "qkv"), ("attention", "out")):
+    for block, layer in (("mlp", "fc1"), ("mlp", "fc2"), ("attention", "qkv"), ("attention", "out")):
+        for rank, result in enumerate(_parts(lab, world_size, block)):
             rows, _ = shard_of(block, layer, rank, world_size)
             expected = ref[block][layer]["weight"][rows]
-            weight = result[block][layer]["weight"]
+            weight = result[layer]["weight"]
             kind = "rows" if layer in ("fc1", "qkv") else "columns"
             check(tuple(weight.shape) == tuple(expected.shape),
                   f"t = {world_size}, rank {rank}: {layer}.weight is {tuple(weight.shape)}; this rank's block of "
-                f"{kind} of the full {tuple(ref[block][layer]['weight'].shape)} weight is {tuple(expected.shape)}")
-            fail_if(compare(weight, expected, f"t = {world_size}, rank {rank}: {layer}.weight (its block of {kind})"))
+                  f"{kind} of the full {tuple(ref[block][layer]['weight'].shape)} weight is {tuple(expected.shape)}")
+            problem = compare(weight, expected, f"t = {world_size}, rank {rank}: {layer}.weight (its block of {kind})")
+            other = problem and _other_shard(weight, ref[block][layer]["weight"], block, layer, rank, world_size)
+            fail_if(problem and problem + (f". It is rank {other}'s block: take the block of this rank's place in "
+                                           "the group (dist.get_rank(group))" if other is not None else ""))
+
+
+ALL_GATHERS = ("all_gather", "all_gather_into_tensor", "all_gather_single")
+
+
+def _calls(entries):
+    """[(name, payload bytes)] with any flavour of all-gather called "all_gather"."""
+    return [("all_gather" if name in ALL_GATHERS else name, nbytes) for name, nbytes in entries]
 
 
 @pytest.mark.parametrize("world_size", [2, 4])
 @pytest.mark.parametrize("block", ["mlp", "attention"])
 def test_exactly_one_all_reduce_per_block_forward_and_one_backward(lab, world_size, block):
-    for rank, result in enumerate(_results(lab, world_size)):
-        forward = [name for name, _ in result[block]["forward"]]
-        backward = [name for name, _ in result[block]["backward"]]
-        check(forward == ["all_reduce"], f"t = {world_size}, rank {rank}, {block}: the forward issued {forward}")
-        check(backward == ["all_reduce"], f"t = {world_size}, rank {rank}, {block}: the backward issued {backward}")
+    for rank, result in enumerate(_parts(lab, world_size, block)):
+        forward = [name for name, _ in result["forward"]]
+        backward = [name for name, _ in result["backward"]]
+        check(forward == ["all_reduce"], f"t = {world_size}, rank {rank}, {block}: the forward issued {forward}; "
+                                         "expected one all_reduce (the row-parallel layer's)")
+        check(backward == ["all_reduce"], f"t = {world_size}, rank {rank}, {block}: the backward issued {backward}; "
+                                          "expected one all_reduce (copy_to_tp_region's, of the input's gradient)")
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_gather_and_whole_input_each_move_one_all_gather_in_the_right_direction(lab, world_size):
+    """Gathered column: one all-gather of the whole output forward, the input gradient's all-reduce backward.
+    Row with the whole input: the output's all-reduce forward, one all-gather of the input's gradient backward."""
+    ffn = BATCH * SEQ * FFN * DTYPE.itemsize          # the whole (b, s, ffn) tensor, after gathering
+    hidden = BATCH * SEQ * HIDDEN * DTYPE.itemsize    # one (b, s, h) activation
+    expected = {("gathered", "forward"): [("all_gather", ffn)], ("gathered", "backward"): [("all_reduce", hidden)],
+                ("whole_input", "forward"): [("all_reduce", hidden)],
+                ("whole_input", "backward"): [("all_gather", ffn)]}
+    names = {"gathered": "fc1 with gather_output=True", "whole_input": "fc2 with input_is_parallel=False"}
+    for part in ("gathered", "whole_input"):
+        for rank, result in enumerate(_parts(lab, world_size, part)):
+            for phase in ("forward", "backward"):
+                got = _calls(result[phase])
+                check(got == expected[(part, phase)],
+                      f"t = {world_size}, rank {rank}, {names[part]}: the {phase} issued {got} (name, payload bytes); "
+                      f"expected {expected[(part, phase)]} (an all-gather's payload is the whole gathered tensor)")
 
 
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_bytes_per_layer_per_rank_are_lab_04s_8_t_minus_1_over_t_bsh(lab, world_size):
     activation = BATCH * SEQ * HIDDEN * DTYPE.itemsize   # b s h B
-    for rank, result in enumerate(_results(lab, world_size)):
-        calls = [nbytes for block in ("attention", "mlp") for phase in ("forward", "backward")
-                 for _, nbytes in result[block][phase]]
+    results = zip(_parts(lab, world_size, "attention"), _parts(lab, world_size, "mlp"))
+    for rank, blocks in enumerate(results):
+        calls = [nbytes for block in blocks for phase in ("forward", "backward") for _, nbytes in block[phase]]
         check(calls == [activation] * 4, f"t = {world_size}, rank {rank}: collectives of {calls} bytes; one "
-                                           f"layer is four all-reduces of one b*s*h activation ({activation} bytes)")
-        on_the_wire = sum(calls) * 2 * (world_size - 1) / world_size   # each, a ring all-reduce
-        assert on_the_wire == pytest.approx(8 * (world_size - 1) / world_size * activation)
+                                         f"layer is four all-reduces of one b*s*h activation ({activation} bytes)")
+        # each a ring all-reduce, 2(t-1)/t of its payload: Lab 04's tp_bytes_per_layer
+        on_the_wire = sum(calls) * 2 * (world_size - 1) / world_size
+        check(close(on_the_wire, bill.tp_bytes_per_layer(BATCH, SEQ, HIDDEN, world_size, DTYPE.itemsize)),
+              f"t = {world_size}: {on_the_wire} bytes on the wire per layer; Lab 04's bill says "
+              f"{bill.tp_bytes_per_layer(BATCH, SEQ, HIDDEN, world_size, DTYPE.itemsize)}")
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_the_layers_run_on_each_backend(lab, backend):
     ref = reference()
-    for rank, result in enumerate(_results(lab, 2, backend)):
-        for block in ("mlp", "attention"):
-            fail_if(compare(result[block]["output"], ref[block]["output"], f"{backend}, rank {rank}, {block} output"))
-            fail_if(compare(result[block]["input_grad"], ref[block]["input_grad"],
+    for block in ("mlp", "attention", "gathered", "whole_input"):
+        for rank, result in enumerate(_parts(lab, 2, block, backend)):
+            fail_if(compare(result["output"], ref[block]["output"], f"{backend}, rank {rank}, {block} output"))
+            fail_if(compare(result["input_grad"], ref[block]["input_grad"],
                             f"{backend}, rank {rank}, {block} input gradient"))
 
 

@@ -11,6 +11,9 @@ Part 2, the wire (real ranks):
 * ``all_to_all``: rank r sends rows ``send_splits[j]`` of its tensor to rank j
   and receives ``recv_splits[j]`` rows from rank j, built from point-to-point
   operations only (``dist.isend``/``dist.irecv``), empty splits included.
+* ``all_to_all_single``: the same, with ``torch.distributed.all_to_all_single``'s
+  argument order (output, input, output_split_sizes, input_split_sizes),
+  writing into ``output``; a split list left as None means equal splits.
 * ``AllToAll``: the same as an autograd function; its backward is the
   all-to-all with the splits swapped.
 * ``ExpertParallelMoE``: the MoE layer ``MoE`` (given) with its experts
@@ -85,8 +88,13 @@ def dispatch_bytes_per_rank(tokens_per_rank, hidden, ep, top_k, dtype_bytes=2, c
 
         (ep-1) * (experts/ep) * C * hidden * dtype_bytes
 
-    ``experts`` defaults to ``ep`` (one expert per rank) and must be a
-    multiple of ``ep``. ValueError naming the argument on bad input.
+    ``experts``, the number of routed experts, matters only with a capacity
+    factor; there, left out, it is ``ep`` (one expert per rank). When it is
+    given or needed, it must be a multiple of ``ep`` and at least ``top_k``
+    (ValueError naming ``experts`` or ``top_k``). The dropless formula needs
+    no expert count: ``dispatch_bytes_per_rank(100, 16, 1, 2)`` is 0 (one rank
+    keeps everything), whatever the experts it holds. ValueError naming the
+    argument on any other bad input.
     """
     # BEGIN SOLUTION
     # HINT: dropless: the expected off-rank share (ep-1)/ep of the routed copies.
@@ -168,6 +176,8 @@ def all_to_all(send, send_splits, recv_splits, group=None):
     out = send.new_empty((sum(recv_splits),) + tuple(send.shape[1:]))
     send_at = [sum(send_splits[:j]) for j in range(world)]
     recv_at = [sum(recv_splits[:j]) for j in range(world)]
+    if send_splits[rank] != recv_splits[rank]:
+        raise ValueError(f"rank {rank} sends itself {send_splits[rank]} rows but expects {recv_splits[rank]}")
     requests = []
     for step in range(1, world):                  # pairwise order: peers rank+1, rank+2, ...
         to, frm = (rank + step) % world, (rank - step) % world
@@ -177,12 +187,41 @@ def all_to_all(send, send_splits, recv_splits, group=None):
         if send_splits[to]:
             requests.append(dist.isend(send[send_at[to]:send_at[to] + send_splits[to]],
                                        dst=_global(group, to), group=group))
-    if send_splits[rank] != recv_splits[rank]:
-        raise ValueError(f"rank {rank} sends itself {send_splits[rank]} rows but expects {recv_splits[rank]}")
     out[recv_at[rank]:recv_at[rank] + recv_splits[rank]] = send[send_at[rank]:send_at[rank] + send_splits[rank]]
     for request in requests:
         request.wait()
     return out
+    # END SOLUTION
+
+
+def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=None, group=None):  # noqa: A002
+    """``all_to_all`` with ``torch.distributed.all_to_all_single``'s arguments: it fills ``output``.
+
+    ``input_split_sizes[j]`` rows of ``input`` go to rank j and
+    ``output_split_sizes[j]`` rows from rank j land in ``output``, in rank
+    order. A split list left as None means equal splits: the tensor's rows
+    divided by the group size (ValueError naming ``input_split_sizes`` or
+    ``output_split_sizes`` if they do not divide, or if ``output`` does not
+    have sum(output_split_sizes) rows). Returns None, as torch's does.
+    """
+    # BEGIN SOLUTION
+    # HINT: turn a None split list into [rows // world] * world (checking that it divides), call your
+    # HINT: all_to_all(input, input_split_sizes, output_split_sizes, group) and copy its result into output.
+    world = dist.get_world_size(group)
+
+    def splits(given, tensor, name):
+        if given is not None:
+            return list(given)
+        if tensor.shape[0] % world:
+            raise ValueError(f"{name} is None (equal splits) but {tensor.shape[0]} rows do not divide "
+                             f"over {world} ranks")
+        return [tensor.shape[0] // world] * world
+
+    send_splits = splits(input_split_sizes, input, "input_split_sizes")
+    recv_splits = splits(output_split_sizes, output, "output_split_sizes")
+    if sum(recv_splits) != output.shape[0]:
+        raise ValueError(f"output_split_sizes sum to {sum(recv_splits)} but output has {output.shape[0]} rows")
+    output.copy_(all_to_all(input, send_splits, recv_splits, group))
     # END SOLUTION
 
 

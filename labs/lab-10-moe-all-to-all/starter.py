@@ -11,6 +11,9 @@ Part 2, the wire (real ranks):
 * ``all_to_all``: rank r sends rows ``send_splits[j]`` of its tensor to rank j
   and receives ``recv_splits[j]`` rows from rank j, built from point-to-point
   operations only (``dist.isend``/``dist.irecv``), empty splits included.
+* ``all_to_all_single``: the same, with ``torch.distributed.all_to_all_single``'s
+  argument order (output, input, output_split_sizes, input_split_sizes),
+  writing into ``output``; a split list left as None means equal splits.
 * ``AllToAll``: the same as an autograd function; its backward is the
   all-to-all with the splits swapped.
 * ``ExpertParallelMoE``: the MoE layer ``MoE`` (given) with its experts
@@ -79,8 +82,13 @@ def dispatch_bytes_per_rank(tokens_per_rank, hidden, ep, top_k, dtype_bytes=2, c
 
         (ep-1) * (experts/ep) * C * hidden * dtype_bytes
 
-    ``experts`` defaults to ``ep`` (one expert per rank) and must be a
-    multiple of ``ep``. ValueError naming the argument on bad input.
+    ``experts``, the number of routed experts, matters only with a capacity
+    factor; there, left out, it is ``ep`` (one expert per rank). When it is
+    given or needed, it must be a multiple of ``ep`` and at least ``top_k``
+    (ValueError naming ``experts`` or ``top_k``). The dropless formula needs
+    no expert count: ``dispatch_bytes_per_rank(100, 16, 1, 2)`` is 0 (one rank
+    keeps everything), whatever the experts it holds. ValueError naming the
+    argument on any other bad input.
     """
     raise NotImplementedError(
         "dispatch_bytes_per_rank: not implemented yet. Hint: dropless: the expected off-rank "
@@ -129,6 +137,23 @@ def all_to_all(send, send_splits, recv_splits, group=None):
         "all_to_all: not implemented yet. Hint: post every dist.irecv into its slice of the "
         "output and every dist.isend of a slice of `send`, skipping empty ones and copying "
         "your own block locally; then wait for all of them."
+    )
+
+
+def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=None, group=None):  # noqa: A002
+    """``all_to_all`` with ``torch.distributed.all_to_all_single``'s arguments: it fills ``output``.
+
+    ``input_split_sizes[j]`` rows of ``input`` go to rank j and
+    ``output_split_sizes[j]`` rows from rank j land in ``output``, in rank
+    order. A split list left as None means equal splits: the tensor's rows
+    divided by the group size (ValueError naming ``input_split_sizes`` or
+    ``output_split_sizes`` if they do not divide, or if ``output`` does not
+    have sum(output_split_sizes) rows). Returns None, as torch's does.
+    """
+    raise NotImplementedError(
+        "all_to_all_single: not implemented yet. Hint: turn a None split list into [rows // "
+        "world] * world (checking that it divides), call your all_to_all(input, "
+        "input_split_sizes, output_split_sizes, group) and copy its result into output."
     )
 
 

@@ -5,20 +5,24 @@ says, slows down where the router is skewed, and drops exactly the copies the ca
 Grader isolation: workers (top-level functions below) run inside the ranks and return plain data;
 every expected value is computed here, in the pytest process, from the same inputs, by code that
 does not come from the lab.
+
+Each world size starts its ranks once; inside that job every part (the all-to-all, the torch-style
+all-to-all, the layer's forward, its backward, ...) runs on its own, so a part that raises fails its
+own tests only: the first shows the traceback, the others say "same failure as ..." in one line.
+Failures read best with ``--tb=short``.
 """
 
 import math
 import time
-import traceback
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from commtax.formulas import bill
-from commtax.ranks.launch import rank_device
+from commtax.formulas import bill, moe
+from commtax.ranks.launch import DistributedRunError, rank_device
 from commtax.ranks.traffic import record_traffic
-from commtax.testing import BACKENDS, SharedRuns
+from commtax.testing import BACKENDS, SharedRunFailed, SharedRuns, check, expect_close, fail, mismatch, run_section, section
 
 RUNS = SharedRuns()
 DTYPE = torch.float64
@@ -60,6 +64,15 @@ def _a2a_inputs(world):
             if sum(matrix[i]) else torch.zeros(0, 3, dtype=DTYPE) for i in range(world)]
     ints = [torch.arange(sum(matrix[i]), dtype=torch.int64) + 100 * i for i in range(world)]
     return {"rows": rows, "ints": ints}
+
+
+EQUAL_ROWS = 2                                  # rows each rank sends each peer in the equal-split case
+
+
+def _equal_inputs(world):
+    """Rank i's send tensor for equal splits: EQUAL_ROWS rows for each rank, each row recognisable."""
+    return [torch.arange(world * EQUAL_ROWS * 3, dtype=DTYPE).reshape(world * EQUAL_ROWS, 3) + 1000 * i
+            for i in range(world)]
 
 
 def _skew_inputs():
@@ -144,20 +157,34 @@ def _moe(lab, weights, top_k, device):
     return moe.to(device)
 
 
-def _ep_run(lab, weights, x, up, top_k, cf, device):
-    layer = lab.ExpertParallelMoE.from_full(_moe(lab, weights, top_k, device))
-    x = x.clone().to(device).requires_grad_()
-    with record_traffic() as forward:
-        y = layer(x, capacity_factor=cf)
-    with record_traffic() as backward:
-        (y * up.to(device)).sum().backward()
-    return {"output": y.detach().cpu(), "input_grad": x.grad.cpu(),
-            "router_grad": layer.router.weight.grad.cpu(), "w1_grad": layer.w1.grad.cpu(),
-            "w2_grad": layer.w2.grad.cpu(), "w1_shape": tuple(layer.w1.shape),
-            "send_counts": list(layer.send_counts), "recv_counts": list(layer.recv_counts),
-            "dropped": int(layer.dropped),
-            "forward_sent": forward.bytes_sent, "backward_sent": backward.bytes_sent,
-            "collectives": forward.collectives + backward.collectives}
+def _ep_parts(lab, weights, x, up, top_k, cf, device):
+    """The layer's forward and backward as two parts: a backward that raises leaves the forward's tests alone."""
+    state = {}
+
+    def forward():
+        layer = lab.ExpertParallelMoE.from_full(_moe(lab, weights, top_k, device))
+        if not isinstance(layer, torch.nn.Module):
+            raise TypeError(f"ExpertParallelMoE.from_full(moe) returned {type(layer).__name__} {layer!r:.60}, "
+                            "not an nn.Module")
+        xi = x.clone().to(device).requires_grad_()
+        with record_traffic() as traffic:
+            y = layer(xi, capacity_factor=cf)
+        state.update(layer=layer, x=xi, y=y)
+        return {"output": y.detach().cpu(), "w1_shape": tuple(layer.w1.shape),
+                "send_counts": list(layer.send_counts), "recv_counts": list(layer.recv_counts),
+                "dropped": int(layer.dropped), "sent": traffic.bytes_sent, "collectives": traffic.collectives}
+
+    def backward():
+        if not state:
+            raise RuntimeError("not run: the forward raised (see the forward's tests)")
+        with record_traffic() as traffic:
+            (state["y"] * up.to(device)).sum().backward()
+        layer = state["layer"]
+        return {"input_grad": state["x"].grad.cpu(), "router_grad": layer.router.weight.grad.cpu(),
+                "w1_grad": layer.w1.grad.cpu(), "w2_grad": layer.w2.grad.cpu(), "sent": traffic.bytes_sent,
+                "collectives": traffic.collectives}
+
+    return forward, backward
 
 
 def _timed_layer(lab, weights, x, top_k, repeats):
@@ -171,15 +198,6 @@ def _timed_layer(lab, weights, x, top_k, repeats):
     return {"recv_counts": list(layer.recv_counts), "cpu": best_cpu, "wall": best_wall}
 
 
-def _section(fn):
-    """Run one part of the checks; a learner's exception there becomes a message for that part's tests only
-    (if the other ranks then wait forever, the launcher's deadlock detection fails the whole run instead)."""
-    try:
-        return fn()
-    except Exception as exc:  # noqa: BLE001 - reported by the tests that read this part
-        return {"failed": "".join(traceback.format_exception(exc))[-4000:]}
-
-
 def _a2a_checks(lab, rank, world_size, case, device):
     out = {}
     matrix = SPLITS[world_size]
@@ -188,10 +206,32 @@ def _a2a_checks(lab, rank, world_size, case, device):
         send = tensors[rank].to(device)
         with record_traffic() as traffic:
             got = lab.all_to_all(send, send_splits, recv_splits)
-        single = send.new_empty((sum(recv_splits),) + tuple(send.shape[1:]))
-        torch.distributed.all_to_all_single(single, send, recv_splits, send_splits)
-        out[name] = {"got": got.cpu(), "single": single.cpu(), "bytes_sent": traffic.bytes_sent,
+        out[name] = {"got": got.cpu() if isinstance(got, torch.Tensor) else got, "bytes_sent": traffic.bytes_sent,
                      "collectives": traffic.collectives}
+    return out
+
+
+def _single_checks(lab, rank, world_size, case, device):
+    """lab.all_to_all_single in torch's argument order: given splits, then None (equal splits), then bad ones."""
+    matrix = SPLITS[world_size]
+    send_splits, recv_splits = matrix[rank], [row[rank] for row in matrix]
+    send = case["a2a"]["rows"][rank].to(device)
+    out = {}
+    given = torch.full((sum(recv_splits), send.shape[1]), -1.0, dtype=send.dtype, device=device)
+    returned = lab.all_to_all_single(given, send, recv_splits, send_splits)
+    out["given"], out["given_returned"] = given.cpu(), returned is None
+    equal = case["equal"][rank].to(device)                      # EQUAL_ROWS rows per peer
+    mine = torch.full_like(equal, -1.0)
+    lab.all_to_all_single(mine, equal)
+    torchs = torch.empty_like(equal)
+    torch.distributed.all_to_all_single(torchs, equal)
+    out["equal"], out["equal_torch"] = mine.cpu(), torchs.cpu()
+    try:  # a row too many: None cannot mean equal splits; every rank raises before sending anything
+        lab.all_to_all_single(torch.empty(world_size + 1, 3, dtype=DTYPE, device=device),
+                              torch.zeros(world_size + 1, 3, dtype=DTYPE, device=device))
+        out["error"] = None
+    except Exception as exc:  # noqa: BLE001 - reported by the test, whatever it is
+        out["error"] = (type(exc).__name__, str(exc))
     return out
 
 
@@ -204,59 +244,114 @@ def _from_full_error(lab, world_size):
 
 
 def moe_worker(rank, world_size, lab, case):
-    """All checks of one world size in one start-up: all-to-all, the EP layer, its errors, the skew."""
+    """All checks of one world size in one start-up, each part on its own (``run_section``).
+
+    A barrier after each part keeps the parts apart: a rank that is done with a part waits for the
+    others, so a wrong message of one part (a size the receiver does not expect: gloo aborts the
+    receiving rank) is received, and reported, in that part."""
     device = rank_device()
-    out = {"a2a": _section(lambda: _a2a_checks(lab, rank, world_size, case, device)),
-           "ep": _section(lambda: {label: _ep_run(lab, case["weights"], case["xs"][rank], case["ups"][rank], TOP_K,
-                                                  cf, device)
-                                   for label, cf in (("dropless", None), ("capacity", CAPACITY_FACTOR))}),
-           "error": _section(lambda: _from_full_error(lab, world_size))}
+    out = {}
+
+    def part(name, fn):
+        out[name] = run_section(fn)
+        torch.distributed.barrier()
+
+    part("a2a", lambda: _a2a_checks(lab, rank, world_size, case, device))
+    part("single", lambda: _single_checks(lab, rank, world_size, case, device))
+    for label, cf in (("dropless", None), ("capacity", CAPACITY_FACTOR)):
+        forward, backward = _ep_parts(lab, case["weights"], case["xs"][rank], case["ups"][rank], TOP_K, cf, device)
+        part(f"{label} forward", forward)
+        part(f"{label} backward", backward)
+    part("from_full error", lambda: _from_full_error(lab, world_size))
     if "skew" in case:
         xs, routers = case["skew"]
-        out["skew"] = _section(lambda: {name: _timed_layer(lab, weights, xs[rank], 1, SKEW["repeats"])
-                                        for name, weights in routers.items()})
+        part("skew", lambda: {name: _timed_layer(lab, weights, xs[rank], 1, SKEW["repeats"])
+                              for name, weights in routers.items()})
     return out
 
 
 def _case(world, with_skew):
     weights, xs = _layer_weights(world), _tokens(world)
     ups = _tokens(world, seed=2)
-    case = {"a2a": _a2a_inputs(world), "weights": weights, "xs": xs, "ups": ups}
+    case = {"a2a": _a2a_inputs(world), "equal": _equal_inputs(world), "weights": weights, "xs": xs, "ups": ups}
     if with_skew:
         case["skew"] = _skew_inputs()
     return case
 
 
+ABORT_HINT = ("hint (Lab 10): when a message and the receive buffer posted for it differ in size, gloo aborts the "
+              "rank (SIGABRT; its peer then reads 'Connection reset by peer') or leaves it waiting in all_to_all's "
+              "wait() while its peer moves on. A rank's irecv from rank j must be recv_splits[j] rows (what rank "
+              "j's send_splits sends it), at the offset sum(recv_splits[:j]): check each irecv against its peer's send")
+ABORT_SIGNS = ("SIGABRT", "Connection reset by peer", " in all_to_all: ")
+
+
 def _results(lab, world_size, backend="gloo"):
-    needs = [lab.all_to_all, lab.AllToAll.backward, lab.ExpertParallelMoE.from_full, lab.ExpertParallelMoE.forward,
-             lab.apply_capacity, lab.expert_capacity]
+    __tracebackhide__ = True
     case = _case(world_size, with_skew=(world_size == 2 and backend == "gloo"))
-    return RUNS.get((world_size, backend), moe_worker, world_size, (lab, case), backend=backend, timeout=120,
-                    needs=needs)
+    try:
+        return RUNS.get((world_size, backend), moe_worker, world_size, (lab, case), backend=backend, timeout=120,
+                        needs=[lab.all_to_all])
+    except DistributedRunError as exc:  # a size mismatch kills gloo's ranks with no word about sizes: say it
+        first_report = not isinstance(exc, SharedRunFailed)   # the tests that share the run say so in one line
+        if first_report and any(sign in str(exc) for sign in ABORT_SIGNS) and ABORT_HINT not in getattr(
+                exc, "__notes__", ()):
+            exc.add_note(ABORT_HINT)
+        raise
 
 
-def _part(result, rank, key):
-    """One part of a rank's results; if the learner's code raised there, fail with its traceback."""
-    part = result[key]
-    if isinstance(part, dict) and "failed" in part:
-        raise AssertionError(f"rank {rank}: the {key} checks raised in your code:\n{part['failed']}")
-    return part
+def _parts(lab, world_size, part, backend="gloo"):
+    """[rank r's results of ``part``]; fails (the traceback once) if the learner's code raised in it."""
+    __tracebackhide__ = True
+    return [section(result, part, rank=rank, job=(world_size, backend))
+            for rank, result in enumerate(_results(lab, world_size, backend))]
 
 
-def _diff(a, b):
-    return (a.double() - b.double()).abs().max().item() if a.numel() else 0.0
+def _ratio(got, expected):
+    """The scale that best maps expected onto got (least squares): 1 when right, 2 when doubled ..."""
+    denominator = (expected.double() * expected.double()).sum().item()
+    return (got.double() * expected.double()).sum().item() / denominator if denominator else float("nan")
+
+
+def compare(got, expected, what, tolerance=TOLERANCE):
+    """None if equal within ``tolerance``; else where, by how much, and the ratio got/expected."""
+    why = mismatch(got, expected, rel=0.0, abs=tolerance)
+    if why is None:
+        return None
+    if mismatch(got, torch.zeros_like(expected), abs=float("inf")) is None and expected.numel():
+        ratio = _ratio(got, expected)
+        why += f"; least-squares ratio got/expected {ratio:.4g}"
+        if abs(ratio) < 1e-12:
+            why += " (all zeros: did anything come back from the experts?)"
+        elif abs(ratio - 2) < 1e-9:
+            why += " (twice: each copy added twice?)"
+    return f"{what}: {why}"
+
+
+def fail_if(problem):
+    __tracebackhide__ = True
+    if problem:
+        fail(problem)
 
 
 # -- part 1: the bill, by hand -------------------------------------------------------------------
 
+CAPACITY_HINTS = {1 / 2: "half: top_k copies per token, multiply by top_k",
+                  0.8: "4/5 of it? the capacity factor multiplies the average load"}
+
+
 @pytest.mark.points(3)
 def test_expert_capacity_is_the_ceiling_of_cf_times_the_average_load(lab):
-    assert lab.expert_capacity(4096, 8, 2, 1.25) == 1280       # 1.25 * 4096 * 2 / 8 exactly
-    assert lab.expert_capacity(4096, 8, 2, 1.0) == 1024
-    assert lab.expert_capacity(10, 4, 1, 1.0) == 3             # 2.5 rounds up
-    assert lab.expert_capacity(100, 1, 1, 1.1) == 110          # not 111: 1.1 is inexact in binary
-    assert lab.expert_capacity(12, 8, 2, 0.75) == 3            # 2.25 rounds up
-    assert lab.expert_capacity(0, 8, 2, 1.25) == 0
+    cases = (((4096, 8, 2, 1.25), 1280, {}),                                      # 1.25 * 4096 * 2 / 8 exactly
+             ((4096, 8, 2, 1.0), 1024, {}),
+             ((10, 4, 1, 1.0), 3, {2 / 3: "2.5 rounded down: the capacity is the ceiling"}),
+             ((100, 1, 1, 1.1), 110, {111 / 110: "1.1 * 100 is 110.00000000000001 in binary: round the product "
+                                                 "to 9 decimals before the ceiling"}),
+             ((12, 8, 2, 0.75), 3, {2 / 3: "2.25 rounded down: the capacity is the ceiling"}),
+             ((0, 8, 2, 1.25), 0, {}))
+    for args, expected, hints in cases:
+        expect_close(lab.expert_capacity(*args), expected, rel=0.0, what=f"expert_capacity{args}",
+                     hints={**CAPACITY_HINTS, **hints})
 
 
 def test_expert_capacity_refuses_bad_input_naming_the_argument(lab):
@@ -269,31 +364,52 @@ def test_expert_capacity_refuses_bad_input_naming_the_argument(lab):
             lab.expert_capacity(**kwargs)
 
 
+def _dispatch_hints(ep):
+    return {ep / (ep - 1) if ep > 1 else 0.5: "every copy counted: a copy for an expert on this rank stays local, "
+                                              "so only (ep-1)/ep of them are sent",
+            0.5: "half: each token sends top_k copies", 2.0: "twice: one dispatch, not dispatch and combine",
+            4.0: "four times: one dispatch, not Lab 04's whole layer"}
+
+
 @pytest.mark.points(3)
 def test_dispatch_bytes_are_the_off_rank_share_of_routed_copies(lab):
-    # Mixtral 8x7B shapes: 4096 tokens on a rank, h = 4096, top-2, EP = 8, bf16.
-    assert lab.dispatch_bytes_per_rank(4096, 4096, 8, 2) == pytest.approx(7 / 8 * 4096 * 2 * 4096 * 2)
-    assert lab.dispatch_bytes_per_rank(4096, 4096, 8, 2) == pytest.approx(58_720_256)
-    assert lab.dispatch_bytes_per_rank(100, 16, 1, 2) == 0                      # one rank: all local
-    assert lab.dispatch_bytes_per_rank(10, 8, 2, 1, dtype_bytes=4) == pytest.approx(160)
+    # Mixtral 8x7B shapes: 4096 tokens on a rank, h = 4096, top-2, EP = 8, bf16: 58,720,256 B.
+    expect_close(lab.dispatch_bytes_per_rank(4096, 4096, 8, 2), 7 / 8 * 4096 * 2 * 4096 * 2,
+                 what="dispatch_bytes_per_rank(4096, 4096, ep=8, top_k=2)", hints=_dispatch_hints(8))
+    expect_close(lab.dispatch_bytes_per_rank(10, 8, 2, 1, dtype_bytes=4), 160.0,
+                 what="dispatch_bytes_per_rank(10, 8, ep=2, top_k=1, dtype_bytes=4)", hints=_dispatch_hints(2))
+    # one rank keeps everything (dropless: the expert count does not matter, so none is needed)
+    expect_close(lab.dispatch_bytes_per_rank(100, 16, 1, 2), 0.0, what="dispatch_bytes_per_rank(100, 16, ep=1, top_k=2)")
+    expect_close(lab.dispatch_bytes_per_rank(100, 16, 1, 2, experts=4), 0.0,
+                 what="dispatch_bytes_per_rank(100, 16, ep=1, top_k=2, experts=4)")
 
 
 def test_padded_dispatch_sends_every_remote_buffer_whole(lab):
     # 8 experts on 4 ranks, 12 tokens, top-2, cf 0.75: C = 3 slots; 3 remote ranks x 2 experts x 3 x 8 x 2.
-    assert lab.dispatch_bytes_per_rank(12, 8, 4, 2, 2, capacity_factor=0.75, experts=8) == pytest.approx(288)
+    expect_close(lab.dispatch_bytes_per_rank(12, 8, 4, 2, 2, capacity_factor=0.75, experts=8), 288.0,
+                 what="dispatch_bytes_per_rank(12, 8, ep=4, top_k=2, cf=0.75, experts=8)",
+                 hints={4 / 3: "every expert's buffer counted: the ones on this rank stay local",
+                        0.5: "one expert per rank? experts / ep buffers go to each remote rank"})
     # DeepSeek-V3-like: 256 experts on 64 ranks, 4096 tokens, top-8, cf 1.25, h 7168:
     # C = ceil(1.25 * 4096 * 8 / 256) = 160 slots; 63 ranks x 4 experts x 160 x 7168 x 2 bytes.
-    assert lab.dispatch_bytes_per_rank(4096, 7168, 64, 8, 2, 1.25, 256) == pytest.approx(63 * 4 * 160 * 7168 * 2)
+    expect_close(lab.dispatch_bytes_per_rank(4096, 7168, 64, 8, 2, 1.25, 256), 63 * 4 * 160 * 7168 * 2.0,
+                 what="dispatch_bytes_per_rank(4096, 7168, ep=64, top_k=8, cf=1.25, experts=256)")
     # cf = 1 and experts divide the load evenly: padding adds nothing over the uniform dropless figure
-    assert lab.dispatch_bytes_per_rank(64, 8, 4, 2, 2, 1.0, 8) == pytest.approx(
-        lab.dispatch_bytes_per_rank(64, 8, 4, 2, 2))
+    expect_close(lab.dispatch_bytes_per_rank(64, 8, 4, 2, 2, 1.0, 8), 3 / 4 * 64 * 2 * 8 * 2,
+                 what="dispatch_bytes_per_rank(64, 8, ep=4, top_k=2, cf=1.0, experts=8)")
+    # with a capacity and no expert count, one expert per rank: C = ceil(1.0 * 10 * 1 / 2) = 5 slots
+    expect_close(lab.dispatch_bytes_per_rank(10, 8, 2, 1, 2, capacity_factor=1.0), 1 * 1 * 5 * 8 * 2.0,
+                 what="dispatch_bytes_per_rank(10, 8, ep=2, top_k=1, cf=1.0): experts defaults to ep")
 
 
 def test_dispatch_bytes_refuse_bad_input_naming_the_argument(lab):
     for args, kwargs, name in (((10, 8, 0, 1), {}, "ep"), ((10, 8, 2, 3), {"experts": 2}, "top_k"),
                                ((10, 0, 2, 1), {}, "hidden"), ((-5, 8, 2, 1), {}, "tokens_per_rank"),
                                ((10, 8, 3, 1), {"experts": 8}, "experts"),
-                               ((10, 8, 2, 1), {"capacity_factor": -1.0}, "capacity_factor")):
+                               ((10, 8, 2, 1), {"capacity_factor": -1.0}, "capacity_factor"),
+                               # experts left out with a capacity: it is ep = 1, fewer than top_k = 2
+                               ((100, 16, 1, 2), {"capacity_factor": 1.0}, "top_k"),
+                               ((100, 16, 1, 2), {"experts": 1}, "top_k")):
         with pytest.raises(ValueError, match=name):
             lab.dispatch_bytes_per_rank(*args, **kwargs)
 
@@ -302,9 +418,47 @@ def test_dispatch_bytes_refuse_bad_input_naming_the_argument(lab):
 def test_lab_04s_ep_row_is_four_dispatches_of_this_lab(lab):
     # bill.ep_alltoall_bytes_per_layer prices dispatch + combine, forward + backward: four all-to-alls.
     for tokens, hidden, ep, top_k in ((4096, 4096, 8, 2), (4096, 7168, 64, 8), (2048, 5120, 16, 6), (7, 3, 2, 1)):
-        four = 4 * lab.dispatch_bytes_per_rank(tokens, hidden, ep, top_k, 2)
-        assert bill.ep_alltoall_bytes_per_layer(tokens, hidden, ep, top_k, 2) == pytest.approx(four), \
-            f"tokens {tokens}, hidden {hidden}, ep {ep}, top_k {top_k}"
+        expect_close(lab.dispatch_bytes_per_rank(tokens, hidden, ep, top_k, 2),
+                     bill.ep_alltoall_bytes_per_layer(tokens, hidden, ep, top_k, 2) / 4,
+                     what=f"dispatch_bytes_per_rank({tokens}, {hidden}, ep={ep}, top_k={top_k}) x 4 vs Lab 04's EP row",
+                     hints=_dispatch_hints(ep))
+    # and the course's own formula, with a capacity (commtax.formulas.moe)
+    for args in ((12, 8, 4, 2, 2, 0.75, 8), (4096, 7168, 64, 8, 2, 1.25, 256), (100, 16, 1, 2, 2, None, 4)):
+        expect_close(lab.dispatch_bytes_per_rank(*args), moe.dispatch_bytes_per_rank(*args),
+                     what=f"dispatch_bytes_per_rank{args} vs commtax.formulas.moe")
+
+
+def _token_major(ids, experts, capacity):
+    """The classic slip: tokens in order, each token's choices in order (not first choices first)."""
+    keep, taken = torch.ones_like(ids, dtype=torch.bool), [0] * experts
+    for t in range(ids.shape[0]):
+        for j in range(ids.shape[1]):
+            e = int(ids[t, j])
+            keep[t, j] = taken[e] < capacity
+            taken[e] += bool(keep[t, j])
+    return keep
+
+
+def _capacity_problem(got, ids, experts, capacity, what):
+    """None if ``got`` keeps exactly what the rule keeps; else what is wrong and what it suggests."""
+    expected = _keep_by_rule(ids, experts, capacity)
+    why = mismatch(got, expected, rel=0.0)
+    if why is None:
+        return None
+    if mismatch(got, expected.double(), abs=float("inf")) is None:  # a tensor of the right shape: which copies
+        wrong = (got.bool() != expected).nonzero().tolist()
+        why = f"(token, choice) {wrong[:5]} wrong ({len(wrong)} of {expected.numel()})"
+        if capacity is not None:
+            kept = [int((ids[got.bool()] == e).sum()) for e in range(experts)]
+            routed = [int((ids == e).sum()) for e in range(experts)]
+            if all(k == min(r, capacity + 1) for k, r in zip(kept, routed)):
+                why += f"; each expert kept up to capacity + 1 = {capacity + 1} copies: off by one"
+            elif all(k == min(r, max(capacity - 1, 0)) for k, r in zip(kept, routed)):
+                why += f"; each expert kept up to capacity - 1 = {capacity - 1} copies: off by one"
+            elif mismatch(got, _token_major(ids, experts, capacity), rel=0.0) is None:
+                why += ("; these are the copies a token-by-token pass keeps: the rule admits every token's first "
+                        "choice before any second choice")
+    return f"{what}: {why}"
 
 
 @pytest.mark.points(3)
@@ -313,49 +467,97 @@ def test_capacity_drops_exactly_the_copies_the_rule_drops(lab):
     for tokens, experts, top_k, capacity in ((12, 4, 2, 3), (40, 8, 2, 6), (30, 4, 1, 5), (16, 8, 4, 0), (9, 3, 3, 9)):
         # distinct choices per token, as top-k gives
         ids = torch.stack([torch.randperm(experts, generator=gen)[:top_k] for _ in range(tokens)])
-        got = lab.apply_capacity(ids, experts, capacity)
-        expected = _keep_by_rule(ids, experts, capacity)
-        wrong = (got.bool() != expected).nonzero().tolist()
-        assert not wrong, f"{tokens} tokens, {experts} experts, capacity {capacity}: (token, choice) {wrong[:5]} wrong"
+        fail_if(_capacity_problem(lab.apply_capacity(ids, experts, capacity), ids, experts, capacity,
+                                  f"apply_capacity on {tokens} tokens, {experts} experts, top-{top_k}, capacity {capacity}"))
     ids = torch.tensor([[0, 1], [0, 1], [0, 1]])                # hand-checked: the third token loses expert 0
-    assert lab.apply_capacity(ids, 2, 2).tolist() == [[True, True], [True, True], [False, False]]
+    fail_if(_capacity_problem(lab.apply_capacity(ids, 2, 2), ids, 2, 2, f"apply_capacity({ids.tolist()}, 2, 2)"))
     ids = torch.tensor([[1, 0], [0, 1]])                        # first choices first: token 1's expert 0 wins
-    assert lab.apply_capacity(ids, 2, 1).tolist() == [[True, False], [True, False]]
-    assert bool(lab.apply_capacity(ids, 2, None).all())
+    fail_if(_capacity_problem(lab.apply_capacity(ids, 2, 1), ids, 2, 1, f"apply_capacity({ids.tolist()}, 2, 1)"))
+    fail_if(_capacity_problem(lab.apply_capacity(ids, 2, None), ids, 2, None, "apply_capacity(ids, 2, None)"))
 
 
 # -- part 2: on real ranks -----------------------------------------------------------------------
+
+def _expected_a2a(tensors, matrix, rank):
+    """Rows matrix[j][rank] of rank j's block for ``rank``, from the inputs."""
+    pieces = []
+    for j in range(len(matrix)):
+        start = sum(matrix[j][:rank])
+        pieces.append(tensors[j][start:start + matrix[j][rank]])
+    return torch.cat(pieces)
+
+
+def _a2a_problem(got, expected, own, what, own_block=None):
+    """None if ``got`` is ``expected`` exactly (dtype included); else what differs and what it suggests."""
+    why = mismatch(got, expected, rel=0.0)
+    if why is None:
+        return None if got.dtype == expected.dtype else f"{what}: dtype {got.dtype}, expected {expected.dtype}"
+    if isinstance(got, torch.Tensor) and got.shape == expected.shape and got.numel():
+        own_rows = own_block if own_block is not None else slice(0, 0)
+        others = torch.ones(expected.shape[0], dtype=torch.bool)
+        others[own_rows] = False
+        if torch.equal(got, own) if got.shape == own.shape else False:
+            why += "; it is this rank's own send tensor: nothing was exchanged"
+        elif torch.equal(got.reshape(-1).sort().values, expected.reshape(-1).sort().values):
+            why += ("; the right rows in the wrong places: the rows from rank j go after those of ranks 0..j-1, "
+                    "at sum(recv_splits[:j])")
+        elif own_block is not None and torch.equal(got[others], expected[others]):
+            why += (f"; only rows {own_rows.start}..{own_rows.stop - 1}, the block this rank sends itself, are wrong: "
+                    "copy it locally (no message to yourself)")
+    return f"{what}: {why}"
+
 
 @pytest.mark.points(3)
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_all_to_all_equals_all_to_all_single_with_uneven_and_empty_splits(lab, world_size):
     inputs, matrix = _a2a_inputs(world_size), SPLITS[world_size]
-    for rank, result in enumerate(_results(lab, world_size)):
+    for rank, result in enumerate(_parts(lab, world_size, "a2a")):
         for name, tensors in inputs.items():
-            # expected, from the inputs: rows matrix[j][rank] of rank j's block for this rank
-            pieces = []
-            for j in range(world_size):
-                start = sum(matrix[j][:rank])
-                pieces.append(tensors[j][start:start + matrix[j][rank]])
-            expected = torch.cat(pieces)
-            got = _part(result, rank, "a2a")[name]["got"]
-            assert got.dtype == expected.dtype and tuple(got.shape) == tuple(expected.shape), \
-                f"rank {rank}, {name}: got {got.dtype} {tuple(got.shape)}, expected {expected.dtype} {tuple(expected.shape)}"
-            assert torch.equal(got, expected), f"rank {rank}, {name}: rows differ from the splits' transpose"
-            assert torch.equal(result["a2a"][name]["single"], expected), "dist.all_to_all_single disagrees"
+            expected = _expected_a2a(tensors, matrix, rank)
+            start = sum(matrix[j][rank] for j in range(rank))
+            fail_if(_a2a_problem(result[name]["got"], expected, tensors[rank],
+                                 f"rank {rank}, {name}, splits {matrix}: all_to_all's result",
+                                 slice(start, start + matrix[rank][rank])))
 
 
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_all_to_all_uses_point_to_point_only_and_sends_each_row_once(lab, world_size):
     inputs, matrix = _a2a_inputs(world_size), SPLITS[world_size]
-    for rank, result in enumerate(_results(lab, world_size)):
+    for rank, result in enumerate(_parts(lab, world_size, "a2a")):
         for name, tensors in inputs.items():
-            entry = _part(result, rank, "a2a")[name]
-            assert entry["collectives"] == [], f"rank {rank} called collectives {entry['collectives']}"
+            entry = result[name]
+            check(entry["collectives"] == [], f"rank {rank} called collectives {entry['collectives']}: "
+                                              "build the all-to-all from dist.isend / dist.irecv")
             off_rank = sum(matrix[rank]) - matrix[rank][rank]
-            expected = off_rank * tensors[rank][0:1].numel() * tensors[rank].element_size()
-            assert entry["bytes_sent"] == expected, \
-                f"rank {rank}, {name}: sent {entry['bytes_sent']} bytes, its off-rank rows are {expected}"
+            row = tensors[rank][0:1].numel() * tensors[rank].element_size()
+            hints = {sum(matrix[rank]) / off_rank: "its rows to itself were sent too: copy them locally"} \
+                if off_rank and matrix[rank][rank] else {}
+            expect_close(entry["bytes_sent"], off_rank * row, rel=0.0, hints=hints,
+                         what=f"rank {rank}, {name}: bytes sent (its off-rank rows, {off_rank} x {row} B)")
+
+
+@pytest.mark.points(2)
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_all_to_all_single_takes_torchs_argument_order_and_none_means_equal_splits(lab, world_size):
+    """lab.all_to_all_single(output, input, output_split_sizes, input_split_sizes) fills output as
+    torch.distributed.all_to_all_single does; with the split lists left out, equal splits."""
+    matrix = SPLITS[world_size]
+    rows, equal = _a2a_inputs(world_size)["rows"], _equal_inputs(world_size)
+    for rank, result in enumerate(_parts(lab, world_size, "single")):
+        fail_if(_a2a_problem(result["given"], _expected_a2a(rows, matrix, rank), rows[rank],
+                             f"rank {rank}: all_to_all_single(output, input, output_split_sizes, input_split_sizes) "
+                             f"left in output"))
+        check(result["given_returned"], f"rank {rank}: all_to_all_single returned something; torch's returns None "
+                                        "(the result is in output)")
+        even = [[EQUAL_ROWS] * world_size for _ in range(world_size)]
+        fail_if(_a2a_problem(result["equal"], _expected_a2a(equal, even, rank), equal[rank],
+                             f"rank {rank}: all_to_all_single(output, input) (None: {EQUAL_ROWS} rows per rank)"))
+        check(torch.equal(result["equal_torch"], _expected_a2a(equal, even, rank)),
+              "torch.distributed.all_to_all_single disagrees with the test's expectation")
+        error = result["error"]
+        check(error is not None and error[0] == "ValueError" and "split_sizes" in error[1],
+              f"rank {rank}: all_to_all_single on {world_size + 1} rows with no splits (they cannot be equal) "
+              f"raised {error}; expected a ValueError naming input_split_sizes or output_split_sizes")
 
 
 @pytest.mark.points(3)
@@ -365,11 +567,11 @@ def test_expert_parallel_outputs_and_input_grads_equal_the_single_process_moe(la
     case = _case(world_size, with_skew=False)
     cf = None if mode == "dropless" else CAPACITY_FACTOR
     outputs, input_grads, _, _ = _reference(case["weights"], case["xs"], case["ups"], TOP_K, cf)
-    for rank, result in enumerate(_results(lab, world_size)):
-        got = _part(result, rank, "ep")[mode]
-        d_out, d_grad = _diff(got["output"], outputs[rank].detach()), _diff(got["input_grad"], input_grads[rank])
-        assert d_out < TOLERANCE, f"rank {rank}: output differs by {d_out:g}"
-        assert d_grad < TOLERANCE, f"rank {rank}: input gradient differs by {d_grad:g}"
+    forwards = _parts(lab, world_size, f"{mode} forward")
+    for rank, got in enumerate(forwards):
+        fail_if(compare(got["output"], outputs[rank].detach(), f"rank {rank}, {mode}: the layer's output"))
+    for rank, got in enumerate(_parts(lab, world_size, f"{mode} backward")):
+        fail_if(compare(got["input_grad"], input_grads[rank], f"rank {rank}, {mode}: the gradient of the input"))
 
 
 @pytest.mark.points(3)
@@ -379,26 +581,28 @@ def test_expert_and_router_gradients_equal_the_single_process_moe(lab, world_siz
     case = _case(world_size, with_skew=False)
     cf = None if mode == "dropless" else CAPACITY_FACTOR
     _, _, grads, _ = _reference(case["weights"], case["xs"], case["ups"], TOP_K, cf)
-    results = [_part(r, rank, "ep")[mode] for rank, r in enumerate(_results(lab, world_size))]
+    _parts(lab, world_size, f"{mode} forward")
+    results = _parts(lab, world_size, f"{mode} backward")
     local = EXPERTS[world_size] // world_size
     for rank, got in enumerate(results):
         mine = slice(rank * local, (rank + 1) * local)
         for name in ("w1", "w2"):
-            d = _diff(got[f"{name}_grad"], grads[name][mine])
-            assert d < TOLERANCE, f"rank {rank}: {name} gradient of experts {mine.start}..{mine.stop - 1} differs by {d:g}"
+            fail_if(compare(got[f"{name}_grad"], grads[name][mine],
+                            f"rank {rank}, {mode}: the {name} gradient of experts {mine.start}..{mine.stop - 1}"))
     # the router is replicated: each rank's gradient covers its own tokens; they sum to the full one
-    total = sum(got["router_grad"] for got in results)
-    d = _diff(total, grads["router.weight"])
-    assert d < TOLERANCE, f"sum over ranks of the router gradient differs by {d:g}"
+    fail_if(compare(sum(got["router_grad"] for got in results), grads["router.weight"],
+                    f"{mode}: the router gradient summed over the ranks"))
 
 
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_each_rank_holds_only_its_experts(lab, world_size):
-    for rank, result in enumerate(_results(lab, world_size)):
-        shape = _part(result, rank, "ep")["dropless"]["w1_shape"]
-        assert shape == (EXPERTS[world_size] // world_size, FFN, HIDDEN), f"rank {rank}: w1 shard {shape}"
-        error = _part(result, rank, "error")
-        assert "experts" in error, f"from_full with {world_size + 1} experts: {error!r}"
+    for rank, got in enumerate(_parts(lab, world_size, "dropless forward")):
+        shape = (EXPERTS[world_size] // world_size, FFN, HIDDEN)
+        check(tuple(got["w1_shape"]) == shape, f"rank {rank}: w1 shard {got['w1_shape']}, expected {shape} "
+                                               f"(experts / ep, ffn, hidden)")
+    for rank, error in enumerate(_parts(lab, world_size, "from_full error")):
+        check("experts" in error, f"rank {rank}: from_full of an MoE with {world_size + 1} experts on {world_size} "
+                                  f"ranks: {error!r}; expected a ValueError naming 'experts'")
 
 
 @pytest.mark.points(3)
@@ -412,18 +616,25 @@ def test_bytes_each_rank_sends_equal_its_routing_times_hidden(lab, world_size, m
     sent = [_routing_counts(ids, keep, experts, world_size) for ids, keep in keeps]   # sent[i][j]
     row = HIDDEN * DTYPE.itemsize
     counts = (world_size - 1) * (experts // world_size) * COUNT_BYTES      # the per-expert counts, int64
-    for rank, result in enumerate(_results(lab, world_size)):
-        got = _part(result, rank, "ep")[mode]
-        assert got["send_counts"] == sent[rank], f"rank {rank}: sent {got['send_counts']}, routing says {sent[rank]}"
+    for rank, got in enumerate(_parts(lab, world_size, f"{mode} forward")):
+        check(got["send_counts"] == sent[rank], f"rank {rank}, {mode}: send_counts {got['send_counts']}, the routing "
+                                                f"says {sent[rank]} (copies this rank routes to each rank)")
         received = [sent[j][rank] for j in range(world_size)]
-        assert got["recv_counts"] == received, f"rank {rank}: received {got['recv_counts']}, expected {received}"
+        check(got["recv_counts"] == received, f"rank {rank}, {mode}: recv_counts {got['recv_counts']}, expected "
+                                              f"{received} (copies each rank routes to this one)")
         dispatch = (sum(sent[rank]) - sent[rank][rank]) * row              # rows this rank routes off-rank
         combine = (sum(received) - received[rank]) * row                   # rows it sends back
-        assert got["forward_sent"] == counts + dispatch + combine, \
-            f"rank {rank}: forward sent {got['forward_sent']} B, expected {counts} + {dispatch} + {combine}"
-        assert got["backward_sent"] == dispatch + combine, \
-            f"rank {rank}: backward sent {got['backward_sent']} B, expected {dispatch} + {combine}"
-        assert got["collectives"] == [], f"rank {rank} called collectives {got['collectives']}"
+        expect_close(got["sent"], counts + dispatch + combine, rel=0.0,
+                     what=f"rank {rank}, {mode}: forward bytes sent (counts {counts} + dispatch {dispatch} + "
+                          f"combine {combine})")
+        check(got["collectives"] == [], f"rank {rank} called collectives {got['collectives']} in the forward")
+    for rank, got in enumerate(_parts(lab, world_size, f"{mode} backward")):
+        dispatch = (sum(sent[rank]) - sent[rank][rank]) * row
+        combine = (sum(sent[j][rank] for j in range(world_size)) - sent[rank][rank]) * row
+        expect_close(got["sent"], dispatch + combine, rel=0.0,
+                     what=f"rank {rank}, {mode}: backward bytes sent (the combine's and the dispatch's gradients, "
+                          f"{combine} + {dispatch})")
+        check(got["collectives"] == [], f"rank {rank} called collectives {got['collectives']} in the backward")
 
 
 @pytest.mark.parametrize("world_size", [2, 4])
@@ -432,11 +643,12 @@ def test_capacity_in_the_layer_drops_what_the_rule_drops(lab, world_size):
     _, _, _, keeps = _reference(case["weights"], case["xs"], case["ups"], TOP_K, CAPACITY_FACTOR)
     dropped = [int((~keep).sum()) for _, keep in keeps]
     assert sum(dropped) > 0, "the test's capacity factor should drop something"
-    for rank, result in enumerate(_results(lab, world_size)):
-        ep = _part(result, rank, "ep")
-        assert ep["capacity"]["dropped"] == dropped[rank], \
-            f"rank {rank}: dropped {ep['capacity']['dropped']}, the rule drops {dropped[rank]}"
-        assert ep["dropless"]["dropped"] == 0
+    capacity = _capacity(TOKENS, EXPERTS[world_size], TOP_K, CAPACITY_FACTOR)
+    for rank, (with_cap, dropless) in enumerate(zip(_parts(lab, world_size, "capacity forward"),
+                                                    _parts(lab, world_size, "dropless forward"))):
+        expect_close(with_cap["dropped"], dropped[rank], rel=0.0,
+                     what=f"rank {rank}: copies dropped with cf {CAPACITY_FACTOR} (capacity {capacity} per expert)")
+        expect_close(dropless["dropped"], 0, rel=0.0, what=f"rank {rank}: copies dropped with no capacity")
 
 
 @pytest.mark.points(3)
@@ -451,11 +663,12 @@ def test_a_skewed_router_loads_the_busiest_rank_and_its_time_as_predicted(lab):
             for e in ids.reshape(-1).tolist():
                 counts[e // per_rank][src] += 1
         expected[name] = counts                                   # expected[name][dst][src]
-    results = [{"skew": _part(r, rank, "skew")} for rank, r in enumerate(_results(lab, 2))]
+    results = [{"skew": r} for r in _parts(lab, 2, "skew")]
     for rank, result in enumerate(results):
         for name in routers:
-            assert result["skew"][name]["recv_counts"] == expected[name][rank], \
-                f"rank {rank}, {name} router: received {result['skew'][name]['recv_counts']}, expected {expected[name][rank]}"
+            check(result["skew"][name]["recv_counts"] == expected[name][rank],
+                  f"rank {rank}, {name} router: received {result['skew'][name]['recv_counts']}, "
+                  f"expected {expected[name][rank]}")
     busiest = {name: max(sum(c) for c in expected[name]) for name in routers}
     assert busiest["skewed"] == 2 * SKEW["tokens"], "the skewed router sends every token to rank 0"
     # Time model: t = t_fixed + per_copy * copies computed. t_fixed is what the idle rank of the skewed
@@ -471,15 +684,14 @@ def test_a_skewed_router_loads_the_busiest_rank_and_its_time_as_predicted(lab):
     detail = (f"busiest rank's CPU time: balanced {cpu['balanced'][hot] * 1e3:.1f} ms for {busiest['balanced']} "
               f"copies, skewed {measured * 1e3:.1f} ms for {busiest['skewed']}; fixed part {t_fixed * 1e3:.1f} ms, "
               f"so {predicted * 1e3:.1f} ms predicted (ratio {measured / predicted:.2f})")
-    assert measured > 1.3 * cpu["balanced"][hot], "the skewed router should slow the busiest rank: " + detail
+    check(measured > 1.3 * cpu["balanced"][hot], "the skewed router should slow the busiest rank: " + detail)
     # CPU time of a few ms per run varies with caches and the other rank's work: within a factor of 2
-    assert 0.5 < measured / predicted < 2.0, detail
+    check(0.5 < measured / predicted < 2.0, detail)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_the_layer_runs_on_each_backend(lab, backend):
     case = _case(2, with_skew=False)
     outputs, _, _, _ = _reference(case["weights"], case["xs"], case["ups"], TOP_K, None)
-    for rank, result in enumerate(_results(lab, 2, backend)):
-        d = _diff(_part(result, rank, "ep")["dropless"]["output"], outputs[rank].detach())
-        assert d < 1e-9, f"rank {rank} on {backend}: output differs by {d:g}"
+    for rank, got in enumerate(_parts(lab, 2, "dropless forward", backend)):
+        fail_if(compare(got["output"], outputs[rank].detach(), f"rank {rank} on {backend}: the layer's output", 1e-9))

@@ -208,8 +208,11 @@ def tp_block(x, shard, tp_group):
 def one_f_one_b_order(stage, stages, microbatches):
     """This stage's ops in 1F1B order: a list of ("F", k) and ("B", k), k the micro-batch.
 
-    Warm up with min(stages - stage - 1, microbatches) forwards, then
+    Warm up with min(stages - stage - 1, microbatches) forwards (stage 0 of 4
+    runs 3 forwards before its first backward; the last stage none), then
     alternate one forward and one backward, then drain the backwards (Lab 07).
+    Micro-batches run in order 0, 1, ... in each kind. E.g. stage 0 of 2 with
+    3 micro-batches: F0 F1 B0 F2 B1 B2.
     """
     raise NotImplementedError("one_f_one_b_order: not implemented yet. Hint: your Lab 07 1F1B order for one stage.")
 
@@ -222,11 +225,14 @@ def train_step(ctx, shards, inputs, targets, microbatches, timeline):
     lists of this replica's micro-batches (inputs are used on stage 0 only,
     targets on the last stage). Each micro-batch's loss is the mean squared
     error divided by ``microbatches`` (so that gradients sum to the replica's
-    mean). Sends are asynchronous (``dist.isend``, waited for at the end of
-    the step); receives are ``dist.recv`` with tag k (forward) or
-    microbatches + k (backward) from the neighbouring stage. Append
-    ("F"|"B", k, start, end) to ``timeline`` (time.perf_counter seconds) for
-    each op, receive included.
+    mean). Run the ops in :func:`one_f_one_b_order`. Sends are asynchronous
+    (``dist.isend``, each request waited for at the end of the step, and its
+    tensor kept alive until then); receives are ``dist.recv``. Tag every
+    message: tag k for micro-batch k's activation (forward), microbatches + k
+    for its gradient (backward), on the send and on the receive (the tests
+    check the tags). Append ("F"|"B", k, start, end) to ``timeline``
+    (time.perf_counter seconds) for each op, its receive included, in the
+    order the ops ran.
     """
     raise NotImplementedError(
         "train_step: not implemented yet. Hint: keep each micro-batch's input and output; F: "
@@ -288,10 +294,12 @@ def train(rank, world_size, dp, tp, pp, *, layers=4, hidden=16, micro_batch=2, s
                 for p in shard.values():
                     p -= lr * p.grad
                     p.grad = None
-        # The global loss (for the tests): the replicas' last-stage losses averaged, sent to every rank.
-        loss = torch.tensor([local if (pp_idx == pp - 1 and tp_idx == 0) else 0.0], dtype=torch.float64)
-        dist.all_reduce(loss)
-        losses.append(loss.item() / dp)
+        # The global loss (for the tests): the replicas' last-stage losses averaged, on every rank. An
+        # all-gather, outside the step: byte counters that watch all-reduces see only the step's.
+        mine = torch.tensor([local if (pp_idx == pp - 1 and tp_idx == 0) else 0.0], dtype=torch.float64)
+        everyone = [torch.zeros(1, dtype=torch.float64) for _ in range(world_size)]
+        dist.all_gather(everyone, mine)
+        losses.append(sum(t.item() for t in everyone) / dp)
         for axis, value in ledger.bytes.items():
             ledger_totals[axis] += value / steps
         timeline += [(kind, k, t0 - start, t1 - start, step) for kind, k, t0, t1 in events]
