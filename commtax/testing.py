@@ -334,3 +334,16 @@ def expect_close(actual, expected, *, rel: float = 1e-9, abs: float = 0.0, what:
                 why += f": {hint}"
                 break
     fail(f"{what}: {why}")
+
+
+def number(value, what: str = "the result") -> float:
+    """``value`` as a float if it is a real number (not a bool, an array or a tensor), else fail naming ``what``.
+
+    For tests that compare a learner's value with ``<`` or ``>``: an array or a
+    tensor would compare element-wise (an empty one vacuously), so take the
+    number out first.
+    """
+    __tracebackhide__ = True
+    if _kind(value) != "number" or math.isnan(float(value)):
+        fail(f"{what}: expected a number, got {_describe(value)}")
+    return float(value)

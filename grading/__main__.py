@@ -6,6 +6,7 @@
     release DEST                             build the student repository
     gradescope DEST.zip                      build the Gradescope autograder
     autograde --root /autograder             (inside Gradescope) grade and write results.json
+    mutate [--labs ...] [--max N]            test the tests: the share of mutated solutions they catch
 """
 
 from __future__ import annotations
@@ -133,6 +134,9 @@ def main(argv=None) -> int:
     p.add_argument("--root", default="/autograder")
     grading_options(p)
 
+    from grading import mutate
+    mutate.add_arguments(commands.add_parser("mutate", help="mutate the solutions; report the share the tests kill"))
+
     args = parser.parse_args(argv)
     if args.command == "starters":
         stale = starters.regenerate(SOURCE_ROOT / "labs", check_only=args.check)
@@ -153,6 +157,8 @@ def main(argv=None) -> int:
         from grading.release import build_gradescope_zip
         print(f"wrote {build_gradescope_zip(args.dest)}")
         return 0
+    if args.command == "mutate":
+        return mutate.run(args)
     return cmd_autograde(args)
 
 

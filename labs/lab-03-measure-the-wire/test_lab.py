@@ -22,7 +22,7 @@ from commtax import boundary
 from commtax.formulas.links import available_links, load_calibration
 from commtax.labs import resolve_impl
 from commtax.ranks.measure import memcpy_bandwidth
-from commtax.testing import SharedRuns, check, require_implemented
+from commtax.testing import SharedRuns, check, close, expect_close, number, require_implemented
 
 HERE = Path(__file__).resolve().parent
 RUNS = SharedRuns()
@@ -39,11 +39,12 @@ def ring_times(sizes, world_size, alpha, bandwidth, steps, factor):
 # -- definitions ---------------------------------------------------------------------
 
 def test_algbw_is_size_over_time(lab):
-    assert lab.algbw(1e9, 0.5) == pytest.approx(2e9)
-    with pytest.raises(ValueError, match="seconds"):
-        lab.algbw(1e6, 0.0)
-    with pytest.raises(ValueError, match="nbytes"):
-        lab.algbw(-1, 1.0)
+    expect_close(lab.algbw(1e9, 0.5), 2e9, what="algbw(1e9 bytes, 0.5 s)")
+    expect_close(lab.algbw(0, 1e-3), 0.0, what="algbw of an empty message")
+    for bad, name in (((1e6, 0.0), "seconds"), ((1e6, -1.0), "seconds"), ((1e6, float("inf")), "seconds"),
+                      ((-1, 1.0), "nbytes"), ((float("nan"), 1.0), "nbytes")):
+        with pytest.raises(ValueError, match=name):
+            lab.algbw(*bad)
 
 
 @pytest.mark.parametrize("collective,factor", [
@@ -52,10 +53,14 @@ def test_algbw_is_size_over_time(lab):
 ])
 def test_busbw_uses_the_nccl_tests_factor_of_each_collective(lab, collective, factor):
     # 8 ranks, 1 GB in 10 ms: algbw 100 GB/s.
-    assert lab.busbw(collective, 1e9, 0.01, 8) == pytest.approx(100e9 * factor)
+    expect_close(lab.busbw(collective, 1e9, 0.01, 8), 100e9 * factor, what=f"busbw of {collective} on 8 ranks")
+    # 2 ranks: all_reduce's factor is 2(n-1)/n = 1, the others' (n-1)/n = 1/2 (1 for broadcast and reduce).
+    on_two = {"all_reduce": 1.0, "broadcast": 1.0, "reduce": 1.0}.get(collective, 0.5)
+    expect_close(lab.busbw(collective, 1e9, 0.01, 2), 100e9 * on_two, what=f"busbw of {collective} on 2 ranks")
 
 
 def test_busbw_rejects_unknown_collectives_and_world_sizes(lab):
+    expect_close(lab.busbw("all_reduce", 1e9, 0.01, 4), 150e9, what="busbw of an all_reduce on 4 ranks")
     with pytest.raises(ValueError, match="collective"):
         lab.busbw("all_scatter", 1e9, 0.01, 8)
     with pytest.raises(ValueError, match="world_size"):
@@ -69,10 +74,14 @@ def test_busbw_rejects_unknown_collectives_and_world_sizes(lab):
 def test_predict_time_is_the_ring_model_of_each_collective(lab, collective, steps, factor):
     alpha, bandwidth = 5e-6, 50e9
     for n in (0, 1024, 1e9):
-        assert lab.predict_time(n, 4, alpha, bandwidth, collective) == pytest.approx(
-            steps * alpha + factor * n / bandwidth)
-    with pytest.raises(ValueError, match="bandwidth"):
-        lab.predict_time(1024, 4, alpha, 0, collective)
+        expect_close(lab.predict_time(n, 4, alpha, bandwidth, collective), steps * alpha + factor * n / bandwidth,
+                     what=f"predict_time of {collective}, {n:g} bytes on 4 ranks")
+    for bad, name in (({"bandwidth": 0}, "bandwidth"), ({"alpha": -1e-6}, "alpha"), ({"nbytes": -1}, "nbytes"),
+                      ({"world_size": 0}, "world_size"), ({"collective": "gather"}, "collective")):
+        arguments = {"nbytes": 1024, "world_size": 4, "alpha": alpha, "bandwidth": bandwidth,
+                     "collective": collective, **bad}
+        with pytest.raises(ValueError, match=name):
+            lab.predict_time(**arguments)
 
 
 # -- the fit ---------------------------------------------------------------------------
@@ -84,9 +93,8 @@ def test_fit_recovers_alpha_and_bandwidth_from_exact_timings_within_1_percent(la
                                                                               steps, factor):
     for alpha, bandwidth in ((5e-6, 50e9), (50e-6, 1.25e9), (3e-6, 450e9)):
         times = ring_times(SIZES, world_size, alpha, bandwidth, steps, factor)
-        fit_alpha, fit_bandwidth = lab.fit_alpha_beta(SIZES, times, world_size, collective)
-        assert fit_alpha == pytest.approx(alpha, rel=0.01)
-        assert fit_bandwidth == pytest.approx(bandwidth, rel=0.01)
+        expect_close(lab.fit_alpha_beta(SIZES, times, world_size, collective), (alpha, bandwidth), rel=0.01,
+                     what=f"(alpha, bandwidth) fitted to exact {collective} timings on {world_size} ranks")
 
 
 def test_fit_survives_5_percent_noise_within_10_percent_where_a_plain_line_fails(lab):
@@ -96,9 +104,8 @@ def test_fit_survives_5_percent_noise_within_10_percent_where_a_plain_line_fails
     worst_line_alpha_error = 0.0
     for trial in range(20):
         noisy = exact * rng.lognormal(0.0, 0.05, size=exact.shape)
-        fit_alpha, fit_bandwidth = lab.fit_alpha_beta(SIZES, noisy.tolist(), 2, "all_reduce")
-        check(fit_alpha == pytest.approx(alpha, rel=0.10), f"trial {trial}")
-        check(fit_bandwidth == pytest.approx(bandwidth, rel=0.10), f"trial {trial}")
+        expect_close(lab.fit_alpha_beta(SIZES, noisy.tolist(), 2, "all_reduce"), (alpha, bandwidth), rel=0.10,
+                     what=f"(alpha, bandwidth) fitted to noisy timings, trial {trial}")
         slope, intercept = np.polyfit(SIZES, noisy, 1)  # what a plain least-squares line gives
         worst_line_alpha_error = max(worst_line_alpha_error, abs(intercept / 2 - alpha) / alpha)
     # The 64 MB points dominate an unweighted fit: its alpha is off by far more than 10%.
@@ -106,6 +113,13 @@ def test_fit_survives_5_percent_noise_within_10_percent_where_a_plain_line_fails
 
 
 def test_fit_refuses_data_it_cannot_fit(lab):
+    # Two exact points, 2 alpha + S / B on 2 ranks: alpha 10 us, 1 GB/s.
+    expect_close(lab.fit_alpha_beta([1000, 11000], [21e-6, 31e-6], 2), (10e-6, 1e9), rel=1e-6,
+                 what="the fit through two exact points")
+    # Times on a line with a negative intercept: the best alpha is negative, so alpha = 0 and b = 1/B alone
+    # is refitted: b = sum(c) / sum(c^2) over the rows c = m S / t = 2e9 and 4e9/3, that is B = 5.2e9 / 3.
+    expect_close(lab.fit_alpha_beta([1000, 2000], [0.5e-6, 1.5e-6], 2), (0.0, 5.2e9 / 3), rel=1e-9,
+                 what="the fit when the best alpha is negative")
     with pytest.raises(ValueError, match="nbytes|seconds"):
         lab.fit_alpha_beta([1024, 2048], [1e-5], 2)
     with pytest.raises(ValueError, match="nbytes"):
@@ -116,6 +130,8 @@ def test_fit_refuses_data_it_cannot_fit(lab):
         lab.fit_alpha_beta([1024, 2048], [1e-5, 2e-5], 2, "all_scatter")
     with pytest.raises(ValueError, match="world_size"):
         lab.fit_alpha_beta([1024, 2048], [1e-5, 2e-5], 1)
+    with pytest.raises(ValueError, match="nbytes"):
+        lab.fit_alpha_beta([-1024, 2048], [1e-5, 2e-5], 2)
 
 
 # -- real runs on gloo -------------------------------------------------------------------
@@ -170,7 +186,9 @@ def test_real_gloo_fit_is_positive_and_predicts_held_out_sizes(lab):
     counts = [n for _, n, _ in rows]
     check(counts == [30] * len(GLOO_SIZES), f"timed calls per size {counts}; 3 sweeps x iters=10 = 30 each")
     fit_rows, held_out = rows[::2], rows[1::2]  # fit on 4K, 16K, ...; predict 8K, 32K, ...
-    alpha, bandwidth = lab.fit_alpha_beta([r[0] for r in fit_rows], [r[2] for r in fit_rows], 2)
+    fitted = lab.fit_alpha_beta([r[0] for r in fit_rows], [r[2] for r in fit_rows], 2)
+    check(len(fitted) == 2, f"fit_alpha_beta returned {fitted!r}, not (alpha, bandwidth)")
+    alpha, bandwidth = number(fitted[0], "fitted alpha"), number(fitted[1], "fitted bandwidth")
     check(alpha > 0 and bandwidth > 0, f"fitted alpha {alpha} s and bandwidth {bandwidth} B/s must be positive")
     # The model for 2 ranks, written out here: an all-reduce is 2 alpha + S / B.
     ratios = [(2 * alpha + s / bandwidth) / t for s, _, t in held_out]
@@ -186,7 +204,9 @@ def test_real_gloo_fit_is_positive_and_predicts_held_out_sizes(lab):
 def test_bus_bandwidth_never_beats_the_memory_copy_rate(lab):
     require_implemented(lab.busbw)
     rows = _gloo_rows(lab)["rows"]
-    best_busbw = max(lab.busbw("all_reduce", s, t, 2) for s, _, t in rows)
+    for s, _, t in rows:  # 2(n-1)/n = 1 at n = 2: busbw = algbw
+        expect_close(lab.busbw("all_reduce", s, t, 2), s / t, what=f"busbw of {s} bytes in {t:.3g} s on 2 ranks")
+    best_busbw = max(number(lab.busbw("all_reduce", s, t, 2)) for s, _, t in rows)
     memcpy = memcpy_bandwidth(repeats=20)  # measured here, in the test process (best of 20: a busy moment passes)
     # On one machine every received byte is copied at least once: a physical upper bound.
     check(best_busbw <= memcpy, f"busbw up to {best_busbw / 1e9:.3g} GB/s, above this machine's memory copy rate "

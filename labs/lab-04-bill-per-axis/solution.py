@@ -331,8 +331,13 @@ def _check_plan(plan):
         raise ValueError(f"layers ({plan.layers}) is not divisible by pp ({plan.pp})")
     if plan.moe_layers > plan.layers:
         raise ValueError(f"moe_layers ({plan.moe_layers}) exceeds layers ({plan.layers})")
-    for size, stride in ((plan.tp, 1), (dp, plan.tp), (plan.ep, plan.tp), (plan.pp, plan.tp * dp)):
-        members_per_node(size, stride, plan.gpus_per_node)
+    for axis, size, stride in (("tp", plan.tp, 1), ("dp", dp, plan.tp), ("ep", plan.ep, plan.tp),
+                               ("pp", plan.pp, plan.tp * dp)):
+        try:
+            members_per_node(size, stride, plan.gpus_per_node)
+        except ValueError as exc:
+            raise ValueError(f"{axis} groups do not sit evenly on nodes of gpus_per_node = "
+                             f"{plan.gpus_per_node}: {exc}") from None
     return dp
 
 

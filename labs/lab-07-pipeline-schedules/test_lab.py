@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from commtax.boundary import LabRecord
-from commtax.testing import SharedRuns, check, fail
+from commtax.testing import SharedRuns, check, close, expect_close, fail, number
 from commtax.ranks.traffic import record_traffic
 
 RUNS = SharedRuns()
@@ -87,25 +87,28 @@ def _name(op, v=1):
 # -- the formula ---------------------------------------------------------------------------
 
 def test_megatron_lm_example_p8_m32_is_7_32_of_ideal_and_7_39_of_the_step(lab):
-    assert lab.bubble_fraction(8, 32, relative_to="ideal") == pytest.approx(7 / 32)
-    assert lab.bubble_fraction(8, 32, relative_to="total") == pytest.approx(7 / 39)
-    assert lab.bubble_fraction(8, 32, 2, relative_to="ideal") == pytest.approx(7 / 64)  # v = 2 halves it
+    expect_close(lab.bubble_fraction(8, 32, relative_to="ideal"), 7 / 32, what="p = 8, m = 32, relative to ideal")
+    expect_close(lab.bubble_fraction(8, 32, relative_to="total"), 7 / 39, what="p = 8, m = 32, share of the step")
+    expect_close(lab.bubble_fraction(8, 32, 2, relative_to="ideal"), 7 / 64, what="v = 2 halves it")
+    expect_close(lab.bubble_fraction(8, 32, 2, relative_to="total"), 7 / 71, what="v = 2, share of the step")
+    expect_close(lab.bubble_fraction(8, 32), 7 / 39, what="the default is the share of the step")
+    expect_close(lab.bubble_fraction(1, 8, relative_to="ideal"), 0.0, what="one stage has no bubble")
 
 
 def test_the_two_definitions_convert_by_r_over_1_plus_r(lab):
     for p, m, v in ((4, 8, 1), (8, 32, 2), (16, 4, 1)):
-        r = lab.bubble_fraction(p, m, v, "ideal")
-        check(r == pytest.approx(bubble_ideal(p, m, v)),
+        r = number(lab.bubble_fraction(p, m, v, "ideal"), f"bubble_fraction({p}, {m}, {v}, 'ideal')")
+        check(close(r, bubble_ideal(p, m, v)),
               f"bubble_fraction({p}, {m}, {v}, 'ideal') = {r:.6g}; (p-1)/(v m) = {bubble_ideal(p, m, v):.6g}")
-        total = lab.bubble_fraction(p, m, v, "total")
-        check(total == pytest.approx(r / (1 + r)),
+        total = number(lab.bubble_fraction(p, m, v, "total"), f"bubble_fraction({p}, {m}, {v}, 'total')")
+        check(close(total, r / (1 + r)),
               f"bubble_fraction({p}, {m}, {v}, 'total') = {total:.6g}; r / (1 + r) = {r / (1 + r):.6g}")
 
 
 def test_gpipe_at_m_equal_4p_is_16_to_20_percent_not_negligible(lab):
-    shares = [lab.bubble_fraction(p, 4 * p) for p in (4, 8, 16, 64)]
-    assert shares[0] == pytest.approx(3 / 19)      # 15.8%
-    assert shares[1] == pytest.approx(7 / 39)      # 17.9%
+    shares = [number(lab.bubble_fraction(p, 4 * p), f"bubble_fraction({p}, {4 * p})") for p in (4, 8, 16, 64)]
+    expect_close(shares[0], 3 / 19, what="p = 4, m = 16 (15.8%)")
+    expect_close(shares[1], 7 / 39, what="p = 8, m = 32 (17.9%)")
     assert all(0.15 < s < 0.20 for s in shares) and shares == sorted(shares)  # -> (p-1)/(5p-1) -> 20%
 
 
@@ -120,17 +123,21 @@ HAND_MADE = [Op(0, "F", 0, 0, 0.0, 1.0), Op(0, "F", 1, 0, 1.0, 2.0), Op(1, "F", 
 
 def test_makespan_bubble_and_peak_activations_of_a_hand_made_schedule(lab):
     ops = plain(HAND_MADE)
-    span = lab.makespan(ops)
-    check(span == pytest.approx(9.0), f"makespan of the hand-made schedule = {span}; last end 9 - first start 0 = 9")
-    bubble = lab.measured_bubble(ops)
-    check(bubble == pytest.approx(1 - 12 / 18),
+    span = number(lab.makespan(ops), "makespan")
+    check(close(span, 9.0), f"makespan of the hand-made schedule = {span}; last end 9 - first start 0 = 9")
+    bubble = number(lab.measured_bubble(ops), "measured_bubble")
+    check(close(bubble, 1 - 12 / 18),
           f"measured_bubble = {bubble:.6g}; 1 - busy / (devices x makespan) = 1 - 12 / (2 x 9) = {1 - 12 / 18:.6g}")
     peaks = [lab.peak_activations_in_flight(ops[::-1], stage) for stage in (0, 1)]  # any order in
-    check(peaks == [2, 1], f"peak activations per stage {peaks}; device 0 holds F0 and F1 at once, device 1 one")
+    check(close(peaks, [2, 1]), f"peak activations per stage {peaks}; device 0 holds F0 and F1 at once, device 1 one")
     later = plain([op._replace(start=op.start + 5.0, end=op.end + 5.0) for op in HAND_MADE])  # starting at t = 5
-    span, bubble = lab.makespan(later), lab.measured_bubble(later)
-    check((span, bubble) == (pytest.approx(9.0), pytest.approx(1 - 12 / 18)),
+    span, bubble = number(lab.makespan(later), "makespan"), number(lab.measured_bubble(later), "measured_bubble")
+    check(close((span, bubble), (9.0, 1 - 12 / 18)),
           f"the same schedule starting at t = 5 s: makespan {span}, bubble {bubble:.6g}; a step need not start at 0")
+    # Device 1 alone (its ops only): busy 6 of a 6 s span, from 1 to 7; no idle time.
+    alone = plain([op for op in HAND_MADE if op.stage == 1])
+    check(close((lab.makespan(alone), lab.measured_bubble(alone)), (6.0, 0.0)),
+          "device 1's ops alone: makespan 6 s (from 1 to 7), bubble 0 (one device, always busy)")
 
 
 # -- the simulator against the formula -------------------------------------------------------
@@ -161,7 +168,7 @@ def check_bubble(ops, schedule, p, m, v=1):
     share = idle_share(ops)
     expected = bubble_total(p, 1 if schedule == "naive" else m, v)
     span = max(op.end for op in ops) - min(op.start for op in ops)
-    check(share == pytest.approx(expected),
+    check(close(share, expected, rel=1e-6),
           f"{schedule}, p = {p}, m = {m}, v = {v}: the simulated devices are idle {share:.4f} of the step "
         f"(makespan {span:g} s); the formula gives {expected:.4f}")
 
@@ -173,12 +180,12 @@ def test_simulated_bubble_equals_the_formula_both_ways(lab, schedule, p, m):
     check_order(ops, schedule, p, m)
     check_bubble(ops, schedule, p, m)
     span = max(op.end for op in ops) - min(op.start for op in ops)
-    check(span == pytest.approx((m + p - 1) * 3.0),
+    check(close(span, (m + p - 1) * 3.0, rel=1e-9),
           f"makespan {span:g} s; (m + p - 1)(t_f + t_b) = {(m + p - 1) * 3.0:g}")
-    share = lab.measured_bubble(plain(ops))
-    check(share == pytest.approx(bubble_total(p, m)),
+    share = number(lab.measured_bubble(plain(ops)), "measured_bubble")
+    check(close(share, bubble_total(p, m), rel=1e-9),
           f"measured_bubble = {share:.6g}, expected {bubble_total(p, m):.6g}")
-    assert share / (1 - share) == pytest.approx(bubble_ideal(p, m))
+    expect_close(share / (1 - share), bubble_ideal(p, m), rel=1e-9, what="the measured bubble relative to ideal")
 
 
 @pytest.mark.parametrize("p,m", [(2, 3), (4, 8)])
@@ -186,7 +193,7 @@ def test_naive_pipeline_idles_p_minus_1_over_p(lab, p, m):
     ops = simulate(lab, "naive", p, m)
     check_order(ops, "naive", p, m)
     check_bubble(ops, "naive", p, m)
-    assert idle_share(ops) == pytest.approx((p - 1) / p)
+    expect_close(idle_share(ops), (p - 1) / p, rel=1e-9, what=f"naive pipeline of {p} stages: idle share")
 
 
 @pytest.mark.parametrize("p,m,v", [(2, 4, 2), (4, 8, 2), (4, 8, 4), (8, 32, 2), (4, 4, 2)])
@@ -194,7 +201,8 @@ def test_interleaved_order_and_bubble_equal_p_minus_1_over_v_m(lab, p, m, v):
     ops = simulate(lab, "interleaved_1f1b", p, m, v)
     check_order(ops, "interleaved_1f1b", p, m, v)
     check_bubble(ops, "interleaved_1f1b", p, m, v)
-    assert idle_share(ops) / (1 - idle_share(ops)) == pytest.approx(bubble_ideal(p, m, v))
+    expect_close(idle_share(ops) / (1 - idle_share(ops)), bubble_ideal(p, m, v), rel=1e-9,
+                 what="the simulated bubble relative to ideal")
     durations = {round(op.end - op.start, 9) for op in ops}
     check(durations == {1.0 / v, 2.0 / v}, f"op durations {sorted(durations)}; each chunk takes t_f / v and t_b / v")
 
@@ -237,27 +245,45 @@ def test_p2p_time_adds_2_p_minus_1_transfers_to_gpipe_and_more_to_1f1b(lab):
 
     for p, m in ((2, 4), (4, 8), (8, 16)):
         extra = span("gpipe", p, m, 0.1) - span("gpipe", p, m)
-        check(extra == pytest.approx(2 * (p - 1) * 0.1),
+        check(close(extra, 2 * (p - 1) * 0.1, rel=1e-9),
               f"GPipe p = {p}, m = {m}: t_p2p = 0.1 s adds {extra:.4g} s; only fill and drain wait: 2(p-1) x 0.1")
         extra = span("1f1b", p, m, 0.1) - span("1f1b", p, m)
         check(extra >= 2 * (p - 1) * 0.1 - 1e-9, f"1F1B p = {p}, m = {m}: t_p2p adds {extra:.4g} s")  # more exposed
     extra = span("1f1b", 4, 2, 0.1) - span("1f1b", 4, 2)
-    check(extra == pytest.approx(0.6), f"1F1B p = 4, m = 2: t_p2p = 0.1 s adds {extra:.4g} s, expected 6 x 0.1")
+    check(close(extra, 0.6, rel=1e-9), f"1F1B p = 4, m = 2: t_p2p = 0.1 s adds {extra:.4g} s, expected 6 x 0.1")
+
+
+BAD_SIMULATIONS = [
+    (("interleaved_1f1b", 4, 6, 2), {}, "microbatches"),   # m must be a multiple of p
+    (("zero_bubble", 4, 8), {}, "schedule"),
+    (("gpipe", 4, 8, 2), {}, "virtual_stages"),
+    (("1f1b", 4, 8), {"t_p2p": -1.0}, "t_p2p"),
+    (("1f1b", 0, 8), {}, "stages"),
+    (("1f1b", 4, 0), {}, "microbatches"),
+    (("interleaved_1f1b", 4, 8, 0), {}, "virtual_stages"),
+    (("1f1b", 4, 8), {"t_forward": 0.0}, "t_forward"),
+    (("1f1b", 4, 8), {"t_backward": -1.0}, "t_backward"),
+]
+BAD_BUBBLES = [((0, 8), {}, "stages"), ((4, 0), {}, "microbatches"), ((4, 8, 0), {}, "virtual_stages"),
+               ((4, 8), {"relative_to": "ideal compute"}, "relative_to")]
 
 
 def test_bad_arguments_raise_value_error_naming_them(lab):
-    with pytest.raises(ValueError, match="microbatches"):
-        lab.simulate("interleaved_1f1b", 4, 6, 2)            # m must be a multiple of p
-    with pytest.raises(ValueError, match="schedule"):
-        lab.simulate("zero_bubble", 4, 8)
-    with pytest.raises(ValueError, match="virtual_stages"):
-        lab.simulate("gpipe", 4, 8, 2)
-    with pytest.raises(ValueError, match="stages"):
-        lab.bubble_fraction(0, 8)
-    with pytest.raises(ValueError, match="relative_to"):
-        lab.bubble_fraction(4, 8, relative_to="ideal compute")
-    with pytest.raises(ValueError, match="t_p2p"):
-        lab.simulate("1f1b", 4, 8, t_p2p=-1.0)
+    # The same functions with good arguments first: a function that raised a ValueError naming every
+    # argument, for any input, would pass the bad cases alone.
+    expect_close(lab.bubble_fraction(4, 8), 3 / 11, what="bubble_fraction(4, 8)")
+    expect_close(makespan_of(simulate(lab, "gpipe", 4, 8, t_p2p=0.5)), (8 + 3) * 3.0 + 2 * 3 * 0.5, rel=1e-9,
+                 what="makespan of GPipe, p = 4, m = 8, t_p2p = 0.5: (m + p - 1)(t_f + t_b) + 2(p - 1) t_p2p")
+    for args, kwargs, name in BAD_SIMULATIONS:
+        with pytest.raises(ValueError, match=name):
+            lab.simulate(*args, **kwargs)
+    for args, kwargs, name in BAD_BUBBLES:
+        with pytest.raises(ValueError, match=name):
+            lab.bubble_fraction(*args, **kwargs)
+
+
+def makespan_of(ops):
+    return max(op.end for op in ops) - min(op.start for op in ops)
 
 
 # -- a real 1F1B pipeline ------------------------------------------------------------------------
@@ -335,7 +361,7 @@ def test_real_1f1b_pipeline_gradients_equal_single_process_training(lab, world_s
     loss = results[-1]["loss"]  # the loss first: a wrong loss explains wrong gradients
     check(loss is not None, f"P = {world_size}: the last rank returned no loss")
     ratio = loss / ref["loss"]
-    check(loss == pytest.approx(ref["loss"], rel=1e-12),
+    check(close(loss, ref["loss"], rel=1e-12),
           f"P = {world_size}: the last rank's loss is {loss:.10g}; single-process training on the whole batch gives "
         f"{ref['loss']:.10g} (ratio got/expected {ratio:.6g}{_scale_hint(ratio)})")
     per_stage = 2 * LAYERS // world_size  # parameters per stage: a weight and a bias per Linear
