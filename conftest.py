@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from commtax.labs import ENV_VAR, requested_impl
+from commtax.labs import ENV_VAR, lab_dirs, requested_impl
 from commtax.ranks.launch import DistributedRunError
 
 pytest_plugins = ["pytester"]  # tests/ check how failures are reported, in a separate pytest
@@ -28,7 +28,13 @@ def pytest_configure(config):
 
 def pytest_report_header(config):
     impl = requested_impl()
-    lines = [f"{ENV_VAR}={impl or '(unset: solution where the lab has one)'}"]
+    if impl:
+        header = f"{ENV_VAR}={impl}"
+    elif any((lab / "solution.py").exists() for lab in lab_dirs()):
+        header = f"{ENV_VAR}=(unset: solution where the lab has one, else starter)"
+    else:   # the student release ships no solution.py at all: say what "unset" means in THIS copy
+        header = f"{ENV_VAR}=(unset: starter, your code; this copy has no solutions)"
+    lines = [header]
     if config.option.tbstyle == "auto":
         lines.append("tip: a long failure reads better with --tb=short (each frame in one line, no test source)")
     return lines

@@ -3,6 +3,8 @@
 
     python3 course.py lab     open the course in JupyterLab
     python3 course.py test    run the whole test suite (extra arguments go to pytest)
+    python3 course.py book    build the course as a website into _build/html (see book/build.py;
+                              --quick executes only two lessons, as CI does)
 
 The first run creates a virtual environment in ``.venv`` next to this file and
 installs the pinned dependencies of ``requirements.txt`` plus the course's own
@@ -10,8 +12,13 @@ package (``commtax``). Later runs reuse it, and reinstall only when
 ``requirements.txt`` or ``pyproject.toml`` changed. Needs Python 3.10 or newer
 (the course is tested with 3.11) and access to the package index.
 
+``book`` also installs the book's tools (``book/requirements.txt``: Sphinx,
+MyST-NB and the Sphinx Book Theme, constrained by ``requirements.txt`` so no
+pin of the course moves) into the same environment, and the first build fetches
+MathJax and the Jupyter widget manager with Node.js's ``npm``.
+
 Set ``COMMTAX_VENV`` to put the environment somewhere else. Inside the
-course's conda environment (``conda activate communication-tax``) both
+course's conda environment (``conda activate communication-tax``) the
 commands use that environment instead of making ``.venv``.
 
 JupyterLab settings the course relies on (``jupyter-settings/overrides.json``:
@@ -35,6 +42,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent
 VENV = Path(os.environ.get("COMMTAX_VENV", ROOT / ".venv"))
 STAMP = VENV / ".commtax-installed"
+BOOK_STAMP_NAME = ".commtax-book-installed"
 FIRST_LESSON = "lessons/01-collectives-and-alpha-beta.ipynb"
 SETTINGS = ROOT / "jupyter-settings" / "overrides.json"
 CONDA_ENV = "communication-tax"   # the name in environment.yml
@@ -88,8 +96,23 @@ def ensure_environment() -> Path:
     return python
 
 
+def ensure_book_tools(python: str, prefix: Path) -> None:
+    """Install the book's tools into the environment at ``prefix`` unless its stamp says they are there."""
+    digest = hashlib.sha256()
+    for name in ("book/requirements.txt", "requirements.txt"):
+        digest.update((ROOT / name).read_bytes())
+    stamp = Path(prefix) / BOOK_STAMP_NAME
+    if stamp.exists() and stamp.read_text() == digest.hexdigest():
+        return
+    print("[course] installing the book's tools (Sphinx, MyST-NB; first run: a minute) ...", flush=True)
+    subprocess.run([python, "-m", "pip", "install", "--disable-pip-version-check",
+                    "-r", str(ROOT / "book" / "requirements.txt"), "-c", str(ROOT / "requirements.txt")],
+                   check=True)
+    stamp.write_text(digest.hexdigest())
+
+
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] in ("-h", "--help", "help") or argv[0] not in ("lab", "test"):
+    if not argv or argv[0] in ("-h", "--help", "help") or argv[0] not in ("lab", "test", "book"):
         print(__doc__)
         return 0 if argv and argv[0] in ("-h", "--help", "help") else 2
     command, extra = argv[0], argv[1:]
@@ -103,6 +126,9 @@ def main(argv: list[str]) -> int:
                 f"--LabApp.default_url=/lab/tree/{FIRST_LESSON}", *extra]
         if hasattr(os, "geteuid") and os.geteuid() == 0 and "--allow-root" not in extra:
             args.append("--allow-root")  # containers often run as root; Jupyter refuses without this
+    elif command == "book":
+        ensure_book_tools(python, prefix)
+        args = [python, str(ROOT / "book" / "build.py"), *extra]
     else:
         args = [python, "-m", "pytest", *extra]
     os.chdir(ROOT)

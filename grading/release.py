@@ -21,8 +21,9 @@ from grading import answers, starters
 from grading.grader import SOURCE_ROOT
 
 # Never in anything that leaves the teacher's machine (besides solutions):
+# _build: the book (`python3 course.py book`), whose pages include the worked solutions.
 ALWAYS_EXCLUDED = {".git", ".venv", "__pycache__", ".pytest_cache", ".ipynb_checkpoints", "dist", "calibrations",
-                   "*.egg-info", ".ci"}
+                   "*.egg-info", ".ci", "_build"}
 # Also kept from learners: answers, and the course's own tests (they check the solutions).
 RELEASE_EXCLUDED = ALWAYS_EXCLUDED | {"solution.py", "solutions", "hidden", "tests"}
 GRADESCOPE_EXCLUDED = ALWAYS_EXCLUDED | {"solution.py", "solutions", "tests", "lessons"}

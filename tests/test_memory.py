@@ -1,5 +1,7 @@
 """commtax.formulas.memory against published numbers and against the bill per axis."""
 
+import dataclasses
+
 import pytest
 
 from commtax.formulas import bill, memory
@@ -201,6 +203,38 @@ def test_full_recompute_adds_one_whole_layer_in_both_memory_models():
     stored = 32 * 2 * 4096 * 4096 / 4                                        # 2 s b h / t per layer with SP
     whole = memory.activation_bytes_per_layer(4096, 1, 4096, 32, 4, True, "none")
     assert parts["activations"] == pytest.approx(stored + whole)
+
+
+@pytest.mark.parametrize("p, m", [(1, 1), (2, 1), (4, 2), (4, 8), (8, 4), (16, 8), (16, 64)])
+def test_in_flight_micro_batches_are_what_the_1f1b_simulator_holds_on_every_stage(p, m):
+    # Lesson 06's simulator is the independent count: the forwards a stage has run whose backward has not.
+    from commtax.simulation import pipeline
+
+    ops = pipeline.simulate("1f1b", p, m, 1, t_forward=1.0, t_backward=2.0)
+    held = [pipeline.peak_activations_in_flight(ops, stage) for stage in range(p)]
+    assert [memory.in_flight_microbatches(p, m, stage) for stage in range(p)] == held
+    assert held[0] == max(held), "the first stage holds the most: plan_memory counts it"
+
+
+def test_gpt3_at_pp_16_with_32k_tokens_and_no_recomputation_holds_25_tb_all_but_2_percent_attention_scores():
+    # Issue 20's "25.4 TB of activations per GPU" for GPT-3 175B at TP 1 x PP 16 x DP 1 is right for its
+    # settings (s = 32768, b = 1, m = 8, no recomputation): 6 layers x 8 micro-batches in flight x 529 GB,
+    # and 5 a s^2 b = 515 GB of each layer's 529 GB is the unfused attention's s x s scores.
+    gpt3 = PRESETS["GPT-3 175B"]
+    plan = memory.MemoryPlan(gpt3.n_params, gpt3.layers, gpt3.hidden, 96, seq=32768, micro_batch=1, microbatches=8,
+                             tp=1, pp=16, dp=1, recompute="none")
+    layer = memory.activation_bytes_per_layer(32768, 1, 12288, 96)
+    assert memory.plan_memory(plan)["activations"] == pytest.approx(6 * 8 * layer) == pytest.approx(25.4e12, rel=1e-3)
+    scores = layer - memory.activation_bytes_per_layer(32768, 1, 12288, 96, recompute="selective")
+    assert scores == 5 * 96 * 32768**2 and scores / layer > 0.97
+    assert memory.plan_memory(dataclasses.replace(plan, recompute="selective"))["activations"] < 0.7e12
+
+
+def test_gpu_memory_labels_say_decimal_gb_and_gib():
+    assert memory.hbm_label("H100 SXM 80GB") == "H100 SXM 80GB: 85.5 GB = 79.6 GiB usable"
+    assert memory.hbm_label("A100 40GB") == "A100 40GB: 42.9 GB = 40.0 GiB usable"
+    with pytest.raises(ValueError, match="gpu"):
+        memory.hbm_label("H100 80GB")
 
 
 # -- Lesson 07-10 review (issue 24): corrected numbers ---------------------------------------------------

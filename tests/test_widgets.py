@@ -1,22 +1,84 @@
 """The widget glue keeps controls inside ranges where every calculator gives a finite, non-negative time."""
 
+import io
 import itertools
 import math
 import re
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from IPython.display import display
+from PIL import Image
 
 from commtax import exercises
 from commtax.formulas import collectives as C, tp
 from commtax.formulas.models import PRESETS as MODELS, transformer_params
 from commtax.ranks import measure
 from commtax.simulation import pipeline as P
-from commtax.ui import widgets as cw
+from commtax.ui import plots, widgets as cw
 from commtax.formulas.links import PRESETS, Link, load_calibration, save_calibration
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def sine(amplitude, *, raise_if_negative=True):
+    """A calculator's render: a headline and one figure, drawn the course's way (no pyplot)."""
+    if raise_if_negative and amplitude < 0:
+        raise ValueError(f"amplitude must be >= 0, got {amplitude}")
+    display(cw.headline(f"amplitude {amplitude}"))
+    fig, ax = plots.subplots(figsize=(4, 2))
+    ax.plot(np.linspace(0, 6, 50), amplitude * np.sin(np.linspace(0, 6, 50)))
+    ax.set_ylim(-5, 5)
+    plots.show(fig)
+
+
+def test_a_calculator_draws_on_figures_pyplot_never_sees_and_shows_their_png():
+    import matplotlib.pyplot as plt
+    open_before = plt.get_fignums()
+    amplitude = cw.int_slider("amplitude", 1, -2, 4)
+    calc = cw.calculator(sine, {"amplitude": amplitude})
+    first = calc.figures()
+    assert len(first) == 1 and first[0].startswith(b"\x89PNG")
+    size = Image.open(io.BytesIO(first[0])).size
+    assert size == (400, 200), "drawn at 100 dpi, at the figure's own size (nothing cropped)"
+    amplitude.value = 3
+    assert calc.figures() != first and calc.figures() == calc.figures(), "the state's figure, the same every time"
+    amplitude.value = -1                      # invalid: a message, and no figure (never a stale one)
+    assert calc.figures() == []
+    assert plt.get_fignums() == open_before, "a calculator left a figure in pyplot's global list"
+    with pytest.raises(ValueError, match="width"):
+        plots.figure(9.0, 3.0)                # wider than the notebook column: JupyterLab would shrink it
+
+
+def test_controls_moved_from_two_threads_at_once_render_one_at_a_time_and_the_last_value_wins():
+    # JupyterLab delivers widget messages on the kernel's main thread and on a subshell thread.
+    running, overlaps, drawn = [0], [], []
+
+    def slow(a, b):
+        running[0] += 1
+        overlaps.append(running[0])
+        time.sleep(0.02)
+        drawn.append((a, b))
+        running[0] -= 1
+
+    controls = {"a": cw.int_slider("a", 0, 0, 50), "b": cw.int_slider("b", 0, 0, 50)}
+    cw.calculator(slow, controls)
+
+    def drag(name):
+        for value in range(1, 51):
+            controls[name].value = value
+
+    threads = [threading.Thread(target=drag, args=(name,)) for name in controls]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert max(overlaps) == 1, "two renders ran at the same time"
+    assert drawn[-1] == (50, 50), "the last render did not draw the last values"
+    assert len(drawn) < 101, "no render was skipped although later changes were waiting"
 
 
 def test_link_picker_offers_presets_and_bounded_custom_values():
@@ -106,13 +168,15 @@ def test_moe_presets_carry_their_published_figures():
     assert all(not m.is_moe for name, m in MODELS.items() if "MoE" not in name)
 
 
-def test_calculator_groups_controls_on_tabs_beside_the_result():
+def test_calculator_groups_controls_on_tabs_beside_the_result_with_the_figure_below():
     values = []
     controls = {"a": cw.int_slider("a", 1, 0, 5), "b": cw.int_slider("b", 2, 0, 5)}
     box = cw.calculator(lambda a, b: values.append((a, b)), controls, groups={"first": ["a"], "second": ["b"]},
                         side_by_side=True)
-    tabs, out = box.children
-    assert tabs.titles == ("first", "second") and out.layout.flex.startswith("1")
+    (top, figures) = box.children
+    tabs, text = top.children
+    assert tabs.titles == ("first", "second") and text.layout.flex.startswith("1") and figures is box.figure_area
+    assert "commtax-control-b" in controls["b"]._dom_classes and f"commtax-id-{box.model_id}" in box._dom_classes
     controls["b"].value = 3
     assert values[-1] == (1, 3)
     with pytest.raises(ValueError, match="groups"):
@@ -173,3 +237,48 @@ def test_exercise_verdicts_name_the_slip_without_revealing_the_answer(capsys):
         exercises.verdict("99.9", 1.0)
     with pytest.raises(ValueError, match="value"):
         exercises.verdict("02.2", "a lot")
+
+
+def test_a_label_cut_off_at_the_figures_edge_is_reported_and_one_that_fits_is_not():
+    import warnings
+    fig, ax = plots.subplots(figsize=(3, 2))
+    ax.set_xlabel("a label far too long for a figure three inches wide, " * 3)
+    with pytest.warns(plots.CutText, match="cut off at the figure's edge: 'a label far too long"):
+        plots.png(fig)
+    fig, ax = plots.subplots(figsize=(3, 2))
+    ax.set_xlabel("short")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        plots.png(fig)
+
+
+def test_adjust_keeps_a_dependent_control_valid_and_each_change_renders_once():
+    # Lesson 11's controls: TP stops only at degrees that divide the ranks, so no reachable plan is invalid.
+    rendered = []
+
+    def render(ranks, tp):
+        if ranks % tp:
+            raise ValueError(f"tp ({tp}) must divide ranks ({ranks})")
+        rendered.append((ranks, tp))
+
+    def whole(controls):
+        cw.restrict(controls["tp"], [d for d in (1, 2, 4) if controls["ranks"].value % d == 0])
+
+    controls = {"ranks": cw.int_choice_slider("ranks", [1, 2, 4, 8], 8), "tp": cw.int_choice_slider("tp", [1, 2, 4], 4)}
+    cw.calculator(render, controls, adjust=whole)
+    rendered.clear()
+    controls["ranks"].value = 2
+    assert rendered == [(2, 2)], "one render, of a valid plan (no intermediate TP 1, no TP 4 on 2 ranks)"
+    assert controls["tp"].options == (1, 2)
+    controls["ranks"].value = 8
+    assert rendered[-1] == (8, 2) and controls["tp"].options == (1, 2, 4), "a still-valid TP stays where it is"
+    with pytest.raises(ValueError, match="options"):
+        cw.restrict(controls["tp"], [])
+
+
+def test_times_are_shown_in_the_unit_their_magnitude_asks_for():
+    # Issue 20: "exposed 2.8e+04 ms", "28000 s" and a ms axis up to 35,000 in Lesson 08; "us" in Lesson 09.
+    from commtax.units import format_seconds
+    assert [format_seconds(t) for t in (28000, 12.5, 0.0123, 1.5e-6)] == ["7.78 h", "12.5 s", "12.3 ms", "1.5 µs"]
+    assert plots.time_scale(28.0) == (1.0, "s") and plots.time_scale(0.035) == (1e3, "ms")
+    assert plots.time_scale(2e-5) == (1e6, "µs")

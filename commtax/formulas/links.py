@@ -49,22 +49,22 @@ class Link:
 NVLINK4 = Link(
     "NVLink 4 (H100 SXM)", alpha=3e-6, bandwidth=450e9,
     source="bandwidth: NVIDIA H100 datasheet, 900 GB/s NVLink = 450 GB/s per direction; "
-           "alpha: ~3 us per hop, an assumed order of magnitude with the collective library's software "
+           "alpha: ~3 µs per hop, an assumed order of magnitude with the collective library's software "
            "overhead included (Lab 03 measures yours)",
 )
 INFINIBAND_NDR = Link(
     "InfiniBand NDR (400 Gb/s per GPU)", alpha=5e-6, bandwidth=50e9,
     source="bandwidth: NVIDIA ConnectX-7 / IBTA NDR, 400 Gb/s per port = 50 GB/s per direction, one "
-           "NIC per GPU as in a DGX H100; alpha: 2-5 us per message through NIC and switch (an assumed range; Lab 03 measures yours), "
+           "NIC per GPU as in a DGX H100; alpha: 2-5 µs per message through NIC and switch (an assumed range; Lab 03 measures yours), "
            "upper end taken to include the collective library",
 )
 ROCE_100G = Link(
     "100GbE RoCE", alpha=5e-6, bandwidth=12.5e9,
-    source="bandwidth: 100 Gb/s = 12.5 GB/s per direction; alpha: ~5 us (assumed, as for InfiniBand; Lab 03 measures yours)",
+    source="bandwidth: 100 Gb/s = 12.5 GB/s per direction; alpha: ~5 µs (assumed, as for InfiniBand; Lab 03 measures yours)",
 )
 TCP_10G = Link(
     "TCP over 10 GbE", alpha=50e-6, bandwidth=1.25e9,
-    source="bandwidth: 10 Gb/s = 1.25 GB/s per direction; alpha: ~50 us through the kernel's TCP "
+    source="bandwidth: 10 Gb/s = 1.25 GB/s per direction; alpha: ~50 µs through the kernel's TCP "
            "stack (an assumed order of magnitude; Lab 03 measures yours)",
 )
 

@@ -256,6 +256,36 @@ HBM_BYTES = {
     "H200 141GB": 143771 * 2**20,
 }
 
+
+
+def hbm_label(gpu: str) -> str:
+    """``"H100 SXM 80GB: 85.5 GB = 79.6 GiB usable"``: :data:`HBM_BYTES` in decimal GB and in GiB.
+
+    The number in a GPU's name is nominal and binary (80 GiB = 85.9 GB); the usable
+    figure is what nvidia-smi reports as total (81,559 MiB on an H100 SXM 80GB: a little is reserved).
+    """
+    require_choice("gpu", gpu, tuple(HBM_BYTES))
+    nbytes = HBM_BYTES[gpu]
+    return f"{gpu}: {nbytes / 1e9:.3g} GB = {nbytes / 2**30:.1f} GiB usable"
+
+
+def in_flight_microbatches(pp, microbatches, stage=0) -> int:
+    """Micro-batches whose activations stage ``stage`` holds at once in a 1F1B pipeline: min(p - stage, m).
+
+    1F1B (PipeDream-Flush, Narayanan et al. 2021) runs p - 1 - stage warm-up forwards, then
+    alternates one forward with one backward, so stage i never holds more than p - i micro-batches;
+    with fewer micro-batches than that, all m are in flight before the first backward. The first
+    stage holds the most, min(p, m). GPipe would hold all m. Checked against the pipeline
+    simulator of Lesson 06 in the tests.
+    """
+    p = require_int("pp", pp, 1)
+    m = require_int("microbatches", microbatches, 1)
+    i = require_int("stage", stage, 0)
+    if i >= p:
+        raise ValueError(f"stage must be below pp ({p}), got {stage!r}")
+    return min(p - i, m)
+
+
 #: Attention heads of the model presets in commtax.formulas.models (same sources).
 HEADS = {"Llama-2-7B": 32, "Llama-3-8B": 32, "Llama-2-13B": 40, "Llama-2-70B": 64, "GPT-3 175B": 96}
 
@@ -289,7 +319,7 @@ def plan_memory(plan: MemoryPlan) -> dict:
     Model state: the N/(t p) parameters of one model-parallel rank, sharded by
     ZeRO over dp. Activations: Korthikanti's per-layer bytes (scaled from 16-bit
     to ``activation_bytes``) times the layers on a stage, times the micro-batches
-    the first stage of a 1F1B pipeline holds at once, min(p, m); under full
+    the first stage of a 1F1B pipeline holds at once, min(p, m) (:func:`in_flight_microbatches`); under full
     recomputation, plus one layer's full activations (``"none"``: the layer
     being recomputed for its backward rebuilds everything, the s x s scores of
     unfused attention included; :mod:`commtax.formulas.predict` counts the
@@ -311,7 +341,7 @@ def plan_memory(plan: MemoryPlan) -> dict:
                                   p.param_bytes, p.grad_bytes)
     per_layer = activation_bytes_per_layer(p.seq, p.micro_batch, p.hidden, p.heads, p.tp,
                                            p.sequence_parallel, p.recompute) * p.activation_bytes / 2
-    in_flight = min(p.pp, p.microbatches)
+    in_flight = in_flight_microbatches(p.pp, p.microbatches)
     layers_here = p.layers // p.pp
     parts["activations"] = per_layer * layers_here * in_flight
     if p.recompute == "full":  # the layer being recomputed rebuilds all its activations, s x s scores included

@@ -49,7 +49,7 @@ def param_bytes(widths) -> list[int]:
 
 
 class _TorchDDP:
-    """PyTorch's DDP with a timing communication hook, shaped like Lab 09's BucketedDDP."""
+    """PyTorch's DDP with a timing communication hook, used like Lab 09's BucketedDDP (the same method names)."""
 
     def __init__(self, model, bucket_cap_bytes, compress=None):
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
@@ -84,7 +84,8 @@ class _TorchDDP:
     def no_sync(self):
         return self.ddp.no_sync()
 
-    def finish(self):
+    def finish_gradient_synchronization(self):
+        """PyTorch's DDP waits inside backward; here only the timeline is collected."""
         timeline, self.times = sorted(self.times, key=lambda r: r["bucket"]), []
         return timeline
 
@@ -132,7 +133,7 @@ def measure_ddp(rank: int, world_size: int, impl: str, widths, batch: int, bucke
         t0 = time.perf_counter()
         loss.backward()
         t1 = time.perf_counter()
-        timeline = ddp.finish()
+        timeline = ddp.finish_gradient_synchronization()
         t2 = time.perf_counter()
         rel = [{k: (v - t0 if k in ("ready", "start", "finish") else v) for k, v in r.items()} for r in timeline]
         return {"t0": t0, "backward": t1 - t0, "wait": t2 - t1, "step": t2 - t0, "timeline": rel}

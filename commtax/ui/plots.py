@@ -1,13 +1,128 @@
-"""Matplotlib figures shared by the lessons. Each function draws on an Axes it is given
-(or a new one) and returns it, so notebooks and calculators compose them."""
+"""Matplotlib figures shared by the lessons, drawn without pyplot.
+
+Every figure is a :class:`matplotlib.figure.Figure` made here (:func:`figure`,
+:func:`subplots`) and shown with :func:`show`, which renders it to PNG bytes
+(:func:`png`) and displays them as an image. Nothing touches pyplot's global
+state (its list of open figures, its "current" figure): in JupyterLab a
+calculator's callback can run on one kernel thread while a widget message is
+handled on another, and matplotlib's inline backend then flushes and closes
+whatever pyplot figures are open, half drawn, on that other thread. A figure
+that pyplot never knew about cannot be flushed, closed or drawn twice.
+
+Sizes: figures are drawn at :data:`DPI` (100 pixels per inch) and at most
+:data:`COLUMN_PX` pixels wide, so JupyterLab shows them at 100% (8-pt text is
+11 px) in the notebook column at 1280 x 800 with the file browser open.
+Each plotting function draws on an Axes it is given (or on a new figure) and
+returns the Axes, so notebooks and calculators compose them.
+"""
 
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
+import contextvars
+import io
+import warnings
+
 import numpy as np
+from matplotlib import colormaps
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+from matplotlib.text import Text
 from matplotlib.ticker import FuncFormatter
 
-from commtax.units import format_bytes
+from commtax.units import format_bytes, format_seconds
+
+DPI = 100
+# The colour maps, looked up once: the registry hands out a fresh copy, with its table to build, per lookup.
+BLUES, GREENS = colormaps["Blues"], colormaps["Greens"]
+#: The widest figure, in pixels: JupyterLab's output column is 848 px at 1280 x 800 with the file browser open.
+COLUMN_PX = 840
+
+# Where show() puts figures while a calculator renders (a list), or None: display them at once.
+_collecting: contextvars.ContextVar[list | None] = contextvars.ContextVar("commtax_figures", default=None)
+
+
+def figure(width: float = 7.5, height: float = 4.2, *, layout: str | None = "constrained") -> Figure:
+    """A new figure of ``width`` x ``height`` inches at 100 dpi, unknown to pyplot.
+
+    Constrained layout (the default) keeps labels, titles and legends inside the
+    figure; pass ``layout=None`` to place axes by hand.
+    """
+    if not 0 < width * DPI <= COLUMN_PX:
+        raise ValueError(f"width must be at most {COLUMN_PX / DPI:g} inches (the notebook column); got {width!r}")
+    if not 0 < height <= 12:
+        raise ValueError(f"height must be in (0, 12] inches; got {height!r}")
+    return Figure(figsize=(width, height), dpi=DPI, layout=layout)
+
+
+def subplots(nrows: int = 1, ncols: int = 1, *, figsize=(7.5, 4.2), layout: str | None = "constrained", **kwargs):
+    """``(fig, axes)`` like ``plt.subplots``, on a figure from :func:`figure`."""
+    fig = figure(*figsize, layout=layout)
+    return fig, fig.subplots(nrows, ncols, **kwargs)
+
+
+def new_axes(figsize=(7.5, 4.2)):
+    """One Axes on a new figure (:func:`figure`)."""
+    return figure(*figsize).add_subplot()
+
+
+class CutText(UserWarning):
+    """Text of a figure reaches past the figure's edge: it shows cut off (make it shorter, or the figure taller)."""
+
+
+def png(fig: Figure) -> bytes:
+    """The figure rendered to PNG bytes at its own size (width x height inches x 100 dpi), nothing cropped.
+
+    Deterministic: the same figure gives the same bytes (no time stamp, no software tag). Warns
+    :class:`CutText` naming any label, title or legend entry that reaches past the figure's edge.
+    """
+    canvas = FigureCanvasAgg(fig)   # a canvas of its own: the figure never passes through a pyplot backend
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=DPI, facecolor="white", metadata={"Software": None})
+    cut = cut_text(fig, canvas.get_renderer())
+    if cut:
+        warnings.warn(CutText(f"text cut off at the figure's edge: {', '.join(map(repr, cut[:3]))}"), stacklevel=2)
+    return buffer.getvalue()
+
+
+def cut_text(fig: Figure, renderer=None) -> list[str]:
+    """What of ``fig`` reaches more than 1 px past its edges: the texts named, or "tick labels".
+
+    ``renderer``: the one that has just drawn the figure (the layout places texts at draw time);
+    without it the figure is drawn here first.
+    """
+    if renderer is None:
+        canvas = FigureCanvasAgg(fig)
+        canvas.draw()
+        renderer = canvas.get_renderer()
+    tight = fig.get_tightbbox(renderer).transformed(fig.dpi_scale_trans)   # what was drawn, in pixels
+    edge = fig.bbox
+    if tight.x0 >= edge.x0 - 1 and tight.x1 <= edge.x1 + 1 and tight.y0 >= edge.y0 - 1 and tight.y1 <= edge.y1 + 1:
+        return []
+    ticks = {id(t) for ax in fig.axes for axis in (ax.xaxis, ax.yaxis) for t in axis.get_ticklabels(which="both")}
+    cut = []
+    for text in fig.findobj(Text):
+        if id(text) in ticks or not text.get_visible() or not text.get_text().strip():
+            continue
+        box = text.get_window_extent(renderer)
+        if box.x0 < edge.x0 - 1 or box.x1 > edge.x1 + 1 or box.y0 < edge.y0 - 1 or box.y1 > edge.y1 + 1:
+            cut.append(text.get_text())
+    return cut or ["tick labels"]
+
+
+def show(fig: Figure) -> None:
+    """Display ``fig`` as a PNG image, at 100% of its size.
+
+    Inside a calculator's render (see :func:`commtax.ui.widgets.calculator`) the
+    figure goes to the calculator's figure area; elsewhere it is displayed at once.
+    """
+    collected = _collecting.get()
+    if collected is not None:
+        collected.append(fig)
+        return
+    from IPython.display import Image, display
+    display(Image(data=png(fig), format="png"))
+
 
 ALGORITHM_STYLE = {
     "naive": dict(color="#999999", linestyle=":"),
@@ -19,18 +134,25 @@ ALGORITHM_STYLE = {
 }
 
 
-def new_axes(figsize=(7.5, 4.2)):
-    fig, ax = plt.subplots(figsize=figsize)
-    return ax
-
-
-def bytes_axis(ax, axis: str = "x") -> None:
-    """Label a log-scaled byte axis with readable sizes (1 kB, 1 MB, ...)."""
-    ticks = [10.0 ** k for k in range(0, 13, 2)]
-    setter = ax.set_xticks if axis == "x" else ax.set_yticks
+def bytes_axis(ax, axis: str = "x", ends: bool = False) -> None:
+    """Label a log-scaled byte axis with readable sizes (1 kB, 1 MB, ...): every power of ten where
+    the axis spans up to six of them, every other one beyond; with ``ends``, the axis' two ends too
+    (where they are not within a factor of 3 of a labelled power of ten)."""
     lim = ax.get_xlim() if axis == "x" else ax.get_ylim()
-    ticks = [t for t in ticks if lim[0] <= t <= lim[1]]
+    step = 1 if np.log10(lim[1] / lim[0]) <= 6 else 2
+    ticks = [10.0 ** k for k in range(0, 14, step) if lim[0] * (1 - 1e-9) <= 10.0 ** k <= lim[1] * (1 + 1e-9)]
+    if ends:
+        ticks = sorted(ticks + [end for end in lim if all(max(end / t, t / end) >= 3 for t in ticks)])
+    setter = ax.set_xticks if axis == "x" else ax.set_yticks
     setter(ticks, [format_bytes(t, 2) for t in ticks])
+
+
+def time_scale(seconds: float) -> tuple[float, str]:
+    """``(factor, unit)`` for an axis whose largest time is ``seconds``: s, ms or µs, so ticks read 1-999."""
+    magnitude = abs(float(seconds))
+    if magnitude >= 1:
+        return 1.0, "s"
+    return (1e3, "ms") if magnitude >= 1e-3 else (1e6, "µs")
 
 
 def bytes_formatter(ax, axis: str = "y") -> None:
@@ -41,7 +163,6 @@ def bytes_formatter(ax, axis: str = "y") -> None:
 
 def seconds_formatter(ax, axis: str = "y") -> None:
     """Tick labels of a time axis in s, ms, us (not 1e-05)."""
-    from commtax.units import format_seconds
     target = ax.yaxis if axis == "y" else ax.xaxis
     target.set_major_formatter(FuncFormatter(lambda value, _: format_seconds(value, 3) if value > 0 else "0"))
 
@@ -101,19 +222,19 @@ def ring_step(world_size: int, step: int, ax=None):
     state = [b["data"] for b in simulate.initial_buffers(p, p)] if step == 0 else \
         [b["data"] for b in run.snapshots[step - 1][1]]
     messages = run.snapshots[step - 1][0] if step else []
-    ax = ax or new_axes(figsize=(0.95 * p + 1.6, 0.62 * p + 1.3))   # <= 9.2 in wide: not scaled down
+    ax = ax or new_axes(figsize=(max(4.8, 0.85 * p + 1.5), 0.62 * p + 1.3))   # room for the title; 8.3 in at P = 8
     full = (1 << p) - 1
     for r in range(p):
         for c in range(p):
             bits = int(state[r][c])
             count = bin(bits).count("1")
-            shade = plt.cm.Blues(0.15 + 0.7 * count / p) if bits != full else "#2ca02c"
-            ax.add_patch(plt.Rectangle((c, p - 1 - r), 0.94, 0.9, color=shade))
+            shade = BLUES(0.15 + 0.7 * count / p) if bits != full else "#2ca02c"
+            ax.add_patch(Rectangle((c, p - 1 - r), 0.94, 0.9, color=shade))
             ax.text(c + 0.47, p - 1 - r + 0.45, _contributors(bits, p), ha="center", va="center",
                     fontsize=10, linespacing=1.0, color="white" if count > p / 2 or bits == full else "black")
     for m in messages:
         c = m.start
-        ax.add_patch(plt.Rectangle((c, p - 1 - m.src), 0.94, 0.9, fill=False, edgecolor="#d62728", linewidth=2))
+        ax.add_patch(Rectangle((c, p - 1 - m.src), 0.94, 0.9, fill=False, edgecolor="#d62728", linewidth=2))
         ax.annotate("", xy=(c + 0.47, p - 1 - m.dst + 0.9), xytext=(c + 0.47, p - 1 - m.src),
                     arrowprops=dict(arrowstyle="->", color="#d62728", lw=1.2,
                                     connectionstyle="arc3,rad=0.3" if m.dst < m.src else "arc3,rad=0"))
@@ -128,10 +249,10 @@ def ring_step(world_size: int, step: int, ax=None):
         title = "start: every rank holds only its own data"
     elif step <= p - 1:
         title = (f"after reduce-scatter step {step} of {p - 1}:\neach rank sent the outlined chunk "
-                 "forward; the receiver added it")
+                 "forward;\nthe receiver added it")
     else:
         title = (f"after all-gather step {step - (p - 1)} of {p - 1}:\neach rank passed the outlined "
-                 "finished chunk forward")
+                 "finished\nchunk forward")
     ax.set_title(title, fontsize=11, loc="left")
     return ax
 
@@ -142,7 +263,7 @@ def halving_doubling_diagram(world_size: int = 8, ax=None):
 
     p = world_size
     rounds = simulate.halving_doubling_allreduce(p, p * 8)
-    ax = ax or new_axes(figsize=(9, 0.45 * p + 1.5))
+    ax = ax or new_axes(figsize=(8.4, 0.45 * p + 1.5))
     n = p * 8
     for k, messages in enumerate(rounds):
         for m in messages:
@@ -172,22 +293,24 @@ def gantt(ops, title: str = "", ax=None, labels: bool = True):
     backwards green (darker for later model chunks), idle time grey.
 
     Micro-batch numbers are written in the bars only where they fit at 8 pt
-    (the figure is at most 10 in wide, so the notebook does not shrink it);
+    (the figure is at most the column's 8.4 in wide, shown at 100%);
     where they do not, the chart says so instead of printing an unreadable smear."""
     stages = sorted({op.stage for op in ops})
     chunks = max(op.chunk for op in ops) + 1
     end = max(op.end for op in ops)
-    ax = ax or new_axes(figsize=(min(10, 3 + end * 0.3), 0.42 * len(stages) + 1.5))
+    ax = ax or new_axes(figsize=(COLUMN_PX / DPI, 0.42 * len(stages) + 1.5))
     fig = ax.figure
     axes_inches = fig.get_size_inches()[0] * ax.get_position().width
     points_per_unit = 72 * axes_inches / end
-    for op in ops:
-        shade = 0.45 + 0.4 * (op.chunk / max(1, chunks - 1)) if chunks > 1 else 0.6
-        color = plt.cm.Blues(shade) if op.kind == "F" else plt.cm.Greens(shade)
-        row = len(stages) - 1 - op.stage
-        wide = (op.end - op.start) * points_per_unit >= 4   # a white outline only where it leaves colour inside
-        ax.broken_barh([(op.start, op.end - op.start)], (row + 0.1, 0.8), facecolors=color,
-                       edgecolors="white" if wide else "none", linewidth=0.5 if wide else 0)
+    # One collection per stage (not one per op): a schedule of thousands of ops draws in a blink.
+    for stage in stages:
+        mine = [op for op in ops if op.stage == stage]
+        shades = [0.45 + 0.4 * (op.chunk / max(1, chunks - 1)) if chunks > 1 else 0.6 for op in mine]
+        colors = [(BLUES if op.kind == "F" else GREENS)(shade) for op, shade in zip(mine, shades)]
+        wide = [(op.end - op.start) * points_per_unit >= 4 for op in mine]   # a white outline only where it leaves colour inside
+        ax.broken_barh([(op.start, op.end - op.start) for op in mine], (len(stages) - 1 - stage + 0.1, 0.8),
+                       facecolors=colors, edgecolors=["white" if w else "none" for w in wide],
+                       linewidths=[0.5 if w else 0.0 for w in wide])
     narrowest = min(op.end - op.start for op in ops) * points_per_unit
     widest_label = len(str(max(op.microbatch for op in ops))) * 8 * 0.62 + 2
     fits = narrowest >= widest_label
@@ -199,11 +322,11 @@ def gantt(ops, title: str = "", ax=None, labels: bool = True):
     ax.set_xlim(0, end)
     xlabel = "time (units of one forward)"
     if labels and not fits:
-        xlabel += "; micro-batch numbers hidden (bars too narrow to print them: fewer micro-batches shows them)"
+        xlabel += "; micro-batch numbers hidden:\nthe bars are too narrow for them (fewer micro-batches shows them)"
     ax.set_xlabel(xlabel, fontsize=9)
     ax.set_facecolor("#e6e6e6")
-    handles = [plt.Rectangle((0, 0), 1, 1, color=plt.cm.Blues(0.6)), plt.Rectangle((0, 0), 1, 1, color=plt.cm.Greens(0.6)),
-               plt.Rectangle((0, 0), 1, 1, color="#e6e6e6")]
+    handles = [Rectangle((0, 0), 1, 1, color=BLUES(0.6)), Rectangle((0, 0), 1, 1, color=GREENS(0.6)),
+               Rectangle((0, 0), 1, 1, color="#e6e6e6")]
     later = " (darker: later chunk)" if chunks > 1 else ""
     ax.legend(handles, ["forward" + later, "backward" + later, "idle (bubble)"], fontsize=8, loc="upper left",
               bbox_to_anchor=(1.005, 1.0), frameon=False)
@@ -214,7 +337,8 @@ def gantt(ops, title: str = "", ax=None, labels: bool = True):
 
 def bucket_timeline(backward, ready, start, finish, title: str = "", ax=None, bucket_bytes=None,
                     measured_rows=None):
-    """DDP's backward with its bucket all-reduces (Lesson 08): seconds in, milliseconds on the axis.
+    """DDP's backward with its bucket all-reduces (Lesson 08); times in seconds, the axis in s, ms or µs
+    as the longest time asks (:func:`time_scale`).
 
     Row "backward": one bar from 0 to ``backward``. Row "all-reduce": one bar per bucket from its
     start to its finish, alternating shades, with a tick where the bucket became ready. The part of
@@ -222,27 +346,29 @@ def bucket_timeline(backward, ready, start, finish, title: str = "", ax=None, bu
     extra (label, backward, ready, start, finish) rows drawn the same way (a measured run).
     """
     rows = [("predicted", backward, ready, start, finish)] + list(measured_rows or [])
-    ax = ax or new_axes((8.5, 1.2 + 1.1 * len(rows)))
-    end = max([b for _, b, *_ in rows] + [max(f, default=0.0) for *_, f in rows]) * 1e3
-    y = 0
+    ax = ax or new_axes((8.4, 1.2 + 1.1 * len(rows)))
+    longest = max([b for _, b, *_ in rows] + [max(f, default=0.0) for *_, f in rows])
+    k, unit = time_scale(longest)
+    y, names = 0, []
     for label, b, rd, st, fi in reversed(rows):
-        ax.broken_barh([(0, b * 1e3)], (y + 0.55, 0.35), facecolors="#9ecae1", edgecolors="white")
+        ax.broken_barh([(0, b * k)], (y + 0.55, 0.35), facecolors="#9ecae1", edgecolors="white")
         for i, (r, s, f) in enumerate(zip(rd, st, fi)):
             color = "#e6550d" if i % 2 == 0 else "#fdae6b"
-            ax.broken_barh([(s * 1e3, (f - s) * 1e3)], (y + 0.1, 0.35), facecolors=color, edgecolors="white",
+            ax.broken_barh([(s * k, (f - s) * k)], (y + 0.1, 0.35), facecolors=color, edgecolors="white",
                            linewidth=0.5)
-            ax.plot([r * 1e3, r * 1e3], [y + 0.05, y + 0.5], color="black", linewidth=0.6)
+            ax.plot([r * k, r * k], [y + 0.05, y + 0.5], color="black", linewidth=0.6)
         last = max(fi, default=0.0)
         if last > b:
-            ax.broken_barh([(b * 1e3, (last - b) * 1e3)], (y + 0.05, 0.45), facecolors="none",
+            ax.broken_barh([(b * k, (last - b) * k)], (y + 0.05, 0.45), facecolors="none",
                            edgecolors="#444444", hatch="///", linewidth=0.0)
-            ax.text(last * 1e3, y + 0.27, f" exposed {(last - b) * 1e3:.3g} ms", va="center", fontsize=8)
-        ax.text(-0.01 * end, y + 0.5, label, ha="right", va="center", fontsize=9)
+            ax.text(last * k, y + 0.27, f" exposed {format_seconds(last - b)}", va="center", fontsize=8)
+        names.append(label)
         y += 1
     ax.set_ylim(0, y)
-    ax.set_yticks([])
-    ax.set_xlim(0, end * 1.25 if end > 0 else 1)
-    ax.set_xlabel("ms since backward started. Blue: backward; orange: one all-reduce per bucket "
+    ax.set_yticks([i + 0.5 for i in range(y)], names, fontsize=9)
+    ax.tick_params(axis="y", length=0)
+    ax.set_xlim(0, longest * k * 1.3 if longest > 0 else 1)
+    ax.set_xlabel(f"{unit} since backward started. Blue: backward; orange: one all-reduce per bucket "
                   "(tick: bucket ready); hatched: exposed", fontsize=8)
     if title:
         ax.set_title(title, fontsize=10, loc="left")
@@ -250,19 +376,26 @@ def bucket_timeline(backward, ready, start, finish, title: str = "", ax=None, bu
 
 
 def exposed_vs_cap(caps, exposed, *, best=None, current=None, crossover=None, ax=None, label=None):
-    """Exposed communication (ms) against the bucket cap (bytes, log axis), with marks."""
+    """Exposed communication against the bucket cap (bytes, log axis), with marks; the time axis starts
+    at 0 (so a change of 0.2% looks like one) in s, ms or µs as its largest value asks."""
     ax = ax or new_axes((7.5, 3.6))
-    ax.semilogx(caps, np.asarray(exposed) * 1e3, color="#d62728", label=label)
+    exposed = np.asarray(exposed, dtype=float)
+    top = max([exposed.max()] + [m[1] for m in (best, current) if m is not None])
+    k, unit = time_scale(top)
+    ax.semilogx(caps, exposed * k, color="#d62728", label=label)
+    marks = dict(clip_on=False, zorder=3, ms=7)     # a mark on the axis' end is drawn whole
     if best is not None:
-        ax.plot([best[0]], [best[1] * 1e3], "o", color="#2ca02c", label=f"best cap {format_bytes(best[0], 2)}")
+        ax.plot([best[0]], [best[1] * k], "o", color="#2ca02c", label=f"best cap {format_bytes(best[0])}", **marks)
     if current is not None:
-        ax.plot([current[0]], [current[1] * 1e3], "s", color="black", label=f"your cap {format_bytes(current[0], 2)}")
+        ax.plot([current[0]], [current[1] * k], "s", color="black", label=f"your cap {format_bytes(current[0])}",
+                **marks)
     if crossover is not None:
         ax.axvline(crossover, color="#999999", linestyle=":", label=f"P n* = {format_bytes(crossover, 2)}")
     ax.set_xlim(min(caps), max(caps))
-    bytes_axis(ax, "x")
+    bytes_axis(ax, "x", ends=True)
+    ax.set_ylim(0, top * k * 1.12 if top > 0 else 1)
     ax.set_xlabel("bucket cap")
-    ax.set_ylabel("exposed communication (ms)")
+    ax.set_ylabel(f"exposed communication ({unit})")
     ax.legend(fontsize=8, frameon=False)
     ax.grid(True, which="both", alpha=0.3)
     return ax

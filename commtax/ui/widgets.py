@@ -12,18 +12,24 @@ from __future__ import annotations
 
 import html
 import math
+import threading
+import traceback
+import warnings
 
 import ipywidgets as w
 import traitlets
-from IPython.display import HTML, display
+from IPython.display import HTML, Image, display
 
 from commtax.formulas.links import Link, available_links
 from commtax.formulas.models import PRESETS as MODEL_PRESETS, Model, transformer_params
-from commtax.ui import powered
+from commtax.ui import plots, powered
 from commtax.units import format_bytes, format_rate, format_seconds
 
-_LAYOUT = w.Layout(width="460px")
-_STYLE = {"description_width": "170px"}
+# Controls 440 px wide: beside them a 330-px result still fits the notebook column at 1280 x 800 with the
+# file browser open (848 px).
+CONTROL_PX = 440
+_LAYOUT = w.Layout(width=f"{CONTROL_PX}px")
+_STYLE = {"description_width": "160px"}
 
 
 def log_slider(description: str, value: float, low: float, high: float, *,
@@ -51,8 +57,9 @@ class WithReadout(w.HBox):
 
     def __init__(self, slider, formatter):
         slider.readout = False
+        slider.layout = w.Layout(width=f"{CONTROL_PX - 80}px")   # with its readout as wide as the other controls
         self.slider, self._formatter = slider, formatter
-        self._readout = w.HTML(layout=w.Layout(width="90px"))
+        self._readout = w.HTML(layout=w.Layout(width="80px"))
         self._readout.add_class("commtax-readout")
         super().__init__([slider, self._readout])
         self.value = slider.value
@@ -92,6 +99,23 @@ def int_choice_slider(description: str, options, value: int, css_class: str | No
     return slider
 
 
+def restrict(slider: w.SelectionSlider, options) -> None:
+    """Let ``slider`` stop only at ``options`` (the valid ones for the current setting), keeping its value
+    where it is still valid, else the largest valid one below it (else the smallest).
+
+    For controls whose valid stops depend on another control (e.g. PP degrees that divide a
+    model's layers): every position a learner can reach is then a valid plan.
+    """
+    options = sorted(set(int(o) for o in options))
+    if not options:
+        raise ValueError("options must not be empty")
+    below = [o for o in options if o <= slider.value]
+    keep = below[-1] if below else options[0]
+    if tuple(options) != tuple(slider.options):
+        slider.options = options   # ipywidgets moves the value to the first option here...
+    slider.value = keep            # ...so set it back
+
+
 WORLD_SIZES = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 2048, 4096)
 
 
@@ -110,11 +134,13 @@ def yes_no(description: str, value: bool = False, css_class: str | None = None) 
     return choice(description, [("no", False), ("yes", True)], bool(value), css_class)
 
 
-def choice(description: str, options, value=None, css_class: str | None = None) -> w.Dropdown:
+def choice(description: str, options, value=None, css_class: str | None = None, width: int | None = None) -> w.Dropdown:
+    """A dropdown; ``width`` (pixels) widens it where its options are long (default: the controls' width)."""
     first = list(options)[0]
     first = first[1] if isinstance(first, tuple) else first
     dropdown = w.Dropdown(options=options, value=value if value is not None else first,
-                          description=description, layout=_LAYOUT, style=_STYLE)
+                          description=description, layout=w.Layout(width=f"{width}px") if width else _LAYOUT,
+                          style=_STYLE)
     if css_class:
         dropdown.add_class(css_class)
     return dropdown
@@ -127,7 +153,7 @@ class LinkPicker(w.VBox):
     """Pick a link: a preset, a measured calibration from Lab 03, or custom alpha and bandwidth.
 
     ``value`` is a :class:`commtax.formulas.links.Link`. Custom alpha is bounded to
-    [0.01 us, 10 ms] and bandwidth to [0.01 GB/s, 10 TB/s], so no setting
+    [0.01 µs, 10 ms] and bandwidth to [0.01 GB/s, 10 TB/s], so no setting
     gives a zero or negative denominator.
     """
 
@@ -139,12 +165,12 @@ class LinkPicker(w.VBox):
         self._dropdown = choice(description, names, value or names[0])
         start = self._links[self._dropdown.value] if self._dropdown.value != CUSTOM else list(self._links.values())[0]
         self._alpha_us = w.BoundedFloatText(value=start.alpha * 1e6, min=0.01, max=1e4, step=0.5,
-                                            description="alpha (us)", layout=_LAYOUT, style=_STYLE)
+                                            description="alpha (µs)", layout=_LAYOUT, style=_STYLE)
         self._bw_gbs = w.BoundedFloatText(value=start.bandwidth / 1e9, min=0.01, max=1e4, step=1.0,
                                           description="bandwidth (GB/s, 1 dir)", layout=_LAYOUT,
                                           style=_STYLE)
         self._custom = w.VBox([self._alpha_us, self._bw_gbs])
-        self._note = w.HTML(layout=w.Layout(width="640px"))
+        self._note = w.HTML(layout=w.Layout(width=f"{CONTROL_PX}px"))
         super().__init__([self._dropdown, self._custom, self._note])
         if css_class:
             self.add_class(css_class)
@@ -193,7 +219,7 @@ class ModelPicker(w.VBox):
         self._layers = int_slider("layers L", start.layers, 1, max_layers)
         self._hidden = int_choice_slider("hidden size h", sorted(set(HIDDEN_SIZES) | {m.hidden for m in self._models.values()}),
                                          start.hidden)
-        self._note = w.HTML(layout=w.Layout(width="460px"))
+        self._note = w.HTML(layout=w.Layout(width=f"{CONTROL_PX}px"))
         self._note.add_class("commtax-model-note")
         self._applying = False
         super().__init__([self._dropdown, self._layers, self._hidden, self._note])
@@ -244,52 +270,156 @@ def describe_model(model: Model) -> str:
     return line + f" ({model.source})"
 
 
+# One render at a time in the kernel. JupyterLab's widget messages reach the kernel on the main thread
+# and on a subshell thread, so two controls moved in quick succession can call two renders at once;
+# matplotlib and an Output widget must not be driven from two threads together. Reentrant: a render
+# that moves a control (a preset setting sliders) refreshes on the same thread.
+_RENDER_LOCK = threading.RLock()
+
+
+class Calculator(w.VBox):
+    """A calculator: ``controls`` ({argument name: widget}) wired to ``render(**values)``.
+
+    ``render`` displays its result (headlines, tables) and draws its figures with
+    :func:`commtax.ui.plots.show`; it reruns whenever a control changes, reading
+    every control's value at that moment, so the last change always wins however
+    quickly changes arrive. A ``ValueError`` it raises is shown as a message, and
+    then no figure is shown (never a stale one). Text goes to ``text`` (class
+    ``commtax-output``), figures, rendered to PNG, to ``figure_area`` (class
+    ``commtax-figure``) below it. Each control gets the class
+    ``commtax-control-<name>``, the calculator ``commtax-id-<its model id>``.
+
+    ``adjust(controls)``, if given, runs before every render and may change controls whose valid
+    settings depend on others (with :func:`restrict`, or by disabling one): its changes do not
+    render on their own, so the learner never sees an intermediate, invalid plan.
+    """
+
+    def __init__(self, render, controls: dict, *, css_class: str = "commtax-calculator", groups: dict | None = None,
+                 side_by_side: bool = False, adjust=None):
+        self.render, self.controls, self._adjust = render, dict(controls), adjust
+        self._adjusting = threading.local()
+        if groups:
+            named = [name for names in groups.values() for name in names]
+            if sorted(named) != sorted(self.controls):
+                raise ValueError(f"groups must name every control once; got {named}, controls {list(self.controls)}")
+        self.text = w.Output()
+        self.text.add_class("commtax-output")
+        self.figure_area = w.Output()
+        self.figure_area.add_class("commtax-figure")
+        self._latest, self._count_lock = 0, threading.Lock()
+        # figures() renders into an Output of its own: IPython's capture_output() would swap the kernel's
+        # display publisher for every thread, and a widget message handled meanwhile on a subshell thread fails.
+        self._offline = None
+        if groups:
+            panel = w.Tab(children=[w.VBox([self.controls[name] for name in names]) for names in groups.values()],
+                          titles=list(groups))
+        else:
+            panel = w.VBox(list(self.controls.values()))
+        if side_by_side:
+            # The result beside the controls (below them in a narrow window), the figure under both at full width.
+            panel.layout = w.Layout(flex="0 0 auto", margin="0 16px 0 0")
+            self.text.layout = w.Layout(flex="1 1 330px", min_width="330px")   # beside 440-px controls in 848 px
+            top = w.HBox([panel, self.text], layout=w.Layout(flex_flow="row wrap", align_items="flex-start"))
+            super().__init__([top, self.figure_area])
+        else:
+            super().__init__([panel, self.text, self.figure_area])
+        for name in css_class.split():   # one or more classes, space-separated
+            self.add_class(name)
+        self.add_class(f"commtax-id-{self.model_id}")
+        for name, control in self.controls.items():
+            control.add_class("commtax-control-" + name.replace("_", "-"))
+            control.observe(self.refresh, "value")
+        self.refresh()
+
+    def values(self) -> dict:
+        return {name: control.value for name, control in self.controls.items()}
+
+    def refresh(self, *_):
+        """Render the controls' current values (called on every change)."""
+        if getattr(self._adjusting, "active", False):
+            return   # a change ``adjust`` is making: the render under way draws it
+        with self._count_lock:
+            self._latest += 1
+            mine = self._latest
+        with _RENDER_LOCK:
+            if mine != self._latest:
+                return   # a later change is waiting for the lock: it draws the newest values, once
+            if self._adjust is not None:
+                self._adjusting.active = True
+                try:
+                    self._adjust(self.controls)
+                finally:
+                    self._adjusting.active = False
+            self._draw()
+
+    def _draw(self):
+        figures = []
+        self.text.clear_output(wait=True)
+        token = plots._collecting.set(figures)
+        try:
+            with self.text:
+                try:
+                    self.render(**self.values())
+                except ValueError as exc:
+                    figures.clear()
+                    display(HTML(f'<p class="commtax-error" style="color:#b00020"><b>Invalid input:</b> '
+                                 f"{html.escape(str(exc))}</p>"))
+                except NotImplementedError as exc:   # student release: a lab function not written yet
+                    figures.clear()
+                    powered.show_unlit(exc)
+                except Exception:   # a bug, not an input: show it where the learner looks, keep the widget alive
+                    figures.clear()
+                    display(HTML(f'<pre class="commtax-error" style="color:#b00020">'
+                                 f"{html.escape(traceback.format_exc())}</pre>"))
+        finally:
+            plots._collecting.reset(token)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", plots.CutText)
+            images = [plots.png(fig) for fig in figures]
+        if caught:   # a label that does not fit: say so where the learner (and the browser test) looks
+            with self.text:
+                display(HTML(f'<p class="commtax-error" style="color:#b00020">'
+                             f"{html.escape('; '.join(str(w.message) for w in caught))}</p>"))
+        self.figure_area.clear_output(wait=bool(images))
+        with self.figure_area:
+            for data in images:
+                display(Image(data=data, format="png"))
+
+    def figures(self) -> list[bytes]:
+        """The PNG bytes of the figures the controls' current values draw, rendered now and displayed nowhere.
+
+        What the browser test compares the displayed figures with; [] where the values are invalid.
+        """
+        figures = []
+        with _RENDER_LOCK:
+            if self._offline is None:
+                self._offline = w.Output()   # never displayed: the text results go here, seen by nobody
+            token = plots._collecting.set(figures)
+            try:
+                with self._offline:
+                    self._offline.clear_output()
+                    self.render(**self.values())
+            except (ValueError, NotImplementedError):
+                return []
+            finally:
+                plots._collecting.reset(token)
+            return [plots.png(fig) for fig in figures]
+
+
 def calculator(render, controls: dict, *, css_class: str = "commtax-calculator", groups: dict | None = None,
-               side_by_side: bool = False) -> w.Box:
+               side_by_side: bool = False, adjust=None) -> Calculator:
     """Wire ``controls`` ({argument name: widget}) to ``render(**values)`` and return the widget.
 
-    ``render`` prints, displays HTML or draws a figure; it reruns whenever a
-    control changes. A ValueError it raises is shown as a message.
+    ``render`` displays its result and draws figures with :func:`commtax.ui.plots.show`;
+    it reruns whenever a control changes. A ValueError it raises is shown as a message.
 
     ``groups`` ({tab title: [argument names]}) puts the controls on tabs;
-    ``side_by_side`` puts the result to the right of the controls (it wraps
-    below them in a narrow window), so what changes stays next to what is changed.
+    ``side_by_side`` puts the text result to the right of the controls (it wraps
+    below them in a narrow window), so what changes stays next to what is changed;
+    figures always come below, at the column's full width. ``adjust(controls)`` keeps dependent
+    controls valid before each render. See :class:`Calculator`.
     """
-    out = w.Output()
-    out.add_class("commtax-output")
-
-    def refresh(*_):
-        values = {name: control.value for name, control in controls.items()}
-        out.clear_output(wait=True)
-        with out:
-            try:
-                render(**values)
-            except ValueError as exc:
-                display(HTML(f'<p class="commtax-error" style="color:#b00020"><b>Invalid input:</b> '
-                             f"{html.escape(str(exc))}</p>"))
-            except NotImplementedError as exc:  # student release: a lab function not written yet
-                powered.show_unlit(exc)
-
-    for control in controls.values():
-        control.observe(refresh, "value")
-    refresh()
-    if groups:
-        named = [name for names in groups.values() for name in names]
-        if sorted(named) != sorted(controls):
-            raise ValueError(f"groups must name every control once; got {named}, controls {list(controls)}")
-        panel = w.Tab(children=[w.VBox([controls[name] for name in names]) for names in groups.values()],
-                      titles=list(groups))
-    else:
-        panel = w.VBox(list(controls.values()))
-    if side_by_side:
-        panel.layout = w.Layout(flex="0 0 auto", margin="0 16px 0 0")
-        out.layout = w.Layout(flex="1 1 520px", min_width="480px")
-        box = w.HBox([panel, out], layout=w.Layout(flex_flow="row wrap", align_items="flex-start"))
-    else:
-        box = w.VBox([panel, out])
-    for name in css_class.split():   # one or more classes, space-separated
-        box.add_class(name)
-    return box
+    return Calculator(render, controls, css_class=css_class, groups=groups, side_by_side=side_by_side, adjust=adjust)
 
 
 def readable(value) -> str:

@@ -17,8 +17,12 @@ Conventions:
   filled from the last parameter backwards and all-reduced in that order.
 * A bucket closes as soon as its bytes reach or exceed the cap (so a
   parameter larger than the cap gets a bucket of its own).
-* Gradients are averaged over the ranks (sum all-reduce, divided by the world
-  size), as DDP does.
+* Gradients are averaged over the ranks of the wrapper's process group (sum
+  all-reduce, divided by the group's size), as DDP does; every rank of the
+  group starts from the parameters and buffers of the group's first rank
+  (broadcast at construction).
+* The wrapper is an ``nn.Module`` like ``DistributedDataParallel``: it holds
+  the model as ``.module`` and its ``forward`` is the model's.
 
 Bad input raises ValueError naming the argument.
 """
@@ -117,58 +121,91 @@ def overlapped_allreduce_finish(ready_times, comm_times):
     # END SOLUTION
 
 
-class BucketedDDP:
+class BucketedDDP(nn.Module):
     """Data parallelism with bucketed, overlapped gradient all-reduce, built from autograd hooks.
 
-    Usage, on every rank::
+    An ``nn.Module`` that wraps a module, like
+    ``torch.nn.parallel.DistributedDataParallel``, so it drops into anyone's
+    training loop. Usage, on every rank of ``group``::
 
-        ddp = BucketedDDP(model, bucket_cap_bytes=1 << 20)
+        ddp = BucketedDDP(model, bucket_cap_bytes=1 << 20)   # every rank now has rank 0's parameters
+        optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1)
         loss_fn(ddp(inputs), targets).backward()   # hooks launch all-reduces during backward
-        ddp.finish()                               # wait; every p.grad now holds the average
+        ddp.finish_gradient_synchronization()      # wait; every p.grad now holds the average
         optimizer.step()
 
         with ddp.no_sync():                        # gradient accumulation: nothing is sent
             loss_fn(ddp(x0), y0).backward()
         loss_fn(ddp(x1), y1).backward()            # the last micro-batch sends the sum
-        ddp.finish()
+        ddp.finish_gradient_synchronization()      # (``finish()`` is the same method)
 
-    After ``finish()``, ``ddp.timeline`` holds one dict per bucket, in
-    all-reduce order: ``{"bucket": i, "bytes": n, "ready": t, "start": t,
-    "finish": t}`` (seconds from ``time.perf_counter()``): ready = the moment
-    its last gradient was copied in, start = the moment its all-reduce was
-    launched, finish = the moment the all-reduce completed (recorded by a
-    callback on the work's future, not when you waited for it).
+    ``group``: the process group (None: the default group, every rank). All
+    communication runs on it: the broadcast at construction, from the
+    group's first rank (group rank 0, which need not be global rank 0), and
+    every bucket's all-reduce; gradients are averaged over its
+    ``dist.get_world_size(group)`` ranks. Parameters with
+    ``requires_grad=False`` are broadcast but get no hook and no bucket.
+
+    After ``finish_gradient_synchronization()``, ``ddp.timeline`` holds one
+    dict per bucket, in all-reduce order: ``{"bucket": i, "bytes": n,
+    "ready": t, "start": t, "finish": t}`` (seconds from
+    ``time.perf_counter()``): ready = the moment its last gradient was
+    copied in, start = the moment its all-reduce was launched, finish = the
+    moment the all-reduce completed (recorded by a callback on the work's
+    future, not when you waited for it).
     """
 
     def __init__(self, module, bucket_cap_bytes, group=None):
+        super().__init__()
         self.module = module
         self.group = group
         self.world_size = dist.get_world_size(group)
         self.params = [p for p in module.parameters() if p.requires_grad]
         self.bucket_cap_bytes = bucket_cap_bytes
         self.syncing = True          # False inside no_sync()
-        self.timeline = []           # filled by finish(): one dict per bucket
+        self.timeline = []           # filled by finish_gradient_synchronization(): one dict per bucket
+        self.broadcast_module_state()
         # BEGIN SOLUTION
         # HINT: plan = bucket_assignment([p.numel() * p.element_size() for p in self.params], cap);
         # HINT: one flat zero buffer per bucket (dtype of its parameters), an (bucket, offset) per
         # HINT: parameter, a count of gradients still missing per bucket; then for each parameter
         # HINT: p.register_post_accumulate_grad_hook(...) calling self._grad_ready(index).
         self.plan = bucket_assignment([p.numel() * p.element_size() for p in self.params], bucket_cap_bytes)
-        self.buffers, self.where = [], {}
+        self.bucket_buffers, self.where = [], {}
         for b, indices in enumerate(self.plan):
             offset = 0
             for index in indices:
                 self.where[index] = (b, offset)
                 offset += self.params[index].numel()
-            self.buffers.append(torch.zeros(offset, dtype=self.params[indices[0]].dtype))
+            self.bucket_buffers.append(torch.zeros(offset, dtype=self.params[indices[0]].dtype))
         self.missing = [len(indices) for indices in self.plan]   # gradients each bucket still waits for
         self.works = [None] * len(self.plan)                      # (work, future) per launched bucket
-        self.times = [{"bucket": b, "bytes": buf.numel() * buf.element_size()} for b, buf in enumerate(self.buffers)]
+        self.times = [{"bucket": b, "bytes": buf.numel() * buf.element_size()}
+                      for b, buf in enumerate(self.bucket_buffers)]
         for index, param in enumerate(self.params):
             param.register_post_accumulate_grad_hook(lambda p, index=index: self._grad_ready(index))
         # END SOLUTION
 
-    def __call__(self, *args, **kwargs):
+    def broadcast_module_state(self):
+        """Give every rank of ``self.group`` the parameters and buffers of the group's first rank.
+
+        As ``DistributedDataParallel`` does at construction: ranks may have
+        built their models with different seeds; from here on they train one
+        model. One ``dist.broadcast`` per tensor of ``self.module.state_dict()``
+        order (parameters, frozen ones included, and buffers), from group
+        rank 0: pass ``group_src=0, group=self.group`` (or the global rank
+        ``dist.get_global_rank(self.group, 0)`` as ``src``): ``src=0`` names
+        global rank 0, who is not in every group.
+        """
+        # BEGIN SOLUTION
+        # HINT: with torch.no_grad(): for each tensor in self.module.state_dict().values() (parameters and
+        # HINT: buffers): dist.broadcast(tensor, group_src=0, group=self.group).
+        with torch.no_grad():
+            for tensor in self.module.state_dict().values():
+                dist.broadcast(tensor, group_src=0, group=self.group)
+        # END SOLUTION
+
+    def forward(self, *args, **kwargs):
         return self.module(*args, **kwargs)
 
     def _grad_ready(self, index):
@@ -182,12 +219,12 @@ class BucketedDDP:
             return
         param = self.params[index]
         b, offset = self.where[index]
-        self.buffers[b][offset:offset + param.numel()].copy_(param.grad.reshape(-1))
+        self.bucket_buffers[b][offset:offset + param.numel()].copy_(param.grad.reshape(-1))
         self.missing[b] -= 1
         if self.missing[b] == 0:
             record = self.times[b]
             record["ready"] = time.perf_counter()
-            work = dist.all_reduce(self.buffers[b], group=self.group, async_op=True)
+            work = dist.all_reduce(self.bucket_buffers[b], group=self.group, async_op=True)
             record["start"] = time.perf_counter()
 
             def finished(future, record=record):
@@ -197,7 +234,7 @@ class BucketedDDP:
             self.works[b] = (work, work.get_future().then(finished))
         # END SOLUTION
 
-    def finish(self):
+    def finish_gradient_synchronization(self):
         """Wait for every bucket, then put the averaged gradients back into ``p.grad``.
 
         Returns the timeline (also kept in ``self.timeline``). Raises
@@ -214,17 +251,22 @@ class BucketedDDP:
         for b, (work, future) in enumerate(self.works):
             work.wait()
             future.wait()
-            self.buffers[b].div_(self.world_size)
+            self.bucket_buffers[b].div_(self.world_size)
             for index in self.plan[b]:
                 param = self.params[index]
                 _, offset = self.where[index]
-                param.grad.copy_(self.buffers[b][offset:offset + param.numel()].view_as(param.grad))
+                param.grad.copy_(self.bucket_buffers[b][offset:offset + param.numel()].view_as(param.grad))
         self.timeline = self.times
         self.missing = [len(indices) for indices in self.plan]
         self.works = [None] * len(self.plan)
-        self.times = [{"bucket": b, "bytes": buf.numel() * buf.element_size()} for b, buf in enumerate(self.buffers)]
+        self.times = [{"bucket": b, "bytes": buf.numel() * buf.element_size()}
+                      for b, buf in enumerate(self.bucket_buffers)]
         return self.timeline
         # END SOLUTION
+
+    def finish(self):
+        """The same as :meth:`finish_gradient_synchronization` (the name Lesson 08 uses)."""
+        return self.finish_gradient_synchronization()
 
     @contextlib.contextmanager
     def no_sync(self):

@@ -1,0 +1,1 @@
+"""The course as a static website (``python3 course.py book``); see build.py."""
