@@ -138,8 +138,10 @@ def _grade_part(base: Path, course: dict, lab: str, starter: bytes, part: str, t
     """
     secret = base / secrets.token_hex(16)          # only the grader's user can open it
     work = secret / "course"
-    box = base / f"sandbox-{lab}-{part}-{secrets.token_hex(4)}"
-    runs = base / f"runs-{lab}-{part}-{secrets.token_hex(4)}"
+    # Neutral names: learner code sees these paths (__file__, argv), and a name saying "hidden" would let
+    # it behave differently under the hidden tests (a timing channel out of them; red-team attack a08b).
+    box = base / f"sandbox-{lab}-{secrets.token_hex(4)}"
+    runs = base / f"runs-{lab}-{secrets.token_hex(4)}"
     sandbox = None
     try:
         secret.mkdir(mode=0o700)

@@ -24,8 +24,9 @@ from commtax.labs import load_lab_proxy
 _proxies = {}
 
 
-def _lab_folder(path) -> Path:
-    return next(p for p in Path(path).parents if p.name.startswith("lab-"))
+def _lab_folder(path) -> Path | None:
+    """The lab folder a test file lies in (None for a test outside labs/, e.g. tests/ parametrized by a `lab`)."""
+    return next((p for p in Path(path).parents if p.name.startswith("lab-")), None)
 
 
 def _proxy(folder: Path):
@@ -37,8 +38,9 @@ def _proxy(folder: Path):
 def pytest_collection_finish(session):
     if session.config.option.collectonly:
         return
-    for folder in dict.fromkeys(_lab_folder(item.path) for item in session.items
-                                if "lab" in getattr(item, "fixturenames", ())):
+    folders = (_lab_folder(item.path) for item in session.items
+               if "lab" in getattr(item, "fixturenames", ()))
+    for folder in dict.fromkeys(f for f in folders if f is not None):
         try:
             _proxy(folder).prestart()
         except (OSError, ValueError):
