@@ -894,3 +894,27 @@ def test_the_boundary_the_lab_loader_and_the_pickler_import_each_other_in_one_di
         return any(n == goal or (n not in seen and reaches(n, goal, (*seen, n))) for n in graph[start])
 
     assert not [m for m in graph if reaches(m, m)], graph
+
+
+# -- the gradebook (issue 22) ------------------------------------------------------------------
+
+def fake_result(*labs) -> "GradeResult":
+    """A GradeResult made by hand: ``labs`` are (name, [(test, points, outcome, hidden), ...])."""
+    from grading.results import GradeResult, LabResult, TestResult
+    return GradeResult([LabResult(name, [TestResult(f"labs/{name}/test_lab.py::{t}", name, points, outcome,
+                                                    points if outcome == "passed" else 0.0, "", hidden)
+                                         for t, points, outcome, hidden in tests], 1.0)
+                        for name, tests in labs])
+
+
+def test_gradescope_output_before_publication_counts_visible_tests_only():
+    # Two visible tests (1 + 3 points) and a hidden one (5 points), all passed: the learner must read 4/4,
+    # never 9/9 (issue 22: "lab-01 101/101 116/116" showed the hidden tests' points).
+    result = fake_result(("lab-01-alpha-beta", [("test_a", 1, "passed", False), ("test_b", 3, "passed", False),
+                                                ("test_hidden_c", 5, "passed", True)]))
+    output = reports.gradescope(result)["output"]
+    assert "2/2" in output and "4/4" in output and "total: 4/4 points" in output, output
+    assert "9" not in output.split("total:")[0] and "3/3" not in output and "9/9" not in output, output
+    assert "hidden tests count after grades are published" in output
+    assert reports.gradescope(result)["score"] == 9  # the score itself counts everything
+    assert "3/3" in reports.table(result) and "9/9" in reports.table(result)  # the teacher's table: all
