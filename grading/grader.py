@@ -23,8 +23,9 @@ How a grade is made (see grading/README.md for the teacher's view):
    (:mod:`grading.pytest_run`, :mod:`grading.collector`). Before the lab is
    scored the grader checks that neither the lab's trusted tree nor its own
    files changed (:mod:`grading.integrity`); then a test that did not report
-   passing earns nothing; tests skipped because NCCL has no GPUs here are left
-   out of both score and maximum; any other skip counts as a failure.
+   passing earns nothing; where NCCL has no GPUs, every NCCL test is left out
+   of both score and maximum (for every submission, so the maximum is the same
+   for all); any other skip counts as a failure.
    Messages are sanitized (:mod:`grading.sanitize`).
 """
 
@@ -53,7 +54,6 @@ from grading.sandbox.plain import close_interpreter, open_interpreter, sandbox_u
 from grading.sanitize import clean
 from grading.submission import SubmissionError, read_starter
 
-NCCL_SKIP = "nccl skipped"     # the reason commtax.testing gives; only trusted nccl tests may use it
 
 __all__ = ["GradeResult", "LabResult", "TestResult", "ISOLATIONS", "DEFAULT_ISOLATION", "NoSandbox", "SANDBOX_USER", "SOURCE_ROOT", "HIDDEN_DIR",
            "lab_names", "grade", "score_lab", "starter_of", "sandbox_user", "open_interpreter",
@@ -90,6 +90,12 @@ def score_lab(lab: str, expected: list, records: list, problem: str, no_gpu: str
     for item in expected:
         nodeid, points, hidden = item["nodeid"], item["points"], item["hidden"]
         record = reported.get(nodeid)
+        if item["nccl"] and no_gpu:
+            # No GPU here: an NCCL test is out of score and maximum for everyone, whether the lab ran, was
+            # missing or timed out, so the maximum is the same for every submission (issue 22).
+            results.append(TestResult(nodeid, lab, points, "neutral", 0.0, f"skipped, no points either way: {no_gpu}",
+                                      hidden, float(record.get("duration", 0.0)) if record else 0.0))
+            continue
         if record is None:
             why = problem or "the test process ended before this test reported"
             results.append(TestResult(nodeid, lab, points, "failed", 0.0, clean(f"not run: {why}"), hidden))
@@ -98,9 +104,6 @@ def score_lab(lab: str, expected: list, records: list, problem: str, no_gpu: str
         outcome, duration = record["outcome"], float(record.get("duration", 0.0))
         if outcome == "passed":
             results.append(TestResult(nodeid, lab, points, "passed", points, "", hidden, duration))
-        elif outcome == "skipped" and item["nccl"] and no_gpu and NCCL_SKIP in record.get("message", ""):
-            results.append(TestResult(nodeid, lab, points, "neutral", 0.0,
-                                      f"skipped, no points either way: {no_gpu}", hidden, duration))
         else:
             if outcome == "skipped":
                 message = f"skipped ({message})" if message else "skipped"

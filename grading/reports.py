@@ -77,7 +77,7 @@ def gradescope(result: GradeResult) -> dict:
             }
             tests.append(entry)
     output = table(result, visible_only=True)  # learners see it before grades are published
-    return {"score": result.score, "execution_time": round(result.seconds, 1), "output": output,
+    return {"score": result.score, "max_score": result.max_score, "execution_time": round(result.seconds, 1), "output": output,
             "output_format": "text", "test_output_format": "text", "test_name_format": "text",
             "stdout_visibility": "hidden", "tests": tests}
 

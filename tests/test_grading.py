@@ -918,3 +918,20 @@ def test_gradescope_output_before_publication_counts_visible_tests_only():
     assert "hidden tests count after grades are published" in output
     assert reports.gradescope(result)["score"] == 9  # the score itself counts everything
     assert "3/3" in reports.table(result) and "9/9" in reports.table(result)  # the teacher's table: all
+
+
+def test_the_maximum_is_the_same_for_an_empty_a_partial_and_a_complete_submission(tmp_path):
+    # Issue 22: 554 empty, 552 with a lab missing, 551 complete: a missing lab's NCCL tests counted.
+    # Lab 02 has NCCL tests (skipped without GPUs); grading its shipped starter is fast (it raises).
+    labs = [FAST, "lab-02-ring-allreduce"]
+    starter_02 = (ROOT / "labs" / labs[1] / "starter.py").read_text()
+    (tmp_path / "empty").mkdir()
+    empty = grade(tmp_path / "empty", labs)
+    partial = grade(submission(tmp_path / "partial", lab_06_tp_comm_cost=reference(FAST)), labs)
+    complete = grade(submission(tmp_path / "complete", lab_06_tp_comm_cost=reference(FAST),
+                                lab_02_ring_allreduce=starter_02), labs)
+    assert empty.max_score == partial.max_score == complete.max_score > 0
+    for lab in labs:
+        assert lab_result(empty, lab).max_score == lab_result(complete, lab).max_score, lab
+    assert empty.score == 0 and partial.score == complete.score == lab_result(partial, FAST).max_score
+    assert reports.gradescope(empty)["max_score"] == reports.gradescope(complete)["max_score"] == complete.max_score
