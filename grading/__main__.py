@@ -21,7 +21,7 @@ import time
 import traceback
 from pathlib import Path
 
-from grading import reports, starters
+from grading import reports, starters, weights
 from grading.grader import DEFAULT_ISOLATION, ISOLATIONS, SANDBOX_USER, SOURCE_ROOT, NoSandbox, grade, lab_names
 from grading.sanitize import clean
 from grading.submission import SubmissionError, check_folder
@@ -41,16 +41,26 @@ def _write(path: Path | None, text: str) -> None:
 
 def cmd_grade(args) -> int:
     submission = Path(args.submission) if args.submission else None
-    result = grade(submission, args.labs, progress=_progress, **_options(args))
+    scale = _weights(args)
+    raw = grade(submission, args.labs, progress=_progress, **_options(args))
+    result = weights.apply(raw, scale)
     if args.format == "table":
         _write(args.out, reports.table(result))
     elif args.format == "gradescope":
         _write(args.out, json.dumps(reports.gradescope(result), indent=2))
     else:
-        _write(args.out, reports.classroom_encoded(result))
+        _write(args.out, reports.classroom_encoded(raw))  # Classroom: the tests' own points
     if args.out and args.format != "table":
         print(reports.table(result), file=sys.stderr)
     return 0
+
+
+def _weights(args) -> dict:
+    """The lab weights (read before any learner code runs); a bad file stops with the reason."""
+    try:
+        return weights.load(args.weights, lab_names())
+    except ValueError as exc:
+        raise SystemExit(f"[grading] {exc}") from None
 
 
 def _options(args) -> dict:
@@ -78,6 +88,7 @@ def cmd_grade_many(args) -> int:
     if not submissions:
         raise SystemExit(f"no submission folders in {folder}")
     labs = args.labs or lab_names()
+    scale = _weights(args)
     if hasattr(os, "geteuid") and os.geteuid() == 0 and not args.same_user:
         # Root mode: one learner's code must not read another learner's submission.
         os.chmod(folder, stat.S_IMODE(folder.stat().st_mode) & ~0o007)
@@ -90,7 +101,7 @@ def cmd_grade_many(args) -> int:
             if result is None:
                 writer.writerow([path.name, "", "", *["" for _ in labs], problem])
             else:
-                writer.writerow(reports.csv_rows(path.name, result))
+                writer.writerow(reports.csv_rows(path.name, weights.apply(result, scale)))
             f.flush()
     print(f"wrote {args.csv} ({len(submissions)} submissions)")
     return 0
@@ -104,8 +115,9 @@ def cmd_autograde(args) -> int:
     start = time.monotonic()
     payload = reports.error_result("grading did not finish")
     try:
+        scale = weights.load(args.weights, lab_names())
         result = grade(root / "submission", args.labs, progress=_progress, **_options(args))
-        payload = reports.gradescope(result)
+        payload = reports.gradescope(weights.apply(result, scale))
     except Exception as exc:  # noqa: BLE001 - the learner must get a result whatever broke
         traceback.print_exc()
         payload = reports.error_result(f"{type(exc).__name__}: {exc}", time.monotonic() - start)
@@ -136,6 +148,8 @@ def main(argv=None) -> int:
                        help="namespaces (default): an OS sandbox made with bubblewrap, or refuse to grade; "
                             "auto: the sandbox where one can be made, else the fallback (with a warning); "
                             "none: the fallback (weaker: see grading/README.md, \"Modes\")")
+        p.add_argument("--weights", type=Path, help="lab weights, a TOML file (default: grading/weights.toml; "
+                                                    "see grading/README.md, \"Points\")")
 
     p = commands.add_parser("grade", help="grade one submission")
     p.add_argument("submission", nargs="?", help="a copy of the course, or a folder with LAB/starter.py per lab "

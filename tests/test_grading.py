@@ -935,3 +935,26 @@ def test_the_maximum_is_the_same_for_an_empty_a_partial_and_a_complete_submissio
         assert lab_result(empty, lab).max_score == lab_result(complete, lab).max_score, lab
     assert empty.score == 0 and partial.score == complete.score == lab_result(partial, FAST).max_score
     assert reports.gradescope(empty)["max_score"] == reports.gradescope(complete)["max_score"] == complete.max_score
+
+
+def test_weights_scale_each_lab_to_the_teachers_points_and_refuse_bad_entries(tmp_path):
+    from grading import weights
+    assert weights.load() == {}  # the shipped file changes nothing
+    result = fake_result(("lab-01-alpha-beta", [("test_a", 1, "passed", False), ("test_b", 3, "failed", False),
+                                                ("test_c", 5, "passed", True), ("test_nccl", 2, "neutral", False)]),
+                         (FAST, [("test_d", 2, "passed", False), ("test_e", 2, "failed", False)]))
+    file = tmp_path / "weights.toml"
+    file.write_text('[labs]\n"lab-01-alpha-beta" = 18\n')
+    scaled = weights.apply(result, weights.load(file, LABS))
+    lab01, lab06 = lab_result(scaled, "lab-01-alpha-beta"), lab_result(scaled, FAST)
+    assert lab01.max_score == pytest.approx(18) and lab01.score == pytest.approx(12)  # 6/9 of 18
+    assert (lab06.score, lab06.max_score) == (2, 4)  # not listed: unchanged
+    payload = reports.gradescope(scaled)
+    assert payload["score"] == pytest.approx(14) and payload["max_score"] == pytest.approx(22)
+    assert sum(t["max_score"] for t in payload["tests"]) == pytest.approx(22)
+    assert reports.csv_rows("x", scaled)[1:5] == ["14", "22", "12", "2"]
+    for bad, named in [('[labs]\n"lab-99-nope" = 3\n', "lab-99-nope"), ('[labs]\n"lab-01-alpha-beta" = -1\n', "-1"),
+                       ('[labs]\n"lab-01-alpha-beta" = "ten"\n', "ten"), ('lab = 3\n', "[labs]"), ("[labs\n", "TOML")]:
+        file.write_text(bad)
+        with pytest.raises(ValueError, match=re.escape(named)):
+            weights.load(file, LABS)
