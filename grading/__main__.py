@@ -83,6 +83,8 @@ def _grade_one(path: Path, labs: list, args):
 
 
 def cmd_grade_many(args) -> int:
+    """Grade every sub-folder of FOLDER: a CSV (student id, totals, per lab; a second header row of maxima),
+    and a report per student in CSV-reports/ beside it. The CSV is rewritten after each student."""
     folder = Path(args.folder)
     submissions = sorted(p for p in folder.iterdir() if p.is_dir() or p.is_symlink())
     if not submissions:
@@ -92,19 +94,33 @@ def cmd_grade_many(args) -> int:
     if hasattr(os, "geteuid") and os.geteuid() == 0 and not args.same_user:
         # Root mode: one learner's code must not read another learner's submission.
         os.chmod(folder, stat.S_IMODE(folder.stat().st_mode) & ~0o007)
-    with open(args.csv, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["submission", "score", "max_score", *labs, "problem"])
-        for path in submissions:
-            _progress(f"{path.name}")
-            result, problem = _grade_one(path, labs, args)
-            if result is None:
-                writer.writerow([path.name, "", "", *["" for _ in labs], problem])
-            else:
-                writer.writerow(reports.csv_rows(path.name, weights.apply(result, scale)))
-            f.flush()
-    print(f"wrote {args.csv} ({len(submissions)} submissions)")
+    out = Path(args.csv)
+    reports_dir = out.with_name(out.stem + "-reports")
+    reports_dir.mkdir(parents=True, exist_ok=True)
+    rows, first = [], None
+    for path in submissions:
+        _progress(f"{path.name}")
+        result, problem = _grade_one(path, labs, args)
+        if result is None:
+            rows.append([path.name, "", "", *["" for _ in labs], problem])
+            text = f"student: {clean(path.name, limit=200, lines=1)}\n\nnot graded: {problem}\n"
+        else:
+            result = weights.apply(result, scale)
+            first = first or result
+            rows.append(reports.csv_rows(path.name, result))
+            text = reports.detailed(path.name, result)
+        (reports_dir / f"{path.name}.txt").write_text(text, errors="replace")
+        _write_csv(out, [reports.csv_header(labs), reports.csv_maxima(labs, first), *rows])
+    print(f"wrote {out} ({len(submissions)} submissions) and a report each in {reports_dir}")
     return 0
+
+
+def _write_csv(path: Path, rows: list) -> None:
+    """Write the whole CSV again (atomically): a stopped run leaves every student graded so far."""
+    partial = path.with_name(path.name + ".partial")
+    with open(partial, "w", newline="") as f:
+        csv.writer(f).writerows(rows)
+    os.replace(partial, path)
 
 
 def cmd_autograde(args) -> int:

@@ -108,8 +108,40 @@ def error_result(message: str, seconds: float = 0.0) -> dict:
                       "Your teacher has the details; nothing you submitted was lost.", "tests": []}
 
 
+def detailed(name: str, result: GradeResult) -> str:
+    """The per-student report beside the CSV: the table, then what each test said (hidden tests: only
+    pass or "hidden test failed")."""
+    lines = [f"student: {clean(name, limit=200, lines=1)}", "", table(result), ""]
+    for lab in result.labs:
+        lines.append(f"{lab.lab}: {_points(lab.score)}/{_points(lab.max_score)}"
+                     + (f" ({clean(lab.problem, limit=300)})" if lab.problem else ""))
+        for t in lab.tests:
+            mark = {"passed": "pass", "neutral": "skip"}.get(t.outcome, "FAIL")
+            head = f"  {mark}  {_points(t.score)}/{_points(0 if t.outcome == 'neutral' else t.points)}  {t.name}"
+            lines.append(head + ("  (hidden)" if t.hidden else ""))
+            if t.outcome != "passed" and t.message:
+                lines += [f"        {line}" for line in clean(t.message, limit=600, lines=6).splitlines()]
+        lines.append("")
+    return "\n".join(lines)
+
+
+CSV_ID = "student_id"
+
+
+def csv_header(labs: list) -> list:
+    return [CSV_ID, "score", "max_score", *labs, "problem"]
+
+
+def csv_maxima(labs: list, result: GradeResult | None) -> list:
+    """The second header row: the maximum of the total and of each lab (the same for every student)."""
+    if result is None:
+        return ["Points Possible", "", "", *["" for _ in labs], ""]
+    per_lab = {lab.lab: lab.max_score for lab in result.labs}
+    return ["Points Possible", "", _points(result.max_score), *[_points(per_lab.get(lab, 0)) for lab in labs], ""]
+
+
 def csv_rows(name: str, result: GradeResult) -> list:
-    """submission, score, max_score, the score of each lab, and what went wrong (refused files, errors)."""
+    """student id (the folder name), score, max_score, the score of each lab, and what went wrong."""
     row = [name, _points(result.score), _points(result.max_score)]
     row += [_points(lab.score) for lab in result.labs]
     problems = [result.error] if result.error else []

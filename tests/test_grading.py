@@ -258,8 +258,8 @@ def test_grade_many_writes_one_csv_row_per_submission(tmp_path):
                    cwd=ROOT, check=True, capture_output=True, timeout=300)
     rows = list(csv.reader(out.open()))
     most = rows[1][2]
-    assert rows == [["submission", "score", "max_score", FAST, "problem"], ["alice", most, most, most, ""],
-                    ["bob", "0", most, "0", ""]]
+    assert rows == [["student_id", "score", "max_score", FAST, "problem"], ["Points Possible", "", most, most, ""],
+                    ["alice", most, most, most, ""], ["bob", "0", most, "0", ""]]
 
 
 def test_the_student_release_has_no_answers_and_fails_cleanly_in_starter_mode(tmp_path):
@@ -680,8 +680,8 @@ def grade_many(folder: Path, tmp_path: Path, labs=(FAST,)) -> dict:
                            "--csv", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = list(csv.reader(out.open()))
-    assert rows[0] == ["submission", "score", "max_score", *labs, "problem"]
-    return {row[0]: row for row in rows[1:]}
+    assert rows[0] == ["student_id", "score", "max_score", *labs, "problem"] and rows[1][0] == "Points Possible"
+    return {row[0]: row for row in rows[2:]}
 
 
 def test_cause_6_and_7_grade_many_refuses_links_fifos_and_huge_files_and_grades_everyone_else(tmp_path):
@@ -958,3 +958,37 @@ def test_weights_scale_each_lab_to_the_teachers_points_and_refuse_bad_entries(tm
         file.write_text(bad)
         with pytest.raises(ValueError, match=re.escape(named)):
             weights.load(file, LABS)
+
+
+def test_grade_many_gives_ids_maxima_a_report_per_student_and_applies_weights(tmp_path):
+    # Three tiny submissions: the reference of a fast lab, its shipped stub, and an empty folder.
+    folder = tmp_path / "class"
+    labs = [FAST, "lab-01-alpha-beta"]
+    (folder / "s001-alice" / FAST).mkdir(parents=True)
+    (folder / "s001-alice" / FAST / "starter.py").write_text(reference(FAST))
+    (folder / "s002-bob" / FAST).mkdir(parents=True)
+    (folder / "s002-bob" / FAST / "starter.py").write_text(shipped(FAST))
+    (folder / "s003-carol").mkdir(parents=True)
+    weights_file = tmp_path / "weights.toml"
+    weights_file.write_text(f'[labs]\n"{FAST}" = 10\n')
+    out = tmp_path / "grades.csv"
+    proc = subprocess.run([sys.executable, "-m", "grading", "grade-many", str(folder), "--labs", *labs,
+                           "--csv", str(out), "--weights", str(weights_file)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = list(csv.reader(out.open()))
+    assert rows[0] == ["student_id", "score", "max_score", *labs, "problem"]
+    maxima = rows[1]
+    assert maxima[0] == "Points Possible" and maxima[3] == "10" and float(maxima[4]) > 0
+    assert float(maxima[2]) == 10 + float(maxima[4])
+    by_id = {row[0]: row for row in rows[2:]}
+    assert list(by_id) == ["s001-alice", "s002-bob", "s003-carol"]
+    assert by_id["s001-alice"][1:4] == ["10", maxima[2], "10"] and by_id["s001-alice"][4] == "0"
+    assert by_id["s002-bob"][1] == by_id["s003-carol"][1] == "0"
+    assert {row[2] for row in by_id.values()} == {maxima[2]}  # one maximum for everyone
+    reports_dir = tmp_path / "grades-reports"
+    assert sorted(p.name for p in reports_dir.iterdir()) == ["s001-alice.txt", "s002-bob.txt", "s003-carol.txt"]
+    bob = (reports_dir / "s002-bob.txt").read_text()
+    assert "FAIL" in bob and "not implemented yet" in bob and "(hidden)" in bob  # lab-01 missing: its hidden tests listed
+    assert "HIDDEN-CHECK-7f3a" not in bob and "2 * 999 * 7e-6" not in bob
+    assert "no starter.py" in (reports_dir / "s003-carol.txt").read_text()
