@@ -992,3 +992,24 @@ def test_grade_many_gives_ids_maxima_a_report_per_student_and_applies_weights(tm
     assert "FAIL" in bob and "not implemented yet" in bob and "(hidden)" in bob  # lab-01 missing: its hidden tests listed
     assert "HIDDEN-CHECK-7f3a" not in bob and "2 * 999 * 7e-6" not in bob
     assert "no starter.py" in (reports_dir / "s003-carol.txt").read_text()
+
+
+def test_grade_many_in_parallel_gives_the_same_csv_with_progress_and_an_estimate(tmp_path):
+    folder = tmp_path / "class"
+    for name, text in [("s1", reference(FAST)), ("s2", shipped(FAST)), ("s3", reference(FAST))]:
+        (folder / name / FAST).mkdir(parents=True)
+        (folder / name / FAST / "starter.py").write_text(text)
+    (folder / "s4").mkdir()
+    outputs = {}
+    for jobs in ("1", "2"):
+        out = tmp_path / f"grades-{jobs}.csv"
+        proc = subprocess.run([sys.executable, "-m", "grading", "grade-many", str(folder), "--labs", FAST,
+                               "--csv", str(out), "--jobs", jobs], cwd=ROOT, capture_output=True, text=True,
+                              timeout=900)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "4/4 graded" in proc.stderr and "s left" in proc.stderr, proc.stderr[-2000:]
+        outputs[jobs] = list(csv.reader(out.open()))
+        assert (tmp_path / f"grades-{jobs}-reports" / "s2.txt").exists()
+    assert outputs["1"] == outputs["2"]
+    assert [row[0] for row in outputs["2"][2:]] == ["s1", "s2", "s3", "s4"]
+    assert outputs["2"][2][1] == outputs["2"][4][1] == outputs["2"][1][2] != "0" and outputs["2"][3][1] == "0"
