@@ -65,14 +65,14 @@ def cmd_grade(args) -> int:
 def _weights(args) -> dict:
     """The lab weights (read before any learner code runs); a bad file stops with the reason."""
     try:
-        return weights.load(args.weights, lab_names())
+        return weights.load(args.weights, [*lab_names(), "exercises"])
     except ValueError as exc:
         raise SystemExit(f"[grading] {exc}") from None
 
 
 def _options(args) -> dict:
     return dict(lab_timeout=args.lab_timeout, total_timeout=args.total_timeout, user=args.user,
-                same_user=args.same_user, isolation=args.isolation)
+                same_user=args.same_user, isolation=args.isolation, exercises=args.exercises)
 
 
 def _grade_one(path: Path, labs: list, args):
@@ -118,6 +118,7 @@ def _grade_in_child(path: Path, labs: list, args):
                    "--out", str(out), "--lab-timeout", str(args.lab_timeout), "--total-timeout",
                    str(args.total_timeout), "--isolation", args.isolation]
         command += (["--user", args.user] if args.user else []) + (["--same-user"] if args.same_user else [])
+        command += ["--exercises"] if args.exercises else []
         try:
             proc = subprocess.run(command, capture_output=True, text=True, errors="replace",
                                   timeout=args.total_timeout + 120, cwd=SOURCE_ROOT)
@@ -138,6 +139,7 @@ def cmd_grade_many(args) -> int:
     if not submissions:
         raise SystemExit(f"no submission folders in {folder}")
     labs = args.labs or lab_names()
+    columns = [*labs, "exercises"] if args.exercises else labs
     scale = _weights(args)
     if hasattr(os, "geteuid") and os.geteuid() == 0 and not args.same_user:
         # Root mode: one learner's code must not read another learner's submission.
@@ -153,12 +155,12 @@ def cmd_grade_many(args) -> int:
     def record(path: Path, result, problem: str) -> None:
         nonlocal first, done
         with lock:
-            rows[path.name], text = _row_and_report(path, labs, result, problem, scale)
+            rows[path.name], text = _row_and_report(path, columns, result, problem, scale)
             if first is None and result is not None:
                 first = weights.apply(result, scale)  # every student has the same maxima
             (reports_dir / f"{path.name}.txt").write_text(text, errors="replace")
             ordered = [rows[p.name] for p in submissions if p.name in rows]
-            _write_csv(out, [reports.csv_header(labs), reports.csv_maxima(labs, first), *ordered])
+            _write_csv(out, [reports.csv_header(columns), reports.csv_maxima(columns, first), *ordered])
             done += 1
             elapsed = time.monotonic() - start
             left = elapsed / done * (len(submissions) - done)  # the pace so far (parallel jobs included)
@@ -210,7 +212,7 @@ def cmd_autograde(args) -> int:
     start = time.monotonic()
     payload = reports.error_result("grading did not finish")
     try:
-        scale = weights.load(args.weights, lab_names())
+        scale = weights.load(args.weights, [*lab_names(), "exercises"])
         result = grade(root / "submission", args.labs, progress=_progress, **_options(args))
         payload = reports.gradescope(weights.apply(result, scale))
     except Exception as exc:  # noqa: BLE001 - the learner must get a result whatever broke
@@ -243,6 +245,8 @@ def main(argv=None) -> int:
                        help="namespaces (default): an OS sandbox made with bubblewrap, or refuse to grade; "
                             "auto: the sandbox where one can be made, else the fallback (with a warning); "
                             "none: the fallback (weaker: see grading/README.md, \"Modes\")")
+        p.add_argument("--exercises", action="store_true",
+                       help="also score the lessons' exercises from exercises/answers.toml (an 'exercises' entry)")
         p.add_argument("--weights", type=Path, help="lab weights, a TOML file (default: grading/weights.toml; "
                                                     "see grading/README.md, \"Points\")")
 

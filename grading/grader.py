@@ -52,7 +52,7 @@ from grading.sandbox.limits import Limits
 from grading.sandbox.namespaces import SandboxError
 from grading.sandbox.plain import close_interpreter, open_interpreter, sandbox_user
 from grading.sanitize import clean
-from grading.submission import SubmissionError, read_starter
+from grading.submission import SubmissionError, read_exercise_answers, read_starter
 
 
 __all__ = ["GradeResult", "LabResult", "TestResult", "ISOLATIONS", "DEFAULT_ISOLATION", "NoSandbox", "SANDBOX_USER", "SOURCE_ROOT", "HIDDEN_DIR",
@@ -177,7 +177,7 @@ def _grade_part(base: Path, course: dict, lab: str, starter: bytes, part: str, t
 def grade(submission: Path | None, labs: list[str] | None = None, *, source: Path = SOURCE_ROOT,
           hidden: Path = HIDDEN_DIR, lab_timeout: float = 300.0, total_timeout: float = 1500.0,
           user: str | None = None, same_user: bool = False, isolation: str = DEFAULT_ISOLATION, limits: Limits | None = None,
-          progress=None) -> GradeResult:
+          progress=None, exercises: bool = False) -> GradeResult:
     """Grade ``submission`` (a folder; None grades the shipped starters) on ``labs`` (default: all).
 
     Root mode (learner code runs as ``user``, default ``commtax-learner``) when this process is
@@ -185,6 +185,7 @@ def grade(submission: Path | None, labs: list[str] | None = None, *, source: Pat
     default: the OS sandbox, or :class:`NoSandbox` saying why not and what to do), ``"auto"`` (the
     sandbox where one can be made, else the fallback), ``"none"`` (the fallback); without the
     sandbox a loud warning goes to ``progress`` (or stderr). ``GradeResult.mode`` says which ran.
+    ``exercises``: also score ``exercises/answers.toml`` (an ``exercises`` entry after the labs).
     """
     start = time.monotonic()
     integrity.preload()  # nothing is imported by this process once learner code has run
@@ -203,6 +204,8 @@ def grade(submission: Path | None, labs: list[str] | None = None, *, source: Pat
             starters[lab] = starter_of(Path(submission) if submission else None, lab, source)
         except SubmissionError as exc:
             starters[lab], refused[lab] = None, str(exc)
+    # The exercises are scored now, before any learner code runs (this process imports nothing later).
+    scored_exercises = grade_exercises(Path(submission) if submission else None) if exercises else None
     limits = limits or Limits(cpu_seconds=int(lab_timeout) + 60)
     protected = [source, hidden] + ([submission] if submission is not None else [])
     with tempfile.TemporaryDirectory(prefix="commtax-grading-") as tmp:
@@ -217,10 +220,36 @@ def grade(submission: Path | None, labs: list[str] | None = None, *, source: Pat
             result = GradeResult(mode=chosen.mode)
             _grade_labs(result, course, starters, refused, labs, base, chosen, source, hidden,
                         lab_timeout, total_timeout, progress, start)
+            if scored_exercises is not None:
+                result.labs.append(scored_exercises)
         finally:
             chosen.close()
     result.seconds = time.monotonic() - start
     return result
+
+
+def grade_exercises(submission: Path | None) -> LabResult:
+    """The ``exercises`` entry: one test per exercise of :mod:`commtax.exercises`, scored by
+    :func:`grading.exercise_answers.score_answers` from the submission's ``exercises/answers.toml``
+    (read like a starter: no links, a regular file, capped). Only verdicts are shown, never answers."""
+    import tomllib
+    from grading.exercise_answers import ANSWERS_FILE, score_answers
+    start, answers, problem = time.monotonic(), {}, ""
+    try:
+        data = read_exercise_answers(Path(submission)) if submission is not None else None
+        if data is None:
+            problem = f"no {ANSWERS_FILE} in the submission"
+        else:
+            answers = tomllib.loads(data.decode("utf-8"))
+    except SubmissionError as exc:
+        problem = str(exc)
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        problem = f"{ANSWERS_FILE} is not valid TOML: {exc}"
+    tests = [TestResult(f"exercises::{s.exercise}: {s.what}", "exercises", float(s.max_score),
+                        "passed" if s.score == s.max_score else "failed", float(s.score), clean(s.output))
+             for s in score_answers(answers, problem)]
+    missing = problem.startswith("no ")  # like a missing lab: not a problem to flag in the CSV
+    return LabResult("exercises", tests, time.monotonic() - start, "" if missing else clean(problem))
 
 
 def _to_stderr(message: str) -> None:

@@ -1013,3 +1013,21 @@ def test_grade_many_in_parallel_gives_the_same_csv_with_progress_and_an_estimate
     assert outputs["1"] == outputs["2"]
     assert [row[0] for row in outputs["2"][2:]] == ["s1", "s2", "s3", "s4"]
     assert outputs["2"][2][1] == outputs["2"][4][1] == outputs["2"][1][2] != "0" and outputs["2"][3][1] == "0"
+
+
+def test_exercises_are_scored_from_answers_toml_read_like_a_starter(tmp_path):
+    from commtax.exercises import EXERCISES, _answer
+    from grading.grader import grade_exercises
+    first, second = list(EXERCISES)[:2]
+    folder = tmp_path / "sub"
+    (folder / "exercises").mkdir(parents=True)
+    (folder / "exercises" / "answers.toml").write_text(f'"{first}" = {_answer(first)!r}\n"{second}" = -1e300\n')
+    scored = grade_exercises(folder)
+    assert scored.lab == "exercises" and scored.max_score == len(EXERCISES) and scored.score == 1
+    assert scored.tests[0].outcome == "passed" and scored.tests[1].outcome == "failed"
+    assert f"{_answer(second):g}" not in scored.tests[1].message  # a verdict, never the answer
+    assert grade_exercises(None).score == 0 and grade_exercises(tmp_path).problem == ""  # none: 0, no problem
+    (folder / "exercises" / "answers.toml").unlink()
+    (folder / "exercises" / "answers.toml").symlink_to(tmp_path / "elsewhere.toml")
+    linked = grade_exercises(folder)
+    assert linked.score == 0 and "symbolic link" in linked.problem
