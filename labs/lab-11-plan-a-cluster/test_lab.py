@@ -445,3 +445,12 @@ def test_memory_bytes_per_gpu_the_second_stage_is_the_fullest_when_few_layers_si
                  what="memory per GPU of the fullest stage (the second)",
                  hints={6 / 7: "check stages 0, 1 and p - 1: the second stage can hold the most"})
     expect_same_step(lab, run, "GPT 6.7B-like, 30 layers on 8 stages")
+
+
+def test_memory_bytes_per_gpu_zero3_in_groups_of_two_still_holds_two_gathered_layers(lab):
+    # HSDP at its smallest shard group (2 GPUs, 4 replicas): each GPU still gathers whole layers before using them.
+    run = dict(GPT, layers=48, hidden=6144, heads=64, gpus=64, tp=8, pp=1, micro_batch=1, global_batch=64,
+               zero_stage=3, shard_group=2, recompute="selective")
+    expect_close(lab.memory_bytes_per_gpu(dict(run)), reference(run)["memory"], rel=EXACT,
+                 what="memory per GPU, ZeRO-3 sharded over groups of 2")
+    expect_same_step(lab, run, "GPT 22B, ZeRO-3 HSDP in groups of 2")
