@@ -1,4 +1,9 @@
-"""Pytest helpers for the labs: run ranks or skip, and the backends to parametrize over."""
+"""Pytest helpers for the labs: run ranks or skip, and the backends to parametrize over.
+
+Also the checks a lab test makes on what a learner returned: :func:`expect_close`
+(kind, shape and value), :func:`number`, and :func:`expect_value_error` (bad input
+raises a ValueError naming THE bad argument as a word, not every argument).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ import ast
 import inspect
 import math
 import os
+import re
 import textwrap
 import types
 
@@ -347,3 +353,67 @@ def number(value, what: str = "the result") -> float:
     if _kind(value) != "number" or math.isnan(float(value)):
         fail(f"{what}: expected a number, got {_describe(value)}")
     return float(value)
+
+
+#: How many OTHER parameters a ValueError's message may name besides the bad one: a message
+#: may explain the bad argument by related ones ("gpus (32) must equal tp * pp * dp (8 * 2 * 4)").
+MAX_OTHERS_NAMED = 3
+
+
+def _names_word(message: str, name: str) -> bool:
+    """Whether ``message`` names ``name`` as a whole identifier (``tp`` is not in ``tp_size``)."""
+    return re.search(rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])", message) is not None
+
+
+def _parameter_names(function) -> list[str]:
+    """The named parameters of ``function`` (not ``*args``/``**kwargs``); none if it has no signature."""
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+
+
+def expect_value_error(call, argument, *, function=None, parameters=(), what: str | None = None):
+    """Call ``call()`` and fail unless it raises a ValueError that names the bad ``argument``.
+
+    The course rule is "invalid input raises a ValueError naming THE bad
+    argument"; ``pytest.raises(ValueError, match=argument)`` only searches the
+    message, so one ValueError listing every parameter would pass every bad-input
+    test. This checks three things:
+
+    1. ``call()`` raises a ValueError (any other exception propagates, as with pytest.raises);
+    2. its message names ``argument`` as a whole word: ``tp`` does not match inside
+       ``tp_size``. ``argument`` may be a tuple of names when either is a fair answer
+       (two lists of different lengths);
+    3. it does not name most of the other parameters. The others are the named
+       parameters of ``function`` (the learner's function: ``inspect.signature``)
+       plus ``parameters`` (e.g. the keys of a plan dict). Rule: the message fails
+       when it names more than :data:`MAX_OTHERS_NAMED` of them, or all of them
+       (a legitimate message may name a few related arguments, "gpus (32) must
+       equal tp * pp * dp (8 * 2 * 4)", but not every one: for a function of two
+       parameters, name the bad one alone).
+
+    Returns the ValueError, for further checks.
+    """
+    __tracebackhide__ = True
+    wanted = (argument,) if isinstance(argument, str) else tuple(argument)
+    label = " or ".join(wanted)
+    name = getattr(function, "__name__", None)
+    where = what or (f"{name}()" if name else "the call")
+    try:
+        result = call()
+    except ValueError as exc:
+        error, message = exc, str(exc)
+    else:
+        fail(f"{where}: expected a ValueError naming the bad argument, {label}; it returned {_describe(result)}")
+    if not any(_names_word(message, w) for w in wanted):
+        fail(f"{where}: your ValueError says {message!r}, which does not name the bad argument, {label} "
+             f"(as a word of its own: name the argument as it is spelt in the signature)")
+    others = [p for p in dict.fromkeys([*_parameter_names(function), *parameters]) if p not in wanted]
+    named = [p for p in others if _names_word(message, p)]
+    if len(named) > MAX_OTHERS_NAMED or (others and len(named) == len(others)):
+        every = "every argument" if len(named) == len(others) else f"{len(named)} other arguments"
+        fail(f"{where}: your message names {every} ({', '.join(named)}) besides {label}: "
+             f"name the bad one, {label} (a message may mention at most {MAX_OTHERS_NAMED} related ones, and not all)")
+    return error
