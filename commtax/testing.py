@@ -365,8 +365,33 @@ def _names_word(message: str, name: str) -> bool:
     return re.search(rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])", message) is not None
 
 
+def _names_in_file(path, qualname: str) -> list[str]:
+    """The parameters of the def (or the annotated fields of the class) ``qualname`` in the file ``path``.
+
+    Read from the source, not imported: the ``lab`` proxy's functions live in the
+    learner's process, and the process that grades never runs the learner's code.
+    """
+    try:
+        with open(path, encoding="utf-8") as file:
+            node = ast.parse(file.read())
+    except (OSError, SyntaxError, ValueError):
+        return []
+    for part in qualname.split("."):
+        node = next((n for n in getattr(node, "body", ()) if getattr(n, "name", None) == part), None)
+        if node is None:
+            return []
+    if isinstance(node, ast.ClassDef):
+        return [n.target.id for n in node.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)]
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return [a.arg for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)]
+    return []
+
+
 def _parameter_names(function) -> list[str]:
     """The named parameters of ``function`` (not ``*args``/``**kwargs``); none if it has no signature."""
+    proxy, qualname = getattr(function, "_proxy", None), getattr(function, "_qualname", None)
+    if proxy is not None and isinstance(qualname, str):  # a lab function (commtax.boundary.proxy.LabFunction)
+        return _names_in_file(proxy._path, qualname)
     try:
         parameters = inspect.signature(function).parameters.values()
     except (TypeError, ValueError):
@@ -387,7 +412,8 @@ def expect_value_error(call, argument, *, function=None, parameters=(), what: st
        ``tp_size``. ``argument`` may be a tuple of names when either is a fair answer
        (two lists of different lengths);
     3. it does not name most of the other parameters. The others are the named
-       parameters of ``function`` (the learner's function: ``inspect.signature``)
+       parameters of ``function`` (the learner's: read from its source for a ``lab``
+       function, else ``inspect.signature``; ``*args``/``**kwargs`` name nothing)
        plus ``parameters`` (e.g. the keys of a plan dict). Rule: the message fails
        when it names more than :data:`MAX_OTHERS_NAMED` of them, or all of them
        (a legitimate message may name a few related arguments, "gpus (32) must
@@ -410,7 +436,12 @@ def expect_value_error(call, argument, *, function=None, parameters=(), what: st
     if not any(_names_word(message, w) for w in wanted):
         fail(f"{where}: your ValueError says {message!r}, which does not name the bad argument, {label} "
              f"(as a word of its own: name the argument as it is spelt in the signature)")
-    others = [p for p in dict.fromkeys([*_parameter_names(function), *parameters]) if p not in wanted]
+    own = _parameter_names(function)
+    if not own and getattr(function, "_proxy", None) is not None:
+        # made at run time, or only *args/**kwargs: nothing to tell the bad argument from the others
+        fail(f"{where}: define {name} with def and its named parameters, as in the starter "
+             f"(the test reads them to check that your message names the bad one, {label})")
+    others = [p for p in dict.fromkeys([*own, *parameters]) if p not in wanted]
     named = [p for p in others if _names_word(message, p)]
     if len(named) > MAX_OTHERS_NAMED or (others and len(named) == len(others)):
         every = "every argument" if len(named) == len(others) else f"{len(named)} other arguments"
