@@ -399,7 +399,7 @@ def _parameter_names(function) -> list[str]:
     return [p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
 
 
-def expect_value_error(call, argument, *, function=None, parameters=(), what: str | None = None):
+def expect_value_error(call, argument, *, function=None, parameters=(), related=(), what: str | None = None):
     """Call ``call()`` and fail unless it raises a ValueError that names the bad ``argument``.
 
     The course rule is "invalid input raises a ValueError naming THE bad
@@ -418,7 +418,8 @@ def expect_value_error(call, argument, *, function=None, parameters=(), what: st
        when it names more than :data:`MAX_OTHERS_NAMED` of them, or all of them
        (a legitimate message may name a few related arguments, "gpus (32) must
        equal tp * pp * dp (8 * 2 * 4)", but not every one: for a function of two
-       parameters, name the bad one alone).
+       parameters, name the bad one alone). Names in ``related`` are not counted:
+       arguments the test made bad together with ``argument`` (0 / 0 names both).
 
     Returns the ValueError, for further checks.
     """
@@ -441,7 +442,7 @@ def expect_value_error(call, argument, *, function=None, parameters=(), what: st
         # made at run time, or only *args/**kwargs: nothing to tell the bad argument from the others
         fail(f"{where}: define {name} with def and its named parameters, as in the starter "
              f"(the test reads them to check that your message names the bad one, {label})")
-    others = [p for p in dict.fromkeys([*own, *parameters]) if p not in wanted]
+    others = [p for p in dict.fromkeys([*own, *parameters]) if p not in wanted and p not in related]
     named = [p for p in others if _names_word(message, p)]
     if len(named) > MAX_OTHERS_NAMED or (others and len(named) == len(others)):
         every = "every argument" if len(named) == len(others) else f"{len(named)} other arguments"

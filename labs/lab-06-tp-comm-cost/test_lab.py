@@ -178,7 +178,8 @@ BAD_CASES = [
 def test_bad_arguments_raise_value_error_naming_them(lab, function, bad, argument):
     good, expected = GOOD[function]
     expect_close(getattr(lab, function)(**good), expected, what=f"{function} with good arguments")
-    expect_value_error(lambda: getattr(lab, function)(**{**good, **bad}), argument, function=getattr(lab, function))
+    expect_value_error(lambda: getattr(lab, function)(**{**good, **bad}), argument, function=getattr(lab, function),
+                       related=[name for name in bad if name != argument])  # made bad together: may be named
 
 
 def test_comm_fraction_is_comm_over_comm_plus_compute_at_the_edges(lab):
