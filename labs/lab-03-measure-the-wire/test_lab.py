@@ -21,7 +21,7 @@ from commtax import boundary
 from commtax.formulas.links import available_links, load_calibration
 from commtax.labs import resolve_impl
 from commtax.ranks.measure import memcpy_bandwidth
-from commtax.testing import SharedRuns, check, close, expect_close, number, require_implemented
+from commtax.testing import check, close, expect_close, expect_value_error, number, require_implemented, SharedRuns
 
 HERE = Path(__file__).resolve().parent
 RUNS = SharedRuns()
@@ -42,8 +42,7 @@ def test_algbw_is_size_over_time(lab):
     expect_close(lab.algbw(0, 1e-3), 0.0, what="algbw of an empty message")
     for bad, name in (((1e6, 0.0), "seconds"), ((1e6, -1.0), "seconds"), ((1e6, float("inf")), "seconds"),
                       ((-1, 1.0), "nbytes"), ((float("nan"), 1.0), "nbytes")):
-        with pytest.raises(ValueError, match=name):
-            lab.algbw(*bad)
+        expect_value_error(lambda: lab.algbw(*bad), name, function=lab.algbw)
 
 
 @pytest.mark.parametrize("collective,factor", [
@@ -60,10 +59,8 @@ def test_busbw_uses_the_nccl_tests_factor_of_each_collective(lab, collective, fa
 
 def test_busbw_rejects_unknown_collectives_and_world_sizes(lab):
     expect_close(lab.busbw("all_reduce", 1e9, 0.01, 4), 150e9, what="busbw of an all_reduce on 4 ranks")
-    with pytest.raises(ValueError, match="collective"):
-        lab.busbw("all_scatter", 1e9, 0.01, 8)
-    with pytest.raises(ValueError, match="world_size"):
-        lab.busbw("all_reduce", 1e9, 0.01, 0)
+    expect_value_error(lambda: lab.busbw("all_scatter", 1e9, 0.01, 8), "collective", function=lab.busbw)
+    expect_value_error(lambda: lab.busbw("all_reduce", 1e9, 0.01, 0), "world_size", function=lab.busbw)
 
 
 @pytest.mark.parametrize("collective,steps,factor", [
@@ -79,8 +76,7 @@ def test_predict_time_is_the_ring_model_of_each_collective(lab, collective, step
                       ({"world_size": 0}, "world_size"), ({"collective": "gather"}, "collective")):
         arguments = {"nbytes": 1024, "world_size": 4, "alpha": alpha, "bandwidth": bandwidth,
                      "collective": collective, **bad}
-        with pytest.raises(ValueError, match=name):
-            lab.predict_time(**arguments)
+        expect_value_error(lambda: lab.predict_time(**arguments), name, function=lab.predict_time)
 
 
 # -- the fit ---------------------------------------------------------------------------
@@ -119,18 +115,12 @@ def test_fit_refuses_data_it_cannot_fit(lab):
     # is refitted: b = sum(c) / sum(c^2) over the rows c = m S / t = 2e9 and 4e9/3, that is B = 5.2e9 / 3.
     expect_close(lab.fit_alpha_beta([1000, 2000], [0.5e-6, 1.5e-6], 2), (0.0, 5.2e9 / 3), rel=1e-9,
                  what="the fit when the best alpha is negative")
-    with pytest.raises(ValueError, match="nbytes|seconds"):
-        lab.fit_alpha_beta([1024, 2048], [1e-5], 2)
-    with pytest.raises(ValueError, match="nbytes"):
-        lab.fit_alpha_beta([1024, 1024], [1e-5, 1e-5], 2)
-    with pytest.raises(ValueError, match="seconds"):
-        lab.fit_alpha_beta([1024, 2048], [1e-5, -1e-5], 2)
-    with pytest.raises(ValueError, match="collective"):
-        lab.fit_alpha_beta([1024, 2048], [1e-5, 2e-5], 2, "all_scatter")
-    with pytest.raises(ValueError, match="world_size"):
-        lab.fit_alpha_beta([1024, 2048], [1e-5, 2e-5], 1)
-    with pytest.raises(ValueError, match="nbytes"):
-        lab.fit_alpha_beta([-1024, 2048], [1e-5, 2e-5], 2)
+    expect_value_error(lambda: lab.fit_alpha_beta([1024, 2048], [1e-5], 2), ("nbytes", "seconds"), function=lab.fit_alpha_beta)
+    expect_value_error(lambda: lab.fit_alpha_beta([1024, 1024], [1e-5, 1e-5], 2), "nbytes", function=lab.fit_alpha_beta)
+    expect_value_error(lambda: lab.fit_alpha_beta([1024, 2048], [1e-5, -1e-5], 2), "seconds", function=lab.fit_alpha_beta)
+    expect_value_error(lambda: lab.fit_alpha_beta([1024, 2048], [1e-5, 2e-5], 2, "all_scatter"), "collective", function=lab.fit_alpha_beta)
+    expect_value_error(lambda: lab.fit_alpha_beta([1024, 2048], [1e-5, 2e-5], 1), "world_size", function=lab.fit_alpha_beta)
+    expect_value_error(lambda: lab.fit_alpha_beta([-1024, 2048], [1e-5, 2e-5], 2), "nbytes", function=lab.fit_alpha_beta)
 
 
 # -- real runs on gloo -------------------------------------------------------------------

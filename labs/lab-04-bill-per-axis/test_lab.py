@@ -7,7 +7,7 @@ import pytest
 from commtax.formulas import bill as course
 from commtax.formulas.links import Link
 from commtax.simulation import messages as simulate
-from commtax.testing import check, expect_close, number
+from commtax.testing import check, expect_close, expect_value_error, number
 
 N = 7e9                 # parameters
 B = 2                   # bf16
@@ -375,8 +375,8 @@ def test_members_per_node_follows_megatron_rank_order(lab, size, stride, gpus, e
 ])
 def test_invalid_plans_raise_value_error_naming_the_problem(lab, overrides, problem):
     expect_close(lab.step_report(plan(lab)).t_step, course_report({}).t_step, rel=1e-9, what="a valid plan's step")
-    with pytest.raises(ValueError, match=problem):
-        lab.step_report(plan(lab, **overrides))
+    expect_value_error(lambda: lab.step_report(plan(lab, **overrides)), problem,
+                       function=lab.Plan)  # the others: the plan's fields
 
 
 # Each function with good arguments (the course's formula gives its value), then one bad argument at a
@@ -447,5 +447,4 @@ def test_bad_arguments_raise_value_error_naming_them(lab, function, bad, argumen
     good = GOOD[function]
     expect_close(getattr(lab, function)(**good), REFERENCE[function](**good), rel=1e-9,
                  what=f"{function} with good arguments")
-    with pytest.raises(ValueError, match=argument):
-        getattr(lab, function)(**{**good, **bad})
+    expect_value_error(lambda: getattr(lab, function)(**{**good, **bad}), argument, function=getattr(lab, function))

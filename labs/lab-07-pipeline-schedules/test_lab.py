@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from commtax.boundary import LabRecord
-from commtax.testing import SharedRuns, check, close, expect_close, fail, number
+from commtax.testing import check, close, expect_close, expect_value_error, fail, number, SharedRuns
 from commtax.ranks.traffic import record_traffic
 
 RUNS = SharedRuns()
@@ -275,11 +275,9 @@ def test_bad_arguments_raise_value_error_naming_them(lab):
     expect_close(makespan_of(simulate(lab, "gpipe", 4, 8, t_p2p=0.5)), (8 + 3) * 3.0 + 2 * 3 * 0.5, rel=1e-9,
                  what="makespan of GPipe, p = 4, m = 8, t_p2p = 0.5: (m + p - 1)(t_f + t_b) + 2(p - 1) t_p2p")
     for args, kwargs, name in BAD_SIMULATIONS:
-        with pytest.raises(ValueError, match=name):
-            lab.simulate(*args, **kwargs)
+        expect_value_error(lambda: lab.simulate(*args, **kwargs), name, function=lab.simulate)
     for args, kwargs, name in BAD_BUBBLES:
-        with pytest.raises(ValueError, match=name):
-            lab.bubble_fraction(*args, **kwargs)
+        expect_value_error(lambda: lab.bubble_fraction(*args, **kwargs), name, function=lab.bubble_fraction)
 
 
 def makespan_of(ops):

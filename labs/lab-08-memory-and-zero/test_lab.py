@@ -20,7 +20,7 @@ from torch import nn
 
 from commtax.formulas import memory
 from commtax.ranks.traffic import record_traffic
-from commtax.testing import SharedRuns, expect_close, fail
+from commtax.testing import expect_close, expect_value_error, fail, SharedRuns
 
 RUNS = SharedRuns()
 GB = 1e9  # the ZeRO paper's GB: decimal (7.5e9 x 16 B = 120e9 B = "120 GB")
@@ -129,24 +129,15 @@ def test_zero_bytes_per_step_counts_passes_2_2_m_plus_1_and_3m(lab, stage):
 
 
 def test_bad_arguments_raise_value_error_naming_them(lab):
-    with pytest.raises(ValueError, match="zero_stage"):
-        lab.model_state_bytes(1e9, 8, 4)
-    with pytest.raises(ValueError, match="dp"):
-        lab.model_state_bytes(1e9, 0, 1)
-    with pytest.raises(ValueError, match="n_params"):
-        lab.model_state_bytes(-1, 8, 1)
-    with pytest.raises(ValueError, match="heads"):
-        lab.activation_bytes_per_layer(2048, 1, 4096, 30, tp=4)
-    with pytest.raises(ValueError, match="recompute"):
-        lab.activation_bytes_per_layer(2048, 1, 4096, 32, recompute="partial")
-    with pytest.raises(ValueError, match="seq"):
-        lab.activation_bytes_per_layer(0, 1, 4096, 32)
-    with pytest.raises(ValueError, match="zero_stage"):
-        lab.zero_bytes_per_step(1e9, 8, -1, 4)
-    with pytest.raises(ValueError, match="microbatches"):
-        lab.zero_bytes_per_step(1e9, 8, 2, 0)
-    with pytest.raises(ValueError, match="rank"):
-        lab.shard_bounds(100, 4, 4)
+    expect_value_error(lambda: lab.model_state_bytes(1e9, 8, 4), "zero_stage", function=lab.model_state_bytes)
+    expect_value_error(lambda: lab.model_state_bytes(1e9, 0, 1), "dp", function=lab.model_state_bytes)
+    expect_value_error(lambda: lab.model_state_bytes(-1, 8, 1), "n_params", function=lab.model_state_bytes)
+    expect_value_error(lambda: lab.activation_bytes_per_layer(2048, 1, 4096, 30, tp=4), "heads", function=lab.activation_bytes_per_layer)
+    expect_value_error(lambda: lab.activation_bytes_per_layer(2048, 1, 4096, 32, recompute="partial"), "recompute", function=lab.activation_bytes_per_layer)
+    expect_value_error(lambda: lab.activation_bytes_per_layer(0, 1, 4096, 32), "seq", function=lab.activation_bytes_per_layer)
+    expect_value_error(lambda: lab.zero_bytes_per_step(1e9, 8, -1, 4), "zero_stage", function=lab.zero_bytes_per_step)
+    expect_value_error(lambda: lab.zero_bytes_per_step(1e9, 8, 2, 0), "microbatches", function=lab.zero_bytes_per_step)
+    expect_value_error(lambda: lab.shard_bounds(100, 4, 4), "rank", function=lab.shard_bounds)
 
 
 @pytest.mark.parametrize("numel,world_size", [(10, 4), (545, 2), (545, 4), (1, 3), (1088, 4)])

@@ -22,7 +22,7 @@ from torch import nn
 
 from commtax.formulas import ddp as reference
 from commtax.ranks.traffic import record_traffic
-from commtax.testing import SharedRuns, expect_close, fail
+from commtax.testing import expect_close, expect_value_error, fail, SharedRuns
 
 RUNS = SharedRuns()
 
@@ -117,20 +117,13 @@ def test_k_equal_buckets_finish_at_max_of_T_plus_c_and_T_over_k_plus_k_c(lab, k,
 
 
 def test_bad_arguments_raise_value_error_naming_them(lab):
-    with pytest.raises(ValueError, match="bucket_cap_bytes"):
-        lab.bucket_assignment([4, 4], 0)
-    with pytest.raises(ValueError, match="bucket_cap_bytes"):
-        lab.bucket_assignment([4, 4], -8)
-    with pytest.raises(ValueError, match="param_bytes"):
-        lab.bucket_assignment([4, -4], 8)
-    with pytest.raises(ValueError, match="param_bytes"):
-        lab.bucket_assignment([], 8)
-    with pytest.raises(ValueError, match="ready_times"):
-        lab.overlapped_allreduce_finish([2, 1], [1, 1])       # must not go backwards
-    with pytest.raises(ValueError, match="comm_times"):
-        lab.overlapped_allreduce_finish([1, 2], [1, -1])
-    with pytest.raises(ValueError, match="ready_times|comm_times"):
-        lab.overlapped_allreduce_finish([1, 2], [1])
+    expect_value_error(lambda: lab.bucket_assignment([4, 4], 0), "bucket_cap_bytes", function=lab.bucket_assignment)
+    expect_value_error(lambda: lab.bucket_assignment([4, 4], -8), "bucket_cap_bytes", function=lab.bucket_assignment)
+    expect_value_error(lambda: lab.bucket_assignment([4, -4], 8), "param_bytes", function=lab.bucket_assignment)
+    expect_value_error(lambda: lab.bucket_assignment([], 8), "param_bytes", function=lab.bucket_assignment)
+    expect_value_error(lambda: lab.overlapped_allreduce_finish([2, 1], [1, 1]), "ready_times", function=lab.overlapped_allreduce_finish)       # must not go backwards
+    expect_value_error(lambda: lab.overlapped_allreduce_finish([1, 2], [1, -1]), "comm_times", function=lab.overlapped_allreduce_finish)
+    expect_value_error(lambda: lab.overlapped_allreduce_finish([1, 2], [1]), ("ready_times", "comm_times"), function=lab.overlapped_allreduce_finish)
 
 
 # -- a real bucketed DDP: gradients, bytes, no_sync -----------------------------------------------------

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from commtax.formulas import bill, moe
 from commtax.ranks.launch import DistributedRunError, rank_device
 from commtax.ranks.traffic import record_traffic
-from commtax.testing import BACKENDS, SharedRunFailed, SharedRuns, check, expect_close, fail, mismatch, run_section, section
+from commtax.testing import BACKENDS, check, expect_close, expect_value_error, fail, mismatch, run_section, section, SharedRunFailed, SharedRuns
 
 RUNS = SharedRuns()
 DTYPE = torch.float64
@@ -360,8 +360,7 @@ def test_expert_capacity_refuses_bad_input_naming_the_argument(lab):
                          (dict(tokens=16, experts=0, top_k=1, capacity_factor=1.0), "experts"),
                          (dict(tokens=16, experts=4, top_k=1, capacity_factor=0.0), "capacity_factor"),
                          (dict(tokens=16, experts=4, top_k=1, capacity_factor=float("nan")), "capacity_factor")):
-        with pytest.raises(ValueError, match=name):
-            lab.expert_capacity(**kwargs)
+        expect_value_error(lambda: lab.expert_capacity(**kwargs), name, function=lab.expert_capacity)
 
 
 def _dispatch_hints(ep):
@@ -410,8 +409,7 @@ def test_dispatch_bytes_refuse_bad_input_naming_the_argument(lab):
                                # experts left out with a capacity: it is ep = 1, fewer than top_k = 2
                                ((100, 16, 1, 2), {"capacity_factor": 1.0}, "top_k"),
                                ((100, 16, 1, 2), {"experts": 1}, "top_k")):
-        with pytest.raises(ValueError, match=name):
-            lab.dispatch_bytes_per_rank(*args, **kwargs)
+        expect_value_error(lambda: lab.dispatch_bytes_per_rank(*args, **kwargs), name, function=lab.dispatch_bytes_per_rank)
 
 
 @pytest.mark.points(3)

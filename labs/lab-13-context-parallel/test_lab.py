@@ -22,7 +22,7 @@ import torch.distributed.distributed_c10d as c10d
 from commtax.formulas import context
 from commtax.ranks.launch import rank_device
 from commtax.ranks.traffic import record_traffic
-from commtax.testing import BACKENDS, SharedRuns, check, expect_close, fail
+from commtax.testing import BACKENDS, check, expect_close, expect_value_error, fail, SharedRuns
 
 RUNS = SharedRuns()
 DTYPE = torch.float64
@@ -298,8 +298,7 @@ def test_zigzag_unshard_inverts_zigzag_shard_on_any_dim(lab):
 def test_zigzag_shard_refuses_bad_input_naming_the_argument(lab):
     for args, name in (((torch.arange(6), 0, 2), "x"), ((torch.arange(8), 2, 2), "cp_rank"),
                        ((torch.arange(8), -1, 2), "cp_rank"), ((torch.arange(8), 0, 0), "cp")):
-        with pytest.raises(ValueError, match=name):
-            lab.zigzag_shard(*args)
+        expect_value_error(lambda: lab.zigzag_shard(*args), name, function=lab.zigzag_shard)
 
 
 @pytest.mark.points(3)
@@ -357,8 +356,7 @@ def test_bytes_functions_refuse_bad_input_naming_the_argument(lab):
                            (a2a, (128, 12, 4, 64, 8), "heads"), (a2a, (128, 16, 4, 64, 8), "kv_heads"),
                            (a2a, (100, 8, 8, 64, 8), "seq"), (a2a, (128, 8, 8, 64, 0), "cp"),
                            (a2a, (128, 8, 8, 64, 2, -1), "dtype_bytes")):
-        with pytest.raises(ValueError, match=name):
-            fn(*args)
+        expect_value_error(lambda: fn(*args), name, function=fn)
 
 
 def test_bytes_equal_the_course_formulas_on_random_shapes(lab):

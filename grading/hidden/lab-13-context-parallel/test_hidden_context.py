@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from commtax.testing import check, expect_close
+from commtax.testing import check, expect_close, expect_value_error
 
 DTYPE = torch.float64
 
@@ -43,8 +43,7 @@ def test_hidden_ring_bytes_for_a_million_tokens_with_one_kv_head(lab):
 def test_hidden_all_to_all_bytes_at_cp_equal_to_the_kv_heads(lab):
     expect_close(lab.all_to_all_attention_bytes_per_rank(262144, 32, 8, 128, 8, 1),
                  2 * 7 / 8 * 32768 * 128 * (2 * 32 + 2 * 8), what="32 heads, 8 K/V heads, cp 8, FP8")
-    with pytest.raises(ValueError, match="seq"):
-        lab.all_to_all_attention_bytes_per_rank(1000, 8, 8, 64, 16)
+    expect_value_error(lambda: lab.all_to_all_attention_bytes_per_rank(1000, 8, 8, 64, 16), "seq", function=lab.all_to_all_attention_bytes_per_rank)
 
 
 @pytest.mark.points(2)
