@@ -64,3 +64,24 @@ def test_lesson_12_headline_explains_the_exposure_left_above_s_star_and_it_is_on
     hop = context.ring_hop(16, 8, intra, inter)
     block = context.kv_block_bytes(131072, 8, 128, 16, 2)
     assert ring.exposed == pytest.approx(hop.alpha + 2 * block / hop.bandwidth)
+
+
+@pytest.mark.parametrize("imbalance", [1.0, 8.0])
+def test_lesson_09_imbalance_marker_stays_off_the_axis_spines_at_both_ends_of_its_slider(monkeypatch, imbalance):
+    # Review h20: the dashed "your imbalance" line sat on the left spine at 1 and on the right one at 8 (EP 8).
+    from commtax.ui import plots
+    from commtax.ui import widgets as cw
+
+    made = []
+    real = cw.calculator
+    monkeypatch.setattr(cw, "calculator", lambda *a, **k: made.append(real(*a, **k)) or made[-1])
+    ns, _ = lesson_namespace("09-moe-and-all-to-all.ipynb", "ep_calculator")
+    figures = []
+    token = plots._collecting.set(figures)
+    try:
+        ns["ep_calculator"](**dict(made[-1].values(), imbalance=imbalance))
+    finally:
+        plots._collecting.reset(token)
+    ax = figures[0].axes[0]
+    low, high = ax.get_xlim()
+    assert low < imbalance < high, (low, imbalance, high)
