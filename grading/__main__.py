@@ -13,15 +13,20 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import json
 import os
 import stat
+import subprocess
+import tempfile
+import threading
 import sys
 import time
 import traceback
 from pathlib import Path
 
-from grading import reports, starters
+from grading import reports, starters, weights
+from grading.results import from_dict
 from grading.grader import DEFAULT_ISOLATION, ISOLATIONS, SANDBOX_USER, SOURCE_ROOT, NoSandbox, grade, lab_names
 from grading.sanitize import clean
 from grading.submission import SubmissionError, check_folder
@@ -41,21 +46,33 @@ def _write(path: Path | None, text: str) -> None:
 
 def cmd_grade(args) -> int:
     submission = Path(args.submission) if args.submission else None
-    result = grade(submission, args.labs, progress=_progress, **_options(args))
+    scale = _weights(args)
+    raw = grade(submission, args.labs, progress=_progress, **_options(args))
+    result = weights.apply(raw, scale)
     if args.format == "table":
         _write(args.out, reports.table(result))
     elif args.format == "gradescope":
         _write(args.out, json.dumps(reports.gradescope(result), indent=2))
+    elif args.format == "result":  # grade-many's children: the whole result, unweighted, as JSON
+        _write(args.out, json.dumps(dataclasses.asdict(raw)))
     else:
-        _write(args.out, reports.classroom_encoded(result))
+        _write(args.out, reports.classroom_encoded(raw))  # Classroom: the tests' own points
     if args.out and args.format != "table":
         print(reports.table(result), file=sys.stderr)
     return 0
 
 
+def _weights(args) -> dict:
+    """The lab weights (read before any learner code runs); a bad file stops with the reason."""
+    try:
+        return weights.load(args.weights, [*lab_names(), "exercises"])
+    except ValueError as exc:
+        raise SystemExit(f"[grading] {exc}") from None
+
+
 def _options(args) -> dict:
     return dict(lab_timeout=args.lab_timeout, total_timeout=args.total_timeout, user=args.user,
-                same_user=args.same_user, isolation=args.isolation)
+                same_user=args.same_user, isolation=args.isolation, exercises=args.exercises)
 
 
 def _grade_one(path: Path, labs: list, args):
@@ -72,28 +89,119 @@ def _grade_one(path: Path, labs: list, args):
         return None, clean(f"the grader failed on this submission: {type(exc).__name__}: {exc}", limit=300)
 
 
+GIB = 2**30
+CORES_PER_JOB = 2        # a lab's pytest process, the learner's worker, and ranks (up to 4) while a test runs
+MEMORY_PER_JOB = 4 * GIB  # torch in the test process, the worker and each rank
+
+
+def default_jobs() -> int:
+    """Submissions to grade at once: one per CORES_PER_JOB cores and MEMORY_PER_JOB available, at least 1."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        available = next(int(line.split()[1]) * 1024 for line in open("/proc/meminfo")
+                         if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError):
+        available = MEMORY_PER_JOB
+    return max(1, min(cores // CORES_PER_JOB, available // MEMORY_PER_JOB))
+
+
+def _grade_in_child(path: Path, labs: list, args):
+    """Like :func:`_grade_one`, in a grader process of its own (its own subreaper, sandboxes and clean-ups,
+    so one submission's kill sweeps never touch another's). NoSandbox (exit code 2) stops everything."""
+    try:
+        check_folder(path)
+    except (SubmissionError, ValueError) as exc:
+        return None, clean(str(exc), limit=300)
+    with tempfile.TemporaryDirectory(prefix="grade-many-") as folder:
+        out = Path(folder) / "result.json"
+        command = [sys.executable, "-m", "grading", "grade", str(path), "--labs", *labs, "--format", "result",
+                   "--out", str(out), "--lab-timeout", str(args.lab_timeout), "--total-timeout",
+                   str(args.total_timeout), "--isolation", args.isolation]
+        command += (["--user", args.user] if args.user else []) + (["--same-user"] if args.same_user else [])
+        command += ["--exercises"] if args.exercises else []
+        try:
+            proc = subprocess.run(command, capture_output=True, text=True, errors="replace",
+                                  timeout=args.total_timeout + 120, cwd=SOURCE_ROOT)
+        except subprocess.TimeoutExpired:
+            return None, f"the grader did not finish within {args.total_timeout + 120:.0f} s"
+        if proc.returncode == 2 and "refused" in proc.stderr:
+            raise NoSandbox(proc.stderr.strip().splitlines()[-1])
+        if proc.returncode != 0 or not out.exists():
+            return None, clean(f"the grader failed on this submission: {proc.stderr.strip()[-300:]}", limit=300)
+        return from_dict(json.loads(out.read_text())), ""
+
+
 def cmd_grade_many(args) -> int:
+    """Grade every sub-folder of FOLDER: a CSV (student id, totals, per lab; a second header row of maxima),
+    and a report per student in CSV-reports/ beside it. The CSV is rewritten after each student."""
     folder = Path(args.folder)
     submissions = sorted(p for p in folder.iterdir() if p.is_dir() or p.is_symlink())
     if not submissions:
         raise SystemExit(f"no submission folders in {folder}")
     labs = args.labs or lab_names()
+    columns = [*labs, "exercises"] if args.exercises else labs
+    scale = _weights(args)
     if hasattr(os, "geteuid") and os.geteuid() == 0 and not args.same_user:
         # Root mode: one learner's code must not read another learner's submission.
         os.chmod(folder, stat.S_IMODE(folder.stat().st_mode) & ~0o007)
-    with open(args.csv, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["submission", "score", "max_score", *labs, "problem"])
+    out = Path(args.csv)
+    reports_dir = out.with_name(out.stem + "-reports")
+    reports_dir.mkdir(parents=True, exist_ok=True)
+    jobs = args.jobs or default_jobs()
+    if jobs < 1:
+        raise SystemExit("[grading] --jobs: at least 1")
+    rows, first, done, start, lock = {}, None, 0, time.monotonic(), threading.Lock()
+
+    def record(path: Path, result, problem: str) -> None:
+        nonlocal first, done
+        with lock:
+            rows[path.name], text = _row_and_report(path, columns, result, problem, scale)
+            if first is None and result is not None:
+                first = weights.apply(result, scale)  # every student has the same maxima
+            (reports_dir / f"{path.name}.txt").write_text(text, errors="replace")
+            ordered = [rows[p.name] for p in submissions if p.name in rows]
+            _write_csv(out, [reports.csv_header(columns), reports.csv_maxima(columns, first), *ordered])
+            done += 1
+            elapsed = time.monotonic() - start
+            left = elapsed / done * (len(submissions) - done)  # the pace so far (parallel jobs included)
+            score = rows[path.name][1] or "not graded"
+            _progress(f"{done}/{len(submissions)} graded ({path.name}: {score}); {elapsed:.0f} s so far, "
+                      f"about {left:.0f} s left" + (f" ({jobs} at a time)" if jobs > 1 else ""))
+
+    if jobs == 1:
         for path in submissions:
-            _progress(f"{path.name}")
-            result, problem = _grade_one(path, labs, args)
-            if result is None:
-                writer.writerow([path.name, "", "", *["" for _ in labs], problem])
-            else:
-                writer.writerow(reports.csv_rows(path.name, result))
-            f.flush()
-    print(f"wrote {args.csv} ({len(submissions)} submissions)")
+            _progress(f"grading {path.name} ...")
+            record(path, *_grade_one(path, labs, args))
+    else:
+        from concurrent.futures import ThreadPoolExecutor, as_completed
+        _progress(f"grading {len(submissions)} submissions, {jobs} at a time, each by its own grader process")
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            futures = {pool.submit(_grade_in_child, path, labs, args): path for path in submissions}
+            try:
+                for future in as_completed(futures):
+                    record(futures[future], *future.result())
+            except NoSandbox:
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise
+    print(f"wrote {out} ({len(submissions)} submissions) and a report each in {reports_dir}")
     return 0
+
+
+def _row_and_report(path: Path, labs: list, result, problem: str, scale: dict):
+    """(the CSV row, the report text) of one submission."""
+    if result is None:
+        return ([path.name, "", "", *["" for _ in labs], problem],
+                f"student: {clean(path.name, limit=200, lines=1)}\n\nnot graded: {problem}\n")
+    result = weights.apply(result, scale)
+    return reports.csv_rows(path.name, result), reports.detailed(path.name, result)
+
+
+def _write_csv(path: Path, rows: list) -> None:
+    """Write the whole CSV again (atomically): a stopped run leaves every student graded so far."""
+    partial = path.with_name(path.name + ".partial")
+    with open(partial, "w", newline="") as f:
+        csv.writer(f).writerows(rows)
+    os.replace(partial, path)
 
 
 def cmd_autograde(args) -> int:
@@ -104,8 +212,9 @@ def cmd_autograde(args) -> int:
     start = time.monotonic()
     payload = reports.error_result("grading did not finish")
     try:
+        scale = weights.load(args.weights, [*lab_names(), "exercises"])
         result = grade(root / "submission", args.labs, progress=_progress, **_options(args))
-        payload = reports.gradescope(result)
+        payload = reports.gradescope(weights.apply(result, scale))
     except Exception as exc:  # noqa: BLE001 - the learner must get a result whatever broke
         traceback.print_exc()
         payload = reports.error_result(f"{type(exc).__name__}: {exc}", time.monotonic() - start)
@@ -136,17 +245,25 @@ def main(argv=None) -> int:
                        help="namespaces (default): an OS sandbox made with bubblewrap, or refuse to grade; "
                             "auto: the sandbox where one can be made, else the fallback (with a warning); "
                             "none: the fallback (weaker: see grading/README.md, \"Modes\")")
+        p.add_argument("--exercises", action="store_true",
+                       help="also score the lessons' exercises from exercises/answers.toml (an 'exercises' entry)")
+        p.add_argument("--weights", type=Path, help="lab weights, a TOML file (default: grading/weights.toml; "
+                                                    "see grading/README.md, \"Points\")")
 
     p = commands.add_parser("grade", help="grade one submission")
     p.add_argument("submission", nargs="?", help="a copy of the course, or a folder with LAB/starter.py per lab "
                                                   "(default: the shipped starters)")
-    p.add_argument("--format", choices=("table", "gradescope", "classroom"), default="table")
+    p.add_argument("--format", choices=("table", "gradescope", "classroom", "result"), default="table",
+                   help="result: the whole result as JSON (what grade-many's parallel children hand back)")
     p.add_argument("--out", type=Path, help="write the result here instead of printing it")
     grading_options(p)
 
     p = commands.add_parser("grade-many", help="grade every submission folder inside FOLDER into a CSV")
     p.add_argument("folder")
     p.add_argument("--csv", required=True, help="the CSV file to write")
+    p.add_argument("--jobs", "-j", type=int, default=None,
+                   help=f"submissions graded at once, each by its own grader process in its own sandboxes "
+                        f"(default: from cores and memory, here {default_jobs()})")
     grading_options(p)
 
     p = commands.add_parser("release", help="build the student repository in DEST")

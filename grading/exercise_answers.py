@@ -75,6 +75,14 @@ def score(submission: Path) -> list[ExerciseScore]:
     if not ANSWERS_SHIPPED:
         raise RuntimeError("this copy of the course has no answers (a student release): score with the teacher's copy")
     answers, problem = read_answers(Path(submission) / ANSWERS_FILE)
+    return score_answers(answers, problem)
+
+
+def score_answers(answers: dict, problem: str = "") -> list[ExerciseScore]:
+    """:func:`score` from answers already read ({exercise: value}; ``problem``: why there are none)."""
+    from commtax.exercises import ANSWERS_SHIPPED, EXERCISES, verdict
+    if not ANSWERS_SHIPPED:
+        raise RuntimeError("this copy of the course has no answers (a student release): score with the teacher's copy")
     scores = []
     for key, exercise in EXERCISES.items():
         value = answers.get(key)

@@ -23,8 +23,9 @@ How a grade is made (see grading/README.md for the teacher's view):
    (:mod:`grading.pytest_run`, :mod:`grading.collector`). Before the lab is
    scored the grader checks that neither the lab's trusted tree nor its own
    files changed (:mod:`grading.integrity`); then a test that did not report
-   passing earns nothing; tests skipped because NCCL has no GPUs here are left
-   out of both score and maximum; any other skip counts as a failure.
+   passing earns nothing; where NCCL has no GPUs, every NCCL test is left out
+   of both score and maximum (for every submission, so the maximum is the same
+   for all); any other skip counts as a failure.
    Messages are sanitized (:mod:`grading.sanitize`).
 """
 
@@ -51,9 +52,8 @@ from grading.sandbox.limits import Limits
 from grading.sandbox.namespaces import SandboxError
 from grading.sandbox.plain import close_interpreter, open_interpreter, sandbox_user
 from grading.sanitize import clean
-from grading.submission import SubmissionError, read_starter
+from grading.submission import SubmissionError, read_exercise_answers, read_starter
 
-NCCL_SKIP = "nccl skipped"     # the reason commtax.testing gives; only trusted nccl tests may use it
 
 __all__ = ["GradeResult", "LabResult", "TestResult", "ISOLATIONS", "DEFAULT_ISOLATION", "NoSandbox", "SANDBOX_USER", "SOURCE_ROOT", "HIDDEN_DIR",
            "lab_names", "grade", "score_lab", "starter_of", "sandbox_user", "open_interpreter",
@@ -90,6 +90,12 @@ def score_lab(lab: str, expected: list, records: list, problem: str, no_gpu: str
     for item in expected:
         nodeid, points, hidden = item["nodeid"], item["points"], item["hidden"]
         record = reported.get(nodeid)
+        if item["nccl"] and no_gpu:
+            # No GPU here: an NCCL test is out of score and maximum for everyone, whether the lab ran, was
+            # missing or timed out, so the maximum is the same for every submission (issue 22).
+            results.append(TestResult(nodeid, lab, points, "neutral", 0.0, f"skipped, no points either way: {no_gpu}",
+                                      hidden, float(record.get("duration", 0.0)) if record else 0.0))
+            continue
         if record is None:
             why = problem or "the test process ended before this test reported"
             results.append(TestResult(nodeid, lab, points, "failed", 0.0, clean(f"not run: {why}"), hidden))
@@ -98,9 +104,6 @@ def score_lab(lab: str, expected: list, records: list, problem: str, no_gpu: str
         outcome, duration = record["outcome"], float(record.get("duration", 0.0))
         if outcome == "passed":
             results.append(TestResult(nodeid, lab, points, "passed", points, "", hidden, duration))
-        elif outcome == "skipped" and item["nccl"] and no_gpu and NCCL_SKIP in record.get("message", ""):
-            results.append(TestResult(nodeid, lab, points, "neutral", 0.0,
-                                      f"skipped, no points either way: {no_gpu}", hidden, duration))
         else:
             if outcome == "skipped":
                 message = f"skipped ({message})" if message else "skipped"
@@ -174,7 +177,7 @@ def _grade_part(base: Path, course: dict, lab: str, starter: bytes, part: str, t
 def grade(submission: Path | None, labs: list[str] | None = None, *, source: Path = SOURCE_ROOT,
           hidden: Path = HIDDEN_DIR, lab_timeout: float = 300.0, total_timeout: float = 1500.0,
           user: str | None = None, same_user: bool = False, isolation: str = DEFAULT_ISOLATION, limits: Limits | None = None,
-          progress=None) -> GradeResult:
+          progress=None, exercises: bool = False) -> GradeResult:
     """Grade ``submission`` (a folder; None grades the shipped starters) on ``labs`` (default: all).
 
     Root mode (learner code runs as ``user``, default ``commtax-learner``) when this process is
@@ -182,6 +185,7 @@ def grade(submission: Path | None, labs: list[str] | None = None, *, source: Pat
     default: the OS sandbox, or :class:`NoSandbox` saying why not and what to do), ``"auto"`` (the
     sandbox where one can be made, else the fallback), ``"none"`` (the fallback); without the
     sandbox a loud warning goes to ``progress`` (or stderr). ``GradeResult.mode`` says which ran.
+    ``exercises``: also score ``exercises/answers.toml`` (an ``exercises`` entry after the labs).
     """
     start = time.monotonic()
     integrity.preload()  # nothing is imported by this process once learner code has run
@@ -200,6 +204,8 @@ def grade(submission: Path | None, labs: list[str] | None = None, *, source: Pat
             starters[lab] = starter_of(Path(submission) if submission else None, lab, source)
         except SubmissionError as exc:
             starters[lab], refused[lab] = None, str(exc)
+    # The exercises are scored now, before any learner code runs (this process imports nothing later).
+    scored_exercises = grade_exercises(Path(submission) if submission else None) if exercises else None
     limits = limits or Limits(cpu_seconds=int(lab_timeout) + 60)
     protected = [source, hidden] + ([submission] if submission is not None else [])
     with tempfile.TemporaryDirectory(prefix="commtax-grading-") as tmp:
@@ -214,10 +220,36 @@ def grade(submission: Path | None, labs: list[str] | None = None, *, source: Pat
             result = GradeResult(mode=chosen.mode)
             _grade_labs(result, course, starters, refused, labs, base, chosen, source, hidden,
                         lab_timeout, total_timeout, progress, start)
+            if scored_exercises is not None:
+                result.labs.append(scored_exercises)
         finally:
             chosen.close()
     result.seconds = time.monotonic() - start
     return result
+
+
+def grade_exercises(submission: Path | None) -> LabResult:
+    """The ``exercises`` entry: one test per exercise of :mod:`commtax.exercises`, scored by
+    :func:`grading.exercise_answers.score_answers` from the submission's ``exercises/answers.toml``
+    (read like a starter: no links, a regular file, capped). Only verdicts are shown, never answers."""
+    import tomllib
+    from grading.exercise_answers import ANSWERS_FILE, score_answers
+    start, answers, problem = time.monotonic(), {}, ""
+    try:
+        data = read_exercise_answers(Path(submission)) if submission is not None else None
+        if data is None:
+            problem = f"no {ANSWERS_FILE} in the submission"
+        else:
+            answers = tomllib.loads(data.decode("utf-8"))
+    except SubmissionError as exc:
+        problem = str(exc)
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        problem = f"{ANSWERS_FILE} is not valid TOML: {exc}"
+    tests = [TestResult(f"exercises::{s.exercise}: {s.what}", "exercises", float(s.max_score),
+                        "passed" if s.score == s.max_score else "failed", float(s.score), clean(s.output))
+             for s in score_answers(answers, problem)]
+    missing = problem.startswith("no ")  # like a missing lab: not a problem to flag in the CSV
+    return LabResult("exercises", tests, time.monotonic() - start, "" if missing else clean(problem))
 
 
 def _to_stderr(message: str) -> None:

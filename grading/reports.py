@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import json
 
-from grading.results import GradeResult
+from grading.results import GradeResult, LabResult
 from grading.sanitize import clean
 
 GRADESCOPE_TEST_OUTPUT = 1500  # characters of a failure message shown per test
@@ -21,19 +21,36 @@ def _points(x: float) -> str:
     return f"{x:g}"
 
 
-def table(result: GradeResult) -> str:
-    """The per-lab table a teacher or learner reads in a terminal."""
+def _shown(tests: list, visible_only: bool) -> list:
+    return [t for t in tests if not (visible_only and t.hidden)]
+
+
+def table(result: GradeResult, visible_only: bool = False) -> str:
+    """The per-lab table a teacher or learner reads in a terminal.
+
+    ``visible_only``: count the visible tests only (Gradescope's top-level ``output``, which learners
+    see before grades are published: hidden tests' points must not show there, not even as a total).
+    """
     rows = [("lab", "tests passed", "points", "time", "first failure")]
+    total = maximum = 0.0
     for lab in result.labs:
-        neutral = sum(t.outcome == "neutral" for t in lab.tests)
-        passed = f"{lab.passed}/{lab.counted}" + (f" (+{neutral} skipped: no GPU)" if neutral else "")
-        failure = clean(lab.problem or lab.first_failure())
-        rows.append((lab.lab, passed, f"{_points(lab.score)}/{_points(lab.max_score)}", f"{lab.seconds:.0f} s",
+        tests = _shown(lab.tests, visible_only)
+        neutral = sum(t.outcome == "neutral" for t in tests)
+        counted = sum(t.outcome != "neutral" for t in tests)
+        passed = f"{sum(t.outcome == 'passed' for t in tests)}/{counted}"
+        passed += f" (+{neutral} skipped: no GPU)" if neutral else ""
+        score = sum(t.score for t in tests)
+        most = sum(t.points for t in tests if t.outcome != "neutral")
+        total, maximum = total + score, maximum + most
+        failure = clean(lab.problem or LabResult(lab.lab, tests).first_failure())
+        rows.append((lab.lab, passed, f"{_points(score)}/{_points(most)}", f"{lab.seconds:.0f} s",
                      failure.splitlines()[0][:100] if failure.strip() else ""))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(row[:4], widths)) + "  " + row[4] for row in rows]
     lines.insert(1, "-" * (sum(widths) + 8 + 13))
-    lines.append(f"total: {_points(result.score)}/{_points(result.max_score)} points in {result.seconds:.0f} s")
+    lines.append(f"total: {_points(total)}/{_points(maximum)} points in {result.seconds:.0f} s"
+                 + (" (visible tests only; hidden tests count after grades are published)"
+                    if visible_only and any(t.hidden for lab in result.labs for t in lab.tests) else ""))
     if result.mode:
         lines.append(result.mode)
     if any(t.outcome == "neutral" for lab in result.labs for t in lab.tests):
@@ -59,8 +76,8 @@ def gradescope(result: GradeResult) -> dict:
                 "visibility": "after_published" if t.hidden else "visible",
             }
             tests.append(entry)
-    output = table(result)
-    return {"score": result.score, "execution_time": round(result.seconds, 1), "output": output,
+    output = table(result, visible_only=True)  # learners see it before grades are published
+    return {"score": result.score, "max_score": result.max_score, "execution_time": round(result.seconds, 1), "output": output,
             "output_format": "text", "test_output_format": "text", "test_name_format": "text",
             "stdout_visibility": "hidden", "tests": tests}
 
@@ -91,8 +108,40 @@ def error_result(message: str, seconds: float = 0.0) -> dict:
                       "Your teacher has the details; nothing you submitted was lost.", "tests": []}
 
 
+def detailed(name: str, result: GradeResult) -> str:
+    """The per-student report beside the CSV: the table, then what each test said (hidden tests: only
+    pass or "hidden test failed")."""
+    lines = [f"student: {clean(name, limit=200, lines=1)}", "", table(result), ""]
+    for lab in result.labs:
+        lines.append(f"{lab.lab}: {_points(lab.score)}/{_points(lab.max_score)}"
+                     + (f" ({clean(lab.problem, limit=300)})" if lab.problem else ""))
+        for t in lab.tests:
+            mark = {"passed": "pass", "neutral": "skip"}.get(t.outcome, "FAIL")
+            head = f"  {mark}  {_points(t.score)}/{_points(0 if t.outcome == 'neutral' else t.points)}  {t.name}"
+            lines.append(head + ("  (hidden)" if t.hidden else ""))
+            if t.outcome != "passed" and t.message:
+                lines += [f"        {line}" for line in clean(t.message, limit=600, lines=6).splitlines()]
+        lines.append("")
+    return "\n".join(lines)
+
+
+CSV_ID = "student_id"
+
+
+def csv_header(labs: list) -> list:
+    return [CSV_ID, "score", "max_score", *labs, "problem"]
+
+
+def csv_maxima(labs: list, result: GradeResult | None) -> list:
+    """The second header row: the maximum of the total and of each lab (the same for every student)."""
+    if result is None:
+        return ["Points Possible", "", "", *["" for _ in labs], ""]
+    per_lab = {lab.lab: lab.max_score for lab in result.labs}
+    return ["Points Possible", "", _points(result.max_score), *[_points(per_lab.get(lab, 0)) for lab in labs], ""]
+
+
 def csv_rows(name: str, result: GradeResult) -> list:
-    """submission, score, max_score, the score of each lab, and what went wrong (refused files, errors)."""
+    """student id (the folder name), score, max_score, the score of each lab, and what went wrong."""
     row = [name, _points(result.score), _points(result.max_score)]
     row += [_points(lab.score) for lab in result.labs]
     problems = [result.error] if result.error else []

@@ -65,3 +65,10 @@ class GradeResult:
     @property
     def max_score(self) -> float:
         return sum(lab.max_score for lab in self.labs)
+
+
+def from_dict(data: dict) -> GradeResult:
+    """A GradeResult from ``dataclasses.asdict`` of one (how a grading child hands its result to grade-many)."""
+    labs = [LabResult(lab["lab"], [TestResult(**t) for t in lab["tests"]], lab["seconds"], lab["problem"])
+            for lab in data["labs"]]
+    return GradeResult(labs, data["seconds"], data["error"], data["mode"])

@@ -58,7 +58,7 @@ def _read_file(name: str, parent: int, shown: str, limit: int) -> bytes | None:
         if not stat.S_ISREG(info.st_mode):
             raise SubmissionError(f"{shown} is not a regular file: refused")
         if info.st_size > limit:
-            raise SubmissionError(f"{shown} is {info.st_size:,} bytes, more than the {limit:,} a starter.py "
+            raise SubmissionError(f"{shown} is {info.st_size:,} bytes, more than the {limit:,} such a file "
                                   "may have: refused")
         chunks, size = [], 0
         while size <= limit:
@@ -76,9 +76,22 @@ def _read_file(name: str, parent: int, shown: str, limit: int) -> bytes | None:
 
 def read_starter(submission: Path, lab: str, limit: int = STARTER_LIMIT) -> bytes | None:
     """The bytes of ``lab``'s ``starter.py`` in ``submission``; None if it has none; SubmissionError if refused."""
+    return _read_in(submission, (("labs", lab), (lab,)), "starter.py", limit)
+
+
+ANSWERS_LIMIT = 100_000  # bytes of exercises/answers.toml (the template is about 10 kB)
+
+
+def read_exercise_answers(submission: Path, limit: int = ANSWERS_LIMIT) -> bytes | None:
+    """The bytes of ``exercises/answers.toml`` in ``submission`` (same rules as a starter: no links, a regular
+    file, at most ``limit`` bytes); None if it has none; SubmissionError if refused."""
+    return _read_in(submission, (("exercises",),), "answers.toml", limit)
+
+
+def _read_in(submission: Path, layouts, filename: str, limit: int) -> bytes | None:
     top = os.open(str(submission), os.O_RDONLY | _DIRECTORY)
     try:
-        for layout in (("labs", lab), (lab,)):
+        for layout in layouts:
             fds, parent, shown = [], top, ""
             try:
                 for part in layout:
@@ -88,7 +101,7 @@ def read_starter(submission: Path, lab: str, limit: int = STARTER_LIMIT) -> byte
                         break
                     fds.append(parent)
                 else:
-                    data = _read_file("starter.py", parent, f"{shown}starter.py", limit)
+                    data = _read_file(filename, parent, f"{shown}{filename}", limit)
                     if data is not None:
                         return data
             finally:

@@ -258,8 +258,8 @@ def test_grade_many_writes_one_csv_row_per_submission(tmp_path):
                    cwd=ROOT, check=True, capture_output=True, timeout=300)
     rows = list(csv.reader(out.open()))
     most = rows[1][2]
-    assert rows == [["submission", "score", "max_score", FAST, "problem"], ["alice", most, most, most, ""],
-                    ["bob", "0", most, "0", ""]]
+    assert rows == [["student_id", "score", "max_score", FAST, "problem"], ["Points Possible", "", most, most, ""],
+                    ["alice", most, most, most, ""], ["bob", "0", most, "0", ""]]
 
 
 def test_the_student_release_has_no_answers_and_fails_cleanly_in_starter_mode(tmp_path):
@@ -680,8 +680,8 @@ def grade_many(folder: Path, tmp_path: Path, labs=(FAST,)) -> dict:
                            "--csv", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = list(csv.reader(out.open()))
-    assert rows[0] == ["submission", "score", "max_score", *labs, "problem"]
-    return {row[0]: row for row in rows[1:]}
+    assert rows[0] == ["student_id", "score", "max_score", *labs, "problem"] and rows[1][0] == "Points Possible"
+    return {row[0]: row for row in rows[2:]}
 
 
 def test_cause_6_and_7_grade_many_refuses_links_fifos_and_huge_files_and_grades_everyone_else(tmp_path):
@@ -894,3 +894,140 @@ def test_the_boundary_the_lab_loader_and_the_pickler_import_each_other_in_one_di
         return any(n == goal or (n not in seen and reaches(n, goal, (*seen, n))) for n in graph[start])
 
     assert not [m for m in graph if reaches(m, m)], graph
+
+
+# -- the gradebook (issue 22) ------------------------------------------------------------------
+
+def fake_result(*labs) -> "GradeResult":
+    """A GradeResult made by hand: ``labs`` are (name, [(test, points, outcome, hidden), ...])."""
+    from grading.results import GradeResult, LabResult, TestResult
+    return GradeResult([LabResult(name, [TestResult(f"labs/{name}/test_lab.py::{t}", name, points, outcome,
+                                                    points if outcome == "passed" else 0.0, "", hidden)
+                                         for t, points, outcome, hidden in tests], 1.0)
+                        for name, tests in labs])
+
+
+def test_gradescope_output_before_publication_counts_visible_tests_only():
+    # Two visible tests (1 + 3 points) and a hidden one (5 points), all passed: the learner must read 4/4,
+    # never 9/9 (issue 22: "lab-01 101/101 116/116" showed the hidden tests' points).
+    result = fake_result(("lab-01-alpha-beta", [("test_a", 1, "passed", False), ("test_b", 3, "passed", False),
+                                                ("test_hidden_c", 5, "passed", True)]))
+    output = reports.gradescope(result)["output"]
+    assert "2/2" in output and "4/4" in output and "total: 4/4 points" in output, output
+    assert "9" not in output.split("total:")[0] and "3/3" not in output and "9/9" not in output, output
+    assert "hidden tests count after grades are published" in output
+    assert reports.gradescope(result)["score"] == 9  # the score itself counts everything
+    assert "3/3" in reports.table(result) and "9/9" in reports.table(result)  # the teacher's table: all
+
+
+def test_the_maximum_is_the_same_for_an_empty_a_partial_and_a_complete_submission(tmp_path):
+    # Issue 22: 554 empty, 552 with a lab missing, 551 complete: a missing lab's NCCL tests counted.
+    # Lab 02 has NCCL tests (skipped without GPUs); grading its shipped starter is fast (it raises).
+    labs = [FAST, "lab-02-ring-allreduce"]
+    starter_02 = (ROOT / "labs" / labs[1] / "starter.py").read_text()
+    (tmp_path / "empty").mkdir()
+    empty = grade(tmp_path / "empty", labs)
+    partial = grade(submission(tmp_path / "partial", lab_06_tp_comm_cost=reference(FAST)), labs)
+    complete = grade(submission(tmp_path / "complete", lab_06_tp_comm_cost=reference(FAST),
+                                lab_02_ring_allreduce=starter_02), labs)
+    assert empty.max_score == partial.max_score == complete.max_score > 0
+    for lab in labs:
+        assert lab_result(empty, lab).max_score == lab_result(complete, lab).max_score, lab
+    assert empty.score == 0 and partial.score == complete.score == lab_result(partial, FAST).max_score
+    assert reports.gradescope(empty)["max_score"] == reports.gradescope(complete)["max_score"] == complete.max_score
+
+
+def test_weights_scale_each_lab_to_the_teachers_points_and_refuse_bad_entries(tmp_path):
+    from grading import weights
+    assert weights.load() == {}  # the shipped file changes nothing
+    result = fake_result(("lab-01-alpha-beta", [("test_a", 1, "passed", False), ("test_b", 3, "failed", False),
+                                                ("test_c", 5, "passed", True), ("test_nccl", 2, "neutral", False)]),
+                         (FAST, [("test_d", 2, "passed", False), ("test_e", 2, "failed", False)]))
+    file = tmp_path / "weights.toml"
+    file.write_text('[labs]\n"lab-01-alpha-beta" = 18\n')
+    scaled = weights.apply(result, weights.load(file, LABS))
+    lab01, lab06 = lab_result(scaled, "lab-01-alpha-beta"), lab_result(scaled, FAST)
+    assert lab01.max_score == pytest.approx(18) and lab01.score == pytest.approx(12)  # 6/9 of 18
+    assert (lab06.score, lab06.max_score) == (2, 4)  # not listed: unchanged
+    payload = reports.gradescope(scaled)
+    assert payload["score"] == pytest.approx(14) and payload["max_score"] == pytest.approx(22)
+    assert sum(t["max_score"] for t in payload["tests"]) == pytest.approx(22)
+    assert reports.csv_rows("x", scaled)[1:5] == ["14", "22", "12", "2"]
+    for bad, named in [('[labs]\n"lab-99-nope" = 3\n', "lab-99-nope"), ('[labs]\n"lab-01-alpha-beta" = -1\n', "-1"),
+                       ('[labs]\n"lab-01-alpha-beta" = "ten"\n', "ten"), ('lab = 3\n', "[labs]"), ("[labs\n", "TOML")]:
+        file.write_text(bad)
+        with pytest.raises(ValueError, match=re.escape(named)):
+            weights.load(file, LABS)
+
+
+def test_grade_many_gives_ids_maxima_a_report_per_student_and_applies_weights(tmp_path):
+    # Three tiny submissions: the reference of a fast lab, its shipped stub, and an empty folder.
+    folder = tmp_path / "class"
+    labs = [FAST, "lab-01-alpha-beta"]
+    (folder / "s001-alice" / FAST).mkdir(parents=True)
+    (folder / "s001-alice" / FAST / "starter.py").write_text(reference(FAST))
+    (folder / "s002-bob" / FAST).mkdir(parents=True)
+    (folder / "s002-bob" / FAST / "starter.py").write_text(shipped(FAST))
+    (folder / "s003-carol").mkdir(parents=True)
+    weights_file = tmp_path / "weights.toml"
+    weights_file.write_text(f'[labs]\n"{FAST}" = 10\n')
+    out = tmp_path / "grades.csv"
+    proc = subprocess.run([sys.executable, "-m", "grading", "grade-many", str(folder), "--labs", *labs,
+                           "--csv", str(out), "--weights", str(weights_file)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = list(csv.reader(out.open()))
+    assert rows[0] == ["student_id", "score", "max_score", *labs, "problem"]
+    maxima = rows[1]
+    assert maxima[0] == "Points Possible" and maxima[3] == "10" and float(maxima[4]) > 0
+    assert float(maxima[2]) == 10 + float(maxima[4])
+    by_id = {row[0]: row for row in rows[2:]}
+    assert list(by_id) == ["s001-alice", "s002-bob", "s003-carol"]
+    assert by_id["s001-alice"][1:4] == ["10", maxima[2], "10"] and by_id["s001-alice"][4] == "0"
+    assert by_id["s002-bob"][1] == by_id["s003-carol"][1] == "0"
+    assert {row[2] for row in by_id.values()} == {maxima[2]}  # one maximum for everyone
+    reports_dir = tmp_path / "grades-reports"
+    assert sorted(p.name for p in reports_dir.iterdir()) == ["s001-alice.txt", "s002-bob.txt", "s003-carol.txt"]
+    bob = (reports_dir / "s002-bob.txt").read_text()
+    assert "FAIL" in bob and "not implemented yet" in bob and "(hidden)" in bob  # lab-01 missing: its hidden tests listed
+    assert "HIDDEN-CHECK-7f3a" not in bob and "2 * 999 * 7e-6" not in bob
+    assert "no starter.py" in (reports_dir / "s003-carol.txt").read_text()
+
+
+def test_grade_many_in_parallel_gives_the_same_csv_with_progress_and_an_estimate(tmp_path):
+    folder = tmp_path / "class"
+    for name, text in [("s1", reference(FAST)), ("s2", shipped(FAST)), ("s3", reference(FAST))]:
+        (folder / name / FAST).mkdir(parents=True)
+        (folder / name / FAST / "starter.py").write_text(text)
+    (folder / "s4").mkdir()
+    outputs = {}
+    for jobs in ("1", "2"):
+        out = tmp_path / f"grades-{jobs}.csv"
+        proc = subprocess.run([sys.executable, "-m", "grading", "grade-many", str(folder), "--labs", FAST,
+                               "--csv", str(out), "--jobs", jobs], cwd=ROOT, capture_output=True, text=True,
+                              timeout=900)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "4/4 graded" in proc.stderr and "s left" in proc.stderr, proc.stderr[-2000:]
+        outputs[jobs] = list(csv.reader(out.open()))
+        assert (tmp_path / f"grades-{jobs}-reports" / "s2.txt").exists()
+    assert outputs["1"] == outputs["2"]
+    assert [row[0] for row in outputs["2"][2:]] == ["s1", "s2", "s3", "s4"]
+    assert outputs["2"][2][1] == outputs["2"][4][1] == outputs["2"][1][2] != "0" and outputs["2"][3][1] == "0"
+
+
+def test_exercises_are_scored_from_answers_toml_read_like_a_starter(tmp_path):
+    from commtax.exercises import EXERCISES, _answer
+    from grading.grader import grade_exercises
+    first, second = list(EXERCISES)[:2]
+    folder = tmp_path / "sub"
+    (folder / "exercises").mkdir(parents=True)
+    (folder / "exercises" / "answers.toml").write_text(f'"{first}" = {_answer(first)!r}\n"{second}" = -1e300\n')
+    scored = grade_exercises(folder)
+    assert scored.lab == "exercises" and scored.max_score == len(EXERCISES) and scored.score == 1
+    assert scored.tests[0].outcome == "passed" and scored.tests[1].outcome == "failed"
+    assert f"{_answer(second):g}" not in scored.tests[1].message  # a verdict, never the answer
+    assert grade_exercises(None).score == 0 and grade_exercises(tmp_path).problem == ""  # none: 0, no problem
+    (folder / "exercises" / "answers.toml").unlink()
+    (folder / "exercises" / "answers.toml").symlink_to(tmp_path / "elsewhere.toml")
+    linked = grade_exercises(folder)
+    assert linked.score == 0 and "symbolic link" in linked.problem

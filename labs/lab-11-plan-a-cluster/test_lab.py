@@ -384,3 +384,73 @@ def test_predict_unknown_keys_are_rejected_by_name(lab):
     lab.predict(dict(GOOD))
     with pytest.raises(ValueError, match="bucket_mb"):
         lab.predict(dict(GOOD, bucket_mb=25))
+
+
+# -- configurations the seven plans leave out: full recomputation beside CP's all-gather, a ring whose sends
+# -- cross nodes, HSDP beside ZeRO-2, parameters gathered every micro-batch, a pipeline whose second stage is
+# -- the fullest. Each is priced by its piece and by the whole step, against the reference.
+
+def expect_same_step(lab, run, what):
+    """The learner's prediction of ``run`` equals the reference's: the six numbers and the binding axis."""
+    got, want = lab.predict(dict(run)), P.predict(dict(run))
+    expect_close({k: got[k] for k in P.RETURNED[:-1]}, {k: want[k] for k in P.RETURNED[:-1]}, rel=EXACT,
+                 what=f"the prediction, {what}")
+    check(got["binding"] == want["binding"], f"{what}: binding {got['binding']!r}, expected {want['binding']!r}")
+
+
+def test_cp_time_all_gather_with_full_recomputation_gathers_k_and_v_again_for_the_recomputed_forward(lab):
+    run = dict(LLAMA_8B, gpus=8, tp=1, pp=1, cp=2, micro_batch=1, global_batch=32, cp_comm="all_gather",
+               recompute="full")
+    gathered = 2 * 8192 * 1 * 8 * 128 * 2      # K and V of the whole sequence, 8 KV heads of 128
+    gather, scatter = (P.collective_time(op, gathered, 2, 1, "H100-80GB") for op in ("all_gather", "reduce_scatter"))
+    expect_close(lab.cp_time(dict(run)), 2 * gather + scatter, rel=1e-9,
+                 what="CP 2 all-gather with full recomputation: two all-gathers of K, V and one reduce-scatter",
+                 hints={2 / 3: "the recomputed forward gathers K and V a second time"})
+    expect_same_step(lab, run, "Llama 8B, CP 2 all-gather, full recomputation")
+
+
+@pytest.mark.parametrize("recompute", ["none", "full"])
+def test_cp_time_ring_sends_across_nodes_hide_behind_one_cp_th_of_the_attention_each(lab, recompute):
+    # TP 8 fills a node, so the CP ring's neighbour is on the next one: at seq 2048 a K,V block over the NIC
+    # outlasts 1/cp of the attention, and what shows depends on that window (and on the forward's count).
+    run = dict(LLAMA_8B, seq=2048, gpus=16, tp=8, pp=1, cp=2, micro_batch=1, global_batch=8, recompute=recompute)
+    expect_close(lab.cp_time(dict(run)), reference(run)["cp"], rel=EXACT,
+                 what=f"a CP 2 ring across two nodes, recompute {recompute!r}")
+    expect_same_step(lab, run, f"Llama 8B, TP 8 x CP 2 ring across nodes, recompute {recompute!r}")
+
+
+@pytest.mark.parametrize("when", ["micro_batch", "step"])
+def test_dp_time_hsdp_beside_zero2_all_reduces_the_replicas_every_micro_batch_or_once_per_step(lab, when):
+    # ZeRO-2 in groups of 4 (2 replicas of each shard): the replicas' all-reduce runs m = 8 times or once.
+    run = dict(GPT, layers=48, hidden=6144, heads=64, gpus=64, tp=8, pp=1, micro_batch=1, global_batch=64,
+               zero_stage=2, shard_group=4, hsdp_allreduce=when, recompute="selective")
+    expect_close(lab.dp_time(dict(run)), reference(run)["dp"], rel=EXACT, what=f"HSDP with ZeRO-2, all-reduce per {when}")
+    expect_same_step(lab, run, f"GPT 22B, ZeRO-2 HSDP, all-reduce per {when}")
+
+
+def test_dp_time_zero2_param_gather_per_micro_batch_gathers_the_parameters_m_times(lab):
+    run = dict(GPT, layers=36, hidden=4096, heads=32, gpus=128, tp=8, pp=1, micro_batch=1, global_batch=64,
+               zero_stage=2, param_gather="micro_batch", recompute="selective")
+    expect_close(lab.dp_time(dict(run)), reference(run)["dp"], rel=EXACT,
+                 what="ZeRO-2 gathering the parameters before every micro-batch (m = 4)")
+    expect_same_step(lab, run, "GPT 7.5B, ZeRO-2, parameters gathered every micro-batch")
+
+
+def test_memory_bytes_per_gpu_the_second_stage_is_the_fullest_when_few_layers_sit_on_each(lab):
+    # 30 layers + embedding and loss on 8 stages: 3 layers on the first (beside the embedding), 4 on the second.
+    # The second keeps 4 x 7 layers' activations in flight against the first's 3 x 8, so it sets the memory.
+    run = dict(GPT, layers=30, hidden=4096, heads=32, gpus=64, tp=8, pp=8, vpp=1, micro_batch=1, global_batch=64,
+               recompute="none")
+    expect_close(lab.memory_bytes_per_gpu(dict(run)), reference(run)["memory"], rel=EXACT,
+                 what="memory per GPU of the fullest stage (the second)",
+                 hints={6 / 7: "check stages 0, 1 and p - 1: the second stage can hold the most"})
+    expect_same_step(lab, run, "GPT 6.7B-like, 30 layers on 8 stages")
+
+
+def test_memory_bytes_per_gpu_zero3_in_groups_of_two_still_holds_two_gathered_layers(lab):
+    # HSDP at its smallest shard group (2 GPUs, 4 replicas): each GPU still gathers whole layers before using them.
+    run = dict(GPT, layers=48, hidden=6144, heads=64, gpus=64, tp=8, pp=1, micro_batch=1, global_batch=64,
+               zero_stage=3, shard_group=2, recompute="selective")
+    expect_close(lab.memory_bytes_per_gpu(dict(run)), reference(run)["memory"], rel=EXACT,
+                 what="memory per GPU, ZeRO-3 sharded over groups of 2")
+    expect_same_step(lab, run, "GPT 22B, ZeRO-3 HSDP in groups of 2")
