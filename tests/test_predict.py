@@ -454,3 +454,13 @@ def test_llama3_405b_cp16_has_128_query_heads_and_one_gpu_per_node():
     cp_run = next(c for c in P.CHECK_RUNS if "CP 16" in c["model"])["run"]
     assert cp_run["tp"] == 8 and cp_run["cp"] == 16
     assert N.members_per_node(16, cp_run["tp"], 8) == 1
+
+
+def test_the_pp_recommendation_shows_every_number_its_bubble_formula_and_share_use():
+    # Review h20: "bubble and sends take 27% of the step ((p-1)/(v m) with p = 16, m = 32)" hid v = 2 and
+    # compared a share of the step with a formula that is a share of the ideal compute (15/32 = 47%).
+    plan = dict(tp=8, pp=16, dp=32, vpp=2, microbatches=32, micro_batch=1, recompute="none", zero_stage=1)
+    times = dict(tp=0.1, cp=0.0, dp=0.05, bubble=1.2, p2p=0.4)
+    text = P.recommend([dict(plan=plan, times=times, step_time_s=6.0, mfu=0.28, binding="pp")])
+    assert "(p-1)/(v m) = 15/(2 x 32) = 23%" in text, text                  # 15/64 of the ideal compute
+    assert "bubble (1.2 s" in text and "sends (0.4 s)" in text and "take 27% of the 6-s step" in text, text

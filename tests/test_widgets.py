@@ -282,3 +282,24 @@ def test_times_are_shown_in_the_unit_their_magnitude_asks_for():
     assert [format_seconds(t) for t in (28000, 12.5, 0.0123, 1.5e-6)] == ["7.78 h", "12.5 s", "12.3 ms", "1.5 µs"]
     assert plots.time_scale(28.0) == (1.0, "s") and plots.time_scale(0.035) == (1e3, "ms")
     assert plots.time_scale(2e-5) == (1e6, "µs")
+
+
+def test_a_wide_result_table_wraps_below_the_controls_and_a_narrow_one_stays_beside():
+    # Lesson 04's overlap table (9 columns) was cut at the right of a 330-px column beside the controls:
+    # a table wider than that now sets the result's flex basis to its width, so it wraps below the controls
+    # (848-px column at 1280 x 800), and scrolls sideways rather than being cut where even that is too narrow.
+    wide = ["axis", "collective", "bytes/rank", "link", "t_comm", "window", "exposed", "tax", "why"]
+    row = ["DP", "ZeRO-3: all-gather x2 + reduce-scatter per micro-batch", "1.24 TB", "between nodes",
+           "994 s", "1.2 s", "993 s", "1349.0%", "the bill's note on the window and the placement"]
+    shown = {}
+    controls = {"columns": cw.int_slider("columns", 2, 2, 9)}
+    box = cw.calculator(lambda columns: display(cw.result_table(wide[:columns], [row[:columns]])), controls,
+                        side_by_side=True)
+    text = box.children[0].children[1]
+    shown[2] = (text.layout.flex, text.layout.min_width)
+    controls["columns"].value = 9
+    shown[9] = (text.layout.flex, text.layout.min_width)
+    assert shown[2] == ("1 1 330px", "min(330px, 100%)") and text.layout.overflow == "auto"
+    basis = int(shown[9][0].split()[-1].removesuffix("px"))
+    assert basis > 848 and shown[9][1] == f"min({basis}px, 100%)", shown
+    assert basis == math.ceil(cw.table_width_px(wide, [row]))

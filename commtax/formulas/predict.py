@@ -1457,9 +1457,11 @@ def recommend(results: list[dict]) -> str:
     share["pp"] = (times["bubble"] + times["p2p"]) / step_s
     binding = best["binding"]
     if binding == "pp":
-        m = plan["microbatches"]
-        text += (f"The pipeline binds: its bubble and sends take {share['pp']:.0%} of the step "
-                 f"((p-1)/(v m) with p = {plan['pp']}, m = {m}). More micro-batches per step "
+        p, v, m = plan["pp"], plan["vpp"], plan["microbatches"]
+        # Two different ratios: the bubble over the ideal compute (the formula), and bubble + sends over the step.
+        text += (f"The pipeline binds: its bubble ({times['bubble']:.3g} s, (p-1)/(v m) = {p - 1}/({v} x {m}) "
+                 f"= {(p - 1) / (v * m):.0%} of the stages' ideal compute) and its sends ({times['p2p']:.3g} s) "
+                 f"take {share['pp']:.0%} of the {step_s:.3g}-s step. More micro-batches per step "
                  f"(a larger global batch, or a smaller micro-batch), deeper interleaving or fewer "
                  f"stages shrink it.")
     elif binding == "tp":

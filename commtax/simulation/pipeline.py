@@ -234,7 +234,9 @@ def pipeline_report(cfg: PipelineConfig) -> dict:
         "bubble_total": bubble_fraction(p, m, relative_to="total"),
         "bubble_ideal": bubble_fraction(p, m, relative_to="ideal"),
         "t_forward_per_microbatch": t_forward,
-        "compute_per_step": 3 * t_forward * m,                                   # forward + backward (2x), per GPU
+        # forward + backward (2x), per GPU; full recomputation reruns the forward in the backward: 4x. This is
+        # time (hardware FLOPs at peak x MFU), the convention of Lesson 10, which charges time for the extra forward.
+        "compute_per_step": (4 if cfg.recompute else 3) * t_forward * m,
         "p2p_seconds_per_transfer": cfg.alpha + boundary / cfg.bandwidth,
         "min_bandwidth_to_hide_p2p": boundary / t_forward,
         "warning": None,

@@ -171,8 +171,9 @@ def time_vs_size(sizes, times: dict, *, n_star: float | None = None, current: fl
                  title: str = "", ax=None):
     """Log-log time against message size, one line per algorithm; n* and the current size marked.
 
-    The markers are vertical lines named in the legend (upper left, where the
-    curves are not), never text drawn across the curves.
+    The markers are vertical lines named in the legend (placed where it covers
+    the fewest points: a large alpha lifts the curves into the upper left), never
+    text drawn across the curves.
     """
     ax = ax or new_axes()
     sizes = np.asarray(sizes, dtype=float)
@@ -188,7 +189,7 @@ def time_vs_size(sizes, times: dict, *, n_star: float | None = None, current: fl
     ax.set_xlabel("message size n (bytes per rank)")
     ax.set_ylabel("time")
     ax.grid(True, which="major", alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left")
+    ax.legend(fontsize=8, loc="best")
     if title:
         ax.set_title(title, fontsize=10)
     return ax

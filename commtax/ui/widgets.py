@@ -10,6 +10,7 @@ traceback.
 
 from __future__ import annotations
 
+import contextvars
 import html
 import math
 import threading
@@ -30,6 +31,11 @@ from commtax.units import format_bytes, format_rate, format_seconds
 CONTROL_PX = 440
 _LAYOUT = w.Layout(width=f"{CONTROL_PX}px")
 _STYLE = {"description_width": "160px"}
+# A result narrower than this sits beside the controls when side_by_side; a wider one (a table whose columns
+# would otherwise wrap word by word, or be cut at the right) wraps below them at the column's full width.
+RESULT_BESIDE_PX = 330
+_CHAR_PX, _CELL_PAD_PX, _CELL_CHARS = 7.5, 20, 28   # ~13-px sans-serif; td padding 2 x 10 px; a cell wraps past 28 chars
+_result_width = contextvars.ContextVar("commtax_result_width", default=None)   # [px] of the render under way
 
 
 def log_slider(description: str, value: float, low: float, high: float, *,
@@ -318,10 +324,14 @@ class Calculator(w.VBox):
         if side_by_side:
             # The result beside the controls (below them in a narrow window), the figure under both at full width.
             panel.layout = w.Layout(flex="0 0 auto", margin="0 16px 0 0")
-            self.text.layout = w.Layout(flex="1 1 330px", min_width="330px")   # beside 440-px controls in 848 px
+            # Beside 440-px controls in 848 px; _fit_result widens it (so it wraps below) for a wide table, and a
+            # table wider than the whole column scrolls sideways instead of being cut.
+            self.text.layout = w.Layout(flex=f"1 1 {RESULT_BESIDE_PX}px", min_width=f"{RESULT_BESIDE_PX}px",
+                                        overflow="auto")
             top = w.HBox([panel, self.text], layout=w.Layout(flex_flow="row wrap", align_items="flex-start"))
             super().__init__([top, self.figure_area])
         else:
+            self.text.layout = w.Layout(overflow="auto")
             super().__init__([panel, self.text, self.figure_area])
         for name in css_class.split():   # one or more classes, space-separated
             self.add_class(name)
@@ -353,9 +363,9 @@ class Calculator(w.VBox):
             self._draw()
 
     def _draw(self):
-        figures = []
+        figures, widths = [], []
         self.text.clear_output(wait=True)
-        token = plots._collecting.set(figures)
+        token, width_token = plots._collecting.set(figures), _result_width.set(widths)
         try:
             with self.text:
                 try:
@@ -373,6 +383,8 @@ class Calculator(w.VBox):
                                  f"{html.escape(traceback.format_exc())}</pre>"))
         finally:
             plots._collecting.reset(token)
+            _result_width.reset(width_token)
+        self._fit_result(max(widths, default=0))
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", plots.CutText)
             images = [plots.png(fig) for fig in figures]
@@ -384,6 +396,18 @@ class Calculator(w.VBox):
         with self.figure_area:
             for data in images:
                 display(Image(data=data, format="png"))
+
+    def _fit_result(self, width_px: float):
+        """Beside the controls while the result's tables are at most RESULT_BESIDE_PX wide, else below them.
+
+        The flex basis is the widest table's natural width (capped at the column's width), so the flex row
+        wraps the result below the controls, at full width, when it cannot sit beside them unsqueezed.
+        """
+        if self.text.layout.flex is None:   # not side by side: the result already has the full width
+            return
+        basis = max(RESULT_BESIDE_PX, math.ceil(width_px))
+        self.text.layout.flex = f"1 1 {basis}px"
+        self.text.layout.min_width = f"min({basis}px, 100%)"
 
     def figures(self) -> list[bytes]:
         """The PNG bytes of the figures the controls' current values draw, rendered now and displayed nowhere.
@@ -433,6 +457,9 @@ def result_table(header: list[str], rows: list[list], highlight: int | None = No
                  css_class: str = "commtax-result") -> HTML:
     """An HTML table; row ``highlight`` (an index) is bold on a yellow background."""
     cell = "text-align:left;padding:2px 10px;vertical-align:top"    # headers and cells aligned alike
+    widths = _result_width.get()
+    if widths is not None:   # inside a calculator's render: tell it how wide this table wants to be
+        widths.append(table_width_px(header, rows))
     head = "".join(f"<th style='{cell}'>{html.escape(readable(h))}</th>" for h in header)
     body = []
     for i, row in enumerate(rows):
@@ -440,6 +467,17 @@ def result_table(header: list[str], rows: list[list], highlight: int | None = No
         cells = "".join(f"<td style='{cell}'>{html.escape(readable(c))}</td>" for c in row)
         body.append(f"<tr{style}>{cells}</tr>")
     return HTML(f"<table class='{css_class}'><tr>{head}</tr>{''.join(body)}</table>")
+
+
+def table_width_px(header: list[str], rows: list[list]) -> float:
+    """The width [px] at which a result table reads without squeezing: per column, its longest cell
+    (at most _CELL_CHARS characters, past which a cell may wrap) or its header's longest word."""
+    total = 0.0
+    for j, title in enumerate(header):
+        cells = [len(readable(row[j])) for row in rows if j < len(row)]
+        words = [len(word) for word in readable(title).split()] or [0]
+        total += _CHAR_PX * max(min(max(cells, default=0), _CELL_CHARS), max(words)) + _CELL_PAD_PX
+    return total
 
 
 def headline(text: str, css_class: str = "commtax-headline") -> HTML:
