@@ -22,7 +22,8 @@ import torch.nn.functional as F
 from commtax.formulas import bill, moe
 from commtax.ranks.launch import DistributedRunError, rank_device
 from commtax.ranks.traffic import record_traffic
-from commtax.testing import BACKENDS, check, expect_close, expect_value_error, fail, mismatch, run_section, section, SharedRunFailed, SharedRuns
+from commtax.testing import (BACKENDS, SECTION_FAILED, check, expect_close, expect_value_error, fail, mismatch,
+                             run_section, section, SharedRunFailed, SharedRuns)
 
 RUNS = SharedRuns()
 DTYPE = torch.float64
@@ -243,6 +244,16 @@ def _from_full_error(lab, world_size):
         return str(exc)
 
 
+def _subgroup_check(lab, rank, case, device):
+    """The layer on half of the 4 ranks: groups [0, 1] and [2, 3], each running the 2-rank case."""
+    groups = [torch.distributed.new_group([0, 1]), torch.distributed.new_group([2, 3])]   # every rank makes both
+    group, mine = groups[rank // 2], rank % 2
+    sub = case["subgroup"]
+    layer = lab.ExpertParallelMoE.from_full(_moe(lab, sub["weights"], TOP_K, device), group=group)
+    y = layer(sub["xs"][mine].clone().to(device))
+    return {"output": y.detach().cpu(), "recv_counts": list(layer.recv_counts)}
+
+
 def moe_worker(rank, world_size, lab, case):
     """All checks of one world size in one start-up, each part on its own (``run_section``).
 
@@ -263,6 +274,8 @@ def moe_worker(rank, world_size, lab, case):
         part(f"{label} forward", forward)
         part(f"{label} backward", backward)
     part("from_full error", lambda: _from_full_error(lab, world_size))
+    if "subgroup" in case:
+        part("subgroup", lambda: _subgroup_check(lab, rank, case, device))
     if "skew" in case:
         xs, routers = case["skew"]
         part("skew", lambda: {name: _timed_layer(lab, weights, xs[rank], 1, SKEW["repeats"])
@@ -276,6 +289,8 @@ def _case(world, with_skew):
     case = {"a2a": _a2a_inputs(world), "equal": _equal_inputs(world), "weights": weights, "xs": xs, "ups": ups}
     if with_skew:
         case["skew"] = _skew_inputs()
+    if world == 4:
+        case["subgroup"] = {"weights": _layer_weights(2), "xs": _tokens(2)}
     return case
 
 
@@ -685,6 +700,26 @@ def test_a_skewed_router_loads_the_busiest_rank_and_its_time_as_predicted(lab):
     check(measured > 1.3 * cpu["balanced"][hot], "the skewed router should slow the busiest rank: " + detail)
     # CPU time of a few ms per run varies with caches and the other rank's work: within a factor of 2
     check(0.5 < measured / predicted < 2.0, detail)
+
+
+SUBGROUP_HINT = (" - the same layer passes on the whole world: an all-to-all without group=self.group runs on "
+                 "the default group (every rank)")
+
+
+def test_the_layer_on_a_subgroup_exchanges_only_within_its_group(lab):
+    """4 ranks, two groups of 2, each group one 2-rank expert-parallel layer: catches an all-to-all (or
+    AllToAll.apply) called without the layer's group, which the whole-world tests cannot see."""
+    outputs, _, _, _ = _reference(_layer_weights(2), _tokens(2), _tokens(2, seed=2), TOP_K, None)
+    results = _results(lab, 4)
+    for rank, result in enumerate(results):
+        got = result["subgroup"]
+        if isinstance(got, dict) and SECTION_FAILED in got:
+            fail(f"rank {rank} (group [{rank // 2 * 2}, {rank // 2 * 2 + 1}]): ExpertParallelMoE(group=...) raised "
+                 f"{got[SECTION_FAILED][0]}{SUBGROUP_HINT}")
+        problem = compare(got["output"], outputs[rank % 2].detach(),
+                          f"rank {rank} (group [{rank // 2 * 2}, {rank // 2 * 2 + 1}]): the layer's output")
+        if problem:
+            fail(problem + "; the all-to-all ran on the default group? pass group=self.group")
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
