@@ -23,7 +23,6 @@ import torch.distributed as dist
 from commtax.ranks import wholebill
 from commtax.ranks.launch import DistributedRunError
 from commtax.ranks.traffic import record_traffic
-from commtax.simulation import pipeline
 from commtax.testing import SharedRunFailed, SharedRuns, check, close, expect_close, expect_value_error, fail, mismatch
 
 SIZES = dict(wholebill.SIZES)
@@ -50,6 +49,17 @@ def record_training(rank, world_size, lab, dp, tp, pp, options):
             "allreduces": [(ranks, nbytes) for name, ranks, nbytes in traffic.collective_groups
                            if name == "all_reduce"],
             "sends": [(peer, tag, nbytes) for kind, peer, tag, nbytes in traffic.messages if kind == "send"]}
+
+
+def ledger_on_groups(rank, world_size, lab):
+    """A Ledger given a "tp" and a "dp" group; one all-reduce of 4 float64 on each, then one on a third
+    group of the same ranks and one on the default group (neither is an axis); {axis: bytes} back."""
+    import torch
+    tp, dp, third = (dist.new_group(list(range(world_size))) for _ in range(3))   # same ranks, three objects
+    with lab.Ledger({"tp": tp, "dp": dp}) as ledger:
+        for group in (tp, dp, third, None):
+            dist.all_reduce(torch.ones(4, dtype=torch.float64), group=group)
+    return dict(ledger.bytes)
 
 
 # -- in the pytest process ----------------------------------------------------------------
@@ -161,20 +171,33 @@ def test_predicted_bytes_equal_the_course_bill_for_this_model(lab):
         for axis in ("dp", "tp", "pp"):
             expect_close(ours[axis], expected[axis], what=f"predicted_bytes_per_step(dp={dp}, tp={tp}, pp={pp})"
                                                           f"[{axis!r}]", hints=_byte_hints(axis, _degree(axis, dp, tp, pp)))
-    # By hand, 2 x 2 x 2: activation 2*8*16*8 = 2048 B. TP: 4 mb x 2 layers x 2 AR x 2(1/2) x 2048 = 32768.
-    # PP: 4 mb x 2 (1/2) x 2048 = 8192. DP: 2(1/2) x 2144 x 8 = 17152.
+
+
+def test_predicted_bytes_of_the_capstone_plan_equal_the_bill_worked_by_hand(lab):
+    """2 x 2 x 2, no reference needed: activation 2*8*16*8 = 2048 B. TP: 4 mb x 2 layers x 2 AR x 2(1/2) x 2048
+    = 32768. PP: 4 mb x 2 (1/2) x 2048 = 8192. DP: 2(1/2) x 2144 x 8 = 17152 (per rank per step)."""
     expect_close(lab.predicted_bytes_per_step(4, 16, 2, 8, 4, 2, 2, 2), {"dp": 17152, "tp": 32768, "pp": 8192},
                  what="predicted_bytes_per_step for 2 x 2 x 2, by hand")
+
+
+def one_f_one_b_rule(stage, stages, microbatches):
+    """A stage's 1F1B ops, written out from the rule (the tests' own copy; it equals Lesson 06's
+    ``pipeline.simulate("1f1b", ...)`` for 1..6 stages and 1..8 micro-batches): min(stages - stage - 1,
+    microbatches) warm-up forwards, then one forward and one backward in turn, then the remaining backwards."""
+    warmup = min(stages - stage - 1, microbatches)
+    ops = [("F", k) for k in range(warmup)]
+    for k in range(microbatches - warmup):                 # steady state: F of k + warmup, then B of k
+        ops += [("F", k + warmup), ("B", k)]
+    return ops + [("B", k) for k in range(microbatches - warmup, microbatches)]
 
 
 @pytest.mark.points(2)
 @pytest.mark.parametrize("stages,microbatches", [(1, 3), (2, 1), (2, 4), (3, 2), (4, 4), (4, 6)])
 def test_one_f_one_b_order_is_the_1f1b_rule_on_every_stage(lab, stages, microbatches):
-    """Each stage's ops as Lesson 06's simulator runs 1F1B: min(p - s - 1, m) warm-up forwards, then one
-    forward and one backward in turn, then the remaining backwards."""
-    ops = pipeline.simulate("1f1b", stages, microbatches)
+    """Each stage's ops by the 1F1B rule (as Lesson 06's simulator runs it): min(p - s - 1, m) warm-up
+    forwards, then one forward and one backward in turn, then the remaining backwards."""
     for stage in range(stages):
-        expected = [(op.kind, op.microbatch) for op in ops if op.stage == stage]   # ops are in time order
+        expected = one_f_one_b_rule(stage, stages, microbatches)
         got = lab.one_f_one_b_order(stage, stages, microbatches)
         why = mismatch(got, expected)
         if why is None:
@@ -253,7 +276,7 @@ def _expected_sends(stage, stages, prev, nxt, steps):
     """One rank's sends in 1F1B order: [(peer, tag)], tag k for an activation, M + k for a gradient."""
     sends = []
     for _ in range(steps):
-        for kind, k in ((op.kind, op.microbatch) for op in pipeline.simulate("1f1b", stages, M) if op.stage == stage):
+        for kind, k in one_f_one_b_rule(stage, stages, M):
             if kind == "F" and stage < stages - 1:
                 sends.append((nxt, k))
             elif kind == "B" and stage > 0:
@@ -281,6 +304,9 @@ def test_pipeline_messages_carry_the_tags_the_docstring_asks_in_1f1b_order(lab):
         if got and all(tag == 0 for _, tag in got) and any(tag for _, tag in expected):
             message += (": every message has tag 0. Tag micro-batch k's activation k and its gradient "
                         f"microbatches + k = {M} + k, on the send and on the receive")
+        elif prev is not None and any(peer == prev and tag < M for peer, tag in got):
+            message += (f": a gradient sent back to rank {prev} with a tag below microbatches = {M}, an activation's "
+                        f"tag. Tag micro-batch k's gradient microbatches + k = {M} + k, on the send and on the receive")
         elif sorted(got) == sorted(expected):
             message += ": the right messages in another order: run the ops in one_f_one_b_order's order"
         fail(message)
@@ -293,7 +319,7 @@ def test_the_timeline_records_every_op_once_in_1f1b_order(lab):
     pipelines = wholebill.megatron_groups(dp, tp, pp)["pp"]
     for rank, result in enumerate(run(lab, dp, tp, pp)):
         stage = next(p for p in pipelines if rank in p).index(rank)
-        expected = [(op.kind, op.microbatch) for op in pipeline.simulate("1f1b", pp, M) if op.stage == stage]
+        expected = one_f_one_b_rule(stage, pp, M)
         timeline = result["result"]["timeline"]
         for step in range(result["steps"]):
             entries = [entry for entry in timeline if entry[4] == step]
@@ -304,6 +330,20 @@ def test_the_timeline_records_every_op_once_in_1f1b_order(lab):
             check(all(t0 <= t1 for _, _, t0, t1, _ in entries) and starts == sorted(starts),
                   f"rank {rank}, step {step}: (start, end) pairs {[(round(a, 4), round(b, 4)) for _, _, a, b, _ in entries]}"
                   f" s: each op ends after it starts, and each starts after the one before")
+
+
+def test_the_ledger_files_a_group_that_is_no_axis_under_other(lab):
+    """2 ranks, Ledger({"tp": tp, "dp": dp}): an all-reduce of 32 B on each sends 2(1/2) x 32 = 32 B per rank;
+    the two on groups that are no axis (a third group of the same ranks, the default group) go to "other"."""
+    results = RUNS.get("ledger", ledger_on_groups, 2, (lab,), timeout=60, needs=(lab.Ledger.start, lab.Ledger.stop))
+    expected = {"dp": 32.0, "tp": 32.0, "pp": 0.0, "other": 64.0}
+    for rank, got in enumerate(results):
+        if isinstance(got, dict) and close(got.get("dp"), 96.0) and close(got.get("other"), 0.0):
+            fail(f"rank {rank}: ledger.bytes {got}; expected {expected}: the all-reduces on a group that is no "
+                 "axis (a third group, the default group) were filed under 'dp': axis_of must return \"other\" "
+                 "for a group that is none of self.groups (compare with `is`)")
+        expect_close(got, expected, rel=0.0, what=f"rank {rank}: ledger.bytes after one 32 B all-reduce on the tp "
+                                                  "group, the dp group, a third group and the default group")
 
 
 @pytest.mark.points(2)
