@@ -6,7 +6,7 @@ messages they sent and received, their timelines); every expected value is
 computed here, in the pytest process: the losses by single-process training
 of the same model and data (``commtax.ranks.wholebill.reference_losses``), the
 bytes by the course's bill, the groups by Megatron's rank order, the 1F1B
-order by Lesson 06's pipeline simulator. Inside each rank, the course's byte
+order by the rule written out here (Lesson 06's simulator runs the same). Inside each rank, the course's byte
 counter (``commtax.ranks.traffic.record_traffic``) records every all-reduce
 with its group's ranks, and every send with its peer and tag, so that the
 learner's ledger is checked against a second count.
