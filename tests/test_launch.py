@@ -323,10 +323,11 @@ def test_an_error_quotes_source_lines_only_from_the_learners_files_read_before_t
 @pytest.mark.parametrize("worker", ["ring_that_drops_its_send_request", "all_to_all_that_waits_only_on_its_receives"])
 def test_an_isend_whose_request_is_dropped_fails_in_seconds_naming_its_line_and_req_wait(worker):
     # With gloo a dropped request cancels its message: the peer used to wait for the whole deadline.
-    start = time.monotonic()
+    start, within = time.monotonic(), DETECTED_WITHIN * load_factor()   # start-up stretches with the load
     with pytest.raises(DistributedRunError) as info:
-        run_ranks(getattr(planted, worker), 3, timeout=LONG_DEADLINE)
-    assert time.monotonic() - start < DETECTED_WITHIN
+        run_ranks(getattr(planted, worker), 3, timeout=max(LONG_DEADLINE, 2 * within))
+    took = time.monotonic() - start
+    assert took < within, f"detected after {took:.1f} s, limit {within:.0f} s (load factor {load_factor():.1f})"
     lines = str(info.value).splitlines()
     assert re.fullmatch(rf"distributed run of {worker}\(\) on 3 ranks \(gloo\) failed: rank \d never waited on the "
                         r"request of its dist\.isend to rank \d \(tag 0\): keep it and call req\.wait\(\)", lines[0])
