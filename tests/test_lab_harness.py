@@ -75,7 +75,9 @@ def test_starter_mode_fails_every_lab_test_cleanly_and_quickly(tmp_path):
             outcomes["passed"] += 1
     assert outcomes["passed"] == 0, "a test passes against an empty starter: it cannot fail"
     assert outcomes["failed"] > 0
-    assert elapsed < 60, f"starter mode took {elapsed:.0f} s; it must fail fast"
+    # 60 s for every lab on a quiet machine; others' processes stretch it (runnable processes per core)
+    load = max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
+    assert elapsed < 60 * load, f"starter mode took {elapsed:.0f} s (limit {60 * load:.0f} s at this load); it must fail fast"
 
 
 # -- the starter generator --------------------------------------------------------
