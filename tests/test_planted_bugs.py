@@ -194,7 +194,8 @@ def test_a_pipeline_that_drops_its_isend_requests_fails_in_seconds_naming_the_is
     run.check_time()
     assert run.outcomes.get("failed", 0) >= 1 and not run.outcomes.get("passed"), run.outcomes
     _check_dropped_isend_report(run, LAB12, "train_step", 'dist.isend(out, dst=ctx["next"], tag=k)')
-    assert "RememberedHang: not run: calibrate_and_train() dropped a request" in run.output  # the other plans
+    # the other plans are not run again: they say which run dropped its request (Lab 12's worker's name may change)
+    assert re.search(r"RememberedHang: not run: \w+\(\) dropped a request", run.output), run.output[-3000:]
 
 
 # -- wrong values: a failure, not a pass ----------------------------------------------------------
