@@ -8,8 +8,9 @@ body of every stub (``raise NotImplementedError("...")``) with
 * ``"empty"``: ``return numpy.empty(0)``, an array with no elements (all of
   whose comparisons are vacuously true);
 * ``"raise"``: ``raise ValueError("...")`` whose message names every
-  argument of the function, so that it "passes" any check of the form
-  ``pytest.raises(ValueError, match=ARGUMENT)``.
+  argument of the function: it passed the old ``pytest.raises(ValueError,
+  match=ARGUMENT)`` checks; ``commtax.testing.expect_value_error`` refuses a
+  message that names every argument, and good arguments are called first.
 
 A constructor (``__init__``) that returns or computes nothing is just
 ``pass`` under "zero" and "empty". Every test of every lab must fail for
