@@ -109,6 +109,8 @@ def reusable(source: Path, root: Path, dependencies: str | None = None) -> tuple
     carries an nbval marker (those ask nbval to compare outputs or expect an error).
     """
     source, root = Path(source).resolve(), Path(root).resolve()
+    if not source.is_relative_to(root):
+        return None, "not a notebook of this repository"
     target = root / STORE / source.relative_to(root)
     if not target.exists():
         return None, "no stored execution"

@@ -350,7 +350,7 @@ def visits(book, site, chromium) -> dict[str, dict]:
     return reports
 
 
-SCREENSHOTS = {"home": "index.html", "lesson-03": "lessons/03-the-bill-per-axis.html",
+SCREENSHOTS = {"home": "index.html", "lesson-01": "lessons/01-collectives-and-alpha-beta.html",
                "lab-11": "labs/lab-11-plan-a-cluster/README.html"}
 SCREEN_SIZES = {"laptop": (1440, 900), "phone": (390, 844)}
 
