@@ -127,9 +127,8 @@ def reusable(source: Path, root: Path, dependencies: str | None = None) -> tuple
     problem = unfinished_cell(stored)
     if problem:
         return None, f"the stored execution is not clean ({problem})"
-    return target, (f"executed once, by the book's build, in {record.get('seconds')} s: "
-                    f"{target.relative_to(root)} (current: same code cells, commtax, data and pins; "
-                    "every cell ran, none raised), so nbval does not run it again")
+    return target, (f"run once, by the book's build ({target.relative_to(root)}, {record.get('seconds')} s; "
+                    "current and clean): nbval does not run it again")
 
 
 def _run(source: Path, target: Path, key: str, root: Path) -> tuple[float, str | None]:
