@@ -369,13 +369,40 @@ def save_screenshots(browser, site: str, folder: Path) -> None:
             page.wait_for_function(SETTLED, timeout=LOAD_TIMEOUT_MS)
             page.wait_for_timeout(1000)
             page.screenshot(path=str(folder / f"{name}-{size}.png"))
-            for part, selector in {"figure": ".cell_output img", "calculator": ".widget-subarea"}.items():
+            for part, selector in {"figure": ".cell_output img", "calculator": ".commtax-live"}.items():
                 found = page.query_selector(selector)
-                if found and name.startswith("lesson"):
-                    found.evaluate("e => e.scrollIntoView({block: 'start'})")
+                if found and name.startswith("lesson"):   # below the theme's sticky header (about 60 px)
+                    found.evaluate("e => { e.scrollIntoView({block: 'start'}); window.scrollBy(0, -80); }")
                     page.wait_for_timeout(500)
                     page.screenshot(path=str(folder / f"{name}-{part}-{size}.png"))
             page.close()
+
+
+# What sticks out of a phone's screen: the page's own width, and any calculator control (inside the
+# output area, which scrolls sideways, a cut-off control would not widen the page).
+OVERFLOW = """() => {
+  const width = document.documentElement.clientWidth;
+  const wide = Array.from(document.querySelectorAll('.widget-subarea .lm-Widget'))
+    .filter(e => e.getBoundingClientRect().right > width + 1 && !e.closest('.widget-output'))
+    .map(e => e.className.split(' ').filter(c => c.startsWith('widget-') || c.startsWith('commtax-')).join('.'));
+  return {page: document.documentElement.scrollWidth, width: width, wide: wide.slice(0, 5)};
+}"""
+
+
+def test_the_screenshot_pages_fit_a_phone_screen_without_sideways_scrolling(site, chromium):
+    # A phone reader gets the whole page, calculators included: a long inline path or a control sized
+    # for JupyterLab's column (hundreds of px) must not push the page or a control past the screen.
+    width, height = SCREEN_SIZES["phone"]
+    for path in SCREENSHOTS.values():
+        page = chromium.new_page()
+        try:
+            page.set_viewport_size({"width": width, "height": height})
+            page.goto(site + path, wait_until="load", timeout=LOAD_TIMEOUT_MS)
+            page.wait_for_function(SETTLED.replace("window.__mathSettled === true", "true"), timeout=LOAD_TIMEOUT_MS)
+            found = page.evaluate(OVERFLOW)
+        finally:
+            page.close()
+        assert found["page"] <= found["width"] and not found["wide"], f"{path} at {width} px: {found}"
 
 
 def test_every_page_loads_without_a_console_error_or_a_failed_request(book, visits):
