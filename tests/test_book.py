@@ -369,7 +369,7 @@ def save_screenshots(browser, site: str, folder: Path) -> None:
             page.wait_for_function(SETTLED, timeout=LOAD_TIMEOUT_MS)
             page.wait_for_timeout(1000)
             page.screenshot(path=str(folder / f"{name}-{size}.png"))
-            for part, selector in {"figure": ".cell_output img", "calculator": ".commtax-live"}.items():
+            for part, selector in {"figure": ".cell_output img", "calculator": ".widget-subarea"}.items():
                 found = page.query_selector(selector)
                 if found and name.startswith("lesson"):   # below the theme's sticky header (about 60 px)
                     found.evaluate("e => { e.scrollIntoView({block: 'start'}); window.scrollBy(0, -80); }")
