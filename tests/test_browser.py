@@ -48,18 +48,14 @@ from pathlib import Path
 
 import pytest
 
+from commtax.testing import find_chromium
+
 ROOT = Path(__file__).resolve().parent.parent
 LESSONS = sorted((ROOT / "lessons").glob("[0-9][0-9]-*.ipynb"))
 CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--disable-component-update", "--no-first-run", "--disable-sync"]
 
 pytestmark = pytest.mark.browser
-
-
-def find_chromium() -> str | None:
-    candidates = [os.environ.get("COMMTAX_CHROMIUM"), "/usr/bin/chromium", shutil.which("chromium"),
-                  shutil.which("chromium-browser"), shutil.which("google-chrome")]
-    return next((c for c in candidates if c and os.path.exists(c)), None)
 
 
 def install_course_settings() -> Path:
