@@ -143,9 +143,8 @@ def _run(source: Path, target: Path, key: str, root: Path) -> tuple[float, str |
         NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3", allow_errors=False,
                        store_widget_state=True, resources={"metadata": {"path": str(source.parent)}}).execute()
     except (CellExecutionError, CellTimeoutError, DeadKernelError) as error:
-        where = unfinished_cell(nb) or "a cell"
-        first = str(error).strip().splitlines()
-        return time.monotonic() - start, f"{where}\n    {first[-1] if first else type(error).__name__}"
+        lines = re.sub(r"\x1b\[[0-9;]*m", "", str(error)).strip().splitlines()   # no terminal colours
+        return time.monotonic() - start, unfinished_cell(nb) or (lines[-1] if lines else type(error).__name__)
     seconds = time.monotonic() - start
     nb.metadata["commtax_book"] = {"key": key, "source": str(source.relative_to(root)),
                                    "seconds": round(seconds, 1), "environment": environment()}
