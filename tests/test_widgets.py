@@ -361,8 +361,30 @@ def test_a_size_slider_holds_whole_bytes_and_reads_them_out():
         cw.bytes_slider("n", 1.0, low=0.5)
 
 
-def test_a_pipeline_without_bubble_draws_no_grey_between_its_rows():
-    # Review h20, Lesson 06: the axes' grey background showed between the rows at a 0% bubble, read as idle time.
-    ops = P.simulate("naive", 1, 4, 1, t_forward=1.0, t_backward=2.0)
+def test_a_pipeline_without_bubble_draws_no_grey_between_its_rows_and_its_bars_equally_tall():
+    # Review h20, Lesson 06 (naive, p = 1, m = 64): the axes' grey background showed between the rows at a 0%
+    # bubble, read as idle time; and the wide backwards had white outlines, the narrow forwards none, so the
+    # forwards stood taller. Now: grey only inside the rows, and outlines on every bar or on none.
+    ops = P.simulate("naive", 1, 64, 1, t_forward=1.0, t_backward=2.0)
     ax = plots.gantt(ops)
     assert ax.get_facecolor()[:3] == (1.0, 1.0, 1.0)
+    bars = [c for c in ax.collections if len(c.get_paths()) > 1]
+    widths = np.atleast_1d(bars[0].get_linewidth()) if len(bars[0].get_edgecolor()) else np.zeros(1)
+    outlines = set(np.resize(widths, len(bars[0].get_paths())).tolist())   # each bar's outline width
+    assert len(bars) == 1 and len(outlines) == 1, outlines
+
+
+@pytest.mark.parametrize("world_size, step", [(2, 2), (4, 2)])
+def test_ring_step_arrows_run_beside_the_chunks_one_row_down_or_back_up_to_rank_0(world_size, step):
+    # Review h20, Lesson 02 at P = 2: rank 1 -> 0 was a long curve drawn across rank 1's box, rank 0 -> 1 a tiny
+    # arrowhead squeezed between the boxes. Every arrow now runs in the gap beside its chunk, row centre to row centre.
+    from matplotlib.patches import Rectangle
+    from matplotlib.text import Annotation
+    ax = plots.ring_step(world_size, step)
+    boxes = [r for r in ax.patches if isinstance(r, Rectangle) and r.get_fill()]
+    arrows = [a for a in ax.texts if isinstance(a, Annotation)]
+    assert len(arrows) == world_size
+    for arrow in arrows:
+        (x, y_to), (_, y_from) = arrow.xy, arrow.xyann
+        assert not any(b.get_x() <= x <= b.get_x() + b.get_width() for b in boxes), "an arrow crosses a chunk's box"
+        assert round(y_from - y_to, 9) in (1.0, 1.0 - world_size), (y_from, y_to)   # next rank down, or last rank up to 0

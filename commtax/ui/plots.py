@@ -200,6 +200,9 @@ def _contributors(bits: int, world_size: int) -> str:
     return "+".join(map(str, ranks))
 
 
+BOX = 0.78   # a chunk's width in ring_step: the gap beside it holds the arrow of its transfer
+
+
 def ring_step(world_size: int, step: int, ax=None):
     """The state of a ring all-reduce on ``world_size`` ranks after ``step`` of its 2(P-1) steps.
 
@@ -226,18 +229,20 @@ def ring_step(world_size: int, step: int, ax=None):
             bits = int(state[r][c])
             count = bin(bits).count("1")
             shade = BLUES(0.15 + 0.7 * count / p) if bits != full else "#2ca02c"
-            ax.add_patch(Rectangle((c, p - 1 - r), 0.94, 0.9, color=shade))
-            ax.text(c + 0.47, p - 1 - r + 0.45, _contributors(bits, p), ha="center", va="center",
+            ax.add_patch(Rectangle((c, p - 1 - r), BOX, 0.9, color=shade))
+            ax.text(c + BOX / 2, p - 1 - r + 0.45, _contributors(bits, p), ha="center", va="center",
                     fontsize=10, linespacing=1.0, color="white" if count > p / 2 or bits == full else "black")
     for m in messages:
         c = m.start
-        ax.add_patch(Rectangle((c, p - 1 - m.src), 0.94, 0.9, fill=False, edgecolor="#d62728", linewidth=2))
-        ax.annotate("", xy=(c + 0.47, p - 1 - m.dst + 0.9), xytext=(c + 0.47, p - 1 - m.src),
-                    arrowprops=dict(arrowstyle="->", color="#d62728", lw=1.2,
-                                    connectionstyle="arc3,rad=0.3" if m.dst < m.src else "arc3,rad=0"))
+        ax.add_patch(Rectangle((c, p - 1 - m.src), BOX, 0.9, fill=False, edgecolor="#d62728", linewidth=2))
+        # In the gap right of the chunk's column, from the sender's row to the receiver's: one row down for
+        # every rank but the last, whose arrow runs back up to rank 0 (all arrows alike, none across a box).
+        ax.annotate("", xy=(c + BOX + 0.1, p - 1 - m.dst + 0.45), xytext=(c + BOX + 0.1, p - 1 - m.src + 0.45),
+                    arrowprops=dict(arrowstyle="-|>", color="#d62728", lw=1.5, mutation_scale=12,
+                                    shrinkA=0, shrinkB=0))
     ax.set_xlim(-0.1, p)
     ax.set_ylim(-0.2, p)
-    ax.set_xticks([c + 0.47 for c in range(p)], [f"chunk {c}" for c in range(p)], fontsize=10)
+    ax.set_xticks([c + BOX / 2 for c in range(p)], [f"chunk {c}" for c in range(p)], fontsize=10)
     ax.set_yticks([p - 1 - r + 0.45 for r in range(p)], [f"rank {r}" for r in range(p)], fontsize=10)
     ax.tick_params(length=0)
     for side in ax.spines.values():
@@ -302,6 +307,10 @@ def gantt(ops, title: str = "", ax=None, labels: bool = True):
     fig = ax.figure
     axes_inches = fig.get_size_inches()[0] * ax.get_position().width
     points_per_unit = 72 * axes_inches / end
+    # White outlines part the bars where the narrowest keeps colour inside them; all bars or none, so an
+    # outlined bar never looks shorter than its unoutlined neighbour.
+    narrowest = min(op.end - op.start for op in ops) * points_per_unit   # points
+    outline = narrowest >= 4
     # One collection per stage (not one per op): a schedule of thousands of ops draws in a blink.
     for stage in stages:
         # Grey (idle) only behind the row's bars, where a stage could work: the gaps between rows are no bubble.
@@ -309,11 +318,8 @@ def gantt(ops, title: str = "", ax=None, labels: bool = True):
         mine = [op for op in ops if op.stage == stage]
         shades = [0.45 + 0.4 * (op.chunk / max(1, chunks - 1)) if chunks > 1 else 0.6 for op in mine]
         colors = [(BLUES if op.kind == "F" else GREENS)(shade) for op, shade in zip(mine, shades)]
-        wide = [(op.end - op.start) * points_per_unit >= 4 for op in mine]   # a white outline only where it leaves colour inside
         ax.broken_barh([(op.start, op.end - op.start) for op in mine], (len(stages) - 1 - stage + 0.1, 0.8),
-                       facecolors=colors, edgecolors=["white" if w else "none" for w in wide],
-                       linewidths=[0.5 if w else 0.0 for w in wide])
-    narrowest = min(op.end - op.start for op in ops) * points_per_unit
+                       facecolors=colors, edgecolors="white" if outline else "none", linewidth=0.5 if outline else 0.0)
     widest_label = len(str(max(op.microbatch for op in ops))) * 8 * 0.62 + 2
     fits = narrowest >= widest_label
     for op in ops if labels and fits else []:
