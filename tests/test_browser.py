@@ -639,6 +639,11 @@ def screenshot(page, calc, lesson: Path, spec: Calc, state: str, sizes):
         for end in ("start", "end"):
             calc.evaluate(f"el => el.scrollIntoView({{block: '{end}'}})")
             page.wait_for_timeout(300)
+            # JupyterLab paints a scrolled-to cell in its own frames (one shot of Lesson 07 came out blank):
+            # wait for the calculator's images to be decoded and two frames to be painted
+            calc.evaluate("el => Promise.all([...el.querySelectorAll('img')].map(i => i.decode().catch(() => null)))")
+            page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+            page.wait_for_timeout(200)
             name = f"{lesson.stem[:2]}-calc{spec.index}-{state}-{width}x{height}{'' if end == 'start' else '-bottom'}.png"
             page.screenshot(path=str(Path(folder) / name))
             if calc.bounding_box()["height"] < height - 150:
