@@ -637,13 +637,17 @@ def screenshot(page, calc, lesson: Path, spec: Calc, state: str, sizes):
         page.set_viewport_size({"width": width, "height": height})
         page.wait_for_timeout(500)
         for end in ("start", "end"):
-            calc.evaluate(f"el => el.scrollIntoView({{block: '{end}'}})")
-            page.wait_for_timeout(300)
-            # JupyterLab paints a scrolled-to cell in its own frames (one shot of Lesson 07 came out blank):
-            # wait for the calculator's images to be decoded and two frames to be painted
-            calc.evaluate("el => Promise.all([...el.querySelectorAll('img')].map(i => i.decode().catch(() => null)))")
-            page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
-            page.wait_for_timeout(200)
+            for _ in range(5):   # JupyterLab may scroll on its own after Run All (to the active cell): retry
+                calc.evaluate(f"el => el.scrollIntoView({{block: '{end}'}})")
+                page.wait_for_timeout(300)
+                # JupyterLab paints a scrolled-to cell in its own frames (one shot of Lesson 07 came out blank):
+                # wait for the calculator's images to be decoded and two frames to be painted
+                calc.evaluate("el => Promise.all([...el.querySelectorAll('img')].map(i => i.decode().catch(() => null)))")
+                page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+                page.wait_for_timeout(200)
+                box = calc.bounding_box()
+                if box and (0 <= box["y"] < height / 2 if end == "start" else height / 2 < box["y"] + box["height"] <= height):
+                    break
             name = f"{lesson.stem[:2]}-calc{spec.index}-{state}-{width}x{height}{'' if end == 'start' else '-bottom'}.png"
             page.screenshot(path=str(Path(folder) / name))
             if calc.bounding_box()["height"] < height - 150:
