@@ -633,6 +633,13 @@ def screenshot(page, calc, lesson: Path, spec: Calc, state: str, sizes):
     if not folder:
         return
     Path(folder).mkdir(parents=True, exist_ok=True)
+    # Make the calculator's cell the active one: JupyterLab scrolls back to the active cell (the last one after
+    # Run All) on its own, which put the exercises in a "default" shot instead of the calculator
+    calc.evaluate("""el => {
+      const nb = window.jupyterapp.shell.currentWidget.content;
+      const index = nb.widgets.findIndex(cell => cell.node.contains(el));
+      if (index >= 0) nb.activeCellIndex = index;
+    }""")
     for width, height in sizes:
         page.set_viewport_size({"width": width, "height": height})
         page.wait_for_timeout(500)
