@@ -315,6 +315,10 @@ def reaching_references(root: Path) -> set[str]:
         local = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
         local |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
         for node in tree.body:
+            if isinstance(node, ast.ImportFrom):   # a name imported at the top is the module's too (re-exported)
+                for alias in node.names:
+                    uses[f"{module}.{alias.asname or alias.name}"] = {aliases[alias.asname or alias.name]}
+                continue
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 names = [node.name]
                 if _marked_in(root, Definition(str(path.relative_to(root)), node.name, node.lineno, node)):
