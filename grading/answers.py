@@ -27,9 +27,10 @@ release must not ship an implementation of any of them (issue 22). Three parts:
   signature or other types (Lab 11's pieces take a run, commtax's a
   normalized config and a GPU record), so no call can stand in, and the
   calculator says it runs on the reference only, in the public repository. In the release's
-  own pytest, a lab test that reaches either form is skipped: it checks
-  against the reference, which the teacher's grader has (see
-  :func:`reference_calls` and :mod:`commtax.learner`).
+  own pytest, a lab test that reaches either form would be skipped (:mod:`commtax.learner`):
+  so no visible test may (:func:`visible_tests_reaching_references`); they take the
+  reference's values through ``EXPECTED`` (:mod:`commtax.recorded`), which the release
+  reads from each lab's recorded ``expected.json``.
 * :func:`transform_release`: applies :func:`strip_graded` to every ``.py`` file
   of the release's ``commtax``, removes the exercise answers
   (:mod:`commtax.exercises`: in the release the lessons' ``check`` lines say
