@@ -269,7 +269,7 @@ def _aliases(tree: ast.AST, module: str) -> dict[str, str]:
     """{local name: "package.module" or "package.module.name"} of every import in ``tree`` (functions' included)."""
     aliases = {}
     for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
+        if isinstance(node, ast.Import):   # "import a.b" binds a; "import a.b as c" binds c to a.b
             for alias in node.names:
                 aliases[alias.asname or alias.name.split(".")[0]] = alias.name if alias.asname else alias.name.split(".")[0]
         elif isinstance(node, ast.ImportFrom):
@@ -362,9 +362,14 @@ def visible_tests_reaching_references(root: Path) -> list[str]:
             tree = ast.parse(path.read_text())
             aliases = _aliases(tree, path.stem)
             for node in ast.walk(tree):
-                for name in _references(node, aliases, path.stem, set()) if isinstance(node, (ast.Name, ast.Attribute)) else ():
-                    if name in reaching:
-                        found.append(f"{path.relative_to(root)}:{node.lineno}: {name}")
+                if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases:
+                    name = f"{aliases[node.value.id]}.{node.attr}"     # module.function
+                elif isinstance(node, ast.Name) and node.id in aliases:
+                    name = aliases[node.id]                             # a function imported by name
+                else:
+                    continue
+                if name in reaching:
+                    found.append(f"{path.relative_to(root)}:{node.lineno}: {name}")
     return sorted(set(found))
 
 
