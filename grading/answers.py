@@ -271,7 +271,8 @@ def _aliases(tree: ast.AST, module: str) -> dict[str, str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):   # "import a.b" binds a; "import a.b as c" binds c to a.b
             for alias in node.names:
-                aliases[alias.asname or alias.name.split(".")[0]] = alias.name if alias.asname else alias.name.split(".")[0]
+                top = alias.name.split(".")[0]
+                aliases[alias.asname or top] = alias.name if alias.asname else top
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:   # a relative import
@@ -325,7 +326,8 @@ def reaching_references(root: Path) -> set[str]:
                 if _marked_in(root, Definition(str(path.relative_to(root)), node.name, node.lineno, node)):
                     reaching.add(f"{module}.{node.name}")
             elif isinstance(node, ast.ClassDef):   # a class reaches through the methods it calls when built
-                init = [n for n in node.body if isinstance(n, ast.FunctionDef) and n.name in ("__init__", "__post_init__")]
+                init = [n for n in node.body
+                        if isinstance(n, ast.FunctionDef) and n.name in ("__init__", "__post_init__")]
                 names = [node.name]
                 uses[f"{module}.{node.name}"] = set().union(*(_references(n, aliases, module, local) for n in init))
                 if any(_marked_in(root, Definition(str(path.relative_to(root)), n.name, n.lineno, n)) for n in init):

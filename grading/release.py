@@ -160,7 +160,7 @@ def build_release(dest, source: Path = SOURCE_ROOT) -> Path:
 
 
 def write_expected(source: Path, dest: Path) -> list[Path]:
-    """Each lab's ``expected.json`` in the release: its recipes run on the reference, numbers only (commtax.recorded)."""
+    """Each lab's ``expected.json`` in the release: its recipes run on the reference; data only (commtax.recorded)."""
     written = []
     for recipes in sorted((Path(source) / "labs").glob(f"lab-*/{recorded.RECIPES_FILE}")):
         path = Path(dest) / "labs" / recipes.parent.name / recorded.RECORD_FILE

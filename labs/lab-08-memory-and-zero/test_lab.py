@@ -24,7 +24,8 @@ from commtax.recorded import Expected
 from commtax.testing import expect_close, expect_value_error, fail, SharedRuns
 
 RUNS = SharedRuns()
-EXPECTED = Expected(Path(__file__).resolve().parent)   # Lesson 07's formulas (expected.py; expected.json in the release)
+# Lesson 07's formulas on this file's inputs (expected.py; expected.json in the release)
+EXPECTED = Expected(Path(__file__).resolve().parent)
 GB = 1e9  # the ZeRO paper's GB: decimal (7.5e9 x 16 B = 120e9 B = "120 GB")
 
 

@@ -27,7 +27,8 @@ from commtax.testing import (BACKENDS, SECTION_FAILED, check, expect_close, expe
                              run_section, section, SharedRunFailed, SharedRuns)
 
 RUNS = SharedRuns()
-EXPECTED = Expected(Path(__file__).resolve().parent)   # the course's byte formulas (expected.py; expected.json in the release)
+# The course's byte formulas on this file's inputs (expected.py; expected.json in the release)
+EXPECTED = Expected(Path(__file__).resolve().parent)
 DTYPE = torch.float64
 TOLERANCE = 1e-12
 HIDDEN, FFN, TOP_K, TOKENS = 8, 16, 2, 12       # the small layer: 12 tokens per rank

@@ -131,7 +131,8 @@ COLLECTIVES = [
     "tp8-ring", "rails-64", "one-per-node", "rs-tp16", "ag-zero3", "send-nic", "send-nvlink"])
 def test_collective_time_is_the_course_network_model_at_measured_bandwidths(lab, op, nbytes, size, stride, gpu):
     expect_close(lab.collective_time(op, nbytes, size, stride, gpu),
-                 EXPECTED("collective_time", op, nbytes, size, stride, gpu), rel=1e-9, what=f"{op} of {nbytes:.0e} B over {size} GPUs at stride {stride} on {gpu}",
+                 EXPECTED("collective_time", op, nbytes, size, stride, gpu), rel=1e-9,
+                 what=f"{op} of {nbytes:.0e} B over {size} GPUs at stride {stride} on {gpu}",
                  hints={370 / 450: "in-node rings reach the measured 370 GB/s, not the 450 GB/s line rate"})
 
 
@@ -188,7 +189,8 @@ def test_layer_time_fp8_runs_the_linear_gemms_at_the_fp8_peak(lab):
 
 @pytest.mark.parametrize("name", [n for n in PLAN_IDS if PLANS[n]["tp"] > 1])
 def test_tp_time_four_collectives_per_layer_on_the_tp_group(lab, name):
-    expect_close(lab.tp_time(dict(PLANS[name])), EXPECTED("tp_time", PLANS[name]), rel=EXACT, what=f"TP seconds, {name}",
+    expect_close(lab.tp_time(dict(PLANS[name])), EXPECTED("tp_time", PLANS[name]), rel=EXACT,
+                 what=f"TP seconds, {name}",
                  hints={2 / 3: "full recomputation reruns the forward's 2 collectives (6 in all)",
                         1.5: "only a full recomputation adds collectives"})
 
@@ -204,7 +206,8 @@ def test_tp_time_across_two_nodes_prices_sequence_parallel_rings(lab):
 
 @pytest.mark.parametrize("name", [n for n in PLAN_IDS if "CP" in n])
 def test_cp_time_ring_attention_and_llama3s_all_gather(lab, name):
-    expect_close(lab.cp_time(dict(PLANS[name])), EXPECTED("cp_time", PLANS[name]), rel=EXACT, what=f"CP seconds, {name}")
+    expect_close(lab.cp_time(dict(PLANS[name])), EXPECTED("cp_time", PLANS[name]), rel=EXACT,
+                 what=f"CP seconds, {name}")
 
 
 LLAMA3_CP_GATHERED = 2 * 131072 * 1 * 128 * 2      # K and V of the whole sequence, one KV head per TP rank

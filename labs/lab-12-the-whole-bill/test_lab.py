@@ -6,7 +6,8 @@ messages they sent and received, their timelines); every expected value is
 computed here, in the pytest process: the losses by single-process training
 of the same model and data (``commtax.ranks.wholebill.reference_losses``), the
 bytes by the course's bill (``EXPECTED("bill", dp, tp, pp)``: computed by ``expected.py`` in the course
-repository, recorded in ``expected.json`` for these plans in the student release), the groups by Megatron's rank order, the 1F1B
+repository, recorded in ``expected.json`` for these plans in the student release), the groups by
+Megatron's rank order, the 1F1B
 order by the rule written out here (Lesson 06's simulator runs the same). Inside each rank, the course's byte
 counter (``commtax.ranks.traffic.record_traffic``) records every all-reduce
 with its group's ranks, and every send with its peer and tag, so that the

@@ -26,7 +26,8 @@ from commtax.ranks.traffic import record_traffic
 from commtax.testing import BACKENDS, check, expect_close, expect_value_error, fail, SharedRuns
 
 RUNS = SharedRuns()
-EXPECTED = Expected(Path(__file__).resolve().parent)   # commtax.formulas.context (expected.py; expected.json in the release)
+# commtax.formulas.context on this file's inputs (expected.py; expected.json in the release)
+EXPECTED = Expected(Path(__file__).resolve().parent)
 DTYPE = torch.float64
 REL = ABS = 1e-10                       # "equal to single-process attention to 1e-10"
 SEQ, HEAD_DIM = 32, 8                   # 32 tokens: 2cp chunks of 4 (cp 4) or 8 (cp 2) tokens
