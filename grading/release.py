@@ -91,7 +91,9 @@ per test. Only your `starter.py` files are meant to change: your teacher grades
 them against the original tests, and may add hidden ones. (This copy has no
 reference solutions, no answers to the lessons' exercises and not the course's
 own test suite. The lessons' calculators run on your own lab code: each one
-that needs a lab function says which, until you have written it.)
+that needs a lab function says which, until you have written it. A lab's
+`expected.json` holds the values some of its tests compare with, recorded from
+the course's reference for exactly those tests' inputs: leave it as it is.)
 """
 
 SETUP_SH = """\
