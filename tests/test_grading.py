@@ -661,6 +661,27 @@ def test_cause_5_under_grade_many_one_students_chain_cannot_reach_the_next(tmp_p
     assert survivors(marker) == [] and planted(marker) == [] and not list(Path("/tmp").glob("commtax-stolen-*"))
 
 
+def test_cause_5_processes_under_the_per_process_limit_share_one_cgroup_memory_bound_that_ends_with_the_run(tmp_path):
+    """8 processes of 400 MB (each far under the 8 GiB per-process limit) against a 1 GiB bound for the
+    whole run: the kernel kills some, the lab fails, the report says why, nothing and no cgroup stays."""
+    needs_sandbox()
+    from grading.sandbox import cgroup
+    from grading.sandbox.limits import GiB, Limits
+    found = cgroup.find()
+    if isinstance(found, str) or not IS_ROOT:
+        pytest.skip(f"no cgroup can be made here: {found if isinstance(found, str) else 'not root'}")
+    marker = f"commtax-attack-hog-{os.urandom(6).hex()}"
+    folder = submission(tmp_path, lab_06_tp_comm_cost=attack("memory_hog.py", marker) + reference(FAST))
+    result = grade(folder, [FAST], lab_timeout=60, limits=Limits(cpu_seconds=120, run_memory=1 * GiB))
+    lab = lab_result(result, FAST)
+    assert lab.score == 0 < lab.max_score, "8 x 400 MB fitted in a 1 GiB bound for the run"
+    assert "a cgroup per lab run" in result.mode, result.mode
+    assert lab.problem.startswith("the lab run reached its memory limit (1 GiB"), lab.problem
+    time.sleep(0.5)
+    assert survivors(marker) == [], "a process of the run outlived it"
+    assert [p for parent in found.parents for p in parent.glob(f"{cgroup.PREFIX}{os.getpid()}-*")] == []
+
+
 @pytest.mark.parametrize("mode", ISOLATED)
 def test_cause_6_answers_elsewhere_on_the_machine_are_out_of_reach(tmp_path, mode):
     needs_sandbox()
