@@ -682,6 +682,34 @@ def test_cause_5_processes_under_the_per_process_limit_share_one_cgroup_memory_b
     assert [p for parent in found.parents for p in parent.glob(f"{cgroup.PREFIX}{os.getpid()}-*")] == []
 
 
+def test_where_no_cgroup_can_be_made_the_sandbox_goes_on_and_its_report_line_says_what_is_lost(tmp_path):
+    """No hierarchy, or a cgroup v2 without delegated controllers: a reason, never an error; the report says it."""
+    from grading.sandbox import cgroup, namespaces
+    from grading.sandbox.limits import Limits
+    assert "no cgroup v1 memory hierarchy" in cgroup.find(tmp_path)
+    (tmp_path / "v2").mkdir()
+    for name in ("cgroup.controllers", "cgroup.subtree_control"):
+        (tmp_path / "v2" / name).write_text("cpu io\n")
+    assert "memory and pids controller" in cgroup.find(tmp_path / "v2")
+    isolation = namespaces.NamespaceIsolation("/usr/bin/bwrap", True, Limits(), [], tmp_path)
+    isolation.use_cgroups("not root")
+    assert isolation._run_cgroup() is None
+    assert "no cgroup (not root): the memory of a lab run's processes together is not bounded" in isolation.describe()
+
+
+def test_a_runs_cgroup_events_become_the_reports_sentence_on_what_limit_it_reached(tmp_path):
+    from grading.sandbox import cgroup
+    (tmp_path / "memory.events").write_text("low 0\nhigh 0\nmax 12\noom 2\noom_kill 2\n")
+    (tmp_path / "pids.events").write_text("max 0\n")
+    run = cgroup.RunCgroup(2, [tmp_path], 2**30, 100)
+    assert run.limits_hit() == ("the lab run reached its memory limit (1 GiB for all its processes together): "
+                                "the kernel killed 2 of its processes (out of memory)")
+    (tmp_path / "memory.events").write_text("max 0\noom 0\noom_kill 0\n")
+    assert run.limits_hit() == ""
+    (tmp_path / "pids.events").write_text("max 7\n")
+    assert "reached its process limit (100 processes and threads together): 7 forks refused" in run.limits_hit()
+
+
 @pytest.mark.parametrize("mode", ISOLATED)
 def test_cause_6_answers_elsewhere_on_the_machine_are_out_of_reach(tmp_path, mode):
     needs_sandbox()
