@@ -536,6 +536,7 @@ def test_the_report_says_which_isolation_was_in_force_and_the_fallback_what_it_l
     boxed = grade_as(mode, folder, [FAST], tmp_path)
     assert boxed.scores[FAST][0] == boxed.scores[FAST][1] > 0
     assert "in an OS sandbox" in boxed.seen() and "PID, mount, IPC, network and UTS namespaces" in boxed.seen()
+    assert "a cgroup per lab run (cgroup v" in boxed.seen() or "no cgroup (" in boxed.seen()
     if mode == "root":
         plain = grade_as(mode, folder, [FAST], tmp_path, isolation="none")
         assert plain.scores[FAST][0] == plain.scores[FAST][1]

@@ -213,13 +213,24 @@ class Cgroups:
             run.open_for_join()
         except OSError as exc:
             run.close()
-            raise CgroupError(f"cannot make a cgroup under {', '.join(map(str, self.parents))}: {exc}") from exc
+            raise CgroupError(f"cannot make a cgroup under {', '.join(map(str, self.parents))}: "
+                              f"{exc.strerror or exc}") from exc
         return run
 
 
 def _v2_parent(root: Path) -> Path:
-    """The grader's own cgroup, with ``memory`` and ``pids`` enabled for its children (or CgroupError)."""
-    parent = _under_own(root, _own_paths().get("", ""))
+    """The grader's own cgroup with ``memory`` and ``pids`` enabled for its children, else (as root under a
+    busy cgroup: a service, a login session) the hierarchy's root (exempt from "no internal processes")."""
+    own = _under_own(root, _own_paths().get("", ""))
+    try:
+        return _v2_enable(own)
+    except CgroupError:
+        if own == root or os.geteuid() != 0:
+            raise
+        return _v2_enable(root)
+
+
+def _v2_enable(parent: Path) -> Path:
     enabled = _read(parent / "cgroup.subtree_control").split()
     missing = [c for c in ("memory", "pids") if c not in enabled]
     if missing:
