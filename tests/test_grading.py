@@ -720,6 +720,39 @@ def test_where_no_cgroup_can_be_made_the_sandbox_goes_on_and_its_report_line_say
     assert "no cgroup (not root): the memory of a lab run's processes together is not bounded" in isolation.describe()
 
 
+def test_a_runs_cgroup_caps_its_processes_and_closing_it_kills_them_all_and_removes_it():
+    """Real cgroup (root): 50 forks against a cap of 20 are refused and reported; close() leaves nothing
+    (the cgroup's folders can only be removed once no process is left in them)."""
+    from grading.sandbox import cgroup
+    found = cgroup.find()
+    if isinstance(found, str):
+        pytest.skip(f"no cgroup can be made here: {found}")
+    run = found.make(256 * 2**20, 20)
+    try:
+        shell = subprocess.Popen(["/bin/sh", "-c", "for i in $(seq 50); do sleep 60 & done; sleep 60"],
+                                 preexec_fn=run.join, stderr=subprocess.DEVNULL)
+        run.close_join()
+        deadline = time.monotonic() + 30
+        while "process limit" not in run.limits_hit() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "reached its process limit (20 processes and threads together)" in run.limits_hit()
+        members = run._members()
+        assert 10 <= len(members) <= 20, members
+    finally:
+        run.close()
+    shell.wait(timeout=10)  # (killed, or gone already: dash exits when a fork is refused)
+    assert not any(folder.exists() for folder in run.folders)
+    assert not [pid for pid in members if _running(pid)]
+
+
+def _running(pid: int) -> bool:
+    """A process that exists and is not a zombie (one whose parent has not reaped it yet is dead)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
 def test_a_runs_cgroup_events_become_the_reports_sentence_on_what_limit_it_reached(tmp_path):
     from grading.sandbox import cgroup
     (tmp_path / "memory.events").write_text("low 0\nhigh 0\nmax 12\noom 2\noom_kill 2\n")
