@@ -716,7 +716,10 @@ def test_where_no_cgroup_can_be_made_the_sandbox_goes_on_and_its_report_line_say
     assert "memory and pids controller" in cgroup.find(tmp_path / "v2")
     isolation = namespaces.NamespaceIsolation("/usr/bin/bwrap", True, Limits(), [], tmp_path)
     isolation.use_cgroups("not root")
-    assert isolation._run_cgroup() is None
+    assert isolation._run_cgroup() == (None, "")
+    isolation.use_cgroups(cgroup.Cgroups(1, [tmp_path / "gone" / "memory", tmp_path / "gone" / "pids"]))
+    run, why = isolation._run_cgroup()  # found at the start, failing later: that run goes on, and says so
+    assert run is None and why.startswith("this lab run had no cgroup (cannot make a cgroup under")
     assert "no cgroup (not root): the memory of a lab run's processes together is not bounded" in isolation.describe()
 
 

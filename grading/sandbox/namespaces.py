@@ -124,13 +124,16 @@ class NamespaceSandbox:
     """One running sandbox: ``bwrap`` and the agent in it, reached through ``control`` (a socket)."""
 
     def __init__(self, proc: subprocess.Popen, control: socket.socket, log: Path, box: Path, runs: Path,
-                 cgroup: RunCgroup | None = None):
+                 cgroup: RunCgroup | None = None, no_cgroup: str = ""):
         self.proc, self.control, self.log, self.box, self.runs = proc, control, log, box, runs
-        self.cgroup = cgroup
+        self.cgroup, self.no_cgroup = cgroup, no_cgroup
 
     def limits_hit(self) -> str:
-        """What the run's cgroup says it reached (its memory or process limit), for the report; else ""."""
-        return self.cgroup.limits_hit() if self.cgroup is not None else ""
+        """What the run's cgroup says it reached (its memory or process limit), or that this run could
+        not have the cgroup the report's isolation line promises; else ""."""
+        if self.cgroup is not None:
+            return self.cgroup.limits_hit()
+        return self.no_cgroup
 
     def settings(self, trusted_root: Path, relay_script: Path) -> dict:
         """What the trusted test process needs to start learner processes in here (COMMTAX_SANDBOX)."""
@@ -207,14 +210,16 @@ class NamespaceIsolation:
         else:
             self.cgroups, self.no_cgroup = found, ""
 
-    def _run_cgroup(self) -> RunCgroup | None:
-        """A fresh cgroup for one sandbox; None (the run goes on with the per-process limits) if it fails."""
+    def _run_cgroup(self) -> tuple:
+        """(a fresh cgroup for one sandbox, ""), or (None, why) when making it failed: the run goes on with
+        the per-process limits, and its report says so."""
         if self.cgroups is None:
-            return None
+            return None, ""
         try:
-            return self.cgroups.make(self.limits.run_memory, self.limits.processes + EXTRA_PIDS)
-        except CgroupError:
-            return None
+            return self.cgroups.make(self.limits.run_memory, self.limits.processes + EXTRA_PIDS), ""
+        except CgroupError as exc:
+            return None, (f"this lab run had no cgroup ({exc}): its processes' memory together was not "
+                          "bounded, only each process's")
 
     def close(self) -> None:
         """Nothing outlives a sandbox: nothing to undo for the whole grading."""
@@ -283,7 +288,7 @@ class NamespaceIsolation:
         etc = _etc(self.base / f"sandbox-{self._count}-etc", uid, uid if self.root_mode else os.getegid())
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         command = self._command(box, runs, agent, theirs.fileno(), uid, etc)
-        cgroup = self._run_cgroup()
+        cgroup, no_cgroup = self._run_cgroup()
         try:
             with open(log, "wb") as out:  # bwrap joins the run's cgroup before it execs: nothing runs outside
                 proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
@@ -298,7 +303,7 @@ class NamespaceIsolation:
         if cgroup is not None:
             cgroup.close_join()
         theirs.close()
-        sandbox = NamespaceSandbox(proc, ours, log, box, runs, cgroup)
+        sandbox = NamespaceSandbox(proc, ours, log, box, runs, cgroup, no_cgroup)
         try:
             ours.settimeout(READY_TIMEOUT)
             reply = ours.recv(4096)
