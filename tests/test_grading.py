@@ -717,10 +717,10 @@ def test_where_no_cgroup_can_be_made_the_sandbox_goes_on_and_its_report_line_say
     isolation = namespaces.NamespaceIsolation("/usr/bin/bwrap", True, Limits(), [], tmp_path)
     isolation.use_cgroups("not root")
     assert isolation._run_cgroup() == (None, "")
+    assert "no cgroup (not root): the memory of a lab run's processes together is not bounded" in isolation.describe()
     isolation.use_cgroups(cgroup.Cgroups(1, [tmp_path / "gone" / "memory", tmp_path / "gone" / "pids"]))
     run, why = isolation._run_cgroup()  # found at the start, failing later: that run goes on, and says so
     assert run is None and why.startswith("this lab run had no cgroup (cannot make a cgroup under")
-    assert "no cgroup (not root): the memory of a lab run's processes together is not bounded" in isolation.describe()
 
 
 def test_a_runs_cgroup_caps_its_processes_and_closing_it_kills_them_all_and_removes_it():
