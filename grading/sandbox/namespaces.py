@@ -280,6 +280,13 @@ class NamespaceIsolation:
                 c += _parents(path) + ["--ro-bind", path, path]
         return c
 
+    @staticmethod
+    def _start(command: list, log: Path, theirs: socket.socket, cgroup: RunCgroup | None) -> subprocess.Popen:
+        with open(log, "wb") as out:  # bwrap joins the run's cgroup before it execs: nothing runs outside
+            return subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                    pass_fds=(theirs.fileno(),), start_new_session=True, cwd="/",
+                                    preexec_fn=cgroup.join if cgroup else None)  # noqa: PLW1509
+
     def open(self, box: Path, runs: Path, agent: Path) -> NamespaceSandbox:
         """Start a sandbox around ``box`` (read-only) and ``runs`` (read-write); wait for its agent."""
         self._count += 1
@@ -290,10 +297,15 @@ class NamespaceIsolation:
         command = self._command(box, runs, agent, theirs.fileno(), uid, etc)
         cgroup, no_cgroup = self._run_cgroup()
         try:
-            with open(log, "wb") as out:  # bwrap joins the run's cgroup before it execs: nothing runs outside
-                proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                        pass_fds=(theirs.fileno(),), start_new_session=True, cwd="/",
-                                        preexec_fn=cgroup.join if cgroup else None)  # noqa: PLW1509
+            try:
+                proc = self._start(command, log, theirs, cgroup)
+            except subprocess.SubprocessError as exc:  # joining failed (in preexec_fn): go on without it
+                if cgroup is None:
+                    raise
+                cgroup.close()
+                cgroup, no_cgroup = None, (f"this lab run had no cgroup (bubblewrap could not join it: {exc}): "
+                                           "its processes' memory together was not bounded, only each process's")
+                proc = self._start(command, log, theirs, None)
         except BaseException:
             if cgroup is not None:
                 cgroup.close()
