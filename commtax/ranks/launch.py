@@ -41,6 +41,14 @@ What it guarantees, because distributed bugs hang rather than crash:
 * An error quotes source lines only from the learner's own files, read once
   before any rank starts (:mod:`commtax.ranks._quotes`); every other file a
   rank's stack names is named, never opened.
+* Inputs a rank alone may see: ``rank_args`` gives each rank arguments of its
+  own, through its standard input (an unlinked file, read before any code of
+  the job is loaded), never through the run folder the ranks share. Tests
+  draw those inputs from a secret seed under the grader, so that no rank can
+  rebuild another's (:func:`commtax.testing.input_seed`).
+* Bytes counted outside the ranks: under the grader's OS sandbox the result
+  list's ``wire_bytes`` is what the ranks sent each other over loopback,
+  counted by the kernel (:mod:`commtax.ranks.wire`).
 
 The same worker functions run on a real cluster under ``torchrun`` through
 :func:`run_under_torchrun` (env:// rendezvous), and :func:`launch` picks
