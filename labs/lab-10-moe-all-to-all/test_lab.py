@@ -5,9 +5,8 @@ says, slows down where the router is skewed, and drops exactly the copies the ca
 Grader isolation: workers (top-level functions below) run inside the ranks and return plain data;
 every expected value is computed here, in the pytest process, from the same inputs, by code that
 does not come from the lab. Each rank is handed only its own inputs (``rank_args``: its tokens, its
-output gradients, its all-to-all tensors; the layer's weights are everyone's), and the tokens come
-from a seed that is secret under the grader: no rank can compute another rank's tokens' outputs.
-(The all-to-all tensors are numbered rows, public so that a wrong row can be named.)
+output gradients, its all-to-all tensors; the layer's weights are everyone's), and they come from
+a seed that is secret under the grader: no rank can compute what another rank sends it.
 
 Each world size starts its ranks once; inside that job every part (the all-to-all, the torch-style
 all-to-all, the layer's forward, its backward, ...) runs on its own, so a part that raises fails its
@@ -64,11 +63,11 @@ def _tokens(world, seed=1, dtype=DTYPE, tokens=TOKENS, hidden=HIDDEN):
 
 
 def _a2a_inputs(world):
-    """Per split matrix: rank i's send tensor, rows numbered so that every row is recognisable."""
+    """Per split matrix: rank i's send tensor, distinct integer values (float64 rows of 3, and int64), from SEED."""
     matrix = SPLITS[world]
-    rows = [torch.stack([torch.arange(3, dtype=DTYPE) + 1000 * i + 10 * n for n in range(sum(matrix[i]))])
-            if sum(matrix[i]) else torch.zeros(0, 3, dtype=DTYPE) for i in range(world)]
-    ints = [torch.arange(sum(matrix[i]), dtype=torch.int64) + 100 * i for i in range(world)]
+    gen = torch.Generator().manual_seed(SEED + 30 + world)
+    rows = [torch.randint(-10**6, 10**6, (sum(matrix[i]), 3), generator=gen).to(DTYPE) for i in range(world)]
+    ints = [torch.randint(-10**9, 10**9, (sum(matrix[i]),), generator=gen) for i in range(world)]
     return {"rows": rows, "ints": ints}
 
 
@@ -76,9 +75,9 @@ EQUAL_ROWS = 2                                  # rows each rank sends each peer
 
 
 def _equal_inputs(world):
-    """Rank i's send tensor for equal splits: EQUAL_ROWS rows for each rank, each row recognisable."""
-    return [torch.arange(world * EQUAL_ROWS * 3, dtype=DTYPE).reshape(world * EQUAL_ROWS, 3) + 1000 * i
-            for i in range(world)]
+    """Rank i's send tensor for equal splits: EQUAL_ROWS rows for each rank, integer values from SEED."""
+    gen = torch.Generator().manual_seed(SEED + 40 + world)
+    return [torch.randint(-10**6, 10**6, (world * EQUAL_ROWS, 3), generator=gen).to(DTYPE) for i in range(world)]
 
 
 def _skew_inputs():
