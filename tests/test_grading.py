@@ -491,7 +491,10 @@ def test_ranks_that_rebuild_the_inputs_and_bump_their_byte_counters_gain_nothing
     # in root mode where these tests run as root (else same-user mode): the sandbox is the same.
     mode = "root" if IS_ROOT else "same-user"
     text = shipped("lab-02-ring-allreduce") + attack("rank_forgery_suffix.py")
-    graded = grade_as(mode, submission(tmp_path, lab_02_ring_allreduce=text), ["lab-02-ring-allreduce"], tmp_path)
+    # 60 s is plenty on a quiet 2-core machine (the value tests fail at once; the jobs still start ranks)
+    deadline = min(300, round(60 * max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))))
+    graded = grade_as(mode, submission(tmp_path, lab_02_ring_allreduce=text), ["lab-02-ring-allreduce"], tmp_path,
+                      lab_timeout=deadline)
     assert graded.scores["lab-02-ring-allreduce"][0] == 0, graded.seen()[:3000]
     if ISOLATION == "namespaces":  # the bytes test failed on the kernel's count, not on the forged one
         assert "counted outside your processes" in graded.seen(), graded.seen()[:3000]
