@@ -103,7 +103,8 @@ def classroom(result: GradeResult) -> dict:
                 continue  # no GPU: neither earned nor lost
             tests.append({"name": f"{lab.lab}: {t.name}", "status": "pass" if t.outcome == "passed" else "fail",
                           "score": t.score, "message": clean(t.message, limit=GRADESCOPE_TEST_OUTPUT),
-                          "test_code": "", "filename": "", "line_no": 0, "duration": round(t.duration * 1000)})
+                          "test_code": "", "filename": "", "line_no": 0,
+                          "duration": 0 if t.hidden else round(t.duration * 1000)})  # no hidden test's time
     status = "error" if result.error else ("pass" if result.score == result.max_score else "fail")
     return {"version": 1, "status": status, "max_score": result.max_score, "tests": tests}
 
