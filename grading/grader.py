@@ -225,7 +225,9 @@ def _grade(submission, labs, *, source, hidden, lab_timeout, total_timeout, user
     scored_exercises = grade_exercises(Path(submission) if submission else None) if exercises else None
     limits = limits or Limits(cpu_seconds=int(lab_timeout) + 60)
     protected = [source, hidden] + ([submission] if submission is not None else [])
-    with tempfile.TemporaryDirectory(prefix="commtax-grading-") as tmp:
+    # ignore_cleanup_errors: a stop (SIGTERM) that cut a lab's own clean-up short must not keep the rest
+    # of the tree from being removed.
+    with tempfile.TemporaryDirectory(prefix="commtax-grading-", ignore_cleanup_errors=True) as tmp:
         base = Path(tmp)
         os.chmod(base, 0o711)  # the sandbox user may pass through to its own folders, not list them
         chosen = choose_isolation(user=user, same_user=same_user, isolation=isolation, limits=limits, base=base,
@@ -240,6 +242,7 @@ def _grade(submission, labs, *, source, hidden, lab_timeout, total_timeout, user
             if scored_exercises is not None:
                 result.labs.append(scored_exercises)
         finally:
+            kill_descendants()  # (after a stop: whatever a cut-short clean-up left running) before the tree goes
             chosen.close()
     result.seconds = time.monotonic() - start
     return result
