@@ -276,8 +276,20 @@ def _to_stderr(message: str) -> None:
     print(f"[grading] {message}", file=sys.stderr, flush=True)
 
 
+def _partial(result: GradeResult, expected: dict, labs: list, no_gpu, start: float) -> GradeResult:
+    """The labs graded so far, and the others as failed "not graded" (so the maximum is already the whole
+    one), marked incomplete: what autograde writes as labs finish."""
+    done = {lab.lab for lab in result.labs}
+    why = "not graded: grading stopped before this lab (most likely the autograder's time limit)"
+    rest = [LabResult(lab, score_lab(lab, expected[lab], [], why, no_gpu), 0.0, why) for lab in labs
+            if lab not in done]
+    return GradeResult(labs=[*result.labs, *rest], seconds=time.monotonic() - start, error=result.error,
+                       mode=result.mode, incomplete=f"incomplete: {len(done)} of {len(labs)} labs graded "
+                                                    "when these results were written")
+
+
 def _grade_labs(result, course, starters, refused, labs, base, chosen, source, hidden, lab_timeout,
-                total_timeout, progress, start) -> None:
+                total_timeout, progress, start, on_lab=None) -> None:
     collect_tree = base / secrets.token_hex(16)
     collect_tree.mkdir(mode=0o700)
     write_trusted_tree(collect_tree / "course", course, labs)
