@@ -105,7 +105,7 @@ SETUP_SH = """\
 # numpy 2.4.6 has no 3.10 build, so Python 3.11 comes from the deadsnakes PPA there; an image whose
 # python3 is 3.11 or newer (Ubuntu 24.04: 3.12) uses its own. Installs only what grading needs
 # (grading/requirements.txt), never JupyterLab, Playwright or the book's tools.
-# For a local try: AUTOGRADER_ROOT=/some/folder AUTOGRADER_SKIP_APT=1 bash setup.sh
+# For a local try (no apt, no user made): AUTOGRADER_ROOT=/some/folder AUTOGRADER_SKIP_APT=1 bash setup.sh
 set -euo pipefail
 ROOT="${AUTOGRADER_ROOT:-/autograder}"
 SOURCE="$ROOT/source"
@@ -132,8 +132,10 @@ new_enough "$PYTHON" || { echo "setup.sh: no Python 3.11 or newer ($PYTHON)"; ex
   "$(grep '^torch==' "$SOURCE/grading/requirements.txt")"
 "$ROOT/venv/bin/pip" install -q -r "$SOURCE/grading/requirements.txt"
 "$ROOT/venv/bin/python" -c "import torch, numpy, pytest, psutil; print('setup.sh: Python', __import__('sys').version.split()[0], 'torch', torch.__version__)"
-# Without the OS sandbox, learner code runs as this unprivileged user.
-if [ "$(id -u)" = "0" ]; then id -u student > /dev/null 2>&1 || useradd --create-home --shell /usr/sbin/nologin student; fi
+# Without the OS sandbox, learner code runs as this unprivileged user (not made on a local try).
+if [ "$(id -u)" = "0" ] && [ -z "${AUTOGRADER_SKIP_APT:-}" ]; then
+  id -u student > /dev/null 2>&1 || useradd --create-home --shell /usr/sbin/nologin student
+fi
 """
 
 RUN_AUTOGRADER = """\
