@@ -284,8 +284,8 @@ def _partial(result: GradeResult, expected: dict, labs: list, no_gpu, start: flo
     rest = [LabResult(lab, score_lab(lab, expected[lab], [], why, no_gpu), 0.0, why) for lab in labs
             if lab not in done]
     return GradeResult(labs=[*result.labs, *rest], seconds=time.monotonic() - start, error=result.error,
-                       mode=result.mode, incomplete=f"incomplete: {len(done)} of {len(labs)} labs graded "
-                                                    "when these results were written")
+                       mode=result.mode, incomplete=f"{len(done)} of {len(labs)} labs graded when these "
+                                                    "results were written")
 
 
 def _grade_labs(result, course, starters, refused, labs, base, chosen, source, hidden, lab_timeout,

@@ -77,7 +77,7 @@ def test_autograde_writes_results_after_each_lab_and_keeps_them_when_stopped(tmp
     def fake_grade(submission, labs, progress=None, on_lab=None, **options):
         partial = made((FAST, [("test_a", 2, "passed", False), ("test_b", 1, "failed", False)]),
                        ("lab-01-alpha-beta", [("test_c", 5, "failed", False)]))
-        partial.incomplete = "incomplete: 1 of 2 labs graded when these results were written"
+        partial.incomplete = "1 of 2 labs graded when these results were written"
         on_lab(partial)
         seen.append(json.loads((tmp_path / "results" / "results.json").read_text()))
         raise Stopped(signal.SIGTERM)  # what Gradescope's time limit (SIGTERM) raises in the grader
@@ -87,7 +87,7 @@ def test_autograde_writes_results_after_each_lab_and_keeps_them_when_stopped(tmp
     assert cli.main(["autograde", "--root", str(tmp_path)]) == 0
     final = json.loads((tmp_path / "results" / "results.json").read_text())
     assert seen[0]["score"] == final["score"] == 2 and seen[0]["max_score"] == final["max_score"] == 8
-    assert seen[0]["output"].startswith("INCOMPLETE: incomplete: 1 of 2 labs")
+    assert seen[0]["output"].startswith("INCOMPLETE: 1 of 2 labs graded")
     assert "the autograder was stopped (SIGTERM)" in final["output"]
     assert not list((tmp_path / "results").glob("*.partial"))  # written atomically
 

@@ -941,8 +941,7 @@ def test_the_maximum_is_the_same_for_an_empty_a_partial_and_a_complete_submissio
     (tmp_path / "empty").mkdir()
     snapshots = []  # what autograde writes before the first lab and after each (a killed run leaves them)
     empty = grade(tmp_path / "empty", labs, on_lab=snapshots.append)
-    assert [s.incomplete.split(" labs")[0] for s in snapshots] == ["incomplete: 0 of 2", "incomplete: 1 of 2",
-                                                                     "incomplete: 2 of 2"]
+    assert [s.incomplete.split(" labs")[0] for s in snapshots] == ["0 of 2", "1 of 2", "2 of 2"]
     assert {s.max_score for s in snapshots} == {empty.max_score} and not empty.incomplete
     assert "not graded: grading stopped" in lab_result(snapshots[1], labs[1]).problem
     partial = grade(submission(tmp_path / "partial", lab_06_tp_comm_cost=reference(FAST)), labs)
