@@ -575,6 +575,7 @@ def test_the_report_says_which_isolation_was_in_force_and_the_fallback_what_it_l
     boxed = grade_as(mode, folder, [FAST], tmp_path)
     assert boxed.scores[FAST][0] == boxed.scores[FAST][1] > 0
     assert "in an OS sandbox" in boxed.seen() and "PID, mount, IPC, network and UTS namespaces" in boxed.seen()
+    assert "a cgroup per lab run (cgroup v" in boxed.seen() or "no cgroup (" in boxed.seen()
     if mode == "root":
         plain = grade_as(mode, folder, [FAST], tmp_path, isolation="none")
         assert plain.scores[FAST][0] == plain.scores[FAST][1]
@@ -698,6 +699,91 @@ def test_cause_5_under_grade_many_one_students_chain_cannot_reach_the_next(tmp_p
     assert rows["a-mallory"][1] == "0"
     time.sleep(0.5)
     assert survivors(marker) == [] and planted(marker) == [] and not list(Path("/tmp").glob("commtax-stolen-*"))
+
+
+def test_cause_5_processes_under_the_per_process_limit_share_one_cgroup_memory_bound_that_ends_with_the_run(tmp_path):
+    """8 processes of 400 MB (each far under the 8 GiB per-process limit) against a 1 GiB bound for the
+    whole run: the kernel kills some, the lab fails, the report says why, nothing and no cgroup stays."""
+    needs_sandbox()
+    from grading.sandbox import cgroup
+    from grading.sandbox.limits import GiB, Limits
+    found = cgroup.find()
+    if isinstance(found, str) or not IS_ROOT:
+        pytest.skip(f"no cgroup can be made here: {found if isinstance(found, str) else 'not root'}")
+    marker = f"commtax-attack-hog-{os.urandom(6).hex()}"
+    folder = submission(tmp_path, lab_06_tp_comm_cost=attack("memory_hog.py", marker) + reference(FAST))
+    result = grade(folder, [FAST], lab_timeout=60, limits=Limits(cpu_seconds=120, run_memory=1 * GiB))
+    lab = lab_result(result, FAST)
+    assert lab.score == 0 < lab.max_score, "8 x 400 MB fitted in a 1 GiB bound for the run"
+    assert "a cgroup per lab run" in result.mode, result.mode
+    assert lab.problem.startswith("the lab run reached its memory limit (1 GiB"), lab.problem
+    time.sleep(0.5)
+    assert survivors(marker) == [], "a process of the run outlived it"
+    assert [p for parent in found.parents for p in parent.glob(f"{cgroup.PREFIX}{os.getpid()}-*")] == []
+
+
+def test_where_no_cgroup_can_be_made_the_sandbox_goes_on_and_its_report_line_says_what_is_lost(tmp_path):
+    """No hierarchy, or a cgroup v2 without delegated controllers: a reason, never an error; the report says it."""
+    from grading.sandbox import cgroup, namespaces
+    from grading.sandbox.limits import Limits
+    assert "no cgroup v1 memory hierarchy" in cgroup.find(tmp_path)
+    (tmp_path / "v2").mkdir()
+    for name in ("cgroup.controllers", "cgroup.subtree_control"):
+        (tmp_path / "v2" / name).write_text("cpu io\n")
+    assert "memory and pids controller" in cgroup.find(tmp_path / "v2")
+    isolation = namespaces.NamespaceIsolation("/usr/bin/bwrap", True, Limits(), [], tmp_path)
+    isolation.use_cgroups("not root")
+    assert isolation._run_cgroup() == (None, "")
+    assert "no cgroup (not root): the memory of a lab run's processes together is not bounded" in isolation.describe()
+    isolation.use_cgroups(cgroup.Cgroups(1, [tmp_path / "gone" / "memory", tmp_path / "gone" / "pids"]))
+    run, why = isolation._run_cgroup()  # found at the start, failing later: that run goes on, and says so
+    assert run is None and why.startswith("this lab run had no cgroup (cannot make a cgroup under")
+
+
+def test_a_runs_cgroup_caps_its_processes_and_closing_it_kills_them_all_and_removes_it():
+    """Real cgroup (root): 50 forks against a cap of 20 are refused and reported; close() leaves nothing
+    (the cgroup's folders can only be removed once no process is left in them)."""
+    from grading.sandbox import cgroup
+    found = cgroup.find()
+    if isinstance(found, str):
+        pytest.skip(f"no cgroup can be made here: {found}")
+    run = found.make(256 * 2**20, 20)
+    try:
+        shell = subprocess.Popen(["/bin/sh", "-c", "for i in $(seq 50); do sleep 60 & done; sleep 60"],
+                                 preexec_fn=run.join, stderr=subprocess.DEVNULL)
+        run.close_join()
+        deadline = time.monotonic() + 30
+        while "process limit" not in run.limits_hit() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "reached its process limit (20 processes and threads together)" in run.limits_hit()
+        members = run._members()
+        assert 10 <= len(members) <= 20, members
+    finally:
+        run.close()
+    shell.wait(timeout=10)  # (killed, or gone already: dash exits when a fork is refused)
+    assert not any(folder.exists() for folder in run.folders)
+    assert not [pid for pid in members if _running(pid)]
+
+
+def _running(pid: int) -> bool:
+    """A process that exists and is not a zombie (one whose parent has not reaped it yet is dead)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
+def test_a_runs_cgroup_events_become_the_reports_sentence_on_what_limit_it_reached(tmp_path):
+    from grading.sandbox import cgroup
+    (tmp_path / "memory.events").write_text("low 0\nhigh 0\nmax 12\noom 2\noom_kill 2\n")
+    (tmp_path / "pids.events").write_text("max 0\n")
+    run = cgroup.RunCgroup(2, [tmp_path], 2**30, 100)
+    assert run.limits_hit() == ("the lab run reached its memory limit (1 GiB for all its processes together): "
+                                "the kernel killed 2 of its processes (out of memory)")
+    (tmp_path / "memory.events").write_text("max 0\noom 0\noom_kill 0\n")
+    assert run.limits_hit() == ""
+    (tmp_path / "pids.events").write_text("max 7\n")
+    assert "reached its process limit (100 processes and threads together): 7 forks refused" in run.limits_hit()
 
 
 @pytest.mark.parametrize("mode", ISOLATED)
