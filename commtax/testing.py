@@ -128,6 +128,53 @@ def require_implemented(*funcs) -> None:
             raise NotImplementedError(message)
 
 
+# -- inputs the ranks cannot predict, and bytes counted outside them ------------------------------
+#
+# A test's worker function runs inside the learner's rank processes, next to the learner's module:
+# whatever it measures there (result tensors, byte counters, the collectives called) the learner's
+# code can forge. So the inputs of a distributed test are drawn here, in the trusted test process,
+# from a seed the learner cannot know when the grader runs, and each rank is handed only its own
+# (``rank_args``): no rank can rebuild the others' inputs, so a right sum needs the data to move.
+# The bytes that moved are counted by the kernel, outside the ranks (:mod:`commtax.ranks.wire`).
+
+#: Set to an integer to fix the seed of every test's inputs (outside the grader only).
+SEED_ENV = "COMMTAX_INPUT_SEED"
+
+
+def input_seed(default: int) -> int:
+    """The seed of a test module's inputs: secret under the grader, else ``default`` (reproducible).
+
+    Under the grader (its sandbox settings are in the environment) the seed is
+    drawn from :mod:`secrets` in the trusted test process, afresh for each lab
+    run, and never leaves it: ranks get the inputs made from it, each only its
+    own. A learner running ``pytest`` sees ``default`` (or ``$COMMTAX_INPUT_SEED``),
+    so that a failure repeats.
+    """
+    from commtax.learner_process import sandbox
+    if sandbox() is not None:
+        import secrets
+        return secrets.randbits(62)
+    text = os.environ.get(SEED_ENV, "")
+    return int(text) if text.strip().lstrip("-").isdigit() else default
+
+
+def expect_wire_bytes(results, payload: int, messages: int, what: str) -> None:
+    """Fail unless the job behind ``results`` really moved ``payload`` bytes between its ranks.
+
+    ``results``: what :func:`commtax.ranks.launch.run_ranks` (or :class:`SharedRuns`) returned; its
+    ``wire_bytes`` are counted by the kernel outside the ranks, all ranks together, headers
+    included (None outside the grader's OS sandbox: then nothing is checked, and the
+    per-rank counts the ranks report are the only evidence). ``payload``: the bytes a correct
+    implementation sends in the whole job, all ranks together; ``messages``: how many
+    messages it sends (overhead allowance, :func:`commtax.ranks.wire.wire_problem`).
+    """
+    __tracebackhide__ = True
+    from commtax.ranks.wire import wire_problem
+    problem = wire_problem(getattr(results, "wire_bytes", None), payload, messages, what)
+    if problem:
+        fail(problem)
+
+
 class SharedRuns:
     """Run a distributed job once and let several tests read its result.
 

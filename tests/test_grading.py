@@ -498,6 +498,22 @@ def test_a_rank_that_forges_its_stack_gets_other_files_named_never_quoted(tmp_pa
     assert not [line for line in answers if line in seen], graded.mode
 
 
+def test_ranks_that_rebuild_the_inputs_and_bump_their_byte_counters_gain_nothing(tmp_path):
+    # Red team round 2, a03 (19/23 on Lab 02 before): no message sent; each rank rebuilds every input from
+    # the public seeds and adds to the byte counter in the closure of the wrapped dist.send. Now inputs come
+    # from a secret seed, one rank's each, and the kernel counts the bytes outside the ranks. Graded once,
+    # in root mode where these tests run as root (else same-user mode): the sandbox is the same.
+    mode = "root" if IS_ROOT else "same-user"
+    text = shipped("lab-02-ring-allreduce") + attack("rank_forgery_suffix.py")
+    # 60 s is plenty on a quiet 2-core machine (the value tests fail at once; the jobs still start ranks)
+    deadline = min(300, round(60 * max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))))
+    graded = grade_as(mode, submission(tmp_path, lab_02_ring_allreduce=text), ["lab-02-ring-allreduce"], tmp_path,
+                      lab_timeout=deadline)
+    assert graded.scores["lab-02-ring-allreduce"][0] == 0, graded.seen()[:3000]
+    if ISOLATION == "namespaces":  # the bytes test failed on the kernel's count, not on the forged one
+        assert "counted outside your processes" in graded.seen(), graded.seen()[:3000]
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_importing_the_answers_from_commtax_gains_nothing(tmp_path, mode):
     text = shipped("lab-01-alpha-beta") + attack("import_answers.py")

@@ -54,6 +54,23 @@ def sum_of_ranks(rank, world_size, scale):
     return t.tolist()
 
 
+def own_and_shared(rank, world_size, shared, own):
+    """What this rank was handed, whether its standard input is empty now, and whether any file of the
+    run folder holds another rank's own argument."""
+    others = [f"secret-of-rank-{r}".encode() for r in range(world_size) if r != rank]
+    run_dir = sys.argv[1]  # the rank's entry point: python -m commtax.ranks._rank RUN_DIR RANK ...
+    found = []
+    for name in os.listdir(run_dir):
+        try:
+            with open(os.path.join(run_dir, name), "rb") as f:
+                data = f.read()
+        except OSError:
+            continue
+        found += [name for other in others if other in data]
+    dist.barrier()  # no rank writes its result (which holds its own argument) before every rank has looked
+    return [shared, own.decode(), sys.stdin.buffer.read() == b"", found]
+
+
 def device_sum(rank, world_size):
     from commtax.ranks.launch import rank_device
 
@@ -138,6 +155,30 @@ def test_lab_modules_travel_to_the_ranks_by_path():
     assert run_ranks(use_a_lab_module, 2, args=(lab,)) == [1000.0, 1000.0]
 
 
+def test_rank_args_reach_only_their_rank_never_the_shared_run_folder():
+    # Issue 21 / red team a03: a rank must not be able to read another rank's inputs where the
+    # launcher put them: they come on the rank's standard input, read and gone before the job runs.
+    own = [(f"secret-of-rank-{r}".encode(),) for r in range(3)]
+    results = run_ranks(own_and_shared, 3, args=("everyone",), rank_args=own)
+    assert results == [["everyone", f"secret-of-rank-{r}", True, []] for r in range(3)]
+    assert results.wire_bytes is None  # outside the grader's sandbox the kernel's count means nothing
+
+
+def test_loopback_counters_are_read_only_from_a_private_namespace(tmp_path):
+    from commtax.ranks import wire
+    head = "Inter-|   Receive |  Transmit\n face |bytes packets errs drop fifo frame compressed multicast|bytes\n"
+    private, shared = tmp_path / "private", tmp_path / "shared"
+    private.write_text(head + "    lo: 5000 40 0 0 0 0 0 0 5000 40 0 0 0 0 0 0\n")
+    shared.write_text(head + "    lo: 5000 40 0 0 0 0 0 0 5000 40 0 0 0 0 0 0\n  eth0: 9 1 0 0 0 0 0 0 7 1 0 0 0 0 0 0\n")
+    assert wire.read_loopback(str(private)) == 5000
+    assert wire.read_loopback(str(shared)) is None  # the machine's loopback: shared with everything else
+    assert wire.read_loopback(str(tmp_path / "absent")) is None
+    assert wire.wire_problem(None, 10**6, 10, "job") is None  # not countable: nothing to say
+    assert wire.wire_problem(10**6 + 5000, 10**6, 10, "job") is None  # payload plus headers
+    assert "less than the data" in wire.wire_problem(4000, 10**6, 10, "job")  # a03: nothing sent
+    assert "more than a correct run" in wire.wire_problem(3 * 10**6, 10**6, 10, "job")
+
+
 def test_two_runs_at_once_do_not_collide_because_no_port_is_fixed():
     results, errors = {}, []
 
@@ -174,6 +215,8 @@ def test_bad_arguments_are_refused_before_anything_starts():
         run_ranks(sum_of_ranks, 2, backend="mpi")
     with pytest.raises(ValueError, match="timeout"):
         run_ranks(sum_of_ranks, 2, timeout=0)
+    with pytest.raises(ValueError, match="rank_args"):
+        run_ranks(sum_of_ranks, 2, args=(1.0,), rank_args=[(1,)])
     cell = types.ModuleType("notebook_cell")  # what a function typed into Jupyter belongs to
     exec("def worker(rank, world_size):\n    return rank", cell.__dict__)
     sys.modules["notebook_cell"] = cell

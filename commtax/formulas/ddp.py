@@ -102,12 +102,14 @@ def allreduce_schedule(ready_times, comm_times) -> list[tuple[float, float]]:
         raise ValueError(f"ready_times and comm_times must have the same length, got {len(ready)} and {len(comm)}")
     if any(b < a for a, b in zip(ready, ready[1:])):
         raise ValueError(f"ready_times must be non-decreasing, got {ready!r}")
+    # BEGIN GRADED lab-09 allreduce_schedule
     schedule, finish = [], 0.0
     for r, c in zip(ready, comm):
         start = max(r, finish)
         finish = start + c
         schedule.append((start, finish))
     return schedule
+    # END GRADED: return [(f - c, f) for f, c in zip([learner.lab("09").overlapped_allreduce_finish(ready[:i + 1], comm[:i + 1]) for i in range(len(ready))], comm)]
 
 
 def overlapped_allreduce_finish(ready_times, comm_times) -> float:

@@ -1,8 +1,9 @@
 """Entry point of one rank started by :func:`commtax.ranks.launch.run_ranks`.
 
-Usage (by the launcher only): ``python -m commtax.ranks._rank RUN_DIR RANK``.
+Usage (by the launcher only): ``python -m commtax.ranks._rank RUN_DIR RANK [--own-args]``.
 
-The rank reads its job from ``RUN_DIR/job.pkl``, joins the process group
+The rank reads its job from ``RUN_DIR/job.pkl`` (and, with ``--own-args``, the
+arguments only it gets from its standard input, first thing), joins the process group
 through a file store in ``RUN_DIR``, calls the function and writes either
 ``rank{R}.result`` or ``rank{R}.error``, both in the safe form of
 :mod:`commtax.boundary` (plain data: the launcher never unpickles an object
@@ -84,7 +85,17 @@ def _dropped_error(dropped: list) -> dict:
             "when": time.time(), "frames": first["site"], "dropped": dropped}
 
 
-def main(run_dir: str, rank: int) -> None:
+def _read_own_args() -> bytes:
+    """This rank's own arguments (pickled), from its standard input: read whole, before any job code loads."""
+    data = sys.stdin.buffer.read()
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)  # the inputs' file is gone from this process: standard input is empty from now on
+    os.close(null)
+    return data
+
+
+def main(run_dir: str, rank: int, own_args: bool = False) -> None:
+    own_bytes = _read_own_args() if own_args else None
     stack_file = open(os.path.join(run_dir, f"rank{rank}.stack"), "w")
     faulthandler.enable(file=stack_file, all_threads=True)  # segfaults, aborts
     if hasattr(signal, "SIGUSR1"):
@@ -111,6 +122,8 @@ def main(run_dir: str, rank: int) -> None:
 
     try:
         fn, args, kwargs = pickle.loads(job_bytes)
+        if own_bytes is not None:
+            args = (*args, *pickle.loads(own_bytes))  # after the shared arguments
         dist.init_process_group(
             backend=backend,
             init_method="file://" + os.path.join(run_dir, "store"),
@@ -143,4 +156,4 @@ def main(run_dir: str, rank: int) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]))
+    main(sys.argv[1], int(sys.argv[2]), "--own-args" in sys.argv[3:])

@@ -17,6 +17,7 @@ import pickle
 import signal
 import subprocess
 import sys
+import tempfile
 
 from commtax import boundary
 from commtax.ranks import _byfile
@@ -43,9 +44,12 @@ def write_job(run_dir, fn, args, kwargs, world_size, backend, timeout) -> None:
         f.write(job)
 
 
-def start_rank(run_dir: str, rank: int, world_size: int, extra_env: dict | None) -> subprocess.Popen:
+def start_rank(run_dir: str, rank: int, world_size: int, extra_env: dict | None,
+               own_args: bytes | None = None) -> subprocess.Popen:
     # Ranks run the learner's code: started like every learner process (in its own session), which
     # under the grader means inside the lab run's sandbox (the Popen is then the relay's).
+    # ``own_args`` (this rank's own inputs, pickled) reach it on its standard input: an anonymous
+    # file in the trusted side's temporary folder, so no file in the shared run folder holds them.
     env = dict(
         OMP_NUM_THREADS="1",
         MKL_NUM_THREADS="1",
@@ -57,16 +61,23 @@ def start_rank(run_dir: str, rank: int, world_size: int, extra_env: dict | None)
     )
     env.update(extra_env or {})
     out = open(os.path.join(run_dir, f"rank{rank}.out"), "wb")
+    stdin = subprocess.DEVNULL
+    if own_args is not None:
+        stdin = tempfile.TemporaryFile()  # unlinked at once: only this rank gets the descriptor
+        stdin.write(own_args)
+        stdin.seek(0)
     try:
         return boundary.learner_popen(
-            [sys.executable, "-m", "commtax.ranks._rank", run_dir, str(rank)],
-            stdin=subprocess.DEVNULL,
+            [sys.executable, "-m", "commtax.ranks._rank", run_dir, str(rank)] + (["--own-args"] if own_args else []),
+            stdin=stdin,
             stdout=out,
             stderr=subprocess.STDOUT,
             extra_env=env,
         )
     finally:
-        out.close()  # the child holds its own copy
+        out.close()  # the child holds its own copies
+        if own_args is not None:
+            stdin.close()
 
 
 def kill_all(procs) -> None:

@@ -41,6 +41,14 @@ What it guarantees, because distributed bugs hang rather than crash:
 * An error quotes source lines only from the learner's own files, read once
   before any rank starts (:mod:`commtax.ranks._quotes`); every other file a
   rank's stack names is named, never opened.
+* Inputs a rank alone may see: ``rank_args`` gives each rank arguments of its
+  own, through its standard input (an unlinked file, read before any code of
+  the job is loaded), never through the run folder the ranks share. Tests
+  draw those inputs from a secret seed under the grader, so that no rank can
+  rebuild another's (:func:`commtax.testing.input_seed`).
+* Bytes counted outside the ranks: under the grader's OS sandbox the result
+  list's ``wire_bytes`` is what the ranks sent each other over loopback,
+  counted by the kernel (:mod:`commtax.ranks.wire`).
 
 The same worker functions run on a real cluster under ``torchrun`` through
 :func:`run_under_torchrun` (env:// rendezvous), and :func:`launch` picks
@@ -58,11 +66,12 @@ reading stacks in :mod:`~commtax.ranks._frames`, diagnosis and hints in
 from __future__ import annotations
 
 import os
+import pickle
 import shutil
 import subprocess
 
 from commtax import boundary
-from commtax.ranks import _byfile
+from commtax.ranks import _byfile, wire
 from commtax.ranks._frames import learner_traceback
 from commtax.ranks._failures import BackendUnavailable, DistributedRunError, RankFailure
 from commtax.ranks._quotes import Quotes
@@ -70,7 +79,7 @@ from commtax.ranks._report import describe
 from commtax.ranks._start import OUTPUT_TAIL_BYTES, kill_all, start_rank, tail, write_job
 from commtax.ranks._watch import DEADLOCK_CPU, watch
 
-__all__ = ["BACKENDS", "DEADLOCK_AFTER", "BackendUnavailable", "DistributedRunError", "RankFailure",
+__all__ = ["BACKENDS", "DEADLOCK_AFTER", "BackendUnavailable", "DistributedRunError", "RankFailure", "RankResults",
            "backend_unavailable_reason", "gpu_count", "launch", "launched_by_torchrun", "learner_traceback",
            "rank_device", "run_ranks", "run_under_torchrun"]
 
@@ -116,8 +125,9 @@ def run_ranks(
     live: bool = False,
     env: dict | None = None,
     deadlock_after: float | None = DEADLOCK_AFTER,
-) -> list:
-    """Run ``fn(rank, world_size, *args, **kwargs)`` on ``world_size`` processes.
+    rank_args: list | None = None,
+) -> RankResults:
+    """Run ``fn(rank, world_size, *args, *rank_args[rank], **kwargs)`` on ``world_size`` processes.
 
     Args:
         fn: a function defined at the top level of a ``.py`` file (a lab file
@@ -139,9 +149,16 @@ def run_ranks(
             rank has sat this many seconds in a torch.distributed wait (same
             stack, same messages posted, no CPU used), instead of waiting
             for ``timeout``. None: only the deadline (NCCL always).
+        rank_args: one tuple per rank, of arguments only that rank gets (its
+            own inputs: no other rank's process is handed them). They reach
+            the rank through its standard input, read before any code of the
+            job is loaded. Default: none.
 
     Returns:
-        ``[result of rank 0, result of rank 1, ...]``.
+        ``[result of rank 0, result of rank 1, ...]``, a list whose
+        ``wire_bytes`` is what the ranks sent each other in all, counted by
+        the kernel outside their processes (:mod:`commtax.ranks.wire`), or
+        None where that cannot be counted (outside the grader's sandbox).
 
     Raises:
         DistributedRunError: a rank raised, exited early, or the deadline passed.
@@ -157,6 +174,9 @@ def run_ranks(
         raise ValueError(f"grace must be >= 0 seconds, got {grace!r}")
     if deadlock_after is not None and not deadlock_after > 0:
         raise ValueError(f"deadlock_after must be > 0 seconds or None, got {deadlock_after!r}")
+    if rank_args is not None and (not isinstance(rank_args, (list, tuple)) or len(rank_args) != world_size
+                                  or not all(isinstance(a, tuple) for a in rank_args)):
+        raise ValueError(f"rank_args must be a list of {world_size} tuples (one per rank), got {rank_args!r:.200}")
     reason = backend_unavailable_reason(backend, world_size)
     if reason:
         raise BackendUnavailable(reason)
@@ -167,9 +187,12 @@ def run_ranks(
     procs: list[subprocess.Popen] = []
     try:
         write_job(run_dir, fn, tuple(args), dict(kwargs or {}), world_size, backend, timeout)
-        procs = [start_rank(run_dir, rank, world_size, env) for rank in range(world_size)]
+        wire_before = wire.loopback_bytes()
+        procs = [start_rank(run_dir, rank, world_size, env, own_args(rank_args, rank))
+                 for rank in range(world_size)]
         results, failures = watch(run_dir, procs, timeout, grace, live,
                                   deadlock_after if backend == "gloo" else None)
+        wire_after = wire.loopback_bytes()
         outputs = [tail(os.path.join(run_dir, f"rank{r}.out")) for r in range(world_size)]
     finally:
         kill_all(procs)
@@ -185,7 +208,30 @@ def run_ranks(
         for failure in failures:
             failure.output = outputs[failure.rank]
         raise DistributedRunError(describe(fn, world_size, backend, timeout, failures, quotes), failures)
-    return results
+    counted = None if wire_before is None or wire_after is None else wire_after - wire_before
+    return RankResults(results, counted)
+
+
+class RankResults(list):
+    """What each rank returned, indexed by rank; ``wire_bytes``: bytes the ranks sent each other.
+
+    ``wire_bytes`` is counted by the kernel outside the ranks (:mod:`commtax.ranks.wire`),
+    headers included, for the whole job; None where it cannot be counted.
+    """
+
+    def __init__(self, results, wire_bytes: int | None = None):
+        super().__init__(results)
+        self.wire_bytes = wire_bytes
+
+
+def own_args(rank_args, rank: int) -> bytes | None:
+    """The pickled arguments only ``rank`` gets (None: no such arguments)."""
+    if rank_args is None:
+        return None
+    try:
+        return _byfile.dumps(tuple(rank_args[rank]))
+    except (pickle.PicklingError, TypeError, AttributeError) as exc:
+        raise ValueError(f"cannot send rank {rank} its arguments: {exc}") from exc
 
 
 # -- torchrun ----------------------------------------------------------------

@@ -137,9 +137,13 @@ class NamespaceSandbox:
 
     def settings(self, trusted_root: Path, relay_script: Path) -> dict:
         """What the trusted test process needs to start learner processes in here (COMMTAX_SANDBOX)."""
-        return {"trusted_root": os.path.realpath(trusted_root), "learner_root": str(self.box), "tmp": "/tmp",
-                "runs": str(self.runs), "relay": {"python": sys.executable, "script": str(relay_script),
-                                                  "fd": self.control.fileno()}}
+        settings = {"trusted_root": os.path.realpath(trusted_root), "learner_root": str(self.box), "tmp": "/tmp",
+                    "runs": str(self.runs), "relay": {"python": sys.executable, "script": str(relay_script),
+                                                      "fd": self.control.fileno()}}
+        counters = network_counters(self.proc.pid)
+        if counters:  # the trusted tests count the ranks' bytes there (commtax.ranks.wire)
+            settings["loopback"] = counters
+        return settings
 
     @property
     def pass_fds(self) -> tuple:
@@ -164,6 +168,37 @@ class NamespaceSandbox:
             pass
         if self.cgroup is not None:
             self.cgroup.close()
+
+
+def network_counters(outer_pid: int) -> str | None:
+    """``/proc/<pid>/net/dev`` of the first descendant of ``outer_pid`` in a network namespace not ours.
+
+    ``outer_pid`` is bubblewrap's; its children hold the sandbox's namespaces. The kernel's
+    loopback counters there count every byte the lab's ranks send each other, read from outside
+    (the trusted test process), where no learner code can change them. None if none is found.
+    """
+    try:
+        ours = os.readlink("/proc/self/ns/net")
+    except OSError:
+        return None
+    queue, seen = [outer_pid], set()
+    while queue:
+        pid = queue.pop(0)
+        if pid in seen:
+            continue
+        seen.add(pid)
+        try:
+            if os.readlink(f"/proc/{pid}/ns/net") != ours:
+                return f"/proc/{pid}/net/dev"
+        except OSError:
+            pass
+        try:
+            for task in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{task}/children", encoding="ascii") as f:
+                    queue.extend(int(child) for child in f.read().split())
+        except (OSError, ValueError):
+            pass
+    return None
 
 
 FRESH_UIDS = (0x60000000, 0x6FFFFFFF)  # root mode: each sandbox's user is drawn from here (no passwd entry)

@@ -1,13 +1,18 @@
-"""Lab 02 tests: your ring on real processes, against sums computed here and a byte counter.
+"""Lab 02 tests: your ring on real processes, against sums computed here and byte counters.
 
 Each distributed job runs on P real ranks (gloo on CPU; NCCL only where there
-is a GPU per rank). The ranks only *run* your functions, under
+is a GPU per rank). The inputs are made here, in the test process, and each
+rank is handed only its own (``rank_args``): under the grader they come from a
+secret seed, so no rank can work out another's input; the right sum needs the
+data to travel. The ranks only *run* your functions, under
 ``commtax.ranks.traffic.record_traffic`` (which counts the bytes every rank
 sends and notes any built-in collective), and return what they got: result
 tensors and byte counts. Every expected value is computed in the test process
-from the same seeds (the all-reduce of rank inputs is their sum, added up
-here), and every check runs here, so the messages can say which chunk is
-wrong, by how much, and what the wrong value looks like.
+(the all-reduce of rank inputs is their sum, added up here), and every check
+runs here, so the messages can say which chunk is wrong, by how much, and
+what the wrong value looks like. Under the grader the bytes are also counted
+outside your processes, by the kernel (``commtax.ranks.wire``): the ranks
+together must really have sent what a ring sends.
 
 Inputs are small integers, so every sum is exact in float64, float32 and
 bfloat16 alike (|sum| <= 200 < 256) and results are compared exactly.
@@ -20,7 +25,7 @@ import torch
 
 from commtax.ranks.launch import rank_device
 from commtax.ranks.traffic import record_traffic
-from commtax.testing import BACKENDS, SharedRuns, check, fail
+from commtax.testing import BACKENDS, SharedRuns, check, expect_wire_bytes, fail, input_seed
 
 SIZES = [0, 1, 2, 3, 5, 7, 64, 1000, 4099]  # elements: empty, fewer than P, uneven, larger
 DTYPES = [torch.float64, torch.float32, torch.bfloat16]
@@ -31,6 +36,7 @@ DIVISIBLE = 2 * 3 * 4 * 5 * 1000  # elements every P in the tests divides evenly
 EVEN = 1200  # elements: P = 2, 3 and 4 divide it
 NAIVE_SIZE = 6000
 RUNS = SharedRuns()
+SEED = input_seed(1234)  # secret under the grader; drawn in this (trusted) process, never sent to a rank
 
 
 # The all-reduce cases, in the order the ranks run them: (elements, dtype, shape or None).
@@ -38,8 +44,11 @@ CASES = [(numel, dtype, None) for numel in SIZES for dtype in DTYPES] + [(15, to
 
 
 def rank_data(rank, numel, dtype=torch.float64, device="cpu"):
-    """Integer-valued data in [-50, 50), different on each rank: every sum of P <= 4 of them is exact."""
-    g = torch.Generator().manual_seed(1234 + rank)
+    """Integer-valued data in [-50, 50), different on each rank: every sum of P <= 4 of them is exact.
+
+    Made in the test process only: a rank receives its own (``rank_args``), never the seed.
+    """
+    g = torch.Generator().manual_seed(SEED + rank)
     return torch.randint(-50, 50, (numel,), generator=g).to(dtype=dtype, device=device)
 
 
@@ -65,49 +74,43 @@ def _traffic(traffic):
 
 
 # -- the workers: they run the lab's functions on every rank and return what they did ---------
+#
+# Each worker's last arguments are that rank's own inputs, made by the *_inputs functions below in the
+# test process (RUNS.get(..., rank_args=...)).
 
-def run_reduce_scatter(rank, world_size, lab):
-    mine = rank_data(rank, EVEN, device=rank_device())
+def run_reduce_scatter(rank, world_size, lab, mine):
+    mine = mine.to(rank_device())
     with record_traffic() as traffic:
         owned = lab.ring_reduce_scatter(mine)
     return {"owned": owned if isinstance(owned, int) else repr(owned), "tensor": _cpu(mine), **_traffic(traffic)}
 
 
-def run_all_gather(rank, world_size, lab):
-    """Only the chunk this rank owns in the reduce-scatter's layout is right; the rest is NaN.
-
-    The owned index is the README's convention, (rank + 1) mod P, not what your
-    reduce-scatter returns: this checks the all-gather on its own.
-    """
+def run_all_gather(rank, world_size, lab, buffer):
+    """``buffer``: only the chunk this rank owns in the reduce-scatter's layout is right; the rest is NaN."""
     owned = (rank + 1) % world_size
-    start, stop = bounds_of(EVEN, world_size)[owned]
-    buffer = torch.full((EVEN,), float("nan"), dtype=torch.float64)
-    buffer[start:stop] = gathered_data(EVEN)[start:stop]
     buffer = buffer.to(rank_device())
     with record_traffic() as traffic:
         lab.ring_all_gather(buffer, owned)
     return {"tensor": _cpu(buffer), **_traffic(traffic)}
 
 
-def run_all_reduce(rank, world_size, lab):
-    """Every size and dtype, a 3x5 matrix, and a large buffer for the byte count."""
+def run_all_reduce(rank, world_size, lab, inputs, big):
+    """Every size and dtype (``inputs``, one per case of CASES), a 3x5 matrix, and a large buffer for the byte count."""
     device = rank_device()
     cases = []
-    for numel, dtype, shape in CASES:  # every size and dtype; then a matrix: any shape, reduced in place
-        mine = rank_data(rank, numel, dtype, device)
-        if shape:
-            mine = mine.reshape(shape)
+    for mine in inputs:  # every size and dtype; then a matrix: any shape, reduced in place
+        mine = mine.to(device)
         with record_traffic() as traffic:
             returned = lab.ring_all_reduce(mine)
         cases.append({"tensor": _cpu(mine), "returned_input": returned is mine, **_traffic(traffic)})
-    big = rank_data(rank, DIVISIBLE, torch.float32, device)  # the byte count: whole chunks for every P
+    big = big.to(device)  # the byte count: whole chunks for every P
     with record_traffic() as traffic:
         lab.ring_all_reduce(big)
     return {"cases": cases, "bytes": {"tensor": _cpu(big), **_traffic(traffic)}}
 
 
-def run_naive(rank, world_size, lab, root):
-    data = rank_data(rank, NAIVE_SIZE, torch.float64, rank_device())
+def run_naive(rank, world_size, lab, root, data):
+    data = data.to(rank_device())
     with record_traffic() as traffic:
         returned = lab.naive_all_reduce(data, root=root)
     return {"tensor": _cpu(data), "returned_input": returned is data, **_traffic(traffic)}
@@ -130,7 +133,41 @@ def check_bad_arguments(rank, world_size, lab):
     return errors
 
 
+# -- each rank's own inputs, made here ----------------------------------------------------------
+
+def all_reduce_inputs(rank, world_size):
+    """(every case of CASES as this rank's tensor, the large float32 buffer)."""
+    inputs = []
+    for numel, dtype, shape in CASES:
+        mine = rank_data(rank, numel, dtype)
+        inputs.append(mine.reshape(shape) if shape else mine)
+    return (inputs, rank_data(rank, DIVISIBLE, torch.float32))
+
+
+def all_gather_inputs(rank, world_size):
+    """A buffer holding only the chunk this rank owns, (rank + 1) mod P, the others NaN.
+
+    The owned index is the README's convention, not what your reduce-scatter
+    returns: this checks the all-gather on its own.
+    """
+    start, stop = bounds_of(EVEN, world_size)[(rank + 1) % world_size]
+    buffer = torch.full((EVEN,), float("nan"), dtype=torch.float64)
+    buffer[start:stop] = gathered_data(EVEN)[start:stop]
+    return (buffer,)
+
+
+def reduce_scatter_inputs(rank, world_size):
+    return (rank_data(rank, EVEN),)
+
+
 # -- what the tests expect, computed here -------------------------------------------------------
+
+def all_reduce_payload(world_size):
+    """(bytes, messages) a ring sends in the whole all_reduce job, all ranks together: 2(P-1) n per call."""
+    case_bytes = sum(numel * torch.tensor([], dtype=dtype).element_size() for numel, dtype, _ in CASES)
+    calls = len(CASES) + 1
+    return 2 * (world_size - 1) * (case_bytes + DIVISIBLE * 4), calls * 2 * world_size * (world_size - 1)
+
 
 def expected_sum(numel, world_size):
     """The all-reduce of every rank's input: their sum, added up in this process (float64, exact)."""
@@ -188,14 +225,15 @@ def no_collectives(record, rank, what):
 
 def _run(lab, what, world_size, backend="gloo"):
     """One job per (function, P, backend): a mistake in one function does not hide the others' results."""
-    worker, needs = {
-        "reduce_scatter": (run_reduce_scatter, [lab.ring_reduce_scatter]),
-        "all_gather": (run_all_gather, [lab.ring_all_gather]),
-        "all_reduce": (run_all_reduce, [lab.ring_all_reduce, lab.ring_reduce_scatter, lab.ring_all_gather]),
+    worker, inputs, needs = {
+        "reduce_scatter": (run_reduce_scatter, reduce_scatter_inputs, [lab.ring_reduce_scatter]),
+        "all_gather": (run_all_gather, all_gather_inputs, [lab.ring_all_gather]),
+        "all_reduce": (run_all_reduce, all_reduce_inputs,
+                       [lab.ring_all_reduce, lab.ring_reduce_scatter, lab.ring_all_gather]),
     }[what]
     try:
         return RUNS.get((what, world_size, backend), worker, world_size, (lab,), backend=backend, timeout=90,
-                        needs=needs)
+                        needs=needs, rank_args=[inputs(r, world_size) for r in range(world_size)])
     except AssertionError as exc:  # a failed run (commtax.ranks.launch.DistributedRunError is one)
         text = str(exc)
         hint = next((hint for pattern, hint in GLOO_CRASHES if pattern in text), None)
@@ -276,6 +314,9 @@ def test_ring_sends_2_p_minus_1_over_p_of_the_buffer_per_rank(lab, world_size):
         check(r["sent"] == expected, f"P = {world_size}, rank {rank} sent {r['sent']} bytes ({r['sent'] / n:.3g} n) "
                                        f"for an n = {n}-byte buffer; the ring sends 2(P-1)/P n = {expected}")
         check(r["received"] == expected, f"rank {rank} received {r['received']} bytes, expected {expected}")
+    payload, messages = all_reduce_payload(world_size)
+    expect_wire_bytes(results, payload, messages, f"P = {world_size}, the job of ring all-reduces (every size and "
+                      f"dtype, then the {DIVISIBLE}-element buffer), whose data are 2(P-1) n = {payload} bytes in all")
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -313,6 +354,8 @@ def test_reduce_scatter_leaves_rank_i_owning_chunk_i_plus_1_fully_reduced(lab, w
         expected = (EVEN - (b - a)) * 8
         check(r["sent"] == expected, f"{what} sent {r['sent']} bytes; P-1 chunks (all but chunk {owned}) "
                                        f"are {expected}")
+    expect_wire_bytes(results, (world_size - 1) * EVEN * 8, world_size * (world_size - 1),
+                      f"P = {world_size}, ring_reduce_scatter of {EVEN} float64 elements on every rank")
 
 
 @pytest.mark.parametrize("world_size", [2, 3, 4])
@@ -344,13 +387,16 @@ def test_all_gather_fills_every_chunk_from_the_owned_ones(lab, world_size):
         a, b = bounds[(owned + 1) % world_size]
         expected = (EVEN - (b - a)) * 8
         check(r["sent"] == expected, f"{what} sent {r['sent']} bytes; P-1 chunks are {expected}")
+    expect_wire_bytes(results, (world_size - 1) * EVEN * 8, world_size * (world_size - 1),
+                      f"P = {world_size}, ring_all_gather of {EVEN} float64 elements")
 
 
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_naive_root_carries_2_p_minus_1_buffers_while_others_carry_2(lab, world_size):
     root = world_size - 1
     results = RUNS.get(("naive", world_size), run_naive, world_size, (lab, root), timeout=90,
-                       needs=[lab.naive_all_reduce])
+                       needs=[lab.naive_all_reduce],
+                       rank_args=[(rank_data(r, NAIVE_SIZE),) for r in range(world_size)])
     n = NAIVE_SIZE * 8
     inputs = [rank_data(r, NAIVE_SIZE) for r in range(world_size)]
     for rank, r in enumerate(results):
@@ -363,6 +409,8 @@ def test_naive_root_carries_2_p_minus_1_buffers_while_others_carry_2(lab, world_
         check((r["sent"], r["received"]) == expected,
               f"{what} sent {r['sent']} and received {r['received']} bytes ({r['sent'] / n:g} and "
             f"{r['received'] / n:g} buffers of n = {n}); expected {expected[0] // n} and {expected[1] // n} buffers")
+    expect_wire_bytes(results, 2 * (world_size - 1) * n, 2 * (world_size - 1),
+                      f"P = {world_size}, naive_all_reduce of {NAIVE_SIZE} float64 elements")
 
 
 def test_bad_arguments_raise_value_error_naming_them(lab):

@@ -143,9 +143,10 @@ def split_stages(model, stages):
 def train_1f1b(stage, batch, microbatches, group=None):
     """One 1F1B training step of this rank's ``stage``; gradients accumulate in its parameters.
 
-    ``batch`` is (inputs, targets), the whole batch, the same on every rank
-    (rank 0 reads the inputs, the last rank the targets, the others only
-    their shapes). It is cut into ``microbatches`` equal micro-batches
+    ``batch`` is (inputs, targets), the whole batch, of the same shapes on
+    every rank (rank 0 reads the inputs, the last rank the targets, the
+    others only their shapes: the tests hand each rank only the part it
+    reads, the rest filled with NaN). It is cut into ``microbatches`` equal micro-batches
     (``tensor.chunk(m)``). The loss is the mean squared error over the whole
     batch, so each micro-batch contributes mse(micro-batch) / m: backpropagate
     that, and the gradients equal single-process training on the whole batch.

@@ -5,7 +5,12 @@ The lab's functions are called with plain data and their results read as plain
 data: the lab's ``Op`` records are read field by field into this file's own
 tuples, and ops sent to the lab are records of plain numbers. Every expected
 value (formulas, orders, the reference training step) is computed in this
-file, independently of the lab.
+file, independently of the lab. The real pipeline's batch comes from a seed
+that is secret under the grader, and each rank is handed only the part it
+reads (``rank_args``): the inputs to rank 0, the targets to the last rank,
+NaN of the same shapes elsewhere. The last rank's loss and the first rank's
+gradients can only be right if activations and gradients really cross the
+stages.
 """
 
 from collections import namedtuple
@@ -15,10 +20,11 @@ import torch
 import torch.nn.functional as F
 
 from commtax.boundary import LabRecord
-from commtax.testing import check, close, expect_close, expect_value_error, fail, number, SharedRuns
+from commtax.testing import check, close, expect_close, expect_value_error, fail, input_seed, number, SharedRuns
 from commtax.ranks.traffic import record_traffic
 
 RUNS = SharedRuns()
+SEED = input_seed(3)   # the real pipeline's batch: secret under the grader, never sent to a rank whole
 
 
 UNIFORM = dict(t_forward=1.0, t_backward=2.0)  # equal stage times; backward twice the forward
@@ -290,18 +296,31 @@ LAYERS, WIDTH, BATCH, MICROBATCHES = 8, 16, 16, 8
 
 
 def pipeline_data():
-    """The batch, and the weights of the whole MLP (LAYERS Linear + Tanh blocks), from seeds."""
-    g = torch.Generator().manual_seed(3)
+    """The batch (from SEED), and the weights of the whole MLP (LAYERS Linear + Tanh blocks, a fixed seed)."""
+    g = torch.Generator().manual_seed(SEED)
     inputs = torch.randn(BATCH, WIDTH, dtype=torch.float64, generator=g)
     targets = torch.randn(BATCH, WIDTH, dtype=torch.float64, generator=g)
+    g = torch.Generator().manual_seed(3)
     weights = [(torch.randn(WIDTH, WIDTH, dtype=torch.float64, generator=g) / WIDTH ** 0.5,
                 torch.randn(WIDTH, dtype=torch.float64, generator=g) * 0.1) for _ in range(LAYERS)]
     return inputs, targets, weights
 
 
-def check_real_pipeline(rank, world_size, lab):
-    """Runs on every rank: one 1F1B step of this rank's stage; returns its gradients, loss and bytes."""
+def rank_batch(rank, world_size):
+    """What rank ``rank`` is handed of the batch: the inputs (rank 0) and targets (last rank), else NaN."""
+    inputs, targets, _ = pipeline_data()
+    nan = torch.full_like(inputs, float("nan"))
+    return ((inputs if rank == 0 else nan), (targets if rank == world_size - 1 else nan.clone()))
+
+
+def check_real_pipeline(rank, world_size, lab, batch=None):
+    """Runs on every rank: one 1F1B step of this rank's stage; returns its gradients, loss and bytes.
+
+    ``batch``: the part of the batch this rank reads (:func:`rank_batch`), handed to it by the test;
+    None (a job started without it): the whole batch, made here."""
     inputs, targets, weights = pipeline_data()
+    if batch is not None:
+        inputs, targets = batch
     model = lab.make_mlp(LAYERS, WIDTH, seed=0)
     with torch.no_grad():  # the seeded weights of this file, so that the test process knows them too
         for layer, (weight, bias) in zip(model[::2], weights):
@@ -336,7 +355,8 @@ def reference_step():
 
 def _pipeline(lab, world_size):
     return RUNS.get(world_size, check_real_pipeline, world_size, (lab,), timeout=120,
-                    needs=[lab.train_1f1b, lab.simulate])
+                    needs=[lab.train_1f1b, lab.simulate],
+                    rank_args=[(rank_batch(r, world_size),) for r in range(world_size)])
 
 
 def _scale_hint(ratio):

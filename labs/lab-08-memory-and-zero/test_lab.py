@@ -7,7 +7,11 @@ Every real test reads one shared run per world size (``run_zero``); a part of it
 reported in full by the first test that needs it, and in one line by the others. ``--tb=short``
 reads well here: the messages say what differs, by how much, and what that suggests.
 
-Grader isolation: rank workers return plain data; every expected value is computed here.
+Grader isolation: rank workers return plain data; every expected value is computed here. Each rank's
+data (its batches, its tensors for the unit checks) is made here and handed to that rank only
+(``rank_args``), from a seed that is secret under the grader: no rank can work out another rank's
+data, so one-process training on every rank's data can only be matched by really averaging the
+gradients across the ranks.
 """
 
 import traceback
@@ -21,9 +25,10 @@ from torch import nn
 
 from commtax.ranks.traffic import record_traffic
 from commtax.recorded import Expected
-from commtax.testing import expect_close, expect_value_error, fail, SharedRuns
+from commtax.testing import expect_close, expect_value_error, fail, input_seed, SharedRuns
 
 RUNS = SharedRuns()
+SEED = input_seed(1000)  # the ranks' data; secret under the grader, drawn here and never sent to a rank
 # Lesson 07's formulas on this file's inputs (expected.py; expected.json in the release)
 EXPECTED = Expected(Path(__file__).resolve().parent)
 GB = 1e9  # the ZeRO paper's GB: decimal (7.5e9 x 16 B = 120e9 B = "120 GB")
@@ -201,10 +206,20 @@ def padded(numel, world_size):
 
 
 def _batches(rank):
-    gen = torch.Generator().manual_seed(1000 + rank)
+    """Rank ``rank``'s data, made in the test process (a rank gets its own through ``rank_args``)."""
+    gen = torch.Generator().manual_seed(SEED + rank)
     return [[(torch.randint(0, VOCAB, (ROWS,), generator=gen),
               torch.randn(ROWS, OUT, generator=gen, dtype=torch.float64))
              for _ in range(MICROBATCHES)] for _ in range(STEPS)]
+
+
+# Inside a rank: the data this rank was handed (run_zero sets it). Without it (a job started without
+# rank_args, as tests/test_lab08_planted_bugs.py does), a rank makes its own from the default seed.
+_OWN = {}
+
+
+def _rank_batches(rank):
+    return _OWN["batches"] if "batches" in _OWN else _batches(rank)
 
 
 def _groups(model, optimizer):
@@ -376,7 +391,7 @@ def train_sharded(lab, rank, stage, optimizer, group=None, data_rank=None):
     opt = lab.ShardedOptimizer(_groups(model, optimizer), cls, zero_stage=stage, group=group, **kwargs)
     steps, held = [], None
     with record_traffic() as traffic:
-        for k, step in enumerate(_batches(rank if data_rank is None else data_rank)):
+        for k, step in enumerate(_rank_batches(rank) if data_rank is None else _batches(data_rank)):
             opt.zero_grad()
             for x, y in step:
                 (F.mse_loss(model(x), y) / len(step)).backward()
@@ -409,7 +424,7 @@ def _state_checks(lab, rank, world_size):
     loaded.load_state_dict(shared[0])
     for m, o in ((model, opt), (fresh, loaded)):   # one more step, the same data, both optimizers
         o.zero_grad()
-        for x, y in _batches(rank)[0]:
+        for x, y in _rank_batches(rank)[0]:
             (F.mse_loss(m(x), y) / MICROBATCHES).backward()
         o.step()
     return {"state": state, "continued": _flat(model), "loaded": _flat(fresh)}
@@ -425,7 +440,7 @@ def train_fully_sharded(lab, rank, group=None, data_rank=None):
     wrapped = lab.FullyShardedModule(model, group=group)
     opt = torch.optim.Adam(wrapped.parameters(), lr=ADAMW["lr"])
     steps, collectives, held, after_forward = [], [], None, {"params": 0, "other": 0}
-    for k, step in enumerate(_batches(rank if data_rank is None else data_rank)):
+    for k, step in enumerate(_rank_batches(rank) if data_rank is None else _batches(data_rank)):
         with record_traffic() as traffic:
             opt.zero_grad()
             for x, y in step:
@@ -445,26 +460,45 @@ def train_fully_sharded(lab, rank, group=None, data_rank=None):
 UNIT_SHAPES = [(3, 2), (5,), (1,)]      # 6, 5 and 1 elements: padded differently on 2 and 4 ranks
 
 
-def unit_checks(lab, rank, world_size):
-    """gather_unit and reduce_scatter_unit alone, on known tensors, with this test's own shard layout."""
-    fulls = [torch.arange(1, 1 + int(torch.Size(s).numel()), dtype=torch.float64).reshape(s) * 10 ** i
-             for i, s in enumerate(UNIT_SHAPES)]
+def unit_tensors(seed_offset):
+    """Integer-valued tensors of UNIT_SHAPES (sums and averages over 2 or 4 ranks are exact)."""
+    gen = torch.Generator().manual_seed(SEED + seed_offset)
+    return [torch.randint(-99, 100, s, generator=gen).to(torch.float64) for s in UNIT_SHAPES]
+
+
+def unit_fulls():
+    """The whole tensors the gather check rebuilds (made here; a rank gets only its shards)."""
+    return unit_tensors(500)
+
+
+def unit_grads(rank):
+    """Rank ``rank``'s gradients for the reduce-scatter check (made here; each rank gets only its own)."""
+    return unit_tensors(600 + rank)
+
+
+def unit_shards(rank, world_size):
+    """Rank ``rank``'s shards of :func:`unit_fulls`, in this test's own layout (zero-padded, equal shards)."""
     shards = []
-    for full in fulls:
+    for full in unit_fulls():
         n = full.numel()
         c = -(-n // world_size)
         flat = torch.zeros(c * world_size, dtype=torch.float64)
         flat[:n] = full.reshape(-1)
         shards.append(flat[rank * c:(rank + 1) * c].clone())
+    return shards
+
+
+def unit_checks(lab, rank, world_size, shards, grads):
+    """gather_unit and reduce_scatter_unit alone, on this rank's ``shards`` and ``grads`` (made by the test)."""
     out = {}
     try:
-        got = lab.gather_unit(shards, [f.numel() for f in fulls], [f.shape for f in fulls])
+        got = lab.gather_unit(shards, [int(torch.Size(s).numel()) for s in UNIT_SHAPES],
+                              [torch.Size(s) for s in UNIT_SHAPES])
         out["gathered"] = [_dense(g) for g in got]
     except Exception as exc:  # noqa: BLE001 - reported by the test that needs it
         out["gathered"] = _error(lab, "gather_unit", exc)
     try:
-        grads = [f * (rank + 1) for f in fulls]            # the average over ranks: f (d + 1) / 2
-        got = lab.reduce_scatter_unit(grads, [f.numel() for f in fulls])
+        got = lab.reduce_scatter_unit(grads, [g.numel() for g in grads])
         out["reduced"] = [_dense(g) for g in got]
     except Exception as exc:  # noqa: BLE001
         out["reduced"] = _error(lab, "reduce_scatter_unit", exc)
@@ -479,7 +513,7 @@ def _fsdp2(rank):
         fully_shard(module, reshard_after_forward=True)
     fully_shard(model, reshard_after_forward=True)
     opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=ADAMW["lr"])
-    for step in _batches(rank):
+    for step in _rank_batches(rank):
         for x, y in step:
             (F.mse_loss(model(x), y) / len(step)).backward()
         opt.step()
@@ -506,9 +540,16 @@ def _agreed(lab, what, part):
     return {k: v for k, v in result.items() if not k.startswith("_")}
 
 
-def run_zero(rank, world_size, lab, with_fsdp=True):
-    """Runs on every rank: every part the tests read, each part's failure kept as its error."""
-    out = {"units": unit_checks(lab, rank, world_size)}
+def run_zero(rank, world_size, lab, with_fsdp=True, batches=None, units=None):
+    """Runs on every rank: every part the tests read, each part's failure kept as its error.
+
+    ``batches`` and ``units`` (shards, gradients): this rank's own data, handed to it alone by the test
+    (``rank_args``); None (a job started without them): made here from the default seed.
+    """
+    if batches is not None:
+        _OWN["batches"] = batches
+    shards, grads = units if units is not None else (unit_shards(rank, world_size), unit_grads(rank))
+    out = {"units": unit_checks(lab, rank, world_size, shards, grads)}
     for stage in (0, 1, 2):
         for optimizer in ("adamw", "sgd"):
             out[f"{stage}/{optimizer}"] = _agreed(lab, f"ShardedOptimizer(zero_stage={stage}, {optimizer})",
@@ -538,7 +579,9 @@ _REPORTED = {}   # (world size, part) -> the test that showed its whole error
 
 
 def _zero(lab, world_size, needs):
-    return RUNS.get(world_size, run_zero, world_size, (lab,), timeout=150, needs=[lab.shard_bounds, *needs])
+    own = [(_batches(r), (unit_shards(r, world_size), unit_grads(r))) for r in range(world_size)]
+    return RUNS.get(world_size, run_zero, world_size, (lab, True), timeout=150, needs=[lab.shard_bounds, *needs],
+                    rank_args=own)
 
 
 SHARDED = ("ShardedOptimizer.reduce_gradients", "ShardedOptimizer.gather_parameters",
@@ -811,8 +854,7 @@ def test_memory_each_rank_holds_shrinks_as_model_state_bytes_says(lab, stage, wo
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_gather_unit_and_reduce_scatter_unit_on_known_tensors(lab, world_size):
     results = _zero(lab, world_size, _needs(lab, ("gather_unit", "reduce_scatter_unit")))
-    fulls = [torch.arange(1, 1 + int(torch.Size(s).numel()), dtype=torch.float64).reshape(s) * 10 ** i
-             for i, s in enumerate(UNIT_SHAPES)]
+    fulls = unit_fulls()
     for rank, r in enumerate(results):
         gathered = r["units"]["gathered"]
         if "error" in gathered:
@@ -824,18 +866,18 @@ def test_gather_unit_and_reduce_scatter_unit_on_known_tensors(lab, world_size):
         if "error" in reduced:
             fail(f"rank {rank}: {reduced['error']}")
         want = []
-        for full in fulls:
+        for i, full in enumerate(fulls):
             c = -(-full.numel() // d)
             flat = torch.zeros(c * d, dtype=torch.float64)
-            flat[:full.numel()] = full.reshape(-1) * (d + 1) / 2
+            flat[:full.numel()] = sum(unit_grads(r)[i] for r in range(d)).reshape(-1) / d
             want.append(flat[rank * c:(rank + 1) * c])
         if isinstance(reduced, list) and len(reduced) == len(want) and all(
                 torch.is_tensor(g) and g.shape == w.shape for g, w in zip(reduced, want)):
             ratio = float(reduced[0][0] / want[0][0]) if want[0][0] else 1.0
             expect_close(ratio, 1.0, rel=1e-9, what=f"rank {rank}: reduce_scatter_unit's first element against "
                          "the average over ranks", hints={float(d): "summed over the d ranks, not averaged?"})
-        expect_close(reduced, want, what=f"rank {rank}: reduce_scatter_unit (rank r's gradients are (r + 1) x the "
-                     "test's tensors; expected the average's shard)")
+        expect_close(reduced, want, what=f"rank {rank}: reduce_scatter_unit (each rank's own gradients; expected "
+                     "this rank's shard of their average over the ranks)")
 
 
 @pytest.mark.points(3)

@@ -5,7 +5,11 @@ the single-process gradient, the byte counter, no_sync, the order of events on t
 measured timeline against the prediction.
 
 Grader isolation: rank workers return plain data (tensors, lists of floats); every expected value
-and every assertion is computed here, in the pytest process. ``--tb=short`` reads well here.
+and every assertion is computed here, in the pytest process. The data is made here too, from a seed
+that is secret under the grader, and each rank is handed only its own rows of each batch
+(``rank_args``): the single-process gradient of the global batch can only be matched by really
+averaging the ranks' gradients. (The models' initial parameters come from fixed seeds: the wrapper
+must broadcast rank 0's, which every rank can build.) ``--tb=short`` reads well here.
 """
 
 import os
@@ -24,9 +28,10 @@ from torch import nn
 from commtax.formulas import ddp as reference
 from commtax.ranks.traffic import record_traffic
 from commtax.recorded import Expected
-from commtax.testing import expect_close, expect_value_error, fail, SharedRuns
+from commtax.testing import expect_close, expect_value_error, fail, input_seed, SharedRuns
 
 RUNS = SharedRuns()
+SEED = input_seed(0)   # the batches: secret under the grader, drawn here and never sent to a rank
 # commtax.formulas.ddp's bucket plans (expected.py; expected.json in the release, recorded for these inputs)
 EXPECTED = Expected(Path(__file__).resolve().parent)
 
@@ -180,7 +185,7 @@ def build_model(seed=0):
 
 def global_batch(world_size, tag=0):
     """The global batch of ``world_size`` ranks; rank r takes rows [r b, (r+1) b)."""
-    gen = torch.Generator().manual_seed(100 * world_size + tag)
+    gen = torch.Generator().manual_seed(SEED + 100 * world_size + tag)
     rows = world_size * LOCAL_BATCH
     return (torch.randn(rows, WIDTHS[0], dtype=torch.float64, generator=gen),
             torch.randn(rows, WIDTHS[-1], dtype=torch.float64, generator=gen))
@@ -188,6 +193,36 @@ def global_batch(world_size, tag=0):
 
 def _mine(batch, rank):
     return tuple(t[rank * LOCAL_BATCH:(rank + 1) * LOCAL_BATCH] for t in batch)
+
+
+# Inside a rank: the rows this rank was handed, {(world size, tag): (x, y)}; the workers set it. Without
+# it (a job started without rank_args, as tests/test_lab09_planted_bugs.py does) a rank makes its own.
+_OWN = {}
+
+
+def _my_rows(world_size, tag, rank):
+    """Rank ``rank``'s rows of ``global_batch(world_size, tag)``: handed to it, or made here."""
+    own = _OWN.get("rows")
+    return own[(world_size, tag)] if own is not None else _mine(global_batch(world_size, tag), rank)
+
+
+def learner_rows(rank, world_size):
+    """Every batch's rows rank ``rank`` uses in learner_ddp_worker, made here: {(world size, tag): (x, y)}."""
+    keys = [(world_size, tag) for tag in range(MICROBATCHES + 1)]
+    rows = {key: _mine(global_batch(*key), rank) for key in keys}
+    if world_size == 2:
+        rows[(2, 7)] = _mine(global_batch(2, tag=7), rank)
+    if world_size == 4:
+        rows[(2, 20 + rank // 2)] = _mine(global_batch(2, tag=20 + rank // 2), rank % 2)
+    return rows
+
+
+def pytorch_rows(rank, world_size):
+    """The rows rank ``rank`` uses in pytorch_ddp_worker: on all ranks, and (ranks 0, 1) on the pair."""
+    rows = {(world_size, 0): _mine(global_batch(world_size), rank)}
+    if rank < 2:
+        rows[(2, 0)] = _mine(global_batch(2), rank)
+    return rows
 
 
 def _grads(model):
@@ -198,9 +233,12 @@ def _state(model):
     return {name: t.detach().clone() for name, t in model.state_dict().items()}
 
 
-def learner_ddp_worker(rank, world_size, lab):
+def learner_ddp_worker(rank, world_size, lab, rows=None):
     """Runs on every rank: the learner's BucketedDDP around a model built with this rank's own seed,
-    one step, a no_sync accumulation; on 2 ranks the hold-back run, on 4 the subgroup run."""
+    one step, a no_sync accumulation; on 2 ranks the hold-back run, on 4 the subgroup run.
+    ``rows``: this rank's data (:func:`learner_rows`), handed to it by the test."""
+    if rows is not None:
+        _OWN["rows"] = rows
     groups = [dist.new_group([0, 1]), dist.new_group([2, 3])] if world_size == 4 else None
     shared = [tempfile.mkdtemp(prefix="commtax-lab09-") if rank == 0 else None]
     dist.broadcast_object_list(shared, src=0)
@@ -208,7 +246,7 @@ def learner_ddp_worker(rank, world_size, lab):
     ddp = lab.BucketedDDP(model, CAP)
     step = {"state": _state(model), "is_module": isinstance(ddp, nn.Module),
             "names": [name for name, _ in ddp.named_parameters()]}
-    x, y = _mine(global_batch(world_size), rank)
+    x, y = _my_rows(world_size, 0, rank)
     with record_traffic() as traffic:
         _backward(F.mse_loss(ddp(x), y))
         timeline = ddp.finish_gradient_synchronization()
@@ -216,7 +254,7 @@ def learner_ddp_worker(rank, world_size, lab):
     model.zero_grad()
     counts = []
     for k in range(MICROBATCHES):
-        x, y = _mine(global_batch(world_size, tag=k + 1), rank)
+        x, y = _my_rows(world_size, k + 1, rank)
         with record_traffic() as traffic:
             if k == MICROBATCHES - 1:
                 F.mse_loss(ddp(x), y).backward()
@@ -266,7 +304,7 @@ def hold_back_worker(rank, lab, directory):
     """
     model = build_model(seed=0)
     ddp = lab.BucketedDDP(model, CAP)
-    x, y = _mine(global_batch(2, tag=7), rank)
+    x, y = _my_rows(2, 7, rank)
     loss = F.mse_loss(ddp(x), y)
     flag = os.path.join(directory, "rank-0-backward-returned")
     if rank == 0:
@@ -294,14 +332,16 @@ def subgroup_worker(rank, lab, group):
     model = build_model(seed=10 + rank)
     ddp = lab.BucketedDDP(model, CAP, group=group)
     state = _state(model)
-    x, y = _mine(global_batch(2, tag=20 + rank // 2), rank % 2)
+    x, y = _my_rows(2, 20 + rank // 2, rank % 2)
     F.mse_loss(ddp(x), y).backward()
     ddp.finish_gradient_synchronization()
     return {"state": state, "grads": _grads(model)}
 
 
-def pytorch_ddp_worker(rank, world_size, cap_mib):
+def pytorch_ddp_worker(rank, world_size, cap_mib, rows=None):
     """Runs on 4 ranks, no learner code: PyTorch's DDP on all 4 and on a group of ranks 0 and 1."""
+    if rows is not None:
+        _OWN["rows"] = rows
     pair = dist.new_group([0, 1])
     out = {}
     for size, group in ((world_size, None), (2, pair)):
@@ -309,7 +349,7 @@ def pytorch_ddp_worker(rank, world_size, cap_mib):
             continue
         model = build_model(seed=rank)
         ddp = nn.parallel.DistributedDataParallel(model, process_group=group, bucket_cap_mb=cap_mib)
-        x, y = _mine(global_batch(size), rank)
+        x, y = _my_rows(size, 0, rank)
         for _ in range(3):   # DDP rebuilds its buckets in gradient order after the first iteration
             model.zero_grad()
             F.mse_loss(ddp(x), y).backward()
@@ -329,11 +369,12 @@ def _needs(lab):
 
 def _learner(lab, world_size):
     return RUNS.get(("learner", world_size), learner_ddp_worker, world_size, (lab,), timeout=60 + HOLD_BACK,
-                    needs=_needs(lab))
+                    needs=_needs(lab), rank_args=[(learner_rows(r, world_size),) for r in range(world_size)])
 
 
 def _pytorch():
-    return RUNS.get("pytorch", pytorch_ddp_worker, 4, (CAP / 2**20,), timeout=60)
+    return RUNS.get("pytorch", pytorch_ddp_worker, 4, (CAP / 2**20,), timeout=60,
+                    rank_args=[(pytorch_rows(r, 4),) for r in range(4)])
 
 
 def _param_bytes():

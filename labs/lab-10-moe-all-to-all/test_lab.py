@@ -4,7 +4,9 @@ says, slows down where the router is skewed, and drops exactly the copies the ca
 
 Grader isolation: workers (top-level functions below) run inside the ranks and return plain data;
 every expected value is computed here, in the pytest process, from the same inputs, by code that
-does not come from the lab.
+does not come from the lab. Each rank is handed only its own inputs (``rank_args``: its tokens, its
+output gradients, its all-to-all tensors; the layer's weights are everyone's), and they come from
+a seed that is secret under the grader: no rank can compute what another rank sends it.
 
 Each world size starts its ranks once; inside that job every part (the all-to-all, the torch-style
 all-to-all, the layer's forward, its backward, ...) runs on its own, so a part that raises fails its
@@ -24,9 +26,10 @@ from commtax.ranks.launch import DistributedRunError, rank_device
 from commtax.recorded import Expected
 from commtax.ranks.traffic import record_traffic
 from commtax.testing import (BACKENDS, SECTION_FAILED, check, expect_close, expect_value_error, fail, mismatch,
-                             run_section, section, SharedRunFailed, SharedRuns)
+                             input_seed, run_section, section, SharedRunFailed, SharedRuns)
 
 RUNS = SharedRuns()
+SEED = input_seed(0)   # the tokens and output gradients: secret under the grader, never sent to a rank
 # The course's byte formulas on this file's inputs (expected.py; expected.json in the release)
 EXPECTED = Expected(Path(__file__).resolve().parent)
 DTYPE = torch.float64
@@ -57,16 +60,17 @@ def _layer_weights(world, seed=0, dtype=DTYPE, hidden=HIDDEN, ffn=FFN, experts=N
 
 
 def _tokens(world, seed=1, dtype=DTYPE, tokens=TOKENS, hidden=HIDDEN):
-    gen = torch.Generator().manual_seed(seed)
+    """One (tokens, hidden) tensor per rank, from SEED + ``seed``."""
+    gen = torch.Generator().manual_seed(SEED + seed)
     return [torch.randn(tokens, hidden, generator=gen, dtype=dtype) for _ in range(world)]
 
 
 def _a2a_inputs(world):
-    """Per split matrix: rank i's send tensor, rows numbered so that every row is recognisable."""
+    """Per split matrix: rank i's send tensor, distinct integer values (float64 rows of 3, and int64), from SEED."""
     matrix = SPLITS[world]
-    rows = [torch.stack([torch.arange(3, dtype=DTYPE) + 1000 * i + 10 * n for n in range(sum(matrix[i]))])
-            if sum(matrix[i]) else torch.zeros(0, 3, dtype=DTYPE) for i in range(world)]
-    ints = [torch.arange(sum(matrix[i]), dtype=torch.int64) + 100 * i for i in range(world)]
+    gen = torch.Generator().manual_seed(SEED + 30 + world)
+    rows = [torch.randint(-10**6, 10**6, (sum(matrix[i]), 3), generator=gen).to(DTYPE) for i in range(world)]
+    ints = [torch.randint(-10**9, 10**9, (sum(matrix[i]),), generator=gen) for i in range(world)]
     return {"rows": rows, "ints": ints}
 
 
@@ -74,9 +78,9 @@ EQUAL_ROWS = 2                                  # rows each rank sends each peer
 
 
 def _equal_inputs(world):
-    """Rank i's send tensor for equal splits: EQUAL_ROWS rows for each rank, each row recognisable."""
-    return [torch.arange(world * EQUAL_ROWS * 3, dtype=DTYPE).reshape(world * EQUAL_ROWS, 3) + 1000 * i
-            for i in range(world)]
+    """Rank i's send tensor for equal splits: EQUAL_ROWS rows for each rank, integer values from SEED."""
+    gen = torch.Generator().manual_seed(SEED + 40 + world)
+    return [torch.randint(-10**6, 10**6, (world * EQUAL_ROWS, 3), generator=gen).to(DTYPE) for i in range(world)]
 
 
 def _skew_inputs():
@@ -304,12 +308,29 @@ ABORT_HINT = ("hint (Lab 10): when a message and the receive buffer posted for i
 ABORT_SIGNS = ("SIGABRT", "Connection reset by peer", " in all_to_all: ")
 
 
+def _only(items, rank):
+    """``items`` (one per rank) with every other rank's entry replaced by None."""
+    return [item if r == rank else None for r, item in enumerate(items)]
+
+
+def _rank_case(case, rank):
+    """What rank ``rank`` is handed of ``case``: the weights, and of the per-rank inputs its own only."""
+    mine = dict(case, a2a={name: _only(tensors, rank) for name, tensors in case["a2a"].items()},
+                equal=_only(case["equal"], rank), xs=_only(case["xs"], rank), ups=_only(case["ups"], rank))
+    if "subgroup" in case:
+        mine["subgroup"] = dict(case["subgroup"], xs=_only(case["subgroup"]["xs"], rank % 2))
+    if "skew" in case:
+        xs, routers = case["skew"]
+        mine["skew"] = (_only(xs, rank), routers)
+    return mine
+
+
 def _results(lab, world_size, backend="gloo"):
     __tracebackhide__ = True
     case = _case(world_size, with_skew=(world_size == 2 and backend == "gloo"))
     try:
-        return RUNS.get((world_size, backend), moe_worker, world_size, (lab, case), backend=backend, timeout=120,
-                        needs=[lab.all_to_all])
+        return RUNS.get((world_size, backend), moe_worker, world_size, (lab,), backend=backend, timeout=120,
+                        needs=[lab.all_to_all], rank_args=[(_rank_case(case, r),) for r in range(world_size)])
     except DistributedRunError as exc:  # a size mismatch kills gloo's ranks with no word about sizes: say it
         first_report = not isinstance(exc, SharedRunFailed)   # the tests that share the run say so in one line
         if first_report and any(sign in str(exc) for sign in ABORT_SIGNS) and ABORT_HINT not in getattr(

@@ -6,6 +6,10 @@ of causal attention without and with the zigzag split.
 
 Grader isolation: workers (top-level functions below) run inside the ranks and return plain data;
 every expected value is computed here, in the pytest process, by code that does not come from the lab.
+The attention cases' inputs are made here too, from a seed that is secret under the grader, and each
+rank is handed only its own share of them (``rank_args``): no rank can compute the whole attention
+without the other ranks' K and V. (The timing parts, overlap and load balance, still make their
+inputs inside the ranks from fixed seeds: they measure time, not values.)
 """
 
 import contextlib
@@ -23,9 +27,10 @@ import torch.distributed.distributed_c10d as c10d
 from commtax.ranks.launch import rank_device
 from commtax.recorded import Expected
 from commtax.ranks.traffic import record_traffic
-from commtax.testing import BACKENDS, check, expect_close, expect_value_error, fail, SharedRuns
+from commtax.testing import BACKENDS, check, expect_close, expect_value_error, fail, input_seed, SharedRuns
 
 RUNS = SharedRuns()
+SEED = input_seed(0)   # the attention cases' inputs: secret under the grader, never sent to a rank
 # commtax.formulas.context on this file's inputs (expected.py; expected.json in the release)
 EXPECTED = Expected(Path(__file__).resolve().parent)
 DTYPE = torch.float64
@@ -62,7 +67,15 @@ def _inputs(heads, kv_heads, scale, seed, seq=SEQ, head_dim=HEAD_DIM):
 
 def _case_inputs(name):
     heads, kv_heads, causal, zigzag, scale = CASES[name]
-    return _inputs(heads, kv_heads, scale, seed=sorted(CASES).index(name))
+    return _inputs(heads, kv_heads, scale, seed=SEED + sorted(CASES).index(name))
+
+
+def _case_shares(rank, cp):
+    """{case: (q, k, v, up) of the tokens ``rank`` holds}: what the test hands that rank, and nothing else."""
+    shares = {}
+    for name, (heads, kv_heads, causal, zigzag, scale) in CASES.items():
+        shares[name] = tuple(_share(x, rank, cp, zigzag) for x in _case_inputs(name))
+    return shares
 
 
 def _positions(rank, cp, length, zigzag):
@@ -144,9 +157,9 @@ def _section(fn):
         return {"failed": "".join(traceback.format_exception(exc))[-4000:]}
 
 
-def _attention_run(lab, method, name, rank, cp, device):
+def _attention_run(lab, method, name, rank, cp, device, shares):
     heads, kv_heads, causal, zigzag, scale = CASES[name]
-    q, k, v, up = (_share(x, rank, cp, zigzag).to(device) for x in _case_inputs(name))
+    q, k, v, up = (x.to(device) for x in shares[name])
     q, k, v = (x.clone().requires_grad_() for x in (q, k, v))
     fn = lab.ring_attention if method == "ring" else lab.all_to_all_attention
     with track_waits() as works:
@@ -233,12 +246,14 @@ def _balance_run(lab, rank, cp):
     return out
 
 
-def cp_worker(rank, world_size, lab, with_timing):
-    """All checks of one world size in one start-up."""
+def cp_worker(rank, world_size, lab, with_timing, shares=None):
+    """All checks of one world size in one start-up. ``shares``: this rank's inputs (:func:`_case_shares`),
+    handed to it by the test; None (a job started without them): made here from the default seed."""
     device = rank_device()
-    out = {"ring": _section(lambda: {name: _attention_run(lab, "ring", name, rank, world_size, device)
+    shares = shares if shares is not None else _case_shares(rank, world_size)
+    out = {"ring": _section(lambda: {name: _attention_run(lab, "ring", name, rank, world_size, device, shares)
                                      for name in CASES}),
-           "a2a": _section(lambda: {name: _attention_run(lab, "a2a", name, rank, world_size, device)
+           "a2a": _section(lambda: {name: _attention_run(lab, "a2a", name, rank, world_size, device, shares)
                                     for name in A2A_CASES}),
            "errors": _section(lambda: _errors(lab, world_size))}
     if with_timing and world_size == 2:
@@ -252,7 +267,7 @@ def _results(lab, world_size, backend="gloo"):
     needs = [lab.block_forward, lab.block_backward, lab.RingAttention.forward, lab.RingAttention.backward,
              lab.zigzag_shard, lab.zigzag_unshard]
     return RUNS.get((world_size, backend), cp_worker, world_size, (lab, backend == "gloo"), backend=backend,
-                    timeout=150, needs=needs)
+                    timeout=150, needs=needs, rank_args=[(_case_shares(r, world_size),) for r in range(world_size)])
 
 
 def _part(result, rank, key, name=None):
