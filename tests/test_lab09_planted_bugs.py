@@ -41,9 +41,9 @@ def checks():
     ("    if current:\n        buckets.append(current)\n    return buckets",
      "    if current:\n        buckets.append(current)\n    return buckets[::-1]",
      "the right buckets in the wrong order"),
-])
+], ids=["forward_order", "closed_past_the_cap", "buckets_reversed"])
 def test_bucket_plan_mistakes_are_named_by_the_first_hand_checked_plan(tmp_path, old, new, named):
-    broken = mutant(tmp_path, "plan", old, new)
+    broken = mutant(tmp_path, f"plan_{tmp_path.name}", old, new)   # a module name per case: loads are cached
     with pytest.raises(pytest.fail.Exception) as info:
         checks().test_buckets_fill_from_the_last_parameter_and_close_on_reaching_the_cap(broken)
     print(info.value)

@@ -331,8 +331,9 @@ def _results(lab, world_size, backend="gloo"):
                         needs=[lab.all_to_all])
     except DistributedRunError as exc:  # a size mismatch kills gloo's ranks with no word about sizes: say it
         first_report = not isinstance(exc, SharedRunFailed)   # the tests that share the run say so in one line
-        if first_report and any(sign in str(exc) for sign in ABORT_SIGNS) and ABORT_HINT not in getattr(
-                exc, "__notes__", ()):
+        dropped = any(getattr(f, "dropped", None) for f in getattr(exc, "failures", ()))   # the runner named it
+        aborted = any(sign in str(exc) for sign in ABORT_SIGNS)
+        if first_report and aborted and not dropped and ABORT_HINT not in getattr(exc, "__notes__", ()):
             exc.add_note(ABORT_HINT)
         raise
 
