@@ -8,11 +8,13 @@ it is the same error and where it is shown in full.
 
 import os
 import re
+from pathlib import Path
 
 import pytest
 
 from commtax.labs import ENV_VAR, lab_dirs, requested_impl
 from commtax.ranks.launch import DistributedRunError
+from commtax.testing import find_chromium
 
 pytest_plugins = ["pytester"]  # tests/ check how failures are reported, in a separate pytest
 
@@ -27,15 +29,42 @@ def pytest_configure(config):
         raise pytest.UsageError(str(exc)) from None
 
 
+@pytest.hookimpl(trylast=True)   # after -k/-m deselection: only what will really run counts
 def pytest_collection_modifyitems(config, items):
     """Tests marked ``slow`` repeat what a faster test covers (e.g. an attack in the second grading mode):
-    they run with COMMTAX_SLOW=1 and are skipped, with that reason, otherwise (CI's time budget)."""
+    they run with COMMTAX_SLOW=1 and are skipped, with that reason, otherwise (CI's time budget).
+
+    A lesson's nbval run is skipped when the browser test runs the same lesson in this session: that
+    test runs every cell top to bottom in JupyterLab and fails on any cell's error, which is all
+    ``--nbval-lax`` checks, so nbval would only execute the lesson a second time (CI's time budget).
+    """
+    _skip_lessons_the_browser_runs(items)
     if os.environ.get("COMMTAX_SLOW") == "1":
         return
     skip = pytest.mark.skip(reason="slow: repeats what a faster test covers; run with COMMTAX_SLOW=1")
     for item in items:
         if item.get_closest_marker("slow"):
             item.add_marker(skip)
+
+
+def _skip_lessons_the_browser_runs(items) -> None:
+    in_browser = {item.callspec.id for item in items
+                  if getattr(item, "originalname", "") == "test_lesson_runs_and_each_calculator_shows_the_figure_its_state_draws"
+                  and hasattr(item, "callspec")}
+    if not in_browser or not _browser_can_run():
+        return
+    skip = pytest.mark.skip(reason="run top to bottom in JupyterLab by tests/test_browser.py in this session, "
+                                   "which fails on any cell's error (run `pytest lessons` alone for nbval)")
+    for item in items:
+        path = Path(str(item.path))
+        if path.suffix == ".ipynb" and path.parent.name == "lessons" and path.stem in in_browser:
+            item.add_marker(skip)
+
+
+def _browser_can_run() -> bool:
+    """Chromium and Playwright are here (else the browser test skips and nbval must run the lessons)."""
+    import importlib.util
+    return find_chromium() is not None and importlib.util.find_spec("playwright") is not None
 
 
 def pytest_report_header(config):

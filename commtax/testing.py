@@ -449,3 +449,13 @@ def expect_value_error(call, argument, *, function=None, parameters=(), related=
         fail(f"{where}: your message names {every} ({', '.join(named)}) besides {label}: "
              f"name the bad one, {label} (a message may mention at most {MAX_OTHERS_NAMED} related ones, and not all)")
     return error
+
+
+# -- the repository's browser tests ------------------------------------------------------------------
+
+def find_chromium() -> str | None:
+    """The Chromium (or Chrome) the browser tests drive: COMMTAX_CHROMIUM, else Debian's, else on PATH."""
+    import shutil
+    candidates = [os.environ.get("COMMTAX_CHROMIUM"), "/usr/bin/chromium", shutil.which("chromium"),
+                  shutil.which("chromium-browser"), shutil.which("google-chrome")]
+    return next((c for c in candidates if c and os.path.exists(c)), None)

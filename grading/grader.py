@@ -137,7 +137,8 @@ def _ignored_in_tree(relative: str) -> bool:
 def _grade_part(base: Path, course: dict, lab: str, starter: bytes, part: str, timeout: float, isolation):
     """Run ``lab``'s visible or hidden tests in fresh trees and a fresh sandbox.
 
-    Returns (verified records, problem, seconds, files of the trusted tree that changed).
+    Returns (verified records, problem, seconds, files of the trusted tree that changed, whether the
+    problem includes a resource limit the run's cgroup reached).
     """
     secret = base / secrets.token_hex(16)          # only the grader's user can open it
     work = secret / "course"
@@ -158,12 +159,14 @@ def _grade_part(base: Path, course: dict, lab: str, starter: bytes, part: str, t
         try:
             sandbox = isolation.open(box, runs, work / "grading" / "sandbox" / "agent.py")
         except (SandboxError, OSError) as exc:
-            return [], f"the sandbox could not be started: {exc}", 0.0, []
+            return [], f"the sandbox could not be started: {exc}", 0.0, [], False
         settings = sandbox.settings(work, work / "grading" / "sandbox" / "relay.py")
         target = f"labs/{lab}/hidden" if part == "hidden" else f"labs/{lab}"
         records, _, problem, seconds = run_pytest(work, [target], timeout, {SANDBOX_ENV: json.dumps(settings)},
                                                   sandbox.pass_fds)
-        return records, problem, seconds, integrity.tree_changes(work, written, _ignored_in_tree)
+        hit = sandbox.limits_hit()  # the run's cgroup reached its memory or process limit: the report says so
+        problem = "; ".join(p for p in (hit, problem) if p)
+        return records, problem, seconds, integrity.tree_changes(work, written, _ignored_in_tree), bool(hit)
     finally:
         if sandbox is not None:
             sandbox.close()
@@ -288,15 +291,15 @@ def _grade_lab(course, lab, starter, expected, base, chosen, source, hidden, lab
         mine = [item for item in expected if item["hidden"] == (part == "hidden")]
         remaining = total_timeout - (time.monotonic() - start)
         if remaining <= 5:
-            problem, records = f"the total grading time ran out before the {part} tests", []
+            problem, records, limit_hit = f"the total grading time ran out before the {part} tests", [], False
         else:
-            records, problem, took, altered = _grade_part(base, course, lab, starter, part,
-                                                          min(lab_timeout, remaining), chosen)
+            records, problem, took, altered, limit_hit = _grade_part(base, course, lab, starter, part,
+                                                                     min(lab_timeout, remaining), chosen)
             seconds += took
             changed += altered
         scored = score_lab(lab, mine, records, problem, no_gpu)
-        if problem and any(t.message.startswith("not run") for t in scored):
-            problems.append(problem)  # (a part whose tests all reported needs no excuse)
+        if problem and (limit_hit or any(t.message.startswith("not run") for t in scored)):
+            problems.append(problem)  # (a part whose tests all reported needs no excuse, unless it hit a limit)
         tests += scored
     grader_files = []
     if chosen.shares_our_files:  # only then can learner code write the grader's own folder: else a change

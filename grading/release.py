@@ -1,7 +1,10 @@
 """Build the student release and the Gradescope autograder from the course.
 
 * ``release``: the repository learners get: everything but solutions, worked
-  solutions, hidden tests, the course's own test suite and CI; a GitHub
+  solutions, hidden tests, the course's own test suite and CI; each lab's
+  ``expected.json``, the values its tests take from the course's reference,
+  recorded for their inputs (``commtax.recorded``) in place of the recipes
+  (``expected.py``) that compute them; a GitHub
   Classroom workflow that grades with ``python -m grading grade``; a README
   section for learners. LAB_IMPL defaults to ``starter`` there because there
   is no solution.py to default to.
@@ -12,11 +15,13 @@
 from __future__ import annotations
 
 import fnmatch
+import json
 import shutil
 import stat
 import zipfile
 from pathlib import Path
 
+from commtax import recorded
 from grading import answers, starters
 from grading.grader import SOURCE_ROOT
 
@@ -24,8 +29,9 @@ from grading.grader import SOURCE_ROOT
 # _build: the book (`python3 course.py book`), whose pages include the worked solutions.
 ALWAYS_EXCLUDED = {".git", ".venv", "__pycache__", ".pytest_cache", ".ipynb_checkpoints", "dist", "calibrations",
                    "*.egg-info", ".ci", "_build"}
-# Also kept from learners: answers, and the course's own tests (they check the solutions).
-RELEASE_EXCLUDED = ALWAYS_EXCLUDED | {"solution.py", "solutions", "hidden", "tests"}
+# Also kept from learners: answers, the recipes of the recorded expected values (they call the reference),
+# and the course's own tests (they check the solutions).
+RELEASE_EXCLUDED = ALWAYS_EXCLUDED | {"solution.py", "solutions", "hidden", "tests", recorded.RECIPES_FILE}
 GRADESCOPE_EXCLUDED = ALWAYS_EXCLUDED | {"solution.py", "solutions", "tests", "lessons"}
 
 CLASSROOM_WORKFLOW = """\
@@ -85,7 +91,9 @@ per test. Only your `starter.py` files are meant to change: your teacher grades
 them against the original tests, and may add hidden ones. (This copy has no
 reference solutions, no answers to the lessons' exercises and not the course's
 own test suite. The lessons' calculators run on your own lab code: each one
-that needs a lab function says which, until you have written it.)
+that needs a lab function says which, until you have written it. A lab's
+`expected.json` holds the values some of its tests compare with, recorded from
+the course's reference for exactly those tests' inputs: leave it as it is.)
 """
 
 SETUP_SH = """\
@@ -140,6 +148,7 @@ def build_release(dest, source: Path = SOURCE_ROOT) -> Path:
     _check_starters(source)
     shutil.copytree(source, dest, ignore=shutil.ignore_patterns(*RELEASE_EXCLUDED))
     answers.transform_release(dest)  # no graded implementation, exercise answer or pointer to solutions ships
+    write_expected(source, dest)
     workflow = dest / ".github" / "workflows" / "classroom.yml"
     workflow.parent.mkdir(parents=True, exist_ok=True)
     workflow.write_text(CLASSROOM_WORKFLOW)
@@ -150,6 +159,16 @@ def build_release(dest, source: Path = SOURCE_ROOT) -> Path:
     pyproject.write_text(pyproject.read_text().replace('testpaths = ["labs", "tests", "lessons", "solutions"]',
                                                        'testpaths = ["labs", "lessons"]'))
     return dest
+
+
+def write_expected(source: Path, dest: Path) -> list[Path]:
+    """Each lab's ``expected.json`` in the release: its recipes run on the reference; data only (commtax.recorded)."""
+    written = []
+    for recipes in sorted((Path(source) / "labs").glob(f"lab-*/{recorded.RECIPES_FILE}")):
+        path = Path(dest) / "labs" / recipes.parent.name / recorded.RECORD_FILE
+        path.write_text(json.dumps(recorded.record(recipes.parent), indent=1, sort_keys=True) + "\n")
+        written.append(path)
+    return written
 
 
 def build_gradescope_zip(dest, source: Path = SOURCE_ROOT) -> Path:

@@ -43,6 +43,8 @@ from urllib.parse import unquote, urlsplit
 import nbformat
 import pytest
 
+from commtax.testing import find_chromium
+
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--disable-component-update", "--no-first-run", "--disable-sync"]
@@ -185,9 +187,7 @@ def site(book):
 
 @pytest.fixture(scope="module")
 def chromium():
-    candidates = [os.environ.get("COMMTAX_CHROMIUM"), "/usr/bin/chromium", shutil.which("chromium"),
-                  shutil.which("chromium-browser"), shutil.which("google-chrome")]
-    path = next((c for c in candidates if c and os.path.exists(c)), None)
+    path = find_chromium()
     if path is None:
         pytest.skip("Chromium not found (apt-get install chromium, or set COMMTAX_CHROMIUM)")
     sync_api = pytest.importorskip("playwright.sync_api")

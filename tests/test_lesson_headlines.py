@@ -85,3 +85,100 @@ def test_lesson_09_imbalance_marker_stays_off_the_axis_spines_at_both_ends_of_it
     ax = figures[0].axes[0]
     low, high = ax.get_xlim()
     assert low < imbalance < high, (low, imbalance, high)
+
+
+def drawn(call, *args, **kwargs) -> list:
+    """The figures ``call(*args, **kwargs)`` (a lesson's calculator) shows, as Figure objects."""
+    from commtax.ui import plots
+    figures = []
+    token = plots._collecting.set(figures)
+    try:
+        call(*args, **kwargs)
+    finally:
+        plots._collecting.reset(token)
+    return figures
+
+
+def test_lesson_01_headline_names_a_tie_and_a_message_smaller_than_the_ranks():
+    # Review h20: alpha 10 ms, P = 128, n = 2 B: tree and halving-doubling both take 140 ms ("1.00x"), yet only
+    # halving-doubling was named "fastest"; and 2 bytes on 128 ranks went without a word.
+    from commtax.formulas.links import Link
+
+    ns, shown = lesson_namespace("01-collectives-and-alpha-beta.ipynb", "allreduce_calculator")
+    figures = drawn(ns["allreduce_calculator"], Link("custom", 10e-3, 450e9), 128, 2)
+    assert shown[0].startswith("fastest: halving_doubling, 140 ms") and "a tie: tree takes the same time" in shown[0]
+    assert "2 B is fewer bytes than ranks" in shown[1], shown
+    shown.clear()
+    drawn(ns["allreduce_calculator"], Link("custom", 3e-6, 450e9), 8, 10**8)   # the default: no tie, no note
+    assert "tie" not in shown[0] and not any("fewer bytes" in s for s in shown), shown
+    from tests.test_widgets import visible_tick_labels
+    times = visible_tick_labels(figures[0].axes[0], "y")
+    assert "200 ms" in times and len(times) >= 4, f"the 140 ms curves sit below every labelled tick: {times}"
+
+
+def test_lesson_02_ring_time_says_when_the_message_has_fewer_bytes_than_ranks():
+    from commtax.formulas.links import PRESETS
+
+    ns, shown = lesson_namespace("02-ring-allreduce.ipynb", "ring_calculator")
+    ns["ring_calculator"](PRESETS["TCP over 10 GbE"], 4096, 3)
+    assert any("3 B is fewer bytes than ranks" in s for s in shown), shown
+    shown.clear()
+    ns["ring_calculator"](PRESETS["TCP over 10 GbE"], 8, 2**24)
+    assert not any("fewer bytes" in s for s in shown), shown
+
+
+def test_lesson_05_share_curves_are_drawn_below_the_figures_top_edge():
+    # Review h20: the TCP curve (99.7%) ran along the top spine at ylim 1.0, practically invisible.
+    from commtax.formulas.models import Model, transformer_params
+
+    ns, _ = lesson_namespace("05-tp-in-bytes-decode-vs-prefill.ipynb", "tp_calculator")
+    model = Model("custom model (L = 83, h = 8192)", transformer_params(83, 8192), 83, 8192, "derived")
+    ax = drawn(ns["tp_calculator"], model, 16, ns["TCP"], 256)[0].axes[0]
+    low, top = ax.get_ylim()
+    highest = max(max(line.get_ydata()) for line in ax.get_lines() if len(line.get_ydata()) > 2)
+    assert highest > 0.99 and highest < top - 0.02 * (top - low), (highest, top)
+    assert any("H100 node has 8" in t.get_text() for t in ax.get_legend().get_texts()), "t = 16 on NVLink unexplained"
+
+
+def test_lesson_06_modeler_says_when_activations_do_not_fit_and_when_the_link_cannot_hide_p2p():
+    # Review h20: 521 GB to 1.04 TB of activations per GPU with no "does not fit"; a TCP p2p transfer (53.7 ms)
+    # longer than a stage's forward (33 ms) with no word beside the 87.1% efficiency.
+    ns, shown = lesson_namespace("06-pipeline-bubbles.ipynb", "pipeline_modeler")
+    links = ns["LINKS"]
+    ns["pipeline_modeler"](80, 8192, 64, 4096, 1, 1, 4, 8, links["InfiniBand NDR (400 Gb/s per GPU)"], False)
+    assert any(s.startswith("does not fit: 1F1B's peak activations alone, 521 GB") for s in shown), shown
+    shown.clear()
+    ns["pipeline_modeler"](40, 8192, 64, 4096, 1, 1, 20, 128, links["TCP over 10 GbE"], True)
+    slow = [s for s in shown if s.startswith("slow link")]
+    assert slow and "53.7 ms" in slow[0] and "2.01 GB/s" in slow[0], shown
+    shown.clear()
+    ns["pipeline_modeler"](40, 8192, 64, 4096, 1, 8, 4, 8, links["InfiniBand NDR (400 Gb/s per GPU)"], True)
+    assert not any(s.startswith(("does not fit", "GPipe does not fit", "slow link")) for s in shown), shown
+
+
+def test_lesson_12_refusals_name_the_sliders_and_the_exposure_axis_reads_in_seconds():
+    # Review h20: "heads (64) must be a multiple of kv_heads (128)" named no slider; the all-to-all's refusal sat
+    # in the bytes column, seven lines tall; the y axis read 10^0 and 10^1 (ms) with the data between them.
+    ns, shown = lesson_namespace("12-long-context.ipynb", "cp_calculator")
+    args = dict(seq=131072, heads=64, kv_heads=8, head_dim=128, cp=16, per_node=8, dtype="bf16",
+                efficiency=ns["EFFICIENCY"], intra=ns["NVLINK"], inter=ns["IB"])
+    ax = drawn(ns["cp_calculator"], **args)[0].axes[0]
+    table = next(s for s in shown if s.startswith("one layer"))
+    assert "all-to-allnot possible (below)" in table and "must be divisible" not in table, table
+    assert any(s.startswith("all-to-all: kv_heads (8) must be divisible by cp (16)") for s in shown), shown
+    from tests.test_widgets import visible_tick_labels
+    times = visible_tick_labels(ax, "y")
+    assert times and all(t.endswith(("ms", "µs", " s", "ns")) for t in times), times
+    with pytest.raises(ValueError, match=r"query heads \(64\) must be a multiple of K/V heads \(128\)"):
+        ns["cp_calculator"](**dict(args, kv_heads=128))
+
+
+def test_lesson_11_table_marks_a_part_the_plan_does_not_have_instead_of_zero_seconds(monkeypatch):
+    # Review h20: at 1 rank "time: pp transfers 0 s" and "time: dp 0 s" read as measured zeros.
+    from commtax.ranks import wholebill
+
+    monkeypatch.setattr(wholebill, "measure_compute", lambda *args, **kwargs: 1e-3)   # no torch timing here
+    ns, shown = lesson_namespace("11-the-whole-bill.ipynb", "plan_calculator")
+    ns["plan_calculator"](1, 1, 1)
+    table = next(s for s in shown if s.startswith("axis / part"))
+    assert "0 s" not in table and "—" in table, table

@@ -6,6 +6,11 @@ module or a stub (a NotImplementedError, or a call into the learner's own lab
 code through ``commtax.learner``). Then the release's ``commtax`` is run in a
 child process, once with the starters (the calculators say which lab function
 lights them) and once with a learner's Lab 01 written (they run on it).
+
+Every visible lab test must also run in the release: none may reach a reference
+the release lacks (it would be skipped there); the values they take from the
+reference are recorded in each lab's ``expected.json`` (``commtax.recorded``),
+checked here against the recipes that compute them.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from commtax import recorded
+from commtax.testing import mismatch
 from grading import answers
 from grading.release import build_release
 
@@ -196,3 +203,66 @@ def test_release_ships_the_exercise_answer_file_and_the_teachers_copy_scores_it(
     (submission / "exercises" / "answers.toml").write_text('"01.1" = ')
     broken = exercise_answers.score(submission)
     assert sum(s.score for s in broken) == 0 and "not valid TOML" in broken[0].output
+
+
+# -- every visible lab test runs in the release ---------------------------------------------------------
+
+
+def test_no_visible_lab_test_reaches_a_reference_the_release_does_not_ship():
+    """A lab test that calls a commtax function holding a GRADED block (or calling one, transitively) would be
+    skipped in the release (commtax.learner): it must ask EXPECTED (commtax.recorded) for its expected values."""
+    reaching = answers.visible_tests_reaching_references(ROOT)
+    assert not reaching, ("visible lab tests that use a reference the student release does not ship (they would be "
+                          "skipped there; record their expected values in the lab's expected.py):\n" + "\n".join(reaching))
+
+
+def _leaves(value):
+    if isinstance(value, dict):
+        for v in value.values():
+            yield from _leaves(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _leaves(v)
+    else:
+        yield value
+
+
+def test_release_records_exactly_the_expected_values_the_visible_tests_ask_for(release):
+    """Each lab with recipes (expected.py, not shipped) has expected.json in the release: one entry per listed case
+    (the visible tests' inputs), plain data (numbers, the odd name or flag, None), equal to what the reference gives in the full
+    repository once read back."""
+    labs = sorted(p.parent for p in ROOT.glob(f"labs/lab-*/{recorded.RECIPES_FILE}"))
+    assert {p.name for p in labs} >= {"lab-08-memory-and-zero", "lab-11-plan-a-cluster", "lab-12-the-whole-bill"}
+    for lab_dir in labs:
+        shipped = release / "labs" / lab_dir.name
+        assert not (shipped / recorded.RECIPES_FILE).exists(), f"{lab_dir.name}: the recipes ship"
+        record = json.loads((shipped / recorded.RECORD_FILE).read_text())
+        data = all(v is None or isinstance(v, (int, float, str)) for v in _leaves(record))   # None: no binding axis
+        assert data, f"{lab_dir.name}: expected.json holds something other than numbers and names"
+        full, released = recorded.Expected(lab_dir), recorded.Expected(shipped)
+        assert full.reference_here and not released.reference_here
+        cases = list(recorded._load_recipes(lab_dir).cases())
+        assert set(record) == {recorded.key(name, args) for name, args in cases}, lab_dir.name
+        for name, args in cases:
+            why = mismatch(released(name, *args), full(name, *args), rel=0.0)
+            assert why is None, f"{lab_dir.name} {recorded.key(name, args)}: {why}"
+
+
+def test_expected_fails_loudly_for_a_missing_record_or_an_unlisted_case(tmp_path):
+    """The release without expected.json, or without an entry, fails the test (no skip); in the course repository
+    a test asking for a case the recipes do not list fails, since the release would have no value for it."""
+    release_lab, course_lab = tmp_path / "release", tmp_path / "course"
+    release_lab.mkdir()
+    course_lab.mkdir()
+    with pytest.raises(recorded.MissingRecord, match="expected.json is missing"):
+        recorded.Expected(release_lab)("f", 1)
+    (release_lab / recorded.RECORD_FILE).write_text(json.dumps({recorded.key("f", [1]): 2.0}))
+    assert recorded.Expected(release_lab)("f", 1) == 2.0
+    with pytest.raises(recorded.MissingRecord, match=r"no expected value for f\[2\]"):
+        recorded.Expected(release_lab)("f", 2)
+    (course_lab / recorded.RECIPES_FILE).write_text(
+        "RECIPES = {'f': lambda x: 2.0 * x}\n\ndef cases():\n    yield 'f', (1,)\n")
+    assert recorded.Expected(course_lab)("f", 1) == 2.0
+    with pytest.raises(recorded.MissingRecord, match=r"does not list the case f\[3\]"):
+        recorded.Expected(course_lab)("f", 3)
+

@@ -303,3 +303,88 @@ def test_a_wide_result_table_wraps_below_the_controls_and_a_narrow_one_stays_bes
     basis = int(shown[9][0].split()[-1].removesuffix("px"))
     assert basis > 848 and shown[9][1] == f"min({basis}px, 100%)", shown
     assert basis == math.ceil(cw.table_width_px(wide, [row]))
+
+
+def visible_tick_labels(ax, axis="y") -> list[str]:
+    """The tick labels (major and minor) a reader sees on ``ax``'s ``axis`` once the figure is drawn."""
+    plots.cut_text(ax.figure)   # draws it: tick labels are decided at draw time
+    target = ax.yaxis if axis == "y" else ax.xaxis
+    low, high = sorted(target.get_view_interval())
+    ticks = target.get_major_ticks() + target.get_minor_ticks()
+    return [t.label1.get_text() for t in ticks
+            if t.label1.get_visible() and t.label1.get_text() and low * (1 - 1e-9) <= t.get_loc() <= high * (1 + 1e-9)]
+
+
+def test_one_rounding_rule_for_a_size_in_the_slider_the_legend_and_the_axis_ends():
+    # Review h20, Lesson 08: the slider and headline read "131 kB", the legend "your cap 130 kB"; the headline's
+    # best cap "4.29 GB" was "4.3 GB" on the axis' end (two digits there, three elsewhere).
+    from commtax.units import format_bytes
+    cap = cw.bytes_slider("cap", 64 * 1024, 64 * 1024, 4 * 2**30)
+    cap.slider.value = 64 * 1024 * 10 ** 0.3          # six stops up, as the browser sends it
+    assert cap.value == 130762 and "131 kB" in cap._readout.value
+    top = 4 * 2**30
+    ax = plots.exposed_vs_cap(np.logspace(np.log10(64 * 1024), np.log10(top), 9), np.linspace(2, 1, 9),
+                              best=(top, 1.0), current=(cap.value, 2.0), crossover=3.3e6)
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend == [f"best cap {format_bytes(top)}", "your cap 131 kB", f"P n* = {format_bytes(3.3e6)}"], legend
+    assert format_bytes(top) == "4.29 GB" and "4.29 GB" in visible_tick_labels(ax, "x")
+
+
+def test_log_axes_label_sizes_and_times_in_units_and_their_2s_and_5s_over_a_narrow_range():
+    # Review h20, Lessons 01 and 12: a time axis from 140 ms to 25 s read only "1 s" and "10 s"; another read
+    # 10^0 and 10^1 (ms) with its data between labels. One formatter, from commtax.ui, for bytes and seconds.
+    fig, ax = plots.subplots(figsize=(6, 3))
+    ax.loglog([1e3, 1e9], [0.14, 25.0])
+    plots.bytes_formatter(ax, "x")
+    plots.seconds_formatter(ax, "y")
+    y = visible_tick_labels(ax, "y")
+    assert {"200 ms", "500 ms", "1 s", "2 s", "5 s", "10 s", "20 s"} <= set(y), y
+    assert not {"300 ms", "3 s", "4 s"} & set(y), f"only 1-2-5 between the powers of ten: {y}"
+    x = visible_tick_labels(ax, "x")
+    assert {"1 kB", "1 MB", "1 GB"} <= set(x) and not [t for t in x if t.startswith(("2", "5"))], x   # six decades
+    fig, ax = plots.subplots(figsize=(6, 3))
+    ax.semilogy([0, 1], [2.1e-4, 4.4e-4])             # a third of a decade: every tick labelled
+    plots.seconds_formatter(ax)
+    assert {"300 µs", "400 µs"} <= set(visible_tick_labels(ax)), visible_tick_labels(ax)
+    with pytest.raises(ValueError, match="unit"):
+        plots.labels.log_axis(ax, "y", "furlongs")
+
+
+def test_a_size_slider_holds_whole_bytes_and_reads_them_out():
+    # Review h20, Lesson 02: the log slider gave a message of 2.51 B (10 ** 0.4), split into 4096 chunks.
+    control = cw.bytes_slider("n", 1.0)
+    control.slider.value = 10 ** 0.4
+    assert control.value == 3 and isinstance(control.value, int) and ">3 B<" in control._readout.value
+    control.value = 2048                              # set from code: the slider follows
+    assert control.slider.value == 2048 and "2.05 kB" in control._readout.value
+    with pytest.raises(ValueError, match="low"):
+        cw.bytes_slider("n", 1.0, low=0.5)
+
+
+def test_a_pipeline_without_bubble_draws_no_grey_between_its_rows_and_its_bars_equally_tall():
+    # Review h20, Lesson 06 (naive, p = 1, m = 64): the axes' grey background showed between the rows at a 0%
+    # bubble, read as idle time; and the wide backwards had white outlines, the narrow forwards none, so the
+    # forwards stood taller. Now: grey only inside the rows, and outlines on every bar or on none.
+    ops = P.simulate("naive", 1, 64, 1, t_forward=1.0, t_backward=2.0)
+    ax = plots.gantt(ops)
+    assert ax.get_facecolor()[:3] == (1.0, 1.0, 1.0)
+    bars = [c for c in ax.collections if len(c.get_paths()) > 1]
+    widths = np.atleast_1d(bars[0].get_linewidth()) if len(bars[0].get_edgecolor()) else np.zeros(1)
+    outlines = set(np.resize(widths, len(bars[0].get_paths())).tolist())   # each bar's outline width
+    assert len(bars) == 1 and len(outlines) == 1, outlines
+
+
+@pytest.mark.parametrize("world_size, step", [(2, 2), (4, 2)])
+def test_ring_step_arrows_run_beside_the_chunks_one_row_down_or_back_up_to_rank_0(world_size, step):
+    # Review h20, Lesson 02 at P = 2: rank 1 -> 0 was a long curve drawn across rank 1's box, rank 0 -> 1 a tiny
+    # arrowhead squeezed between the boxes. Every arrow now runs in the gap beside its chunk, row centre to row centre.
+    from matplotlib.patches import Rectangle
+    from matplotlib.text import Annotation
+    ax = plots.ring_step(world_size, step)
+    boxes = [r for r in ax.patches if isinstance(r, Rectangle) and r.get_fill()]
+    arrows = [a for a in ax.texts if isinstance(a, Annotation)]
+    assert len(arrows) == world_size
+    for arrow in arrows:
+        (x, y_to), (_, y_from) = arrow.xy, arrow.xyann
+        assert not any(b.get_x() <= x <= b.get_x() + b.get_width() for b in boxes), "an arrow crosses a chunk's box"
+        assert round(y_from - y_to, 9) in (1.0, 1.0 - world_size), (y_from, y_to)   # next rank down, or last rank up to 0

@@ -449,6 +449,7 @@ def stage_params(cfg) -> list[float]:
     """Parameters on each stage, per TP rank: its layers, and the embedding on the first and the output
     layer on the last. A GPT model ties them (one V h matrix; one copy without pipelining); a
     Llama-style model (``swiglu``) does not (two copies without pipelining)."""
+    # BEGIN GRADED lab-11 stage_params
     t = cfg["tp"]
     embedding = cfg["vocab"] * cfg["hidden"] / t
     layers = stage_layers(cfg)
@@ -459,6 +460,7 @@ def stage_params(cfg) -> list[float]:
         out[0] += embedding
         out[-1] += embedding
     return out
+    # END GRADED: learner.unavailable("11", "memory_bytes_per_gpu")   # a helper of that piece
 
 
 # -- the network ------------------------------------------------------------------------------------
@@ -553,6 +555,7 @@ def layer_compute(cfg, recompute, constants=None, gpu=None) -> dict:
     reruns every forward GEMM and the attention, ``selective`` the attention.
     Element-wise: :func:`elementwise_bytes` at elementwise_efficiency x the HBM bandwidth.
     """
+    # BEGIN GRADED lab-11 layer_compute
     gpu = gpu or GPUS[cfg["gpu"]]
     k = constants_for(cfg["gpu"], constants)
     eta = k["matmul_efficiency"]
@@ -571,6 +574,7 @@ def layer_compute(cfg, recompute, constants=None, gpu=None) -> dict:
     elementwise = elementwise_bytes(cfg, recompute) / (k["elementwise_efficiency"] * gpu.hbm_bandwidth)
     gemm = forward + backward + (forward if recompute == "full" else 0.0)   # the linear layers' GEMMs alone
     return dict(matmul=matmul, elementwise=elementwise, gemm=gemm)
+    # END GRADED: learner.unavailable("11", "layer_time")   # a helper of that piece
 
 
 def elementwise_bytes(cfg, recompute) -> float:
@@ -778,6 +782,7 @@ def dp_bytes_per_step(cfg) -> float:
     the gradient passes add (grad_bytes - 2) per element when gradients travel in fp32. With fp16
     (every count 2 bytes) the two are equal, for either ``hsdp_allreduce``.
     """
+    # BEGIN GRADED lab-11 dp_bytes_per_step
     g, z, m = cfg["shard_group"], cfg["zero_stage"], cfg["microbatches"]
     r = cfg["dp"] * cfg["cp"] // g
     n = max(stage_params(cfg))
@@ -792,6 +797,7 @@ def dp_bytes_per_step(cfg) -> float:
     gradient_passes = {0: 2, 1: 1, 2: m, 3: m}[z]
     regather = (m - 1) * (g - 1) / g * n * 2 if z == 2 and cfg["param_gather"] == "micro_batch" else 0.0
     return shard + regather + (gb - 2) * gradient_passes * (g - 1) / g * n + replicate
+    # END GRADED: learner.unavailable("11", "dp_time")   # a helper of that piece
 
 
 def dp_time(cfg, recompute, layer_s, stage_s, gpu=None) -> dict:
@@ -929,6 +935,7 @@ def memory_parts(cfg, recompute, gpu=None) -> dict:
     ZeRO-3 holds two layers' gathered bf16 parameters (the one computing and the one prefetched);
     Llama 3's all-gather CP holds one layer's gathered K and V.
     """
+    # BEGIN GRADED lab-11 memory_parts
     gpu = gpu or GPUS[cfg["gpu"]]
     fused, t, p = cfg["fused_attention"], cfg["tp"], cfg["pp"]
     per_layer = activation_bytes_per_layer(cfg, recompute, fused)
@@ -949,6 +956,7 @@ def memory_parts(cfg, recompute, gpu=None) -> dict:
         if best is None or parts["total"] > best["total"]:
             best = parts
     return best
+    # END GRADED: learner.unavailable("11", "memory_bytes_per_gpu")   # a helper of that piece
 
 
 def memory_bytes_per_gpu(cfg, recompute, gpu=None) -> float:
@@ -1040,6 +1048,7 @@ def predict(run, constants=None, hardware=None) -> dict:
 def stage_seconds(cfg, recompute, constants=None, gpu=None) -> list[float]:
     """Seconds of one micro-batch on each pipeline stage: its layers (compute, TP, CP) and, on the last,
     the output layer and its loss (the embedding's lookup is left out)."""
+    # BEGIN GRADED lab-11 stage_seconds
     gpu = gpu or GPUS[cfg["gpu"]]
     k = constants_for(cfg["gpu"], constants)
     layer = layer_compute(cfg, recompute, k, gpu)
@@ -1048,6 +1057,7 @@ def stage_seconds(cfg, recompute, constants=None, gpu=None) -> list[float]:
     layers = stage_layers(cfg)
     t_logits = logits_compute(cfg, k, gpu)
     return [n * t_layer + (t_logits if i == len(layers) - 1 else 0.0) for i, n in enumerate(layers)]
+    # END GRADED: learner.unavailable("11", "pipeline_time")   # a helper of that piece
 
 
 def step(run, constants=None, hardware=None) -> dict:

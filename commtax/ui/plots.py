@@ -28,9 +28,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 from matplotlib.text import Text
-from matplotlib.ticker import FuncFormatter
 
-from commtax.units import format_bytes, format_seconds
+from commtax.ui import labels
 
 DPI = 100
 # The colour maps, looked up once: the registry hands out a fresh copy, with its table to build, per lookup.
@@ -137,14 +136,13 @@ ALGORITHM_STYLE = {
 def bytes_axis(ax, axis: str = "x", ends: bool = False) -> None:
     """Label a log-scaled byte axis with readable sizes (1 kB, 1 MB, ...): every power of ten where
     the axis spans up to six of them, every other one beyond; with ``ends``, the axis' two ends too
-    (where they are not within a factor of 3 of a labelled power of ten)."""
+    (where they are not within a factor of 3 of a labelled power of ten). Labels as the headlines
+    write sizes (:func:`commtax.ui.labels.size`); over two decades or less the 2s and 5s too."""
     lim = ax.get_xlim() if axis == "x" else ax.get_ylim()
-    step = 1 if np.log10(lim[1] / lim[0]) <= 6 else 2
-    ticks = [10.0 ** k for k in range(0, 14, step) if lim[0] * (1 - 1e-9) <= 10.0 ** k <= lim[1] * (1 + 1e-9)]
-    if ends:
-        ticks = sorted(ticks + [end for end in lim if all(max(end / t, t / end) >= 3 for t in ticks)])
+    ticks = labels.decade_ticks(*sorted(lim), ends=ends)
     setter = ax.set_xticks if axis == "x" else ax.set_yticks
-    setter(ticks, [format_bytes(t, 2) for t in ticks])
+    setter(ticks, [labels.size(t) for t in ticks])
+    (ax.xaxis if axis == "x" else ax.yaxis).set_minor_formatter(labels.UnitLogFormatter(labels.size))
 
 
 def time_scale(seconds: float) -> tuple[float, str]:
@@ -156,15 +154,13 @@ def time_scale(seconds: float) -> tuple[float, str]:
 
 
 def bytes_formatter(ax, axis: str = "y") -> None:
-    """Tick labels of a byte axis in decimal units (100 GB, not 1e11), on any scale."""
-    target = ax.yaxis if axis == "y" else ax.xaxis
-    target.set_major_formatter(FuncFormatter(lambda value, _: format_bytes(value, 3) if value > 0 else "0"))
+    """Tick labels of a byte axis in decimal units (100 GB, not 1e11), on any scale (:func:`labels.log_axis`)."""
+    labels.log_axis(ax, axis, "bytes")
 
 
 def seconds_formatter(ax, axis: str = "y") -> None:
-    """Tick labels of a time axis in s, ms, us (not 1e-05)."""
-    target = ax.yaxis if axis == "y" else ax.xaxis
-    target.set_major_formatter(FuncFormatter(lambda value, _: format_seconds(value, 3) if value > 0 else "0"))
+    """Tick labels of a time axis in s, ms, µs (not 1e-05), on any scale (:func:`labels.log_axis`)."""
+    labels.log_axis(ax, axis, "seconds")
 
 
 def time_vs_size(sizes, times: dict, *, n_star: float | None = None, current: float | None = None,
@@ -180,14 +176,14 @@ def time_vs_size(sizes, times: dict, *, n_star: float | None = None, current: fl
     for name, t in times.items():
         ax.loglog(sizes, t, label=name, **ALGORITHM_STYLE.get(name, {}))
     if n_star:
-        ax.axvline(n_star, color="black", linewidth=0.8, label=f"n* = \u03b1B = {format_bytes(n_star)}")
+        ax.axvline(n_star, color="black", linewidth=0.8, label=f"n* = \u03b1B = {labels.size(n_star)}")
     if current:
-        ax.axvline(current, color="#ff7f0e", linewidth=2.5, alpha=0.5, label=f"your message, {format_bytes(current)}")
+        ax.axvline(current, color="#ff7f0e", linewidth=2.5, alpha=0.5, label=f"your message, {labels.size(current)}")
     ax.set_xlim(sizes.min(), sizes.max())
     bytes_axis(ax)
     seconds_formatter(ax)
     ax.set_xlabel("message size n (bytes per rank)")
-    ax.set_ylabel("time")
+    ax.set_ylabel("time (unit on each tick)")
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=8, loc="best")
     if title:
@@ -202,6 +198,9 @@ def _contributors(bits: int, world_size: int) -> str:
     if len(ranks) > 4:   # two lines, so the text stays large in a narrow cell
         return "+".join(map(str, ranks[:4])) + "\n+" + "+".join(map(str, ranks[4:]))
     return "+".join(map(str, ranks))
+
+
+BOX = 0.78   # a chunk's width in ring_step: the gap beside it holds the arrow of its transfer
 
 
 def ring_step(world_size: int, step: int, ax=None):
@@ -230,18 +229,20 @@ def ring_step(world_size: int, step: int, ax=None):
             bits = int(state[r][c])
             count = bin(bits).count("1")
             shade = BLUES(0.15 + 0.7 * count / p) if bits != full else "#2ca02c"
-            ax.add_patch(Rectangle((c, p - 1 - r), 0.94, 0.9, color=shade))
-            ax.text(c + 0.47, p - 1 - r + 0.45, _contributors(bits, p), ha="center", va="center",
+            ax.add_patch(Rectangle((c, p - 1 - r), BOX, 0.9, color=shade))
+            ax.text(c + BOX / 2, p - 1 - r + 0.45, _contributors(bits, p), ha="center", va="center",
                     fontsize=10, linespacing=1.0, color="white" if count > p / 2 or bits == full else "black")
     for m in messages:
         c = m.start
-        ax.add_patch(Rectangle((c, p - 1 - m.src), 0.94, 0.9, fill=False, edgecolor="#d62728", linewidth=2))
-        ax.annotate("", xy=(c + 0.47, p - 1 - m.dst + 0.9), xytext=(c + 0.47, p - 1 - m.src),
-                    arrowprops=dict(arrowstyle="->", color="#d62728", lw=1.2,
-                                    connectionstyle="arc3,rad=0.3" if m.dst < m.src else "arc3,rad=0"))
+        ax.add_patch(Rectangle((c, p - 1 - m.src), BOX, 0.9, fill=False, edgecolor="#d62728", linewidth=2))
+        # In the gap right of the chunk's column, from the sender's row to the receiver's: one row down for
+        # every rank but the last, whose arrow runs back up to rank 0 (all arrows alike, none across a box).
+        ax.annotate("", xy=(c + BOX + 0.1, p - 1 - m.dst + 0.45), xytext=(c + BOX + 0.1, p - 1 - m.src + 0.45),
+                    arrowprops=dict(arrowstyle="-|>", color="#d62728", lw=1.5, mutation_scale=12,
+                                    shrinkA=0, shrinkB=0))
     ax.set_xlim(-0.1, p)
     ax.set_ylim(-0.2, p)
-    ax.set_xticks([c + 0.47 for c in range(p)], [f"chunk {c}" for c in range(p)], fontsize=10)
+    ax.set_xticks([c + BOX / 2 for c in range(p)], [f"chunk {c}" for c in range(p)], fontsize=10)
     ax.set_yticks([p - 1 - r + 0.45 for r in range(p)], [f"rank {r}" for r in range(p)], fontsize=10)
     ax.tick_params(length=0)
     for side in ax.spines.values():
@@ -289,6 +290,9 @@ def halving_doubling_diagram(world_size: int = 8, ax=None):
     return ax
 
 
+IDLE = "#e6e6e6"   # a pipeline stage's idle time (the bubble)
+
+
 def gantt(ops, title: str = "", ax=None, labels: bool = True):
     """A pipeline schedule as a Gantt chart: one row per stage (stage 0 on top), forwards blue,
     backwards green (darker for later model chunks), idle time grey.
@@ -303,16 +307,19 @@ def gantt(ops, title: str = "", ax=None, labels: bool = True):
     fig = ax.figure
     axes_inches = fig.get_size_inches()[0] * ax.get_position().width
     points_per_unit = 72 * axes_inches / end
+    # White outlines part the bars where the narrowest keeps colour inside them; all bars or none, so an
+    # outlined bar never looks shorter than its unoutlined neighbour.
+    narrowest = min(op.end - op.start for op in ops) * points_per_unit   # points
+    outline = narrowest >= 4
     # One collection per stage (not one per op): a schedule of thousands of ops draws in a blink.
     for stage in stages:
+        # Grey (idle) only behind the row's bars, where a stage could work: the gaps between rows are no bubble.
+        ax.broken_barh([(0, end)], (len(stages) - 1 - stage + 0.1, 0.8), facecolors=IDLE, edgecolors="none")
         mine = [op for op in ops if op.stage == stage]
         shades = [0.45 + 0.4 * (op.chunk / max(1, chunks - 1)) if chunks > 1 else 0.6 for op in mine]
         colors = [(BLUES if op.kind == "F" else GREENS)(shade) for op, shade in zip(mine, shades)]
-        wide = [(op.end - op.start) * points_per_unit >= 4 for op in mine]   # a white outline only where it leaves colour inside
         ax.broken_barh([(op.start, op.end - op.start) for op in mine], (len(stages) - 1 - stage + 0.1, 0.8),
-                       facecolors=colors, edgecolors=["white" if w else "none" for w in wide],
-                       linewidths=[0.5 if w else 0.0 for w in wide])
-    narrowest = min(op.end - op.start for op in ops) * points_per_unit
+                       facecolors=colors, edgecolors="white" if outline else "none", linewidth=0.5 if outline else 0.0)
     widest_label = len(str(max(op.microbatch for op in ops))) * 8 * 0.62 + 2
     fits = narrowest >= widest_label
     for op in ops if labels and fits else []:
@@ -325,9 +332,8 @@ def gantt(ops, title: str = "", ax=None, labels: bool = True):
     if labels and not fits:
         xlabel += "; micro-batch numbers hidden:\nthe bars are too narrow for them (fewer micro-batches shows them)"
     ax.set_xlabel(xlabel, fontsize=9)
-    ax.set_facecolor("#e6e6e6")
     handles = [Rectangle((0, 0), 1, 1, color=BLUES(0.6)), Rectangle((0, 0), 1, 1, color=GREENS(0.6)),
-               Rectangle((0, 0), 1, 1, color="#e6e6e6")]
+               Rectangle((0, 0), 1, 1, color=IDLE)]
     later = " (darker: later chunk)" if chunks > 1 else ""
     ax.legend(handles, ["forward" + later, "backward" + later, "idle (bubble)"], fontsize=8, loc="upper left",
               bbox_to_anchor=(1.005, 1.0), frameon=False)
@@ -362,7 +368,7 @@ def bucket_timeline(backward, ready, start, finish, title: str = "", ax=None, bu
         if last > b:
             ax.broken_barh([(b * k, (last - b) * k)], (y + 0.05, 0.45), facecolors="none",
                            edgecolors="#444444", hatch="///", linewidth=0.0)
-            ax.text(last * k, y + 0.27, f" exposed {format_seconds(last - b)}", va="center", fontsize=8)
+            ax.text(last * k, y + 0.27, f" exposed {labels.duration(last - b)}", va="center", fontsize=8)
         names.append(label)
         y += 1
     ax.set_ylim(0, y)
@@ -386,12 +392,12 @@ def exposed_vs_cap(caps, exposed, *, best=None, current=None, crossover=None, ax
     ax.semilogx(caps, exposed * k, color="#d62728", label=label)
     marks = dict(clip_on=False, zorder=3, ms=7)     # a mark on the axis' end is drawn whole
     if best is not None:
-        ax.plot([best[0]], [best[1] * k], "o", color="#2ca02c", label=f"best cap {format_bytes(best[0])}", **marks)
+        ax.plot([best[0]], [best[1] * k], "o", color="#2ca02c", label=f"best cap {labels.size(best[0])}", **marks)
     if current is not None:
-        ax.plot([current[0]], [current[1] * k], "s", color="black", label=f"your cap {format_bytes(current[0])}",
+        ax.plot([current[0]], [current[1] * k], "s", color="black", label=f"your cap {labels.size(current[0])}",
                 **marks)
     if crossover is not None:
-        ax.axvline(crossover, color="#999999", linestyle=":", label=f"P n* = {format_bytes(crossover, 2)}")
+        ax.axvline(crossover, color="#999999", linestyle=":", label=f"P n* = {labels.size(crossover)}")
     ax.set_xlim(min(caps), max(caps))
     bytes_axis(ax, "x", ends=True)
     ax.set_ylim(0, top * k * 1.12 if top > 0 else 1)

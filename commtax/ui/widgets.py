@@ -23,7 +23,7 @@ from IPython.display import HTML, Image, display
 
 from commtax.formulas.links import Link, available_links
 from commtax.formulas.models import PRESETS as MODEL_PRESETS, Model, transformer_params
-from commtax.ui import plots, powered
+from commtax.ui import labels, plots, powered
 from commtax.units import format_bytes, format_rate, format_seconds
 
 # Controls 440 px wide: beside them a 330-px result still fits the notebook column at 1280 x 800 with the
@@ -56,32 +56,53 @@ def log_slider(description: str, value: float, low: float, high: float, *,
 class WithReadout(w.HBox):
     """A slider whose readout is written by ``formatter`` (e.g. "100 MB" rather than d3's "100M").
 
-    ``value`` is the slider's value (two-way linked), so :func:`calculator` treats it like any control.
+    ``value`` is ``transform(slider's value)`` (e.g. rounded to whole bytes; the slider's value
+    itself without ``transform``); setting ``value`` moves the slider there. So :func:`calculator`
+    treats it like any control.
     """
 
     value = traitlets.Any()
 
-    def __init__(self, slider, formatter):
+    def __init__(self, slider, formatter, transform=None):
         slider.readout = False
         slider.layout = w.Layout(width=f"{CONTROL_PX - 80}px")   # with its readout as wide as the other controls
         self.slider, self._formatter = slider, formatter
+        self._transform = transform or (lambda value: value)
         self._readout = w.HTML(layout=w.Layout(width="80px"))
         self._readout.add_class("commtax-readout")
         super().__init__([slider, self._readout])
-        self.value = slider.value
-        traitlets.link((slider, "value"), (self, "value"))
+        self.value = self._transform(slider.value)
+        slider.observe(self._from_slider, "value")
+        self.observe(self._to_slider, "value")
         self.observe(self._show, "value")
         self._show()
+
+    def _from_slider(self, change):
+        self.value = self._transform(change["new"])
+
+    def _to_slider(self, change):
+        if self._transform(self.slider.value) != change["new"]:   # set from code: move the slider there
+            self.slider.value = change["new"]
 
     def _show(self, *_):
         self._readout.value = f"<span style='font-family:monospace'>{html.escape(self._formatter(self.value))}</span>"
 
 
+def whole_bytes(value: float) -> int:
+    """A size on a log slider (10 ** x) as the whole number of bytes nearest to it: 10 ** 0.4 -> 3, never 2.51."""
+    return max(1, round(value))
+
+
 def bytes_slider(description: str, value: float, low: float = 1.0, high: float = 1e10,
                  css_class: str | None = None) -> WithReadout:
-    """A message-size slider in bytes, on a log scale, read out in decimal units (1.05 MB = 1.05e6 bytes)."""
+    """A message-size slider in bytes, on a log scale, read out in decimal units (1.05 MB = 1.05e6 bytes).
+
+    Its value is a whole number of bytes (:func:`whole_bytes`): a message holds no fraction of a byte.
+    """
+    if low < 1:
+        raise ValueError(f"low must be at least 1 byte; got {low!r}")
     slider = log_slider(description, value, low, high, css_class=css_class)
-    return WithReadout(slider, format_bytes)
+    return WithReadout(slider, labels.size, transform=whole_bytes)
 
 
 def int_slider(description: str, value: int, low: int, high: int, *, step: int = 1,

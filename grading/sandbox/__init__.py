@@ -24,7 +24,7 @@ import getpass
 import os
 from pathlib import Path
 
-from grading.sandbox import namespaces, plain
+from grading.sandbox import cgroup, namespaces, plain
 from grading.sandbox.limits import Limits
 
 SANDBOX_USER = "commtax-learner"
@@ -68,6 +68,7 @@ def choose_isolation(*, user: str | None, same_user: bool, isolation: str, limit
             chosen = namespaces.NamespaceIsolation(bwrap, root, limits, protected, base)
             failure = namespaces.probe(chosen, base)
             if failure is None:
+                chosen.use_cgroups(cgroup.find())  # where none can be made: per-process limits only, said so
                 who = ("root mode: learner code ran as a fresh unprivileged user per lab run" if root else
                        f"same-user mode: learner code ran as {me}, the grader's own user")
                 chosen.mode = f"{who}, in an {chosen.describe()}"

@@ -16,7 +16,9 @@ class Limits:
     0.7 GiB); ``processes`` caps the processes of the sandbox's user (RLIMIT_NPROC: in a user
     namespace, those of that sandbox only); ``cpu_seconds`` each process's CPU time (it gets SIGXCPU,
     then SIGKILL 5 s later); ``file_size`` any file written; ``tmp_size`` each of the sandbox's
-    private ``/tmp`` and ``/dev/shm`` (memory-backed).
+    private ``/tmp`` and ``/dev/shm`` (memory-backed). ``run_memory`` bounds the memory of all of a lab
+    run's processes together (a cgroup per run, where one can be made: :mod:`grading.sandbox.cgroup`),
+    whose process count is ``processes`` too.
     """
 
     address_space: int = 8 * GiB
@@ -25,6 +27,7 @@ class Limits:
     file_size: int = 1 * GiB
     open_files: int = 4096
     tmp_size: int = 1 * GiB
+    run_memory: int = 8 * GiB
 
     def rlimits(self, processes: bool = True) -> dict:
         """{resource name: (soft, hard)} as :func:`resource.setrlimit` takes them."""

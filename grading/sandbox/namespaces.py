@@ -23,6 +23,11 @@ user (root mode) and starts each learner process the trusted tests ask for
 through a relay. Closing the sandbox kills ``bwrap``; the kernel then kills
 every process of the sandbox's PID namespace, and its mounts, IPC objects and
 memory-backed files go with it.
+
+Where this machine allows it, each sandbox also gets a cgroup of its own
+(:mod:`grading.sandbox.cgroup`): bubblewrap joins it before it starts, so the
+memory and the processes of the whole run are bounded together; closing the
+sandbox kills everything in it and removes it.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from grading.sandbox.cgroup import EXTRA_PIDS, CgroupError, Cgroups, RunCgroup
 from grading.sandbox.limits import Limits
 
 READY_TIMEOUT = 60.0
@@ -117,8 +123,17 @@ def _etc(folder: Path, uid: int, gid: int) -> list[str]:
 class NamespaceSandbox:
     """One running sandbox: ``bwrap`` and the agent in it, reached through ``control`` (a socket)."""
 
-    def __init__(self, proc: subprocess.Popen, control: socket.socket, log: Path, box: Path, runs: Path):
+    def __init__(self, proc: subprocess.Popen, control: socket.socket, log: Path, box: Path, runs: Path,
+                 cgroup: RunCgroup | None = None, no_cgroup: str = ""):
         self.proc, self.control, self.log, self.box, self.runs = proc, control, log, box, runs
+        self.cgroup, self.no_cgroup = cgroup, no_cgroup
+
+    def limits_hit(self) -> str:
+        """What the run's cgroup says it reached (its memory or process limit), or that this run could
+        not have the cgroup the report's isolation line promises; else ""."""
+        if self.cgroup is not None:
+            return self.cgroup.limits_hit()
+        return self.no_cgroup
 
     def settings(self, trusted_root: Path, relay_script: Path) -> dict:
         """What the trusted test process needs to start learner processes in here (COMMTAX_SANDBOX)."""
@@ -131,11 +146,13 @@ class NamespaceSandbox:
         return (self.control.fileno(),)
 
     def close(self) -> None:
-        """Kill the sandbox: bwrap, and through its PID namespace every process in it."""
+        """Kill the sandbox: bwrap, and through its PID namespace every process in it (and its cgroup's)."""
         try:
             self.control.close()
         except OSError:
             pass
+        if self.cgroup is not None:
+            self.cgroup.kill()
         if self.proc.poll() is None:
             try:
                 self.proc.send_signal(signal.SIGKILL)
@@ -145,6 +162,8 @@ class NamespaceSandbox:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:  # pragma: no cover - the kernel is in trouble
             pass
+        if self.cgroup is not None:
+            self.cgroup.close()
 
 
 FRESH_UIDS = (0x60000000, 0x6FFFFFFF)  # root mode: each sandbox's user is drawn from here (no passwd entry)
@@ -181,6 +200,26 @@ class NamespaceIsolation:
         self.python = python_paths()
         self.version = bwrap_version(bwrap)
         self._count = 0
+        self.cgroups: Cgroups | None = None  # set by the caller once the sandbox works (:func:`use_cgroups`)
+        self.no_cgroup = "not looked for"
+
+    def use_cgroups(self, found: "Cgroups | str") -> None:
+        """A cgroup per sandbox from ``found`` (:func:`grading.sandbox.cgroup.find`), or why there is none."""
+        if isinstance(found, str):
+            self.cgroups, self.no_cgroup = None, found
+        else:
+            self.cgroups, self.no_cgroup = found, ""
+
+    def _run_cgroup(self) -> tuple:
+        """(a fresh cgroup for one sandbox, ""), or (None, why) when making it failed: the run goes on with
+        the per-process limits, and its report says so."""
+        if self.cgroups is None:
+            return None, ""
+        try:
+            return self.cgroups.make(self.limits.run_memory, self.limits.processes + EXTRA_PIDS), ""
+        except CgroupError as exc:
+            return None, (f"this lab run had no cgroup ({exc}): its processes' memory together was not "
+                          "bounded, only each process's")
 
     def close(self) -> None:
         """Nothing outlives a sandbox: nothing to undo for the whole grading."""
@@ -188,8 +227,13 @@ class NamespaceIsolation:
     def describe(self) -> str:
         namespaces = "PID, mount, IPC, network and UTS namespaces" + (
             " in a user namespace" if self.user_namespace else "")
+        if self.cgroups is not None:
+            total = self.cgroups.describe(self.limits.run_memory, self.limits.processes + EXTRA_PIDS)
+        else:
+            total = (f"no cgroup ({self.no_cgroup}): the memory of a lab run's processes together is not "
+                     "bounded, only each process's")
         return (f"OS sandbox ({self.version}): {namespaces}; only the lab's files, the Python environment "
-                f"(read-only) and a private /tmp visible; no network; limits: {self.limits.describe()}")
+                f"(read-only) and a private /tmp visible; no network; limits: {self.limits.describe()}; {total}")
 
     def _command(self, box: Path, runs: Path, agent: Path, control_fd: int, uid: int, etc: list) -> list:
         c = [self.bwrap, "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--unshare-net",
@@ -236,6 +280,13 @@ class NamespaceIsolation:
                 c += _parents(path) + ["--ro-bind", path, path]
         return c
 
+    @staticmethod
+    def _start(command: list, log: Path, theirs: socket.socket, cgroup: RunCgroup | None) -> subprocess.Popen:
+        with open(log, "wb") as out:  # bwrap joins the run's cgroup before it execs: nothing runs outside
+            return subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                    pass_fds=(theirs.fileno(),), start_new_session=True, cwd="/",
+                                    preexec_fn=cgroup.join if cgroup else None)  # noqa: PLW1509
+
     def open(self, box: Path, runs: Path, agent: Path) -> NamespaceSandbox:
         """Start a sandbox around ``box`` (read-only) and ``runs`` (read-write); wait for its agent."""
         self._count += 1
@@ -244,11 +295,27 @@ class NamespaceIsolation:
         etc = _etc(self.base / f"sandbox-{self._count}-etc", uid, uid if self.root_mode else os.getegid())
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         command = self._command(box, runs, agent, theirs.fileno(), uid, etc)
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                    pass_fds=(theirs.fileno(),), start_new_session=True, cwd="/")
+        cgroup, no_cgroup = self._run_cgroup()
+        try:
+            try:
+                proc = self._start(command, log, theirs, cgroup)
+            except subprocess.SubprocessError as exc:  # joining failed (in preexec_fn): go on without it
+                if cgroup is None:
+                    raise
+                cgroup.close()
+                cgroup, no_cgroup = None, (f"this lab run had no cgroup (bubblewrap could not join it: {exc}): "
+                                           "its processes' memory together was not bounded, only each process's")
+                proc = self._start(command, log, theirs, None)
+        except BaseException:
+            if cgroup is not None:
+                cgroup.close()
+            ours.close()
+            theirs.close()
+            raise
+        if cgroup is not None:
+            cgroup.close_join()
         theirs.close()
-        sandbox = NamespaceSandbox(proc, ours, log, box, runs)
+        sandbox = NamespaceSandbox(proc, ours, log, box, runs, cgroup, no_cgroup)
         try:
             ours.settimeout(READY_TIMEOUT)
             reply = ours.recv(4096)

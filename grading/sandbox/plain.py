@@ -36,7 +36,8 @@ LOST = ("no PID namespace: a process that escapes the kill sweeps (by racing the
         "of the course, say) are readable by learner code",
         "no private /tmp, /dev/shm, /run/lock or System V IPC: notes can pass from one lab to the next "
         "(files are swept between labs in root mode, IPC objects are not)",
-        "network access", "other processes on this machine are visible in /proc")
+        "network access", "other processes on this machine are visible in /proc",
+        "no cgroup: the memory of a lab run's processes together is not bounded, only each process's")
 LOST_SAME_USER = ("learner code can read and write every file the grader's user can, the course folder, its "
                   "hidden tests and the Python environment included (what it changes in the course folder is "
                   "detected and undone, and the lab scores nothing; changes elsewhere are not)",)
@@ -203,6 +204,9 @@ class PlainSandbox:
                 "limits": self.isolation.limits.rlimits(processes=not same_user)}
 
     pass_fds = ()
+
+    def limits_hit(self) -> str:
+        return ""  # no cgroup counts the run's processes together
 
     def close(self) -> None:
         kill_descendants()

@@ -4,16 +4,24 @@ The simulator (``commtax/simulation/messages.py``) knows no formula: it runs eac
 algorithm round by round on simulated ranks, checks that every rank ends with
 the right sum, and adds up round times (each round lasts as long as its
 slowest message, alpha + bytes / bandwidth) and the bytes each rank sent.
+
+A few tests also hold the learner against the course's own formulas (``commtax.formulas``) on a fixed grid of
+inputs: through ``EXPECTED(name, inputs)`` (``commtax.recorded``), computed by ``expected.py`` in the course
+repository and read from ``expected.json`` (recorded for exactly these inputs) in the student release.
 """
 
 import math
+from pathlib import Path
 
 import pytest
 
 from commtax.formulas import collectives as course
 from commtax.formulas import network
+from commtax.recorded import Expected
 from commtax.simulation import messages as simulate
 from commtax.testing import expect_close, expect_value_error, number
+
+EXPECTED = Expected(Path(__file__).resolve().parent)
 
 PUBLISHED = network.PUBLISHED_ALLREDUCE_BUSBW  # multi-node nccl-tests figures, with their sources
 ALGORITHMS = course.ALGORITHMS  # naive, tree, ring, halving_doubling: the order ties are broken in
@@ -180,12 +188,14 @@ def test_halving_doubling_never_loses_to_tree(lab):
                  what="tree on 40 ranks")
 
 
+BEST_GRID = [(nbytes, world_size) for world_size in (1, 2, 3, 8, 64) for nbytes in (0.0, 10.0, 1e5, 1e9)]
+
+
 def test_best_algorithm_is_the_argmin_with_ties_to_the_first_listed(lab):
-    for world_size in (1, 2, 3, 8, 64):
-        for nbytes in (0.0, 10.0, 1e5, 1e9):
-            expected = course.best_allreduce_algorithm(nbytes, world_size, ALPHA, BANDWIDTH)
-            expect_close(lab.best_allreduce_algorithm(nbytes, world_size, ALPHA, BANDWIDTH), expected,
-                         what=f"best algorithm for {nbytes:g} bytes on {world_size} ranks")
+    for nbytes, world_size in BEST_GRID:
+        expected = EXPECTED("best_allreduce_algorithm", nbytes, world_size, ALPHA, BANDWIDTH)
+        expect_close(lab.best_allreduce_algorithm(nbytes, world_size, ALPHA, BANDWIDTH), expected,
+                     what=f"best algorithm for {nbytes:g} bytes on {world_size} ranks")
     # P = 2: ring and halving-doubling are the same two messages; the tie goes to ring.
     expect_close(lab.best_allreduce_algorithm(1e6, 2, ALPHA, BANDWIDTH), "ring", what="P = 2, a tie")
     # P = 1: every algorithm costs 0; the tie goes to the first listed.
@@ -207,13 +217,16 @@ def test_hierarchical_formula_equals_two_level_simulation(lab, nodes, gpus):
         expect_close(got, sim.time, rel=1e-9, abs=1e-15, what=f"{nodes} nodes x {gpus} GPUs, {nbytes:g} bytes")
 
 
-@pytest.mark.parametrize("nodes", [2, 4, 16])
+FLAT_RING_NODES, FLAT_RING_SIZES = (2, 4, 16), (1e6, 1e8, 1e9)
+
+
+@pytest.mark.parametrize("nodes", FLAT_RING_NODES)
 def test_hierarchical_beats_a_flat_ring_across_slow_links(lab, nodes):
-    for nbytes in (1e6, 1e8, 1e9):
+    for nbytes in FLAT_RING_SIZES:
         flat = simulate.simulate_flat_ring_on_two_levels(nbytes, nodes, 8, *NVLINK, *INFINIBAND,
                                                          numel=nodes * 8 * 2)
         two_level = number(lab.hierarchical_allreduce_time(nbytes, nodes, 8, *NVLINK, *INFINIBAND), "hierarchical")
-        expect_close(two_level, course.hierarchical_allreduce_time(nbytes, nodes, 8, *NVLINK, *INFINIBAND),
+        expect_close(two_level, EXPECTED("hierarchical_allreduce_time", nbytes, nodes, 8, *NVLINK, *INFINIBAND),
                      rel=1e-9, what=f"hierarchical on {nodes} nodes x 8, {nbytes:g} bytes")
         assert two_level < flat.time
     # For big buffers the gain is large but capped near 1/(B_e/B_i + 1/G) = 4.2, not G = 8: both
@@ -274,16 +287,19 @@ def test_group_allreduce_small_messages_pay_the_tree_paths_latency_not_the_rings
                  what="0 bytes on 3 nodes of 8 (ceil(log2 3) = 2)")
 
 
+GROUP_LINKS = (H100_NODE, dict(intra_alpha=1e-6, intra_bandwidth=300e9, inter_alpha=20e-6, inter_bandwidth=3.125e9),
+               # PCIe inside the node, slower than the NIC: with m = 1 only the NIC carries bytes
+               dict(intra_alpha=2e-6, intra_bandwidth=16e9, inter_alpha=5e-6, inter_bandwidth=50e9))
+GROUP_GRID = [(nbytes, p, m, link) for p, m in ((2, 1), (16, 8), (16, 2), (64, 4), (256, 8), (12, 3))
+              for nbytes in (0.0, 1e4, 1e6, 1e9) for link in GROUP_LINKS]
+
+
 def test_group_allreduce_agrees_with_the_course_model_on_a_grid(lab):
-    for p, m in ((2, 1), (16, 8), (16, 2), (64, 4), (256, 8), (12, 3)):
-        for nbytes in (0.0, 1e4, 1e6, 1e9):
-            for link in (H100_NODE, dict(intra_alpha=1e-6, intra_bandwidth=300e9, inter_alpha=20e-6,
-                                         inter_bandwidth=3.125e9),
-                         # PCIe inside the node, slower than the NIC: with m = 1 only the NIC carries bytes
-                         dict(intra_alpha=2e-6, intra_bandwidth=16e9, inter_alpha=5e-6, inter_bandwidth=50e9)):
-                expected = network.group_allreduce_time(nbytes, p, m, *link.values())
-                expect_close(lab.group_allreduce_time(nbytes, p, m, **link), expected, rel=1e-12,
-                             what=f"P = {p}, m = {m}, {nbytes:g} bytes, {link}")
+    """The course's network model (commtax.formulas.network) on a fixed grid of groups, sizes and links."""
+    for nbytes, p, m, link in GROUP_GRID:
+        expected = EXPECTED("group_allreduce_time", nbytes, p, m, link)
+        expect_close(lab.group_allreduce_time(nbytes, p, m, **link), expected, rel=1e-12,
+                     what=f"P = {p}, m = {m}, {nbytes:g} bytes, {link}")
 
 
 # -- bad input -------------------------------------------------------------------
@@ -346,26 +362,26 @@ BAD_CASES = [
 ]
 
 
-# The same functions with good arguments, and the course's formula for each: a function that raised
-# a ValueError naming every argument, whatever it was given, would pass the bad cases alone.
+# The same functions with good arguments, and the course's formula's value for each (EXPECTED): a function
+# that raised a ValueError naming every argument, whatever it was given, would pass the bad cases alone.
 GOOD_CALLS = {
-    "p2p_time": (course.p2p_time, dict(nbytes=1e6, alpha=ALPHA, bandwidth=BANDWIDTH)),
-    "allreduce_time": (course.allreduce_time, {**GOOD, "algorithm": "tree"}),
-    "reduce_scatter_time": (course.reduce_scatter_time, GOOD),
-    "allgather_time": (course.allgather_time, GOOD),
-    "all_to_all_time": (course.all_to_all_time, GOOD),
-    "crossover_bytes": (course.crossover_bytes, dict(alpha=ALPHA, bandwidth=BANDWIDTH)),
-    "best_allreduce_algorithm": (course.best_allreduce_algorithm, GOOD),
-    "hierarchical_allreduce_time": (course.hierarchical_allreduce_time, dict(
-        nbytes=1e6, nodes=2, gpus_per_node=8, intra_alpha=0, intra_bandwidth=1, inter_alpha=0, inter_bandwidth=1)),
-    "group_allreduce_time": (network.group_allreduce_time, dict(nbytes=1e6, group_size=16, members_per_node=8,
-                                                                **H100_NODE)),
+    "p2p_time": dict(nbytes=1e6, alpha=ALPHA, bandwidth=BANDWIDTH),
+    "allreduce_time": {**GOOD, "algorithm": "tree"},
+    "reduce_scatter_time": GOOD,
+    "allgather_time": GOOD,
+    "all_to_all_time": GOOD,
+    "crossover_bytes": dict(alpha=ALPHA, bandwidth=BANDWIDTH),
+    "best_allreduce_algorithm": GOOD,
+    "hierarchical_allreduce_time": dict(
+        nbytes=1e6, nodes=2, gpus_per_node=8, intra_alpha=0, intra_bandwidth=1, inter_alpha=0, inter_bandwidth=1),
+    "group_allreduce_time": dict(nbytes=1e6, group_size=16, members_per_node=8, **H100_NODE),
 }
 
 
 @pytest.mark.parametrize("function,kwargs,argument", BAD_CASES,
                          ids=[f"{f}-{a}" for f, _, a in BAD_CASES])
 def test_bad_input_raises_value_error_naming_the_argument(lab, function, kwargs, argument):
-    formula, good = GOOD_CALLS[function]
-    expect_close(getattr(lab, function)(**good), formula(**good), rel=1e-9, what=f"{function} with good arguments")
+    good = GOOD_CALLS[function]
+    expect_close(getattr(lab, function)(**good), EXPECTED("good_call", function, good), rel=1e-9,
+                 what=f"{function} with good arguments")
     expect_value_error(lambda: getattr(lab, function)(**kwargs), argument, function=getattr(lab, function))

@@ -6,12 +6,14 @@ likewise, with one all-gather each, in the right direction.
 Each world size runs one job (a few seconds) that builds every layer and returns what it computed;
 the tests read its results. A failure reads best with ``--tb=short``."""
 
+from pathlib import Path
+
 import pytest
 import torch
 import torch.distributed as dist
 
-from commtax.formulas import bill
 from commtax.ranks.launch import rank_device
+from commtax.recorded import Expected
 from commtax.testing import BACKENDS, SharedRuns, check, close, fail, mismatch, run_section, section
 from commtax.ranks.traffic import record_traffic
 
@@ -20,6 +22,7 @@ SUBGROUPS = ([0, 1], [2, 3])   # on 4 ranks, two TP groups of 2
 DTYPE = torch.float64   # exact enough to compare at 1e-12
 TOLERANCE = 1e-12
 RUNS = SharedRuns()
+EXPECTED = Expected(Path(__file__).resolve().parent)   # Lab 04's bill (expected.py; expected.json in the release)
 
 
 # Every tensor below comes from a seeded generator, so the ranks and this process build the same ones.
@@ -463,9 +466,9 @@ def test_bytes_per_layer_per_rank_are_lab_04s_8_t_minus_1_over_t_bsh(lab, world_
                                          f"layer is four all-reduces of one b*s*h activation ({activation} bytes)")
         # each a ring all-reduce, 2(t-1)/t of its payload: Lab 04's tp_bytes_per_layer
         on_the_wire = sum(calls) * 2 * (world_size - 1) / world_size
-        check(close(on_the_wire, bill.tp_bytes_per_layer(BATCH, SEQ, HIDDEN, world_size, DTYPE.itemsize)),
-              f"t = {world_size}: {on_the_wire} bytes on the wire per layer; Lab 04's bill says "
-              f"{bill.tp_bytes_per_layer(BATCH, SEQ, HIDDEN, world_size, DTYPE.itemsize)}")
+        bill = EXPECTED("tp_bytes_per_layer", BATCH, SEQ, HIDDEN, world_size, DTYPE.itemsize)
+        check(close(on_the_wire, bill),
+              f"t = {world_size}: {on_the_wire} bytes on the wire per layer; Lab 04's bill says {bill}")
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

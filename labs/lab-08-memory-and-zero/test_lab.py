@@ -11,6 +11,7 @@ Grader isolation: rank workers return plain data; every expected value is comput
 """
 
 import traceback
+from pathlib import Path
 
 import pytest
 import torch
@@ -18,11 +19,13 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from commtax.formulas import memory
 from commtax.ranks.traffic import record_traffic
+from commtax.recorded import Expected
 from commtax.testing import expect_close, expect_value_error, fail, SharedRuns
 
 RUNS = SharedRuns()
+# Lesson 07's formulas on this file's inputs (expected.py; expected.json in the release)
+EXPECTED = Expected(Path(__file__).resolve().parent)
 GB = 1e9  # the ZeRO paper's GB: decimal (7.5e9 x 16 B = 120e9 B = "120 GB")
 
 
@@ -130,7 +133,7 @@ def test_zero_bytes_per_step_counts_passes_2_2_m_plus_1_and_3m(lab, stage):
                      "the backward's all-gather left out (that is reshard_after_forward=False)": 2 * m * one_pass
                      if stage == 3 else 0,
                      "a pass of n bytes instead of (d-1)/d n": want * d / (d - 1)}))
-    expect_close(lab.zero_bytes_per_step(n, d, stage, m, 4), memory.zero_bytes_per_step(n, d, stage, m, 4),
+    expect_close(lab.zero_bytes_per_step(n, d, stage, m, 4), EXPECTED("zero_bytes_per_step", n, d, stage, m, 4),
                  what=f"zero_bytes_per_step(1e9, 8, {stage}, 4, dtype_bytes=4) against commtax.formulas.memory")
     expect_close(lab.zero_bytes_per_step(n, 1, stage, m), 0.0, what="one rank talks to nobody")
 
@@ -811,7 +814,7 @@ def test_memory_each_rank_holds_shrinks_as_model_state_bytes_says(lab, stage, wo
                 ratio = f" ({got[kind] / want[kind]:.3g}x)" if want[kind] else ""
                 fail(f"ZeRO-{stage}, rank {rank} of {world_size}: holds {got[kind]} bytes of {kind}, expected "
                      f"{want[kind]}{ratio}: {HELD_HINTS[kind]}")
-        expect_close(float(sum(got.values())), memory.model_state_bytes(N_PARAMS, world_size, stage, 16, 8, 8),
+        expect_close(float(sum(got.values())), EXPECTED("model_state_bytes", N_PARAMS, world_size, stage, 16, 8, 8),
                      rel=0.02, what=f"ZeRO-{stage}, rank {rank}: the total against model_state_bytes (padding aside)")
 
 

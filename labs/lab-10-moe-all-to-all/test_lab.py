@@ -14,18 +14,21 @@ Failures read best with ``--tb=short``.
 
 import math
 import time
+from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from commtax.formulas import bill, moe
 from commtax.ranks.launch import DistributedRunError, rank_device
+from commtax.recorded import Expected
 from commtax.ranks.traffic import record_traffic
 from commtax.testing import (BACKENDS, SECTION_FAILED, check, expect_close, expect_value_error, fail, mismatch,
                              run_section, section, SharedRunFailed, SharedRuns)
 
 RUNS = SharedRuns()
+# The course's byte formulas on this file's inputs (expected.py; expected.json in the release)
+EXPECTED = Expected(Path(__file__).resolve().parent)
 DTYPE = torch.float64
 TOLERANCE = 1e-12
 HIDDEN, FFN, TOP_K, TOKENS = 8, 16, 2, 12       # the small layer: 12 tokens per rank
@@ -450,17 +453,23 @@ def test_dispatch_bytes_refuse_bad_input_naming_the_argument(lab):
         expect_value_error(lambda: lab.dispatch_bytes_per_rank(*args, **kwargs), name, function=lab.dispatch_bytes_per_rank)
 
 
+EP_ROWS = ((4096, 4096, 8, 2), (4096, 7168, 64, 8), (2048, 5120, 16, 6), (7, 3, 2, 1))
+DISPATCH_WITH_CAPACITY = ((12, 8, 4, 2, 2, 0.75, 8), (4096, 7168, 64, 8, 2, 1.25, 256), (100, 16, 1, 2, 2, None, 4))
+
+
 @pytest.mark.points(3)
 def test_lab_04s_ep_row_is_four_dispatches_of_this_lab(lab):
+    """Against Lab 04's EP row and the course's dispatch formula (commtax.formulas.bill and .moe, through EXPECTED:
+    recorded for these inputs in the student release)."""
     # bill.ep_alltoall_bytes_per_layer prices dispatch + combine, forward + backward: four all-to-alls.
-    for tokens, hidden, ep, top_k in ((4096, 4096, 8, 2), (4096, 7168, 64, 8), (2048, 5120, 16, 6), (7, 3, 2, 1)):
+    for tokens, hidden, ep, top_k in EP_ROWS:
         expect_close(lab.dispatch_bytes_per_rank(tokens, hidden, ep, top_k, 2),
-                     bill.ep_alltoall_bytes_per_layer(tokens, hidden, ep, top_k, 2) / 4,
+                     EXPECTED("ep_alltoall_bytes_per_layer", tokens, hidden, ep, top_k, 2) / 4,
                      what=f"dispatch_bytes_per_rank({tokens}, {hidden}, ep={ep}, top_k={top_k}) x 4 vs Lab 04's EP row",
                      hints=_dispatch_hints(ep))
     # and the course's own formula, with a capacity (commtax.formulas.moe)
-    for args in ((12, 8, 4, 2, 2, 0.75, 8), (4096, 7168, 64, 8, 2, 1.25, 256), (100, 16, 1, 2, 2, None, 4)):
-        expect_close(lab.dispatch_bytes_per_rank(*args), moe.dispatch_bytes_per_rank(*args),
+    for args in DISPATCH_WITH_CAPACITY:
+        expect_close(lab.dispatch_bytes_per_rank(*args), EXPECTED("dispatch_bytes_per_rank", *args),
                      what=f"dispatch_bytes_per_rank{args} vs commtax.formulas.moe")
 
 

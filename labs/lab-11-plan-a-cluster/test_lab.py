@@ -2,6 +2,10 @@
 the course's network model, Lesson 07's byte formulas, the reference predictor's conventions
 (``commtax.formulas.predict``, which the README states one by one) and the published runs.
 
+Values from the reference come through ``EXPECTED(name, inputs)`` (``commtax.recorded``): in the course
+repository ``expected.py`` computes them; the student release reads them from ``expected.json``, recorded
+for exactly these tests' inputs, so every test runs there too.
+
 Pure functions, no ranks. Tests call the lab with plain dicts and compare what comes back with
 ``commtax.testing.expect_close`` (kind, shape and value). If a failure is hard to read, rerun with
 ``--tb=short``. Each test name starts with the piece it grades.
@@ -13,12 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from commtax.formulas import memory as lesson07
 from commtax.formulas import network as N
 from commtax.formulas import predict as P
+from commtax.recorded import Expected
 from commtax.testing import check, expect_close, expect_value_error
 
 HERE = Path(__file__).resolve().parent
+EXPECTED = Expected(HERE)
 PUBLISHED = P.read_published(HERE / "published_runs.csv")   # the public rows, converted to runs
 TOLERANCE = 0.10          # every published figure of every public row, predicted within 10%
 MEDIAN_TOLERANCE = 0.05   # and the median error of the rows' main figures within 5%
@@ -53,22 +58,7 @@ PLANS = {
         shard_group=4, hsdp_allreduce="step"),
 }
 PLAN_IDS = list(PLANS)
-
-
-def reference(run):
-    """The reference's pieces for a run priced as given (micro_batch, vpp 1 and recompute "none" if None)."""
-    cfg = P.normalize(dict(run))
-    recompute = cfg["recompute"] or "none"
-    layer = P.layer_compute(cfg, recompute)
-    stage = max(P.stage_seconds(cfg, recompute))
-    dp = P.dp_time(cfg, recompute, layer["matmul"] + layer["elementwise"], stage)
-    pipe = P.pipeline_time(cfg, stage)
-    return dict(cfg=cfg, layer=dict(matmul=layer["matmul"], elementwise=layer["elementwise"]),
-                tp=P.tp_time(cfg, recompute, gemm_s=layer["gemm"]), cp=P.cp_time(cfg, recompute),
-                pipeline=dict(bubble=pipe["bubble"], sends=pipe["sends"]),
-                dp=dict(added=dp["added"], comm=dp["comm"],
-                        bytes=P.dp_bytes_per_step(cfg) if cfg["dp"] * cfg["cp"] > 1 else 0.0),
-                memory=P.memory_parts(cfg, recompute))
+RETURNED = P.RETURNED[:-1]   # the six numbers of a prediction (the binding axis is compared on its own)
 
 
 def eq3(B, s, l, h, V):
@@ -126,7 +116,7 @@ def test_flops_reproduce_korthikantis_22b_mfu_and_hfu_from_its_1_10_s(lab):
 
 # -- 2. the network -------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("op,nbytes,size,stride,gpu", [
+COLLECTIVES = [
     ("all_reduce", 1e9, 8, 1, "H100-80GB"),           # TP 8: a ring on NVLink at 370 GB/s
     ("all_reduce", 1e9, 64, 1, "H100-80GB"),          # 8 GPUs on each of 8 nodes: rails, tree latency
     ("all_reduce", 1e6, 64, 8, "A100-80GB"),          # one GPU per node: one NIC
@@ -134,16 +124,22 @@ def test_flops_reproduce_korthikantis_22b_mfu_and_hfu_from_its_1_10_s(lab):
     ("all_gather", 3e8, 256, 2, "H100-80GB"),         # ZeRO-3 beside TP 2: 4 GPUs per node
     ("send", 5e7, 8, 64, "H100-80GB"),                # a pipeline send to another node: the NIC
     ("send", 5e7, 2, 1, "A100-80GB"),                 # inside the node: NVLink
-], ids=["tp8-ring", "rails-64", "one-per-node", "rs-tp16", "ag-zero3", "send-nic", "send-nvlink"])
+]
+
+
+@pytest.mark.parametrize("op,nbytes,size,stride,gpu", COLLECTIVES, ids=[
+    "tp8-ring", "rails-64", "one-per-node", "rs-tp16", "ag-zero3", "send-nic", "send-nvlink"])
 def test_collective_time_is_the_course_network_model_at_measured_bandwidths(lab, op, nbytes, size, stride, gpu):
-    expect_close(lab.collective_time(op, nbytes, size, stride, gpu), P.collective_time(op, nbytes, size, stride, gpu),
-                 rel=1e-9, what=f"{op} of {nbytes:.0e} B over {size} GPUs at stride {stride} on {gpu}",
+    expect_close(lab.collective_time(op, nbytes, size, stride, gpu),
+                 EXPECTED("collective_time", op, nbytes, size, stride, gpu), rel=1e-9,
+                 what=f"{op} of {nbytes:.0e} B over {size} GPUs at stride {stride} on {gpu}",
                  hints={370 / 450: "in-node rings reach the measured 370 GB/s, not the 450 GB/s line rate"})
 
 
 def test_collective_time_of_a_group_of_one_is_free_and_an_unknown_operation_is_named(lab):
     expect_close(lab.collective_time("all_reduce", 1e6, 8, 1, "H100-80GB"),
-                 P.collective_time("all_reduce", 1e6, 8, 1, "H100-80GB"), rel=1e-9, what="all-reduce over 8 GPUs")
+                 EXPECTED("collective_time", "all_reduce", 1e6, 8, 1, "H100-80GB"), rel=1e-9,
+                 what="all-reduce over 8 GPUs")
     expect_close(lab.collective_time("all_gather", 1e7, 1, 1, "A100-80GB"), 0.0, what="a collective of one GPU")
     expect_value_error(lambda: lab.collective_time("broadcast", 1e6, 8, 1, "H100-80GB"), "op", function=lab.collective_time)
 
@@ -158,13 +154,16 @@ def test_stage_layers_split_evenly_and_give_the_extra_layers_to_the_first_stages
     expect_close(lab.stage_layers(dict(GPT_175B, gpus=8, tp=8, pp=1, global_batch=8)), [96], what="no pipeline")
 
 
+LLAMA_405B_V8 = dict(LLAMA_405B, gpus=8192, tp=8, pp=16, global_batch=2048, micro_batch=1, zero_stage=2, vpp=8)
+
+
 @pytest.mark.points(2)
 def test_stage_layers_126_layers_interleave_on_16_stages_with_one_less_on_the_first_and_last(lab):
-    run = dict(LLAMA_405B, gpus=8192, tp=8, pp=16, global_batch=2048, micro_batch=1, zero_stage=2, vpp=8)
+    run = dict(LLAMA_405B_V8)
     expect_close(lab.stage_layers(run), [7] + [8] * 14 + [7],
                  what="Llama 3 405B's 126 layers on 16 stages (the embedding and the loss take a slot each)")
     got = lab.predict(dict(run, recompute="full"))
-    expected = P.predict(dict(run, recompute="full"))
+    expected = EXPECTED("predict", dict(run, recompute="full"))
     expect_close(got["step_time_s"], expected["step_time_s"], rel=EXACT, what="step of 126 layers on 16 stages, v = 8")
 
 
@@ -173,21 +172,25 @@ def test_stage_layers_126_layers_interleave_on_16_stages_with_one_less_on_the_fi
 @pytest.mark.points(2)
 @pytest.mark.parametrize("name", PLAN_IDS)
 def test_layer_time_matmuls_with_wave_factors_and_elementwise_bytes_at_hbm_bandwidth(lab, name):
-    expect_close(lab.layer_time(dict(PLANS[name])), reference(PLANS[name])["layer"], rel=EXACT,
+    expect_close(lab.layer_time(dict(PLANS[name])), EXPECTED("layer_time", PLANS[name]), rel=EXACT,
                  what=f"one layer's seconds, {name}")
 
 
+LLAMA_8B_ONE_GPU_FP8 = dict(LLAMA_8B, gpus=8, tp=1, pp=1, global_batch=8, micro_batch=1, precision="fp8")
+
+
 def test_layer_time_fp8_runs_the_linear_gemms_at_the_fp8_peak(lab):
-    run = dict(LLAMA_8B, gpus=8, tp=1, pp=1, global_batch=8, micro_batch=1)
-    bf16, fp8 = lab.layer_time(dict(run, precision="bf16")), lab.layer_time(dict(run, precision="fp8"))
-    expect_close(fp8, reference(dict(run, precision="fp8"))["layer"], rel=EXACT, what="an FP8 layer's seconds")
+    run = LLAMA_8B_ONE_GPU_FP8
+    bf16, fp8 = lab.layer_time(dict(run, precision="bf16")), lab.layer_time(dict(run))
+    expect_close(fp8, EXPECTED("layer_time", run), rel=EXACT, what="an FP8 layer's seconds")
     check(fp8["matmul"] < 0.75 * bf16["matmul"], f"FP8 matmuls {fp8['matmul']:.4g} s are not well below BF16's "
           f"{bf16['matmul']:.4g} s: the linear GEMMs run at 1,979 TFLOP/s")
 
 
 @pytest.mark.parametrize("name", [n for n in PLAN_IDS if PLANS[n]["tp"] > 1])
 def test_tp_time_four_collectives_per_layer_on_the_tp_group(lab, name):
-    expect_close(lab.tp_time(dict(PLANS[name])), reference(PLANS[name])["tp"], rel=EXACT, what=f"TP seconds, {name}",
+    expect_close(lab.tp_time(dict(PLANS[name])), EXPECTED("tp_time", PLANS[name]), rel=EXACT,
+                 what=f"TP seconds, {name}",
                  hints={2 / 3: "full recomputation reruns the forward's 2 collectives (6 in all)",
                         1.5: "only a full recomputation adds collectives"})
 
@@ -203,13 +206,17 @@ def test_tp_time_across_two_nodes_prices_sequence_parallel_rings(lab):
 
 @pytest.mark.parametrize("name", [n for n in PLAN_IDS if "CP" in n])
 def test_cp_time_ring_attention_and_llama3s_all_gather(lab, name):
-    expect_close(lab.cp_time(dict(PLANS[name])), reference(PLANS[name])["cp"], rel=EXACT, what=f"CP seconds, {name}")
+    expect_close(lab.cp_time(dict(PLANS[name])), EXPECTED("cp_time", PLANS[name]), rel=EXACT,
+                 what=f"CP seconds, {name}")
+
+
+LLAMA3_CP_GATHERED = 2 * 131072 * 1 * 128 * 2      # K and V of the whole sequence, one KV head per TP rank
 
 
 def test_cp_time_llama3s_all_gather_is_exposed_on_the_cp_group(lab):
     run = dict(PLANS["Llama 405B, TP 8 x PP 16 x CP 16 all-gather, ZeRO-2"])
-    gathered = 2 * 131072 * 1 * 128 * 2      # K and V of the whole sequence, one KV head per TP rank
-    expected = sum(P.collective_time(op, gathered, 16, 8, "H100-80GB") for op in ("all_gather", "reduce_scatter"))
+    expected = sum(EXPECTED("collective_time", op, LLAMA3_CP_GATHERED, 16, 8, "H100-80GB")
+                   for op in ("all_gather", "reduce_scatter"))
     expect_close(lab.cp_time(run), expected, rel=1e-9, what="an all-gather of K, V and a reduce-scatter of their "
                  "gradients over the CP group (stride tp = 8: one GPU per node)")
 
@@ -218,7 +225,7 @@ def test_cp_time_llama3s_all_gather_is_exposed_on_the_cp_group(lab):
 
 @pytest.mark.parametrize("name", [n for n in PLAN_IDS if "PP" in n])
 def test_pipeline_time_bubble_and_sends(lab, name):
-    expect_close(lab.pipeline_time(dict(PLANS[name])), reference(PLANS[name])["pipeline"], rel=EXACT,
+    expect_close(lab.pipeline_time(dict(PLANS[name])), EXPECTED("pipeline_time", PLANS[name]), rel=EXACT,
                  what=f"the pipeline's seconds, {name}")
 
 
@@ -237,22 +244,23 @@ def test_pipeline_time_bubble_is_p_minus_1_over_v_m_of_the_ideal(lab):
 @pytest.mark.points(2)
 @pytest.mark.parametrize("name", PLAN_IDS)
 def test_dp_time_what_the_axis_adds_its_collectives_and_bytes(lab, name):
-    expect_close(lab.dp_time(dict(PLANS[name])), reference(PLANS[name])["dp"], rel=EXACT, what=f"DP, {name}")
+    expect_close(lab.dp_time(dict(PLANS[name])), EXPECTED("dp_time", PLANS[name]), rel=EXACT, what=f"DP, {name}")
+
+
+HSDP_RUN = dict(GPT, layers=48, hidden=6144, heads=64, gpus=64, tp=8, pp=1, global_batch=64, micro_batch=1,
+                precision="fp16")
 
 
 def test_dp_time_hsdp_and_zero_bytes_are_lesson_07s_formulas(lab):
-    run = dict(GPT, layers=48, hidden=6144, heads=64, gpus=64, tp=8, pp=1, global_batch=64, micro_batch=1,
-               precision="fp16")
-    cfg = P.normalize(dict(run, zero_stage=3))
-    n, m = max(P.stage_params(cfg)), cfg["microbatches"]
+    run = HSDP_RUN
+    want = EXPECTED("dp_bytes_by_lesson07", run)   # commtax.formulas.memory's zero_bytes_per_step, hsdp_bytes_per_step
     for z in range(4):
-        expect_close(lab.dp_time(dict(run, zero_stage=z))["bytes"], lesson07.zero_bytes_per_step(n, 8, z, m),
+        expect_close(lab.dp_time(dict(run, zero_stage=z))["bytes"], want["zero"][z],
                      rel=1e-9, what=f"ZeRO-{z} bytes per step (fp16)")
-    parts = lesson07.hsdp_bytes_per_step(n, 4, 2, m)
     expect_close(lab.dp_time(dict(run, zero_stage=3, shard_group=4, hsdp_allreduce="step"))["bytes"],
-                 parts["shard"] + parts["replicate"], rel=1e-9, what="HSDP bytes, the all-reduce once per step")
+                 want["hsdp_step"], rel=1e-9, what="HSDP bytes, the all-reduce once per step")
     expect_close(lab.dp_time(dict(run, zero_stage=3, shard_group=4, hsdp_allreduce="micro_batch"))["bytes"],
-                 parts["shard"] + m * parts["replicate"], rel=1e-9, what="HSDP bytes, the all-reduce every micro-batch")
+                 want["hsdp_micro_batch"], rel=1e-9, what="HSDP bytes, the all-reduce every micro-batch")
 
 
 @pytest.mark.points(2)
@@ -276,7 +284,7 @@ def test_dp_time_zero3_throughput_falls_once_per_gpu_work_is_below_its_collectiv
 
 @pytest.mark.parametrize("name", PLAN_IDS)
 def test_memory_bytes_per_gpu_by_part(lab, name):
-    expect_close(lab.memory_bytes_per_gpu(dict(PLANS[name])), reference(PLANS[name])["memory"], rel=EXACT,
+    expect_close(lab.memory_bytes_per_gpu(dict(PLANS[name])), EXPECTED("memory_bytes_per_gpu", PLANS[name]), rel=EXACT,
                  what=f"memory per GPU, {name}")
 
 
@@ -325,32 +333,39 @@ def test_predict_is_plain_data_with_exactly_the_documented_keys(lab):
     expect_close(got["mfu"], got["model_tflops_per_gpu"] * 1e12 / 312e12, rel=1e-9, what="MFU of the A100's peak")
 
 
+LLAMA_8B_CP2_FULL = dict(LLAMA_8B, gpus=8, tp=1, pp=1, cp=2, global_batch=32, micro_batch=1, zero_stage=1,
+                         recompute="full")
+
+
 @pytest.mark.points(2)
 def test_predict_fp8_shortens_the_step_and_reports_mfu_against_the_fp8_peak(lab):
-    run = dict(LLAMA_8B, gpus=8, tp=1, pp=1, cp=2, global_batch=32, micro_batch=1, zero_stage=1, recompute="full")
+    run = LLAMA_8B_CP2_FULL
     bf16, fp8 = lab.predict(dict(run, precision="bf16")), lab.predict(dict(run, precision="fp8"))
     check(fp8["step_time_s"] < 0.85 * bf16["step_time_s"], f"FP8 step {fp8['step_time_s']:.3f} s vs BF16 "
           f"{bf16['step_time_s']:.3f} s: FP8 GEMMs run at twice the BF16 peak")
     expect_close(fp8["mfu"], fp8["model_tflops_per_gpu"] / 1979, rel=1e-9,
                  what="an FP8 run's MFU (model TFLOP/s over the 1,979 TFLOP/s FP8 peak)",
                  hints={2.0: "MFU of an FP8 run is against the FP8 peak, 1,979, not BF16's 989"})
-    expect_close(fp8["step_time_s"], P.predict(dict(run, precision="fp8"))["step_time_s"], rel=EXACT,
+    expect_close(fp8["step_time_s"], EXPECTED("predict", dict(run, precision="fp8"))["step_time_s"], rel=EXACT,
                  what="the FP8 step")
 
 
 @pytest.mark.parametrize("name", PLAN_IDS)
 def test_predict_the_step_of_each_plan_and_its_binding_axis(lab, name):
     run = dict(PLANS[name], recompute=PLANS[name].get("recompute"))
-    got, want = lab.predict(dict(run)), P.predict(dict(run))
-    expect_close({k: got[k] for k in P.RETURNED[:-1]}, {k: want[k] for k in P.RETURNED[:-1]}, rel=EXACT,
+    got, want = lab.predict(dict(run)), EXPECTED("predict", run)
+    expect_close({k: got[k] for k in RETURNED}, {k: want[k] for k in RETURNED}, rel=EXACT,
                  what=f"the prediction, {name}")
     check(got["binding"] == want["binding"], f"{name}: binding {got['binding']!r}, expected {want['binding']!r}")
 
 
+OPEN_RUNS = (dict(GPT_175B, gpus=1024, tp=8, pp=16, global_batch=1536, recompute="full", precision="fp16"),
+             dict(LLAMA_405B, gpus=16384, tp=8, pp=16, global_batch=2048, zero_stage=2))
+
+
 def test_predict_chooses_the_micro_batch_and_interleaving_a_run_leaves_open(lab):
-    for run in (dict(GPT_175B, gpus=1024, tp=8, pp=16, global_batch=1536, recompute="full", precision="fp16"),
-                dict(LLAMA_405B, gpus=16384, tp=8, pp=16, global_batch=2048, zero_stage=2)):
-        expect_close(lab.predict(dict(run))["step_time_s"], P.predict(dict(run))["step_time_s"], rel=EXACT,
+    for run in OPEN_RUNS:
+        expect_close(lab.predict(dict(run))["step_time_s"], EXPECTED("predict", run)["step_time_s"], rel=EXACT,
                      what="the step with micro-batch and v chosen (the shortest that fits)")
 
 
@@ -391,65 +406,99 @@ def test_predict_unknown_keys_are_rejected_by_name(lab):
 
 def expect_same_step(lab, run, what):
     """The learner's prediction of ``run`` equals the reference's: the six numbers and the binding axis."""
-    got, want = lab.predict(dict(run)), P.predict(dict(run))
-    expect_close({k: got[k] for k in P.RETURNED[:-1]}, {k: want[k] for k in P.RETURNED[:-1]}, rel=EXACT,
+    got, want = lab.predict(dict(run)), EXPECTED("predict", run)
+    expect_close({k: got[k] for k in RETURNED}, {k: want[k] for k in RETURNED}, rel=EXACT,
                  what=f"the prediction, {what}")
     check(got["binding"] == want["binding"], f"{what}: binding {got['binding']!r}, expected {want['binding']!r}")
 
 
+CP_ALL_GATHER_FULL = dict(LLAMA_8B, gpus=8, tp=1, pp=1, cp=2, micro_batch=1, global_batch=32, cp_comm="all_gather",
+                          recompute="full")
+CP_ALL_GATHER_FULL_BYTES = 2 * 8192 * 1 * 8 * 128 * 2      # K and V of the whole sequence, 8 KV heads of 128
+
+
 def test_cp_time_all_gather_with_full_recomputation_gathers_k_and_v_again_for_the_recomputed_forward(lab):
-    run = dict(LLAMA_8B, gpus=8, tp=1, pp=1, cp=2, micro_batch=1, global_batch=32, cp_comm="all_gather",
-               recompute="full")
-    gathered = 2 * 8192 * 1 * 8 * 128 * 2      # K and V of the whole sequence, 8 KV heads of 128
-    gather, scatter = (P.collective_time(op, gathered, 2, 1, "H100-80GB") for op in ("all_gather", "reduce_scatter"))
+    run = CP_ALL_GATHER_FULL
+    gather, scatter = (EXPECTED("collective_time", op, CP_ALL_GATHER_FULL_BYTES, 2, 1, "H100-80GB")
+                       for op in ("all_gather", "reduce_scatter"))
     expect_close(lab.cp_time(dict(run)), 2 * gather + scatter, rel=1e-9,
                  what="CP 2 all-gather with full recomputation: two all-gathers of K, V and one reduce-scatter",
                  hints={2 / 3: "the recomputed forward gathers K and V a second time"})
     expect_same_step(lab, run, "Llama 8B, CP 2 all-gather, full recomputation")
 
 
+CP_RING_ACROSS_NODES = {recompute: dict(LLAMA_8B, seq=2048, gpus=16, tp=8, pp=1, cp=2, micro_batch=1, global_batch=8,
+                                         recompute=recompute) for recompute in ("none", "full")}
+
+
 @pytest.mark.parametrize("recompute", ["none", "full"])
 def test_cp_time_ring_sends_across_nodes_hide_behind_one_cp_th_of_the_attention_each(lab, recompute):
     # TP 8 fills a node, so the CP ring's neighbour is on the next one: at seq 2048 a K,V block over the NIC
     # outlasts 1/cp of the attention, and what shows depends on that window (and on the forward's count).
-    run = dict(LLAMA_8B, seq=2048, gpus=16, tp=8, pp=1, cp=2, micro_batch=1, global_batch=8, recompute=recompute)
-    expect_close(lab.cp_time(dict(run)), reference(run)["cp"], rel=EXACT,
+    run = CP_RING_ACROSS_NODES[recompute]
+    expect_close(lab.cp_time(dict(run)), EXPECTED("cp_time", run), rel=EXACT,
                  what=f"a CP 2 ring across two nodes, recompute {recompute!r}")
     expect_same_step(lab, run, f"Llama 8B, TP 8 x CP 2 ring across nodes, recompute {recompute!r}")
+
+
+HSDP_ZERO2 = {when: dict(GPT, layers=48, hidden=6144, heads=64, gpus=64, tp=8, pp=1, micro_batch=1, global_batch=64,
+                         zero_stage=2, shard_group=4, hsdp_allreduce=when, recompute="selective")
+              for when in ("micro_batch", "step")}
 
 
 @pytest.mark.parametrize("when", ["micro_batch", "step"])
 def test_dp_time_hsdp_beside_zero2_all_reduces_the_replicas_every_micro_batch_or_once_per_step(lab, when):
     # ZeRO-2 in groups of 4 (2 replicas of each shard): the replicas' all-reduce runs m = 8 times or once.
-    run = dict(GPT, layers=48, hidden=6144, heads=64, gpus=64, tp=8, pp=1, micro_batch=1, global_batch=64,
-               zero_stage=2, shard_group=4, hsdp_allreduce=when, recompute="selective")
-    expect_close(lab.dp_time(dict(run)), reference(run)["dp"], rel=EXACT, what=f"HSDP with ZeRO-2, all-reduce per {when}")
+    run = HSDP_ZERO2[when]
+    expect_close(lab.dp_time(dict(run)), EXPECTED("dp_time", run), rel=EXACT,
+                 what=f"HSDP with ZeRO-2, all-reduce per {when}")
     expect_same_step(lab, run, f"GPT 22B, ZeRO-2 HSDP, all-reduce per {when}")
 
 
+ZERO2_GATHER_PER_MICRO_BATCH = dict(GPT, layers=36, hidden=4096, heads=32, gpus=128, tp=8, pp=1, micro_batch=1,
+                                    global_batch=64, zero_stage=2, param_gather="micro_batch", recompute="selective")
+
+
 def test_dp_time_zero2_param_gather_per_micro_batch_gathers_the_parameters_m_times(lab):
-    run = dict(GPT, layers=36, hidden=4096, heads=32, gpus=128, tp=8, pp=1, micro_batch=1, global_batch=64,
-               zero_stage=2, param_gather="micro_batch", recompute="selective")
-    expect_close(lab.dp_time(dict(run)), reference(run)["dp"], rel=EXACT,
+    run = ZERO2_GATHER_PER_MICRO_BATCH
+    expect_close(lab.dp_time(dict(run)), EXPECTED("dp_time", run), rel=EXACT,
                  what="ZeRO-2 gathering the parameters before every micro-batch (m = 4)")
     expect_same_step(lab, run, "GPT 7.5B, ZeRO-2, parameters gathered every micro-batch")
+
+
+SECOND_STAGE_FULLEST = dict(GPT, layers=30, hidden=4096, heads=32, gpus=64, tp=8, pp=8, vpp=1, micro_batch=1,
+                            global_batch=64, recompute="none")
 
 
 def test_memory_bytes_per_gpu_the_second_stage_is_the_fullest_when_few_layers_sit_on_each(lab):
     # 30 layers + embedding and loss on 8 stages: 3 layers on the first (beside the embedding), 4 on the second.
     # The second keeps 4 x 7 layers' activations in flight against the first's 3 x 8, so it sets the memory.
-    run = dict(GPT, layers=30, hidden=4096, heads=32, gpus=64, tp=8, pp=8, vpp=1, micro_batch=1, global_batch=64,
-               recompute="none")
-    expect_close(lab.memory_bytes_per_gpu(dict(run)), reference(run)["memory"], rel=EXACT,
+    run = SECOND_STAGE_FULLEST
+    expect_close(lab.memory_bytes_per_gpu(dict(run)), EXPECTED("memory_bytes_per_gpu", run), rel=EXACT,
                  what="memory per GPU of the fullest stage (the second)",
                  hints={6 / 7: "check stages 0, 1 and p - 1: the second stage can hold the most"})
     expect_same_step(lab, run, "GPT 6.7B-like, 30 layers on 8 stages")
 
 
+ZERO3_GROUPS_OF_TWO = dict(GPT, layers=48, hidden=6144, heads=64, gpus=64, tp=8, pp=1, micro_batch=1, global_batch=64,
+                           zero_stage=3, shard_group=2, recompute="selective")
+
+
 def test_memory_bytes_per_gpu_zero3_in_groups_of_two_still_holds_two_gathered_layers(lab):
     # HSDP at its smallest shard group (2 GPUs, 4 replicas): each GPU still gathers whole layers before using them.
-    run = dict(GPT, layers=48, hidden=6144, heads=64, gpus=64, tp=8, pp=1, micro_batch=1, global_batch=64,
-               zero_stage=3, shard_group=2, recompute="selective")
-    expect_close(lab.memory_bytes_per_gpu(dict(run)), reference(run)["memory"], rel=EXACT,
+    run = ZERO3_GROUPS_OF_TWO
+    expect_close(lab.memory_bytes_per_gpu(dict(run)), EXPECTED("memory_bytes_per_gpu", run), rel=EXACT,
                  what="memory per GPU, ZeRO-3 sharded over groups of 2")
     expect_same_step(lab, run, "GPT 22B, ZeRO-3 HSDP in groups of 2")
+
+
+# -- what expected.py records for the release (every input above that asks EXPECTED) -----------------------
+
+MORE_COLLECTIVES = [("all_reduce", 1e6, 8, 1, "H100-80GB")] + [
+    (op, nbytes, size, stride, "H100-80GB") for op in ("all_gather", "reduce_scatter")
+    for nbytes, size, stride in ((LLAMA3_CP_GATHERED, 16, 8), (CP_ALL_GATHER_FULL_BYTES, 2, 1))]
+LAYER_RUNS = [LLAMA_8B_ONE_GPU_FP8]
+STEP_RUNS = [dict(LLAMA_405B_V8, recompute="full"), dict(LLAMA_8B_CP2_FULL, precision="fp8"), *OPEN_RUNS]
+PIECE_RUNS = [("predict", CP_ALL_GATHER_FULL), *(("cp_time", run) for run in CP_RING_ACROSS_NODES.values()),
+              *(("dp_time", run) for run in HSDP_ZERO2.values()), ("dp_time", ZERO2_GATHER_PER_MICRO_BATCH),
+              ("memory_bytes_per_gpu", SECOND_STAGE_FULLEST), ("memory_bytes_per_gpu", ZERO3_GROUPS_OF_TWO)]

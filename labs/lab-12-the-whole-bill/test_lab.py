@@ -5,7 +5,9 @@ read its result. The ranks return plain data (losses, byte counts, the
 messages they sent and received, their timelines); every expected value is
 computed here, in the pytest process: the losses by single-process training
 of the same model and data (``commtax.ranks.wholebill.reference_losses``), the
-bytes by the course's bill, the groups by Megatron's rank order, the 1F1B
+bytes by the course's bill (``EXPECTED("bill", dp, tp, pp)``: computed by ``expected.py`` in the course
+repository, recorded in ``expected.json`` for these plans in the student release), the groups by
+Megatron's rank order, the 1F1B
 order by the rule written out here (Lesson 06's simulator runs the same). Inside each rank, the course's byte
 counter (``commtax.ranks.traffic.record_traffic``) records every all-reduce
 with its group's ranks, and every send with its peer and tag, so that the
@@ -17,18 +19,22 @@ The step time is not graded (it depends on the machine's load): ``run.py``
 reports it. Failures read best with ``--tb=short``.
 """
 
+from pathlib import Path
+
 import pytest
 import torch.distributed as dist
 
 from commtax.ranks import wholebill
 from commtax.ranks.launch import DistributedRunError
 from commtax.ranks.traffic import record_traffic
+from commtax.recorded import Expected
 from commtax.testing import SharedRunFailed, SharedRuns, check, close, expect_close, expect_value_error, fail, mismatch
 
 SIZES = dict(wholebill.SIZES)
 M = SIZES["microbatches"]
 PLANS = [(2, 2, 2), (4, 1, 1), (1, 4, 1)]       # (dp, tp, pp): the capstone, and DP and TP on 4 ranks
 RUNS = SharedRuns()
+EXPECTED = Expected(Path(__file__).resolve().parent)
 
 
 # -- inside the ranks ---------------------------------------------------------------------
@@ -92,8 +98,8 @@ def expected_losses(dp):
 
 
 def bill(dp, tp, pp):
-    return wholebill.predicted_bytes(**{k: SIZES[k] for k in ("layers", "hidden", "micro_batch", "seq",
-                                                              "microbatches")}, dp=dp, tp=tp, pp=pp)
+    """The course's bill for this model on a dp x tp x pp plan, bytes per rank per step: {"dp", "tp", "pp"}."""
+    return EXPECTED("bill", dp, tp, pp)
 
 
 def counted_by_axis(ranks_results, dp, tp, pp):
