@@ -9,8 +9,8 @@
 The first run creates a virtual environment in ``.venv`` next to this file and
 installs the pinned dependencies of ``requirements.txt`` plus the course's own
 package (``commtax``). Later runs reuse it, and reinstall only when
-``requirements.txt`` or ``pyproject.toml`` changed. Needs Python 3.10 or newer
-(the course is tested with 3.11) and access to the package index.
+``requirements.txt`` or ``pyproject.toml`` changed. Needs Python 3.11 or newer
+(the course is tested with 3.11; numpy 2.4.6 has no 3.10 build) and access to the package index.
 
 ``book`` also installs the book's tools (``book/requirements.txt``: Sphinx,
 MyST-NB and the Sphinx Book Theme, constrained by ``requirements.txt`` so no
@@ -82,8 +82,8 @@ def wanted_stamp() -> str:
 
 def ensure_environment() -> Path:
     """Create and fill the virtual environment if needed; return its Python."""
-    if sys.version_info < (3, 10):
-        sys.exit(f"The course needs Python 3.10 or newer (3.11 recommended); this is {sys.version.split()[0]}.")
+    if sys.version_info < (3, 11):
+        sys.exit(f"The course needs Python 3.11 or newer; this is {sys.version.split()[0]}.")
     python = venv_python()
     if not python.exists():
         print(f"[course] creating a virtual environment in {VENV} ...", flush=True)

@@ -2,7 +2,8 @@
 
     starters [--check]                       regenerate labs/*/starter.py from the solutions
     grade [SUBMISSION] [--labs ...] [--format table|gradescope|classroom] [--out FILE]
-    grade-many FOLDER --csv FILE             grade every submission in FOLDER into a CSV
+    grade-many FOLDER --csv FILE [--only S]  grade every submission in FOLDER into a CSV (or regrade S into it)
+    export GRADES.csv --to canvas|moodle     a grade-many CSV as an LMS gradebook import file
     release DEST                             build the student repository
     gradescope DEST.zip                      build the Gradescope autograder
     autograde --root /autograder             (inside Gradescope) grade and write results.json
@@ -28,8 +29,9 @@ from pathlib import Path
 from grading import reports, starters, weights
 from grading.results import from_dict
 from grading.grader import DEFAULT_ISOLATION, ISOLATIONS, SANDBOX_USER, SOURCE_ROOT, NoSandbox, grade, lab_names
+from grading.process import Stopped, stop_on_signals
 from grading.sanitize import clean
-from grading.submission import SubmissionError, check_folder
+from grading.submission import SubmissionError, check_folder, unwrap_top_folder
 
 
 def _progress(message: str) -> None:
@@ -119,21 +121,68 @@ def _grade_in_child(path: Path, labs: list, args):
                    str(args.total_timeout), "--isolation", args.isolation]
         command += (["--user", args.user] if args.user else []) + (["--same-user"] if args.same_user else [])
         command += ["--exercises"] if args.exercises else []
+        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                errors="replace", cwd=SOURCE_ROOT)
+        with _CHILDREN_LOCK:
+            _CHILDREN.add(proc)
         try:
-            proc = subprocess.run(command, capture_output=True, text=True, errors="replace",
-                                  timeout=args.total_timeout + 120, cwd=SOURCE_ROOT)
+            _, stderr = proc.communicate(timeout=args.total_timeout + 120)
         except subprocess.TimeoutExpired:
+            _stop_child(proc)
             return None, f"the grader did not finish within {args.total_timeout + 120:.0f} s"
-        if proc.returncode == 2 and "refused" in proc.stderr:
-            raise NoSandbox(proc.stderr.strip().splitlines()[-1])
+        finally:
+            with _CHILDREN_LOCK:
+                _CHILDREN.discard(proc)
+        if proc.returncode == 2 and "refused" in stderr:
+            raise NoSandbox(stderr.strip().splitlines()[-1])
         if proc.returncode != 0 or not out.exists():
-            return None, clean(f"the grader failed on this submission: {proc.stderr.strip()[-300:]}", limit=300)
+            return None, clean(f"the grader failed on this submission: {stderr.strip()[-300:]}", limit=300)
         return from_dict(json.loads(out.read_text())), ""
+
+
+_CHILDREN: set = set()           # grade-many's grader processes now running (parallel mode)
+_CHILDREN_LOCK = threading.Lock()
+
+
+def _stop_child(proc: subprocess.Popen, grace: float = 60.0) -> None:
+    """SIGTERM a child grader (it kills its sandboxes and removes its trees), then SIGKILL after ``grace``."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _stop_children() -> None:
+    with _CHILDREN_LOCK:
+        running = list(_CHILDREN)
+    for proc in running:
+        if proc.poll() is None:
+            proc.terminate()
+    for proc in running:
+        _stop_child(proc)
+
+
+def _previous_rows(out: Path, columns: list, only: list) -> dict:
+    """The rows of an earlier ``grade-many`` CSV, by student id, for ``--only`` to keep; it must exist and
+    have the same columns."""
+    if not out.exists():
+        raise SystemExit(f"[grading] --only: {out} does not exist yet; grade the whole class first")
+    with open(out, newline="") as f:
+        rows = list(csv.reader(f))
+    if not rows or rows[0] != reports.csv_header(columns):
+        raise SystemExit(f"[grading] --only: {out} has other columns ({', '.join(rows[0]) if rows else 'none'}); "
+                         "give the same --labs (and --exercises) as the run that wrote it")
+    return {row[0]: row for row in rows[2:] if row}
 
 
 def cmd_grade_many(args) -> int:
     """Grade every sub-folder of FOLDER: a CSV (student id, totals, per lab; a second header row of maxima),
-    and a report per student in CSV-reports/ beside it. The CSV is rewritten after each student."""
+    and a report per student in CSV-reports/ beside it. The CSV is rewritten after each student.
+    ``--only`` regrades the named students into the same CSV and keeps every other row."""
     folder = Path(args.folder)
     submissions = sorted(p for p in folder.iterdir() if p.is_dir() or p.is_symlink())
     if not submissions:
@@ -141,16 +190,27 @@ def cmd_grade_many(args) -> int:
     labs = args.labs or lab_names()
     columns = [*labs, "exercises"] if args.exercises else labs
     scale = _weights(args)
+    out = Path(args.csv)
+    rows, first = {}, None
+    everyone = [p.name for p in submissions]
+    if args.only:
+        unknown = sorted(set(args.only) - set(everyone))
+        if unknown:
+            raise SystemExit(f"[grading] --only: no submission folder {', '.join(unknown)} in {folder}")
+        rows = _previous_rows(out, columns, args.only)
+        with open(out, newline="") as f:
+            maxima = list(csv.reader(f))[1]
+        submissions = [p for p in submissions if p.name in args.only]
     if hasattr(os, "geteuid") and os.geteuid() == 0 and not args.same_user:
         # Root mode: one learner's code must not read another learner's submission.
         os.chmod(folder, stat.S_IMODE(folder.stat().st_mode) & ~0o007)
-    out = Path(args.csv)
     reports_dir = out.with_name(out.stem + "-reports")
     reports_dir.mkdir(parents=True, exist_ok=True)
     jobs = args.jobs or default_jobs()
     if jobs < 1:
         raise SystemExit("[grading] --jobs: at least 1")
-    rows, first, done, start, lock = {}, None, 0, time.monotonic(), threading.Lock()
+    done, start, lock = 0, time.monotonic(), threading.Lock()
+    order = everyone + sorted(set(rows) - set(everyone))  # rows of folders gone since are kept, last
 
     def record(path: Path, result, problem: str) -> None:
         nonlocal first, done
@@ -159,8 +219,8 @@ def cmd_grade_many(args) -> int:
             if first is None and result is not None:
                 first = weights.apply(result, scale)  # every student has the same maxima
             (reports_dir / f"{path.name}.txt").write_text(text, errors="replace")
-            ordered = [rows[p.name] for p in submissions if p.name in rows]
-            _write_csv(out, [reports.csv_header(columns), reports.csv_maxima(columns, first), *ordered])
+            head = reports.csv_maxima(columns, first) if first is not None or not args.only else maxima
+            _write_csv(out, [reports.csv_header(columns), head, *[rows[name] for name in order if name in rows]])
             done += 1
             elapsed = time.monotonic() - start
             left = elapsed / done * (len(submissions) - done)  # the pace so far (parallel jobs included)
@@ -168,7 +228,7 @@ def cmd_grade_many(args) -> int:
             _progress(f"{done}/{len(submissions)} graded ({path.name}: {score}); {elapsed:.0f} s so far, "
                       f"about {left:.0f} s left" + (f" ({jobs} at a time)" if jobs > 1 else ""))
 
-    if jobs == 1:
+    if jobs == 1 or len(submissions) == 1:
         for path in submissions:
             _progress(f"grading {path.name} ...")
             record(path, *_grade_one(path, labs, args))
@@ -180,10 +240,14 @@ def cmd_grade_many(args) -> int:
             try:
                 for future in as_completed(futures):
                     record(futures[future], *future.result())
-            except NoSandbox:
+            except (NoSandbox, Stopped):
+                for future in futures:
+                    future.cancel()
+                _stop_children()  # each child kills its sandboxes and removes its trees
                 pool.shutdown(wait=True, cancel_futures=True)
                 raise
-    print(f"wrote {out} ({len(submissions)} submissions) and a report each in {reports_dir}")
+    print(f"wrote {out} ({len(submissions)} submissions graded"
+          + (f", {len(rows) - len(submissions)} rows kept" if args.only else "") + f") and a report each in {reports_dir}")
     return 0
 
 
@@ -204,22 +268,72 @@ def _write_csv(path: Path, rows: list) -> None:
     os.replace(partial, path)
 
 
+def cmd_export(args) -> int:
+    """A grade-many CSV as a Canvas or Moodle gradebook import file."""
+    from grading import lms
+    try:
+        rows = lms.export(Path(args.grades), args.to, args.assignment, args.roster, args.per_lab)
+    except (ValueError, OSError) as exc:
+        raise SystemExit(f"[grading] {exc}") from None
+    print(f"wrote {lms.write(rows, args.out)} ({len(rows) - (2 if args.to == 'canvas' else 1)} students, "
+          f"for {args.to}; see grading/lms.py for how to import it)")
+    return 0
+
+
+def _write_json(path: Path, payload: dict) -> None:
+    """Write ``payload`` to ``path`` atomically: a reader (Gradescope, after a kill) never sees half a file."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(payload, indent=2))
+    os.replace(partial, path)
+
+
 def cmd_autograde(args) -> int:
-    """Gradescope: grade /autograder/submission; always leave a valid results.json behind."""
+    """Gradescope: grade /autograder/submission; always leave a valid results.json behind.
+
+    results.json is written before the first lab and again after each lab (the labs graded so far, the
+    rest "not graded", marked incomplete), so a run Gradescope kills at its time limit still shows what
+    was graded; SIGTERM writes the same with the reason; the finished run replaces it.
+    """
     root = Path(args.root)
     results = root / "results" / "results.json"
     results.parent.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     payload = reports.error_result("grading did not finish")
+    note = ""
+
+    def with_note(data: dict) -> dict:
+        if note:
+            data["output"] = f"Note: {note}\n\n{data['output']}"
+        return data
+
+    latest = {}
+
+    def on_lab(partial) -> None:
+        latest["result"] = partial
+        _write_json(results, with_note(reports.gradescope(weights.apply(partial, scale))))
+
     try:
         scale = weights.load(args.weights, [*lab_names(), "exercises"])
-        result = grade(root / "submission", args.labs, progress=_progress, **_options(args))
-        payload = reports.gradescope(weights.apply(result, scale))
+        submission, note = unwrap_top_folder(root / "submission")
+        if note:
+            _progress(note)
+        result = grade(submission, args.labs, progress=_progress, on_lab=on_lab, **_options(args))
+        payload = with_note(reports.gradescope(weights.apply(result, scale)))
+        print(reports.table(weights.apply(result, scale)))  # the teacher's view, in Gradescope's hidden stdout
+    except Stopped as stop:
+        print(f"[grading] stopped by {stop}: writing the labs graded so far", file=sys.stderr)
+        if "result" in latest:
+            partial = latest["result"]
+            partial.incomplete += f"; the autograder was stopped ({stop})"
+            payload = with_note(reports.gradescope(weights.apply(partial, scale)))
+        else:
+            payload = reports.error_result(f"the autograder was stopped ({stop}) before grading began",
+                                           time.monotonic() - start)
     except Exception as exc:  # noqa: BLE001 - the learner must get a result whatever broke
         traceback.print_exc()
         payload = reports.error_result(f"{type(exc).__name__}: {exc}", time.monotonic() - start)
     finally:
-        results.write_text(json.dumps(payload, indent=2))
+        _write_json(results, payload)
     print(f"[grading] wrote {results}: {payload['score']} points", file=sys.stderr)
     return 0
 
@@ -261,16 +375,31 @@ def main(argv=None) -> int:
     p = commands.add_parser("grade-many", help="grade every submission folder inside FOLDER into a CSV")
     p.add_argument("folder")
     p.add_argument("--csv", required=True, help="the CSV file to write")
+    p.add_argument("--only", nargs="+", metavar="STUDENT",
+                   help="regrade only these submission folders into the existing CSV; every other row is kept")
     p.add_argument("--jobs", "-j", type=int, default=None,
                    help=f"submissions graded at once, each by its own grader process in its own sandboxes "
                         f"(default: from cores and memory, here {default_jobs()})")
     grading_options(p)
+
+    p = commands.add_parser("export", help="turn a grade-many CSV into a Canvas or Moodle gradebook import file")
+    p.add_argument("grades", help="the CSV grade-many wrote")
+    p.add_argument("--to", choices=("canvas", "moodle"), required=True)
+    p.add_argument("--out", type=Path, required=True, help="the file to write")
+    p.add_argument("--assignment", default="Communication Tax labs", help="the LMS column (assignment) name")
+    p.add_argument("--roster", type=Path, help="a CSV with a student_id column (the folder names) and the LMS's "
+                                               "identity columns (e.g. your LMS gradebook export plus student_id)")
+    p.add_argument("--per-lab", action="store_true", help="also one column per lab")
 
     p = commands.add_parser("release", help="build the student repository in DEST")
     p.add_argument("dest")
 
     p = commands.add_parser("gradescope", help="build the Gradescope autograder zip")
     p.add_argument("dest")
+    p.add_argument("--labs", nargs="+", metavar="LAB", help="only these labs (e.g. one Gradescope assignment per lab)")
+    p.add_argument("--timeout-minutes", type=float, default=40,
+                   help="the autograder timeout you set in Gradescope (default 40, its maximum; its default is 10): "
+                        "the grader stops 2 minutes before it")
 
     p = commands.add_parser("autograde", help="(Gradescope) grade ROOT/submission into ROOT/results/results.json")
     p.add_argument("--root", default="/autograder")
@@ -291,24 +420,34 @@ def main(argv=None) -> int:
             print("every starter.py matches its solution.py")
         return 1 if (args.check and stale) else 0
     try:
-        if args.command == "grade":
-            return cmd_grade(args)
-        if args.command == "grade-many":
-            return cmd_grade_many(args)
+        with stop_on_signals():
+            if args.command == "grade":
+                return cmd_grade(args)
+            if args.command == "grade-many":
+                return cmd_grade_many(args)
+            if args.command == "export":
+                return cmd_export(args)
     except NoSandbox as exc:
         print(f"[grading] refused: {exc}", file=sys.stderr)
         return 2
+    except Stopped as stop:
+        print(f"[grading] stopped by {stop}: every sandbox killed and temporary folder removed", file=sys.stderr)
+        return 128 + stop.signum
     if args.command == "release":
         from grading.release import build_release
         print(f"wrote the student release to {build_release(args.dest)}")
         return 0
     if args.command == "gradescope":
         from grading.release import build_gradescope_zip
-        print(f"wrote {build_gradescope_zip(args.dest)}")
+        try:
+            print(f"wrote {build_gradescope_zip(args.dest, labs=args.labs, timeout_minutes=args.timeout_minutes)}")
+        except ValueError as exc:
+            raise SystemExit(f"[grading] {exc}") from None
         return 0
     if args.command == "mutate":
         return mutate.run(args)
-    return cmd_autograde(args)
+    with stop_on_signals():
+        return cmd_autograde(args)
 
 
 if __name__ == "__main__":

@@ -44,7 +44,7 @@ from commtax.learner_process import SANDBOX_ENV
 from grading import integrity
 from grading.course import (HIDDEN_DIR, SOURCE_ROOT, has_hidden_tests, lab_names, read_course, write_learner_tree,
                             write_trusted_tree)
-from grading.process import become_subreaper, kill_descendants, make_undumpable
+from grading.process import Stopped, become_subreaper, kill_descendants, make_undumpable, stop_on_signals
 from grading.pytest_run import collect, run_pytest
 from grading.results import GradeResult, LabResult, TestResult
 from grading.sandbox import DEFAULT_ISOLATION, ISOLATIONS, SANDBOX_USER, NoSandbox, choose_isolation, warning
@@ -55,7 +55,7 @@ from grading.sanitize import clean
 from grading.submission import SubmissionError, read_exercise_answers, read_starter
 
 
-__all__ = ["GradeResult", "LabResult", "TestResult", "ISOLATIONS", "DEFAULT_ISOLATION", "NoSandbox", "SANDBOX_USER", "SOURCE_ROOT", "HIDDEN_DIR",
+__all__ = ["GradeResult", "LabResult", "TestResult", "Stopped", "ISOLATIONS", "DEFAULT_ISOLATION", "NoSandbox", "SANDBOX_USER", "SOURCE_ROOT", "HIDDEN_DIR",
            "lab_names", "grade", "score_lab", "starter_of", "sandbox_user", "open_interpreter",
            "close_interpreter"]
 
@@ -98,7 +98,10 @@ def score_lab(lab: str, expected: list, records: list, problem: str, no_gpu: str
             continue
         if record is None:
             why = problem or "the test process ended before this test reported"
-            results.append(TestResult(nodeid, lab, points, "failed", 0.0, clean(f"not run: {why}"), hidden))
+            # A hidden test says only that it failed: why it did not run (a time-out, a crash) is a bit
+            # the learner's code could choose from the hidden tests' inputs.
+            message = "hidden test failed" if hidden else clean(f"not run: {why}")
+            results.append(TestResult(nodeid, lab, points, "failed", 0.0, message, hidden))
             continue
         message = "" if hidden else clean(record.get("message", ""))
         outcome, duration = record["outcome"], float(record.get("duration", 0.0))
@@ -180,7 +183,7 @@ def _grade_part(base: Path, course: dict, lab: str, starter: bytes, part: str, t
 def grade(submission: Path | None, labs: list[str] | None = None, *, source: Path = SOURCE_ROOT,
           hidden: Path = HIDDEN_DIR, lab_timeout: float = 300.0, total_timeout: float = 1500.0,
           user: str | None = None, same_user: bool = False, isolation: str = DEFAULT_ISOLATION, limits: Limits | None = None,
-          progress=None, exercises: bool = False) -> GradeResult:
+          progress=None, exercises: bool = False, on_lab=None) -> GradeResult:
     """Grade ``submission`` (a folder; None grades the shipped starters) on ``labs`` (default: all).
 
     Root mode (learner code runs as ``user``, default ``commtax-learner``) when this process is
@@ -189,7 +192,21 @@ def grade(submission: Path | None, labs: list[str] | None = None, *, source: Pat
     sandbox where one can be made, else the fallback), ``"none"`` (the fallback); without the
     sandbox a loud warning goes to ``progress`` (or stderr). ``GradeResult.mode`` says which ran.
     ``exercises``: also score ``exercises/answers.toml`` (an ``exercises`` entry after the labs).
+    ``on_lab``: called with a partial GradeResult before the first lab and after each lab (the labs
+    graded so far, the others as "not graded yet", ``incomplete`` saying so), so that a run killed
+    from outside (Gradescope's time limit) can leave what it graded.
+
+    SIGTERM and SIGINT raise :class:`grading.process.Stopped` (main thread): every sandbox is killed
+    and every temporary tree removed on the way out.
     """
+    with stop_on_signals():
+        return _grade(submission, labs, source=source, hidden=hidden, lab_timeout=lab_timeout,
+                      total_timeout=total_timeout, user=user, same_user=same_user, isolation=isolation,
+                      limits=limits, progress=progress, exercises=exercises, on_lab=on_lab)
+
+
+def _grade(submission, labs, *, source, hidden, lab_timeout, total_timeout, user, same_user, isolation, limits,
+           progress, exercises, on_lab) -> GradeResult:
     start = time.monotonic()
     integrity.preload()  # nothing is imported by this process once learner code has run
     labs = labs or lab_names(source)
@@ -211,7 +228,9 @@ def grade(submission: Path | None, labs: list[str] | None = None, *, source: Pat
     scored_exercises = grade_exercises(Path(submission) if submission else None) if exercises else None
     limits = limits or Limits(cpu_seconds=int(lab_timeout) + 60)
     protected = [source, hidden] + ([submission] if submission is not None else [])
-    with tempfile.TemporaryDirectory(prefix="commtax-grading-") as tmp:
+    # ignore_cleanup_errors: a stop (SIGTERM) that cut a lab's own clean-up short must not keep the rest
+    # of the tree from being removed.
+    with tempfile.TemporaryDirectory(prefix="commtax-grading-", ignore_cleanup_errors=True) as tmp:
         base = Path(tmp)
         os.chmod(base, 0o711)  # the sandbox user may pass through to its own folders, not list them
         chosen = choose_isolation(user=user, same_user=same_user, isolation=isolation, limits=limits, base=base,
@@ -222,10 +241,11 @@ def grade(submission: Path | None, labs: list[str] | None = None, *, source: Pat
         try:
             result = GradeResult(mode=chosen.mode)
             _grade_labs(result, course, starters, refused, labs, base, chosen, source, hidden,
-                        lab_timeout, total_timeout, progress, start)
+                        lab_timeout, total_timeout, progress, start, on_lab)
             if scored_exercises is not None:
                 result.labs.append(scored_exercises)
         finally:
+            kill_descendants()  # (after a stop: whatever a cut-short clean-up left running) before the tree goes
             chosen.close()
     result.seconds = time.monotonic() - start
     return result
@@ -259,8 +279,20 @@ def _to_stderr(message: str) -> None:
     print(f"[grading] {message}", file=sys.stderr, flush=True)
 
 
+def _partial(result: GradeResult, expected: dict, labs: list, no_gpu, start: float) -> GradeResult:
+    """The labs graded so far, and the others as failed "not graded" (so the maximum is already the whole
+    one), marked incomplete: what autograde writes as labs finish."""
+    done = {lab.lab for lab in result.labs}
+    why = "not graded: grading stopped before this lab (most likely the autograder's time limit)"
+    rest = [LabResult(lab, score_lab(lab, expected[lab], [], why, no_gpu), 0.0, why) for lab in labs
+            if lab not in done]
+    return GradeResult(labs=[*result.labs, *rest], seconds=time.monotonic() - start, error=result.error,
+                       mode=result.mode, incomplete=f"{len(done)} of {len(labs)} labs graded when these "
+                                                    "results were written")
+
+
 def _grade_labs(result, course, starters, refused, labs, base, chosen, source, hidden, lab_timeout,
-                total_timeout, progress, start) -> None:
+                total_timeout, progress, start, on_lab=None) -> None:
     collect_tree = base / secrets.token_hex(16)
     collect_tree.mkdir(mode=0o700)
     write_trusted_tree(collect_tree / "course", course, labs)
@@ -269,6 +301,8 @@ def _grade_labs(result, course, starters, refused, labs, base, chosen, source, h
     expected = collect(collect_tree / "course", labs)
     shutil.rmtree(collect_tree, ignore_errors=True)
     no_gpu = gpus_missing()
+    if on_lab:
+        on_lab(_partial(result, expected, labs, no_gpu, start))
     for lab in labs:
         if progress:
             progress(f"grading {lab} ...")
@@ -277,15 +311,17 @@ def _grade_labs(result, course, starters, refused, labs, base, chosen, source, h
             why = "the total grading time ran out"
         if why:
             result.labs.append(LabResult(lab, score_lab(lab, expected[lab], [], why, no_gpu), 0.0, clean(why)))
-            continue
-        result.labs.append(_grade_lab(course, lab, starters[lab], expected[lab], base, chosen, source, hidden,
-                                      lab_timeout, total_timeout, start, no_gpu, result))
+        else:
+            result.labs.append(_grade_lab(course, lab, starters[lab], expected[lab], base, chosen, source, hidden,
+                                          lab_timeout, total_timeout, start, no_gpu, result))
+        if on_lab:
+            on_lab(_partial(result, expected, labs, no_gpu, start))
 
 
 def _grade_lab(course, lab, starter, expected, base, chosen, source, hidden, lab_timeout, total_timeout, start,
                no_gpu, result) -> LabResult:
     """The visible tests, then the hidden ones (fresh trees, a fresh sandbox), then the checks, then the score."""
-    tests, problems, seconds, changed = [], [], 0.0, []
+    tests, problems, seconds, changed = [], {"visible": [], "hidden": []}, {"visible": 0.0, "hidden": 0.0}, []
     parts = ("visible", "hidden") if has_hidden_tests(course, lab) else ("visible",)
     for part in parts:
         mine = [item for item in expected if item["hidden"] == (part == "hidden")]
@@ -295,11 +331,13 @@ def _grade_lab(course, lab, starter, expected, base, chosen, source, hidden, lab
         else:
             records, problem, took, altered, limit_hit = _grade_part(base, course, lab, starter, part,
                                                                      min(lab_timeout, remaining), chosen)
-            seconds += took
+            seconds[part] += took
             changed += altered
         scored = score_lab(lab, mine, records, problem, no_gpu)
-        if problem and (limit_hit or any(t.message.startswith("not run") for t in scored)):
-            problems.append(problem)  # (a part whose tests all reported needs no excuse, unless it hit a limit)
+        if problem and (limit_hit or any(t.message.startswith("not run") or (t.hidden and not _reported(t, records))
+                                         for t in scored)):
+            # (a part whose tests all reported needs no excuse, unless it hit a limit)
+            problems[part].append(problem)
         tests += scored
     grader_files = []
     if chosen.shares_our_files:  # only then can learner code write the grader's own folder: else a change
@@ -309,5 +347,11 @@ def _grade_lab(course, lab, starter, expected, base, chosen, source, hidden, lab
         why = (f"the grader's own files changed while this lab ran ({files}): graded code tampered with them, "
                "so this lab scores nothing")
         result.error = clean(f"{lab}: {why}")
-        return LabResult(lab, _void(tests, why), seconds, why)
-    return LabResult(lab, tests, seconds, clean("; ".join(problems)))
+        return LabResult(lab, _void(tests, why), seconds["visible"] + seconds["hidden"], why,
+                         seconds["hidden"])
+    return LabResult(lab, tests, seconds["visible"] + seconds["hidden"], clean("; ".join(problems["visible"])),
+                     seconds["hidden"], clean("; ".join(problems["hidden"])))
+
+
+def _reported(test, records: list) -> bool:
+    return any(r.get("kind") == "result" and r.get("nodeid") == test.nodeid for r in records)

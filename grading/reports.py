@@ -25,12 +25,16 @@ def _shown(tests: list, visible_only: bool) -> list:
     return [t for t in tests if not (visible_only and t.hidden)]
 
 
-def table(result: GradeResult, visible_only: bool = False) -> str:
+def table(result: GradeResult, visible_only: bool = False, learner: bool | None = None) -> str:
     """The per-lab table a teacher or learner reads in a terminal.
 
     ``visible_only``: count the visible tests only (Gradescope's top-level ``output``, which learners
     see before grades are published: hidden tests' points must not show there, not even as a total).
+    ``learner`` (default: ``visible_only``): a learner reads it, so the time shown is the visible tests'
+    only, and a problem of the hidden tests' run (a time-out) is left out: how long the hidden tests
+    took is a channel out of them (a submission that sleeps when it sees a given argument).
     """
+    learner = visible_only if learner is None else learner
     rows = [("lab", "tests passed", "points", "time", "first failure")]
     total = maximum = 0.0
     for lab in result.labs:
@@ -42,13 +46,19 @@ def table(result: GradeResult, visible_only: bool = False) -> str:
         score = sum(t.score for t in tests)
         most = sum(t.points for t in tests if t.outcome != "neutral")
         total, maximum = total + score, maximum + most
-        failure = clean(lab.problem or LabResult(lab.lab, tests).first_failure())
-        rows.append((lab.lab, passed, f"{_points(score)}/{_points(most)}", f"{lab.seconds:.0f} s",
+        failure = clean(lab.problems(learner) or LabResult(lab.lab, tests).first_failure())
+        seconds = lab.visible_seconds if learner else lab.seconds
+        rows.append((lab.lab, passed, f"{_points(score)}/{_points(most)}", f"{seconds:.0f} s",
                      failure.splitlines()[0][:100] if failure.strip() else ""))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(row[:4], widths)) + "  " + row[4] for row in rows]
     lines.insert(1, "-" * (sum(widths) + 8 + 13))
-    lines.append(f"total: {_points(total)}/{_points(maximum)} points in {result.seconds:.0f} s"
+    if result.incomplete:
+        lines.insert(0, f"INCOMPLETE: {clean(result.incomplete, limit=300)}; the labs marked 'not graded' were not "
+                        "run (ask your teacher to regrade)")
+    seconds = result.visible_seconds if learner else result.seconds
+    lines.append(f"total: {_points(total)}/{_points(maximum)} points in {seconds:.0f} s"
+                 + (" of visible tests" if learner and any(t.hidden for lab in result.labs for t in lab.tests) else "")
                  + (" (visible tests only; hidden tests count after grades are published)"
                     if visible_only and any(t.hidden for lab in result.labs for t in lab.tests) else ""))
     if result.mode:
@@ -77,7 +87,9 @@ def gradescope(result: GradeResult) -> dict:
             }
             tests.append(entry)
     output = table(result, visible_only=True)  # learners see it before grades are published
-    return {"score": result.score, "max_score": result.max_score, "execution_time": round(result.seconds, 1), "output": output,
+    # execution_time: the visible tests' only (learners may see it; the hidden tests' time is a channel).
+    return {"score": result.score, "max_score": result.max_score, "execution_time": round(result.visible_seconds),
+            "output": output,
             "output_format": "text", "test_output_format": "text", "test_name_format": "text",
             "stdout_visibility": "hidden", "tests": tests}
 
@@ -91,7 +103,8 @@ def classroom(result: GradeResult) -> dict:
                 continue  # no GPU: neither earned nor lost
             tests.append({"name": f"{lab.lab}: {t.name}", "status": "pass" if t.outcome == "passed" else "fail",
                           "score": t.score, "message": clean(t.message, limit=GRADESCOPE_TEST_OUTPUT),
-                          "test_code": "", "filename": "", "line_no": 0, "duration": round(t.duration * 1000)})
+                          "test_code": "", "filename": "", "line_no": 0,
+                          "duration": 0 if t.hidden else round(t.duration * 1000)})  # no hidden test's time
     status = "error" if result.error else ("pass" if result.score == result.max_score else "fail")
     return {"version": 1, "status": status, "max_score": result.max_score, "tests": tests}
 
@@ -109,12 +122,13 @@ def error_result(message: str, seconds: float = 0.0) -> dict:
 
 
 def detailed(name: str, result: GradeResult) -> str:
-    """The per-student report beside the CSV: the table, then what each test said (hidden tests: only
-    pass or "hidden test failed")."""
-    lines = [f"student: {clean(name, limit=200, lines=1)}", "", table(result), ""]
+    """The per-student report beside the CSV, to hand back: the table, then what each test said (hidden
+    tests: only pass or "hidden test failed"; times and problems as a learner may see them)."""
+    lines = [f"student: {clean(name, limit=200, lines=1)}", "", table(result, learner=True), ""]
     for lab in result.labs:
+        problem = lab.problems(learner=True)
         lines.append(f"{lab.lab}: {_points(lab.score)}/{_points(lab.max_score)}"
-                     + (f" ({clean(lab.problem, limit=300)})" if lab.problem else ""))
+                     + (f" ({clean(problem, limit=300)})" if problem else ""))
         for t in lab.tests:
             mark = {"passed": "pass", "neutral": "skip"}.get(t.outcome, "FAIL")
             head = f"  {mark}  {_points(t.score)}/{_points(0 if t.outcome == 'neutral' else t.points)}  {t.name}"
@@ -145,6 +159,7 @@ def csv_rows(name: str, result: GradeResult) -> list:
     row = [name, _points(result.score), _points(result.max_score)]
     row += [_points(lab.score) for lab in result.labs]
     problems = [result.error] if result.error else []
-    problems += [f"{lab.lab}: {lab.problem}" for lab in result.labs if lab.problem and "no starter.py" not in lab.problem]
+    problems += [f"{lab.lab}: {lab.problems()}" for lab in result.labs
+                 if lab.problems() and "no starter.py" not in lab.problems()]
     row.append(clean("; ".join(problems), limit=500, lines=1).replace("\n", " "))
     return row

@@ -26,7 +26,22 @@ class LabResult:
     lab: str
     tests: list = field(default_factory=list)
     seconds: float = 0.0
-    problem: str = ""     # why the process ended early, if it did
+    problem: str = ""     # why the visible tests' process ended early, if it did
+    # The hidden tests' part, apart: a learner never sees how long it took or why it stopped (their time
+    # is a channel out of the hidden tests: a submission that sleeps when it sees a given argument).
+    hidden_seconds: float = 0.0
+    hidden_problem: str = ""
+
+    @property
+    def visible_seconds(self) -> float:
+        return max(0.0, self.seconds - self.hidden_seconds)
+
+    def problems(self, learner: bool = False) -> str:
+        """What went wrong: the teacher's view names both parts; a learner's only the visible one."""
+        if learner or not self.hidden_problem:
+            return self.problem
+        hidden = f"hidden tests: {self.hidden_problem}"
+        return f"{self.problem}; {hidden}" if self.problem else hidden
 
     @property
     def score(self) -> float:
@@ -57,6 +72,7 @@ class GradeResult:
     seconds: float = 0.0
     error: str = ""
     mode: str = ""        # how learner code ran: as whom (root or same-user mode), in what (OS sandbox or not)
+    incomplete: str = ""  # why some labs are not graded yet (a partial result written as labs finish)
 
     @property
     def score(self) -> float:
@@ -66,9 +82,12 @@ class GradeResult:
     def max_score(self) -> float:
         return sum(lab.max_score for lab in self.labs)
 
+    @property
+    def visible_seconds(self) -> float:
+        return sum(lab.visible_seconds for lab in self.labs)
+
 
 def from_dict(data: dict) -> GradeResult:
     """A GradeResult from ``dataclasses.asdict`` of one (how a grading child hands its result to grade-many)."""
-    labs = [LabResult(lab["lab"], [TestResult(**t) for t in lab["tests"]], lab["seconds"], lab["problem"])
-            for lab in data["labs"]]
-    return GradeResult(labs, data["seconds"], data["error"], data["mode"])
+    labs = [LabResult(**{**lab, "tests": [TestResult(**t) for t in lab["tests"]]}) for lab in data["labs"]]
+    return GradeResult(**{**data, "labs": labs})

@@ -118,3 +118,23 @@ def check_folder(path: Path) -> None:
         raise SubmissionError(f"{path.name} is a symbolic link: refused")
     if not path.is_dir():
         raise SubmissionError(f"{path.name} is not a folder")
+
+
+def unwrap_top_folder(submission: Path) -> tuple[Path, str]:
+    """(the folder to grade, a note): a Gradescope upload zipped with a top folder is graded inside it.
+
+    Gradescope unpacks an uploaded zip into the submission folder as it is, so a zip of the folder
+    ``mywork/`` (instead of its contents) puts every lab one level down. When the submission holds no lab
+    folder, no ``labs/`` and no ``exercises/``, and exactly one real folder (besides ``__MACOSX`` and
+    hidden entries), that folder is graded, and the note says so; a link is never followed.
+    """
+    submission = Path(submission)
+    entries = [p for p in submission.iterdir() if not p.name.startswith(".") and p.name != "__MACOSX"]
+    if any(p.name in ("labs", "exercises") or p.name.startswith("lab-") for p in entries):
+        return submission, ""
+    folders = [p for p in entries if p.is_dir() and not p.is_symlink()]
+    if len(folders) == 1 and len(entries) == 1:
+        inner = folders[0]
+        return inner, (f"your files were inside a top folder ({inner.name}/): graded from there (next time, "
+                       "zip the lab folders themselves)")
+    return submission, ""

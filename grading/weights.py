@@ -12,7 +12,7 @@ import dataclasses
 import math
 from pathlib import Path
 
-from grading.results import GradeResult, LabResult
+from grading.results import GradeResult
 
 DEFAULT_FILE = Path(__file__).resolve().parent / "weights.toml"
 
@@ -53,5 +53,5 @@ def apply(result: GradeResult, weights: dict) -> GradeResult:
     for lab in result.labs:
         factor = weights[lab.lab] / lab.max_score if lab.lab in weights and lab.max_score > 0 else 1.0
         tests = [dataclasses.replace(t, points=t.points * factor, score=t.score * factor) for t in lab.tests]
-        labs.append(LabResult(lab.lab, tests, lab.seconds, lab.problem))
+        labs.append(dataclasses.replace(lab, tests=tests))
     return dataclasses.replace(result, labs=labs)

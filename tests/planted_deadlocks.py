@@ -106,6 +106,25 @@ def all_to_all_that_waits_only_on_its_receives(rank, world_size):
     return inbox.tolist()
 
 
+def _exchange_without_wait(rank, world_size, value):
+    inbox = torch.zeros(1)
+    requests = [dist.isend(torch.tensor([value]), (rank + 1) % world_size)]  # dropped here: never waited on
+    requests.append(dist.irecv(inbox, (rank - 1) % world_size))
+    for request in requests:
+        pass  # the learner's slip: the wait left out
+    return inbox
+
+
+def exchanges_that_never_wait(rank, world_size):
+    """Lab 10 style: each exchange keeps its requests in a list and never waits; then the next exchange.
+
+    The second exchange's messages would land in the first one's open receives (gloo aborts the rank
+    when the sizes differ): the rank must fail at the second exchange's first call, naming the first."""
+    first = _exchange_without_wait(rank, world_size, 1.0)
+    second = _exchange_without_wait(rank, world_size, 2.0)
+    return [first.tolist(), second.tolist()]
+
+
 def _exchange_then_raise(rank, world_size):
     requests = [dist.isend(torch.ones(2), (rank + 1) % world_size),
                 dist.irecv(torch.zeros(2), (rank - 1) % world_size)]

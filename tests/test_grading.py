@@ -255,6 +255,8 @@ def test_hidden_tests_count_but_never_show_their_source(tmp_path):
     hidden_names = {f"{lab.lab}: {t.name}" for lab in result.labs for t in lab.tests if t.hidden}
     shown = {t["name"]: t["visibility"] for t in reports.gradescope(result)["tests"]}
     assert hidden_names and all(shown[name] == "after_published" for name in hidden_names)
+    lab = lab_result(result, "lab-01-alpha-beta")  # the hidden run's time is kept apart (a learner never sees it)
+    assert 0 < lab.hidden_seconds < lab.seconds and lab.visible_seconds == lab.seconds - lab.hidden_seconds
 
 
 # -- formats and packaging ---------------------------------------------------------------------
@@ -290,6 +292,8 @@ def test_the_student_release_has_no_answers_and_fails_cleanly_in_starter_mode(tm
     assert not (release / "grading" / "hidden").exists() and not (release / "tests").exists()
     workflow = (release / ".github" / "workflows" / "classroom.yml").read_text()
     assert "LAB_IMPL=starter python -m grading grade" in workflow and "autograding-grading-reporter" in workflow
+    assert "cache: pip" in workflow and "-r grading/requirements.txt" in workflow  # not JupyterLab, Playwright
+    assert "-r requirements.txt" not in workflow and (release / "grading" / "requirements.txt").exists()
     assert "For learners" in (release / "README.md").read_text()
     report = tmp_path / "report.xml"
     env = {k: v for k, v in os.environ.items() if k != "LAB_IMPL"}  # the release's default must be starter
@@ -322,13 +326,16 @@ def test_gradescope_zip_grades_a_submission_and_always_writes_results(tmp_path):
         assert not any(n.endswith("solution.py") for n in names)
         assert any(n.startswith("grading/hidden/") for n in names)
         z.extractall(root / "source")
-    shutil.copytree(submission(tmp_path, lab_06_tp_comm_cost=reference(FAST)), root / "submission")
+    # Zipped with a top folder (a common upload mistake, which once scored 0): graded inside it, with a note.
+    shutil.copytree(submission(tmp_path, lab_06_tp_comm_cost=reference(FAST)), root / "submission" / "my-work")
     script = root / "source" / "run_autograder"
+    assert "--total-timeout 2280" in script.read_text()  # 40 minutes (Gradescope's maximum) less 2
     env = dict(os.environ, AUTOGRADER_ROOT=str(root), AUTOGRADER_PYTHON=sys.executable)
     env["PYTHONPATH"] = str(root / "source")
     subprocess.run(["bash", str(script), "--labs", FAST], env=env, check=True, capture_output=True, timeout=300)
     results = json.loads((root / "results" / "results.json").read_text())
-    assert results["score"] == len(results["tests"]) > 10
+    assert results["score"] == results["max_score"] == len(results["tests"]) > 10
+    assert "inside a top folder (my-work/)" in results["output"] and "INCOMPLETE" not in results["output"]
     assert {"name", "score", "max_score", "status", "output", "visibility"} <= set(results["tests"][0])
     # A crash before grading starts still leaves a valid results.json.
     (root / "results" / "results.json").unlink()
@@ -1066,7 +1073,11 @@ def test_the_maximum_is_the_same_for_an_empty_a_partial_and_a_complete_submissio
     labs = [FAST, "lab-02-ring-allreduce"]
     starter_02 = (ROOT / "labs" / labs[1] / "starter.py").read_text()
     (tmp_path / "empty").mkdir()
-    empty = grade(tmp_path / "empty", labs)
+    snapshots = []  # what autograde writes before the first lab and after each (a killed run leaves them)
+    empty = grade(tmp_path / "empty", labs, on_lab=snapshots.append)
+    assert [s.incomplete.split(" labs")[0] for s in snapshots] == ["0 of 2", "1 of 2", "2 of 2"]
+    assert {s.max_score for s in snapshots} == {empty.max_score} and not empty.incomplete
+    assert "not graded: grading stopped" in lab_result(snapshots[1], labs[1]).problem
     partial = grade(submission(tmp_path / "partial", lab_06_tp_comm_cost=reference(FAST)), labs)
     complete = grade(submission(tmp_path / "complete", lab_06_tp_comm_cost=reference(FAST),
                                 lab_02_ring_allreduce=starter_02), labs)
@@ -1132,6 +1143,20 @@ def test_grade_many_gives_ids_maxima_a_report_per_student_and_applies_weights(tm
     assert "FAIL" in bob and "not implemented yet" in bob and "(hidden)" in bob  # lab-01 missing: its hidden tests listed
     assert "HIDDEN-CHECK-7f3a" not in bob and "2 * 999 * 7e-6" not in bob
     assert "no starter.py" in (reports_dir / "s003-carol.txt").read_text()
+    # Bob hands in late: regrade him alone into the same CSV; every other row stays as it was.
+    (folder / "s002-bob" / FAST / "starter.py").write_text(reference(FAST))
+    proc = subprocess.run([sys.executable, "-m", "grading", "grade-many", str(folder), "--labs", *labs,
+                           "--csv", str(out), "--weights", str(weights_file), "--only", "s002-bob"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0 and "1/1 graded (s002-bob" in proc.stderr, proc.stderr[-3000:]
+    again = list(csv.reader(out.open()))
+    assert again[:3] == rows[:3] and again[4] == rows[4]  # header, maxima, alice and carol untouched
+    assert again[3][0] == "s002-bob" and again[3][1:4] == by_id["s001-alice"][1:4]
+    for wrong, said in [(["--only", "s009-nobody"], "no submission folder s009-nobody"),
+                        (["--only", "s002-bob", "--labs", FAST], "other columns")]:
+        proc = subprocess.run([sys.executable, "-m", "grading", "grade-many", str(folder), "--csv", str(out),
+                               "--labs", *labs, *wrong], cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert proc.returncode != 0 and said in proc.stderr, proc.stderr[-2000:]
 
 
 @pytest.mark.slow   # grades four submissions twice (~2 min on two cores)

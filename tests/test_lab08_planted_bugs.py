@@ -32,12 +32,21 @@ def checks():
     return load_module_from_file("lab_08_test_lab", str(LAB08 / "test_lab.py"))
 
 
-def test_gathering_the_neighbours_shard_is_caught_with_the_wrong_shards_named(tmp_path):
-    # Stages 1 and 2: each rank contributes the slice after its own to the all-gather.
+def test_gathering_the_neighbours_shard_or_no_shard_at_all_is_caught_naming_it(tmp_path):
+    # Two mistakes in one run (one start-up): stage 1 gathers the slice after each rank's own, stage 2
+    # forgets the all-gather of the updated parameters (and its byte count leaves that pass out).
     broken = mutant(tmp_path, "wrong_shard", (
         "dist.all_gather_single(flat, flat[start:stop].clone(), group=self.group)",
-        "dist.all_gather_single(flat, flat.roll(start - stop)[start:stop].clone(), group=self.group)"))
+        "dist.all_gather_single(flat, flat.roll(start - stop)[start:stop].clone(), group=self.group)"), (
+        "            if self.zero_stage:\n                start, stop = self.bounds[j]",
+        "            if self.zero_stage == 1:\n                start, stop = self.bounds[j]"), (
+        "passes = {0: 2, 1: 2, 2: m + 1, 3: 3 * m}", "passes = {0: 2, 1: 2, 2: m, 3: 3 * m}"))
     lab = checks()
+    with pytest.raises(pytest.fail.Exception) as info:      # the formula first: no ranks needed
+        lab.test_zero_bytes_per_step_counts_passes_2_2_m_plus_1_and_3m(broken, 2)
+    print(info.value)
+    assert str(info.value).startswith("zero_bytes_per_step(1e9, 8, 2, 4): got 7000000000.0, expected 8750000000.0")
+    assert "the all-gather of the updated parameters left out" in str(info.value)
     results = run_ranks(lab.run_zero, 2, (broken, False), timeout=120)
     reference = lab.reference_run(range(2), "adamw")
     lab.check_training(results[0]["0/adamw"]["steps"], reference, "stage 0", 2)   # stage 0 gathers nothing
@@ -47,6 +56,15 @@ def test_gathering_the_neighbours_shard_is_caught_with_the_wrong_shards_named(tm
     print(message)
     assert "stage 1, rank 0: after step 1 of 3 the parameters differ from one process" in message
     assert "the wrong elements lie in the shards of group ranks [0, 1] (shard = 273 elements)" in message
+    assert "did not move" not in message     # the neighbour's values moved: they are just in the wrong place
+    for rank in range(2):
+        with pytest.raises(pytest.fail.Exception) as info:
+            lab.check_training(results[rank]["2/adamw"]["steps"], reference, f"stage 2, rank {rank}", 2, shard=273)
+        message = str(info.value)
+        print(message)
+        assert message.startswith(f"stage 2, rank {rank}: after step 1 of 3 the parameters differ from one process")
+        assert f"the wrong elements lie in the shards of group ranks [{1 - rank}] (shard = 273 elements)" in message
+        assert "they did not move in step 1" in message and "dist.all_gather_single" in message
 
 
 def test_keeping_the_gathered_parameters_for_the_backward_is_caught_by_the_ledger(tmp_path):

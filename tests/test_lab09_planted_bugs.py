@@ -1,9 +1,10 @@
-"""Lab 09's checks catch the DDP that ignores its process group (issue: it once scored full marks).
+"""Lab 09's checks catch classic DDP mistakes, with a message that names them.
 
-The reference is edited in a copy to all-reduce on the default group (``dist.all_reduce(buf,
-async_op=True)``, ``self.group`` ignored); the lab's own worker runs it on 4 real ranks and the
-lab's own check must fail, naming the mistake. (The full sweep of planted mistakes is too slow
-for the suite.)
+Each case edits the reference solution in a copy, as a learner would get it wrong; the lab's own
+checks (and, for the DDP, its own worker on real ranks) must fail, naming the mistake: the DDP that
+ignores its process group (it once scored full marks), bucket plans filled in forward order or closed
+only past the cap, a bucket all-reduced before all its gradients are in. (The full sweep of planted
+mistakes is too slow for the suite.)
 """
 
 from pathlib import Path
@@ -17,6 +18,49 @@ from commtax.ranks.launch import run_ranks
 LAB09 = LABS_DIR / "lab-09-ddp-overlap"
 pytestmark = pytest.mark.skipif(not (LAB09 / "solution.py").exists(),
                                 reason="the student release has no reference solution to plant bugs in")
+
+
+def mutant(tmp_path: Path, name: str, old: str, new: str):
+    source = (LAB09 / "solution.py").read_text()
+    assert source.count(old) == 1, f"the line to break is not in the reference: {old!r}"
+    path = tmp_path / f"{name}.py"
+    path.write_text(source.replace(old, new))
+    return load_module_from_file(f"lab_09_mutant_{name}", str(path))
+
+
+def checks():
+    return load_module_from_file("lab_09_test_lab", str(LAB09 / "test_lab.py"))
+
+
+@pytest.mark.parametrize("old,new,named", [
+    ("for index in reversed(range(len(param_bytes))):", "for index in range(len(param_bytes)):",
+     "the buckets were filled from the FIRST parameter"),
+    ("        if size >= bucket_cap_bytes:\n            buckets.append(current)",
+     "        if size > bucket_cap_bytes:\n            buckets.append(current)",
+     "a bucket closed only once its bytes EXCEED the cap"),
+    ("    if current:\n        buckets.append(current)\n    return buckets",
+     "    if current:\n        buckets.append(current)\n    return buckets[::-1]",
+     "the right buckets in the wrong order"),
+], ids=["forward_order", "closed_past_the_cap", "buckets_reversed"])
+def test_bucket_plan_mistakes_are_named_by_the_first_hand_checked_plan(tmp_path, old, new, named):
+    broken = mutant(tmp_path, f"plan_{tmp_path.name}", old, new)   # a module name per case: loads are cached
+    with pytest.raises(pytest.fail.Exception) as info:
+        checks().test_buckets_fill_from_the_last_parameter_and_close_on_reaching_the_cap(broken)
+    print(info.value)
+    assert str(info.value).startswith("bucket_assignment([4, 4, 4, 4], ") and named in str(info.value)
+
+
+def test_a_bucket_launched_on_its_first_gradient_is_named(tmp_path: Path):
+    # The all-reduce starts when the bucket's FIRST gradient arrives, not its last: the other slices are zeros.
+    broken = mutant(tmp_path, "early", "        if self.missing[b] == 0:\n",
+                    "        if self.missing[b] == len(self.plan[b]) - 1:\n")
+    lab = checks()
+    results = run_ranks(lab.learner_ddp_worker, 2, (broken,), timeout=90)
+    with pytest.raises(pytest.fail.Exception) as info:
+        lab.check_launches(results[0]["launched"], 0, 2)
+    print(info.value)
+    assert str(info.value).startswith("rank 0: all-reduce ") and \
+        "the bucket was all-reduced before all its gradients were copied in" in str(info.value)
 
 
 def test_allreduce_on_the_default_group_is_caught_on_a_subgroup(tmp_path: Path):

@@ -381,6 +381,21 @@ def test_an_isend_whose_request_is_dropped_fails_in_seconds_naming_its_line_and_
     assert all(f.how == "raised" and f.dropped for f in info.value.failures)
 
 
+def test_requests_kept_in_a_list_never_waited_on_fail_at_the_next_exchange_naming_the_first():
+    # Lab 10's slip (for request in requests: pass): the next exchange must not start (its messages would
+    # land in receives left open), and the report names the first exchange's isend and req.wait().
+    with pytest.raises(DistributedRunError) as info:
+        run_ranks(planted.exchanges_that_never_wait, 2, timeout=LONG_DEADLINE)
+    lines = str(info.value).splitlines()
+    assert re.fullmatch(r"distributed run of exchanges_that_never_wait\(\) on 2 ranks \(gloo\) failed: rank \d never "
+                        r"waited on the request of its dist\.isend to rank \d \(tag 0\): keep it and call "
+                        r"req\.wait\(\)", lines[0]), lines[0]
+    line = next(i + 1 for i, text in enumerate(open(planted.__file__)) if "# dropped here: never waited" in text)
+    assert f"planted_deadlocks.py:{line} in _exchange_without_wait: `requests = [dist.isend(" in lines[1], lines[1]
+    assert all(f.how == "raised" and f.dropped for f in info.value.failures)
+    assert "Received data size" not in str(info.value)
+
+
 def test_requests_freed_by_an_exception_are_not_blamed_for_it():
     # A lab test that catches the learner's exception and reports it as data: the requests the
     # exception freed on its way out are its consequence, not a second mistake.

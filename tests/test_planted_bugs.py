@@ -29,6 +29,8 @@ from pathlib import Path
 import pytest
 
 from commtax.labs import LABS_DIR, REPO_ROOT
+from commtax.ranks._byfile import load_module_from_file
+from commtax.ranks.launch import run_ranks
 
 LAB02 = LABS_DIR / "lab-02-ring-allreduce"
 LAB05 = LABS_DIR / "lab-05-tensor-parallel-layers"
@@ -225,3 +227,59 @@ def test_a_row_parallel_layer_that_adds_its_bias_on_every_rank_is_caught(tmp_pat
                       "-k", "forward_output_equals")
     assert run.outcomes.get("failed", 0) >= 1, run.outcomes
     assert "deadlocked" not in run.output
+
+
+def test_an_all_to_all_that_never_waits_on_its_requests_is_told_so_in_seconds(tmp_path):
+    # The requests are kept in a list but never waited on: the next exchange's messages used to land in this
+    # one's open receives (gloo: "Received data size doesn't match", SIGABRT) and the hint blamed receive sizes.
+    run = run_planted(tmp_path, LAB10, "    for request in requests:\n        request.wait()\n    return out\n",
+                      "    for request in requests:\n        pass\n    return out\n",
+                      "-x", "-k", "all_to_all_equals_all_to_all_single")
+    run.check_time()
+    first = run.failure(0)
+    assert re.match(r"DistributedRunError: distributed run of \w+\(\) on \d+ ranks \(gloo\) failed: rank \d+ never "
+                    r"waited on the request of its dist\.i(send to|recv from) rank \d+ \(tag 0\): keep it and call "
+                    r"req\.wait\(\)$", first[0]), first[0]
+    assert re.match(rf"  rank \d+: labs/{LAB10.name}/starter\.py:\d+ in all_to_all: `requests\.append\(dist\.i(send|recv)\(",
+                    first[1]), first[1]
+    assert "req.wait()" in next(line for line in first if line.startswith("hint: "))
+    assert "Received data size" not in run.output and "hint (Lab 10): when a message and the receive buffer" \
+        not in run.output
+
+
+def _lab_mutant(tmp_path: Path, lab_dir: Path, name: str, old: str, new: str):
+    """(the lab's test module, its solution with ``old`` replaced by ``new``) for a check without pytest."""
+    source = (lab_dir / "solution.py").read_text()
+    assert source.count(old) == 1, f"the line to break is not in the reference: {old!r}"
+    path = tmp_path / f"{name}.py"
+    path.write_text(source.replace(old, new))
+    tests = load_module_from_file(f"{lab_dir.name[:6].replace('-', '_')}_test_lab", str(lab_dir / "test_lab.py"))
+    return tests, load_module_from_file(f"{lab_dir.name[:6].replace('-', '_')}_mutant_{name}", str(path))
+
+
+def test_routing_weights_cut_from_the_graph_are_named_not_blamed_on_the_learners_code(tmp_path):
+    # The learner detaches the routing weights: the router gets no gradient. The test's own read of
+    # router.weight.grad used to raise AttributeError, reported as "your code raised in the backward part".
+    lab, broken = _lab_mutant(tmp_path, LAB10, "detached", "flat_w[:, None] * back", "flat_w.detach()[:, None] * back")
+    results = run_ranks(lab.moe_worker, 2, (broken, lab._case(2, with_skew=False)), timeout=90)
+    for rank, result in enumerate(results):
+        got = result["dropless backward"]
+        assert lab.SECTION_FAILED not in got, got   # the part no longer raises in the test's own code
+        message = lab._missing_grads(got, rank, "dropless")
+        print(message)
+        assert message.startswith(f"rank {rank}, dropless: after backward, router.weight.grad: no gradient reached "
+                                  "the router") and ".detach()" in message
+        assert got["input_grad"] is not None and "input" not in message
+
+
+def test_a_timeline_whose_backward_reuses_the_forwards_start_is_caught_naming_the_overlap(tmp_path):
+    # The start time is taken for forwards only: each backward's entry starts at the last forward's start.
+    lab, broken = _lab_mutant(tmp_path, LAB12, "timeline",
+                              "        start = time.perf_counter()\n        if kind == \"F\":\n",
+                              "        if kind == \"F\":\n            start = time.perf_counter()\n")
+    results = run_ranks(lab.record_training, 1, (broken, 1, 1, 1, {}), timeout=90)   # one rank, one stage
+    with pytest.raises(pytest.fail.Exception) as info:
+        lab.check_timeline(results, 1, 1, 1)
+    print(info.value)
+    assert re.match(r"rank 0 \(stage 0\), step 0: op \('B', 0\) starts at [\d.]+ s, [\d.]+ s before op \('F', 0\) "
+                    r"ended .*two ops of one rank overlap on the timeline", str(info.value)), str(info.value)

@@ -52,8 +52,17 @@ def test_requirements_and_environment_pin_the_same_versions():
     assert "python=3.11" in (ROOT / "environment.yml").read_text()
 
 
+def test_grading_requirements_are_a_subset_of_the_course_pins_without_the_notebook_tools():
+    # Gradescope's setup.sh and the Classroom workflow install grading/requirements.txt only.
+    grading = dict(PIN_RE.match(line).groups() for line in (ROOT / "grading" / "requirements.txt").read_text().splitlines()
+                   if line.strip() and not line.startswith("#"))
+    course = requirements_pins()
+    assert {name: course.get(name.lower()) for name in grading} == grading
+    assert {"torch", "numpy", "pytest", "psutil"} <= set(grading) and not {"jupyterlab", "playwright"} & set(grading)
+
+
 def test_top_level_is_laid_out_as_the_course_is_browsed():
-    for name in ("lessons", "labs", "solutions", "grading", "environment.yml", "README.md",
+    for name in ("lessons", "labs", "solutions", "grading", "environment.yml", "README.md", "TEACHING.md",
                  "CONTRIBUTING.md", "requirements.txt", "pyproject.toml", "course.py", ".ci/run"):
         assert (ROOT / name).exists(), name
 

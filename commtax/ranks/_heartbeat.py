@@ -48,6 +48,7 @@ def _wrap(dist, c10d, name, original):
         outer = _depth[0] == 0
         key = None
         if outer:
+            _requests.check()  # a request dropped since the last call: fail now, before a message can land wrong
             try:
                 peer = args[1] if len(args) > 1 else kwargs.get(peer_kw)
                 group = args[2] if len(args) > 2 else kwargs.get("group")

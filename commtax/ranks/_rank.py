@@ -136,6 +136,8 @@ def main(run_dir: str, rank: int, own_args: bool = False) -> None:
         payload = boundary.dumps(result)  # the safe form: the launcher reads nothing else
         dropped = _requests.scan()  # the function's frames are gone: what only we hold was dropped
         error = _dropped_error(dropped) if dropped else None
+    except _requests.DroppedRequest as exc:  # raised at the p2p call after the drop (see _requests.check)
+        error = _dropped_error(exc.records)
     except BaseException as exc:  # SystemExit and KeyboardInterrupt are failures too
         error = _error(exc)
     if error is not None:

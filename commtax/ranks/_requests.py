@@ -26,6 +26,15 @@ keeps the frame that made it (the learner's function, past wrappers) until
 that frame has finished, and notes how it finished: a request whose frame
 ended by an exception is kept alive like the others but not reported (the
 exception is).
+
+A dropped request is also reported at once: the rank's next point-to-point
+call (:func:`check`, called by :mod:`commtax.ranks._heartbeat`'s wrappers
+before the call is posted) raises :class:`DroppedRequest`. Without that, a
+rank that never waits on its requests (``for req in requests: pass``) may
+post its next exchange while the last one's receives are still open; a
+message then lands in a receive buffer of the wrong size, and gloo aborts the
+process (SIGABRT, "Received data size doesn't match expected size") before
+the heartbeat or the function's return could say why.
 """
 
 from __future__ import annotations
@@ -136,6 +145,28 @@ def scan() -> list[dict]:
                     dropped.append(entry[1])
         _kept[:] = [request for request in _kept if not _completed(request)]
     return list(dropped)
+
+
+class DroppedRequest(BaseException):
+    """A rank dropped requests without waiting on them (``records``: the ``dropped`` records).
+
+    A BaseException, so that a test's ``except Exception`` that reports the
+    learner's errors as data does not swallow it: it ends the rank, whose
+    report then names the line of the dropped ``isend``/``irecv``.
+    """
+
+    def __init__(self, records: list):
+        super().__init__(describe(records[0]) if records else "a dropped request")
+        self.records = records
+
+
+def check() -> None:
+    """Raise :class:`DroppedRequest` if a request was dropped without a wait (called before each p2p call)."""
+    if not _open and not dropped:
+        return
+    found = scan()
+    if found:
+        raise DroppedRequest(found)
 
 
 def install(work_class) -> None:

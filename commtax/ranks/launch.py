@@ -27,8 +27,9 @@ What it guarantees, because distributed bugs hang rather than crash:
   a request that must be waited on; with gloo, a request Python frees first
   cancels its message and the peer waits forever. Each rank keeps every
   request until it is waited on (:mod:`commtax.ranks._requests`), so the run
-  goes on, and a rank that dropped one fails when its function returns, the
-  error naming the rank, the line of the ``isend`` and the fix
+  goes on, and a rank that dropped one fails at its next point-to-point call
+  (before a message can land in a receive left open) or when its function
+  returns, the error naming the rank, the line of the ``isend`` and the fix
   (``req.wait()``).
 * When one rank fails, the others get ``grace`` seconds to finish and are then
   dumped and killed too: a rank that raises while its peer waits in ``recv``

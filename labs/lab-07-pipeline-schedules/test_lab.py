@@ -136,6 +136,12 @@ def test_makespan_bubble_and_peak_activations_of_a_hand_made_schedule(lab):
           f"measured_bubble = {bubble:.6g}; 1 - busy / (devices x makespan) = 1 - 12 / (2 x 9) = {1 - 12 / 18:.6g}")
     peaks = [lab.peak_activations_in_flight(ops[::-1], stage) for stage in (0, 1)]  # any order in
     check(close(peaks, [2, 1]), f"peak activations per stage {peaks}; device 0 holds F0 and F1 at once, device 1 one")
+    # A peak after a backward: F0 B0 F1 F2 B1 B2 holds 1, 0, 1, 2, 1, 0 (a backward frees one activation).
+    late = [Op(0, kind, mb, 0, float(t), t + 1.0) for t, (kind, mb) in enumerate(
+        [("F", 0), ("B", 0), ("F", 1), ("F", 2), ("B", 1), ("B", 2)])]
+    peak = number(lab.peak_activations_in_flight(plain(late), 0), "peak_activations_in_flight")
+    check(close(peak, 2), f"peak activations of F0 B0 F1 F2 B1 B2 = {peak}; it holds 1, 0, 1, 2, 1, 0: the peak "
+                          "is 2 (each forward adds one activation, each backward frees one)")
     later = plain([op._replace(start=op.start + 5.0, end=op.end + 5.0) for op in HAND_MADE])  # starting at t = 5
     span, bubble = number(lab.makespan(later), "makespan"), number(lab.measured_bubble(later), "measured_bubble")
     check(close((span, bubble), (9.0, 1 - 12 / 18)),
@@ -233,6 +239,22 @@ def test_ops_obey_dependencies_and_one_op_per_device(lab):
             mine = sorted((op for op in ops if op.stage == stage), key=lambda op: op.start)
             for a, b in zip(mine, mine[1:]):
                 check(a.end <= b.start + 1e-9, f"{schedule}: device {stage} runs {a} and {b} at once")
+            # ... and as soon as it may: when the device is free (from t = 0) and its inputs have arrived
+            free = 0.0
+            for op in mine:
+                vs = op.chunk * p + op.stage
+                ready = [free]
+                if op.kind == "F" and vs > 0:
+                    ready.append(end[("F", vs - 1, op.microbatch)] + 0.25)
+                if op.kind == "B":
+                    ready.append(end[("F", vs, op.microbatch)])
+                    if vs < p * v - 1:
+                        ready.append(end[("B", vs + 1, op.microbatch)] + 0.25)
+                check(close(op.start, max(ready), rel=1e-9, abs=1e-12),
+                      f"{schedule}: {_name((op.kind, op.microbatch, op.chunk))} on device {stage} starts at "
+                      f"{op.start:g} s; the device is free and its inputs are there at {max(ready):g} s (the step "
+                      "starts at t = 0): an op starts as soon as both hold")
+                free = op.end
 
 
 def test_1f1b_holds_at_most_p_minus_stage_microbatches_where_gpipe_holds_m(lab):

@@ -127,6 +127,13 @@ def test_zero_bytes_per_step_counts_passes_2_2_m_plus_1_and_3m(lab, stage):
                  hints=_hints(want, **{
                      "gradient accumulation ignored: stage 2 reduce-scatters every micro-batch": 2 * one_pass
                      if stage == 2 else 0,
+                     "the all-gather of the updated parameters left out: after the step each rank holds only its "
+                     "own updated shard, and one all-gather (1 pass) gives every rank all of them; stage 2 is m "
+                     "reduce-scatters + 1 all-gather": m * one_pass if stage == 2 else 0,
+                     "the all-gather of the updated parameters left out: stage 1 reduce-scatters the gradients "
+                     "(1 pass) and all-gathers the updated shards (1 pass)": one_pass if stage == 1 else 0,
+                     "an all-reduce counted as one pass: it is a reduce-scatter plus an all-gather, 2 passes":
+                     one_pass if stage == 0 else 0,
                      "one micro-batch's passes: stage 3 pays 3 passes per micro-batch": 3 * one_pass if stage == 3 else 0,
                      "the backward's all-gather left out (that is reshard_after_forward=False)": 2 * m * one_pass
                      if stage == 3 else 0,
@@ -646,7 +653,7 @@ def check_training(run_steps, reference, what, world_size, shard=None, mistakes=
             moved, expected_move = got - before, want - before
             mask = expected_move.abs() > 1e-6
             ratio = float((moved[mask] / expected_move[mask]).median()) if mask.any() else 1.0
-            if abs(ratio) < 1e-12:
+            if abs(ratio) < 1e-12 and not bool(moved[mask].any()):
                 fail(f"{what}: the first step did not move the parameters: does the local step write into the "
                      "model's parameters (a master that views the flat buffer), and are the shards gathered?")
             for factor, why in ((world_size, "gradients summed, not averaged over the d ranks?"),
@@ -657,6 +664,12 @@ def check_training(run_steps, reference, what, world_size, shard=None, mistakes=
         if shard:
             wrong = _wrong_shards(got, want, shard)
             where = f"; the wrong elements lie in the shards of group ranks {wrong} (shard = {shard} elements)"
+            previous = run_steps[k - 1] if k else before
+            bad = diff > TOLERANCE
+            if wrong and len(wrong) < world_size and torch.equal(got[bad], previous[bad]):
+                where += (f" - they did not move in step {k + 1}: this rank updated its own shard, and the other "
+                          "ranks' updated shards never reached it. After the local step, all-gather the shards "
+                          "(gather_parameters: dist.all_gather_single into the flat buffer, stages 1 and 2)")
         later = (" - the first step was right: is the optimizer state kept across steps (one local optimizer, "
                  "built once)?") if k > 0 else ""
         for why, steps in (mistakes or {}).items():

@@ -12,6 +12,7 @@ averaging the ranks' gradients. (The models' initial parameters come from fixed 
 must broadcast rank 0's, which every rank can build.) ``--tb=short`` reads well here.
 """
 
+import contextlib
 import os
 import random
 import statistics
@@ -38,8 +39,52 @@ EXPECTED = Expected(Path(__file__).resolve().parent)
 
 # -- the bucket plan -------------------------------------------------------------------------------
 
+def _walk(sizes, cap, order, closes_at_cap=True, close_before=False):
+    """A bucket plan made by walking ``order``: the rule (closes_at_cap, add then close) and its classic slips."""
+    buckets, current, size = [], [], 0
+    for index in order:
+        if close_before and current and size + sizes[index] > cap:   # "a bucket never exceeds the cap"
+            buckets.append(current)
+            current, size = [], 0
+        current.append(index)
+        size += sizes[index]
+        if (size >= cap) if closes_at_cap else (size > cap):
+            buckets.append(current)
+            current, size = [], 0
+    return buckets + ([current] if current else [])
+
+
+def bucket_mistake(got, sizes, cap):
+    """What a wrong plan ``got`` suggests (the classic slips, each made here), or "" if none fits."""
+    n, backward = len(sizes), list(reversed(range(len(sizes))))
+    right = _walk(sizes, cap, backward)
+    slips = (
+        (_walk(sizes, cap, range(n)), "the buckets were filled from the FIRST parameter: backward produces the last "
+         "parameters' gradients first, so walk from the last parameter to the first (reversed(range(n)))"),
+        ([list(reversed(b)) for b in reversed(_walk(sizes, cap, range(n)))],
+         "the forward-order plan, turned around: fill the buckets walking from the last parameter, so that each "
+         "bucket closes when the gradients it waits for are the next ones backward produces"),
+        (list(reversed(right)), "the right buckets in the wrong order: list them in the order backward fills them "
+         "(the bucket of the last parameters first: it is ready first)"),
+        ([sorted(b) for b in right], "each bucket's indices in forward order: list them in the order their gradients "
+         "arrive, from the last parameter down"),
+        (_walk(sizes, cap, backward, closes_at_cap=False), "a bucket closed only once its bytes EXCEED the cap: close "
+         "it as soon as they reach it (>=)"),
+        (_walk(sizes, cap, backward, close_before=True), "a parameter that would take the bucket past the cap was put "
+         "in a new bucket: add it first, then close the bucket once its bytes reach the cap (a bucket may pass it)"),
+    )
+    for plan, why in slips:
+        if plan != right and got == plan:
+            return f" - {why}"
+    return ""
+
+
 def _plan(lab, sizes, cap, want):
-    expect_close(lab.bucket_assignment(sizes, cap), want, what=f"bucket_assignment({sizes}, {cap})")
+    got = lab.bucket_assignment(sizes, cap)
+    hint = bucket_mistake(got, sizes, cap) if isinstance(got, list) and got != want else ""
+    if hint:
+        fail(f"bucket_assignment({sizes}, {cap}): got {got}, expected {want}{hint}")
+    expect_close(got, want, what=f"bucket_assignment({sizes}, {cap})")
 
 
 def test_buckets_fill_from_the_last_parameter_and_close_on_reaching_the_cap(lab):
@@ -76,6 +121,9 @@ def test_random_plans_keep_every_parameter_once_and_every_full_bucket_minimal(la
     for sizes, cap in RANDOM_PLANS:
         plan = lab.bucket_assignment(sizes, cap)
         what = f"bucket_assignment({sizes}, {cap}) = {plan}"
+        if isinstance(plan, list) and plan != _walk(sizes, cap, list(reversed(range(len(sizes))))) and \
+                bucket_mistake(plan, sizes, cap):
+            fail(f"{what}{bucket_mistake(plan, sizes, cap)}")
         if not isinstance(plan, list) or not all(isinstance(b, list) and b for b in plan):
             fail(f"{what}: expected a list of non-empty lists of indices")
         if [i for bucket in plan for i in bucket] != list(reversed(range(len(sizes)))):
@@ -247,10 +295,11 @@ def learner_ddp_worker(rank, world_size, lab, rows=None):
     step = {"state": _state(model), "is_module": isinstance(ddp, nn.Module),
             "names": [name for name, _ in ddp.named_parameters()]}
     x, y = _my_rows(world_size, 0, rank)
-    with record_traffic() as traffic:
+    with record_traffic() as traffic, _launch_snapshots() as launched:
         _backward(F.mse_loss(ddp(x), y))
         timeline = ddp.finish_gradient_synchronization()
-    step.update(grads=_grads(model), collectives=list(traffic.collectives), timeline=[dict(r) for r in timeline])
+    step.update(grads=_grads(model), collectives=list(traffic.collectives), timeline=[dict(r) for r in timeline],
+                launched=launched)
     model.zero_grad()
     counts = []
     for k in range(MICROBATCHES):
@@ -270,6 +319,22 @@ def learner_ddp_worker(rank, world_size, lab, rows=None):
     if world_size == 4:
         step["subgroup"] = _attempt(lambda: subgroup_worker(rank, lab, groups[rank // 2]))
     return step
+
+
+@contextlib.contextmanager
+def _launch_snapshots():
+    """A copy of each tensor handed to dist.all_reduce, taken as it is launched: what the bucket held then."""
+    launched, original = [], dist.all_reduce
+
+    def all_reduce(tensor, *args, **kwargs):
+        launched.append(tensor.detach().clone())
+        return original(tensor, *args, **kwargs)
+
+    dist.all_reduce = all_reduce
+    try:
+        yield launched
+    finally:
+        dist.all_reduce = original
 
 
 def _backward(loss):
@@ -431,6 +496,7 @@ def test_gradients_after_a_step_equal_pytorch_ddp(lab, world_size):
     mine = _learner(lab, world_size)
     theirs = _pytorch()
     for rank in range(world_size):
+        check_launches(mine[rank]["launched"], rank, world_size)   # a bucket launched early: say so, not just "differ"
         check_grads(mine[rank]["grads"], theirs[rank][world_size]["grads"],
                     f"rank {rank}: gradients against DistributedDataParallel's", world_size)
 
@@ -439,6 +505,7 @@ def test_gradients_after_a_step_equal_pytorch_ddp(lab, world_size):
 def test_gradients_equal_the_single_process_gradient_of_the_global_batch(lab, world_size):
     expected = _single_process_grads(world_size)
     for rank, result in enumerate(_learner(lab, world_size)):
+        check_launches(result["launched"], rank, world_size)
         check_grads(result["grads"], expected, f"rank {rank}: gradients against one process on the global batch",
                     world_size)
 
@@ -478,6 +545,35 @@ def test_timeline_has_each_bucket_ready_then_launched_then_finished(lab, world_s
         readies = [r["ready"] for r in timeline]
         if readies != sorted(readies):
             fail(f"rank {rank}: buckets became ready out of order: {readies}")
+
+
+def check_launches(launched, rank, world_size):
+    """Each bucket's all-reduce starts once every gradient of the bucket is in its buffer (zeros tell)."""
+    model = build_model(seed=0)               # every rank holds rank 0's parameters after construction
+    x, y = _mine(global_batch(world_size), rank)
+    F.mse_loss(model(x), y).backward()
+    grads = _grads(model)
+    plan = EXPECTED("bucket_assignment", _param_bytes(), CAP)
+    for k, got in enumerate(launched):
+        fits = [b for b, bucket in enumerate(plan) if sum(grads[i].numel() for i in bucket) == got.numel()]
+        if not fits or got.dtype != torch.float64:
+            continue                           # not a bucket of the plan: the bytes test names it
+        zeros = int((got == 0).sum())
+        want = min(int(sum((grads[i] == 0).sum() for i in plan[b])) for b in fits)
+        if zeros > want:
+            b = fits[0]
+            sizes = sorted({grads[i].numel() for i in plan[b]})
+            fail(f"rank {rank}: all-reduce {k} (a bucket of {got.numel()} elements, e.g. bucket {b} = parameters "
+                 f"{plan[b]}) was launched while {zeros - want} of its elements were still zero: the bucket was "
+                 f"all-reduced before all its gradients were copied in (its parameters have {sizes} elements). "
+                 "Launch a bucket's all-reduce from the hook of its LAST gradient: when its count of missing "
+                 "gradients reaches 0, not 1 (and not on the first gradient)")
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_each_bucket_is_all_reduced_only_once_all_its_gradients_are_in(lab, world_size):
+    for rank, result in enumerate(_learner(lab, world_size)):
+        check_launches(result["launched"], rank, world_size)
 
 
 @pytest.mark.points(2)

@@ -320,10 +320,14 @@ def test_pipeline_messages_carry_the_tags_the_docstring_asks_in_1f1b_order(lab):
 
 def test_the_timeline_records_every_op_once_in_1f1b_order(lab):
     """train_step's timeline on 2 x 2 x 2: per step, each of the stage's ops once, in 1F1B order, with
-    start <= end and starts that never go back (what Lesson 11's Gantt chart draws)."""
-    dp, tp, pp = 2, 2, 2
+    start <= end and each op starting after the one before has ended (what Lesson 11's Gantt chart draws)."""
+    check_timeline(run(lab, 2, 2, 2), 2, 2, 2)
+
+
+def check_timeline(results, dp, tp, pp):
+    """Each rank's timeline (``record_training``'s results on plan dp x tp x pp): see the test above."""
     pipelines = wholebill.megatron_groups(dp, tp, pp)["pp"]
-    for rank, result in enumerate(run(lab, dp, tp, pp)):
+    for rank, result in enumerate(results):
         stage = next(p for p in pipelines if rank in p).index(rank)
         expected = one_f_one_b_rule(stage, pp, M)
         timeline = result["result"]["timeline"]
@@ -336,6 +340,13 @@ def test_the_timeline_records_every_op_once_in_1f1b_order(lab):
             check(all(t0 <= t1 for _, _, t0, t1, _ in entries) and starts == sorted(starts),
                   f"rank {rank}, step {step}: (start, end) pairs {[(round(a, 4), round(b, 4)) for _, _, a, b, _ in entries]}"
                   f" s: each op ends after it starts, and each starts after the one before")
+            for before, op in zip(entries, entries[1:]):   # one rank runs one op at a time: no two overlap
+                check(op[2] >= before[3], f"rank {rank} (stage {stage}), step {step}: op {op[:2]} starts at "
+                      f"{op[2] - entries[0][2]:.6f} s, {before[3] - op[2]:.6f} s before op {before[:2]} ended "
+                      f"({before[3] - entries[0][2]:.6f} s; times from the step's first op): two ops of one rank "
+                      "overlap on the timeline, so the overlap the report computes from it is wrong. Take each op's "
+                      "start with time.perf_counter() as it begins (F and B alike, before its receive) and its end "
+                      "when it is done")
 
 
 def test_the_ledger_files_a_group_that_is_no_axis_under_other(lab):
