@@ -6,6 +6,7 @@ test shows the whole error; every later one says in two or three lines that
 it is the same error and where it is shown in full.
 """
 
+import importlib.util
 import os
 import re
 from pathlib import Path
@@ -45,6 +46,43 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("slow"):
             item.add_marker(skip)
+
+
+_book_runs: dict = {}   # notebook path -> why nbval skips it (the book's build ran it), or None
+
+
+def _run_by_the_book(path) -> str | None:
+    """Why nbval need not run the notebook at ``path`` (book/execute.py's ``reusable``), else None.
+
+    ``python3 course.py book`` (CI builds the book before the suite) executes every
+    notebook and stores each clean run; nbval runs only the notebooks without one.
+    """
+    here = Path(__file__).resolve().parent
+    if "execute" not in _book_runs:
+        module = here / "book" / "execute.py"
+        _book_runs["execute"] = None
+        if module.exists() and (here / "_build" / "executed").is_dir():
+            spec = importlib.util.spec_from_file_location("commtax_book_execute", module)
+            execute = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(execute)   # stdlib and nbformat only: no book tools needed
+            _book_runs["execute"] = (execute, execute.dependencies_digest(here))
+    if path not in _book_runs:
+        _book_runs[path] = None
+        if _book_runs["execute"]:
+            execute, dependencies = _book_runs["execute"]
+            stored, why = execute.reusable(Path(path), here, dependencies)
+            _book_runs[path] = why if stored else None
+    return _book_runs[path]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """An nbval cell of a notebook the book's build already ran clean is skipped (before nbval starts
+    a kernel for it), saying where that run is stored; the suite executes each notebook once."""
+    if type(item).__name__ == "IPyNbCell":
+        why = _run_by_the_book(item.path)
+        if why:
+            pytest.skip(why)
 
 
 def _skip_lessons_the_browser_runs(items) -> None:

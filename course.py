@@ -4,7 +4,7 @@
     python3 course.py lab     open the course in JupyterLab
     python3 course.py test    run the whole test suite (extra arguments go to pytest)
     python3 course.py book    build the course as a website into _build/html (see book/build.py;
-                              --quick executes only two lessons, as CI does)
+                              every notebook executed once, as CI does; --quick: two lessons)
 
 The first run creates a virtual environment in ``.venv`` next to this file and
 installs the pinned dependencies of ``requirements.txt`` plus the course's own

@@ -1,22 +1,27 @@
 """The course's website (``python3 course.py book``), checked as a visitor meets it.
 
-The module builds the book first, quickly: book/build.py executes only the
-lessons of ``build.QUICK`` (03 and 04, with their worked solutions: about 30 s
-on two cores; COMMTAX_BOOK_EXECUTE=01,02 picks others) and renders every other
-notebook from an execution still current in ``_build/executed/`` (after a full
-``python3 course.py book``, all of them) or else without outputs. The suite's
-nbval run executes every notebook anyway, so the quick build spares CI the
-book's second execution of the whole course (about ten minutes). Then it checks
-the built site: every executed notebook ran to its end without an error, for
-the sources as they are now; a page for every lesson, lab and worked solution,
-each with its "run this" line and a link back to its notebook; every link
-between pages resolving (file and anchor, read from every page's HTML); and, in
-headless Chromium over a loopback HTTP server, every page that shows an
-executed notebook and one page of every other kind (COMMTAX_BOOK_ALL_PAGES=1:
-every page): no console error or failed request, every figure of the executed
-notebook present as a loaded image, every formula typeset by MathJax, every
-calculator drawn from its saved state with its "live in JupyterLab" note (no
-empty or broken widget area); and search finding a lesson.
+The module builds the book first, incrementally. CI (``.ci/run``) builds the
+whole book before the suite, every notebook executed once, and runs the suite
+with COMMTAX_BOOK_ALL_PAGES=1: the fixture's build then finds every execution
+current (and runs any that is not), and the browser opens every page. The
+suite's nbval run skips each notebook the book ran clean (conftest.py,
+book/execute.py's ``reusable``), so the course executes once, not twice.
+Without COMMTAX_BOOK_ALL_PAGES, the build executes only the lessons of
+``build.QUICK`` (03 and 04, with their worked solutions; COMMTAX_BOOK_EXECUTE=01,02
+picks others) and renders every other notebook from an execution still current
+in ``_build/executed/`` or else without outputs, and the browser opens every
+page that shows an executed notebook and one page of every other kind.
+
+Then it checks the built site: every executed notebook ran to its end without
+an error, for the sources as they are now (with COMMTAX_BOOK_ALL_PAGES=1: every
+notebook, and nbval takes each of those runs for its own); a page for every
+lesson, lab and worked solution, each with its "run this" line and a link back
+to its notebook; every link between pages resolving (file and anchor, read from
+every page's HTML); and, in headless Chromium over a loopback HTTP server: no
+console error or failed request, every figure of the executed notebook present
+as a loaded image, every formula typeset by MathJax, every calculator drawn from
+its saved state with its "live in JupyterLab" note (no empty or broken widget
+area); and search finding a lesson.
 
 Skips where the book's tools are not installed (``python3 course.py book``
 installs them) or Chromium is missing; with COMMTAX_BOOK_REQUIRED=1 (CI's
@@ -54,7 +59,9 @@ WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 
 # The quick build executes two lessons and their solutions and renders ~50 pages, and the browser
 # opens each page once: a few minutes on a loaded two-core machine, over the suite's 600 s net.
-pytestmark = pytest.mark.timeout(1800)
+# (A full build from nothing, under COMMTAX_BOOK_ALL_PAGES=1 without CI's build first, takes longer.)
+pytestmark = pytest.mark.timeout(3600)
+ALL_PAGES = os.environ.get("COMMTAX_BOOK_ALL_PAGES") == "1"
 
 
 def missing(reason: str):
@@ -74,8 +81,9 @@ def book():
     if not (build.BUILD / "assets").exists() and shutil.which("npm") is None:
         missing("npm (Node.js) is needed once to fetch the book's MathJax and widget manager")
     chosen = os.environ.get("COMMTAX_BOOK_EXECUTE")
+    lessons = [n.strip().zfill(2) for n in chosen.split(",")] if chosen else list(build.QUICK)
     try:
-        build.build(lessons=[n.strip().zfill(2) for n in chosen.split(",")] if chosen else list(build.QUICK))
+        build.build(lessons=None if ALL_PAGES else lessons)   # ALL_PAGES: the whole book, all executed
     except SystemExit as error:
         pytest.fail(f"the book did not build: {error}")
     return build
@@ -111,8 +119,8 @@ def test_every_notebook_ran_to_its_end_without_an_error_for_the_sources_as_they_
     # and a page without outputs says why.
     dependencies = book.execute.dependencies_digest(ROOT)
     shown = executed(book)
-    quick = {str(p.relative_to(ROOT)) for p in book.selected(list(book.QUICK))}
-    assert quick <= set(shown), f"the quick build did not execute {sorted(quick - set(shown))}"
+    wanted = {str(p.relative_to(ROOT)) for p in (book.notebooks() if ALL_PAGES else book.selected(list(book.QUICK)))}
+    assert wanted <= set(shown), f"the build did not execute {sorted(wanted - set(shown))}"
     for path in book.notebooks():
         rel = str(path.relative_to(ROOT))
         note = "commtax-unexecuted" in page_of(book, rel).read_text()
@@ -121,10 +129,56 @@ def test_every_notebook_ran_to_its_end_without_an_error_for_the_sources_as_they_
         source = nbformat.read(ROOT / rel, as_version=4)
         assert nb.metadata["commtax_book"]["key"] == book.execute.notebook_key(source, dependencies), \
             f"{rel}: the book shows an execution of other sources"
-        code = [c for c in nb.cells if c.cell_type == "code"]
-        errors = [o for c in code for o in c.outputs if o.output_type == "error"]
-        assert not errors, f"{rel}: {errors[0].ename}: {errors[0].evalue}"
-        assert all(c.execution_count for c in code if c.source.strip()), f"{rel}: a cell did not run"
+        problem = book.execute.unfinished_cell(nb)
+        assert problem is None, f"{rel}: {problem}"
+
+
+def test_nbval_takes_the_books_clean_current_runs_and_nothing_else(tmp_path):
+    # The suite executes each notebook once: nbval skips a notebook whose run the book stored
+    # (conftest.py). That run must be one nbval would have passed, of these very sources.
+    from book import execute
+    lesson = tmp_path / "lessons" / "01-x.ipynb"
+    lesson.parent.mkdir()
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# One"),
+                                         nbformat.v4.new_code_cell("x = 1"), nbformat.v4.new_code_cell("x")])
+    nbformat.write(nb, lesson)
+
+    def stored(edit=lambda ran: None, source=nb):
+        ran = nbformat.from_dict(json.loads(json.dumps(source)))
+        for number, cell in enumerate(c for c in ran.cells if c.cell_type == "code"):
+            cell.execution_count = number + 1
+        ran.metadata["commtax_book"] = {"key": execute.notebook_key(source, "deps"), "seconds": 1.0,
+                                        "environment": execute.environment()}
+        edit(ran)
+        (tmp_path / execute.STORE / "lessons").mkdir(parents=True, exist_ok=True)
+        nbformat.write(ran, tmp_path / execute.STORE / "lessons" / lesson.name)
+        return execute.reusable(lesson, tmp_path, "deps")
+
+    assert execute.reusable(lesson, tmp_path, "deps") == (None, "no stored execution")
+    target, why = stored()
+    assert target == tmp_path / execute.STORE / "lessons" / lesson.name and "nbval does not run it" in why
+    assert stored(lambda ran: ran.cells[2].outputs.append(nbformat.v4.new_output(
+        "error", ename="ValueError", evalue="bad", traceback=[])))[1] == \
+        "the stored execution is not clean (Cell 1: ValueError: bad)"
+    assert stored(lambda ran: ran.cells[2].update(execution_count=None))[1] == \
+        "the stored execution is not clean (Cell 1 did not run)"
+    assert stored(lambda ran: ran.metadata.commtax_book.update(environment="/elsewhere"))[0] is None
+    assert execute.reusable(lesson, tmp_path, "other commtax")[1] == "the stored execution is of other sources"
+    marked = nbformat.from_dict(json.loads(json.dumps(nb)))
+    marked.cells[2].source = "# NBVAL_CHECK_OUTPUT\nx"
+    nbformat.write(marked, lesson)
+    assert stored(source=marked)[1] == "it carries an nbval marker"
+
+
+def test_nbval_skips_every_notebook_of_the_full_book(book):
+    # After CI's full build, the suite's nbval run must execute nothing a second time (conftest.py's
+    # hook asks book/execute.py's `reusable`, as here).
+    if not ALL_PAGES:
+        pytest.skip("the quick build executes only some notebooks: run with COMMTAX_BOOK_ALL_PAGES=1")
+    dependencies = book.execute.dependencies_digest(ROOT)
+    verdicts = {str(p.relative_to(ROOT)): book.execute.reusable(p, ROOT, dependencies) for p in book.notebooks()}
+    again = {rel: why for rel, (stored, why) in verdicts.items() if stored is None}
+    assert not again, f"nbval would execute these again: {again}"
 
 
 def test_the_course_map_links_every_lesson_and_the_book_has_all_twelve(book):
@@ -296,18 +350,59 @@ def visits(book, site, chromium) -> dict[str, dict]:
     return reports
 
 
+SCREENSHOTS = {"home": "index.html", "lesson-01": "lessons/01-collectives-and-alpha-beta.html",
+               "lab-11": "labs/lab-11-plan-a-cluster/README.html"}
+SCREEN_SIZES = {"laptop": (1440, 900), "phone": (390, 844)}
+
+
 def save_screenshots(browser, site: str, folder: Path) -> None:
+    """Each page of SCREENSHOTS at each size, from its top; the lesson also at its first figure and its
+    first calculator (each scrolled to the top of the window)."""
     folder.mkdir(parents=True, exist_ok=True)
-    pages = {"home": "index.html", "lesson-01": "lessons/01-collectives-and-alpha-beta.html",
-             "lab-11": "labs/lab-11-plan-a-cluster/README.html"}
-    for size, (width, height) in {"laptop": (1440, 900), "phone": (390, 844)}.items():
-        for name, path in pages.items():
+    for size, (width, height) in SCREEN_SIZES.items():
+        for name, path in SCREENSHOTS.items():
             page = browser.new_page()
             page.set_viewport_size({"width": width, "height": height})
             page.goto(site + path, wait_until="load", timeout=LOAD_TIMEOUT_MS)
-            page.wait_for_timeout(3000)
+            page.evaluate("() => { if (window.MathJax && MathJax.startup && MathJax.startup.promise) "
+                          "MathJax.startup.promise.then(() => { window.__mathSettled = true; }); }")
+            page.wait_for_function(SETTLED, timeout=LOAD_TIMEOUT_MS)
+            page.wait_for_timeout(1000)
             page.screenshot(path=str(folder / f"{name}-{size}.png"))
+            for part, selector in {"figure": ".cell_output img", "calculator": ".widget-subarea"}.items():
+                found = page.query_selector(selector)
+                if found and name.startswith("lesson"):   # below the theme's sticky header (about 60 px)
+                    found.evaluate("e => { e.scrollIntoView({block: 'start'}); window.scrollBy(0, -80); }")
+                    page.wait_for_timeout(500)
+                    page.screenshot(path=str(folder / f"{name}-{part}-{size}.png"))
             page.close()
+
+
+# What sticks out of a phone's screen: the page's own width, and any calculator control (inside the
+# output area, which scrolls sideways, a cut-off control would not widen the page).
+OVERFLOW = """() => {
+  const width = document.documentElement.clientWidth;
+  const wide = Array.from(document.querySelectorAll('.widget-subarea .lm-Widget'))
+    .filter(e => e.getBoundingClientRect().right > width + 1 && !e.closest('.widget-output'))
+    .map(e => e.className.split(' ').filter(c => c.startsWith('widget-') || c.startsWith('commtax-')).join('.'));
+  return {page: document.documentElement.scrollWidth, width: width, wide: wide.slice(0, 5)};
+}"""
+
+
+def test_the_screenshot_pages_fit_a_phone_screen_without_sideways_scrolling(site, chromium):
+    # A phone reader gets the whole page, calculators included: a long inline path or a control sized
+    # for JupyterLab's column (hundreds of px) must not push the page or a control past the screen.
+    width, height = SCREEN_SIZES["phone"]
+    for path in SCREENSHOTS.values():
+        page = chromium.new_page()
+        try:
+            page.set_viewport_size({"width": width, "height": height})
+            page.goto(site + path, wait_until="load", timeout=LOAD_TIMEOUT_MS)
+            page.wait_for_function(SETTLED.replace("window.__mathSettled === true", "true"), timeout=LOAD_TIMEOUT_MS)
+            found = page.evaluate(OVERFLOW)
+        finally:
+            page.close()
+        assert found["page"] <= found["width"] and not found["wide"], f"{path} at {width} px: {found}"
 
 
 def test_every_page_loads_without_a_console_error_or_a_failed_request(book, visits):

@@ -146,3 +146,17 @@ def test_lab_readme_table_lists_exactly_the_lab_tests(lab_dir):
     listed = set(re.findall(r"^\| `(test_\w+)`", (lab_dir / "README.md").read_text(), re.M))
     assert tests - listed == set(), f"tests missing from {lab_dir.name}/README.md"
     assert listed - tests == set(), f"{lab_dir.name}/README.md lists tests that do not exist"
+
+
+def test_binder_installs_the_course_pins_with_the_cpu_torch_and_python_of_environment_yml():
+    # Binder reads binder/ (and then ignores environment.yml): the same pins by reference, never a copy
+    # that drifts; torch from PyTorch's CPU index (PyPI's Linux wheel is the CUDA build, GBs that a
+    # GPU-less Binder machine cannot use); the Python of environment.yml; the package and settings.
+    lines = [l.split("#")[0].strip() for l in (ROOT / "binder" / "requirements.txt").read_text().splitlines()]
+    assert [l for l in lines if l] == ["--extra-index-url https://download.pytorch.org/whl/cpu", "-r ../requirements.txt"]
+    runtime = (ROOT / "binder" / "runtime.txt").read_text().strip()
+    assert f"python={runtime.removeprefix('python-')}" in (ROOT / "environment.yml").read_text()
+    post_build = ROOT / "binder" / "postBuild"
+    assert post_build.stat().st_mode & 0o111, "binder/postBuild must be executable"
+    text = post_build.read_text()
+    assert "pip install --no-deps -e ." in text and "install_settings" in text
