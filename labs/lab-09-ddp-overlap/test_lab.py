@@ -604,6 +604,10 @@ def test_hooks_launch_every_allreduce_during_backward_without_waiting_for_it(lab
         fail(f"rank 0's backward did not return while rank 1 held its gradients back ({HOLD_BACK:g} s): a hook waits "
              "for its all-reduce (work.wait() in _grad_ready?). Launch with async_op=True and wait only in "
              "finish_gradient_synchronization()")
+    # One record per bucket first: an empty timeline (nothing launched) would pass every check below.
+    plan = EXPECTED("bucket_assignment", _param_bytes(), CAP)
+    expect_close([r.get("bucket") for r in zero["timeline"]], list(range(len(plan))),
+                 what="rank 0: the timeline's buckets (one record per bucket, each launched from its hook)")
     end = zero["backward_end"]
     for r in zero["timeline"]:
         if not isinstance(r.get("start"), float) or not isinstance(r.get("finish"), float):
