@@ -11,7 +11,7 @@ pages as they stand:
   "run this lesson" line under its title, a note on each calculator that it
   computes live in JupyterLab (its saved controls are shown fixed, so no label
   disagrees with a control), and the solutions marked as such;
-* ``labs/*/README.md``, ``grading/README.md``, ``CONTRIBUTING.md``: as written,
+* ``labs/*/README.md``, ``TEACHING.md``, ``grading/README.md``, ``CONTRIBUTING.md``: as written,
   each with its "run this" line;
 * ``_notebooks/``: the notebooks as stored (no outputs), the download under
   each page's run line.
@@ -213,7 +213,7 @@ def stage(root: Path, src: Path, executed: dict[Path, Path], repository_url: str
     extra = ["solutions/index"] if any((root / l.solution).exists() for l in lessons) else []
     if extra:
         stager.solutions_index(lessons)
-    for rel in ("grading/README.md", "CONTRIBUTING.md"):
+    for rel in ("TEACHING.md", "grading/README.md", "CONTRIBUTING.md"):
         if (root / rel).exists():
             stager.markdown(rel)
             extra.append(rel.removesuffix(".md"))
