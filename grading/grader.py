@@ -230,7 +230,8 @@ def _grade(submission, labs, *, source, hidden, lab_timeout, total_timeout, user
     protected = [source, hidden] + ([submission] if submission is not None else [])
     # ignore_cleanup_errors: a stop (SIGTERM) that cut a lab's own clean-up short must not keep the rest
     # of the tree from being removed.
-    with tempfile.TemporaryDirectory(prefix="commtax-grading-", ignore_cleanup_errors=True) as tmp:
+    # The grader's PID in the name: a test can tell its own grading's processes from another grader's.
+    with tempfile.TemporaryDirectory(prefix=f"commtax-grading-{os.getpid()}-", ignore_cleanup_errors=True) as tmp:
         base = Path(tmp)
         os.chmod(base, 0o711)  # the sandbox user may pass through to its own folders, not list them
         chosen = choose_isolation(user=user, same_user=same_user, isolation=isolation, limits=limits, base=base,
