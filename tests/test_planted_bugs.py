@@ -283,3 +283,18 @@ def test_a_timeline_whose_backward_reuses_the_forwards_start_is_caught_naming_th
     print(info.value)
     assert re.match(r"rank 0 \(stage 0\), step 0: op \('B', 0\) starts at [\d.]+ s, [\d.]+ s before op \('F', 0\) "
                     r"ended .*two ops of one rank overlap on the timeline", str(info.value)), str(info.value)
+
+
+def test_a_timeline_that_starts_after_the_receive_is_caught_naming_the_hidden_wait(tmp_path):
+    # The start time is taken after the forward's receive: the wait for the previous stage vanishes from
+    # the Gantt chart (found by a fresh reviewer; every other check of the timeline passed it).
+    lab, broken = _lab_mutant(tmp_path, LAB12, "start_after_recv",
+                              "dist.recv(x, src=ctx[\"prev\"], tag=k)\n",
+                              "dist.recv(x, src=ctx[\"prev\"], tag=k)\n                start = time.perf_counter()\n")
+    results = run_ranks(lab.record_slow_sends, 2, (broken, lab.SEND_DELAY), timeout=90)
+    with pytest.raises(pytest.fail.Exception) as info:
+        lab.check_receive_waits(results)
+    print(info.value)
+    assert re.match(r"stage 1: the step's first op \('F', 0\) starts [\d.]+ s after the step began; with every "
+                    r"send held back 0.3 s, a start taken after the receive hides the wait", str(info.value)), \
+        str(info.value)

@@ -57,6 +57,27 @@ def record_training(rank, world_size, lab, dp, tp, pp, options):
             "sends": [(peer, tag, nbytes) for kind, peer, tag, nbytes in traffic.messages if kind == "send"]}
 
 
+def record_slow_sends(rank, world_size, lab, delay):
+    """Plan 1 x 1 x 2, one step, every send slowed by ``delay`` seconds before it leaves: the receiving
+    stage then waits in its receives, a wait the timeline must show inside the op that receives."""
+    import time
+    real = {name: getattr(dist, name) for name in ("send", "isend")}
+
+    def slowed(function):
+        def send(*args, **kwargs):
+            time.sleep(delay)
+            return function(*args, **kwargs)
+        return send
+
+    for name, function in real.items():
+        setattr(dist, name, slowed(function))
+    try:
+        return lab.train(rank, world_size, 1, 1, 2, **{**SIZES, "steps": 1})["timeline"]
+    finally:
+        for name, function in real.items():
+            setattr(dist, name, function)
+
+
 def ledger_on_groups(rank, world_size, lab):
     """A Ledger given a "tp" and a "dp" group; one all-reduce of 4 float64 on each, then one on a third
     group of the same ranks and one on the default group (neither is an axis); {axis: bytes} back."""
@@ -347,6 +368,34 @@ def check_timeline(results, dp, tp, pp):
                       "overlap on the timeline, so the overlap the report computes from it is wrong. Take each op's "
                       "start with time.perf_counter() as it begins (F and B alike, before its receive) and its end "
                       "when it is done")
+
+
+SEND_DELAY = 0.3   # seconds each send is held back in the test below; a correct timeline has no gap near it
+
+
+def test_the_timeline_counts_each_receives_wait_inside_its_op(lab):
+    """Plan 1 x 1 x 2 with every send held back 0.3 s: each stage waits in some receives. Lesson 11's Gantt
+    chart shows that wait as part of the op that receives (F and B alike), so a rank's ops follow each other
+    with no gap; a start taken after the receive leaves a gap of about the delay and hides the wait."""
+    results = RUNS.get("slow-sends", record_slow_sends, 2, (lab, SEND_DELAY), timeout=90,
+                       needs=(lab.train_step, lab.tp_block, lab.one_f_one_b_order))
+    check_receive_waits(results)
+
+
+def check_receive_waits(results):
+    """Each stage's timeline (``record_slow_sends``' results, rank r = stage r): see the test above."""
+    for stage, timeline in enumerate(results):
+        ops = sorted(timeline, key=lambda op: op[2])
+        check(len(ops) > 0, f"stage {stage}: an empty timeline (append one entry per op)")
+        check(ops[0][2] < SEND_DELAY / 2, f"stage {stage}: the step's first op {ops[0][:2]} starts "
+              f"{ops[0][2]:.3f} s after the step began; with every send held back {SEND_DELAY} s, a start "
+              "taken after the receive hides the wait. Take the start before the receive")
+        for before, op in zip(ops, ops[1:]):
+            gap = op[2] - before[3]
+            check(gap < SEND_DELAY / 2, f"stage {stage}: {gap:.3f} s between the end of {before[:2]} and the "
+                  f"start of {op[:2]}, with every send held back {SEND_DELAY} s: the wait in {op[:2]}'s receive "
+                  "is missing from the timeline. Take each op's start with time.perf_counter() before its "
+                  "receive (F and B alike), so that the op's bar includes the wait")
 
 
 def test_the_ledger_files_a_group_that_is_no_axis_under_other(lab):
