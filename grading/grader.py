@@ -42,6 +42,10 @@ from pathlib import Path
 
 from commtax.learner_process import SANDBOX_ENV
 from grading import integrity
+try:
+    from grading import flags as review_flags
+except ImportError:  # the student release ships without it: a learner must not learn how to avoid the flags
+    review_flags = None
 from grading.course import (HIDDEN_DIR, SOURCE_ROOT, has_hidden_tests, lab_names, read_course, write_learner_tree,
                             write_trusted_tree)
 from grading.process import Stopped, become_subreaper, kill_descendants, make_undumpable, stop_on_signals
@@ -224,6 +228,7 @@ def _grade(submission, labs, *, source, hidden, lab_timeout, total_timeout, user
             starters[lab] = starter_of(Path(submission) if submission else None, lab, source)
         except SubmissionError as exc:
             starters[lab], refused[lab] = None, str(exc)
+    flagged = flag_starters(starters, source)  # parsed, never run: before any learner code runs
     # The exercises are scored now, before any learner code runs (this process imports nothing later).
     scored_exercises = grade_exercises(Path(submission) if submission else None) if exercises else None
     limits = limits or Limits(cpu_seconds=int(lab_timeout) + 60)
@@ -243,6 +248,8 @@ def _grade(submission, labs, *, source, hidden, lab_timeout, total_timeout, user
             result = GradeResult(mode=chosen.mode)
             _grade_labs(result, course, starters, refused, labs, base, chosen, source, hidden,
                         lab_timeout, total_timeout, progress, start, on_lab)
+            for lab in result.labs:
+                lab.flags = flagged.get(lab.lab, [])
             if scored_exercises is not None:
                 result.labs.append(scored_exercises)
         finally:
@@ -250,6 +257,18 @@ def _grade(submission, labs, *, source, hidden, lab_timeout, total_timeout, user
             chosen.close()
     result.seconds = time.monotonic() - start
     return result
+
+
+def flag_starters(starters: dict, source: Path = SOURCE_ROOT) -> dict:
+    """{lab: its review flags} (:mod:`grading.flags`): each learner's starter scanned as text, with what
+    the lab's shipped starter imports allowed; sanitized, for the teacher's reports only."""
+    flagged = {}
+    for lab, starter in starters.items():
+        if starter is None or review_flags is None:
+            continue
+        allowed = review_flags.allowed_imports((Path(source) / "labs" / lab / "starter.py").read_bytes())
+        flagged[lab] = [clean(f, limit=200, lines=1) for f in review_flags.scan(starter, lab, allowed)]
+    return flagged
 
 
 def grade_exercises(submission: Path | None) -> LabResult:
