@@ -200,7 +200,7 @@ class _Scan:
 
     def _module_level(self) -> None:
         defined: dict = {}
-        for i, stmt in enumerate(self.tree.body):
+        for stmt in self.tree.body:
             if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 if stmt.name in defined:
                     self.flag(stmt, f"defines {stmt.name} again (first at line {defined[stmt.name]}): "
@@ -208,8 +208,8 @@ class _Scan:
                 defined.setdefault(stmt.name, stmt.lineno)
             elif isinstance(stmt, (ast.Import, ast.ImportFrom, ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Pass)):
                 continue
-            elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and i == 0:
-                continue  # the docstring
+            elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
+                continue  # the docstring (or another string: it runs nothing)
             elif isinstance(stmt, ast.If) and _is_main_guard(stmt.test):
                 continue
             else:

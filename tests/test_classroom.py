@@ -160,11 +160,11 @@ def test_gradescope_zip_per_lab_and_time_limit_and_only_what_grading_needs(tmp_p
 
 # -- the gradebook into an LMS ---------------------------------------------------------------------
 
-GRADES = [["student_id", "score", "max_score", FAST, "lab-01-alpha-beta", "problem"],
-          ["Points Possible", "", "30", "10", "20", ""],
-          ["alice", "30", "30", "10", "20", ""],
-          ["bob", "4", "30", "4", "0", "lab-01-alpha-beta: timed out"],
-          ["carol", "", "", "", "", "carol is a symbolic link: refused"]]
+GRADES = [["student_id", "score", "max_score", FAST, "lab-01-alpha-beta", "problem", "flags"],
+          ["Points Possible", "", "30", "10", "20", "", ""],
+          ["alice", "30", "30", "10", "20", "", ""],
+          ["bob", "4", "30", "4", "0", "lab-01-alpha-beta: timed out", f"1: {FAST} line 1: imports os"],
+          ["carol", "", "", "", "", "carol is a symbolic link: refused", ""]]
 
 
 def write_csv(path: Path, rows: list) -> Path:
