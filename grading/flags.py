@@ -126,8 +126,8 @@ _BIDI = {chr(c) for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x200E
 
 
 def allowed_imports(shipped_starter: bytes | str | None) -> frozenset:
-    """What ``lab`` may import: :data:`ALLOWED_MODULES` and every module its shipped starter imports
-    (Lab 12's given helpers in ``commtax.ranks.wholebill``, say)."""
+    """What a lab's learner may import: :data:`ALLOWED_MODULES` and every module the lab's shipped starter
+    (``shipped_starter``, its text) imports (Lab 12's given helpers in ``commtax.ranks.wholebill``, say)."""
     extra = set()
     try:
         tree = ast.parse(shipped_starter or "")

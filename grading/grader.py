@@ -266,8 +266,12 @@ def flag_starters(starters: dict, source: Path = SOURCE_ROOT) -> dict:
     for lab, starter in starters.items():
         if starter is None or review_flags is None:
             continue
-        allowed = review_flags.allowed_imports((Path(source) / "labs" / lab / "starter.py").read_bytes())
-        flagged[lab] = [clean(f, limit=200, lines=1) for f in review_flags.scan(starter, lab, allowed)]
+        try:
+            allowed = review_flags.allowed_imports((Path(source) / "labs" / lab / "starter.py").read_bytes())
+            found = review_flags.scan(starter, lab, allowed)
+        except Exception as exc:  # noqa: BLE001 - a flag, never a grading stopped by the scan
+            found = [f"line 0: the review scan failed ({type(exc).__name__}): read the file"]
+        flagged[lab] = [clean(f, limit=200, lines=1) for f in found]
     return flagged
 
 

@@ -229,8 +229,13 @@ def test_the_lms_export_leaves_the_flags_column_out_and_reads_csvs_written_befor
             assert out[0][-2:] == ["Labs", f"Labs: {FAST}"] and "socket" not in str(out)
 
 
-def test_the_grader_scans_each_starter_it_read_and_the_student_release_ships_no_scanner():
+def test_the_grader_scans_each_starter_it_read_and_a_failed_scan_is_a_flag_never_a_stop(monkeypatch):
     flagged = flag_starters({FAST: b"import os\n", "lab-01-alpha-beta": None,
                              "lab-12-the-whole-bill": shipped("lab-12-the-whole-bill").encode()})
     assert flagged == {FAST: ["line 1: imports os (not needed by this lab)"], "lab-12-the-whole-bill": []}
     assert "flags.py" in RELEASE_EXCLUDED  # the release's grader runs without it (tests/test_grading.py)
+
+    def broken(*args, **kwargs):
+        raise IndexError("a bug in the scanner")
+    monkeypatch.setattr(flags, "scan", broken)
+    assert flag_starters({FAST: b"x = 1\n"}) == {FAST: ["line 0: the review scan failed (IndexError): read the file"]}
