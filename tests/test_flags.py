@@ -239,3 +239,16 @@ def test_the_grader_scans_each_starter_it_read_and_a_failed_scan_is_a_flag_never
         raise IndexError("a bug in the scanner")
     monkeypatch.setattr(flags, "scan", broken)
     assert flag_starters({FAST: b"x = 1\n"}) == {FAST: ["line 0: the review scan failed (IndexError): read the file"]}
+
+
+def test_gradescope_autograde_prints_the_flags_to_its_hidden_stdout_and_never_into_results_json(tmp_path,
+                                                                                                monkeypatch, capsys):
+    import json
+
+    import grading.__main__ as cli
+    monkeypatch.setattr(cli, "grade", lambda submission, labs, progress=None, on_lab=None, **options: flagged_result())
+    (tmp_path / "submission").mkdir()
+    assert cli.main(["autograde", "--root", str(tmp_path)]) == 0
+    results = json.loads((tmp_path / "results" / "results.json").read_text())
+    assert results["stdout_visibility"] == "hidden" and SECRET_REASON in capsys.readouterr().out
+    assert "socket" not in json.dumps(results) and "flag" not in json.dumps(results).lower()
