@@ -92,14 +92,15 @@ VALUE_TYPES = frozenset({"float", "int", "complex", "str", "bytes", "tuple", "li
                          "bool", "ndarray", "Tensor", "Parameter"})
 BUILTIN_CALLS = {"open": "opens a file", "exec": "exec()", "eval": "eval()", "compile": "compile()",
                  "__import__": "__import__()", "globals": "globals()", "locals": "locals()", "vars": "vars()",
-                 "breakpoint": "breakpoint()", "input": "input()", "memoryview": "memoryview()"}
+                 "breakpoint": "breakpoint()", "input": "input()", "memoryview": "memoryview()",
+                 "dir": "dir() (looks for names the file does not spell out)"}
 NAME_CHECKS = frozenset({"getattr", "setattr", "delattr", "hasattr"})
 # Dotted names (after resolving import aliases) that do file I/O or load foreign code.
 DOTTED = {
     "torch.save": "file I/O (torch.save)", "torch.load": "file I/O (torch.load)",
     "torch.ops": "torch's operator registry", "torch.classes": "torch's class registry",
-    "torch.library": "torch's operator library", "torch.utils": "torch.utils (C++ extensions, ...)",
-    "torch.hub": "torch.hub", "torch.multiprocessing": "torch.multiprocessing", "torch.jit": "torch.jit",
+    "torch.library": "torch's operator library", "torch.utils.cpp_extension": "C++ extensions (compiled code)",
+    "torch.hub": "torch.hub", "torch.multiprocessing": "torch.multiprocessing",
     "torch.distributed.rpc": "torch.distributed.rpc (a channel beside the messages)",
     "numpy.save": "file I/O (numpy)", "numpy.savez": "file I/O (numpy)", "numpy.savetxt": "file I/O (numpy)",
     "numpy.load": "file I/O (numpy)", "numpy.loadtxt": "file I/O (numpy)", "numpy.fromfile": "file I/O (numpy)",
@@ -290,6 +291,10 @@ class _Scan:
             if isinstance(name, ast.Constant) and isinstance(name.value, str):
                 self._name(node, name.value)
                 self.named.add(id(name))  # (not flagged again as a string)
+                module = self._dotted(owner) if isinstance(owner, (ast.Name, ast.Attribute)) else None
+                replaced = f"{module}.{name.value}"
+                if func.id in ("setattr", "delattr") and module and replaced not in self.allows.get("replaces", ()):
+                    self.flag(node, f"replaces {_shown(replaced)} (changes a module for everything that uses it)")
             elif isinstance(name, ast.Name) and name.id in self.literal_names.get(id(self.scope), {}):
                 for value in self.literal_names[id(self.scope)][name.id]:  # for name in ("a", "b"): getattr(x, name)
                     self._name(node, value)

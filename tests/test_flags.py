@@ -159,6 +159,8 @@ def test_what_one_lab_asks_for_is_still_flagged_in_the_others():
     assert scan_in("lab-12-the-whole-bill", meter) == []
     assert {f.split(": ", 1)[1].split(" (")[0] for f in scan_in("lab-13-context-parallel", meter)} == {
         "replaces torch.distributed.all_reduce", "setattr() with a computed name"}
+    assert scan_in(FAST, 'import torch.distributed as dist\nsetattr(dist, "send", print)\n')[0] == (
+        "line 2: replaces torch.distributed.send (changes a module for everything that uses it)")
     collective = "import torch.distributed as dist\n\ndef f(t):\n    dist.all_reduce(t)\n"
     assert scan_in("lab-05-tensor-parallel-layers", collective) == []
     assert scan_in("lab-02-ring-allreduce", collective) == [
