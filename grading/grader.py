@@ -6,7 +6,8 @@ How a grade is made (see grading/README.md for the teacher's view):
    (:func:`grading.integrity.preload`), marks itself non-dumpable and a child
    subreaper, and reads its **own copy** of the course into memory
    (:mod:`grading.course`). Of the submission only the ``starter.py`` files are
-   taken (:mod:`grading.submission`: no links, regular files, at most 1 MB).
+   taken (:mod:`grading.submission`: no links, regular files, at most 1 MB), and
+   parsed, never run, for the teacher's review flags (:mod:`grading.flags`).
 2. It chooses how learner code runs (:mod:`grading.sandbox`): as whom (root
    mode: an unprivileged user; same-user mode) and in what (an OS sandbox per
    lab run made with bubblewrap, or the fallback, whose lost guarantees the
@@ -42,10 +43,6 @@ from pathlib import Path
 
 from commtax.learner_process import SANDBOX_ENV
 from grading import integrity
-try:
-    from grading import flags as review_flags
-except ImportError:  # the student release ships without it: a learner must not learn how to avoid the flags
-    review_flags = None
 from grading.course import (HIDDEN_DIR, SOURCE_ROOT, has_hidden_tests, lab_names, read_course, write_learner_tree,
                             write_trusted_tree)
 from grading.process import Stopped, become_subreaper, kill_descendants, make_undumpable, stop_on_signals
@@ -57,6 +54,10 @@ from grading.sandbox.namespaces import SandboxError
 from grading.sandbox.plain import close_interpreter, open_interpreter, sandbox_user
 from grading.sanitize import clean
 from grading.submission import SubmissionError, read_exercise_answers, read_starter
+try:
+    from grading import flags as review_flags
+except ImportError:  # the student release ships without it: a learner must not learn how to avoid the flags
+    review_flags = None
 
 
 __all__ = ["GradeResult", "LabResult", "TestResult", "Stopped", "ISOLATIONS", "DEFAULT_ISOLATION", "NoSandbox", "SANDBOX_USER", "SOURCE_ROOT", "HIDDEN_DIR",
