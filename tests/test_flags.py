@@ -290,3 +290,11 @@ def test_gradescope_autograde_prints_the_flags_to_its_hidden_stdout_and_never_in
     results = json.loads((tmp_path / "results" / "results.json").read_text())
     assert results["stdout_visibility"] == "hidden" and SECRET_REASON in capsys.readouterr().out
     assert "socket" not in json.dumps(results) and "flag" not in json.dumps(results).lower()
+
+
+def test_regrading_into_a_csv_written_before_the_flags_column_keeps_its_rows_with_an_empty_cell(tmp_path):
+    import grading.__main__ as cli
+    old = tmp_path / "grades.csv"
+    lms.write([["student_id", "score", "max_score", FAST, "problem"], ["Points Possible", "", "10", "10", ""],
+               ["alice", "7", "10", "7", ""]], old)
+    assert cli._previous_rows(old, [FAST], ["alice"]) == {"alice": ["alice", "7", "10", "7", "", ""]}
