@@ -174,7 +174,7 @@ def _previous_rows(out: Path, columns: list, only: list) -> dict:
     with open(out, newline="") as f:
         rows = list(csv.reader(f))
     if rows and rows[0] == reports.csv_header(columns)[:-1]:  # written before the flags column: add it
-        rows = [row + [""] for row in rows]
+        rows = [reports.csv_header(columns)] + [row + [""] for row in rows[1:]]
     if not rows or rows[0] != reports.csv_header(columns):
         raise SystemExit(f"[grading] --only: {out} has other columns ({', '.join(rows[0]) if rows else 'none'}); "
                          "give the same --labs (and --exercises) as the run that wrote it")
