@@ -285,14 +285,19 @@ def test_grade_many_writes_one_csv_row_per_submission(tmp_path):
                    cwd=ROOT, check=True, capture_output=True, timeout=300)
     rows = list(csv.reader(out.open()))
     most = rows[1][2]
-    assert rows == [["student_id", "score", "max_score", FAST, "problem"], ["Points Possible", "", most, most, ""],
-                    ["alice", most, most, most, ""], ["bob", "0", most, "0", ""]]
+    assert rows == [["student_id", "score", "max_score", FAST, "problem", "flags"],
+                    ["Points Possible", "", most, most, "", ""], ["alice", most, most, most, "", ""],
+                    ["bob", "0", most, "0", "", ""]]
 
 
 def test_the_student_release_has_no_answers_and_fails_cleanly_in_starter_mode(tmp_path):
     release = build_release(tmp_path / "release")
     assert not list(release.rglob("solution.py")) and not (release / "solutions").exists()
     assert not (release / "grading" / "hidden").exists() and not (release / "tests").exists()
+    # No review-flag scanner for learners to learn from; the release's grader runs without it.
+    assert not (release / "grading" / "flags.py").exists()
+    subprocess.run([sys.executable, "-c", "import grading.grader, grading.reports"], cwd=release, check=True,
+                   env=dict(os.environ, PYTHONPATH=str(release)), timeout=120)
     workflow = (release / ".github" / "workflows" / "classroom.yml").read_text()
     assert "LAB_IMPL=starter python -m grading grade" in workflow and "autograding-grading-reporter" in workflow
     assert "cache: pip" in workflow and "-r grading/requirements.txt" in workflow  # not JupyterLab, Playwright
@@ -328,6 +333,7 @@ def test_gradescope_zip_grades_a_submission_and_always_writes_results(tmp_path):
         assert "setup.sh" in names and "run_autograder" in names
         assert not any(n.endswith("solution.py") for n in names)
         assert any(n.startswith("grading/hidden/") for n in names)
+        assert "grading/flags.py" in names  # the teacher's review flags, in Gradescope's hidden stdout
         z.extractall(root / "source")
     # Zipped with a top folder (a common upload mistake, which once scored 0): graded inside it, with a note.
     shutil.copytree(submission(tmp_path, lab_06_tp_comm_cost=reference(FAST)), root / "submission" / "my-work")
@@ -830,7 +836,8 @@ def grade_many(folder: Path, tmp_path: Path, labs=(FAST,)) -> dict:
                            "--csv", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = list(csv.reader(out.open()))
-    assert rows[0] == ["student_id", "score", "max_score", *labs, "problem"] and rows[1][0] == "Points Possible"
+    assert rows[0] == ["student_id", "score", "max_score", *labs, "problem", "flags"]
+    assert rows[1][0] == "Points Possible"
     return {row[0]: row for row in rows[2:]}
 
 
@@ -876,6 +883,9 @@ def test_cause_8_hostile_messages_reach_every_report_as_plain_printable_text(tmp
     for report in (results["output"], printed):  # the forged total stays inside its test's message
         assert not any(line.startswith("total: 999") for line in report.splitlines()), report
     assert all(t["output_format"] == "text" for t in results["tests"])
+    # Review flags (grading/flags.py): in the teacher's table, nowhere in what the learner sees.
+    assert "review flags" in printed and "a string with control characters" in printed, printed[-2000:]
+    assert "flag" not in json.dumps(results).lower()
 
 
 # -- the boundary itself (commtax/boundary/) -------------------------------------------------------
@@ -1119,7 +1129,8 @@ def test_grade_many_gives_ids_maxima_a_report_per_student_and_applies_weights(tm
     folder = tmp_path / "class"
     labs = [FAST, "lab-01-alpha-beta"]
     (folder / "s001-alice" / FAST).mkdir(parents=True)
-    (folder / "s001-alice" / FAST / "starter.py").write_text(reference(FAST))
+    # Alice's reference imports os (unused): a review flag, in the CSV only, never in her report.
+    (folder / "s001-alice" / FAST / "starter.py").write_text(reference(FAST) + "\nimport os\n")
     (folder / "s002-bob" / FAST).mkdir(parents=True)
     (folder / "s002-bob" / FAST / "starter.py").write_text(shipped(FAST))
     (folder / "s003-carol").mkdir(parents=True)
@@ -1131,7 +1142,7 @@ def test_grade_many_gives_ids_maxima_a_report_per_student_and_applies_weights(tm
                           cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = list(csv.reader(out.open()))
-    assert rows[0] == ["student_id", "score", "max_score", *labs, "problem"]
+    assert rows[0] == ["student_id", "score", "max_score", *labs, "problem", "flags"]
     maxima = rows[1]
     assert maxima[0] == "Points Possible" and maxima[3] == "10" and float(maxima[4]) > 0
     assert float(maxima[2]) == 10 + float(maxima[4])
@@ -1146,6 +1157,10 @@ def test_grade_many_gives_ids_maxima_a_report_per_student_and_applies_weights(tm
     assert "FAIL" in bob and "not implemented yet" in bob and "(hidden)" in bob  # lab-01 missing: its hidden tests listed
     assert "HIDDEN-CHECK-7f3a" not in bob and "2 * 999 * 7e-6" not in bob
     assert "no starter.py" in (reports_dir / "s003-carol.txt").read_text()
+    line = len(reference(FAST).splitlines()) + 2
+    assert by_id["s001-alice"][-1] == f"1: {FAST} line {line}: imports os (not needed by this lab)"
+    assert by_id["s002-bob"][-1] == by_id["s003-carol"][-1] == ""
+    assert "imports os" not in (reports_dir / "s001-alice.txt").read_text()  # her report: no flags
     # Bob hands in late: regrade him alone into the same CSV; every other row stays as it was.
     (folder / "s002-bob" / FAST / "starter.py").write_text(reference(FAST))
     proc = subprocess.run([sys.executable, "-m", "grading", "grade-many", str(folder), "--labs", *labs,
