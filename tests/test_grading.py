@@ -523,6 +523,30 @@ def test_ranks_that_rebuild_the_inputs_and_bump_their_byte_counters_gain_nothing
         assert "counted outside your processes" in graded.seen(), graded.seen()[:3000]
 
 
+LAB05 = "lab-05-tensor-parallel-layers"
+# What the red team's b03 gets for true: the constructors that refuse an indivisible size are given code.
+LAB05_NOT_FORGED = ("test_from_full_refuses_sizes_the_group_cannot_split",)
+
+
+def test_tp_ranks_that_compute_every_shard_locally_behind_zero_all_reduces_gain_nothing(tmp_path):
+    # Red team r21, b03 (44/46 on Lab 05 before): every rank keeps the other ranks' shards of the whole layer
+    # it was given and computes the whole layer itself; its all-reduces and all-gathers are real, of zeros.
+    # Now each rank is handed a layer whose other ranks' blocks are decoys (secret seed), and the bytes the
+    # collectives claim are counted by the kernel. Graded once, in root mode where these tests run as root
+    # (else same-user mode): the sandbox is the same. The reference's full marks: the "every-lab" case above.
+    mode = "root" if IS_ROOT else "same-user"
+    text = shipped(LAB05) + attack("r21_b03_lab05_suffix.py")
+    # 60 s is plenty on a quiet 2-core machine (both jobs run; the tests then fail at once)
+    deadline = min(300, round(60 * max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))))
+    graded = grade_as(mode, submission(tmp_path, lab_05_tensor_parallel_layers=text), [LAB05], tmp_path,
+                      lab_timeout=deadline)
+    got, most = graded.scores[LAB05]
+    assert most == 46 and got <= len(LAB05_NOT_FORGED), graded.seen()[:3000]
+    passed = re.findall(r'"name": "lab-05-tensor-parallel-layers: (test_\w+)[^"]*", "score": [1-9]', graded.seen())
+    assert set(passed) <= set(LAB05_NOT_FORGED), passed
+    assert "computes from the whole layer it was handed, by itself" in graded.seen(), graded.seen()[:3000]
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_importing_the_answers_from_commtax_gains_nothing(tmp_path, mode):
     text = shipped("lab-01-alpha-beta") + attack("import_answers.py")
