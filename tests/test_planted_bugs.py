@@ -277,7 +277,8 @@ def test_a_timeline_whose_backward_reuses_the_forwards_start_is_caught_naming_th
     lab, broken = _lab_mutant(tmp_path, LAB12, "timeline",
                               "        start = time.perf_counter()\n        if kind == \"F\":\n",
                               "        if kind == \"F\":\n            start = time.perf_counter()\n")
-    results = run_ranks(lab.record_training, 1, (broken, 1, 1, 1, {}), timeout=90)   # one rank, one stage
+    results = run_ranks(lab.record_training, 1, (broken, 1, 1, 1, {}), timeout=90,   # one rank, one stage
+                        rank_args=lab.rank_inputs(1, 1, 1))
     with pytest.raises(pytest.fail.Exception) as info:
         lab.check_timeline(results, 1, 1, 1)
     print(info.value)
@@ -298,3 +299,24 @@ def test_a_timeline_that_starts_after_the_receive_is_caught_naming_the_hidden_wa
     assert re.match(r"stage 1: the step's first op \('F', 0\) starts [\d.]+ s after the step began; with every "
                     r"send held back 0.3 s, a start taken after the receive hides the wait", str(info.value)), \
         str(info.value)
+
+
+def test_ranks_that_rebuild_the_model_from_the_public_seed_get_wrong_losses_and_are_told_so(tmp_path):
+    # Red team a03's idea on Lab 12: train() made its model and data from a public seed, so one rank could
+    # compute every other rank's part alone. Now each rank is handed a model real only in its own stage and
+    # TP slice, and batches real only in its replica's rows (secret seed under the grader; a default here
+    # that is not the public 0). A rank that ignores what it was handed and rebuilds both from the public
+    # seed trains another model: the losses test fails and names it. One 2-rank job (DP 2), a few seconds.
+    lab, forged = _lab_mutant(tmp_path, LAB12, "public_seed",
+                              "    pp_idx, dp_idx, tp_idx = grid_coordinates(rank, dp, tp, pp)\n",
+                              "    pp_idx, dp_idx, tp_idx = grid_coordinates(rank, dp, tp, pp)\n"
+                              "    from commtax.ranks.wholebill import make_batch, make_model   # the public seed\n")
+    plan = (2, 1, 1)
+    results = run_ranks(lab.record_training, 2, (forged, *plan, {}), timeout=90, rank_args=lab.rank_inputs(*plan))
+    got = results[0]["result"]["loss"]
+    assert lab.close(got, lab.public_losses(2), rel=1e-9), got     # the forge trained the public model...
+    problem = lab._loss_problem(got, lab.expected_losses(plan), "plan dp=2 tp=1 pp=1, rank 0")
+    assert problem, got                                               # ...which is not the one graded
+    hint = lab.forged_hint(got, plan, 0)
+    print(problem + hint)
+    assert hint.startswith(". These are the losses of the model and data of the public seed 0"), hint

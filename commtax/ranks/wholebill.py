@@ -6,7 +6,7 @@ its tests and the lesson share and trust:
 
 * the model and its data (:func:`make_model`, :func:`make_batch`, :func:`block`),
   so that the tests can train the same model on one process
-  (:func:`reference_losses`) without running any learner code;
+  (:func:`reference_losses`, :func:`train_losses`) without running any learner code;
 * the prediction made **before** the run: bytes per axis (the course's bill
   for this model) and a step time from measured compute, a measured link and
   the 1F1B schedule (:func:`predict_step`);
@@ -53,11 +53,20 @@ def block(x, w1, b1, w2, b2):
 
 
 def reference_losses(layers, hidden, global_batch, seq, steps, lr, seed=0) -> list[float]:
-    """Single-process SGD on the same model and data: the mean-squared-error loss of every step."""
-    params = [{k: v.clone().requires_grad_() for k, v in layer.items()} for layer in make_model(layers, hidden, seed)]
+    """Single-process SGD on the seeded model and data: the mean-squared-error loss of every step."""
+    return train_losses(make_model(layers, hidden, seed),
+                        [make_batch(global_batch, seq, hidden, step, seed) for step in range(steps)], lr)
+
+
+def train_losses(model, batches, lr) -> list[float]:
+    """Single-process SGD on a given model (:func:`make_model`'s layout) and batches ([(x, target)] per step).
+
+    The loss of every step (mean squared error), as the DP x TP x PP run must reproduce it; the
+    model's tensors are not changed (Lab 12's tests train the secret model they hand out in parts).
+    """
+    params = [{k: v.clone().requires_grad_() for k, v in layer.items()} for layer in model]
     losses = []
-    for step in range(steps):
-        x, target = make_batch(global_batch, seq, hidden, step, seed)
+    for x, target in batches:
         for layer in params:
             x = block(x, **layer)
         loss = F.mse_loss(x, target)

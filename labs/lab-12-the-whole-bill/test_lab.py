@@ -1,10 +1,21 @@
 """Lab 12 tests: a DP x TP x PP run on real ranks, its losses, its bytes by axis, its messages and its order.
 
 Every distributed run happens once per plan (``SharedRuns``) and several tests
-read its result. The ranks return plain data (losses, byte counts, the
+read its result. The model and the data are made here, in the pytest process,
+from a seed that is secret under the grader (``commtax.testing.input_seed``),
+and each rank is handed (``rank_args``) its own version of them: a model real
+only in its own pipeline stage and TP shard (the other stages' layers and the
+other TP ranks' slices are decoys drawn for that rank), and batches real only
+in its own replica's rows (inputs on the first stage, targets on the last).
+While the lab's ``train`` runs, the module's ``make_model`` and ``make_batch``
+return what the rank was handed. So no rank can compute the others' parts by
+itself: the right losses need the activations, gradients and partial sums to
+arrive through the pipeline, TP and DP communication.
+
+The ranks return plain data (losses, byte counts, the
 messages they sent and received, their timelines); every expected value is
 computed here, in the pytest process: the losses by single-process training
-of the same model and data (``commtax.ranks.wholebill.reference_losses``), the
+of the real model and data (``commtax.ranks.wholebill.train_losses``), the
 bytes by the course's bill (``EXPECTED("bill", dp, tp, pp)``: computed by ``expected.py`` in the course
 repository, recorded in ``expected.json`` for these plans in the student release), the groups by
 Megatron's rank order, the 1F1B
@@ -20,6 +31,7 @@ reports it. Failures read best with ``--tb=short``.
 """
 
 import contextlib
+import functools
 from pathlib import Path
 
 import pytest
@@ -29,29 +41,126 @@ from commtax.ranks import wholebill
 from commtax.ranks.launch import DistributedRunError
 from commtax.ranks.traffic import record_traffic
 from commtax.recorded import Expected
-from commtax.testing import SharedRunFailed, SharedRuns, check, close, expect_close, expect_value_error, fail, mismatch
+from commtax.testing import (SharedRunFailed, SharedRuns, check, close, expect_close, expect_value_error, fail,
+                              input_seed, mismatch)
 
 SIZES = dict(wholebill.SIZES)
 M = SIZES["microbatches"]
 PLANS = [(2, 2, 2), (4, 1, 1), (1, 4, 1)]       # (dp, tp, pp): the capstone, and DP and TP on 4 ranks
 RUNS = SharedRuns()
 EXPECTED = Expected(Path(__file__).resolve().parent)
+# The real model's and data's seed: secret under the grader, drawn here, never sent to a rank. Not the public
+# seed 0 that train() passes: a rank that rebuilds the model from it gets another model. (Below 2**52:
+# make_batch seeds with seed * 1000 + step + 1, which must fit in 64 bits.)
+SEED = input_seed(1212) % 2 ** 52
+
+
+# -- the model and data, made here; each rank is handed its own version (rank_args) ----------------
+
+def coordinates(rank, dp, tp, pp):
+    """(pp_idx, dp_idx, tp_idx) of ``rank`` in Megatron's order (TP innermost, then DP, then PP)."""
+    pp_idx, rest = divmod(rank, dp * tp)
+    return (pp_idx, *divmod(rest, tp))
+
+
+def _global_batch(dp):
+    return dp * SIZES["micro_batch"] * SIZES["microbatches"]
+
+
+def _batches(dp, seed):
+    s = SIZES
+    return [wholebill.make_batch(_global_batch(dp), s["seq"], s["hidden"], step, seed) for step in range(s["steps"])]
+
+
+def _decoy_seed(plan, rank):
+    dp, tp, pp = plan
+    return (SEED * 7919 + ((dp * 16 + tp) * 16 + pp) * 64 + rank + 1) % 2 ** 52
+
+
+@functools.lru_cache(maxsize=None)
+def handed(plan, rank):
+    """(model, batches) rank ``rank`` of ``plan`` is handed: real only where this rank's own work is.
+
+    The model (``make_model``'s list of full layers) holds the real weights only in
+    this rank's stage, and there only in its TP slice: the rows of W1 and b1 and the
+    columns of W2 that ``shard_layer`` keeps for ``tp_idx`` (``torch.chunk``), and b2
+    (whole on every TP rank). Everything else, the other stages' layers included, is
+    a decoy drawn for this rank alone. The batches (one (inputs, targets) per step,
+    ``make_batch``'s global batch) are real only in this replica's rows, the inputs on
+    the first stage and the targets on the last (the only stages that use them).
+    """
+    dp, tp, pp = plan
+    pp_idx, dp_idx, tp_idx = coordinates(rank, dp, tp, pp)
+    s, decoy = SIZES, _decoy_seed(plan, rank)
+    real, model = wholebill.make_model(s["layers"], s["hidden"], SEED), wholebill.make_model(s["layers"], s["hidden"], decoy)
+    per_stage = s["layers"] // pp
+    for layer in range(pp_idx * per_stage, (pp_idx + 1) * per_stage):
+        for name, dim in (("w1", 0), ("b1", 0), ("w2", 1)):
+            width = real[layer][name].shape[dim] // tp
+            mine = [slice(None)] * real[layer][name].dim()
+            mine[dim] = slice(tp_idx * width, (tp_idx + 1) * width)
+            model[layer][name][tuple(mine)] = real[layer][name][tuple(mine)]
+        model[layer]["b2"] = real[layer]["b2"].clone()
+    rows = slice(dp_idx * _global_batch(1), (dp_idx + 1) * _global_batch(1))
+    batches = []
+    for (x, target), (real_x, real_target) in zip(_batches(dp, decoy), _batches(dp, SEED)):
+        if pp_idx == 0:
+            x[rows] = real_x[rows]
+        if pp_idx == pp - 1:
+            target[rows] = real_target[rows]
+        batches.append((x, target))
+    return model, batches
+
+
+def rank_inputs(dp, tp, pp):
+    """``rank_args`` of a dp x tp x pp job: each rank's (model, batches), :func:`handed`."""
+    return [handed((dp, tp, pp), rank) for rank in range(dp * tp * pp)]
+
+
+def _handing(model, batches, sizes):
+    """Stand-ins for the module's make_model and make_batch that return what this rank was handed."""
+    def make_model(layers, hidden, seed=0):
+        if (layers, hidden) != (sizes["layers"], sizes["hidden"]):
+            raise ValueError(f"make_model(layers={layers}, hidden={hidden}): this test's model has "
+                             f"layers={sizes['layers']}, hidden={sizes['hidden']}")
+        return [{name: tensor.clone() for name, tensor in layer.items()} for layer in model]
+
+    def make_batch(global_batch, seq, hidden, step, seed=0):
+        shape = tuple(batches[0][0].shape)
+        if (global_batch, seq, hidden) != shape or not (isinstance(step, int) and 0 <= step < len(batches)):
+            raise ValueError(f"make_batch(global_batch={global_batch}, seq={seq}, hidden={hidden}, step={step}): "
+                             f"this test's batches are {shape}, steps 0..{len(batches) - 1}")
+        x, target = batches[step]
+        return x.clone(), target.clone()
+
+    return make_model, make_batch
 
 
 # -- inside the ranks ---------------------------------------------------------------------
 
-def record_training(rank, world_size, lab, dp, tp, pp, options):
+def record_training(rank, world_size, lab, dp, tp, pp, options, model, batches):
     """Train with the lab's code while the course's byte counter watches; plain data back.
 
-    ``record_traffic`` (commtax.ranks.traffic) sees every all-reduce with its group's ranks and
-    every send and receive with its peer and tag; the runner hides its frames, so a rank that
-    hangs is reported at the learner's line.
+    ``model``, ``batches``: what this rank was handed (:func:`handed`, through ``rank_args``); the
+    module's ``make_model`` and ``make_batch``, which the given ``train`` calls, return them while it
+    runs, then are put back. ``record_traffic`` (commtax.ranks.traffic) sees every all-reduce with its
+    group's ranks and every send and receive with its peer and tag; the runner hides its frames, so a
+    rank that hangs is reported at the learner's line.
     """
     sizes = {**SIZES, **options}
-    with record_traffic() as traffic, _call_log() as calls:
-        before = {name: getattr(dist, name) for name in ("all_reduce", "send", "isend")}
-        result = lab.train(rank, world_size, dp, tp, pp, **sizes)
-        left_wrapped = sorted(name for name, function in before.items() if getattr(dist, name) is not function)
+    given = {name: getattr(lab, name, None) for name in ("make_model", "make_batch")}
+    lab.make_model, lab.make_batch = _handing(model, batches, sizes)
+    try:
+        with record_traffic() as traffic, _call_log() as calls:
+            before = {name: getattr(dist, name) for name in ("all_reduce", "send", "isend")}
+            result = lab.train(rank, world_size, dp, tp, pp, **sizes)
+            left_wrapped = sorted(name for name, function in before.items() if getattr(dist, name) is not function)
+    finally:
+        for name, function in given.items():
+            if function is None:
+                delattr(lab, name)
+            else:
+                setattr(lab, name, function)
     return {"result": result, "steps": sizes["steps"], "left_wrapped": left_wrapped, "calls": calls,
             "allreduces": [(ranks, nbytes) for name, ranks, nbytes in traffic.collective_groups
                            if name == "all_reduce"],
@@ -144,7 +253,7 @@ def run(lab, dp, tp, pp, **options):
     try:
         return RUNS.get(key, record_training, dp * tp * pp, (lab, dp, tp, pp, options), timeout=90,
                         needs=(lab.train_step, lab.tp_block, lab.sync_gradients, lab.Ledger.start, lab.Ledger.stop,
-                               lab.shard_layer, lab.one_f_one_b_order))
+                               lab.shard_layer, lab.one_f_one_b_order), rank_args=rank_inputs(dp, tp, pp))
     except DistributedRunError as exc:  # the runner sees different calls; the likely cause here is a group
         text = str(exc).split("\n\n", 1)[0]
         wrong_group = "deadlocked" in text and "in all_reduce()" in text and "in recv()" in text
@@ -154,10 +263,39 @@ def run(lab, dp, tp, pp, **options):
         raise
 
 
-def expected_losses(dp):
+@functools.lru_cache(maxsize=None)
+def expected_losses(plan):
+    """Single-process training of the real model and data of ``plan`` (dp x tp x pp): every step's loss."""
+    return wholebill.train_losses(wholebill.make_model(SIZES["layers"], SIZES["hidden"], SEED), _batches(plan[0], SEED),
+                                  SIZES["lr"])
+
+
+@functools.lru_cache(maxsize=None)
+def public_losses(dp):
+    """The losses of the model and data of train()'s public seed 0, which the ranks are never given."""
     s = SIZES
-    return wholebill.reference_losses(s["layers"], s["hidden"], dp * s["micro_batch"] * s["microbatches"], s["seq"],
-                                      s["steps"], s["lr"])
+    return wholebill.reference_losses(s["layers"], s["hidden"], _global_batch(dp), s["seq"], s["steps"], s["lr"])
+
+
+@functools.lru_cache(maxsize=None)
+def alone(plan, rank):
+    """The losses rank ``rank`` gets by training the whole model it was handed on its whole batches, by itself."""
+    model, batches = handed(plan, rank)
+    return wholebill.train_losses(model, batches, SIZES["lr"])
+
+
+def forged_hint(got, plan, rank):
+    """Why wrong losses are what they are, when a rank computed them without the other ranks' parts."""
+    if close(got, public_losses(plan[0]), rel=1e-9):
+        return (". These are the losses of the model and data of the public seed 0 (commtax.ranks.wholebill's "
+                "make_model and make_batch), which this test never hands a rank: train with the model and batches "
+                "the module's make_model and make_batch return, as the given train() does")
+    if close(got, alone(plan, rank), rel=1e-9):
+        return (f". These are the losses rank {rank} gets by training the whole model it was handed, by itself: "
+                "only its own stage's layers, its own TP slice of them and its own replica's rows are real (the "
+                "other ranks' parts are decoys), so the other ranks' parts must arrive through the pipeline's "
+                "sends, the TP all-reduces and the DP all-reduce")
+    return ""
 
 
 def bill(dp, tp, pp):
@@ -295,11 +433,12 @@ def test_one_f_one_b_order_is_the_1f1b_rule_on_every_stage(lab, stages, microbat
 def test_losses_equal_single_process_training_of_the_same_model_and_data(lab, plan):
     dp, tp, pp = plan
     results = run(lab, dp, tp, pp)
-    expected = expected_losses(dp)
+    expected = expected_losses(plan)
     for rank, rank_result in enumerate(results):
-        problem = _loss_problem(rank_result["result"]["loss"], expected, f"plan dp={dp} tp={tp} pp={pp}, rank {rank}")
+        got = rank_result["result"]["loss"]
+        problem = _loss_problem(got, expected, f"plan dp={dp} tp={tp} pp={pp}, rank {rank}")
         if problem:
-            fail(problem)
+            fail(problem + forged_hint(got, plan, rank))
 
 
 @pytest.mark.points(3)
@@ -488,7 +627,7 @@ def test_a_tp_all_reduce_on_the_wrong_group_is_caught_naming_the_axis(lab):
     check(wrong_axes == ["DP", "TP"], "with the TP all-reduces on the DP group, the bytes of exactly DP and TP "
                                       f"should disagree with the bill: {_bytes_report(counted, predicted)}")
     losses = results[0]["result"]["loss"]
-    check(not close(losses, expected_losses(dp), rel=1e-6),
+    check(not close(losses, expected_losses((dp, tp, pp)), rel=1e-6),
           f"with the TP all-reduces on the DP group the losses should drift from single-process training: {losses}")
 
 
