@@ -320,3 +320,6 @@ def test_ranks_that_rebuild_the_model_from_the_public_seed_get_wrong_losses_and_
     hint = lab.forged_hint(got, plan, 0)
     print(problem + hint)
     assert hint.startswith(". These are the losses of the model and data of the public seed 0"), hint
+    # a rank that trains the whole model it was handed by itself (decoys in the other replica's rows) is named too
+    hint = lab.forged_hint(lab.alone(plan, 0), plan, 0)
+    assert hint.startswith(". These are the losses rank 0 gets by training the whole model it was handed"), hint
