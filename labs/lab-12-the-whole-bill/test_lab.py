@@ -72,6 +72,12 @@ def _batches(dp, seed):
     return [wholebill.make_batch(_global_batch(dp), s["seq"], s["hidden"], step, seed) for step in range(s["steps"])]
 
 
+@functools.lru_cache(maxsize=None)
+def _real(dp):
+    """The real model and the real batches of a plan with ``dp`` replicas (made once, never changed)."""
+    return wholebill.make_model(SIZES["layers"], SIZES["hidden"], SEED), _batches(dp, SEED)
+
+
 def _decoy_seed(plan, rank):
     dp, tp, pp = plan
     return (SEED * 7919 + ((dp * 16 + tp) * 16 + pp) * 64 + rank + 1) % 2 ** 52
@@ -92,7 +98,7 @@ def handed(plan, rank):
     dp, tp, pp = plan
     pp_idx, dp_idx, tp_idx = coordinates(rank, dp, tp, pp)
     s, decoy = SIZES, _decoy_seed(plan, rank)
-    real, model = wholebill.make_model(s["layers"], s["hidden"], SEED), wholebill.make_model(s["layers"], s["hidden"], decoy)
+    (real, real_batches), model = _real(dp), wholebill.make_model(s["layers"], s["hidden"], decoy)
     per_stage = s["layers"] // pp
     for layer in range(pp_idx * per_stage, (pp_idx + 1) * per_stage):
         for name, dim in (("w1", 0), ("b1", 0), ("w2", 1)):
@@ -103,7 +109,7 @@ def handed(plan, rank):
         model[layer]["b2"] = real[layer]["b2"].clone()
     rows = slice(dp_idx * _global_batch(1), (dp_idx + 1) * _global_batch(1))
     batches = []
-    for (x, target), (real_x, real_target) in zip(_batches(dp, decoy), _batches(dp, SEED)):
+    for (x, target), (real_x, real_target) in zip(_batches(dp, decoy), real_batches):
         if pp_idx == 0:
             x[rows] = real_x[rows]
         if pp_idx == pp - 1:
@@ -266,8 +272,7 @@ def run(lab, dp, tp, pp, **options):
 @functools.lru_cache(maxsize=None)
 def expected_losses(plan):
     """Single-process training of the real model and data of ``plan`` (dp x tp x pp): every step's loss."""
-    return wholebill.train_losses(wholebill.make_model(SIZES["layers"], SIZES["hidden"], SEED), _batches(plan[0], SEED),
-                                  SIZES["lr"])
+    return wholebill.train_losses(*_real(plan[0]), SIZES["lr"])
 
 
 @functools.lru_cache(maxsize=None)
