@@ -216,7 +216,8 @@ def _call_log():
 
 def record_slow_sends(rank, world_size, lab, delay):
     """Plan 1 x 1 x 2, one step, every send slowed by ``delay`` seconds before it leaves: the receiving
-    stage then waits in its receives, a wait the timeline must show inside the op that receives."""
+    stage then waits in its receives, a wait the timeline must show inside the op that receives. (The model
+    and data are train()'s own, from the public seed: only the timeline is read, no value.)"""
     import time
     real = {name: getattr(dist, name) for name in ("send", "isend")}
 
