@@ -497,6 +497,19 @@ def test_memory_bytes_per_gpu_zero3_in_groups_of_two_still_holds_two_gathered_la
     expect_same_step(lab, run, "GPT 22B, ZeRO-3 HSDP in groups of 2")
 
 
+FEWER_MICRO_BATCHES_THAN_STAGES = dict(GPT_175B, gpus=64, tp=8, pp=8, micro_batch=1, global_batch=4,
+                                      recompute="selective")
+
+
+def test_memory_bytes_per_gpu_counts_at_most_m_micro_batches_in_flight(lab):
+    # 4 micro-batches on 8 stages (no interleaving): 1F1B's first stage would keep p = 8 in flight, but only
+    # m = 4 exist, so it holds 4 x 12 layers' activations.
+    run = FEWER_MICRO_BATCHES_THAN_STAGES
+    expect_close(lab.memory_bytes_per_gpu(dict(run)), EXPECTED("memory_bytes_per_gpu", run), rel=EXACT,
+                 what="memory per GPU, 4 micro-batches on 8 stages (min(p - stage, m) in flight)")
+    expect_same_step(lab, run, "GPT-3 on 64 A100s, TP 8 x PP 8, 4 micro-batches")
+
+
 # -- what expected.py records for the release (every input above that asks EXPECTED) -----------------------
 
 MORE_COLLECTIVES = [("all_reduce", 1e6, 8, 1, "H100-80GB")] + [
@@ -506,4 +519,5 @@ LAYER_RUNS = [LLAMA_8B_ONE_GPU_FP8]
 STEP_RUNS = [dict(LLAMA_405B_V8, recompute="full"), dict(LLAMA_8B_CP2_FULL, precision="fp8"), *OPEN_RUNS]
 PIECE_RUNS = [("predict", CP_ALL_GATHER_FULL), *(("cp_time", run) for run in CP_RING_ACROSS_NODES.values()),
               *(("dp_time", run) for run in HSDP_ZERO2.values()), ("dp_time", ZERO2_GATHER_PER_MICRO_BATCH),
-              ("memory_bytes_per_gpu", SECOND_STAGE_FULLEST), ("memory_bytes_per_gpu", ZERO3_GROUPS_OF_TWO)]
+              ("memory_bytes_per_gpu", SECOND_STAGE_FULLEST), ("memory_bytes_per_gpu", ZERO3_GROUPS_OF_TWO),
+              ("memory_bytes_per_gpu", FEWER_MICRO_BATCHES_THAN_STAGES)]
