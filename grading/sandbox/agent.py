@@ -118,6 +118,35 @@ def _child(request: dict, fds: list) -> None:  # pragma: no cover - between fork
             os._exit(127)
 
 
+def _children(pid: int) -> list:
+    out = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children", encoding="ascii") as f:
+                out += [int(child) for child in f.read().split()]
+    except (OSError, ValueError):
+        pass
+    return out
+
+
+def _innermost(pid: int):
+    """The process a signal for ``pid`` is meant for: ``pid`` itself, or, when ``pid`` is the bubblewrap
+    of a nested sandbox (a process started in a sandbox of its own), the first process in it that is
+    not bubblewrap (bubblewrap passes no signal on, and would die of SIGUSR1). None while there is none."""
+    for _ in range(4):  # bwrap, its PID namespace's init (also bwrap), the process
+        try:
+            with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as f:
+                if f.read().strip() != "bwrap":
+                    return pid
+        except OSError:
+            return None
+        children = _children(pid)
+        if not children:
+            return None
+        pid = children[0]
+    return None
+
+
 def _send(conn: socket.socket, message: dict) -> None:
     """To a relay; one that is gone is no error (its end closing is handled where it is read)."""
     try:
@@ -189,8 +218,11 @@ class Agent:
         for extra in fds:
             os.close(extra)
         if running and str(request.get("signal", "")).isdigit():
+            target = _innermost(pid)
+            if target is None:
+                return  # its nested sandbox is still starting: nothing of the learner's runs yet
             try:
-                os.kill(pid, int(request["signal"]))  # passed on as the relay got it: to the process alone
+                os.kill(target, int(request["signal"]))  # passed on as the relay got it: to the process alone
             except (OSError, ValueError, OverflowError):
                 pass
 

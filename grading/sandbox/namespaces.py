@@ -24,6 +24,16 @@ through a relay. Closing the sandbox kills ``bwrap``; the kernel then kills
 every process of the sandbox's PID namespace, and its mounts, IPC objects and
 memory-backed files go with it.
 
+**A sandbox per learner process** (:func:`nested_prefix`): in root mode, each process the trusted
+tests start in the sandbox (the lab's worker, each rank of a distributed test, Lab 03's benchmark)
+runs inside a bubblewrap of its own, nested in the lab's: its own user, PID and IPC namespaces, no
+``/proc`` (the lab's is hidden, so no other process is visible), a private ``/tmp`` and
+``/dev/shm``, the lab's run folders hidden, and everything else read-only; only the folders its
+starter names (a rank's own output folder) are writable. The network namespace stays the lab's:
+learner processes reach each other only over loopback, where the kernel counts the bytes. In
+same-user mode the lab's sandbox forbids user namespaces (``--disable-userns``), so there are none
+(the report says so).
+
 Where this machine allows it, each sandbox also gets a cgroup of its own
 (:mod:`grading.sandbox.cgroup`): bubblewrap joins it before it starts, so the
 memory and the processes of the whole run are bounded together; closing the
@@ -120,13 +130,52 @@ def _etc(folder: Path, uid: int, gid: int) -> list[str]:
     return options
 
 
+def nested_prefix(bwrap: str, runs: Path, tmp_size: int, keep: list = ()) -> list:
+    """The bubblewrap command (up to its ``--``) that starts one learner process in a sandbox of its own,
+    inside a lab's sandbox.
+
+    Everything the lab's sandbox holds is bound read-only (``--ro-bind / /``); then a fresh
+    user, PID and IPC namespace (no process of the lab, and no other learner process, is visible
+    or can be signalled or traced: the PID namespace has no ``/proc`` mounted, as the kernel
+    refuses a new one under the lab's partly covered ``/proc``; its own user namespace makes the
+    process's user a different one for the kernel's checks), a private ``/tmp`` and ``/dev/shm``,
+    the lab's run folders hidden. ``keep``: the lab sandbox's folders (its tree, the Python
+    environment) bound again, read-only, where they lie under ``/tmp`` or ``/dev/shm``, which the
+    private ones would hide. A starter adds ``--bind`` (writable) and ``--ro-bind`` for the
+    folders and files the process needs (:data:`NESTED_WRITABLE`, :data:`NESTED_READABLE`).
+    """
+    c = [bwrap, "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-cgroup-try", "--disable-userns",
+         "--die-with-parent", "--ro-bind", "/", "/",
+         "--tmpfs", "/proc"]
+    for name in PROC_FILES:  # torch reads the CPUs there; machine-wide files, nothing of any process
+        c += ["--ro-bind-try", f"/proc/{name}", f"/proc/{name}"]
+    c += ["--dev", "/dev",
+          "--perms", "1777", "--size", str(tmp_size), "--tmpfs", "/tmp",
+          "--perms", "1777", "--size", str(tmp_size), "--tmpfs", "/dev/shm"]
+    for path in keep:
+        if any(_under(str(path), hidden) for hidden in ("/tmp", "/dev/shm")):
+            c += _parents(str(path)) + ["--ro-bind", str(path), str(path)]
+    c += ["--tmpfs", str(runs)]
+    if os.path.exists("/dev/nvidiactl"):  # NCCL: the GPUs, as in the lab's sandbox
+        for device in [*GPU_DEVICES, *(f"/dev/{n}" for n in sorted(os.listdir("/dev"))
+                                       if n.startswith("nvidia") and n[6:].isdigit())]:
+            c += ["--dev-bind-try", device, device]
+    return c
+
+
+PROC_FILES = ("cpuinfo", "meminfo", "stat")
+NESTED_WRITABLE = ["--bind", "{path}", "{path}"]
+NESTED_READABLE = ["--ro-bind", "{path}", "{path}"]
+
+
 class NamespaceSandbox:
     """One running sandbox: ``bwrap`` and the agent in it, reached through ``control`` (a socket)."""
 
     def __init__(self, proc: subprocess.Popen, control: socket.socket, log: Path, box: Path, runs: Path,
-                 cgroup: RunCgroup | None = None, no_cgroup: str = ""):
+                 cgroup: RunCgroup | None = None, no_cgroup: str = "", nested: list | None = None):
         self.proc, self.control, self.log, self.box, self.runs = proc, control, log, box, runs
         self.cgroup, self.no_cgroup = cgroup, no_cgroup
+        self.nested = nested  # the prefix of a sandbox per learner process (None: they share this one)
 
     def limits_hit(self) -> str:
         """What the run's cgroup says it reached (its memory or process limit), or that this run could
@@ -140,6 +189,8 @@ class NamespaceSandbox:
         settings = {"trusted_root": os.path.realpath(trusted_root), "learner_root": str(self.box), "tmp": "/tmp",
                     "runs": str(self.runs), "relay": {"python": sys.executable, "script": str(relay_script),
                                                       "fd": self.control.fileno()}}
+        if self.nested:  # commtax.learner_process wraps each learner process in this (ranks: their own folder)
+            settings["nest"] = {"prefix": self.nested, "writable": NESTED_WRITABLE, "readable": NESTED_READABLE}
         counters = network_counters(self.proc.pid)
         if counters:  # the trusted tests count the ranks' bytes there (commtax.ranks.wire)
             settings["loopback"] = counters
@@ -237,6 +288,11 @@ class NamespaceIsolation:
         self._count = 0
         self.cgroups: Cgroups | None = None  # set by the caller once the sandbox works (:func:`use_cgroups`)
         self.no_cgroup = "not looked for"
+        # A sandbox per learner process (nested_prefix): root mode only (same-user mode's sandbox
+        # forbids the user namespaces it needs); set by :func:`probe` once it has worked here.
+        self.nest = False
+        self.no_nest = ("same-user mode: the lab's sandbox forbids user namespaces, so its learner processes "
+                        "share it" if self.user_namespace else "not tried")
 
     def use_cgroups(self, found: "Cgroups | str") -> None:
         """A cgroup per sandbox from ``found`` (:func:`grading.sandbox.cgroup.find`), or why there is none."""
@@ -267,8 +323,18 @@ class NamespaceIsolation:
         else:
             total = (f"no cgroup ({self.no_cgroup}): the memory of a lab run's processes together is not "
                      "bounded, only each process's")
+        if self.nest:
+            per_process = ("each learner process (the lab's worker, each rank) in a nested sandbox of its own: "
+                           "its own user, PID and IPC namespaces, private /tmp and /dev/shm, writable only its "
+                           "own output folder; ranks reach each other only over loopback")
+        else:
+            per_process = f"no sandbox per learner process ({self.no_nest}): a lab's ranks share files and /proc"
         return (f"OS sandbox ({self.version}): {namespaces}; only the lab's files, the Python environment "
-                f"(read-only) and a private /tmp visible; no network; limits: {self.limits.describe()}; {total}")
+                f"(read-only) and a private /tmp visible; no network; limits: {self.limits.describe()}; {total}; "
+                f"{per_process}")
+
+    def nested_prefix(self, runs: Path, box: Path) -> list:
+        return nested_prefix(self.bwrap, runs, self.limits.tmp_size // 4, [str(box), *self.python])
 
     def _command(self, box: Path, runs: Path, agent: Path, control_fd: int, uid: int, etc: list) -> list:
         c = [self.bwrap, "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--unshare-net",
@@ -350,7 +416,8 @@ class NamespaceIsolation:
         if cgroup is not None:
             cgroup.close_join()
         theirs.close()
-        sandbox = NamespaceSandbox(proc, ours, log, box, runs, cgroup, no_cgroup)
+        sandbox = NamespaceSandbox(proc, ours, log, box, runs, cgroup, no_cgroup,
+                                   self.nested_prefix(runs, box) if self.nest else None)
         try:
             ours.settimeout(READY_TIMEOUT)
             reply = ours.recv(4096)
@@ -376,5 +443,28 @@ def probe(isolation: NamespaceIsolation, folder: Path) -> str | None:
         sandbox = isolation.open(box, runs, agent)
     except (SandboxError, OSError) as exc:
         return str(exc).splitlines()[-1][:300] if str(exc) else type(exc).__name__
-    sandbox.close()
+    try:
+        if not isolation.user_namespace:
+            why = probe_nested(isolation, sandbox)
+            isolation.nest, isolation.no_nest = why is None, why or ""
+    finally:
+        sandbox.close()
+    return None
+
+
+def probe_nested(isolation: NamespaceIsolation, sandbox: NamespaceSandbox) -> str | None:
+    """None if a learner process can be started in a sandbox of its own inside ``sandbox``, else why not."""
+    relay = Path(__file__).with_name("relay.py")
+    fd = sandbox.control.fileno()
+    spec = {"argv": [*isolation.nested_prefix(sandbox.runs, sandbox.box), "--", sys.executable, "-I", "-S", "-c", "pass"],
+            "cwd": "/", "fds": [0, 1, 2]}
+    try:
+        done = subprocess.run([sys.executable, "-I", "-S", str(relay), str(fd), json.dumps(spec)], pass_fds=(fd,),
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=READY_TIMEOUT,
+                              env={"PATH": "/usr/bin:/bin"}, cwd="/")
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"bubblewrap could not be nested: {exc}"
+    if done.returncode != 0:
+        text = (done.stderr or done.stdout).strip().splitlines()
+        return f"bubblewrap could not be nested: {text[-1][:300] if text else f'exit code {done.returncode}'}"
     return None
