@@ -155,7 +155,7 @@ def nested_prefix(bwrap: str, runs: Path, tmp_size: int, keep: list = ()) -> lis
     for path in keep:
         if any(_under(str(path), hidden) for hidden in ("/tmp", "/dev/shm")):
             c += _parents(str(path)) + ["--ro-bind", str(path), str(path)]
-    c += ["--tmpfs", str(runs)]
+    c += ["--size", str(tmp_size), "--tmpfs", str(runs)]  # (its own copy: nothing written there is shared)
     if os.path.exists("/dev/nvidiactl"):  # NCCL: the GPUs, as in the lab's sandbox
         for device in [*GPU_DEVICES, *(f"/dev/{n}" for n in sorted(os.listdir("/dev"))
                                        if n.startswith("nvidia") and n[6:].isdigit())]:

@@ -1,0 +1,397 @@
+# Red team r21 (session s30, an independent reviewer; not written by the course's authors): submission
+# "b01 side channel" for lab-10-moe-all-to-all, copied unchanged below this header from
+# /work/notes/s30-r21/subs/b01_side_channel/lab-10-moe-all-to-all/starter.py. Each rank drops its secret input in a
+# file the ranks share (/tmp), computes the result alone and pads the loopback to the expected byte count.
+"""Lab 10: mixture of experts, the all-to-all, and expert parallelism on real ranks.
+
+Part 1, the bill (pure functions):
+
+* ``expert_capacity``: slots per expert, ceil(cf * tokens * top_k / experts).
+* ``dispatch_bytes_per_rank``: bytes one rank sends in one dispatch all-to-all.
+* ``apply_capacity``: which routed copies a fixed capacity keeps, which it drops.
+
+Part 2, the wire (real ranks):
+
+* ``all_to_all``: rank r sends rows ``send_splits[j]`` of its tensor to rank j
+  and receives ``recv_splits[j]`` rows from rank j, built from point-to-point
+  operations only (``dist.isend``/``dist.irecv``), empty splits included.
+* ``all_to_all_single``: the same, with ``torch.distributed.all_to_all_single``'s
+  argument order (output, input, output_split_sizes, input_split_sizes),
+  writing into ``output``; a split list left as None means equal splits.
+* ``AllToAll``: the same as an autograd function; its backward is the
+  all-to-all with the splits swapped.
+* ``ExpertParallelMoE``: the MoE layer ``MoE`` (given) with its experts
+  sharded over the ranks: the router runs on every rank, tokens go to their
+  experts' ranks through the all-to-all (dispatch), come back the same way
+  (combine), and outputs and gradients equal the single-process layer's.
+
+Conventions: ``group=None`` is the default (world) group, ep = its size, and
+rank r holds experts r*E/ep .. (r+1)*E/ep - 1. Splits are Python lists of
+ints, one per rank of the group. A tensor's rows are its first dimension.
+Call point-to-point operations as ``dist.isend``/``dist.irecv`` (or
+``dist.send``/``dist.recv``): the tests count the bytes they carry.
+"""
+
+import math
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+
+# -- part 1: the bill --------------------------------------------------------------------
+
+def _int(name, value, minimum):
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _positive(name, value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return value
+
+
+def expert_capacity(tokens, experts, top_k, capacity_factor):
+    """Slots per expert for one group of ``tokens`` tokens: ceil(capacity_factor * tokens * top_k / experts).
+
+    Each token makes ``top_k`` routed copies; spread evenly, each expert would
+    get tokens * top_k / experts of them. The capacity factor is the head-room
+    over that average (1.0: none; 1.25: 25%). Round the product to 9 decimals
+    before the ceiling, so that 1.1 * 100 tokens gives 110 slots, not 111.
+    Raises ValueError naming the argument on bad input, and when ``top_k``
+    exceeds ``experts``. Returns an int.
+    """
+    raise NotImplementedError(
+        "expert_capacity: not implemented yet. Hint: validate (top_k <= experts!), then "
+        "math.ceil(round(cf * tokens * top_k / experts, 9))."
+    )
+
+
+def dispatch_bytes_per_rank(tokens_per_rank, hidden, ep, top_k, dtype_bytes=2, capacity_factor=None,
+                            experts=None):
+    """Bytes one rank sends in one dispatch all-to-all (the combine sends as many back).
+
+    Experts are spread evenly over ``ep`` ranks and routing is uniform, so a
+    rank keeps 1/ep of its tokens * top_k routed copies (they stay local) and
+    sends the rest, hidden * dtype_bytes bytes each:
+
+        dropless (capacity_factor None):  (ep-1)/ep * tokens * top_k * hidden * dtype_bytes
+
+    With a capacity factor, a fixed-capacity implementation sends every
+    remote expert's whole buffer of C = expert_capacity(tokens, experts,
+    top_k, cf) slots, padding included, whatever the routing:
+
+        (ep-1) * (experts/ep) * C * hidden * dtype_bytes
+
+    ``experts``, the number of routed experts, matters only with a capacity
+    factor; there, left out, it is ``ep`` (one expert per rank). When it is
+    given or needed, it must be a multiple of ``ep`` and at least ``top_k``
+    (ValueError naming ``experts`` or ``top_k``). The dropless formula needs
+    no expert count: ``dispatch_bytes_per_rank(100, 16, 1, 2)`` is 0 (one rank
+    keeps everything), whatever the experts it holds. ValueError naming the
+    argument on any other bad input.
+    """
+    raise NotImplementedError(
+        "dispatch_bytes_per_rank: not implemented yet. Hint: dropless: the expected off-rank "
+        "share (ep-1)/ep of the routed copies. with a capacity: (ep-1) remote ranks x "
+        "experts/ep experts each x C slots x hidden x bytes."
+    )
+
+
+def apply_capacity(expert_ids, experts, capacity):
+    """Which routed copies fit: a bool tensor of the shape of ``expert_ids`` (tokens x top_k), True = kept.
+
+    ``expert_ids[t, j]`` is token t's j-th choice. The rule (GShard, Switch
+    Transformer): first choices before second choices, and within one choice
+    earlier tokens first. Go through the copies in that order (column by
+    column, top to bottom); an expert accepts copies until it holds
+    ``capacity`` of them and drops the rest. ``capacity=None`` keeps all.
+    """
+    raise NotImplementedError(
+        "apply_capacity: not implemented yet. Hint: a per-expert counter; loop over choices "
+        "j, then tokens t (or vectorise with a cumulative count)."
+    )
+
+
+# -- part 2: the wire --------------------------------------------------------------------
+
+def _group_info(group):
+    return dist.get_rank(group), dist.get_world_size(group)
+
+
+def _global(group, rank):
+    return rank if group is None else dist.get_global_rank(group, rank)
+
+
+def all_to_all(send, send_splits, recv_splits, group=None):
+    """All-to-all with variable split sizes, from point-to-point operations only.
+
+    ``send`` holds sum(send_splits) rows: the first ``send_splits[0]`` go to
+    rank 0, the next ``send_splits[1]`` to rank 1, and so on. Returns a new
+    tensor of sum(recv_splits) rows (the trailing shape and dtype of
+    ``send``), made of the ``recv_splits[0]`` rows from rank 0, then those
+    from rank 1, ... The same as ``dist.all_to_all_single(out, send,
+    recv_splits, send_splits)``. The block a rank sends itself is a local
+    copy; empty splits send nothing. ValueError if the splits do not fit.
+    """
+    raise NotImplementedError(
+        "all_to_all: not implemented yet. Hint: post every dist.irecv into its slice of the "
+        "output and every dist.isend of a slice of `send`, skipping empty ones and copying "
+        "your own block locally; then wait for all of them."
+    )
+
+
+def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=None, group=None):  # noqa: A002
+    """``all_to_all`` with ``torch.distributed.all_to_all_single``'s arguments: it fills ``output``.
+
+    ``input_split_sizes[j]`` rows of ``input`` go to rank j and
+    ``output_split_sizes[j]`` rows from rank j land in ``output``, in rank
+    order. A split list left as None means equal splits: the tensor's rows
+    divided by the group size (ValueError naming ``input_split_sizes`` or
+    ``output_split_sizes`` if they do not divide, or if ``output`` does not
+    have sum(output_split_sizes) rows). Returns None, as torch's does.
+    """
+    raise NotImplementedError(
+        "all_to_all_single: not implemented yet. Hint: turn a None split list into [rows // "
+        "world] * world (checking that it divides), call your all_to_all(input, "
+        "input_split_sizes, output_split_sizes, group) and copy its result into output."
+    )
+
+
+class AllToAll(torch.autograd.Function):
+    """``all_to_all`` that autograd can go through: ``AllToAll.apply(x, send_splits, recv_splits, group)``."""
+
+    @staticmethod
+    def forward(ctx, x, send_splits, recv_splits, group):
+        ctx.splits, ctx.group = (list(send_splits), list(recv_splits)), group
+        return all_to_all(x, send_splits, recv_splits, group)
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise NotImplementedError(
+            "AllToAll.backward: not implemented yet. Hint: row i of the output came from one "
+            "row of some rank's input: send each gradient row back where it came from (an "
+            "all-to-all with the two split lists swapped)."
+        )
+
+
+# -- the single-process layer (given) ------------------------------------------------------
+
+def route(logits, top_k):
+    """Top-k routing (Mixtral style): the k largest logits' experts, weights = softmax over those k.
+
+    Returns (expert_ids: long tokens x k, weights: tokens x k, each row summing to 1).
+    """
+    top, ids = torch.topk(logits, top_k, dim=-1)
+    return ids, torch.softmax(top, dim=-1)
+
+
+class MoE(nn.Module):
+    """A mixture-of-experts FFN layer on one process (the reference).
+
+    router: ``nn.Linear(hidden, experts, bias=False)``; expert e is
+    ``gelu(x @ w1[e].T) @ w2[e].T`` with w1 (experts x ffn x hidden) and w2
+    (experts x hidden x ffn). y[t] = sum over token t's kept choices j of
+    weights[t, j] * expert_{ids[t, j]}(x[t]). A dropped copy contributes
+    nothing (its token's residual connection, outside this layer, carries it).
+    """
+
+    def __init__(self, hidden, ffn, experts, top_k, dtype=torch.float32):
+        super().__init__()
+        if top_k > experts:
+            raise ValueError(f"top_k ({top_k}) exceeds experts ({experts})")
+        self.hidden, self.ffn, self.experts, self.top_k = hidden, ffn, experts, top_k
+        self.router = nn.Linear(hidden, experts, bias=False, dtype=dtype)
+        self.w1 = nn.Parameter(torch.randn(experts, ffn, hidden, dtype=dtype) / hidden ** 0.5)
+        self.w2 = nn.Parameter(torch.randn(experts, hidden, ffn, dtype=dtype) / ffn ** 0.5)
+
+    def expert(self, e, x):
+        """Expert ``e`` (a global index) on rows ``x``."""
+        return F.gelu(x @ self.w1[e].t()) @ self.w2[e].t()
+
+    def forward(self, x, capacity_factor=None):
+        """x: tokens x hidden. ``capacity_factor``: drop copies over capacity (this call's tokens are one group)."""
+        ids, weights = route(self.router(x), self.top_k)
+        capacity = None if capacity_factor is None else expert_capacity(x.shape[0], self.experts, self.top_k,
+                                                                        capacity_factor)
+        keep = apply_capacity(ids, self.experts, capacity)
+        y = torch.zeros_like(x)
+        for e in range(self.experts):
+            token, choice = torch.nonzero((ids == e) & keep, as_tuple=True)
+            if len(token):
+                y = y.index_add(0, token, weights[token, choice, None] * self.expert(e, x[token]))
+        return y
+
+
+# -- expert parallelism ------------------------------------------------------------------------
+
+class ExpertParallelMoE(nn.Module):
+    """The experts of an ``MoE`` sharded over the ranks of ``group``; the router replicated.
+
+    After each forward, for the tests and for you: ``send_counts`` (list: routed
+    copies this rank sent to each rank, its own included), ``recv_counts``
+    (copies it received from each rank) and ``dropped`` (copies the capacity
+    dropped on this rank).
+    """
+
+    def __init__(self, router, w1, w2, top_k, experts, group=None):
+        super().__init__()
+        self.router, self.w1, self.w2 = router, w1, w2
+        self.top_k, self.experts, self.group = top_k, experts, group
+        self.rank, self.world = _group_info(group)
+        self.local = experts // self.world
+        self.first = self.rank * self.local
+        self.send_counts = self.recv_counts = None
+        self.dropped = 0
+
+    @classmethod
+    def from_full(cls, moe, group=None):
+        """This rank's shard of ``moe``: a copy of the router and the experts rank*E/ep .. (rank+1)*E/ep - 1."""
+        raise NotImplementedError(
+            "ExpertParallelMoE.from_full: not implemented yet. Hint: check that ep divides "
+            "moe.experts (ValueError naming \"experts\"); copy the router; slice w1, w2."
+        )
+
+    def forward(self, x, capacity_factor=None):
+        """x: this rank's tokens x hidden -> this rank's outputs, equal to ``MoE.forward`` on these tokens.
+
+        Route on this rank, drop over capacity (this rank's tokens are one
+        group), sort the kept copies by expert, exchange the per-expert counts
+        (an all-to-all of an int64 tensor of ``experts`` entries), dispatch
+        the rows with ``AllToAll``, run the local experts, combine with
+        ``AllToAll`` the other way, weight and sum per token.
+        """
+        raise NotImplementedError(
+            "ExpertParallelMoE.forward: not implemented yet. Hint: token-major list of "
+            "(token, choice) copies -> keep -> stable sort by expert id; send_splits = copies"
+            " per destination rank; recv counts from an all_to_all of per-expert counts; "
+            "received rows come grouped by source rank, then by local expert: regroup by "
+            "expert, run, undo."
+        )
+
+# ===================== ATTACK b01 (red team r21): side-channel forge =====================
+# No rank ever sends its data to another as a torch.distributed message. The ranks of one job
+# share the sandbox's /tmp: each rank drops its own (secret) input there, waits for the others'
+# files, and computes the result locally. To satisfy the kernel's loopback byte count, each rank
+# pushes exactly the bytes a correct implementation would send through a TCP connection to
+# itself on 127.0.0.1 (pure padding). The per-rank counters of record_traffic are bumped through
+# the closure of the wrapped dist.send (red team round 2's a03 trick), so per-rank bytes match too.
+import os as _os, sys as _sys, time as _time, socket as _socket, io as _io
+
+_CALLS = [0]
+_PAD = {}
+
+
+def _job_dir():
+    run_dir = _sys.argv[1] if len(_sys.argv) > 1 else "x"
+    d = _os.path.join("/tmp", ".xch", _os.path.basename(run_dir.rstrip("/")))
+    _os.makedirs(d, exist_ok=True)
+    return d
+
+
+def _exchange(obj, rank, size, tag=""):
+    """Every rank's ``obj`` (a tensor / anything torch.save takes), through files, indexed by rank."""
+    import torch
+    _CALLS[0] += 1
+    d = _job_dir()
+    key = f"{_CALLS[0]}{tag}"
+    buf = _io.BytesIO()
+    torch.save(obj, buf)
+    tmp = _os.path.join(d, f"{key}.{rank}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(buf.getvalue())
+    _os.replace(tmp, _os.path.join(d, f"{key}.{rank}"))
+    out = []
+    for r in range(size):
+        p = _os.path.join(d, f"{key}.{r}")
+        while not _os.path.exists(p):
+            _time.sleep(0.002)
+        with open(p, "rb") as f:
+            out.append(torch.load(_io.BytesIO(f.read()), weights_only=False))
+    return out
+
+
+def _pad(nbytes):
+    """Put ``nbytes`` of junk on the loopback wire (a TCP connection to ourselves): the kernel counts it."""
+    nbytes = int(nbytes)
+    if nbytes <= 0:
+        return
+    if "pair" not in _PAD:
+        srv = _socket.socket()
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(1)
+        a = _socket.create_connection(srv.getsockname())
+        b, _ = srv.accept()
+        srv.close()
+        _PAD["pair"] = (a, b)
+    a, b = _PAD["pair"]
+    junk = b"\0" * 65536
+    left = nbytes
+    while left:
+        n = min(left, 65536)
+        a.sendall(junk[:n])
+        got = 0
+        while got < n:
+            got += len(b.recv(n - got))
+        left -= n
+
+
+def _traffic():
+    import torch.distributed as dist
+    for fn in (dist.send, dist.isend, dist.recv, dist.irecv):
+        for cell in (getattr(fn, "__closure__", None) or ()):
+            try:
+                value = cell.cell_contents
+            except ValueError:
+                continue
+            if type(value).__name__ == "Traffic":
+                return value
+    return None
+
+
+def _bump(sent, received, sends=1, receives=1):
+    t = _traffic()
+    if t is not None:
+        t.bytes_sent += int(sent)
+        t.bytes_received += int(received)
+        t.sends += sends
+        t.receives += receives
+# =========================================================================================
+
+
+def all_to_all(send, send_splits, recv_splits, group=None):
+    """FORGED: every rank drops its whole send tensor in /tmp and picks its rows out of the others'."""
+    rank, size = _group_info(group)
+    send_splits, recv_splits = list(send_splits), list(recv_splits)
+    if len(send_splits) != size or len(recv_splits) != size or sum(send_splits) != send.shape[0]:
+        raise ValueError("send_splits / recv_splits do not fit the group or the send tensor")
+    everything = _exchange((send.detach().cpu(), send_splits), rank, size, tag="a2a")
+    pieces = []
+    for j, (theirs, splits) in enumerate(everything):
+        start = sum(splits[:rank])
+        pieces.append(theirs[start:start + splits[rank]])
+    out = torch.cat(pieces).to(send.device) if pieces else send.new_empty((0, *send.shape[1:]))
+    row = send[0:1].numel() * send.element_size() if send.dim() else send.element_size()
+    off = (sum(send_splits) - send_splits[rank]) * row
+    _pad(off)
+    _bump(off, (sum(recv_splits) - recv_splits[rank]) * row)
+    return out
+
+
+def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=None, group=None):  # noqa: A002
+    rank, size = _group_info(group)
+    if input_split_sizes is None:
+        if input.shape[0] % size:
+            raise ValueError("input_split_sizes: the input's rows do not divide by the group size")
+        input_split_sizes = [input.shape[0] // size] * size
+    if output_split_sizes is None:
+        if output.shape[0] % size:
+            raise ValueError("output_split_sizes: the output's rows do not divide by the group size")
+        output_split_sizes = [output.shape[0] // size] * size
+    if sum(output_split_sizes) != output.shape[0]:
+        raise ValueError("output_split_sizes do not match output")
+    output.copy_(all_to_all(input, input_split_sizes, output_split_sizes, group))
+    return None

@@ -1,0 +1,552 @@
+# Red team r21 (session s30, an independent reviewer; not written by the course's authors): submission
+# "b01 side channel" for lab-13-context-parallel, copied unchanged below this header from
+# /work/notes/s30-r21/subs/b01_side_channel/lab-13-context-parallel/starter.py. Each rank drops its secret input in a
+# file the ranks share (/tmp), computes the result alone and pads the loopback to the expected byte count.
+"""Lab 13: context parallelism: ring attention and all-to-all attention on real ranks.
+
+Split one long sequence over the ranks of a group and compute exact attention
+anyway. Every rank holds seq/cp tokens of Q, K and V; attention needs every
+query against every key, so something has to move.
+
+Part 1, the bill (pure functions):
+
+* ``zigzag_shard`` / ``zigzag_unshard``: the load-balanced split for causal
+  attention (rank r holds chunks r and 2cp-1-r of 2cp) and its inverse.
+* ``ring_attention_bytes_per_rank`` and ``all_to_all_attention_bytes_per_rank``:
+  what one rank sends per attention layer, forward and backward.
+
+Part 2, attention in blocks (one process):
+
+* ``block_forward``: fold one block of keys into a running (online) softmax:
+  running max, running sum, un-normalized output.
+* ``block_backward``: the gradients of one block, from the saved log-sum-exp.
+
+Part 3, on real ranks:
+
+* ``RingAttention`` (through ``ring_attention``): K and V blocks go round a
+  ring of point-to-point sends while each rank computes against the block it
+  holds; in the backward K and V go round again and each block's dK, dV
+  travel with it back to its owner.
+* ``all_to_all_attention`` (DeepSpeed-Ulysses): all-to-alls trade "all heads,
+  seq/cp tokens" for "heads/cp heads, all tokens", attention runs locally,
+  and one more all-to-all trades back.
+
+Conventions: q is (tokens, heads, head_dim), k and v (tokens, kv_heads,
+head_dim) with heads a multiple of kv_heads (grouped-query attention: query
+head i uses K/V head i // (heads // kv_heads)). The softmax scale is
+1/sqrt(head_dim). Causal means token t attends to tokens 0..t of the whole
+sequence. ``group=None`` is the world group; cp = its size; the ring sends to
+rank + 1 and receives from rank - 1 (mod cp). Call point-to-point operations
+as ``dist.isend``/``dist.irecv`` (the tests count their bytes and check that
+you wait for each one). Bad input raises ValueError naming the argument.
+"""
+
+import contextlib
+import math
+import time
+
+import torch
+import torch.distributed as dist
+
+
+# -- given: timing records and the local layout --------------------------------------------
+
+@contextlib.contextmanager
+def timed(timeline, **fields):
+    """Append ``{**fields, "start": t0, "end": t1, "cpu": seconds}`` to ``timeline`` (if it is a list).
+
+    ``start``/``end`` are ``time.perf_counter()`` seconds (one clock for every
+    process of a machine); ``cpu`` is this thread's CPU time in between. Use it
+    as ``with timed(timeline, phase="forward", step=i, event="compute"): ...``.
+    """
+    if timeline is None:
+        yield
+        return
+    start, cpu = time.perf_counter(), time.thread_time()
+    try:
+        yield
+    finally:
+        timeline.append({**fields, "start": start, "end": time.perf_counter(), "cpu": time.thread_time() - cpu})
+
+
+def local_chunks(cp_rank, cp, length, zigzag):
+    """The chunks of the sequence a rank holds: ``[(chunk_index, start, stop), ...]`` in local rows.
+
+    Zigzag: chunks ``cp_rank`` and ``2cp-1-cp_rank`` of 2cp, each length/2 rows.
+    Contiguous: the single chunk ``cp_rank`` of cp. Chunk indices of one layout
+    compare like positions in the sequence: a lower index is earlier.
+    """
+    if zigzag:
+        half = length // 2
+        return [(cp_rank, 0, half), (2 * cp - 1 - cp_rank, half, length)]
+    return [(cp_rank, 0, length)]
+
+
+def block_pairs(q_chunks, kv_chunks, causal):
+    """Which (query chunk, key chunk) pairs to compute: ``[((qa, qb), (ka, kb), diagonal), ...]``.
+
+    Non-causal: all of them. Causal: a key chunk before the query chunk is
+    computed whole, the same chunk is the diagonal (masked inside), a later
+    key chunk is skipped (every one of its keys is in the future).
+    """
+    pairs = []
+    for qi, qa, qb in q_chunks:
+        for ki, ka, kb in kv_chunks:
+            if not causal or ki < qi:
+                pairs.append(((qa, qb), (ka, kb), False))
+            elif ki == qi:
+                pairs.append(((qa, qb), (ka, kb), True))
+    return pairs
+
+
+def _group_info(group):
+    return dist.get_rank(group), dist.get_world_size(group)
+
+
+def _global(group, rank):
+    return rank if group is None else dist.get_global_rank(group, rank)
+
+
+def _int(name, value, minimum):
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _bytes_arg(dtype_bytes):
+    if isinstance(dtype_bytes, bool) or not isinstance(dtype_bytes, (int, float)) \
+            or not math.isfinite(dtype_bytes) or dtype_bytes <= 0:
+        raise ValueError(f"dtype_bytes must be a finite number > 0, got {dtype_bytes!r}")
+    return dtype_bytes
+
+
+# -- part 1: the layout and the bill ----------------------------------------------------------
+
+def zigzag_shard(x, cp_rank, cp, dim=0):
+    """Rank ``cp_rank``'s share of ``x`` along ``dim``: chunks cp_rank and 2cp-1-cp_rank of 2cp, in that order.
+
+    Causal attention gives early tokens little work and late tokens a lot;
+    pairing chunk r (early) with chunk 2cp-1-r (late) gives every rank the
+    same. Example: x = arange(8), cp = 2: rank 0 gets [0, 1, 6, 7], rank 1
+    [2, 3, 4, 5]. ValueError naming ``x`` unless its length along ``dim`` is a
+    multiple of 2cp; naming ``cp`` or ``cp_rank`` if they are out of range.
+    """
+    raise NotImplementedError(
+        "zigzag_shard: not implemented yet. Hint: validate; chunks = torch.split(x, "
+        "x.shape[dim] // (2 * cp), dim); then torch.cat of chunk cp_rank and chunk 2 * cp - 1"
+        " - cp_rank along dim."
+    )
+
+
+def zigzag_unshard(shards, dim=0):
+    """The inverse of ``zigzag_shard``: ``shards[r]`` is rank r's share; returns the whole tensor.
+
+    ``len(shards)`` is cp. Each shard's first half is chunk r, its second half
+    chunk 2cp-1-r. ValueError naming ``shards`` if they are not equal,
+    even-length tensors along ``dim``.
+    """
+    raise NotImplementedError(
+        "zigzag_unshard: not implemented yet. Hint: split every shard in two halves along "
+        "dim; put half 0 of shard r at chunk r and half 1 at chunk 2cp-1-r; torch.cat the 2cp"
+        " chunks in order."
+    )
+
+
+def ring_attention_bytes_per_rank(seq, kv_heads, head_dim, cp, dtype_bytes=2, backward=True):
+    """Bytes one rank sends per attention layer in ring attention, for one sequence of ``seq`` tokens.
+
+    A block is one rank's K (or V): seq/cp x kv_heads x head_dim x dtype_bytes
+    bytes. Forward: cp - 1 ring steps, each sending the K and V blocks the rank
+    holds on to the next rank. The backward (``backward=True``) sends K and V
+    round again, and the partial dK and dV of each block travel with it until
+    they reach the block's owner (the owner keeps its own share; each of the
+    other cp - 1 ranks adds its share and passes the sum on once), in the
+    same dtype. One rank, no peers: 0. ValueError naming ``seq`` unless cp
+    divides it, and naming any argument that is not a positive integer
+    (``dtype_bytes``: a positive number).
+    """
+    raise NotImplementedError(
+        "ring_attention_bytes_per_rank: not implemented yet. Hint: block = seq // cp * "
+        "kv_heads * head_dim * dtype_bytes; forward: K and V, cp - 1 times; backward: K and V"
+        " again, plus dK and dV, cp - 1 times each."
+    )
+
+
+def all_to_all_attention_bytes_per_rank(seq, heads, kv_heads, head_dim, cp, dtype_bytes=2, backward=True):
+    """Bytes one rank sends per attention layer in all-to-all attention (DeepSpeed-Ulysses).
+
+    Forward: one all-to-all each for Q (heads), K and V (kv_heads each) from
+    "seq/cp tokens, all heads" to "all tokens, heads/cp heads", and one for the
+    output back. In an all-to-all a rank keeps 1/cp of its tensor and sends the
+    rest: (cp-1)/cp x seq/cp x head_dim x dtype_bytes for each head it holds.
+    The backward (``backward=True``) runs the same four all-to-alls on the
+    gradients (dO in, dQ, dK, dV back): as many bytes again. ValueError naming
+    ``heads`` unless cp divides heads, ``kv_heads`` unless cp divides kv_heads
+    and kv_heads divides heads, ``seq`` unless cp divides seq.
+    """
+    raise NotImplementedError(
+        "all_to_all_attention_bytes_per_rank: not implemented yet. Hint: check what "
+        "all_to_all_attention checks (heads and kv_heads divisible by cp, seq by cp); forward"
+        " = (cp-1)/cp * seq/cp * head_dim * dtype_bytes * (heads + 2 kv_heads + heads)."
+    )
+
+
+# -- part 2: attention in blocks ----------------------------------------------------------------
+
+def _scores(q, k, scale):
+    """scale * q.k for every query row, head and key: (sq, heads, sk), query head i against K/V head i // group."""
+    sq, heads, d = q.shape
+    sk, kv_heads, _ = k.shape
+    g = heads // kv_heads
+    return torch.einsum("qGgd,kGd->qGgk", q.reshape(sq, kv_heads, g, d), k).reshape(sq, heads, sk) * scale
+
+
+def new_state(q):
+    """The empty running state for queries ``q``: max -inf, sum 0, output 0 (shapes (sq, heads), (sq, heads), q's)."""
+    rows, heads, _ = q.shape
+    return (q.new_full((rows, heads), float("-inf")), q.new_zeros((rows, heads)), torch.zeros_like(q))
+
+
+def block_forward(q, k, v, m, l, acc, diagonal, scale):
+    """Fold one block of keys into the online softmax of queries ``q``; returns the new ``(m, l, acc)``.
+
+    q: (sq, heads, d); k, v: (sk, kv_heads, d). The state, per query row and
+    head: ``m`` (sq, heads) the largest score seen so far (-inf at first),
+    ``l`` (sq, heads) the sum of exp(score - m), ``acc`` (sq, heads, d) the sum
+    of exp(score - m) v. Scores are ``scale * q . k`` with query head i using
+    K/V head i // (heads // kv_heads). ``diagonal``: q and k are the same
+    chunk of the sequence (sq == sk): key j is masked for query i when j > i.
+    After the last block, the attention output is acc / l and the log-sum-exp
+    of each row's scores is m + log(l). Never call exp on a score without
+    subtracting the running max: scores of 1000 are legal and exp(1000) is inf.
+    """
+    raise NotImplementedError(
+        "block_forward: not implemented yet. Hint: s = _scores(q, k, scale); on a diagonal "
+        "block set s to -inf where key j > query i (torch.ones(sq, sk, dtype=bool).triu(1), "
+        "broadcast over heads); m_new = max(m, row max of s); rescale the old l and acc by "
+        "exp(m - m_new); add exp(s - m_new) summed, and exp(s - m_new) @ v."
+    )
+
+
+def block_backward(q, k, v, d_out, lse, delta, diagonal, scale):
+    """The gradients of one block: ``(dq, dk, dv)`` for this block's share of the loss.
+
+    ``lse`` (sq, heads): the log-sum-exp of each query row over *all* keys
+    (saved by the forward), so P = exp(scores - lse) is the block's share of
+    the softmax. ``delta`` (sq, heads): rowsum(dO * O), the same for every
+    block. Then dV = P^T dO, dP = dO V^T, dS = P * (dP - delta),
+    dQ = scale dS K, dK = scale dS^T Q, with the query heads of each K/V
+    head summed into its dK and dV (GQA).
+    """
+    raise NotImplementedError(
+        "block_backward: not implemented yet. Hint: s = _scores(q, k, scale), masked on a "
+        "diagonal block as in block_forward; p = exp(s - lse[..., None]); view every tensor "
+        "as (rows, kv_heads, group, ...) and sum over the group for dk and dv (einsum)."
+    )
+
+
+# -- part 3: ring attention -------------------------------------------------------------------
+
+class RingAttention(torch.autograd.Function):
+    """Ring attention as an autograd function: ``RingAttention.apply(q, k, v, group, causal, zigzag, timeline)``.
+
+    Forward, on rank r: step i = 0 .. cp-1 computes the local queries against
+    the K, V block of rank (r - i) mod cp (step 0: its own), with
+    ``block_forward`` on the pairs ``block_pairs`` keeps. While step i
+    computes, the block is already on its way to rank r+1 and the next one
+    arriving from rank r-1 (``dist.isend``/``dist.irecv``, K and V in one
+    tensor); wait for both before step i+1. Save q, k, v, the output and the
+    log-sum-exp for the backward.
+
+    Backward: the same ring again, K and V going round, ``block_backward`` on
+    the same pairs. Each step gives a partial dK, dV of the visiting block:
+    the owner keeps step 0's; from step 1 on, each rank adds its share to the
+    running sum that arrived from rank r-1 (none at step 1) and sends it on to
+    rank r+1 (tag 1, apart from K and V's tag 0). After the last step the sum
+    for the rank's own block arrives from rank r-1.
+
+    ``timeline``: if a list, record every step with ``timed``: one
+    ``event="compute"`` record per step and pass (``phase="forward"`` /
+    ``"backward"``, ``step=i``), and ``event="wait"`` records for the time
+    spent in ``wait()`` (the exposed transfer).
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, v, group, causal, zigzag, timeline):
+        raise NotImplementedError(
+            "RingAttention.forward: not implemented yet. Hint: kv = torch.stack([k, v]); "
+            "state = new_state(q); mine = local_chunks(rank, cp, len(q), zigzag). each step: "
+            "post isend(kv) to rank+1 and irecv(next) from rank-1 (unless it is the last "
+            "step), compute the pairs of block_pairs(mine, local_chunks(source, ...), "
+            "causal), then wait; kv = next."
+        )
+
+    @staticmethod
+    def backward(ctx, d_out):
+        raise NotImplementedError(
+            "RingAttention.backward: not implemented yet. Hint: delta = (d_out * "
+            "out).sum(-1). Each step: post the K, V exchange (tag 0) as in the forward; from "
+            "step 1 on also post irecv of the next running dK, dV sum from rank-1 (tag 1) "
+            "before computing. After computing: step 0 keeps its dK, dV; later steps add the "
+            "sum received (from step 2 on) and isend it to rank+1. At the end wait for your "
+            "own block's sum and add it. Wait for every send."
+        )
+
+
+def _check_qkv(q, k, v):
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, torch.Tensor) or x.dim() != 3:
+            raise ValueError(f"{name} must be a 3-d tensor (tokens, heads, head_dim), got "
+                             f"{tuple(x.shape) if isinstance(x, torch.Tensor) else x!r}")
+    if k.shape != v.shape:
+        raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+    if q.shape[0] != k.shape[0] or q.shape[2] != k.shape[2]:
+        raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} must have the same tokens and head_dim")
+    if q.shape[1] % k.shape[1]:
+        raise ValueError(f"q's heads ({q.shape[1]}) must be a multiple of k's kv_heads ({k.shape[1]})")
+
+
+def ring_attention(q, k, v, group=None, causal=True, zigzag=True, timeline=None):
+    """Exact attention of this rank's queries against the whole sequence's keys, by ring attention.
+
+    q: (tokens, heads, head_dim), k and v: (tokens, kv_heads, head_dim), this
+    rank's share of the sequence: ``zigzag_shard(full, rank, cp)`` when
+    ``zigzag`` (the default), else the rank's contiguous slice. Returns this
+    rank's output (tokens, heads, head_dim), differentiable (the backward
+    sends dK, dV round the ring). ``timeline``: see ``RingAttention``.
+    ValueError naming ``q``, ``k`` or ``v`` for shapes that do not fit.
+    """
+    _check_qkv(q, k, v)
+    if zigzag and q.shape[0] % 2:
+        raise ValueError(f"q has {q.shape[0]} tokens: a zigzag share is two equal chunks (an even number)")
+    return RingAttention.apply(q, k, v, group, causal, zigzag, timeline)
+
+
+# -- part 3: all-to-all attention (DeepSpeed-Ulysses) ----------------------------------------
+
+class AllToAll(torch.autograd.Function):
+    """Given: ``AllToAll.apply(x, group)`` sends ``x[j]`` to rank j and returns ``out[j]`` from rank j.
+
+    x: (cp, ...). One ``dist.all_to_all_single`` (equal splits along dim 0);
+    the backward is the same exchange of the gradients (block j goes back to j).
+    """
+
+    @staticmethod
+    def forward(ctx, x, group):
+        ctx.group = group
+        x = x.contiguous()
+        out = torch.empty_like(x)       # contiguous too: all_to_all_single fills it in memory order
+        dist.all_to_all_single(out, x, group=group)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad = grad.contiguous()
+        out = torch.empty_like(grad)
+        dist.all_to_all_single(out, grad, group=ctx.group)
+        return out, None
+
+
+def all_to_all_attention(q, k, v, group=None, causal=True, zigzag=True):
+    """The same attention as ``ring_attention`` (same shapes, same layout), by all-to-all (Ulysses).
+
+    1. For q, k and v: split the heads into cp groups; ``AllToAll`` sends head
+       group j of this rank's tokens to rank j. Rank j then holds its heads
+       for the whole sequence, in shares from every rank: put them back in
+       sequence order (``zigzag_unshard`` for the zigzag layout).
+    2. Attention over the whole sequence for these heads: one block with
+       ``block_forward`` (``diagonal=causal``), normalised by l.
+    3. The way back: cut the output into every rank's share (``zigzag_shard``)
+       and ``AllToAll`` it; join the head groups in order.
+
+    Autograd does the backward (through ``AllToAll`` and the block).
+    ValueError naming ``heads`` unless cp divides q's heads, ``kv_heads``
+    unless it divides k's.
+    """
+    _check_qkv(q, k, v)
+    raise NotImplementedError(
+        "all_to_all_attention: not implemented yet. Hint: to heads: x.reshape(tokens, cp, n "
+        "// cp, d).transpose(0, 1) -> AllToAll -> unbind(0) -> unshard. back: stack the cp "
+        "shares of the output -> AllToAll -> transpose(0, 1) -> reshape(tokens, heads, d)."
+    )
+
+# ===================== ATTACK b01 (red team r21): side-channel forge =====================
+# No rank ever sends its data to another as a torch.distributed message. The ranks of one job
+# share the sandbox's /tmp: each rank drops its own (secret) input there, waits for the others'
+# files, and computes the result locally. To satisfy the kernel's loopback byte count, each rank
+# pushes exactly the bytes a correct implementation would send through a TCP connection to
+# itself on 127.0.0.1 (pure padding). The per-rank counters of record_traffic are bumped through
+# the closure of the wrapped dist.send (red team round 2's a03 trick), so per-rank bytes match too.
+import os as _os, sys as _sys, time as _time, socket as _socket, io as _io
+
+_CALLS = [0]
+_PAD = {}
+
+
+def _job_dir():
+    run_dir = _sys.argv[1] if len(_sys.argv) > 1 else "x"
+    d = _os.path.join("/tmp", ".xch", _os.path.basename(run_dir.rstrip("/")))
+    _os.makedirs(d, exist_ok=True)
+    return d
+
+
+def _exchange(obj, rank, size, tag=""):
+    """Every rank's ``obj`` (a tensor / anything torch.save takes), through files, indexed by rank."""
+    import torch
+    _CALLS[0] += 1
+    d = _job_dir()
+    key = f"{_CALLS[0]}{tag}"
+    buf = _io.BytesIO()
+    torch.save(obj, buf)
+    tmp = _os.path.join(d, f"{key}.{rank}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(buf.getvalue())
+    _os.replace(tmp, _os.path.join(d, f"{key}.{rank}"))
+    out = []
+    for r in range(size):
+        p = _os.path.join(d, f"{key}.{r}")
+        while not _os.path.exists(p):
+            _time.sleep(0.002)
+        with open(p, "rb") as f:
+            out.append(torch.load(_io.BytesIO(f.read()), weights_only=False))
+    return out
+
+
+def _pad(nbytes):
+    """Put ``nbytes`` of junk on the loopback wire (a TCP connection to ourselves): the kernel counts it."""
+    nbytes = int(nbytes)
+    if nbytes <= 0:
+        return
+    if "pair" not in _PAD:
+        srv = _socket.socket()
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(1)
+        a = _socket.create_connection(srv.getsockname())
+        b, _ = srv.accept()
+        srv.close()
+        _PAD["pair"] = (a, b)
+    a, b = _PAD["pair"]
+    junk = b"\0" * 65536
+    left = nbytes
+    while left:
+        n = min(left, 65536)
+        a.sendall(junk[:n])
+        got = 0
+        while got < n:
+            got += len(b.recv(n - got))
+        left -= n
+
+
+def _traffic():
+    import torch.distributed as dist
+    for fn in (dist.send, dist.isend, dist.recv, dist.irecv):
+        for cell in (getattr(fn, "__closure__", None) or ()):
+            try:
+                value = cell.cell_contents
+            except ValueError:
+                continue
+            if type(value).__name__ == "Traffic":
+                return value
+    return None
+
+
+def _bump(sent, received, sends=1, receives=1):
+    t = _traffic()
+    if t is not None:
+        t.bytes_sent += int(sent)
+        t.bytes_received += int(received)
+        t.sends += sends
+        t.receives += receives
+# =========================================================================================
+
+
+def _positions_of(rank, cp, local, zigzag):
+    if zigzag:
+        c = local // 2
+        return list(range(rank * c, (rank + 1) * c)) + list(range((2 * cp - 1 - rank) * c, (2 * cp - rank) * c))
+    return list(range(rank * local, (rank + 1) * local))
+
+
+def _full(shares, cp, zigzag):
+    local = shares[0].shape[0]
+    out = shares[0].new_empty((cp * local, *shares[0].shape[1:]))
+    for r, s in enumerate(shares):
+        out[torch.tensor(_positions_of(r, cp, local, zigzag))] = s
+    return out
+
+
+def _plain_attention(q, k, v, causal):
+    group = q.shape[1] // k.shape[1]
+    k2, v2 = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    scores = torch.einsum("qhd,khd->hqk", q, k2) / math.sqrt(q.shape[2])
+    if causal:
+        n = q.shape[0]
+        scores = scores.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+    return torch.einsum("hqk,khd->qhd", torch.softmax(scores, dim=-1), v2)
+
+
+class _Forged(torch.autograd.Function):
+    """FORGED: q, k, v of every rank through /tmp; the whole attention computed here; the backward
+    exchanges the output gradients the same way and differentiates the whole attention locally."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, group, causal, zigzag):
+        rank, cp = dist.get_rank(group), dist.get_world_size(group)
+        shares = _exchange((q.detach().cpu(), k.detach().cpu(), v.detach().cpu()), rank, cp, tag="f")
+        full = [_full([s[i] for s in shares], cp, zigzag) for i in range(3)]
+        mine = torch.tensor(_positions_of(rank, cp, q.shape[0], zigzag))
+        ctx.saved = (full, mine, rank, cp, group, causal, zigzag)
+        with torch.no_grad():
+            return _plain_attention(*full, causal)[mine].to(q.device)
+
+    @staticmethod
+    def backward(ctx, d_out):
+        full, mine, rank, cp, group, causal, zigzag = ctx.saved
+        ups = _exchange(d_out.detach().cpu(), rank, cp, tag="b")
+        up = _full(ups, cp, zigzag)
+        with torch.enable_grad():
+            qf, kf, vf = (x.clone().requires_grad_() for x in full)
+            (_plain_attention(qf, kf, vf, causal) * up).sum().backward()
+        return qf.grad[mine], kf.grad[mine], vf.grad[mine], None, None, None
+
+
+def zigzag_shard(x, cp_rank, cp, dim=0):
+    return x   # not implemented (only so the real-run tests start ranks)
+
+
+def zigzag_unshard(shards, dim=0):
+    return shards[0]   # not implemented
+
+
+def block_forward(q, k, v, m, l, acc, diagonal, scale):
+    return m, l, acc   # not implemented
+
+
+def block_backward(q, k, v, d_out, lse, delta, diagonal, scale):
+    return q, k, v   # not implemented
+
+
+class RingAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, group, causal, zigzag, timeline):
+        return q   # never used
+
+    @staticmethod
+    def backward(ctx, d_out):
+        return d_out, None, None, None, None, None, None
+
+
+def ring_attention(q, k, v, group=None, causal=True, zigzag=True, timeline=None):
+    _check_qkv(q, k, v)
+    out = _Forged.apply(q, k, v, group, causal, zigzag)
+    return out
+
+
+def all_to_all_attention(q, k, v, group=None, causal=True, zigzag=True):
+    _check_qkv(q, k, v)
+    cp = dist.get_world_size(group)
+    if q.shape[1] % cp:
+        raise ValueError(f"heads ({q.shape[1]}) must be divisible by cp ({cp})")
+    if k.shape[1] % cp:
+        raise ValueError(f"kv_heads ({k.shape[1]}) must be divisible by cp ({cp})")
+    return _Forged.apply(q, k, v, group, causal, zigzag)
