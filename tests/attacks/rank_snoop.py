@@ -43,3 +43,11 @@ def stuck_in_recv(rank, world_size):
 
     dist.recv(torch.zeros(1), src=1 - rank)  # both receive first: the launcher reports this line
     return rank
+
+
+def barrier_only(rank, world_size):
+    """Nothing but joining and one barrier: the bytes of the rendezvous itself (a measurement)."""
+    import torch.distributed as dist
+
+    dist.barrier()
+    return rank
