@@ -36,6 +36,7 @@ import sys
 MAX_MESSAGE = 1 << 20          # bytes of one request (argv + environment)
 MAX_FDS = 16                   # descriptors one process may be handed
 PR_SET_NO_NEW_PRIVS, PR_SET_DUMPABLE, PR_CAPBSET_DROP = 38, 4, 24
+FILTER: list = []  # [path, descriptor]: a seccomp program every process started here finds open at that number
 
 
 def _prctl(option: int, value: int) -> None:
@@ -105,6 +106,11 @@ def _child(request: dict, fds: list) -> None:  # pragma: no cover - between fork
             if fd > start:  # (os.closerange misbehaves on an empty range)
                 os.closerange(start, fd)
             start = fd + 1
+        if FILTER and int(FILTER[1]) not in targets:  # for a nested bubblewrap's --seccomp (read once, by it)
+            opened = os.open(str(FILTER[0]), os.O_RDONLY)
+            if opened != int(FILTER[1]):
+                os.dup2(opened, int(FILTER[1]), inheritable=True)
+                os.close(opened)
         os.setsid()
         os.umask(0o077)
         os.chdir(str(request["cwd"]))
@@ -274,6 +280,7 @@ def main(control_fd: int, settings: dict) -> None:
     if settings.get("uid") is not None and os.getuid() == 0:
         drop_privileges(int(settings["uid"]), int(settings["gid"]))
     _prctl(PR_SET_DUMPABLE, 0)  # no process of the sandbox may read our memory or descriptors
+    FILTER[:] = settings.get("filter") or []
     control = socket.socket(fileno=control_fd)
     control.send(json.dumps({"ready": os.getpid(), "uid": os.getuid()}).encode())
     try:

@@ -145,7 +145,7 @@ def nested_prefix(bwrap: str, runs: Path, tmp_size: int, keep: list = ()) -> lis
     folders and files the process needs (:data:`NESTED_WRITABLE`, :data:`NESTED_READABLE`).
     """
     c = [bwrap, "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-cgroup-try", "--disable-userns",
-         "--die-with-parent", "--ro-bind", "/", "/",
+         "--die-with-parent", "--seccomp", str(FILTER_FD), "--ro-bind", "/", "/",
          "--tmpfs", "/proc"]
     for name in PROC_FILES:  # torch reads the CPUs there; machine-wide files, nothing of any process
         c += ["--ro-bind-try", f"/proc/{name}", f"/proc/{name}"]
@@ -164,6 +164,43 @@ def nested_prefix(bwrap: str, runs: Path, tmp_size: int, keep: list = ()) -> lis
 
 
 PROC_FILES = ("cpuinfo", "meminfo", "stat")
+FILTER_PATH = "/.commtax-no-unix-sockets.bpf"  # where the seccomp program appears inside a lab's sandbox
+FILTER_FD = 1017  # the descriptor the agent opens it at for each process (bwrap --seccomp reads it)
+
+# Classic BPF over struct seccomp_data {int nr; u32 arch; u64 ip; u64 args[6]} (offsets 0, 4, 8, 16):
+BPF_LD_W_ABS, BPF_JEQ, BPF_JSET, BPF_RET = 0x20, 0x15, 0x45, 0x06
+AUDIT_ARCH_X86_64, AUDIT_ARCH_AARCH64 = 0xC000003E, 0xC00000B7
+SYS_SOCKET = {AUDIT_ARCH_X86_64: 41, AUDIT_ARCH_AARCH64: 198}
+X32_BIT = 0x40000000
+SECCOMP_RET_ALLOW, SECCOMP_RET_EPERM = 0x7FFF0000, 0x00050000 | 1
+AF_UNIX = 1
+
+
+def no_unix_sockets_filter() -> bytes:
+    """A seccomp program (classic BPF, as bubblewrap's ``--seccomp`` reads it) under which
+    ``socket(AF_UNIX, ...)`` fails with EPERM, on x86_64 and aarch64.
+
+    Abstract Unix sockets belong to the network namespace but never cross the loopback, so ranks
+    could talk over them without the kernel's byte count seeing it. Everything else is allowed;
+    an x32 system call on x86_64, and any call of another architecture (i386 code), fails.
+    Jumps are relative: the next instruction is offset 0.
+    """
+    program = [
+        (BPF_LD_W_ABS, 0, 0, 4),                                  # 0: the architecture
+        (BPF_JEQ, 0, 3, AUDIT_ARCH_X86_64),                       # 1: x86_64 -> 2, else -> 5
+        (BPF_LD_W_ABS, 0, 0, 0),                                  # 2: the system call's number
+        (BPF_JSET, 7, 0, X32_BIT),                                # 3: x32 -> deny
+        (BPF_JEQ, 3, 5, SYS_SOCKET[AUDIT_ARCH_X86_64]),           # 4: socket -> 8, else allow
+        (BPF_JEQ, 0, 5, AUDIT_ARCH_AARCH64),                      # 5: aarch64 -> 6, else deny
+        (BPF_LD_W_ABS, 0, 0, 0),                                  # 6: the system call's number
+        (BPF_JEQ, 0, 2, SYS_SOCKET[AUDIT_ARCH_AARCH64]),          # 7: socket -> 8, else allow
+        (BPF_LD_W_ABS, 0, 0, 16),                                 # 8: its first argument (low half)
+        (BPF_JEQ, 1, 0, AF_UNIX),                                 # 9: AF_UNIX -> deny, else allow
+        (BPF_RET, 0, 0, SECCOMP_RET_ALLOW),                       # 10
+        (BPF_RET, 0, 0, SECCOMP_RET_EPERM),                       # 11
+    ]
+    import struct
+    return b"".join(struct.pack("=HBBI", *instruction) for instruction in program)
 NESTED_WRITABLE = ["--bind", "{path}", "{path}"]
 NESTED_READABLE = ["--ro-bind", "{path}", "{path}"]
 
@@ -360,11 +397,20 @@ class NamespaceIsolation:
         c += self._python_binds()
         for path, writable in ((str(box), False), (str(runs), True)):
             c += _parents(path) + ["--bind" if writable else "--ro-bind", path, path]
-        c += ["--ro-bind", str(agent), AGENT_PATH, "--chdir", str(box), "--",
-              sys.executable, "-I", "-S", AGENT_PATH, str(control_fd),
-              json.dumps({"uid": None if self.user_namespace else uid, "gid": uid,
-                          "limits": self.limits.rlimits()})]
+        c += ["--ro-bind", str(agent), AGENT_PATH]
+        settings = {"uid": None if self.user_namespace else uid, "gid": uid, "limits": self.limits.rlimits()}
+        if not self.user_namespace:  # the seccomp program of the nested sandboxes (nested_prefix)
+            c += ["--ro-bind", str(self._filter()), FILTER_PATH]
+            settings["filter"] = [FILTER_PATH, FILTER_FD]
+        c += ["--chdir", str(box), "--", sys.executable, "-I", "-S", AGENT_PATH, str(control_fd), json.dumps(settings)]
         return c
+
+    def _filter(self) -> Path:
+        path = self.base / "no-unix-sockets.bpf"
+        if not path.exists():
+            path.write_bytes(no_unix_sockets_filter())
+            os.chmod(path, 0o644)
+        return path
 
     def _python_binds(self) -> list:
         """The environment read-only; any protected folder (the course, hidden tests, submissions) inside
