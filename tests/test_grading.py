@@ -559,7 +559,8 @@ def _nested_missing() -> str | None:
 def test_a_rank_sees_no_file_and_no_process_of_another_rank_in_a_sandbox_per_rank(tmp_path, monkeypatch):
     # Under the grader (root mode) each rank runs in a sandbox of its own, nested in the lab's: a note
     # rank 0 leaves in /tmp, /dev/shm or its own folder is invisible to rank 1, the shared run folder
-    # is read-only, /proc shows no process; a deadlocked rank is still reported at its line (its stack
+    # is hidden, /proc shows no process, socket(AF_UNIX) fails (seccomp); a deadlocked rank is still
+    # reported at its line (its stack
     # dump reaches the Python inside through bubblewrap). The control: the same job without the
     # grader, where the ranks share /tmp and see each other's processes.
     needs_sandbox()
@@ -576,6 +577,7 @@ def test_a_rank_sees_no_file_and_no_process_of_another_rank_in_a_sandbox_per_ran
     marker = f"commtax-note-{os.urandom(6).hex()}"
     plain = run_ranks(rank_snoop.drop_and_look, 2, (marker,), timeout=120)
     assert "/tmp" in plain[1]["seen"] and plain[1]["pids"] > 0, plain  # the control: shared without the grader
+    assert plain[0]["unix_socket"] == "allowed", plain
 
     base = tmp_path / "grading"
     base.mkdir(mode=0o711)
@@ -594,6 +596,7 @@ def test_a_rank_sees_no_file_and_no_process_of_another_rank_in_a_sandbox_per_ran
         assert boxed[0]["written"][:3] == ["/tmp", "/dev/shm", boxed[0]["written"][2]], boxed
         assert boxed[0]["written"][2].endswith("/rank0"), boxed
         assert boxed[1]["seen"] == [] and boxed[0]["pids"] == boxed[1]["pids"] == 0, boxed
+        assert boxed[0]["unix_socket"] == "Operation not permitted", boxed  # the seccomp filter
         assert boxed.wire_bytes is not None and 0 < boxed.wire_bytes < 64 * 1024, boxed.wire_bytes
         with pytest.raises(DistributedRunError) as caught:
             run_ranks(rank_snoop.stuck_in_recv, 2, timeout=120)
