@@ -173,6 +173,8 @@ def _previous_rows(out: Path, columns: list, only: list) -> dict:
         raise SystemExit(f"[grading] --only: {out} does not exist yet; grade the whole class first")
     with open(out, newline="") as f:
         rows = list(csv.reader(f))
+    if rows and rows[0] == reports.csv_header(columns)[:-1]:  # written before the flags column: add it
+        rows = [reports.csv_header(columns)] + [row + [""] for row in rows[1:]]
     if not rows or rows[0] != reports.csv_header(columns):
         raise SystemExit(f"[grading] --only: {out} has other columns ({', '.join(rows[0]) if rows else 'none'}); "
                          "give the same --labs (and --exercises) as the run that wrote it")
@@ -200,6 +202,7 @@ def cmd_grade_many(args) -> int:
         rows = _previous_rows(out, columns, args.only)
         with open(out, newline="") as f:
             maxima = list(csv.reader(f))[1]
+        maxima += [""] * (len(reports.csv_header(columns)) - len(maxima))  # (a CSV from before the flags column)
         submissions = [p for p in submissions if p.name in args.only]
     if hasattr(os, "geteuid") and os.geteuid() == 0 and not args.same_user:
         # Root mode: one learner's code must not read another learner's submission.
@@ -254,7 +257,7 @@ def cmd_grade_many(args) -> int:
 def _row_and_report(path: Path, labs: list, result, problem: str, scale: dict):
     """(the CSV row, the report text) of one submission."""
     if result is None:
-        return ([path.name, "", "", *["" for _ in labs], problem],
+        return ([path.name, "", "", *["" for _ in labs], problem, ""],
                 f"student: {clean(path.name, limit=200, lines=1)}\n\nnot graded: {problem}\n")
     result = weights.apply(result, scale)
     return reports.csv_rows(path.name, result), reports.detailed(path.name, result)

@@ -6,7 +6,8 @@ How a grade is made (see grading/README.md for the teacher's view):
    (:func:`grading.integrity.preload`), marks itself non-dumpable and a child
    subreaper, and reads its **own copy** of the course into memory
    (:mod:`grading.course`). Of the submission only the ``starter.py`` files are
-   taken (:mod:`grading.submission`: no links, regular files, at most 1 MB).
+   taken (:mod:`grading.submission`: no links, regular files, at most 1 MB), and
+   parsed, never run, for the teacher's review flags (:mod:`grading.flags`).
 2. It chooses how learner code runs (:mod:`grading.sandbox`): as whom (root
    mode: an unprivileged user; same-user mode) and in what (an OS sandbox per
    lab run made with bubblewrap, or the fallback, whose lost guarantees the
@@ -53,6 +54,10 @@ from grading.sandbox.namespaces import SandboxError
 from grading.sandbox.plain import close_interpreter, open_interpreter, sandbox_user
 from grading.sanitize import clean
 from grading.submission import SubmissionError, read_exercise_answers, read_starter
+try:
+    from grading import flags as review_flags
+except ImportError:  # the student release ships without it: a learner must not learn how to avoid the flags
+    review_flags = None
 
 
 __all__ = ["GradeResult", "LabResult", "TestResult", "Stopped", "ISOLATIONS", "DEFAULT_ISOLATION", "NoSandbox", "SANDBOX_USER", "SOURCE_ROOT", "HIDDEN_DIR",
@@ -224,6 +229,7 @@ def _grade(submission, labs, *, source, hidden, lab_timeout, total_timeout, user
             starters[lab] = starter_of(Path(submission) if submission else None, lab, source)
         except SubmissionError as exc:
             starters[lab], refused[lab] = None, str(exc)
+    flagged = flag_starters(starters, source)  # parsed, never run: before any learner code runs
     # The exercises are scored now, before any learner code runs (this process imports nothing later).
     scored_exercises = grade_exercises(Path(submission) if submission else None) if exercises else None
     limits = limits or Limits(cpu_seconds=int(lab_timeout) + 60)
@@ -243,6 +249,8 @@ def _grade(submission, labs, *, source, hidden, lab_timeout, total_timeout, user
             result = GradeResult(mode=chosen.mode)
             _grade_labs(result, course, starters, refused, labs, base, chosen, source, hidden,
                         lab_timeout, total_timeout, progress, start, on_lab)
+            for lab in result.labs:
+                lab.flags = flagged.get(lab.lab, [])
             if scored_exercises is not None:
                 result.labs.append(scored_exercises)
         finally:
@@ -250,6 +258,22 @@ def _grade(submission, labs, *, source, hidden, lab_timeout, total_timeout, user
             chosen.close()
     result.seconds = time.monotonic() - start
     return result
+
+
+def flag_starters(starters: dict, source: Path = SOURCE_ROOT) -> dict:
+    """{lab: its review flags} (:mod:`grading.flags`): each learner's starter scanned as text, with what
+    the lab's shipped starter imports allowed; sanitized, for the teacher's reports only."""
+    flagged = {}
+    for lab, starter in starters.items():
+        if starter is None or review_flags is None:
+            continue
+        try:
+            allowed = review_flags.allowed_imports((Path(source) / "labs" / lab / "starter.py").read_bytes())
+            found = review_flags.scan(starter, lab, allowed)
+        except Exception as exc:  # noqa: BLE001 - a flag, never a grading stopped by the scan
+            found = [f"line 0: the review scan failed ({type(exc).__name__}): read the file"]
+        flagged[lab] = [clean(f, limit=200, lines=1) for f in found]
+    return flagged
 
 
 def grade_exercises(submission: Path | None) -> LabResult:

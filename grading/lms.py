@@ -58,7 +58,9 @@ def export(grades: Path, fmt: str, assignment: str, roster: Path | None = None, 
     if not assignment.strip():
         raise ValueError("assignment: give the LMS column a name")
     header, points, students = read_grades(grades)
-    labs = header[3:-1] if per_lab else []
+    # The lab columns lie between max_score and "problem" (then "flags", the teacher's only: never exported).
+    end = header.index("problem") if "problem" in header else len(header) - 1
+    labs = header[3:end] if per_lab else []
     columns, people = read_roster(roster)
     grade_names = [assignment, *[f"{assignment}: {lab}" for lab in labs]]
     grade_index = [1, *[header.index(lab) for lab in labs]]

@@ -31,7 +31,9 @@ ALWAYS_EXCLUDED = {".git", ".venv", "__pycache__", ".pytest_cache", ".ipynb_chec
                    "*.egg-info", ".ci", "_build"}
 # Also kept from learners: answers, the recipes of the recorded expected values (they call the reference),
 # and the course's own tests (they check the solutions).
-RELEASE_EXCLUDED = ALWAYS_EXCLUDED | {"solution.py", "solutions", "hidden", "tests", recorded.RECIPES_FILE}
+# flags.py: the review flags are the teacher's (a learner must not learn from it how to avoid them); the
+# grader runs without it.
+RELEASE_EXCLUDED = ALWAYS_EXCLUDED | {"solution.py", "solutions", "hidden", "tests", recorded.RECIPES_FILE, "flags.py"}
 GRADESCOPE_EXCLUDED = ALWAYS_EXCLUDED | {"solution.py", "solutions", "tests", "lessons"}
 
 CLASSROOM_WORKFLOW = """\

@@ -67,7 +67,30 @@ def table(result: GradeResult, visible_only: bool = False, learner: bool | None 
         lines.append("tests that need NCCL and a GPU per rank were skipped here; they neither earn nor cost points")
     if result.error:
         lines.append(f"grading error: {clean(result.error, limit=500)}")
+    if not learner:  # review flags: the teacher's only (a learner must not learn how to avoid them)
+        lines += flag_lines(result)
     return "\n".join(lines)
+
+
+FLAGS_SHOWN = 8  # flags listed per lab in the teacher's table (the CSV cell has the count and the first 3)
+
+
+def flag_lines(result: GradeResult) -> list:
+    """The teacher's lines on the review flags (grading/flags.py): per flagged lab, the count and the first
+    flags, each with its line in the learner's starter.py. Empty when nothing was flagged."""
+    flagged = [lab for lab in result.labs if lab.flags]
+    if not flagged:
+        return []
+    lines = ["review flags (for the teacher: code an honest solution does not need; read these labs' "
+             "starter.py; see grading/README.md, \"Review flags\"):"]
+    for lab in flagged:
+        total = flag_count(lab.flags)
+        shown = [flag for flag in lab.flags if not flag.startswith("... and ")][:FLAGS_SHOWN]
+        lines.append(f"  {lab.lab}: {total} flag{'s' if total != 1 else ''}")
+        lines += [f"    {clean(flag, limit=200, lines=1)}" for flag in shown]
+        if total > len(shown):
+            lines.append(f"    ... and {total - len(shown)} more")
+    return lines
 
 
 def gradescope(result: GradeResult) -> dict:
@@ -143,23 +166,44 @@ CSV_ID = "student_id"
 
 
 def csv_header(labs: list) -> list:
-    return [CSV_ID, "score", "max_score", *labs, "problem"]
+    """The CSV's columns; ``flags`` (the teacher's review flags, grading/flags.py) comes last."""
+    return [CSV_ID, "score", "max_score", *labs, "problem", "flags"]
 
 
 def csv_maxima(labs: list, result: GradeResult | None) -> list:
     """The second header row: the maximum of the total and of each lab (the same for every student)."""
     if result is None:
-        return ["Points Possible", "", "", *["" for _ in labs], ""]
+        return ["Points Possible", "", "", *["" for _ in labs], "", ""]
     per_lab = {lab.lab: lab.max_score for lab in result.labs}
-    return ["Points Possible", "", _points(result.max_score), *[_points(per_lab.get(lab, 0)) for lab in labs], ""]
+    return ["Points Possible", "", _points(result.max_score), *[_points(per_lab.get(lab, 0)) for lab in labs], "",
+            ""]
 
 
 def csv_rows(name: str, result: GradeResult) -> list:
-    """student id (the folder name), score, max_score, the score of each lab, and what went wrong."""
+    """student id (the folder name), score, max_score, the score of each lab, what went wrong, and the review
+    flags (their count, then the first ones with their lab: ``"7: lab-02-ring-allreduce line 151: imports
+    os; ..."``)."""
     row = [name, _points(result.score), _points(result.max_score)]
     row += [_points(lab.score) for lab in result.labs]
     problems = [result.error] if result.error else []
     problems += [f"{lab.lab}: {lab.problems()}" for lab in result.labs
                  if lab.problems() and "no starter.py" not in lab.problems()]
     row.append(clean("; ".join(problems), limit=500, lines=1).replace("\n", " "))
+    row.append(clean(flags_cell(result), limit=500, lines=1).replace("\n", " "))
     return row
+
+
+def flag_count(flags: list) -> int:
+    """How many flags a lab's list stands for (grading/flags.py keeps the first 100 and a line "... and N
+    more")."""
+    more = [f for f in flags if f.startswith("... and ")]
+    return len(flags) - len(more) + sum(int(f.split()[2]) for f in more if f.split()[2].isdigit())
+
+
+def flags_cell(result: GradeResult, reasons: int = 3) -> str:
+    """The CSV's ``flags`` cell: how many flags in all, then the first three, each named by lab."""
+    total = sum(flag_count(lab.flags) for lab in result.labs)
+    if not total:
+        return ""
+    first = [f"{lab.lab} {flag}" for lab in result.labs for flag in lab.flags if not flag.startswith("... and ")]
+    return f"{total}: " + "; ".join(first[:reasons]) + (" ..." if total > reasons else "")

@@ -31,6 +31,9 @@ class LabResult:
     # is a channel out of the hidden tests: a submission that sleeps when it sees a given argument).
     hidden_seconds: float = 0.0
     hidden_problem: str = ""
+    # Review flags (grading.flags): for the teacher only, never in what a learner sees (a learner must not
+    # learn from their own results how to avoid them).
+    flags: list = field(default_factory=list)
 
     @property
     def visible_seconds(self) -> float:

@@ -62,7 +62,7 @@ def test_learners_never_see_how_long_the_hidden_tests_took_or_why_their_run_stop
         assert not any(leak in text for leak in ("83", "95 s", "97 s", "timed out")), text
     teacher = reports.table(result)
     assert "95 s" in teacher and "97 s" in teacher and "hidden tests: timed out after 83 s" in teacher
-    assert "hidden tests: timed out after 83 s" in reports.csv_rows("s1", result)[-1]
+    assert "hidden tests: timed out after 83 s" in reports.csv_rows("s1", result)[-2]  # (then "flags")
     # A hidden test that never reported says only that it failed, never why (a time-out is a chosen bit).
     expected = [{"nodeid": "labs/x/hidden/test_h.py::test_h", "points": 1, "hidden": True, "nccl": False}]
     assert score_lab("x", expected, [], "timed out after 37 s")[0].message == "hidden test failed"
@@ -160,11 +160,11 @@ def test_gradescope_zip_per_lab_and_time_limit_and_only_what_grading_needs(tmp_p
 
 # -- the gradebook into an LMS ---------------------------------------------------------------------
 
-GRADES = [["student_id", "score", "max_score", FAST, "lab-01-alpha-beta", "problem"],
-          ["Points Possible", "", "30", "10", "20", ""],
-          ["alice", "30", "30", "10", "20", ""],
-          ["bob", "4", "30", "4", "0", "lab-01-alpha-beta: timed out"],
-          ["carol", "", "", "", "", "carol is a symbolic link: refused"]]
+GRADES = [["student_id", "score", "max_score", FAST, "lab-01-alpha-beta", "problem", "flags"],
+          ["Points Possible", "", "30", "10", "20", "", ""],
+          ["alice", "30", "30", "10", "20", "", ""],
+          ["bob", "4", "30", "4", "0", "lab-01-alpha-beta: timed out", f"1: {FAST} line 1: imports os"],
+          ["carol", "", "", "", "", "carol is a symbolic link: refused", ""]]
 
 
 def write_csv(path: Path, rows: list) -> Path:

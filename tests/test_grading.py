@@ -285,14 +285,19 @@ def test_grade_many_writes_one_csv_row_per_submission(tmp_path):
                    cwd=ROOT, check=True, capture_output=True, timeout=300)
     rows = list(csv.reader(out.open()))
     most = rows[1][2]
-    assert rows == [["student_id", "score", "max_score", FAST, "problem"], ["Points Possible", "", most, most, ""],
-                    ["alice", most, most, most, ""], ["bob", "0", most, "0", ""]]
+    assert rows == [["student_id", "score", "max_score", FAST, "problem", "flags"],
+                    ["Points Possible", "", most, most, "", ""], ["alice", most, most, most, "", ""],
+                    ["bob", "0", most, "0", "", ""]]
 
 
 def test_the_student_release_has_no_answers_and_fails_cleanly_in_starter_mode(tmp_path):
     release = build_release(tmp_path / "release")
     assert not list(release.rglob("solution.py")) and not (release / "solutions").exists()
     assert not (release / "grading" / "hidden").exists() and not (release / "tests").exists()
+    # No review-flag scanner for learners to learn from; the release's grader runs without it.
+    assert not (release / "grading" / "flags.py").exists()
+    subprocess.run([sys.executable, "-c", "import grading.grader, grading.reports"], cwd=release, check=True,
+                   env=dict(os.environ, PYTHONPATH=str(release)), timeout=120)
     workflow = (release / ".github" / "workflows" / "classroom.yml").read_text()
     assert "LAB_IMPL=starter python -m grading grade" in workflow and "autograding-grading-reporter" in workflow
     assert "cache: pip" in workflow and "-r grading/requirements.txt" in workflow  # not JupyterLab, Playwright
@@ -328,6 +333,7 @@ def test_gradescope_zip_grades_a_submission_and_always_writes_results(tmp_path):
         assert "setup.sh" in names and "run_autograder" in names
         assert not any(n.endswith("solution.py") for n in names)
         assert any(n.startswith("grading/hidden/") for n in names)
+        assert "grading/flags.py" in names  # the teacher's review flags, in Gradescope's hidden stdout
         z.extractall(root / "source")
     # Zipped with a top folder (a common upload mistake, which once scored 0): graded inside it, with a note.
     shutil.copytree(submission(tmp_path, lab_06_tp_comm_cost=reference(FAST)), root / "submission" / "my-work")
@@ -524,14 +530,14 @@ SIDE_CHANNEL_LABS = [pytest.param("lab-02-ring-allreduce", id="lab-02")] + [
 
 @pytest.mark.parametrize("lab", SIDE_CHANNEL_LABS)
 def test_red_team_side_channel_through_shared_files_gains_nothing_with_a_sandbox_per_rank(tmp_path, lab):
-    # Red team r21's b01 (tests/attacks/side_channel_r21/): the ranks swap their secret inputs through
+    # Red team r21's b01 (tests/attacks/r21_b01_lab*_suffix.py): the ranks swap their secret inputs through
     # files in a /tmp they share, compute the result alone and pad the loopback to the byte count
     # (before a sandbox per rank: Lab 02 22/23, 07 8/35, 09 20/57, 10 12/74, 13 68/119). With a sandbox
     # per rank no rank sees another's file, so every job waits for notes that never come.
     needs_sandbox()
     if not (IS_ROOT and nested_missing() is None):
         pytest.skip(f"no sandbox per rank here: {nested_missing() if IS_ROOT else 'not root'}")
-    text = (ATTACKS / "side_channel_r21" / f"{lab}.py").read_text()
+    text = shipped(lab) + attack(f"r21_b01_lab{lab[4:6]}_suffix.py")
     deadline = min(300, round(60 * max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))))
     graded = grade_as("root", submission(tmp_path, **{lab.replace("-", "_"): text}), [lab], tmp_path,
                       lab_timeout=deadline)
@@ -605,6 +611,30 @@ def test_a_rank_sees_no_file_and_no_process_of_another_rank_in_a_sandbox_per_ran
         assert "deadlocked" in message and "Current thread" in message, message[:3000]  # with the dumped stack
     finally:
         sandbox.close()
+
+
+LAB05 = "lab-05-tensor-parallel-layers"
+# What the red team's b03 gets for true: the constructors that refuse an indivisible size are given code.
+LAB05_NOT_FORGED = ("test_from_full_refuses_sizes_the_group_cannot_split",)
+
+
+def test_tp_ranks_that_compute_every_shard_locally_behind_zero_all_reduces_gain_nothing(tmp_path):
+    # Red team r21, b03 (44/46 on Lab 05 before): every rank keeps the other ranks' shards of the whole layer
+    # it was given and computes the whole layer itself; its all-reduces and all-gathers are real, of zeros.
+    # Now each rank is handed a layer whose other ranks' blocks are decoys (secret seed), and the bytes the
+    # collectives claim are counted by the kernel. Graded once, in root mode where these tests run as root
+    # (else same-user mode): the sandbox is the same. The reference's full marks: the "every-lab" case above.
+    mode = "root" if IS_ROOT else "same-user"
+    text = shipped(LAB05) + attack("r21_b03_lab05_suffix.py")
+    # 60 s is plenty on a quiet 2-core machine (both jobs run; the tests then fail at once)
+    deadline = min(300, round(60 * max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))))
+    graded = grade_as(mode, submission(tmp_path, lab_05_tensor_parallel_layers=text), [LAB05], tmp_path,
+                      lab_timeout=deadline)
+    got, most = graded.scores[LAB05]
+    assert most == 46 and got <= len(LAB05_NOT_FORGED), graded.seen()[:3000]
+    passed = re.findall(r'"name": "lab-05-tensor-parallel-layers: (test_\w+)[^"]*", "score": [1-9]', graded.seen())
+    assert set(passed) <= set(LAB05_NOT_FORGED), passed
+    assert "computes from the whole layer it was handed, by itself" in graded.seen(), graded.seen()[:3000]
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -920,7 +950,8 @@ def grade_many(folder: Path, tmp_path: Path, labs=(FAST,)) -> dict:
                            "--csv", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = list(csv.reader(out.open()))
-    assert rows[0] == ["student_id", "score", "max_score", *labs, "problem"] and rows[1][0] == "Points Possible"
+    assert rows[0] == ["student_id", "score", "max_score", *labs, "problem", "flags"]
+    assert rows[1][0] == "Points Possible"
     return {row[0]: row for row in rows[2:]}
 
 
@@ -966,6 +997,9 @@ def test_cause_8_hostile_messages_reach_every_report_as_plain_printable_text(tmp
     for report in (results["output"], printed):  # the forged total stays inside its test's message
         assert not any(line.startswith("total: 999") for line in report.splitlines()), report
     assert all(t["output_format"] == "text" for t in results["tests"])
+    # Review flags (grading/flags.py): in the teacher's table, nowhere in what the learner sees.
+    assert "review flags" in printed and "a string with control characters" in printed, printed[-2000:]
+    assert "flag" not in json.dumps(results).lower()
 
 
 # -- the boundary itself (commtax/boundary/) -------------------------------------------------------
@@ -1209,7 +1243,8 @@ def test_grade_many_gives_ids_maxima_a_report_per_student_and_applies_weights(tm
     folder = tmp_path / "class"
     labs = [FAST, "lab-01-alpha-beta"]
     (folder / "s001-alice" / FAST).mkdir(parents=True)
-    (folder / "s001-alice" / FAST / "starter.py").write_text(reference(FAST))
+    # Alice's reference imports os (unused): a review flag, in the CSV only, never in her report.
+    (folder / "s001-alice" / FAST / "starter.py").write_text(reference(FAST) + "\nimport os\n")
     (folder / "s002-bob" / FAST).mkdir(parents=True)
     (folder / "s002-bob" / FAST / "starter.py").write_text(shipped(FAST))
     (folder / "s003-carol").mkdir(parents=True)
@@ -1221,7 +1256,7 @@ def test_grade_many_gives_ids_maxima_a_report_per_student_and_applies_weights(tm
                           cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = list(csv.reader(out.open()))
-    assert rows[0] == ["student_id", "score", "max_score", *labs, "problem"]
+    assert rows[0] == ["student_id", "score", "max_score", *labs, "problem", "flags"]
     maxima = rows[1]
     assert maxima[0] == "Points Possible" and maxima[3] == "10" and float(maxima[4]) > 0
     assert float(maxima[2]) == 10 + float(maxima[4])
@@ -1236,6 +1271,10 @@ def test_grade_many_gives_ids_maxima_a_report_per_student_and_applies_weights(tm
     assert "FAIL" in bob and "not implemented yet" in bob and "(hidden)" in bob  # lab-01 missing: its hidden tests listed
     assert "HIDDEN-CHECK-7f3a" not in bob and "2 * 999 * 7e-6" not in bob
     assert "no starter.py" in (reports_dir / "s003-carol.txt").read_text()
+    line = len(reference(FAST).splitlines()) + 2
+    assert by_id["s001-alice"][-1] == f"1: {FAST} line {line}: imports os (not needed by this lab)"
+    assert by_id["s002-bob"][-1] == by_id["s003-carol"][-1] == ""
+    assert "imports os" not in (reports_dir / "s001-alice.txt").read_text()  # her report: no flags
     # Bob hands in late: regrade him alone into the same CSV; every other row stays as it was.
     (folder / "s002-bob" / FAST / "starter.py").write_text(reference(FAST))
     proc = subprocess.run([sys.executable, "-m", "grading", "grade-many", str(folder), "--labs", *labs,

@@ -4,8 +4,18 @@ column layer and a row layer fed the whole input (Megatron-LM's gather_output an
 likewise, with one all-gather each, in the right direction.
 
 Each world size runs one job (a few seconds) that builds every layer and returns what it computed;
-the tests read its results. A failure reads best with ``--tb=short``."""
+the tests read its results. The weights and inputs are made here, in the test process, from a seed
+that is secret under the grader (``commtax.testing.input_seed``), and each rank is handed
+(``rank_args``) a full layer in which only its own shard holds the real weights: the other ranks'
+blocks (and, for a row layer fed the whole input, the other ranks' slices of that input) are decoys
+drawn for that rank alone. Tensor parallelism gives every rank the whole layer, so without the
+decoys one rank could compute every shard itself and send nothing that matters; with them, the right
+result needs the other ranks' contributions to arrive through the collectives. Under the grader the
+bytes are also counted outside the ranks, by the kernel (``commtax.ranks.wire``).
 
+A failure reads best with ``--tb=short``."""
+
+import functools
 from pathlib import Path
 
 import pytest
@@ -14,7 +24,8 @@ import torch.distributed as dist
 
 from commtax.ranks.launch import rank_device
 from commtax.recorded import Expected
-from commtax.testing import BACKENDS, SharedRuns, check, close, fail, mismatch, run_section, section
+from commtax.testing import (BACKENDS, SECTION_FAILED, SharedRuns, check, close, expect_wire_bytes, fail, input_seed,
+                             mismatch, run_section, section)
 from commtax.ranks.traffic import record_traffic
 
 HIDDEN, FFN, HEADS, BATCH, SEQ = 16, 64, 8, 2, 5
@@ -23,13 +34,13 @@ DTYPE = torch.float64   # exact enough to compare at 1e-12
 TOLERANCE = 1e-12
 RUNS = SharedRuns()
 EXPECTED = Expected(Path(__file__).resolve().parent)   # Lab 04's bill (expected.py; expected.json in the release)
+SEED = input_seed(2024)   # the real weights and inputs: secret under the grader, drawn here, never sent to a rank
 
 
-# Every tensor below comes from a seeded generator, so the ranks and this process build the same ones.
+# -- the layers and inputs, made here; each rank is handed its own version (rank_args) -------------
 
-def full_weights():
-    """The full (single-process) layers' weights and biases, and the block's input and upstream gradient."""
-    g = torch.Generator().manual_seed(2024)
+def _draw(g):
+    """A full set of layer weights and biases and the blocks' inputs and upstream gradients, from ``g``."""
 
     def linear(out_features, in_features):
         bound = in_features ** -0.5
@@ -43,6 +54,51 @@ def full_weights():
             "upstream": torch.randn(BATCH, SEQ, HIDDEN, generator=g, dtype=DTYPE),
             "upstream_ffn": torch.randn(BATCH, SEQ, FFN, generator=g, dtype=DTYPE),   # a gathered fc1's output
             "x_ffn": torch.randn(BATCH, SEQ, FFN, generator=g, dtype=DTYPE)}          # a whole input of fc2
+
+
+@functools.lru_cache(maxsize=None)
+def full_weights():
+    """The real full (single-process) layers and the blocks' inputs: what every expected value is made of."""
+    return _draw(torch.Generator().manual_seed(SEED))
+
+
+def _place(rank, world_size, subgroup):
+    """(t, this rank's place in its TP group): the whole world, or its pair of SUBGROUPS."""
+    return (2, SUBGROUPS[rank // 2].index(rank)) if subgroup else (world_size, rank)
+
+
+@functools.lru_cache(maxsize=None)
+def handed(rank, world_size, subgroup=False):
+    """What rank ``rank`` is handed: the full layers with only its own shard real, the rest decoys.
+
+    Each weight and bias keeps the real rows (column-parallel) or columns
+    (row-parallel, whose bias is whole on every rank) of this rank's place;
+    every other block is drawn afresh, for this rank only, from the same
+    distribution. A row layer fed the whole input uses only its own slice of
+    it, so the other slices of ``x_ffn`` are decoys too. ``x`` and the upstream
+    gradients are real and whole: every rank needs all of them. Made in the
+    test process only; a rank gets its own through ``rank_args``.
+    """
+    t, place = _place(rank, world_size, subgroup)
+    real = full_weights()
+    decoys = _draw(torch.Generator().manual_seed((SEED * 1_000_003 + world_size * 101 + rank * 7 + subgroup + 1)
+                                                 % 2 ** 62))
+    mine = dict(real)
+    for block, layer in (("mlp", "fc1"), ("mlp", "fc2"), ("attention", "qkv"), ("attention", "out")):
+        weight_rows, bias_rows = shard_of(block, layer, place, t)
+        weight, bias = (d.clone() for d in decoys[layer])
+        weight[weight_rows] = real[layer][0][weight_rows]
+        bias[bias_rows] = real[layer][1][bias_rows]
+        mine[layer] = (weight, bias)
+    width = FFN // t
+    mine["x_ffn"] = decoys["x_ffn"].clone()
+    mine["x_ffn"][..., place * width:(place + 1) * width] = real["x_ffn"][..., place * width:(place + 1) * width]
+    return mine
+
+
+def rank_inputs(rank, world_size):
+    """Rank ``rank``'s arguments: its layers for the whole world, and (on 4 ranks) for its pair."""
+    return handed(rank, world_size), (handed(rank, world_size, subgroup=True) if world_size == 4 else None)
 
 
 def _load(linear, weight, bias):
@@ -100,17 +156,24 @@ def _cpu(tensor):
     return None if tensor is None else tensor.detach().cpu()
 
 
-def check_tensor_parallel_layers(rank, world_size, lab):
-    """Runs on every rank: the lab's MLP and attention shards, built from the seeded full layers."""
+def _full_mlp(lab, w, device):
+    mlp = lab.MLP(HIDDEN, FFN, dtype=DTYPE)
+    _load(mlp.fc1, *w["fc1"])
+    _load(mlp.fc2, *w["fc2"])
+    return mlp.to(device)
+
+
+def check_tensor_parallel_layers(rank, world_size, lab, w, w_pair):
+    """Runs on every rank: the lab's MLP and attention shards, built from the full layers this rank was handed.
+
+    ``w``: this rank's layers and inputs (:func:`handed`); ``w_pair``: the same for its pair of SUBGROUPS
+    (on 4 ranks; else None).
+    """
     device = rank_device()
-    w = full_weights()
-    full_mlp = lab.MLP(HIDDEN, FFN, dtype=DTYPE)
-    _load(full_mlp.fc1, *w["fc1"])
-    _load(full_mlp.fc2, *w["fc2"])
+    full_mlp = _full_mlp(lab, w, device)
     full_attention = lab.SelfAttention(HIDDEN, HEADS, dtype=DTYPE)
     _load(full_attention.qkv, *w["qkv"])
     _load(full_attention.out, *w["out"])
-    full_mlp.to(device)
     full_attention.to(device)
 
     def mlp():
@@ -139,10 +202,12 @@ def check_tensor_parallel_layers(rank, world_size, lab):
 
     def on_a_subgroup():
         group = next(g for g, pair in zip(pairs, SUBGROUPS) if rank in pair)
-        layer = _built(lab.TensorParallelMLP.from_full(full_mlp, group=group), "TensorParallelMLP.from_full(mlp, group)")
-        gathered = lab.ColumnParallelLinear.from_full(_full_linear(w["fc1"], device), group=group, gather_output=True)
-        return {"mlp": dict(_run_block(layer, w, device), fc1=_params(layer.fc1), fc2=_params(layer.fc2)),
-                "gathered": dict(_run_block(gathered, w, device, upstream="upstream_ffn"), fc1=_params(gathered))}
+        layer = _built(lab.TensorParallelMLP.from_full(_full_mlp(lab, w_pair, device), group=group),
+                       "TensorParallelMLP.from_full(mlp, group)")
+        gathered = lab.ColumnParallelLinear.from_full(_full_linear(w_pair["fc1"], device), group=group,
+                                                      gather_output=True)
+        return {"mlp": dict(_run_block(layer, w_pair, device), fc1=_params(layer.fc1), fc2=_params(layer.fc2)),
+                "gathered": dict(_run_block(gathered, w_pair, device, upstream="upstream_ffn"), fc1=_params(gathered))}
 
     # Each part on its own: an unwritten or raising part fails its own tests only.
     parts = [("mlp", mlp), ("attention", attention), ("gathered", gathered), ("whole_input", whole_input)]
@@ -178,36 +243,62 @@ def _causal_attention(q, k, v, heads):
     return (weights @ split(v)).transpose(1, 2).reshape(b, s, width)
 
 
-_REFERENCE = {}
+def _layers_of(w):
+    """Outputs and gradients of the full MLP, attention, fc1 alone and fc2 alone made of ``w``, by autograd here."""
+    out = {}
+    params = {name: tuple(t.clone().requires_grad_() for t in w[name]) for name in ("fc1", "fc2", "qkv", "out")}
+    for block in ("mlp", "attention"):
+        x = w["x"].clone().requires_grad_()
+        if block == "mlp":
+            y = _linear(torch.nn.functional.gelu(_linear(x, params["fc1"])), params["fc2"])
+            names = ("fc1", "fc2")
+        else:
+            q, k, v = _linear(x, params["qkv"]).chunk(3, dim=-1)
+            y = _linear(_causal_attention(q, k, v, HEADS), params["out"])
+            names = ("qkv", "out")
+        (y * w["upstream"]).sum().backward()
+        out[block] = {"output": y.detach(), "input_grad": x.grad,
+                      **{n: {"weight": params[n][0].detach(), "weight_grad": params[n][0].grad,
+                             "bias_grad": params[n][1].grad} for n in names}}
+    for block, layer, x_name, upstream in (("gathered", "fc1", "x", "upstream_ffn"),
+                                           ("whole_input", "fc2", "x_ffn", "upstream")):
+        weight, bias = (t.clone().requires_grad_() for t in w[layer])
+        x = w[x_name].clone().requires_grad_()
+        y = _linear(x, (weight, bias))
+        (y * w[upstream]).sum().backward()
+        out[block] = {"output": y.detach(), "input_grad": x.grad,
+                      layer: {"weight": weight.detach(), "weight_grad": weight.grad, "bias_grad": bias.grad}}
+    return out
 
 
+@functools.lru_cache(maxsize=None)
 def reference():
-    """Outputs and gradients of the full MLP and attention, by autograd in this process."""
-    if not _REFERENCE:
-        w = full_weights()
-        params = {name: tuple(t.clone().requires_grad_() for t in w[name]) for name in ("fc1", "fc2", "qkv", "out")}
-        for block in ("mlp", "attention"):
-            x = w["x"].clone().requires_grad_()
-            if block == "mlp":
-                y = _linear(torch.nn.functional.gelu(_linear(x, params["fc1"])), params["fc2"])
-                names = ("fc1", "fc2")
-            else:
-                q, k, v = _linear(x, params["qkv"]).chunk(3, dim=-1)
-                y = _linear(_causal_attention(q, k, v, HEADS), params["out"])
-                names = ("qkv", "out")
-            (y * w["upstream"]).sum().backward()
-            _REFERENCE[block] = {"output": y.detach(), "input_grad": x.grad,
-                                 **{n: {"weight": params[n][0].detach(), "weight_grad": params[n][0].grad,
-                                        "bias_grad": params[n][1].grad} for n in names}}
-        for block, layer, x_name, upstream in (("gathered", "fc1", "x", "upstream_ffn"),
-                                               ("whole_input", "fc2", "x_ffn", "upstream")):
-            weight, bias = (t.clone().requires_grad_() for t in w[layer])
-            x = w[x_name].clone().requires_grad_()
-            y = _linear(x, (weight, bias))
-            (y * w[upstream]).sum().backward()
-            _REFERENCE[block] = {"output": y.detach(), "input_grad": x.grad,
-                                 layer: {"weight": weight.detach(), "weight_grad": weight.grad, "bias_grad": bias.grad}}
-    return _REFERENCE
+    """Outputs and gradients of the real full layers (:func:`full_weights`), by autograd in this process."""
+    return _layers_of(full_weights())
+
+
+@functools.lru_cache(maxsize=None)
+def alone(rank, world_size, subgroup=False):
+    """What rank ``rank`` gets by running the whole layers it was handed by itself, decoys included."""
+    return _layers_of(handed(rank, world_size, subgroup))
+
+
+def computed_alone(got, block, rank, world_size, what, subgroup=False, then=""):
+    """A message if ``got`` (a rank's result of ``block``: output and input gradient) is what that rank
+    computes from the whole layer it was handed, without the other ranks: only a rank that evaluates the
+    other ranks' blocks of the weights (here decoys) itself gets it; a correct rank never does."""
+    mine = alone(rank, world_size, subgroup)[block]
+    for key, name in (("output", "output"), ("input_grad", "gradient of the input")):
+        value = got.get(key) if isinstance(got, dict) else None
+        if value is None or not isinstance(value, torch.Tensor) or value.shape != mine[key].shape:
+            continue
+        if mismatch(value.double(), mine[key], rel=1e-9, abs=1e-9) is None and \
+                mismatch(value.double(), reference()[block][key], rel=1e-9, abs=1e-9) is not None:
+            return (f"{what}: the {name} is what rank {rank} computes from the whole layer it was handed, by itself. "
+                    "Each rank is handed a full layer whose other ranks' blocks are decoys (only its own shard holds "
+                    "the real weights): its result must come from its own shard and from what the collectives bring "
+                    f"from the other ranks, not from evaluating their blocks locally{then}")
+    return None
 
 
 def shard_of(block, layer, rank, world_size):
@@ -264,6 +355,24 @@ def _other_shard(got, full, block, layer, rank, world_size):
     return None
 
 
+def held_block_hint(got, rank, world_size, subgroup=False):
+    """If a layer of ``got`` holds another place's block of the layer this rank was handed: the wrong-slice bug.
+
+    (Only this rank's block of what it was handed is real, so a layer cut at another
+    place holds decoys and the output is wrong; this names why.)
+    """
+    t, place = _place(rank, world_size, subgroup)
+    mine = handed(rank, world_size, subgroup)
+    for layer in ("fc1", "fc2", "qkv", "out"):
+        params = got.get(layer) if isinstance(got, dict) else None
+        weight = params.get("weight") if isinstance(params, dict) else None
+        other = _other_shard(weight, mine[layer][0], "", layer, place, t) if isinstance(weight, torch.Tensor) else None
+        if other is not None:
+            return (f" This rank's {layer}.weight is the block of place {other} in its group, not of its own place "
+                    f"{place}: take the block of this rank's place (dist.get_rank(group)).")
+    return ""
+
+
 def check_params(got, ref, block, layer, rank, world_size, what):
     """Weight and bias gradient of one layer: this rank's shard of the full layer's, named if another rank's."""
     __tracebackhide__ = True
@@ -290,7 +399,7 @@ def _results(lab, world_size, backend="gloo"):
     needs = [lab.ColumnParallelLinear.from_full, lab.ColumnParallelLinear.forward, lab.RowParallelLinear.from_full,
              lab.RowParallelLinear.forward]
     return RUNS.get((world_size, backend), check_tensor_parallel_layers, world_size, (lab,), backend=backend,
-                    timeout=120, needs=needs)
+                    timeout=120, needs=needs, rank_args=[rank_inputs(r, world_size) for r in range(world_size)])
 
 
 def _parts(lab, world_size, part, backend="gloo"):
@@ -314,10 +423,11 @@ def _check_output_then_input_grad(results, ref, block, rank, world_size, what):
     """The output first (nothing else can be right without it), then the gradient of the input."""
     __tracebackhide__ = True
     got = results[rank]
+    fail_if(computed_alone(got, block, rank, world_size, what))
     problem = compare(got["output"], ref["output"], f"{what} output", world_size)
     if problem:
         fail(f"{problem} (the output is wrong, so the gradients cannot be right: fix it first)."
-             + bias_diagnosis(block, got["output"], world_size))
+             + bias_diagnosis(block, got["output"], world_size) + held_block_hint(got, rank, world_size))
     problem = compare(got["input_grad"], ref["input_grad"], f"{what}: the gradient of the input x", world_size)
     if problem:
         grads = [r["input_grad"] for r in results]
@@ -335,8 +445,10 @@ def test_forward_output_equals_the_single_process_layer(lab, world_size, block):
     expected = reference()[block]["output"]
     for rank, result in enumerate(_parts(lab, world_size, block)):
         output = result["output"]
+        fail_if(computed_alone(result, block, rank, world_size, f"t = {world_size}, rank {rank}, {block}"))
         problem = compare(output, expected, f"t = {world_size}, rank {rank}, {block} output", world_size)
-        fail_if(problem and problem + "." + bias_diagnosis(block, output, world_size))
+        fail_if(problem and problem + "." + bias_diagnosis(block, output, world_size)
+                + held_block_hint(result, rank, world_size))
 
 
 @pytest.mark.points(3)
@@ -388,11 +500,12 @@ def test_layers_on_a_subgroup_use_its_size_its_ranks_and_reduce_over_it_only(lab
         place = SUBGROUPS[rank // 2].index(rank)
         for block, layers in (("mlp", ("fc1", "fc2")), ("gathered", ("fc1",))):
             what = f"rank {rank} (place {place} of the group {SUBGROUPS[rank // 2]}), {block} on its group"
+            fail_if(computed_alone(got[block], block, rank, 4, what, subgroup=True))
             problem = compare(got[block]["output"], ref[block]["output"], f"{what}: the output", 2)
             if problem and mismatch(got[block]["output"], ref[block]["output"], abs=float("inf")) is None:
                 problem += (". (On a group of 2 inside 4 ranks: did a collective run on the default group, or did a "
                             "shard use the global rank? Pass group= to every collective, and take dist.get_rank(group) "
-                            "and dist.get_world_size(group).)")
+                            "and dist.get_world_size(group).)" + held_block_hint(got[block], rank, 4, subgroup=True))
             fail_if(problem)
             fail_if(compare(got[block]["input_grad"], ref[block]["input_grad"], f"{what}: the gradient of the input", 2))
             for layer in layers:
@@ -412,9 +525,13 @@ def test_each_rank_holds_one_t_th_of_the_weights(lab, world_size):
                   f"t = {world_size}, rank {rank}: {layer}.weight is {tuple(weight.shape)}; this rank's block of "
                   f"{kind} of the full {tuple(ref[block][layer]['weight'].shape)} weight is {tuple(expected.shape)}")
             problem = compare(weight, expected, f"t = {world_size}, rank {rank}: {layer}.weight (its block of {kind})")
-            other = problem and _other_shard(weight, ref[block][layer]["weight"], block, layer, rank, world_size)
+            # the wrong block of what this rank was handed (decoys but for its own block)
+            other = problem and _other_shard(weight, handed(rank, world_size)[layer][0], block, layer, rank, world_size)
             fail_if(problem and problem + (f". It is rank {other}'s block: take the block of this rank's place in "
                                            "the group (dist.get_rank(group))" if other is not None else ""))
+            # A rank whose result is the whole layer evaluated alone keeps the other ranks' blocks as well.
+            fail_if(computed_alone(result, block, rank, world_size, f"t = {world_size}, rank {rank}, {block}",
+                                   then=": it keeps the other ranks' blocks too, so it does not hold one t-th"))
 
 
 ALL_GATHERS = ("all_gather", "all_gather_into_tensor", "all_gather_single")
@@ -423,6 +540,49 @@ ALL_GATHERS = ("all_gather", "all_gather_into_tensor", "all_gather_single")
 def _calls(entries):
     """[(name, payload bytes)] with any flavour of all-gather called "all_gather"."""
     return [("all_gather" if name in ALL_GATHERS else name, nbytes) for name, nbytes in entries]
+
+
+CARRIED_NOTHING = ": the collectives ran, but carried none of the data the result needs"
+
+
+def recorded_payload(results, world_size):
+    """(bytes, messages) that the collectives the ranks recorded put on the wire, all ranks together.
+
+    Per rank, a ring all-reduce of n bytes on a group of t sends 2(t-1)/t n in 2(t-1)
+    messages, an all-gather of a whole n bytes (t-1)/t n in t-1. The records are the
+    ranks' word (the tests above check them against Megatron's); the kernel's count
+    (:func:`expect_collectives_on_the_wire`) checks that they really happened. Parts
+    whose code raised recorded nothing and are left out.
+    """
+    payload = messages = 0
+    for result in results:
+        parts = [(result.get(part), world_size) for part in ("mlp", "attention", "gathered", "whole_input")]
+        pair = result.get("subgroup")
+        if isinstance(pair, dict) and SECTION_FAILED not in pair:
+            parts += [(pair.get("mlp"), 2), (pair.get("gathered"), 2)]
+        for record, t in parts:
+            if not isinstance(record, dict) or SECTION_FAILED in record:
+                continue
+            for phase in ("forward", "backward"):
+                for name, nbytes in _calls(record.get(phase) or []):
+                    sends = {"all_reduce": 2 * (t - 1), "all_gather": t - 1}.get(name, 0)
+                    if isinstance(nbytes, int) and nbytes > 0:
+                        payload += sends * nbytes // t
+                        messages += sends
+    return payload, messages
+
+
+def expect_collectives_on_the_wire(lab, world_size):
+    """Under the grader: the kernel counted at least the bytes of every collective the ranks recorded.
+
+    A rank's records are its own word; a collective that was only recorded, never run, moves no byte.
+    (Outside the grader's sandbox nothing is counted and this checks nothing.)
+    """
+    __tracebackhide__ = True
+    results = _results(lab, world_size)
+    payload, messages = recorded_payload(results, world_size)
+    expect_wire_bytes(results, payload, messages, f"t = {world_size}, the job that runs every layer (its all-reduces "
+                      f"and all-gathers, as your ranks recorded them, carry {payload} bytes of data in all)")
 
 
 @pytest.mark.parametrize("world_size", [2, 4])
@@ -435,6 +595,9 @@ def test_exactly_one_all_reduce_per_block_forward_and_one_backward(lab, world_si
                                          "expected one all_reduce (the row-parallel layer's)")
         check(backward == ["all_reduce"], f"t = {world_size}, rank {rank}, {block}: the backward issued {backward}; "
                                           "expected one all_reduce (copy_to_tp_region's, of the input's gradient)")
+        fail_if(computed_alone(result, block, rank, world_size, f"t = {world_size}, rank {rank}, {block}",
+                               then=CARRIED_NOTHING))
+    expect_collectives_on_the_wire(lab, world_size)
 
 
 @pytest.mark.parametrize("world_size", [2, 4])
@@ -454,6 +617,9 @@ def test_gather_and_whole_input_each_move_one_all_gather_in_the_right_direction(
                 check(got == expected[(part, phase)],
                       f"t = {world_size}, rank {rank}, {names[part]}: the {phase} issued {got} (name, payload bytes); "
                       f"expected {expected[(part, phase)]} (an all-gather's payload is the whole gathered tensor)")
+            fail_if(computed_alone(result, part, rank, world_size, f"t = {world_size}, rank {rank}, {names[part]}",
+                                   then=CARRIED_NOTHING))
+    expect_collectives_on_the_wire(lab, world_size)
 
 
 @pytest.mark.parametrize("world_size", [2, 4])
@@ -469,6 +635,10 @@ def test_bytes_per_layer_per_rank_are_lab_04s_8_t_minus_1_over_t_bsh(lab, world_
         bill = EXPECTED("tp_bytes_per_layer", BATCH, SEQ, HIDDEN, world_size, DTYPE.itemsize)
         check(close(on_the_wire, bill),
               f"t = {world_size}: {on_the_wire} bytes on the wire per layer; Lab 04's bill says {bill}")
+        for block, name in zip(blocks, ("attention", "mlp")):
+            fail_if(computed_alone(block, name, rank, world_size, f"t = {world_size}, rank {rank}, {name}",
+                                   then=CARRIED_NOTHING))
+    expect_collectives_on_the_wire(lab, world_size)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -476,6 +646,7 @@ def test_the_layers_run_on_each_backend(lab, backend):
     ref = reference()
     for block in ("mlp", "attention", "gathered", "whole_input"):
         for rank, result in enumerate(_parts(lab, 2, block, backend)):
+            fail_if(computed_alone(result, block, rank, 2, f"{backend}, rank {rank}, {block}"))
             fail_if(compare(result["output"], ref[block]["output"], f"{backend}, rank {rank}, {block} output"))
             fail_if(compare(result["input_grad"], ref[block]["input_grad"],
                             f"{backend}, rank {rank}, {block} input gradient"))

@@ -291,11 +291,11 @@ def learner_ddp_worker(rank, world_size, lab, rows=None):
     step = {"state": _state(model), "is_module": isinstance(ddp, nn.Module),
             "names": [name for name, _ in ddp.named_parameters()]}
     x, y = _my_rows(world_size, 0, rank)
-    with record_traffic() as traffic, _launch_snapshots() as launched:
+    with record_traffic() as traffic, _launch_snapshots() as (launched, launch_times):
         _backward(F.mse_loss(ddp(x), y))
         timeline = ddp.finish_gradient_synchronization()
     step.update(grads=_grads(model), collectives=list(traffic.collectives), timeline=[dict(r) for r in timeline],
-                launched=launched)
+                launched=launched, launch_times=launch_times)
     model.zero_grad()
     counts = []
     for k in range(MICROBATCHES):
@@ -309,6 +309,9 @@ def learner_ddp_worker(rank, world_size, lab, rows=None):
                     F.mse_loss(ddp(x), y).backward()
         counts.append(list(traffic.collectives))
     step["accumulated"] = _grads(model)
+    # The first step's timeline, as the object returned then reads now: a wrapper that reuses its records
+    # would have written the later step's times into it.
+    step["timeline_later"] = [dict(r) for r in timeline] if isinstance(timeline, list) else None
     step["per_microbatch"] = counts
     if world_size == 2:
         step["hold_back"] = _attempt(lambda: hold_back_worker(rank, lab))
@@ -319,16 +322,18 @@ def learner_ddp_worker(rank, world_size, lab, rows=None):
 
 @contextlib.contextmanager
 def _launch_snapshots():
-    """A copy of each tensor handed to dist.all_reduce, taken as it is launched: what the bucket held then."""
-    launched, original = [], dist.all_reduce
+    """A copy of each tensor handed to dist.all_reduce, taken as it is launched (what the bucket held then),
+    and the perf_counter() time of each launch."""
+    launched, times, original = [], [], dist.all_reduce
 
     def all_reduce(tensor, *args, **kwargs):
+        times.append(time.perf_counter())
         launched.append(tensor.detach().clone())
         return original(tensor, *args, **kwargs)
 
     dist.all_reduce = all_reduce
     try:
-        yield launched
+        yield launched, times
     finally:
         dist.all_reduce = original
 
@@ -543,6 +548,29 @@ def test_timeline_has_each_bucket_ready_then_launched_then_finished(lab, world_s
         readies = [r["ready"] for r in timeline]
         if readies != sorted(readies):
             fail(f"rank {rank}: buckets became ready out of order: {readies}")
+        launches = result["launch_times"]
+        if len(launches) == len(timeline):       # one all-reduce per bucket (else the collectives test says so)
+            for r, launched in zip(timeline, launches):
+                late = ("'ready'", r["ready"] - launched) if launched < r["ready"] else ("'start'", launched - r["start"])
+                if not r["ready"] <= launched <= r["start"]:
+                    which = "after" if late[0] == "'ready'" else "before"
+                    fail(f"rank {rank}, bucket {r['bucket']}: its all-reduce was launched {late[1]:.6f} s "
+                         f"{'before' if which == 'after' else 'after'} its {late[0]} time ({late[0]} taken {which} "
+                         "the launch): record 'ready' when the bucket's last gradient is in, BEFORE "
+                         "dist.all_reduce(..., async_op=True), and 'start' right after that call returns")
+
+
+def test_a_returned_timeline_is_not_rewritten_by_the_next_step(lab):
+    """finish_gradient_synchronization returns step 1's timeline; after the next step (a no_sync accumulation
+    then a synchronised backward) the records returned for step 1 must still hold step 1's times (Lesson 08
+    plots several steps' timelines side by side)."""
+    for rank, result in enumerate(_learner(lab, 2)):
+        if not result["timeline"]:
+            fail(f"rank {rank}: finish_gradient_synchronization returned an empty timeline {result['timeline']!r}")
+        if result["timeline_later"] != result["timeline"]:
+            fail(f"rank {rank}: the timeline returned after step 1 changed during the next step: "
+                 f"{result['timeline']} became {result['timeline_later']}: finish_gradient_synchronization must "
+                 "start fresh records for the next step (new dicts), not reuse the ones it returned")
 
 
 def check_launches(launched, rank, world_size):

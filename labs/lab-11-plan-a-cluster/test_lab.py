@@ -120,6 +120,7 @@ COLLECTIVES = [
     ("all_reduce", 1e9, 8, 1, "H100-80GB"),           # TP 8: a ring on NVLink at 370 GB/s
     ("all_reduce", 1e9, 64, 1, "H100-80GB"),          # 8 GPUs on each of 8 nodes: rails, tree latency
     ("all_reduce", 1e6, 64, 8, "A100-80GB"),          # one GPU per node: one NIC
+    ("all_reduce", 1e4, 48, 1, "H100-80GB"),          # 6 nodes: the tree's ceil(log2 6) = 3 NIC hops, not 2
     ("reduce_scatter", 1e9, 16, 1, "H100-80GB"),      # TP 16 across two nodes: rings
     ("all_gather", 3e8, 256, 2, "H100-80GB"),         # ZeRO-3 beside TP 2: 4 GPUs per node
     ("send", 5e7, 8, 64, "H100-80GB"),                # a pipeline send to another node: the NIC
@@ -128,7 +129,7 @@ COLLECTIVES = [
 
 
 @pytest.mark.parametrize("op,nbytes,size,stride,gpu", COLLECTIVES, ids=[
-    "tp8-ring", "rails-64", "one-per-node", "rs-tp16", "ag-zero3", "send-nic", "send-nvlink"])
+    "tp8-ring", "rails-64", "one-per-node", "tree-6-nodes", "rs-tp16", "ag-zero3", "send-nic", "send-nvlink"])
 def test_collective_time_is_the_course_network_model_at_measured_bandwidths(lab, op, nbytes, size, stride, gpu):
     expect_close(lab.collective_time(op, nbytes, size, stride, gpu),
                  EXPECTED("collective_time", op, nbytes, size, stride, gpu), rel=1e-9,

@@ -19,6 +19,7 @@ The step time is not graded (it depends on the machine's load): ``run.py``
 reports it. Failures read best with ``--tb=short``.
 """
 
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -47,14 +48,55 @@ def record_training(rank, world_size, lab, dp, tp, pp, options):
     hangs is reported at the learner's line.
     """
     sizes = {**SIZES, **options}
-    with record_traffic() as traffic:
+    with record_traffic() as traffic, _call_log() as calls:
         before = {name: getattr(dist, name) for name in ("all_reduce", "send", "isend")}
         result = lab.train(rank, world_size, dp, tp, pp, **sizes)
         left_wrapped = sorted(name for name, function in before.items() if getattr(dist, name) is not function)
-    return {"result": result, "steps": sizes["steps"], "left_wrapped": left_wrapped,
+    return {"result": result, "steps": sizes["steps"], "left_wrapped": left_wrapped, "calls": calls,
             "allreduces": [(ranks, nbytes) for name, ranks, nbytes in traffic.collective_groups
                            if name == "all_reduce"],
             "sends": [(peer, tag, nbytes) for kind, peer, tag, nbytes in traffic.messages if kind == "send"]}
+
+
+class _LoggedRequest:
+    """The request of a dist.isend, which notes in the rank's call log when it is waited on."""
+
+    def __init__(self, work, log, tag):
+        self._work, self._log, self._tag = work, log, tag
+
+    def wait(self, *args, **kwargs):
+        self._log.append(["wait", self._tag])
+        return self._work.wait(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._work, name)
+
+
+@contextlib.contextmanager
+def _call_log():
+    """The rank's point-to-point calls in order: ["step"] at each step's barrier, ["isend", tag],
+    ["recv", tag] and ["wait", tag] (a wait on an isend's request)."""
+    log, real = [], {name: getattr(dist, name) for name in ("barrier", "isend", "recv")}
+
+    def barrier(*args, **kwargs):
+        log.append(["step"])
+        return real["barrier"](*args, **kwargs)
+
+    def isend(tensor, *args, **kwargs):
+        tag = kwargs.get("tag", 0)
+        log.append(["isend", tag])
+        return _LoggedRequest(real["isend"](tensor, *args, **kwargs), log, tag)
+
+    def recv(tensor, *args, **kwargs):
+        log.append(["recv", kwargs.get("tag", 0)])
+        return real["recv"](tensor, *args, **kwargs)
+
+    dist.barrier, dist.isend, dist.recv = barrier, isend, recv
+    try:
+        yield log
+    finally:
+        for name, function in real.items():
+            setattr(dist, name, function)
 
 
 def record_slow_sends(rank, world_size, lab, delay):
@@ -396,6 +438,29 @@ def check_receive_waits(results):
                   f"start of {op[:2]}, with every send held back {SEND_DELAY} s: the wait in {op[:2]}'s receive "
                   "is missing from the timeline. Take each op's start with time.perf_counter() before its "
                   "receive (F and B alike), so that the op's bar includes the wait")
+
+
+def test_each_send_is_waited_on_at_the_end_of_the_step_not_at_once(lab):
+    """On 2 x 2 x 2, no isend's request is waited on before a later send or receive of the same step: the
+    docstring's rule (keep the requests, wait at the end). With NCCL a send is finished only once its
+    receiver has posted the receive, so a stage that waits at once stalls there (and 1F1B's two stages,
+    each waiting in a send to the other, deadlock); gloo's buffered sends hide it."""
+    for rank, result in enumerate(run(lab, 2, 2, 2)):
+        steps, current = [], None
+        for call in result["calls"]:
+            if call[0] == "step":
+                current = []
+                steps.append(current)
+            elif current is not None:
+                current.append(call)
+        for step, calls in enumerate(steps):
+            last_exchange = max((i for i, c in enumerate(calls) if c[0] in ("isend", "recv")), default=-1)
+            early = [c for c in calls[:last_exchange] if c[0] == "wait"]
+            check(not early, f"rank {rank}, step {step}: the request of the isend tagged {early[0][1] if early else ''} "
+                  "was waited on before the step's later sends and receives (its calls in order: "
+                  f"{[' '.join(map(str, c)) for c in calls[:8]]}...): keep each isend's request (and its tensor) "
+                  "and wait on them all at the end of the step. On NCCL a send is done only once the receiver "
+                  "has posted its receive: a stage that waits at once stalls, and in 1F1B can deadlock")
 
 
 def test_the_ledger_files_a_group_that_is_no_axis_under_other(lab):

@@ -1,0 +1,127 @@
+
+
+# Origin: independent red team r21 (issue 21, after the a03 fix), its submission b01_side_channel/lab-10-moe-all-to-all/starter.py:
+# the part it appended to the shipped starter, copied as written (see tests/attacks/README.md).
+# ===================== ATTACK b01 (red team r21): side-channel forge =====================
+# No rank ever sends its data to another as a torch.distributed message. The ranks of one job
+# share the sandbox's /tmp: each rank drops its own (secret) input there, waits for the others'
+# files, and computes the result locally. To satisfy the kernel's loopback byte count, each rank
+# pushes exactly the bytes a correct implementation would send through a TCP connection to
+# itself on 127.0.0.1 (pure padding). The per-rank counters of record_traffic are bumped through
+# the closure of the wrapped dist.send (red team round 2's a03 trick), so per-rank bytes match too.
+import os as _os, sys as _sys, time as _time, socket as _socket, io as _io
+
+_CALLS = [0]
+_PAD = {}
+
+
+def _job_dir():
+    run_dir = _sys.argv[1] if len(_sys.argv) > 1 else "x"
+    d = _os.path.join("/tmp", ".xch", _os.path.basename(run_dir.rstrip("/")))
+    _os.makedirs(d, exist_ok=True)
+    return d
+
+
+def _exchange(obj, rank, size, tag=""):
+    """Every rank's ``obj`` (a tensor / anything torch.save takes), through files, indexed by rank."""
+    import torch
+    _CALLS[0] += 1
+    d = _job_dir()
+    key = f"{_CALLS[0]}{tag}"
+    buf = _io.BytesIO()
+    torch.save(obj, buf)
+    tmp = _os.path.join(d, f"{key}.{rank}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(buf.getvalue())
+    _os.replace(tmp, _os.path.join(d, f"{key}.{rank}"))
+    out = []
+    for r in range(size):
+        p = _os.path.join(d, f"{key}.{r}")
+        while not _os.path.exists(p):
+            _time.sleep(0.002)
+        with open(p, "rb") as f:
+            out.append(torch.load(_io.BytesIO(f.read()), weights_only=False))
+    return out
+
+
+def _pad(nbytes):
+    """Put ``nbytes`` of junk on the loopback wire (a TCP connection to ourselves): the kernel counts it."""
+    nbytes = int(nbytes)
+    if nbytes <= 0:
+        return
+    if "pair" not in _PAD:
+        srv = _socket.socket()
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(1)
+        a = _socket.create_connection(srv.getsockname())
+        b, _ = srv.accept()
+        srv.close()
+        _PAD["pair"] = (a, b)
+    a, b = _PAD["pair"]
+    junk = b"\0" * 65536
+    left = nbytes
+    while left:
+        n = min(left, 65536)
+        a.sendall(junk[:n])
+        got = 0
+        while got < n:
+            got += len(b.recv(n - got))
+        left -= n
+
+
+def _traffic():
+    import torch.distributed as dist
+    for fn in (dist.send, dist.isend, dist.recv, dist.irecv):
+        for cell in (getattr(fn, "__closure__", None) or ()):
+            try:
+                value = cell.cell_contents
+            except ValueError:
+                continue
+            if type(value).__name__ == "Traffic":
+                return value
+    return None
+
+
+def _bump(sent, received, sends=1, receives=1):
+    t = _traffic()
+    if t is not None:
+        t.bytes_sent += int(sent)
+        t.bytes_received += int(received)
+        t.sends += sends
+        t.receives += receives
+# =========================================================================================
+
+
+def all_to_all(send, send_splits, recv_splits, group=None):
+    """FORGED: every rank drops its whole send tensor in /tmp and picks its rows out of the others'."""
+    rank, size = _group_info(group)
+    send_splits, recv_splits = list(send_splits), list(recv_splits)
+    if len(send_splits) != size or len(recv_splits) != size or sum(send_splits) != send.shape[0]:
+        raise ValueError("send_splits / recv_splits do not fit the group or the send tensor")
+    everything = _exchange((send.detach().cpu(), send_splits), rank, size, tag="a2a")
+    pieces = []
+    for j, (theirs, splits) in enumerate(everything):
+        start = sum(splits[:rank])
+        pieces.append(theirs[start:start + splits[rank]])
+    out = torch.cat(pieces).to(send.device) if pieces else send.new_empty((0, *send.shape[1:]))
+    row = send[0:1].numel() * send.element_size() if send.dim() else send.element_size()
+    off = (sum(send_splits) - send_splits[rank]) * row
+    _pad(off)
+    _bump(off, (sum(recv_splits) - recv_splits[rank]) * row)
+    return out
+
+
+def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=None, group=None):  # noqa: A002
+    rank, size = _group_info(group)
+    if input_split_sizes is None:
+        if input.shape[0] % size:
+            raise ValueError("input_split_sizes: the input's rows do not divide by the group size")
+        input_split_sizes = [input.shape[0] // size] * size
+    if output_split_sizes is None:
+        if output.shape[0] % size:
+            raise ValueError("output_split_sizes: the output's rows do not divide by the group size")
+        output_split_sizes = [output.shape[0] // size] * size
+    if sum(output_split_sizes) != output.shape[0]:
+        raise ValueError("output_split_sizes do not match output")
+    output.copy_(all_to_all(input, input_split_sizes, output_split_sizes, group))
+    return None
