@@ -187,8 +187,8 @@ def learner_popen(command, *, cwd=None, extra_env: dict | None = None, pass_fds=
 
 def learner_run(command, *, timeout: float | None = None, input=None, capture_output: bool = False,  # noqa: A002
                 cwd=None, extra_env: dict | None = None, **popen_kwargs) -> subprocess.CompletedProcess:
-    # (``writable``/``readable`` pass through ``popen_kwargs`` to learner_popen)
-    """``subprocess.run`` for a learner process (see :func:`learner_popen`); killed at ``timeout``."""
+    """``subprocess.run`` for a learner process (see :func:`learner_popen`, which gets ``popen_kwargs``,
+    ``writable`` and ``readable`` included); killed at ``timeout``."""
     if capture_output:
         popen_kwargs.update(stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     if input is not None:
