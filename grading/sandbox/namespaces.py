@@ -362,7 +362,7 @@ class NamespaceIsolation:
                      "bounded, only each process's")
         if self.nest:
             per_process = ("each learner process (the lab's worker, each rank) in a nested sandbox of its own: "
-                           "its own user, PID and IPC namespaces, private /tmp and /dev/shm, writable only its "
+                           "its own user, PID and IPC namespaces, private /tmp and /dev/shm, no Unix sockets, writable only its "
                            "own output folder; ranks reach each other only over loopback")
         else:
             per_process = f"no sandbox per learner process ({self.no_nest}): a lab's ranks share files and /proc"
