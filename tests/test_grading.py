@@ -593,7 +593,13 @@ def test_a_rank_sees_no_file_and_no_process_of_another_rank_in_a_sandbox_per_ran
     runs = base / "runs"
     runs.mkdir()
     os.chmod(runs, 0o755)
-    sandbox = isolation.open(ROOT, runs, ROOT / "grading" / "sandbox" / "agent.py")  # the course, read-only
+    box = base / "box"  # what the ranks need of the course (commtax, the workers' file), read-only
+    shutil.copytree(ROOT / "commtax", box / "commtax", ignore=shutil.ignore_patterns("__pycache__"))
+    (box / "tests" / "attacks").mkdir(parents=True)
+    shutil.copy(ATTACKS / "rank_snoop.py", box / "tests" / "attacks")
+    for folder in [box, *box.rglob("*")]:
+        os.chmod(folder, 0o755 if folder.is_dir() else 0o644)
+    sandbox = isolation.open(box, runs, ROOT / "grading" / "sandbox" / "agent.py")
     try:
         monkeypatch.setenv("COMMTAX_SANDBOX", json.dumps(sandbox.settings(ROOT, ROOT / "grading" / "sandbox" / "relay.py")))
         boxed = run_ranks(rank_snoop.drop_and_look, 2, (marker,), timeout=120)
