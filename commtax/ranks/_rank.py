@@ -173,7 +173,8 @@ def main(run_dir: str, rank: int, own_args: bool = False, tcp_store: bool = Fals
 
     _write_atomically(_own(run_dir, rank, "result"), payload)
     try:
-        dist.destroy_process_group()
+        if not tcp_store:  # (over TCP rank 0 hosts the store: a peer still in destroy would wait seconds for
+            dist.destroy_process_group()  # a store gone with it; os._exit closes everything anyway)
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
