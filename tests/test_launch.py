@@ -378,7 +378,11 @@ def test_an_isend_whose_request_is_dropped_fails_in_seconds_naming_its_line_and_
     line = next(i + 1 for i, text in enumerate(open(planted.__file__)) if i + 1 > line and "# dropped here" in text)
     assert lines[1].startswith(f"  rank ") and f"planted_deadlocks.py:{line} in {worker}: `dist.isend(" in lines[1]
     assert next(l for l in lines if l.startswith("hint: ")).count("req.wait()") >= 1
-    assert all(f.how == "raised" and f.dropped for f in info.value.failures)
+    # Each rank finds its own dropped request; under load a rank may still be blocked in a wait when the
+    # launcher stops it (grace after the first failure): "stopped", never another cause.
+    failures = info.value.failures
+    assert failures[0].how == "raised" and failures[0].dropped, failures[0]
+    assert all((f.how == "raised" and f.dropped) or f.how == "stopped" for f in failures), failures
 
 
 def test_requests_kept_in_a_list_never_waited_on_fail_at_the_next_exchange_naming_the_first():
@@ -392,7 +396,11 @@ def test_requests_kept_in_a_list_never_waited_on_fail_at_the_next_exchange_namin
                         r"req\.wait\(\)", lines[0]), lines[0]
     line = next(i + 1 for i, text in enumerate(open(planted.__file__)) if "# dropped here: never waited" in text)
     assert f"planted_deadlocks.py:{line} in _exchange_without_wait: `requests = [dist.isend(" in lines[1], lines[1]
-    assert all(f.how == "raised" and f.dropped for f in info.value.failures)
+    # Each rank finds its own dropped request; under load a rank may still be blocked in a wait when the
+    # launcher stops it (grace after the first failure): "stopped", never another cause.
+    failures = info.value.failures
+    assert failures[0].how == "raised" and failures[0].dropped, failures[0]
+    assert all((f.how == "raised" and f.dropped) or f.how == "stopped" for f in failures), failures
     assert "Received data size" not in str(info.value)
 
 

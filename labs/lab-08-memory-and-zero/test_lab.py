@@ -66,6 +66,14 @@ def test_model_state_follows_the_dtypes_it_is_given(lab):
         expect_close(lab.model_state_bytes(1000, 4, stage, 8, 4, 4), float(want),
                      what=f"model_state_bytes(1000, 4, {stage}, 8, 4, 4)")
     expect_close(lab.model_state_bytes(7e9, 1, 0), 16 * 7e9, what="model_state_bytes(7e9, 1, 0): the 16N")
+    # Megatron's 18 bytes: 2-byte parameters, fp32 (4-byte) gradients. Unequal widths tell the parameters'
+    # stage (3) from the gradients' (2): with equal widths a swap of the two would give the same totals.
+    for stage, want in enumerate((18_000, 2000 + 4000 + 3000, 2000 + 1000 + 3000, 500 + 1000 + 3000)):
+        expect_close(lab.model_state_bytes(1000, 4, stage, 12, 2, 4), float(want),
+                     what=f"model_state_bytes(1000, 4, {stage}, 12, 2, 4): 2-byte parameters, 4-byte gradients",
+                     hints={(2000 / 4 + 4000 + 3000) / want: "the parameters divided by dp at stage 2 and the "
+                            "gradients whole: stage 2 shards the gradients, only stage 3 the parameters"}
+                     if stage == 2 else None)
 
 
 def test_n_params_may_be_an_int_or_a_float_and_gives_the_same_bytes(lab):

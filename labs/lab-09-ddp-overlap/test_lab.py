@@ -291,11 +291,12 @@ def learner_ddp_worker(rank, world_size, lab, rows=None):
     step = {"state": _state(model), "is_module": isinstance(ddp, nn.Module),
             "names": [name for name, _ in ddp.named_parameters()]}
     x, y = _my_rows(world_size, 0, rank)
-    with record_traffic() as traffic, _launch_snapshots() as (launched, launch_times):
+    with record_traffic() as traffic, _launch_snapshots() as (launched, launch_times), \
+            _gradient_times(model) as grad_times:
         _backward(F.mse_loss(ddp(x), y))
         timeline = ddp.finish_gradient_synchronization()
     step.update(grads=_grads(model), collectives=list(traffic.collectives), timeline=[dict(r) for r in timeline],
-                launched=launched, launch_times=launch_times)
+                launched=launched, launch_times=launch_times, grad_times=sorted(grad_times.items()))
     model.zero_grad()
     counts = []
     for k in range(MICROBATCHES):
@@ -336,6 +337,25 @@ def _launch_snapshots():
         yield launched, times
     finally:
         dist.all_reduce = original
+
+
+@contextlib.contextmanager
+def _gradient_times(model):
+    """The perf_counter() time at which each parameter's gradient was accumulated in the backward, by the
+    parameter's index (hooks of the test's own, removed afterwards)."""
+    times = {}
+    params = [p for p in model.parameters() if p.requires_grad]
+    def hook(index):
+        def note(_):
+            times.setdefault(index, time.perf_counter())   # returns nothing: a hook's return would replace .grad
+        return note
+
+    handles = [p.register_post_accumulate_grad_hook(hook(i)) for i, p in enumerate(params)]
+    try:
+        yield times
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 def _backward(loss):
@@ -548,6 +568,14 @@ def test_timeline_has_each_bucket_ready_then_launched_then_finished(lab, world_s
         readies = [r["ready"] for r in timeline]
         if readies != sorted(readies):
             fail(f"rank {rank}: buckets became ready out of order: {readies}")
+        arrivals = {int(i): t for i, t in result["grad_times"]}
+        for r, bucket in zip(timeline, plan):
+            times = sorted(arrivals[i] for i in bucket if i in arrivals)
+            if len(times) >= 2 and r["ready"] < times[-2]:   # all but the bucket's last gradient came before it
+                fail(f"rank {rank}, bucket {r['bucket']}: 'ready' was recorded {times[-2] - r['ready']:.6f} s before "
+                     f"the bucket's second-to-last gradient arrived (its parameters {bucket} reach their .grad one "
+                     "by one in the backward): record 'ready' when the bucket's LAST gradient is in, where its count "
+                     "of missing gradients reaches 0, not when the first one arrives")
         launches = result["launch_times"]
         if len(launches) == len(timeline):       # one all-reduce per bucket (else the collectives test says so)
             for r, launched in zip(timeline, launches):

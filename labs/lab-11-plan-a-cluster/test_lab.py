@@ -20,7 +20,7 @@ import pytest
 from commtax.formulas import network as N
 from commtax.formulas import predict as P
 from commtax.recorded import Expected
-from commtax.testing import check, expect_close, expect_value_error
+from commtax.testing import check, expect_close, expect_value_error, fail
 
 HERE = Path(__file__).resolve().parent
 EXPECTED = Expected(HERE)
@@ -163,9 +163,8 @@ def test_stage_layers_126_layers_interleave_on_16_stages_with_one_less_on_the_fi
     run = dict(LLAMA_405B_V8)
     expect_close(lab.stage_layers(run), [7] + [8] * 14 + [7],
                  what="Llama 3 405B's 126 layers on 16 stages (the embedding and the loss take a slot each)")
-    got = lab.predict(dict(run, recompute="full"))
-    expected = EXPECTED("predict", dict(run, recompute="full"))
-    expect_close(got["step_time_s"], expected["step_time_s"], rel=EXACT, what="step of 126 layers on 16 stages, v = 8")
+    expect_same_step(lab, dict(run, recompute="full"), "the whole step of 126 layers on 16 stages, v = 8 (predict adds "
+                     "up every piece for this run: the interleaved bubble, the sends, ZeRO-2's traffic, the layers)")
 
 
 # -- 4-6. a layer: compute, TP, CP -----------------------------------------------------------------------
@@ -407,7 +406,12 @@ def test_predict_unknown_keys_are_rejected_by_name(lab):
 
 def expect_same_step(lab, run, what):
     """The learner's prediction of ``run`` equals the reference's: the six numbers and the binding axis."""
-    got, want = lab.predict(dict(run)), EXPECTED("predict", run)
+    try:
+        got = lab.predict(dict(run))
+    except NotImplementedError:
+        fail(f"{what}: this test ends by pricing the whole step with predict (the last piece), which is not "
+             "implemented yet; the checks of this piece before it passed")
+    want = EXPECTED("predict", run)
     expect_close({k: got[k] for k in RETURNED}, {k: want[k] for k in RETURNED}, rel=EXACT,
                  what=f"the prediction, {what}")
     check(got["binding"] == want["binding"], f"{what}: binding {got['binding']!r}, expected {want['binding']!r}")
