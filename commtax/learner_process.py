@@ -140,19 +140,43 @@ def learner_popen_kwargs(cwd=None, extra_env: dict | None = None) -> dict:
     return kwargs
 
 
-def learner_popen(command, *, cwd=None, extra_env: dict | None = None, pass_fds=(), **popen_kwargs):
+def nested() -> bool:
+    """Whether each learner process gets a sandbox of its own (under the grader, root mode)."""
+    box = sandbox()
+    return bool(box and box.get("relay") and box.get("nest"))
+
+
+def _nest(command: list, writable, readable) -> list:
+    """``command`` in a sandbox of its own (the grader's ``nest`` prefix) where one is in force."""
+    box = sandbox()
+    nest = box.get("nest") if box and box.get("relay") else None
+    if not nest:
+        return command
+    binds = []
+    for paths, template in ((readable, nest["readable"]), (writable, nest["writable"])):
+        for path in paths:
+            binds += [part.replace("{path}", str(path)) for part in template]
+    return [*nest["prefix"], *binds, "--", *command]
+
+
+def learner_popen(command, *, cwd=None, extra_env: dict | None = None, pass_fds=(), writable=(), readable=(),
+                  **popen_kwargs):
     """Start ``command`` (a list; its first item the Python interpreter) as a learner process.
 
     Takes ``subprocess.Popen``'s keyword arguments (``stdin``, ``stdout``, ``stderr``, ``text`` ...)
     except ``env`` (``extra_env`` is added to :func:`learner_env`) and those that decide who and where
     the process is. Returns the ``Popen``: under an OS sandbox, that of the relay, which stands for
     the process inside (same exit status; signals passed on; killing it kills the process inside).
+    ``writable``/``readable``: folders or files of the run folders (:func:`learner_run_dir`) the
+    process may write or read where it has a sandbox of its own (:func:`nested`), which hides the
+    others; elsewhere they change nothing.
     """
     box = sandbox()
     relay = box.get("relay") if box else None
     if not relay:
         kwargs = learner_popen_kwargs(cwd, extra_env)
         return subprocess.Popen(list(command), pass_fds=tuple(pass_fds), **kwargs, **popen_kwargs)
+    command = _nest([str(part) for part in command], writable, readable)
     spec = {"argv": [str(part) for part in command],
             "cwd": learner_path(cwd) if cwd else box["learner_root"],
             "fds": [0, 1, 2, *(int(fd) for fd in pass_fds)]}
@@ -163,7 +187,8 @@ def learner_popen(command, *, cwd=None, extra_env: dict | None = None, pass_fds=
 
 def learner_run(command, *, timeout: float | None = None, input=None, capture_output: bool = False,  # noqa: A002
                 cwd=None, extra_env: dict | None = None, **popen_kwargs) -> subprocess.CompletedProcess:
-    """``subprocess.run`` for a learner process (see :func:`learner_popen`); killed at ``timeout``."""
+    """``subprocess.run`` for a learner process (see :func:`learner_popen`, which gets ``popen_kwargs``,
+    ``writable`` and ``readable`` included); killed at ``timeout``."""
     if capture_output:
         popen_kwargs.update(stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     if input is not None:

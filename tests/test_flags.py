@@ -91,7 +91,8 @@ ATTACK_FLAGS = {
                                  "dist.all_gather_into_tensor of a tensor made in the call",
                                  "defines TensorParallelMLP again", "defines ColumnParallelLinear again"]),
 }
-NOT_LEARNER_CODE = {"lazy.py"}  # the recipe of the lazy submissions (tests/test_lazy_submissions.py)
+NOT_LEARNER_CODE = {"lazy.py",  # the recipe of the lazy submissions (tests/test_lazy_submissions.py)
+                    "rank_snoop.py"}  # worker functions of the per-rank sandbox test (run as ranks, not a starter)
 
 
 def attack_submission(name: str) -> tuple[str, str]:

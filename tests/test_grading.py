@@ -526,6 +526,102 @@ def test_ranks_that_rebuild_the_inputs_and_bump_their_byte_counters_gain_nothing
         assert "counted outside your processes" in graded.seen(), graded.seen()[:3000]
 
 
+SIDE_CHANNEL_LABS = [pytest.param("lab-02-ring-allreduce", id="lab-02")] + [
+    pytest.param(lab, id=lab[:6], marks=pytest.mark.slow)
+    for lab in ("lab-07-pipeline-schedules", "lab-09-ddp-overlap", "lab-10-moe-all-to-all", "lab-13-context-parallel")]
+
+
+@pytest.mark.parametrize("lab", SIDE_CHANNEL_LABS)
+def test_red_team_side_channel_through_shared_files_gains_nothing_with_a_sandbox_per_rank(tmp_path, lab):
+    # Red team r21's b01 (tests/attacks/r21_b01_lab*_suffix.py): the ranks swap their secret inputs through
+    # files in a /tmp they share, compute the result alone and pad the loopback to the byte count
+    # (before a sandbox per rank: Lab 02 22/23, 07 8/35, 09 20/57, 10 12/74, 13 68/119). With a sandbox
+    # per rank no rank sees another's file, so every job waits for notes that never come.
+    needs_sandbox()
+    if not (IS_ROOT and nested_missing() is None):
+        pytest.skip(f"no sandbox per rank here: {nested_missing() if IS_ROOT else 'not root'}")
+    text = shipped(lab) + attack(f"r21_b01_lab{lab[4:6]}_suffix.py")
+    deadline = min(300, round(60 * max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))))
+    graded = grade_as("root", submission(tmp_path, **{lab.replace("-", "_"): text}), [lab], tmp_path,
+                      lab_timeout=deadline)
+    assert graded.scores[lab][0] == 0, graded.seen()[:3000]
+    assert "a nested sandbox of its own" in graded.seen()  # the report says each rank had one
+
+
+def nested_missing() -> str | None:
+    """Why learner processes get no sandbox of their own under this grader's sandbox (None: they do)."""
+    return _nested_missing()
+
+
+@functools.lru_cache(maxsize=None)
+def _nested_missing() -> str | None:
+    import tempfile
+    from grading.sandbox import namespaces
+    from grading.sandbox.limits import Limits
+    with tempfile.TemporaryDirectory() as folder:
+        os.chmod(folder, 0o711)
+        isolation = namespaces.NamespaceIsolation(namespaces.bwrap_path(), IS_ROOT, Limits(), [], Path(folder))
+        failure = namespaces.probe(isolation, Path(folder))
+        return failure or (None if isolation.nest else isolation.no_nest)
+
+
+def test_a_rank_sees_no_file_and_no_process_of_another_rank_in_a_sandbox_per_rank(tmp_path, monkeypatch):
+    # Under the grader (root mode) each rank runs in a sandbox of its own, nested in the lab's: a note
+    # rank 0 leaves in /tmp, /dev/shm or its own folder is invisible to rank 1, the shared run folder
+    # is hidden, /proc shows no process, socket(AF_UNIX) fails (seccomp); a deadlocked rank is still
+    # reported at its line (its stack
+    # dump reaches the Python inside through bubblewrap). The control: the same job without the
+    # grader, where the ranks share /tmp and see each other's processes.
+    needs_sandbox()
+    if not (IS_ROOT and nested_missing() is None):
+        pytest.skip(f"no sandbox per rank here: {nested_missing() if IS_ROOT else 'not root'}")
+    from commtax.ranks.launch import DistributedRunError, run_ranks
+    from grading.sandbox import namespaces
+    from grading.sandbox.limits import Limits
+    sys.path.insert(0, str(ATTACKS))
+    try:
+        import rank_snoop
+    finally:
+        sys.path.remove(str(ATTACKS))
+    marker = f"commtax-note-{os.urandom(6).hex()}"
+    plain = run_ranks(rank_snoop.drop_and_look, 2, (marker,), timeout=120)
+    assert "/tmp" in plain[1]["seen"] and plain[1]["pids"] > 0, plain  # the control: shared without the grader
+    assert plain[0]["unix_socket"] == "allowed", plain
+
+    base = tmp_path / "grading"
+    base.mkdir(mode=0o711)
+    os.chmod(base, 0o711)
+    isolation = namespaces.NamespaceIsolation(namespaces.bwrap_path(), True, Limits(), [], base)
+    assert namespaces.probe(isolation, base) is None and isolation.nest, isolation.no_nest
+    runs = base / "runs"
+    runs.mkdir()
+    os.chmod(runs, 0o755)
+    box = base / "box"  # what the ranks need of the course (commtax, the workers' file), read-only
+    shutil.copytree(ROOT / "commtax", box / "commtax", ignore=shutil.ignore_patterns("__pycache__"))
+    (box / "tests" / "attacks").mkdir(parents=True)
+    shutil.copy(ATTACKS / "rank_snoop.py", box / "tests" / "attacks")
+    for folder in [box, *box.rglob("*")]:
+        os.chmod(folder, 0o755 if folder.is_dir() else 0o644)
+    sandbox = isolation.open(box, runs, ROOT / "grading" / "sandbox" / "agent.py")
+    try:
+        monkeypatch.setenv("COMMTAX_SANDBOX", json.dumps(sandbox.settings(ROOT, ROOT / "grading" / "sandbox" / "relay.py")))
+        boxed = run_ranks(rank_snoop.drop_and_look, 2, (marker,), timeout=120)
+        # Rank 0 wrote its notes (in the run folder: into a private copy, the real one is hidden), and
+        # rank 1 saw none of them.
+        assert boxed[0]["written"][:3] == ["/tmp", "/dev/shm", boxed[0]["written"][2]], boxed
+        assert boxed[0]["written"][2].endswith("/rank0"), boxed
+        assert boxed[1]["seen"] == [] and boxed[0]["pids"] == boxed[1]["pids"] == 0, boxed
+        assert boxed[0]["unix_socket"] == "Operation not permitted", boxed  # the seccomp filter
+        assert boxed.wire_bytes is not None and 0 < boxed.wire_bytes < 64 * 1024, boxed.wire_bytes
+        with pytest.raises(DistributedRunError) as caught:
+            run_ranks(rank_snoop.stuck_in_recv, 2, timeout=120)
+        message = str(caught.value)
+        assert "rank_snoop.py" in message and "dist.recv(torch.zeros(1), src=1 - rank)" in message, message[:3000]
+        assert "deadlocked" in message and "Current thread" in message, message[:3000]  # with the dumped stack
+    finally:
+        sandbox.close()
+
+
 LAB05 = "lab-05-tensor-parallel-layers"
 # What the red team's b03 gets for true: the constructors that refuse an indivisible size are given code.
 LAB05_NOT_FORGED = ("test_from_full_refuses_sizes_the_group_cannot_split",)

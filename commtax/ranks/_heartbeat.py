@@ -115,6 +115,6 @@ def start(run_dir: str, rank: int) -> None:
         # Both namespaces: user code calls dist.isend, and P2POp checks c10d's own globals.
         setattr(c10d, name, wrapped)
         setattr(dist, name, wrapped)
-    threading.Thread(target=_beat_forever, args=(os.path.join(run_dir, f"rank{rank}.beat"),
+    threading.Thread(target=_beat_forever, args=(os.path.join(run_dir, f"rank{rank}", f"rank{rank}.beat"),
                                                  threading.main_thread().ident),
                      daemon=True, name="commtax-heartbeat").start()

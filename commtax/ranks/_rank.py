@@ -1,11 +1,15 @@
 """Entry point of one rank started by :func:`commtax.ranks.launch.run_ranks`.
 
-Usage (by the launcher only): ``python -m commtax.ranks._rank RUN_DIR RANK [--own-args]``.
+Usage (by the launcher only): ``python -m commtax.ranks._rank RUN_DIR RANK [--own-args]
+[--tcp-store [--store-fd=FD]]``.
 
 The rank reads its job from ``RUN_DIR/job.pkl`` (and, with ``--own-args``, the
 arguments only it gets from its standard input, first thing), joins the process group
-through a file store in ``RUN_DIR``, calls the function and writes either
-``rank{R}.result`` or ``rank{R}.error``, both in the safe form of
+through a file store in ``RUN_DIR`` (or, with ``--tcp-store``, over TCP: rank 0 hosts a
+``TCPStore`` on a port the kernel picks and writes it into its folder; the others read it
+from descriptor FD, where the launcher puts it: :class:`commtax.ranks._start.Rendezvous`),
+calls the function and writes either ``rank{R}.result`` or ``rank{R}.error`` into its own
+folder ``RUN_DIR/rank{R}/``, both in the safe form of
 :mod:`commtax.boundary` (plain data: the launcher never unpickles an object
 a rank made). The launcher reads those files; it never trusts the exit code
 alone. An error carries the traceback from the worker function inward (this
@@ -26,6 +30,27 @@ import sys
 import threading
 import time
 import traceback
+
+
+def _own(run_dir: str, rank: int, name: str) -> str:
+    """A file of this rank's own folder (as :func:`commtax.ranks._start.rank_path` names it)."""
+    return os.path.join(run_dir, f"rank{rank}", f"rank{rank}.{name}")
+
+
+def _store(run_dir: str, rank: int, world_size: int, store_fd: int | None, timeout):
+    """The TCP store the ranks meet through: hosted by rank 0 on a port the kernel picks, whose number
+    the launcher hands the others (read here from ``store_fd``)."""
+    import torch.distributed as dist
+
+    if rank == 0:
+        store = dist.TCPStore("127.0.0.1", 0, world_size, True, timeout=timeout, wait_for_workers=False)
+        _write_atomically(_own(run_dir, rank, "port"), str(store.port).encode())
+        return store
+    with os.fdopen(store_fd, "rb") as f:  # blocks until rank 0 has published its port
+        line = f.readline(16).strip()
+    if not line.isdigit():
+        raise RuntimeError("the launcher gave this rank no rendezvous port (rank 0 failed before it hosted one)")
+    return dist.TCPStore("127.0.0.1", int(line), world_size, False, timeout=timeout)
 
 
 def _write_atomically(path: str, payload: bytes) -> None:
@@ -94,9 +119,9 @@ def _read_own_args() -> bytes:
     return data
 
 
-def main(run_dir: str, rank: int, own_args: bool = False) -> None:
+def main(run_dir: str, rank: int, own_args: bool = False, tcp_store: bool = False, store_fd: int | None = None) -> None:
     own_bytes = _read_own_args() if own_args else None
-    stack_file = open(os.path.join(run_dir, f"rank{rank}.stack"), "w")
+    stack_file = open(_own(run_dir, rank, "stack"), "w")
     faulthandler.enable(file=stack_file, all_threads=True)  # segfaults, aborts
     if hasattr(signal, "SIGUSR1"):
         # The launcher sends SIGUSR1 to a rank that is stuck, to learn where.
@@ -124,13 +149,13 @@ def main(run_dir: str, rank: int, own_args: bool = False) -> None:
         fn, args, kwargs = pickle.loads(job_bytes)
         if own_bytes is not None:
             args = (*args, *pickle.loads(own_bytes))  # after the shared arguments
-        dist.init_process_group(
-            backend=backend,
-            init_method="file://" + os.path.join(run_dir, "store"),
-            rank=rank,
-            world_size=world_size,
-            timeout=datetime.timedelta(seconds=header["pg_timeout"]),
-        )
+        timeout = datetime.timedelta(seconds=header["pg_timeout"])
+        if tcp_store:
+            dist.init_process_group(backend=backend, store=_store(run_dir, rank, world_size, store_fd, timeout),
+                                    rank=rank, world_size=world_size, timeout=timeout)
+        else:
+            dist.init_process_group(backend=backend, init_method="file://" + os.path.join(run_dir, "store"),
+                                    rank=rank, world_size=world_size, timeout=timeout)
         result = fn(rank, world_size, *args, **kwargs)
         from commtax import boundary
         payload = boundary.dumps(result)  # the safe form: the launcher reads nothing else
@@ -141,14 +166,15 @@ def main(run_dir: str, rank: int, own_args: bool = False) -> None:
     except BaseException as exc:  # SystemExit and KeyboardInterrupt are failures too
         error = _error(exc)
     if error is not None:
-        _write_atomically(os.path.join(run_dir, f"rank{rank}.error"), pickle.dumps(error))
+        _write_atomically(_own(run_dir, rank, "error"), pickle.dumps(error))
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(1)  # do not wait for peers: they may be stuck on us
 
-    _write_atomically(os.path.join(run_dir, f"rank{rank}.result"), payload)
+    _write_atomically(_own(run_dir, rank, "result"), payload)
     try:
-        dist.destroy_process_group()
+        if not tcp_store:  # (over TCP rank 0 hosts the store: a peer still in destroy would wait seconds for
+            dist.destroy_process_group()  # a store gone with it; os._exit closes everything anyway)
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -158,4 +184,6 @@ def main(run_dir: str, rank: int, own_args: bool = False) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]), "--own-args" in sys.argv[3:])
+    _options = sys.argv[3:]
+    _fd = [int(o.split("=", 1)[1]) for o in _options if o.startswith("--store-fd=")]
+    main(sys.argv[1], int(sys.argv[2]), "--own-args" in _options, "--tcp-store" in _options, _fd[0] if _fd else None)

@@ -8,6 +8,13 @@ each in its own process session, started like every learner process
 lab run's OS sandbox, or as the fallback's user, files and environment). Every file a rank leaves there is
 read without following a link and with a size limit: ranks run the learner's
 code.
+
+Each rank writes only into a folder of its own, ``RUN_DIR/rank{R}/`` (:func:`rank_path`:
+its result or error, its stack dumps, its heartbeat). Under the grader in root mode each rank
+also runs in a sandbox of its own (:func:`commtax.learner_process.nested`), where that folder
+is the only one it can write and no other rank's file, ``/tmp``, ``/dev/shm`` or process is
+visible; the ranks then meet over TCP (:class:`Rendezvous`) instead of a file store in the
+run folder.
 """
 
 from __future__ import annotations
@@ -24,6 +31,73 @@ from commtax.ranks import _byfile
 
 OUTPUT_TAIL_BYTES = 8192  # how much of each rank's output a failure message quotes
 READ_LIMIT = 4 * 2**20  # bytes of a stack dump read back
+
+
+def rank_path(run_dir: str, rank: int, name: str = "") -> str:
+    """``RUN_DIR/rank{R}/rank{R}.<name>``: a file of the folder only rank ``rank`` writes (the folder without name)."""
+    folder = os.path.join(run_dir, f"rank{rank}")
+    return os.path.join(folder, f"rank{rank}.{name}") if name else folder
+
+
+def make_rank_folders(run_dir: str, world_size: int) -> None:
+    """One folder per rank, writable by the ranks' user as the run folder is (learner_run_dir's mode)."""
+    mode = os.stat(run_dir).st_mode & 0o7777
+    for rank in range(world_size):
+        os.mkdir(rank_path(run_dir, rank))
+        os.chmod(rank_path(run_dir, rank), mode)
+
+
+class Rendezvous:
+    """How the ranks meet when each has a sandbox of its own: over TCP, no file shared.
+
+    Rank 0 hosts a ``torch.distributed.TCPStore`` on a port the kernel picks (port 0: no fixed
+    port) and writes that port into its own folder; the launcher (which runs no learner code)
+    reads it there and hands it to every other rank through a pipe (the rank's descriptor
+    :attr:`fds`), which that rank reads before it joins. The store's traffic crosses the
+    loopback, where the kernel counts it with the ranks' messages (a few kB per job).
+    """
+
+    def __init__(self, run_dir: str, world_size: int):
+        self.run_dir = run_dir
+        self.pipes = {rank: os.pipe() for rank in range(1, world_size)}  # rank -> (read end, write end)
+        self.done = world_size == 1
+        self.handed = False  # whether the ranks hold the read ends (then ours are closed)
+
+    def fd(self, rank: int) -> int | None:
+        """The descriptor rank ``rank`` reads the port from (None for rank 0, which hosts the store)."""
+        return self.pipes[rank][0] if rank in self.pipes else None
+
+    def started(self) -> None:
+        """The ranks hold their read ends now: close ours."""
+        for read, _ in self.pipes.values():
+            os.close(read)
+        self.handed = True
+
+    def poll(self) -> None:
+        """Once rank 0 has published its port, hand it on to the other ranks."""
+        if self.done:
+            return
+        text = read_text(rank_path(self.run_dir, 0, "port"), limit=16).strip()
+        if not (text.isdigit() and 0 < int(text) < 65536):
+            return
+        self.done = True
+        for rank, (_, write) in self.pipes.items():
+            try:
+                os.write(write, f"{int(text)}\n".encode())
+            except OSError:  # that rank is gone already: its failure says why
+                pass
+        self.close()
+
+    def close(self) -> None:
+        for read, write in self.pipes.values():
+            for fd in (write,) if self.handed else (read, write):
+                if fd >= 0:
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass
+        self.pipes = {rank: (read, -1) for rank, (read, _) in self.pipes.items()}
+        self.handed = True
 
 
 def write_job(run_dir, fn, args, kwargs, world_size, backend, timeout) -> None:
@@ -45,7 +119,7 @@ def write_job(run_dir, fn, args, kwargs, world_size, backend, timeout) -> None:
 
 
 def start_rank(run_dir: str, rank: int, world_size: int, extra_env: dict | None,
-               own_args: bytes | None = None) -> subprocess.Popen:
+               own_args: bytes | None = None, rendezvous: Rendezvous | None = None) -> subprocess.Popen:
     # Ranks run the learner's code: started like every learner process (in its own session), which
     # under the grader means inside the lab run's sandbox (the Popen is then the relay's).
     # ``own_args`` (this rank's own inputs, pickled) reach it on its standard input: an anonymous
@@ -66,13 +140,22 @@ def start_rank(run_dir: str, rank: int, world_size: int, extra_env: dict | None,
         stdin = tempfile.TemporaryFile()  # unlinked at once: only this rank gets the descriptor
         stdin.write(own_args)
         stdin.seek(0)
+    command = [sys.executable, "-m", "commtax.ranks._rank", run_dir, str(rank)] + (["--own-args"] if own_args else [])
+    store_fd = rendezvous.fd(rank) if rendezvous else None
+    if rendezvous:
+        command += ["--tcp-store"] + ([f"--store-fd={store_fd}"] if store_fd is not None else [])
     try:
+        # In a sandbox of its own (under the grader, root mode) the rank writes only its folder and reads
+        # only the job from the run folder; elsewhere these change nothing.
         return boundary.learner_popen(
-            [sys.executable, "-m", "commtax.ranks._rank", run_dir, str(rank)] + (["--own-args"] if own_args else []),
+            command,
             stdin=stdin,
             stdout=out,
             stderr=subprocess.STDOUT,
             extra_env=env,
+            pass_fds=() if store_fd is None else (store_fd,),
+            writable=[rank_path(run_dir, rank)],
+            readable=[os.path.join(run_dir, "job.pkl")],
         )
     finally:
         out.close()  # the child holds its own copies

@@ -24,7 +24,7 @@ import time
 from commtax import boundary
 from commtax.ranks._failures import RankFailure
 from commtax.ranks._frames import waiting_call
-from commtax.ranks._start import read_text
+from commtax.ranks._start import rank_path, read_text
 
 DEADLOCK_CPU = 0.1  # seconds of CPU per rank allowed in the quiet period (gloo's idle threads use ~0)
 STALE_BEAT = 1.5  # seconds: an older beat means C code holds the GIL, not a wait on a peer
@@ -106,8 +106,8 @@ def valid_beat(beat) -> bool:
 
 def collect(run_dir: str, rank: int, code: int, seconds: float):
     """Read what a finished rank left: ``(result,)`` or a RankFailure."""
-    result_path = os.path.join(run_dir, f"rank{rank}.result")
-    error_path = os.path.join(run_dir, f"rank{rank}.error")
+    result_path = rank_path(run_dir, rank, "result")
+    error_path = rank_path(run_dir, rank, "error")
     # Both files are written by the learner's side: read them in the safe form only
     # (commtax.boundary.loads builds plain data, never an object the rank chose).
     if os.path.exists(result_path):
@@ -137,7 +137,7 @@ def collect(run_dir: str, rank: int, code: int, seconds: float):
             why = f"was killed by signal {-code}"
     else:
         why = f"exited with code {code} without returning (os._exit, or a crash in C code)"
-    stack = read_text(os.path.join(run_dir, f"rank{rank}.stack"))
+    stack = read_text(rank_path(run_dir, rank, "stack"))
     return RankFailure(rank, "exited", why, seconds, when=time.time(), stack=stack)
 
 
@@ -148,7 +148,7 @@ def dump_stacks(run_dir: str, procs, ranks) -> dict[int, str]:
         return stacks
 
     def size(rank):
-        path = os.path.join(run_dir, f"rank{rank}.stack")
+        path = rank_path(run_dir, rank, "stack")
         try:
             return os.lstat(path).st_size
         except OSError:
@@ -172,7 +172,7 @@ def dump_stacks(run_dir: str, procs, ranks) -> dict[int, str]:
                 pending.discard(rank)  # grew, then stopped growing: the dump is complete
             last[rank] = now
     for rank in ranks:
-        stacks[rank] = read_text(os.path.join(run_dir, f"rank{rank}.stack"), offset=sizes[rank])
+        stacks[rank] = read_text(rank_path(run_dir, rank, "stack"), offset=sizes[rank])
     return stacks
 
 
@@ -196,7 +196,7 @@ class Stall:
     def read(self, rank: int):
         # The rank runs the learner's code: never follow a link, never read more than a beat's size.
         try:
-            with boundary.open_learner_file(os.path.join(self.run_dir, f"rank{rank}.beat"), "r") as f:
+            with boundary.open_learner_file(rank_path(self.run_dir, rank, "beat"), "r") as f:
                 beat = json.loads(f.read(1 << 20))
         except (OSError, ValueError):
             return None
@@ -242,8 +242,11 @@ def _deadlock_failures(stall: Stall, stacks: dict, running, elapsed: float) -> l
 
 
 def watch(run_dir: str, procs, timeout: float, grace: float, live: bool = False,
-          deadlock_after: float | None = None):
-    """Wait for every rank; return (results, failures ordered by time)."""
+          deadlock_after: float | None = None, rendezvous=None):
+    """Wait for every rank; return (results, failures ordered by time).
+
+    ``rendezvous`` (a :class:`commtax.ranks._start.Rendezvous`, or None) is polled meanwhile: it
+    hands rank 0's store port on to the other ranks."""
     follower = Follower(os.path.join(run_dir, "rank0.out")) if live else None
     stall = Stall(run_dir, deadlock_after) if deadlock_after else None
     start = time.monotonic()
@@ -253,6 +256,8 @@ def watch(run_dir: str, procs, timeout: float, grace: float, live: bool = False,
     running = set(range(len(procs)))
     grace_started = False
     while running:
+        if rendezvous is not None:
+            rendezvous.poll()
         now = time.monotonic()
         for rank in sorted(running):
             code = procs[rank].poll()

@@ -9,7 +9,10 @@ list of their return values, indexed by rank.
 What it guarantees, because distributed bugs hang rather than crash:
 
 * No fixed ports: the ranks meet through a file store in a private temporary
-  folder, so two runs (or two test sessions) never collide.
+  folder, so two runs (or two test sessions) never collide. Under the grader
+  in root mode, where each rank has a sandbox of its own and no file is
+  shared, rank 0 hosts a TCP store on a port the kernel picks and the
+  launcher hands that port to the others (:class:`~commtax.ranks._start.Rendezvous`).
 * One thread per rank (``OMP_NUM_THREADS=1``, ``torch.set_num_threads(1)``), so
   four ranks on two cores do not fight over 4 x 2 BLAS threads.
 * A hard deadline. When it passes, every live rank is asked for a stack dump
@@ -77,7 +80,7 @@ from commtax.ranks._frames import learner_traceback
 from commtax.ranks._failures import BackendUnavailable, DistributedRunError, RankFailure
 from commtax.ranks._quotes import Quotes
 from commtax.ranks._report import describe
-from commtax.ranks._start import OUTPUT_TAIL_BYTES, kill_all, start_rank, tail, write_job
+from commtax.ranks._start import OUTPUT_TAIL_BYTES, Rendezvous, kill_all, make_rank_folders, start_rank, tail, write_job
 from commtax.ranks._watch import DEADLOCK_CPU, watch
 
 __all__ = ["BACKENDS", "DEADLOCK_AFTER", "BackendUnavailable", "DistributedRunError", "RankFailure", "RankResults",
@@ -186,17 +189,25 @@ def run_ranks(
     quotes = Quotes.of_job(fn, args, kwargs)  # the learner's files, read before any rank starts
     run_dir = boundary.learner_run_dir()  # under the grader: inside the learner's sandbox
     procs: list[subprocess.Popen] = []
+    # Under the grader in root mode each rank has a sandbox of its own: no file is shared, so they meet
+    # over TCP (rank 0's store, its port handed on by us); elsewhere through a file in the run folder.
+    rendezvous = Rendezvous(run_dir, world_size) if boundary.nested() else None
     try:
         write_job(run_dir, fn, tuple(args), dict(kwargs or {}), world_size, backend, timeout)
+        make_rank_folders(run_dir, world_size)
         wire_before = wire.loopback_bytes()
-        procs = [start_rank(run_dir, rank, world_size, env, own_args(rank_args, rank))
+        procs = [start_rank(run_dir, rank, world_size, env, own_args(rank_args, rank), rendezvous)
                  for rank in range(world_size)]
+        if rendezvous:
+            rendezvous.started()
         results, failures = watch(run_dir, procs, timeout, grace, live,
-                                  deadlock_after if backend == "gloo" else None)
+                                  deadlock_after if backend == "gloo" else None, rendezvous)
         wire_after = wire.loopback_bytes()
         outputs = [tail(os.path.join(run_dir, f"rank{r}.out")) for r in range(world_size)]
     finally:
         kill_all(procs)
+        if rendezvous:
+            rendezvous.close()
         shutil.rmtree(run_dir, ignore_errors=True)
 
     if echo_output:

@@ -36,6 +36,7 @@ import sys
 MAX_MESSAGE = 1 << 20          # bytes of one request (argv + environment)
 MAX_FDS = 16                   # descriptors one process may be handed
 PR_SET_NO_NEW_PRIVS, PR_SET_DUMPABLE, PR_CAPBSET_DROP = 38, 4, 24
+FILTER: list = []  # [path, descriptor]: a seccomp program every process started here finds open at that number
 
 
 def _prctl(option: int, value: int) -> None:
@@ -105,6 +106,11 @@ def _child(request: dict, fds: list) -> None:  # pragma: no cover - between fork
             if fd > start:  # (os.closerange misbehaves on an empty range)
                 os.closerange(start, fd)
             start = fd + 1
+        if FILTER and int(FILTER[1]) not in targets:  # for a nested bubblewrap's --seccomp (read once, by it)
+            opened = os.open(str(FILTER[0]), os.O_RDONLY)
+            if opened != int(FILTER[1]):
+                os.dup2(opened, int(FILTER[1]), inheritable=True)
+                os.close(opened)
         os.setsid()
         os.umask(0o077)
         os.chdir(str(request["cwd"]))
@@ -116,6 +122,35 @@ def _child(request: dict, fds: list) -> None:  # pragma: no cover - between fork
             os.write(2, f"the sandbox could not start the process: {exc}\n".encode())
         finally:
             os._exit(127)
+
+
+def _children(pid: int) -> list:
+    out = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children", encoding="ascii") as f:
+                out += [int(child) for child in f.read().split()]
+    except (OSError, ValueError):
+        pass
+    return out
+
+
+def _innermost(pid: int):
+    """The process a signal for ``pid`` is meant for: ``pid`` itself, or, when ``pid`` is the bubblewrap
+    of a nested sandbox (a process started in a sandbox of its own), the first process in it that is
+    not bubblewrap (bubblewrap passes no signal on, and would die of SIGUSR1). None while there is none."""
+    for _ in range(4):  # bwrap, its PID namespace's init (also bwrap), the process
+        try:
+            with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as f:
+                if f.read().strip() != "bwrap":
+                    return pid
+        except OSError:
+            return None
+        children = _children(pid)
+        if not children:
+            return None
+        pid = children[0]
+    return None
 
 
 def _send(conn: socket.socket, message: dict) -> None:
@@ -189,8 +224,11 @@ class Agent:
         for extra in fds:
             os.close(extra)
         if running and str(request.get("signal", "")).isdigit():
+            target = _innermost(pid)
+            if target is None:
+                return  # its nested sandbox is still starting: nothing of the learner's runs yet
             try:
-                os.kill(pid, int(request["signal"]))  # passed on as the relay got it: to the process alone
+                os.kill(target, int(request["signal"]))  # passed on as the relay got it: to the process alone
             except (OSError, ValueError, OverflowError):
                 pass
 
@@ -242,6 +280,7 @@ def main(control_fd: int, settings: dict) -> None:
     if settings.get("uid") is not None and os.getuid() == 0:
         drop_privileges(int(settings["uid"]), int(settings["gid"]))
     _prctl(PR_SET_DUMPABLE, 0)  # no process of the sandbox may read our memory or descriptors
+    FILTER[:] = settings.get("filter") or []
     control = socket.socket(fileno=control_fd)
     control.send(json.dumps({"ready": os.getpid(), "uid": os.getuid()}).encode())
     try:

@@ -24,6 +24,16 @@ through a relay. Closing the sandbox kills ``bwrap``; the kernel then kills
 every process of the sandbox's PID namespace, and its mounts, IPC objects and
 memory-backed files go with it.
 
+**A sandbox per learner process** (:func:`nested_prefix`): in root mode, each process the trusted
+tests start in the sandbox (the lab's worker, each rank of a distributed test, Lab 03's benchmark)
+runs inside a bubblewrap of its own, nested in the lab's: its own user, PID and IPC namespaces, no
+``/proc`` (the lab's is hidden, so no other process is visible), a private ``/tmp`` and
+``/dev/shm``, the lab's run folders hidden, and everything else read-only; only the folders its
+starter names (a rank's own output folder) are writable. The network namespace stays the lab's:
+learner processes reach each other only over loopback, where the kernel counts the bytes. In
+same-user mode the lab's sandbox forbids user namespaces (``--disable-userns``), so there are none
+(the report says so).
+
 Where this machine allows it, each sandbox also gets a cgroup of its own
 (:mod:`grading.sandbox.cgroup`): bubblewrap joins it before it starts, so the
 memory and the processes of the whole run are bounded together; closing the
@@ -120,13 +130,89 @@ def _etc(folder: Path, uid: int, gid: int) -> list[str]:
     return options
 
 
+def nested_prefix(bwrap: str, runs: Path, tmp_size: int, keep: list = ()) -> list:
+    """The bubblewrap command (up to its ``--``) that starts one learner process in a sandbox of its own,
+    inside a lab's sandbox.
+
+    Everything the lab's sandbox holds is bound read-only (``--ro-bind / /``); then a fresh
+    user, PID and IPC namespace (no process of the lab, and no other learner process, is visible
+    or can be signalled or traced: the PID namespace has no ``/proc`` mounted, as the kernel
+    refuses a new one under the lab's partly covered ``/proc``; its own user namespace makes the
+    process's user a different one for the kernel's checks), a private ``/tmp`` and ``/dev/shm``,
+    the lab's run folders hidden. ``keep``: the lab sandbox's folders (its tree, the Python
+    environment) bound again, read-only, where they lie under ``/tmp`` or ``/dev/shm``, which the
+    private ones would hide. A starter adds ``--bind`` (writable) and ``--ro-bind`` for the
+    folders and files the process needs (:data:`NESTED_WRITABLE`, :data:`NESTED_READABLE`).
+    """
+    c = [bwrap, "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-cgroup-try", "--disable-userns",
+         "--die-with-parent", "--seccomp", str(FILTER_FD), "--ro-bind", "/", "/",
+         "--tmpfs", "/proc"]
+    for name in PROC_FILES:  # torch reads the CPUs there; machine-wide files, nothing of any process
+        c += ["--ro-bind-try", f"/proc/{name}", f"/proc/{name}"]
+    c += ["--dev", "/dev",
+          "--perms", "1777", "--size", str(tmp_size), "--tmpfs", "/tmp",
+          "--perms", "1777", "--size", str(tmp_size), "--tmpfs", "/dev/shm"]
+    for path in keep:
+        if any(_under(str(path), hidden) for hidden in ("/tmp", "/dev/shm")):
+            c += _parents(str(path)) + ["--ro-bind", str(path), str(path)]
+    c += ["--size", str(tmp_size), "--tmpfs", str(runs)]  # (its own copy: nothing written there is shared)
+    if os.path.exists("/dev/nvidiactl"):  # NCCL: the GPUs, as in the lab's sandbox
+        for device in [*GPU_DEVICES, *(f"/dev/{n}" for n in sorted(os.listdir("/dev"))
+                                       if n.startswith("nvidia") and n[6:].isdigit())]:
+            c += ["--dev-bind-try", device, device]
+    return c
+
+
+PROC_FILES = ("cpuinfo", "meminfo", "stat")
+FILTER_PATH = "/.commtax-no-unix-sockets.bpf"  # where the seccomp program appears inside a lab's sandbox
+FILTER_FD = 1017  # the descriptor the agent opens it at for each process (bwrap --seccomp reads it)
+
+# Classic BPF over struct seccomp_data {int nr; u32 arch; u64 ip; u64 args[6]} (offsets 0, 4, 8, 16):
+BPF_LD_W_ABS, BPF_JEQ, BPF_JSET, BPF_RET = 0x20, 0x15, 0x45, 0x06
+AUDIT_ARCH_X86_64, AUDIT_ARCH_AARCH64 = 0xC000003E, 0xC00000B7
+SYS_SOCKET = {AUDIT_ARCH_X86_64: 41, AUDIT_ARCH_AARCH64: 198}
+X32_BIT = 0x40000000
+SECCOMP_RET_ALLOW, SECCOMP_RET_EPERM = 0x7FFF0000, 0x00050000 | 1
+AF_UNIX = 1
+
+
+def no_unix_sockets_filter() -> bytes:
+    """A seccomp program (classic BPF, as bubblewrap's ``--seccomp`` reads it) under which
+    ``socket(AF_UNIX, ...)`` fails with EPERM, on x86_64 and aarch64.
+
+    Abstract Unix sockets belong to the network namespace but never cross the loopback, so ranks
+    could talk over them without the kernel's byte count seeing it. Everything else is allowed;
+    an x32 system call on x86_64, and any call of another architecture (i386 code), fails.
+    Jumps are relative: the next instruction is offset 0.
+    """
+    program = [
+        (BPF_LD_W_ABS, 0, 0, 4),                                  # 0: the architecture
+        (BPF_JEQ, 0, 3, AUDIT_ARCH_X86_64),                       # 1: x86_64 -> 2, else -> 5
+        (BPF_LD_W_ABS, 0, 0, 0),                                  # 2: the system call's number
+        (BPF_JSET, 7, 0, X32_BIT),                                # 3: x32 -> deny
+        (BPF_JEQ, 3, 5, SYS_SOCKET[AUDIT_ARCH_X86_64]),           # 4: socket -> 8, else allow
+        (BPF_JEQ, 0, 5, AUDIT_ARCH_AARCH64),                      # 5: aarch64 -> 6, else deny
+        (BPF_LD_W_ABS, 0, 0, 0),                                  # 6: the system call's number
+        (BPF_JEQ, 0, 2, SYS_SOCKET[AUDIT_ARCH_AARCH64]),          # 7: socket -> 8, else allow
+        (BPF_LD_W_ABS, 0, 0, 16),                                 # 8: its first argument (low half)
+        (BPF_JEQ, 1, 0, AF_UNIX),                                 # 9: AF_UNIX -> deny, else allow
+        (BPF_RET, 0, 0, SECCOMP_RET_ALLOW),                       # 10
+        (BPF_RET, 0, 0, SECCOMP_RET_EPERM),                       # 11
+    ]
+    import struct
+    return b"".join(struct.pack("=HBBI", *instruction) for instruction in program)
+NESTED_WRITABLE = ["--bind", "{path}", "{path}"]
+NESTED_READABLE = ["--ro-bind", "{path}", "{path}"]
+
+
 class NamespaceSandbox:
     """One running sandbox: ``bwrap`` and the agent in it, reached through ``control`` (a socket)."""
 
     def __init__(self, proc: subprocess.Popen, control: socket.socket, log: Path, box: Path, runs: Path,
-                 cgroup: RunCgroup | None = None, no_cgroup: str = ""):
+                 cgroup: RunCgroup | None = None, no_cgroup: str = "", nested: list | None = None):
         self.proc, self.control, self.log, self.box, self.runs = proc, control, log, box, runs
         self.cgroup, self.no_cgroup = cgroup, no_cgroup
+        self.nested = nested  # the prefix of a sandbox per learner process (None: they share this one)
 
     def limits_hit(self) -> str:
         """What the run's cgroup says it reached (its memory or process limit), or that this run could
@@ -140,6 +226,8 @@ class NamespaceSandbox:
         settings = {"trusted_root": os.path.realpath(trusted_root), "learner_root": str(self.box), "tmp": "/tmp",
                     "runs": str(self.runs), "relay": {"python": sys.executable, "script": str(relay_script),
                                                       "fd": self.control.fileno()}}
+        if self.nested:  # commtax.learner_process wraps each learner process in this (ranks: their own folder)
+            settings["nest"] = {"prefix": self.nested, "writable": NESTED_WRITABLE, "readable": NESTED_READABLE}
         counters = network_counters(self.proc.pid)
         if counters:  # the trusted tests count the ranks' bytes there (commtax.ranks.wire)
             settings["loopback"] = counters
@@ -237,6 +325,11 @@ class NamespaceIsolation:
         self._count = 0
         self.cgroups: Cgroups | None = None  # set by the caller once the sandbox works (:func:`use_cgroups`)
         self.no_cgroup = "not looked for"
+        # A sandbox per learner process (nested_prefix): root mode only (same-user mode's sandbox
+        # forbids the user namespaces it needs); set by :func:`probe` once it has worked here.
+        self.nest = False
+        self.no_nest = ("same-user mode: the lab's sandbox forbids user namespaces, so its learner processes "
+                        "share it" if self.user_namespace else "not tried")
 
     def use_cgroups(self, found: "Cgroups | str") -> None:
         """A cgroup per sandbox from ``found`` (:func:`grading.sandbox.cgroup.find`), or why there is none."""
@@ -267,8 +360,18 @@ class NamespaceIsolation:
         else:
             total = (f"no cgroup ({self.no_cgroup}): the memory of a lab run's processes together is not "
                      "bounded, only each process's")
+        if self.nest:
+            per_process = ("each learner process (the lab's worker, each rank) in a nested sandbox of its own: "
+                           "its own user, PID and IPC namespaces, private /tmp and /dev/shm, no Unix sockets, writable only its "
+                           "own output folder; ranks reach each other only over loopback")
+        else:
+            per_process = f"no sandbox per learner process ({self.no_nest}): a lab's ranks share files and /proc"
         return (f"OS sandbox ({self.version}): {namespaces}; only the lab's files, the Python environment "
-                f"(read-only) and a private /tmp visible; no network; limits: {self.limits.describe()}; {total}")
+                f"(read-only) and a private /tmp visible; no network; limits: {self.limits.describe()}; {total}; "
+                f"{per_process}")
+
+    def nested_prefix(self, runs: Path, box: Path) -> list:
+        return nested_prefix(self.bwrap, runs, self.limits.tmp_size // 4, [str(box), *self.python])
 
     def _command(self, box: Path, runs: Path, agent: Path, control_fd: int, uid: int, etc: list) -> list:
         c = [self.bwrap, "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--unshare-net",
@@ -294,11 +397,20 @@ class NamespaceIsolation:
         c += self._python_binds()
         for path, writable in ((str(box), False), (str(runs), True)):
             c += _parents(path) + ["--bind" if writable else "--ro-bind", path, path]
-        c += ["--ro-bind", str(agent), AGENT_PATH, "--chdir", str(box), "--",
-              sys.executable, "-I", "-S", AGENT_PATH, str(control_fd),
-              json.dumps({"uid": None if self.user_namespace else uid, "gid": uid,
-                          "limits": self.limits.rlimits()})]
+        c += ["--ro-bind", str(agent), AGENT_PATH]
+        settings = {"uid": None if self.user_namespace else uid, "gid": uid, "limits": self.limits.rlimits()}
+        if not self.user_namespace:  # the seccomp program of the nested sandboxes (nested_prefix)
+            c += ["--ro-bind", str(self._filter()), FILTER_PATH]
+            settings["filter"] = [FILTER_PATH, FILTER_FD]
+        c += ["--chdir", str(box), "--", sys.executable, "-I", "-S", AGENT_PATH, str(control_fd), json.dumps(settings)]
         return c
+
+    def _filter(self) -> Path:
+        path = self.base / "no-unix-sockets.bpf"
+        if not path.exists():
+            path.write_bytes(no_unix_sockets_filter())
+            os.chmod(path, 0o644)
+        return path
 
     def _python_binds(self) -> list:
         """The environment read-only; any protected folder (the course, hidden tests, submissions) inside
@@ -350,7 +462,8 @@ class NamespaceIsolation:
         if cgroup is not None:
             cgroup.close_join()
         theirs.close()
-        sandbox = NamespaceSandbox(proc, ours, log, box, runs, cgroup, no_cgroup)
+        sandbox = NamespaceSandbox(proc, ours, log, box, runs, cgroup, no_cgroup,
+                                   self.nested_prefix(runs, box) if self.nest else None)
         try:
             ours.settimeout(READY_TIMEOUT)
             reply = ours.recv(4096)
@@ -376,5 +489,28 @@ def probe(isolation: NamespaceIsolation, folder: Path) -> str | None:
         sandbox = isolation.open(box, runs, agent)
     except (SandboxError, OSError) as exc:
         return str(exc).splitlines()[-1][:300] if str(exc) else type(exc).__name__
-    sandbox.close()
+    try:
+        if not isolation.user_namespace:
+            why = probe_nested(isolation, sandbox)
+            isolation.nest, isolation.no_nest = why is None, why or ""
+    finally:
+        sandbox.close()
+    return None
+
+
+def probe_nested(isolation: NamespaceIsolation, sandbox: NamespaceSandbox) -> str | None:
+    """None if a learner process can be started in a sandbox of its own inside ``sandbox``, else why not."""
+    relay = Path(__file__).with_name("relay.py")
+    fd = sandbox.control.fileno()
+    spec = {"argv": [*isolation.nested_prefix(sandbox.runs, sandbox.box), "--", sys.executable, "-I", "-S", "-c", "pass"],
+            "cwd": "/", "fds": [0, 1, 2]}
+    try:
+        done = subprocess.run([sys.executable, "-I", "-S", str(relay), str(fd), json.dumps(spec)], pass_fds=(fd,),
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=READY_TIMEOUT,
+                              env={"PATH": "/usr/bin:/bin"}, cwd="/")
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"bubblewrap could not be nested: {exc}"
+    if done.returncode != 0:
+        text = (done.stderr or done.stdout).strip().splitlines()
+        return f"bubblewrap could not be nested: {text[-1][:300] if text else f'exit code {done.returncode}'}"
     return None

@@ -214,7 +214,7 @@ def test_the_benchmark_writes_a_calibration_that_the_calculators_load(lab, tmp_p
                    "--sizes", "4K:4M", "--factor", "4", "--iters", "10", "--impl", resolve_impl(HERE),
                    "--out", str(out), "--name", "test loopback"]
         proc = boundary.learner_run(command, capture_output=True, text=True, timeout=180,
-                                    extra_env={"PYTHONUNBUFFERED": "1"})
+                                    extra_env={"PYTHONUNBUFFERED": "1"}, writable=[run_dir])
         check(proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:])
         check("busbw(GB/s)" in proc.stdout and "fitted ring model" in proc.stdout, proc.stdout[-2000:])
         assert "measuring all_reduce" in proc.stdout + proc.stderr  # the progress lines

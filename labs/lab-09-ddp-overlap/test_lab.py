@@ -13,10 +13,8 @@ must broadcast rank 0's, which every rank can build.) ``--tb=short`` reads well 
 """
 
 import contextlib
-import os
 import random
 import statistics
-import tempfile
 import time
 from pathlib import Path
 
@@ -288,8 +286,6 @@ def learner_ddp_worker(rank, world_size, lab, rows=None):
     if rows is not None:
         _OWN["rows"] = rows
     groups = [dist.new_group([0, 1]), dist.new_group([2, 3])] if world_size == 4 else None
-    shared = [tempfile.mkdtemp(prefix="commtax-lab09-") if rank == 0 else None]
-    dist.broadcast_object_list(shared, src=0)
     model = build_model(seed=rank)            # unequal initial state: the wrapper must broadcast rank 0's
     ddp = lab.BucketedDDP(model, CAP)
     step = {"state": _state(model), "is_module": isinstance(ddp, nn.Module),
@@ -319,7 +315,7 @@ def learner_ddp_worker(rank, world_size, lab, rows=None):
     step["timeline_later"] = [dict(r) for r in timeline] if isinstance(timeline, list) else None
     step["per_microbatch"] = counts
     if world_size == 2:
-        step["hold_back"] = _attempt(lambda: hold_back_worker(rank, lab, shared[0]))
+        step["hold_back"] = _attempt(lambda: hold_back_worker(rank, lab))
     if world_size == 4:
         step["subgroup"] = _attempt(lambda: subgroup_worker(rank, lab, groups[rank // 2]))
     return step
@@ -381,7 +377,7 @@ def _attempt(part):
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 
-def hold_back_worker(rank, lab, directory):
+def hold_back_worker(rank, lab):
     """Rank 1 holds back its backward until rank 0's backward has returned (at most HOLD_BACK s).
 
     While rank 1 holds back, none of rank 0's all-reduces can complete. With hooks that launch them
@@ -396,21 +392,23 @@ def hold_back_worker(rank, lab, directory):
     ddp = lab.BucketedDDP(model, CAP)
     x, y = _my_rows(2, 7, rank)
     loss = F.mse_loss(ddp(x), y)
-    flag = os.path.join(directory, "rank-0-backward-returned")
+    # The signal goes through the process group's store (a key rank 1 polls), not a file: under the
+    # grader each rank has a sandbox of its own and no file is shared.
+    store, flag = dist.distributed_c10d._get_default_store(), "rank-0-backward-returned"
     if rank == 0:
         start = time.perf_counter()
         loss.backward()
         end = time.perf_counter()
-        open(flag, "w").close()
+        store.set(flag, "1")
         dist.barrier()
         called = time.perf_counter()
         timeline = ddp.finish_gradient_synchronization()
         return {"backward_start": start, "backward_end": end, "finish_called": called,
                 "timeline": [dict(r) for r in timeline]}
     deadline = time.perf_counter() + HOLD_BACK
-    while not os.path.exists(flag) and time.perf_counter() < deadline:
+    while not store.check([flag]) and time.perf_counter() < deadline:
         time.sleep(0.005)     # polled, not waited on: the run's deadlock detector must not see a wait here
-    arrived = os.path.exists(flag)
+    arrived = store.check([flag])
     loss.backward()
     dist.barrier()
     ddp.finish_gradient_synchronization()

@@ -49,7 +49,7 @@ def _forge_dump_and_exit(run_dir, rank):
     for file, line, func in _forged_frames(rank):
         lines.append(f'  File "{file}", line {line} in {func}')
     lines.append(f'  File "{_os.path.join(_os.getcwd(), "commtax", "ranks", "_rank.py")}", line 1 in main')
-    with open(_os.path.join(run_dir, f"rank{rank}.stack"), "a") as f:
+    with open(_os.path.join(run_dir, f"rank{rank}", f"rank{rank}.stack"), "a") as f:
         f.write("\n".join(lines) + "\n")
     _os._exit(1)
 
