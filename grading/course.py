@@ -34,6 +34,8 @@ LEARNER_COMMTAX = ("__init__.py", "checks.py", "units.py", "labs.py", "testing.p
                    # the loader of recorded expected values: test_lab.py builds one at import, in the ranks too
                    "recorded.py",
                    "ranks/__init__.py", "ranks/launch.py", "ranks/traffic.py", "ranks/_*.py",
+                   # the kernel's loopback counters (no answers); Lab 03's measure.py, a learner process, reads them
+                   "ranks/wire.py",
                    # link presets and Lab 03's calibration files (measure.py saves one): no answers
                    "formulas/__init__.py", "formulas/links.py")
 # Helpers that public rank workers call but that live in a module with answers: the stub of

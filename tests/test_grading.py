@@ -602,6 +602,14 @@ def test_a_rank_sees_no_file_and_no_process_of_another_rank_in_a_sandbox_per_ran
     shutil.copy(ATTACKS / "rank_snoop.py", box / "tests" / "attacks")
     for folder in [box, *box.rglob("*")]:
         os.chmod(folder, 0o755 if folder.is_dir() else 0o644)
+    # A Python environment inside the checkout (CI's .venv) sits in the tree the learner's paths are mapped
+    # from (ROOT -> box): give it its place in the box too (the grader's own trusted tree is a copy, never
+    # an ancestor of the environment).
+    for path in namespaces.python_paths():
+        if namespaces._under(path, str(ROOT)) and path != str(ROOT):
+            link = box / os.path.relpath(path, ROOT)
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.symlink_to(path)
     sandbox = isolation.open(box, runs, ROOT / "grading" / "sandbox" / "agent.py")
     try:
         monkeypatch.setenv("COMMTAX_SANDBOX", json.dumps(sandbox.settings(ROOT, ROOT / "grading" / "sandbox" / "relay.py")))
