@@ -445,6 +445,14 @@ def _state_checks(lab, rank, world_size):
     return {"state": state, "continued": _flat(model), "loaded": _flat(fresh)}
 
 
+def _subgroup_state(lab, rank, group):
+    """ZeRO-1 on a group of 2 ranks, then consolidate_state_dict(to=0): ``to`` is a rank of the group (global
+    rank 2 is rank 0 of the group {2, 3}); the state on the group's rank 0, as plain data."""
+    opt = train_sharded(lab, rank, 1, "adamw", group=group)["_opt"]
+    opt.consolidate_state_dict(to=0)
+    return {"state": _plain(opt.state_dict()) if dist.get_rank(group) == 0 else None}
+
+
 def train_fully_sharded(lab, rank, group=None, data_rank=None):
     """The caller's own loop and torch Adam around the learner's FullyShardedModule.
 
@@ -580,6 +588,8 @@ def run_zero(rank, world_size, lab, with_fsdp=True, batches=None, units=None):
                                                lambda: train_sharded(lab, rank, stage, "adamw", group=mine))
         out["subgroup/3"] = _agreed(lab, f"FullyShardedModule({pair})",
                                     lambda: train_fully_sharded(lab, rank, group=mine))
+        out["subgroup/state"] = _agreed(lab, f"consolidate_state_dict(to=0) on {pair}",
+                                        lambda: _subgroup_state(lab, rank, mine))
     if with_fsdp:
         try:
             out["fsdp"] = _fsdp2(rank)
@@ -962,6 +972,15 @@ def test_sharded_optimizer_and_fully_sharded_module_work_on_a_subgroup(lab):
     results = _zero(lab, 4, _needs(lab, SHARDED + FULLY_SHARDED))
     hint = (" - the same code passes on the whole world: a collective without group=self.group runs on every "
             "rank (the default group), and dividing by dist.get_world_size() without the group averages over 4")
+    for rank, r in enumerate(results):
+        state = r["subgroup/state"]
+        if "error" in state:
+            fail(f"rank {rank}: consolidate_state_dict(to=0) on a group of two: {state['error']} - `to` is a rank "
+                 "of self.group (the group's rank 0 is global rank 2 in the group {2, 3}): pass it as group_dst=, "
+                 "not dst= (a global rank)")
+        if rank in (0, 2) and not (isinstance(state.get("state"), dict) and state["state"].get("state")):
+            fail(f"rank {rank} (rank 0 of its group): state_dict() after consolidate_state_dict(to=0) on the "
+                 f"group holds no state: {str(state)[:200]}")
     for stage in (0, 1, 2, 3):
         key = f"subgroup/{stage}"
         reference = (lambda g: reference_adam(g)) if stage == 3 else (lambda g: reference_run(g, "adamw"))
