@@ -510,6 +510,8 @@ def test_a_rank_that_forges_its_stack_gets_other_files_named_never_quoted(tmp_pa
     assert not [line for line in answers if line in seen], graded.mode
 
 
+@pytest.mark.slow   # CI: the secret seed against a forger in test_tp_ranks_that_compute_every_shard_locally_..., the
+#                    kernel's count and a sandbox per rank in test_red_team_side_channel_...[lab-02]
 def test_ranks_that_rebuild_the_inputs_and_bump_their_byte_counters_gain_nothing(tmp_path):
     # Red team round 2, a03 (19/23 on Lab 02 before): no message sent; each rank rebuilds every input from
     # the public seeds and adds to the byte counter in the closure of the wrapped dist.send. Now inputs come
@@ -541,7 +543,9 @@ def test_red_team_side_channel_through_shared_files_gains_nothing_with_a_sandbox
     if not (IS_ROOT and nested_missing() is None):
         pytest.skip(f"no sandbox per rank here: {nested_missing() if IS_ROOT else 'not root'}")
     text = shipped(lab) + attack(f"r21_b01_lab{lab[4:6]}_suffix.py")
-    deadline = min(300, round(60 * max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))))
+    # The jobs wait for notes that never come: the lab ends at its deadline with no point (30 s, stretched
+    # with the load; nothing it could gain needs longer: Lab 02's whole reference grades in about 25 s).
+    deadline = min(300, round(30 * max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))))
     graded = grade_as("root", submission(tmp_path, **{lab.replace("-", "_"): text}), [lab], tmp_path,
                       lab_timeout=deadline)
     assert graded.scores[lab][0] == 0, graded.seen()[:3000]

@@ -272,6 +272,7 @@ def test_mismatched_collectives_are_stopped_as_a_deadlock_with_both_stacks():
     assert "in mismatched_collectives" in message  # the learner's own frame is shown
 
 
+@pytest.mark.slow   # the deadline's own path; CI covers it in test_an_infinite_loop_is_killed_... (suite time)
 def test_mismatched_collectives_end_at_the_deadline_without_the_detector():
     with pytest.raises(DistributedRunError) as info:
         # Both ranks must reach their collectives before the deadline: it follows the machine's load.

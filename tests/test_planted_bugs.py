@@ -202,6 +202,7 @@ def test_a_pipeline_that_drops_its_isend_requests_fails_in_seconds_naming_the_is
 
 # -- wrong values: a failure, not a pass ----------------------------------------------------------
 
+@pytest.mark.slow   # Lab 02's value tests and mutation scores cover wrong sums (suite time: 25 min)
 def test_a_ring_that_overwrites_instead_of_adding_gives_a_wrong_sum_not_a_pass(tmp_path):
     run = run_planted(tmp_path, LAB02, "target[a:b].add_(received[a:b])", "target[a:b].copy_(received[a:b])",
                       "-k", "ring_all_reduce_equals or reduce_scatter_leaves")
@@ -209,6 +210,7 @@ def test_a_ring_that_overwrites_instead_of_adding_gives_a_wrong_sum_not_a_pass(t
     assert "deadlocked" not in run.output
 
 
+@pytest.mark.slow   # Lab 02's value tests and mutation scores cover wrong sums (suite time: 25 min)
 def test_an_all_gather_that_starts_from_the_wrong_chunk_is_caught(tmp_path):
     run = run_planted(tmp_path, LAB02, "bounds[(owned_chunk - step) % size]", "bounds[(owned_chunk + step) % size]",
                       "-k", "reduce_scatter_leaves or all_gather_fills")
