@@ -35,7 +35,9 @@ from commtax.ranks.launch import run_ranks
 LAB02 = LABS_DIR / "lab-02-ring-allreduce"
 LAB05 = LABS_DIR / "lab-05-tensor-parallel-layers"
 LAB07 = LABS_DIR / "lab-07-pipeline-schedules"
+LAB08 = LABS_DIR / "lab-08-memory-and-zero"
 LAB10 = LABS_DIR / "lab-10-moe-all-to-all"
+LAB11 = LABS_DIR / "lab-11-plan-a-cluster"
 LAB12 = LABS_DIR / "lab-12-the-whole-bill"
 WHOLE_LAB_SECONDS = 60.0  # the promise to learners: a deadlocked lab fails in under a minute, in total
 DEADLOCKED_JOB_SECONDS = 15.0  # one deadlocked job: rank start-up (2-8 s, busy or not) + the 2 s quiet period
@@ -341,3 +343,41 @@ def test_ranks_that_rebuild_the_model_from_the_public_seed_get_wrong_losses_and_
     hint = lab.forged_hint(got, plan, 0)
     print(problem + hint)
     assert hint.startswith(". These are the losses of the model and data of the public seed 0"), hint
+
+
+# -- a value off by a known factor: the message names the factor's cause (no ranks: milliseconds) -------
+
+def _fails(test, *args) -> str:
+    with pytest.raises(pytest.fail.Exception) as info:
+        test(*args)
+    print(info.value)
+    return str(info.value)
+
+
+def test_a_pipelines_bytes_not_averaged_over_pp_are_named_as_such_not_as_counted_twice(tmp_path):
+    # Lab 12: the PP bill without its average over the pp ranks is x pp; on 2 stages the hint used to say
+    # only "each all-reduce (or send) counted twice?".
+    lab, broken = _lab_mutant(tmp_path, LAB12, "pp_not_averaged", "\"pp\": microbatches * 2 * (pp - 1) / pp * act",
+                              "\"pp\": microbatches * 2 * (pp - 1) * act")
+    message = _fails(lab.test_predicted_bytes_equal_the_course_bill_for_this_model, broken)
+    assert message.startswith("predicted_bytes_per_step(dp=2, tp=2, pp=2)['pp']: got 16384, expected 8192 (x2 of the "
+                              "expected): x2 = pp: a pipeline's sends not averaged over its pp = 2 ranks"), message
+
+
+def test_a_dp_bill_without_the_ring_factor_is_named_with_the_groups_size(tmp_path):
+    # Lab 11: (g-1)/g left out of the ZeRO passes: x8/7 on a ring of 8 (it used to print "x1.143" alone).
+    lab, broken = _lab_mutant(tmp_path, LAB11, "no_ring", "    ring = (g - 1) / g\n", "    ring = 1.0\n")
+    message = _fails(lab.test_dp_time_what_the_axis_adds_its_collectives_and_bytes, broken,
+                     "Llama 8B FP8 on 8 H100s, CP 2 ring")
+    assert "['bytes']: " in message and message.endswith(
+        "(x8/7 of the expected): the ring factor (g-1)/g = 7/8 left out?"), message
+
+
+def test_a_byte_count_that_ignores_dtype_bytes_is_named(tmp_path):
+    # Lab 08: zero_bytes_per_step at its default 2 bytes whatever dtype_bytes says: x1/2 against 4-byte values.
+    lab, broken = _lab_mutant(tmp_path, LAB08, "dtype_ignored", "    return float(passes * (dp - 1) / dp * n_params * "
+                              "dtype_bytes)\n", "    return float(passes * (dp - 1) / dp * n_params * 2)\n")
+    message = _fails(lab.test_zero_bytes_per_step_counts_passes_2_2_m_plus_1_and_3m, broken, 2)
+    assert message.startswith("zero_bytes_per_step(1e9, 8, 2, 4, dtype_bytes=4) against commtax.formulas.memory: got")
+    assert message.endswith("(x1/2 of the expected): dtype_bytes ignored: counted at 2 bytes per element, not the 4 "
+                            "asked?"), message

@@ -25,7 +25,7 @@ from torch import nn
 
 from commtax.ranks.traffic import record_traffic
 from commtax.recorded import Expected
-from commtax.testing import expect_close, expect_value_error, fail, input_seed, SharedRuns
+from commtax.testing import expect_close, expect_value_error, fail, input_seed, known_ratios, SharedRuns
 
 RUNS = SharedRuns()
 SEED = input_seed(1000)  # the ranks' data; secret under the grader, drawn here and never sent to a rank
@@ -145,9 +145,15 @@ def test_zero_bytes_per_step_counts_passes_2_2_m_plus_1_and_3m(lab, stage):
                      "one micro-batch's passes: stage 3 pays 3 passes per micro-batch": 3 * one_pass if stage == 3 else 0,
                      "the backward's all-gather left out (that is reshard_after_forward=False)": 2 * m * one_pass
                      if stage == 3 else 0,
-                     "a pass of n bytes instead of (d-1)/d n": want * d / (d - 1)}))
+                     "a pass of n bytes instead of (d-1)/d n": want * d / (d - 1),
+                     "the updated parameters all-gathered after every micro-batch: stage 2 gathers them once per "
+                     "step, after the optimizer step (m reduce-scatters + 1 all-gather)": 2 * m * one_pass
+                     if stage == 2 else 0,
+                     "an all-reduce after every micro-batch: with gradient accumulation stage 0 all-reduces once per "
+                     "step, after the last micro-batch": 2 * m * one_pass if stage == 0 else 0}))
     expect_close(lab.zero_bytes_per_step(n, d, stage, m, 4), EXPECTED("zero_bytes_per_step", n, d, stage, m, 4),
-                 what=f"zero_bytes_per_step(1e9, 8, {stage}, 4, dtype_bytes=4) against commtax.formulas.memory")
+                 what=f"zero_bytes_per_step(1e9, 8, {stage}, 4, dtype_bytes=4) against commtax.formulas.memory",
+                 causes=known_ratios(dtype_bytes=(4, 2)))
     expect_close(lab.zero_bytes_per_step(n, 1, stage, m), 0.0, what="one rank talks to nobody")
 
 

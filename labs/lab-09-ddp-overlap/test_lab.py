@@ -27,7 +27,7 @@ from torch import nn
 from commtax.formulas import ddp as reference
 from commtax.ranks.traffic import record_traffic
 from commtax.recorded import Expected
-from commtax.testing import expect_close, expect_value_error, fail, input_seed, SharedRuns
+from commtax.testing import expect_close, expect_value_error, fail, input_seed, known_ratios, SharedRuns
 
 RUNS = SharedRuns()
 SEED = input_seed(0)   # the batches: secret under the grader, drawn here and never sent to a rank
@@ -558,7 +558,8 @@ def test_timeline_has_each_bucket_ready_then_launched_then_finished(lab, world_s
     for rank, result in enumerate(_learner(lab, world_size)):
         timeline = result["timeline"]
         expect_close([r.get("bucket") for r in timeline], list(range(len(plan))), what=f"rank {rank}: timeline buckets")
-        expect_close([r.get("bytes") for r in timeline], sizes, what=f"rank {rank}: timeline bytes")
+        expect_close([r.get("bytes") for r in timeline], sizes, what=f"rank {rank}: timeline bytes",
+                     causes=known_ratios(element_bytes=8))   # the model is float64
         for r in timeline:
             if not all(isinstance(r.get(k), float) for k in ("ready", "start", "finish")):
                 fail(f"rank {rank}, bucket {r.get('bucket')}: ready, start and finish must be perf_counter() "

@@ -42,7 +42,7 @@ from commtax.ranks.launch import DistributedRunError
 from commtax.ranks.traffic import record_traffic
 from commtax.recorded import Expected
 from commtax.testing import (SharedRunFailed, SharedRuns, check, close, expect_close, expect_value_error, fail,
-                              input_seed, mismatch)
+                              input_seed, known_ratios, mismatch)
 
 SIZES = dict(wholebill.SIZES)
 M = SIZES["microbatches"]
@@ -334,11 +334,24 @@ def _degree(axis, dp, tp, pp):
 
 
 def _byte_hints(axis, g):
-    """What a clean ratio (got / expected) of one axis' bytes suggests."""
-    hints = {2.0: "twice the bill: each all-reduce (or send) counted twice?", 0.5: "half the bill"}
-    if g > 2:
-        hints[g / (2 * (g - 1))] = (f"the payload, not what a ring sends: an all-reduce on g = {g} ranks sends "
-                                    f"2(g-1)/g = {2 * (g - 1) / g:g} x its payload per rank")
+    """What a clean ratio (got / expected) of one axis' bytes suggests; the axis' own factor named first
+    (x2 on a pipeline of 2 is its missing average over pp more often than a send counted twice)."""
+    hints = {}
+
+    def add(ratio, text):
+        hints[ratio] = f"{hints[ratio]}; or {text}" if ratio in hints else text
+
+    if axis == "pp" and g > 1:
+        add(g, f"x{g} = pp: a pipeline's sends not averaged over its pp = {g} ranks (the bill is per rank)?")
+        add(g / (g - 1), f"pp = {g} boundaries counted where a pipeline of {g} stages has pp - 1 = {g - 1}?")
+    elif g > 1:
+        for ratio, text in known_ratios(ranks={axis: g}).items():
+            add(ratio, text)
+        if g > 2:
+            add(g / (2 * (g - 1)), f"the payload, not what a ring sends: an all-reduce on g = {g} ranks sends "
+                                   f"2(g-1)/g = {2 * (g - 1) / g:g} x its payload per rank")
+    add(2, "each all-reduce (or send) counted twice?")
+    add(0.5, "half the bill: an all-reduce or a send left out?")
     return hints
 
 
