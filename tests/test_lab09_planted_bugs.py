@@ -76,3 +76,17 @@ def test_allreduce_on_the_default_group_is_caught_on_a_subgroup(tmp_path: Path):
         lab.check_subgroup(results)
     print(info.value)
     assert "the all-reduce ran on the default group; pass group=self.group" in str(info.value)
+
+
+@pytest.mark.slow   # one 4-rank job (15-25 s on 2 busy cores); tests/test_lab_harness.py checks the hint's text
+def test_a_broadcast_from_global_rank_0_on_a_subgroup_is_told_to_use_group_src(tmp_path: Path):
+    broken = mutant(tmp_path, "global_src", "dist.broadcast(tensor, group_src=0, group=self.group)",
+                    "dist.broadcast(tensor, src=0, group=self.group)")
+    lab = checks()
+    results = run_ranks(lab.learner_ddp_worker, 4, (broken,), timeout=90)
+    with pytest.raises(pytest.fail.Exception) as info:
+        lab.check_subgroup(results)
+    print(info.value)
+    assert str(info.value).startswith("rank 2: BucketedDDP(model, cap, group=<ranks 2, 3>) raised ")
+    assert "Global rank 0 is not part of group [2, 3] - src=, dst= and a peer's rank are GLOBAL ranks" in \
+        str(info.value) and "group_src=" in str(info.value) and "object at 0x" not in str(info.value)

@@ -149,3 +149,21 @@ def test_a_ratio_with_a_known_cause_is_named_only_where_the_test_states_its_cont
     assert "(x(1 + 6.1e-09) of the expected: a difference of float32's precision" in f32, f32
     f64 = mismatch(1.0 + 1e-12, 1.0, rel=1e-14)
     assert f64 == "got 1.000000000001, expected 1.0 (x(1 + 1.0e-12) of the expected)", f64
+
+
+def test_a_failure_on_a_subgroup_says_whether_a_group_rank_went_global_or_a_call_missed_the_group():
+    # What torch and the labs raise on the group [2, 3] of 4 ranks (tests/test_lab09_planted_bugs.py runs the
+    # first for real). The hint used to be "a collective without group=self.group" for all three.
+    from commtax.testing import subgroup_failure
+    src = subgroup_failure("ValueError: Global rank 0 is not part of group <torch.distributed.distributed_c10d."
+                           "ProcessGroup object at 0x7fd43095a430>", [2, 3], world=4)
+    assert src == ("ValueError: Global rank 0 is not part of group [2, 3] - src=, dst= and a peer's rank are GLOBAL "
+                   "ranks, and 0 is not in the group [2, 3] (its rank 0 is global rank 2): pass a group rank as "
+                   "group_src=/group_dst= (or map it with dist.get_global_rank(group, r))"), src
+    default = subgroup_failure("ValueError: send_splits and recv_splits need one entry per rank (4), got 2 and 2",
+                               [0, 1], world=4)
+    assert default.endswith("- 4 is the whole world's size: a call without group=self.group (or "
+                            "dist.get_world_size()/dist.get_rank() without the group) sees every rank; pass the group")
+    index = subgroup_failure("IndexError: index 0 is out of bounds for dimension 0 with size 0", [2, 3], world=4)
+    assert "a global rank (dist.get_rank()) used where the group rank (dist.get_rank(group)) belongs" in index
+    assert "GLOBAL" not in index and "whole world's size" not in index

@@ -25,7 +25,8 @@ from torch import nn
 
 from commtax.ranks.traffic import record_traffic
 from commtax.recorded import Expected
-from commtax.testing import expect_close, expect_value_error, fail, input_seed, known_ratios, SharedRuns
+from commtax.testing import (expect_close, expect_value_error, fail, input_seed, known_ratios, SharedRuns,
+                             subgroup_failure)
 
 RUNS = SharedRuns()
 SEED = input_seed(1000)  # the ranks' data; secret under the grader, drawn here and never sent to a rank
@@ -971,6 +972,11 @@ def test_fully_sharded_module_holds_only_shards_between_forward_and_backward(lab
                  "reference to the gathered parameters once the unit's forward is over")
 
 
+def _group_of(rank):
+    """The ranks of ``rank``'s group in the 4-rank subgroup test: {0, 1} or {2, 3}."""
+    return [rank // 2 * 2, rank // 2 * 2 + 1]
+
+
 @pytest.mark.points(3)
 def test_sharded_optimizer_and_fully_sharded_module_work_on_a_subgroup(lab):
     # 4 ranks in two groups {0, 1} and {2, 3}, each group training its own copy on its own data: every
@@ -981,9 +987,8 @@ def test_sharded_optimizer_and_fully_sharded_module_work_on_a_subgroup(lab):
     for rank, r in enumerate(results):
         state = r["subgroup/state"]
         if "error" in state:
-            fail(f"rank {rank}: consolidate_state_dict(to=0) on a group of two: {state['error']} - `to` is a rank "
-                 "of self.group (the group's rank 0 is global rank 2 in the group {2, 3}): pass it as group_dst=, "
-                 "not dst= (a global rank)")
+            fail(f"rank {rank}: consolidate_state_dict(to=0) on a group of two: "
+                 f"{subgroup_failure(state['error'], _group_of(rank), world=4)}")
         if rank in (0, 2) and not (isinstance(state.get("state"), dict) and state["state"].get("state")):
             fail(f"rank {rank} (rank 0 of its group): state_dict() after consolidate_state_dict(to=0) on the "
                  f"group holds no state: {str(state)[:200]}")
@@ -993,7 +998,8 @@ def test_sharded_optimizer_and_fully_sharded_module_work_on_a_subgroup(lab):
         what = "FullyShardedModule" if stage == 3 else f"ShardedOptimizer(zero_stage={stage})"
         for rank, r in enumerate(results):
             if "error" in r[key]:
-                fail(f"rank {rank}: {r[key]['error']}{hint}")
+                fail(f"rank {rank} ({what} on the group {_group_of(rank)}): "
+                     f"{subgroup_failure(r[key]['error'], _group_of(rank), world=4)}")
         for first in (0, 2):
             want = reference([first, first + 1])
             for rank in (first, first + 1):

@@ -27,7 +27,8 @@ from torch import nn
 from commtax.formulas import ddp as reference
 from commtax.ranks.traffic import record_traffic
 from commtax.recorded import Expected
-from commtax.testing import expect_close, expect_value_error, fail, input_seed, known_ratios, SharedRuns
+from commtax.testing import (expect_close, expect_value_error, fail, input_seed, known_ratios, SharedRuns,
+                             subgroup_failure)
 
 RUNS = SharedRuns()
 SEED = input_seed(0)   # the batches: secret under the grader, drawn here and never sent to a rank
@@ -689,12 +690,11 @@ def test_ddp_on_a_subgroup_talks_only_to_its_group(lab):
 
 def check_subgroup(results):
     """Each group of two starts from its first rank's state and averages over its own ranks only."""
-    hint = (" - the same wrapper passes on the whole world: a collective without group=self.group runs on the "
-            "default group (every rank)")
     for rank, result in enumerate(results):
         if "error" in result["subgroup"]:
-            fail(f"rank {rank}: BucketedDDP(model, cap, group=<ranks {2 * (rank // 2)}, {2 * (rank // 2) + 1}>) raised "
-                 f"{result['subgroup']['error']}{hint}")
+            group = [2 * (rank // 2), 2 * (rank // 2) + 1]
+            fail(f"rank {rank}: BucketedDDP(model, cap, group=<ranks {group[0]}, {group[1]}>) raised "
+                 f"{subgroup_failure(result['subgroup']['error'], group, world=4)}")
     group_grads = {g: _single_process_grads(2, tag=20 + g, seed=10 + 2 * g) for g in (0, 1)}
     # An all-reduce on the default group sums all 4 ranks: divided by the group's 2, G0 + G1; by 4, half that.
     default_group = [[a + b for a, b in zip(group_grads[0], group_grads[1])],

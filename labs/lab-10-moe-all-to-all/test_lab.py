@@ -26,7 +26,7 @@ from commtax.ranks.launch import DistributedRunError, rank_device
 from commtax.recorded import Expected
 from commtax.ranks.traffic import record_traffic
 from commtax.testing import (BACKENDS, SECTION_FAILED, check, expect_close, expect_value_error, fail, mismatch,
-                             input_seed, run_section, section, SharedRunFailed, SharedRuns)
+                             input_seed, run_section, section, SharedRunFailed, SharedRuns, subgroup_failure)
 
 RUNS = SharedRuns()
 SEED = input_seed(0)   # the tokens and output gradients: secret under the grader, never sent to a rank
@@ -757,10 +757,6 @@ def test_a_skewed_router_loads_the_busiest_rank_and_its_time_as_predicted(lab):
     check(0.5 < measured / predicted < 2.0, detail)
 
 
-SUBGROUP_HINT = (" - the same layer passes on the whole world: an all-to-all without group=self.group runs on "
-                 "the default group (every rank)")
-
-
 def test_the_layer_on_a_subgroup_exchanges_only_within_its_group(lab):
     """4 ranks, two groups of 2, each group one 2-rank expert-parallel layer: catches an all-to-all (or
     AllToAll.apply) called without the layer's group, which the whole-world tests cannot see."""
@@ -769,8 +765,9 @@ def test_the_layer_on_a_subgroup_exchanges_only_within_its_group(lab):
     for rank, result in enumerate(results):
         got = result["subgroup"]
         if isinstance(got, dict) and SECTION_FAILED in got:
-            fail(f"rank {rank} (group [{rank // 2 * 2}, {rank // 2 * 2 + 1}]): ExpertParallelMoE(group=...) raised "
-                 f"{got[SECTION_FAILED][0]}{SUBGROUP_HINT}")
+            group = [rank // 2 * 2, rank // 2 * 2 + 1]
+            fail(f"rank {rank} (group {group}): ExpertParallelMoE(group=...) raised "
+                 f"{subgroup_failure(got[SECTION_FAILED][0], group, world=4)}")
         problem = compare(got["output"], outputs[rank % 2].detach(),
                           f"rank {rank} (group [{rank // 2 * 2}, {rank // 2 * 2 + 1}]): the layer's output")
         if problem:
