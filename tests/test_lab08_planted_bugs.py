@@ -83,3 +83,27 @@ def test_keeping_the_gathered_parameters_for_the_backward_is_caught_by_the_ledge
     print(info.value)
     assert "45 all_gather calls in 3 steps of 3 micro-batches, expected 81" in str(info.value)
     assert "not freed after it" in str(info.value)
+
+
+def test_a_consolidated_state_that_skips_the_frozen_parameter_is_named_before_loading_it(tmp_path):
+    # The numbering leaves the frozen parameter out: the given load_state_dict used to crash on it (an IndexError
+    # in code the learner did not write); the state itself is checked first and the numbering named.
+    broken = mutant(tmp_path, "numbering", (
+        '            ids = {id(p): number + k for k, p in enumerate(param_group["params"])}\n'
+        '            number += len(param_group["params"])\n',
+        '            trainable = [p for p in param_group["params"] if p.requires_grad]\n'
+        '            ids = {id(p): number + k for k, p in enumerate(trainable)}\n'
+        '            number += len(trainable)\n'), (
+        '"params": sorted(ids.values())})\n',
+        '"params": sorted(ids.values())})\n'
+        '            ids.update({id(p): None for p in param_group["params"] if not p.requires_grad})\n'))
+    lab = checks()
+    results = run_ranks(lab.run_state, 2, (broken,), timeout=120)
+    assert "load_error" in results[0] and "error" not in results[0], results[0].keys()
+    with pytest.raises(pytest.fail.Exception) as info:
+        lab.check_consolidated(results, 2)
+    message = str(info.value)
+    print(message)
+    assert message.startswith("consolidate_state_dict numbered the parameters with state [") and \
+        "were left out of the numbering: number every parameter, frozen ones included" in message
+    assert "IndexError" not in message and "load_state_dict" not in message

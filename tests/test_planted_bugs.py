@@ -381,3 +381,43 @@ def test_a_byte_count_that_ignores_dtype_bytes_is_named(tmp_path):
     assert message.startswith("zero_bytes_per_step(1e9, 8, 2, 4, dtype_bytes=4) against commtax.formulas.memory: got")
     assert message.endswith("(x1/2 of the expected): dtype_bytes ignored: counted at 2 bytes per element, not the 4 "
                             "asked?"), message
+
+
+def test_an_all_to_all_backward_with_the_forwards_splits_and_none_read_from_the_input_are_named(tmp_path, monkeypatch):
+    # Two of a fresh reviewer's plants in one 4-rank start-up of the exchange parts alone: AllToAll's backward
+    # reusing the forward's split lists (it was reported as a deadlock in the all-to-all test), and
+    # all_to_all_single taking a None output_split_sizes from the INPUT's rows (it passed every test).
+    lab, broken = _lab_mutant(
+        tmp_path, LAB10, "unswapped",
+        "        return all_to_all(grad.contiguous(), recv_splits, send_splits, ctx.group), None, None, None\n",
+        "        return all_to_all(grad.contiguous(), send_splits, recv_splits, ctx.group), None, None, None\n")
+    source = Path(broken.__file__).read_text()
+    old = '    recv_splits = splits(output_split_sizes, output, "output_split_sizes")\n'
+    assert source.count(old) == 1
+    Path(broken.__file__).write_text(source.replace(old, old.replace("output, ", "input, ")))
+    broken = load_module_from_file("lab_10_mutant_unswapped_input", broken.__file__)
+    results = run_ranks(lab.exchange_worker, 4, (broken, lab._case(4, with_skew=False)), timeout=90)
+    backward = lab.section(results[0], "a2a backward", rank=0)
+    assert backward["grad"] is not None and not lab.torch.equal(backward["grad"], backward["x"])
+    monkeypatch.setattr(lab, "_results", lambda *_args, **_kw: results)   # the lab's tests read this run
+    messages = []
+    for test in (lab.test_all_to_all_backward_sends_each_gradient_row_back_where_it_came_from,
+                 lambda b: lab.test_all_to_all_single_takes_torchs_argument_order_and_none_means_equal_splits(b, 4)):
+        with pytest.raises(pytest.fail.Exception) as info:
+            test(broken)
+        messages.append(str(info.value))
+        print(info.value)
+    assert messages[0].startswith("rank 0, splits [[0, 1, 2, 3], ") and \
+        "the backward reused the forward's split lists" in messages[0] and "deadlock" not in messages[0]
+    assert messages[1].startswith("rank 0: all_to_all_single(output of 4 rows, input of 16 rows, None, "
+                                  "input_split_sizes=[1, 3, 5, 7]) raised ValueError") and \
+        "output_split_sizes=None means the OUTPUT's 4 rows in equal parts, 1 from each rank" in messages[1]
+
+
+def test_a_piece_of_the_predictor_fails_first_in_its_own_test_when_run_with_x(tmp_path):
+    # Lab 11, the bubble p/(v m) in place of (p-1)/(v m): with -x the first failure used to be a stage_layers
+    # test that also priced the whole step; the whole steps now have their own test after the pieces'.
+    run = run_planted(tmp_path, LAB11, "    return (p - 1) / (v * m) * m * stage_s, sends\n",
+                      "    return p / (v * m) * m * stage_s, sends\n", "-x")
+    assert run.failed() and run.failed()[0].split("::")[-1].startswith("test_pipeline_time_bubble"), run.failed()
+    assert "stage_layers" not in run.output.split("short test summary", 1)[-1]

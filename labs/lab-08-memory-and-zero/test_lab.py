@@ -443,7 +443,15 @@ def _state_checks(lab, rank, world_size):
         for p, q in zip(fresh.parameters(), model.parameters()):
             p.copy_(q)
     loaded = lab.ShardedOptimizer(_groups(fresh, "adamw"), torch.optim.AdamW, zero_stage=1, **ADAMW)
-    loaded.load_state_dict(shared[0])
+    try:   # the given load_state_dict trips on a wrongly numbered state: the test checks the state first
+        loaded.load_state_dict(shared[0])
+        load_error = None
+    except Exception as exc:  # noqa: BLE001 - reported by the test, after the checks of the state itself
+        load_error = _error(lab, "load_state_dict(the consolidated state)", exc)["error"]
+    errors = [None] * world_size
+    dist.all_gather_object(errors, load_error)   # every rank stops here if one failed (the step has collectives)
+    if any(errors):
+        return {"state": state, "load_error": next(e for e in errors if e)}
     for m, o in ((model, opt), (fresh, loaded)):   # one more step, the same data, both optimizers
         o.zero_grad()
         for x, y in _rank_batches(rank)[0]:
@@ -745,11 +753,24 @@ def test_sharded_optimizer_equals_one_process_training_after_every_step(lab, sta
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_consolidated_state_dict_equals_plain_adamws_and_loads_back(lab, world_size):
     results = _zero(lab, world_size, _needs(lab, SHARDED + ("ShardedOptimizer.consolidate_state_dict",)))
-    parts = _part(results, world_size, "state")
+    check_consolidated(_part(results, world_size, "state"), world_size)
+
+
+def run_state(rank, world_size, lab):
+    """Runs on every rank: the consolidate/load part of :func:`run_zero` alone (tests/test_lab08_planted_bugs.py)."""
+    return _agreed(lab, "consolidate_state_dict / load_state_dict", lambda: _state_checks(lab, rank, world_size))
+
+
+def check_consolidated(parts, world_size):
+    """Rank 0's consolidated state against plain AdamW's (numbering, state, param groups); then each rank's step
+    after loading it."""
     got = parts[0]["state"]
     want = reference_run(range(world_size), "adamw")["state"]
     if got is None:
         fail("rank 0: state_dict() gave None after consolidate_state_dict(to=0)")
+    problem = _numbering_problem(got, want)
+    if problem:
+        fail(problem)
     steps = {int(k): v.get("step") for k, v in got["state"].items()}
     if steps and all(torch.is_tensor(s) and float(s) == 1.0 for s in steps.values()):
         fail(f"the consolidated state counts 1 step after {STEPS}: the optimizer state is not kept across steps")
@@ -765,9 +786,37 @@ def test_consolidated_state_dict_equals_plain_adamws_and_loads_back(lab, world_s
     if hyper != [{k: v for k, v in g.items() if k != "params"} for g in want["param_groups"]]:
         fail(f"param_groups hyper-parameters {hyper} differ from plain AdamW's {want['param_groups']}")
     for rank, part in enumerate(parts):
+        if "load_error" in part:
+            fail(f"rank {rank}: {part['load_error']}\n(the consolidated state passed every check above: compare "
+                 "its layout with plain AdamW's state_dict())")
         expect_close(part["loaded"], part["continued"], rel=0.0, abs=TOLERANCE,
                      what=f"rank {rank}: one more step after load_state_dict(consolidated) against the optimizer "
                           "that kept going")
+
+
+def _numbering_problem(got, want):
+    """None if the consolidated state numbers and lists the parameters as plain AdamW's state_dict() does; else
+    what differs, in consolidate_state_dict's terms (a wrong numbering used to crash in the given load_state_dict)."""
+    try:
+        got_ids = sorted(int(k) for k in got["state"])
+        listed = [int(i) for g in got["param_groups"] for i in g["params"]]
+    except (KeyError, TypeError, ValueError) as exc:
+        return (f"the consolidated state is not laid out as {{'state': {{i: {{...}}}}, 'param_groups': [{{..., "
+                f"'params': [i, ...]}}]}} with whole numbers i ({type(exc).__name__}: {exc})")
+    want_ids = sorted(int(k) for k in want["state"])
+    want_listed = [int(i) for g in want["param_groups"] for i in g["params"]]
+    if got_ids == want_ids and listed == want_listed:
+        return None
+    frozen = [i for i in want_listed if i not in want_ids]
+    text = (f"consolidate_state_dict numbered the parameters with state {got_ids} and listed {listed} in "
+            f"param_groups; plain AdamW numbers all {len(want_listed)} parameters of self.param_groups "
+            f"0..{len(want_listed) - 1} in order: state {want_ids}, listed {want_listed}")
+    if frozen and len(listed) == len(want_listed) - len(frozen):
+        text += (f". The frozen parameters {frozen} (no state) were left out of the numbering: number every "
+                 "parameter, frozen ones included")
+    elif listed and min(listed) == 1:
+        text += ". The numbering starts at 1: it starts at 0"
+    return text
 
 
 def ring_bytes_sent(collectives, world_size):
