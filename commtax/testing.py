@@ -416,11 +416,12 @@ FLOAT32_LIKE = (1e-10, 2e-5)
 
 
 def fraction(ratio: float, *, largest: int = 16) -> str:
-    """``ratio`` as "4", "1/8" or "8/7" when it is a simple fraction (denominator up to ``largest``), else "1.143"."""
+    """``ratio`` as "4", "0.125 = 1/8" or "1.143 = 8/7" when it is a simple fraction (denominator up to
+    ``largest``: the fraction is where a cause shows, 8/7 a ring of 8), else "1.143"."""
     from fractions import Fraction
     near = Fraction(ratio).limit_denominator(largest)
     if near and math.isclose(float(near), ratio, rel_tol=1e-9) and near.numerator <= 64 * largest:
-        return str(near)
+        return str(near) if near.denominator == 1 else f"{ratio:.4g} = {near}"
     return f"{ratio:.4g}"
 
 

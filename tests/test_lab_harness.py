@@ -120,28 +120,28 @@ def test_a_ratio_with_a_known_cause_is_named_only_where_the_test_states_its_cont
     from commtax.testing import expect_close, known_ratios, mismatch
     ring = _failure(lambda: expect_close({"bytes": 8 / 7 * 3.5e9}, {"bytes": 3.5e9}, what="DP bytes",
                                          causes=known_ratios(ranks={"d": 8})))
-    assert ring.startswith("DP bytes: ['bytes']: got 4000000000, expected 3500000000 (x8/7 of the expected): the "
+    assert ring.startswith("DP bytes: ['bytes']: got 4000000000, expected 3500000000 (x1.143 = 8/7 of the expected): the "
                            "ring factor (d-1)/d = 7/8 left out?"), ring
     wrong_way = _failure(lambda: expect_close(7 / 8 * 16, 16.0, causes=known_ratios(ranks={"d": 8})))
-    assert "(x7/8 of the expected): a ring factor (d-1)/d = 7/8 where none belongs" in wrong_way, wrong_way
+    assert "(x0.875 = 7/8 of the expected): a ring factor (d-1)/d = 7/8 where none belongs" in wrong_way, wrong_way
     summed = _failure(lambda: expect_close([1.0, 8.0], [1.0, 1.0], causes=known_ratios(ranks={"d": 8})))
     assert summed.endswith("item 1: got 8, expected 1 (x8 of the expected): a sum over the d = 8 ranks where their "
                            "average belongs (a / d missing)?"), summed
     elements = _failure(lambda: expect_close([200.0], [1600.0], causes=known_ratios(element_bytes=8)))
-    assert "(x1/8 of the expected): elements counted, not bytes: multiply by the element size, 8 bytes?" in elements
+    assert "(x0.125 = 1/8 of the expected): elements counted, not bytes: multiply by the element size, 8 bytes?" in elements
     words = _failure(lambda: expect_close(2.0, 8.0, causes=known_ratios(element_bytes=4, dtype_bytes=(4, 2))))
-    assert words.endswith("(x1/4 of the expected): elements counted, not bytes: multiply by the element size, 4 bytes?")
+    assert words.endswith("(x0.25 = 1/4 of the expected): elements counted, not bytes: multiply by the element size, 4 bytes?")
     ignored = _failure(lambda: expect_close(1.0, 2.0, causes=known_ratios(dtype_bytes=(4, 2))))
-    assert ignored.endswith("(x1/2 of the expected): dtype_bytes ignored: counted at 2 bytes per element, not the 4 "
+    assert ignored.endswith("(x0.5 = 1/2 of the expected): dtype_bytes ignored: counted at 2 bytes per element, not the 4 "
                             "asked?"), ignored
     # On two ranks x2 has two causes: both are said, the test's own hint first.
     both = _failure(lambda: expect_close(2.0, 1.0, hints={2.0: "twice the bill"}, causes=known_ratios(ranks={"p": 2})))
     assert both.endswith("(x2 of the expected): twice the bill; or a sum over the p = 2 ranks where their average "
                          "belongs (a / p missing)?; or the ring factor (p-1)/p = 1/2 left out?"), both
     # No context, no cause: 8 layers where 7 belong is not a ring factor; a ratio no cause explains gets none.
-    assert _failure(lambda: expect_close([8.0], [7.0])).endswith("item 0: got 8, expected 7 (x8/7 of the expected)")
+    assert _failure(lambda: expect_close([8.0], [7.0])).endswith("item 0: got 8, expected 7 (x1.143 = 8/7 of the expected)")
     assert _failure(lambda: expect_close(1.6, 1.0, causes=known_ratios(ranks={"d": 8}, element_bytes=8))).endswith(
-        "got 1.6, expected 1.0 (x8/5 of the expected)")
+        "got 1.6, expected 1.0 (x1.6 = 8/5 of the expected)")
     # float32 rounding on float64 data is told as such (it used to read "x1 of the expected"); a float64-sized
     # difference is not blamed on float32.
     import numpy as np

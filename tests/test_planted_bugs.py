@@ -370,7 +370,7 @@ def test_a_dp_bill_without_the_ring_factor_is_named_with_the_groups_size(tmp_pat
     message = _fails(lab.test_dp_time_what_the_axis_adds_its_collectives_and_bytes, broken,
                      "Llama 8B FP8 on 8 H100s, CP 2 ring")
     assert "['bytes']: " in message and message.endswith(
-        "(x8/7 of the expected): the ring factor (g-1)/g = 7/8 left out?"), message
+        "(x1.143 = 8/7 of the expected): the ring factor (g-1)/g = 7/8 left out?"), message
 
 
 def test_a_byte_count_that_ignores_dtype_bytes_is_named(tmp_path):
@@ -379,7 +379,7 @@ def test_a_byte_count_that_ignores_dtype_bytes_is_named(tmp_path):
                               "dtype_bytes)\n", "    return float(passes * (dp - 1) / dp * n_params * 2)\n")
     message = _fails(lab.test_zero_bytes_per_step_counts_passes_2_2_m_plus_1_and_3m, broken, 2)
     assert message.startswith("zero_bytes_per_step(1e9, 8, 2, 4, dtype_bytes=4) against commtax.formulas.memory: got")
-    assert message.endswith("(x1/2 of the expected): dtype_bytes ignored: counted at 2 bytes per element, not the 4 "
+    assert message.endswith("(x0.5 = 1/2 of the expected): dtype_bytes ignored: counted at 2 bytes per element, not the 4 "
                             "asked?"), message
 
 
