@@ -7,6 +7,7 @@ only past the cap, a bucket all-reduced before all its gradients are in. (The fu
 mistakes is too slow for the suite.)
 """
 
+import re
 from pathlib import Path
 
 import pytest
@@ -90,3 +91,20 @@ def test_a_broadcast_from_global_rank_0_on_a_subgroup_is_told_to_use_group_src(t
     assert str(info.value).startswith("rank 2: BucketedDDP(model, cap, group=<ranks 2, 3>) raised ")
     assert "Global rank 0 is not part of group [2, 3] - src=, dst= and a peer's rank are GLOBAL ranks" in \
         str(info.value) and "group_src=" in str(info.value) and "object at 0x" not in str(info.value)
+
+
+@pytest.mark.slow   # one 2-rank job (10-20 s on 2 busy cores)
+def test_a_bucket_plan_made_from_elements_not_bytes_shows_both_lists_and_names_the_unit(tmp_path: Path, monkeypatch):
+    # The wrapper plans its buckets from numel() (elements) against a cap in bytes: 8x fuller buckets, fewer
+    # all-reduces. The message used to be "expected 4 items, got 2", neither list shown.
+    broken = mutant(tmp_path, "elements", "bucket_assignment([p.numel() * p.element_size() for p in self.params], ",
+                    "bucket_assignment([p.numel() for p in self.params], ")
+    lab = checks()
+    results = run_ranks(lab.learner_ddp_worker, 2, (broken,), timeout=90)
+    monkeypatch.setattr(lab, "_learner", lambda *_args: results)   # the lab's test reads this run
+    with pytest.raises(pytest.fail.Exception) as info:
+        lab.test_one_allreduce_per_bucket_per_step_with_the_planned_bytes(broken, 2)
+    print(info.value)
+    assert re.match(r"rank 0: the collectives of one step \(name, bytes\), against the plan: \d all-reduces "
+                    r"\[\['all_reduce', \d+\].*\], the plan's \d \[\[", str(info.value)), str(info.value)
+    assert str(info.value).endswith("in bytes (param_bytes: numel x 8 for float64), not elements?")

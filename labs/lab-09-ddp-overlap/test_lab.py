@@ -548,8 +548,15 @@ def test_one_allreduce_per_bucket_per_step_with_the_planned_bytes(lab, world_siz
     plan = EXPECTED("bucket_assignment", _param_bytes(), CAP)
     expected = [["all_reduce", b] for b in reference.bucket_bytes(_param_bytes(), plan)]
     for rank, result in enumerate(_learner(lab, world_size)):
-        expect_close([list(c) for c in result["collectives"]], expected,
-                     what=f"rank {rank}: the collectives of one step (name, bytes), against the plan")
+        got = [list(c) for c in result["collectives"]]
+        what = f"rank {rank}: the collectives of one step (name, bytes), against the plan"
+        if len(got) != len(expected):   # show both lists: the count alone does not say which buckets differ
+            same_total = sum(b for _, b in expected) == sum(c[1] for c in got if len(c) == 2 and
+                                                            isinstance(c[1], (int, float)))
+            fail(f"{what}: {len(got)} all-reduces {got}, the plan's {len(expected)} {expected}" + (
+                 ": the same bytes in other buckets: the plan's sizes and its cap are in bytes (param_bytes: numel x "
+                 "8 for float64), not elements?" if same_total else ""))
+        expect_close(got, expected, what=what, causes=known_ratios(element_bytes=8))   # the model is float64
 
 
 @pytest.mark.parametrize("world_size", [2, 4])
