@@ -383,6 +383,7 @@ def test_a_byte_count_that_ignores_dtype_bytes_is_named(tmp_path):
                             "asked?"), message
 
 
+@pytest.mark.slow   # one 4-rank start-up: 19-22 s at load 3-6 on 2 cores (the lab's own tests run these checks)
 def test_an_all_to_all_backward_with_the_forwards_splits_and_none_read_from_the_input_are_named(tmp_path, monkeypatch):
     # Two of a fresh reviewer's plants in one 4-rank start-up of the exchange parts alone: AllToAll's backward
     # reusing the forward's split lists (it was reported as a deadlock in the all-to-all test), and

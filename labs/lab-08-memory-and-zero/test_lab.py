@@ -812,8 +812,8 @@ def _numbering_problem(got, want):
             f"param_groups; plain AdamW numbers all {len(want_listed)} parameters of self.param_groups "
             f"0..{len(want_listed) - 1} in order: state {want_ids}, listed {want_listed}")
     if frozen and len(listed) == len(want_listed) - len(frozen):
-        text += (f". The frozen parameters {frozen} (no state) were left out of the numbering: number every "
-                 "parameter, frozen ones included")
+        which = f"parameter {frozen[0]} (no state) was" if len(frozen) == 1 else f"parameters {frozen} (no state) were"
+        text += f". The frozen {which} left out of the numbering: number every parameter, frozen ones included"
     elif listed and min(listed) == 1:
         text += ". The numbering starts at 1: it starts at 0"
     return text
