@@ -81,8 +81,8 @@ def test_allreduce_on_the_default_group_is_caught_on_a_subgroup(tmp_path: Path):
 
 @pytest.mark.slow   # one 4-rank job (15-25 s on 2 busy cores); tests/test_lab_harness.py checks the hint's text
 def test_a_broadcast_from_global_rank_0_on_a_subgroup_is_told_to_use_group_src(tmp_path: Path):
-    broken = mutant(tmp_path, "global_src", "dist.broadcast(tensor, group_src=0, group=self.group)",
-                    "dist.broadcast(tensor, src=0, group=self.group)")
+    broken = mutant(tmp_path, "global_src", "                dist.broadcast(tensor, group_src=0, group=self.group)",
+                    "                dist.broadcast(tensor, src=0, group=self.group)")
     lab = checks()
     results = run_ranks(lab.learner_ddp_worker, 4, (broken,), timeout=90)
     with pytest.raises(pytest.fail.Exception) as info:
@@ -97,8 +97,8 @@ def test_a_broadcast_from_global_rank_0_on_a_subgroup_is_told_to_use_group_src(t
 def test_a_bucket_plan_made_from_elements_not_bytes_shows_both_lists_and_names_the_unit(tmp_path: Path, monkeypatch):
     # The wrapper plans its buckets from numel() (elements) against a cap in bytes: 8x fuller buckets, fewer
     # all-reduces. The message used to be "expected 4 items, got 2", neither list shown.
-    broken = mutant(tmp_path, "elements", "bucket_assignment([p.numel() * p.element_size() for p in self.params], ",
-                    "bucket_assignment([p.numel() for p in self.params], ")
+    broken = mutant(tmp_path, "elements", "self.plan = bucket_assignment([p.numel() * p.element_size() for p in ",
+                    "self.plan = bucket_assignment([p.numel() for p in ")
     lab = checks()
     results = run_ranks(lab.learner_ddp_worker, 2, (broken,), timeout=90)
     monkeypatch.setattr(lab, "_learner", lambda *_args: results)   # the lab's test reads this run
