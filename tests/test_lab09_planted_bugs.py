@@ -108,3 +108,18 @@ def test_a_bucket_plan_made_from_elements_not_bytes_shows_both_lists_and_names_t
     assert re.match(r"rank 0: the collectives of one step \(name, bytes\), against the plan: \d all-reduces "
                     r"\[\['all_reduce', \d+\].*\], the plan's \d \[\[", str(info.value)), str(info.value)
     assert str(info.value).endswith("in bytes (param_bytes: numel x 8 for float64), not elements?")
+
+
+@pytest.mark.slow   # one 4-rank job (19 s at load 7 on 2 cores)
+def test_a_bucket_divided_by_the_worlds_size_on_a_subgroup_is_named(tmp_path: Path):
+    # On the group {0, 1} of 4 ranks the average is over 2: dividing by dist.get_world_size() (4) halves the
+    # gradients. The hint used to be "divided by d twice?".
+    broken = mutant(tmp_path, "world_size", "            self.bucket_buffers[b].div_(self.world_size)\n",
+                    "            self.bucket_buffers[b].div_(dist.get_world_size())\n")
+    lab = checks()
+    results = run_ranks(lab.learner_ddp_worker, 4, (broken,), timeout=90)
+    with pytest.raises(pytest.fail.Exception) as info:
+        lab.check_subgroup(results)
+    print(info.value)
+    assert "(x0.5 = 1/2 of the expected): divided by the world's size (4, dist.get_world_size()) instead of the " \
+           "group's (2, dist.get_world_size(self.group))?" in str(info.value), str(info.value)

@@ -477,13 +477,19 @@ def _single_process_grads(world_size, tag=0, seed=0):
     return _grads(model)
 
 
-def check_grads(got, want, what, group_size):
-    """``got`` equals ``want`` (lists of gradients, float64, to 1e-12); a wrong scale is named."""
+def check_grads(got, want, what, group_size, world_size=None):
+    """``got`` equals ``want`` (lists of gradients, float64, to 1e-12); a wrong scale is named (``world_size``: of
+    the default group, when ``group_size`` is a subgroup's)."""
     if isinstance(got, list) and len(got) == len(want) and all(
             torch.is_tensor(g) and g.shape == w.shape for g, w in zip(got, want)):
         ratio = float(torch.median(torch.cat([(g / w).reshape(-1) for g, w in zip(got, want)])))
         hints = {float(group_size): "gradients summed, not averaged over the d ranks?", 1 / group_size: "divided by d "
                  "twice?"}
+        if world_size and world_size != group_size:   # on a subgroup d is the group's size, not the world's
+            key = group_size / world_size
+            text = (f"divided by the world's size ({world_size}, dist.get_world_size()) instead of the group's "
+                    f"({group_size}, dist.get_world_size(self.group))?")
+            hints[key] = f"{text}; or {hints[key]}" if key in hints else text
         if abs(ratio - 1) > 1e-6 and not any(abs(ratio / r - 1) < 1e-6 for r in hints):
             fail(f"{what}: the gradients differ by no clean factor (median ratio {ratio:.4g}): a bucket read before its "
                  "all-reduce completed (every bucket's work waited for in finish_gradient_synchronization()?), or "
@@ -724,7 +730,7 @@ def check_subgroup(results):
             fail(f"rank {rank} (group [{first}, {first + 1}]): the gradients mix both groups' (all 4 ranks summed): "
                  "the all-reduce ran on the default group; pass group=self.group")
         check_grads(grads, group_grads[g], f"rank {rank} (group [{first}, {first + 1}]): gradients against one "
-                    "process on the group's batch", 2)
+                    "process on the group's batch", 2, world_size=4)
 
 
 # -- overlap, measured -------------------------------------------------------------------------------
