@@ -422,3 +422,17 @@ def test_a_piece_of_the_predictor_fails_first_in_its_own_test_when_run_with_x(tm
                       "    return p / (v * m) * m * stage_s, sends\n", "-x")
     assert run.failed() and run.failed()[0].split("::")[-1].startswith("test_pipeline_time_bubble"), run.failed()
     assert "stage_layers" not in run.output.split("short test summary", 1)[-1]
+
+
+@pytest.mark.parametrize("lab_dir,old,new,test,named", [
+    (LAB11, "    return [q + 1] * r + [q] * (p - r)\n", "    return [q] * (p - r) + [q + 1] * r\n",
+     "test_stage_layers_split_evenly_and_give_the_extra_layers_to_the_first_stages",
+     "98 layers on 8 stages, even: got [12, 12, 12, 12, 12, 12, 13, 13]: the extra layers on the LAST stages"),
+    (LAB12, "+ ffn * hidden + hidden)\n", "+ ffn * hidden + hidden // tp)\n",
+     "test_params_per_rank_counts_the_tp_shard_of_a_stage",
+     "(x0.9925 of the expected): b2 split too?"),
+], ids=["lab11_extra_layers_last", "lab12_b2_split"])
+def test_a_count_slip_a_reviewer_planted_is_named(tmp_path, lab_dir, old, new, test, named):
+    # Fresh reviewer r23c's 11c and 12a: both failed with numbers only.
+    lab, broken = _lab_mutant(tmp_path, lab_dir, f"slip_{tmp_path.name}", old, new)
+    assert named in _fails(getattr(lab, test), broken)
