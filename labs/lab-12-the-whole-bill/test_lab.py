@@ -369,7 +369,8 @@ def _loss_problem(got, expected, what):
     if step == 0:
         return message + ": the first step's loss differs, so the forward is wrong (the shards, tp_block, the TP group)"
     return message + (f"; steps 0..{step - 1} are right, so the forward is right and the gradients are not "
-                      "(the backward's all-reduce, the pipeline's gradients, sync_gradients' average over dp)")
+                      "(the backward's all-reduce, the pipeline's gradients, sync_gradients' average over dp; each on "
+                      "its own group: without group= an all-reduce sums over every rank)")
 
 
 # -- the plan, without ranks -----------------------------------------------------------------
