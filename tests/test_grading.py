@@ -1228,6 +1228,18 @@ def test_gradescope_output_before_publication_counts_visible_tests_only():
     assert "3/3" in reports.table(result) and "9/9" in reports.table(result)  # the teacher's table: all
 
 
+def test_the_tables_first_failure_is_cut_at_a_word_with_an_ellipsis():
+    # Issue 23: the cell read "... Failed: all_r" (a word that is not there) when cut at 100 characters.
+    result = fake_result(("lab-01-alpha-beta", [("test_a", 1, "failed", False)]))
+    message = "rank 0: the gradients differ after step 1 of 3 " * 4 + "every rank must all_reduce\nsecond line"
+    result.labs[0].tests[0].message = message
+    cell = reports.table(result).splitlines()[2].split("  ")[-1].strip()
+    assert cell.endswith("\u2026") and len(cell) <= reports.FIRST_FAILURE_WIDTH, cell
+    assert f"{cell[:-1]} " in f"test_a: {message}", cell   # whole words only
+    result.labs[0].tests[0].message = "short"
+    assert reports.table(result).splitlines()[2].endswith("test_a: short")
+
+
 def test_the_maximum_is_the_same_for_an_empty_a_partial_and_a_complete_submission(tmp_path):
     # Issue 22: 554 empty, 552 with a lab missing, 551 complete: a missing lab's NCCL tests counted.
     # Lab 02 has NCCL tests (skipped without GPUs); grading its shipped starter is fast (it raises).
