@@ -885,6 +885,31 @@ def test_cause_5_processes_under_the_per_process_limit_share_one_cgroup_memory_b
     assert [p for parent in found.parents for p in parent.glob(f"{cgroup.PREFIX}{os.getpid()}-*")] == []
 
 
+def test_each_lab_run_gets_a_cpu_cgroup_of_its_own_so_concurrent_runs_share_the_cpu_equally():
+    """Red team r21c: in grade-many --jobs N, a submission that spins many processes starved a classmate's
+    run (the kernel shares the CPU per thread). In a cpu cgroup per run, at the default weight, each run gets
+    an equal share however many processes it starts: a process that joined a run is in that run's cgroup in
+    the cpu hierarchy, and the report line says so."""
+    from grading.sandbox import cgroup
+    found = cgroup.find()
+    if isinstance(found, str) or not IS_ROOT:
+        pytest.skip(f"no cgroup can be made here: {found if isinstance(found, str) else 'not root'}")
+    if found.version == 1:
+        assert found.cpu == (cgroup.ROOT / "cpu" / "cgroup.procs").exists(), "a cpu hierarchy is mounted but unused"
+    if not found.cpu:
+        pytest.skip("no cpu controller for the grader's cgroups here")
+    run = found.make(2**30, 64)
+    try:
+        out = subprocess.run(["cat", "/proc/self/cgroup"], preexec_fn=run.join, capture_output=True, text=True,
+                             timeout=30).stdout
+    finally:
+        run.close()
+    cpu = [line for line in out.splitlines()
+           if (line.startswith("0::") if found.version == 2 else "cpu" in line.split(":")[1].split(","))]
+    assert cpu and all(line.rstrip().endswith(run.folders[-1].name) for line in cpu), (out, run.folders)
+    assert "an equal share of the CPU with other lab runs" in found.describe(2**30, 64)
+
+
 def test_where_no_cgroup_can_be_made_the_sandbox_goes_on_and_its_report_line_says_what_is_lost(tmp_path):
     """No hierarchy, or a cgroup v2 without delegated controllers: a reason, never an error; the report says it."""
     from grading.sandbox import cgroup, namespaces
