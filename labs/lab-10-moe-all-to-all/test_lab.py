@@ -415,6 +415,10 @@ def _case(world, with_skew):
     return case
 
 
+ORDER_HINT = ("; every rank received the right number of rows from each rank, so the exchange is right and the "
+              "experts' work is not: the rows arrive grouped by source rank (and by expert within each source). "
+              "Regroup them by local expert before the experts run, and put each result back in the received "
+              "order before the combine (a wrong expert for some rows, or results combined in the wrong order?)")
 ABORT_HINT = ("hint (Lab 10): when a message and the receive buffer posted for it differ in size, gloo aborts the "
               "rank (SIGABRT; its peer then reads 'Connection reset by peer') or leaves it waiting in all_to_all's "
               "wait() while its peer moves on. A rank's irecv from rank j must be recv_splits[j] rows (what rank "
@@ -759,10 +763,14 @@ def test_all_to_all_backward_sends_each_gradient_row_back_where_it_came_from(lab
 def test_expert_parallel_outputs_and_input_grads_equal_the_single_process_moe(lab, world_size, mode):
     case = _case(world_size, with_skew=False)
     cf = None if mode == "dropless" else CAPACITY_FACTOR
-    outputs, input_grads, _, _ = _reference(case["weights"], case["xs"], case["ups"], TOP_K, cf)
+    outputs, input_grads, _, keeps = _reference(case["weights"], case["xs"], case["ups"], TOP_K, cf)
+    sent = [_routing_counts(ids, keep, EXPERTS[world_size], world_size) for ids, keep in keeps]   # sent[i][j]
     forwards = _parts(lab, world_size, f"{mode} forward")
     for rank, got in enumerate(forwards):
-        fail_if(compare(got["output"], outputs[rank].detach(), f"rank {rank}, {mode}: the layer's output"))
+        problem = compare(got["output"], outputs[rank].detach(), f"rank {rank}, {mode}: the layer's output")
+        if problem and got.get("recv_counts") == [sent[j][rank] for j in range(world_size)]:
+            problem += ORDER_HINT  # the right rows arrived: what goes wrong is which expert computes each
+        fail_if(problem)
     for rank, got in enumerate(_parts(lab, world_size, f"{mode} backward")):
         fail_if(_missing_grads(got, rank, mode))   # the router's cut changes the input's gradient too: name it
         fail_if(compare(got["input_grad"], input_grads[rank], f"rank {rank}, {mode}: the gradient of the input"))
@@ -911,6 +919,9 @@ def test_the_layers_backward_on_a_subgroup_stays_in_its_group(lab):
         if got is None:
             fail(f"rank {rank} (group {group}): the backward on the subgroup was not run: AllToAll's backward "
                  "sends the gradient rows the wrong way (see test_all_to_all_backward_sends_each_gradient_row_back_where_it_came_from)")
+        if SECTION_FAILED in got and "not run: the forward raised" in str(got[SECTION_FAILED][0]):
+            fail(f"rank {rank} (group {group}): the backward on the subgroup was not run: the forward on it raised "
+                 "(see test_the_layer_on_a_subgroup_exchanges_only_within_its_group)")
         if SECTION_FAILED in got:
             fail(f"rank {rank} (group {group}): the layer's backward on its group raised "
                  f"{subgroup_failure(got[SECTION_FAILED][0], group, world=4)}; the backward's all-to-all must run "
