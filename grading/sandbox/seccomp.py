@@ -69,6 +69,7 @@ FAMILIES = 64  # the kernel refuses families >= AF_MAX (46 in 6.x) itself; 64 le
 F_LOCKS = {"F_GETLK": 5, "F_SETLK": 6, "F_SETLKW": 7, "F_OFD_GETLK": 36, "F_OFD_SETLK": 37, "F_OFD_SETLKW": 38,
            "F_SETLEASE": 1024, "F_GETLEASE": 1025, "F_NOTIFY": 1026}
 POSIX_FADV_WILLNEED, POSIX_FADV_DONTNEED, RWF_NOWAIT = 3, 4, 0x8
+MAP_SHARED, MAP_ANONYMOUS = 0x01, 0x20  # (MAP_SHARED_VALIDATE, 0x03, has the MAP_SHARED bit too)
 
 # (system call, error it fails with, the argument tests of one rule (all must hold; no test: every
 # call), why). Rules of the same call are alternatives. Everything not listed is allowed.
@@ -108,6 +109,12 @@ POLICY = [
     ("process_vm_readv", errno.EPERM, [], "another process's memory"),
     ("process_vm_writev", errno.EPERM, [], "another process's memory"),
     ("ptrace", errno.EPERM, [], "another process's memory and registers"),
+    # Shared mappings of files: a futex on a MAP_SHARED mapping is keyed by the file's inode and offset,
+    # so two processes mapping the same read-only torch file wake each other (FUTEX_WAKE says how many
+    # it woke: a message); pages written through one would be seen by the other. Shared anonymous
+    # memory (fd -1, MAP_ANONYMOUS) and private mappings (every library the loader maps) stay.
+    ("mmap", errno.EPERM, [(3, SCMP_CMP_MASKED_EQ, MAP_SHARED | MAP_ANONYMOUS, MAP_SHARED)],
+     "a shared file mapping: futexes keyed by a shared inode"),
     # Page-cache probes: whether a page of a shared read-only file is in memory is one bit that one
     # process sets (reads it, or drops it) and another reads without reading the file.
     ("mincore", errno.EPERM, [], "tells which pages of a file are cached"),
@@ -171,8 +178,8 @@ def build(path: str) -> str | None:
 
 def describe() -> str:
     """What the program refuses, in a few words (for the report's isolation line)."""
-    return ("no sockets but IPv4, IPv6 and netlink's route protocol, no file locks, file watches, keyrings, "
-            "io_uring, ptrace or page-cache probes (seccomp, libseccomp)")
+    return ("no sockets but IPv4, IPv6 and netlink's route protocol, no file locks, file watches, shared file "
+            "mappings, keyrings, io_uring, ptrace or page-cache probes (seccomp, libseccomp)")
 
 
 # The fallback: classic BPF over struct seccomp_data {int nr; u32 arch; u64 ip; u64 args[6]}
@@ -184,7 +191,7 @@ X32_BIT = 0x40000000
 SECCOMP_RET_ALLOW, SECCOMP_RET_EPERM = 0x7FFF0000, 0x00050000 | 1
 AF_UNIX = 1
 FALLBACK_DESCRIPTION = ("no Unix sockets, but other netlink protocols, file locks, watches, keyrings, io_uring and "
-                        "page-cache probes NOT refused (a hand-written seccomp program")
+                        "page-cache probes, shared file mappings NOT refused (a hand-written seccomp program")
 
 
 def no_unix_sockets_filter() -> bytes:
