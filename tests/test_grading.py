@@ -552,6 +552,28 @@ def test_red_team_side_channel_through_shared_files_gains_nothing_with_a_sandbox
     assert "a nested sandbox of its own" in graded.seen()  # the report says each rank had one
 
 
+R21C_CHANNELS = [pytest.param("r21c_c01_lab02_suffix.py", id="c01-netlink", marks=pytest.mark.slow),
+                 pytest.param("r21c_c02_lab02_suffix.py", id="c02-locks", marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("name", R21C_CHANNELS)
+def test_red_team_channels_the_seccomp_program_refuses_gain_nothing_with_a_sandbox_per_rank(tmp_path, name):
+    # Red team r21c (tests/attacks/r21c_c0*_lab02_suffix.py), with a sandbox per rank already in place: c01
+    # swapped the ranks' inputs over NETLINK_USERSOCK unicast (22/23 on Lab 02), c02 as OFD byte-range locks
+    # on torch's own read-only files (14/23); both padded the loopback to the ring's bytes. The nested
+    # sandboxes' seccomp program (grading/sandbox/seccomp.py) refuses both: 0 points. (The per-rank sandbox
+    # test below tries each refused call cheaply; these gradings are the red team's code itself.)
+    needs_sandbox()
+    if not (IS_ROOT and nested_missing() is None):
+        pytest.skip(f"no sandbox per rank here: {nested_missing() if IS_ROOT else 'not root'}")
+    lab = "lab-02-ring-allreduce"
+    deadline = min(300, round(30 * max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))))
+    graded = grade_as("root", submission(tmp_path, lab_02_ring_allreduce=shipped(lab) + attack(name)), [lab],
+                      tmp_path, lab_timeout=deadline)
+    assert graded.scores[lab][0] == 0, graded.seen()[:3000]
+    assert "no file locks" in graded.seen()  # the report names what the seccomp program refuses
+
+
 def nested_missing() -> str | None:
     """Why learner processes get no sandbox of their own under this grader's sandbox (None: they do)."""
     return _nested_missing()
