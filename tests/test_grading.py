@@ -597,8 +597,9 @@ def test_a_rank_sees_no_file_and_no_process_of_another_rank_in_a_sandbox_per_ran
     # is hidden, /proc shows no process; the seccomp program (grading/sandbox/seccomp.py) refuses
     # socket(AF_UNIX) (with garbage in the register's upper half too), NETLINK_USERSOCK (red team r21c's
     # c01), an OFD lock and flock on a shared read-only file (c02: rank 1 sees no lock of rank 0),
-    # inotify, keyctl, io_uring_setup, mincore and a shared mapping of a shared file (a futex channel); a deadlocked rank is still reported at its line (its
-    # stack dump reaches the Python inside through bubblewrap). The control: the same job without the
+    # inotify, keyctl, io_uring_setup, mincore and a shared mapping of a shared file (a futex channel); a
+    # deadlocked rank is still reported at its line (its stack dump reaches the Python inside through
+    # bubblewrap). The control: the same job without the
     # grader, where the ranks share /tmp, see each other's processes and every one of those calls works.
     needs_sandbox()
     if not (IS_ROOT and nested_missing() is None):

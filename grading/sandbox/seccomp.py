@@ -141,9 +141,10 @@ def _library() -> ctypes.CDLL:
     return lib
 
 
-def build(path: str) -> str | None:
+def build(path: str, absent: list | None = None) -> str | None:
     """Write the program of :data:`POLICY` (classic BPF for this machine's architecture) to ``path``.
-    None when done, else why not (libseccomp missing or refusing a rule); ``path`` is then not written."""
+    None when done, else why not (libseccomp missing or refusing a rule); ``path`` is then not written.
+    ``absent`` (if given) receives the names this architecture (or this libseccomp) does not have."""
     try:
         lib = _library()
     except (OSError, AttributeError) as exc:
@@ -158,6 +159,8 @@ def build(path: str) -> str | None:
         for name, code, tests, _why in POLICY:
             number = lib.seccomp_syscall_resolve_name(name.encode())
             if number < 0:  # not on this architecture (or unknown to this libseccomp): nothing to refuse
+                if absent is not None:
+                    absent.append(name)
                 continue
             args = (ArgCmp * max(1, len(tests)))(*[ArgCmp(*test) for test in tests])
             rc = lib.seccomp_rule_add_array(ctx, errno_action(code), number, len(tests), args)
