@@ -12,9 +12,10 @@ import base64
 import json
 
 from grading.results import GradeResult, LabResult
-from grading.sanitize import clean
+from grading.sanitize import clean, one_line
 
 GRADESCOPE_TEST_OUTPUT = 1500  # characters of a failure message shown per test
+FIRST_FAILURE_WIDTH = 100      # characters of the table's "first failure" cell (cut at a word, with an ellipsis)
 
 
 def _points(x: float) -> str:
@@ -49,7 +50,7 @@ def table(result: GradeResult, visible_only: bool = False, learner: bool | None 
         failure = clean(lab.problems(learner) or LabResult(lab.lab, tests).first_failure())
         seconds = lab.visible_seconds if learner else lab.seconds
         rows.append((lab.lab, passed, f"{_points(score)}/{_points(most)}", f"{seconds:.0f} s",
-                     failure.splitlines()[0][:100] if failure.strip() else ""))
+                     one_line(failure, FIRST_FAILURE_WIDTH)))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(row[:4], widths)) + "  " + row[4] for row in rows]
     lines.insert(1, "-" * (sum(widths) + 8 + 13))

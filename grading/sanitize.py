@@ -43,3 +43,16 @@ def clean(text, limit: int = MESSAGE_LIMIT, lines: int = LINE_LIMIT) -> str:
     if len(text) > limit:
         text = text[:limit] + f" [{len(text) - limit} more characters not shown]"
     return text
+
+
+def one_line(text: str, width: int) -> str:
+    """The first line of ``text`` in at most ``width`` characters, cut at a word boundary with an
+    ellipsis when it is longer (a table cell: "... Failed: all_r" reads as a word that is not there)."""
+    line = text.strip().split("\n", 1)[0].strip()
+    if len(line) <= width:
+        return line
+    cut = line[:width - 1]
+    space = cut.rfind(" ")
+    if space >= width // 2:   # a word boundary not too far back; else cut inside a very long word
+        cut = cut[:space]
+    return cut.rstrip(" ,;:-(") + "\u2026"

@@ -921,6 +921,31 @@ def test_cause_5_processes_under_the_per_process_limit_share_one_cgroup_memory_b
     assert [p for parent in found.parents for p in parent.glob(f"{cgroup.PREFIX}{os.getpid()}-*")] == []
 
 
+def test_each_lab_run_gets_a_cpu_cgroup_of_its_own_so_concurrent_runs_share_the_cpu_equally():
+    """Red team r21c: in grade-many --jobs N, a submission that spins many processes starved a classmate's
+    run (the kernel shares the CPU per thread). In a cpu cgroup per run, at the default weight, each run gets
+    an equal share however many processes it starts: a process that joined a run is in that run's cgroup in
+    the cpu hierarchy, and the report line says so."""
+    from grading.sandbox import cgroup
+    found = cgroup.find()
+    if isinstance(found, str) or not IS_ROOT:
+        pytest.skip(f"no cgroup can be made here: {found if isinstance(found, str) else 'not root'}")
+    if found.version == 1:
+        assert found.cpu == (cgroup.ROOT / "cpu" / "cgroup.procs").exists(), "a cpu hierarchy is mounted but unused"
+    if not found.cpu:
+        pytest.skip("no cpu controller for the grader's cgroups here")
+    run = found.make(2**30, 64)
+    try:
+        out = subprocess.run(["cat", "/proc/self/cgroup"], preexec_fn=run.join, capture_output=True, text=True,
+                             timeout=30).stdout
+    finally:
+        run.close()
+    cpu = [line for line in out.splitlines()
+           if (line.startswith("0::") if found.version == 2 else "cpu" in line.split(":")[1].split(","))]
+    assert cpu and all(line.rstrip().endswith(run.folders[-1].name) for line in cpu), (out, run.folders)
+    assert "an equal share of the CPU with other lab runs" in found.describe(2**30, 64)
+
+
 def test_where_no_cgroup_can_be_made_the_sandbox_goes_on_and_its_report_line_says_what_is_lost(tmp_path):
     """No hierarchy, or a cgroup v2 without delegated controllers: a reason, never an error; the report says it."""
     from grading.sandbox import cgroup, namespaces
@@ -1252,6 +1277,18 @@ def test_gradescope_output_before_publication_counts_visible_tests_only():
     assert "hidden tests count after grades are published" in output
     assert reports.gradescope(result)["score"] == 9  # the score itself counts everything
     assert "3/3" in reports.table(result) and "9/9" in reports.table(result)  # the teacher's table: all
+
+
+def test_the_tables_first_failure_is_cut_at_a_word_with_an_ellipsis():
+    # Issue 23: the cell read "... Failed: all_r" (a word that is not there) when cut at 100 characters.
+    result = fake_result(("lab-01-alpha-beta", [("test_a", 1, "failed", False)]))
+    message = "rank 0: the gradients differ after step 1 of 3 " * 4 + "every rank must all_reduce\nsecond line"
+    result.labs[0].tests[0].message = message
+    cell = reports.table(result).splitlines()[2].split("  ")[-1].strip()
+    assert cell.endswith("\u2026") and len(cell) <= reports.FIRST_FAILURE_WIDTH, cell
+    assert f"{cell[:-1]} " in f"test_a: {message}", cell   # whole words only
+    result.labs[0].tests[0].message = "short"
+    assert reports.table(result).splitlines()[2].endswith("test_a: short")
 
 
 def test_the_maximum_is_the_same_for_an_empty_a_partial_and_a_complete_submission(tmp_path):

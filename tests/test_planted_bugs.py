@@ -35,7 +35,9 @@ from commtax.ranks.launch import run_ranks
 LAB02 = LABS_DIR / "lab-02-ring-allreduce"
 LAB05 = LABS_DIR / "lab-05-tensor-parallel-layers"
 LAB07 = LABS_DIR / "lab-07-pipeline-schedules"
+LAB08 = LABS_DIR / "lab-08-memory-and-zero"
 LAB10 = LABS_DIR / "lab-10-moe-all-to-all"
+LAB11 = LABS_DIR / "lab-11-plan-a-cluster"
 LAB12 = LABS_DIR / "lab-12-the-whole-bill"
 WHOLE_LAB_SECONDS = 60.0  # the promise to learners: a deadlocked lab fails in under a minute, in total
 DEADLOCKED_JOB_SECONDS = 15.0  # one deadlocked job: rank start-up (2-8 s, busy or not) + the 2 s quiet period
@@ -341,3 +343,96 @@ def test_ranks_that_rebuild_the_model_from_the_public_seed_get_wrong_losses_and_
     hint = lab.forged_hint(got, plan, 0)
     print(problem + hint)
     assert hint.startswith(". These are the losses of the model and data of the public seed 0"), hint
+
+
+# -- a value off by a known factor: the message names the factor's cause (no ranks: milliseconds) -------
+
+def _fails(test, *args) -> str:
+    with pytest.raises(pytest.fail.Exception) as info:
+        test(*args)
+    print(info.value)
+    return str(info.value)
+
+
+def test_a_pipelines_bytes_not_averaged_over_pp_are_named_as_such_not_as_counted_twice(tmp_path):
+    # Lab 12: the PP bill without its average over the pp ranks is x pp; on 2 stages the hint used to say
+    # only "each all-reduce (or send) counted twice?".
+    lab, broken = _lab_mutant(tmp_path, LAB12, "pp_not_averaged", "\"pp\": microbatches * 2 * (pp - 1) / pp * act",
+                              "\"pp\": microbatches * 2 * (pp - 1) * act")
+    message = _fails(lab.test_predicted_bytes_equal_the_course_bill_for_this_model, broken)
+    assert message.startswith("predicted_bytes_per_step(dp=2, tp=2, pp=2)['pp']: got 16384, expected 8192 (x2 of the "
+                              "expected): x2 = pp: a pipeline's sends not averaged over its pp = 2 ranks"), message
+
+
+def test_a_dp_bill_without_the_ring_factor_is_named_with_the_groups_size(tmp_path):
+    # Lab 11: (g-1)/g left out of the ZeRO passes: x8/7 on a ring of 8 (it used to print "x1.143" alone).
+    lab, broken = _lab_mutant(tmp_path, LAB11, "no_ring", "    ring = (g - 1) / g\n", "    ring = 1.0\n")
+    message = _fails(lab.test_dp_time_what_the_axis_adds_its_collectives_and_bytes, broken,
+                     "Llama 8B FP8 on 8 H100s, CP 2 ring")
+    assert "['bytes']: " in message and message.endswith(
+        "(x1.143 = 8/7 of the expected): the ring factor (g-1)/g = 7/8 left out?"), message
+
+
+def test_a_byte_count_that_ignores_dtype_bytes_is_named(tmp_path):
+    # Lab 08: zero_bytes_per_step at its default 2 bytes whatever dtype_bytes says: x1/2 against 4-byte values.
+    lab, broken = _lab_mutant(tmp_path, LAB08, "dtype_ignored", "    return float(passes * (dp - 1) / dp * n_params * "
+                              "dtype_bytes)\n", "    return float(passes * (dp - 1) / dp * n_params * 2)\n")
+    message = _fails(lab.test_zero_bytes_per_step_counts_passes_2_2_m_plus_1_and_3m, broken, 2)
+    assert message.startswith("zero_bytes_per_step(1e9, 8, 2, 4, dtype_bytes=4) against commtax.formulas.memory: got")
+    assert message.endswith("(x0.5 = 1/2 of the expected): dtype_bytes ignored: counted at 2 bytes per element, not the 4 "
+                            "asked?"), message
+
+
+@pytest.mark.slow   # one 4-rank start-up: 19-22 s at load 3-6 on 2 cores (the lab's own tests run these checks)
+def test_an_all_to_all_backward_with_the_forwards_splits_and_none_read_from_the_input_are_named(tmp_path, monkeypatch):
+    # Two of a fresh reviewer's plants in one 4-rank start-up of the exchange parts alone: AllToAll's backward
+    # reusing the forward's split lists (it was reported as a deadlock in the all-to-all test), and
+    # all_to_all_single taking a None output_split_sizes from the INPUT's rows (it passed every test).
+    lab, broken = _lab_mutant(
+        tmp_path, LAB10, "unswapped",
+        "        return all_to_all(grad.contiguous(), recv_splits, send_splits, ctx.group), None, None, None\n",
+        "        return all_to_all(grad.contiguous(), send_splits, recv_splits, ctx.group), None, None, None\n")
+    source = Path(broken.__file__).read_text()
+    old = '    recv_splits = splits(output_split_sizes, output, "output_split_sizes")\n'
+    assert source.count(old) == 1
+    Path(broken.__file__).write_text(source.replace(old, old.replace("output, ", "input, ")))
+    broken = load_module_from_file("lab_10_mutant_unswapped_input", broken.__file__)
+    results = run_ranks(lab.exchange_worker, 4, (broken, lab._case(4, with_skew=False)), timeout=90)
+    backward = lab.section(results[0], "a2a backward", rank=0)
+    assert backward["grad"] is not None and not lab.torch.equal(backward["grad"], backward["x"])
+    monkeypatch.setattr(lab, "_results", lambda *_args, **_kw: results)   # the lab's tests read this run
+    messages = []
+    for test in (lab.test_all_to_all_backward_sends_each_gradient_row_back_where_it_came_from,
+                 lambda b: lab.test_all_to_all_single_takes_torchs_argument_order_and_none_means_equal_splits(b, 4)):
+        with pytest.raises(pytest.fail.Exception) as info:
+            test(broken)
+        messages.append(str(info.value))
+        print(info.value)
+    assert messages[0].startswith("rank 0, splits [[0, 1, 2, 3], ") and \
+        "the backward reused the forward's split lists" in messages[0] and "deadlock" not in messages[0]
+    assert messages[1].startswith("rank 0: all_to_all_single(output of 4 rows, input of 16 rows, None, "
+                                  "input_split_sizes=[1, 3, 5, 7]) raised ValueError") and \
+        "output_split_sizes=None means the OUTPUT's 4 rows in equal parts, 1 from each rank" in messages[1]
+
+
+def test_a_piece_of_the_predictor_fails_first_in_its_own_test_when_run_with_x(tmp_path):
+    # Lab 11, the bubble p/(v m) in place of (p-1)/(v m): with -x the first failure used to be a stage_layers
+    # test that also priced the whole step; the whole steps now have their own test after the pieces'.
+    run = run_planted(tmp_path, LAB11, "    return (p - 1) / (v * m) * m * stage_s, sends\n",
+                      "    return p / (v * m) * m * stage_s, sends\n", "-x")
+    assert run.failed() and run.failed()[0].split("::")[-1].startswith("test_pipeline_time_bubble"), run.failed()
+    assert "stage_layers" not in run.output.split("short test summary", 1)[-1]
+
+
+@pytest.mark.parametrize("lab_dir,old,new,test,named", [
+    (LAB11, "    return [q + 1] * r + [q] * (p - r)\n", "    return [q] * (p - r) + [q + 1] * r\n",
+     "test_stage_layers_split_evenly_and_give_the_extra_layers_to_the_first_stages",
+     "98 layers on 8 stages, even: got [12, 12, 12, 12, 12, 12, 13, 13]: the extra layers on the LAST stages"),
+    (LAB12, "+ ffn * hidden + hidden)\n", "+ ffn * hidden + hidden // tp)\n",
+     "test_params_per_rank_counts_the_tp_shard_of_a_stage",
+     "(x0.9925 of the expected): b2 split too?"),
+], ids=["lab11_extra_layers_last", "lab12_b2_split"])
+def test_a_count_slip_a_reviewer_planted_is_named(tmp_path, lab_dir, old, new, test, named):
+    # Fresh reviewer r23c's 11c and 12a: both failed with numbers only.
+    lab, broken = _lab_mutant(tmp_path, lab_dir, f"slip_{tmp_path.name}", old, new)
+    assert named in _fails(getattr(lab, test), broken)

@@ -25,7 +25,8 @@ from torch import nn
 
 from commtax.ranks.traffic import record_traffic
 from commtax.recorded import Expected
-from commtax.testing import expect_close, expect_value_error, fail, input_seed, SharedRuns
+from commtax.testing import (expect_close, expect_value_error, fail, input_seed, known_ratios, SharedRuns,
+                             subgroup_failure)
 
 RUNS = SharedRuns()
 SEED = input_seed(1000)  # the ranks' data; secret under the grader, drawn here and never sent to a rank
@@ -145,9 +146,15 @@ def test_zero_bytes_per_step_counts_passes_2_2_m_plus_1_and_3m(lab, stage):
                      "one micro-batch's passes: stage 3 pays 3 passes per micro-batch": 3 * one_pass if stage == 3 else 0,
                      "the backward's all-gather left out (that is reshard_after_forward=False)": 2 * m * one_pass
                      if stage == 3 else 0,
-                     "a pass of n bytes instead of (d-1)/d n": want * d / (d - 1)}))
+                     "a pass of n bytes instead of (d-1)/d n": want * d / (d - 1),
+                     "the updated parameters all-gathered after every micro-batch: stage 2 gathers them once per "
+                     "step, after the optimizer step (m reduce-scatters + 1 all-gather)": 2 * m * one_pass
+                     if stage == 2 else 0,
+                     "an all-reduce after every micro-batch: with gradient accumulation stage 0 all-reduces once per "
+                     "step, after the last micro-batch": 2 * m * one_pass if stage == 0 else 0}))
     expect_close(lab.zero_bytes_per_step(n, d, stage, m, 4), EXPECTED("zero_bytes_per_step", n, d, stage, m, 4),
-                 what=f"zero_bytes_per_step(1e9, 8, {stage}, 4, dtype_bytes=4) against commtax.formulas.memory")
+                 what=f"zero_bytes_per_step(1e9, 8, {stage}, 4, dtype_bytes=4) against commtax.formulas.memory",
+                 causes=known_ratios(dtype_bytes=(4, 2)))
     expect_close(lab.zero_bytes_per_step(n, 1, stage, m), 0.0, what="one rank talks to nobody")
 
 
@@ -436,7 +443,15 @@ def _state_checks(lab, rank, world_size):
         for p, q in zip(fresh.parameters(), model.parameters()):
             p.copy_(q)
     loaded = lab.ShardedOptimizer(_groups(fresh, "adamw"), torch.optim.AdamW, zero_stage=1, **ADAMW)
-    loaded.load_state_dict(shared[0])
+    try:   # the given load_state_dict trips on a wrongly numbered state: the test checks the state first
+        loaded.load_state_dict(shared[0])
+        load_error = None
+    except Exception as exc:  # noqa: BLE001 - reported by the test, after the checks of the state itself
+        load_error = _error(lab, "load_state_dict(the consolidated state)", exc)["error"]
+    errors = [None] * world_size
+    dist.all_gather_object(errors, load_error)   # every rank stops here if one failed (the step has collectives)
+    if any(errors):
+        return {"state": state, "load_error": next(e for e in errors if e)}
     for m, o in ((model, opt), (fresh, loaded)):   # one more step, the same data, both optimizers
         o.zero_grad()
         for x, y in _rank_batches(rank)[0]:
@@ -738,11 +753,24 @@ def test_sharded_optimizer_equals_one_process_training_after_every_step(lab, sta
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_consolidated_state_dict_equals_plain_adamws_and_loads_back(lab, world_size):
     results = _zero(lab, world_size, _needs(lab, SHARDED + ("ShardedOptimizer.consolidate_state_dict",)))
-    parts = _part(results, world_size, "state")
+    check_consolidated(_part(results, world_size, "state"), world_size)
+
+
+def run_state(rank, world_size, lab):
+    """Runs on every rank: the consolidate/load part of :func:`run_zero` alone (tests/test_lab08_planted_bugs.py)."""
+    return _agreed(lab, "consolidate_state_dict / load_state_dict", lambda: _state_checks(lab, rank, world_size))
+
+
+def check_consolidated(parts, world_size):
+    """Rank 0's consolidated state against plain AdamW's (numbering, state, param groups); then each rank's step
+    after loading it."""
     got = parts[0]["state"]
     want = reference_run(range(world_size), "adamw")["state"]
     if got is None:
         fail("rank 0: state_dict() gave None after consolidate_state_dict(to=0)")
+    problem = _numbering_problem(got, want)
+    if problem:
+        fail(problem)
     steps = {int(k): v.get("step") for k, v in got["state"].items()}
     if steps and all(torch.is_tensor(s) and float(s) == 1.0 for s in steps.values()):
         fail(f"the consolidated state counts 1 step after {STEPS}: the optimizer state is not kept across steps")
@@ -758,9 +786,37 @@ def test_consolidated_state_dict_equals_plain_adamws_and_loads_back(lab, world_s
     if hyper != [{k: v for k, v in g.items() if k != "params"} for g in want["param_groups"]]:
         fail(f"param_groups hyper-parameters {hyper} differ from plain AdamW's {want['param_groups']}")
     for rank, part in enumerate(parts):
+        if "load_error" in part:
+            fail(f"rank {rank}: {part['load_error']}\n(the consolidated state passed every check above: compare "
+                 "its layout with plain AdamW's state_dict())")
         expect_close(part["loaded"], part["continued"], rel=0.0, abs=TOLERANCE,
                      what=f"rank {rank}: one more step after load_state_dict(consolidated) against the optimizer "
                           "that kept going")
+
+
+def _numbering_problem(got, want):
+    """None if the consolidated state numbers and lists the parameters as plain AdamW's state_dict() does; else
+    what differs, in consolidate_state_dict's terms (a wrong numbering used to crash in the given load_state_dict)."""
+    try:
+        got_ids = sorted(int(k) for k in got["state"])
+        listed = [int(i) for g in got["param_groups"] for i in g["params"]]
+    except (KeyError, TypeError, ValueError) as exc:
+        return (f"the consolidated state is not laid out as {{'state': {{i: {{...}}}}, 'param_groups': [{{..., "
+                f"'params': [i, ...]}}]}} with whole numbers i ({type(exc).__name__}: {exc})")
+    want_ids = sorted(int(k) for k in want["state"])
+    want_listed = [int(i) for g in want["param_groups"] for i in g["params"]]
+    if got_ids == want_ids and listed == want_listed:
+        return None
+    frozen = [i for i in want_listed if i not in want_ids]
+    text = (f"consolidate_state_dict numbered the parameters with state {got_ids} and listed {listed} in "
+            f"param_groups; plain AdamW numbers all {len(want_listed)} parameters of self.param_groups "
+            f"0..{len(want_listed) - 1} in order: state {want_ids}, listed {want_listed}")
+    if frozen and len(listed) == len(want_listed) - len(frozen):
+        which = f"parameter {frozen[0]} (no state) was" if len(frozen) == 1 else f"parameters {frozen} (no state) were"
+        text += f". The frozen {which} left out of the numbering: number every parameter, frozen ones included"
+    elif listed and min(listed) == 1:
+        text += ". The numbering starts at 1: it starts at 0"
+    return text
 
 
 def ring_bytes_sent(collectives, world_size):
@@ -965,6 +1021,11 @@ def test_fully_sharded_module_holds_only_shards_between_forward_and_backward(lab
                  "reference to the gathered parameters once the unit's forward is over")
 
 
+def _group_of(rank):
+    """The ranks of ``rank``'s group in the 4-rank subgroup test: {0, 1} or {2, 3}."""
+    return [rank // 2 * 2, rank // 2 * 2 + 1]
+
+
 @pytest.mark.points(3)
 def test_sharded_optimizer_and_fully_sharded_module_work_on_a_subgroup(lab):
     # 4 ranks in two groups {0, 1} and {2, 3}, each group training its own copy on its own data: every
@@ -975,9 +1036,8 @@ def test_sharded_optimizer_and_fully_sharded_module_work_on_a_subgroup(lab):
     for rank, r in enumerate(results):
         state = r["subgroup/state"]
         if "error" in state:
-            fail(f"rank {rank}: consolidate_state_dict(to=0) on a group of two: {state['error']} - `to` is a rank "
-                 "of self.group (the group's rank 0 is global rank 2 in the group {2, 3}): pass it as group_dst=, "
-                 "not dst= (a global rank)")
+            fail(f"rank {rank}: consolidate_state_dict(to=0) on a group of two: "
+                 f"{subgroup_failure(state['error'], _group_of(rank), world=4)}")
         if rank in (0, 2) and not (isinstance(state.get("state"), dict) and state["state"].get("state")):
             fail(f"rank {rank} (rank 0 of its group): state_dict() after consolidate_state_dict(to=0) on the "
                  f"group holds no state: {str(state)[:200]}")
@@ -987,7 +1047,8 @@ def test_sharded_optimizer_and_fully_sharded_module_work_on_a_subgroup(lab):
         what = "FullyShardedModule" if stage == 3 else f"ShardedOptimizer(zero_stage={stage})"
         for rank, r in enumerate(results):
             if "error" in r[key]:
-                fail(f"rank {rank}: {r[key]['error']}{hint}")
+                fail(f"rank {rank} ({what} on the group {_group_of(rank)}): "
+                     f"{subgroup_failure(r[key]['error'], _group_of(rank), world=4)}")
         for first in (0, 2):
             want = reference([first, first + 1])
             for rank in (first, first + 1):

@@ -27,7 +27,8 @@ from torch import nn
 from commtax.formulas import ddp as reference
 from commtax.ranks.traffic import record_traffic
 from commtax.recorded import Expected
-from commtax.testing import expect_close, expect_value_error, fail, input_seed, SharedRuns
+from commtax.testing import (expect_close, expect_value_error, fail, input_seed, known_ratios, SharedRuns,
+                             subgroup_failure)
 
 RUNS = SharedRuns()
 SEED = input_seed(0)   # the batches: secret under the grader, drawn here and never sent to a rank
@@ -476,13 +477,19 @@ def _single_process_grads(world_size, tag=0, seed=0):
     return _grads(model)
 
 
-def check_grads(got, want, what, group_size):
-    """``got`` equals ``want`` (lists of gradients, float64, to 1e-12); a wrong scale is named."""
+def check_grads(got, want, what, group_size, world_size=None):
+    """``got`` equals ``want`` (lists of gradients, float64, to 1e-12); a wrong scale is named (``world_size``: of
+    the default group, when ``group_size`` is a subgroup's)."""
     if isinstance(got, list) and len(got) == len(want) and all(
             torch.is_tensor(g) and g.shape == w.shape for g, w in zip(got, want)):
         ratio = float(torch.median(torch.cat([(g / w).reshape(-1) for g, w in zip(got, want)])))
         hints = {float(group_size): "gradients summed, not averaged over the d ranks?", 1 / group_size: "divided by d "
                  "twice?"}
+        if world_size and world_size != group_size:   # on a subgroup d is the group's size, not the world's
+            key = group_size / world_size
+            text = (f"divided by the world's size ({world_size}, dist.get_world_size()) instead of the group's "
+                    f"({group_size}, dist.get_world_size(self.group))?")
+            hints[key] = f"{text}; or {hints[key]}" if key in hints else text
         if abs(ratio - 1) > 1e-6 and not any(abs(ratio / r - 1) < 1e-6 for r in hints):
             fail(f"{what}: the gradients differ by no clean factor (median ratio {ratio:.4g}): a bucket read before its "
                  "all-reduce completed (every bucket's work waited for in finish_gradient_synchronization()?), or "
@@ -547,8 +554,15 @@ def test_one_allreduce_per_bucket_per_step_with_the_planned_bytes(lab, world_siz
     plan = EXPECTED("bucket_assignment", _param_bytes(), CAP)
     expected = [["all_reduce", b] for b in reference.bucket_bytes(_param_bytes(), plan)]
     for rank, result in enumerate(_learner(lab, world_size)):
-        expect_close([list(c) for c in result["collectives"]], expected,
-                     what=f"rank {rank}: the collectives of one step (name, bytes), against the plan")
+        got = [list(c) for c in result["collectives"]]
+        what = f"rank {rank}: the collectives of one step (name, bytes), against the plan"
+        if len(got) != len(expected):   # show both lists: the count alone does not say which buckets differ
+            same_total = sum(b for _, b in expected) == sum(c[1] for c in got if len(c) == 2 and
+                                                            isinstance(c[1], (int, float)))
+            fail(f"{what}: {len(got)} all-reduces {got}, the plan's {len(expected)} {expected}" + (
+                 ": the same bytes in other buckets: the plan's sizes and its cap are in bytes (param_bytes: numel x "
+                 "8 for float64), not elements?" if same_total else ""))
+        expect_close(got, expected, what=what, causes=known_ratios(element_bytes=8))   # the model is float64
 
 
 @pytest.mark.parametrize("world_size", [2, 4])
@@ -558,7 +572,8 @@ def test_timeline_has_each_bucket_ready_then_launched_then_finished(lab, world_s
     for rank, result in enumerate(_learner(lab, world_size)):
         timeline = result["timeline"]
         expect_close([r.get("bucket") for r in timeline], list(range(len(plan))), what=f"rank {rank}: timeline buckets")
-        expect_close([r.get("bytes") for r in timeline], sizes, what=f"rank {rank}: timeline bytes")
+        expect_close([r.get("bytes") for r in timeline], sizes, what=f"rank {rank}: timeline bytes",
+                     causes=known_ratios(element_bytes=8))   # the model is float64
         for r in timeline:
             if not all(isinstance(r.get(k), float) for k in ("ready", "start", "finish")):
                 fail(f"rank {rank}, bucket {r.get('bucket')}: ready, start and finish must be perf_counter() "
@@ -688,12 +703,11 @@ def test_ddp_on_a_subgroup_talks_only_to_its_group(lab):
 
 def check_subgroup(results):
     """Each group of two starts from its first rank's state and averages over its own ranks only."""
-    hint = (" - the same wrapper passes on the whole world: a collective without group=self.group runs on the "
-            "default group (every rank)")
     for rank, result in enumerate(results):
         if "error" in result["subgroup"]:
-            fail(f"rank {rank}: BucketedDDP(model, cap, group=<ranks {2 * (rank // 2)}, {2 * (rank // 2) + 1}>) raised "
-                 f"{result['subgroup']['error']}{hint}")
+            group = [2 * (rank // 2), 2 * (rank // 2) + 1]
+            fail(f"rank {rank}: BucketedDDP(model, cap, group=<ranks {group[0]}, {group[1]}>) raised "
+                 f"{subgroup_failure(result['subgroup']['error'], group, world=4)}")
     group_grads = {g: _single_process_grads(2, tag=20 + g, seed=10 + 2 * g) for g in (0, 1)}
     # An all-reduce on the default group sums all 4 ranks: divided by the group's 2, G0 + G1; by 4, half that.
     default_group = [[a + b for a, b in zip(group_grads[0], group_grads[1])],
@@ -716,7 +730,7 @@ def check_subgroup(results):
             fail(f"rank {rank} (group [{first}, {first + 1}]): the gradients mix both groups' (all 4 ranks summed): "
                  "the all-reduce ran on the default group; pass group=self.group")
         check_grads(grads, group_grads[g], f"rank {rank} (group [{first}, {first + 1}]): gradients against one "
-                    "process on the group's batch", 2)
+                    "process on the group's batch", 2, world_size=4)
 
 
 # -- overlap, measured -------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from commtax.ranks.launch import DistributedRunError, rank_device
 from commtax.recorded import Expected
 from commtax.ranks.traffic import record_traffic
 from commtax.testing import (BACKENDS, SECTION_FAILED, check, expect_close, expect_value_error, fail, mismatch,
-                             input_seed, run_section, section, SharedRunFailed, SharedRuns)
+                             input_seed, run_section, section, SharedRunFailed, SharedRuns, subgroup_failure)
 
 RUNS = SharedRuns()
 SEED = input_seed(0)   # the tokens and output gradients: secret under the grader, never sent to a rank
@@ -81,6 +81,28 @@ def _equal_inputs(world):
     """Rank i's send tensor for equal splits: EQUAL_ROWS rows for each rank, integer values from SEED."""
     gen = torch.Generator().manual_seed(SEED + 40 + world)
     return [torch.randint(-10**6, 10**6, (world * EQUAL_ROWS, 3), generator=gen).to(DTYPE) for i in range(world)]
+
+
+#: Rank j receives RECEIVE_EQUAL[j] rows from every rank: its output splits are equal, its input's are not, and
+#: the output and the input have different row counts (a None output split list is the OUTPUT's rows / P).
+RECEIVE_EQUAL = {world: [2 * j + 1 for j in range(world)] for world in (2, 4)}
+
+#: Every rank sends as many rows as it receives and the matrix is not symmetric: an AllToAll backward that
+#: reuses the forward's split lists (not swapped) runs to the end and sends the gradient rows the wrong way.
+CYCLIC = [[(j - i) % 4 for j in range(4)] for i in range(4)]
+
+
+def _receive_equal_inputs(world):
+    """Rank i's send tensor for RECEIVE_EQUAL: RECEIVE_EQUAL[world][j] rows for rank j, integer values from SEED."""
+    gen = torch.Generator().manual_seed(SEED + 50 + world)
+    return [torch.randint(-10**6, 10**6, (sum(RECEIVE_EQUAL[world]), 3), generator=gen).to(DTYPE)
+            for _ in range(world)]
+
+
+def _cyclic_inputs():
+    """Rank i's input rows of the CYCLIC all-to-all (6 each), integer values from SEED."""
+    gen = torch.Generator().manual_seed(SEED + 60)
+    return [torch.randint(-10**6, 10**6, (sum(CYCLIC[i]), 3), generator=gen).to(DTYPE) for i in range(4)]
 
 
 def _skew_inputs():
@@ -256,6 +278,13 @@ def _single_checks(lab, rank, world_size, case, device):
     torchs = torch.empty_like(equal)
     torch.distributed.all_to_all_single(torchs, equal)
     out["equal"], out["equal_torch"] = mine.cpu(), torchs.cpu()
+    counts = RECEIVE_EQUAL[world_size]                          # output rows: P x counts[rank]; input: sum(counts)
+    received = torch.full((world_size * counts[rank], 3), -1.0, dtype=DTYPE, device=device)
+    try:
+        lab.all_to_all_single(received, case["receive_equal"][rank].to(device), None, counts)
+        out["none_out"] = received.cpu()
+    except Exception as exc:  # noqa: BLE001 - reported by the test: a None read from the input's rows raises here
+        out["none_out"] = (type(exc).__name__, str(exc))
     try:  # a row too many: None cannot mean equal splits; every rank raises before sending anything
         lab.all_to_all_single(torch.empty(world_size + 1, 3, dtype=DTYPE, device=device),
                               torch.zeros(world_size + 1, 3, dtype=DTYPE, device=device))
@@ -263,6 +292,16 @@ def _single_checks(lab, rank, world_size, case, device):
     except Exception as exc:  # noqa: BLE001 - reported by the test, whatever it is
         out["error"] = (type(exc).__name__, str(exc))
     return out
+
+
+def _a2a_backward_check(lab, rank, x, device):
+    """AllToAll on the CYCLIC splits, then backward with dL/dy = y: each row's gradient is its own value, so
+    the input's gradient is the input itself when every row goes back where it came from."""
+    send_splits, recv_splits = CYCLIC[rank], [row[rank] for row in CYCLIC]
+    x = x.clone().to(device).requires_grad_(True)
+    y = lab.AllToAll.apply(x, send_splits, recv_splits, None)
+    (y * y.detach()).sum().backward()
+    return {"x": x.detach().cpu(), "grad": None if x.grad is None else x.grad.cpu()}
 
 
 def _from_full_error(lab, world_size):
@@ -283,6 +322,33 @@ def _subgroup_check(lab, rank, case, device):
     return {"output": y.detach().cpu(), "recv_counts": list(layer.recv_counts)}
 
 
+def _exchange_parts(lab, rank, world_size, case, device, part, out):
+    """The parts of all_to_all, all_to_all_single and AllToAll's backward; False if that backward sent some
+    gradient rows the wrong way on some rank (the layer's backward would then deadlock or be wrong)."""
+    part("a2a", lambda: _a2a_checks(lab, rank, world_size, case, device))
+    part("single", lambda: _single_checks(lab, rank, world_size, case, device))
+    if "cyclic" not in case:
+        return True
+    part("a2a backward", lambda: _a2a_backward_check(lab, rank, case["cyclic"][rank], device))
+    mine = out["a2a backward"]
+    flags = [None] * world_size   # every rank learns whether any rank's gradient rows went astray
+    torch.distributed.all_gather_object(flags, isinstance(mine, dict) and SECTION_FAILED not in mine and
+                                        mine.get("grad") is not None and torch.equal(mine["grad"], mine["x"]))
+    return all(flags)
+
+
+def exchange_worker(rank, world_size, lab, case):
+    """Only the exchange parts of :func:`moe_worker` (tests/test_planted_bugs.py: one cheap start-up)."""
+    out = {}
+
+    def part(name, fn):
+        out[name] = run_section(fn)
+        torch.distributed.barrier()
+
+    _exchange_parts(lab, rank, world_size, case, rank_device(), part, out)
+    return out
+
+
 def moe_worker(rank, world_size, lab, case):
     """All checks of one world size in one start-up, each part on its own (``run_section``).
 
@@ -296,12 +362,16 @@ def moe_worker(rank, world_size, lab, case):
         out[name] = run_section(fn)
         torch.distributed.barrier()
 
-    part("a2a", lambda: _a2a_checks(lab, rank, world_size, case, device))
-    part("single", lambda: _single_checks(lab, rank, world_size, case, device))
+    backward_ok = _exchange_parts(lab, rank, world_size, case, device, part, out)
     for label, cf in (("dropless", None), ("capacity", CAPACITY_FACTOR)):
         forward, backward = _ep_parts(lab, case["weights"], case["xs"][rank], case["ups"][rank], TOP_K, cf, device)
         part(f"{label} forward", forward)
-        part(f"{label} backward", backward)
+        if backward_ok:
+            part(f"{label} backward", backward)
+        else:   # it would deadlock or give wrong gradients: the AllToAll test names the cause
+            out[f"{label} backward"] = {SECTION_FAILED: (
+                "not run: AllToAll's backward sends the gradient rows the wrong way (see "
+                "test_all_to_all_backward_sends_each_gradient_row_back_where_it_came_from)", "")}
     part("from_full error", lambda: _from_full_error(lab, world_size))
     if "subgroup" in case:
         part("subgroup", lambda: _subgroup_check(lab, rank, case, device))
@@ -315,7 +385,10 @@ def moe_worker(rank, world_size, lab, case):
 def _case(world, with_skew):
     weights, xs = _layer_weights(world), _tokens(world)
     ups = _tokens(world, seed=2)
-    case = {"a2a": _a2a_inputs(world), "equal": _equal_inputs(world), "weights": weights, "xs": xs, "ups": ups}
+    case = {"a2a": _a2a_inputs(world), "equal": _equal_inputs(world), "receive_equal": _receive_equal_inputs(world),
+            "weights": weights, "xs": xs, "ups": ups}
+    if world == 4:
+        case["cyclic"] = _cyclic_inputs()
     if with_skew:
         case["skew"] = _skew_inputs()
     if world == 4:
@@ -338,7 +411,10 @@ def _only(items, rank):
 def _rank_case(case, rank):
     """What rank ``rank`` is handed of ``case``: the weights, and of the per-rank inputs its own only."""
     mine = dict(case, a2a={name: _only(tensors, rank) for name, tensors in case["a2a"].items()},
-                equal=_only(case["equal"], rank), xs=_only(case["xs"], rank), ups=_only(case["ups"], rank))
+                equal=_only(case["equal"], rank), xs=_only(case["xs"], rank), ups=_only(case["ups"], rank),
+                receive_equal=_only(case["receive_equal"], rank))
+    if "cyclic" in case:
+        mine["cyclic"] = _only(case["cyclic"], rank)
     if "subgroup" in case:
         mine["subgroup"] = dict(case["subgroup"], xs=_only(case["subgroup"]["xs"], rank % 2))
     if "skew" in case:
@@ -620,10 +696,41 @@ def test_all_to_all_single_takes_torchs_argument_order_and_none_means_equal_spli
                              f"rank {rank}: all_to_all_single(output, input) (None: {EQUAL_ROWS} rows per rank)"))
         check(torch.equal(result["equal_torch"], _expected_a2a(equal, even, rank)),
               "torch.distributed.all_to_all_single disagrees with the test's expectation")
+        counts = RECEIVE_EQUAL[world_size]
+        what = (f"rank {rank}: all_to_all_single(output of {world_size * counts[rank]} rows, input of {sum(counts)} "
+                f"rows, None, input_split_sizes={counts})")
+        none_means = (f"output_split_sizes=None means the OUTPUT's {world_size * counts[rank]} rows in equal parts, "
+                      f"{counts[rank]} from each rank, whatever the input holds (not the input's rows / {world_size})")
+        if isinstance(result["none_out"], tuple):
+            fail(f"{what} raised {result['none_out'][0]}: {result['none_out'][1]} - {none_means}")
+        sent = _receive_equal_inputs(world_size)
+        problem = _a2a_problem(result["none_out"], _expected_a2a(sent, [counts] * world_size, rank), sent[rank], what)
+        if problem:
+            fail(f"{problem} - {none_means}")
         error = result["error"]
         check(error is not None and error[0] == "ValueError" and "split_sizes" in error[1],
               f"rank {rank}: all_to_all_single on {world_size + 1} rows with no splits (they cannot be equal) "
               f"raised {error}; expected a ValueError naming input_split_sizes or output_split_sizes")
+
+
+def test_all_to_all_backward_sends_each_gradient_row_back_where_it_came_from(lab):
+    """4 ranks, a split matrix that is not symmetric though each rank sends as many rows as it receives:
+    AllToAll.apply, then backward with each output row's gradient equal to the row itself: the input's
+    gradient must be the input (every row back at its origin)."""
+    xs = _cyclic_inputs()
+    for rank, got in enumerate(_parts(lab, 4, "a2a backward")):
+        what = f"rank {rank}, splits {CYCLIC}: the input's gradient after AllToAll.apply(...).backward()"
+        if got["grad"] is None:
+            fail(f"{what}: None: no gradient reached the input (AllToAll.backward must return the gradient of x "
+                 "first, then None for the splits and the group)")
+        problem = _a2a_problem(got["grad"], xs[rank], xs[rank], what)
+        if problem:
+            forward = [_expected_a2a(xs, CYCLIC, r) for r in range(4)]      # the forward's outputs = the gradients
+            if torch.equal(got["grad"], _expected_a2a(forward, CYCLIC, rank)):
+                problem += ("; these are the gradient rows sent the forward's way again: the backward reused the "
+                            "forward's split lists. Send each row back where it came from: all_to_all(grad, "
+                            "recv_splits, send_splits) (the two lists swapped)")
+            fail(problem)
 
 
 @pytest.mark.points(3)
@@ -757,10 +864,6 @@ def test_a_skewed_router_loads_the_busiest_rank_and_its_time_as_predicted(lab):
     check(0.5 < measured / predicted < 2.0, detail)
 
 
-SUBGROUP_HINT = (" - the same layer passes on the whole world: an all-to-all without group=self.group runs on "
-                 "the default group (every rank)")
-
-
 def test_the_layer_on_a_subgroup_exchanges_only_within_its_group(lab):
     """4 ranks, two groups of 2, each group one 2-rank expert-parallel layer: catches an all-to-all (or
     AllToAll.apply) called without the layer's group, which the whole-world tests cannot see."""
@@ -769,8 +872,9 @@ def test_the_layer_on_a_subgroup_exchanges_only_within_its_group(lab):
     for rank, result in enumerate(results):
         got = result["subgroup"]
         if isinstance(got, dict) and SECTION_FAILED in got:
-            fail(f"rank {rank} (group [{rank // 2 * 2}, {rank // 2 * 2 + 1}]): ExpertParallelMoE(group=...) raised "
-                 f"{got[SECTION_FAILED][0]}{SUBGROUP_HINT}")
+            group = [rank // 2 * 2, rank // 2 * 2 + 1]
+            fail(f"rank {rank} (group {group}): ExpertParallelMoE(group=...) raised "
+                 f"{subgroup_failure(got[SECTION_FAILED][0], group, world=4)}")
         problem = compare(got["output"], outputs[rank % 2].detach(),
                           f"rank {rank} (group [{rank // 2 * 2}, {rank // 2 * 2 + 1}]): the layer's output")
         if problem:

@@ -42,7 +42,7 @@ from commtax.ranks.launch import DistributedRunError
 from commtax.ranks.traffic import record_traffic
 from commtax.recorded import Expected
 from commtax.testing import (SharedRunFailed, SharedRuns, check, close, expect_close, expect_value_error, fail,
-                              input_seed, mismatch)
+                              input_seed, known_ratios, mismatch)
 
 SIZES = dict(wholebill.SIZES)
 M = SIZES["microbatches"]
@@ -334,11 +334,24 @@ def _degree(axis, dp, tp, pp):
 
 
 def _byte_hints(axis, g):
-    """What a clean ratio (got / expected) of one axis' bytes suggests."""
-    hints = {2.0: "twice the bill: each all-reduce (or send) counted twice?", 0.5: "half the bill"}
-    if g > 2:
-        hints[g / (2 * (g - 1))] = (f"the payload, not what a ring sends: an all-reduce on g = {g} ranks sends "
-                                    f"2(g-1)/g = {2 * (g - 1) / g:g} x its payload per rank")
+    """What a clean ratio (got / expected) of one axis' bytes suggests; the axis' own factor named first
+    (x2 on a pipeline of 2 is its missing average over pp more often than a send counted twice)."""
+    hints = {}
+
+    def add(ratio, text):
+        hints[ratio] = f"{hints[ratio]}; or {text}" if ratio in hints else text
+
+    if axis == "pp" and g > 1:
+        add(g, f"x{g} = pp: a pipeline's sends not averaged over its pp = {g} ranks (the bill is per rank)?")
+        add(g / (g - 1), f"pp = {g} boundaries counted where a pipeline of {g} stages has pp - 1 = {g - 1}?")
+    elif g > 1:
+        for ratio, text in known_ratios(ranks={axis: g}).items():
+            add(ratio, text)
+        if g > 2:
+            add(g / (2 * (g - 1)), f"the payload, not what a ring sends: an all-reduce on g = {g} ranks sends "
+                                   f"2(g-1)/g = {2 * (g - 1) / g:g} x its payload per rank")
+    add(2, "each all-reduce (or send) counted twice?")
+    add(0.5, "half the bill: an all-reduce or a send left out?")
     return hints
 
 
@@ -356,7 +369,8 @@ def _loss_problem(got, expected, what):
     if step == 0:
         return message + ": the first step's loss differs, so the forward is wrong (the shards, tp_block, the TP group)"
     return message + (f"; steps 0..{step - 1} are right, so the forward is right and the gradients are not "
-                      "(the backward's all-reduce, the pipeline's gradients, sync_gradients' average over dp)")
+                      "(the backward's all-reduce, the pipeline's gradients, sync_gradients' average over dp; each on "
+                      "its own group: without group= an all-reduce sums over every rank)")
 
 
 # -- the plan, without ranks -----------------------------------------------------------------
@@ -364,7 +378,8 @@ def _loss_problem(got, expected, what):
 def test_params_per_rank_counts_the_tp_shard_of_a_stage(lab):
     # h = 16, t = 2, 4 layers on 2 stages: 2 x (16*32 + 32 + 32*16 + 16) = 2 x 1072
     expect_close(lab.params_per_rank(4, 16, 2, 2), 2144, rel=0.0, what="params_per_rank(4 layers, h 16, tp 2, pp 2)",
-                 hints={2160 / 2144: "b2 split too? it is added once, after the all-reduce: every TP rank keeps it whole",
+                 hints={2128 / 2144: "b2 split too? it is added once, after the all-reduce: every TP rank keeps it whole",
+                        2208 / 2144: "b1 kept whole? it belongs to W1's rows: 4h / t of it per rank",
                         4288 / 2144: "twice: only layers / pp layers are on a stage"})
     expect_close(lab.params_per_rank(4, 16, 1, 1), 4 * (16 * 64 + 64 + 64 * 16 + 16), rel=0.0,
                  what="params_per_rank(4 layers, h 16, tp 1, pp 1)")
