@@ -51,8 +51,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from grading.sandbox.cgroup import EXTRA_PIDS, CgroupError, Cgroups, RunCgroup
 from grading.sandbox import seccomp
+from grading.sandbox.cgroup import EXTRA_PIDS, CgroupError, Cgroups, RunCgroup
 from grading.sandbox.limits import Limits
 
 READY_TIMEOUT = 60.0
