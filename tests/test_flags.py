@@ -94,6 +94,14 @@ ATTACK_FLAGS = {
                                 ["dist.all_reduce of a tensor made in the call",
                                  "dist.all_gather_into_tensor of a tensor made in the call",
                                  "defines TensorParallelMLP again", "defines ColumnParallelLinear again"]),
+    # Red team r21c (after the sandbox per rank): c01 swaps inputs over NETLINK_USERSOCK, c02 as OFD locks on
+    # torch's own files; both pad the loopback and bump the counters in dist.send's closure.
+    "r21c_c01_lab02_suffix.py": ("lab-02-ring-allreduce", None,
+                                 ["imports socket", "imports struct", "imports threading", "file I/O (torch.save)",
+                                  "__closure__", "cell_contents", "defines ring_all_reduce again"]),
+    "r21c_c02_lab02_suffix.py": ("lab-02-ring-allreduce", None,
+                                 ["imports fcntl", "imports struct", "__file__", "file I/O (torch.save)",
+                                  "__closure__", "cell_contents", "defines ring_all_reduce again"]),
 }
 NOT_LEARNER_CODE = {"lazy.py",  # the recipe of the lazy submissions (tests/test_lazy_submissions.py)
                     "rank_snoop.py"}  # worker functions of the per-rank sandbox test (run as ranks, not a starter)
