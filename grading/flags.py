@@ -118,6 +118,19 @@ COLLECTIVES = frozenset({"all_reduce", "all_gather", "all_gather_into_tensor", "
                          "reduce_scatter_tensor", "broadcast", "broadcast_object_list", "reduce", "all_to_all",
                          "all_to_all_single", "gather", "gather_object", "scatter", "scatter_object_list"})
 COMMUNICATION = COLLECTIVES | {"send", "recv", "isend", "irecv"}
+# Calls that start a process, make a descriptor or decode hidden code, whatever they are reached through
+# (red team r21c reached os as ``random._os`` and ran a helper from a hex string): never a lab's.
+PROCESS_CALLS = {**{name: "starts a process" for name in (
+    "fork", "forkpty", "execv", "execve", "execvp", "execvpe", "execl", "execle", "execlp", "execlpe",
+    "posix_spawn", "posix_spawnp", "spawnv", "spawnve", "spawnvp", "spawnvpe", "spawnl", "spawnle", "popen",
+    "Popen", "system")},
+    **{name: "makes a file descriptor" for name in ("pipe", "pipe2", "dup", "dup2", "mkfifo", "socketpair",
+                                                     "memfd_create", "fdopen")},
+    **{name: "decodes text into bytes (code or data kept out of sight?)" for name in (
+        "fromhex", "unhexlify", "a2b_hex", "b64decode", "b32decode", "b85decode", "a85decode",
+        "decodebytes", "decompress")}}
+ENCODED_LENGTH = 200   # a string this long of only hex or base64 characters holds something to decode
+_ENCODED = frozenset("0123456789abcdefABCDEF") | frozenset("ghijklmnopqrstuvwxyzGHIJKLMNOPQRSTUVWXYZ+/=-_")
 CONSTANT_TENSORS = frozenset({"zeros", "zeros_like", "ones", "ones_like", "empty", "empty_like", "full", "full_like"})
 # Places on the machine or the grader's own files, named in a string.
 PLACES = ("/proc", "/tmp", "/dev/", "/run/", "/var/", "/sys/", "/etc/", "/home", "/root", "/usr", "site-packages",
@@ -261,8 +274,7 @@ class _Scan:
         dotted = self._dotted(node)
         if dotted is None:
             return
-        root = dotted.split(".")[0]
-        if node.attr.startswith("_") and not _dunder(node.attr) and root in ("torch", "numpy", "commtax"):
+        if node.attr.startswith("_") and not _dunder(node.attr):  # of any module: random._os is os
             self.flag(node, f"the private name {_shown(dotted)}")
         for name, reason in DOTTED.items():
             if dotted == name:
@@ -300,6 +312,9 @@ class _Scan:
                     self._name(node, value)
             elif not (isinstance(owner, ast.Name) and self.modules.get(owner.id) in self.allows.get("names_on", ())):
                 self.flag(node, f"{func.id}() with a computed name (which attribute cannot be read from the file)")
+        if (isinstance(func, ast.Attribute) and func.attr in PROCESS_CALLS
+                and not (isinstance(func.value, ast.Name) and func.value.id == "self")):
+            self.flag(node, f".{func.attr}(): {PROCESS_CALLS[func.attr]}")
         dotted = self._dotted(func) if isinstance(func, ast.Attribute) else None
         if dotted and dotted.startswith("torch.distributed."):
             self._communication(node, dotted.rsplit(".", 1)[1])
@@ -346,6 +361,8 @@ class _Scan:
             self.flag(node, f"the string {_shown(value)} (an internal name)")
         if any(_control(ch) for ch in value):
             self.flag(node, "a string with control characters, escapes or lone surrogates")
+        if len(value) >= ENCODED_LENGTH and set(value) <= _ENCODED:
+            self.flag(node, f"a string of {len(value):,} hex or base64 characters (encoded code or data?)")
 
 
 def _nodes(tree, limit: int) -> tuple[list, bool]:

@@ -86,10 +86,22 @@ ATTACK_FLAGS = {
     "r21_b02_lab02_suffix.py": ("lab-02-ring-allreduce", None,
                                 ["distributed_c10d", "_get_default_group", "allreduce: a ProcessGroup method",
                                  "allgather: a ProcessGroup method", "__closure__", "defines ring_all_reduce again"]),
+    # Red team r21c: c04 carries the inputs through a helper started via random._os from a hex string.
+    "r21c_c04_lab02_suffix.py": ("lab-02-ring-allreduce", None,
+                                 ["the private name random._os", ".execvp(): starts a process", ".fork(): starts a process",
+                                  ".pipe(): makes a file descriptor", "hex or base64 characters"]),
     "r21_b03_lab05_suffix.py": ("lab-05-tensor-parallel-layers", None,
                                 ["dist.all_reduce of a tensor made in the call",
                                  "dist.all_gather_into_tensor of a tensor made in the call",
                                  "defines TensorParallelMLP again", "defines ColumnParallelLinear again"]),
+    # Red team r21c (after the sandbox per rank): c01 swaps inputs over NETLINK_USERSOCK, c02 as OFD locks on
+    # torch's own files; both pad the loopback and bump the counters in dist.send's closure.
+    "r21c_c01_lab02_suffix.py": ("lab-02-ring-allreduce", None,
+                                 ["imports socket", "imports struct", "imports threading", "file I/O (torch.save)",
+                                  "__closure__", "cell_contents", "defines ring_all_reduce again"]),
+    "r21c_c02_lab02_suffix.py": ("lab-02-ring-allreduce", None,
+                                 ["imports fcntl", "imports struct", "__file__", "file I/O (torch.save)",
+                                  "__closure__", "cell_contents", "defines ring_all_reduce again"]),
 }
 NOT_LEARNER_CODE = {"lazy.py",  # the recipe of the lazy submissions (tests/test_lazy_submissions.py)
                     "rank_snoop.py"}  # worker functions of the per-rank sandbox test (run as ranks, not a starter)
@@ -149,6 +161,12 @@ CONSTRUCTS = [
     ("    dist.send = x", "replaces torch.distributed.send"),
     ("    return '/dev/shm/' + p", "a string naming /dev/"),
     ("    dist.send(torch.zeros(8), 1)", "dist.send of a tensor made in the call"),
+    ("    return np.random._os", "the private name numpy.random._os"),
+    ("    return x.fork()", ".fork(): starts a process"),
+    ("    return t.posix_spawn(p, [p], {})", ".posix_spawn(): starts a process"),
+    ("    return x.pipe2(0)", ".pipe2(): makes a file descriptor"),
+    ("    return bytes.fromhex(p)", ".fromhex(): decodes text into bytes"),
+    ("    return '" + "6f73" * 60 + "'", "a string of 240 hex or base64 characters"),
 ]
 
 

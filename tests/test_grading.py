@@ -552,6 +552,28 @@ def test_red_team_side_channel_through_shared_files_gains_nothing_with_a_sandbox
     assert "a nested sandbox of its own" in graded.seen()  # the report says each rank had one
 
 
+R21C_CHANNELS = [pytest.param("r21c_c01_lab02_suffix.py", id="c01-netlink", marks=pytest.mark.slow),
+                 pytest.param("r21c_c02_lab02_suffix.py", id="c02-locks", marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("name", R21C_CHANNELS)
+def test_red_team_channels_the_seccomp_program_refuses_gain_nothing_with_a_sandbox_per_rank(tmp_path, name):
+    # Red team r21c (tests/attacks/r21c_c0*_lab02_suffix.py), with a sandbox per rank already in place: c01
+    # swapped the ranks' inputs over NETLINK_USERSOCK unicast (22/23 on Lab 02), c02 as OFD byte-range locks
+    # on torch's own read-only files (14/23); both padded the loopback to the ring's bytes. The nested
+    # sandboxes' seccomp program (grading/sandbox/seccomp.py) refuses both: 0 points. (The per-rank sandbox
+    # test below tries each refused call cheaply; these gradings are the red team's code itself.)
+    needs_sandbox()
+    if not (IS_ROOT and nested_missing() is None):
+        pytest.skip(f"no sandbox per rank here: {nested_missing() if IS_ROOT else 'not root'}")
+    lab = "lab-02-ring-allreduce"
+    deadline = min(300, round(30 * max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))))
+    graded = grade_as("root", submission(tmp_path, lab_02_ring_allreduce=shipped(lab) + attack(name)), [lab],
+                      tmp_path, lab_timeout=deadline)
+    assert graded.scores[lab][0] == 0, graded.seen()[:3000]
+    assert "no file locks" in graded.seen()  # the report names what the seccomp program refuses
+
+
 def nested_missing() -> str | None:
     """Why learner processes get no sandbox of their own under this grader's sandbox (None: they do)."""
     return _nested_missing()
@@ -572,10 +594,13 @@ def _nested_missing() -> str | None:
 def test_a_rank_sees_no_file_and_no_process_of_another_rank_in_a_sandbox_per_rank(tmp_path, monkeypatch):
     # Under the grader (root mode) each rank runs in a sandbox of its own, nested in the lab's: a note
     # rank 0 leaves in /tmp, /dev/shm or its own folder is invisible to rank 1, the shared run folder
-    # is hidden, /proc shows no process, socket(AF_UNIX) fails (seccomp); a deadlocked rank is still
-    # reported at its line (its stack
-    # dump reaches the Python inside through bubblewrap). The control: the same job without the
-    # grader, where the ranks share /tmp and see each other's processes.
+    # is hidden, /proc shows no process; the seccomp program (grading/sandbox/seccomp.py) refuses
+    # socket(AF_UNIX) (with garbage in the register's upper half too), NETLINK_USERSOCK (red team r21c's
+    # c01), an OFD lock and flock on a shared read-only file (c02: rank 1 sees no lock of rank 0),
+    # inotify, keyctl, io_uring_setup, mincore and a shared mapping of a shared file (a futex channel); a
+    # deadlocked rank is still reported at its line (its stack dump reaches the Python inside through
+    # bubblewrap). The control: the same job without the
+    # grader, where the ranks share /tmp, see each other's processes and every one of those calls works.
     needs_sandbox()
     if not (IS_ROOT and nested_missing() is None):
         pytest.skip(f"no sandbox per rank here: {nested_missing() if IS_ROOT else 'not root'}")
@@ -591,6 +616,12 @@ def test_a_rank_sees_no_file_and_no_process_of_another_rank_in_a_sandbox_per_ran
     plain = run_ranks(rank_snoop.drop_and_look, 2, (marker,), timeout=120)
     assert "/tmp" in plain[1]["seen"] and plain[1]["pids"] > 0, plain  # the control: shared without the grader
     assert plain[0]["unix_socket"] == "allowed", plain
+    refused = set(rank_snoop.CHANNELS)
+    for rank in (0, 1):
+        works = {name for name, result in plain[rank]["channels"].items() if result == "allowed"}
+        # keyctl and io_uring may be refused by the machine itself (a container's own seccomp profile)
+        assert works >= refused - {"keyctl", "io_uring_setup"}, plain[rank]["channels"]
+    assert plain[1]["lock_seen"] is True, plain  # rank 0's OFD lock carries a message to rank 1
 
     base = tmp_path / "grading"
     base.mkdir(mode=0o711)
@@ -624,6 +655,11 @@ def test_a_rank_sees_no_file_and_no_process_of_another_rank_in_a_sandbox_per_ran
         assert boxed[0]["written"][2].endswith("/rank0"), boxed
         assert boxed[1]["seen"] == [] and boxed[0]["pids"] == boxed[1]["pids"] == 0, boxed
         assert boxed[0]["unix_socket"] == "Operation not permitted", boxed  # the seccomp filter
+        locks = {"ofd_lock", "flock"}
+        for rank in (0, 1):
+            assert boxed[rank]["channels"] == {name: "No locks available" if name in locks else "Operation not permitted"
+                                               for name in refused}, boxed[rank]["channels"]
+        assert boxed[1]["lock_seen"] == "No locks available", boxed  # F_OFD_GETLK refused too
         assert boxed.wire_bytes is not None and 0 < boxed.wire_bytes < 64 * 1024, boxed.wire_bytes
         with pytest.raises(DistributedRunError) as caught:
             run_ranks(rank_snoop.stuck_in_recv, 2, timeout=120)
@@ -893,6 +929,31 @@ def test_cause_5_processes_under_the_per_process_limit_share_one_cgroup_memory_b
     time.sleep(0.5)
     assert survivors(marker) == [], "a process of the run outlived it"
     assert [p for parent in found.parents for p in parent.glob(f"{cgroup.PREFIX}{os.getpid()}-*")] == []
+
+
+def test_each_lab_run_gets_a_cpu_cgroup_of_its_own_so_concurrent_runs_share_the_cpu_equally():
+    """Red team r21c: in grade-many --jobs N, a submission that spins many processes starved a classmate's
+    run (the kernel shares the CPU per thread). In a cpu cgroup per run, at the default weight, each run gets
+    an equal share however many processes it starts: a process that joined a run is in that run's cgroup in
+    the cpu hierarchy, and the report line says so."""
+    from grading.sandbox import cgroup
+    found = cgroup.find()
+    if isinstance(found, str) or not IS_ROOT:
+        pytest.skip(f"no cgroup can be made here: {found if isinstance(found, str) else 'not root'}")
+    if found.version == 1:
+        assert found.cpu == (cgroup.ROOT / "cpu" / "cgroup.procs").exists(), "a cpu hierarchy is mounted but unused"
+    if not found.cpu:
+        pytest.skip("no cpu controller for the grader's cgroups here")
+    run = found.make(2**30, 64)
+    try:
+        out = subprocess.run(["cat", "/proc/self/cgroup"], preexec_fn=run.join, capture_output=True, text=True,
+                             timeout=30).stdout
+    finally:
+        run.close()
+    cpu = [line for line in out.splitlines()
+           if (line.startswith("0::") if found.version == 2 else "cpu" in line.split(":")[1].split(","))]
+    assert cpu and all(line.rstrip().endswith(run.folders[-1].name) for line in cpu), (out, run.folders)
+    assert "an equal share of the CPU with other lab runs" in found.describe(2**30, 64)
 
 
 def test_where_no_cgroup_can_be_made_the_sandbox_goes_on_and_its_report_line_says_what_is_lost(tmp_path):

@@ -436,3 +436,29 @@ def test_a_count_slip_a_reviewer_planted_is_named(tmp_path, lab_dir, old, new, t
     # Fresh reviewer r23c's 11c and 12a: both failed with numbers only.
     lab, broken = _lab_mutant(tmp_path, lab_dir, f"slip_{tmp_path.name}", old, new)
     assert named in _fails(getattr(lab, test), broken)
+
+
+@pytest.mark.slow   # a 4-rank and a 2-rank start-up of the whole layer: about 40 s at load 5 on 2 cores
+def test_a_backward_that_leaves_its_group_and_rows_not_regrouped_by_expert_are_named(tmp_path, monkeypatch):
+    # Two of a fresh reviewer's plants (r23d): AllToAll's backward called without ctx.group passed every
+    # test and the grader (only the forward ran on a subgroup); received rows left in arrival order (grouped
+    # by source, not by expert) failed with a bare ratio.
+    lab, broken = _lab_mutant(
+        tmp_path, LAB10, "backward_group",
+        "        return all_to_all(grad.contiguous(), recv_splits, send_splits, ctx.group), None, None, None\n",
+        "        return all_to_all(grad.contiguous(), recv_splits, send_splits), None, None, None\n")
+    results = run_ranks(lab.moe_worker, 4, (broken, lab._case(4, with_skew=False)), timeout=120)
+    monkeypatch.setattr(lab, "_results", lambda *_args, **_kw: results)
+    with pytest.raises(pytest.fail.Exception) as info:
+        lab.test_the_layers_backward_on_a_subgroup_stays_in_its_group(broken)
+    print(info.value)
+    assert str(info.value).startswith("rank 0 (group [0, 1]): the layer's backward on its group raised") and \
+        "keep it in ctx (ctx.group = group)" in str(info.value)
+    lab, broken = _lab_mutant(tmp_path, LAB10, "no_regroup", "by_expert = torch.argsort(local_ids, stable=True)",
+                              "by_expert = torch.arange(len(local_ids), device=x.device)")
+    results = run_ranks(lab.moe_worker, 2, (broken, lab._case(2, with_skew=False)), timeout=120)
+    monkeypatch.setattr(lab, "_results", lambda *_args, **_kw: results)
+    with pytest.raises(pytest.fail.Exception) as info:
+        lab.test_expert_parallel_outputs_and_input_grads_equal_the_single_process_moe(broken, 2, "dropless")
+    print(info.value)
+    assert "the layer's output" in str(info.value) and "Regroup them by local expert" in str(info.value)

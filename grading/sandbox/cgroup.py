@@ -17,6 +17,12 @@ removed when the sandbox closes (:meth:`RunCgroup.close`), also when the grading
 no cgroup can be made (not root, no delegation, a read-only cgroup file system: same-user mode on
 a CI runner, typically), :func:`find` says why and the run goes on with the per-process limits.
 
+Where the ``cpu`` controller is there too (v1: a ``cpu`` hierarchy; v2: ``cpu`` delegated), each run
+also gets a cgroup of its own in it, at the default weight: the kernel then shares the CPU between
+concurrent lab runs (``grade-many --jobs N``) equally, however many processes one of them starts, so a
+submission that spins a hundred processes slows a classmate's run by half at most, not a hundredfold
+(red team r21c). Without it, each run still has its memory and process bounds.
+
 Names are ``commtax-<grader pid>-<n>``: :func:`sweep_stale` removes the empty cgroups of graders
 that are gone (a grader killed with SIGKILL cannot remove its own).
 """
@@ -177,15 +183,17 @@ class RunCgroup:
 
 
 class Cgroups:
-    """Where this grading makes its runs' cgroups: ``parents`` (one for v2; memory's and pids' for v1)."""
+    """Where this grading makes its runs' cgroups: ``parents`` (one for v2; memory's, pids' and, where there
+    is one, cpu's for v1); ``cpu``: whether each run gets its own share of the CPU."""
 
-    def __init__(self, version: int, parents: list[Path]):
-        self.version, self.parents = version, parents
+    def __init__(self, version: int, parents: list[Path], cpu: bool = False):
+        self.version, self.parents, self.cpu = version, parents, cpu
         self._count = 0
 
     def describe(self, memory: int, pids: int) -> str:
+        share = ", and an equal share of the CPU with other lab runs" if self.cpu else ""
         return (f"a cgroup per lab run (cgroup v{self.version}): {memory / 2**30:g} GiB of memory and "
-                f"{pids} processes for all of the run's processes together")
+                f"{pids} processes for all of the run's processes together{share}")
 
     def make(self, memory: int, pids: int) -> RunCgroup:
         """A fresh cgroup with these limits (bytes; processes and threads), or :class:`CgroupError`."""
@@ -230,6 +238,19 @@ def _v2_parent(root: Path) -> Path:
         return _v2_enable(root)
 
 
+def _v2_cpu(parent: Path) -> bool:
+    """Give the children of ``parent`` the ``cpu`` controller where it can be (a fair share each); else False."""
+    if "cpu" in _read(parent / "cgroup.subtree_control").split():
+        return True
+    if "cpu" not in _read(parent / "cgroup.controllers").split():
+        return False
+    try:
+        _write(parent / "cgroup.subtree_control", "+cpu")
+    except OSError:
+        return False
+    return True
+
+
 def _v2_enable(parent: Path) -> Path:
     enabled = _read(parent / "cgroup.subtree_control").split()
     missing = [c for c in ("memory", "pids") if c not in enabled]
@@ -247,6 +268,7 @@ def _v2_enable(parent: Path) -> Path:
 
 
 def _v1_parents(root: Path) -> list[Path]:
+    """[memory's, pids'] and, where the cpu hierarchy is mounted, cpu's parent folder."""
     own = _own_paths()
     parents = []
     for name in ("memory", "pids"):
@@ -254,6 +276,8 @@ def _v1_parents(root: Path) -> list[Path]:
         if not (mount / "cgroup.procs").exists():
             raise CgroupError(f"no cgroup v1 {name} hierarchy at {mount}")
         parents.append(_under_own(mount, own.get(name, "")))
+    if (root / "cpu" / "cgroup.procs").exists():
+        parents.append(_under_own(root / "cpu", own.get("cpu", "")))
     return parents
 
 
@@ -263,20 +287,32 @@ def find(root: Path = ROOT) -> "Cgroups | str":
         return f"no cgroup file system at {root}"
     try:
         if (root / "cgroup.controllers").exists():
-            found = Cgroups(2, [_v2_parent(root)])
+            parent = _v2_parent(root)
+            found = Cgroups(2, [parent], cpu=_v2_cpu(parent))
         else:
-            found = Cgroups(1, _v1_parents(root))
+            parents = _v1_parents(root)
+            found = Cgroups(1, parents, cpu=len(parents) > 2)
         sweep_stale(found)
-        run = found.make(2**30, 64)
         try:
-            _try_join(run)
-        finally:
-            run.close()
+            _try(found)
+        except CgroupError:
+            if not found.cpu:
+                raise
+            found = Cgroups(found.version, found.parents[:2], cpu=False)  # memory and pids without cpu's share
+            _try(found)
     except CgroupError as exc:
         return str(exc)
     except OSError as exc:
         return f"cannot make a cgroup: {exc}"
     return found
+
+
+def _try(found: Cgroups) -> None:
+    run = found.make(2**30, 64)
+    try:
+        _try_join(run)
+    finally:
+        run.close()
 
 
 def _try_join(run: RunCgroup) -> None:

@@ -51,6 +51,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from grading.sandbox import seccomp
 from grading.sandbox.cgroup import EXTRA_PIDS, CgroupError, Cgroups, RunCgroup
 from grading.sandbox.limits import Limits
 
@@ -164,43 +165,9 @@ def nested_prefix(bwrap: str, runs: Path, tmp_size: int, keep: list = ()) -> lis
 
 
 PROC_FILES = ("cpuinfo", "meminfo", "stat")
-FILTER_PATH = "/.commtax-no-unix-sockets.bpf"  # where the seccomp program appears inside a lab's sandbox
+FILTER_PATH = "/.commtax-nested.bpf"  # where the seccomp program appears inside a lab's sandbox
 FILTER_FD = 1017  # the descriptor the agent opens it at for each process (bwrap --seccomp reads it)
 
-# Classic BPF over struct seccomp_data {int nr; u32 arch; u64 ip; u64 args[6]} (offsets 0, 4, 8, 16):
-BPF_LD_W_ABS, BPF_JEQ, BPF_JSET, BPF_RET = 0x20, 0x15, 0x45, 0x06
-AUDIT_ARCH_X86_64, AUDIT_ARCH_AARCH64 = 0xC000003E, 0xC00000B7
-SYS_SOCKET = {AUDIT_ARCH_X86_64: 41, AUDIT_ARCH_AARCH64: 198}
-X32_BIT = 0x40000000
-SECCOMP_RET_ALLOW, SECCOMP_RET_EPERM = 0x7FFF0000, 0x00050000 | 1
-AF_UNIX = 1
-
-
-def no_unix_sockets_filter() -> bytes:
-    """A seccomp program (classic BPF, as bubblewrap's ``--seccomp`` reads it) under which
-    ``socket(AF_UNIX, ...)`` fails with EPERM, on x86_64 and aarch64.
-
-    Abstract Unix sockets belong to the network namespace but never cross the loopback, so ranks
-    could talk over them without the kernel's byte count seeing it. Everything else is allowed;
-    an x32 system call on x86_64, and any call of another architecture (i386 code), fails.
-    Jumps are relative: the next instruction is offset 0.
-    """
-    program = [
-        (BPF_LD_W_ABS, 0, 0, 4),                                  # 0: the architecture
-        (BPF_JEQ, 0, 3, AUDIT_ARCH_X86_64),                       # 1: x86_64 -> 2, else -> 5
-        (BPF_LD_W_ABS, 0, 0, 0),                                  # 2: the system call's number
-        (BPF_JSET, 7, 0, X32_BIT),                                # 3: x32 -> deny
-        (BPF_JEQ, 3, 5, SYS_SOCKET[AUDIT_ARCH_X86_64]),           # 4: socket -> 8, else allow
-        (BPF_JEQ, 0, 5, AUDIT_ARCH_AARCH64),                      # 5: aarch64 -> 6, else deny
-        (BPF_LD_W_ABS, 0, 0, 0),                                  # 6: the system call's number
-        (BPF_JEQ, 0, 2, SYS_SOCKET[AUDIT_ARCH_AARCH64]),          # 7: socket -> 8, else allow
-        (BPF_LD_W_ABS, 0, 0, 16),                                 # 8: its first argument (low half)
-        (BPF_JEQ, 1, 0, AF_UNIX),                                 # 9: AF_UNIX -> deny, else allow
-        (BPF_RET, 0, 0, SECCOMP_RET_ALLOW),                       # 10
-        (BPF_RET, 0, 0, SECCOMP_RET_EPERM),                       # 11
-    ]
-    import struct
-    return b"".join(struct.pack("=HBBI", *instruction) for instruction in program)
 NESTED_WRITABLE = ["--bind", "{path}", "{path}"]
 NESTED_READABLE = ["--ro-bind", "{path}", "{path}"]
 
@@ -323,6 +290,7 @@ class NamespaceIsolation:
         self.python = python_paths()
         self.version = bwrap_version(bwrap)
         self._count = 0
+        self.refused = "the seccomp program not written yet"  # what it refuses (set by _filter)
         self.cgroups: Cgroups | None = None  # set by the caller once the sandbox works (:func:`use_cgroups`)
         self.no_cgroup = "not looked for"
         # A sandbox per learner process (nested_prefix): root mode only (same-user mode's sandbox
@@ -362,8 +330,8 @@ class NamespaceIsolation:
                      "bounded, only each process's")
         if self.nest:
             per_process = ("each learner process (the lab's worker, each rank) in a nested sandbox of its own: "
-                           "its own user, PID and IPC namespaces, private /tmp and /dev/shm, no Unix sockets, writable only its "
-                           "own output folder; ranks reach each other only over loopback")
+                           f"its own user, PID and IPC namespaces, private /tmp and /dev/shm, writable only its own output "
+                           f"folder, {self.refused}; ranks reach each other only over loopback")
         else:
             per_process = f"no sandbox per learner process ({self.no_nest}): a lab's ranks share files and /proc"
         return (f"OS sandbox ({self.version}): {namespaces}; only the lab's files, the Python environment "
@@ -406,10 +374,10 @@ class NamespaceIsolation:
         return c
 
     def _filter(self) -> Path:
-        path = self.base / "no-unix-sockets.bpf"
+        """The seccomp program of the nested sandboxes (grading.sandbox.seccomp), written once per grading."""
+        path = self.base / "nested.bpf"
         if not path.exists():
-            path.write_bytes(no_unix_sockets_filter())
-            os.chmod(path, 0o644)
+            self.refused = seccomp.write_program(str(path))
         return path
 
     def _python_binds(self) -> list:

@@ -179,6 +179,9 @@ def test_shard_bounds_cut_a_padded_buffer_into_equal_contiguous_shards(lab, nume
     floor = numel // world_size
     hint = (" - the shard size was rounded down: the last elements belong to no rank (pad to a multiple "
             "of the world size, then divide)") if floor != shard and got and got[0] == (0, floor) else ""
+    if not hint and got and got[-1] == ((world_size - 1) * shard, numel) != want[-1]:
+        hint = (f" - the last shard stops at numel = {numel}: every shard is {shard} elements of the zero-padded "
+                f"buffer of {shard * world_size} (its stop is (rank + 1) * shard, padding included)")
     if hint:
         fail(f"shard_bounds({numel}, {world_size}, r) for r = 0..{world_size - 1}: got {got}, expected {want}{hint}")
     expect_close(got, want, what=f"shard_bounds({numel}, {world_size}, r) for r = 0..{world_size - 1}")

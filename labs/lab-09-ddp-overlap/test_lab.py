@@ -617,8 +617,9 @@ def test_a_returned_timeline_is_not_rewritten_by_the_next_step(lab):
             fail(f"rank {rank}: finish_gradient_synchronization returned an empty timeline {result['timeline']!r}")
         if result["timeline_later"] != result["timeline"]:
             fail(f"rank {rank}: the timeline returned after step 1 changed during the next step: "
-                 f"{result['timeline']} became {result['timeline_later']}: finish_gradient_synchronization must "
-                 "start fresh records for the next step (new dicts), not reuse the ones it returned")
+                 "finish_gradient_synchronization must start fresh records for the next step (new dicts), not "
+                 f"reuse the ones it returned. Step 1's records: {result['timeline']}; after step 2 they read: "
+                 f"{result['timeline_later']}")
 
 
 def check_launches(launched, rank, world_size):

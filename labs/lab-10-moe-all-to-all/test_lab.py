@@ -120,7 +120,10 @@ def _skew_inputs():
     balanced = dict(weights, **{"router.weight": weights["router.weight"].clone()})
     balanced["router.weight"][:, 0] = 0.0
     skewed = dict(weights, **{"router.weight": weights["router.weight"].clone()})
-    skewed["router.weight"][:, 0] = torch.tensor([30.0, 30.0, 0.0, 0.0])  # experts 0, 1 live on rank 0
+    # Experts 0, 1 live on rank 0. The other features' logits are normal with a standard deviation of about
+    # sqrt(hidden) = 8 per expert: a margin of 30 let a few of 1,024 tokens go to rank 1 for some secret seeds
+    # (the grader's), failing correct code; 1,000 is over 80 standard deviations of their difference.
+    skewed["router.weight"][:, 0] = torch.tensor([1000.0, 1000.0, 0.0, 0.0])
     return xs, {"balanced": balanced, "skewed": skewed}
 
 
@@ -317,14 +320,27 @@ def _from_full_error(lab, world_size):
         return str(exc)
 
 
-def _subgroup_check(lab, rank, case, device):
-    """The layer on half of the 4 ranks: groups [0, 1] and [2, 3], each running the 2-rank case."""
-    groups = [torch.distributed.new_group([0, 1]), torch.distributed.new_group([2, 3])]   # every rank makes both
-    group, mine = groups[rank // 2], rank % 2
-    sub = case["subgroup"]
-    layer = lab.ExpertParallelMoE.from_full(_moe(lab, sub["weights"], TOP_K, device), group=group)
-    y = layer(sub["xs"][mine].clone().to(device))
-    return {"output": y.detach().cpu(), "recv_counts": list(layer.recv_counts)}
+def _subgroup_parts(lab, rank, case, device):
+    """The layer on half of the 4 ranks: groups [0, 1] and [2, 3], each running the 2-rank case; its forward
+    and its backward as two parts (a backward that leaves the group must not hide a right forward)."""
+    state = {}
+    sub, mine = case["subgroup"], rank % 2
+
+    def forward():
+        groups = [torch.distributed.new_group([0, 1]), torch.distributed.new_group([2, 3])]   # every rank makes both
+        layer = lab.ExpertParallelMoE.from_full(_moe(lab, sub["weights"], TOP_K, device), group=groups[rank // 2])
+        x = sub["xs"][mine].clone().to(device).requires_grad_()
+        y = layer(x)
+        state.update(x=x, y=y)
+        return {"output": y.detach().cpu(), "recv_counts": list(layer.recv_counts)}
+
+    def backward():
+        if not state:
+            raise RuntimeError("not run: the forward raised (see test_the_layer_on_a_subgroup_exchanges_only_within_its_group)")
+        (state["y"] * sub["ups"][mine].to(device)).sum().backward()
+        return {"input_grad": _grad_of(state["x"])}
+
+    return forward, backward
 
 
 def _exchange_parts(lab, rank, world_size, case, device, part, out):
@@ -379,7 +395,10 @@ def moe_worker(rank, world_size, lab, case):
                 "test_all_to_all_backward_sends_each_gradient_row_back_where_it_came_from)", "")}
     part("from_full error", lambda: _from_full_error(lab, world_size))
     if "subgroup" in case:
-        part("subgroup", lambda: _subgroup_check(lab, rank, case, device))
+        forward, backward = _subgroup_parts(lab, rank, case, device)
+        part("subgroup", forward)
+        if backward_ok:
+            part("subgroup backward", backward)
     if "skew" in case:
         xs, routers = case["skew"]
         part("skew", lambda: {name: _timed_layer(lab, weights, xs[rank], 1, SKEW["repeats"])
@@ -397,10 +416,14 @@ def _case(world, with_skew):
     if with_skew:
         case["skew"] = _skew_inputs()
     if world == 4:
-        case["subgroup"] = {"weights": _layer_weights(2), "xs": _tokens(2)}
+        case["subgroup"] = {"weights": _layer_weights(2), "xs": _tokens(2), "ups": _tokens(2, seed=2)}
     return case
 
 
+ORDER_HINT = ("; every rank received the right number of rows from each rank, so the exchange is right and the "
+              "experts' work is not: the rows arrive grouped by source rank (and by expert within each source). "
+              "Regroup them by local expert before the experts run, and put each result back in the received "
+              "order before the combine (a wrong expert for some rows, or results combined in the wrong order?)")
 ABORT_HINT = ("hint (Lab 10): when a message and the receive buffer posted for it differ in size, gloo aborts the "
               "rank (SIGABRT; its peer then reads 'Connection reset by peer') or leaves it waiting in all_to_all's "
               "wait() while its peer moves on. A rank's irecv from rank j must be recv_splits[j] rows (what rank "
@@ -421,7 +444,8 @@ def _rank_case(case, rank):
     if "cyclic" in case:
         mine["cyclic"] = _only(case["cyclic"], rank)
     if "subgroup" in case:
-        mine["subgroup"] = dict(case["subgroup"], xs=_only(case["subgroup"]["xs"], rank % 2))
+        mine["subgroup"] = dict(case["subgroup"], xs=_only(case["subgroup"]["xs"], rank % 2),
+                                ups=_only(case["subgroup"]["ups"], rank % 2))
     if "skew" in case:
         xs, routers = case["skew"]
         mine["skew"] = (_only(xs, rank), routers)
@@ -744,10 +768,14 @@ def test_all_to_all_backward_sends_each_gradient_row_back_where_it_came_from(lab
 def test_expert_parallel_outputs_and_input_grads_equal_the_single_process_moe(lab, world_size, mode):
     case = _case(world_size, with_skew=False)
     cf = None if mode == "dropless" else CAPACITY_FACTOR
-    outputs, input_grads, _, _ = _reference(case["weights"], case["xs"], case["ups"], TOP_K, cf)
+    outputs, input_grads, _, keeps = _reference(case["weights"], case["xs"], case["ups"], TOP_K, cf)
+    sent = [_routing_counts(ids, keep, EXPERTS[world_size], world_size) for ids, keep in keeps]   # sent[i][j]
     forwards = _parts(lab, world_size, f"{mode} forward")
     for rank, got in enumerate(forwards):
-        fail_if(compare(got["output"], outputs[rank].detach(), f"rank {rank}, {mode}: the layer's output"))
+        problem = compare(got["output"], outputs[rank].detach(), f"rank {rank}, {mode}: the layer's output")
+        if problem and got.get("recv_counts") == [sent[j][rank] for j in range(world_size)]:
+            problem += ORDER_HINT  # the right rows arrived: what goes wrong is which expert computes each
+        fail_if(problem)
     for rank, got in enumerate(_parts(lab, world_size, f"{mode} backward")):
         fail_if(_missing_grads(got, rank, mode))   # the router's cut changes the input's gradient too: name it
         fail_if(compare(got["input_grad"], input_grads[rank], f"rank {rank}, {mode}: the gradient of the input"))
@@ -884,6 +912,31 @@ def test_the_layer_on_a_subgroup_exchanges_only_within_its_group(lab):
                           f"rank {rank} (group [{rank // 2 * 2}, {rank // 2 * 2 + 1}]): the layer's output")
         if problem:
             fail(problem + "; the all-to-all ran on the default group? pass group=self.group")
+
+
+def test_the_layers_backward_on_a_subgroup_stays_in_its_group(lab):
+    """The same two groups of 2, after backward: catches AllToAll's backward called without the group its
+    forward ran on (kept in ctx), which the whole-world tests and the forward on a subgroup cannot see."""
+    _, input_grads, _, _ = _reference(_layer_weights(2), _tokens(2), _tokens(2, seed=2), TOP_K, None)
+    for rank, result in enumerate(_results(lab, 4)):
+        group = [rank // 2 * 2, rank // 2 * 2 + 1]
+        got = result.get("subgroup backward")
+        if got is None:
+            fail(f"rank {rank} (group {group}): the backward on the subgroup was not run: AllToAll's backward "
+                 "sends the gradient rows the wrong way (see test_all_to_all_backward_sends_each_gradient_row_back_where_it_came_from)")
+        if SECTION_FAILED in got and "not run: the forward raised" in str(got[SECTION_FAILED][0]):
+            fail(f"rank {rank} (group {group}): the backward on the subgroup was not run: the forward on it raised "
+                 "(see test_the_layer_on_a_subgroup_exchanges_only_within_its_group)")
+        if SECTION_FAILED in got:
+            fail(f"rank {rank} (group {group}): the layer's backward on its group raised "
+                 f"{subgroup_failure(got[SECTION_FAILED][0], group, world=4)}; the backward's all-to-all must run "
+                 "on the forward's group: keep it in ctx (ctx.group = group) and pass it on")
+        if got["input_grad"] is None:
+            fail(f"rank {rank} (group {group}): after backward on the subgroup, " + GRAD_CUTS["input_grad"])
+        problem = compare(got["input_grad"], input_grads[rank % 2], f"rank {rank} (group {group}): the gradient of "
+                          "the input after backward on the subgroup")
+        if problem:
+            fail(problem + "; AllToAll's backward ran on the default group? pass the forward's group (ctx.group)")
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -632,7 +632,10 @@ def test_transfers_hide_behind_block_compute_when_the_blocks_are_long(lab):
     print(detail)
     if share >= MIN_CPU_SHARE:     # else other processes set the timings: the numbers are printed, not judged
         check(predicted < 0.5 * transfer, f"the test's blocks should be compute-bound: {detail}")
-        check(measured <= predicted + 0.5 * transfer, f"less than half of the transfer was hidden: {detail}")
+        # Judged on the best run: load only lengthens waits (a slow peer), while code that does not overlap
+        # waits about a whole transfer in every run (a median failed correct code under a loaded grader).
+        best = min(r[1] - r[0] for r in rows)
+        check(best <= 0.5 * transfer, f"less than half of the transfer was hidden, in every run: {detail}")
 
 
 @pytest.mark.points(2)
