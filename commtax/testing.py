@@ -158,6 +158,37 @@ def input_seed(default: int) -> int:
     return int(text) if text.strip().lstrip("-").isdigit() else default
 
 
+def stream_seed(seed: int, *labels) -> int:
+    """The seed of one independent random stream: a keyed hash (BLAKE2b) of ``seed`` and ``labels``.
+
+    Every stream a test draws from its secret :func:`input_seed` (one rank's input,
+    one shard, one decoy) gets its own seed from here, never ``seed + rank``: with
+    consecutive seeds, a rank that recovered its own stream's seed from the values it
+    was handed (a Mersenne Twister's state can be rebuilt from its outputs) would know
+    every other rank's. Hashed seeds share no relation a rank could use: knowing one
+    says nothing of the secret or of another label's. ``labels``: ints, strings, or
+    tuples of them, naming the stream (say ``"x", rank``). Returns an int in
+    [0, 2**63), which ``torch.Generator().manual_seed`` accepts; note that torch's CPU
+    generator keys its stream on the low 32 bits of a seed only (seeds ``s`` and
+    ``s + 2**32`` give the same numbers), so each stream is one of 2**32, chosen here
+    by a hash of the whole 62-bit secret.
+    """
+    import hashlib
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ValueError(f"seed must be an int, got {seed!r:.60}")
+    _check_labels(labels)
+    digest = hashlib.blake2b(repr((seed, labels)).encode(), digest_size=8, person=b"commtax-stream").digest()
+    return int.from_bytes(digest, "little") >> 1
+
+
+def _check_labels(labels) -> None:
+    for label in labels:
+        if isinstance(label, tuple):
+            _check_labels(label)
+        elif isinstance(label, bool) or not isinstance(label, (int, str)):
+            raise ValueError(f"labels must be ints, strings or tuples of them, got {label!r:.60}")
+
+
 def expect_wire_bytes(results, payload: int, messages: int, what: str) -> None:
     """Fail unless the job behind ``results`` really moved ``payload`` bytes between its ranks.
 

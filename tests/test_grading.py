@@ -774,9 +774,19 @@ def test_the_report_says_which_isolation_was_in_force_and_the_fallback_what_it_l
     assert "in an OS sandbox" in boxed.seen() and "PID, mount, IPC, network and UTS namespaces" in boxed.seen()
     assert "a cgroup per lab run (cgroup v" in boxed.seen() or "no cgroup (" in boxed.seen()
     if mode == "root":
+        before = checkout_modes()
         plain = grade_as(mode, folder, [FAST], tmp_path, isolation="none")
         assert plain.scores[FAST][0] == plain.scores[FAST][1]
         assert "no OS sandbox" in plain.seen() and "guarantees lost" in plain.seen()
+        # The fallback closes the checkout to other users while it grades (protect_source), and only then.
+        assert checkout_modes() == before, "the fallback left the checkout's modes changed after grading"
+
+
+def checkout_modes() -> dict:
+    """The mode of the checkout, of each entry at its top and of the hidden tests: what root mode's fallback
+    closes to other users while it grades."""
+    return {str(p): oct(p.stat().st_mode & 0o7777) for p in [ROOT, *ROOT.iterdir(), ROOT / "grading" / "hidden"]
+            if not p.is_symlink() and p.exists()}
 
 
 def test_without_bubblewrap_the_grader_refuses_unless_told_and_then_warns_loudly(tmp_path, monkeypatch):

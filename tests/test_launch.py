@@ -29,7 +29,7 @@ import commtax.testing
 from commtax.labs import load_lab
 from commtax.ranks._byfile import load_module_from_file
 from commtax.ranks.launch import BackendUnavailable, DistributedRunError, learner_traceback, run_ranks
-from commtax.testing import BACKENDS, RememberedHang, SharedRunFailed, SharedRuns, run_or_skip
+from commtax.testing import BACKENDS, RememberedHang, SharedRunFailed, SharedRuns, run_or_skip, stream_seed
 
 DEADLINE = 15.0  # seconds; long enough for two ranks to import torch on a busy 2-core machine (8-14 s seen)
 LONG_DEADLINE = 60.0  # for deadlocks: only the deadlock detector can end these runs early
@@ -162,6 +162,31 @@ def test_rank_args_reach_only_their_rank_never_the_shared_run_folder():
     results = run_ranks(own_and_shared, 3, args=("everyone",), rank_args=own)
     assert results == [["everyone", f"secret-of-rank-{r}", True, []] for r in range(3)]
     assert results.wire_bytes is None  # outside the grader's sandbox the kernel's count means nothing
+
+
+def test_stream_seeds_of_ranks_and_of_consecutive_secrets_share_no_offset_no_xor_and_no_bias():
+    # Issue 21: per-rank inputs used to come from the secret seed + rank, so a rank that recovered its own
+    # stream's seed (from the values it was handed) knew every other rank's. stream_seed hashes the secret
+    # with the stream's labels: neighbours (ranks, or secrets one apart) share no offset and no XOR, in the
+    # low 32 bits too (the only bits torch's CPU generator keys its stream on), and the bits are unbiased.
+    secret = 0x2F1C_55AA_0123_4567
+    ranks = [stream_seed(secret, "rank", r) for r in range(16)]
+    assert stream_seed(secret, 1) != stream_seed(secret, 0) + 1
+    for seeds in (ranks, [stream_seed(secret + i, "rank", 0) for i in range(16)]):
+        for mask in (2 ** 63 - 1, 2 ** 32 - 1):
+            assert len({(b - a) & mask for a, b in zip(seeds, seeds[1:])}) == 15, "a common offset"
+            assert len({(a ^ b) & mask for a, b in zip(seeds, seeds[1:])}) == 15, "a common XOR"
+    many = [stream_seed(secret, "shard", i) for i in range(256)]
+    assert all(0 <= s < 2 ** 63 for s in many) and len({s & (2 ** 32 - 1) for s in many}) == 256
+    ones = [sum(s >> bit & 1 for s in many) for bit in range(32)]
+    assert all(64 <= n <= 192 for n in ones), ones   # 128 +- 8 standard deviations
+    assert stream_seed(secret, "rank", 3) == ranks[3]                       # reproducible
+    assert stream_seed(secret, 1) != stream_seed(secret, "1") != stream_seed(secret, (1,))
+    for bad in (1.5, None, True, [1]):
+        with pytest.raises(ValueError, match="labels"):
+            stream_seed(secret, bad)
+    with pytest.raises(ValueError, match="seed"):
+        stream_seed(str(secret), 0)
 
 
 def test_loopback_counters_are_read_only_from_a_private_namespace(tmp_path):

@@ -1,5 +1,6 @@
 """The course's structure keeps its conventions: pins, lab folders, starters, notebooks, README."""
 
+import ast
 import inspect
 import re
 from pathlib import Path
@@ -160,3 +161,48 @@ def test_binder_installs_the_course_pins_with_the_cpu_torch_and_python_of_enviro
     assert post_build.stat().st_mode & 0o111, "binder/postBuild must be executable"
     text = post_build.read_text()
     assert "pip install --no-deps -e ." in text and "install_settings" in text
+
+
+def secret_seed_misuses(path: Path) -> list:
+    """Where a test module derives a stream from its secret seed other than through ``stream_seed``.
+
+    The seed must be read once, ``NAME = input_seed(default)``, and NAME used only as the first argument
+    of ``stream_seed(NAME, ...)``: ``NAME + rank`` or ``NAME * k + rank`` seeds would let a rank that
+    recovered its own stream's seed work out every other rank's.
+    """
+    tree = ast.parse(path.read_text())
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+
+    def called(node, name):
+        return isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == name
+
+    names, problems = set(), []
+    for node in ast.walk(tree):
+        if called(node, "input_seed"):
+            parent = parents.get(node)
+            if isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Name):
+                names.add(parent.targets[0].id)
+            else:
+                problems.append(f"line {node.lineno}: input_seed(...) not read as NAME = input_seed(default)")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id in names and isinstance(node.ctx, ast.Load):
+            parent = parents.get(node)
+            if not (called(parent, "stream_seed") and parent.args and parent.args[0] is node):
+                problems.append(f"line {node.lineno}: {node.id} used outside stream_seed({node.id}, ...)")
+    return problems
+
+
+SEEDED = [*(p / "test_lab.py" for p in LABS), *sorted((ROOT / "grading" / "hidden").glob("*/test_*.py"))]
+
+
+@pytest.mark.parametrize("path", SEEDED, ids=[p.parent.name + "/" + p.name for p in SEEDED])
+def test_secret_seeds_reach_every_stream_through_stream_seed_only(path):
+    assert secret_seed_misuses(path) == []
+
+
+def test_the_secret_seed_check_catches_offsets_arithmetic_and_a_changed_read(tmp_path):
+    module = tmp_path / "test_lab.py"
+    module.write_text("SEED = input_seed(1) % 2 ** 52\nS2 = input_seed(2)\n"
+                      "a = manual_seed(SEED + rank)\nb = stream_seed(S2, 'rank', rank)\nc = stream_seed(0, S2)\n")
+    assert secret_seed_misuses(module) == ["line 1: input_seed(...) not read as NAME = input_seed(default)",
+                                           "line 5: S2 used outside stream_seed(S2, ...)"]

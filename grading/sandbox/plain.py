@@ -56,31 +56,62 @@ def sandbox_user(name: str) -> tuple[int, int]:
     return entry.pw_uid, entry.pw_gid
 
 
-def protect_source(source: Path) -> list:
+PYTHON_ACCESS = Path(tempfile.gettempdir()) / "commtax-grading-python-access.json"
+SOURCE_MODES = Path(tempfile.gettempdir()) / "commtax-grading-source-modes.json"
+
+
+def _hold_modes(record: Path):
+    """Open ``record`` (the original modes of what gradings changed; root-owned), locked alone."""
+    import fcntl
+    fd = os.open(record, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    if os.fstat(fd).st_uid != os.geteuid():
+        os.close(fd)
+        raise RuntimeError(f"{record} is not ours: remove it and grade again")
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+def _keep_modes(fd, saved: dict) -> None:
+    """Write the original modes down, then hold the lock shared while this grading runs."""
+    import fcntl
+    _write_saved(fd, saved)
+    fcntl.flock(fd, fcntl.LOCK_SH)
+
+
+def protect_source(source: Path, hidden: Path | None = None):
     """Root mode: make the grader's own course folder unreadable to other users (the sandbox user).
 
     Its solutions, hidden tests and answer modules must be out of the learner's reach. Each
     top-level entry of ``source`` loses its permissions for "other" users, except the Python
     environment that learner processes run with (when it lives inside ``source``); ``source``
-    itself keeps only its "x" bit for them. Returns the paths changed.
+    itself keeps only its "x" bit for them; ``hidden`` (the hidden tests) loses them too. Only
+    for the time of the grading: the original modes are kept like :func:`open_interpreter`'s, and
+    :func:`close_interpreter` puts them back when the last grading ends (also one stopped by
+    SIGTERM; after a grader that was killed, the next grading's end does). Returns (lock
+    descriptor, [paths changed]).
     """
-    changed = []
-    environment = Path(sys.prefix).resolve()
-    for path in [source, *source.iterdir()]:
-        if path.is_symlink():
-            continue
-        resolved = path.resolve()
-        if resolved == environment or environment.is_relative_to(resolved) and resolved != source.resolve():
-            continue
-        mode = path.stat().st_mode
-        wanted = (mode & ~0o007) | (0o001 if path == source else 0)
-        if stat.S_IMODE(mode) != stat.S_IMODE(wanted):
-            os.chmod(path, stat.S_IMODE(wanted))
-            changed.append(path)
-    return changed
-
-
-PYTHON_ACCESS = Path(tempfile.gettempdir()) / "commtax-grading-python-access.json"
+    fd = _hold_modes(SOURCE_MODES)
+    try:
+        saved, changed = _read_saved(fd), []
+        environment = Path(sys.prefix).resolve()
+        paths = [source, *source.iterdir()] + ([hidden] if hidden is not None and hidden.is_dir() else [])
+        for path in paths:
+            if path.is_symlink():
+                continue
+            resolved = path.resolve()
+            if resolved == environment or environment.is_relative_to(resolved) and resolved != source.resolve():
+                continue
+            mode = stat.S_IMODE(path.stat().st_mode)
+            wanted = (mode & ~0o007) | (0o001 if path == source else 0)
+            if mode != wanted:
+                saved.setdefault(str(path), mode)
+                os.chmod(path, wanted)
+                changed.append(path)
+        _keep_modes(fd, saved)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, changed
 
 
 def open_interpreter(uid: int, gid: int):
@@ -92,12 +123,7 @@ def open_interpreter(uid: int, gid: int):
     under a lock, so that the last of several concurrent gradings puts them back. Returns
     (lock descriptor, [folders granted]) for :func:`close_interpreter`.
     """
-    import fcntl
-    fd = os.open(PYTHON_ACCESS, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
-    if os.fstat(fd).st_uid != os.geteuid():
-        os.close(fd)
-        raise RuntimeError(f"{PYTHON_ACCESS} is not ours: remove it and grade again")
-    fcntl.flock(fd, fcntl.LOCK_EX)
+    fd = _hold_modes(PYTHON_ACCESS)
     saved = _read_saved(fd)
     granted = []
     for target in {Path(sys.base_prefix), Path(sys.prefix), Path(sys.executable).parent}:
@@ -111,8 +137,7 @@ def open_interpreter(uid: int, gid: int):
             saved.setdefault(str(folder), stat.S_IMODE(info.st_mode))
             os.chmod(folder, stat.S_IMODE(info.st_mode) | 0o001)
             granted.append(folder)
-    _write_saved(fd, saved)
-    fcntl.flock(fd, fcntl.LOCK_SH)  # held while this grading runs
+    _keep_modes(fd, saved)
     return fd, sorted(set(granted) | {Path(p) for p in saved})
 
 
@@ -131,7 +156,8 @@ def _write_saved(fd, saved: dict) -> None:
 
 
 def close_interpreter(access) -> None:
-    """Put the folders' modes back, unless another grading still runs (it will)."""
+    """Put the modes that :func:`open_interpreter` or :func:`protect_source` changed back, unless
+    another grading still runs (it will)."""
     import fcntl
     if not access:
         return
@@ -223,15 +249,13 @@ class PlainIsolation:
         self.uid, self.gid, self.limits, self.why = uid, gid, limits, why
         self.other_user = uid is not None  # the sandbox tree must be readable by another user
         self.shares_our_files = uid is None  # learner code can write whatever the grader's user can
-        self.access = None
+        self.access = self.protected = None
         self.granted = []
         if uid is not None:
             self.access = open_interpreter(uid, gid)
             self.granted = self.access[1]
-            protect_source(Path(source))
-            if Path(hidden).is_dir():
-                os.chmod(hidden, stat.S_IMODE(Path(hidden).stat().st_mode) & ~0o007)
             try:
+                self.protected = protect_source(Path(source), Path(hidden))
                 check_sandbox_python(uid, gid)
             except BaseException:
                 self.close()
@@ -253,5 +277,8 @@ class PlainIsolation:
         return PlainSandbox(self, box, runs, tmp)
 
     def close(self) -> None:
+        """Put back every mode this grading changed (the course folder's, the folders on the way to
+        Python), unless another grading still needs them closed or open."""
+        close_interpreter(self.protected)
         close_interpreter(self.access)
-        self.access = None
+        self.access = self.protected = None

@@ -25,7 +25,7 @@ import torch
 
 from commtax.ranks.launch import rank_device
 from commtax.ranks.traffic import record_traffic
-from commtax.testing import BACKENDS, SharedRuns, check, expect_wire_bytes, fail, input_seed
+from commtax.testing import BACKENDS, SharedRuns, check, expect_wire_bytes, fail, input_seed, stream_seed
 
 SIZES = [0, 1, 2, 3, 5, 7, 64, 1000, 4099]  # elements: empty, fewer than P, uneven, larger
 DTYPES = [torch.float64, torch.float32, torch.bfloat16]
@@ -46,9 +46,10 @@ CASES = [(numel, dtype, None) for numel in SIZES for dtype in DTYPES] + [(15, to
 def rank_data(rank, numel, dtype=torch.float64, device="cpu"):
     """Integer-valued data in [-50, 50), different on each rank: every sum of P <= 4 of them is exact.
 
-    Made in the test process only: a rank receives its own (``rank_args``), never the seed.
+    Made in the test process only: a rank receives its own (``rank_args``), never the seed; each rank's
+    stream has a seed of its own (``stream_seed``), so one rank's data says nothing of another's.
     """
-    g = torch.Generator().manual_seed(SEED + rank)
+    g = torch.Generator().manual_seed(stream_seed(SEED, "rank", rank))
     return torch.randint(-50, 50, (numel,), generator=g).to(dtype=dtype, device=device)
 
 

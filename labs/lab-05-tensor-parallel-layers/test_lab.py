@@ -8,9 +8,10 @@ the tests read its results. The weights and inputs are made here, in the test pr
 that is secret under the grader (``commtax.testing.input_seed``), and each rank is handed
 (``rank_args``) a full layer in which only its own shard holds the real weights: the other ranks'
 blocks (and, for a row layer fed the whole input, the other ranks' slices of that input) are decoys
-drawn for that rank alone. Tensor parallelism gives every rank the whole layer, so without the
-decoys one rank could compute every shard itself and send nothing that matters; with them, the right
-result needs the other ranks' contributions to arrive through the collectives. Under the grader the
+drawn for that rank alone; each real shard comes from a random stream of its own
+(``commtax.testing.stream_seed``), so no shard reveals another. Tensor parallelism gives every rank
+the whole layer, so without the decoys one rank could compute every shard itself and send nothing
+that matters; with them, the right result needs the other ranks' contributions to arrive through the collectives. Under the grader the
 bytes are also counted outside the ranks, by the kernel (``commtax.ranks.wire``).
 
 A failure reads best with ``--tb=short``."""
@@ -25,7 +26,7 @@ import torch.distributed as dist
 from commtax.ranks.launch import rank_device
 from commtax.recorded import Expected
 from commtax.testing import (BACKENDS, SECTION_FAILED, SharedRuns, check, close, expect_wire_bytes, fail, input_seed,
-                             mismatch, run_section, section)
+                             mismatch, run_section, section, stream_seed)
 from commtax.ranks.traffic import record_traffic
 
 HIDDEN, FFN, HEADS, BATCH, SEQ = 16, 64, 8, 2, 5
@@ -40,7 +41,8 @@ SEED = input_seed(2024)   # the real weights and inputs: secret under the grader
 # -- the layers and inputs, made here; each rank is handed its own version (rank_args) -------------
 
 def _draw(g):
-    """A full set of layer weights and biases and the blocks' inputs and upstream gradients, from ``g``."""
+    """A full set of layer weights and biases and the blocks' inputs and upstream gradients, from ``g``: the
+    decoys a rank is handed in place of the other ranks' shards (all from one stream: they are its own)."""
 
     def linear(out_features, in_features):
         bound = in_features ** -0.5
@@ -56,10 +58,51 @@ def _draw(g):
             "x_ffn": torch.randn(BATCH, SEQ, FFN, generator=g, dtype=DTYPE)}          # a whole input of fc2
 
 
+def _uniform(g, shape, bound):
+    return (torch.rand(shape, generator=g, dtype=DTYPE) * 2 - 1) * bound
+
+
+def _normal(g, shape):
+    return torch.randn(shape, generator=g, dtype=DTYPE)
+
+
+def _sliced(name, shape, dim, draw):
+    """A real tensor whose every slice along ``dim`` (a row or a column: the finest unit any rank's shard is
+    made of) comes from a stream of its own (``stream_seed``): a shard says nothing of the other shards."""
+    one = list(shape)
+    one[dim] = 1
+    return torch.cat([draw(torch.Generator().manual_seed(stream_seed(SEED, name, i)), tuple(one))
+                      for i in range(shape[dim])], dim)
+
+
+def _whole(name, shape, draw):
+    """A real tensor every rank gets whole, from a stream of its own."""
+    return draw(torch.Generator().manual_seed(stream_seed(SEED, name)), shape)
+
+
 @functools.lru_cache(maxsize=None)
 def full_weights():
-    """The real full (single-process) layers and the blocks' inputs: what every expected value is made of."""
-    return _draw(torch.Generator().manual_seed(SEED))
+    """The real full (single-process) layers and the blocks' inputs: what every expected value is made of.
+
+    Drawn like :func:`_draw` (the decoys), but each row of a column-parallel layer (weight and bias), each
+    column of a row-parallel weight and each feature of ``x_ffn`` from a stream of its own; the row
+    layers' biases and the inputs every rank holds whole, from one stream each."""
+    def column(name, out_features, in_features):
+        bound = in_features ** -0.5
+        return (_sliced(f"{name}.weight", (out_features, in_features), 0, lambda g, s: _uniform(g, s, bound)),
+                _sliced(f"{name}.bias", (out_features,), 0, lambda g, s: _uniform(g, s, bound) + 0.1))
+
+    def row(name, out_features, in_features):
+        bound = in_features ** -0.5
+        return (_sliced(f"{name}.weight", (out_features, in_features), 1, lambda g, s: _uniform(g, s, bound)),
+                _whole(f"{name}.bias", (out_features,), lambda g, s: _uniform(g, s, bound) + 0.1))
+
+    return {"fc1": column("fc1", FFN, HIDDEN), "fc2": row("fc2", HIDDEN, FFN),
+            "qkv": column("qkv", 3 * HIDDEN, HIDDEN), "out": row("out", HIDDEN, HIDDEN),
+            "x": _whole("x", (BATCH, SEQ, HIDDEN), _normal),
+            "upstream": _whole("upstream", (BATCH, SEQ, HIDDEN), _normal),
+            "upstream_ffn": _whole("upstream_ffn", (BATCH, SEQ, FFN), _normal),
+            "x_ffn": _sliced("x_ffn", (BATCH, SEQ, FFN), 2, _normal)}
 
 
 def _place(rank, world_size, subgroup):
@@ -81,8 +124,7 @@ def handed(rank, world_size, subgroup=False):
     """
     t, place = _place(rank, world_size, subgroup)
     real = full_weights()
-    decoys = _draw(torch.Generator().manual_seed((SEED * 1_000_003 + world_size * 101 + rank * 7 + subgroup + 1)
-                                                 % 2 ** 62))
+    decoys = _draw(torch.Generator().manual_seed(stream_seed(SEED, "decoys", world_size, rank, int(subgroup))))
     mine = dict(real)
     for block, layer in (("mlp", "fc1"), ("mlp", "fc2"), ("attention", "qkv"), ("attention", "out")):
         weight_rows, bias_rows = shard_of(block, layer, place, t)

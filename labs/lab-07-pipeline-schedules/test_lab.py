@@ -20,7 +20,8 @@ import torch
 import torch.nn.functional as F
 
 from commtax.boundary import LabRecord
-from commtax.testing import check, close, expect_close, expect_value_error, fail, input_seed, number, SharedRuns
+from commtax.testing import (check, close, expect_close, expect_value_error, fail, input_seed, number, SharedRuns,
+                             stream_seed)
 from commtax.ranks.traffic import record_traffic
 
 RUNS = SharedRuns()
@@ -318,10 +319,14 @@ LAYERS, WIDTH, BATCH, MICROBATCHES = 8, 16, 16, 8
 
 
 def pipeline_data():
-    """The batch (from SEED), and the weights of the whole MLP (LAYERS Linear + Tanh blocks, a fixed seed)."""
-    g = torch.Generator().manual_seed(SEED)
-    inputs = torch.randn(BATCH, WIDTH, dtype=torch.float64, generator=g)
-    targets = torch.randn(BATCH, WIDTH, dtype=torch.float64, generator=g)
+    """The batch (from SEED), and the weights of the whole MLP (LAYERS Linear + Tanh blocks, a fixed seed).
+
+    The inputs (rank 0's) and the targets (the last rank's) come from streams of their own
+    (``stream_seed``): the one says nothing of the other."""
+    inputs = torch.randn(BATCH, WIDTH, dtype=torch.float64,
+                         generator=torch.Generator().manual_seed(stream_seed(SEED, "inputs")))
+    targets = torch.randn(BATCH, WIDTH, dtype=torch.float64,
+                          generator=torch.Generator().manual_seed(stream_seed(SEED, "targets")))
     g = torch.Generator().manual_seed(3)
     weights = [(torch.randn(WIDTH, WIDTH, dtype=torch.float64, generator=g) / WIDTH ** 0.5,
                 torch.randn(WIDTH, dtype=torch.float64, generator=g) * 0.1) for _ in range(LAYERS)]

@@ -9,11 +9,12 @@ reads well here: the messages say what differs, by how much, and what that sugge
 
 Grader isolation: rank workers return plain data; every expected value is computed here. Each rank's
 data (its batches, its tensors for the unit checks) is made here and handed to that rank only
-(``rank_args``), from a seed that is secret under the grader: no rank can work out another rank's
-data, so one-process training on every rank's data can only be matched by really averaging the
+(``rank_args``), from a seed that is secret under the grader, each rank's from a random stream of its
+own (``commtax.testing.stream_seed``): no rank can work out another rank's data, so one-process training on every rank's data can only be matched by really averaging the
 gradients across the ranks.
 """
 
+import math
 import traceback
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from torch import nn
 from commtax.ranks.traffic import record_traffic
 from commtax.recorded import Expected
 from commtax.testing import (expect_close, expect_value_error, fail, input_seed, known_ratios, SharedRuns,
-                             subgroup_failure)
+                             stream_seed, subgroup_failure)
 
 RUNS = SharedRuns()
 SEED = input_seed(1000)  # the ranks' data; secret under the grader, drawn here and never sent to a rank
@@ -232,7 +233,7 @@ def padded(numel, world_size):
 
 def _batches(rank):
     """Rank ``rank``'s data, made in the test process (a rank gets its own through ``rank_args``)."""
-    gen = torch.Generator().manual_seed(SEED + rank)
+    gen = torch.Generator().manual_seed(stream_seed(SEED, "batches", rank))
     return [[(torch.randint(0, VOCAB, (ROWS,), generator=gen),
               torch.randn(ROWS, OUT, generator=gen, dtype=torch.float64))
              for _ in range(MICROBATCHES)] for _ in range(STEPS)]
@@ -501,20 +502,25 @@ def train_fully_sharded(lab, rank, group=None, data_rank=None):
 UNIT_SHAPES = [(3, 2), (5,), (1,)]      # 6, 5 and 1 elements: padded differently on 2 and 4 ranks
 
 
-def unit_tensors(seed_offset):
-    """Integer-valued tensors of UNIT_SHAPES (sums and averages over 2 or 4 ranks are exact)."""
-    gen = torch.Generator().manual_seed(SEED + seed_offset)
-    return [torch.randint(-99, 100, s, generator=gen).to(torch.float64) for s in UNIT_SHAPES]
+def _integers(label, shape):
+    """An integer-valued float64 tensor in [-99, 100) (sums and averages over 2 or 4 ranks are exact)."""
+    gen = torch.Generator().manual_seed(stream_seed(SEED, *label))
+    return torch.randint(-99, 100, shape, generator=gen).to(torch.float64)
 
 
 def unit_fulls():
-    """The whole tensors the gather check rebuilds (made here; a rank gets only its shards)."""
-    return unit_tensors(500)
+    """The whole tensors of UNIT_SHAPES the gather check rebuilds (made here; a rank gets only its shards).
+
+    Every element from a stream of its own (``stream_seed``): shards differ with the world size and
+    padding, and no rank's shard may reveal another's."""
+    return [torch.cat([_integers(("full", unit, i), (1,)) for i in range(math.prod(shape))]).reshape(shape)
+            for unit, shape in enumerate(UNIT_SHAPES)]
 
 
 def unit_grads(rank):
-    """Rank ``rank``'s gradients for the reduce-scatter check (made here; each rank gets only its own)."""
-    return unit_tensors(600 + rank)
+    """Rank ``rank``'s gradients for the reduce-scatter check, tensors of UNIT_SHAPES (made here; each rank
+    gets only its own, from a stream of its own)."""
+    return [_integers(("grads", rank, unit), shape) for unit, shape in enumerate(UNIT_SHAPES)]
 
 
 def unit_shards(rank, world_size):

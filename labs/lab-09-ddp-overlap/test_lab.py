@@ -28,7 +28,7 @@ from commtax.formulas import ddp as reference
 from commtax.ranks.traffic import record_traffic
 from commtax.recorded import Expected
 from commtax.testing import (expect_close, expect_value_error, fail, input_seed, known_ratios, SharedRuns,
-                             subgroup_failure)
+                             stream_seed, subgroup_failure)
 
 RUNS = SharedRuns()
 SEED = input_seed(0)   # the batches: secret under the grader, drawn here and never sent to a rank
@@ -231,11 +231,16 @@ def build_model(seed=0):
 
 
 def global_batch(world_size, tag=0):
-    """The global batch of ``world_size`` ranks; rank r takes rows [r b, (r+1) b)."""
-    gen = torch.Generator().manual_seed(SEED + 100 * world_size + tag)
-    rows = world_size * LOCAL_BATCH
-    return (torch.randn(rows, WIDTHS[0], dtype=torch.float64, generator=gen),
-            torch.randn(rows, WIDTHS[-1], dtype=torch.float64, generator=gen))
+    """The global batch of ``world_size`` ranks; rank r takes rows [r b, (r+1) b).
+
+    Each rank's rows come from a stream of their own (``stream_seed``): one rank's rows say nothing
+    of another's."""
+    parts = []
+    for rank in range(world_size):
+        gen = torch.Generator().manual_seed(stream_seed(SEED, "batch", world_size, tag, rank))
+        parts.append((torch.randn(LOCAL_BATCH, WIDTHS[0], dtype=torch.float64, generator=gen),
+                      torch.randn(LOCAL_BATCH, WIDTHS[-1], dtype=torch.float64, generator=gen)))
+    return tuple(torch.cat(column) for column in zip(*parts))
 
 
 def _mine(batch, rank):

@@ -26,7 +26,8 @@ from commtax.ranks.launch import DistributedRunError, rank_device
 from commtax.recorded import Expected
 from commtax.ranks.traffic import record_traffic
 from commtax.testing import (BACKENDS, SECTION_FAILED, check, expect_close, expect_value_error, fail, mismatch,
-                             input_seed, run_section, section, SharedRunFailed, SharedRuns, subgroup_failure)
+                             input_seed, run_section, section, SharedRunFailed, SharedRuns, stream_seed,
+                             subgroup_failure)
 
 RUNS = SharedRuns()
 SEED = input_seed(0)   # the tokens and output gradients: secret under the grader, never sent to a rank
@@ -59,18 +60,23 @@ def _layer_weights(world, seed=0, dtype=DTYPE, hidden=HIDDEN, ffn=FFN, experts=N
             "w2": torch.randn(experts, hidden, ffn, generator=gen, dtype=dtype) / ffn ** 0.5}
 
 
+def _stream(*labels):
+    """A generator of its own for one rank's tensor (``stream_seed``): no rank's values reveal another's."""
+    return torch.Generator().manual_seed(stream_seed(SEED, *labels))
+
+
 def _tokens(world, seed=1, dtype=DTYPE, tokens=TOKENS, hidden=HIDDEN):
-    """One (tokens, hidden) tensor per rank, from SEED + ``seed``."""
-    gen = torch.Generator().manual_seed(SEED + seed)
-    return [torch.randn(tokens, hidden, generator=gen, dtype=dtype) for _ in range(world)]
+    """One (tokens, hidden) tensor per rank, each from its own stream of SEED (``seed`` names the set)."""
+    return [torch.randn(tokens, hidden, generator=_stream("tokens", seed, rank), dtype=dtype) for rank in range(world)]
 
 
 def _a2a_inputs(world):
     """Per split matrix: rank i's send tensor, distinct integer values (float64 rows of 3, and int64), from SEED."""
     matrix = SPLITS[world]
-    gen = torch.Generator().manual_seed(SEED + 30 + world)
-    rows = [torch.randint(-10**6, 10**6, (sum(matrix[i]), 3), generator=gen).to(DTYPE) for i in range(world)]
-    ints = [torch.randint(-10**9, 10**9, (sum(matrix[i]),), generator=gen) for i in range(world)]
+    rows = [torch.randint(-10**6, 10**6, (sum(matrix[i]), 3), generator=_stream("a2a rows", world, i)).to(DTYPE)
+            for i in range(world)]
+    ints = [torch.randint(-10**9, 10**9, (sum(matrix[i]),), generator=_stream("a2a ints", world, i))
+            for i in range(world)]
     return {"rows": rows, "ints": ints}
 
 
@@ -79,8 +85,8 @@ EQUAL_ROWS = 2                                  # rows each rank sends each peer
 
 def _equal_inputs(world):
     """Rank i's send tensor for equal splits: EQUAL_ROWS rows for each rank, integer values from SEED."""
-    gen = torch.Generator().manual_seed(SEED + 40 + world)
-    return [torch.randint(-10**6, 10**6, (world * EQUAL_ROWS, 3), generator=gen).to(DTYPE) for i in range(world)]
+    return [torch.randint(-10**6, 10**6, (world * EQUAL_ROWS, 3), generator=_stream("equal", world, i)).to(DTYPE)
+            for i in range(world)]
 
 
 #: Rank j receives RECEIVE_EQUAL[j] rows from every rank: its output splits are equal, its input's are not, and
@@ -94,15 +100,14 @@ CYCLIC = [[(j - i) % 4 for j in range(4)] for i in range(4)]
 
 def _receive_equal_inputs(world):
     """Rank i's send tensor for RECEIVE_EQUAL: RECEIVE_EQUAL[world][j] rows for rank j, integer values from SEED."""
-    gen = torch.Generator().manual_seed(SEED + 50 + world)
-    return [torch.randint(-10**6, 10**6, (sum(RECEIVE_EQUAL[world]), 3), generator=gen).to(DTYPE)
-            for _ in range(world)]
+    return [torch.randint(-10**6, 10**6, (sum(RECEIVE_EQUAL[world]), 3), generator=_stream("receive equal", world, i))
+            .to(DTYPE) for i in range(world)]
 
 
 def _cyclic_inputs():
     """Rank i's input rows of the CYCLIC all-to-all (6 each), integer values from SEED."""
-    gen = torch.Generator().manual_seed(SEED + 60)
-    return [torch.randint(-10**6, 10**6, (sum(CYCLIC[i]), 3), generator=gen).to(DTYPE) for i in range(4)]
+    return [torch.randint(-10**6, 10**6, (sum(CYCLIC[i]), 3), generator=_stream("cyclic", i)).to(DTYPE)
+            for i in range(4)]
 
 
 def _skew_inputs():

@@ -32,9 +32,11 @@ reports it. Failures read best with ``--tb=short``.
 
 import contextlib
 import functools
+import math
 from pathlib import Path
 
 import pytest
+import torch
 import torch.distributed as dist
 
 from commtax.ranks import wholebill
@@ -42,7 +44,7 @@ from commtax.ranks.launch import DistributedRunError
 from commtax.ranks.traffic import record_traffic
 from commtax.recorded import Expected
 from commtax.testing import (SharedRunFailed, SharedRuns, check, close, expect_close, expect_value_error, fail,
-                              input_seed, known_ratios, mismatch)
+                              input_seed, known_ratios, mismatch, stream_seed)
 
 SIZES = dict(wholebill.SIZES)
 M = SIZES["microbatches"]
@@ -50,9 +52,10 @@ PLANS = [(2, 2, 2), (4, 1, 1), (1, 4, 1)]       # (dp, tp, pp): the capstone, an
 RUNS = SharedRuns()
 EXPECTED = Expected(Path(__file__).resolve().parent)
 # The real model's and data's seed: secret under the grader, drawn here, never sent to a rank. Not the public
-# seed 0 that train() passes: a rank that rebuilds the model from it gets another model. (Below 2**52:
-# make_batch seeds with seed * 1000 + step + 1, which must fit in 64 bits.)
-SEED = input_seed(1212) % 2 ** 52
+# seed 0 that train() passes: a rank that rebuilds the model from it gets another model. Every part a rank
+# may be handed (a row of W1 and b1, a column of W2, a sample of the batch) comes from a stream of its own
+# (stream_seed), so that no part says anything of another.
+SEED = input_seed(1212)
 
 
 # -- the model and data, made here; each rank is handed its own version (rank_args) ----------------
@@ -67,20 +70,50 @@ def _global_batch(dp):
     return dp * SIZES["micro_batch"] * SIZES["microbatches"]
 
 
-def _batches(dp, seed):
+def _randn(labels, shape, dim=None):
+    """Standard normal float64 of ``shape`` from the stream ``labels`` of SEED; with ``dim``, each slice along
+    ``dim`` from a stream of its own (``labels`` and its index)."""
+    if dim is None:
+        return torch.randn(shape, generator=torch.Generator().manual_seed(stream_seed(SEED, *labels)),
+                           dtype=torch.float64)
+    one = list(shape)
+    one[dim] = 1
+    return torch.cat([_randn((*labels, i), tuple(one)) for i in range(shape[dim])], dim)
+
+
+def _real_model():
+    """The real model, in ``wholebill.make_model``'s layout and scales: each row of W1 and b1 and each column
+    of W2 (the units TP shards are made of) from a stream of its own; b2, whole on every TP rank, from one."""
+    h = SIZES["hidden"]
+    scale = 1 / math.sqrt(h)
+    return [{"w1": _randn(("w1", layer), (4 * h, h), 0) * scale, "b1": _randn(("b1", layer), (4 * h,), 0) * 0.1,
+             "w2": _randn(("w2", layer), (h, 4 * h), 1) * scale / 2, "b2": _randn(("b2", layer), (h,)) * 0.1}
+            for layer in range(SIZES["layers"])]
+
+
+def _real_batches(dp):
+    """The real batches, one (inputs, targets) per step, ``make_batch``'s shapes: each sample's inputs and each
+    sample's targets from a stream of its own (a replica is handed its own samples only)."""
     s = SIZES
-    return [wholebill.make_batch(_global_batch(dp), s["seq"], s["hidden"], step, seed) for step in range(s["steps"])]
+    shape = (_global_batch(dp), s["seq"], s["hidden"])
+    return [(_randn(("x", step), shape, 0), _randn(("target", step), shape, 0)) for step in range(s["steps"])]
 
 
 @functools.lru_cache(maxsize=None)
 def _real(dp):
     """The real model and the real batches of a plan with ``dp`` replicas (made once, never changed)."""
-    return wholebill.make_model(SIZES["layers"], SIZES["hidden"], SEED), _batches(dp, SEED)
+    return _real_model(), _real_batches(dp)
 
 
-def _decoy_seed(plan, rank):
-    dp, tp, pp = plan
-    return (SEED * 7919 + ((dp * 16 + tp) * 16 + pp) * 64 + rank + 1) % 2 ** 52
+def _decoys(plan, rank):
+    """A whole model and batches drawn for rank ``rank`` of ``plan`` alone, from one stream of its own."""
+    s = SIZES
+    decoy = stream_seed(SEED, "decoys", plan, rank)
+    g = torch.Generator().manual_seed(decoy)
+    shape = (_global_batch(plan[0]), s["seq"], s["hidden"])
+    batches = [(torch.randn(shape, generator=g, dtype=torch.float64),
+                torch.randn(shape, generator=g, dtype=torch.float64)) for _ in range(s["steps"])]
+    return wholebill.make_model(s["layers"], s["hidden"], decoy), batches
 
 
 @functools.lru_cache(maxsize=None)
@@ -97,8 +130,8 @@ def handed(plan, rank):
     """
     dp, tp, pp = plan
     pp_idx, dp_idx, tp_idx = coordinates(rank, dp, tp, pp)
-    s, decoy = SIZES, _decoy_seed(plan, rank)
-    (real, real_batches), model = _real(dp), wholebill.make_model(s["layers"], s["hidden"], decoy)
+    s = SIZES
+    (real, real_batches), (model, decoy_batches) = _real(dp), _decoys(plan, rank)
     per_stage = s["layers"] // pp
     for layer in range(pp_idx * per_stage, (pp_idx + 1) * per_stage):
         for name, dim in (("w1", 0), ("b1", 0), ("w2", 1)):
@@ -109,7 +142,7 @@ def handed(plan, rank):
         model[layer]["b2"] = real[layer]["b2"].clone()
     rows = slice(dp_idx * _global_batch(1), (dp_idx + 1) * _global_batch(1))
     batches = []
-    for (x, target), (real_x, real_target) in zip(_batches(dp, decoy), real_batches):
+    for (x, target), (real_x, real_target) in zip(decoy_batches, real_batches):
         if pp_idx == 0:
             x[rows] = real_x[rows]
         if pp_idx == pp - 1:

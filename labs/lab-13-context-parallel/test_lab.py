@@ -13,6 +13,7 @@ inputs inside the ranks from fixed seeds: they measure time, not values.)
 """
 
 import contextlib
+import functools
 import math
 import statistics
 import time
@@ -27,7 +28,7 @@ import torch.distributed.distributed_c10d as c10d
 from commtax.ranks.launch import rank_device
 from commtax.recorded import Expected
 from commtax.ranks.traffic import record_traffic
-from commtax.testing import BACKENDS, check, expect_close, expect_value_error, fail, input_seed, SharedRuns
+from commtax.testing import BACKENDS, check, expect_close, expect_value_error, fail, input_seed, SharedRuns, stream_seed
 
 RUNS = SharedRuns()
 SEED = input_seed(0)   # the attention cases' inputs: secret under the grader, never sent to a rank
@@ -65,9 +66,13 @@ def _inputs(heads, kv_heads, scale, seed, seq=SEQ, head_dim=HEAD_DIM):
     return q, k, v, up
 
 
+@functools.lru_cache(maxsize=None)
 def _case_inputs(name):
+    """(q, k, v, up) of a case, each token's rows from a stream of its own (``stream_seed``): a rank is handed
+    some tokens, and they must say nothing of the others'."""
     heads, kv_heads, causal, zigzag, scale = CASES[name]
-    return _inputs(heads, kv_heads, scale, seed=SEED + sorted(CASES).index(name))
+    tokens = [_inputs(heads, kv_heads, scale, stream_seed(SEED, name, position), seq=1) for position in range(SEQ)]
+    return tuple(torch.cat(parts) for parts in zip(*tokens))
 
 
 def _case_shares(rank, cp):
