@@ -119,6 +119,27 @@ def _read_own_args() -> bytes:
     return data
 
 
+STORE_LINGER = 30.0  # seconds rank 0 keeps its store up for peers that are still joining or finishing
+
+
+def _leave_store(store, rank: int, world_size: int, wait: bool) -> None:
+    """Say through the TCP store that this rank is done with it; rank 0, which hosts it, waits (at most
+    :data:`STORE_LINGER` s) until every rank has said so. A job that takes rank 0 no time would otherwise
+    end its store while a peer is still inside init_process_group ("Connection reset by peer")."""
+    if store is None:
+        return
+    try:
+        done = store.add("commtax/left", 1)
+        if rank != 0 or not wait:
+            return
+        deadline = time.monotonic() + STORE_LINGER
+        while done < world_size and time.monotonic() < deadline:
+            time.sleep(0.005)
+            done = store.add("commtax/left", 0)
+    except Exception:  # noqa: BLE001 - a store already gone: nothing to wait for
+        pass
+
+
 def main(run_dir: str, rank: int, own_args: bool = False, tcp_store: bool = False, store_fd: int | None = None) -> None:
     own_bytes = _read_own_args() if own_args else None
     stack_file = open(_own(run_dir, rank, "stack"), "w")
@@ -145,14 +166,15 @@ def main(run_dir: str, rank: int, own_args: bool = False, tcp_store: bool = Fals
     if backend == "nccl":
         torch.cuda.set_device(rank % max(torch.cuda.device_count(), 1))
 
+    store = None
     try:
         fn, args, kwargs = pickle.loads(job_bytes)
         if own_bytes is not None:
             args = (*args, *pickle.loads(own_bytes))  # after the shared arguments
         timeout = datetime.timedelta(seconds=header["pg_timeout"])
         if tcp_store:
-            dist.init_process_group(backend=backend, store=_store(run_dir, rank, world_size, store_fd, timeout),
-                                    rank=rank, world_size=world_size, timeout=timeout)
+            store = _store(run_dir, rank, world_size, store_fd, timeout)
+            dist.init_process_group(backend=backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
         else:
             dist.init_process_group(backend=backend, init_method="file://" + os.path.join(run_dir, "store"),
                                     rank=rank, world_size=world_size, timeout=timeout)
@@ -167,11 +189,13 @@ def main(run_dir: str, rank: int, own_args: bool = False, tcp_store: bool = Fals
         error = _error(exc)
     if error is not None:
         _write_atomically(_own(run_dir, rank, "error"), pickle.dumps(error))
+        _leave_store(store, rank, world_size, wait=False)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(1)  # do not wait for peers: they may be stuck on us
 
     _write_atomically(_own(run_dir, rank, "result"), payload)
+    _leave_store(store, rank, world_size, wait=True)
     try:
         if not tcp_store:  # (over TCP rank 0 hosts the store: a peer still in destroy would wait seconds for
             dist.destroy_process_group()  # a store gone with it; os._exit closes everything anyway)
