@@ -36,6 +36,7 @@ LAB02 = LABS_DIR / "lab-02-ring-allreduce"
 LAB05 = LABS_DIR / "lab-05-tensor-parallel-layers"
 LAB07 = LABS_DIR / "lab-07-pipeline-schedules"
 LAB08 = LABS_DIR / "lab-08-memory-and-zero"
+LAB09 = LABS_DIR / "lab-09-ddp-overlap"
 LAB10 = LABS_DIR / "lab-10-moe-all-to-all"
 LAB11 = LABS_DIR / "lab-11-plan-a-cluster"
 LAB12 = LABS_DIR / "lab-12-the-whole-bill"
@@ -462,3 +463,26 @@ def test_a_backward_that_leaves_its_group_and_rows_not_regrouped_by_expert_are_n
         lab.test_expert_parallel_outputs_and_input_grads_equal_the_single_process_moe(broken, 2, "dropless")
     print(info.value)
     assert "the layer's output" in str(info.value) and "Regroup them by local expert" in str(info.value)
+
+
+@pytest.mark.slow   # a 2-rank (Lab 09) and an 8-rank (Lab 12) start-up: about 60 s at load 8 on 2 cores
+def test_no_sync_without_finally_and_a_blocking_backward_send_are_named(tmp_path):
+    # Two plants of the fifth fresh reviewer (r23e) that passed every test: Lab 09's no_sync() restoring its
+    # flag after the yield but not in a finally (an exception inside the block leaves the wrapper holding back
+    # every later backward), and Lab 12's backward sending its gradient with a blocking dist.send (gloo
+    # buffers it; NCCL would deadlock 1F1B).
+    lab, broken = _lab_mutant(tmp_path, LAB09, "no_finally",
+                              "        try:\n            yield\n        finally:\n            self.syncing = True\n",
+                              "        yield\n        self.syncing = True\n")
+    with pytest.raises(pytest.fail.Exception) as info:
+        lab.test_no_sync_sends_nothing_until_the_last_microbatch(broken)
+    print(info.value)
+    assert "the wrapper stayed in no_sync. Set the flag back in a finally block" in str(info.value)
+    lab, broken = _lab_mutant(tmp_path, LAB12, "blocking_send",
+                              "pending.append((dist.isend(back, dst=ctx[\"prev\"], tag=microbatches + k), back))",
+                              "dist.send(back, dst=ctx[\"prev\"], tag=microbatches + k)")
+    with pytest.raises(pytest.fail.Exception) as info:
+        lab.test_each_send_is_waited_on_at_the_end_of_the_step_not_at_once(broken)
+    print(info.value)
+    assert re.match(r"rank \d+, step 0: a blocking dist\.send \(tag \d+\) where the docstring asks for dist\.isend",
+                    str(info.value)), str(info.value)

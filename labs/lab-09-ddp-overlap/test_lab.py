@@ -309,8 +309,16 @@ def learner_ddp_worker(rank, world_size, lab, rows=None):
         x, y = _my_rows(world_size, k + 1, rank)
         with record_traffic() as traffic:
             if k == MICROBATCHES - 1:
+                try:   # a no_sync block left by an exception must not leave the wrapper holding back the last one
+                    with ddp.no_sync():
+                        raise _LeftByException
+                except _LeftByException:
+                    pass
                 F.mse_loss(ddp(x), y).backward()
-                ddp.finish_gradient_synchronization()
+                try:   # (a wrapper stuck in no_sync may refuse to finish: said in the no_sync test, not a crash here)
+                    ddp.finish_gradient_synchronization()
+                except Exception as exc:  # noqa: BLE001
+                    step["finish_error"] = f"{type(exc).__name__}: {exc}"[:300]
             else:
                 with ddp.no_sync():
                     F.mse_loss(ddp(x), y).backward()
@@ -325,6 +333,10 @@ def learner_ddp_worker(rank, world_size, lab, rows=None):
     if world_size == 4:
         step["subgroup"] = _attempt(lambda: subgroup_worker(rank, lab, groups[rank // 2]))
     return step
+
+
+class _LeftByException(Exception):
+    """Raised inside a no_sync() block by the test (a learner's loop that fails mid-accumulation)."""
 
 
 @contextlib.contextmanager
@@ -658,6 +670,14 @@ def test_no_sync_sends_nothing_until_the_last_microbatch(lab):
     expected = [sum(g) for g in zip(*(_single_process_grads(2, k + 1) for k in range(MICROBATCHES)))]
     for rank, result in enumerate(_learner(lab, 2)):
         calls = [len(c) for c in result["per_microbatch"]]
+        if result.get("finish_error") and calls[-1]:
+            fail(f"rank {rank}: finish_gradient_synchronization after the last micro-batch raised {result['finish_error']}")
+        if plan and calls[-1] == 0 and not any(calls[:-1]):
+            raised = f" (and finish_gradient_synchronization raised {result['finish_error']})" \
+                if result.get("finish_error") else ""
+            fail(f"rank {rank}: the last micro-batch all-reduced nothing{raised} (collectives per micro-batch {calls}). Just "
+                 "before it the test left a no_sync() block by an exception: the wrapper stayed in no_sync. Set the flag "
+                 "back in a finally block (try: yield / finally: ...), so an exception inside the block cannot keep it")
         expect_close(calls, [0] * (MICROBATCHES - 1) + [len(plan)],
                      what=f"rank {rank}: collectives per micro-batch (none under no_sync, then one per bucket)")
         check_grads(result["accumulated"], expected, f"rank {rank}: gradients accumulated over {MICROBATCHES} "

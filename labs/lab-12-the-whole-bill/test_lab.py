@@ -222,9 +222,9 @@ class _LoggedRequest:
 
 @contextlib.contextmanager
 def _call_log():
-    """The rank's point-to-point calls in order: ["step"] at each step's barrier, ["isend", tag],
-    ["recv", tag] and ["wait", tag] (a wait on an isend's request)."""
-    log, real = [], {name: getattr(dist, name) for name in ("barrier", "isend", "recv")}
+    """The rank's point-to-point calls in order: ["step"] at each step's barrier, ["isend", tag], ["send", tag]
+    (a blocking send), ["recv", tag] and ["wait", tag] (a wait on an isend's request)."""
+    log, real = [], {name: getattr(dist, name) for name in ("barrier", "isend", "send", "recv")}
 
     def barrier(*args, **kwargs):
         log.append(["step"])
@@ -235,11 +235,15 @@ def _call_log():
         log.append(["isend", tag])
         return _LoggedRequest(real["isend"](tensor, *args, **kwargs), log, tag)
 
+    def send(tensor, *args, **kwargs):
+        log.append(["send", kwargs.get("tag", 0)])
+        return real["send"](tensor, *args, **kwargs)
+
     def recv(tensor, *args, **kwargs):
         log.append(["recv", kwargs.get("tag", 0)])
         return real["recv"](tensor, *args, **kwargs)
 
-    dist.barrier, dist.isend, dist.recv = barrier, isend, recv
+    dist.barrier, dist.isend, dist.send, dist.recv = barrier, isend, send, recv
     try:
         yield log
     finally:
@@ -650,7 +654,12 @@ def test_each_send_is_waited_on_at_the_end_of_the_step_not_at_once(lab):
             elif current is not None:
                 current.append(call)
         for step, calls in enumerate(steps):
-            last_exchange = max((i for i, c in enumerate(calls) if c[0] in ("isend", "recv")), default=-1)
+            blocking = [c for c in calls if c[0] == "send"]
+            check(not blocking, f"rank {rank}, step {step}: a blocking dist.send (tag {blocking[0][1] if blocking else ''}) "
+                  "where the docstring asks for dist.isend, waited on at the end of the step. gloo buffers a small "
+                  "send, so it passes here; on NCCL a send returns only once its receiver has posted the receive, "
+                  "and in 1F1B two stages each sending to the other deadlock")
+            last_exchange = max((i for i, c in enumerate(calls) if c[0] in ("isend", "send", "recv")), default=-1)
             early = [c for c in calls[:last_exchange] if c[0] == "wait"]
             check(not early, f"rank {rank}, step {step}: the request of the isend tagged {early[0][1] if early else ''} "
                   "was waited on before the step's later sends and receives (its calls in order: "
