@@ -486,3 +486,17 @@ def test_no_sync_without_finally_and_a_blocking_backward_send_are_named(tmp_path
     print(info.value)
     assert re.match(r"rank \d+, step 0: a blocking dist\.send \(tag \d+\) where the docstring asks for dist\.isend",
                     str(info.value)), str(info.value)
+
+
+@pytest.mark.slow   # a 2-rank and a 4-rank start-up of Lab 09's learner run: about 30 s at load 6 on 2 cores
+def test_a_finish_that_waits_on_the_work_but_not_on_its_future_is_named(tmp_path):
+    # The fifth fresh reviewer's (r23e) third plant that passed: finish_gradient_synchronization waits on each
+    # bucket's work but not on the future whose callback records 'finish'. On gloo the callbacks run before
+    # work.wait() returns, so nothing showed; the test now completes each future a little late.
+    lab, broken = _lab_mutant(tmp_path, LAB09, "no_future_wait", "            work.wait()\n            future.wait()\n",
+                              "            work.wait()\n")
+    with pytest.raises(pytest.fail.Exception) as info:
+        lab.test_timeline_has_each_bucket_ready_then_launched_then_finished(broken, 2)
+    print(info.value)
+    assert re.match(r"rank \d, bucket \d: no 'finish' in its record when finish_gradient_synchronization\(\) returned",
+                    str(info.value)) and "wait on each bucket's future too" in str(info.value)

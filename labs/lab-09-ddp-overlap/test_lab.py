@@ -15,6 +15,7 @@ must broadcast rank 0's, which every rank can build.) ``--tb=short`` reads well 
 import contextlib
 import random
 import statistics
+import threading
 import time
 from pathlib import Path
 
@@ -339,16 +340,42 @@ class _LeftByException(Exception):
     """Raised inside a no_sync() block by the test (a learner's loop that fails mid-accumulation)."""
 
 
+CALLBACK_DELAY = 0.02   # seconds the test holds back the callbacks chained on a bucket's future
+
+
+class _LateFuture:
+    """A Work whose future completes CALLBACK_DELAY s after the all-reduce: what a busy callback thread does.
+    A wrapper that waits only on the work (not on its future) then returns before its callback has recorded
+    'finish'; one that waits on the future, as the docstring asks, sees no difference."""
+
+    def __init__(self, work):
+        self._work, self._future = work, None
+
+    def get_future(self):
+        if self._future is None:   # completed from another thread, a while after the real one (gloo runs
+            late = self._future = torch.futures.Future()   # callbacks before work.wait() returns: no race there)
+
+            def complete(real):
+                threading.Timer(CALLBACK_DELAY, lambda: late.set_result(real.value())).start()
+            self._work.get_future().add_done_callback(complete)
+        return self._future
+
+    def __getattr__(self, name):
+        return getattr(self._work, name)
+
+
 @contextlib.contextmanager
 def _launch_snapshots():
     """A copy of each tensor handed to dist.all_reduce, taken as it is launched (what the bucket held then),
-    and the perf_counter() time of each launch."""
+    and the perf_counter() time of each launch; an async all-reduce's future completes a little late
+    (:class:`_LateFuture`)."""
     launched, times, original = [], [], dist.all_reduce
 
     def all_reduce(tensor, *args, **kwargs):
         times.append(time.perf_counter())
         launched.append(tensor.detach().clone())
-        return original(tensor, *args, **kwargs)
+        work = original(tensor, *args, **kwargs)
+        return _LateFuture(work) if kwargs.get("async_op") and work is not None else work
 
     dist.all_reduce = all_reduce
     try:
@@ -592,6 +619,11 @@ def test_timeline_has_each_bucket_ready_then_launched_then_finished(lab, world_s
         expect_close([r.get("bytes") for r in timeline], sizes, what=f"rank {rank}: timeline bytes",
                      causes=known_ratios(element_bytes=8))   # the model is float64
         for r in timeline:
+            if all(isinstance(r.get(k), float) for k in ("ready", "start")) and r.get("finish") is None:
+                fail(f"rank {rank}, bucket {r.get('bucket')}: no 'finish' in its record when "
+                     f"finish_gradient_synchronization() returned ({r}). The test completes each bucket's future "
+                     f"{CALLBACK_DELAY * 1e3:g} ms after its all-reduce, as a busy callback thread may: wait on each "
+                     "bucket's future too (work.wait() returns before the callback that records 'finish' has run)")
             if not all(isinstance(r.get(k), float) for k in ("ready", "start", "finish")):
                 fail(f"rank {rank}, bucket {r.get('bucket')}: ready, start and finish must be perf_counter() "
                      f"seconds, got {r}")
