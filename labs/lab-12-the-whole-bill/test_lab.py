@@ -403,6 +403,10 @@ def _loss_problem(got, expected, what):
     message = f"{what}, step {step}: loss {got[step]!r}, single process {expected[step]!r}"
     if isinstance(got[step], (int, float)) and expected[step]:
         message += f" (x{got[step] / expected[step]:.4g})"
+    ratio = got[step] / expected[step] if isinstance(got[step], (int, float)) and expected[step] else None
+    if step == 0 and ratio and math.isclose(ratio, M, rel_tol=1e-6):
+        return message + (f": x{M} = microbatches: the step's loss summed over its {M} micro-batches, not averaged "
+                          "(each micro-batch's loss divided by microbatches, as train_step's docstring says)?")
     if step == 0:
         return message + ": the first step's loss differs, so the forward is wrong (the shards, tp_block, the TP group)"
     return message + (f"; steps 0..{step - 1} are right, so the forward is right and the gradients are not "
