@@ -6,6 +6,7 @@ import platform
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -61,3 +62,38 @@ def test_a_call_made_as_another_architecture_kills_the_process_and_a_refused_one
     assert run(SYSCALL.format(nr=250)).stdout.split() == ["-1", "1"]  # keyctl: EPERM
     killed = run(SYSCALL.format(nr=0x40000000 | 39))
     assert killed.returncode == 128 + 31 and killed.stdout == "", killed  # SIGSYS (bwrap's 128 + signal)
+
+
+RANKS_UNDER_THE_POLICY = '''
+import torch, torch.distributed as dist
+from commtax.ranks.launch import run_ranks
+
+def total(rank, world_size):
+    t = torch.tensor([float(rank + 1)])
+    dist.all_reduce(t)
+    return t.item()
+
+if __name__ == "__main__":
+    print(run_ranks(total, 2, timeout=60))
+'''
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+def test_ranks_started_by_a_process_under_the_policy_meet_without_a_file_lock(tmp_path):
+    # Lab 03's measure.py is a learner process that starts ranks itself: they inherit the policy,
+    # which refuses flock, so torch's FileStore fails ("No locks available"); they must meet over TCP.
+    path = tmp_path / "program.bpf"
+    if seccomp.build(str(path)) is not None:
+        pytest.skip("libseccomp cannot build the program here")
+    script = tmp_path / "ranks.py"
+    script.write_text(RANKS_UNDER_THE_POLICY)
+    root = str(Path(__file__).resolve().parents[1])
+    with open(path, "rb") as program:
+        proc = subprocess.run(["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+                               "--tmpfs", "/tmp", "--ro-bind", str(script), "/tmp/ranks.py",
+                               "--setenv", "PYTHONPATH", root, "--seccomp", str(program.fileno()),
+                               sys.executable, "/tmp/ranks.py"], pass_fds=(program.fileno(),),
+                              capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0 and "bwrap:" in proc.stderr:
+        pytest.skip(f"bubblewrap cannot run here: {proc.stderr.strip()[:200]}")
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("[3.0, 3.0]"), proc.stdout[-1500:] + proc.stderr[-1500:]

@@ -14,7 +14,9 @@ its result or error, its stack dumps, its heartbeat). Under the grader in root m
 also runs in a sandbox of its own (:func:`commtax.learner_process.nested`), where that folder
 is the only one it can write and no other rank's file, ``/tmp``, ``/dev/shm`` or process is
 visible; the ranks then meet over TCP (:class:`Rendezvous`) instead of a file store in the
-run folder.
+run folder. They do so too wherever a file cannot be locked (:func:`files_lock`): the grader's
+seccomp policy refuses locks to every learner process and its children, such as the ranks Lab 03's
+``measure.py`` starts.
 """
 
 from __future__ import annotations
@@ -45,6 +47,23 @@ def make_rank_folders(run_dir: str, world_size: int) -> None:
     for rank in range(world_size):
         os.mkdir(rank_path(run_dir, rank))
         os.chmod(rank_path(run_dir, rank), mode)
+
+
+def files_lock(run_dir: str) -> bool:
+    """Whether a file in ``run_dir`` can be locked here, as torch's ``FileStore`` must (``flock``).
+
+    Ranks inherit this process's seccomp policy: where it refuses locks (a learner process under
+    the grader), a file store fails with "No locks available", so the ranks must meet over TCP.
+    """
+    import fcntl
+
+    with tempfile.NamedTemporaryFile(dir=run_dir, prefix=".lock-probe-") as probe:
+        try:
+            fcntl.flock(probe.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return False
+        fcntl.flock(probe.fileno(), fcntl.LOCK_UN)
+    return True
 
 
 class Rendezvous:

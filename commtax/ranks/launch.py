@@ -80,7 +80,8 @@ from commtax.ranks._frames import learner_traceback
 from commtax.ranks._failures import BackendUnavailable, DistributedRunError, RankFailure
 from commtax.ranks._quotes import Quotes
 from commtax.ranks._report import describe
-from commtax.ranks._start import OUTPUT_TAIL_BYTES, Rendezvous, kill_all, make_rank_folders, start_rank, tail, write_job
+from commtax.ranks._start import (OUTPUT_TAIL_BYTES, Rendezvous, files_lock, kill_all, make_rank_folders, start_rank,
+                                  tail, write_job)
 from commtax.ranks._watch import DEADLOCK_CPU, watch
 
 __all__ = ["BACKENDS", "DEADLOCK_AFTER", "BackendUnavailable", "DistributedRunError", "RankFailure", "RankResults",
@@ -189,9 +190,11 @@ def run_ranks(
     quotes = Quotes.of_job(fn, args, kwargs)  # the learner's files, read before any rank starts
     run_dir = boundary.learner_run_dir()  # under the grader: inside the learner's sandbox
     procs: list[subprocess.Popen] = []
-    # Under the grader in root mode each rank has a sandbox of its own: no file is shared, so they meet
-    # over TCP (rank 0's store, its port handed on by us); elsewhere through a file in the run folder.
-    rendezvous = Rendezvous(run_dir, world_size) if boundary.nested() else None
+    # The ranks meet over TCP (rank 0's store, its port handed on by us) where they share no file (under
+    # the grader in root mode each has a sandbox of its own) or cannot lock one (the grader's seccomp
+    # policy, inherited by ranks a learner process starts, as Lab 03's measure.py does); elsewhere
+    # through a file in the run folder.
+    rendezvous = Rendezvous(run_dir, world_size) if boundary.nested() or not files_lock(run_dir) else None
     try:
         write_job(run_dir, fn, tuple(args), dict(kwargs or {}), world_size, backend, timeout)
         make_rank_folders(run_dir, world_size)
