@@ -12,11 +12,13 @@ import inspect
 import math
 import os
 import re
+import sys
 import textwrap
 import types
 
 import pytest
 
+from commtax.ranks._report import RAISED_EARLIER
 from commtax.ranks.launch import BackendUnavailable, DistributedRunError, backend_unavailable_reason, run_ranks
 
 #: Parametrize a distributed test over these: gloo always runs; NCCL runs only
@@ -270,6 +272,13 @@ def run_section(fn):
     except Exception as exc:  # noqa: BLE001 - reported by the tests that read this part
         summary = "".join(traceback.format_exception_only(exc)).strip()
         frames = exc.__traceback__.tb_next or exc.__traceback__   # from the part's own code on
+        # Said now too: a peer may wait forever for this rank in the part's collectives, and then the
+        # launcher's deadlock report (which quotes each rank's last output) is all the learner sees.
+        stack = traceback.extract_tb(frames)
+        where = next((f for f in reversed(stack) if "site-packages" not in f.filename), stack[-1])  # not torch's
+        print(f"{RAISED_EARLIER}{os.path.basename(where.filename)}:"
+              f"{where.lineno}: {summary.splitlines()[-1][:300]} (a peer left waiting for this rank is waiting "
+              "because of it)", file=sys.stderr, flush=True)
         return {SECTION_FAILED: (summary, "".join(traceback.format_exception(type(exc), exc, frames))[-4000:])}
 
 

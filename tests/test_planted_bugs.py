@@ -252,6 +252,21 @@ def test_an_all_to_all_that_never_waits_on_its_requests_is_told_so_in_seconds(tm
         not in run.output
 
 
+@pytest.mark.slow   # one 2-rank job: about 10 s on a quiet 2-core machine
+def test_a_rank_that_raised_and_left_its_peer_waiting_is_named_first(tmp_path):
+    # r23e: rank 1's own slice raised (caught in the test's part, which went on to its barrier) while
+    # rank 0 waited for it in all_to_all: the deadlock report showed only the waits, not the exception.
+    run = run_planted(tmp_path, LAB10,
+                      "    out[recv_at[rank]:recv_at[rank] + recv_splits[rank]] = send[send_at[rank]",
+                      "    out[send_at[rank]:send_at[rank] + recv_splits[rank]] = send[send_at[rank]",
+                      "-x", "-k", "all_to_all_equals_all_to_all_single")
+    first = run.failure(0)
+    raised = next((i for i, line in enumerate(first) if line.startswith("    but first it raised, at starter.py:")),
+                  None)
+    assert raised is not None and raised < 5 and "RuntimeError" in first[raised], "\n".join(first[:12])
+    assert first[raised - 1].startswith("  rank "), first[raised - 1]
+
+
 def _lab_mutant(tmp_path: Path, lab_dir: Path, name: str, old: str, new: str):
     """(the lab's test module, its solution with ``old`` replaced by ``new``) for a check without pytest."""
     source = (lab_dir / "solution.py").read_text()

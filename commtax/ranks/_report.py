@@ -22,6 +22,18 @@ from commtax.ranks._diagnose import diagnose, p2p_ledger, waits_for
 from commtax.ranks._frames import frames_of, learner_frame, shown_dump, where
 
 MAX_RANK_LINES = 16  # ranks listed by line in the headline; the rest are summed up
+# What a rank prints when a part of a test's job raised in it and the rank went on
+# (commtax.testing.run_section): a peer may then wait for it forever, and the deadlock's
+# headline must say that this rank's exception came first.
+RAISED_EARLIER = "this rank's code raised in a part of the test's job, at "
+
+
+def _raised_earlier(failure) -> str:
+    said = [line for line in failure.output.splitlines() if RAISED_EARLIER in line]
+    if not said:
+        return ""
+    text = said[0].split(RAISED_EARLIER, 1)[1].split(" (a peer left waiting", 1)[0]
+    return f"\n    but first it raised, at {text[:300]}: the wait above is because of that"
 
 
 def _rank_line(failure, quotes, call=None, frames=None) -> str:
@@ -46,7 +58,8 @@ def _headline_ranks(failures, world_size, quotes) -> list[str]:
         ledger = p2p_ledger(failures) if len(failures) == world_size else None
         for failure in failures:
             if failure.how in ("stuck", "exited"):
-                lines.append(f"  rank {failure.rank}: {_rank_line(failure, quotes)}{waits_for(failure, ledger)}")
+                lines.append(f"  rank {failure.rank}: {_rank_line(failure, quotes)}{waits_for(failure, ledger)}"
+                             f"{_raised_earlier(failure)}")
         done = sorted(set(range(world_size)) - {f.rank for f in failures})
         if done and first.deadlocked:
             lines.append(f"  rank{'s' if len(done) > 1 else ''} {', '.join(map(str, done))} had "
