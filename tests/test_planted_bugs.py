@@ -454,6 +454,36 @@ def test_a_count_slip_a_reviewer_planted_is_named(tmp_path, lab_dir, old, new, t
     assert named in _fails(getattr(lab, test), broken)
 
 
+def test_a_bubble_that_ignores_the_virtual_stages_is_named(tmp_path):
+    # Fresh reviewer r23e's m4 (Lab 11): the interleaved schedule's bubble without its 1/v failed with a bare "x3".
+    lab, broken = _lab_mutant(tmp_path, LAB11, "bubble_without_v", "    return (p - 1) / (v * m) * m * stage_s, sends\n",
+                              "    return (p - 1) / m * m * stage_s, sends\n")
+    plan = next(name for name in lab.PLANS if lab.PLANS[name].get("vpp", 1) > 1)
+    assert "virtual stages per GPU: (p - 1) / (v m) of the ideal step" in \
+        _fails(lab.test_pipeline_time_bubble_and_sends, broken, plan)
+
+
+@pytest.mark.slow   # one 2-rank start-up of Lab 08's jobs each: about 20 s at load 3 on 2 cores
+@pytest.mark.parametrize("old,new,test,named", [
+    ("            self.grad_shards[j].add_(shard)", "            self.grad_shards[j].copy_(shard)",
+     "sharded_optimizer_equals and 2-adamw", "only the last micro-batch's gradient: accumulate"),
+    ("            if self.zero_stage == 2:\n                grad = self.grad_shards[j].clone()",
+     "            if False:\n                grad = self.grad_shards[j].clone()",
+     "sharded_optimizer_equals and 2-adamw", "no gradient at all: at stage 2 the step's gradient is in grad_shards"),
+    ("            hyper = self.optimizer.param_groups[local[index]] if index in local else param_group",
+     "            hyper = param_group", "consolidated_state_dict_equals and 2",
+     "hyper-parameters differ from plain AdamW's state_dict(): param_groups[0]: missing ['amsgrad'"),
+    ("else (value.clone() if torch.is_tensor(value) else value)", "else value",
+     "consolidated_state_dict_equals and 2", "it is the live state's tensor, not a copy"),
+], ids=["stage2_shard_overwritten", "stage2_as_stage1", "hyper_from_given_groups", "step_not_cloned"])
+def test_a_zero_slip_a_reviewer_planted_is_named(tmp_path, old, new, test, named):
+    # Fresh reviewer r23e's Lab 08 plants m1, u2, m2 and s1: they failed, but said only "the parameters differ"
+    # (stage 2), printed 'params' on one side only, or gave a bare "got 4.0, expected 3.0".
+    run = run_planted(tmp_path, LAB08, old, new, "-x", "-k", test)
+    assert run.outcomes.get("failed") == 1, run.output[-3000:]
+    assert named in "\n".join(run.failure(0)[:3]), "\n".join(run.failure(0)[:6])
+
+
 @pytest.mark.slow   # a 4-rank and a 2-rank start-up of the whole layer: about 40 s at load 5 on 2 cores
 def test_a_backward_that_leaves_its_group_and_rows_not_regrouped_by_expert_are_named(tmp_path, monkeypatch):
     # Two of a fresh reviewer's plants (r23d): AllToAll's backward called without ctx.group passed every

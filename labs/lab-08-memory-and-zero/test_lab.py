@@ -306,6 +306,10 @@ def likely_mistakes(world_size, optimizer, stage, rank):
     if stage == 2:
         out["each micro-batch's gradient sent again with every later one: free p.grad once it is reduce-scattered"] = \
             reference_run(range(d), optimizer, weights=[m - k for k in range(m)])
+        out["only the last micro-batch's gradient: accumulate each reduce-scattered shard into grad_shards "
+            "(+=, add_), not overwrite it (=, copy_)"] = reference_run(range(d), optimizer, weights=[0] * (m - 1) + [1])
+        out["no gradient at all: at stage 2 the step's gradient is in grad_shards (p.grad was freed after "
+            "each micro-batch's reduce-scatter), not in p.grad"] = reference_run(range(d), optimizer, scale=0.0)
     return {why: run["steps"] for why, run in out.items()}
 
 
@@ -787,13 +791,17 @@ def check_consolidated(parts, world_size):
                  "param-group order, the frozen one included) that have optimizer state")
     for index, state in want["state"].items():
         for key, value in state.items():
+            # The test steps the optimizer once more after consolidating: a 'step' one ahead is the live one.
+            ahead = {(STEPS + 1) / STEPS: "the consolidated 'step' moved on with the optimizer's next step: it is "
+                     "the live state's tensor, not a copy (clone the tensors you put in the consolidated dict)"}
             expect_close(got["state"][index][key], value, rel=1e-9, abs=1e-12,
-                         what=f"state[{index}][{key!r}] (parameter {index}, shape {tuple(value.shape)})")
-    hyper = [{k: v for k, v in g.items() if k != "params"} for g in got["param_groups"]]
+                         what=f"state[{index}][{key!r}] (parameter {index}, shape {tuple(value.shape)})",
+                         hints=ahead if key == "step" else None)
     expect_close([g["params"] for g in got["param_groups"]], [g["params"] for g in want["param_groups"]],
                  what="param_groups[...]['params']")
-    if hyper != [{k: v for k, v in g.items() if k != "params"} for g in want["param_groups"]]:
-        fail(f"param_groups hyper-parameters {hyper} differ from plain AdamW's {want['param_groups']}")
+    problem = _hyper_problem(got["param_groups"], want["param_groups"])
+    if problem:
+        fail(problem)
     for rank, part in enumerate(parts):
         if "load_error" in part:
             fail(f"rank {rank}: {part['load_error']}\n(the consolidated state passed every check above: compare "
@@ -801,6 +809,26 @@ def check_consolidated(parts, world_size):
         expect_close(part["loaded"], part["continued"], rel=0.0, abs=TOLERANCE,
                      what=f"rank {rank}: one more step after load_state_dict(consolidated) against the optimizer "
                           "that kept going")
+
+
+def _hyper_problem(got_groups, want_groups):
+    """None if each param group's hyper-parameters (every key but 'params') are plain AdamW's; else, per group,
+    the keys missing, extra or different."""
+    said = []
+    for i, (got, want) in enumerate(zip(got_groups, want_groups)):
+        g = {k: v for k, v in got.items() if k != "params"}
+        w = {k: v for k, v in want.items() if k != "params"}
+        missing, extra = sorted(set(w) - set(g)), sorted(set(g) - set(w))
+        changed = [f"{k!r}: got {g[k]!r}, expected {w[k]!r}" for k in sorted(set(g) & set(w)) if g[k] != w[k]]
+        parts = ([f"missing {missing}"] if missing else []) + ([f"extra {extra}"] if extra else []) + changed
+        if parts:
+            said.append(f"param_groups[{i}]: " + "; ".join(parts))
+    if not said:
+        return None
+    hint = (" (the groups as given lack the optimizer's defaults: take each group's settings from the local "
+            "torch.optim optimizer's param_groups, which has them all)") if any("missing" in x for x in said) else ""
+    return "the consolidated param_groups' hyper-parameters differ from plain AdamW's state_dict(): " + \
+        " | ".join(said) + hint
 
 
 def _numbering_problem(got, want):
