@@ -463,6 +463,17 @@ def test_a_bubble_that_ignores_the_virtual_stages_is_named(tmp_path):
         _fails(lab.test_pipeline_time_bubble_and_sends, broken, plan)
 
 
+@pytest.mark.slow   # Lab 09's 2- and 4-rank jobs: about 35 s at load 3 on 2 cores
+def test_a_wrapper_that_keeps_the_last_steps_works_is_caught_when_a_bucket_never_launches(tmp_path):
+    # Fresh reviewer r23f's 09d: finish_gradient_synchronization never reset self.works, so a later step whose
+    # buckets did not all launch waited on the last step's works instead of raising: it passed every test and
+    # the grader (no test made a step with a parameter that got no gradient).
+    run = run_planted(tmp_path, LAB09, "        self.works = [None] * len(self.plan)\n        self.times = [",
+                      "        self.times = [", "-k", "never_all_launch")
+    assert run.outcomes.get("failed") == 2, run.output[-3000:]
+    assert "expected RuntimeError naming the buckets never launched" in run.failure(0)[0], run.failure(0)[:3]
+
+
 @pytest.mark.slow   # one 2-rank start-up of Lab 08's jobs each: about 20 s at load 3 on 2 cores
 @pytest.mark.parametrize("old,new,test,named", [
     ("            self.grad_shards[j].add_(shard)", "            self.grad_shards[j].copy_(shard)",

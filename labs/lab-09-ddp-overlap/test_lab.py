@@ -329,6 +329,7 @@ def learner_ddp_worker(rank, world_size, lab, rows=None):
     # would have written the later step's times into it.
     step["timeline_later"] = [dict(r) for r in timeline] if isinstance(timeline, list) else None
     step["per_microbatch"] = counts
+    step["unlaunched"] = _unlaunched_step(model, ddp)
     if world_size == 2:
         step["hold_back"] = _attempt(lambda: hold_back_worker(rank, lab))
     if world_size == 4:
@@ -413,6 +414,20 @@ def _backward(loss):
         raise type(exc)(f"{exc} - was p.grad None in your gradient hook? A hook from register_hook runs before "
                         "the gradient is added into .grad (it receives the gradient as its argument); "
                         "register_post_accumulate_grad_hook runs after, with .grad filled in") from exc
+
+
+def _unlaunched_step(model, ddp):
+    """A third step in which only the first layer's weight gets a gradient: the other buckets never launch,
+    and finish_gradient_synchronization must raise RuntimeError (its docstring). After two full steps, a
+    wrapper that kept the last step's works would wait on those and carry on. (The weight, 4 kB, fills a
+    bucket of its own: its all-reduce runs on every rank alike.) Returns None, or what it raised."""
+    model.zero_grad()
+    (model.layers[0].weight ** 2).sum().backward()
+    try:
+        ddp.finish_gradient_synchronization()
+    except Exception as exc:  # noqa: BLE001 - read by the test
+        return (type(exc).__name__, str(exc)[:300])
+    return None
 
 
 def _attempt(part):
@@ -664,6 +679,24 @@ def test_a_returned_timeline_is_not_rewritten_by_the_next_step(lab):
                  "finish_gradient_synchronization must start fresh records for the next step (new dicts), not "
                  f"reuse the ones it returned. Step 1's records: {result['timeline']}; after step 2 they read: "
                  f"{result['timeline_later']}")
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_a_step_whose_buckets_never_all_launch_raises_runtime_error(lab, world_size):
+    """The docstring's promise: finish_gradient_synchronization raises RuntimeError when a bucket was never
+    launched in this backward (a parameter got no gradient), also after earlier steps went well."""
+    for rank, result in enumerate(_learner(lab, world_size)):
+        raised = result["unlaunched"]
+        if raised is None:
+            fail(f"rank {rank}: after two full steps, a backward that gave only layers[0].weight a gradient "
+                 "launched one bucket of several, and finish_gradient_synchronization() raised nothing: it "
+                 "must raise RuntimeError naming the buckets never launched. Are the last step's works still "
+                 "there (reset them to None at the end of finish, as the counters)?")
+        if raised[0] != "RuntimeError":
+            fail(f"rank {rank}: after two full steps, a backward that gave only layers[0].weight a gradient "
+                 f"made finish_gradient_synchronization() raise {raised[0]}: {raised[1]} - expected RuntimeError "
+                 "naming the buckets never launched (check for them before waiting: the last step's works, "
+                 "if kept, are not this step's)")
 
 
 def check_launches(launched, rank, world_size):
