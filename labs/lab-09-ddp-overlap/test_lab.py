@@ -885,7 +885,7 @@ def overlap_worker(rank, world_size, lab):
     for _ in range(STEPS):   # interleaved, so that both see the same load on a shared machine
         compute.append(step(False))
         overlapped.append(step(True))
-    link = {}
+    link, link_fastest = {}, {}
     for nbytes in sorted({r["bytes"] for r in overlapped[0]["timeline"]}):
         buffer, times = torch.zeros(nbytes // 4), []
         for _ in range(STEPS):
@@ -893,8 +893,8 @@ def overlap_worker(rank, world_size, lab):
             start = time.perf_counter()
             dist.all_reduce(buffer)
             times.append(time.perf_counter() - start)
-        link[nbytes] = statistics.median(times)
-    return {"compute": compute, "overlapped": overlapped, "link": link}
+        link[nbytes], link_fastest[nbytes] = statistics.median(times), min(times)
+    return {"compute": compute, "overlapped": overlapped, "link": link, "link_fastest": link_fastest}
 
 
 def _big_param_bytes():
@@ -920,10 +920,13 @@ def test_measured_exposed_time_is_within_3x_of_the_prediction(lab):
     """Prediction: the finish time (_last_finish) of the buckets' measured ready times (compute-only
     backward, slowest rank) and measured blocking all-reduce times, minus the backward time.
 
-    Measured must not be below a third of the prediction (a step cannot beat its own link and compute:
-    a finish_gradient_synchronization() that does not wait, or a forged timeline, fails here). It must not exceed 3x the
-    prediction either when each rank's backward got at least 70% of a core; on an oversubscribed
-    machine other processes set the timings, and only the lower side is checked."""
+    Measured must not be below a third of the prediction made with each all-reduce's fastest run (a step
+    cannot beat its own link and compute; load only lengthens times, so the fastest run keeps a busy
+    machine from failing correct code, as the median did once under the grader). It must not exceed 3x
+    the prediction made with the median runs either, when each rank's backward got at least 70% of a
+    core; on an oversubscribed machine other processes set the timings, and only the lower side is
+    checked. (A finish that does not wait shows here only on a quiet machine; the gradient tests catch
+    it anywhere.)"""
     results = _overlap(lab)
     share = min(statistics.median(s["cpu_share"] for s in r["compute"]) for r in results)
     plan = EXPECTED("bucket_assignment", _big_param_bytes(), BIG_CAP)
@@ -933,6 +936,7 @@ def test_measured_exposed_time_is_within_3x_of_the_prediction(lab):
              for bucket in plan]
     comm = [max(r["link"][n] for r in results) for n in sizes]
     predicted = max(0.0, _last_finish(ready, comm) - backward)
+    fastest = max(0.0, _last_finish(ready, [min(r["link_fastest"][n] for r in results) for n in sizes]) - backward)
     # Per step, for the job: the last rank's gradients are ready this long after the last rank's backward
     # ended (perf_counter is one clock for all processes of a machine). A rank that waits for a slower
     # peer's backward is not waiting for the network.
@@ -945,7 +949,8 @@ def test_measured_exposed_time_is_within_3x_of_the_prediction(lab):
               f"{backward * 1e3:.1f} ms, bucket ready {[round(t * 1e3, 1) for t in ready]} ms, all-reduce "
               f"{[round(t * 1e3, 1) for t in comm]} ms; each rank's backward got {share:.0%} of a core")
     print(detail)
-    if measured < predicted / FACTOR:
-        fail(f"faster than the link and compute allow (does finish_gradient_synchronization() wait?): {detail}")
+    if measured < fastest / FACTOR:
+        fail(f"faster than the link and compute allow (does finish_gradient_synchronization() wait?): {detail}; "
+             f"with each all-reduce's fastest run, predicted {fastest * 1e3:.1f} ms")
     if share >= MIN_CPU_SHARE and measured > predicted * FACTOR:
         fail(f"more than {FACTOR:g}x the prediction: {detail}")
