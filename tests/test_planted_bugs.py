@@ -474,6 +474,15 @@ def test_a_wrapper_that_keeps_the_last_steps_works_is_caught_when_a_bucket_never
     assert "expected RuntimeError naming the buckets never launched" in run.failure(0)[0], run.failure(0)[:3]
 
 
+@pytest.mark.slow   # one 8-rank job of Lab 12: about 20 s at load 3 on 2 cores
+def test_a_ledger_with_the_worlds_ring_factor_is_named(tmp_path):
+    # Fresh reviewer r23f's 12c: the Ledger's ring factor from dist.get_world_size() (8) instead of the group's
+    # (2) failed with a bare "x1.75 = 7/4".
+    run = run_planted(tmp_path, LAB12, "            size = dist.get_world_size(group)",
+                      "            size = dist.get_world_size()", "-x", "-k", "ledger_agrees and 2x2x2")
+    assert "where the group's belongs: dist.get_world_size(group)" in run.failure(0)[0], run.failure(0)[:3]
+
+
 @pytest.mark.slow   # one 2-rank start-up of Lab 08's jobs each: about 20 s at load 3 on 2 cores
 @pytest.mark.parametrize("old,new,test,named", [
     ("            self.grad_shards[j].add_(shard)", "            self.grad_shards[j].copy_(shard)",

@@ -370,9 +370,10 @@ def _degree(axis, dp, tp, pp):
     return {"dp": dp, "tp": tp, "pp": pp}.get(axis, 1)
 
 
-def _byte_hints(axis, g):
+def _byte_hints(axis, g, world=None):
     """What a clean ratio (got / expected) of one axis' bytes suggests; the axis' own factor named first
-    (x2 on a pipeline of 2 is its missing average over pp more often than a send counted twice)."""
+    (x2 on a pipeline of 2 is its missing average over pp more often than a send counted twice).
+    ``world``: the job's size, where a ring factor of the world's size instead of the group's is a slip."""
     hints = {}
 
     def add(ratio, text):
@@ -387,6 +388,9 @@ def _byte_hints(axis, g):
         if g > 2:
             add(g / (2 * (g - 1)), f"the payload, not what a ring sends: an all-reduce on g = {g} ranks sends "
                                    f"2(g-1)/g = {2 * (g - 1) / g:g} x its payload per rank")
+        if world and world > g:
+            add((world - 1) / world * g / (g - 1), f"the ring factor of all {world} ranks, ({world}-1)/{world}, where "
+                "the group's belongs: dist.get_world_size(group), not dist.get_world_size()")
     add(2, "each all-reduce (or send) counted twice?")
     add(0.5, "half the bill: an all-reduce or a send left out?")
     return hints
@@ -542,7 +546,7 @@ def test_the_learners_ledger_agrees_with_an_independent_count(lab, plan):
     for axis in ("dp", "tp", "pp", "other"):
         expect_close(ledger[axis], counted[axis],
                      what=f"plan {dp} x {tp} x {pp}: your Ledger's {axis!r} bytes (per rank per step, averaged) vs "
-                          f"the tests' count", hints=_byte_hints(axis, _degree(axis, dp, tp, pp)))
+                          f"the tests' count", hints=_byte_hints(axis, _degree(axis, dp, tp, pp), dp * tp * pp))
 
 
 def _expected_sends(stage, stages, prev, nxt, steps):
