@@ -447,9 +447,11 @@ def test_a_piece_of_the_predictor_fails_first_in_its_own_test_when_run_with_x(tm
     (LAB12, "+ ffn * hidden + hidden)\n", "+ ffn * hidden + hidden // tp)\n",
      "test_params_per_rank_counts_the_tp_shard_of_a_stage",
      "(x0.9925 of the expected): b2 split too?"),
-], ids=["lab11_extra_layers_last", "lab12_b2_split"])
+    (LAB09, "        finish = max(float(ready), finish) + float(comm)", "        finish = max(float(ready) + float(comm), finish)",
+     "test_finish_time_on_hand_checked_timelines", "(x0.7273 = 8/11 of the expected): each all-reduce started at its own"),
+], ids=["lab11_extra_layers_last", "lab12_b2_split", "lab09_links_side_by_side"])
 def test_a_count_slip_a_reviewer_planted_is_named(tmp_path, lab_dir, old, new, test, named):
-    # Fresh reviewer r23c's 11c and 12a: both failed with numbers only.
+    # Fresh reviewers' plants that failed with numbers only: r23c's 11c and 12a, r23f's 09e.
     lab, broken = _lab_mutant(tmp_path, lab_dir, f"slip_{tmp_path.name}", old, new)
     assert named in _fails(getattr(lab, test), broken)
 

@@ -143,7 +143,10 @@ def _finish(lab, ready, comm, want):
                  what=f"overlapped_allreduce_finish({ready}, {comm})",
                  hints={sum(comm) / want if want else 0.0: "the all-reduce times summed: the ready times ignored?",
                         (max(ready, default=0) + comm[-1]) / want if want and comm else 0.0:
-                        "the last bucket's start taken as its ready time: the queue behind it ignored?"})
+                        "the last bucket's start taken as its ready time: the queue behind it ignored?",
+                        max((r + c for r, c in zip(ready, comm)), default=0) / want if want else 0.0:
+                        "each all-reduce started at its own ready time, side by side: they share one link and run "
+                        "one at a time (a bucket starts when it is ready AND the previous one has finished)"})
 
 
 def test_finish_time_on_hand_checked_timelines(lab):
