@@ -109,7 +109,9 @@ def test_korthikanti_table_2_rows_for_gpt3_175b(lab, tp, sp, recompute, factor):
                      "the scores term not divided by t": sbh * (factor + 5 * 96 * 2048 / 12288 * (1 - 1 / tp))
                      if recompute == "none" and tp > 1 else 0,
                      "the 10 s b h that plain TP keeps whole divided by t too (that is sequence parallelism)":
-                     sbh * (34 / tp + (factor - 10 - 24 / tp)) if not sp and tp > 1 and recompute != "full" else 0}))
+                     sbh * (34 / tp + (factor - 10 - 24 / tp)) if not sp and tp > 1 and recompute != "full" else 0,
+                     "the layer's input (2 s b h, all full recomputation keeps) not divided by t: sequence parallelism "
+                     "splits it over the t ranks": sbh * 2 if recompute == "full" and sp and tp > 1 else 0}))
 
 
 def test_gpt3_layer_holds_2_87_gb_of_activations_not_4_mb(lab):

@@ -391,6 +391,8 @@ def _byte_hints(axis, g, world=None):
         if world and world > g:
             add((world - 1) / world * g / (g - 1), f"the ring factor of all {world} ranks, ({world}-1)/{world}, where "
                 "the group's belongs: dist.get_world_size(group), not dist.get_world_size()")
+    for ratio, text in known_ratios(element_bytes=8).items():   # the lab's tensors are float64
+        add(ratio, text)
     add(2, "each all-reduce (or send) counted twice?")
     add(0.5, "half the bill: an all-reduce or a send left out?")
     return hints
