@@ -485,6 +485,17 @@ def test_a_ledger_with_the_worlds_ring_factor_is_named(tmp_path):
     assert "where the group's belongs: dist.get_world_size(group)" in run.failure(0)[0], run.failure(0)[:3]
 
 
+@pytest.mark.slow   # Lab 09's 2- and 4-rank jobs: about 25 s at load 3 on 2 cores
+def test_a_bucket_divided_before_its_all_reduce_finished_is_named(tmp_path):
+    # Fresh reviewer r23f's 09f: the division moved before work.wait() gave one item wrong by a bare "x1.487".
+    run = run_planted(tmp_path, LAB09, "            work.wait()\n            future.wait()\n"
+                      "            self.bucket_buffers[b].div_(self.world_size)\n",
+                      "            self.bucket_buffers[b].div_(self.world_size)\n            work.wait()\n"
+                      "            future.wait()\n", "-x", "-k", "equal_pytorch_ddp")
+    first = run.failure(0)[0]
+    assert "is off by no single factor" in first and "before its all-reduce completed" in first, first
+
+
 @pytest.mark.slow   # one 2-rank start-up of Lab 08's jobs each: about 20 s at load 3 on 2 cores
 @pytest.mark.parametrize("old,new,test,named", [
     ("            self.grad_shards[j].add_(shard)", "            self.grad_shards[j].copy_(shard)",

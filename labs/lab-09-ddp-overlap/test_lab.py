@@ -559,6 +559,20 @@ def check_grads(got, want, what, group_size, world_size=None):
         if abs(ratio - 1) > 1e-6:
             expect_close(ratio, 1.0, rel=1e-6, what=f"{what}: the gradients, as a multiple of the expected ones "
                          "(median ratio)", hints=hints)
+        for i, (g, w) in enumerate(zip(got, want)):   # most right, one wrong: a race shows in that one
+            mask = w != 0
+            if (g - w).abs().max() <= 1e-12 or not mask.any():
+                continue
+            ratios = g[mask] / w[mask]
+            low, high = float(ratios.min()), float(ratios.max())
+            # A wrong scale is one factor for every element, float32 rounding a spread of about 1e-7: a spread
+            # over 0.1% is neither (values from before the all-reduce, or another slice).
+            if high - low > 1e-3 * max(abs(low), abs(high), 1.0):
+                fail(f"{what}: item {i} ({g.numel()} elements) is off by no single factor (got / expected from "
+                     f"{low:.4g} to {high:.4g}){' while the items before it are right' if i else ''}: its bucket "
+                     "read or divided before its all-reduce completed (wait on each bucket's work first, then "
+                     "divide and copy back), or copied to or from the wrong slice of the bucket?")
+            break
     expect_close(got, want, rel=0.0, abs=1e-12, what=what)
 
 
