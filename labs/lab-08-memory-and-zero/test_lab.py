@@ -328,6 +328,12 @@ def _error(lab, what, exc):
     frames = [f"  {f.filename.rsplit('/', 1)[-1]}:{f.lineno} in {f.name}: {f.line}"
               for f in traceback.extract_tb(exc.__traceback__) if f.filename == getattr(lab, "__file__", None)]
     where = ("\n" + "\n".join(frames[-4:])) if frames else ""
+    shape = any(words in str(exc) for words in ("shapes cannot be multiplied", "size mismatch", "must match the size"))
+    if not frames and shape and "FullyShardedModule" in what:
+        where = ("\n  (no line of your file on its stack: torch raised it, most likely in the backward, on a saved tensor your "
+                 "_unpack gave back in another shape than it was saved in: a saved weight may be a view, such as "
+                 "the transposed weight a Linear saves; rebuild it with regathered[i].as_strided(size, stride, "
+                 "offset))")
     return {"error": f"{what} raised {type(exc).__name__}: {exc}{where}"}
 
 
