@@ -275,13 +275,24 @@ def record_slow_sends(rank, world_size, lab, delay):
 
 def ledger_on_groups(rank, world_size, lab):
     """A Ledger given a "tp" and a "dp" group; one all-reduce of 4 float64 on each, then one on a third
-    group of the same ranks and one on the default group (neither is an axis); {axis: bytes} back."""
+    group of the same ranks and one on the default group (neither is an axis): {axis: bytes} then
+    ("groups"). Then one all-reduce of 8 float32 (32 B) on tp ("float32": the bytes after it) and a
+    blocking dist.send of 4 float32 (16 B) from rank 0 to rank 1 ("send": the bytes after it)."""
     import torch
     tp, dp, third = (dist.new_group(list(range(world_size))) for _ in range(3))   # same ranks, three objects
+    out = {}
     with lab.Ledger({"tp": tp, "dp": dp}) as ledger:
         for group in (tp, dp, third, None):
             dist.all_reduce(torch.ones(4, dtype=torch.float64), group=group)
-    return dict(ledger.bytes)
+        out["groups"] = dict(ledger.bytes)
+        dist.all_reduce(torch.ones(8, dtype=torch.float32), group=tp)
+        out["float32"] = dict(ledger.bytes)
+        if rank == 0:
+            dist.send(torch.ones(4, dtype=torch.float32), dst=1)
+        elif rank == 1:
+            dist.recv(torch.empty(4, dtype=torch.float32), src=0)
+        out["send"] = dict(ledger.bytes)
+    return out
 
 
 # -- in the pytest process ----------------------------------------------------------------
@@ -681,15 +692,47 @@ def test_each_send_is_waited_on_at_the_end_of_the_step_not_at_once(lab):
 def test_the_ledger_files_a_group_that_is_no_axis_under_other(lab):
     """2 ranks, Ledger({"tp": tp, "dp": dp}): an all-reduce of 32 B on each sends 2(1/2) x 32 = 32 B per rank;
     the two on groups that are no axis (a third group of the same ranks, the default group) go to "other"."""
-    results = RUNS.get("ledger", ledger_on_groups, 2, (lab,), timeout=60, needs=(lab.Ledger.start, lab.Ledger.stop))
     expected = {"dp": 32.0, "tp": 32.0, "pp": 0.0, "other": 64.0}
-    for rank, got in enumerate(results):
+    for rank, got in enumerate(r["groups"] for r in _ledger_on_groups(lab)):
         if isinstance(got, dict) and close(got.get("dp"), 96.0) and close(got.get("other"), 0.0):
             fail(f"rank {rank}: ledger.bytes {got}; expected {expected}: the all-reduces on a group that is no "
                  "axis (a third group, the default group) were filed under 'dp': axis_of must return \"other\" "
                  "for a group that is none of self.groups (compare with `is`)")
         expect_close(got, expected, rel=0.0, what=f"rank {rank}: ledger.bytes after one 32 B all-reduce on the tp "
                                                   "group, the dp group, a third group and the default group")
+
+
+def _ledger_on_groups(lab):
+    return RUNS.get("ledger", ledger_on_groups, 2, (lab,), timeout=60, needs=(lab.Ledger.start, lab.Ledger.stop))
+
+
+def test_the_ledger_counts_each_tensors_own_element_size_and_blocking_sends(lab):
+    """The lab's tensors are all float64: a Ledger that multiplies by 8 instead of element_size() passes
+    them. A float32 all-reduce of 32 B adds 32 B; a dist.send of 16 B (the docstring: the Ledger wraps
+    dist.send too) adds 16 B to "pp" on the sender."""
+    for rank, result in enumerate(_ledger_on_groups(lab)):
+        before, after = result["groups"], result["float32"]
+        expect_close(after["tp"] - before["tp"], 32.0, rel=0.0, what=f"rank {rank}: the 'tp' bytes an all-reduce of "
+                     "8 float32 (32 B) on 2 ranks added", hints={2.0: "8 bytes per element assumed: use "
+                     "tensor.element_size() (4 for float32)"})
+        added = result["send"]["pp"] - after["pp"]
+        expect_close(added, 16.0 if rank == 0 else 0.0, rel=0.0, what=f"rank {rank}: the 'pp' bytes a blocking "
+                     "dist.send of 4 float32 (16 B) from rank 0 to rank 1 added" + (
+                         ": 0 - is dist.send wrapped too (start wraps dist.all_reduce, dist.send and dist.isend)?"
+                         if rank == 0 and added == 0 else ""))
+
+
+def test_sync_gradients_all_reduces_one_flat_buffer_per_step(lab):
+    """The docstring: every gradient of the rank in one flat buffer, one all-reduce on the DP group per step
+    (per tensor, the bytes are the same but the start-up cost alpha is paid once per tensor)."""
+    dp, tp, pp = 2, 2, 2
+    for rank, result in enumerate(run(lab, dp, tp, pp)):
+        pp_idx, _, tp_idx = coordinates(rank, dp, tp, pp)
+        group = [q for q in range(dp * tp * pp) if coordinates(q, dp, tp, pp)[::2] == (pp_idx, tp_idx)]
+        on_dp = [nbytes for ranks, nbytes in result["allreduces"] if sorted(ranks) == group]
+        check(len(on_dp) == result["steps"], f"rank {rank}: {len(on_dp)} all-reduces on its DP group {group} in "
+              f"{result['steps']} steps ({on_dp[:8]} bytes ...); sync_gradients must make one per step: all the "
+              "gradients in one flat buffer (torch.cat of the flattened grads), one dist.all_reduce, then copy back")
 
 
 @pytest.mark.points(2)
