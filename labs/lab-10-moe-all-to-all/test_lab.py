@@ -216,12 +216,21 @@ def _missing_grads(got, rank, mode):
     return f"rank {rank}, {mode}: after backward, {'; and '.join(missing)}" if missing else None
 
 
+def _which(shard, whole):
+    """For each expert of a rank's ``shard`` (experts first), which expert of the ``whole`` layer it is (None: none)."""
+    with torch.no_grad():
+        shard, whole = shard.detach().cpu(), whole.detach().cpu()
+        return [next((e for e in range(whole.shape[0]) if whole[e].shape == one.shape and torch.equal(whole[e], one)),
+                     None) for one in shard]
+
+
 def _ep_parts(lab, weights, x, up, top_k, cf, device):
     """The layer's forward and backward as two parts: a backward that raises leaves the forward's tests alone."""
     state = {}
 
     def forward():
-        layer = lab.ExpertParallelMoE.from_full(_moe(lab, weights, top_k, device))
+        full = _moe(lab, weights, top_k, device)
+        layer = lab.ExpertParallelMoE.from_full(full)
         if not isinstance(layer, torch.nn.Module):
             raise TypeError(f"ExpertParallelMoE.from_full(moe) returned {type(layer).__name__} {layer!r:.60}, "
                             "not an nn.Module")
@@ -229,7 +238,7 @@ def _ep_parts(lab, weights, x, up, top_k, cf, device):
         with record_traffic() as traffic:
             y = layer(xi, capacity_factor=cf)
         state.update(layer=layer, x=xi, y=y)
-        return {"output": y.detach().cpu(), "w1_shape": tuple(layer.w1.shape),
+        return {"output": y.detach().cpu(), "w1_shape": tuple(layer.w1.shape), "w1_experts": _which(layer.w1, full.w1),
                 "send_counts": list(layer.send_counts), "recv_counts": list(layer.recv_counts),
                 "dropped": int(layer.dropped), "sent": traffic.bytes_sent, "collectives": traffic.collectives}
 
@@ -773,7 +782,12 @@ def test_expert_parallel_outputs_and_input_grads_equal_the_single_process_moe(la
     forwards = _parts(lab, world_size, f"{mode} forward")
     for rank, got in enumerate(forwards):
         problem = compare(got["output"], outputs[rank].detach(), f"rank {rank}, {mode}: the layer's output")
-        if problem and got.get("recv_counts") == [sent[j][rank] for j in range(world_size)]:
+        local = EXPERTS[world_size] // world_size
+        mine = list(range(rank * local, (rank + 1) * local))
+        if problem and got.get("w1_experts") not in (None, mine):
+            problem += (f"; this rank's w1 holds the experts {got['w1_experts']} of the full layer, not its "
+                        f"contiguous block {mine}: from_full must give rank r the experts r * experts/ep onward")
+        elif problem and got.get("recv_counts") == [sent[j][rank] for j in range(world_size)]:
             problem += ORDER_HINT  # the right rows arrived: what goes wrong is which expert computes each
         fail_if(problem)
     for rank, got in enumerate(_parts(lab, world_size, f"{mode} backward")):
@@ -808,6 +822,11 @@ def test_each_rank_holds_only_its_experts(lab, world_size):
         shape = (EXPERTS[world_size] // world_size, FFN, HIDDEN)
         check(tuple(got["w1_shape"]) == shape, f"rank {rank}: w1 shard {got['w1_shape']}, expected {shape} "
                                                f"(experts / ep, ffn, hidden)")
+        local = shape[0]
+        mine = list(range(rank * local, (rank + 1) * local))
+        check(got["w1_experts"] == mine, f"rank {rank}: its w1 holds the experts {got['w1_experts']} of the full "
+              f"layer; expected {mine}: rank r holds the contiguous block r * experts/ep ... (r+1) * experts/ep - 1 "
+              "(the numbering the router's expert ids, the split counts and the regrouping rely on)")
     for rank, error in enumerate(_parts(lab, world_size, "from_full error")):
         check("experts" in error, f"rank {rank}: from_full of an MoE with {world_size + 1} experts on {world_size} "
                                   f"ranks: {error!r}; expected a ValueError naming 'experts'")
@@ -892,9 +911,13 @@ def test_a_skewed_router_loads_the_busiest_rank_and_its_time_as_predicted(lab):
     detail = (f"busiest rank's CPU time: balanced {cpu['balanced'][hot] * 1e3:.1f} ms for {busiest['balanced']} "
               f"copies, skewed {measured * 1e3:.1f} ms for {busiest['skewed']}; fixed part {t_fixed * 1e3:.1f} ms, "
               f"so {predicted * 1e3:.1f} ms predicted (ratio {measured / predicted:.2f})")
-    check(measured > 1.3 * cpu["balanced"][hot], "the skewed router should slow the busiest rank: " + detail)
-    # CPU time of a few ms per run varies with caches and the other rank's work: within a factor of 2
-    check(0.5 < measured / predicted < 2.0, detail)
+    # Against the idle rank of the same run, not the balanced run: in the balanced run both ranks compute at
+    # once, and where they share a core (hyper-threads) or the machine is busy each copy costs up to twice as
+    # much CPU time as when one rank computes alone (seen once: balanced 58.5 ms for 550 copies, skewed
+    # 56.3 ms for 1,024).
+    check(measured > 2.0 * t_fixed, "the skewed router should slow the busiest rank against the idle one: " + detail)
+    # CPU time of a few ms per run varies with caches and the other rank's work (see above): within 2.5x
+    check(0.4 < measured / predicted < 2.5, detail)
 
 
 def test_the_layer_on_a_subgroup_exchanges_only_within_its_group(lab):
