@@ -330,10 +330,10 @@ def _error(lab, what, exc):
     where = ("\n" + "\n".join(frames[-4:])) if frames else ""
     shape = any(words in str(exc) for words in ("shapes cannot be multiplied", "size mismatch", "must match the size"))
     if not frames and shape and "FullyShardedModule" in what:
-        where = ("\n  (no line of your file on its stack: torch raised it, most likely in the backward, on a saved tensor your "
-                 "_unpack gave back in another shape than it was saved in: a saved weight may be a view, such as "
-                 "the transposed weight a Linear saves; rebuild it with regathered[i].as_strided(size, stride, "
-                 "offset))")
+        where = ("\n  (no line of your file on its stack: torch raised it, most likely in the backward, on a "
+                 "saved tensor your _unpack gave back in another shape than it was saved in: a saved weight may be "
+                 "a view, such as the transposed weight a Linear saves; rebuild it with "
+                 "regathered[i].as_strided(size, stride, offset))")
     return {"error": f"{what} raised {type(exc).__name__}: {exc}{where}"}
 
 
