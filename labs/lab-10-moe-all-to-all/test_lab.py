@@ -224,6 +224,18 @@ def _which(shard, whole):
                      None) for one in shard]
 
 
+def _same_storage(layer, full, name):
+    """Whether ``layer``'s tensor ``name`` ("router.weight", "w1", "w2") shares memory with ``full``'s."""
+    def get(module):
+        value = module
+        for part in name.split("."):
+            value = getattr(value, part, None)
+        return value
+    mine, theirs = get(layer), get(full)
+    return torch.is_tensor(mine) and torch.is_tensor(theirs) and \
+        mine.untyped_storage().data_ptr() == theirs.untyped_storage().data_ptr()
+
+
 def _ep_parts(lab, weights, x, up, top_k, cf, device):
     """The layer's forward and backward as two parts: a backward that raises leaves the forward's tests alone."""
     state = {}
@@ -238,9 +250,15 @@ def _ep_parts(lab, weights, x, up, top_k, cf, device):
         with record_traffic() as traffic:
             y = layer(xi, capacity_factor=cf)
         state.update(layer=layer, x=xi, y=y)
-        return {"output": y.detach().cpu(), "w1_shape": tuple(layer.w1.shape), "w1_experts": _which(layer.w1, full.w1),
-                "send_counts": list(layer.send_counts), "recv_counts": list(layer.recv_counts),
-                "dropped": int(layer.dropped), "sent": traffic.bytes_sent, "collectives": traffic.collectives}
+        got = {"output": y.detach().cpu(), "w1_shape": tuple(layer.w1.shape), "w1_experts": _which(layer.w1, full.w1),
+               "send_counts": list(layer.send_counts), "recv_counts": list(layer.recv_counts),
+               "dropped": int(layer.dropped), "sent": traffic.bytes_sent, "collectives": traffic.collectives,
+               "shares": [name for name in ("router.weight", "w1", "w2") if _same_storage(layer, full, name)]}
+        if cf is not None:   # the same layer once more, dropless: its count is this call's, not the last one's
+            with torch.no_grad():
+                layer(x.clone().to(device), capacity_factor=None)
+            got["dropped_then_dropless"] = int(layer.dropped)
+        return got
 
     def backward():
         if not state:
@@ -302,6 +320,12 @@ def _single_checks(lab, rank, world_size, case, device):
         out["none_out"] = received.cpu()
     except Exception as exc:  # noqa: BLE001 - reported by the test: a None read from the input's rows raises here
         out["none_out"] = (type(exc).__name__, str(exc))
+    try:  # an output one row longer than output_split_sizes says: every rank raises (the docstring's ValueError)
+        lab.all_to_all_single(torch.empty(sum(recv_splits) + 1, send.shape[1], dtype=send.dtype, device=device),
+                              send, recv_splits, send_splits)
+        out["rows_error"] = None
+    except Exception as exc:  # noqa: BLE001 - reported by the test, whatever it is
+        out["rows_error"] = (type(exc).__name__, str(exc))
     try:  # a row too many: None cannot mean equal splits; every rank raises before sending anything
         lab.all_to_all_single(torch.empty(world_size + 1, 3, dtype=DTYPE, device=device),
                               torch.zeros(world_size + 1, 3, dtype=DTYPE, device=device))
@@ -749,6 +773,11 @@ def test_all_to_all_single_takes_torchs_argument_order_and_none_means_equal_spli
         check(error is not None and error[0] == "ValueError" and "split_sizes" in error[1],
               f"rank {rank}: all_to_all_single on {world_size + 1} rows with no splits (they cannot be equal) "
               f"raised {error}; expected a ValueError naming input_split_sizes or output_split_sizes")
+        error = result["rows_error"]
+        check(error is not None and error[0] == "ValueError" and "output_split_sizes" in error[1],
+              f"rank {rank}: all_to_all_single into an output one row longer than sum(output_split_sizes) raised "
+              f"{error}; expected a ValueError naming output_split_sizes (the docstring: output must have "
+              "sum(output_split_sizes) rows)")
 
 
 def test_all_to_all_backward_sends_each_gradient_row_back_where_it_came_from(lab):
@@ -822,6 +851,8 @@ def test_each_rank_holds_only_its_experts(lab, world_size):
         shape = (EXPERTS[world_size] // world_size, FFN, HIDDEN)
         check(tuple(got["w1_shape"]) == shape, f"rank {rank}: w1 shard {got['w1_shape']}, expected {shape} "
                                                f"(experts / ep, ffn, hidden)")
+        check(not got["shares"], f"rank {rank}: the layer's {', '.join(got['shares'])} share memory with the full "
+              "MoE's: from_full must copy (.detach().clone()), or training the shard changes the model it came from")
         local = shape[0]
         mine = list(range(rank * local, (rank + 1) * local))
         check(got["w1_experts"] == mine, f"rank {rank}: its w1 holds the experts {got['w1_experts']} of the full "
@@ -876,6 +907,10 @@ def test_capacity_in_the_layer_drops_what_the_rule_drops(lab, world_size):
         expect_close(with_cap["dropped"], dropped[rank], rel=0.0,
                      what=f"rank {rank}: copies dropped with cf {CAPACITY_FACTOR} (capacity {capacity} per expert)")
         expect_close(dropless["dropped"], 0, rel=0.0, what=f"rank {rank}: copies dropped with no capacity")
+        if dropped[rank]:
+            expect_close(with_cap["dropped_then_dropless"], 0, rel=0.0, what=f"rank {rank}: the dropped count of a "
+                         f"dropless call on a layer whose last call (cf {CAPACITY_FACTOR}) dropped {dropped[rank]}: "
+                         "every call sets it, 0 when nothing is dropped")
 
 
 @pytest.mark.points(3)
