@@ -292,6 +292,10 @@ def ledger_on_groups(rank, world_size, lab):
         elif rank == 1:
             dist.recv(torch.empty(4, dtype=torch.float32), src=0)
         out["send"] = dict(ledger.bytes)
+        work = dist.all_reduce(torch.ones(2, dtype=torch.float64), group=tp, async_op=True)
+        out["async_work"] = type(work).__name__
+        if work is not None and callable(getattr(work, "wait", None)):
+            work.wait()
     return out
 
 
@@ -720,6 +724,15 @@ def test_the_ledger_counts_each_tensors_own_element_size_and_blocking_sends(lab)
                      "dist.send of 4 float32 (16 B) from rank 0 to rank 1 added" + (
                          ": 0 - is dist.send wrapped too (start wraps dist.all_reduce, dist.send and dist.isend)?"
                          if rank == 0 and added == 0 else ""))
+
+
+def test_the_ledgers_all_reduce_passes_async_op_on(lab):
+    """Under the Ledger, dist.all_reduce(..., async_op=True) must still return the work to wait on: a
+    wrapper that drops async_op blocks and returns None, and code that overlaps (Lab 09's DDP) breaks."""
+    for rank, result in enumerate(_ledger_on_groups(lab)):
+        check(result["async_work"] not in ("NoneType", None), f"rank {rank}: dist.all_reduce(t, group=tp, "
+              f"async_op=True) under the Ledger returned {result['async_work']}, not a work to wait on: the "
+              "wrapper must pass async_op on to the original and return what it returns")
 
 
 def test_sync_gradients_all_reduces_one_flat_buffer_per_step(lab):
