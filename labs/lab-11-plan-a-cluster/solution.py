@@ -590,7 +590,8 @@ def flops_per_step(run, convention="model"):
 
 
 def collective_time(op, nbytes, group_size, stride, gpu):
-    """Seconds of one ``op`` over a group whose members sit ``stride`` ranks apart, on preset ``gpu``.
+    """Seconds of one ``op`` over a group whose members sit ``stride`` ranks apart, on preset ``gpu``
+    (a name of ``GPUS`` or one of its ``GPU_ALIASES``, as in a run).
 
     ``op``: ``"all_reduce"`` (``nbytes`` each rank holds), ``"reduce_scatter"`` (the full buffer before
     scattering), ``"all_gather"`` (after gathering): the course's network model (Lab 01); or ``"send"``,

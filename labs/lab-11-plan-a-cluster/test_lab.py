@@ -141,6 +141,9 @@ def test_collective_time_of_a_group_of_one_is_free_and_an_unknown_operation_is_n
     expect_close(lab.collective_time("all_reduce", 1e6, 8, 1, "H100-80GB"),
                  EXPECTED("collective_time", "all_reduce", 1e6, 8, 1, "H100-80GB"), rel=1e-9,
                  what="all-reduce over 8 GPUs")
+    expect_close(lab.collective_time("all_reduce", 1e6, 8, 1, "H100"),
+                 EXPECTED("collective_time", "all_reduce", 1e6, 8, 1, "H100-80GB"), rel=1e-9,
+                 what="all-reduce over 8 GPUs named by the alias \"H100\" (GPU_ALIASES, as a run may)")
     expect_close(lab.collective_time("all_gather", 1e7, 1, 1, "A100-80GB"), 0.0, what="a collective of one GPU")
     expect_value_error(lambda: lab.collective_time("broadcast", 1e6, 8, 1, "H100-80GB"), "op", function=lab.collective_time)
 
