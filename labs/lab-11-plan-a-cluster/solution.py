@@ -596,12 +596,21 @@ def collective_time(op, nbytes, group_size, stride, gpu):
     ``op``: ``"all_reduce"`` (``nbytes`` each rank holds), ``"reduce_scatter"`` (the full buffer before
     scattering), ``"all_gather"`` (after gathering): the course's network model (Lab 01); or ``"send"``,
     one message to a neighbour: alpha + n / B over NVLink when the group shares a node, over the NIC
-    when not. A group of 1 costs 0.
+    when not. A group of 1 costs 0. ValueError naming the argument for a bad one (an unknown ``gpu``, a
+    ``group_size`` or ``stride`` below 1, ``nbytes`` negative or not finite).
     """
     # BEGIN SOLUTION
+    # HINT: check the arguments first (ValueError naming each);
     # HINT: members per node from the stride (TP 1, CP tp, DP tp cp, PP tp cp dp); one node: a ring on NVLink;
     # HINT: several: bytes at min(NVLink, m x NIC) (NIC alone for m = 1) plus the tree's latency (all-reduce)
     # HINT: or the ring's (P-1) alphas (reduce-scatter, all-gather).
+    if not isinstance(gpu, str) or GPU_ALIASES.get(gpu, gpu) not in GPUS:
+        raise ValueError(f"gpu must be one of {', '.join(map(repr, GPUS))} (or an alias); got {gpu!r}")
+    for name, value in (("group_size", group_size), ("stride", stride)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    if isinstance(nbytes, bool) or not isinstance(nbytes, numbers.Real) or not math.isfinite(nbytes) or nbytes < 0:
+        raise ValueError(f"nbytes must be a finite number >= 0, got {nbytes!r}")
     return _collective(op, nbytes, group_size, stride, SimpleNamespace(**GPUS[GPU_ALIASES.get(gpu, gpu)]))
     # END SOLUTION
 

@@ -251,13 +251,15 @@ def collective_time(op, nbytes, group_size, stride, gpu):
     ``op``: ``"all_reduce"`` (``nbytes`` each rank holds), ``"reduce_scatter"`` (the full buffer before
     scattering), ``"all_gather"`` (after gathering): the course's network model (Lab 01); or ``"send"``,
     one message to a neighbour: alpha + n / B over NVLink when the group shares a node, over the NIC
-    when not. A group of 1 costs 0.
+    when not. A group of 1 costs 0. ValueError naming the argument for a bad one (an unknown ``gpu``, a
+    ``group_size`` or ``stride`` below 1, ``nbytes`` negative or not finite).
     """
     raise NotImplementedError(
-        "collective_time: not implemented yet. Hint: members per node from the stride (TP 1, "
-        "CP tp, DP tp cp, PP tp cp dp); one node: a ring on NVLink; several: bytes at "
-        "min(NVLink, m x NIC) (NIC alone for m = 1) plus the tree's latency (all-reduce) or "
-        "the ring's (P-1) alphas (reduce-scatter, all-gather)."
+        "collective_time: not implemented yet. Hint: check the arguments first (ValueError "
+        "naming each); members per node from the stride (TP 1, CP tp, DP tp cp, PP tp cp dp);"
+        " one node: a ring on NVLink; several: bytes at min(NVLink, m x NIC) (NIC alone for m"
+        " = 1) plus the tree's latency (all-reduce) or the ring's (P-1) alphas "
+        "(reduce-scatter, all-gather)."
     )
 
 

@@ -93,6 +93,8 @@ def test_flops_model_are_korthikanti_eq7_and_hardware_eq3_eq8_for_gpt_layers(lab
                      rel=1e-9, what="hardware FLOPs with selective recomputation (Eq. 8)")
         expect_close(lab.flops_per_step(dict(run, recompute="none"), "hardware"), eq7(B, 2048, L, h, 51200),
                      rel=1e-9, what="hardware FLOPs without recomputation (= model FLOPs)")
+    expect_value_error(lambda: lab.flops_per_step(dict(run, recompute="full"), "hardwar"), "convention",
+                       function=lab.flops_per_step)
 
 
 def test_flops_count_gqa_swiglu_and_ffn_width_from_the_matrix_shapes(lab):
@@ -146,6 +148,10 @@ def test_collective_time_of_a_group_of_one_is_free_and_an_unknown_operation_is_n
                  what="all-reduce over 8 GPUs named by the alias \"H100\" (GPU_ALIASES, as a run may)")
     expect_close(lab.collective_time("all_gather", 1e7, 1, 1, "A100-80GB"), 0.0, what="a collective of one GPU")
     expect_value_error(lambda: lab.collective_time("broadcast", 1e6, 8, 1, "H100-80GB"), "op", function=lab.collective_time)
+    for args, name in ((("all_reduce", 1e6, 8, 1, "B200"), "gpu"), (("all_reduce", 1e6, 0, 1, "H100-80GB"), "group_size"),
+                       (("all_reduce", 1e6, 8, 0, "H100-80GB"), "stride"), (("all_reduce", -1e6, 8, 1, "H100-80GB"), "nbytes"),
+                       (("all_reduce", float("nan"), 8, 1, "H100-80GB"), "nbytes")):
+        expect_value_error(lambda: lab.collective_time(*args), name, function=lab.collective_time)
 
 
 # -- 3. pipeline stages ---------------------------------------------------------------------------------
@@ -370,13 +376,17 @@ def test_predict_the_step_of_each_plan_and_its_binding_axis(lab, name):
 
 
 OPEN_RUNS = (dict(GPT_175B, gpus=1024, tp=8, pp=16, global_batch=1536, recompute="full", precision="fp16"),
-             dict(LLAMA_405B, gpus=16384, tp=8, pp=16, global_batch=2048, zero_stage=2))
+             dict(LLAMA_405B, gpus=16384, tp=8, pp=16, global_batch=2048, zero_stage=2),
+             # a small model where the largest micro-batch tried, MAX_MICRO_BATCH = 16, is the fastest (r23g)
+             dict(layers=2, hidden=1024, heads=8, seq=512, vocab=32000, gpus=8, gpu="H100", tp=1, pp=1,
+                  global_batch=128))
 
 
 def test_predict_chooses_the_micro_batch_and_interleaving_a_run_leaves_open(lab):
     for run in OPEN_RUNS:
         expect_close(lab.predict(dict(run))["step_time_s"], EXPECTED("predict", run)["step_time_s"], rel=EXACT,
-                     what="the step with micro-batch and v chosen (the shortest that fits)")
+                     what="the step with micro-batch and v chosen (the shortest that fits, of the micro-batches "
+                          "1 to MAX_MICRO_BATCH = 16 that divide a replica's batch, both ends included)")
 
 
 # -- bad plans ---------------------------------------------------------------------------------------
