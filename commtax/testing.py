@@ -392,6 +392,10 @@ def _difference(actual, expected, rel, abs) -> tuple:  # noqa: A002
     if want in ("array", "tensor"):
         if got != want:
             return f"expected a {'numpy array' if want == 'array' else 'torch tensor'}, got {_describe(actual)}", None
+        masks = [str(x.dtype) in ("torch.bool", "bool") for x in (actual, expected)]
+        if masks[0] != masks[1]:   # a mask of 0/1 numbers compares equal to a bool one, value by value
+            return (f"expected a {'numpy array' if want == 'array' else 'torch tensor'} of dtype {expected.dtype}"
+                    f"{' (a mask)' if masks[1] else ''}, got dtype {actual.dtype}"), None
         a = actual.detach().cpu().double().numpy() if want == "tensor" else np.asarray(actual, dtype=float)
         e = expected.detach().cpu().double().numpy() if want == "tensor" else np.asarray(expected, dtype=float)
         if a.shape != e.shape:

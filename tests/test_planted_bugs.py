@@ -449,9 +449,12 @@ def test_a_piece_of_the_predictor_fails_first_in_its_own_test_when_run_with_x(tm
      "(x0.9925 of the expected): b2 split too?"),
     (LAB09, "        finish = max(float(ready), finish) + float(comm)", "        finish = max(float(ready) + float(comm), finish)",
      "test_finish_time_on_hand_checked_timelines", "(x0.7273 = 8/11 of the expected): each all-reduce started at its own"),
-], ids=["lab11_extra_layers_last", "lab12_b2_split", "lab09_links_side_by_side"])
+    (LAB11, "        [b for b in range(1, min(per_replica, MAX_MICRO_BATCH) + 1) if per_replica % b == 0]",
+     "        [b for b in range(1, min(per_replica, MAX_MICRO_BATCH)) if per_replica % b == 0]",
+     "test_predict_chooses_the_micro_batch_and_interleaving_a_run_leaves_open", "both ends included): got 0.0235"),
+], ids=["lab11_extra_layers_last", "lab12_b2_split", "lab09_links_side_by_side", "lab11_micro_batch_16_left_out"])
 def test_a_count_slip_a_reviewer_planted_is_named(tmp_path, lab_dir, old, new, test, named):
-    # Fresh reviewers' plants that failed with numbers only: r23c's 11c and 12a, r23f's 09e.
+    # Fresh reviewers' plants that failed with numbers only (r23c's 11c and 12a, r23f's 09e) or passed (r23g's L11-a).
     lab, broken = _lab_mutant(tmp_path, lab_dir, f"slip_{tmp_path.name}", old, new)
     assert named in _fails(getattr(lab, test), broken)
 
@@ -494,6 +497,26 @@ def test_a_bucket_divided_before_its_all_reduce_finished_is_named(tmp_path):
                       "            future.wait()\n", "-x", "-k", "equal_pytorch_ddp")
     first = run.failure(0)[0]
     assert "is off by no single factor" in first and "before its all-reduce completed" in first, first
+
+
+@pytest.mark.slow   # one lab run each, -x: 10-50 s at load 3 on 2 cores
+@pytest.mark.parametrize("lab_dir,old,new,test,named", [
+    (LAB10, "        self.dropped = int((~keep).sum())\n",
+     "        if capacity is not None:\n            self.dropped = int((~keep).sum())\n",
+     "capacity_in_the_layer", "every call sets it, 0 when nothing is dropped"),
+    (LAB10, "        router.weight = nn.Parameter(moe.router.weight.detach().clone())",
+     "        router.weight = nn.Parameter(moe.router.weight.detach())", "holds_only_its_experts",
+     "router.weight share memory with the full MoE's"),
+    (LAB10, "    if sum(recv_splits) != output.shape[0]:\n", "    if False:\n", "all_to_all_single_takes",
+     "expected a ValueError naming output_split_sizes"),
+    (LAB12, "            return originals[\"all_reduce\"](tensor, op=op, group=group, async_op=async_op)",
+     "            return originals[\"all_reduce\"](tensor, op=op, group=group)", "async_op_on",
+     "not a work to wait on"),
+], ids=["lab10_dropped_stale", "lab10_router_shared", "lab10_output_rows", "lab12_async_dropped"])
+def test_a_promise_a_reviewer_found_untested_is_tested(tmp_path, lab_dir, old, new, test, named):
+    # Fresh reviewer r23g's plants that passed every test and the grader: each breaks a docstring's promise.
+    run = run_planted(tmp_path, lab_dir, old, new, "-x", "-k", test)
+    assert run.outcomes.get("failed") == 1 and named in "\n".join(run.failure(0)[:3]), run.output[-3000:]
 
 
 @pytest.mark.slow   # one 2-rank start-up of Lab 08's jobs each: about 20 s at load 3 on 2 cores

@@ -957,7 +957,8 @@ def expected_held(stage, world_size):
 HELD_HINTS = {"grads": "a full gradient kept where a shard belongs (stage 2 frees p.grad after each reduce-scatter)",
               "optimizer": "the optimizer steps more than this rank's shard?",
               "other": "a buffer kept between steps that the stage does not need (a full flat gradient? the "
-                       "parameters gathered for a backward?)",
+                       "masters' .grad left after the step (gather_parameters frees it)? the parameters gathered "
+                       "for a backward?)",
               "params": "the parameters not sharded (stage 3) or kept twice?"}
 
 

@@ -651,6 +651,8 @@ def _capacity_problem(got, ids, experts, capacity, what):
         return None
     if mismatch(got, expected.double(), abs=float("inf")) is None:  # a tensor of the right shape: which copies
         wrong = (got.bool() != expected).nonzero().tolist()
+        if not wrong:   # the right copies in another dtype than bool
+            return f"{what}: {why} - the right copies, as numbers: return the mask as a bool tensor (it indexes rows)"
         why = f"(token, choice) {wrong[:5]} wrong ({len(wrong)} of {expected.numel()})"
         if capacity is not None:
             kept = [int((ids[got.bool()] == e).sum()) for e in range(experts)]
