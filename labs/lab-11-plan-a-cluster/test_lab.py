@@ -300,8 +300,9 @@ def test_dp_time_zero3_throughput_falls_once_per_gpu_work_is_below_its_collectiv
 
 @pytest.mark.parametrize("name", PLAN_IDS)
 def test_memory_bytes_per_gpu_by_part(lab, name):
+    pipeline = " (of the fullest stage: the first, the second or the last can be)" if PLANS[name]["pp"] > 1 else ""
     expect_close(lab.memory_bytes_per_gpu(dict(PLANS[name])), EXPECTED("memory_bytes_per_gpu", PLANS[name]), rel=EXACT,
-                 what=f"memory per GPU, {name}")
+                 what=f"memory per GPU, {name}{pipeline}")
 
 
 def test_memory_decides_recompute_when_the_run_leaves_it_open(lab):
