@@ -921,7 +921,7 @@ def test_cause_5_processes_under_the_per_process_limit_share_one_cgroup_memory_b
         pytest.skip(f"no cgroup can be made here: {found if isinstance(found, str) else 'not root'}")
     marker = f"commtax-attack-hog-{os.urandom(6).hex()}"
     folder = submission(tmp_path, lab_06_tp_comm_cost=attack("memory_hog.py", marker) + reference(FAST))
-    result = grade(folder, [FAST], lab_timeout=60, limits=Limits(cpu_seconds=120, run_memory=1 * GiB))
+    result = grade(folder, [FAST], lab_timeout=25, limits=Limits(cpu_seconds=120, run_memory=1 * GiB))
     lab = lab_result(result, FAST)
     assert lab.score == 0 < lab.max_score, "8 x 400 MB fitted in a 1 GiB bound for the run"
     assert "a cgroup per lab run" in result.mode, result.mode
