@@ -524,6 +524,30 @@ def test_not_implemented_yet_is_reported_in_one_line(pytester):
     assert "Traceback" not in result.stdout.str()
 
 
+def test_a_long_message_is_shown_once_and_a_starters_failure_costs_no_traceback(pytester):
+    pytester.makeconftest(f"import sys; sys.path.insert(0, {str(os.getcwd())!r})\n"
+                          + open(os.path.join(os.path.dirname(__file__), "..", "conftest.py")).read())
+    pytester.makepyfile(test_twice=textwrap.dedent("""
+        import pytest
+
+        @pytest.mark.parametrize("n", [2, 4])
+        def test_long(n):
+            raise AssertionError(f"rank 0 of {n}: wrong\\nline 2\\nline 3\\nline 4\\nthe last line")
+
+        def test_starter():
+            raise NotImplementedError("f: not implemented yet. Hint: h")
+    """))
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:nbval")
+    result.assert_outcomes(failed=3)
+    out = result.stdout.str()
+    second = out.split("_ test_long[4] _", 1)[1].split("_ test_starter _", 1)[0]
+    assert "(the same error as in test_long[2], shown there in full; raised in test_twice.py:" in second, second
+    assert "line 3" not in second and "the last line" in second
+    assert "line 3" in out.split("_ test_long[2] _", 1)[1].split("_ test_long[4] _", 1)[0]
+    starter = out.split("_ test_starter _", 1)[1].split("short test summary", 1)[0]
+    assert "NotImplementedError: f: not implemented yet. Hint: h" in starter and "def test_starter" not in starter
+
+
 def test_a_deadlocked_test_reports_the_diagnosis_first_and_none_of_the_runners_source(pytester):
     pytester.makeconftest(f"import sys; sys.path.insert(0, {str(os.getcwd())!r})\n"
                           + open(os.path.join(os.path.dirname(__file__), "..", "conftest.py")).read())

@@ -114,6 +114,8 @@ def _rank_line(line: str, rank, lab_dir: Path, function: str, code: str) -> bool
 
 # -- deadlocks: seconds, and the line ------------------------------------------------------------
 
+@pytest.mark.slow   # the whole of Lab 02: 37 s at load 2 on 2 cores; test_launch's planted ring and the
+# dropped-isend lab runs below cover the message and the whole-lab time (suite time: 25 min)
 def test_a_ring_whose_ranks_all_receive_first_fails_the_whole_lab_in_under_a_minute(tmp_path):
     run = run_planted(tmp_path, LAB02,
                       "        _exchange(flat[send_start:send_stop], send_to, received, recv_from, group, add_piece)\n",
@@ -133,6 +135,7 @@ def test_a_ring_whose_ranks_all_receive_first_fails_the_whole_lab_in_under_a_min
     assert len(run.output.splitlines()) < 400, "a page per failure again"
 
 
+@pytest.mark.slow   # 14 s at load 2; test_launch's ring_that_sends_first_with_a_blocking_send gives the same diagnosis
 def test_a_ring_of_blocking_sends_is_told_to_use_isend(tmp_path):
     run = run_planted(tmp_path, LAB02,
                       "        _exchange(flat[send_start:send_stop], send_to, received, recv_from, group, add_piece)\n",
@@ -146,6 +149,7 @@ def test_a_ring_of_blocking_sends_is_told_to_use_isend(tmp_path):
     assert first[3].startswith("hint: every rank is blocked in dist.send()") and "dist.isend" in first[3]
 
 
+@pytest.mark.slow   # 16 s at load 2; test_launch's ring_with_a_wrong_source gives the same diagnosis
 def test_a_ring_that_sends_to_the_wrong_neighbour_is_told_to_check_the_source_rank(tmp_path):
     run = run_planted(tmp_path, LAB02, "global_rank((rank + 1) % size)", "global_rank((rank + 2) % size)",
                       "-k", "ring_all_reduce_equals")
