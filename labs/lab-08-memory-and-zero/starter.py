@@ -296,9 +296,10 @@ class ShardedOptimizer(torch.optim.Optimizer):
 
         Stage 0: all-reduce the flat gradient (the master is the whole
         buffer); stage 1: reduce-scatter the accumulated flat gradient once;
-        stage 2: the shard is already in ``grad_shards[j]`` (use a copy: the
-        caller's ``zero_grad()`` clears it). Then divide by the group's size
-        d. The gradients come from the model's ``p.grad``
+        stage 2: the shard is already in ``grad_shards[j]`` (the tensor
+        itself or a clone: the caller's ``zero_grad()`` clears the shards
+        before the next step's backward either way). Then divide by the
+        group's size d. The gradients come from the model's ``p.grad``
         (:func:`flat_gradient`), a sum over the ranks once reduced.
         """
         raise NotImplementedError(
