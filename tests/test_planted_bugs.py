@@ -256,6 +256,29 @@ def test_an_all_to_all_that_never_waits_on_its_requests_is_told_so_in_seconds(tm
         not in run.output
 
 
+@pytest.mark.slow   # two 2-rank jobs of Lab 10: about 25 s at load 3 on 2 cores
+def test_lab10s_size_hint_follows_a_short_receive_and_not_a_diagnosed_blocking_send(tmp_path):
+    # r23f's 10g: a correct "blocked in send()" diagnosis was followed by the lab's hint about receive sizes.
+    # The 10g plant: a loop of blocking sends before the loop of receives (the isends gone).
+    solution = (LAB10 / "solution.py").read_text()
+    start = solution.index("    for step in range(1, world):")
+    end = solution.index("group=group))\n", solution.index("requests.append(dist.isend(")) + len("group=group))\n")
+    loop = solution[start:end]
+    receives = loop.split("        if send_splits[to]:\n")[0]       # the loop header, to/frm and the irecv
+    sends_first = (receives.splitlines(keepends=True)[0] + "        to = (rank + step) % world\n"
+                   "        if send_splits[to]:\n            dist.send(send[send_at[to]:send_at[to] + send_splits[to]], "
+                   "dst=_global(group, to), group=group)\n" + receives)
+    blocking = run_planted(tmp_path / "send", LAB10, loop, sends_first,
+                           "-x", "-k", "all_to_all_equals_all_to_all_single")
+    assert "every rank is blocked in send()" in blocking.output, blocking.output[-3000:]
+    assert "hint (Lab 10)" not in blocking.output, blocking.output[-3000:]
+    short = run_planted(tmp_path / "short", LAB10, "out[recv_at[frm]:recv_at[frm] + recv_splits[frm]],",
+                        "out[recv_at[frm]:recv_at[frm] + recv_splits[frm] - 1],",
+                        "-x", "-k", "all_to_all_equals_all_to_all_single")
+    assert "hint (Lab 10): when a message and the receive buffer posted for it differ in size" in short.output, \
+        short.output[-3000:]
+
+
 @pytest.mark.slow   # one 2-rank job: about 10 s on a quiet 2-core machine
 def test_a_rank_that_raised_and_left_its_peer_waiting_is_named_first(tmp_path):
     # r23e: rank 1's own slice raised (caught in the test's part, which went on to its barrier) while

@@ -494,7 +494,9 @@ def _results(lab, world_size, backend="gloo"):
     except DistributedRunError as exc:  # a size mismatch kills gloo's ranks with no word about sizes: say it
         first_report = not isinstance(exc, SharedRunFailed)   # the tests that share the run say so in one line
         dropped = any(getattr(f, "dropped", None) for f in getattr(exc, "failures", ()))   # the runner named it
-        aborted = any(sign in str(exc) for sign in ABORT_SIGNS)
+        text = str(exc)
+        diagnosed = "\nhint: " in text   # the runner named the cause (a blocking send, a tag...): this is not it
+        aborted = any(sign in text for sign in ABORT_SIGNS[:2]) or (ABORT_SIGNS[2] in text and not diagnosed)
         if first_report and aborted and not dropped and ABORT_HINT not in getattr(exc, "__notes__", ()):
             exc.add_note(ABORT_HINT)
         raise
