@@ -539,7 +539,12 @@ def test_a_bucket_divided_before_its_all_reduce_finished_is_named(tmp_path):
     (LAB12, "            return originals[\"all_reduce\"](tensor, op=op, group=group, async_op=async_op)",
      "            return originals[\"all_reduce\"](tensor, op=op, group=group)", "async_op_on",
      "not a work to wait on"),
-], ids=["lab10_dropped_stale", "lab10_router_shared", "lab10_output_rows", "lab12_async_dropped"])
+    (LAB10, "        self.send_counts, self.recv_counts = send_splits, recv_splits\n",
+     "        self.send_counts, self.recv_counts = send_splits, recv_splits\n"
+     "        self.send_counts = [0 if j == self.rank else c for j, c in enumerate(send_splits)]\n",
+     "bytes_each_rank", "this rank's own, differs: it counts the copies that stay local too"),
+], ids=["lab10_dropped_stale", "lab10_router_shared", "lab10_output_rows", "lab12_async_dropped",
+        "lab10_send_counts_without_its_own"])   # the last: "its own included", named since r23g found it unnamed
 def test_a_promise_a_reviewer_found_untested_is_tested(tmp_path, lab_dir, old, new, test, named):
     # Fresh reviewer r23g's plants that passed every test and the grader: each breaks a docstring's promise.
     run = run_planted(tmp_path, lab_dir, old, new, "-x", "-k", test)
