@@ -99,8 +99,9 @@ KORTHIKANTI = dict(seq=2048, micro_batch=1, hidden=12288, heads=96)  # GPT-3 175
     (8, True, "selective", 34 / 8),
     (1, False, "selective", 34),
     (8, True, "full", 2 / 8),
+    (8, False, "full", 2),     # plain TP: every rank keeps the whole input (r23h: /t here passed everything)
     (1, False, "full", 2),
-], ids=["none", "tp", "tp+sp", "tp+selective", "tp+sp+selective", "selective", "full-tp8", "full"])
+], ids=["none", "tp", "tp+sp", "tp+selective", "tp+sp+selective", "selective", "full-tp8-sp", "full-tp8", "full"])
 def test_korthikanti_table_2_rows_for_gpt3_175b(lab, tp, sp, recompute, factor):
     got = lab.activation_bytes_per_layer(**KORTHIKANTI, tp=tp, sequence_parallel=sp, recompute=recompute)
     sbh = 2048 * 12288
@@ -111,7 +112,10 @@ def test_korthikanti_table_2_rows_for_gpt3_175b(lab, tp, sp, recompute, factor):
                      "the 10 s b h that plain TP keeps whole divided by t too (that is sequence parallelism)":
                      sbh * (34 / tp + (factor - 10 - 24 / tp)) if not sp and tp > 1 and recompute != "full" else 0,
                      "the layer's input (2 s b h, all full recomputation keeps) not divided by t: sequence parallelism "
-                     "splits it over the t ranks": sbh * 2 if recompute == "full" and sp and tp > 1 else 0}))
+                     "splits it over the t ranks": sbh * 2 if recompute == "full" and sp and tp > 1 else 0,
+                     "the layer's input divided by t without sequence parallelism: plain TP keeps the whole "
+                     "input (2 s b h) on every rank": sbh * 2 / tp if recompute == "full" and not sp and tp > 1
+                     else 0}))
 
 
 def test_gpt3_layer_holds_2_87_gb_of_activations_not_4_mb(lab):
@@ -477,11 +481,14 @@ def _state_checks(lab, rank, world_size):
 
 
 def _subgroup_state(lab, rank, group):
-    """ZeRO-1 on a group of 2 ranks, then consolidate_state_dict(to=0): ``to`` is a rank of the group (global
-    rank 2 is rank 0 of the group {2, 3}); the state on the group's rank 0, as plain data."""
+    """ZeRO-1 on a group of 2 ranks, then consolidate_state_dict(to=1): ``to`` is a rank of the group (global
+    rank 3 is rank 1 of the group {2, 3}); the state on the group's rank 1, as plain data, and on its rank 0
+    whether anything was left there (the whole test suite's other calls say to=0: r23h's plant ignored ``to``)."""
     opt = train_sharded(lab, rank, 1, "adamw", group=group)["_opt"]
-    opt.consolidate_state_dict(to=0)
-    return {"state": _plain(opt.state_dict()) if dist.get_rank(group) == 0 else None}
+    opt.consolidate_state_dict(to=1)
+    if dist.get_rank(group) == 1 and opt.consolidated is not None:
+        return {"state": _plain(opt.state_dict())}
+    return {"state": None, "left_here": opt.consolidated is not None}
 
 
 def train_fully_sharded(lab, rank, group=None, data_rank=None):
@@ -624,7 +631,7 @@ def run_zero(rank, world_size, lab, with_fsdp=True, batches=None, units=None):
                                                lambda: train_sharded(lab, rank, stage, "adamw", group=mine))
         out["subgroup/3"] = _agreed(lab, f"FullyShardedModule({pair})",
                                     lambda: train_fully_sharded(lab, rank, group=mine))
-        out["subgroup/state"] = _agreed(lab, f"consolidate_state_dict(to=0) on {pair}",
+        out["subgroup/state"] = _agreed(lab, f"consolidate_state_dict(to=1) on {pair}",
                                         lambda: _subgroup_state(lab, rank, mine))
     if with_fsdp:
         try:
@@ -1082,11 +1089,18 @@ def test_sharded_optimizer_and_fully_sharded_module_work_on_a_subgroup(lab):
     for rank, r in enumerate(results):
         state = r["subgroup/state"]
         if "error" in state:
-            fail(f"rank {rank}: consolidate_state_dict(to=0) on a group of two: "
+            fail(f"rank {rank}: consolidate_state_dict(to=1) on a group of two: "
                  f"{subgroup_failure(state['error'], _group_of(rank), world=4)}")
-        if rank in (0, 2) and not (isinstance(state.get("state"), dict) and state["state"].get("state")):
-            fail(f"rank {rank} (rank 0 of its group): state_dict() after consolidate_state_dict(to=0) on the "
-                 f"group holds no state: {str(state)[:200]}")
+    for rank, r in enumerate(results):
+        state, other = r["subgroup/state"], results[rank ^ 1]["subgroup/state"]   # rank ^ 1: its partner
+        went_to_0 = " (it went to rank 0 of the group: `to` ignored? gather with group_dst=to)" \
+            if other.get("left_here") else ""
+        if rank in (1, 3) and not (isinstance(state.get("state"), dict) and state["state"].get("state")):
+            fail(f"rank {rank} (rank 1 of its group): after consolidate_state_dict(to=1) on the group it holds no "
+                 f"state{went_to_0}: {str(state)[:200]}")
+        if rank in (0, 2) and state.get("left_here"):
+            fail(f"rank {rank} (rank 0 of its group): consolidate_state_dict(to=1) left a state here, on rank 0 of "
+                 "the group: `to` is the group rank that receives it (gather with group_dst=to); None elsewhere")
     for stage in (0, 1, 2, 3):
         key = f"subgroup/{stage}"
         reference = (lambda g: reference_adam(g)) if stage == 3 else (lambda g: reference_run(g, "adamw"))

@@ -192,10 +192,12 @@ def test_bad_arguments_raise_value_error_naming_them(lab):
     expect_value_error(lambda: lab.bucket_assignment([4, 4], 0), "bucket_cap_bytes", function=lab.bucket_assignment)
     expect_value_error(lambda: lab.bucket_assignment([4, 4], -8), "bucket_cap_bytes", function=lab.bucket_assignment)
     expect_value_error(lambda: lab.bucket_assignment([4, -4], 8), "param_bytes", function=lab.bucket_assignment)
+    expect_value_error(lambda: lab.bucket_assignment([4, -1], 8), "param_bytes", function=lab.bucket_assignment)  # the edge: < 0, not < -1
     expect_value_error(lambda: lab.bucket_assignment([], 8), "param_bytes", function=lab.bucket_assignment)
     expect_value_error(lambda: lab.overlapped_allreduce_finish([2, 1], [1, 1]), "ready_times", function=lab.overlapped_allreduce_finish)       # must not go backwards
     expect_value_error(lambda: lab.overlapped_allreduce_finish([1, 2], [1, -1]), "comm_times", function=lab.overlapped_allreduce_finish)
     expect_value_error(lambda: lab.overlapped_allreduce_finish([1, 2], [1]), ("ready_times", "comm_times"), function=lab.overlapped_allreduce_finish)
+    expect_value_error(lambda: lab.overlapped_allreduce_finish(1.0, [1.0]), "ready_times", function=lab.overlapped_allreduce_finish)    # a number, not a list
 
 
 # -- a real bucketed DDP: gradients, bytes, no_sync -----------------------------------------------------

@@ -71,13 +71,17 @@ def _tokens(world, seed=1, dtype=DTYPE, tokens=TOKENS, hidden=HIDDEN):
 
 
 def _a2a_inputs(world):
-    """Per split matrix: rank i's send tensor, distinct integer values (float64 rows of 3, and int64), from SEED."""
+    """Per split matrix: rank i's send tensor, distinct integer values from SEED: float64 rows of 3, int64
+    scalars, and float32 rows of 2 x 3 (a row is everything past the first dimension: r23h's plant kept
+    only the second)."""
     matrix = SPLITS[world]
     rows = [torch.randint(-10**6, 10**6, (sum(matrix[i]), 3), generator=_stream("a2a rows", world, i)).to(DTYPE)
             for i in range(world)]
     ints = [torch.randint(-10**9, 10**9, (sum(matrix[i]),), generator=_stream("a2a ints", world, i))
             for i in range(world)]
-    return {"rows": rows, "ints": ints}
+    blocks = [torch.randint(-10**6, 10**6, (sum(matrix[i]), 2, 3), generator=_stream("a2a blocks", world, i))
+              .to(torch.float32) for i in range(world)]
+    return {"rows": rows, "ints": ints, "blocks": blocks}
 
 
 EQUAL_ROWS = 2                                  # rows each rank sends each peer in the equal-split case
