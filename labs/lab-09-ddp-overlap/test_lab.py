@@ -954,6 +954,13 @@ def test_measured_exposed_time_is_within_3x_of_the_prediction(lab):
     backward = max(statistics.median(s["backward"] for s in r["compute"]) for r in results)
     ready = [max(statistics.median(max(s["grad_times"][i] for i in bucket) for s in r["compute"]) for r in results)
              for bucket in plan]
+    for rank, r in enumerate(results):   # the link was timed at the sizes the timeline reports
+        got = [record.get("bytes") for record in r["overlapped"][0]["timeline"]]
+        if got != sizes:
+            doubled = len(got) == len(sizes) and all(g == 2 * n for g, n in zip(got, sizes))
+            fail(f"rank {rank}: the timeline's bucket bytes {got}, the plan's {sizes} for this float32 model" +
+                 (": x2, float64 buffers for float32 gradients (a bucket's dtype is its parameters')"
+                  if doubled else ""))
     comm = [max(r["link"][n] for r in results) for n in sizes]
     predicted = max(0.0, _last_finish(ready, comm) - backward)
     fastest = max(0.0, _last_finish(ready, [min(r["link_fastest"][n] for r in results) for n in sizes]) - backward)
