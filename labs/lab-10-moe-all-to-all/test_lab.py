@@ -605,10 +605,14 @@ def test_padded_dispatch_sends_every_remote_buffer_whole(lab):
     # with a capacity and no expert count, one expert per rank: C = ceil(1.0 * 10 * 1 / 2) = 5 slots
     expect_close(lab.dispatch_bytes_per_rank(10, 8, 2, 1, 2, capacity_factor=1.0), 1 * 1 * 5 * 8 * 2.0,
                  what="dispatch_bytes_per_rank(10, 8, ep=2, top_k=1, cf=1.0): experts defaults to ep")
+    expect_close(lab.dispatch_bytes_per_rank(64, 8, 4, 2, 2, experts=8), 3 / 4 * 64 * 2 * 8 * 2,
+                 what="dispatch_bytes_per_rank(64, 8, ep=4, top_k=2, experts=8): experts given, dropless",
+                 hints=_dispatch_hints(4))
 
 
 def test_dispatch_bytes_refuse_bad_input_naming_the_argument(lab):
     for args, kwargs, name in (((10, 8, 0, 1), {}, "ep"), ((10, 8, 2, 3), {"experts": 2}, "top_k"),
+                               ((10, 8, 2, 0), {}, "top_k"),
                                ((10, 0, 2, 1), {}, "hidden"), ((-5, 8, 2, 1), {}, "tokens_per_rank"),
                                ((10, 8, 3, 1), {"experts": 8}, "experts"),
                                ((10, 8, 2, 1), {"capacity_factor": -1.0}, "capacity_factor"),
@@ -686,6 +690,7 @@ def test_capacity_drops_exactly_the_copies_the_rule_drops(lab):
     ids = torch.tensor([[1, 0], [0, 1]])                        # first choices first: token 1's expert 0 wins
     fail_if(_capacity_problem(lab.apply_capacity(ids, 2, 1), ids, 2, 1, f"apply_capacity({ids.tolist()}, 2, 1)"))
     fail_if(_capacity_problem(lab.apply_capacity(ids, 2, None), ids, 2, None, "apply_capacity(ids, 2, None)"))
+    expect_value_error(lambda: lab.apply_capacity(ids, 2, -1), "capacity", function=lab.apply_capacity)
 
 
 # -- part 2: on real ranks -----------------------------------------------------------------------

@@ -283,7 +283,7 @@ def _members(size, stride, per_node):
     """GPUs of a group per node in Megatron's order; an odd group: the largest count that divides it."""
     if stride >= per_node:
         return 1
-    m = min(size, per_node // stride) if per_node % stride == 0 else 1
+    m = min(size, per_node // stride)
     while size % m:
         m -= 1
     return max(m, 1)

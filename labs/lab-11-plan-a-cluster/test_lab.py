@@ -127,11 +127,14 @@ COLLECTIVES = [
     ("all_gather", 3e8, 256, 2, "H100-80GB"),         # ZeRO-3 beside TP 2: 4 GPUs per node
     ("send", 5e7, 8, 64, "H100-80GB"),                # a pipeline send to another node: the NIC
     ("send", 5e7, 2, 1, "A100-80GB"),                 # inside the node: NVLink
+    ("send", 1e6, 3, 4, "H100-80GB"),                 # 3 stages 4 apart: 2 per node does not divide 3, so 1: the NIC
+    ("all_reduce", 1e9, 3, 4, "H100-80GB"),           # DP 3 beside TP 4: 2 per node does not divide 3, so 1
 ]
 
 
 @pytest.mark.parametrize("op,nbytes,size,stride,gpu", COLLECTIVES, ids=[
-    "tp8-ring", "rails-64", "one-per-node", "tree-6-nodes", "rs-tp16", "ag-zero3", "send-nic", "send-nvlink"])
+    "tp8-ring", "rails-64", "one-per-node", "tree-6-nodes", "rs-tp16", "ag-zero3", "send-nic", "send-nvlink",
+    "send-3-stages-4-apart", "dp3-beside-tp4"])
 def test_collective_time_is_the_course_network_model_at_measured_bandwidths(lab, op, nbytes, size, stride, gpu):
     expect_close(lab.collective_time(op, nbytes, size, stride, gpu),
                  EXPECTED("collective_time", op, nbytes, size, stride, gpu), rel=1e-9,
@@ -376,11 +379,27 @@ def test_predict_the_step_of_each_plan_and_its_binding_axis(lab, name):
     check(got["binding"] == want["binding"], f"{name}: binding {got['binding']!r}, expected {want['binding']!r}")
 
 
+#: ring attention over 131,072 tokens on 8 CP ranks: the CP time is the largest exposed (r23h: a binding
+#: axis chosen among TP, PP and DP only passed every plan above)
+CP_BOUND = dict(layers=32, hidden=4096, heads=32, seq=131072, vocab=128256, gpus=64, gpu="H100", tp=8, pp=1, cp=8,
+                global_batch=8, micro_batch=1, recompute="full")
+
+
+def test_predict_names_cp_the_binding_axis_when_ring_attention_exposes_most(lab):
+    want = EXPECTED("predict", dict(CP_BOUND))["binding"]
+    assert want == "cp", f"the reference's binding for this plan moved: {want!r} (choose another plan)"
+    got = lab.predict(dict(CP_BOUND))["binding"]
+    check(got == want, f"binding {got!r} for a plan whose exposed CP time is the largest, expected 'cp': "
+                       "the binding axis is the largest of the exposed TP, CP, PP and DP times")
+
+
 OPEN_RUNS = (dict(GPT_175B, gpus=1024, tp=8, pp=16, global_batch=1536, recompute="full", precision="fp16"),
              dict(LLAMA_405B, gpus=16384, tp=8, pp=16, global_batch=2048, zero_stage=2),
              # a small model where the largest micro-batch tried, MAX_MICRO_BATCH = 16, is the fastest (r23g)
              dict(layers=2, hidden=1024, heads=8, seq=512, vocab=32000, gpus=8, gpu="H100", tp=1, pp=1,
-                  global_batch=128))
+                  global_batch=128),
+             # the fastest micro-batch needs 94 GB of an 80 GB A100: the choice must be one that fits (r23h)
+             dict(GPT_175B, gpus=512, tp=8, pp=8, global_batch=1024, recompute="selective"))
 
 
 def test_predict_chooses_the_micro_batch_and_interleaving_a_run_leaves_open(lab):
@@ -547,7 +566,7 @@ MORE_COLLECTIVES = [("all_reduce", 1e6, 8, 1, "H100-80GB")] + [
     (op, nbytes, size, stride, "H100-80GB") for op in ("all_gather", "reduce_scatter")
     for nbytes, size, stride in ((LLAMA3_CP_GATHERED, 16, 8), (CP_ALL_GATHER_FULL_BYTES, 2, 1))]
 LAYER_RUNS = [LLAMA_8B_ONE_GPU_FP8]
-STEP_RUNS = [dict(LLAMA_405B_V8, recompute="full"), dict(LLAMA_8B_CP2_FULL, precision="fp8"), *OPEN_RUNS]
+STEP_RUNS = [dict(LLAMA_405B_V8, recompute="full"), dict(LLAMA_8B_CP2_FULL, precision="fp8"), *OPEN_RUNS, CP_BOUND]
 PIECE_RUNS = [("predict", CP_ALL_GATHER_FULL), *(("cp_time", run) for run in CP_RING_ACROSS_NODES.values()),
               *(("dp_time", run) for run in HSDP_ZERO2.values()), ("dp_time", ZERO2_GATHER_PER_MICRO_BATCH),
               ("memory_bytes_per_gpu", SECOND_STAGE_FULLEST), ("memory_bytes_per_gpu", ZERO3_GROUPS_OF_TWO),

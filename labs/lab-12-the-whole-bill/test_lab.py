@@ -277,11 +277,14 @@ def ledger_on_groups(rank, world_size, lab):
     """A Ledger given a "tp" and a "dp" group; one all-reduce of 4 float64 on each, then one on a third
     group of the same ranks and one on the default group (neither is an axis): {axis: bytes} then
     ("groups"). Then one all-reduce of 8 float32 (32 B) on tp ("float32": the bytes after it) and a
-    blocking dist.send of 4 float32 (16 B) from rank 0 to rank 1 ("send": the bytes after it)."""
+    blocking dist.send of 4 float32 (16 B) from rank 0 to rank 1 ("send": the bytes after it). Also: the
+    bytes before anything is sent ("fresh"), and an all-reduce called with torch's arguments by position,
+    ``dist.all_reduce(t, op, group)`` ("positional": the bytes after it, the result, or the error)."""
     import torch
     tp, dp, third = (dist.new_group(list(range(world_size))) for _ in range(3))   # same ranks, three objects
     out = {}
     with lab.Ledger({"tp": tp, "dp": dp}) as ledger:
+        out["fresh"] = dict(ledger.bytes)
         for group in (tp, dp, third, None):
             dist.all_reduce(torch.ones(4, dtype=torch.float64), group=group)
         out["groups"] = dict(ledger.bytes)
@@ -296,6 +299,12 @@ def ledger_on_groups(rank, world_size, lab):
         out["async_work"] = type(work).__name__
         if work is not None and callable(getattr(work, "wait", None)):
             work.wait()
+        before, t = dict(ledger.bytes), torch.ones(2, dtype=torch.float64)
+        try:
+            dist.all_reduce(t, dist.ReduceOp.SUM, tp)     # torch's order: tensor, op, group, async_op
+            out["positional"] = {"before": before, "after": dict(ledger.bytes), "result": t.tolist()}
+        except Exception as exc:  # noqa: BLE001 - the test reports it
+            out["positional"] = {"error": f"{type(exc).__name__}: {exc}"}
     return out
 
 
@@ -704,6 +713,29 @@ def test_the_ledger_files_a_group_that_is_no_axis_under_other(lab):
                  "for a group that is none of self.groups (compare with `is`)")
         expect_close(got, expected, rel=0.0, what=f"rank {rank}: ledger.bytes after one 32 B all-reduce on the tp "
                                                   "group, the dp group, a third group and the default group")
+
+
+def test_a_fresh_ledger_has_every_axis_and_other_at_zero(lab):
+    """The docstring: ``ledger.bytes`` has "dp", "tp", "pp" and "other" always, before anything is sent."""
+    for rank, result in enumerate(_ledger_on_groups(lab)):
+        expect_close(result["fresh"], {"dp": 0.0, "tp": 0.0, "pp": 0.0, "other": 0.0}, rel=0.0,
+                     what=f"rank {rank}: ledger.bytes on entering the with block")
+
+
+def test_the_ledgers_all_reduce_takes_torchs_arguments_by_position(lab):
+    """Code under the Ledger calls dist.all_reduce(t, op, group) as torch allows: the wrapper must keep
+    torch's parameter order (tensor, op, group, async_op), or the group lands in op."""
+    for rank, result in enumerate(_ledger_on_groups(lab)):
+        got = result["positional"]
+        if "error" in got:
+            fail(f"rank {rank}: dist.all_reduce(t, dist.ReduceOp.SUM, tp) under the Ledger raised {got['error']}: "
+                 "the wrapper's parameters must be torch's, in torch's order: (tensor, op=..., group=None, "
+                 "async_op=False)")
+        expect_close(got["result"], [2.0, 2.0], rel=0.0, what=f"rank {rank}: the sum of ones over 2 ranks by "
+                     "dist.all_reduce(t, dist.ReduceOp.SUM, tp) under the Ledger")
+        expect_close(got["after"]["tp"] - got["before"]["tp"], 16.0, rel=0.0,
+                     what=f"rank {rank}: the 'tp' bytes dist.all_reduce(t, dist.ReduceOp.SUM, tp) of 16 B added "
+                          "(the group given by position: torch's order is tensor, op, group, async_op)")
 
 
 def _ledger_on_groups(lab):
