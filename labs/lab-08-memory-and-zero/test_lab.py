@@ -175,6 +175,8 @@ def test_bad_arguments_raise_value_error_naming_them(lab):
     expect_value_error(lambda: lab.zero_bytes_per_step(1e9, 8, -1, 4), "zero_stage", function=lab.zero_bytes_per_step)
     expect_value_error(lambda: lab.zero_bytes_per_step(1e9, 8, 2, 0), "microbatches", function=lab.zero_bytes_per_step)
     expect_value_error(lambda: lab.shard_bounds(100, 4, 4), "rank", function=lab.shard_bounds)
+    expect_value_error(lambda: lab.shard_bounds(100, 4, -1), "rank", function=lab.shard_bounds)
+    expect_value_error(lambda: lab.zero_bytes_per_step(0, 8, 2, 4), "n_params", function=lab.zero_bytes_per_step)
 
 
 @pytest.mark.parametrize("numel,world_size", [(10, 4), (545, 2), (545, 4), (1, 3), (1088, 4)])
