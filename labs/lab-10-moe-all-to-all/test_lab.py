@@ -887,7 +887,12 @@ def test_bytes_each_rank_sends_equal_its_routing_times_hidden(lab, world_size, m
     sent = [_routing_counts(ids, keep, experts, world_size) for ids, keep in keeps]   # sent[i][j]
     row = HIDDEN * DTYPE.itemsize
     counts = (world_size - 1) * (experts // world_size) * COUNT_BYTES      # the per-expert counts, int64
+    undropped = [_routing_counts(ids, torch.ones_like(keep), experts, world_size) for ids, keep in keeps]
     for rank, got in enumerate(_parts(lab, world_size, f"{mode} forward")):
+        if cf is not None and got["send_counts"] == undropped[rank] != sent[rank]:
+            fail(f"rank {rank}, {mode}: send_counts {got['send_counts']} count every routed copy, the dropped ones "
+                 f"too; the routing after the capacity says {sent[rank]}: drop the copies apply_capacity rejects "
+                 "before the dispatch (they are neither sent nor computed)")
         own_only = (isinstance(got["send_counts"], list) and len(got["send_counts"]) == world_size and
                     [c for j, c in enumerate(got["send_counts"]) if j != rank] ==
                     [c for j, c in enumerate(sent[rank]) if j != rank])
@@ -922,8 +927,12 @@ def test_capacity_in_the_layer_drops_what_the_rule_drops(lab, world_size):
     capacity = _capacity(TOKENS, EXPERTS[world_size], TOP_K, CAPACITY_FACTOR)
     for rank, (with_cap, dropless) in enumerate(zip(_parts(lab, world_size, "capacity forward"),
                                                     _parts(lab, world_size, "dropless forward"))):
+        tokens_hit = int((~keeps[rank][1]).any(dim=1).sum())     # tokens that lost at least one copy
         expect_close(with_cap["dropped"], dropped[rank], rel=0.0,
-                     what=f"rank {rank}: copies dropped with cf {CAPACITY_FACTOR} (capacity {capacity} per expert)")
+                     what=f"rank {rank}: copies dropped with cf {CAPACITY_FACTOR} (capacity {capacity} per expert)",
+                     hints={tokens_hit / dropped[rank]: f"{tokens_hit} is the tokens that lost a copy: count the "
+                            "copies (a token routed to top_k experts can lose more than one)"}
+                     if dropped[rank] and tokens_hit != dropped[rank] else None)
         expect_close(dropless["dropped"], 0, rel=0.0, what=f"rank {rank}: copies dropped with no capacity")
         if dropped[rank]:
             expect_close(with_cap["dropped_then_dropless"], 0, rel=0.0, what=f"rank {rank}: the dropped count of a "

@@ -539,6 +539,18 @@ def test_memory_bytes_per_gpu_counts_at_most_m_micro_batches_in_flight(lab):
                  what="memory per GPU, 4 micro-batches on 8 stages (min(p - stage, m) in flight)")
 
 
+INTERLEAVED_FIRST_STAGE = dict(LLAMA_405B_V8, recompute="selective")
+
+
+def test_memory_bytes_per_gpu_an_interleaved_stage_holds_whole_chunks_of_layers(lab):
+    # 126 layers + embedding and loss on 16 stages, v = 8: the first stage's 7 layers make chunks of 7/8 of a
+    # layer, which count as whole ones in flight (ceil): that stage is the fullest (r23h: floor gave 0).
+    run = INTERLEAVED_FIRST_STAGE
+    expect_close(lab.memory_bytes_per_gpu(dict(run)), EXPECTED("memory_bytes_per_gpu", run), rel=EXACT,
+                 what="memory per GPU, Llama 3 405B on 16 stages with v = 8 (the first stage: 7 layers in 8 "
+                      "chunks, ceil(7 / 8) = 1 layer per chunk in flight)")
+
+
 #: The configurations the piece tests above price one piece of; here the whole step predict adds up for each.
 #: Their own test, after the pieces': a learner working piece by piece with -x sees the piece's failure first.
 WHOLE_STEPS = {
@@ -550,6 +562,7 @@ WHOLE_STEPS = {
     "GPT 6.7B-like, 30 layers on 8 stages": SECOND_STAGE_FULLEST,
     "GPT 22B, ZeRO-3 HSDP in groups of 2": ZERO3_GROUPS_OF_TWO,
     "GPT-3 on 64 A100s, TP 8 x PP 8, 4 micro-batches": FEWER_MICRO_BATCHES_THAN_STAGES,
+    "Llama 3 405B, 126 layers on 16 stages, v = 8, selective recomputation": INTERLEAVED_FIRST_STAGE,
 }
 
 
@@ -570,4 +583,4 @@ STEP_RUNS = [dict(LLAMA_405B_V8, recompute="full"), dict(LLAMA_8B_CP2_FULL, prec
 PIECE_RUNS = [("predict", CP_ALL_GATHER_FULL), *(("cp_time", run) for run in CP_RING_ACROSS_NODES.values()),
               *(("dp_time", run) for run in HSDP_ZERO2.values()), ("dp_time", ZERO2_GATHER_PER_MICRO_BATCH),
               ("memory_bytes_per_gpu", SECOND_STAGE_FULLEST), ("memory_bytes_per_gpu", ZERO3_GROUPS_OF_TWO),
-              ("memory_bytes_per_gpu", FEWER_MICRO_BATCHES_THAN_STAGES)]
+              ("memory_bytes_per_gpu", FEWER_MICRO_BATCHES_THAN_STAGES), ("memory_bytes_per_gpu", INTERLEAVED_FIRST_STAGE)]
