@@ -556,8 +556,11 @@ def test_expert_capacity_is_the_ceiling_of_cf_times_the_average_load(lab):
              ((12, 8, 2, 0.75), 3, {2 / 3: "2.25 rounded down: the capacity is the ceiling"}),
              ((0, 8, 2, 1.25), 0, {}))
     for args, expected, hints in cases:
-        expect_close(lab.expert_capacity(*args), expected, rel=0.0, what=f"expert_capacity{args}",
-                     hints={**CAPACITY_HINTS, **hints})
+        got = lab.expert_capacity(*args)
+        expect_close(got, expected, rel=0.0, what=f"expert_capacity{args}", hints={**CAPACITY_HINTS, **hints})
+        check(isinstance(got, int) and not isinstance(got, bool), f"expert_capacity{args} returned "
+              f"{type(got).__name__} {got!r}: the docstring says an int (slots: it sizes buffers and is compared "
+              "with counts; math.ceil gives one)")
 
 
 def test_expert_capacity_refuses_bad_input_naming_the_argument(lab):
@@ -691,6 +694,7 @@ def test_capacity_drops_exactly_the_copies_the_rule_drops(lab):
     fail_if(_capacity_problem(lab.apply_capacity(ids, 2, 1), ids, 2, 1, f"apply_capacity({ids.tolist()}, 2, 1)"))
     fail_if(_capacity_problem(lab.apply_capacity(ids, 2, None), ids, 2, None, "apply_capacity(ids, 2, None)"))
     expect_value_error(lambda: lab.apply_capacity(ids, 2, -1), "capacity", function=lab.apply_capacity)
+    expect_value_error(lambda: lab.apply_capacity(ids, 2, 1.5), "capacity", function=lab.apply_capacity)  # slots: an int
 
 
 # -- part 2: on real ranks -----------------------------------------------------------------------
