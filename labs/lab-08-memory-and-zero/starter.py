@@ -77,6 +77,8 @@ def model_state_bytes(n_params, dp, zero_stage, optimizer_bytes_per_param=12, pa
     Stage 0 (plain data parallelism) replicates all of it. Stage 1 divides the
     optimizer state by dp; stage 2 also the gradients; stage 3 also the
     parameters. Exact division (no padding to whole elements): a float.
+    ``optimizer_bytes_per_param`` (K) and ``grad_bytes`` may be 0 (plain SGD
+    keeps no optimizer state); ``param_bytes`` must be > 0.
     """
     raise NotImplementedError(
         "model_state_bytes: not implemented yet. Hint: (param_bytes + grad_bytes + "

@@ -68,6 +68,9 @@ def test_model_state_follows_the_dtypes_it_is_given(lab):
         expect_close(lab.model_state_bytes(1000, 4, stage, 8, 4, 4), float(want),
                      what=f"model_state_bytes(1000, 4, {stage}, 8, 4, 4)")
     expect_close(lab.model_state_bytes(7e9, 1, 0), 16 * 7e9, what="model_state_bytes(7e9, 1, 0): the 16N")
+    # plain SGD keeps no optimizer state: K = 0 is a valid width (the docstring's "finite number >= 0")
+    expect_close(lab.model_state_bytes(1000, 4, 1, 0, 2, 2), 4000.0,
+                 what="model_state_bytes(1000, 4, 1, optimizer_bytes_per_param=0): plain SGD, no state")
     # Megatron's 18 bytes: 2-byte parameters, fp32 (4-byte) gradients. Unequal widths tell the parameters'
     # stage (3) from the gradients' (2): with equal widths a swap of the two would give the same totals.
     for stage, want in enumerate((18_000, 2000 + 4000 + 3000, 2000 + 1000 + 3000, 500 + 1000 + 3000)):
@@ -482,6 +485,14 @@ def _state_checks(lab, rank, world_size):
     return {"state": state, "continued": _flat(model), "loaded": _flat(fresh)}
 
 
+def _sgd_state(lab, rank):
+    """SGD with momentum, stage 1, consolidated on rank 0: its per-element state is 'momentum_buffer', not
+    Adam's moments (r23h's plant knew only Adam's keys)."""
+    opt = train_sharded(lab, rank, 1, "sgd")["_opt"]
+    opt.consolidate_state_dict(to=0)
+    return {"state": _plain(opt.state_dict()) if rank == 0 else None}
+
+
 def _subgroup_state(lab, rank, group):
     """ZeRO-1 on a group of 2 ranks, then consolidate_state_dict(to=1): ``to`` is a rank of the group (global
     rank 3 is rank 1 of the group {2, 3}); the state on the group's rank 1, as plain data, and on its rank 0
@@ -624,6 +635,8 @@ def run_zero(rank, world_size, lab, with_fsdp=True, batches=None, units=None):
                                                   lambda: train_sharded(lab, rank, stage, optimizer))
     out["state"] = _agreed(lab, "consolidate_state_dict / load_state_dict",
                            lambda: _state_checks(lab, rank, world_size))
+    out["state/sgd"] = _agreed(lab, "consolidate_state_dict, SGD with momentum",
+                               lambda: _sgd_state(lab, rank))
     out[3] = _agreed(lab, "FullyShardedModule", lambda: train_fully_sharded(lab, rank))
     if world_size == 4:   # two groups of two ranks, each training its own model on its own data
         groups = [dist.new_group([0, 1]), dist.new_group([2, 3])]
@@ -784,11 +797,31 @@ def test_sharded_optimizer_equals_one_process_training_after_every_step(lab, sta
 def test_consolidated_state_dict_equals_plain_adamws_and_loads_back(lab, world_size):
     results = _zero(lab, world_size, _needs(lab, SHARDED + ("ShardedOptimizer.consolidate_state_dict",)))
     check_consolidated(_part(results, world_size, "state"), world_size)
+    check_consolidated_sgd(_part(results, world_size, "state/sgd"), world_size)
 
 
 def run_state(rank, world_size, lab):
     """Runs on every rank: the consolidate/load part of :func:`run_zero` alone (tests/test_lab08_planted_bugs.py)."""
     return _agreed(lab, "consolidate_state_dict / load_state_dict", lambda: _state_checks(lab, rank, world_size))
+
+
+def check_consolidated_sgd(parts, world_size):
+    """Rank 0's consolidated SGD state: each momentum buffer whole, in its parameter's shape, as plain SGD's."""
+    got, want = parts[0]["state"], reference_run(range(world_size), "sgd")["state"]
+    if got is None:
+        fail("rank 0: state_dict() gave None after consolidate_state_dict(to=0), SGD with momentum")
+    problem = _numbering_problem(got, want)
+    if problem:
+        fail(f"SGD with momentum: {problem}")
+    for index, state in want["state"].items():
+        for key, value in state.items():
+            mine = got["state"].get(index, {}).get(key)
+            if torch.is_tensor(value) and torch.is_tensor(mine) and mine.shape != value.shape:
+                fail(f"SGD with momentum: state[{index}][{key!r}] has shape {tuple(mine.shape)}, plain SGD's "
+                     f"{tuple(value.shape)}: every per-element state tensor (any key whose tensor has the "
+                     "parameter's shape, not only Adam's exp_avg/exp_avg_sq) is gathered and cut back per parameter")
+            expect_close(mine, value, rel=1e-9, abs=1e-12,
+                         what=f"SGD with momentum: state[{index}][{key!r}] (parameter {index})")
 
 
 def check_consolidated(parts, world_size):

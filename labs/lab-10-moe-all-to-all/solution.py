@@ -296,9 +296,10 @@ class MoE(nn.Module):
 class ExpertParallelMoE(nn.Module):
     """The experts of an ``MoE`` sharded over the ranks of ``group``; the router replicated.
 
-    After each forward, for the tests and for you: ``send_counts`` (list: routed
-    copies this rank sent to each rank, its own included), ``recv_counts``
-    (copies it received from each rank) and ``dropped`` (copies the capacity
+    After each forward, for the tests and for you, as plain Python numbers:
+    ``send_counts`` (a list of ints: routed copies this rank sent to each
+    rank, its own included), ``recv_counts`` (a list of ints: copies it
+    received from each rank) and ``dropped`` (an int: copies the capacity
     dropped on this rank).
     """
 

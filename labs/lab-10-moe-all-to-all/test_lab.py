@@ -256,7 +256,8 @@ def _ep_parts(lab, weights, x, up, top_k, cf, device):
         state.update(layer=layer, x=xi, y=y)
         got = {"output": y.detach().cpu(), "w1_shape": tuple(layer.w1.shape), "w1_experts": _which(layer.w1, full.w1),
                "send_counts": list(layer.send_counts), "recv_counts": list(layer.recv_counts),
-               "dropped": int(layer.dropped), "sent": traffic.bytes_sent, "collectives": traffic.collectives,
+               "dropped": int(layer.dropped), "count_types": [type(getattr(layer, name)).__name__ for name in
+                                                              ("send_counts", "recv_counts", "dropped")], "sent": traffic.bytes_sent, "collectives": traffic.collectives,
                "shares": [name for name in ("router.weight", "w1", "w2") if _same_storage(layer, full, name)]}
         if cf is not None:   # the same layer once more, dropless: its count is this call's, not the last one's
             with torch.no_grad():
@@ -893,6 +894,9 @@ def test_bytes_each_rank_sends_equal_its_routing_times_hidden(lab, world_size, m
     counts = (world_size - 1) * (experts // world_size) * COUNT_BYTES      # the per-expert counts, int64
     undropped = [_routing_counts(ids, torch.ones_like(keep), experts, world_size) for ids, keep in keeps]
     for rank, got in enumerate(_parts(lab, world_size, f"{mode} forward")):
+        check(got["count_types"] == ["list", "list", "int"], f"rank {rank}, {mode}: send_counts, recv_counts and "
+              f"dropped are {', '.join(got['count_types'])}; the docstring says lists of ints and an int (.tolist(), "
+              "int(...)): plain numbers a caller can print, compare and send as they are")
         if cf is not None and got["send_counts"] == undropped[rank] != sent[rank]:
             fail(f"rank {rank}, {mode}: send_counts {got['send_counts']} count every routed copy, the dropped ones "
                  f"too; the routing after the capacity says {sent[rank]}: drop the copies apply_capacity rejects "

@@ -551,6 +551,32 @@ def test_memory_bytes_per_gpu_an_interleaved_stage_holds_whole_chunks_of_layers(
                       "chunks, ceil(7 / 8) = 1 layer per chunk in flight)")
 
 
+_SMALL = dict(layers=32, hidden=4096, heads=32, seq=4096, vocab=128256, gpu="H100", pp=1, micro_batch=1)
+#: A convention of the README each, in the one piece it changes, on a plan where it matters (r23h planted
+#: each of these slips; every other plan of the tests priced them the same).
+CONVENTIONS = {
+    "fp8 at TP 2 without SP: the saved activations are whole on every TP rank, not divided by t":
+        ("memory_bytes_per_gpu", dict(_SMALL, gpus=8, tp=2, global_batch=64, precision="fp8",
+                                      sequence_parallel=False, recompute="none")),
+    "ZeRO-3 with one data-parallel rank gathers nothing: no gather buffers":
+        ("memory_bytes_per_gpu", dict(_SMALL, gpus=8, tp=8, global_batch=64, zero_stage=3)),
+    "HSDP's replicas of one shard sit t x g ranks apart (their all-reduce crosses nodes)":
+        ("dp_time", dict(_SMALL, gpus=16, tp=1, global_batch=64, zero_stage=3, shard_group=8,
+                         hsdp_allreduce="micro_batch", recompute="full")),
+    "CP's all-gather carries at least one KV head per TP rank (4 KV heads over TP 8)":
+        ("cp_time", dict(_SMALL, seq=65536, gpus=64, tp=8, cp=8, kv_heads=4, global_batch=8, cp_comm="all_gather")),
+    "DeepSpeed's share of the bandwidth applies to the HSDP replicas' all-reduce too":
+        ("dp_time", dict(_SMALL, gpus=32, tp=1, global_batch=64, zero_stage=3, shard_group=8, dp_impl="deepspeed",
+                         recompute="full")),
+}
+
+
+@pytest.mark.parametrize("name", list(CONVENTIONS))
+def test_each_convention_the_readme_states_changes_its_piece_where_it_matters(lab, name):
+    piece, run = CONVENTIONS[name]
+    expect_close(getattr(lab, piece)(dict(run)), EXPECTED(piece, run), rel=EXACT, what=f"{piece}: {name}")
+
+
 #: The configurations the piece tests above price one piece of; here the whole step predict adds up for each.
 #: Their own test, after the pieces': a learner working piece by piece with -x sees the piece's failure first.
 WHOLE_STEPS = {
@@ -583,4 +609,5 @@ STEP_RUNS = [dict(LLAMA_405B_V8, recompute="full"), dict(LLAMA_8B_CP2_FULL, prec
 PIECE_RUNS = [("predict", CP_ALL_GATHER_FULL), *(("cp_time", run) for run in CP_RING_ACROSS_NODES.values()),
               *(("dp_time", run) for run in HSDP_ZERO2.values()), ("dp_time", ZERO2_GATHER_PER_MICRO_BATCH),
               ("memory_bytes_per_gpu", SECOND_STAGE_FULLEST), ("memory_bytes_per_gpu", ZERO3_GROUPS_OF_TWO),
-              ("memory_bytes_per_gpu", FEWER_MICRO_BATCHES_THAN_STAGES), ("memory_bytes_per_gpu", INTERLEAVED_FIRST_STAGE)]
+              ("memory_bytes_per_gpu", FEWER_MICRO_BATCHES_THAN_STAGES), ("memory_bytes_per_gpu", INTERLEAVED_FIRST_STAGE),
+              *CONVENTIONS.values()]

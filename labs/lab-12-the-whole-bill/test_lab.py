@@ -477,6 +477,11 @@ def test_predicted_bytes_of_the_capstone_plan_equal_the_bill_worked_by_hand(lab)
     = 32768. PP: 4 mb x 2 (1/2) x 2048 = 8192. DP: 2(1/2) x 2144 x 8 = 17152 (per rank per step)."""
     expect_close(lab.predicted_bytes_per_step(4, 16, 2, 8, 4, 2, 2, 2), {"dp": 17152, "tp": 32768, "pp": 8192},
                  what="predicted_bytes_per_step for 2 x 2 x 2, by hand")
+    # The same plan in bf16 (dtype_bytes=2): every byte a quarter. The lab trains in float64, so only this
+    # call tells a prediction that multiplies by 8 from one that uses dtype_bytes (r23h's plant).
+    expect_close(lab.predicted_bytes_per_step(4, 16, 2, 8, 4, 2, 2, 2, dtype_bytes=2),
+                 {"dp": 4288, "tp": 8192, "pp": 2048}, what="predicted_bytes_per_step for 2 x 2 x 2 with "
+                 "dtype_bytes=2, by hand", causes=known_ratios(dtype_bytes=(2, 8)))
 
 
 def one_f_one_b_rule(stage, stages, microbatches):
