@@ -486,6 +486,52 @@ def test_a_count_slip_a_reviewer_planted_is_named(tmp_path, lab_dir, old, new, t
     assert named in _fails(getattr(lab, test), broken)
 
 
+R23H = "test_each_convention_the_readme_states_changes_its_piece_where_it_matters"
+SEND_3_4 = ("send", 1e6, 3, 4, "H100-80GB")
+DP3_TP4 = ("all_reduce", 1e9, 3, 4, "H100-80GB")
+
+
+@pytest.mark.parametrize("lab_dir,old,new,test,args,named", [
+    (LAB11, 'exposed = {"tp": tp_s, "cp": cp_s, "pp"', 'exposed = {"tp": tp_s, "pp"',
+     "test_predict_names_cp_the_binding_axis_when_ring_attention_exposes_most", (), "binding 'tp' for a plan"),
+    (LAB11, "inside = stride < gpu.gpus_per_node and m > 1", "inside = stride < gpu.gpus_per_node",
+     "test_collective_time_is_the_course_network_model_at_measured_bandwidths", SEND_3_4, "3 GPUs at stride 4"),
+    (LAB11, "    while size % m:\n        m -= 1\n", "",
+     "test_collective_time_is_the_course_network_model_at_measured_bandwidths", DP3_TP4, "3 GPUs at stride 4"),
+    (LAB11, 'key = (not result["fits"], result', "key = (False, result",
+     "test_predict_chooses_the_micro_batch_and_interleaving_a_run_leaves_open", (), "got 26.3658"),
+    (LAB11, "in_flight = math.ceil(layers[stage] / v) *", "in_flight = layers[stage] // v *",
+     "test_memory_bytes_per_gpu_an_interleaved_stage_holds_whole_chunks_of_layers", (), "ceil(7 / 8) = 1"),
+    (LAB11, 'stored -= 7 * sbh / (t if sp else 1)', 'stored -= 7 * sbh / t', R23H, ('fp8 at TP 2 without SP: the saved activations are whole on every TP rank, not divided by t',),
+     "['activations']"),
+    (LAB11, 'if z == 3 and g > 1 else 0.0)', 'if z == 3 else 0.0)', R23H, ('ZeRO-3 with one data-parallel rank gathers nothing: no gather buffers',),
+     "['buffers']: got 100689920"),
+    (LAB11, 'n_params / g * gb, r, t * g, gpu)', 'n_params / g * gb, r, t, gpu)', R23H, ("HSDP's replicas of one shard sit t x g ranks apart (their all-reduce crosses nodes)",),
+     "['added']"),
+    (LAB11, 'max(1, cfg["kv_heads"] // t)', '(cfg["kv_heads"] // t)', R23H, ("CP's all-gather carries at least one KV head per TP rank (4 KV heads over TP 8)",),
+     'at least one KV head'),
+    (LAB11, 'n_params / g * gb, r, t * g, gpu)', 'n_params / g * gb, r, t * g, base)', R23H, ("DeepSpeed's share of the bandwidth applies to the HSDP replicas' all-reduce too",),
+     "['added']"),
+    (LAB12, "    act = micro_batch * seq * hidden * dtype_bytes\n", "    act = micro_batch * seq * hidden * 8\n",
+     "test_predicted_bytes_of_the_capstone_plan_equal_the_bill_worked_by_hand", (), "dtype_bytes ignored"),
+    (LAB08, "return 2.0 * sbh / (t if sequence_parallel else 1)", "return 2.0 * sbh / t",
+     "test_korthikanti_table_2_rows_for_gpt3_175b", (8, False, "full", 2), "plain TP keeps the whole input"),
+    (LAB08, "not 0 <= value < float(\"inf\")", "not 0 < value < float(\"inf\")",
+     "test_model_state_follows_the_dtypes_it_is_given", (), "optimizer_bytes_per_param must be"),
+    (LAB10, "    return int(math.ceil(round(", "    return float(math.ceil(round(",
+     "test_expert_capacity_is_the_ceiling_of_cf_times_the_average_load", (), "the docstring says an int"),
+], ids=["lab11_binding_without_cp", "lab11_send_ignores_members", "lab11_members_not_a_divisor",
+        "lab11_choice_that_does_not_fit", "lab11_interleaved_floor", "lab11_fp8_saving_over_t", "lab11_zero3_dp1_buffers",
+        "lab11_hsdp_replica_stride", "lab11_cp_gather_no_kv_floor", "lab11_deepspeed_share_base", "lab12_bf16_ignored",
+        "lab08_full_recompute_over_t", "lab08_k_zero_refused", "lab10_capacity_float"])
+def test_a_pure_function_slip_round_8_found_passing_fails_naming_it(tmp_path, lab_dir, old, new, test, args, named):
+    # Fresh reviewer r23h's plants (s34) that passed every visible test; each one-line diff is its own.
+    lab, broken = _lab_mutant(tmp_path, lab_dir, f"r23h_{tmp_path.name}", old, new)
+    with pytest.raises((pytest.fail.Exception, Exception)) as info:   # a failed check, or the learner's ValueError
+        getattr(lab, test)(broken, *args)
+    assert named in str(info.value), str(info.value)
+
+
 def test_a_bubble_that_ignores_the_virtual_stages_is_named(tmp_path):
     # Fresh reviewer r23e's m4 (Lab 11): the interleaved schedule's bubble without its 1/v failed with a bare "x3".
     lab, broken = _lab_mutant(tmp_path, LAB11, "bubble_without_v", "    return (p - 1) / (v * m) * m * stage_s, sends\n",
