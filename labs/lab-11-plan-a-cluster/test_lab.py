@@ -569,6 +569,9 @@ CONVENTIONS = {
                          hsdp_allreduce="micro_batch", recompute="full")),
     "CP's all-gather carries at least one KV head per TP rank (4 KV heads over TP 8)":
         ("cp_time", dict(_SMALL, seq=65536, gpus=64, tp=8, cp=8, kv_heads=4, global_batch=8, cp_comm="all_gather")),
+    "with tp_overlap the TP time hides behind the layer's linear GEMMs, forward and backward (TP 16 across "
+    "two nodes: more communication than the GEMMs hide)":
+        ("tp_time", dict(LLAMA_8B, gpus=16, tp=16, pp=1, global_batch=2, micro_batch=1, tp_overlap=True)),
     "DeepSpeed's share of the bandwidth applies to the HSDP replicas' all-reduce too":
         ("dp_time", dict(_SMALL, gpus=32, tp=1, global_batch=64, zero_stage=3, shard_group=8, dp_impl="deepspeed",
                          recompute="full")),
