@@ -299,7 +299,16 @@ def _a2a_checks(lab, rank, world_size, case, device):
         with record_traffic() as traffic:
             got = lab.all_to_all(send, send_splits, recv_splits)
         out[name] = {"got": got.cpu() if isinstance(got, torch.Tensor) else got, "bytes_sent": traffic.bytes_sent,
-                     "collectives": traffic.collectives}
+                     "collectives": traffic.collectives,
+                     "empty_messages": sum(1 for m in traffic.messages if m[3] == 0)}
+    # One row more than send_splits sum to (the docstring's ValueError; a sum below the rows moves nothing
+    # wrong on the wire, so a missing check cannot hang the run): every rank calls it alike.
+    send = case["a2a"]["rows"][rank].to(device)
+    try:
+        lab.all_to_all(torch.cat([send, send[:1]]), send_splits, recv_splits)
+        out["extra_row"] = "returned"
+    except Exception as exc:  # noqa: BLE001 - the test says what it expected
+        out["extra_row"] = f"{type(exc).__name__}: {exc}"
     return out
 
 
@@ -740,6 +749,9 @@ def test_all_to_all_equals_all_to_all_single_with_uneven_and_empty_splits(lab, w
             fail_if(_a2a_problem(result[name]["got"], expected, tensors[rank],
                                  f"rank {rank}, {name}, splits {matrix}: all_to_all's result",
                                  slice(start, start + matrix[rank][rank])))
+        check(result["extra_row"].startswith("ValueError"), f"rank {rank}: all_to_all of a tensor one row longer "
+              f"than send_splits {matrix[rank]} sum to: {result['extra_row']}; expected a ValueError (the docstring: "
+              "ValueError if the splits do not fit)")
 
 
 @pytest.mark.parametrize("world_size", [2, 4])
@@ -756,6 +768,9 @@ def test_all_to_all_uses_point_to_point_only_and_sends_each_row_once(lab, world_
                 if off_rank and matrix[rank][rank] else {}
             expect_close(entry["bytes_sent"], off_rank * row, rel=0.0, hints=hints,
                          what=f"rank {rank}, {name}: bytes sent (its off-rank rows, {off_rank} x {row} B)")
+            check(entry["empty_messages"] == 0, f"rank {rank}, {name}: {entry['empty_messages']} sends or receives "
+                  f"of 0 rows (splits {matrix}): an empty split sends nothing (the docstring), and each message "
+                  "costs a latency: skip it")
 
 
 @pytest.mark.points(2)

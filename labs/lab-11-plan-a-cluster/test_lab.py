@@ -572,6 +572,8 @@ CONVENTIONS = {
     "with tp_overlap the TP time hides behind the layer's linear GEMMs, forward and backward (TP 16 across "
     "two nodes: more communication than the GEMMs hide)":
         ("tp_time", dict(LLAMA_8B, gpus=16, tp=16, pp=1, global_batch=2, micro_batch=1, tp_overlap=True)),
+    "a pipeline's stages sit tp x cp x dp ranks apart (TP 2 x DP 4: a send crosses nodes, over the NIC)":
+        ("pipeline_time", dict(LLAMA_8B, gpus=16, tp=2, pp=2, global_batch=32, micro_batch=1)),
     "DeepSpeed's share of the bandwidth applies to the HSDP replicas' all-reduce too":
         ("dp_time", dict(_SMALL, gpus=32, tp=1, global_batch=64, zero_stage=3, shard_group=8, dp_impl="deepspeed",
                          recompute="full")),

@@ -496,7 +496,7 @@ def one_f_one_b_rule(stage, stages, microbatches):
 
 
 @pytest.mark.points(2)
-@pytest.mark.parametrize("stages,microbatches", [(1, 3), (2, 1), (2, 4), (3, 2), (4, 4), (4, 6)])
+@pytest.mark.parametrize("stages,microbatches", [(1, 3), (2, 1), (2, 4), (3, 2), (4, 4), (4, 6), (4, 2)])
 def test_one_f_one_b_order_is_the_1f1b_rule_on_every_stage(lab, stages, microbatches):
     """Each stage's ops by the 1F1B rule (as Lesson 06's simulator runs it): min(p - s - 1, m) warm-up
     forwards, then one forward and one backward in turn, then the remaining backwards."""
