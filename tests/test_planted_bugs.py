@@ -520,12 +520,23 @@ DP3_TP4 = ("all_reduce", 1e9, 3, 4, "H100-80GB")
      "test_model_state_follows_the_dtypes_it_is_given", (), "optimizer_bytes_per_param must be"),
     (LAB10, "    return int(math.ceil(round(", "    return float(math.ceil(round(",
      "test_expert_capacity_is_the_ceiling_of_cf_times_the_average_load", (), "the docstring says an int"),
+    # round 9 (r23i)
+    (LAB11, 'p, cfg["tp"] * cfg["cp"] * cfg["dp"], gpu)', 'p, cfg["tp"] * cfg["cp"], gpu)', R23H,
+     ("a pipeline's stages sit tp x cp x dp ranks apart (TP 2 x DP 4: a send crosses nodes, over the NIC)",),
+     "['sends']"),
+    (LAB11, '/ (cfg["shard_group"] if cfg["zero_stage"] >= 1 else 1)', '/ (cfg["dp"] if cfg["zero_stage"] >= 1 else 1)',
+     R23H, ("ZeRO shards the optimizer over its group g = dp x cp (CP 4 x DP 4): the optimizer step reads and writes "
+            "N / g of the parameters, not N / dp",), "['step_time_s']"),
+    (LAB12, "warmup = min(stages - stage - 1, microbatches)", "warmup = stages - stage - 1",
+     "test_one_f_one_b_order_is_the_1f1b_rule_on_every_stage", (4, 2), "3 forwards before the first backward"),
 ], ids=["lab11_binding_without_cp", "lab11_send_ignores_members", "lab11_members_not_a_divisor",
         "lab11_choice_that_does_not_fit", "lab11_interleaved_floor", "lab11_fp8_saving_over_t", "lab11_zero3_dp1_buffers",
         "lab11_hsdp_replica_stride", "lab11_cp_gather_no_kv_floor", "lab11_deepspeed_share_base", "lab12_bf16_ignored",
-        "lab08_full_recompute_over_t", "lab08_k_zero_refused", "lab10_capacity_float"])
-def test_a_pure_function_slip_round_8_found_passing_fails_naming_it(tmp_path, lab_dir, old, new, test, args, named):
-    # Fresh reviewer r23h's plants (s34) that passed every visible test; each one-line diff is its own.
+        "lab08_full_recompute_over_t", "lab08_k_zero_refused", "lab10_capacity_float",
+        "lab11_pp_send_stride_without_dp", "lab11_optimizer_shard_over_dp", "lab12_warmup_without_min"])
+def test_a_pure_function_slip_rounds_8_and_9_found_passing_fails_naming_it(tmp_path, lab_dir, old, new, test, args,
+                                                                           named):
+    # Fresh reviewers r23h's and r23i's plants (s34) that passed every visible test; each diff is theirs.
     lab, broken = _lab_mutant(tmp_path, lab_dir, f"r23h_{tmp_path.name}", old, new)
     with pytest.raises((pytest.fail.Exception, Exception)) as info:   # a failed check, or the learner's ValueError
         getattr(lab, test)(broken, *args)

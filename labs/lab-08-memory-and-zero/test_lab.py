@@ -953,6 +953,11 @@ def check_ledger(runs, world_size, stage, n_padded):
                 hint = (" - the embedding's backward needs only the token ids: gather a unit again only when its "
                         "backward asks for a saved parameter (_unpack), and once per unit's backward, not once per "
                         "saved tensor (keep what _unpack gathered until the unit's backward is done)")
+            if stage == 3 and prefix == "all_gather" and m * UNITS * STEPS < got < count:
+                missing = (count - got) // (m * STEPS)
+                hint = (f" - {missing} unit(s) a micro-batch gathered nothing for the backward: every parameter "
+                        "autograd saves must be packed as a reference (_pack) and gathered again (_unpack), "
+                        "whatever its shape (a LayerNorm's 1-D weight too)")
             if stage == 2 and prefix == "reduce_scatter" and got == STEPS:
                 hint = " - one per step: stage 2 must reduce-scatter after every micro-batch's backward"
             if stage == 0 and got == 0 and _calls(collectives, "reduce_scatter"):

@@ -309,6 +309,14 @@ def _a2a_checks(lab, rank, world_size, case, device):
         out["extra_row"] = "returned"
     except Exception as exc:  # noqa: BLE001 - the test says what it expected
         out["extra_row"] = f"{type(exc).__name__}: {exc}"
+    # A rank expecting one row more from itself than it sends itself (the peers' splits agree, so nothing
+    # on the wire differs): the docstring's ValueError, not a broadcast slice assignment.
+    expects = [n + (j == rank) for j, n in enumerate(recv_splits)]
+    try:
+        lab.all_to_all(send, send_splits, expects)
+        out["own_split"] = "returned"
+    except Exception as exc:  # noqa: BLE001 - the test says what it expected
+        out["own_split"] = f"{type(exc).__name__}: {exc}"
     return out
 
 
@@ -752,6 +760,9 @@ def test_all_to_all_equals_all_to_all_single_with_uneven_and_empty_splits(lab, w
         check(result["extra_row"].startswith("ValueError"), f"rank {rank}: all_to_all of a tensor one row longer "
               f"than send_splits {matrix[rank]} sum to: {result['extra_row']}; expected a ValueError (the docstring: "
               "ValueError if the splits do not fit)")
+        check(result["own_split"].startswith("ValueError"), f"rank {rank}: all_to_all whose recv_splits expect one row "
+              f"more from this rank itself than its send_splits {matrix[rank]} send it: {result['own_split']}; "
+              "expected a ValueError (the docstring: ValueError if the splits do not fit)")
 
 
 @pytest.mark.parametrize("world_size", [2, 4])
