@@ -77,6 +77,25 @@ def test_lab_11_reference_agrees_with_the_course_predictor_piece_by_piece():
         assert lab.dp_time(fixed)["bytes"] == pytest.approx(ours["dp_bytes"])
 
 
+def test_lab_11_collective_time_agrees_with_the_course_network_model_on_every_group():
+    """Every op, group size and stride of a grid, odd ones included (3, 5, 6, 12, 24...): the lab's
+    reference and commtax give the same time, or both raise. They disagreed on strides that do not
+    divide a node (members per node: 1 in the lab, 8 // stride in commtax) until a reviewer's plant."""
+    lab = load_lab(Path(__file__).resolve().parents[1] / "labs" / "lab-11-plan-a-cluster", "solution")
+    for op in ("all_reduce", "reduce_scatter", "all_gather", "send"):
+        for size in (1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48, 64, 128):
+            for stride in (1, 2, 3, 4, 6, 8, 12, 16, 24, 64):
+                for gpu in P.GPUS:
+                    args = (op, 1e7, size, stride, gpu)
+                    try:
+                        ours = P.collective_time(*args)
+                    except ValueError:
+                        with pytest.raises(ValueError):
+                            lab.collective_time(*args)
+                        continue
+                    assert lab.collective_time(*args) == pytest.approx(ours, rel=1e-12), args
+
+
 def test_roofline_matches_a_guides_ccr_and_lesson_04s_thresholds():
     assert R.dp_intensity(2048, 10**9) == pytest.approx(3072, rel=1e-6)          # GPT-3 at batch 1
     assert R.ridge_point(1979e12, 900e9) == pytest.approx(R.ridge_point(989e12, 450e9), rel=1e-3)
