@@ -327,8 +327,8 @@ def test_memory_decides_recompute_when_the_run_leaves_it_open(lab):
 # -- 10. the step -----------------------------------------------------------------------------------------
 
 _SMALL = dict(layers=32, hidden=4096, heads=32, seq=4096, vocab=128256, gpu="H100", pp=1, micro_batch=1)
-#: A convention of the README each, in the one piece it changes, on a plan where it matters (r23h planted
-#: each of these slips; every other plan of the tests priced them the same).
+#: A convention of the README each, in the one piece it changes, on a plan where it matters (fresh reviewers
+#: r23h and r23i, and the mutation benchmark, found each slip passing: every other plan priced it the same).
 CONVENTIONS = {
     "fp8 at TP 2 without SP: the saved activations are whole on every TP rank, not divided by t":
         ("memory_bytes_per_gpu", dict(_SMALL, gpus=8, tp=2, global_batch=64, precision="fp8",
