@@ -269,6 +269,28 @@ def test_a_rank_that_raises_while_its_peer_waits_fails_fast_with_its_traceback()
     assert "_rank.py" not in message  # from the worker inward: none of the runner's frames
 
 
+
+def test_a_raise_in_an_earlier_part_is_named_under_the_connection_error_it_caused():
+    # r23i's 10 x3: each rank's all_to_all raised (caught in the test's part, which went on), one rank
+    # aborted in gloo and its peer's next barrier read "Connection reset by peer": the headline showed
+    # only that, and the learner's RuntimeError came 20 lines lower, under "last output of rank 1".
+    from commtax.ranks._failures import RankFailure
+    from commtax.ranks._report import RAISED_EARLIER, describe
+
+    reset = "RuntimeError: [pair.cc:537] Read error [127.0.0.1]:51348: Connection reset by peer"
+    ours = "starter.py:190: RuntimeError: expand(torch.FloatTensor{[2, 2, 3]}, size=[2, 2])"
+    output = (f"{RAISED_EARLIER}{ours} (a peer left waiting for this rank is waiting because of it)\n"
+              f"{RAISED_EARLIER}_requests.py:181: {reset} (a peer left waiting ...)\n")
+    failures = [RankFailure(1, "raised", f"raised {reset}", 3.3, when=1.0, output=output),
+                RankFailure(0, "exited", "was killed by SIGABRT", 3.3, when=2.0)]
+    headline = describe(lambda: None, 2, "gloo", 30, failures).split("\n\n")[0].splitlines()
+    assert headline[0].endswith(f"rank 1 raised {reset}"), headline
+    assert headline[2] == f"    but first it raised, at {ours}: the error above is because of that", headline
+    # the same exception, caught in a part and raised again, is not named twice
+    again = [RankFailure(1, "raised", "raised ValueError: rank 1 gave up", 1.0, when=1.0,
+                         output=f"{RAISED_EARLIER}starter.py:9: ValueError: rank 1 gave up (a peer ...)\n")]
+    assert "but first" not in describe(lambda: None, 2, "gloo", 30, again)
+
 def test_an_exception_reported_as_data_keeps_the_learners_frames_and_drops_the_runners():
     # Lab tests that catch a rank's exception to report it as data use learner_traceback.
     from commtax.ranks._frames import where

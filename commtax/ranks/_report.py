@@ -28,12 +28,12 @@ MAX_RANK_LINES = 16  # ranks listed by line in the headline; the rest are summed
 RAISED_EARLIER = "this rank's code raised in a part of the test's job, at "
 
 
-def _raised_earlier(failure) -> str:
+def _raised_earlier(failure, what="the wait above") -> str:
     said = [line for line in failure.output.splitlines() if RAISED_EARLIER in line]
     if not said:
         return ""
     text = said[0].split(RAISED_EARLIER, 1)[1].split(" (a peer left waiting", 1)[0]
-    return f"\n    but first it raised, at {text[:300]}: the wait above is because of that"
+    return f"\n    but first it raised, at {text[:300]}: {what} is because of that"
 
 
 def _rank_line(failure, quotes, call=None, frames=None) -> str:
@@ -52,8 +52,14 @@ def _headline_ranks(failures, world_size, quotes) -> list[str]:
                 if line not in lines:  # a loop drops one request per peer, all from the same line
                     lines.append(line)
     elif first.how == "raised":
-        if first.frames:
-            lines.append(f"  rank {first.rank}: {_rank_line(first, quotes)}")
+        # A rank that raised in an earlier part of the job went on, and its next collective may
+        # then fail on a peer's abort ("Connection reset by peer"): the earlier raise is the cause.
+        earlier = _raised_earlier(first, "the error above")
+        if earlier and first.summary.split(": ", 1)[-1][:80] in earlier:
+            earlier = ""  # it is the exception the headline already shows
+        if first.frames or earlier:
+            spot = _rank_line(first, quotes) if first.frames else "(no line of your code on its stack)"
+            lines.append(f"  rank {first.rank}: {spot}{earlier}")
     elif first.how in ("stuck", "exited"):
         ledger = p2p_ledger(failures) if len(failures) == world_size else None
         for failure in failures:
