@@ -12,6 +12,7 @@ Pure functions, no ranks. Tests call the lab with plain dicts and compare what c
 """
 
 import math
+import numbers
 import statistics
 from pathlib import Path
 
@@ -172,6 +173,9 @@ def test_stage_layers_split_evenly_and_give_the_extra_layers_to_the_first_stages
              "rule gives them to the first L mod p stages: [13, 13, 12, ...]")
     expect_close(got, [13, 13] + [12] * 6, what="98 layers on 8 stages, even")
     expect_close(lab.stage_layers(dict(GPT_175B, gpus=8, tp=8, pp=1, global_batch=8)), [96], what="no pipeline")
+    # Without a pipeline the split has no first and last stage to take the embedding and the loss from.
+    expect_close(lab.stage_layers(dict(GPT_175B, gpus=8, tp=8, pp=1, global_batch=8, pipeline_split="embedding_and_loss")),
+                 [96], what="no pipeline, embedding_and_loss split (one stage holds every layer)")
 
 
 LLAMA_405B_V8 = dict(LLAMA_405B, gpus=8192, tp=8, pp=16, global_batch=2048, micro_batch=1, zero_stage=2, vpp=8)
@@ -182,6 +186,15 @@ def test_stage_layers_126_layers_interleave_on_16_stages_with_one_less_on_the_fi
     run = dict(LLAMA_405B_V8)
     expect_close(lab.stage_layers(run), [7] + [8] * 14 + [7],
                  what="Llama 3 405B's 126 layers on 16 stages (the embedding and the loss take a slot each)")
+
+
+def test_stage_layers_are_whole_numbers(lab):
+    # (L + 2) / p gives the right counts as floats (31.0) when p divides L + 2: a layer is not divisible.
+    for run in (dict(LLAMA_405B_V8), dict(GPT_175B, layers=98, gpus=64, tp=8, pp=8, global_batch=64, pipeline_split="even")):
+        got = lab.stage_layers(run)
+        if not isinstance(got, (list, tuple)) or not all(isinstance(n, numbers.Integral) and not isinstance(n, bool) for n in got):
+            fail(f"stage_layers({run['layers']} layers on {run['pp']} stages) returned {got!r}: a list of integers "
+                 "(layers are whole; use // where / gives a float)")
 
 
 # -- 4-6. a layer: compute, TP, CP -----------------------------------------------------------------------
