@@ -4,9 +4,7 @@ Lesson 07's byte formulas, the network model, and Lab 11's reference."""
 
 import dataclasses
 import json
-import importlib.util
 import math
-import random
 import statistics
 from pathlib import Path
 
@@ -24,13 +22,6 @@ from commtax.labs import load_lab
 PUBLISHED = P.read_published(P.PUBLIC_RUNS)
 LLAMA70 = P.MODELS["Llama-2 70B"]
 LAB_11 = Path(__file__).resolve().parents[1] / "labs" / "lab-11-plan-a-cluster"
-
-
-def load_module(path):
-    spec = importlib.util.spec_from_file_location(f"_test_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_flop_counts_are_narayanan_eq3_and_korthikanti_eq7_eq8():
@@ -106,53 +97,38 @@ def test_lab_11_collective_time_agrees_with_the_course_network_model_on_every_gr
                     assert lab.collective_time(*args) == pytest.approx(ours, rel=1e-12), args
 
 
-def _random_plans(n, seed):
-    """``n`` plans drawn over every key a run may have (models, GPUs, every axis, ZeRO, HSDP, FP8,
-    interleaving, splits, overlaps); those ``P.normalize`` refuses are skipped and counted."""
-    rng = random.Random(seed)
-    pick = rng.choice
-    plans, refused = [], 0
-    while len(plans) < n:
-        t, p, c, d = pick((1, 2, 4, 8, 16)), pick((1, 2, 3, 4, 8, 16)), pick((1, 1, 2, 4)), pick((1, 2, 3, 4, 8, 16, 32))
-        mb = pick((None, 1, 2, 4))
-        run = dict(P.MODELS[pick(sorted(P.MODELS))], gpu=pick(sorted(P.GPUS)), tp=t, pp=p, cp=c, dp=d,
-                   gpus=t * p * c * d, global_batch=d * (mb or 1) * pick((1, 2, 3, 8, 16, 64)), micro_batch=mb,
-                   vpp=pick((None, None, 2, 3)), recompute=pick((None, "none", "selective", "full")),
-                   zero_stage=pick((0, 1, 2, 3)), precision=pick(("bf16", "bf16", "fp16", "fp8")),
-                   shard_group=pick((None, None, 2, 4, 8)), hsdp_allreduce=pick(P.HSDP_ALLREDUCE),
-                   param_gather=pick(("step", "step", "micro_batch")), cp_comm=pick(("p2p", "all_gather")),
-                   dp_impl=pick(("megatron", "megatron", "deepspeed")), sequence_parallel=pick((None, True, False)),
-                   tp_overlap=pick((False, True)), overlap_grad_reduce=pick((None, True, False)),
-                   overlap_p2p=pick((None, True, False)), fused_attention=pick((None, True, False)),
-                   pipeline_split=pick((None, "even", "embedding_and_loss")))
-        try:
-            P.normalize(dict(run))
-        except ValueError:
-            refused += 1
-            continue
-        plans.append(run)
-    return plans, refused
-
-
 def test_lab_11_reference_agrees_with_the_course_predictor_on_400_random_plans():
-    """Every piece and the prediction of 400 plans drawn over every key (seeded): the lab's reference and
-    commtax agree to 1e-9, and refuse the same plans. The lab's tests compare learners with commtax on
-    about 40 chosen plans; a convention the two references price differently on a plan no test uses
-    (as ``_members`` did on odd strides) shows up here first."""
+    """Every piece and the prediction of 400 plans drawn over every key (``P.draw_plans``): the lab's
+    reference and commtax agree to 1e-9. The lab's tests compare learners with commtax on the plans
+    they name and on a drawn sweep; a convention the two references price differently on a plan none
+    of those uses (as ``_members`` did on odd strides) shows up here first."""
     lab = load_lab(LAB_11, "solution")
-    expected = load_module(LAB_11 / "expected.py")
-    plans, refused = _random_plans(400, seed=11)
-    assert refused > 0   # the draw does reach plans the course refuses
-    for run in plans:
-        ours = expected.reference(dict(run))
-        for piece, value in ours.items():
-            theirs = getattr(lab, piece)(dict(run))
-            assert theirs == pytest.approx(value, rel=1e-9, abs=1e-15), (piece, run)
-        got, want = lab.predict(dict(run)), expected.predict(dict(run))
+    for run in P.draw_plans(400, seed=11):
+        for piece, value in P.lab_pieces(dict(run)).items():
+            assert getattr(lab, piece)(dict(run)) == pytest.approx(value, rel=1e-9, abs=1e-15), (piece, run)
+        got, want = lab.predict(dict(run)), P.predict(dict(run))
         assert got["binding"] == want["binding"], run
         for key in P.RETURNED[:-1]:
             assert got[key] == pytest.approx(want[key], rel=1e-9), (key, run)
 
+
+def test_drawn_plans_reach_every_kind_of_plan_and_only_plans_the_course_prices():
+    plans = P.draw_plans(400, seed=11)
+    assert plans == P.draw_plans(400, seed=11) and plans != P.draw_plans(400, seed=12)
+    cfgs = [P.normalize(dict(run)) for run in plans]
+    for what, count in {"ZeRO-3": sum(c["zero_stage"] == 3 for c in cfgs), "FP8": sum(c["precision"] == "fp8" for c in cfgs),
+                        "HSDP": sum(c["shard_group"] != c["dp"] * c["cp"] for c in cfgs),
+                        "interleaved": sum(c["vpp"] > 1 for c in cfgs), "CP": sum(c["cp"] > 1 for c in cfgs),
+                        "odd DP": sum(c["dp"] % 2 == 1 < c["dp"] for c in cfgs), "DeepSpeed": sum(c["dp_impl"] == "deepspeed" for c in cfgs),
+                        "embedding_and_loss": sum(c["pipeline_split"] == "embedding_and_loss" for c in cfgs)}.items():
+        assert count >= 20, (what, count)
+    with pytest.raises(ValueError, match="n must be"):
+        P.draw_plans(-1, seed=0)
+
+
+def test_lab_11s_sweep_plans_are_the_draw_its_tests_name():
+    # The lab's test header says draw_plans(60, seed=2311): the file the release ships must be that draw.
+    assert json.loads((LAB_11 / "sweep_plans.json").read_text()) == P.draw_plans(60, seed=2311)
 
 def test_roofline_matches_a_guides_ccr_and_lesson_04s_thresholds():
     assert R.dp_intensity(2048, 10**9) == pytest.approx(3072, rel=1e-6)          # GPT-3 at batch 1

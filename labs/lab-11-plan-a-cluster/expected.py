@@ -15,18 +15,7 @@ from commtax.recorded import lab_test_data
 
 def reference(run):
     """The reference's pieces for a run priced as given (micro_batch, vpp 1 and recompute "none" if None)."""
-    cfg = P.normalize(dict(run))
-    recompute = cfg["recompute"] or "none"
-    layer = P.layer_compute(cfg, recompute)
-    stage = max(P.stage_seconds(cfg, recompute))
-    dp = P.dp_time(cfg, recompute, layer["matmul"] + layer["elementwise"], stage)
-    pipe = P.pipeline_time(cfg, stage)
-    return dict(layer_time=dict(matmul=layer["matmul"], elementwise=layer["elementwise"]),
-                tp_time=P.tp_time(cfg, recompute, gemm_s=layer["gemm"]), cp_time=P.cp_time(cfg, recompute),
-                pipeline_time=dict(bubble=pipe["bubble"], sends=pipe["sends"]),
-                dp_time=dict(added=dp["added"], comm=dp["comm"],
-                             bytes=P.dp_bytes_per_step(cfg) if cfg["dp"] * cfg["cp"] > 1 else 0.0),
-                memory_bytes_per_gpu=P.memory_parts(cfg, recompute))
+    return P.lab_pieces(run)
 
 
 def predict(run):
@@ -76,3 +65,6 @@ def cases():
     for piece, run in t.PIECE_RUNS:
         yield piece, (run,)
         yield "predict", (run,)
+    for run in t.SWEEP:
+        for piece in t.SWEEP_PIECES:
+            yield piece, (run,)

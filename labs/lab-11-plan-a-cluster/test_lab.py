@@ -11,6 +11,7 @@ Pure functions, no ranks. Tests call the lab with plain dicts and compare what c
 ``--tb=short``. Each test name starts with the piece it grades.
 """
 
+import json
 import math
 import numbers
 import statistics
@@ -32,6 +33,7 @@ EXACT = 1e-6              # pieces equal the reference's conventions
 
 GPT = dict(vocab=51200, seq=2048, gpu="A100-80GB")
 GPT_175B = dict(GPT, layers=96, hidden=12288, heads=96)
+GPT_1_7B = dict(GPT, layers=24, hidden=2304, heads=24)
 LLAMA_8B = dict(layers=32, hidden=4096, heads=32, kv_heads=8, ffn_hidden=14336, swiglu=True, vocab=128256,
                 seq=8192, gpu="H100-80GB")
 LLAMA_405B = dict(layers=126, hidden=16384, heads=128, kv_heads=8, ffn_hidden=53248, swiglu=True, vocab=128256,
@@ -155,6 +157,13 @@ def test_collective_time_of_a_group_of_one_is_free_and_an_unknown_operation_is_n
     expect_close(aliased, EXPECTED("collective_time", "all_reduce", 1e6, 8, 1, "H100-80GB"), rel=1e-9,
                  what="all-reduce over 8 GPUs named by the alias \"H100\" (GPU_ALIASES, as a run may)")
     expect_close(lab.collective_time("all_gather", 1e7, 1, 1, "A100-80GB"), 0.0, what="a collective of one GPU")
+    try:
+        empty = lab.collective_time("all_reduce", 0, 16, 1, "H100-80GB")
+    except ValueError as exc:
+        fail(f'collective_time("all_reduce", 0, 16, 1, "H100-80GB") raised ValueError: {exc}: 0 bytes is a valid '
+             "size (the docstring refuses only negative or non-finite nbytes); it costs the latency alone")
+    expect_close(empty, EXPECTED("collective_time", "all_reduce", 0, 16, 1, "H100-80GB"), rel=1e-9,
+                 what="an all-reduce of 0 bytes over 16 GPUs (the latency alone)")
     expect_value_error(lambda: lab.collective_time("broadcast", 1e6, 8, 1, "H100-80GB"), "op", function=lab.collective_time)
     for args, name in ((("all_reduce", 1e6, 8, 1, "B200"), "gpu"), (("all_reduce", 1e6, 0, 1, "H100-80GB"), "group_size"),
                        (("all_reduce", 1e6, 8, 0, "H100-80GB"), "stride"), (("all_reduce", -1e6, 8, 1, "H100-80GB"), "nbytes"),
@@ -365,10 +374,20 @@ CONVENTIONS = {
     "DeepSpeed's share of the bandwidth applies to the HSDP replicas' all-reduce too":
         ("dp_time", dict(_SMALL, gpus=32, tp=1, global_batch=64, zero_stage=3, shard_group=8, dp_impl="deepspeed",
                          recompute="full")),
+    "the exposed last bucket is 40M parameters or N if fewer (GPT 1.7B on TP 8 x PP 8: 39M on the fullest stage)":
+        ("dp_time", dict(GPT_1_7B, gpus=512, tp=8, pp=8, global_batch=64, micro_batch=1)),
+    "with tp_overlap and full recomputation the recomputed forward's GEMMs hide TP time too (TP 16 across "
+    "two nodes)":
+        ("tp_time", dict(LLAMA_8B, gpus=16, tp=16, pp=1, global_batch=2, micro_batch=1, tp_overlap=True,
+                         recompute="full")),
+    "an interleaved stage hides each send behind half of one chunk, t_stage / v / 2 (a toy model whose "
+    "sends outlast its chunks: one layer of hidden 64 each)":
+        ("pipeline_time", dict(layers=32, hidden=64, heads=1, seq=32, vocab=256, gpu="H100-80GB", gpus=64, tp=1,
+                               pp=8, vpp=4, global_batch=64, micro_batch=1)),
 }
 
 
-@pytest.mark.parametrize("name", list(CONVENTIONS))
+@pytest.mark.parametrize("name", list(CONVENTIONS), ids=[n.split(" (")[0][:100] for n in CONVENTIONS])
 def test_each_convention_the_readme_states_changes_its_piece_where_it_matters(lab, name):
     piece, run = CONVENTIONS[name]
     expect_close(getattr(lab, piece)(dict(run)), EXPECTED(piece, run), rel=EXACT, what=f"{piece}: {name}")
@@ -625,9 +644,42 @@ def test_predict_the_whole_step_of_each_configuration_a_piece_test_prices(lab, n
     expect_same_step(lab, WHOLE_STEPS[name], name)
 
 
+
+# -- a sweep: every piece on plans drawn over every key --------------------------------------------------
+
+#: 60 plans drawn over every key a run may have: ``commtax.formulas.predict.draw_plans(60, seed=2311)``,
+#: written out for the release (a course test checks they are that draw). Each test above isolates a
+#: convention on a plan chosen for it; a convention none of them isolates still changes a piece on
+#: some of these (three reviewers' plants in a row passed every chosen plan).
+SWEEP = json.loads((HERE / "sweep_plans.json").read_text())
+SWEEP_PIECES = ("layer_time", "tp_time", "cp_time", "pipeline_time", "dp_time", "memory_bytes_per_gpu", "predict")
+MODEL_KEYS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "swiglu", "seq", "vocab")
+
+
+def _plan_text(run):
+    """A drawn plan in one line: its model's shape, then every key it sets (None: the default)."""
+    shape = ", ".join(f"{k} {run[k]}" for k in MODEL_KEYS if k in run)
+    keys = ", ".join(f"{k}={run[k]!r}" for k in run if k not in MODEL_KEYS and run[k] is not None)
+    return f"{shape}; {keys}"
+
+
+@pytest.mark.parametrize("piece", SWEEP_PIECES)
+def test_every_piece_agrees_with_the_reference_on_60_plans_drawn_over_every_key(lab, piece):
+    for i, run in enumerate(SWEEP, start=1):
+        got, want = getattr(lab, piece)(dict(run)), EXPECTED(piece, run)
+        what = (f"{piece} on drawn plan {i} of {len(SWEEP)} (sweep_plans.json; the tests above pass? then a "
+                f"convention of the README they do not isolate is priced differently here: check each rule "
+                f"this plan's keys bring in): {_plan_text(run)}\n ")
+        if piece == "predict":
+            check(isinstance(got, dict) and set(RETURNED) <= set(got), f"{what}predict returned {got!r}")
+            expect_close({k: got[k] for k in RETURNED}, {k: want[k] for k in RETURNED}, rel=EXACT, what=what)
+            check(got["binding"] == want["binding"], f"{what}binding {got['binding']!r}, expected {want['binding']!r}")
+        else:
+            expect_close(got, want, rel=EXACT, what=what)
+
 # -- what expected.py records for the release (every input above that asks EXPECTED) -----------------------
 
-MORE_COLLECTIVES = [("all_reduce", 1e6, 8, 1, "H100-80GB")] + [
+MORE_COLLECTIVES = [("all_reduce", 1e6, 8, 1, "H100-80GB"), ("all_reduce", 0, 16, 1, "H100-80GB")] + [
     (op, nbytes, size, stride, "H100-80GB") for op in ("all_gather", "reduce_scatter")
     for nbytes, size, stride in ((LLAMA3_CP_GATHERED, 16, 8), (CP_ALL_GATHER_FULL_BYTES, 2, 1))]
 LAYER_RUNS = [LLAMA_8B_ONE_GPU_FP8]
