@@ -669,11 +669,11 @@ def test_every_piece_agrees_with_the_reference_on_60_plans_drawn_over_every_key(
         got, want = getattr(lab, piece)(dict(run)), EXPECTED(piece, run)
         what = (f"{piece} on drawn plan {i} of {len(SWEEP)} (sweep_plans.json; the tests above pass? then a "
                 f"convention of the README they do not isolate is priced differently here: check each rule "
-                f"this plan's keys bring in): {_plan_text(run)}\n ")
+                f"this plan's keys bring in; a key it leaves out takes its default): {_plan_text(run)}")
         if piece == "predict":
-            check(isinstance(got, dict) and set(RETURNED) <= set(got), f"{what}predict returned {got!r}")
+            check(isinstance(got, dict) and set(P.RETURNED) <= set(got), f"{what}: predict returned {got!r}")
             expect_close({k: got[k] for k in RETURNED}, {k: want[k] for k in RETURNED}, rel=EXACT, what=what)
-            check(got["binding"] == want["binding"], f"{what}binding {got['binding']!r}, expected {want['binding']!r}")
+            check(got["binding"] == want["binding"], f"{what}: binding {got['binding']!r}, expected {want['binding']!r}")
         else:
             expect_close(got, want, rel=EXACT, what=what)
 
