@@ -677,6 +677,7 @@ def test_every_piece_agrees_with_the_reference_on_60_plans_drawn_over_every_key(
         else:
             expect_close(got, want, rel=EXACT, what=what)
 
+
 # -- what expected.py records for the release (every input above that asks EXPECTED) -----------------------
 
 MORE_COLLECTIVES = [("all_reduce", 1e6, 8, 1, "H100-80GB"), ("all_reduce", 0, 16, 1, "H100-80GB")] + [
