@@ -500,14 +500,14 @@ def _collective_time(op, nbytes, group_size, stride, gpu) -> float:
     :func:`placed_members` says how many share a node. Priced with the course's network model at
     the preset's measured bandwidths.
     """
+    if op != "send" and op not in COLLECTIVES:   # before the group of one: a bad op is named whatever the size
+        raise ValueError(f"op must be one of {', '.join(COLLECTIVES)} or 'send'; got {op!r}")
     if group_size == 1:
         return 0.0
     if op == "send":
         inside = stride < gpu.gpus_per_node and placed_members(group_size, stride, gpu.gpus_per_node) > 1
         alpha, bw = (gpu.nvlink_alpha, gpu.nvlink_bandwidth) if inside else (gpu.nic_alpha, gpu.nic_bandwidth)
         return alpha + nbytes / bw
-    if op not in COLLECTIVES:
-        raise ValueError(f"op must be one of {', '.join(COLLECTIVES)} or 'send'; got {op!r}")
     m = placed_members(group_size, stride, gpu.gpus_per_node)
     return COLLECTIVES[op](nbytes, group_size, m, gpu.nvlink_alpha, gpu.nvlink_bandwidth, gpu.nic_alpha,
                            gpu.nic_bandwidth)

@@ -290,6 +290,8 @@ def _members(size, stride, per_node):
 
 
 def _collective(op, nbytes, size, stride, gpu):
+    if op not in ("all_reduce", "reduce_scatter", "all_gather", "send"):   # named whatever the group's size
+        raise ValueError(f"op must be all_reduce, reduce_scatter, all_gather or send; got {op!r}")
     if size == 1:
         return 0.0
     m = _members(size, stride, gpu.gpus_per_node)
@@ -298,9 +300,7 @@ def _collective(op, nbytes, size, stride, gpu):
         if inside:
             return gpu.nvlink_alpha + nbytes / gpu.nvlink_bandwidth
         return gpu.nic_alpha + nbytes / gpu.nic_bandwidth
-    steps = {"all_reduce": 2, "reduce_scatter": 1, "all_gather": 1}.get(op)
-    if steps is None:
-        raise ValueError(f"op must be all_reduce, reduce_scatter, all_gather or send; got {op!r}")
+    steps = {"all_reduce": 2, "reduce_scatter": 1, "all_gather": 1}[op]
     nodes = size // m
     if nodes == 1:
         return steps * ((size - 1) * gpu.nvlink_alpha + (size - 1) / size * nbytes / gpu.nvlink_bandwidth)
