@@ -291,6 +291,31 @@ def test_a_raise_in_an_earlier_part_is_named_under_the_connection_error_it_cause
                          output=f"{RAISED_EARLIER}starter.py:9: ValueError: rank 1 gave up (a peer ...)\n")]
     assert "but first" not in describe(lambda: None, 2, "gloo", 30, again)
 
+
+def test_a_rank_gloo_aborted_for_a_short_buffer_is_named_before_the_peers_that_lost_it():
+    # r23k's Lab 12 c (a float32 gradient buffer for float64 data): ranks 4-7 raised "Connection reset
+    # by peer" a moment before the watcher saw rank 0's SIGABRT, and a bystander took the headline.
+    from commtax.ranks._failures import RankFailure
+    from commtax.ranks._report import causes_first, describe
+
+    abort = ("terminate called after throwing an instance of 'gloo::EnforceNotMet'\n  what():  [enforce fail at "
+             "pair.cc:456] op.preamble.length <= op.nbytes. 2048 vs 1024. Received data size doesn't match")
+    failures = [RankFailure(7, "raised", "raised RuntimeError: [pair.cc:537] Read error: Connection reset by peer", 7.8,
+                            when=1.0),
+                RankFailure(0, "exited", "was killed by SIGABRT", 7.8, when=2.0, output=abort),
+                RankFailure(5, "stopped", "was still running 2 s after rank 7 failed", 9.8, when=3.0)]
+    causes_first(failures)
+    assert [f.rank for f in failures] == [0, 7, 5]
+    headline = describe(lambda: None, 8, "gloo", 30, failures).splitlines()[0]
+    assert headline.endswith("rank 0 was killed by SIGABRT: gloo aborted it, a message of 2048 bytes arrived for a "
+                             "receive buffer of 1024 bytes (check the buffer's shape and dtype against what its peer "
+                             "sends)"), headline
+    # with no other cause, a lost connection keeps its place
+    alone = [RankFailure(1, "raised", "raised RuntimeError: Connection reset by peer", 1.0, when=1.0),
+             RankFailure(0, "stopped", "was still running", 3.0, when=2.0)]
+    causes_first(alone)
+    assert [f.rank for f in alone] == [1, 0]
+
 def test_an_exception_reported_as_data_keeps_the_learners_frames_and_drops_the_runners():
     # Lab tests that catch a rank's exception to report it as data use learner_traceback.
     from commtax.ranks._frames import where

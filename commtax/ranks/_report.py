@@ -18,6 +18,8 @@ the run's :class:`commtax.ranks._quotes.Quotes`.
 
 from __future__ import annotations
 
+import re
+
 from commtax.ranks._diagnose import diagnose, p2p_ledger, waits_for
 from commtax.ranks._frames import frames_of, learner_frame, shown_dump, where
 
@@ -35,6 +37,33 @@ def _raised_earlier(failure, what="the wait above") -> str:
     text = said[0].split(RAISED_EARLIER, 1)[1].split(" (a peer left waiting", 1)[0]
     return f"\n    but first it raised, at {text[:300]}: {what} is because of that"
 
+
+# What a rank raises when a peer's process is gone: a consequence, never the cause.
+PEER_GONE = ("Connection reset by peer", "Connection closed by peer")
+# gloo's abort when a message is longer than the buffer posted for it (pair.cc's enforce).
+_SIZE_ABORT = re.compile(r"op\.preamble\.length <= op\.nbytes\. (\d+) vs (\d+)")
+
+
+def _peer_gone(failure) -> bool:
+    return failure.how == "raised" and any(text in failure.summary for text in PEER_GONE)
+
+
+def causes_first(failures) -> None:
+    """Put a rank that died before the ranks that lost their connection to it (in place).
+
+    A rank gloo aborts (SIGABRT: a message longer than its receive buffer) takes its sockets
+    with it, and its peers raise "Connection reset by peer" a moment later, often before the
+    watcher sees the abort: sorted by time alone, a bystander took the headline. Each
+    failure's ``output`` must be set. The abort's summary is put in words the learner can act on.
+    """
+    for failure in failures:
+        match = _SIZE_ABORT.search(failure.output) if failure.how == "exited" else None
+        if match and "gloo aborted" not in failure.summary:
+            sent, posted = match.groups()
+            failure.summary += (f": gloo aborted it, a message of {sent} bytes arrived for a receive buffer of "
+                                f"{posted} bytes (check the buffer's shape and dtype against what its peer sends)")
+    if any(not _peer_gone(f) and f.how in ("raised", "exited") for f in failures):
+        failures.sort(key=lambda f: (f.how in ("stuck", "stopped"), _peer_gone(f), f.when))
 
 def _rank_line(failure, quotes, call=None, frames=None) -> str:
     spot = learner_frame(frames if frames is not None else frames_of(failure), quotes, call)

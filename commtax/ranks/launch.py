@@ -79,7 +79,7 @@ from commtax.ranks import _byfile, wire
 from commtax.ranks._frames import learner_traceback
 from commtax.ranks._failures import BackendUnavailable, DistributedRunError, RankFailure
 from commtax.ranks._quotes import Quotes
-from commtax.ranks._report import describe
+from commtax.ranks._report import causes_first, describe
 from commtax.ranks._start import (OUTPUT_TAIL_BYTES, Rendezvous, files_lock, kill_all, make_rank_folders, start_rank,
                                   tail, write_job)
 from commtax.ranks._watch import DEADLOCK_CPU, watch
@@ -222,6 +222,7 @@ def run_ranks(
     if failures:
         for failure in failures:
             failure.output = outputs[failure.rank]
+        causes_first(failures)
         raise DistributedRunError(describe(fn, world_size, backend, timeout, failures, quotes), failures)
     counted = None if wire_before is None or wire_after is None else wire_after - wire_before
     return RankResults(results, counted)
