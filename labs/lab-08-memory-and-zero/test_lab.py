@@ -15,6 +15,7 @@ gradients across the ranks.
 """
 
 import math
+import re
 import traceback
 from pathlib import Path
 
@@ -180,6 +181,24 @@ def test_bad_arguments_raise_value_error_naming_them(lab):
     expect_value_error(lambda: lab.shard_bounds(100, 4, 4), "rank", function=lab.shard_bounds)
     expect_value_error(lambda: lab.shard_bounds(100, 4, -1), "rank", function=lab.shard_bounds)
     expect_value_error(lambda: lab.zero_bytes_per_step(0, 8, 2, 4), "n_params", function=lab.zero_bytes_per_step)
+    # r23j (round 10): each of these checks could be dropped with every test passing
+    for bad in (0, -2, float("nan")):
+        expect_value_error(lambda: lab.zero_bytes_per_step(1e9, 8, 2, 4, dtype_bytes=bad), "dtype_bytes",
+                           function=lab.zero_bytes_per_step)
+    expect_value_error(lambda: lab.model_state_bytes(1e9, 8, 1, 12, 2, -1), "grad_bytes", function=lab.model_state_bytes)
+    expect_value_error(lambda: lab.activation_bytes_per_layer(2048, 1, 12288, 96, 8, sequence_parallel="False"),
+                       "sequence_parallel", function=lab.activation_bytes_per_layer)   # a truthy string, not True
+
+
+def test_model_state_bytes_takes_zero_gradient_and_optimizer_bytes_as_the_docstring_allows(lab):
+    # Plain SGD keeps no optimizer state (K = 0); a frozen model, or one whose gradients are freed, has no
+    # gradient bytes: both "may be 0". A check of grad_bytes > 0 refused them (r23j).
+    try:
+        got = lab.model_state_bytes(1000, 4, 1, 0, 2, 0)
+    except ValueError as exc:
+        fail(f"model_state_bytes(1000, 4, 1, optimizer_bytes_per_param=0, param_bytes=2, grad_bytes=0) raised "
+             f"ValueError: {exc}: the docstring allows 0 for both (plain SGD, no gradients kept)")
+    expect_close(got, 2000, what="model_state_bytes(1000, 4, 1, 0, 2, 0): the parameters' 2 bytes each, nothing else")
 
 
 @pytest.mark.parametrize("numel,world_size", [(10, 4), (545, 2), (545, 4), (1, 3), (1088, 4)])
@@ -498,10 +517,17 @@ def _subgroup_state(lab, rank, group):
     rank 3 is rank 1 of the group {2, 3}); the state on the group's rank 1, as plain data, and on its rank 0
     whether anything was left there (the whole test suite's other calls say to=0: r23h's plant ignored ``to``)."""
     opt = train_sharded(lab, rank, 1, "adamw", group=group)["_opt"]
+    try:   # the group's ranks are 0 and 1: a ValueError naming `to`, before any collective (r23j)
+        opt.consolidate_state_dict(to=2)
+        past = "it returned"
+    except ValueError as exc:
+        past = "ValueError" if re.search(r"\bto\b", str(exc)) else f"a ValueError that does not name `to`: {exc}"
+    except Exception as exc:  # noqa: BLE001 - reported by the test
+        past = f"{type(exc).__name__}: {str(exc)[:200]}"
     opt.consolidate_state_dict(to=1)
     if dist.get_rank(group) == 1 and opt.consolidated is not None:
-        return {"state": _plain(opt.state_dict())}
-    return {"state": None, "left_here": opt.consolidated is not None}
+        return {"state": _plain(opt.state_dict()), "to_past_the_group": past}
+    return {"state": None, "left_here": opt.consolidated is not None, "to_past_the_group": past}
 
 
 def train_fully_sharded(lab, rank, group=None, data_rank=None):
@@ -1053,6 +1079,10 @@ def test_gather_unit_and_reduce_scatter_unit_on_known_tensors(lab, world_size):
             want.append(flat[rank * c:(rank + 1) * c])
         if isinstance(reduced, list) and len(reduced) == len(want) and all(
                 torch.is_tensor(g) and g.shape == w.shape for g, w in zip(reduced, want)):
+            dtypes = sorted({str(g.dtype) for g in reduced if g.dtype != torch.float64})
+            if dtypes:   # r23j: integer-valued test gradients pass through float32 unchanged; real ones do not
+                fail(f"rank {rank}: reduce_scatter_unit returned {', '.join(dtypes)} shards of float64 gradients: "
+                     "the padded buffer must take the gradients' dtype (torch.zeros(..., dtype=grad.dtype))")
             ratio = float(reduced[0][0] / want[0][0]) if want[0][0] else 1.0
             expect_close(ratio, 1.0, rel=1e-9, what=f"rank {rank}: reduce_scatter_unit's first element against "
                          "the average over ranks", hints={float(d): "summed over the d ranks, not averaged?"})
@@ -1141,6 +1171,10 @@ def test_sharded_optimizer_and_fully_sharded_module_work_on_a_subgroup(lab):
         if rank in (0, 2) and state.get("left_here"):
             fail(f"rank {rank} (rank 0 of its group): consolidate_state_dict(to=1) left a state here, on rank 0 of "
                  "the group: `to` is the group rank that receives it (gather with group_dst=to); None elsewhere")
+        if state.get("to_past_the_group") != "ValueError":
+            fail(f"rank {rank}: consolidate_state_dict(to=2) on a group of two ranks (0 and 1): "
+                 f"{state.get('to_past_the_group')}; expected a ValueError naming `to` (a group rank, < its size), "
+                 "raised before any collective")
     for stage in (0, 1, 2, 3):
         key = f"subgroup/{stage}"
         reference = (lambda g: reference_adam(g)) if stage == 3 else (lambda g: reference_run(g, "adamw"))

@@ -198,6 +198,12 @@ def test_bad_arguments_raise_value_error_naming_them(lab):
     expect_value_error(lambda: lab.overlapped_allreduce_finish([1, 2], [1, -1]), "comm_times", function=lab.overlapped_allreduce_finish)
     expect_value_error(lambda: lab.overlapped_allreduce_finish([1, 2], [1]), ("ready_times", "comm_times"), function=lab.overlapped_allreduce_finish)
     expect_value_error(lambda: lab.overlapped_allreduce_finish(1.0, [1.0]), "ready_times", function=lab.overlapped_allreduce_finish)    # a number, not a list
+    # r23j (round 10): a check of "< 0" alone passed these; a byte count is whole
+    for ready, comm, name in (([1.0, float("nan")], [1, 1], "ready_times"), ([1, float("inf")], [1, 1], "ready_times"),
+                              ([1, 2], [float("inf"), 1], "comm_times"), ([1, 2], [1, float("nan")], "comm_times")):
+        expect_value_error(lambda: lab.overlapped_allreduce_finish(ready, comm), name, function=lab.overlapped_allreduce_finish)
+    expect_value_error(lambda: lab.bucket_assignment([4.5, 4], 8), "param_bytes", function=lab.bucket_assignment)
+    expect_value_error(lambda: lab.bucket_assignment(4, 8), "param_bytes", function=lab.bucket_assignment)   # a list
 
 
 # -- a real bucketed DDP: gradients, bytes, no_sync -----------------------------------------------------

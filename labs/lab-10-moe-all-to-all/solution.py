@@ -29,6 +29,7 @@ Call point-to-point operations as ``dist.isend``/``dist.irecv`` (or
 """
 
 import math
+import numbers
 
 import torch
 import torch.distributed as dist
@@ -161,7 +162,9 @@ def all_to_all(send, send_splits, recv_splits, group=None):
     ``send``), made of the ``recv_splits[0]`` rows from rank 0, then those
     from rank 1, ... The same as ``dist.all_to_all_single(out, send,
     recv_splits, send_splits)``. The block a rank sends itself is a local
-    copy; empty splits send nothing. ValueError if the splits do not fit.
+    copy; empty splits send nothing. ValueError if the splits do not fit: one
+    entry per rank in each list, each an int >= 0, send_splits summing to the
+    rows of ``send``, and this rank's own entry the same in both lists.
     """
     # BEGIN SOLUTION
     # HINT: post every dist.irecv into its slice of the output and every dist.isend of a slice of `send`,
@@ -170,6 +173,9 @@ def all_to_all(send, send_splits, recv_splits, group=None):
     if len(send_splits) != world or len(recv_splits) != world:
         raise ValueError(f"send_splits and recv_splits need one entry per rank ({world}), "
                          f"got {len(send_splits)} and {len(recv_splits)}")
+    if any(isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0 for n in [*send_splits, *recv_splits]):
+        raise ValueError(f"send_splits and recv_splits must hold ints >= 0, got {list(send_splits)} and "
+                         f"{list(recv_splits)}")
     if sum(send_splits) != send.shape[0]:
         raise ValueError(f"send_splits sum to {sum(send_splits)} but send has {send.shape[0]} rows")
     send = send.contiguous()

@@ -29,6 +29,7 @@ Call point-to-point operations as ``dist.isend``/``dist.irecv`` (or
 """
 
 import math
+import numbers
 
 import torch
 import torch.distributed as dist
@@ -131,7 +132,9 @@ def all_to_all(send, send_splits, recv_splits, group=None):
     ``send``), made of the ``recv_splits[0]`` rows from rank 0, then those
     from rank 1, ... The same as ``dist.all_to_all_single(out, send,
     recv_splits, send_splits)``. The block a rank sends itself is a local
-    copy; empty splits send nothing. ValueError if the splits do not fit.
+    copy; empty splits send nothing. ValueError if the splits do not fit: one
+    entry per rank in each list, each an int >= 0, send_splits summing to the
+    rows of ``send``, and this rank's own entry the same in both lists.
     """
     raise NotImplementedError(
         "all_to_all: not implemented yet. Hint: post every dist.irecv into its slice of the "

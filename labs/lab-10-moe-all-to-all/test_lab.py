@@ -317,6 +317,18 @@ def _a2a_checks(lab, rank, world_size, case, device):
         out["own_split"] = "returned"
     except Exception as exc:  # noqa: BLE001 - the test says what it expected
         out["own_split"] = f"{type(exc).__name__}: {exc}"
+    # One entry too many in recv_splits (r23j: a check of send_splits' length alone returned uninitialised rows)
+    try:
+        lab.all_to_all(send, send_splits, recv_splits + [1])
+        out["long_recv"] = "returned"
+    except Exception as exc:  # noqa: BLE001 - the test says what it expected
+        out["long_recv"] = f"{type(exc).__name__}: {exc}"
+    # The same rows as a transposed view (not contiguous): gloo sends only contiguous tensors (r23j)
+    try:
+        got = lab.all_to_all(send.t().contiguous().t(), send_splits, recv_splits)
+        out["strided"] = got.cpu() if isinstance(got, torch.Tensor) else got
+    except Exception as exc:  # noqa: BLE001 - the test says what it expected
+        out["strided"] = f"{type(exc).__name__}: {exc}"
     return out
 
 
@@ -639,7 +651,11 @@ def test_dispatch_bytes_refuse_bad_input_naming_the_argument(lab):
                                ((10, 8, 2, 1), {"capacity_factor": -1.0}, "capacity_factor"),
                                # experts left out with a capacity: it is ep = 1, fewer than top_k = 2
                                ((100, 16, 1, 2), {"capacity_factor": 1.0}, "top_k"),
-                               ((100, 16, 1, 2), {"experts": 1}, "top_k")):
+                               ((100, 16, 1, 2), {"experts": 1}, "top_k"),
+                               # r23j (round 10): the bytes per element were not checked by any test
+                               ((10, 8, 2, 1), {"dtype_bytes": 0}, "dtype_bytes"),
+                               ((10, 8, 2, 1), {"dtype_bytes": -2}, "dtype_bytes"),
+                               ((10, 8, 2, 1), {"dtype_bytes": float("nan")}, "dtype_bytes")):
         expect_value_error(lambda: lab.dispatch_bytes_per_rank(*args, **kwargs), name, function=lab.dispatch_bytes_per_rank)
 
 
@@ -713,6 +729,7 @@ def test_capacity_drops_exactly_the_copies_the_rule_drops(lab):
     fail_if(_capacity_problem(lab.apply_capacity(ids, 2, None), ids, 2, None, "apply_capacity(ids, 2, None)"))
     expect_value_error(lambda: lab.apply_capacity(ids, 2, -1), "capacity", function=lab.apply_capacity)
     expect_value_error(lambda: lab.apply_capacity(ids, 2, 1.5), "capacity", function=lab.apply_capacity)  # slots: an int
+    expect_value_error(lambda: lab.apply_capacity(ids[:, 0], 2, 1), "expert_ids", function=lab.apply_capacity)  # tokens x top_k
 
 
 # -- part 2: on real ranks -----------------------------------------------------------------------
@@ -763,6 +780,16 @@ def test_all_to_all_equals_all_to_all_single_with_uneven_and_empty_splits(lab, w
         check(result["own_split"].startswith("ValueError"), f"rank {rank}: all_to_all whose recv_splits expect one row "
               f"more from this rank itself than its send_splits {matrix[rank]} send it: {result['own_split']}; "
               "expected a ValueError (the docstring: ValueError if the splits do not fit)")
+        check(result["long_recv"].startswith("ValueError"), f"rank {rank}: all_to_all with {world_size + 1} "
+              f"recv_splits on {world_size} ranks: {result['long_recv']}; expected a ValueError (one entry per rank, "
+              "in both lists)")
+        strided = result["strided"]
+        if isinstance(strided, str):
+            fail(f"rank {rank}: all_to_all of a transposed view (the same rows, not contiguous) raised {strided}: "
+                 "make `send` contiguous first (gloo sends only contiguous tensors)")
+        fail_if(_a2a_problem(strided, _expected_a2a(inputs["rows"], matrix, rank), inputs["rows"][rank],
+                             f"rank {rank}, a transposed view of the rows (not contiguous): all_to_all's result",
+                             slice(start, start + matrix[rank][rank])))
 
 
 @pytest.mark.parametrize("world_size", [2, 4])

@@ -218,7 +218,7 @@ def one_f_one_b_order(stage, stages, microbatches):
 
 
 def train_step(ctx, shards, inputs, targets, microbatches, timeline):
-    """Run one 1F1B step on this rank; return the summed loss of its micro-batches (last stage) or 0.
+    """Run one 1F1B step on this rank; on the last stage, return the summed loss of its micro-batches.
 
     ``ctx``: a dict with "stage", "stages", "prev", "next" (global ranks of the
     neighbouring stages, None at the ends), "tp_group". ``inputs``/``targets``:

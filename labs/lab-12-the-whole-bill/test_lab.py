@@ -806,6 +806,15 @@ def test_a_tp_all_reduce_on_the_wrong_group_is_caught_naming_the_axis(lab):
     ("params_per_rank", (5, 16, 2, 2), "layers"),
     ("params_per_rank", (4, 16, 3, 1), "tp"),
     ("predicted_bytes_per_step", (4, 16, 0, 8, 4, 2, 2, 2), "micro_batch"),
+    # r23k: a check of micro_batch alone passed; every count is checked, and the bytes per element
+    ("predicted_bytes_per_step", (4, 16, 2, 0, 4, 2, 2, 2), "seq"),
+    ("predicted_bytes_per_step", (4, 16, 2, 8, 0, 2, 2, 2), "microbatches"),
+    ("predicted_bytes_per_step", (4, 16, 2, 8, 4, 0, 2, 2), "dp"),
+    ("predicted_bytes_per_step", (4, 16, 2, 8, 4, 2.5, 2, 2), "dp"),
+    ("predicted_bytes_per_step", (4, 16, 2, 8, 4, 2, 0, 2), "tp"),
+    ("predicted_bytes_per_step", (4, 16, 2, 8, 4, 2, 2, 0), "pp"),
+    ("predicted_bytes_per_step", (0, 16, 2, 8, 4, 2, 2, 2), "layers"),
+    ("predicted_bytes_per_step", (4, 16, 2, 8, 4, 2, 2, 2, 0), "dtype_bytes"),
 ])
 def test_bad_arguments_raise_value_error_naming_them(lab, function, args, argument):
     expect_value_error(lambda: getattr(lab, function)(*args), argument, function=getattr(lab, function))
