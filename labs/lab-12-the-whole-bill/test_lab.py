@@ -38,6 +38,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
+from torch.distributed import distributed_c10d
 
 from commtax.ranks import wholebill
 from commtax.ranks.launch import DistributedRunError
@@ -194,13 +195,16 @@ def record_training(rank, world_size, lab, dp, tp, pp, options, model, batches):
             before = {name: getattr(dist, name) for name in ("all_reduce", "send", "isend")}
             result = lab.train(rank, world_size, dp, tp, pp, **sizes)
             left_wrapped = sorted(name for name, function in before.items() if getattr(dist, name) is not function)
+            # torch's own function put back over the byte counter that was there before start (r23k)
+            torchs_own = [name for name in left_wrapped if getattr(dist, name) is getattr(distributed_c10d, name, None)]
     finally:
         for name, function in given.items():
             if function is None:
                 delattr(lab, name)
             else:
                 setattr(lab, name, function)
-    return {"result": result, "steps": sizes["steps"], "left_wrapped": left_wrapped, "calls": calls,
+    return {"result": result, "steps": sizes["steps"], "left_wrapped": left_wrapped, "torchs_own": torchs_own,
+            "calls": calls,
             "allreduces": [(ranks, nbytes) for name, ranks, nbytes in traffic.collective_groups
                            if name == "all_reduce"],
             "sends": [(peer, tag, nbytes) for kind, peer, tag, nbytes in traffic.messages if kind == "send"]}
@@ -570,6 +574,10 @@ def test_the_learners_ledger_agrees_with_an_independent_count(lab, plan):
         check(isinstance(ledger, dict) and set(ledger) == set(counted),
               f"plan {dp} x {tp} x {pp}, rank {rank}: ledger.bytes has the keys {sorted(ledger) if isinstance(ledger, dict) else ledger!r}; "
               f"expected {sorted(counted)} (\"other\" included, always present)")
+        check(not rank_result["torchs_own"],
+              f"plan {dp} x {tp} x {pp}, rank {rank}: after training, dist.{', dist.'.join(rank_result['torchs_own'])} "
+              "is torch's own function again, not the one Ledger.start replaced (the course's byte counter was "
+              "installed there, and is gone): save what start replaces and put exactly that back")
         check(not rank_result["left_wrapped"],
               f"plan {dp} x {tp} x {pp}, rank {rank}: after training, dist.{', dist.'.join(rank_result['left_wrapped'])} "
               "is still the Ledger's wrapper: Ledger.stop must put back what Ledger.start replaced")
