@@ -157,6 +157,7 @@ def test_collective_time_of_a_group_of_one_is_free_and_an_unknown_operation_is_n
     expect_close(aliased, EXPECTED("collective_time", "all_reduce", 1e6, 8, 1, "H100-80GB"), rel=1e-9,
                  what="all-reduce over 8 GPUs named by the alias \"H100\" (GPU_ALIASES, as a run may)")
     expect_close(lab.collective_time("all_gather", 1e7, 1, 1, "A100-80GB"), 0.0, what="a collective of one GPU")
+    expect_close(lab.collective_time("send", 1e7, 1, 1, "A100-80GB"), 0.0, what="a send within a group of one GPU")
     try:
         empty = lab.collective_time("all_reduce", 0, 16, 1, "H100-80GB")
     except ValueError as exc:
@@ -168,7 +169,7 @@ def test_collective_time_of_a_group_of_one_is_free_and_an_unknown_operation_is_n
     expect_value_error(lambda: lab.collective_time("broadcast", 1e6, 1, 1, "H100-80GB"), "op",   # r23k: the group of
                        function=lab.collective_time)                                           # one returned 0 first
     for args, name in ((("all_reduce", 1e6, 8, 1, "B200"), "gpu"), (("all_reduce", 1e6, 0, 1, "H100-80GB"), "group_size"),
-                       (("all_reduce", 1e6, 8, 0, "H100-80GB"), "stride"), (("all_reduce", -1e6, 8, 1, "H100-80GB"), "nbytes"),
+                       (("all_reduce", 1e6, 8, 0, "H100-80GB"), "stride"), (("all_reduce", -0.5, 8, 1, "H100-80GB"), "nbytes"),
                        (("all_reduce", float("nan"), 8, 1, "H100-80GB"), "nbytes")):
         expect_value_error(lambda: lab.collective_time(*args), name, function=lab.collective_time)
 
