@@ -269,7 +269,6 @@ def test_a_rank_that_raises_while_its_peer_waits_fails_fast_with_its_traceback()
     assert "_rank.py" not in message  # from the worker inward: none of the runner's frames
 
 
-
 def test_a_raise_in_an_earlier_part_is_named_under_the_connection_error_it_caused():
     # r23i's 10 x3: each rank's all_to_all raised (caught in the test's part, which went on), one rank
     # aborted in gloo and its peer's next barrier read "Connection reset by peer": the headline showed
@@ -315,6 +314,7 @@ def test_a_rank_gloo_aborted_for_a_short_buffer_is_named_before_the_peers_that_l
              RankFailure(0, "stopped", "was still running", 3.0, when=2.0)]
     causes_first(alone)
     assert [f.rank for f in alone] == [1, 0]
+
 
 def test_an_exception_reported_as_data_keeps_the_learners_frames_and_drops_the_runners():
     # Lab tests that catch a rank's exception to report it as data use learner_traceback.

@@ -130,6 +130,7 @@ def test_lab_11s_sweep_plans_are_the_draw_its_tests_name():
     # The lab's test header says draw_plans(60, seed=2311): the file the release ships must be that draw.
     assert json.loads((LAB_11 / "sweep_plans.json").read_text()) == P.draw_plans(60, seed=2311)
 
+
 def test_roofline_matches_a_guides_ccr_and_lesson_04s_thresholds():
     assert R.dp_intensity(2048, 10**9) == pytest.approx(3072, rel=1e-6)          # GPT-3 at batch 1
     assert R.ridge_point(1979e12, 900e9) == pytest.approx(R.ridge_point(989e12, 450e9), rel=1e-3)

@@ -1389,7 +1389,6 @@ MODELS = {
 }
 
 
-
 def lab_pieces(run) -> dict:
     """Lab 11's pieces of ``run`` priced as given (``micro_batch``, ``vpp`` None: 1; ``recompute`` None:
     "none"), as that lab's functions return them: ``layer_time``, ``tp_time``, ``cp_time``,
@@ -1446,6 +1445,7 @@ def draw_plans(n: int, seed: int) -> list[dict]:
             continue
         plans.append(run)
     return plans
+
 
 def search_plans(model: dict, gpus: int, gpu: str, global_batch: int, *, hardware=None,
                  max_tp=None, micro_batches=(1, 2, 4), zero_stages=(1, 3), precision="bf16",

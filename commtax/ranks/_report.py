@@ -65,6 +65,7 @@ def causes_first(failures) -> None:
     if any(not _peer_gone(f) and f.how in ("raised", "exited") for f in failures):
         failures.sort(key=lambda f: (f.how in ("stuck", "stopped"), _peer_gone(f), f.when))
 
+
 def _rank_line(failure, quotes, call=None, frames=None) -> str:
     spot = learner_frame(frames if frames is not None else frames_of(failure), quotes, call)
     return where(*spot, quotes) if spot else "(no line of your code on its stack)"
