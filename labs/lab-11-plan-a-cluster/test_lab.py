@@ -669,7 +669,6 @@ def test_predict_the_whole_step_of_each_configuration_a_piece_test_prices(lab, n
     expect_same_step(lab, WHOLE_STEPS[name], name)
 
 
-
 # -- a sweep: every piece on plans drawn over every key --------------------------------------------------
 
 #: 60 plans drawn over every key a run may have: ``commtax.formulas.predict.draw_plans(60, seed=2311)``,
