@@ -282,8 +282,9 @@ def ledger_on_groups(rank, world_size, lab):
     group of the same ranks and one on the default group (neither is an axis): {axis: bytes} then
     ("groups"). Then one all-reduce of 8 float32 (32 B) on tp ("float32": the bytes after it) and a
     blocking dist.send of 4 float32 (16 B) from rank 0 to rank 1 ("send": the bytes after it). Also: the
-    bytes before anything is sent ("fresh"), and an all-reduce called with torch's arguments by position,
-    ``dist.all_reduce(t, op, group)`` ("positional": the bytes after it, the result, or the error)."""
+    bytes before anything is sent ("fresh"), an all-reduce called with torch's arguments by position,
+    ``dist.all_reduce(t, op, group)`` ("positional": the bytes after it, the result, or the error), and
+    one with ``op=MAX`` of [rank + 1] ("max": the result, or the error)."""
     import torch
     tp, dp, third = (dist.new_group(list(range(world_size))) for _ in range(3))   # same ranks, three objects
     out = {}
@@ -309,6 +310,12 @@ def ledger_on_groups(rank, world_size, lab):
             out["positional"] = {"before": before, "after": dict(ledger.bytes), "result": t.tolist()}
         except Exception as exc:  # noqa: BLE001 - the test reports it
             out["positional"] = {"error": f"{type(exc).__name__}: {exc}"}
+        t = torch.tensor([rank + 1.0], dtype=torch.float64)
+        try:   # another op than SUM, by keyword (r23l: a wrapper that dropped op summed)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX, group=tp)
+            out["max"] = t.tolist()
+        except Exception as exc:  # noqa: BLE001 - the test reports it
+            out["max"] = f"{type(exc).__name__}: {exc}"
     return out
 
 
@@ -778,6 +785,17 @@ def test_the_ledgers_all_reduce_passes_async_op_on(lab):
         check(result["async_work"] not in ("NoneType", None), f"rank {rank}: dist.all_reduce(t, group=tp, "
               f"async_op=True) under the Ledger returned {result['async_work']}, not a work to wait on: the "
               "wrapper must pass async_op on to the original and return what it returns")
+
+
+def test_the_ledgers_all_reduce_passes_op_on(lab):
+    """Under the Ledger, dist.all_reduce(t, op=dist.ReduceOp.MAX, group=tp) still takes the maximum: the
+    wrapper passes every argument on (every test above sums, where a wrapper that drops op looks right)."""
+    for rank, result in enumerate(_ledger_on_groups(lab)):
+        got = result["max"]
+        if isinstance(got, str):
+            fail(f"rank {rank}: dist.all_reduce(t, op=dist.ReduceOp.MAX, group=tp) under the Ledger raised {got}")
+        expect_close(got, [2.0], rel=0.0, what=f"rank {rank}: dist.all_reduce of [rank + 1] with op=MAX over 2 ranks "
+                     "under the Ledger (3.0 is the sum: the wrapper dropped op; pass it on to the original)")
 
 
 def test_sync_gradients_all_reduces_one_flat_buffer_per_step(lab):
