@@ -329,6 +329,17 @@ def _a2a_checks(lab, rank, world_size, case, device):
         out["strided"] = got.cpu() if isinstance(got, torch.Tensor) else got
     except Exception as exc:  # noqa: BLE001 - the test says what it expected
         out["strided"] = f"{type(exc).__name__}: {exc}"
+    # A group of one (every rank makes every group, in the same order): a new tensor equal to send, not
+    # send itself (r23l: `return send` for a world of 1 passed; the caller may write into the result).
+    solo = [torch.distributed.new_group([r]) for r in range(world_size)][rank]
+    try:
+        got = lab.all_to_all(send, [send.shape[0]], [send.shape[0]], group=solo)
+        out["solo"] = ("equal" if isinstance(got, torch.Tensor) and torch.equal(got.cpu(), send.cpu()) else
+                       f"got {got!r:.200}") + (", send itself" if got is send or (
+                           isinstance(got, torch.Tensor) and got.untyped_storage().data_ptr()
+                           == send.untyped_storage().data_ptr()) else "")
+    except Exception as exc:  # noqa: BLE001 - the test says what it expected
+        out["solo"] = f"{type(exc).__name__}: {exc}"
     return out
 
 
@@ -783,6 +794,8 @@ def test_all_to_all_equals_all_to_all_single_with_uneven_and_empty_splits(lab, w
         check(result["long_recv"].startswith("ValueError"), f"rank {rank}: all_to_all with {world_size + 1} "
               f"recv_splits on {world_size} ranks: {result['long_recv']}; expected a ValueError (one entry per rank, "
               "in both lists)")
+        check(result["solo"] == "equal", f"rank {rank}: all_to_all on a group of one rank (its own): {result['solo']}; "
+              "expected a new tensor equal to send (the docstring: returns a new tensor; the caller may write into it)")
         strided = result["strided"]
         if isinstance(strided, str):
             fail(f"rank {rank}: all_to_all of a transposed view (the same rows, not contiguous) raised {strided}: "
