@@ -738,6 +738,13 @@ def test_capacity_drops_exactly_the_copies_the_rule_drops(lab):
     ids = torch.tensor([[1, 0], [0, 1]])                        # first choices first: token 1's expert 0 wins
     fail_if(_capacity_problem(lab.apply_capacity(ids, 2, 1), ids, 2, 1, f"apply_capacity({ids.tolist()}, 2, 1)"))
     fail_if(_capacity_problem(lab.apply_capacity(ids, 2, None), ids, 2, None, "apply_capacity(ids, 2, None)"))
+    small = ids.to(torch.int32)   # ids of another integer dtype (r23l: F.one_hot takes int64 only)
+    try:
+        kept = lab.apply_capacity(small, 2, 1)
+    except RuntimeError as exc:
+        fail(f"apply_capacity of int32 expert ids raised RuntimeError: {exc}: ids may be any integer dtype "
+             "(F.one_hot and scatter want int64: convert with .long())")
+    fail_if(_capacity_problem(kept, ids, 2, 1, f"apply_capacity({ids.tolist()} as int32, 2, 1)"))
     expect_value_error(lambda: lab.apply_capacity(ids, 2, -1), "capacity", function=lab.apply_capacity)
     expect_value_error(lambda: lab.apply_capacity(ids, 2, 1.5), "capacity", function=lab.apply_capacity)  # slots: an int
     expect_value_error(lambda: lab.apply_capacity(ids[:, 0], 2, 1), "expert_ids", function=lab.apply_capacity)  # tokens x top_k
