@@ -557,6 +557,38 @@ def train_fully_sharded(lab, rank, group=None, data_rank=None):
     return {"steps": steps, "collectives": collectives, "held": held, "after_forward": after_forward}
 
 
+class FusedPair(nn.Module):
+    """One (6, 4) float64 weight used as two slices, as a fused q/k projection is: the views autograd
+    saves for the backward start 12 elements into the parameter (storage offset 12), where TinyLM's
+    saved views all start at 0 (r23l: a note that dropped the offset passed every other test)."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(6, 4, generator=torch.Generator().manual_seed(11), dtype=torch.float64))
+
+    def forward(self, x):
+        return (x @ self.weight[:3].t()) * (x @ self.weight[3:].t())
+
+
+def fused_batch():
+    """The input; it requires grad, as a layer's input does after an earlier layer: only then does the
+    backward of x @ w.t() need w (for x's gradient), and autograd saves the weight's views."""
+    return torch.randn(5, 4, generator=torch.Generator().manual_seed(12), dtype=torch.float64).requires_grad_()
+
+
+def fused_step(lab, rank):
+    """One SGD step (lr 1) of FusedPair in the learner's FullyShardedModule, the same data on every rank:
+    the whole weight after it (gather_full_params) and the input's gradient (the one the saved views
+    of the weight serve)."""
+    wrapped, x = lab.FullyShardedModule(FusedPair()), fused_batch()
+    wrapped(x).pow(2).sum().backward()
+    wrapped.finish_gradient_synchronization()
+    with torch.no_grad():
+        for p in wrapped.parameters():
+            p -= p.grad
+    return {"weight": _dense(wrapped.gather_full_params()["weight"]), "input_grad": _dense(x.grad)}
+
+
 UNIT_SHAPES = [(3, 2), (5,), (1,)]      # 6, 5 and 1 elements: padded differently on 2 and 4 ranks
 
 
@@ -664,6 +696,7 @@ def run_zero(rank, world_size, lab, with_fsdp=True, batches=None, units=None):
     out["state/sgd"] = _agreed(lab, "consolidate_state_dict, SGD with momentum",
                                lambda: _sgd_state(lab, rank))
     out[3] = _agreed(lab, "FullyShardedModule", lambda: train_fully_sharded(lab, rank))
+    out["fused"] = _agreed(lab, "FullyShardedModule(FusedPair())", lambda: fused_step(lab, rank))
     if world_size == 4:   # two groups of two ranks, each training its own model on its own data
         groups = [dist.new_group([0, 1]), dist.new_group([2, 3])]
         mine, pair = groups[rank // 2], f"group=<ranks {2 * (rank // 2)}, {2 * (rank // 2) + 1}>"
@@ -1088,6 +1121,25 @@ def test_gather_unit_and_reduce_scatter_unit_on_known_tensors(lab, world_size):
                          "the average over ranks", hints={float(d): "summed over the d ranks, not averaged?"})
         expect_close(reduced, want, what=f"rank {rank}: reduce_scatter_unit (each rank's own gradients; expected "
                      "this rank's shard of their average over the ranks)")
+
+
+def test_fully_sharded_module_rebuilds_each_saved_view_at_its_storage_offset(lab):
+    # A weight used as two slices (a fused q/k projection): the backward of x @ w[3:].t() needs the view
+    # that starts 12 elements in; a note rebuilt at offset 0 gives it w[:3], and the gradient is wrong.
+    results = _zero(lab, 2, _needs(lab, FULLY_SHARDED))
+    model, x = FusedPair(), fused_batch()
+    model(x).pow(2).sum().backward()
+    want = (model.weight - model.weight.grad).detach()
+    for rank, r in enumerate(results):
+        got = r["fused"]
+        if "error" in got:
+            fail(f"rank {rank}: {got['error']}")
+        expect_close(got["input_grad"], x.grad, rel=1e-12, what=f"rank {rank}: the input's gradient through a (6, 4) "
+                     "weight used as w[:3] and w[3:] (its backward uses the saved view w[3:].t(), 12 elements into "
+                     "the weight: _pack must note tensor.storage_offset(), and _unpack rebuild the view there)")
+        expect_close(got["weight"], want, rel=1e-12, what=f"rank {rank}: a (6, 4) weight used as w[:3] and w[3:] "
+                     "after one SGD step (lr 1) under FullyShardedModule (the saved view w[3:].t() starts 12 elements "
+                     "in: _pack must note tensor.storage_offset(), and _unpack rebuild the view there)")
 
 
 @pytest.mark.points(3)
