@@ -315,6 +315,8 @@ def learner_ddp_worker(rank, world_size, lab, rows=None):
         timeline = ddp.finish_gradient_synchronization()
     step.update(grads=_grads(model), collectives=list(traffic.collectives), timeline=[dict(r) for r in timeline],
                 launched=launched, launch_times=launch_times, grad_times=sorted(grad_times.items()))
+    kept = [(name, p.grad) for name, p in model.named_parameters() if p.grad is not None]   # a caller may keep them
+    kept_values = [g.clone() for _, g in kept]
     model.zero_grad()
     counts = []
     for k in range(MICROBATCHES):
@@ -336,6 +338,7 @@ def learner_ddp_worker(rank, world_size, lab, rows=None):
                     F.mse_loss(ddp(x), y).backward()
         counts.append(list(traffic.collectives))
     step["accumulated"] = _grads(model)
+    step["kept_changed"] = [name for (name, g), value in zip(kept, kept_values) if not torch.equal(g, value)]
     # The first step's timeline, as the object returned then reads now: a wrapper that reuses its records
     # would have written the later step's times into it.
     step["timeline_later"] = [dict(r) for r in timeline] if isinstance(timeline, list) else None
@@ -705,6 +708,17 @@ def test_a_returned_timeline_is_not_rewritten_by_the_next_step(lab):
                  "finish_gradient_synchronization must start fresh records for the next step (new dicts), not "
                  f"reuse the ones it returned. Step 1's records: {result['timeline']}; after step 2 they read: "
                  f"{result['timeline_later']}")
+
+
+def test_the_gradients_of_a_step_are_not_rewritten_by_the_next_step(lab):
+    """After step 1 the caller keeps the p.grad tensors (zero_grad then sets p.grad to None); the next step's
+    all-reduces must not write into them: finish_gradient_synchronization copies the averages into each
+    p.grad, and a p.grad that is a view of a bucket buffer is rewritten by the next step (r23l)."""
+    for rank, result in enumerate(_learner(lab, 2)):
+        if result["kept_changed"]:
+            fail(f"rank {rank}: the gradients step 1 left in p.grad of {', '.join(result['kept_changed'])} changed "
+                 "during the next step: they share memory with a bucket buffer the next all-reduce reuses. Copy "
+                 "each slice of the averaged buffer into p.grad (p.grad.copy_(...)) instead of making p.grad a view of it")
 
 
 @pytest.mark.parametrize("world_size", [2, 4])
