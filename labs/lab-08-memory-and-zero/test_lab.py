@@ -512,6 +512,26 @@ def _sgd_state(lab, rank):
     return {"state": _plain(opt.state_dict()) if rank == 0 else None}
 
 
+def _kept_state(lab, rank):
+    """AdamW at ZeRO-0, 1 and 2: rank 0 keeps state_dict() after consolidate_state_dict(to=0), every rank
+    steps once more; {stage: the kept state's entries that changed with that step} (r23l: at stage 0 the
+    consolidated moments were views of the live state, and only 'step' was checked)."""
+    changed = {}
+    for stage in (0, 1, 2):
+        run = train_sharded(lab, rank, stage, "adamw")
+        opt, model = run["_opt"], run["_model"]
+        opt.consolidate_state_dict(to=0)
+        kept = opt.state_dict()["state"] if rank == 0 else {}
+        values = {(i, key): v.clone() for i, entry in kept.items() for key, v in entry.items() if torch.is_tensor(v)}
+        opt.zero_grad()
+        for x, y in _rank_batches(rank)[0]:
+            F.mse_loss(model(x), y).backward()
+        opt.step()
+        changed[f"ZeRO-{stage}"] = [f"state[{i}][{key!r}]" for (i, key), v in values.items()
+                                    if not torch.equal(kept[i][key], v)]
+    return changed
+
+
 def _subgroup_state(lab, rank, group):
     """ZeRO-1 on a group of 2 ranks, then consolidate_state_dict(to=1): ``to`` is a rank of the group (global
     rank 3 is rank 1 of the group {2, 3}); the state on the group's rank 1, as plain data, and on its rank 0
@@ -695,6 +715,8 @@ def run_zero(rank, world_size, lab, with_fsdp=True, batches=None, units=None):
                            lambda: _state_checks(lab, rank, world_size))
     out["state/sgd"] = _agreed(lab, "consolidate_state_dict, SGD with momentum",
                                lambda: _sgd_state(lab, rank))
+    out["state/kept"] = _agreed(lab, "a kept consolidated state, then one more step",
+                                lambda: _kept_state(lab, rank))
     out[3] = _agreed(lab, "FullyShardedModule", lambda: train_fully_sharded(lab, rank))
     out["fused"] = _agreed(lab, "FullyShardedModule(FusedPair())", lambda: fused_step(lab, rank))
     if world_size == 4:   # two groups of two ranks, each training its own model on its own data
@@ -918,6 +940,20 @@ def check_consolidated(parts, world_size):
         expect_close(part["loaded"], part["continued"], rel=0.0, abs=TOLERANCE,
                      what=f"rank {rank}: one more step after load_state_dict(consolidated) against the optimizer "
                           "that kept going")
+
+
+def test_a_consolidated_state_is_a_copy_that_the_next_step_leaves_alone(lab):
+    # A checkpoint is kept while training goes on: at ZeRO-0 the whole state is on every rank, and views of it
+    # in the consolidated dict moved with the next step (only 'step', a scalar, was checked before: r23l).
+    for rank, part in enumerate(_zero(lab, 2, _needs(lab, SHARDED))):
+        kept = part["state/kept"]
+        if "error" in kept:
+            fail(f"rank {rank}: {kept['error']}")
+        for stage, changed in kept.items():
+            if changed:
+                fail(f"{stage}: the state_dict() kept after consolidate_state_dict(to=0) changed with the next "
+                     f"step in {', '.join(changed[:4])}{' ...' if len(changed) > 4 else ''}: it holds the live "
+                     "state's tensors (or views of them); clone each tensor you put in the consolidated dict")
 
 
 def _hyper_problem(got_groups, want_groups):
