@@ -322,7 +322,8 @@ def test_dp_time_zero3_throughput_falls_once_per_gpu_work_is_below_its_collectiv
         got = lab.predict(dict(row["run"], gpus=gpus, micro_batch=mb))
         tflops.append(got["hardware_tflops_per_gpu"])
         check(got["binding"] == "dp", f"{gpus} GPUs: binding {got['binding']!r}, expected 'dp'")
-    expect_close(tflops[0], 144.0, rel=0.05, what="ZeRO-3 on 384 GPUs, hardware TFLOP/s (published 144)")
+    expect_close(tflops[0], 144.0, rel=0.05, what="ZeRO-3 on 384 GPUs, hardware TFLOP/s (published 144; DeepSpeed's "
+                 "collectives at ZERO_BANDWIDTH_SHARE of both bandwidths, the latency unchanged)")
     check(tflops[1] < 0.6 * tflops[0] and tflops[2] < 0.55 * tflops[1],
           f"TFLOP/s per GPU {tflops}: at a fixed global batch each doubling of the GPUs should nearly halve it "
           f"(published 144 -> 88 -> 44) once the collectives, which do not shrink, set the pace")
@@ -404,6 +405,15 @@ CONVENTIONS = {
                             recompute="full")),
     "the output layer runs at the BF16 peak in an FP8 run (its GEMM is not cast)":
         ("pipeline_time", dict(LLAMA_8B, gpus=16, tp=8, pp=2, global_batch=16, micro_batch=1, precision="fp8")),
+    # r23l (round 11): caught only by a published row or a drawn plan, under no name
+    "DeepSpeed's share slows the bandwidth, not the latency (a toy model's ZeRO-3, where the latency is most "
+    "of each collective)":
+        ("dp_time", dict(layers=8, hidden=256, heads=4, seq=128, vocab=1024, gpu="H100-80GB", gpus=16, tp=1, pp=1,
+                         global_batch=16, micro_batch=1, zero_stage=3, dp_impl="deepspeed")),
+    "predict tries micro-batches up to 16 only (Llama 2 7B with 64 sequences per replica, where 32 or 64 would be "
+    "faster)":
+        ("predict", dict(P.MODELS["Llama-2 7B"], gpu="A100-80GB", tp=8, pp=3, cp=4, gpus=192, global_batch=128,
+                         recompute="none", zero_stage=2, dp_impl="deepspeed")),
     # last: the whole step, where a slip in any piece shows too
     "ZeRO shards the optimizer over its group g = dp x cp (CP 4 x DP 4): the optimizer step reads and writes "
     "N / g of the parameters, not N / dp":
