@@ -12,6 +12,8 @@ import pytest
 from commtax.formulas import predict as P
 from commtax.testing import check, expect_close, input_seed, stream_seed
 
+SEED = input_seed(1101)   # the drawn plans' seed: secret under the grader, drawn afresh for each grading
+
 
 @pytest.mark.points(2)
 @pytest.mark.parametrize("index", range(len(P.CHECK_RUNS)), ids=[c["model"] for c in P.CHECK_RUNS])
@@ -35,7 +37,7 @@ def test_hidden_korthikantis_530b_and_1t_within_12_percent_of_their_published_ti
 def test_hidden_every_piece_on_30_plans_drawn_from_a_secret_seed(lab):
     # The visible sweep's 60 plans are in the release: a submission could be fitted to them. These
     # are drawn afresh for each grading (commtax.testing.input_seed), from the same distribution.
-    plans = P.draw_plans(30, seed=stream_seed(input_seed(1101), "lab-11 drawn plans"))
+    plans = P.draw_plans(30, seed=stream_seed(SEED, "lab-11 drawn plans"))
     for i, run in enumerate(plans, start=1):
         for piece, want in P.lab_pieces(dict(run)).items():
             expect_close(getattr(lab, piece)(dict(run)), want, rel=1e-6, what=f"{piece} on hidden drawn plan {i}")
