@@ -284,7 +284,8 @@ def ledger_on_groups(rank, world_size, lab):
     blocking dist.send of 4 float32 (16 B) from rank 0 to rank 1 ("send": the bytes after it). Also: the
     bytes before anything is sent ("fresh"), an all-reduce called with torch's arguments by position,
     ``dist.all_reduce(t, op, group)`` ("positional": the bytes after it, the result, or the error), and
-    one with ``op=MAX`` of [rank + 1] ("max": the result, or the error)."""
+    one with ``op=MAX`` of [rank + 1] ("max": the result, or the error); rank 0 also sends 2 float64 with
+    ``dist.send(tensor=..., dst=1)`` ("send_by_keyword": the bytes after it, or the error)."""
     import torch
     tp, dp, third = (dist.new_group(list(range(world_size))) for _ in range(3))   # same ranks, three objects
     out = {}
@@ -300,6 +301,15 @@ def ledger_on_groups(rank, world_size, lab):
         elif rank == 1:
             dist.recv(torch.empty(4, dtype=torch.float32), src=0)
         out["send"] = dict(ledger.bytes)
+        if rank == 0:   # torch's arguments by keyword (r23m: a wrapper that took the tensor from args[0] raised)
+            try:
+                dist.send(tensor=torch.ones(2, dtype=torch.float64), dst=1)
+                out["send_by_keyword"] = dict(ledger.bytes)
+            except Exception as exc:  # noqa: BLE001 - the test reports it; the message still goes, for rank 1
+                out["send_by_keyword"] = f"{type(exc).__name__}: {exc}"
+                dist.send(torch.ones(2, dtype=torch.float64), 1)
+        elif rank == 1:
+            dist.recv(torch.empty(2, dtype=torch.float64), src=0)
         work = dist.all_reduce(torch.ones(2, dtype=torch.float64), group=tp, async_op=True)
         out["async_work"] = type(work).__name__
         if work is not None and callable(getattr(work, "wait", None)):
@@ -785,6 +795,17 @@ def test_the_ledgers_all_reduce_passes_async_op_on(lab):
         check(result["async_work"] not in ("NoneType", None), f"rank {rank}: dist.all_reduce(t, group=tp, "
               f"async_op=True) under the Ledger returned {result['async_work']}, not a work to wait on: the "
               "wrapper must pass async_op on to the original and return what it returns")
+
+
+def test_the_ledger_counts_a_send_given_its_tensor_by_keyword(lab):
+    """dist.send(tensor=t, dst=1) is torch's call too: the wrapper takes torch's parameters, by position or by
+    keyword, and counts the 16 bytes (r23m: one that read the tensor from args[0] raised IndexError)."""
+    got = _ledger_on_groups(lab)[0]["send_by_keyword"]
+    if isinstance(got, str):
+        fail(f"rank 0: dist.send(tensor=t, dst=1) under the Ledger raised {got}: the wrapper must take torch's "
+             "parameters (tensor, dst, ...) by name too, e.g. def send(tensor, *args, **kwargs)")
+    expect_close(got["pp"] - _ledger_on_groups(lab)[0]["send"]["pp"], 16.0, rel=0.0,
+                 what="rank 0: the 'pp' bytes of dist.send(tensor=<2 float64>, dst=1) under the Ledger")
 
 
 def test_the_ledgers_all_reduce_passes_op_on(lab):
