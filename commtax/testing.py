@@ -275,7 +275,10 @@ def run_section(fn):
         # Said now too: a peer may wait forever for this rank in the part's collectives, and then the
         # launcher's deadlock report (which quotes each rank's last output) is all the learner sees.
         stack = traceback.extract_tb(frames)
-        where = next((f for f in reversed(stack) if "site-packages" not in f.filename), stack[-1])  # not torch's
+        # The innermost frame that is neither torch's nor the runner's wrappers (commtax/ranks): the learner's line.
+        ours = os.sep + os.path.join("commtax", "ranks") + os.sep
+        where = next((f for f in reversed(stack) if "site-packages" not in f.filename and ours not in f.filename),
+                     stack[-1])
         print(f"{RAISED_EARLIER}{os.path.basename(where.filename)}:"
               f"{where.lineno}: {summary.splitlines()[-1][:300]} (a peer left waiting for this rank is waiting "
               "because of it)", file=sys.stderr, flush=True)
