@@ -13,6 +13,7 @@ must broadcast rank 0's, which every rank can build.) ``--tb=short`` reads well 
 """
 
 import contextlib
+import os
 import random
 import statistics
 import threading
@@ -964,8 +965,8 @@ def test_measured_exposed_time_is_within_3x_of_the_prediction(lab):
     cannot beat its own link and compute; load only lengthens times, so the fastest run keeps a busy
     machine from failing correct code, as the median did once under the grader). It must not exceed 3x
     the prediction made with the median runs either, when each rank's backward got at least 70% of a
-    core; on an oversubscribed machine other processes set the timings, and only the lower side is
-    checked. (A finish that does not wait shows here only on a quiet machine; the gradient tests catch
+    core and the load average stays within 1.5x the cores; on an oversubscribed machine other processes
+    set the timings, and only the lower side is checked. (A finish that does not wait shows here only on a quiet machine; the gradient tests catch
     it anywhere.)"""
     results = _overlap(lab)
     share = min(statistics.median(s["cpu_share"] for s in r["compute"]) for r in results)
@@ -999,5 +1000,10 @@ def test_measured_exposed_time_is_within_3x_of_the_prediction(lab):
     if measured < fastest / FACTOR:
         fail(f"faster than the link and compute allow (does finish_gradient_synchronization() wait?): {detail}; "
              f"with each all-reduce's fastest run, predicted {fastest * 1e3:.1f} ms")
-    if share >= MIN_CPU_SHARE and measured > predicted * FACTOR:
-        fail(f"more than {FACTOR:g}x the prediction: {detail}")
+    # The backward's share is measured in the compute-only runs; the overlapped steps' all-reduce threads
+    # also need a core, and a machine running other work beside the job starves them (seen once: 34 ms
+    # exposed against 7.5 ms predicted, at 98% of a core, with a second test run on the 2 cores).
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    oversubscribed = load > 1.5 * (os.cpu_count() or 1)
+    if share >= MIN_CPU_SHARE and not oversubscribed and measured > predicted * FACTOR:
+        fail(f"more than {FACTOR:g}x the prediction: {detail}; load average {load:.1f} on {os.cpu_count()} cores")
