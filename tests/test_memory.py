@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from commtax.formulas import bill, memory
+from commtax.formulas import bill, memory, predict
 from commtax.formulas.models import PRESETS
 
 GB = 1e9
@@ -160,7 +160,7 @@ def test_lesson_07_exercise_1_compares_zero3_and_tp8_at_equal_work_1_23x_not_6x(
                                 sequence_parallel=True)
     assert memory.wire_seconds(zero3) / memory.wire_seconds(unequal) > 6
     # and wire time does not decide: the predictor puts the two steps within 3% of each other
-    steps = [memory.predicted_step(p, "Llama-2-70B")["step_time_s"] for p in (zero3, tp8)]
+    steps = [predict.predicted_step(p, "Llama-2-70B")["step_time_s"] for p in (zero3, tp8)]
     assert steps[0] / steps[1] == pytest.approx(1.0, abs=0.03)
 
 
@@ -172,7 +172,7 @@ def test_rank_by_step_time_orders_plans_per_token_with_the_bubble_not_by_wire_se
     hbm = memory.HBM_BYTES["H100 SXM 80GB"]
     plans = memory.fitting_plans(model.n_params, model.layers, model.hidden, 64, 64, hbm)
     assert (plans[0].tp, plans[0].pp, plans[0].dp) == (1, 16, 4)          # the quick order: least wire time
-    ranked = memory.rank_by_step_time(plans, "Llama-2-70B")
+    ranked = predict.rank_by_step_time(plans, "Llama-2-70B")
     per_token = [r["seconds_per_token"] for _, r in ranked]
     assert per_token == sorted(per_token)
     seconds = {(p.tp, p.pp, p.dp, p.zero_stage, p.recompute): r["seconds_per_token"] * 1e6 for p, r in ranked}
@@ -182,7 +182,7 @@ def test_rank_by_step_time_orders_plans_per_token_with_the_bubble_not_by_wire_se
     first = ranked[0][0]
     assert (first.tp, first.pp, first.dp, first.zero_stage) == (2, 1, 32, 3)
     with pytest.raises(ValueError, match="model_name"):
-        memory.predicted_step(plans[0], "Llama-9")
+        predict.predicted_step(plans[0], "Llama-9")
 
 
 def test_hsdp_all_reduces_across_replicas_every_micro_batch_by_default_in_fsdp_or_once_per_step():

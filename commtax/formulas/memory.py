@@ -397,8 +397,8 @@ def wire_seconds(plan: MemoryPlan, gpus_per_node=8, intra_bandwidth=370e9, inter
 
     Wire seconds per step do not rank plans: plans on the same GPUs process
     different tokens per step (dp x m x b x s) and pay different pipeline
-    bubbles. :func:`rank_by_step_time` ranks them by Lesson 10's predicted step
-    time per token.
+    bubbles. :func:`commtax.formulas.predict.rank_by_step_time` ranks them by Lesson 10's
+    predicted step time per token.
     """
     wire = plan_wire_bytes(plan)
 
@@ -411,52 +411,6 @@ def wire_seconds(plan: MemoryPlan, gpus_per_node=8, intra_bandwidth=370e9, inter
             + wire["pp"] / pp_link)
 
 
-#: What Lesson 10's predictor needs beyond layers, hidden and heads for the model presets above (model
-#: cards: Llama 2 and 3 use SwiGLU FFNs and, at 70B and for Llama 3, 8 key/value heads; GPT-3 a 4h GeLU
-#: FFN). Names as in :mod:`commtax.formulas.models`.
-PREDICTOR_SHAPES = {
-    "Llama-2-7B": dict(vocab=32000, ffn_hidden=11008, swiglu=True),
-    "Llama-3-8B": dict(vocab=128256, ffn_hidden=14336, kv_heads=8, swiglu=True),
-    "Llama-2-13B": dict(vocab=32000, ffn_hidden=13824, swiglu=True),
-    "Llama-2-70B": dict(vocab=32000, ffn_hidden=28672, kv_heads=8, swiglu=True),
-    "GPT-3 175B": dict(vocab=51200),
-}
-#: The predictor's GPU preset for each GPU of :data:`HBM_BYTES` (the H200 priced as an H100: same
-#: tensor cores, NVLink and NIC; its faster HBM is left out, so its element-wise kernels are priced slow).
-PREDICTOR_GPUS = {"H100 SXM 80GB": "H100-80GB", "H200 141GB": "H100-80GB", "A100 80GB": "A100-80GB",
-                  "A100 40GB": "A100-80GB"}
-
-
-def predicted_step(plan: MemoryPlan, model_name: str, gpu: str = "H100 SXM 80GB") -> dict:
-    """Lesson 10's predictor on ``plan``: ``step_time_s``, ``tokens`` per step, ``seconds_per_token``, ``mfu``.
-
-    The plan as it stands (1F1B without interleaving, its micro-batch, recomputation and ZeRO stage;
-    global batch dp x m x b sequences) for the preset ``model_name`` (:data:`PREDICTOR_SHAPES`) on
-    ``gpu`` (:data:`PREDICTOR_GPUS`): compute, TP, the pipeline bubble and what DP adds, at the
-    measured link rates. Uses bf16; the plan's own precisions are not passed on.
-    """
-    from commtax.formulas import predict   # here, not at the top: the predictor imports this module
-
-    require_choice("model_name", model_name, tuple(PREDICTOR_SHAPES))
-    require_choice("gpu", gpu, tuple(PREDICTOR_GPUS))
-    p = plan
-    batch = p.dp * p.micro_batch * p.microbatches
-    run = dict(layers=p.layers, hidden=p.hidden, heads=p.heads, seq=p.seq, gpus=p.tp * p.pp * p.dp,
-               gpu=PREDICTOR_GPUS[gpu], tp=p.tp, pp=p.pp, dp=p.dp, micro_batch=p.micro_batch, vpp=1,
-               global_batch=batch, zero_stage=p.zero_stage, recompute=p.recompute,
-               sequence_parallel=p.sequence_parallel, **PREDICTOR_SHAPES[model_name])
-    result = predict.predict(run)
-    tokens = batch * p.seq
-    return dict(step_time_s=result["step_time_s"], tokens=tokens, seconds_per_token=result["step_time_s"] / tokens,
-                mfu=result["mfu"], binding=result["binding"])
-
-
-def rank_by_step_time(plans, model_name: str, gpu: str = "H100 SXM 80GB") -> list:
-    """``[(plan, predicted_step(plan))]``, fastest per token first: the order in which to pick a plan."""
-    scored = [(plan, predicted_step(plan, model_name, gpu)) for plan in plans]
-    return sorted(scored, key=lambda item: item[1]["seconds_per_token"])
-
-
 def fitting_plans(n_params, layers, hidden, heads, gpus, hbm_bytes, *, seq=4096, micro_batch=1,
                   microbatches=8, gpus_per_node=8, **dtypes):
     """Every plan on exactly ``gpus`` GPUs whose per-GPU memory fits ``hbm_bytes``.
@@ -466,7 +420,7 @@ def fitting_plans(n_params, layers, hidden, heads, gpus, hbm_bytes, *, seq=4096,
     full recomputation, sequence parallelism whenever t > 1 (it costs no
     extra bytes). Sorted selective before full recomputation (a third more
     compute), then by :func:`wire_seconds`: a quick order, not a ranking
-    (see :func:`rank_by_step_time`).
+    (see :func:`commtax.formulas.predict.rank_by_step_time`).
     """
     require_int("gpus", gpus, 1)
     require_positive("hbm_bytes", hbm_bytes, "bytes")
@@ -491,7 +445,8 @@ def smallest_plan(n_params, layers, hidden, heads, hbm_bytes, *, max_gpus=4096, 
     """The fewest GPUs (a power of two) on which the model fits, and the first plan there; None if none.
 
     Returns ``(gpus, plan)``, the plan first in :func:`fitting_plans`' quick order; ``options`` as
-    :func:`fitting_plans`. Rank every plan there with :func:`rank_by_step_time`.
+    :func:`fitting_plans`. Rank every plan there with
+    :func:`commtax.formulas.predict.rank_by_step_time`.
     """
     gpus = 1
     while gpus <= max_gpus:

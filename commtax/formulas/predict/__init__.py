@@ -1,0 +1,101 @@
+"""Plan a cluster: predict a training plan's step time, TFLOP/s, MFU and memory before launch.
+
+The course's reference predictor (Lesson 10; Lab 11 has you write it, piece by
+piece). Every piece is a function of a fully specified plan (``cfg``, from
+:func:`normalize`) and each has one stated convention:
+
+* **FLOPs** (:func:`flops_per_step`, all GPUs, per step): model FLOPs as
+  Korthikanti et al. (2022) Eq. 7 count them, 72 B L s h^2 (1 + s/6h + V/12hL)
+  for a GPT layer, generalized to grouped-query attention, SwiGLU and any FFN
+  width; attention counted without the causal saving (4 s^2 h per layer per
+  sequence), as Megatron and NeMo report. Hardware FLOPs add the recomputation:
+  ``full`` one more forward of every layer (Narayanan et al. 2021, Eq. 3);
+  ``selective`` in Korthikanti's Eq. 8 convention (s/3h for s/6h).
+* **Matmul time** (:func:`layer_compute`): each GEMM at ``matmul_efficiency``
+  x the peak of its precision x a *wave factor* W / (W + 1/2), where W is the
+  number of waves of 128 x 256 output tiles over the GPU's SMs (a GEMM loses half
+  a wave on average to its last, partial wave): small GEMMs (narrow TP shards,
+  short micro-batches) run below large ones, so the efficiency rises with the
+  hidden size as real GEMMs do. With ``precision="fp8"`` the linear layers'
+  GEMMs run at the FP8 peak (Transformer Engine); attention and the output
+  layer stay in BF16. Fused (flash) attention skips the masked half of causal
+  attention and recomputes the scores in its backward (2.5 x its forward);
+  unfused attention computes every score.
+* **Element-wise time**: bytes the memory-bound kernels move (layer norms,
+  residual adds, dropout, GeLU/SwiGLU, softmax of unfused attention, RoPE, FP8
+  casts; the output layer's fp32 cross-entropy), counted kernel by kernel
+  (:func:`elementwise_bytes`), at ``elementwise_efficiency`` x the HBM
+  bandwidth. The FP8 runs keep the linear layers' saved inputs in 1 byte.
+* **Communication** through the course's network model
+  (:mod:`commtax.formulas.network`) at the bandwidths NCCL measurably reaches
+  (in-node rings ~370 GB/s on H100, ~230 GB/s on A100; ~47 and ~24 GB/s per
+  NIC), line rates kept beside them as the ceiling. TP (:func:`tp_time`) on the
+  critical path; CP (:func:`cp_time`) as ring attention (Megatron/TE) or as
+  Llama 3's all-gather of K and V; PP (:func:`pipeline_time`) as the bubble
+  (p-1)/(v m) and the sends; DP (:func:`dp_time`) by ZeRO stage and
+  implementation, HSDP included.
+* **Overlap is not free**: communication hidden behind compute takes the SMs
+  NCCL runs on (16 per collective, NVIDIA/nccl issue 689) away from it, so a
+  collective of x seconds behind c seconds of compute adds
+  max(x - c, s x) with s = 16 / SMs (:func:`overlap_cost`).
+* **Memory** (:func:`memory_parts`): model states by ZeRO stage plus
+  Korthikanti's activations times the micro-batches in flight, on the fullest
+  stage; it decides recomputation when the run leaves it open.
+
+Fitted constants: two per GPU type (:data:`FITTED`: ``matmul_efficiency`` and
+``elementwise_efficiency``) and one per distributed-optimizer implementation
+(:data:`ZERO_BANDWIDTH_SHARE`: DeepSpeed's ZeRO-3 of 2021), fitted on the public
+rows only (:func:`fit_constants`). Everything else is datasheets, published
+measurements and the papers' formulas.
+
+Conventions: seconds, bytes, FLOP/s; bandwidths per GPU per direction; hardware
+figures dense. ``model_tflops_per_gpu`` and ``hardware_tflops_per_gpu`` are 1e12
+FLOP/s per GPU; ``mfu`` and ``hfu`` are fractions of the dense peak **of the
+run's matmul precision** (989 TFLOP/s BF16, 1,979 FP8 on an H100), as NVIDIA
+reports FP8 runs; ``mfu_bf16`` is always against the BF16 peak (as Llama 3
+reports "BF16 MFU").
+"""
+
+from __future__ import annotations
+
+from commtax.formulas.predict.hardware import (  # noqa: F401
+    GPU, HBM_BUDGET, A100, H100, GPUS, FITTED, ZERO_BANDWIDTH_SHARE, TILE_ELEMENTS, CAUSAL_SHARE,
+    NCCL_SMS, GPU_ALIASES,
+)
+from commtax.formulas.predict.config import (  # noqa: F401
+    RECOMPUTE, PRECISIONS, PIPELINE_SPLITS, CP_COMMS, DP_IMPLS, HSDP_ALLREDUCE, PARAM_GATHERS,
+    DEFAULTS, OPEN_DEFAULTS, REQUIRED, KEYS, RETURNED, TIME_PARTS, ADAM_BYTES, OPTIMIZER_TRAFFIC,
+    LOGIT_BYTES, MAX_MICRO_BATCH, BUCKET_PARAMS, ACT_BYTES, BINDING_SHARE, stage_slots,
+    resolve_split, normalize,
+)
+from commtax.formulas.predict.flops import (  # noqa: F401
+    layer_forward_flops, logits_forward_flops, flops_per_step, narayanan_eq3, korthikanti_eq7,
+    korthikanti_eq8, peak_flops, layer_params, stage_layers, stage_params,
+)
+from commtax.formulas.predict.comms import (  # noqa: F401
+    placed_members, COLLECTIVES, collective_time, overlap_cost,
+)
+from commtax.formulas.predict.compute import (  # noqa: F401
+    wave_factor, constants_for, layer_compute, elementwise_bytes, logits_compute,
+)
+from commtax.formulas.predict.axes import (  # noqa: F401
+    tp_time, cp_bytes_per_layer, cp_time, pipeline_time, dp_bytes_per_step, dp_time,
+)
+from commtax.formulas.predict.memory import (  # noqa: F401
+    activation_bytes_per_layer, in_flight_layers, memory_parts, memory_bytes_per_gpu,
+    choose_recompute,
+)
+from commtax.formulas.predict.step import (  # noqa: F401
+    open_choices, breakdown, predict, stage_seconds, step, lab_pieces,
+)
+from commtax.formulas.predict.published import (  # noqa: F401
+    FIGURES, PUBLIC_RUNS, SP_PUBLISHED_IN, GPT2_VOCAB, run_from_row, published_figures,
+    read_published, primary_figure, errors, fit_constants, fit_zero_share, LLAMA3_405B, GPT_530B,
+    GPT_1T, GPT_175B_ZERO3, CHECK_RUNS, check_errors, zero3_critical_tokens,
+)
+from commtax.formulas.predict.search import (  # noqa: F401
+    MODELS, draw_plans, search_plans, RECOMPUTE_WORDS, describe_plan, recommend,
+)
+from commtax.formulas.predict.memory_plans import (  # noqa: F401
+    PREDICTOR_SHAPES, PREDICTOR_GPUS, predicted_step, rank_by_step_time,
+)

@@ -1,0 +1,105 @@
+"""Bytes per GPU of a plan on its fullest pipeline stage, and the recomputation that fits."""
+
+from __future__ import annotations
+
+import functools
+import math
+
+from commtax.formulas import memory
+from commtax.formulas.predict.config import ACT_BYTES, ADAM_BYTES, RECOMPUTE
+from commtax.formulas.predict.flops import layer_params, stage_layers, stage_params
+from commtax.formulas.predict.hardware import GPUS
+
+
+def activation_bytes_per_layer(cfg, recompute, fused_attention) -> float:
+    """Bytes one layer keeps for its backward, per GPU, for one micro-batch (Korthikanti Table 2).
+
+    :func:`commtax.formulas.memory.activation_bytes_per_layer` (Lesson 07), the one source of
+    truth, at s/cp tokens: none: s b h (34 + 5 a s / h) without TP, s b h (10 + 24/t + 5 a s/(h t))
+    with TP, / t overall with sequence parallelism; selective: the 5 a s / h term is recomputed;
+    full: only the layer's input, 2 s b h (/ t with sequence parallelism). Fused attention keeps no
+    s x s scores either. A GPT layer (MHA, 4h GeLU MLP, dropout); a Llama-style layer (GQA, SwiGLU, no
+    dropout) counted the same way keeps 31.75-34 s b h with Megatron's fused SwiGLU, within ~7% of it
+    (:func:`commtax.formulas.memory.llama_activation_sbh`; ~40 with an unfused SwiGLU).
+    """
+    # BEGIN GRADED lab-08 activation_bytes_per_layer
+    mode = "selective" if (fused_attention and recompute == "none") else recompute
+    stored = memory.activation_bytes_per_layer(cfg["seq"] // cfg["cp"], cfg["micro_batch"], cfg["hidden"],
+                                               cfg["heads"], cfg["tp"], cfg["sequence_parallel"], mode)
+    if cfg["precision"] == "fp8" and mode != "full":
+        # Transformer Engine keeps the linear layers' inputs for the backward in FP8: of the 34 s b h,
+        # the QKV, projection and FC1 inputs (2 each) and the FC2 input (8) take half the bytes
+        sbh = cfg["seq"] // cfg["cp"] * cfg["micro_batch"] * cfg["hidden"]
+        stored -= 7 * sbh / (cfg["tp"] if cfg["sequence_parallel"] else 1)
+    return stored
+    # END GRADED
+
+
+def in_flight_layers(cfg, stage) -> int:
+    """Layers whose activations stage ``stage`` holds at its peak: 1F1B keeps min(p - stage, m)
+    micro-batches in flight; the interleaved schedule (Megatron's warm-up) min(2 (p - stage - 1) +
+    (v - 1) p + 1, v m) chunks of ceil(layers on the stage / v) layers."""
+    p, v, m = cfg["pp"], cfg["vpp"], cfg["microbatches"]
+    n = stage_layers(cfg)[stage]
+    if v == 1:
+        return n * min(p - stage, m)
+    return math.ceil(n / v) * min(2 * (p - stage - 1) + (v - 1) * p + 1, v * m)
+
+
+@functools.lru_cache(maxsize=65536)
+def _model_states(params, shards, zero_stage, grad_bytes) -> dict:
+    """Lesson 07's model states (:func:`commtax.formulas.memory.model_state_breakdown`), remembered."""
+    return memory.model_state_breakdown(params, shards, zero_stage, ADAM_BYTES, grad_bytes=grad_bytes)
+
+
+def memory_parts(cfg, recompute, gpu=None) -> dict:
+    """Bytes per GPU on the fullest stage: ``params``, ``grads``, ``optimizer``, ``activations``,
+    ``logits``, ``buffers`` and ``total``.
+
+    The fullest of the first, the second and the last stage (the stages after the second hold fewer
+    micro-batches in flight and no more parameters). Model states: (2 + grad_bytes + 12) bytes per
+    parameter of the stage (one TP rank), sharded by
+    the ZeRO stage over the shard group (Lesson 07's formula). Activations: Korthikanti's bytes per
+    layer x :func:`in_flight_layers`; under full recomputation plus one layer's full activations (the
+    layer being recomputed). Logits: the fp32 copy, 4 b (s/cp) V / t, on the last stage. Buffers:
+    ZeRO-3 holds two layers' gathered bf16 parameters (the one computing and the one prefetched);
+    Llama 3's all-gather CP holds one layer's gathered K and V.
+    """
+    # BEGIN GRADED lab-11 memory_parts
+    gpu = gpu or GPUS[cfg["gpu"]]
+    fused, t, p = cfg["fused_attention"], cfg["tp"], cfg["pp"]
+    per_layer = activation_bytes_per_layer(cfg, recompute, fused)
+    params = stage_params(cfg)
+    best = None
+    for stage in sorted({0, min(1, p - 1), p - 1}):   # the middle stages hold no more than stage 1
+        states = _model_states(params[stage], cfg["shard_group"], cfg["zero_stage"], cfg["grad_bytes"])
+        acts = per_layer * in_flight_layers(cfg, stage)
+        if recompute == "full":
+            acts += activation_bytes_per_layer(cfg, "none", fused)
+        logits = 4 * cfg["seq"] // cfg["cp"] * cfg["micro_batch"] * cfg["vocab"] / t if stage == p - 1 else 0.0
+        buffers = 2 * layer_params(cfg) / t * 2 if cfg["zero_stage"] == 3 and cfg["shard_group"] > 1 else 0.0
+        if cfg["cp"] > 1 and cfg["cp_comm"] == "all_gather":
+            buffers += 2 * cfg["micro_batch"] * cfg["seq"] * cfg["kv_hidden"] / t * ACT_BYTES
+        parts = dict(params=states["params"], grads=states["grads"], optimizer=states["optimizer"],
+                     activations=acts, logits=logits, buffers=buffers)
+        parts["total"] = sum(parts.values())
+        if best is None or parts["total"] > best["total"]:
+            best = parts
+    return best
+    # END GRADED: learner.unavailable("11", "memory_bytes_per_gpu")   # a helper of that piece
+
+
+def memory_bytes_per_gpu(cfg, recompute, gpu=None) -> float:
+    """Bytes per GPU on the fullest stage (:func:`memory_parts`' total)."""
+    # BEGIN GRADED lab-11 memory_bytes_per_gpu
+    return memory_parts(cfg, recompute, gpu)["total"]
+    # END GRADED
+
+
+def choose_recompute(cfg, gpu=None) -> str:
+    """The least recomputation whose memory fits in the GPU's budget (full if none does)."""
+    gpu = gpu or GPUS[cfg["gpu"]]
+    for mode in RECOMPUTE:
+        if memory_bytes_per_gpu(cfg, mode, gpu) <= gpu.hbm_bytes:
+            return mode
+    return "full"
