@@ -1,0 +1,158 @@
+"""Turn measurements into a link calibration: ``python3 -m commtax.calibrate nccl-tests LOG... [--json] [--out FILE]``.
+
+``nccl-tests`` reads the stdout of NVIDIA nccl-tests (``all_reduce_perf``, ``all_gather_perf``,
+``reduce_scatter_perf``, ``alltoall_perf``, ``sendrecv_perf``, ``broadcast_perf``, ``reduce_perf``)
+and fits each log's alpha (seconds per message) and bandwidth (bytes/s per GPU per direction, the
+busbw asymptote) with Lab 03's fit. How the log is read, what algbw and busbw mean for each
+collective, the check of every row and the fit are in :mod:`commtax.measured.nccl_tests`.
+
+Output:
+
+* default: a short table per log (size, time, algbw, busbw, all from the out-of-place columns unless
+  ``--in-place``), the fitted alpha and bandwidth, and the log's own ``# Avg bus bandwidth``;
+* ``--json``: exactly ``{"logs": [{"file", "collective", "ranks", "rows": [{"size_bytes", "time_s",
+  "algbw_Bps", "busbw_Bps"}, ...], "alpha_s", "bandwidth_Bps"}]}`` (SI units; ``collective`` is
+  nccl-tests' name, e.g. ``alltoall``);
+* ``--out FILE`` (one log): the calibration JSON Lab 03's ``measure.py`` writes, through
+  :func:`commtax.formulas.links.save_calibration`, so ``load_calibration`` and every calculator read
+  it. Keys: ``name``, ``alpha_s``, ``bandwidth_bytes_per_s``, ``source``, ``collective`` (the
+  course's name, ``all_to_all`` for alltoall), ``world_size``, ``backend`` (``nccl``), ``dtype``,
+  ``statistic``, ``sizes``, ``seconds``, ``fit_error_median``, ``fit_error_max``, ``log_file``,
+  ``columns``.
+
+A log that cannot be read gives one line on stderr naming the file (and line) and exit status 1;
+bad arguments give argparse's usage and status 2. Never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from commtax.measured.nccl_tests import NcclTestsError, _model_args, fit_link, parse_log
+from commtax.units import format_bytes, format_rate, format_seconds
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python3 -m commtax.calibrate",
+                                     description="Fit a link (alpha, bandwidth) to measurements.")
+    sub = parser.add_subparsers(dest="source", required=True, metavar="SOURCE")
+    nccl = sub.add_parser("nccl-tests", help="read nccl-tests stdout logs (all_reduce_perf, ...)",
+                          description="Read nccl-tests logs and fit alpha (s) and bandwidth (bytes/s per GPU "
+                                      "per direction) to each, from the out-of-place columns by default.")
+    nccl.add_argument("logs", nargs="+", metavar="LOG", help="a file holding an nccl-tests program's stdout")
+    nccl.add_argument("--json", action="store_true", help="print the parsed rows and fits as JSON")
+    nccl.add_argument("--out", type=Path, metavar="FILE",
+                      help="write the fitted link as a calibration file (one LOG only)")
+    nccl.add_argument("--name", help="the link's name in the calibration file (default from the log)")
+    nccl.add_argument("--ranks", type=_positive_int, metavar="N",
+                      help="GPUs in the run, when the log does not say (no '# Rank' lines)")
+    nccl.add_argument("--collective", choices=("all_reduce", "all_gather", "reduce_scatter", "alltoall",
+                                               "sendrecv", "broadcast", "reduce"),
+                      help="which test ran, when the log does not name its *_perf program")
+    nccl.add_argument("--in-place", action="store_true", help="read the in-place columns instead")
+    return parser
+
+
+def _errors(log, alpha, bandwidth) -> np.ndarray:
+    from commtax.ranks.measure import predict_time
+
+    collective, world = _model_args(log.collective, log.ranks)
+    rows = [r for r in log.rows if r.size_bytes > 0]
+    times = np.array([r.time_s for r in rows])
+    model = predict_time(np.array([float(r.size_bytes) for r in rows]), world, alpha, bandwidth, collective)
+    return np.abs(model - times) / times
+
+
+def _table(log, alpha, bandwidth, out) -> None:
+    print(f"# {log.file}: {log.collective}, {log.ranks} ranks (from {log.ranks_from}), "
+          f"{log.columns} columns{', ' + log.dtype if log.dtype else ''}", file=out)
+    print(f"#{'size':>12} {'time':>10} {'algbw':>10} {'busbw':>10}", file=out)
+    for r in log.rows:
+        print(f" {format_bytes(r.size_bytes):>12} {format_seconds(r.time_s):>10} "
+              f"{format_rate(r.algbw_Bps):>10} {format_rate(r.busbw_Bps):>10}", file=out)
+    errors = _errors(log, alpha, bandwidth)
+    print(f"# fit ({sum(r.size_bytes > 0 for r in log.rows)} rows of size > 0): alpha = {format_seconds(alpha)} "
+          f"per message, bandwidth = {format_rate(bandwidth)} per GPU per direction; "
+          f"error median {np.median(errors):.1%}, max {errors.max():.1%}", file=out)
+    if log.avg_busbw_Bps is not None:
+        print(f"# the log's own '# Avg bus bandwidth': {format_rate(log.avg_busbw_Bps)} "
+              "(the mean busbw over every size, small ones included: not the link's bandwidth)", file=out)
+
+
+def _save(path, log, alpha, bandwidth, name) -> None:
+    from commtax.formulas.links import save_calibration
+
+    collective, world = _model_args(log.collective, log.ranks)
+    rows = [r for r in log.rows if r.size_bytes > 0]
+    errors = _errors(log, alpha, bandwidth)
+    save_calibration(path, alpha=alpha, bandwidth=bandwidth,
+                     name=name or f"nccl-tests {log.collective} x{log.ranks} ({Path(log.file).name})",
+                     collective=collective if log.collective != "sendrecv" else "sendrecv",
+                     world_size=log.ranks, backend="nccl", dtype=log.dtype,
+                     statistic="mean (nccl-tests' time column)",
+                     sizes=[r.size_bytes for r in rows], seconds=[r.time_s for r in rows],
+                     fit_error_median=float(np.median(errors)), fit_error_max=float(errors.max()),
+                     log_file=str(log.file), columns=log.columns,
+                     source=f"nccl-tests log {Path(log.file).name}, {log.columns} columns, "
+                            "fitted by python3 -m commtax.calibrate nccl-tests")
+
+
+def main(argv=None) -> int:
+    """Run the command line; returns the exit status (0 ok, 1 a log or file problem, 2 bad arguments)."""
+    args = _parser().parse_args(argv)
+    if args.out is not None and len(args.logs) != 1:
+        print(f"calibrate: --out writes one link, from one LOG; got {len(args.logs)} logs "
+              "(run once per log)", file=sys.stderr)
+        return 2
+    columns = "in-place" if args.in_place else "out-of-place"
+    results = []
+    try:
+        for path in args.logs:
+            log = parse_log(path, ranks=args.ranks, collective=args.collective, columns=columns)
+            alpha, bandwidth = fit_link(log)
+            results.append((log, alpha, bandwidth))
+        if args.out is not None:
+            log, alpha, bandwidth = results[0]
+            try:
+                _save(args.out, log, alpha, bandwidth, args.name)
+            except OSError as exc:
+                raise NcclTestsError(f"{args.out}: cannot write the calibration ({exc.strerror or exc})") from None
+    except NcclTestsError as exc:
+        print(f"calibrate: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        document = {"logs": [{"file": log.file, "collective": log.collective, "ranks": log.ranks,
+                              "rows": [r.as_dict() for r in log.rows],
+                              "alpha_s": alpha, "bandwidth_Bps": bandwidth} for log, alpha, bandwidth in results]}
+        print(json.dumps(document, indent=2))
+    else:
+        for i, (log, alpha, bandwidth) in enumerate(results):
+            if i:
+                print()
+            _table(log, alpha, bandwidth, sys.stdout)
+    if args.out is not None and not args.json:
+        print(f"# wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except BrokenPipeError:          # the reader went away (| head): not an error of ours
+        sys.stderr.close()
+        sys.exit(0)
