@@ -247,6 +247,29 @@ def test_the_calibration_file_round_trips_through_load_calibration(tmp_path, cap
     assert record["sizes"] == [r["size_bytes"] for r in fit["rows"]]
 
 
+def test_fit_from_fits_only_the_large_rows(tmp_path, capsys):
+    path = DATA / "cscs-alps-gh200-srun-2x4-all_reduce.log"
+    whole, large = tmp_path / "whole.json", tmp_path / "large.json"
+    assert run(["nccl-tests", path, "--out", whole], capsys)[0] == 0
+    assert run(["nccl-tests", path, "--out", large, "--fit-from", "8M"], capsys)[0] == 0
+    whole, large = json.loads(whole.read_text()), json.loads(large.read_text())
+    assert large["sizes"] == [2 ** e for e in range(23, 28)] and large["fit_from_bytes"] == 8 * 2 ** 20
+    assert len(whole["sizes"]) == 25
+    # one line through every size bends where NCCL changes protocol; the large rows alone fit well,
+    # and their bandwidth is above the largest row's busbw (122.57 GB/s, still rising at 128 MB)
+    assert large["fit_error_median"] < 0.05 < whole["fit_error_median"]
+    assert large["bandwidth_bytes_per_s"] > 122.57e9 > whole["bandwidth_bytes_per_s"]
+
+
+def test_mpirun_tag_output_prefixes_are_stripped(tmp_path, capsys):
+    text = synthetic_log("all_gather", 4, 3e-6, 100e9, SIZES)
+    path = tmp_path / "tagged.log"
+    path.write_text("".join(f"[1,0]<stdout>:{line}\n" for line in text.splitlines()))
+    (log,) = json.loads(run(["nccl-tests", path, "--json"], capsys)[1])["logs"]
+    assert log["ranks"] == 4 and len(log["rows"]) == len(SIZES)
+    assert log["bandwidth_Bps"] == pytest.approx(100e9, rel=0.01)
+
+
 def test_out_takes_one_log(tmp_path, capsys):
     code, _, err = run(["nccl-tests", DATA / "nccl-1435-all_gather-single-node-2gpu.log",
                         DATA / "nccl-tests-78-mpirun-256-all_reduce-old-layout.log", "--out", tmp_path / "x.json"],

@@ -134,11 +134,17 @@ def _model_args(collective: str, ranks: int) -> tuple[str, int]:
     return COLLECTIVES[collective], ranks
 
 
-def fit_link(log: Log) -> tuple[float, float]:
-    """(alpha seconds, bandwidth bytes/s per GPU per direction) of ``log``'s non-empty rows (module docstring)."""
-    rows = [r for r in log.rows if r.size_bytes > 0]
+def fit_rows(log: Log, min_size: int = 0) -> list:
+    """The rows the fit uses: size > 0 and size >= ``min_size`` bytes."""
+    return [r for r in log.rows if r.size_bytes > 0 and r.size_bytes >= min_size]
+
+
+def fit_link(log: Log, min_size: int = 0) -> tuple[float, float]:
+    """(alpha seconds, bandwidth bytes/s per GPU per direction) fitted to :func:`fit_rows` (module docstring)."""
+    rows = fit_rows(log, min_size)
     if len({r.size_bytes for r in rows}) < 2:
-        raise NcclTestsError(f"{log.file}: needs rows of at least two different non-zero sizes to fit "
+        where = f" of at least {min_size} bytes" if min_size > 0 else ""
+        raise NcclTestsError(f"{log.file}: needs rows of at least two different non-zero sizes{where} to fit "
                              f"alpha and bandwidth, found {len({r.size_bytes for r in rows})}")
     if log.ranks < 2:
         raise NcclTestsError(f"{log.file}: {log.ranks} rank: one rank sends nothing, there is no link to fit")
