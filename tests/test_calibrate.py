@@ -282,7 +282,8 @@ BAD = {
     "empty.log": ("", "empty"),
     "truncated.log": ("\n".join(ROWS_CUT[:6] + [ROWS_CUT[6][:60]]) + "\n", "truncated.log:7:"),
     "header-only.log": ("\n".join(ROWS_CUT[:4]) + "\n", "no rows"),
-    "osu.log": ("# OSU MPI Latency Test v5.8\n# Size          Latency (us)\n0    1.61\n8    1.62\n", "unknown layout"),
+    "osu.log": ("# OSU MPI Latency Test v5.8\n# Size          Latency (us)\n0    1.61\n8    1.62\n", "osu.log:3: unknown layout"),
+    "prose.log": ("all_reduce_perf ran fine, see the attached screenshot\n", "unknown layout"),
     "calibration.json": (json.dumps({"name": "x", "alpha_s": 1e-6, "bandwidth_bytes_per_s": 1e9}), "JSON"),
 }
 

@@ -219,7 +219,7 @@ def parse_log(path, *, ranks: int | None = None, collective: str | None = None,
                              "file, use commtax.formulas.links.load_calibration)")
 
     rank_ids, nranks, threads_gpus, programs, commands = set(), set(), None, {}, []
-    layout, header_line, rows, avg, dtype = None, None, [], None, ""
+    layout, header_line, rows, avg, dtype, stray = None, None, [], None, "", None
     for number, original in enumerate(lines, start=1):
         line = _PREFIX.sub("", original, count=1).strip()
         if not line:
@@ -246,14 +246,19 @@ def parse_log(path, *, ranks: int | None = None, collective: str | None = None,
                                      f"time, algbw and busbw columns: {line[:100]!r}")
             layout, header_line = (names, found), number
             continue
-        if layout is None or not _ROW_START.match(line):
+        if not _ROW_START.match(line):
+            continue
+        if layout is None:
+            stray = stray or (number, line)
             continue
         rows.append(_row(name, number, line, layout))
         dtype = dtype or line.split()[2]
 
     if layout is None:
-        raise NcclTestsError(f"{name}: unknown layout: no nccl-tests table header "
-                             "('#  size  count  type ... time  algbw  busbw ...') found")
+        where = f"{name}:{stray[0]}: unknown layout: a row of numbers ({stray[1][:60]!r}) with" if stray else \
+            f"{name}: unknown layout:"
+        raise NcclTestsError(f"{where} no nccl-tests table header ('#  size  count  type ... time  algbw  "
+                             "busbw ...') before it; is this the stdout of an nccl-tests program?")
     if not rows:
         raise NcclTestsError(f"{name}:{header_line}: the table has a header but no rows (truncated log?)")
     coll = _collective(name, programs, collective)
