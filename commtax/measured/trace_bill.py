@@ -1,0 +1,286 @@
+"""From one rank's scanned trace to its bill: busy times, collectives by op and by plan axis, bus bandwidth.
+
+Conventions (the course's, CONTRIBUTING.md): times in seconds; ``bytes`` is the size of the tensor a
+rank passes, per call, summed over calls:
+
+* ``all_reduce``: the buffer each rank holds;
+* ``reduce_scatter``: the full buffer before scattering (the input);
+* ``all_gather``: the full buffer after gathering (the output);
+* ``all_to_all``: the total a rank sends (the input);
+* ``broadcast``: the buffer; ``send`` / ``recv``: the message; ``barrier``: 0 (it carries no payload).
+
+Busy times, per rank:
+
+* ``comm_s``: the measure of the union of communication intervals; ``compute_s``: the measure of
+  the union of compute intervals; ``exposed_comm_s``: the measure of (union of communication
+  intervals) minus (union of compute intervals), on the same timeline.
+* A trace with GPU kernels (NCCL): the timeline is each GPU (all its streams); communication = the
+  ``ncclDevKernel_*`` / ``ncclKernel_*`` kernels, compute = every other kernel (memcpy/memset are
+  neither). Summed over the GPUs in the file (one per rank, normally).
+* A CPU-only trace (gloo): the timeline is the process (all its threads); communication = the
+  ``c10d::*`` ops, ``gloo:*`` / ``nccl:*`` annotations and ``record_param_comms`` events; compute =
+  the ``cpu_op`` events (aten ops and the like) of any thread that are not inside a communication
+  event of the same thread.
+
+Achieved bus bandwidth per op (nccl-tests' definition): ``busbw = bytes / time x factor``, factor
+``2(n-1)/n`` for all-reduce, ``(n-1)/n`` for all-gather, reduce-scatter and all-to-all, 1 for
+broadcast, send and recv (n: the group's size), over the calls whose duration is known: the
+``gloo:*`` annotation that ran the call (gloo), or the NCCL kernels linked to it by ``External id``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+
+from commtax.measured.trace_axes import UNKNOWN, Layout
+from commtax.measured.trace_intervals import Intervals, exposed, inside, measure
+
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "barrier", "send", "recv")
+US = 1e-6   # seconds per microsecond (the trace's unit)
+DTYPE_BYTES = {name: size for size, names in {
+    8: ("double", "float64", "long", "long int", "int64", "complexfloat", "c10::complex<float>"),
+    4: ("float", "float32", "int", "int32"),
+    2: ("half", "c10::half", "bfloat16", "c10::bfloat16", "short", "short int", "int16", "float16"),
+    1: ("byte", "unsigned char", "char", "signed char", "bool", "uint8", "int8", "float8_e4m3fn",
+        "float8_e5m2", "c10::float8_e4m3fn", "c10::float8_e5m2"),
+}.items() for name in names}
+GLOO_NAMES = {"all_reduce": ("gloo:all_reduce",), "reduce_scatter": ("gloo:all_reduce", "gloo:reduce_scatter"),
+              "all_gather": ("gloo:all_gather",), "all_to_all": ("gloo:all_to_all",),
+              "broadcast": ("gloo:broadcast",), "barrier": ("gloo:barrier",), "send": ("gloo:send",),
+              "recv": ("gloo:recv",)}
+
+
+def op_of(name: str) -> str | None:
+    """The course's op for a c10d op or a ``Collective name`` (``c10d::_allgather_base_`` -> ``all_gather``)."""
+    key = name.split("::")[-1].lower().replace("_", "")
+    for prefix, op in (("allreduce", "all_reduce"), ("allgather", "all_gather"), ("reducescatter", "reduce_scatter"),
+                       ("alltoall", "all_to_all"), ("broadcast", "broadcast"), ("barrier", "barrier"),
+                       ("send", "send"), ("recv", "recv")):
+        if key.startswith(prefix):
+            return op
+    return None
+
+
+def busbw_factor(op: str, n: int | None) -> float | None:
+    """nccl-tests' bus-bandwidth factor for ``op`` on ``n`` ranks (None where it has none or n is unknown)."""
+    if op in ("send", "recv", "broadcast"):
+        return 1.0
+    if not n or n < 2:
+        return None
+    return {"all_reduce": 2 * (n - 1) / n, "all_gather": (n - 1) / n, "reduce_scatter": (n - 1) / n,
+            "all_to_all": (n - 1) / n}.get(op)
+
+
+def dtype_bytes(name) -> int | None:
+    return DTYPE_BYTES.get(str(name).strip().lower()) if name is not None else None
+
+
+def _numel(dims) -> int:
+    """Elements of a tensor's dims (``[2, 3]`` -> 6) or of a tensor list's (``[[2], [3]]`` -> 5)."""
+    if not isinstance(dims, list):
+        return 0
+    if all(isinstance(d, int) for d in dims):
+        return math.prod(dims)
+    return sum(_numel(d) for d in dims)
+
+
+def _ranks(value):
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return None
+    if isinstance(value, list) and value and all(isinstance(r, int) for r in value):
+        return tuple(value)
+    return None
+
+
+class Call:
+    """One counted collective or point-to-point call."""
+
+    __slots__ = ("op", "numel", "itemsize", "ranks", "n", "record", "dur_us", "gloo_numel")
+
+    def __init__(self, op, numel, itemsize, ranks, n, record, gloo_numel=None):
+        self.op, self.numel, self.itemsize, self.ranks, self.n = op, numel, itemsize, ranks, n
+        self.record, self.dur_us, self.gloo_numel = record, None, gloo_numel
+
+    @property
+    def nbytes(self) -> int:
+        return 0 if self.op == "barrier" else self.numel * (self.itemsize or 4)
+
+
+def _from_c10d(record) -> Call | None:
+    op = op_of(record.name)
+    if op is None:
+        return None
+    dims, types = record.args.get("Input Dims") or [], record.args.get("Input type") or []
+    arg = {"reduce_scatter": 1, "all_to_all": 1}.get(op, 0)          # which tensor argument is the payload
+    numel = _numel(dims[arg]) if len(dims) > arg else 0
+    gloo_numel = _numel(dims[1]) if op == "all_gather" and len(dims) > 1 else numel
+    itemsize = dtype_bytes(types[arg]) if len(types) > arg else None
+    return Call(op, numel, itemsize, None, None, record, None if op == "barrier" else gloo_numel)
+
+
+def _from_rpc(record) -> Call | None:
+    args = record.args
+    op = op_of(str(args.get("Collective name", "")))
+    if op is None:
+        return None
+    nin, nout = int(args.get("In msg nelems") or 0), int(args.get("Out msg nelems") or 0)
+    numel = {"all_gather": nout, "broadcast": max(nin, nout), "recv": max(nin, nout)}.get(op, nin)
+    ranks = _ranks(args.get("Process Group Ranks"))
+    size = args.get("Group size")
+    n = len(ranks) if ranks else (int(size) if isinstance(size, int) else None)
+    return Call(op, numel, dtype_bytes(args.get("dtype")), ranks, n, record)
+
+
+def _outermost(records):
+    """Drop records nested inside another of the list on the same thread (NCCL's barrier is an all-reduce)."""
+    kept, open_end = [], {}
+    for rec in sorted(records, key=lambda r: (str(r.tid), r.ts, -r.dur)):
+        if rec.ts < open_end.get(rec.tid, -math.inf) and rec.ts + rec.dur <= open_end[rec.tid]:
+            continue
+        kept.append(rec)
+        open_end[rec.tid] = rec.ts + rec.dur
+    return sorted(kept, key=lambda r: r.ts)
+
+
+def gloo_thread_groups(scan) -> dict:
+    """Map each ``pt_gloo_runloop`` thread to its process group's global ranks (gloo traces).
+
+    Each gloo process group starts the same number of worker threads when it is created, and
+    ``distributedInfo.pg_config`` lists this rank's groups in creation order (``pg_name`` 0, 1, ...),
+    so the runloop threads, sorted by thread id, are dealt out to the groups in that order. Where the
+    counts do not divide, nothing is mapped (the calls' axis is then "unknown").
+    """
+    pgs = [pg for pg in (scan.meta.get("distributedInfo") or {}).get("pg_config") or []
+           if isinstance(pg, dict) and _ranks(pg.get("ranks"))]
+    pgs.sort(key=lambda pg: int(pg["pg_name"]) if str(pg.get("pg_name", "")).isdigit() else math.inf)
+    threads = sorted(t for t, names in scan.thread_names.items()
+                     if isinstance(t, int) and any("gloo" in n for n in names))
+    if not pgs or not threads or len(threads) % len(pgs):
+        return {}
+    per = len(threads) // len(pgs)
+    return {tid: _ranks(pgs[i // per]["ranks"]) for i, tid in enumerate(threads)}
+
+
+def _pair_gloo(calls, gloo_records, scan, rank):
+    """Give each c10d call its ``gloo:*`` annotation: duration, dtype and (through the thread) group."""
+    groups = gloo_thread_groups(scan)
+    pending = sorted(calls, key=lambda c: c.record.ts)
+    for rec in sorted(gloo_records, key=lambda r: r.ts):
+        numel = _numel((rec.args.get("Input Dims") or [None])[0])
+        for i, call in enumerate(pending):
+            if call.record.ts > rec.ts:
+                break
+            if rec.name in GLOO_NAMES[call.op] and (call.gloo_numel is None or numel == call.gloo_numel):
+                pending.pop(i)
+                call.dur_us = rec.dur
+                if call.itemsize is None:
+                    call.itemsize = dtype_bytes((rec.args.get("Input type") or [None])[0])
+                if rec.tid in groups:
+                    call.ranks = groups[rec.tid]
+                    call.n = len(call.ranks)
+                break
+    one_group = len((scan.meta.get("distributedInfo") or {}).get("pg_config") or []) == 1
+    for call in calls:   # gloo's send/recv run on the caller's thread: the peer is known, its group only if alone
+        if call.op in ("send", "recv") and one_group and isinstance(rank, int):
+            peer = (call.record.args.get("Concrete Inputs") or [None] * 3)[2]
+            if isinstance(peer, str) and peer.isdigit():
+                call.ranks, call.n = (rank, int(peer)), 2
+
+
+def _pair_kernels(calls, scan):
+    """NCCL: add the durations of the kernels whose ``External id`` is the call's (or its c10d op's)."""
+    by_ext = {}
+    for call in calls:
+        ext = call.record.args.get("External id")
+        if ext is not None:
+            by_ext[ext] = call
+    for rec in scan.records:   # a c10d op around a counted record: its id leads to the same call
+        ext = rec.args.get("External id")
+        if rec.source == "c10d" and ext is not None and ext not in by_ext:
+            for call in calls:
+                r = call.record
+                if r.tid == rec.tid and rec.ts <= r.ts and r.ts + r.dur <= rec.ts + rec.dur:
+                    by_ext[ext] = call
+                    break
+    for rec in scan.records:
+        if rec.source == "kernel" and rec.args.get("External id") in by_ext:
+            call = by_ext[rec.args["External id"]]
+            call.dur_us = (call.dur_us or 0.0) + rec.dur
+
+
+def calls_of(scan, rank=None) -> list[Call]:
+    """The counted calls of a scanned trace (``record_param_comms`` where present, else the c10d ops)."""
+    rpc = [r for r in scan.records if r.source == "rpc"]
+    if rpc:
+        calls = [c for c in map(_from_rpc, _outermost(rpc)) if c is not None]
+    else:
+        calls = [c for c in map(_from_c10d, _outermost([r for r in scan.records if r.source == "c10d"]))
+                 if c is not None]
+        _pair_gloo(calls, [r for r in scan.records if r.source == "gloo"], scan, rank)
+    if scan.on_gpu:
+        _pair_kernels(calls, scan)
+    return calls
+
+
+def busy_times(scan) -> tuple[float, float, float]:
+    """``(compute_s, comm_s, exposed_comm_s)`` of a scanned trace (see the module's docstring)."""
+    compute = comm = hidden_free = 0.0
+    if scan.on_gpu:
+        for device in set(scan.gpu_compute) | set(scan.gpu_comm):
+            cs, ce = scan.gpu_comm.get(device, Intervals()).arrays()
+            ks, ke = scan.gpu_compute.get(device, Intervals()).arrays()
+            compute, comm = compute + measure(ks, ke), comm + measure(cs, ce)
+            hidden_free += exposed(cs, ce, ks, ke)
+        return compute * US, comm * US, hidden_free * US
+    all_comm, all_compute = Intervals(), Intervals()
+    for key, ops in scan.cpu_ops.items():
+        starts, ends = ops.arrays()
+        ts, te = scan.cpu_comm.get(key, Intervals()).arrays()
+        keep = ~inside(starts, ends, ts, te, slack=0.002)
+        all_compute.starts.extend(starts[keep].tolist())
+        all_compute.ends.extend(ends[keep].tolist())
+    for intervals in scan.cpu_comm.values():
+        all_comm.extend(intervals)
+    cs, ce = all_comm.arrays()
+    ks, ke = all_compute.arrays()
+    return measure(ks, ke) * US, measure(cs, ce) * US, exposed(cs, ce, ks, ke) * US
+
+
+def _table(calls) -> dict:
+    table = {}
+    for call in calls:
+        row = table.setdefault(call.op, {"count": 0, "bytes": 0})
+        row["count"] += 1
+        row["bytes"] += call.nbytes
+    return {op: table[op] for op in OPS if op in table}
+
+
+def rank_bill(scan, rank: int, layout: Layout | None = None) -> tuple[dict, dict]:
+    """``(row, extra)``: the JSON row of one rank, and what only the text report shows.
+
+    ``extra`` = ``{"busbw": {op: bytes/s}, "dtype_assumed": calls whose dtype was not in the trace
+    (counted as 4-byte float32)}``.
+    """
+    calls = calls_of(scan, rank)
+    compute_s, comm_s, exposed_s = busy_times(scan)
+    by_axis = {}
+    for call in calls:
+        axis = layout.axis_of(call.ranks) if layout is not None and call.ranks else UNKNOWN
+        by_axis.setdefault(axis, []).append(call)
+    busbw = {}
+    for op in OPS:
+        timed = [(c.nbytes * busbw_factor(op, c.n), c.dur_us) for c in calls
+                 if c.op == op and c.dur_us and busbw_factor(op, c.n) is not None]
+        if timed and op != "barrier":
+            busbw[op] = float(np.sum([b for b, _ in timed]) / (np.sum([t for _, t in timed]) * US))
+    row = {"rank": rank, "compute_s": compute_s, "comm_s": comm_s, "exposed_comm_s": exposed_s,
+           "collectives": _table(calls),
+           "by_axis": {axis: _table(by_axis[axis]) for axis in ("tp", "cp", "dp", "pp", UNKNOWN) if axis in by_axis}}
+    return row, {"busbw": busbw, "dtype_assumed": sum(1 for c in calls if c.itemsize is None and c.op != "barrier"),
+                 "calls": len(calls)}

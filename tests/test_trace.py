@@ -1,0 +1,343 @@
+"""``python3 -m commtax.trace``: profiler traces read back against the bill.
+
+Hand-made traces pin the definitions (union, exposure, bytes per op, axes); the recorded gloo
+traces in ``tests/data/traces/`` (made by ``commtax.trace_record``, see the README there) pin what
+real torch 2.13 traces hold; every bad input must give exit code 2 and one line on stderr.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from commtax import trace, trace_record as rec
+from commtax.measured.trace_axes import Layout
+from commtax.measured.trace_intervals import exposed, measure
+from commtax.measured.trace_read import TraceError, TraceReader
+
+DATA = Path(__file__).parent / "data" / "traces"
+RECORDED = sorted(DATA.glob("rank*.json.gz"))
+ROW_KEYS = {"rank", "compute_s", "comm_s", "exposed_comm_s", "collectives", "by_axis"}
+
+
+def X(name, ts, dur, cat="cpu_op", tid=1, pid=1, **args):
+    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
+
+
+def c10d(name, ts, dur, dims, tid=1, dtype="float"):
+    return X(f"c10d::{name}", ts, dur, tid=tid, **{"Input Dims": dims, "Input type": [dtype] * len(dims)})
+
+
+def rpc(coll, ts, dur, nin, nout, ranks, dtype="Float", tid=1, ext=None):
+    args = {"Collective name": coll, "In msg nelems": nin, "Out msg nelems": nout, "dtype": dtype,
+            "Process Group Ranks": json.dumps(ranks), "Group size": len(ranks)}
+    if ext is not None:
+        args["External id"] = ext
+    return X("record_param_comms", ts, dur, tid=tid, **args)
+
+
+def kernel(name, ts, dur, stream=7, device=0, ext=None):
+    args = {"device": device, "stream": stream}
+    if ext is not None:
+        args["External id"] = ext
+    return {"ph": "X", "cat": "kernel", "name": name, "pid": device, "tid": stream, "ts": ts, "dur": dur,
+            "args": args}
+
+
+def write_trace(path, events, rank=0, world=1, gz=False, **top):
+    doc = {"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": world}, **top,
+           "traceEvents": events, "traceName": str(path)}
+    if rank is None:
+        del doc["distributedInfo"]
+    opener = gzip.open if gz else open
+    with opener(path, "wt") as f:
+        json.dump(doc, f, indent=1)
+    return str(path)
+
+
+def run(capsys, *argv):
+    code = trace.main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# -- intervals ---------------------------------------------------------------
+
+
+def test_overlapping_intervals_are_counted_once_not_summed():
+    assert measure([0, 5, 30], [10, 15, 40]) == pytest.approx(25.0)        # [0,15) + [30,40), not 30
+    assert measure([0, 2], [10, 3]) == pytest.approx(10.0)                # nested
+    assert measure([], []) == 0.0
+
+
+def test_exposed_is_the_communication_union_minus_the_compute_union():
+    # comm [0,10) [20,30) ; compute [5,25) twice (overlapping compute must not be subtracted twice)
+    assert exposed([0, 20], [10, 30], [5, 5], [25, 25]) == pytest.approx(10.0)
+    assert exposed([0], [10], [20], [30]) == pytest.approx(10.0)          # no overlap: all exposed
+    assert exposed([0], [10], [-5], [15]) == pytest.approx(0.0)           # all hidden
+
+
+def test_gpu_trace_overlapping_nccl_kernels_count_once_and_other_kernels_are_compute(tmp_path):
+    events = [rpc("allreduce", 0, 5, 1000, 1000, [0, 1]),
+              kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 10, 10, stream=20),
+              kernel("ncclDevKernel_AllGather_RING_LL", 15, 10, stream=21),    # overlaps: [10, 25) = 15 us
+              kernel("ampere_sgemm_128x64_nn", 0, 12, stream=7),               # hides [10, 12)
+              kernel("vectorized_elementwise_kernel", 40, 5, stream=7)]
+    report, _ = trace.analyze([write_trace(tmp_path / "t.json", events, world=2)])
+    row = report["ranks"][0]
+    assert row["comm_s"] == pytest.approx(15e-6)          # summing the kernels would give 20e-6
+    assert row["compute_s"] == pytest.approx(17e-6)
+    assert row["exposed_comm_s"] == pytest.approx(13e-6)
+    assert row["collectives"] == {"all_reduce": {"count": 1, "bytes": 4000}}
+
+
+def test_cpu_compute_excludes_ops_inside_a_communication_op_of_the_same_thread(tmp_path):
+    events = [c10d("allreduce_", 0, 100, [[[1000]]]),
+              X("aten::empty", 10, 20),                          # inside the c10d op: not compute
+              X("aten::mm", 200, 100),
+              X("aten::add", 50, 10, tid=2)]                     # another thread: compute, overlaps comm
+    row = trace.analyze([write_trace(tmp_path / "t.json", events)])[0]["ranks"][0]
+    assert row["compute_s"] == pytest.approx(110e-6)
+    assert row["comm_s"] == pytest.approx(100e-6)
+    assert row["exposed_comm_s"] == pytest.approx(90e-6)
+
+
+# -- bytes per op ------------------------------------------------------------
+
+
+def test_bytes_follow_the_course_convention_for_each_op(tmp_path):
+    events = [rpc("allreduce", 0, 1, 100, 100, [0, 1, 2, 3]),
+              rpc("_allgather_base", 2, 1, 25, 100, [0, 1, 2, 3]),             # full buffer after gathering
+              rpc("_reduce_scatter_base", 4, 1, 100, 25, [0, 1, 2, 3], dtype="BFloat16"),  # full, before
+              rpc("all_to_allv", 6, 1, 80, 80, [0, 1, 2, 3]),
+              rpc("broadcast", 8, 1, 7, 7, [0, 1, 2, 3], dtype="Double"),
+              rpc("send", 10, 1, 9, 9, [0, 1]), rpc("recv", 12, 1, 11, 11, [0, 1]),
+              rpc("barrier", 14, 3, 1, 1, [0, 1, 2, 3]),
+              rpc("allreduce", 15, 1, 1, 1, [0, 1, 2, 3])]   # NCCL's barrier is an all-reduce inside it
+    row = trace.analyze([write_trace(tmp_path / "t.json", events, world=4)])[0]["ranks"][0]
+    assert row["collectives"] == {"all_reduce": {"count": 1, "bytes": 400}, "all_gather": {"count": 1, "bytes": 400},
+                                  "reduce_scatter": {"count": 1, "bytes": 200},
+                                  "all_to_all": {"count": 1, "bytes": 320}, "broadcast": {"count": 1, "bytes": 56},
+                                  "barrier": {"count": 1, "bytes": 0}, "send": {"count": 1, "bytes": 36},
+                                  "recv": {"count": 1, "bytes": 44}}
+
+
+def test_bus_bandwidth_uses_the_kernel_time_and_the_nccl_tests_factor(tmp_path):
+    events = [rpc("allreduce", 0, 5, 250_000, 250_000, [0, 1, 2, 3], ext=17),
+              kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 10, 100, ext=17)]
+    report, extras = trace.analyze([write_trace(tmp_path / "t.json", events, world=4)])
+    assert extras[0]["busbw"]["all_reduce"] == pytest.approx(1e6 / 100e-6 * 2 * 3 / 4)
+    assert "15 GB/s" in trace.render(report, extras)
+
+
+# -- axes ----------------------------------------------------------------------
+
+
+def test_axis_mapping_follows_megatron_order_on_2x2x2():
+    layout = Layout(8, tp=2, pp=2)      # dp = 2
+    assert [layout.coordinates(r) for r in (0, 1, 2, 5, 7)] == [(0, 0, 0, 0), (1, 0, 0, 0), (0, 0, 1, 0),
+                                                                 (1, 0, 0, 1), (1, 0, 1, 1)]
+    assert [layout.axis_of(g) for g in ([0, 1], [6, 7], [0, 2], [5, 7], [0, 4], [3, 7], [0, 3], [0])] == \
+        ["tp", "tp", "dp", "dp", "pp", "pp", "unknown", "unknown"]
+    with_cp = Layout(8, tp=2, cp=2, pp=2)  # dp = 1
+    assert [with_cp.axis_of(g) for g in ([0, 2], [1, 3], [0, 4], [0, 1, 2, 3])] == ["cp", "cp", "pp", "unknown"]
+
+
+def test_eight_rank_traces_split_by_axis(tmp_path):
+    paths = []
+    for r in range(8):
+        tp = sorted({r, r ^ 1})
+        dp = sorted({r, r ^ 2})
+        pp = sorted({r, r ^ 4})
+        events = [rpc("allreduce", 0, 1, 1000, 1000, tp), rpc("_reduce_scatter_base", 2, 1, 800, 400, dp),
+                  rpc("_allgather_base", 4, 1, 400, 800, dp), rpc("send" if r < 4 else "recv", 6, 1, 50, 50, pp)]
+        paths.append(write_trace(tmp_path / f"r{r}.json", events, rank=r, world=8))
+    report, _ = trace.analyze(paths, tp=2, pp=2)
+    for r, row in enumerate(report["ranks"]):
+        assert row["rank"] == r
+        assert row["by_axis"] == {"tp": {"all_reduce": {"count": 1, "bytes": 4000}},
+                                  "dp": {"all_gather": {"count": 1, "bytes": 3200},
+                                         "reduce_scatter": {"count": 1, "bytes": 3200}},
+                                  "pp": {"send" if r < 4 else "recv": {"count": 1, "bytes": 200}}}
+    report, _ = trace.analyze(paths)          # no layout: everything "unknown"
+    assert set(report["ranks"][0]["by_axis"]) == {"unknown"}
+
+
+# -- the recorded traces -----------------------------------------------------
+
+
+def expected_from_the_script():
+    """What each rank did, from trace_record's sizes alone (float32: 4 bytes)."""
+    calls = {"all_reduce": [rec.ALL_REDUCE_NUMEL, rec.ALL_REDUCE_ASYNC_NUMEL, rec.TP_ALL_REDUCE_NUMEL,
+                            rec.DP_ALL_REDUCE_NUMEL],
+             "all_gather": [rec.ALL_GATHER_NUMEL], "reduce_scatter": [rec.REDUCE_SCATTER_NUMEL],
+             "all_to_all": [rec.ALL_TO_ALL_NUMEL], "broadcast": [rec.BROADCAST_NUMEL], "barrier": [0],
+             "send": [rec.SEND_NUMEL], "recv": [rec.SEND_NUMEL]}
+    return {op: {"count": len(sizes) * rec.STEPS, "bytes": 4 * sum(sizes) * rec.STEPS} for op, sizes in calls.items()}
+
+
+def test_recorded_traces_give_the_counts_and_bytes_the_script_used():
+    assert len(RECORDED) == rec.WORLD
+    report, _ = trace.analyze(RECORDED, tp=rec.TP)
+    expected = expected_from_the_script()
+    for r, row in enumerate(report["ranks"]):
+        assert row["rank"] == r
+        assert row["collectives"] == expected
+        steps = rec.STEPS
+        assert row["by_axis"]["tp"] == {"all_reduce": {"count": steps, "bytes": 4 * rec.TP_ALL_REDUCE_NUMEL * steps}}
+        assert row["by_axis"]["dp"] == {"all_reduce": {"count": steps, "bytes": 4 * rec.DP_ALL_REDUCE_NUMEL * steps}}
+        assert row["by_axis"]["unknown"]["all_reduce"]["count"] == 2 * steps   # world-group calls span tp and dp
+
+
+def _brute_force_times(path):
+    """compute, comm, exposed (s) of a small trace, by elementary segments (no shared code)."""
+    events = [e for e in json.load(gzip.open(path, "rt"))["traceEvents"] if e.get("ph") == "X"]
+    comm = [e for e in events if e["name"].startswith(("c10d::", "gloo:"))]
+    compute = [e for e in events if e.get("cat") == "cpu_op" and not e["name"].startswith("c10d::")
+               and not any(c["tid"] == e["tid"] and c["ts"] - 0.002 <= e["ts"] and
+                           e["ts"] + e["dur"] <= c["ts"] + c["dur"] + 0.002 for c in comm)]
+    points = sorted({p for e in comm + compute for p in (e["ts"], e["ts"] + e["dur"])})
+    totals = [0.0, 0.0, 0.0]
+    for a, b in zip(points, points[1:]):
+        mid = (a + b) / 2
+        in_comm = any(e["ts"] <= mid < e["ts"] + e["dur"] for e in comm)
+        in_compute = any(e["ts"] <= mid < e["ts"] + e["dur"] for e in compute)
+        totals[0] += (b - a) * in_compute
+        totals[1] += (b - a) * in_comm
+        totals[2] += (b - a) * (in_comm and not in_compute)
+    return [t * 1e-6 for t in totals]
+
+
+def test_recorded_trace_times_equal_a_brute_force_sweep():
+    report, _ = trace.analyze(RECORDED[:1])
+    row = report["ranks"][0]
+    compute, comm, exp = _brute_force_times(RECORDED[0])
+    assert (row["compute_s"], row["comm_s"], row["exposed_comm_s"]) == pytest.approx((compute, comm, exp), rel=1e-9)
+    assert 0 < row["exposed_comm_s"] < row["comm_s"]     # the async all-reduce hid behind a matmul
+
+
+def test_json_output_has_exactly_the_documented_schema(capsys):
+    code, out, err = run(capsys, *RECORDED, "--tp", "2", "--json")
+    assert code == 0 and err == ""
+    doc = json.loads(out)
+    assert set(doc) == {"ranks"} and [row["rank"] for row in doc["ranks"]] == [0, 1, 2, 3]
+    for row in doc["ranks"]:
+        assert set(row) == ROW_KEYS
+        assert all(isinstance(row[k], float) for k in ("compute_s", "comm_s", "exposed_comm_s"))
+        assert set(row["collectives"]) <= set(trace.OPS)
+        tables = [row["collectives"], *row["by_axis"].values()]
+        assert set(row["by_axis"]) <= {"tp", "cp", "dp", "pp", "unknown"}
+        for table in tables:
+            for value in table.values():
+                assert set(value) == {"count", "bytes"} and all(type(v) is int for v in value.values())
+
+
+def test_text_report_names_every_rank_and_op(capsys):
+    code, out, _ = run(capsys, *RECORDED, "--tp", "2")
+    assert code == 0
+    assert [line.split(":")[0] for line in out.splitlines() if line.startswith("rank")] == [f"rank {r}" for r in range(4)]
+    assert "reduce_scatter" in out and "tp: all_reduce 2 x" in out
+
+
+def test_plain_json_and_gzip_give_the_same_report(tmp_path):
+    text = gzip.open(RECORDED[0], "rt").read()
+    (tmp_path / "r0.json").write_text(text)
+    assert trace.analyze([tmp_path / "r0.json"])[0] == trace.analyze([RECORDED[0]])[0]
+
+
+# -- the streaming reader ----------------------------------------------------
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 17, 4096])
+def test_streaming_reader_gives_every_event_across_chunk_boundaries(tmp_path, chunk):
+    whole = json.load(gzip.open(RECORDED[1], "rt"))
+    reader = TraceReader(RECORDED[1], chunk_chars=chunk)
+    assert list(reader.events()) == whole["traceEvents"]
+    assert reader.meta == {k: v for k, v in whole.items() if k != "traceEvents"}
+
+
+def test_streaming_reader_holds_a_chunk_not_the_file(tmp_path):
+    events = [X("aten::mm", i, 1, note="x" * 50) for i in range(3000)]
+    path = write_trace(tmp_path / "big.json", events)
+    reader = TraceReader(path, chunk_chars=1000)
+    largest = 0
+    for _ in reader.events():
+        largest = max(largest, len(reader._buf))
+    assert largest < 3000 and Path(path).stat().st_size > 100 * largest
+
+
+def test_streaming_reader_reads_numbers_cut_at_a_chunk_edge(tmp_path):
+    path = tmp_path / "n.json"
+    path.write_text('{"baseTimeNanoseconds": 1234567890123, "traceEvents": [{"ts": 1.25, "dur": 100000}]}')
+    for chunk in range(1, 40):
+        reader = TraceReader(path, chunk_chars=chunk)
+        assert list(reader.events()) == [{"ts": 1.25, "dur": 100000}]
+        assert reader.meta["baseTimeNanoseconds"] == 1234567890123
+
+
+# -- bad input: exit code 2, one line, no traceback --------------------------
+
+
+def _one_line_error(capsys, *argv):
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    return err
+
+
+def test_truncated_trace_is_refused(capsys, tmp_path):
+    text = gzip.open(RECORDED[0], "rt").read()
+    (tmp_path / "cut.json").write_text(text[: len(text) // 2])
+    assert "truncated JSON" in _one_line_error(capsys, tmp_path / "cut.json")
+    data = RECORDED[0].read_bytes()
+    (tmp_path / "cut.json.gz").write_bytes(data[: len(data) // 2])
+    assert "cut.json.gz" in _one_line_error(capsys, tmp_path / "cut.json.gz")
+
+
+def test_a_file_that_is_not_a_trace_is_refused(capsys, tmp_path):
+    (tmp_path / "a.json").write_text('{"loss": [1.0, 0.5]}')
+    assert "not a trace" in _one_line_error(capsys, tmp_path / "a.json")
+    (tmp_path / "b.txt").write_text("step 1 loss 0.5\n")
+    assert "not a trace" in _one_line_error(capsys, tmp_path / "b.txt")
+    (tmp_path / "c.bin").write_bytes(b"\xff\xfe\x00binary")
+    assert "c.bin" in _one_line_error(capsys, tmp_path / "c.bin")
+
+
+def test_a_trace_without_communication_says_so(capsys, tmp_path):
+    path = write_trace(tmp_path / "quiet.json", [X("aten::mm", 0, 10)])
+    err = _one_line_error(capsys, path)
+    assert f"no communication events found in {path}; was the profiler on during the collectives?" in err
+
+
+def test_ranks_from_different_runs_are_refused(capsys, tmp_path):
+    events = [c10d("allreduce_", 0, 10, [[[10]]])]
+    a = write_trace(tmp_path / "a.json", events, rank=0, world=2)
+    b = write_trace(tmp_path / "b.json", events, rank=1, world=4)
+    assert "different runs" in _one_line_error(capsys, a, b)
+    c = write_trace(tmp_path / "c.json", events, rank=0, world=2)
+    assert "two traces of rank 0" in _one_line_error(capsys, a, c)
+    d = write_trace(tmp_path / "d.json", events, rank=1, world=2, baseTimeNanoseconds=10**18)
+    e = write_trace(tmp_path / "e.json", events, rank=0, world=2, baseTimeNanoseconds=10**18 + 3600 * 10**9)
+    assert "different runs" in _one_line_error(capsys, d, e)
+
+
+def test_missing_file_and_bad_layout_are_refused(capsys, tmp_path):
+    assert "no such file" in _one_line_error(capsys, tmp_path / "nope.json.gz")
+    assert "--tp" in _one_line_error(capsys, *RECORDED, "--tp", "3")
+    assert "TRACE" in _one_line_error(capsys)
+
+
+def test_reader_errors_are_trace_errors(tmp_path):
+    (tmp_path / "e.json").write_text("")
+    with pytest.raises(TraceError, match="empty file"):
+        list(TraceReader(tmp_path / "e.json").events())
+
+
+@pytest.mark.slow
+def test_a_fresh_recording_gives_the_counts_the_script_used(tmp_path):
+    paths = rec.record(str(tmp_path))
+    report, _ = trace.analyze(paths, tp=rec.TP)
+    assert all(row["collectives"] == expected_from_the_script() for row in report["ranks"])
