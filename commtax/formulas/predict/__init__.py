@@ -59,14 +59,18 @@ reports "BF16 MFU").
 from __future__ import annotations
 
 from commtax.formulas.predict.hardware import (  # noqa: F401
-    GPU, HBM_BUDGET, A100, H100, GPUS, FITTED, ZERO_BANDWIDTH_SHARE, TILE_ELEMENTS, CAUSAL_SHARE,
-    NCCL_SMS, GPU_ALIASES,
+    GPU, HBM_BUDGET, A100, H100, H200, H800, B200, GB200, GPUS, FITTED, ZERO_BANDWIDTH_SHARE,
+    TILE_ELEMENTS, CAUSAL_SHARE, NCCL_SMS, GPU_ALIASES, LAB_GPUS,
+)
+from commtax.formulas.predict.shape import (  # noqa: F401
+    SHAPE_DEFAULTS, normalize_shape, ffn_matrices, attention_gemms, attention_params,
+    dense_ffn_share, expert_params_per_layer, active_ffn_width, with_widths,
 )
 from commtax.formulas.predict.config import (  # noqa: F401
-    RECOMPUTE, PRECISIONS, PIPELINE_SPLITS, CP_COMMS, DP_IMPLS, HSDP_ALLREDUCE, PARAM_GATHERS,
-    DEFAULTS, OPEN_DEFAULTS, REQUIRED, KEYS, RETURNED, TIME_PARTS, ADAM_BYTES, OPTIMIZER_TRAFFIC,
-    LOGIT_BYTES, MAX_MICRO_BATCH, BUCKET_PARAMS, ACT_BYTES, BINDING_SHARE, stage_slots,
-    resolve_split, normalize,
+    RECOMPUTE, PRECISIONS, LOW_PRECISIONS, PIPELINE_SPLITS, CP_COMMS, DP_IMPLS, HSDP_ALLREDUCE,
+    PARAM_GATHERS, DEFAULTS, OPEN_DEFAULTS, REQUIRED, KEYS, RETURNED, TIME_PARTS, ADAM_BYTES,
+    OPTIMIZER_TRAFFIC, LOGIT_BYTES, MAX_MICRO_BATCH, BUCKET_PARAMS, ACT_BYTES, BINDING_SHARE,
+    stage_slots, resolve_split, normalize,
 )
 from commtax.formulas.predict.flops import (  # noqa: F401
     layer_forward_flops, logits_forward_flops, flops_per_step, narayanan_eq3, korthikanti_eq7,
@@ -82,8 +86,8 @@ from commtax.formulas.predict.axes import (  # noqa: F401
     tp_time, cp_bytes_per_layer, cp_time, pipeline_time, dp_bytes_per_step, dp_time,
 )
 from commtax.formulas.predict.memory import (  # noqa: F401
-    activation_bytes_per_layer, in_flight_layers, memory_parts, memory_bytes_per_gpu,
-    choose_recompute,
+    activation_bytes_per_layer, moe_activation_bytes, in_flight_layers, memory_parts,
+    memory_bytes_per_gpu, choose_recompute,
 )
 from commtax.formulas.predict.step import (  # noqa: F401
     open_choices, breakdown, predict, stage_seconds, step, lab_pieces,
@@ -98,4 +102,7 @@ from commtax.formulas.predict.search import (  # noqa: F401
 )
 from commtax.formulas.predict.memory_plans import (  # noqa: F401
     PREDICTOR_SHAPES, PREDICTOR_GPUS, predicted_step, rank_by_step_time,
+)
+from commtax.formulas.predict.moe import (  # noqa: F401
+    expert_gemms, dispatch_bytes, ep_time, expert_params_per_gpu, expert_dp_time,
 )

@@ -45,7 +45,7 @@ def _attention_seconds(cfg, gpu, constants):
     k = constants_for(cfg["gpu"], constants)
     M = cfg["micro_batch"] * cfg["seq"] / cfg["cp"]
     causal = CAUSAL_SHARE if cfg["fused_attention"] else 1.0
-    return causal * 4 * M * cfg["seq"] * cfg["hidden"] / cfg["tp"] / (k["matmul_efficiency"] * gpu.peak_flops)
+    return causal * 2 * M * cfg["seq"] * (cfg["q_width"] + cfg["v_width"]) / cfg["tp"] / (k["matmul_efficiency"] * gpu.peak_flops)
 
 
 def cp_bytes_per_layer(cfg) -> float:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import functools
 
-from commtax.formulas.network import (group_allgather_time, group_allreduce_time, group_reduce_scatter_time,
-                                      members_per_node)
+from commtax.formulas.network import (group_all_to_all_time, group_allgather_time, group_allreduce_time,
+                                      group_reduce_scatter_time, members_per_node)
 from commtax.formulas.predict.hardware import GPUS, NCCL_SMS
 
 
@@ -22,7 +22,7 @@ def placed_members(size, stride, gpus_per_node) -> int:
 
 
 COLLECTIVES = {"all_reduce": group_allreduce_time, "reduce_scatter": group_reduce_scatter_time,
-               "all_gather": group_allgather_time}
+               "all_gather": group_allgather_time, "all_to_all": group_all_to_all_time}
 
 
 def collective_time(op, nbytes, group_size, stride, gpu) -> float:
@@ -37,7 +37,8 @@ def _collective_time(op, nbytes, group_size, stride, gpu) -> float:
     """Seconds of one collective over a group of Megatron's rank order, on the GPU preset's network.
 
     ``op``: ``all_reduce`` (``nbytes`` each rank holds), ``reduce_scatter`` (the full buffer before
-    scattering), ``all_gather`` (after gathering), or ``send`` (one point-to-point message to the
+    scattering), ``all_gather`` (after gathering), ``all_to_all`` (the total each rank hands to it, its
+    own share included: Lesson 09's pairwise exchange), or ``send`` (one point-to-point message to the
     neighbour ``stride`` ranks away: alpha + n / B over NVLink inside a node, over the NIC across).
     The group's members sit ``stride`` ranks apart (TP 1, CP tp, DP tp cp, PP tp cp dp);
     :func:`placed_members` says how many share a node. Priced with the course's network model at

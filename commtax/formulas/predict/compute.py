@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from commtax.formulas.predict.config import LOGIT_BYTES
+from commtax.formulas.predict.config import LOGIT_BYTES, LOW_PRECISIONS
 from commtax.formulas.predict.flops import peak_flops
 from commtax.formulas.predict.hardware import CAUSAL_SHARE, FITTED, GPUS, TILE_ELEMENTS
+from commtax.formulas.predict.moe import expert_gemms
+from commtax.formulas.predict.shape import active_ffn_width, attention_gemms, dense_ffn_share
 
 
 def wave_factor(rows, cols, gpu) -> float:
@@ -15,10 +17,18 @@ def wave_factor(rows, cols, gpu) -> float:
 
 
 def _gemm_shapes(cfg):
-    """(K, N) of the linear layers' GEMMs on one TP rank, in forward order: QKV, output projection,
-    FC1 (gate and up together with SwiGLU, as Megatron fuses them), FC2."""
+    """(rows, K, N) of the linear layers' GEMMs on one TP rank, one micro-batch, in forward order:
+    the attention's projections (QKV, output; :func:`commtax.formulas.predict.shape.attention_gemms`),
+    the dense FFN's FC1 (gate and up together with SwiGLU, as Megatron fuses them) and FC2, then an
+    MoE layer's experts (:func:`commtax.formulas.predict.moe.expert_gemms`). rows = b s / cp tokens,
+    scaled by the share of the layers a GEMM belongs to (the average layer)."""
     h, f, t = cfg["hidden"], cfg["ffn_hidden"], cfg["tp"]
-    return [(h, (h + 2 * cfg["kv_hidden"]) / t), (h / t, h), (h, (2 if cfg["swiglu"] else 1) * f / t), (f / t, h)]
+    M = cfg["micro_batch"] * cfg["seq"] / cfg["cp"]
+    shapes = [(M, K, N) for K, N in attention_gemms(cfg)]
+    dense = dense_ffn_share(cfg) * M
+    if dense:
+        shapes += [(dense, h, (2 if cfg["swiglu"] else 1) * f / t), (dense, f / t, h)]
+    return shapes + expert_gemms(cfg)
 
 
 def constants_for(gpu_name, constants=None) -> dict:
@@ -30,9 +40,10 @@ def layer_compute(cfg, recompute, constants=None, gpu=None) -> dict:
     """Seconds of one layer, one micro-batch, on one GPU: ``matmul`` and ``elementwise``.
 
     Matmuls: every GEMM's FLOPs at matmul_efficiency x peak x :func:`wave_factor` of its output:
-    forward (M x N), input gradient (M x K), weight gradient (K x N), M = b s / cp tokens. The
-    linear layers run at the FP8 peak under ``precision="fp8"``, attention at the BF16 peak.
-    Attention: 4 b (s/cp) s h / t FLOPs forward, halved by fused attention's causal skip; its
+    forward (M x N), input gradient (M x K), weight gradient (K x N), M = b s / cp tokens (the
+    experts' token copies for an MoE layer's experts). The linear layers run at the peak of the run's
+    precision (FP8 for fp8 and mxfp8, FP4 for nvfp4), attention at the BF16 peak.
+    Attention: 2 b (s/cp) s (q_width + v_width) / t FLOPs forward (4 b (s/cp) s h / t for a GPT layer), halved by fused attention's causal skip; its
     backward 2x the forward (2.5x fused: flash recomputes the scores). Recomputation: ``full``
     reruns every forward GEMM and the attention, ``selective`` the attention.
     Element-wise: :func:`elementwise_bytes` at elementwise_efficiency x the HBM bandwidth.
@@ -44,12 +55,13 @@ def layer_compute(cfg, recompute, constants=None, gpu=None) -> dict:
     M = cfg["micro_batch"] * cfg["seq"] / cfg["cp"]
     lin_peak = eta * peak_flops(cfg, gpu)
     forward = backward = 0.0
-    for K, N in _gemm_shapes(cfg):
-        flops = 2 * M * N * K
-        forward += flops / (lin_peak * wave_factor(M, N, gpu))
-        backward += flops / (lin_peak * wave_factor(M, K, gpu)) + flops / (lin_peak * wave_factor(K, N, gpu))
+    for rows, K, N in _gemm_shapes(cfg):
+        flops = 2 * rows * N * K
+        forward += flops / (lin_peak * wave_factor(rows, N, gpu))
+        backward += flops / (lin_peak * wave_factor(rows, K, gpu)) + flops / (lin_peak * wave_factor(K, N, gpu))
     causal = CAUSAL_SHARE if cfg["fused_attention"] else 1.0
-    attn = causal * 4 * M * cfg["seq"] * cfg["hidden"] / cfg["tp"] / (k["matmul_efficiency"] * gpu.peak_flops)
+    widths = cfg["q_width"] + cfg["v_width"]   # 2 h for a GPT layer: 4 b s^2 h FLOPs forward
+    attn = causal * 2 * M * cfg["seq"] * widths / cfg["tp"] / (k["matmul_efficiency"] * gpu.peak_flops)
     attn_backward = (2.5 if cfg["fused_attention"] else 2.0) * attn
     again = {"none": 0.0, "selective": attn, "full": forward + attn}[recompute]
     matmul = forward + attn + backward + attn_backward + again
@@ -77,7 +89,13 @@ def elementwise_bytes(cfg, recompute) -> float:
     unfused attention, per score     9 a s/t (softmax 4, dropout 5)       11 a s/t
     FP8 casts                        0 (fused into the producing kernel)  4 x each FP8 GEMM's output
                                                                           gradient (cast + transpose)
+    MoE permute and combine          4 (1 + top_k) h                      4 (1 + top_k) h
     ===============================  ===================================  =======================
+
+    For an MoE model f is the width a token passes (:func:`commtax.formulas.predict.shape.active_ffn_width`),
+    RoPE runs over Q and K (q_width + kv_hidden), FP8 casts cover every low-precision run (fp8, mxfp8,
+    nvfp4: the block-scaled formats also write their scales, left out), and the permutation's tokens are
+    counted with the norms' (each TP rank routes its own with sequence parallelism).
 
     That is 22h + 34h of norms and residuals for a GPT layer, 20h + 24h for a Llama-style one.
     Full recomputation runs the forward kernels again, selective the attention's. Left out: the
@@ -86,13 +104,15 @@ def elementwise_bytes(cfg, recompute) -> float:
     False) has LayerNorm, biases, GeLU and dropout; a Llama-style one RMSNorm, RoPE, SwiGLU, no biases,
     no dropout.
     """
-    h, f, a, t, s = cfg["hidden"], cfg["ffn_hidden"], cfg["heads"], cfg["tp"], cfg["seq"]
+    h, a, t, s = cfg["hidden"], cfg["heads"], cfg["tp"], cfg["seq"]
+    f = active_ffn_width(cfg)   # the FFN width a token passes: f, or top_k f_e + the shared experts'
+
     tokens = cfg["micro_batch"] * s / cfg["cp"]
     norm_tokens = tokens / t if cfg["sequence_parallel"] else tokens
     if cfg["swiglu"]:
         fwd_norm, bwd_norm = 2 * 4 * h + 2 * 6 * h, 2 * 6 * h + 2 * 6 * h
         fwd_mlp, bwd_mlp = 6 * f / t, 10 * f / t
-        rope = 4 * (h + cfg["kv_hidden"]) / t
+        rope = 4 * (cfg["q_width"] + cfg["kv_hidden"]) / t
     else:
         fwd_norm, bwd_norm = 2 * 4 * h + 2 * 7 * h, 2 * 6 * h + 2 * 5 * h + 2 * 6 * h
         fwd_mlp, bwd_mlp = 4 * f / t, 6 * f / t
@@ -101,8 +121,11 @@ def elementwise_bytes(cfg, recompute) -> float:
     if not cfg["fused_attention"]:
         fwd_scores, bwd_scores = 9 * a * s / t, 11 * a * s / t
     fp8_fwd = fp8_bwd = 0.0
-    if cfg["precision"] == "fp8":   # input casts fused into the producing kernels; gradients cast apart
-        fp8_bwd = 4 * sum(N for _, N in _gemm_shapes(cfg))
+    if cfg["precision"] in LOW_PRECISIONS:   # input casts fused into the producing kernels; gradients cast apart
+        fp8_bwd = 4 * sum(rows / tokens * N for rows, _, N in _gemm_shapes(cfg))
+    if cfg.get("experts"):   # an MoE layer permutes each token's top_k copies and combines them back
+        moe = cfg["moe_share"] * 4 * (1 + cfg["top_k"]) * h
+        fwd_norm, bwd_norm = fwd_norm + moe, bwd_norm + moe
     forward = norm_tokens * fwd_norm + tokens * (fwd_mlp + rope + fwd_scores + fp8_fwd)
     backward = norm_tokens * bwd_norm + tokens * (bwd_mlp + rope + bwd_scores + fp8_bwd)
     again = {"none": 0.0, "selective": tokens * fwd_scores, "full": forward}[recompute]

@@ -5,9 +5,14 @@ from __future__ import annotations
 import numbers
 
 from commtax.formulas.predict.hardware import GPU_ALIASES, GPUS, ZERO_BANDWIDTH_SHARE
+from commtax.formulas.predict.shape import SHAPE_DEFAULTS, normalize_shape
 
 RECOMPUTE = ("none", "selective", "full")
-PRECISIONS = ("bf16", "fp16", "fp8")
+#: The linear layers' GEMM precision: bf16/fp16; fp8 (Transformer Engine's per-tensor scaling, delayed or
+#: current: the same FP8 GEMMs); mxfp8 (Blackwell's block-scaled FP8, 32-element blocks: FP8 tensor cores);
+#: nvfp4 (Blackwell's block-scaled FP4: FP4 tensor cores). Attention and the output layer stay in BF16.
+PRECISIONS = ("bf16", "fp16", "fp8", "mxfp8", "nvfp4")
+LOW_PRECISIONS = ("fp8", "mxfp8", "nvfp4")
 PIPELINE_SPLITS = ("even", "embedding_and_loss")
 CP_COMMS = ("p2p", "all_gather")
 DP_IMPLS = tuple(ZERO_BANDWIDTH_SHARE)
@@ -20,7 +25,8 @@ DEFAULTS = dict(ffn_hidden=None, kv_heads=None, swiglu=False, cp=1, vpp=None, mi
                 recompute=None, sequence_parallel=None, zero_stage=0, precision="bf16", dp=None,
                 fused_attention=None, overlap_grad_reduce=None, overlap_p2p=None, tp_overlap=False,
                 pipeline_split=None, cp_comm="p2p",
-                dp_impl="megatron", shard_group=None, hsdp_allreduce="micro_batch", param_gather="step")
+                dp_impl="megatron", shard_group=None, hsdp_allreduce="micro_batch", param_gather="step",
+                **SHAPE_DEFAULTS)
 #: What a key set to None becomes (the source does not say): Megatron-LM's defaults; GPT-2's
 #: vocabulary padded as Megatron pads it.
 OPEN_DEFAULTS = dict(vocab=51200, tp=1, pp=1, cp=1, zero_stage=0, precision="bf16", swiglu=False, cp_comm="p2p",
@@ -30,7 +36,7 @@ KEYS = REQUIRED + tuple(DEFAULTS)
 RETURNED = ("step_time_s", "model_tflops_per_gpu", "hardware_tflops_per_gpu", "mfu", "hfu",
             "memory_bytes_per_gpu", "binding")
 #: What the step's parts are called in ``times`` (they add up to ``step_time_s``).
-TIME_PARTS = ("matmul", "elementwise", "logits", "tp", "cp", "bubble", "p2p", "dp", "optimizer")
+TIME_PARTS = ("matmul", "elementwise", "logits", "tp", "cp", "ep", "bubble", "p2p", "dp", "optimizer")
 ADAM_BYTES = 12              # fp32 master weights, momentum, variance
 OPTIMIZER_TRAFFIC = 30       # bytes per parameter read + written by one Adam step (fp32 p, g, m, v; bf16 copy)
 LOGIT_BYTES = 52             # bytes per logit moved by the fp32 cross-entropy, forward + backward
@@ -150,8 +156,12 @@ def normalize(run) -> dict:
         raise ValueError(f"param_gather 'micro_batch' (FSDP's SHARD_GRAD_OP) needs zero_stage 2, got "
                          f"{cfg['zero_stage']}: ZeRO-3 gathers every micro-batch anyway, ZeRO-0/1 once per step")
     gpu = GPUS[cfg["gpu"]]
-    if cfg["precision"] == "fp8" and not gpu.peak_flops_fp8:
-        raise ValueError(f"precision 'fp8' needs FP8 tensor cores; {cfg['gpu']} has none")
+    if cfg["precision"] in ("fp8", "mxfp8") and not gpu.peak_flops_fp8:
+        raise ValueError(f"precision {cfg['precision']!r} needs FP8 tensor cores; {cfg['gpu']} has none")
+    if cfg["precision"] == "mxfp8" and not gpu.peak_flops_fp4:
+        raise ValueError(f"precision 'mxfp8' needs Blackwell's block-scaled tensor cores; {cfg['gpu']} has none")
+    if cfg["precision"] == "nvfp4" and not gpu.peak_flops_fp4:
+        raise ValueError(f"precision 'nvfp4' needs FP4 tensor cores; {cfg['gpu']} has none")
     shards = d * c
     if cfg["shard_group"] is None:
         cfg["shard_group"] = shards
@@ -201,7 +211,7 @@ def normalize(run) -> dict:
     _flag(cfg, "fused_attention")
     _flag(cfg, "overlap_grad_reduce")
     cfg["microbatches"] = cfg["global_batch"] // (d * cfg["micro_batch"])
-    cfg["kv_hidden"] = cfg["hidden"] * cfg["kv_heads"] // cfg["heads"]
+    normalize_shape(cfg)   # attention widths (head_dim, MLA) and mixture-of-experts keys
     cfg["grad_bytes"] = 2 if cfg["precision"] == "fp16" else 4   # bf16/fp8: fp32 main gradients
     return cfg
     # END GRADED

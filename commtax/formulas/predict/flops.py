@@ -4,17 +4,26 @@ from __future__ import annotations
 
 from commtax.formulas.predict.config import DEFAULTS, OPEN_DEFAULTS
 from commtax.formulas.predict.hardware import GPUS
+from commtax.formulas.predict.shape import (attention_gemms, attention_params, dense_ffn_share, ffn_matrices,
+                                            with_widths)
 
 
 def layer_forward_flops(cfg) -> tuple[float, float]:
-    """(dense, attention) forward FLOPs of one layer for ONE sequence: 2 s (params of the layer's
-    matmuls), and 4 s^2 h for the scores and their product with the values (no causal saving)."""
+    """(dense, attention) forward FLOPs of the average layer for ONE sequence: 2 s x (the weights a
+    token multiplies: the attention's projections, the dense FFN, and in MoE layers the top_k routed
+    experts, the shared experts and the router), and 2 s^2 (q_width + v_width) for the scores and
+    their product with the values, no causal saving (4 s^2 h for a GPT layer).
+    (:mod:`commtax.formulas.predict.shape` states the widths.)"""
+    cfg = with_widths(cfg)
     h, s = cfg["hidden"], cfg["seq"]
     f = cfg.get("ffn_hidden") or 4 * h
-    kv = h * (cfg.get("kv_heads") or cfg["heads"]) // cfg["heads"]
-    mlp_matrices = 3 if cfg.get("swiglu") else 2
-    dense = 2 * s * (h * (h + 2 * kv) + h * h + mlp_matrices * h * f)
-    return float(dense), float(4 * s * s * h)
+    mats = ffn_matrices(cfg)
+    ffn = dense_ffn_share(cfg) * mats * h * f
+    if cfg.get("experts"):
+        ffn += cfg["moe_share"] * (cfg["top_k"] * mats * h * cfg["expert_ffn_hidden"]
+                                   + mats * h * cfg["shared_ffn_hidden"] + h * cfg["experts"])
+    dense = 2 * s * (sum(K * N for K, N in attention_gemms({**cfg, "tp": 1})) + ffn)
+    return float(dense), float(2 * s * s * (cfg["q_width"] + cfg["v_width"]))
 
 
 def logits_forward_flops(cfg) -> float:
@@ -68,18 +77,28 @@ def korthikanti_eq8(batch, seq, layers, hidden, vocab) -> float:
 
 
 def peak_flops(cfg, gpu=None) -> float:
-    """The dense peak MFU and HFU are taken against: FP8's for an FP8 run, BF16/FP16's otherwise."""
+    """The dense peak MFU and HFU are taken against: the linear layers' precision's (FP8's for fp8 and
+    mxfp8, FP4's for nvfp4), BF16/FP16's otherwise."""
     gpu = gpu or GPUS[cfg["gpu"]]
-    return gpu.peak_flops_fp8 if cfg["precision"] == "fp8" else gpu.peak_flops
+    if cfg["precision"] in ("fp8", "mxfp8"):
+        return gpu.peak_flops_fp8
+    return gpu.peak_flops_fp4 if cfg["precision"] == "nvfp4" else gpu.peak_flops
 
 
 # -- parameters and pipeline stages -----------------------------------------------------------------
 
 def layer_params(cfg) -> float:
-    """Parameters of one transformer layer: the matmuls, plus biases and LayerNorms for a GPT layer
-    (``swiglu`` False) or two RMSNorm weights for a Llama-style layer (``swiglu`` True, no biases)."""
-    h, f, kv = cfg["hidden"], cfg["ffn_hidden"], cfg["hidden"] * cfg["kv_heads"] // cfg["heads"]
-    matmuls = h * (h + 2 * kv) + h * h + (3 if cfg["swiglu"] else 2) * h * f
+    """Parameters of the average transformer layer that every data-parallel rank holds (all but the
+    routed experts, :func:`commtax.formulas.predict.shape.expert_params_per_layer`): the attention's
+    and the FFN's matmuls (in MoE layers the shared experts and the router), plus biases and
+    LayerNorms for a GPT layer (``swiglu`` False) or two RMSNorm weights for a Llama-style layer
+    (``swiglu`` True, no biases)."""
+    cfg = with_widths(cfg)
+    h, f, kv = cfg["hidden"], cfg["ffn_hidden"], cfg["kv_hidden"]
+    mats = ffn_matrices(cfg)
+    matmuls = attention_params(cfg) + dense_ffn_share(cfg) * mats * h * f
+    if cfg.get("experts"):
+        matmuls += cfg["moe_share"] * (mats * h * cfg["shared_ffn_hidden"] + h * cfg["experts"])
     return matmuls + (2 * h if cfg["swiglu"] else 7 * h + f + 2 * kv)
 
 

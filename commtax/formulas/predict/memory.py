@@ -6,9 +6,10 @@ import functools
 import math
 
 from commtax.formulas import memory
-from commtax.formulas.predict.config import ACT_BYTES, ADAM_BYTES, RECOMPUTE
+from commtax.formulas.predict.config import ACT_BYTES, ADAM_BYTES, LOW_PRECISIONS, RECOMPUTE
 from commtax.formulas.predict.flops import layer_params, stage_layers, stage_params
 from commtax.formulas.predict.hardware import GPUS
+from commtax.formulas.predict.moe import expert_params_per_gpu
 
 
 def activation_bytes_per_layer(cfg, recompute, fused_attention) -> float:
@@ -26,13 +27,30 @@ def activation_bytes_per_layer(cfg, recompute, fused_attention) -> float:
     mode = "selective" if (fused_attention and recompute == "none") else recompute
     stored = memory.activation_bytes_per_layer(cfg["seq"] // cfg["cp"], cfg["micro_batch"], cfg["hidden"],
                                                cfg["heads"], cfg["tp"], cfg["sequence_parallel"], mode)
-    if cfg["precision"] == "fp8" and mode != "full":
+    if cfg["precision"] in LOW_PRECISIONS and mode != "full":
         # Transformer Engine keeps the linear layers' inputs for the backward in FP8: of the 34 s b h,
         # the QKV, projection and FC1 inputs (2 each) and the FC2 input (8) take half the bytes
         sbh = cfg["seq"] // cfg["cp"] * cfg["micro_batch"] * cfg["hidden"]
         stored -= 7 * sbh / (cfg["tp"] if cfg["sequence_parallel"] else 1)
     return stored
     # END GRADED
+
+
+def moe_activation_bytes(cfg, recompute) -> float:
+    """What the average MoE layer keeps beyond Korthikanti's dense FFN, per GPU, one micro-batch (0 for
+    a dense model, or under full recomputation): each routed token copy (M top_k etp / t rows) keeps
+    its FC1 input, FC1 output and activation, 2 h + 6 f_e / etp bytes (gated FFN, BF16), the shared
+    experts 6 f_s / t per token, in place of the dense FFN's 19 h per token (Korthikanti's 2 + 8 + 8 + 1,
+    / t with sequence parallelism). An estimate: the FP8 inputs and the router's scores are left out."""
+    if not cfg.get("experts") or recompute == "full":
+        return 0.0
+    h, t, etp = cfg["hidden"], cfg["tp"], cfg["etp"]
+    M = cfg["micro_batch"] * cfg["seq"] / cfg["cp"]
+    rows = M * cfg["top_k"] * etp / t
+    routed = rows * (2 * h + 6 * cfg["expert_ffn_hidden"] / etp)
+    shared = M * 6 * cfg["shared_ffn_hidden"] / t
+    dense = M * 19 * h / (t if cfg["sequence_parallel"] else 1)
+    return cfg["moe_share"] * (routed + shared - dense)
 
 
 def in_flight_layers(cfg, stage) -> int:
@@ -63,16 +81,22 @@ def memory_parts(cfg, recompute, gpu=None) -> dict:
     layer x :func:`in_flight_layers`; under full recomputation plus one layer's full activations (the
     layer being recomputed). Logits: the fp32 copy, 4 b (s/cp) V / t, on the last stage. Buffers:
     ZeRO-3 holds two layers' gathered bf16 parameters (the one computing and the one prefetched);
-    Llama 3's all-gather CP holds one layer's gathered K and V.
+    Llama 3's all-gather CP holds one layer's gathered K and V. An MoE model adds its routed experts'
+    states (:func:`commtax.formulas.predict.moe.expert_params_per_gpu`; Megatron's distributed
+    optimizer over the expert data-parallel group: ZeRO-1 at most) and :func:`moe_activation_bytes`.
     """
     # BEGIN GRADED lab-11 memory_parts
     gpu = gpu or GPUS[cfg["gpu"]]
     fused, t, p = cfg["fused_attention"], cfg["tp"], cfg["pp"]
-    per_layer = activation_bytes_per_layer(cfg, recompute, fused)
+    per_layer = activation_bytes_per_layer(cfg, recompute, fused) + moe_activation_bytes(cfg, recompute)
     params = stage_params(cfg)
     best = None
     for stage in sorted({0, min(1, p - 1), p - 1}):   # the middle stages hold no more than stage 1
         states = _model_states(params[stage], cfg["shard_group"], cfg["zero_stage"], cfg["grad_bytes"])
+        if cfg.get("experts"):   # the routed experts: split over ep x etp, states sharded over edp
+            experts = _model_states(expert_params_per_gpu(cfg, stage_layers(cfg)[stage]), cfg["edp"],
+                                    min(cfg["zero_stage"], 1), cfg["grad_bytes"])
+            states = {key: states[key] + experts[key] for key in ("params", "grads", "optimizer")}
         acts = per_layer * in_flight_layers(cfg, stage)
         if recompute == "full":
             acts += activation_bytes_per_layer(cfg, "none", fused)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 from commtax.formulas.predict.config import HSDP_ALLREDUCE, normalize
-from commtax.formulas.predict.hardware import GPU_ALIASES, GPUS
+from commtax.formulas.predict.hardware import GPU_ALIASES, GPUS, LAB_GPUS
 from commtax.formulas.predict.step import _divisors, breakdown
 
 
@@ -52,7 +52,7 @@ def draw_plans(n: int, seed: int) -> list[dict]:
             layers=pick((4, 8, 12, 16, 24, 32, 48, 64)), hidden=pick((64, 128, 256, 512, 1024)),
             heads=pick((1, 2, 4, 8, 16)), kv_heads=pick((None, 1, 2)), swiglu=pick((False, True)),
             seq=pick((32, 64, 128, 256, 1024)), vocab=pick((256, 1024, 32000)))
-        run = dict(model, gpu=pick(sorted(GPUS)), tp=t, pp=p, cp=c, dp=d,
+        run = dict(model, gpu=pick(LAB_GPUS), tp=t, pp=p, cp=c, dp=d,
                    gpus=t * p * c * d, global_batch=d * (mb or 1) * pick((1, 2, 3, 8, 16, 64)), micro_batch=mb,
                    vpp=pick((None, None, 2, 3)), recompute=pick((None, "none", "selective", "full")),
                    zero_stage=pick((0, 1, 2, 3)), precision=pick(("bf16", "bf16", "fp16", "fp8")),

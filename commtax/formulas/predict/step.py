@@ -8,6 +8,7 @@ from commtax.formulas.predict.config import BINDING_SHARE, MAX_MICRO_BATCH, OPTI
 from commtax.formulas.predict.flops import flops_per_step, peak_flops, stage_layers, stage_params
 from commtax.formulas.predict.hardware import GPUS
 from commtax.formulas.predict.memory import choose_recompute, memory_parts
+from commtax.formulas.predict.moe import ep_time, expert_dp_time, expert_params_per_gpu
 
 
 def _divisors(n):
@@ -79,14 +80,15 @@ def predict(run, constants=None, hardware=None) -> dict:
 
 
 def stage_seconds(cfg, recompute, constants=None, gpu=None) -> list[float]:
-    """Seconds of one micro-batch on each pipeline stage: its layers (compute, TP, CP) and, on the last,
-    the output layer and its loss (the embedding's lookup is left out)."""
+    """Seconds of one micro-batch on each pipeline stage: its layers (compute, TP, CP, and an MoE model's
+    expert-parallel all-to-alls) and, on the last, the output layer and its loss (the embedding's lookup
+    is left out)."""
     # BEGIN GRADED lab-11 stage_seconds
     gpu = gpu or GPUS[cfg["gpu"]]
     k = constants_for(cfg["gpu"], constants)
     layer = layer_compute(cfg, recompute, k, gpu)
     t_layer = layer["matmul"] + layer["elementwise"] + tp_time(cfg, recompute, gpu, layer["gemm"]) \
-        + cp_time(cfg, recompute, k, gpu)
+        + cp_time(cfg, recompute, k, gpu) + ep_time(cfg, recompute, gpu, layer["gemm"])["added"]
     layers = stage_layers(cfg)
     t_logits = logits_compute(cfg, k, gpu)
     return [n * t_layer + (t_logits if i == len(layers) - 1 else 0.0) for i, n in enumerate(layers)]
@@ -116,26 +118,35 @@ def step(run, constants=None, hardware=None) -> dict:
     t_mb = stage_s[pace]
     pipe = pipeline_time(cfg, t_mb, gpu)
     dp = dp_time(cfg, recompute, layer["matmul"] + layer["elementwise"], t_mb, gpu)
+    n_pace = layers[pace]
+    ep = ep_time(cfg, recompute, gpu, layer["gemm"])
+    backward_window = t_mb * (3 if recompute == "full" else 2) / (4 if recompute == "full" else 3)
+    edp = expert_dp_time(cfg, max(layers), t_mb - backward_window, backward_window, gpu)
     shard = max(stage_params(cfg)) / (cfg["shard_group"] if cfg["zero_stage"] >= 1 else 1)
+    if cfg.get("experts"):   # the routed experts' optimizer shard
+        shard += expert_params_per_gpu(cfg, max(layers)) / (cfg["edp"] if cfg["zero_stage"] >= 1 else 1)
     t_opt = OPTIMIZER_TRAFFIC * shard / (k["elementwise_efficiency"] * gpu.hbm_bandwidth)
 
-    n_pace = layers[pace]
     times = dict(matmul=m * n_pace * layer["matmul"], elementwise=m * n_pace * layer["elementwise"],
                  logits=m * t_logits if pace == p - 1 else 0.0, tp=m * n_pace * t_tp, cp=m * n_pace * t_cp,
-                 bubble=pipe["bubble"], p2p=pipe["sends"], dp=dp["added"], optimizer=t_opt)
+                 ep=m * n_pace * ep["added"], bubble=pipe["bubble"], p2p=pipe["sends"],
+                 dp=dp["added"] + edp["added"], optimizer=t_opt)
     total = sum(times.values())
     model_flops = flops_per_step(cfg, "model")
     hardware_flops = flops_per_step(cfg, "hardware", recompute)
     gpus, peak = cfg["gpus"], peak_flops(cfg, gpu)
-    exposed = {"tp": times["tp"], "cp": times["cp"], "pp": times["bubble"] + times["p2p"], "dp": times["dp"]}
+    exposed = {"tp": times["tp"], "cp": times["cp"], "ep": times["ep"], "pp": times["bubble"] + times["p2p"],
+               "dp": times["dp"]}
     worst = max(exposed, key=exposed.get)
     parts = memory_parts(cfg, recompute, gpu)
-    comm = dict(tp=m * n_pace * t_tp, cp=m * n_pace * t_cp, pp=pipe["comm"], dp=dp["comm"])
+    comm = dict(tp=m * n_pace * t_tp, cp=m * n_pace * t_cp, ep=m * n_pace * ep["comm"], pp=pipe["comm"],
+                dp=dp["comm"] + edp["comm"])
     return dict(
         plan=dict(tp=t, pp=p, dp=d, cp=c, vpp=v, micro_batch=cfg["micro_batch"], microbatches=m,
                   recompute=recompute, sequence_parallel=cfg["sequence_parallel"], zero_stage=cfg["zero_stage"],
                   precision=cfg["precision"], pipeline_split=cfg["pipeline_split"], stage_layers=layers,
-                  shard_group=cfg["shard_group"], cp_comm=cfg["cp_comm"], dp_impl=cfg["dp_impl"]),
+                  shard_group=cfg["shard_group"], cp_comm=cfg["cp_comm"], dp_impl=cfg["dp_impl"],
+                  ep=cfg["ep"], etp=cfg["etp"]),
         constants=k,
         times=times,
         comm=comm,
@@ -149,6 +160,7 @@ def step(run, constants=None, hardware=None) -> dict:
         hfu=hardware_flops / total / gpus / peak,
         mfu_bf16=model_flops / total / gpus / gpu.peak_flops,
         model_tflops_per_gpu_causal=flops_per_step(cfg, "model_causal") / total / gpus / 1e12,
+        tokens_per_s_per_gpu=cfg["global_batch"] * cfg["seq"] / total / gpus,
         memory_bytes_per_gpu=parts["total"],
         binding=worst if exposed[worst] > BINDING_SHARE * total else "compute",
     )

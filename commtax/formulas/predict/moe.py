@@ -1,0 +1,95 @@
+"""Mixture-of-experts in the predictor: the experts' GEMMs, the expert-parallel all-to-alls, and the
+experts' weights, gradients and optimizer states.
+
+Conventions (one GPU, one micro-batch of b sequences, M = b s / cp tokens per rank; the average layer
+of :mod:`commtax.formulas.predict.shape`, so every MoE term carries ``moe_share``):
+
+* **Routed GEMMs** (grouped GEMMs, one launch for a rank's experts): the router sends top_k copies of
+  each token; force-balanced (the published benchmarks' setting) every GPU of the stage computes the
+  same number of token-copies, M top_k etp / t, through FC1 (h -> (mats - 1) f_e / etp) and FC2
+  (f_e / etp -> h). The wave factor is taken over all of a rank's experts together (a grouped GEMM
+  schedules their tiles as one grid). Shared experts are a dense FFN of width ``shared_ffn_hidden``.
+* **All-to-all**: every MoE layer dispatches each token's top_k copies to the ranks holding their
+  experts and combines the results back, forward and backward (4 per layer per micro-batch; 2 more
+  in a fully recomputed forward). One rank sends M_r top_k h x 2 bytes per all-to-all (BF16 tokens;
+  M_r = M / t with sequence parallelism), of which (ep - 1)/ep leaves the rank, priced with the
+  course's network model (:func:`commtax.formulas.network.group_all_to_all_time`, Lesson 09: the
+  in-domain and off-domain parts at the same time, each GPU through its own NIC). The EP group's
+  members sit ``etp`` ranks apart (Megatron's expert rank order: etp, ep, expert-dp, pp). With a
+  ``capacity_factor`` the buffers are padded to capacity: x capacity_factor. By default the
+  all-to-alls are **exposed**: Megatron-core's alltoall dispatcher of the published benchmarks runs
+  them on the compute stream between the router and the experts; ``ep_overlap=True`` prices
+  Megatron's overlap of one micro-batch's all-to-all with another's compute (1F1B A2A overlap,
+  DeepSeek's DualPipe) as :func:`commtax.formulas.predict.comms.overlap_cost` behind the layer's
+  expert GEMMs.
+* **Expert states**: the routed experts' weights, E x mats h f_e per MoE layer, split over ep x etp
+  GPUs; their fp32 gradients and Adam states sharded over the expert data-parallel group
+  (edp = tp cp dp / (ep etp)) when the plan shards its optimizer (ZeRO >= 1, Megatron's distributed
+  optimizer); each step reduce-scatters their gradients and all-gathers their weights over edp.
+"""
+
+from __future__ import annotations
+
+from commtax.formulas.predict.comms import collective_time, overlap_cost
+from commtax.formulas.predict.config import ACT_BYTES
+from commtax.formulas.predict.shape import expert_params_per_layer, ffn_matrices
+
+
+def expert_gemms(cfg) -> list[tuple[float, float, float]]:
+    """(rows, K, N) of the average layer's routed and shared experts' forward GEMMs on one GPU, one
+    micro-batch, each already weighted by ``moe_share`` (rows scaled)."""
+    if not cfg.get("experts"):
+        return []
+    h, t, etp, share = cfg["hidden"], cfg["tp"], cfg["etp"], cfg["moe_share"]
+    M = cfg["micro_batch"] * cfg["seq"] / cfg["cp"]
+    up = ffn_matrices(cfg) - 1
+    rows = share * M * cfg["top_k"] * etp / t
+    f_e = cfg["expert_ffn_hidden"] / etp
+    gemms = [(rows, h, up * f_e), (rows, f_e, h)]
+    if cfg["shared_ffn_hidden"]:
+        f_s = cfg["shared_ffn_hidden"] / t
+        gemms += [(share * M, h, up * f_s), (share * M, f_s, h)]
+    return gemms
+
+
+def dispatch_bytes(cfg) -> float:
+    """Bytes one GPU hands to one dispatch (or combine) all-to-all of one MoE layer, one micro-batch:
+    its M_r tokens x top_k x h x 2 bytes (x capacity_factor when padded), its own share included."""
+    tokens = cfg["micro_batch"] * cfg["seq"] / cfg["cp"]
+    if cfg["sequence_parallel"]:
+        tokens /= cfg["tp"]
+    return tokens * cfg["top_k"] * cfg["hidden"] * ACT_BYTES * (cfg["capacity_factor"] or 1.0)
+
+
+def ep_time(cfg, recompute, gpu, expert_s=0.0) -> dict:
+    """Seconds the expert-parallel all-to-alls add to the average layer, one micro-batch (``added``),
+    and their whole time (``comm``). ``expert_s``: the layer's expert GEMM seconds (what
+    ``ep_overlap`` hides them behind)."""
+    if not cfg.get("experts") or cfg["ep"] == 1:
+        return dict(added=0.0, comm=0.0)
+    one = collective_time("all_to_all", dispatch_bytes(cfg), cfg["ep"], cfg["etp"], gpu)
+    comm = cfg["moe_share"] * (4 + (2 if recompute == "full" else 0)) * one
+    added = overlap_cost(comm, expert_s, gpu) if cfg["ep_overlap"] else comm
+    return dict(added=added, comm=comm)
+
+
+def expert_params_per_gpu(cfg, layers: int) -> float:
+    """Routed-expert weights one GPU holds for ``layers`` layers: split over ep x etp."""
+    return expert_params_per_layer(cfg) * layers / (cfg["ep"] * cfg["etp"])
+
+
+def expert_dp_time(cfg, layers: int, forward_window: float, backward_window: float, gpu) -> dict:
+    """Seconds per step the experts' data parallelism adds (``added``) and takes (``comm``): over the
+    edp ranks (stride ep etp), the fp32 gradients reduced (a reduce-scatter with a sharded optimizer,
+    an all-reduce without) behind the last micro-batch's backward, and with a sharded optimizer the
+    bf16 weights all-gathered behind the next forward."""
+    n = expert_params_per_gpu(cfg, layers)
+    edp = cfg["edp"]
+    if n == 0 or edp == 1:
+        return dict(added=0.0, comm=0.0)
+    stride = cfg["ep"] * cfg["etp"]
+    sharded = cfg["zero_stage"] >= 1
+    reduce = collective_time("reduce_scatter" if sharded else "all_reduce", n * cfg["grad_bytes"], edp, stride, gpu)
+    gather = collective_time("all_gather", n * 2, edp, stride, gpu) if sharded else 0.0
+    added = overlap_cost(reduce, backward_window, gpu) + (overlap_cost(gather, forward_window, gpu) if gather else 0.0)
+    return dict(added=added, comm=reduce + gather)
