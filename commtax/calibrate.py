@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from commtax.measured.nccl_tests import NcclTestsError, _model_args, fit_link, fit_rows, parse_log
+from commtax.measured.nccl_tests import NcclTestsError, model_args, fit_link, fit_rows, parse_log
 from commtax.units import format_bytes, format_rate, format_seconds, parse_bytes
 
 
@@ -86,7 +86,7 @@ def _errors(log, alpha, bandwidth, min_size) -> np.ndarray:
     """|model - t| / t on each fitted row."""
     from commtax.ranks.measure import predict_time
 
-    collective, world = _model_args(log.collective, log.ranks)
+    collective, world = model_args(log.collective, log.ranks)
     rows = fit_rows(log, min_size)
     times = np.array([r.time_s for r in rows])
     model = predict_time(np.array([float(r.size_bytes) for r in rows]), world, alpha, bandwidth, collective)
@@ -113,7 +113,7 @@ def _table(log, alpha, bandwidth, min_size, out) -> None:
 def _save(path, log, alpha, bandwidth, name, min_size) -> None:
     from commtax.formulas.links import save_calibration
 
-    collective, _ = _model_args(log.collective, log.ranks)
+    collective, _ = model_args(log.collective, log.ranks)
     rows = fit_rows(log, min_size)
     errors = _errors(log, alpha, bandwidth, min_size)
     save_calibration(path, alpha=alpha, bandwidth=bandwidth,

@@ -127,7 +127,7 @@ def busbw_factor(collective: str, ranks: int) -> float:
     return ring_model(COLLECTIVES[collective], ranks)[1]
 
 
-def _model_args(collective: str, ranks: int) -> tuple[str, int]:
+def model_args(collective: str, ranks: int) -> tuple[str, int]:
     """(collective, world_size) to hand Lab 03's fit: sendrecv is one message, the broadcast model at n = 2."""
     if collective == "sendrecv":
         return "broadcast", 2
@@ -148,7 +148,7 @@ def fit_link(log: Log, min_size: int = 0) -> tuple[float, float]:
                              f"alpha and bandwidth, found {len({r.size_bytes for r in rows})}")
     if log.ranks < 2:
         raise NcclTestsError(f"{log.file}: {log.ranks} rank: one rank sends nothing, there is no link to fit")
-    collective, world = _model_args(log.collective, log.ranks)
+    collective, world = model_args(log.collective, log.ranks)
     try:
         return fit_alpha_beta([r.size_bytes for r in rows], [r.time_s for r in rows], world, collective)
     except ValueError as exc:
@@ -195,7 +195,13 @@ def _block(names: list[str], which: str):
 
 def parse_log(path, *, ranks: int | None = None, collective: str | None = None,
               columns: str = "out-of-place") -> Log:
-    """Read one nccl-tests log file; :class:`NcclTestsError` (one line, naming file and line) if it cannot."""
+    """Read one nccl-tests log file into a :class:`Log` (rows in bytes, seconds, bytes/s).
+
+    ``ranks`` (GPUs in the run) and ``collective`` (nccl-tests' name, e.g. ``alltoall``) override what
+    the log says; ``columns`` picks the ``"out-of-place"`` (default) or ``"in-place"`` block. Every row
+    is checked (module docstring). Raises :class:`NcclTestsError`, one line naming the file (and
+    line), for a log it cannot read; ValueError naming ``columns`` for a bad ``columns``.
+    """
     path = Path(path)
     name = str(path)
     if columns not in ("out-of-place", "in-place"):
