@@ -1,0 +1,117 @@
+"""The published runs of 2024-2026 (``commtax/data/published-runs-2026.csv``): mixture-of-experts on
+H100, B200 and GB200 NVL72, dense runs on Blackwell, PyTorch FSDP stacks; read as plans, and the
+predictor's error on each.
+
+A row becomes a plan as the publisher ran it: its parallel degrees, micro-batch, global batch, ZeRO
+stage (1: Megatron's distributed optimizer; 3: Megatron-FSDP or PyTorch FSDP) and precision
+(``fp8-cs``, Transformer Engine's current scaling, runs the same FP8 GEMMs as ``fp8``); the model from
+its ``config.json`` where the row names one, else from its own columns. What the source leaves blank,
+the predictor chooses (recomputation, interleaving). Judged on ``published_tokens_per_s_per_gpu``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+from commtax.formulas.predict.hardware import FITTED, GPU_ALIASES
+from commtax.formulas.predict.hf_config import model_from_config
+from commtax.formulas.predict.step import predict
+
+DATA = Path(__file__).resolve().parents[2] / "data"
+RUNS_2026 = DATA / "published-runs-2026.csv"
+CONFIGS = DATA / "configs"
+#: Rows that name no config but whose model has one here.
+CONFIG_BY_MODEL = {"qwen3_30b_a3b": "qwen3-30b-a3b.json", "mixtral-8x7b": "mixtral-8x7b.json",
+                   "deepseekv3": "deepseek-v3.json"}
+PRECISION = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "fp8-cs": "fp8", "mxfp8": "mxfp8", "nvfp4": "nvfp4"}
+
+
+def _num(row, key):
+    value = (row.get(key) or "").strip()
+    return int(float(value)) if value else None
+
+
+def _config_name(row) -> str | None:
+    name = (row.get("config") or "").strip()
+    if name:
+        return name
+    key = row["model"].split(" (")[0].strip().lower()
+    return CONFIG_BY_MODEL.get(key)
+
+
+def run_from_row_2026(row: dict, configs=CONFIGS) -> tuple[dict, list[str]]:
+    """A plan for :func:`commtax.formulas.predict.predict` from one row, and notes on what was assumed."""
+    notes = []
+    name = _config_name(row)
+    if name:
+        model, notes = model_from_config(json.loads((Path(configs) / name).read_text()))
+    else:
+        model = dict(layers=_num(row, "layers"), hidden=_num(row, "hidden"), heads=_num(row, "heads"),
+                     vocab=_num(row, "vocab"), ffn_hidden=_num(row, "ffn_hidden"),
+                     swiglu=(row.get("swiglu") or "").strip().lower() == "yes")
+        if _num(row, "kv_heads") and _num(row, "kv_heads") != model["heads"]:
+            model["kv_heads"] = _num(row, "kv_heads")
+    gpu = row["gpu_type"].split(" ")[0]
+    precision = (row.get("precision") or "bf16").strip()
+    run = dict(model, seq=_num(row, "seq"), gpus=_num(row, "gpus"), gpu=GPU_ALIASES.get(gpu, gpu),
+               tp=_num(row, "tp") or 1, pp=_num(row, "pp") or 1, dp=_num(row, "dp"), cp=_num(row, "cp") or 1,
+               vpp=_num(row, "vpp"), micro_batch=_num(row, "micro_batch"), global_batch=_num(row, "global_batch"),
+               recompute=(row.get("recompute") or "").strip() or None, zero_stage=_num(row, "zero_stage") or 0,
+               precision=PRECISION[precision])
+    if run.get("experts"):
+        run.update(ep=_num(row, "ep") or 1, etp=_num(row, "etp") or 1)
+    if run["vpp"] == 1:
+        run["vpp"] = None
+    if run["vpp"] and (run["layers"] % (run["pp"] * run["vpp"])):
+        notes.append(f"vpp {run['vpp']} with {run['layers']} layers on {run['pp']} stages needs an uneven layout "
+                     f"the predictor does not model: priced without interleaving")
+        run["vpp"] = None
+    return run, notes
+
+
+def read_runs_2026(path=RUNS_2026) -> list[dict]:
+    """Each row as source, model, run, notes and published ({"tokens_per_s_per_gpu": value})."""
+    with open(Path(path), newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    out = []
+    for row in rows:
+        run, notes = run_from_row_2026(row)
+        out.append(dict(source=row["source"], model=row["model"], run=run, notes=notes,
+                        published={"tokens_per_s_per_gpu": float(row["published_tokens_per_s_per_gpu"])}))
+    return out
+
+
+def errors_2026(entries=None, constants=None) -> list[dict]:
+    """The predictor on every 2026 row: source, model, gpu, predicted and published tokens/s per GPU,
+    error (predicted / published - 1), the chosen plan and what binds."""
+    entries = read_runs_2026() if entries is None else entries
+    out = []
+    for e in entries:
+        got = predict(e["run"], constants)
+        published = e["published"]["tokens_per_s_per_gpu"]
+        out.append(dict(source=e["source"], model=e["model"], gpu=e["run"]["gpu"],
+                        predicted=got["tokens_per_s_per_gpu"], published=published,
+                        error=got["tokens_per_s_per_gpu"] / published - 1, plan=got["plan"],
+                        binding=got["binding"], fits=got["fits"], times=got["times"]))
+    return out
+
+
+def fit_matmul_efficiency(gpu: str, entries=None, grid=None) -> float:
+    """The ``matmul_efficiency`` of ``gpu`` whose worst |log(predicted / published)| over the dense 2026
+    rows on that GPU is smallest (the element-wise efficiency kept); ValueError if it has none."""
+    entries = read_runs_2026() if entries is None else entries
+    mine = [e for e in entries if e["run"]["gpu"] == gpu and not e["run"].get("experts")]
+    if not mine:
+        raise ValueError(f"gpu {gpu!r} has no dense row in the 2026 runs to fit on")
+    grid = grid if grid is not None else [x / 100 for x in range(50, 96)]
+    elementwise = FITTED[gpu]["elementwise_efficiency"]
+
+    def worst(eta):
+        k = dict(matmul_efficiency=eta, elementwise_efficiency=elementwise)
+        return max(abs(math.log(predict(e["run"], k)["tokens_per_s_per_gpu"] / e["published"]["tokens_per_s_per_gpu"]))
+                   for e in mine)
+
+    return min(grid, key=lambda eta: (round(worst(eta), 9), eta))
