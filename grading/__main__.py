@@ -59,6 +59,8 @@ def cmd_grade(args) -> int:
         _write(args.out, json.dumps(dataclasses.asdict(raw)))
     else:
         _write(args.out, reports.classroom_encoded(raw))  # Classroom: the tests' own points
+    if args.report:  # what a learner reads (the Classroom workflow's job summary and artifact)
+        _write(args.report, reports.detailed(args.submission or "the shipped starters", result))
     if args.out and args.format != "table":
         print(reports.table(result), file=sys.stderr)
     return 0
@@ -373,6 +375,8 @@ def main(argv=None) -> int:
     p.add_argument("--format", choices=("table", "gradescope", "classroom", "result"), default="table",
                    help="result: the whole result as JSON (what grade-many's parallel children hand back)")
     p.add_argument("--out", type=Path, help="write the result here instead of printing it")
+    p.add_argument("--report", type=Path, help="also write the report a learner reads (a summary, then what each "
+                                               "test said) to this file")
     grading_options(p)
 
     p = commands.add_parser("grade-many", help="grade every submission folder inside FOLDER into a CSV")

@@ -63,25 +63,57 @@ jobs:
       - uses: actions/setup-python@v5
         with:
           python-version: "3.11"
-          cache: pip                                    # wheels kept between runs (torch's is ~200 MB)
-          cache-dependency-path: grading/requirements.txt
+      # pip's wheels kept between runs (torch's CPU wheel is ~200 MB). Not setup-python's `cache: pip`, nor
+      # actions/cache: they save in a post step that runs only when the job succeeds, and a job with a
+      # failing test fails (the reporter's verdict), so the cache was never saved while a test failed.
+      # Restore and save apart instead; the save step runs whatever the tests said (if: always()).
+      - name: Restore pip's cache
+        id: pip-cache
+        uses: actions/cache/restore@v4
+        with:
+          path: ~/.cache/pip
+          key: pip-${{ runner.os }}-py3.11-${{ hashFiles('grading/requirements.txt') }}
       - name: Install what grading needs (CPU build of torch, numpy, pytest, psutil)
+        id: install
         run: |
           python -m pip install --index-url https://download.pytorch.org/whl/cpu "$(grep '^torch==' grading/requirements.txt)"
           python -m pip install -r grading/requirements.txt
       - name: Grade
         id: grader
-        # The command grader replaces the environment, so LAB_IMPL is set inline. The learner's own code in
-        # the learner's own repository: no sandbox needed (--isolation auto; runners may forbid namespaces).
+        # LAB_IMPL is set inline: the learner's starters, never a solution. The learner's own code in the
+        # learner's own repository: no sandbox needed (--isolation auto; runners may forbid namespaces).
+        # The reporter reads the result from ONE environment variable, which Linux caps at 128 KiB: the
+        # classroom format is compact (per test: points and a one-line message) and bounded (at most
+        # 64 KiB for any number of labs); what each test said is in grading-report.txt (below).
         run: |
-          LAB_IMPL=starter python -m grading grade . --isolation auto ${LABS:+--labs $LABS} --format classroom --out classroom-result.txt
+          LAB_IMPL=starter python -m grading grade . --isolation auto ${LABS:+--labs $LABS} --format classroom --out classroom-result.txt --report grading-report.txt
           echo "result=$(cat classroom-result.txt)" >> "$GITHUB_OUTPUT"
+      - name: The whole report in the job summary
+        if: always()
+        run: |
+          if [ -f grading-report.txt ]; then
+            { echo '~~~~text'; head -c 900000 grading-report.txt; echo; echo '~~~~'; } >> "$GITHUB_STEP_SUMMARY"
+          fi
+      - name: The whole report as an artifact
+        if: always()
+        uses: actions/upload-artifact@v4
+        with:
+          name: grading-report
+          path: grading-report.txt
+          if-no-files-found: ignore
       - name: Autograding Reporter
         uses: classroom-resources/autograding-grading-reporter@v1
         env:
           GRADER_RESULTS: "${{ steps.grader.outputs.result }}"
         with:
           runners: grader
+      - name: Save pip's cache, whether or not the tests passed
+        # A key's cache cannot be overwritten: saved once, after a complete install, when it was not restored.
+        if: always() && steps.install.outcome == 'success' && steps.pip-cache.outputs.cache-hit != 'true'
+        uses: actions/cache/save@v4
+        with:
+          path: ~/.cache/pip
+          key: ${{ steps.pip-cache.outputs.cache-primary-key }}
 """
 
 LEARNER_SECTION = """
