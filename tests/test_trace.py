@@ -133,6 +133,14 @@ def test_bus_bandwidth_uses_the_kernel_time_and_the_nccl_tests_factor(tmp_path):
     assert "15 GB/s" in trace.render(report, extras)
 
 
+def test_bus_bandwidth_finds_the_kernel_of_a_c10d_op_around_the_record(tmp_path):
+    events = [X("c10d::allgather_", 0, 30, **{"External id": 5}),
+              rpc("_allgather_base", 1, 20, 250_000, 1_000_000, [0, 1, 2, 3]),
+              kernel("ncclDevKernel_AllGather_RING_LL", 40, 200, ext=5)]
+    _, extras = trace.analyze([write_trace(tmp_path / "t.json", events, world=4)])
+    assert extras[0]["busbw"]["all_gather"] == pytest.approx(4e6 / 200e-6 * 3 / 4)
+
+
 # -- axes ----------------------------------------------------------------------
 
 

@@ -30,6 +30,7 @@ broadcast, send and recv (n: the group's size), over the calls whose duration is
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 
@@ -167,17 +168,31 @@ def gloo_thread_groups(scan) -> dict:
     return {tid: _ranks(pgs[i // per]["ranks"]) for i, tid in enumerate(threads)}
 
 
-def _pair_gloo(calls, gloo_records, scan, rank):
-    """Give each c10d call its ``gloo:*`` annotation: duration, dtype and (through the thread) group."""
+def _pair_gloo(calls, gloo_records, scan, rank, window: int = 64):
+    """Give each c10d call its ``gloo:*`` annotation: duration, dtype and (through the thread) group.
+
+    A call's annotation is the first one after it, of its kind (``GLOO_NAMES``) and its element count,
+    not yet taken; ``window`` bounds how many waiting calls of a kind are looked at.
+    """
     groups = gloo_thread_groups(scan)
-    pending = sorted(calls, key=lambda c: c.record.ts)
+    queues = {}   # gloo name -> calls waiting for it, in time order
+    for call in sorted(calls, key=lambda c: c.record.ts):
+        for name in GLOO_NAMES[call.op]:
+            queues.setdefault(name, []).append(call)
+    heads = dict.fromkeys(queues, 0)
+    taken = set()
     for rec in sorted(gloo_records, key=lambda r: r.ts):
+        queue = queues.get(rec.name)
+        if not queue:
+            continue
         numel = _numel((rec.args.get("Input Dims") or [None])[0])
-        for i, call in enumerate(pending):
+        while heads[rec.name] < len(queue) and id(queue[heads[rec.name]]) in taken:
+            heads[rec.name] += 1
+        for call in queue[heads[rec.name]:heads[rec.name] + window]:
             if call.record.ts > rec.ts:
                 break
-            if rec.name in GLOO_NAMES[call.op] and (call.gloo_numel is None or numel == call.gloo_numel):
-                pending.pop(i)
+            if id(call) not in taken and (call.gloo_numel is None or numel == call.gloo_numel):
+                taken.add(id(call))
                 call.dur_us = rec.dur
                 if call.itemsize is None:
                     call.itemsize = dtype_bytes((rec.args.get("Input type") or [None])[0])
@@ -195,19 +210,21 @@ def _pair_gloo(calls, gloo_records, scan, rank):
 
 def _pair_kernels(calls, scan):
     """NCCL: add the durations of the kernels whose ``External id`` is the call's (or its c10d op's)."""
-    by_ext = {}
+    by_ext, by_tid = {}, {}
     for call in calls:
         ext = call.record.args.get("External id")
         if ext is not None:
             by_ext[ext] = call
+        by_tid.setdefault(call.record.tid, []).append(call)
+    starts = {tid: [c.record.ts for c in cs] for tid, cs in by_tid.items()}   # calls are in time order
     for rec in scan.records:   # a c10d op around a counted record: its id leads to the same call
         ext = rec.args.get("External id")
-        if rec.source == "c10d" and ext is not None and ext not in by_ext:
-            for call in calls:
-                r = call.record
-                if r.tid == rec.tid and rec.ts <= r.ts and r.ts + r.dur <= rec.ts + rec.dur:
-                    by_ext[ext] = call
-                    break
+        if rec.source == "c10d" and ext is not None and ext not in by_ext and rec.tid in by_tid:
+            i = bisect.bisect_left(starts[rec.tid], rec.ts)
+            if i < len(by_tid[rec.tid]):
+                r = by_tid[rec.tid][i].record
+                if r.ts + r.dur <= rec.ts + rec.dur:
+                    by_ext[ext] = by_tid[rec.tid][i]
     for rec in scan.records:
         if rec.source == "kernel" and rec.args.get("External id") in by_ext:
             call = by_ext[rec.args["External id"]]

@@ -30,6 +30,9 @@ from commtax.measured.trace_read import TraceReader
 NCCL_KERNEL_PREFIXES = ("ncclDevKernel", "ncclKernel")
 COMM_CPU_PREFIXES = ("c10d::", "gloo:", "nccl:")
 RECORD_PARAM_COMMS = "record_param_comms"
+# The args a communication record keeps (the rest, e.g. strides, is dropped to keep memory small).
+KEPT_ARGS = ("Input Dims", "Input type", "Concrete Inputs", "External id", "Collective name", "In msg nelems",
+             "Out msg nelems", "dtype", "Process Group Ranks", "Group size")
 
 
 @dataclass
@@ -70,6 +73,11 @@ def _args(event: dict) -> dict:
     return args if isinstance(args, dict) else {}
 
 
+def _kept(event: dict) -> dict:
+    args = _args(event)
+    return {k: args[k] for k in KEPT_ARGS if k in args}
+
+
 def scan(path, chunk_chars: int | None = None) -> RankScan:
     """Read ``path`` once (streaming) and collect a :class:`RankScan`.
 
@@ -100,7 +108,7 @@ def scan(path, chunk_chars: int | None = None) -> RankScan:
             device = _args(event).get("device", event.get("pid"))
             if name.startswith(NCCL_KERNEL_PREFIXES):
                 gpu_comm.setdefault(device, Intervals()).add(ts, end)
-                records.append(CommRecord("kernel", name, event.get("tid"), ts, dur, _args(event)))
+                records.append(CommRecord("kernel", name, event.get("tid"), ts, dur, _kept(event)))
             else:
                 gpu_compute.setdefault(device, Intervals()).add(ts, end)
             continue
@@ -109,7 +117,7 @@ def scan(path, chunk_chars: int | None = None) -> RankScan:
             cpu_comm.setdefault(key, Intervals()).add(ts, end)
             source = "c10d" if name.startswith("c10d::") else "gloo" if name.startswith("gloo:") else \
                 "rpc" if name == RECORD_PARAM_COMMS else "annotation"
-            records.append(CommRecord(source, name, key[1], ts, dur, _args(event)))
+            records.append(CommRecord(source, name, key[1], ts, dur, _kept(event)))
         elif cat == "cpu_op":
             cpu_ops.setdefault(key, Intervals()).add(ts, end)
     out.meta = reader.meta
