@@ -11,11 +11,12 @@ reports per rank:
   kernel is compute. On a CPU trace (gloo) the timeline is the process (all threads):
   ``c10d::*`` ops, ``gloo:*`` annotations and ``record_param_comms`` are communication; compute is
   every ``cpu_op`` event not inside a communication event of its own thread.
-* ``collectives``: ``{op: {"count", "bytes"}}`` for ``all_reduce``, ``all_gather``, ``reduce_scatter``,
-  ``all_to_all``, ``broadcast``, ``barrier``, ``send``, ``recv``. Bytes follow the course: all-reduce,
-  the buffer each rank holds; reduce-scatter, the full buffer before scattering; all-gather, the
-  full buffer after gathering; all-to-all, the total a rank sends; broadcast, send, recv: the
-  message; barrier: 0.
+* ``collectives``: ``{op: {"count", "bytes"}}`` for the ops that occur among ``all_reduce``,
+  ``all_gather``, ``reduce_scatter``, ``all_to_all``, ``broadcast``, ``barrier``, ``send``, ``recv``
+  (others, e.g. ``reduce`` or ``gather``, count as communication time but are not listed). Bytes
+  follow the course: all-reduce, the buffer each rank holds; reduce-scatter, the full buffer
+  before scattering; all-gather, the full buffer after gathering; all-to-all, the total a rank
+  sends; broadcast, send, recv: the message; barrier: 0.
 * ``by_axis``: the same split by plan axis (``tp``, ``cp``, ``dp``, ``pp``; Megatron's rank order,
   tp fastest, then cp, dp, pp; dp = world / (tp cp pp)) where the call's group is known and
   ``--tp/--pp/--cp`` are given; ``"unknown"`` otherwise.
@@ -126,8 +127,7 @@ def analyze(paths, tp=None, pp=None, cp=None, chunk_chars=None) -> tuple[dict, l
     for path in paths:
         s = scan(path, chunk_chars)
         if not any(r.source in ("c10d", "rpc", "gloo", "kernel") for r in s.records):
-            kind = "events" if s.events else "events at all"
-            raise TraceError(f"no communication {kind} found in {path}; was the profiler on during the collectives?")
+            raise TraceError(f"no communication events found in {path}; was the profiler on during the collectives?")
         scans.append(s)
     ranks = _check_same_run(scans)
     layout = _layout(args, scans, ranks)
