@@ -1,16 +1,21 @@
 """Plan a cluster from the command line: the course's predictor (Lesson 10) as a tool.
 
-    python3 -m commtax.plan CONFIG --gpus N --gpu H100-80GB [--global-batch B] [--seq S] [--json]
+    python3 -m commtax.plan CONFIG --gpus N --gpu H100 [--global-batch B] [--seq S] [--json]
+    python3 -m commtax.plan CONFIG --gpus N --gpu B200 --tp T --pp P [--cp C] [--ep E] [--etp ET]
+        [--vpp V] [--micro-batch B] --global-batch G --seq S --precision mxfp8 [--zero 1]
+        [--recompute selective] [--dp-impl megatron] [--calibration FILE] [--json]
 
-``CONFIG`` is a model preset of :data:`commtax.formulas.predict.MODELS` (``Llama-3 70B``, ``GPT-3
-175B``, ...; case and spaces do not matter) or the path of a Hugging Face ``config.json`` with
-Llama/Mistral/Qwen fields (``num_hidden_layers``, ``hidden_size``, ``num_attention_heads``,
-``num_key_value_heads``, ``intermediate_size``, ``vocab_size``, ``max_position_embeddings``,
-``hidden_act``) or GPT-2's (``n_layer``, ``n_embd``, ``n_head``, ``n_positions``). It prints the
-fastest plans that fit in memory, with step time, MFU, memory per GPU and the binding axis, and the
-predictor's recommendation in words. What the predictor cannot model (mixture-of-experts layers,
-attention heads narrower or wider than hidden / heads, a GPU without a preset) is refused with a
-message that says so.
+``CONFIG`` is a model preset (``Llama-3 70B``, ``GPT-3 175B``, ``DeepSeek-V3``, ``Qwen3-30B-A3B``,
+``Mixtral-8x7B``, ...; case and spaces do not matter) or the path of a Hugging Face ``config.json``,
+dense or mixture-of-experts (:mod:`commtax.formulas.predict.hf_config`). Without ``--tp`` and ``--pp``
+it searches: the fastest plans that fit in memory, with step time, MFU, memory per GPU and the binding
+axis, and the predictor's recommendation in words (an MoE model's expert-parallel degree is searched
+too: degrees that divide the experts, inside the NVLink domain first). With ``--tp`` and ``--pp`` it
+evaluates that one plan: step time, tokens per second per GPU, MFU, memory per GPU, whether it fits,
+what binds, and the step's time by part. GPU names take short aliases (A100, H100, H200, H800, B200,
+GB200). ``--calibration`` takes a link file that Lab 03 or ``python3 -m commtax.calibrate`` writes and
+prices the network with it (its bandwidth for the links between NVLink domains; the
+NVLink domain keeps the preset's). What the predictor cannot model gets one line saying so.
 """
 
 from __future__ import annotations
@@ -19,93 +24,47 @@ import argparse
 import json
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from commtax.formulas import predict as P
+from commtax.formulas.links import load_calibration
+from commtax.formulas.predict.hf_config import model_from_config
 
 DEFAULT_TOKENS_PER_STEP = 4 * 2**20   # ~4M tokens per step when --global-batch is left out
-MAX_DEFAULT_SEQ = 8192                # --seq left out: the config's context, at most this
-MOE_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_intermediate_size",
-              "num_experts_per_tok", "router_aux_loss_coef")
-GATED_ACTIVATIONS = ("silu", "swish", "swiglu")
-PLAIN_ACTIVATIONS = ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "relu")
+#: Mixture-of-experts presets: their published config.json files (commtax/data/configs).
+MOE_PRESETS = {"DeepSeek-V3": "deepseek-v3.json", "Qwen3-30B-A3B": "qwen3-30b-a3b.json",
+               "Mixtral-8x7B": "mixtral-8x7b.json"}
 
 
 def _key(name: str) -> str:
     return "".join(ch for ch in name.lower() if ch.isalnum())
 
 
-def preset(name: str) -> dict | None:
-    """The preset whose name matches ``name`` ignoring case, spaces and punctuation, or None."""
+def preset(name: str) -> tuple[dict, list[str]] | None:
+    """The preset whose name matches ``name`` ignoring case, spaces and punctuation (model, notes), or None."""
     wanted = _key(name)
     for model, shape in P.MODELS.items():
         if _key(model) == wanted or _key(model.split(" (")[0]) == wanted:
-            return dict(shape)
+            return dict(shape), []
+    for model, file in MOE_PRESETS.items():
+        if _key(model) == wanted:
+            return model_from_config(json.loads((P.CONFIGS / file).read_text()))
     return None
-
-
-def _field(config: dict, *names, required=True):
-    for name in names:
-        if config.get(name) is not None:
-            return config[name]
-    if required:
-        raise ValueError(f"config.json has none of {', '.join(names)}: not a decoder-only transformer config "
-                         f"the predictor can read")
-    return None
-
-
-def model_from_config(config: dict) -> tuple[dict, list[str]]:
-    """The predictor's model shape from a Hugging Face ``config.json`` (a dict), and notes on what was
-    assumed. ValueError for what the predictor cannot model."""
-    if not isinstance(config, dict):
-        raise ValueError("config.json must hold a JSON object")
-    notes = []
-    moe = [name for name in MOE_FIELDS if config.get(name)]
-    if moe:
-        raise ValueError(f"mixture-of-experts layers ({', '.join(moe)}) are not modelled by the predictor: "
-                         f"it has no expert all-to-all or routed FLOPs (Lesson 09 prices them); plan a dense model "
-                         f"of the same active shape for an upper bound")
-    layers = int(_field(config, "num_hidden_layers", "n_layer", "num_layers"))
-    hidden = int(_field(config, "hidden_size", "n_embd", "d_model"))
-    heads = int(_field(config, "num_attention_heads", "n_head"))
-    vocab = int(_field(config, "vocab_size"))
-    kv_heads = int(_field(config, "num_key_value_heads", "multi_query_group_num", required=False) or heads)
-    head_dim = config.get("head_dim")
-    if head_dim is not None and head_dim * heads != hidden:
-        raise ValueError(f"head_dim ({head_dim}) x heads ({heads}) != hidden_size ({hidden}): attention wider or "
-                         f"narrower than the hidden size is not modelled")
-    act = str(_field(config, "hidden_act", "activation_function", required=False) or "gelu").lower()
-    if act in GATED_ACTIVATIONS:
-        swiglu = True
-    elif act in PLAIN_ACTIVATIONS:
-        swiglu = False
-    else:
-        raise ValueError(f"hidden_act {act!r} is not modelled (gated silu as in Llama/Mistral/Qwen, or gelu/relu)")
-    ffn = _field(config, "intermediate_size", "n_inner", "ffn_hidden_size", required=False)
-    ffn = int(ffn) if ffn else 4 * hidden
-    context = _field(config, "max_position_embeddings", "n_positions", "seq_length", required=False)
-    seq = int(min(context or 4096, MAX_DEFAULT_SEQ))
-    if context and context > MAX_DEFAULT_SEQ:
-        notes.append(f"context {context:,} tokens: planned at seq {seq:,} (use --seq for long context)")
-    if config.get("sliding_window") and config.get("use_sliding_window", True):
-        notes.append("sliding-window attention is priced as full attention (an upper bound on its time)")
-    model = dict(layers=layers, hidden=hidden, heads=heads, seq=seq, vocab=vocab, ffn_hidden=ffn, swiglu=swiglu)
-    if kv_heads != heads:
-        model["kv_heads"] = kv_heads
-    return model, notes
 
 
 def load_model(spec: str) -> tuple[dict, list[str]]:
     """A preset name or a config.json path -> (model shape, notes)."""
-    shape = preset(spec)
-    if shape is not None:
-        return shape, []
+    found = preset(spec)
+    if found is not None:
+        return found
     path = Path(spec)
-    if not path.exists():
-        raise ValueError(f"CONFIG {spec!r} is neither a preset ({'; '.join(P.MODELS)}) nor a file")
+    if not path.is_file():
+        names = "; ".join([*P.MODELS, *MOE_PRESETS])
+        raise ValueError(f"CONFIG {spec!r} is neither a preset ({names}) nor a file")
     try:
         config = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise ValueError(f"CONFIG {spec}: not a readable JSON file ({exc})") from None
     return model_from_config(config)
 
@@ -115,27 +74,70 @@ def default_global_batch(seq: int, gpus: int) -> int:
     return max(2 ** round(math.log2(DEFAULT_TOKENS_PER_STEP / seq)), 2 ** math.ceil(math.log2(max(1, gpus // 8))))
 
 
-def plan(model: dict, gpus: int, gpu: str, global_batch: int, precision="bf16", top=10) -> list[dict]:
+def gpu_name(gpu: str) -> str:
+    """The preset name of ``gpu`` (an alias such as B200 or the full name); ValueError naming --gpu."""
+    name = P.GPU_ALIASES.get(gpu.upper(), P.GPU_ALIASES.get(gpu, gpu))
+    if name not in P.GPUS:
+        raise ValueError(f"--gpu must be one of {', '.join(P.GPU_ALIASES)} or {', '.join(P.GPUS)} "
+                         f"(no preset for {gpu!r})")
+    return name
+
+
+def calibrated(name: str, nic_file=None, nvlink_file=None):
+    """The GPU preset with a measured link in place of its network (``nic_file``) or of its NVLink
+    domain (``nvlink_file``): Lab 03's or ``commtax.calibrate``'s files. None when neither is given."""
+    if nic_file is None and nvlink_file is None:
+        return None
+    gpu = P.GPUS[name]
+    if nic_file is not None:
+        link = load_calibration(nic_file)
+        gpu = replace(gpu, nic_alpha=link.alpha, nic_bandwidth=link.bandwidth)
+    if nvlink_file is not None:
+        link = load_calibration(nvlink_file)
+        gpu = replace(gpu, nvlink_alpha=link.alpha, nvlink_bandwidth=link.bandwidth)
+    return gpu
+
+
+def plan(model: dict, gpus: int, gpu: str, global_batch: int, precision="bf16", top=10, hardware=None) -> list[dict]:
     """The fastest plans that fit (:func:`commtax.formulas.predict.search_plans`), CP tried at long context."""
     if gpus < 1:
         raise ValueError(f"--gpus must be >= 1, got {gpus}")
     if global_batch < 1:
         raise ValueError(f"--global-batch must be >= 1, got {global_batch}")
-    name = P.GPU_ALIASES.get(gpu, gpu)
-    if name not in P.GPUS:
-        raise ValueError(f"--gpu must be one of {', '.join(P.GPUS)} (no preset for {gpu!r})")
+    name = gpu_name(gpu)
     cps = (1, 2, 4, 8, 16) if model["seq"] >= 32768 else (1,)
-    return P.search_plans(model, gpus, name, global_batch, precision=precision, cps=cps,
+    return P.search_plans(model, gpus, name, global_batch, precision=precision, cps=cps, hardware=hardware,
                           micro_batches=(1, 2, 4), zero_stages=(1, 2, 3), hsdp=True, top=top)
 
 
+def fixed_run(model: dict, args) -> dict:
+    """The plan the flags give, as a run for :func:`commtax.formulas.predict.predict` (what the flags leave
+    out, the predictor chooses: micro-batch, interleaving, recomputation)."""
+    run = dict(model, gpus=args.gpus, gpu=gpu_name(args.gpu), tp=args.tp, pp=args.pp, cp=args.cp,
+               global_batch=args.global_batch, precision=args.precision, zero_stage=args.zero,
+               dp_impl=args.dp_impl, micro_batch=args.micro_batch, vpp=args.vpp, recompute=args.recompute)
+    if model.get("experts"):
+        run.update(ep=args.ep, etp=args.etp)
+    elif args.ep != 1 or args.etp != 1:
+        raise ValueError("--ep and --etp need a mixture-of-experts model (CONFIG has no experts)")
+    return run
+
+
+def fixed_record(result: dict, run: dict) -> dict:
+    """What --json prints for one evaluated plan."""
+    keep = ("step_time_s", "tokens_per_s_per_gpu", "mfu", "mfu_bf16", "model_tflops_per_gpu", "memory_bytes_per_gpu",
+            "fits", "binding", "times", "comm", "memory", "plan")
+    return {key: result[key] for key in keep}
+
+
 def row(result: dict, tokens_per_step: int) -> dict:
-    """What the table and --json show of one plan."""
+    """What the search's table and --json show of one plan."""
     q = result["plan"]
-    return dict(tp=q["tp"], pp=q["pp"], dp=q["dp"], cp=q["cp"], vpp=q["vpp"], micro_batch=q["micro_batch"],
-                shard_group=q["shard_group"],
+    return dict(tp=q["tp"], pp=q["pp"], dp=q["dp"], cp=q["cp"], ep=q["ep"], vpp=q["vpp"],
+                micro_batch=q["micro_batch"], shard_group=q["shard_group"],
                 recompute=q["recompute"], zero_stage=q["zero_stage"], step_time_s=result["step_time_s"],
                 mfu=result["mfu"], tokens_per_s=tokens_per_step / result["step_time_s"],
+                tokens_per_s_per_gpu=result["tokens_per_s_per_gpu"],
                 memory_bytes_per_gpu=result["memory_bytes_per_gpu"], binding=result["binding"],
                 times=result["times"], memory=result["memory"])
 
@@ -146,53 +148,113 @@ def zero_label(r: dict) -> str:
     return f"{r['zero_stage']}" + (f"/h{r['shard_group']}" if hsdp else "")
 
 
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python3 -m commtax.plan", description=__doc__.split("\n\n")[0])
-    parser.add_argument("config", help="a model preset name or a Hugging Face config.json")
+    parser.add_argument("config", help="a model preset name or a Hugging Face config.json (dense or MoE)")
     parser.add_argument("--gpus", type=int, required=True, help="number of GPUs")
-    parser.add_argument("--gpu", default="H100-80GB", help=f"GPU preset: {', '.join(P.GPUS)}")
+    parser.add_argument("--gpu", default="H100", help=f"GPU: {', '.join(P.GPU_ALIASES)} (or a preset's full name)")
     parser.add_argument("--global-batch", type=int, help="sequences per step (default: ~4M tokens)")
     parser.add_argument("--seq", type=int, help="tokens per sequence (default: the config's, at most 8,192)")
     parser.add_argument("--precision", default="bf16", choices=P.PRECISIONS)
-    parser.add_argument("--top", type=int, default=8, help="how many plans to show")
-    parser.add_argument("--json", action="store_true", help="print the plans as JSON")
-    args = parser.parse_args(argv)
+    parser.add_argument("--top", type=int, default=8, help="how many plans to show (search)")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    fixed = parser.add_argument_group("one plan (give --tp and --pp to evaluate it instead of searching)")
+    fixed.add_argument("--tp", type=int)
+    fixed.add_argument("--pp", type=int)
+    fixed.add_argument("--cp", type=int, default=1)
+    fixed.add_argument("--ep", type=int, default=1, help="expert parallelism (MoE)")
+    fixed.add_argument("--etp", type=int, default=1, help="expert tensor parallelism (MoE)")
+    fixed.add_argument("--vpp", type=int, help="interleaved chunks per stage (default: the predictor's choice)")
+    fixed.add_argument("--micro-batch", type=int, help="sequences per micro-batch (default: the predictor's choice)")
+    fixed.add_argument("--zero", type=int, default=1, choices=(0, 1, 2, 3), help="ZeRO stage (default 1)")
+    fixed.add_argument("--recompute", choices=P.RECOMPUTE, help="default: the least that fits")
+    fixed.add_argument("--dp-impl", default="megatron", choices=P.DP_IMPLS)
+    parser.add_argument("--calibration", help="a measured link file (Lab 03, commtax.calibrate) for the network")
+    parser.add_argument("--calibration-nvlink", help="a measured link file for the NVLink domain")
+    return parser
+
+
+def _check_args(args) -> None:
+    for flag in ("gpus", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "global_batch", "seq", "top"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            raise ValueError(f"--{flag.replace('_', '-')} must be >= 1, got {value}")
+    if (args.tp is None) != (args.pp is None):
+        raise ValueError("give both --tp and --pp to evaluate one plan, or neither to search")
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
     try:
+        _check_args(args)
         model, notes = load_model(args.config)
         if args.seq is not None:
-            if args.seq < 1:
-                raise ValueError(f"--seq must be >= 1, got {args.seq}")
             model["seq"] = args.seq
-        batch = args.global_batch or default_global_batch(model["seq"], args.gpus)
-        results = plan(model, args.gpus, args.gpu, batch, args.precision, args.top)
+            notes = [n for n in notes if not n.startswith("context ")]
+        hardware = calibrated(gpu_name(args.gpu), args.calibration, args.calibration_nvlink)
+        if args.global_batch is None:
+            args.global_batch = default_global_batch(model["seq"], args.gpus)
+        if args.tp is not None:
+            return _evaluate(model, notes, args, hardware)
+        results = plan(model, args.gpus, args.gpu, args.global_batch, args.precision, args.top, hardware)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    return _show_search(model, notes, args, results)
+
+
+def _evaluate(model, notes, args, hardware) -> int:
+    run = fixed_run(model, args)
+    result = P.predict(run, hardware=hardware)
+    record = fixed_record(result, run)
+    if args.json:
+        print(json.dumps(dict(model=model, gpus=args.gpus, gpu=run["gpu"], global_batch=args.global_batch,
+                              notes=notes, **record), indent=1))
+        return 0
+    q = result["plan"]
+    print(f"{args.config} on {args.gpus:,} x {run['gpu']}, {args.global_batch:,} x {model['seq']:,} tokens per step, "
+          f"{q['precision']}: {P.describe_plan(q)}, micro-batch {q['micro_batch']}, "
+          f"{P.RECOMPUTE_WORDS[q['recompute']]}, ZeRO-{q['zero_stage']}")
+    for note in notes:
+        print(f"note: {note}")
+    print(f"step {result['step_time_s']:.4g} s, {result['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU, "
+          f"MFU {result['mfu']:.1%}, memory {result['memory_bytes_per_gpu'] / 1e9:.1f} GB per GPU "
+          f"({'fits' if result['fits'] else 'does NOT fit'}), binding: {result['binding']}")
+    total = result["step_time_s"]
+    for part, seconds in result["times"].items():
+        if seconds:
+            print(f"  {part:<12} {seconds:>10.4g} s  {seconds / total:>6.1%}")
+    return 0 if result["fits"] else 1
+
+
+def _show_search(model, notes, args, results) -> int:
+    batch = args.global_batch
     tokens = batch * model["seq"]
     rows = [row(r, tokens) for r in results]
     if args.json:
-        print(json.dumps(dict(model=model, gpus=args.gpus, gpu=args.gpu, global_batch=batch, notes=notes,
+        print(json.dumps(dict(model=model, gpus=args.gpus, gpu=gpu_name(args.gpu), global_batch=batch, notes=notes,
                               plans=rows, recommendation=P.recommend(results)), indent=1))
         return 0 if rows else 1
+    experts = f", {model['experts']} experts (top {model['top_k']})" if model.get("experts") else ""
     print(f"{args.config}: {model['layers']} layers, h {model['hidden']}, {model['heads']} heads"
-          f"{', ' + str(model['kv_heads']) + ' KV heads' if 'kv_heads' in model else ''}, seq {model['seq']:,}, "
-          f"on {args.gpus:,} x {args.gpu}, {batch:,} sequences ({tokens / 1e6:.1f}M tokens) per step, {args.precision}")
+          f"{', ' + str(model['kv_heads']) + ' KV heads' if 'kv_heads' in model else ''}{experts}, "
+          f"seq {model['seq']:,}, on {args.gpus:,} x {gpu_name(args.gpu)}, {batch:,} sequences "
+          f"({tokens / 1e6:.1f}M tokens) per step, {args.precision}")
     for note in notes:
         print(f"note: {note}")
     if not rows:
         print(P.recommend(results))
         return 1
-    header = f"{'TP':>3} {'PP':>3} {'DP':>5} {'CP':>3} {'v':>3} {'mb':>3} {'recompute':>9} {'ZeRO':>6} " \
-             f"{'step':>8} {'MFU':>6} {'tokens/s':>10} {'memory':>7}  binding"
-    print(header)
+    print(f"{'TP':>3} {'PP':>3} {'DP':>5} {'CP':>3} {'EP':>3} {'v':>3} {'mb':>3} {'recompute':>9} {'ZeRO':>6} "
+          f"{'step':>8} {'MFU':>6} {'tok/s/GPU':>10} {'memory':>7}  binding")
     for r in rows:
-        print(f"{r['tp']:>3} {r['pp']:>3} {r['dp']:>5} {r['cp']:>3} {r['vpp']:>3} {r['micro_batch']:>3} "
+        print(f"{r['tp']:>3} {r['pp']:>3} {r['dp']:>5} {r['cp']:>3} {r['ep']:>3} {r['vpp']:>3} {r['micro_batch']:>3} "
               f"{r['recompute']:>9} {zero_label(r):>6} {r['step_time_s']:>7.3g}s {r['mfu']:>6.1%} "
-              f"{r['tokens_per_s']:>10,.0f} {r['memory_bytes_per_gpu'] / 1e9:>5.0f}GB  {r['binding']}")
+              f"{r['tokens_per_s_per_gpu']:>10,.0f} {r['memory_bytes_per_gpu'] / 1e9:>5.0f}GB  {r['binding']}")
     print(P.recommend(results))
-    print("Predictions from Lesson 10's predictor: every public row within 8% (median ~3%); memory "
-          "counts a GPT layer's activations (a Llama-style layer with fused SwiGLU keeps within ~7% of it, "
-          "~20% more with an unfused SwiGLU).")
+    print("Predictions from Lesson 10's predictor: the 2021-2024 public rows within 8% (median ~3%); the "
+          "2024-2026 rows (MoE, Blackwell, FSDP) within 10% on Megatron's MoE and Blackwell runs, worse on "
+          "PyTorch FSDP and long sequences (see commtax.formulas.predict.published_2026).")
     return 0
 
 

@@ -332,7 +332,7 @@ def test_planner_slows_the_zero3_plan_and_keeps_a_sharded_plan_first_when_the_ne
     assert "Best plan" in P.recommend(best) and "No plan fits" in P.recommend([])
 
 
-def test_plan_cli_reads_presets_and_hugging_face_configs_and_refuses_what_it_cannot_model(tmp_path, capsys):
+def test_plan_cli_reads_presets_and_hugging_face_configs_and_refuses_what_it_cannot_read(tmp_path, capsys):
     assert CLI.main(["Llama-3 8B", "--gpus", "16", "--gpu", "H100-80GB", "--top", "2"]) == 0
     out = capsys.readouterr().out
     assert "TP" in out and "Best plan" in out and "binding" in out
@@ -349,8 +349,8 @@ def test_plan_cli_reads_presets_and_hugging_face_configs_and_refuses_what_it_can
     moe = tmp_path / "moe.json"
     moe.write_text(json.dumps(dict(num_local_experts=8, num_hidden_layers=32, hidden_size=4096,
                                    num_attention_heads=32, vocab_size=32000)))
-    assert CLI.main([str(moe), "--gpus", "8"]) == 2
-    assert "mixture-of-experts" in capsys.readouterr().err
+    assert CLI.main([str(moe), "--gpus", "8"]) == 2   # experts, but not how many a token visits
+    assert "num_experts_per_tok" in capsys.readouterr().err
     assert CLI.main(["no such model", "--gpus", "8"]) == 2
     assert CLI.main(["Llama-3 8B", "--gpus", "8", "--gpu", "V100"]) == 2
     assert "--gpu" in capsys.readouterr().err

@@ -98,7 +98,7 @@ from commtax.formulas.predict.published import (  # noqa: F401
     GPT_1T, GPT_175B_ZERO3, CHECK_RUNS, check_errors, zero3_critical_tokens,
 )
 from commtax.formulas.predict.search import (  # noqa: F401
-    MODELS, draw_plans, search_plans, RECOMPUTE_WORDS, describe_plan, recommend,
+    MODELS, draw_plans, expert_degrees, search_plans, RECOMPUTE_WORDS, describe_plan, recommend,
 )
 from commtax.formulas.predict.memory_plans import (  # noqa: F401
     PREDICTOR_SHAPES, PREDICTOR_GPUS, predicted_step, rank_by_step_time,

@@ -70,18 +70,30 @@ def draw_plans(n: int, seed: int) -> list[dict]:
     return plans
 
 
+def expert_degrees(model: dict, ranks: int, domain: int) -> list[int]:
+    """The expert-parallel degrees worth trying for ``model`` on ``ranks`` GPUs of a stage: powers of two
+    that divide the experts and the ranks, those that fit in one NVLink domain of ``domain`` GPUs first
+    (an all-to-all that leaves the domain goes through the NICs); [1] for a dense model."""
+    experts = model.get("experts")
+    if not experts:
+        return [1]
+    degrees = [e for e in (1, 2, 4, 8, 16, 32, 64, 128, 256) if experts % e == 0 and ranks % e == 0]
+    return sorted(degrees, key=lambda e: (e > domain, e))
+
+
 def search_plans(model: dict, gpus: int, gpu: str, global_batch: int, *, hardware=None,
                  max_tp=None, micro_batches=(1, 2, 4), zero_stages=(1, 3), precision="bf16",
                  cps=(1,), hsdp=False, top=None) -> list[dict]:
-    """Every plan (tp, pp, dp, cp, v, micro-batch, recompute, ZeRO stage) that fits in memory, fastest first.
+    """Every plan (tp, pp, dp, cp, ep, v, micro-batch, recompute, ZeRO stage) that fits in memory, fastest first.
 
-    tp runs over the powers of two that divide the heads (up to two nodes, or ``max_tp``), cp over
-    ``cps``, pp over the divisors of the remaining GPUs up to the layers, dp takes the rest and must
-    divide the global batch together with the micro-batch; the interleaving depth, the pipeline split
-    and the recomputation are the predictor's choices (fastest v, least recomputation that fits).
-    ``hsdp``: ZeRO-2/3 plans are also tried as HSDP, sharded over the data-parallel ranks of one node
-    (8 / tp of them) and replicated across nodes. Each result is :func:`predict`'s record plus
-    ``run``. ``hardware`` overrides the preset.
+    tp runs over the powers of two that divide the heads (up to two NVLink domains, or ``max_tp``), cp
+    over ``cps``, pp over the divisors of the remaining GPUs up to the layers, dp takes the rest and must
+    divide the global batch together with the micro-batch; an MoE model's ep over
+    :func:`expert_degrees`; the interleaving depth, the pipeline split and the recomputation are the
+    predictor's choices (fastest v, least recomputation that fits).
+    ``hsdp``: ZeRO-2/3 plans are also tried as HSDP, sharded over the data-parallel ranks of one
+    NVLink domain (domain / tp of them) and replicated across domains. Each result is :func:`predict`'s
+    record plus ``run``. ``hardware`` overrides the preset.
     """
     preset = hardware or GPUS[GPU_ALIASES.get(gpu, gpu)]
     max_tp = max_tp or 2 * preset.gpus_per_node
@@ -96,27 +108,30 @@ def search_plans(model: dict, gpus: int, gpu: str, global_batch: int, *, hardwar
                 if pp > model["layers"]:
                     break
                 dp = gpus // (tp * cp * pp)
-                for mb in micro_batches:
-                    if global_batch % (dp * mb):
-                        continue
-                    for zero in zero_stages:
-                        if zero and dp * cp == 1:
+                for ep in expert_degrees(model, tp * cp * dp, preset.gpus_per_node):
+                    for mb in micro_batches:
+                        if global_batch % (dp * mb):
                             continue
-                        groups = [None]
-                        node_group = preset.gpus_per_node // tp if tp < preset.gpus_per_node else 1
-                        if hsdp and zero >= 2 and cp == 1 and 1 < node_group < dp and dp % node_group == 0:
-                            groups.append(node_group)
-                        for group in groups:
-                            run = dict(model, gpus=gpus, gpu=gpu, tp=tp, pp=pp, dp=dp, cp=cp, micro_batch=mb,
-                                       global_batch=global_batch, zero_stage=zero, precision=precision)
-                            if group:
-                                run["shard_group"] = group
-                            try:
-                                result = breakdown(run, hardware=hardware)
-                            except ValueError:
-                                continue      # a plan the nodes or the layers cannot hold evenly
-                            if result["fits"]:
-                                results.append(dict(result, run=run))
+                        for zero in zero_stages:
+                            if zero and dp * cp == 1:
+                                continue
+                            groups = [None]
+                            node_group = preset.gpus_per_node // tp if tp < preset.gpus_per_node else 1
+                            if hsdp and zero >= 2 and cp == 1 and 1 < node_group < dp and dp % node_group == 0:
+                                groups.append(node_group)
+                            for group in groups:
+                                run = dict(model, gpus=gpus, gpu=gpu, tp=tp, pp=pp, dp=dp, cp=cp, micro_batch=mb,
+                                           global_batch=global_batch, zero_stage=zero, precision=precision)
+                                if model.get("experts"):
+                                    run["ep"] = ep
+                                if group:
+                                    run["shard_group"] = group
+                                try:
+                                    result = breakdown(run, hardware=hardware)
+                                except ValueError:
+                                    continue      # a plan the nodes or the layers cannot hold evenly
+                                if result["fits"]:
+                                    results.append(dict(result, run=run))
     results.sort(key=lambda r: r["step_time_s"])
     return results[:top] if top else results
 
@@ -130,6 +145,8 @@ def describe_plan(plan) -> str:
     text = f"TP {plan['tp']} x PP {plan['pp']} x DP {plan['dp']}"
     if plan.get("cp", 1) > 1:
         text += f" x CP {plan['cp']}"
+    if plan.get("ep", 1) > 1:
+        text += f", EP {plan['ep']}" + (f" x ETP {plan['etp']}" if plan.get("etp", 1) > 1 else "")
     if plan.get("shard_group") and plan["shard_group"] < plan["dp"] * plan.get("cp", 1):
         text += f" (HSDP: sharded over {plan['shard_group']})"
     return text + (f" (interleaved, v = {plan['vpp']})" if plan["vpp"] > 1 else "")
@@ -145,7 +162,7 @@ def recommend(results: list[dict]) -> str:
     text = (f"Best plan: {describe_plan(plan)}, micro-batch {plan['micro_batch']}, "
             f"{RECOMPUTE_WORDS[plan['recompute']]}, ZeRO-{plan['zero_stage']}: "
             f"{step_s:.3g} s per step, MFU {best['mfu']:.0%}. ")
-    share = {name: times[name] / step_s for name in ("tp", "cp", "dp")}
+    share = {name: times.get(name, 0.0) / step_s for name in ("tp", "cp", "ep", "dp")}
     share["pp"] = (times["bubble"] + times["p2p"]) / step_s
     binding = best["binding"]
     if binding == "pp":
@@ -161,6 +178,10 @@ def recommend(results: list[dict]) -> str:
         text += (f"Tensor parallelism binds: its collectives, {where} and on the critical path, take "
                  f"{share['tp']:.0%} of the step. A smaller TP degree (with more pipeline stages or "
                  f"ZeRO to make the model fit) or a wider model lowers the tax.")
+    elif binding == "ep":
+        text += (f"Expert parallelism binds: its all-to-alls add {share['ep']:.0%} of the step. Keeping the EP "
+                 f"group inside one NVLink domain, a smaller EP degree, or overlapping the all-to-alls with "
+                 f"another micro-batch's compute lowers it.")
     elif binding == "cp":
         text += (f"Context parallelism binds: its key/value exchange adds {share['cp']:.0%} of the step. "
                  f"Fewer CP ranks, or keeping the CP group inside a node, lowers it.")

@@ -1,0 +1,179 @@
+"""The predictor on the clusters of 2026: mixture-of-experts models, Blackwell and NVL72, MXFP8/NVFP4,
+and any plan evaluated from the command line (issue 36)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from commtax.formulas import predict as P
+from commtax.formulas.moe import dispatch_bytes_per_rank
+from commtax.formulas.network import group_all_to_all_time
+from commtax.plan import load_model, main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _total_and_active(model: dict) -> tuple[float, float]:
+    """(total, active) parameters: every layer's weights and the embeddings; active from the forward FLOPs
+    (2 per weight a token multiplies), so the two are counted by different code paths."""
+    cfg = P.normalize(dict(model, seq=model.get("seq", 4096), gpus=1, gpu="H100", tp=1, pp=1, global_batch=1))
+    embeddings = 2 * cfg["vocab"] * cfg["hidden"]
+    total = cfg["layers"] * (P.layer_params(cfg) + P.expert_params_per_layer(cfg)) + embeddings
+    dense, _ = P.layer_forward_flops(cfg)
+    active = cfg["layers"] * dense / (2 * cfg["seq"]) + embeddings
+    return total, active
+
+
+@pytest.mark.parametrize("name, total, active", [
+    # the model cards: DeepSeek-V3 671B total, 37B activated (main model, without the 14B MTP module);
+    # Qwen3-30B-A3B 30.5B total, 3.3B activated; Mixtral 8x7B 46.7B total, 12.9B active
+    ("DeepSeek-V3", 671e9, 37e9), ("Qwen3-30B-A3B", 30.5e9, 3.3e9), ("Mixtral-8x7B", 46.7e9, 12.9e9)])
+def test_moe_presets_have_the_published_total_and_active_parameters(name, total, active):
+    model, _ = load_model(name)
+    got_total, got_active = _total_and_active(model)
+    assert got_total == pytest.approx(total, rel=0.01)
+    assert got_active == pytest.approx(active, rel=0.03)
+
+
+def test_hugging_face_moe_configs_read_their_expert_layouts():
+    deepseek, notes = load_model("DeepSeek-V3")
+    assert (deepseek["experts"], deepseek["top_k"], deepseek["moe_layers"]) == (256, 8, 58)   # 3 dense layers first
+    assert deepseek["shared_ffn_hidden"] == 2048 and deepseek["kv_lora_rank"] == 512
+    assert any("multi-token" in n for n in notes)
+    qwen, _ = load_model("Qwen3-30B-A3B")
+    assert qwen["head_dim"] == 128 and qwen["expert_ffn_hidden"] == 768 and qwen["moe_layers"] == 48
+    mixtral, _ = load_model("Mixtral-8x7B")
+    assert mixtral["expert_ffn_hidden"] == 14336 and mixtral["shared_ffn_hidden"] == 0
+
+
+def _moe_plan(**overrides):
+    model, _ = load_model("Qwen3-30B-A3B")
+    run = dict(model, seq=4096, gpus=16, gpu="H100", tp=1, pp=1, ep=16, micro_batch=1, global_batch=64,
+               zero_stage=1, precision="bf16", recompute="none")
+    return P.normalize({**run, **overrides})
+
+
+def test_each_moe_layer_dispatches_lesson_09s_bytes_through_the_network_model():
+    cfg = _moe_plan()
+    tokens = cfg["micro_batch"] * cfg["seq"]
+    # what leaves the rank is Lab 10's dispatch formula; the network model takes the whole buffer
+    assert P.dispatch_bytes(cfg) * 15 / 16 == pytest.approx(dispatch_bytes_per_rank(tokens, 2048, 16, 8))
+    gpu = P.GPUS["H100-80GB"]
+    one = group_all_to_all_time(P.dispatch_bytes(cfg), 16, 8, gpu.nvlink_alpha, gpu.nvlink_bandwidth,
+                                gpu.nic_alpha, gpu.nic_bandwidth)
+    assert P.ep_time(cfg, "none", gpu)["comm"] == pytest.approx(4 * one)        # dispatch + combine, both ways
+    assert P.ep_time(cfg, "full", gpu)["comm"] == pytest.approx(6 * one)        # the recomputed forward's two
+
+
+def test_an_nvl72_domain_keeps_an_ep_64_all_to_all_on_nvlink():
+    model, _ = load_model("DeepSeek-V3")
+    run = dict(model, seq=4096, gpus=256, tp=1, pp=4, ep=64, micro_batch=1, global_batch=4096, zero_stage=1,
+               precision="mxfp8", recompute="none")
+    gb200 = P.step(dict(run, gpu="GB200"))
+    b200 = P.step(dict(run, gpu="B200"))
+    # 8 GPUs per B200 node: 56 of every 64 all-to-all peers are behind the NIC
+    assert b200["comm"]["ep"] > 5 * gb200["comm"]["ep"]
+    assert P.GPUS["GB200-186GB"].gpus_per_node == 72
+
+
+def test_routed_flops_count_the_active_experts_not_all_of_them():
+    cfg = _moe_plan()
+    dense, _ = P.layer_forward_flops(cfg)
+    all_experts = P.layer_forward_flops(dict(cfg, top_k=cfg["experts"]))[0]
+    per_expert = 2 * cfg["seq"] * 3 * 2048 * 768
+    assert all_experts - dense == pytest.approx((128 - 8) * per_expert)
+
+
+def test_expert_states_shard_over_expert_data_parallelism():
+    wide = P.memory_parts(_moe_plan(ep=16), "none")
+    narrow = P.memory_parts(_moe_plan(ep=4), "none")
+    experts = 48 * 128 * 3 * 2048 * 768
+    # ep 16: the experts split 16 ways, edp 1; ep 4: split 4 ways, fp32 Adam states sharded over edp 4
+    assert wide["params"] == pytest.approx(narrow["params"] - 2 * experts * (1 / 4 - 1 / 16), rel=1e-9)
+    # Adam's states: experts / 16 per GPU either way (16 ways by EP, or 4 by EP x 4 by the sharded optimizer)
+    assert narrow["optimizer"] == pytest.approx(wide["optimizer"])
+    assert narrow["grads"] - wide["grads"] == pytest.approx(4 * experts * (1 / 4 - 1 / 16))   # fp32, unsharded
+
+
+def test_blackwell_precisions_run_the_linear_layers_at_their_peak():
+    model, _ = load_model("Llama-3 8B")
+    run = dict(model, gpus=8, gpu="B200", tp=1, pp=1, global_batch=64, micro_batch=1, recompute="none")
+    times = {p: P.step(dict(run, precision=p))["times"]["matmul"] for p in ("bf16", "mxfp8", "nvfp4")}
+    assert times["bf16"] > times["mxfp8"] > times["nvfp4"]
+    with pytest.raises(ValueError, match="precision 'nvfp4'"):
+        P.normalize(dict(run, gpu="H100", precision="nvfp4"))
+    with pytest.raises(ValueError, match="precision 'mxfp8'"):
+        P.normalize(dict(run, gpu="H100", precision="mxfp8"))
+
+
+def test_the_2026_runs_are_all_predicted_and_megatrons_moe_runs_on_blackwell_within_10_percent():
+    rows = P.errors_2026()
+    assert len(rows) == 8 and all(r["fits"] for r in rows)
+    blackwell_moe = [r for r in rows if "MoE" in r["model"] and r["gpu"] in ("B200-180GB", "GB200-186GB")]
+    assert len(blackwell_moe) == 3
+    assert all(abs(r["error"]) < 0.10 for r in blackwell_moe), [(r["model"], r["error"]) for r in blackwell_moe]
+
+
+def test_blackwell_matmul_efficiency_is_fitted_on_the_dense_rows():
+    for gpu in ("B200-180GB", "GB200-186GB"):
+        eta = P.FITTED[gpu]["matmul_efficiency"]
+        assert P.fit_matmul_efficiency(gpu, grid=[eta - 0.01, eta, eta + 0.01]) == eta
+
+
+def test_dense_plans_price_the_same_with_the_moe_keys_left_out():
+    model, _ = load_model("Llama-3 70B")
+    run = dict(model, gpus=64, gpu="H100", tp=8, pp=2, global_batch=128)
+    assert P.predict(dict(run, ep=1, etp=1, head_dim=128)) == P.predict(run)
+    with pytest.raises(ValueError, match="ep .* need a mixture-of-experts"):
+        P.normalize(dict(run, ep=8))
+
+
+def test_the_cli_evaluates_one_moe_plan_with_its_breakdown(capsys):
+    config = ROOT / "commtax" / "data" / "configs" / "qwen3-30b-a3b.json"
+    code = main([str(config), "--gpus", "8", "--gpu", "B200", "--tp", "1", "--pp", "1", "--ep", "8",
+                 "--micro-batch", "4", "--global-batch", "512", "--seq", "4096", "--precision", "mxfp8", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0
+    for key in ("step_time_s", "tokens_per_s_per_gpu", "mfu", "memory_bytes_per_gpu", "fits", "binding", "times"):
+        assert key in out
+    assert sum(out["times"].values()) == pytest.approx(out["step_time_s"])
+    assert out["plan"]["ep"] == 8 and out["times"]["ep"] > 0
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["Llama-3 8B", "--gpus", "8", "--gpu", "Z100"], "--gpu must be one of"),
+    (["Llama-3 8B", "--gpus", "8", "--tp", "2"], "give both --tp and --pp"),
+    (["Llama-3 8B", "--gpus", "8", "--tp", "1", "--pp", "1", "--ep", "8"], "--ep and --etp need"),
+    (["no-such-model", "--gpus", "8"], "neither a preset"),
+    (["Qwen3-30B-A3B", "--gpus", "8", "--tp", "1", "--pp", "1", "--ep", "3"], "ep (3) must divide experts"),
+    (["Llama-3 8B", "--gpus", "0"], "--gpus must be >= 1"),
+])
+def test_the_cli_refuses_bad_plans_in_one_line(argv, words, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0], err
+
+
+def test_the_cli_takes_a_measured_link_for_the_network(tmp_path, capsys):
+    from commtax.formulas.links import save_calibration
+    slow = save_calibration(tmp_path / "slow.json", alpha=5e-6, bandwidth=5e9, name="slow NIC")
+    argv = ["Qwen3-30B-A3B", "--gpus", "16", "--gpu", "H100", "--tp", "1", "--pp", "1", "--ep", "16",
+            "--micro-batch", "1", "--global-batch", "1024", "--seq", "4096", "--json"]
+    main(argv)
+    fast = json.loads(capsys.readouterr().out)
+    main([*argv, "--calibration", str(slow)])
+    measured = json.loads(capsys.readouterr().out)
+    assert measured["comm"]["ep"] > 5 * fast["comm"]["ep"]
+
+
+def test_the_cli_runs_as_a_module():
+    done = subprocess.run([sys.executable, "-m", "commtax.plan", "Mixtral-8x7B", "--gpus", "64", "--gpu", "B200",
+                           "--tp", "1", "--pp", "1", "--ep", "8", "--global-batch", "256", "--seq", "4096",
+                           "--precision", "fp8"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert "tokens/s per GPU" in done.stdout and "ep" in done.stdout
