@@ -33,7 +33,10 @@ ALWAYS_EXCLUDED = {".git", ".venv", "__pycache__", ".pytest_cache", ".ipynb_chec
 # and the course's own tests (they check the solutions).
 # flags.py: the review flags are the teacher's (a learner must not learn from it how to avoid them); the
 # grader runs without it.
-RELEASE_EXCLUDED = ALWAYS_EXCLUDED | {"solution.py", "solutions", "hidden", "tests", recorded.RECIPES_FILE, "flags.py"}
+# TEACHING.md and grading/README.md: the teacher's (the review flags, which checks can be forged, the
+# solutions policy); the release's README is the learner's own (learner_readme).
+RELEASE_EXCLUDED = ALWAYS_EXCLUDED | {"solution.py", "solutions", "hidden", "tests", recorded.RECIPES_FILE, "flags.py",
+                                      "TEACHING.md"}
 GRADESCOPE_EXCLUDED = ALWAYS_EXCLUDED | {"solution.py", "solutions", "tests", "lessons"}
 
 CLASSROOM_WORKFLOW = """\
@@ -116,29 +119,90 @@ jobs:
           key: ${{ steps.pip-cache.outputs.cache-primary-key }}
 """
 
-LEARNER_SECTION = """
-
-## For learners: this is your copy
+# The release's README: the learner's own (the course's README is the teacher's and the self-learner's: it
+# describes `solution` mode, the reference solutions and the teacher's grading). Sections of the course's
+# README that hold for learners too are copied in by title (the course map is what the book is built from).
+LEARNER_README = """\
+__INTRO__
+## This is your copy
 
 This repository is your assignment. Each lab folder under `labs/` has a
-`starter.py` for you to complete; the tests in the same folder check it.
-There are no reference solutions here, so `LAB_IMPL` defaults to `starter`:
+`README.md` (start there), a `starter.py` for you to complete and the tests
+that check it (`test_lab.py`). There are no reference solutions here, so the
+tests always run against your `starter.py` (`LAB_IMPL=starter` is the
+default; nothing else is there to set it to). Only your `starter.py` files and
+`exercises/answers.toml` are meant to change: your teacher grades them against
+the original tests, and may add hidden ones.
+
+## Start
+
+On a machine with Python 3.11 or newer and access to the Python package
+index, from your clone of this repository:
 
 ```bash
-python3 course.py test labs/lab-01-alpha-beta   # test your Lab 01 (sets up .venv on first use)
-python3 course.py test labs                     # every lab
-.venv/bin/python -m grading grade . --isolation auto   # your grade, as the autograder computes it
+python3 course.py lab                                # open the lessons in JupyterLab
+python3 course.py test labs/lab-01-alpha-beta        # test your Lab 01
 ```
 
-Push your work: the Classroom workflow grades every lab and reports the points
-per test. Only your `starter.py` files are meant to change: your teacher grades
-them against the original tests, and may add hidden ones. (This copy has no
-reference solutions, no answers to the lessons' exercises and not the course's
-own test suite. The lessons' calculators run on your own lab code: each one
-that needs a lab function says which, until you have written it. A lab's
-`expected.json` holds the values some of its tests compare with, recorded from
-the course's reference for exactly those tests' inputs: leave it as it is.)
-"""
+The first run of either creates a virtual environment in `.venv` and installs
+the pinned dependencies (a few minutes); later runs start at once.
+
+**In a lesson, start with Run All** (menu *Run > Run All Cells*): every cell
+runs, top to bottom. Most calculators and plots work at once; a calculator
+built on a lab function you have not written yet shows a note, "implement
+`function` in Lab NN", in place of its numbers, and the cells after it still
+run. Write the function in that lab's `starter.py`, restart the kernel and
+Run All again: the calculator now runs on your code. Each lesson ends with
+exercises; one line per exercise checks your number without showing the
+answer. Put your final numbers in `exercises/answers.toml`.
+
+## Test your labs
+
+```bash
+python3 course.py test labs/lab-01-alpha-beta        # one lab (extra arguments go to pytest: -x, -k NAME)
+python3 course.py test labs                          # every lab
+.venv/bin/python -m grading grade . --isolation auto # your grade, lab by lab, as the autograder computes it
+```
+
+An unwritten function fails in one line, `NotImplementedError: p2p_time: not
+implemented yet. Hint: ...`; nothing hangs. Grading uses the environment's
+Python (`.venv/bin/python`; a bare `python` may lack torch).
+
+**Push your work**: the Classroom workflow (`.github/workflows/classroom.yml`)
+grades your labs on each push that changes a `starter.py` or your answers. Its
+points show in the run's log; the run's summary page has your whole report (a
+summary first: points per lab and the first failure of each; then what each
+test said), and the same report is attached to the run as `grading-report`.
+A lab's `expected.json` holds the values some of its tests compare with,
+recorded from the course's reference for exactly those tests' inputs: leave
+it as it is.
+
+__SECTIONS__"""
+
+LEARNER_SECTIONS = ("Course map", "Distributed labs, locally and on a cluster", "Conventions")
+
+
+def readme_section(readme: str, title: str) -> str:
+    """The section ``## title`` of a README (to the next ``## ``), or ""."""
+    parts = readme.split(f"\n## {title}\n", 1)
+    if len(parts) < 2:
+        return ""
+    body = parts[1].split("\n## ", 1)[0]
+    return f"## {title}\n{body.rstrip()}\n"
+
+
+def learner_readme(readme: str) -> str:
+    """The release's README from the course's: its title and introduction, the learner's sections, then the
+    sections of the course's that hold for learners (no worked solutions, no `solution` mode)."""
+    intro = readme.split("\n## ", 1)[0].rstrip() + "\n"
+    sections = []
+    for title in LEARNER_SECTIONS:
+        text = readme_section(readme, title)
+        # The course map's closing line points at the worked solutions, which a release does not have.
+        text = "\n\n".join(p for p in text.split("\n\n") if "solutions/" not in p and "solution" not in p.lower())
+        sections.append(text.rstrip() + "\n")
+    return LEARNER_README.replace("__INTRO__", intro).replace("__SECTIONS__", "\n".join(sections))
+
 
 SETUP_SH = """\
 #!/usr/bin/env bash
@@ -228,13 +292,14 @@ def build_release(dest, source: Path = SOURCE_ROOT) -> Path:
         raise ValueError(f"dest {dest} already exists: choose a new folder")
     _check_starters(source)
     shutil.copytree(source, dest, ignore=shutil.ignore_patterns(*RELEASE_EXCLUDED))
+    (dest / "grading" / "README.md").unlink(missing_ok=True)  # (a lab's README.md is the learner's: kept)
     answers.transform_release(dest)  # no graded implementation, exercise answer or pointer to solutions ships
     write_expected(source, dest)
     workflow = dest / ".github" / "workflows" / "classroom.yml"
     workflow.parent.mkdir(parents=True, exist_ok=True)
     workflow.write_text(CLASSROOM_WORKFLOW)
     readme = dest / "README.md"
-    readme.write_text(readme.read_text() + LEARNER_SECTION)
+    readme.write_text(learner_readme(readme.read_text()))
     # The course's own tests are not shipped: point the default test run at what is.
     pyproject = dest / "pyproject.toml"
     pyproject.write_text(pyproject.read_text().replace('testpaths = ["labs", "tests", "lessons", "solutions"]',

@@ -302,7 +302,7 @@ def test_the_student_release_has_no_answers_and_fails_cleanly_in_starter_mode(tm
     assert "LAB_IMPL=starter python -m grading grade" in workflow and "autograding-grading-reporter" in workflow
     assert "cache: pip" in workflow and "-r grading/requirements.txt" in workflow  # not JupyterLab, Playwright
     assert "-r requirements.txt" not in workflow and (release / "grading" / "requirements.txt").exists()
-    assert "For learners" in (release / "README.md").read_text()
+    assert "This is your copy" in (release / "README.md").read_text()
     report = tmp_path / "report.xml"
     env = {k: v for k, v in os.environ.items() if k != "LAB_IMPL"}  # the release's default must be starter
     start = time.monotonic()

@@ -139,3 +139,30 @@ def test_the_pip_cache_is_restored_and_saved_apart_and_saved_after_a_failing_tes
              or "autograding-grading-reporter" in s or "actions/cache/save" in s]
     assert order == sorted(order) and len(order) == 4
     assert steps.index(save) > next(i for i, s in enumerate(steps) if "autograding-grading-reporter" in s)
+
+
+# -- 3. the release without the teacher's documents -------------------------------------------------
+
+def test_the_release_has_no_teachers_documents_and_a_readme_of_its_own(release):
+    assert not (release / "TEACHING.md").exists() and not (release / "grading" / "README.md").exists()
+    assert (release / "labs" / "lab-01-alpha-beta" / "README.md").exists()  # the labs' READMEs are the learner's
+    readme = (release / "README.md").read_text()
+    for said in ("python3 course.py lab", "python3 course.py test labs/lab-01-alpha-beta",
+                 "`LAB_IMPL=starter` is the\ndefault", "Run All", "implement\n`function` in Lab NN",
+                 "the cells after it still\nrun", ".venv/bin/python -m grading grade . --isolation auto",
+                 "exercises/answers.toml", "grading-report"):
+        assert said in readme, said
+    # Nothing of solution mode, the teacher's grading or the documents the release leaves out.
+    for gone in ("`solution`", "LAB_IMPL=solution", "solutions/", "For teachers", "TEACHING.md", "grading/README.md",
+                 "python -m grading release", "review flag"):
+        assert gone not in readme, gone
+    # The course map (what the release's book is built from) is whole: every lesson, with its labs.
+    sys.path.insert(0, str(ROOT))
+    from book.pages import course_map
+    lessons = course_map(readme)
+    assert len(lessons) == len(list((ROOT / "lessons").glob("[0-9][0-9]-*.ipynb")))
+    assert sorted(lab.split("/")[1] for lesson in lessons for lab in lesson.labs) == LABS
+    # No link in it to a file the release does not have.
+    for link in re.findall(r"\]\(([^)#]+)\)", readme):
+        if "://" not in link:
+            assert (release / link).exists(), link
