@@ -139,6 +139,24 @@ def analyze(paths, tp=None, pp=None, cp=None, chunk_chars=None) -> tuple[dict, l
     return {"ranks": rows}, extras
 
 
+def _calls(n: int) -> str:
+    return f"{n} call" if n == 1 else f"{n} calls"
+
+
+def notes(extra: dict) -> list[str]:
+    """What the counts of one rank had to assume, one sentence each."""
+    out = []
+    if extra["shapes_missing"]:
+        out.append(f"{_calls(extra['shapes_missing'])} have no shapes in the trace, so their bytes count as 0: "
+                   "record with torch.profiler.profile(record_shapes=True)")
+    if extra["dtype_assumed"]:
+        out.append(f"{_calls(extra['dtype_assumed'])} had no dtype in the trace: counted as 4-byte float32")
+    if extra["group_assumed"]:
+        out.append(f"{extra['group_assumed']} list all-gathers/reduce-scatters on an unknown group: their "
+                   "per-rank part was multiplied by the world size")
+    return out
+
+
 def render(report: dict, extras: list) -> str:
     """The text report."""
     lines = []
@@ -157,8 +175,7 @@ def render(report: dict, extras: list) -> str:
         for axis, table in row["by_axis"].items():
             parts = ", ".join(f"{op} {c['count']} x, {format_bytes(c['bytes'])}" for op, c in table.items())
             lines.append(f"  {axis}: {parts}")
-        if extra["dtype_assumed"]:
-            lines.append(f"  ({extra['dtype_assumed']} calls had no dtype in the trace: counted as 4-byte float32)")
+        lines += [f"  ({note})" for note in notes(extra)]
     return "\n".join(lines)
 
 
@@ -173,6 +190,10 @@ def main(argv=None) -> int:
     except (OSError, ValueError) as exc:
         print(f"{PROG}: error: {type(exc).__name__}: {exc}".splitlines()[0], file=sys.stderr)
         return 2
+    if args.json:
+        for row, extra in zip(report["ranks"], extras):
+            for note in notes(extra):
+                print(f"{PROG}: warning: rank {row['rank']}: {note}", file=sys.stderr)
     try:
         print(json.dumps(report, indent=1) if args.json else render(report, extras))
     except BrokenPipeError:   # `... | head`: the reader left; not an error of ours

@@ -21,7 +21,7 @@ TP = 2
 STEPS = 2
 DTYPE_BYTES = 4                 # float32
 MATMUL_N = 192                  # the compute: (N x N) @ (N x N), float32
-# Element counts per rank, with the course's convention for each (bytes = numel x 4):
+# Element counts per rank, with the course's convention for each (float32: bytes = numel x 4, unless said):
 ALL_REDUCE_NUMEL = 65536        # the buffer each rank holds (world group)
 ALL_REDUCE_ASYNC_NUMEL = 131072  # the same, async_op=True, overlapped with a matmul (world group)
 TP_ALL_REDUCE_NUMEL = 8192      # the buffer each rank holds, on its tensor-parallel group
@@ -29,6 +29,10 @@ DP_ALL_REDUCE_NUMEL = 16384     # the buffer each rank holds, on its data-parall
 ALL_GATHER_NUMEL = 4096 * WORLD  # the full buffer after gathering (each rank gives a quarter)
 REDUCE_SCATTER_NUMEL = 2048 * WORLD  # the full buffer before scattering
 ALL_TO_ALL_NUMEL = 1024 * WORLD  # the total a rank sends (a quarter to each rank)
+ALL_GATHER_LIST_NUMEL = 512 * WORLD    # the same with tensor lists (dist.all_gather, dist.reduce_scatter,
+REDUCE_SCATTER_LIST_NUMEL = 256 * WORLD  # dist.all_to_all): a list all-gather's outputs and a list
+ALL_TO_ALL_LIST_NUMEL = 128 * WORLD    # reduce-scatter's inputs are not in the trace's shapes
+DOUBLE_ALL_REDUCE_NUMEL = 1000  # the buffer each rank holds, float64 (8 bytes; its dtype is only on gloo's event)
 BROADCAST_NUMEL = 3000          # the buffer (root: rank 0)
 SEND_NUMEL = 5000               # each message: rank 2k sends to rank 2k+1, which replies with as many
 
@@ -62,6 +66,13 @@ def record_rank(rank: int, world_size: int, outdir: str) -> str:
             dist.reduce_scatter_tensor(shard, torch.ones(REDUCE_SCATTER_NUMEL))
             received = torch.empty(ALL_TO_ALL_NUMEL)
             dist.all_to_all_single(received, torch.ones(ALL_TO_ALL_NUMEL))
+            dist.all_gather(list(torch.empty(ALL_GATHER_LIST_NUMEL).chunk(world_size)),
+                            torch.ones(ALL_GATHER_LIST_NUMEL // world_size))
+            dist.reduce_scatter(torch.empty(REDUCE_SCATTER_LIST_NUMEL // world_size),
+                                list(torch.ones(REDUCE_SCATTER_LIST_NUMEL).chunk(world_size)))
+            dist.all_to_all(list(torch.empty(ALL_TO_ALL_LIST_NUMEL).chunk(world_size)),
+                            list(torch.ones(ALL_TO_ALL_LIST_NUMEL).chunk(world_size)))
+            dist.all_reduce(torch.ones(DOUBLE_ALL_REDUCE_NUMEL, dtype=torch.float64))
             dist.broadcast(torch.ones(BROADCAST_NUMEL), src=0)
             message = torch.ones(SEND_NUMEL)
             if rank % 2 == 0:

@@ -178,13 +178,15 @@ def test_eight_rank_traces_split_by_axis(tmp_path):
 
 
 def expected_from_the_script():
-    """What each rank did, from trace_record's sizes alone (float32: 4 bytes)."""
-    calls = {"all_reduce": [rec.ALL_REDUCE_NUMEL, rec.ALL_REDUCE_ASYNC_NUMEL, rec.TP_ALL_REDUCE_NUMEL,
-                            rec.DP_ALL_REDUCE_NUMEL],
-             "all_gather": [rec.ALL_GATHER_NUMEL], "reduce_scatter": [rec.REDUCE_SCATTER_NUMEL],
-             "all_to_all": [rec.ALL_TO_ALL_NUMEL], "broadcast": [rec.BROADCAST_NUMEL], "barrier": [0],
-             "send": [rec.SEND_NUMEL], "recv": [rec.SEND_NUMEL]}
-    return {op: {"count": len(sizes) * rec.STEPS, "bytes": 4 * sum(sizes) * rec.STEPS} for op, sizes in calls.items()}
+    """What each rank did, from trace_record's sizes alone (bytes: float32, 4 each, but the float64 all-reduce)."""
+    nbytes = {"all_reduce": [4 * rec.ALL_REDUCE_NUMEL, 4 * rec.ALL_REDUCE_ASYNC_NUMEL, 4 * rec.TP_ALL_REDUCE_NUMEL,
+                             4 * rec.DP_ALL_REDUCE_NUMEL, 8 * rec.DOUBLE_ALL_REDUCE_NUMEL],
+              "all_gather": [4 * rec.ALL_GATHER_NUMEL, 4 * rec.ALL_GATHER_LIST_NUMEL],
+              "reduce_scatter": [4 * rec.REDUCE_SCATTER_NUMEL, 4 * rec.REDUCE_SCATTER_LIST_NUMEL],
+              "all_to_all": [4 * rec.ALL_TO_ALL_NUMEL, 4 * rec.ALL_TO_ALL_LIST_NUMEL],
+              "broadcast": [4 * rec.BROADCAST_NUMEL], "barrier": [0],
+              "send": [4 * rec.SEND_NUMEL], "recv": [4 * rec.SEND_NUMEL]}
+    return {op: {"count": len(sizes) * rec.STEPS, "bytes": sum(sizes) * rec.STEPS} for op, sizes in nbytes.items()}
 
 
 def test_recorded_traces_give_the_counts_and_bytes_the_script_used():
@@ -197,7 +199,7 @@ def test_recorded_traces_give_the_counts_and_bytes_the_script_used():
         steps = rec.STEPS
         assert row["by_axis"]["tp"] == {"all_reduce": {"count": steps, "bytes": 4 * rec.TP_ALL_REDUCE_NUMEL * steps}}
         assert row["by_axis"]["dp"] == {"all_reduce": {"count": steps, "bytes": 4 * rec.DP_ALL_REDUCE_NUMEL * steps}}
-        assert row["by_axis"]["unknown"]["all_reduce"]["count"] == 2 * steps   # world-group calls span tp and dp
+        assert row["by_axis"]["unknown"]["all_reduce"]["count"] == 3 * steps   # world-group calls span tp and dp
 
 
 def _brute_force_times(path):

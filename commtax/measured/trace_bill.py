@@ -100,17 +100,37 @@ def _ranks(value):
 
 
 class Call:
-    """One counted collective or point-to-point call."""
+    """One counted collective or point-to-point call.
 
-    __slots__ = ("op", "numel", "itemsize", "ranks", "n", "record", "dur_us", "gloo_numel")
+    ``numel``: elements of the payload per the course's convention, or None where the trace has no
+    shapes; ``per_rank``: ``numel`` is one rank's part and the payload is ``n`` of them (gloo's list
+    all-gather / reduce-scatter record only that part); ``world``: the size of the default group, the
+    ``n`` taken when the call's group is unknown.
+    """
 
-    def __init__(self, op, numel, itemsize, ranks, n, record, gloo_numel=None):
+    __slots__ = ("op", "numel", "itemsize", "ranks", "n", "record", "dur_us", "gloo_numel", "per_rank", "world")
+
+    def __init__(self, op, numel, itemsize, ranks, n, record, gloo_numel=None, per_rank=False):
         self.op, self.numel, self.itemsize, self.ranks, self.n = op, numel, itemsize, ranks, n
-        self.record, self.dur_us, self.gloo_numel = record, None, gloo_numel
+        self.record, self.dur_us, self.gloo_numel, self.per_rank, self.world = record, None, gloo_numel, per_rank, None
 
     @property
     def nbytes(self) -> int:
-        return 0 if self.op == "barrier" else self.numel * (self.itemsize or 4)
+        if self.op == "barrier" or self.numel is None:
+            return 0
+        return self.numel * (self.n or self.world or 1 if self.per_rank else 1) * (self.itemsize or 4)
+
+
+def _tensor_numel(dims, types, i) -> int | None:
+    """Elements of tensor argument ``i`` of a c10d op, None where the profiler did not record them.
+
+    ``record_shapes=True`` records a ``Tensor`` or ``Tensor[]`` argument (``Input type`` a dtype or
+    ``TensorList``) but leaves a ``Tensor[][]`` (a list all-gather's outputs, a list reduce-scatter's
+    inputs) as ``[]`` with type ``''``.
+    """
+    if len(dims) <= i or (dims[i] == [] and (len(types) <= i or types[i] in ("", None))):
+        return None
+    return _numel(dims[i])
 
 
 def _from_c10d(record) -> Call | None:
@@ -118,11 +138,24 @@ def _from_c10d(record) -> Call | None:
     if op is None:
         return None
     dims, types = record.args.get("Input Dims") or [], record.args.get("Input type") or []
-    arg = {"reduce_scatter": 1, "all_to_all": 1}.get(op, 0)          # which tensor argument is the payload
-    numel = _numel(dims[arg]) if len(dims) > arg else 0
-    gloo_numel = _numel(dims[1]) if op == "all_gather" and len(dims) > 1 else numel
+    first, second = _tensor_numel(dims, types, 0), _tensor_numel(dims, types, 1)
+    per_rank = False
+    if op == "barrier":
+        return Call(op, 0, None, None, None, record)
+    if op == "all_gather":          # (output, input): the output is the full buffer after gathering
+        numel, gloo_numel, arg = first, second, 0
+        if first is None:
+            numel, per_rank, arg = second, True, 1
+    elif op == "reduce_scatter":    # (output, input): the input is the full buffer before scattering
+        numel, gloo_numel, arg = second, second, 1
+        if second is None:
+            numel, per_rank, arg = first, True, 0
+    elif op == "all_to_all":        # (output, input): the input is what this rank sends
+        numel, gloo_numel, arg = second, second, 1
+    else:                           # all-reduce, broadcast, send, recv: the one tensor (list)
+        numel, gloo_numel, arg = first, first, 0
     itemsize = dtype_bytes(types[arg]) if len(types) > arg else None
-    return Call(op, numel, itemsize, None, None, record, None if op == "barrier" else gloo_numel)
+    return Call(op, numel, itemsize, None, None, record, gloo_numel, per_rank)
 
 
 def _from_rpc(record) -> Call | None:
@@ -185,7 +218,8 @@ def _pair_gloo(calls, gloo_records, scan, rank, window: int = 64):
         queue = queues.get(rec.name)
         if not queue:
             continue
-        numel = _numel((rec.args.get("Input Dims") or [None])[0])
+        dims = rec.args.get("Input Dims") or [None]
+        numel = _numel(dims) if rec.name == "gloo:all_to_all" else _numel(dims[0])   # a list all-to-all: its parts
         while heads[rec.name] < len(queue) and id(queue[heads[rec.name]]) in taken:
             heads[rec.name] += 1
         for call in queue[heads[rec.name]:heads[rec.name] + window]:
@@ -242,6 +276,9 @@ def calls_of(scan, rank=None) -> list[Call]:
         _pair_gloo(calls, [r for r in scan.records if r.source == "gloo"], scan, rank)
     if scan.on_gpu:
         _pair_kernels(calls, scan)
+    world = (scan.meta.get("distributedInfo") or {}).get("world_size")
+    for call in calls:
+        call.world = world if isinstance(world, int) else None
     return calls
 
 
@@ -281,8 +318,10 @@ def _table(calls) -> dict:
 def rank_bill(scan, rank: int, layout: Layout | None = None) -> tuple[dict, dict]:
     """``(row, extra)``: the JSON row of one rank, and what only the text report shows.
 
-    ``extra`` = ``{"busbw": {op: bytes/s}, "dtype_assumed": calls whose dtype was not in the trace
-    (counted as 4-byte float32)}``.
+    ``extra`` = ``{"busbw": {op: bytes/s}, "calls": counted calls, "dtype_assumed": calls whose dtype
+    was not in the trace (counted as 4-byte float32), "shapes_missing": calls without shapes (bytes
+    counted as 0: record with ``record_shapes=True``), "group_assumed": per-rank parts multiplied by
+    the world size because the call's group is unknown}``.
     """
     calls = calls_of(scan, rank)
     compute_s, comm_s, exposed_s = busy_times(scan)
@@ -293,11 +332,14 @@ def rank_bill(scan, rank: int, layout: Layout | None = None) -> tuple[dict, dict
     busbw = {}
     for op in OPS:
         timed = [(c.nbytes * busbw_factor(op, c.n), c.dur_us) for c in calls
-                 if c.op == op and c.dur_us and busbw_factor(op, c.n) is not None]
+                 if c.op == op and c.dur_us and c.numel and busbw_factor(op, c.n) is not None]
         if timed and op != "barrier":
             busbw[op] = float(np.sum([b for b, _ in timed]) / (np.sum([t for _, t in timed]) * US))
     row = {"rank": rank, "compute_s": compute_s, "comm_s": comm_s, "exposed_comm_s": exposed_s,
            "collectives": _table(calls),
            "by_axis": {axis: _table(by_axis[axis]) for axis in ("tp", "cp", "dp", "pp", UNKNOWN) if axis in by_axis}}
-    return row, {"busbw": busbw, "dtype_assumed": sum(1 for c in calls if c.itemsize is None and c.op != "barrier"),
-                 "calls": len(calls)}
+    counted = [c for c in calls if c.op != "barrier" and c.numel is not None]
+    return row, {"busbw": busbw, "calls": len(calls),
+                 "dtype_assumed": sum(1 for c in counted if c.itemsize is None),
+                 "shapes_missing": sum(1 for c in calls if c.op != "barrier" and c.numel is None),
+                 "group_assumed": sum(1 for c in counted if c.per_rank and not c.n)}
