@@ -177,3 +177,14 @@ def test_the_cli_runs_as_a_module():
                            "--precision", "fp8"], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert "tokens/s per GPU" in done.stdout and "ep" in done.stdout
+
+
+def test_pytorch_stacks_run_flash_attention_2_slower_than_megatrons_kernels_on_h100():
+    rows = {e["source"]: e for e in P.read_runs_2026()}
+    mpt = rows["LLMFOUNDRY"]["run"]
+    assert mpt["attention_kernel"] == "flash2" and mpt["fused_attention"]
+    flash2 = P.predict(mpt)["times"]["matmul"]
+    megatron = P.predict(dict(mpt, attention_kernel=None))["times"]["matmul"]
+    assert flash2 > 1.3 * megatron          # 32K tokens: attention is over a third of the executed FLOPs
+    titan = P.errors_2026([rows["TORCHTITAN-2404"]])[0]
+    assert abs(titan["error"]) < 0.10, titan["error"]   # A100: FlashAttention-2 at its paper's 72% of peak

@@ -59,8 +59,8 @@ reports "BF16 MFU").
 from __future__ import annotations
 
 from commtax.formulas.predict.hardware import (  # noqa: F401
-    GPU, HBM_BUDGET, A100, H100, H200, H800, B200, GB200, GPUS, FITTED, ZERO_BANDWIDTH_SHARE,
-    TILE_ELEMENTS, CAUSAL_SHARE, NCCL_SMS, GPU_ALIASES, LAB_GPUS,
+    GPU, HBM_BUDGET, A100, H100, H200, H800, B200, GB200, GPUS, FITTED, FLASH2_EFFICIENCY,
+    ZERO_BANDWIDTH_SHARE, TILE_ELEMENTS, CAUSAL_SHARE, NCCL_SMS, GPU_ALIASES, LAB_GPUS,
 )
 from commtax.formulas.predict.shape import (  # noqa: F401
     SHAPE_DEFAULTS, normalize_shape, ffn_matrices, attention_gemms, attention_params,
@@ -68,9 +68,9 @@ from commtax.formulas.predict.shape import (  # noqa: F401
 )
 from commtax.formulas.predict.config import (  # noqa: F401
     RECOMPUTE, PRECISIONS, LOW_PRECISIONS, PIPELINE_SPLITS, CP_COMMS, DP_IMPLS, HSDP_ALLREDUCE,
-    PARAM_GATHERS, DEFAULTS, OPEN_DEFAULTS, REQUIRED, KEYS, RETURNED, TIME_PARTS, ADAM_BYTES,
-    OPTIMIZER_TRAFFIC, LOGIT_BYTES, MAX_MICRO_BATCH, BUCKET_PARAMS, ACT_BYTES, BINDING_SHARE,
-    stage_slots, resolve_split, normalize,
+    PARAM_GATHERS, ATTENTION_KERNELS, DEFAULTS, OPEN_DEFAULTS, REQUIRED, KEYS, RETURNED, TIME_PARTS,
+    ADAM_BYTES, OPTIMIZER_TRAFFIC, LOGIT_BYTES, MAX_MICRO_BATCH, BUCKET_PARAMS, ACT_BYTES,
+    BINDING_SHARE, stage_slots, resolve_split, normalize,
 )
 from commtax.formulas.predict.flops import (  # noqa: F401
     layer_forward_flops, logits_forward_flops, flops_per_step, narayanan_eq3, korthikanti_eq7,
@@ -80,7 +80,7 @@ from commtax.formulas.predict.comms import (  # noqa: F401
     placed_members, COLLECTIVES, collective_time, overlap_cost,
 )
 from commtax.formulas.predict.compute import (  # noqa: F401
-    wave_factor, constants_for, layer_compute, elementwise_bytes, logits_compute,
+    wave_factor, attention_rate, constants_for, layer_compute, elementwise_bytes, logits_compute,
 )
 from commtax.formulas.predict.axes import (  # noqa: F401
     tp_time, cp_bytes_per_layer, cp_time, pipeline_time, dp_bytes_per_step, dp_time,
@@ -111,5 +111,5 @@ from commtax.formulas.predict.hf_config import (  # noqa: F401
 )
 from commtax.formulas.predict.published_2026 import (  # noqa: F401
     DATA, RUNS_2026, CONFIGS, CONFIG_BY_MODEL, PRECISION, run_from_row_2026, read_runs_2026,
-    errors_2026, fit_matmul_efficiency,
+    errors_2026, fit_matmul_efficiency, fit_flash2_efficiency,
 )

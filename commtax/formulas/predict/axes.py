@@ -7,7 +7,7 @@ from dataclasses import replace
 from commtax.formulas import memory
 from commtax.formulas.context import kv_allgather_bytes_per_rank, ring_attention_bytes_per_rank
 from commtax.formulas.predict.comms import collective_time, overlap_cost
-from commtax.formulas.predict.compute import constants_for
+from commtax.formulas.predict.compute import attention_rate, constants_for
 from commtax.formulas.predict.config import ACT_BYTES, BUCKET_PARAMS
 from commtax.formulas.predict.flops import layer_params, stage_layers, stage_params
 from commtax.formulas.predict.hardware import CAUSAL_SHARE, GPUS, ZERO_BANDWIDTH_SHARE
@@ -45,7 +45,7 @@ def _attention_seconds(cfg, gpu, constants):
     k = constants_for(cfg["gpu"], constants)
     M = cfg["micro_batch"] * cfg["seq"] / cfg["cp"]
     causal = CAUSAL_SHARE if cfg["fused_attention"] else 1.0
-    return causal * 2 * M * cfg["seq"] * (cfg["q_width"] + cfg["v_width"]) / cfg["tp"] / (k["matmul_efficiency"] * gpu.peak_flops)
+    return causal * 2 * M * cfg["seq"] * (cfg["q_width"] + cfg["v_width"]) / cfg["tp"] / attention_rate(cfg, k, gpu)
 
 
 def cp_bytes_per_layer(cfg) -> float:

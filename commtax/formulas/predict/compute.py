@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from commtax.formulas.predict.config import LOGIT_BYTES, LOW_PRECISIONS
 from commtax.formulas.predict.flops import peak_flops
-from commtax.formulas.predict.hardware import CAUSAL_SHARE, FITTED, GPUS, TILE_ELEMENTS
+from commtax.formulas.predict.hardware import CAUSAL_SHARE, FITTED, FLASH2_EFFICIENCY, GPUS, TILE_ELEMENTS
 from commtax.formulas.predict.moe import expert_gemms
 from commtax.formulas.predict.shape import active_ffn_width, attention_gemms, dense_ffn_share
 
@@ -29,6 +29,15 @@ def _gemm_shapes(cfg):
     if dense:
         shapes += [(dense, h, (2 if cfg["swiglu"] else 1) * f / t), (dense, f / t, h)]
     return shapes + expert_gemms(cfg)
+
+
+def attention_rate(cfg, constants, gpu) -> float:
+    """FLOP/s of the attention's matmuls (BF16): the GEMMs' efficiency x the BF16 peak for Megatron's
+    fused kernels (and for unfused attention), FlashAttention-2's measured share of the peak for
+    ``attention_kernel="flash2"`` (:data:`FLASH2_EFFICIENCY`)."""
+    if cfg.get("attention_kernel") == "flash2":
+        return FLASH2_EFFICIENCY[gpu.name] * gpu.peak_flops
+    return constants["matmul_efficiency"] * gpu.peak_flops
 
 
 def constants_for(gpu_name, constants=None) -> dict:
@@ -61,7 +70,7 @@ def layer_compute(cfg, recompute, constants=None, gpu=None) -> dict:
         backward += flops / (lin_peak * wave_factor(rows, K, gpu)) + flops / (lin_peak * wave_factor(K, N, gpu))
     causal = CAUSAL_SHARE if cfg["fused_attention"] else 1.0
     widths = cfg["q_width"] + cfg["v_width"]   # 2 h for a GPT layer: 4 b s^2 h FLOPs forward
-    attn = causal * 2 * M * cfg["seq"] * widths / cfg["tp"] / (k["matmul_efficiency"] * gpu.peak_flops)
+    attn = causal * 2 * M * cfg["seq"] * widths / cfg["tp"] / attention_rate(cfg, k, gpu)
     attn_backward = (2.5 if cfg["fused_attention"] else 2.0) * attn
     again = {"none": 0.0, "selective": attn, "full": forward + attn}[recompute]
     matmul = forward + attn + backward + attn_backward + again

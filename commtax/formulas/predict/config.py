@@ -21,12 +21,16 @@ HSDP_ALLREDUCE = ("micro_batch", "step")
 #: sharded while the step runs) or before every micro-batch's forward (PyTorch FSDP's SHARD_GRAD_OP,
 #: FSDP2's ``reshard_after_forward=False``: resharded after each backward, gathered again).
 PARAM_GATHERS = ("step", "micro_batch")
+#: The fused attention kernel, when it is not the one Megatron's stacks run (None: Transformer Engine's
+#: cuDNN/flash kernels, priced at the GEMMs' efficiency): "flash2" is FlashAttention-2, what PyTorch's
+#: SDPA (torchtitan) and llm-foundry run, priced at :data:`commtax.formulas.predict.hardware.FLASH2_EFFICIENCY`.
+ATTENTION_KERNELS = ("flash2",)
 DEFAULTS = dict(ffn_hidden=None, kv_heads=None, swiglu=False, cp=1, vpp=None, micro_batch=None,
                 recompute=None, sequence_parallel=None, zero_stage=0, precision="bf16", dp=None,
                 fused_attention=None, overlap_grad_reduce=None, overlap_p2p=None, tp_overlap=False,
                 pipeline_split=None, cp_comm="p2p",
                 dp_impl="megatron", shard_group=None, hsdp_allreduce="micro_batch", param_gather="step",
-                **SHAPE_DEFAULTS)
+                attention_kernel=None, **SHAPE_DEFAULTS)
 #: What a key set to None becomes (the source does not say): Megatron-LM's defaults; GPT-2's
 #: vocabulary padded as Megatron pads it.
 OPEN_DEFAULTS = dict(vocab=51200, tp=1, pp=1, cp=1, zero_stage=0, precision="bf16", swiglu=False, cp_comm="p2p",
@@ -150,6 +154,7 @@ def normalize(run) -> dict:
     _choice(cfg, "dp_impl", DP_IMPLS)
     _choice(cfg, "hsdp_allreduce", HSDP_ALLREDUCE)
     _choice(cfg, "param_gather", PARAM_GATHERS)
+    _choice(cfg, "attention_kernel", ATTENTION_KERNELS, allow_none=True)
     if isinstance(cfg["zero_stage"], bool) or cfg["zero_stage"] not in (0, 1, 2, 3):
         raise ValueError(f"zero_stage must be 0, 1, 2 or 3; got {cfg['zero_stage']!r}")
     if cfg["param_gather"] == "micro_batch" and cfg["zero_stage"] != 2:

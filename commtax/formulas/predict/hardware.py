@@ -127,6 +127,18 @@ FITTED = {
     "B200-180GB": dict(matmul_efficiency=0.68, elementwise_efficiency=0.30),
     "GB200-186GB": dict(matmul_efficiency=0.76, elementwise_efficiency=0.30),
 }
+#: FlashAttention-2's share of the dense BF16 peak at long sequences, forward and backward together, for
+#: the stacks that run it (``attention_kernel="flash2"``: PyTorch's SDPA in torchtitan, llm-foundry).
+#: Measured kernel figures, not fitted: A100 0.72 (Dao 2023, arXiv 2307.08691: up to 225 of 312 TFLOP/s
+#: for forward and backward); H100 0.30 (Shah et al. 2024, the FlashAttention-3 paper, arXiv 2407.08608,
+#: Figs. 5-6: FlashAttention-2 reaches ~330-370 TFLOP/s forward and ~250-300 backward at 8K-16K tokens,
+#: head dimension 128, causal; weighted 1 : 2.5 as the predictor weighs forward and backward). The other
+#: GPUs: the H100's, an assumption (FlashAttention-2 runs the pre-Hopper instructions on them too).
+#: Checked on llm-foundry's MPT-13B at 32K tokens on 8 H100 (published-runs-2026.csv): +29%; that row
+#: alone would need 0.19 (:func:`commtax.formulas.predict.fit_flash2_efficiency`), so more than the
+#: attention kernel is slower there.
+FLASH2_EFFICIENCY = {"A100-80GB": 0.72, "H100-80GB": 0.30, "H200-141GB": 0.30, "H800-80GB": 0.30,
+                     "B200-180GB": 0.30, "GB200-186GB": 0.30}
 #: One constant per distributed-optimizer implementation: the share of the network model's bandwidth
 #: its ZeRO-3 collectives reach. Megatron-core's distributed optimizer and PyTorch FSDP issue one NCCL
 #: collective per bucket or per layer (1, not fitted); DeepSpeed's ZeRO-3 of 2021 is fitted on the one

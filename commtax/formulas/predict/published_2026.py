@@ -16,7 +16,7 @@ import json
 import math
 from pathlib import Path
 
-from commtax.formulas.predict.hardware import FITTED, GPU_ALIASES
+from commtax.formulas.predict.hardware import FITTED, FLASH2_EFFICIENCY, GPU_ALIASES
 from commtax.formulas.predict.hf_config import model_from_config
 from commtax.formulas.predict.step import predict
 
@@ -60,7 +60,10 @@ def run_from_row_2026(row: dict, configs=CONFIGS) -> tuple[dict, list[str]]:
                tp=_num(row, "tp") or 1, pp=_num(row, "pp") or 1, dp=_num(row, "dp"), cp=_num(row, "cp") or 1,
                vpp=_num(row, "vpp"), micro_batch=_num(row, "micro_batch"), global_batch=_num(row, "global_batch"),
                recompute=(row.get("recompute") or "").strip() or None, zero_stage=_num(row, "zero_stage") or 0,
-               precision=PRECISION[precision])
+               precision=PRECISION[precision], fused_attention=True)
+    notes_text = (row.get("notes") or "").lower()
+    if row["source"].startswith(("TORCHTITAN", "LLMFOUNDRY")) or "flash attn" in notes_text:
+        run["attention_kernel"] = "flash2"   # PyTorch's SDPA and llm-foundry run FlashAttention-2
     if run.get("experts"):
         run.update(ep=_num(row, "ep") or 1, etp=_num(row, "etp") or 1)
     if run["vpp"] == 1:
@@ -115,3 +118,24 @@ def fit_matmul_efficiency(gpu: str, entries=None, grid=None) -> float:
                    for e in mine)
 
     return min(grid, key=lambda eta: (round(worst(eta), 9), eta))
+
+
+def fit_flash2_efficiency(gpu: str = "H100-80GB", entries=None, grid=None) -> float:
+    """FlashAttention-2's share of ``gpu``'s BF16 peak that best predicts the 2026 rows running it on that
+    GPU (worst |log error| first); ValueError if none does."""
+    entries = read_runs_2026() if entries is None else entries
+    mine = [e for e in entries if e["run"]["gpu"] == gpu and e["run"].get("attention_kernel") == "flash2"]
+    if not mine:
+        raise ValueError(f"gpu {gpu!r} has no 2026 row that runs FlashAttention-2")
+    grid = grid if grid is not None else [x / 100 for x in range(15, 81)]
+    saved = FLASH2_EFFICIENCY[gpu]
+
+    def worst(share):
+        FLASH2_EFFICIENCY[gpu] = share
+        try:
+            return max(abs(math.log(predict(e["run"])["tokens_per_s_per_gpu"] / e["published"]["tokens_per_s_per_gpu"]))
+                       for e in mine)
+        finally:
+            FLASH2_EFFICIENCY[gpu] = saved
+
+    return min(grid, key=lambda share: (round(worst(share), 9), share))
