@@ -32,9 +32,6 @@ from commtax.formulas.links import load_calibration
 from commtax.formulas.predict.hf_config import model_from_config
 
 DEFAULT_TOKENS_PER_STEP = 4 * 2**20   # ~4M tokens per step when --global-batch is left out
-#: Mixture-of-experts presets: their published config.json files (commtax/data/configs).
-MOE_PRESETS = {"DeepSeek-V3": "deepseek-v3.json", "Qwen3-30B-A3B": "qwen3-30b-a3b.json",
-               "Mixtral-8x7B": "mixtral-8x7b.json"}
 
 
 def _key(name: str) -> str:
@@ -47,9 +44,9 @@ def preset(name: str) -> tuple[dict, list[str]] | None:
     for model, shape in P.MODELS.items():
         if _key(model) == wanted or _key(model.split(" (")[0]) == wanted:
             return dict(shape), []
-    for model, file in MOE_PRESETS.items():
+    for model in P.MOE_MODELS:
         if _key(model) == wanted:
-            return model_from_config(json.loads((P.CONFIGS / file).read_text()))
+            return P.moe_model(model)
     return None
 
 
@@ -60,7 +57,7 @@ def load_model(spec: str) -> tuple[dict, list[str]]:
         return found
     path = Path(spec)
     if not path.is_file():
-        names = "; ".join([*P.MODELS, *MOE_PRESETS])
+        names = "; ".join([*P.MODELS, *P.MOE_MODELS])
         raise ValueError(f"CONFIG {spec!r} is neither a preset ({names}) nor a file")
     try:
         config = json.loads(path.read_text())

@@ -109,7 +109,10 @@ from commtax.formulas.predict.moe import (  # noqa: F401
 from commtax.formulas.predict.hf_config import (  # noqa: F401
     GATED_ACTIVATIONS, PLAIN_ACTIVATIONS, MAX_DEFAULT_SEQ, model_from_config,
 )
+from commtax.formulas.predict.presets import (  # noqa: F401
+    DATA, CONFIGS, MOE_MODELS, moe_model,
+)
 from commtax.formulas.predict.published_2026 import (  # noqa: F401
-    DATA, RUNS_2026, CONFIGS, CONFIG_BY_MODEL, PRECISION, run_from_row_2026, read_runs_2026,
-    errors_2026, fit_matmul_efficiency, fit_flash2_efficiency,
+    RUNS_2026, CONFIG_BY_MODEL, PRECISION, run_from_row_2026, read_runs_2026, errors_2026,
+    fit_matmul_efficiency, fit_flash2_efficiency,
 )

@@ -18,11 +18,10 @@ from pathlib import Path
 
 from commtax.formulas.predict.hardware import FITTED, FLASH2_EFFICIENCY, GPU_ALIASES
 from commtax.formulas.predict.hf_config import model_from_config
+from commtax.formulas.predict.presets import CONFIGS, DATA
 from commtax.formulas.predict.step import predict
 
-DATA = Path(__file__).resolve().parents[2] / "data"
 RUNS_2026 = DATA / "published-runs-2026.csv"
-CONFIGS = DATA / "configs"
 #: Rows that name no config but whose model has one here.
 CONFIG_BY_MODEL = {"qwen3_30b_a3b": "qwen3-30b-a3b.json", "mixtral-8x7b": "mixtral-8x7b.json",
                    "deepseekv3": "deepseek-v3.json"}
