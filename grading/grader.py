@@ -49,6 +49,7 @@ from grading.process import Stopped, become_subreaper, kill_descendants, make_un
 from grading.pytest_run import collect, run_pytest
 from grading.results import GradeResult, LabResult, TestResult
 from grading.sandbox import DEFAULT_ISOLATION, ISOLATIONS, SANDBOX_USER, NoSandbox, choose_isolation, warning
+from grading.sandbox.cleanup import remove_tree
 from grading.sandbox.limits import Limits
 from grading.sandbox.namespaces import SandboxError
 from grading.sandbox.plain import close_interpreter, open_interpreter, sandbox_user
@@ -180,7 +181,14 @@ def _grade_part(base: Path, course: dict, lab: str, starter: bytes, part: str, t
             sandbox.close()
         kill_descendants()  # the relays, and anything a lab's process left behind
         for folder in (secret, box, runs):
-            shutil.rmtree(folder, ignore_errors=True)
+            # Never shutil.rmtree: a deep chain of folders made it raise RecursionError (issue 38).
+            _report_leftovers(remove_tree(folder))
+
+
+def _report_leftovers(problems: list) -> None:
+    """The teacher's log (stderr): what a clean-up could not remove (the grading goes on)."""
+    for line in problems:
+        _to_stderr(clean(f"clean-up: could not remove {line}", limit=300, lines=1))
 
 
 # -- a whole grading ----------------------------------------------------------------------------
@@ -234,10 +242,11 @@ def _grade(submission, labs, *, source, hidden, lab_timeout, total_timeout, user
     scored_exercises = grade_exercises(Path(submission) if submission else None) if exercises else None
     limits = limits or Limits(cpu_seconds=int(lab_timeout) + 60)
     protected = [source, hidden] + ([submission] if submission is not None else [])
-    # ignore_cleanup_errors: a stop (SIGTERM) that cut a lab's own clean-up short must not keep the rest
-    # of the tree from being removed.
     # The grader's PID in the name: a test can tell its own grading's processes from another grader's.
-    with tempfile.TemporaryDirectory(prefix=f"commtax-grading-{os.getpid()}-", ignore_cleanup_errors=True) as tmp:
+    # Removed by remove_tree (never shutil.rmtree, which a deep chain of folders makes raise), also when a
+    # stop (SIGTERM) cut a lab's own clean-up short.
+    tmp = tempfile.mkdtemp(prefix=f"commtax-grading-{os.getpid()}-")
+    try:
         base = Path(tmp)
         os.chmod(base, 0o711)  # the sandbox user may pass through to its own folders, not list them
         chosen = choose_isolation(user=user, same_user=same_user, isolation=isolation, limits=limits, base=base,
@@ -256,6 +265,8 @@ def _grade(submission, labs, *, source, hidden, lab_timeout, total_timeout, user
         finally:
             kill_descendants()  # (after a stop: whatever a cut-short clean-up left running) before the tree goes
             chosen.close()
+    finally:
+        _report_leftovers(remove_tree(tmp))
     result.seconds = time.monotonic() - start
     return result
 
@@ -324,7 +335,7 @@ def _grade_labs(result, course, starters, refused, labs, base, chosen, source, h
     for lab in labs:  # the shipped starters: trusted, for the collection pass
         shutil.copyfile(Path(source) / "labs" / lab / "starter.py", collect_tree / "course" / "labs" / lab / "starter.py")
     expected = collect(collect_tree / "course", labs)
-    shutil.rmtree(collect_tree, ignore_errors=True)
+    _report_leftovers(remove_tree(collect_tree))
     no_gpu = gpus_missing()
     if on_lab:
         on_lab(_partial(result, expected, labs, no_gpu, start))

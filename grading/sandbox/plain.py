@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import stat
 import subprocess
 import sys
@@ -29,6 +28,7 @@ import tempfile
 from pathlib import Path
 
 from grading.process import kill_descendants, kill_user
+from grading.sandbox.cleanup import remove_tree
 from grading.sandbox.limits import Limits
 
 LOST = ("no PID namespace: a process that escapes the kill sweeps (by racing them) can outlive its lab",
@@ -202,13 +202,7 @@ def _sweep_files(uid: int, tops=SHARED_TMP) -> None:
             except OSError:
                 continue
             if info.st_uid == uid:
-                if stat.S_ISDIR(info.st_mode):
-                    shutil.rmtree(entry.path, ignore_errors=True)
-                else:
-                    try:
-                        os.unlink(entry.path)
-                    except OSError:
-                        pass
+                remove_tree(entry.path)  # (never shutil.rmtree: a deep chain of folders makes it raise)
             elif stat.S_ISDIR(info.st_mode) and info.st_mode & 0o002 and depth < 4:
                 walk(entry.path, depth + 1)  # another world-writable folder: it may hide files too
 
@@ -239,7 +233,8 @@ class PlainSandbox:
         if self.isolation.uid is not None:
             kill_user(self.isolation.uid)
             _sweep_files(self.isolation.uid)
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        for line in remove_tree(self.tmp):
+            print(f"[grading] clean-up: could not remove {line}"[:300], file=sys.stderr, flush=True)
 
 
 class PlainIsolation:

@@ -1,0 +1,112 @@
+"""The grader holds when a whole class shares one machine, and in same-user mode (issue 38).
+
+Non-attack tests of the grader's own robustness: clean-up that cannot raise, learner files parsed under a
+guard, ... The attacks themselves (tests/attacks/) are graded here too, with the helpers of
+tests/test_grading.py.
+"""
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from grading.sandbox.cleanup import remove_tree
+
+ROOT = Path(__file__).resolve().parent.parent
+HAS_SOLUTIONS = (ROOT / "labs" / "lab-06-tp-comm-cost" / "solution.py").exists()
+
+
+def _chain(top: Path, levels: int) -> None:
+    """``levels`` folders, one in the other, a file in each (by descriptor: the path outgrows PATH_MAX)."""
+    fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(levels):
+            os.mkdir("d", dir_fd=fd)
+            child = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = child
+            os.close(os.open("f", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd))
+    finally:
+        os.close(fd)
+
+
+def _test_grading():
+    """tests/test_grading.py's helpers (grade_as, submission, attack, ...), loaded once as a module."""
+    import importlib.util
+    import sys
+    if "commtax_test_grading" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("commtax_test_grading", Path(__file__).with_name("test_grading.py"))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["commtax_test_grading"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["commtax_test_grading"]
+
+
+# -- 1. clean-up that cannot raise ---------------------------------------------------------------
+
+def test_a_3000_deep_chain_of_folders_is_removed_without_recursion(tmp_path):
+    top = tmp_path / "rank0"
+    top.mkdir()
+    _chain(top, 3000)
+    with pytest.raises(RecursionError):  # what the grader met before (issue 38)
+        shutil.rmtree(top, ignore_errors=True)
+    assert remove_tree(top) == [] and not top.exists()
+
+
+def test_removal_never_follows_a_link_out_and_keeps_going_past_what_it_cannot_remove(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep").write_text("the grader's")
+    top = tmp_path / "runs"
+    (top / "a" / "b").mkdir(parents=True)
+    (top / "a" / "b" / "to-outside").symlink_to(outside)
+    (top / "a" / "file-link").symlink_to(outside / "keep")
+    for i in range(300):  # a wide folder too
+        (top / "wide" / str(i)).mkdir(parents=True)
+    assert remove_tree(top) == [] and not top.exists()
+    assert (outside / "keep").read_text() == "the grader's"
+    assert remove_tree(tmp_path / "not-there") == []
+    link = tmp_path / "link"
+    link.symlink_to(outside)
+    assert remove_tree(link) == [] and not link.exists() and (outside / "keep").exists()
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root removes what it cannot write anyway")
+def test_a_folder_closed_by_its_owner_is_opened_and_removed(tmp_path):
+    top = tmp_path / "runs"
+    (top / "closed" / "inner").mkdir(parents=True)
+    (top / "closed" / "inner" / "f").write_text("x")
+    os.chmod(top / "closed" / "inner", 0)
+    os.chmod(top / "closed", 0o500)
+    assert remove_tree(top) == [] and not top.exists()
+
+
+def test_the_grader_removes_no_folder_with_shutil_rmtree():
+    # Every removal of a folder learner code could write goes through remove_tree (issue 38).
+    import ast
+    for path in [ROOT / "grading" / "grader.py", *sorted((ROOT / "grading" / "sandbox").glob("*.py"))]:
+        calls = [node.lineno for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Call)
+                 and isinstance(node.func, ast.Attribute) and node.func.attr in ("rmtree", "TemporaryDirectory")]
+        assert not calls, f"{path.name}: lines {calls}"
+
+
+@pytest.mark.slow  # (minutes on 2 cores) CI: the two tests above, and that the grader calls no rmtree
+def test_a_deep_chain_in_a_lab_run_folder_stops_no_grading_and_leaves_nothing(tmp_path):
+    # Issue 38: a rank's 3,000-deep chain of folders (tests/attacks/deep_tree.py) made the grader's clean-up
+    # raise RecursionError: the submission's later labs were never graded and the files stayed on the disk.
+    if not HAS_SOLUTIONS:
+        pytest.skip("the student release has no solutions to grade with")
+    tg = _test_grading()
+    lab02, fast = "lab-02-ring-allreduce", tg.FAST
+    # (the reference's ranks start, and make the chain, in every job)
+    folder = tg.submission(tmp_path, lab_02_ring_allreduce=tg.reference(lab02, tg.attack("deep_tree.py", "deep-tree-7c1f")),
+                           lab_06_tp_comm_cost=tg.reference(fast))
+    mode = "root" if tg.IS_ROOT else "same-user"
+    before = set(os.listdir(tempfile.gettempdir()))
+    graded = tg.grade_as(mode, folder, [lab02, fast], tmp_path, lab_timeout=60)
+    assert lab02 in graded.scores, graded.mode
+    assert graded.scores[fast][0] == graded.scores[fast][1] > 0, graded.seen()[-3000:]  # graded after it
+    left = [name for name in set(os.listdir(tempfile.gettempdir())) - before if name.startswith("commtax-grading-")]
+    assert not left, f"left behind: {left}"
