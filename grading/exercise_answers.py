@@ -58,15 +58,79 @@ def template() -> str:
     return "\n".join(lines) + "\n"
 
 
+MAX_BYTES = 100_000   # of an answers file (the template is about 10 kB; grading.submission.ANSWERS_LIMIT)
+MAX_NESTING = 32      # of arrays and inline tables in it (an answer is a number: nesting 0)
+
+
+def nesting_depth(text: str) -> int:
+    """How deep ``[`` and ``{`` nest in TOML ``text``, outside strings and comments (a table header
+    ``[x]``/``[[x]]`` counts as the brackets it has). Iterative: any text, any depth, no recursion."""
+    depth = deepest = 0
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == "#":
+            j = text.find("\n", i)
+            i = n if j < 0 else j
+        elif c in "\"'":
+            triple = text.startswith(c * 3, i)
+            quote = c * 3 if triple else c
+            j = i + len(quote)
+            while j < n:
+                if c == '"' and text[j] == "\\":
+                    j += 2
+                    continue
+                if text.startswith(quote, j):
+                    break
+                if not triple and text[j] == "\n":
+                    break
+                j += 1
+            i = j + len(quote)
+            continue
+        elif c in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c in "]}":
+            depth = max(0, depth - 1)
+        i += 1
+    return deepest
+
+
+def parse_answers(data: bytes | str) -> tuple[dict[str, object], str]:
+    """({exercise: value}, "") from a learner's answers file, or ({}, why not): refused past
+    :data:`MAX_BYTES` or :data:`MAX_NESTING` levels (checked before the parser sees it: a file nested
+    20,000 deep made ``tomllib`` raise RecursionError in the grader, issue 38), never raising
+    (a RecursionError, a MemoryError or any other failure of the parser is the reason given)."""
+    import tomllib  # Python 3.11+, imported here so the module loads where grading needs no exercises
+    try:
+        if len(data) > MAX_BYTES:
+            return {}, f"{ANSWERS_FILE} is {len(data):,} bytes, more than the {MAX_BYTES:,} it may have: refused"
+        text = data.decode("utf-8") if isinstance(data, bytes) else data
+        depth = nesting_depth(text)
+        if depth > MAX_NESTING:
+            return {}, (f"{ANSWERS_FILE} nests arrays or tables {depth} levels deep, more than the {MAX_NESTING} "
+                        "it may: refused (an answer is a number)")
+        return tomllib.loads(text), ""
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        return {}, f"{ANSWERS_FILE} is not valid TOML: {exc}"
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:  # noqa: BLE001 - RecursionError, MemoryError, ...: that file's problem only
+        if type(exc).__name__ == "Stopped":  # the grader told to stop (SIGTERM)
+            raise
+        return {}, f"{ANSWERS_FILE} could not be read ({type(exc).__name__}): refused"
+
+
 def read_answers(path: Path) -> tuple[dict[str, object], str]:
     """({exercise: value} from the file, a problem to report or ""); a missing or broken file gives ({}, why)."""
-    import tomllib  # Python 3.11+, imported here so the module loads where grading needs no exercises
     if not path.exists():
         return {}, f"no {ANSWERS_FILE} in the submission"
     try:
-        return tomllib.loads(path.read_text()), ""
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        return {}, f"{ANSWERS_FILE} is not valid TOML: {exc}"
+        with open(path, "rb") as f:
+            data = f.read(MAX_BYTES + 1)
+    except OSError as exc:
+        return {}, f"{ANSWERS_FILE} could not be read: {exc.strerror or exc}"
+    return parse_answers(data)
 
 
 def score(submission: Path) -> list[ExerciseScore]:

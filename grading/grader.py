@@ -291,22 +291,26 @@ def grade_exercises(submission: Path | None) -> LabResult:
     """The ``exercises`` entry: one test per exercise of :mod:`commtax.exercises`, scored by
     :func:`grading.exercise_answers.score_answers` from the submission's ``exercises/answers.toml``
     (read like a starter: no links, a regular file, capped). Only verdicts are shown, never answers."""
-    import tomllib
-    from grading.exercise_answers import ANSWERS_FILE, score_answers
+    from grading.exercise_answers import ANSWERS_FILE, parse_answers, score_answers
     start, answers, problem = time.monotonic(), {}, ""
     try:
         data = read_exercise_answers(Path(submission)) if submission is not None else None
         if data is None:
             problem = f"no {ANSWERS_FILE} in the submission"
-        else:
-            answers = tomllib.loads(data.decode("utf-8"))
+        else:  # under a size and depth guard, never raising (issue 38: 20,000 deep raised RecursionError)
+            answers, problem = parse_answers(data)
     except SubmissionError as exc:
         problem = str(exc)
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        problem = f"{ANSWERS_FILE} is not valid TOML: {exc}"
+    except OSError as exc:
+        problem = f"{ANSWERS_FILE} could not be read: {exc.strerror or exc}"
+    try:
+        scored = score_answers(answers, problem)
+    except Exception as exc:  # noqa: BLE001 - a value the scoring did not expect: that file's problem only
+        problem = f"{ANSWERS_FILE} could not be scored ({type(exc).__name__}): refused"
+        scored = score_answers({}, problem)
     tests = [TestResult(f"exercises::{s.exercise}: {s.what}", "exercises", float(s.max_score),
                         "passed" if s.score == s.max_score else "failed", float(s.score), clean(s.output))
-             for s in score_answers(answers, problem)]
+             for s in scored]
     missing = problem.startswith("no ")  # like a missing lab: not a problem to flag in the CSV
     return LabResult("exercises", tests, time.monotonic() - start, "" if missing else clean(problem))
 

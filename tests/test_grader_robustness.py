@@ -110,3 +110,32 @@ def test_a_deep_chain_in_a_lab_run_folder_stops_no_grading_and_leaves_nothing(tm
     assert graded.scores[fast][0] == graded.scores[fast][1] > 0, graded.seen()[-3000:]  # graded after it
     left = [name for name in set(os.listdir(tempfile.gettempdir())) - before if name.startswith("commtax-grading-")]
     assert not left, f"left behind: {left}"
+
+
+# -- 2. learner files parsed by the trusted side, under a guard ---------------------------------
+
+DEEP_TOML = b'"01.1" = ' + b"[" * 20_000 + b"]" * 20_000 + b"\n"   # 40 kB (issue 38)
+
+
+def test_answers_nested_20000_deep_are_refused_for_that_student_and_the_grading_goes_on(tmp_path):
+    # Before: tomllib raised RecursionError in the grader, so no lab was graded (Gradescope: 0, no tests).
+    from grading.grader import grade_exercises
+    (tmp_path / "exercises").mkdir()
+    (tmp_path / "exercises" / "answers.toml").write_bytes(DEEP_TOML)
+    result = grade_exercises(tmp_path)
+    assert result.tests and result.score == 0
+    assert "20000 levels deep" in result.problem and "refused" in result.problem
+
+
+def test_every_parse_of_a_learner_answers_file_is_guarded(tmp_path):
+    from grading.exercise_answers import ANSWERS_FILE, nesting_depth, parse_answers, read_answers
+    (tmp_path / "answers.toml").write_bytes(DEEP_TOML)
+    answers, problem = read_answers(tmp_path / "answers.toml")   # (the command line's `score`)
+    assert answers == {} and "refused" in problem
+    assert parse_answers(b"x = " + b"{a = " * 5000 + b"1" + b"}" * 5000)[1].endswith("(an answer is a number)")
+    assert "more than the" in parse_answers(b"#" * 200_000)[1]
+    assert "not valid TOML" in parse_answers(b"\xff\xfe")[1]
+    assert parse_answers(b'"01.1" = 3.9e-3  # [[[[ in a comment\ns = "[[[[ in a string"\n') == (
+        {"01.1": 3.9e-3, "s": "[[[[ in a string"}, "")
+    assert nesting_depth("a = [[1, '[[['], {b = [2]}]\n[t]\n[[u]]\nx = '''[[['''") == 3
+    assert str(ANSWERS_FILE) in parse_answers(b"x = " + b"[" * 40)[1]
