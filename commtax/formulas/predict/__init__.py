@@ -113,6 +113,6 @@ from commtax.formulas.predict.presets import (  # noqa: F401
     DATA, CONFIGS, MOE_MODELS, moe_model,
 )
 from commtax.formulas.predict.published_2026 import (  # noqa: F401
-    RUNS_2026, CONFIG_BY_MODEL, PRECISION, run_from_row_2026, read_runs_2026, errors_2026,
-    fit_matmul_efficiency, fit_flash2_efficiency,
+    RUNS_2026, CHECKS_2026, ROW_RECOMPUTE, CONFIG_BY_MODEL, PRECISION, run_from_row_2026,
+    read_runs_2026, summary, errors_2026, fit_matmul_efficiency, fit_flash2_efficiency,
 )

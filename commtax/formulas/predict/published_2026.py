@@ -14,6 +14,8 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
+import statistics
 from pathlib import Path
 
 from commtax.formulas.predict.hardware import FITTED, FLASH2_EFFICIENCY, GPU_ALIASES
@@ -22,6 +24,10 @@ from commtax.formulas.predict.presets import CONFIGS, DATA
 from commtax.formulas.predict.step import predict
 
 RUNS_2026 = DATA / "published-runs-2026.csv"
+#: Published runs of the same families kept out of every fit: the test of whether the predictor generalizes.
+CHECKS_2026 = DATA / "checks-2026.csv"
+#: What a row's ``recompute`` cell may say beyond the predictor's modes.
+ROW_RECOMPUTE = {"selective (op)": "selective"}   # torchtitan's per-op selective checkpointing
 #: Rows that name no config but whose model has one here.
 CONFIG_BY_MODEL = {"qwen3_30b_a3b": "qwen3-30b-a3b.json", "mixtral-8x7b": "mixtral-8x7b.json",
                    "deepseekv3": "deepseek-v3.json"}
@@ -41,6 +47,25 @@ def _config_name(row) -> str | None:
     return CONFIG_BY_MODEL.get(key)
 
 
+def _model_from_columns(row) -> dict:
+    """A model from the row's own columns, with the MoE and attention fields its notes give as key=value."""
+    model = dict(layers=_num(row, "layers"), hidden=_num(row, "hidden"), heads=_num(row, "heads"),
+                 vocab=_num(row, "vocab"), ffn_hidden=_num(row, "ffn_hidden"),
+                 swiglu=(row.get("swiglu") or "").strip().lower() == "yes")
+    if _num(row, "kv_heads") and _num(row, "kv_heads") != model["heads"]:
+        model["kv_heads"] = _num(row, "kv_heads")
+    given = dict(re.findall(r"\b(\w+)=(\d+)\b", row.get("notes") or ""))
+    if "head_dim" in given and int(given["head_dim"]) * model["heads"] != model["hidden"]:
+        model["head_dim"] = int(given["head_dim"])
+    if "experts" in given:
+        expert_ffn = int(given["expert_ffn"])
+        model.update(experts=int(given["experts"]), top_k=int(given["top_k"]), expert_ffn_hidden=expert_ffn,
+                     shared_ffn_hidden=int(given.get("shared_experts", 0)) * expert_ffn,
+                     moe_layers=model["layers"] - int(given.get("dense_layers", 0)))
+        model["ffn_hidden"] = model["ffn_hidden"] or int(given.get("dense_ffn", expert_ffn))
+    return model
+
+
 def run_from_row_2026(row: dict, configs=CONFIGS) -> tuple[dict, list[str]]:
     """A plan for :func:`commtax.formulas.predict.predict` from one row, and notes on what was assumed."""
     notes = []
@@ -48,17 +73,17 @@ def run_from_row_2026(row: dict, configs=CONFIGS) -> tuple[dict, list[str]]:
     if name:
         model, notes = model_from_config(json.loads((Path(configs) / name).read_text()))
     else:
-        model = dict(layers=_num(row, "layers"), hidden=_num(row, "hidden"), heads=_num(row, "heads"),
-                     vocab=_num(row, "vocab"), ffn_hidden=_num(row, "ffn_hidden"),
-                     swiglu=(row.get("swiglu") or "").strip().lower() == "yes")
-        if _num(row, "kv_heads") and _num(row, "kv_heads") != model["heads"]:
-            model["kv_heads"] = _num(row, "kv_heads")
-    gpu = row["gpu_type"].split(" ")[0]
+        model = _model_from_columns(row)
+    gpu_type = row["gpu_type"].strip()
+    gpu = gpu_type.split(" ")[0]
+    if gpu == "H100" and "HBM2e" in gpu_type:
+        notes.append(f"{gpu_type}: priced as the H100 SXM preset (a 500 W or lower-power part runs slower)")
     precision = (row.get("precision") or "bf16").strip()
+    recompute = (row.get("recompute") or "").strip()
     run = dict(model, seq=_num(row, "seq"), gpus=_num(row, "gpus"), gpu=GPU_ALIASES.get(gpu, gpu),
                tp=_num(row, "tp") or 1, pp=_num(row, "pp") or 1, dp=_num(row, "dp"), cp=_num(row, "cp") or 1,
                vpp=_num(row, "vpp"), micro_batch=_num(row, "micro_batch"), global_batch=_num(row, "global_batch"),
-               recompute=(row.get("recompute") or "").strip() or None, zero_stage=_num(row, "zero_stage") or 0,
+               recompute=ROW_RECOMPUTE.get(recompute, recompute) or None, zero_stage=_num(row, "zero_stage") or 0,
                precision=PRECISION[precision], fused_attention=True)
     notes_text = (row.get("notes") or "").lower()
     if row["source"].startswith(("TORCHTITAN", "LLMFOUNDRY")) or "flash attn" in notes_text:
@@ -75,7 +100,12 @@ def run_from_row_2026(row: dict, configs=CONFIGS) -> tuple[dict, list[str]]:
 
 
 def read_runs_2026(path=RUNS_2026) -> list[dict]:
-    """Each row as source, model, run, notes and published ({"tokens_per_s_per_gpu": value})."""
+    """Each row of ``path`` (the 2026 fit rows by default; :data:`CHECKS_2026` for the held-out ones) as
+    source, model, run, notes and published ({"tokens_per_s_per_gpu": value})."""
+    return _read(path)
+
+
+def _read(path) -> list[dict]:
     with open(Path(path), newline="") as handle:
         rows = list(csv.DictReader(handle))
     out = []
@@ -84,6 +114,13 @@ def read_runs_2026(path=RUNS_2026) -> list[dict]:
         out.append(dict(source=row["source"], model=row["model"], run=run, notes=notes,
                         published={"tokens_per_s_per_gpu": float(row["published_tokens_per_s_per_gpu"])}))
     return out
+
+
+def summary(errors: list[dict]) -> dict:
+    """Count, median, 90th percentile and worst of the |errors| of :func:`errors_2026`'s records."""
+    values = sorted(abs(e["error"]) for e in errors)
+    return dict(count=len(values), median=statistics.median(values),
+                p90=values[min(len(values) - 1, math.ceil(0.9 * len(values)) - 1)], worst=values[-1])
 
 
 def errors_2026(entries=None, constants=None) -> list[dict]:
