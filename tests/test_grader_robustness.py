@@ -139,3 +139,31 @@ def test_every_parse_of_a_learner_answers_file_is_guarded(tmp_path):
         {"01.1": 3.9e-3, "s": "[[[[ in a string"}, "")
     assert nesting_depth("a = [[1, '[[['], {b = [2]}]\n[t]\n[[u]]\nx = '''[[['''") == 3
     assert str(ANSWERS_FILE) in parse_answers(b"x = " + b"[" * 40)[1]
+
+
+# -- 4. no answer in the student release --------------------------------------------------------
+
+def test_the_release_ships_no_pipeline_schedule_order():
+    # Issue 38: commtax/simulation/pipeline.py shipped the naive, GPipe, 1F1B and interleaved-1F1B orders
+    # (_device_order, the core of Lab 07's simulate) outside any GRADED block.
+    from grading.answers import strip_graded
+    text = strip_graded((ROOT / "commtax" / "simulation" / "pipeline.py").read_text())
+    for step in ("warmup", "forwards[", "backwards[", "group = p * v", "(k // group)", "for mb in range(m)"):
+        assert step not in text, step
+    assert "learner.unavailable('lab-07', 'simulate')" in text
+    compile(text, "pipeline.py", "exec")
+
+
+def test_find_catches_a_private_helper_that_holds_a_graded_functions_algorithm():
+    # A shipped function with another name than the graded one, holding the steps of a private helper of
+    # the lab's solution (Lab 07's _device_order): found by its statements, and must be covered.
+    import ast
+    from grading import answers
+    findings = [f for f in answers.find(ROOT) if f.definition.where == "commtax/simulation/pipeline.py::_device_order"]
+    assert findings and all(f.covered == "marked" and answers.must_cover(f) for f in findings), findings
+    solution = ast.parse((ROOT / "labs" / "lab-07-pipeline-schedules" / "solution.py").read_text())
+    simulate = next(n for n in solution.body if getattr(n, "name", "") == "simulate")
+    helper = answers.private_helpers(solution, simulate)["_device_order"]
+    renamed = ast.parse(ast.unparse(helper).replace("forwards", "fw").replace("backwards", "bw")
+                        .replace("_device_order", "order_of")).body[0]
+    assert len(answers.statements(helper) & answers.statements(renamed)) >= answers.MUST_COVER_STEPS
