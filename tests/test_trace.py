@@ -141,6 +141,33 @@ def test_bus_bandwidth_finds_the_kernel_of_a_c10d_op_around_the_record(tmp_path)
     assert extras[0]["busbw"]["all_gather"] == pytest.approx(4e6 / 200e-6 * 3 / 4)
 
 
+def test_a_list_all_gather_counts_its_part_times_the_group_and_says_when_the_group_is_assumed(tmp_path):
+    # torch 2.13 leaves a Tensor[][] argument out of the shapes: [] with type ''
+    gather = X("c10d::allgather_", 0, 10, **{"Input Dims": [[], [[10]], [], []],
+                                             "Input type": ["", "TensorList", "", ""]})
+    scatter = X("c10d::reduce_scatter_", 20, 10, **{"Input Dims": [[[5]], [], []],
+                                                    "Input type": ["TensorList", "", ""]})
+    report, extras = trace.analyze([write_trace(tmp_path / "t.json", [gather, scatter], world=4)])
+    assert report["ranks"][0]["collectives"] == {"all_gather": {"count": 1, "bytes": 10 * 4 * 4},
+                                                 "reduce_scatter": {"count": 1, "bytes": 5 * 4 * 4}}
+    assert any("world size" in note for note in trace.notes(extras[0]))
+
+
+def test_a_trace_without_shapes_counts_calls_and_warns_about_bytes(capsys, tmp_path):
+    path = write_trace(tmp_path / "t.json", [X("c10d::allreduce_", 0, 10), X("c10d::broadcast_", 20, 10)])
+    code, out, err = run(capsys, path, "--json")
+    assert code == 0
+    assert json.loads(out)["ranks"][0]["collectives"] == {"all_reduce": {"count": 1, "bytes": 0},
+                                                          "broadcast": {"count": 1, "bytes": 0}}
+    assert "record_shapes=True" in err and "2 calls" in err
+
+
+def test_record_param_comms_without_a_collective_name_falls_back_to_the_c10d_ops(tmp_path):
+    events = [c10d("allreduce_", 0, 30, [[[100]]]), X("record_param_comms", 1, 20)]
+    row = trace.analyze([write_trace(tmp_path / "t.json", events)])[0]["ranks"][0]
+    assert row["collectives"] == {"all_reduce": {"count": 1, "bytes": 400}}
+
+
 # -- axes ----------------------------------------------------------------------
 
 
@@ -306,6 +333,18 @@ def test_truncated_trace_is_refused(capsys, tmp_path):
     data = RECORDED[0].read_bytes()
     (tmp_path / "cut.json.gz").write_bytes(data[: len(data) // 2])
     assert "cut.json.gz" in _one_line_error(capsys, tmp_path / "cut.json.gz")
+
+
+def test_malformed_json_is_told_from_a_cut_file_and_found_without_reading_on(monkeypatch, tmp_path):
+    good = ",".join(json.dumps(X("aten::mm", i, 1)) for i in range(200))
+    (tmp_path / "bad.json").write_text('{"traceEvents": [{"ph": "X", "name": tru}, ' + good + "]}")
+    with pytest.raises(TraceError, match="malformed JSON"):
+        list(TraceReader(tmp_path / "bad.json").events())
+    monkeypatch.setattr("commtax.measured.trace_read.MAX_VALUE_CHARS", 500)
+    reader = TraceReader(tmp_path / "bad.json", chunk_chars=100)
+    with pytest.raises(TraceError, match="malformed JSON"):
+        list(reader.events())
+    assert len(reader._buf) < 1000 < len(good)      # gave up after a bounded read, not at the end of the file
 
 
 def test_a_file_that_is_not_a_trace_is_refused(capsys, tmp_path):

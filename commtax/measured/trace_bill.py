@@ -266,8 +266,9 @@ def _pair_kernels(calls, scan):
 
 
 def calls_of(scan, rank=None) -> list[Call]:
-    """The counted calls of a scanned trace (``record_param_comms`` where present, else the c10d ops)."""
-    rpc = [r for r in scan.records if r.source == "rpc"]
+    """The counted calls of a scanned trace (``record_param_comms`` with a ``Collective name`` where
+    present, else the ``c10d::*`` ops)."""
+    rpc = [r for r in scan.records if r.source == "rpc" and r.args.get("Collective name")]
     if rpc:
         calls = [c for c in map(_from_rpc, _outermost(rpc)) if c is not None]
     else:

@@ -109,11 +109,12 @@ class TraceReader:
             except json.JSONDecodeError as exc:
                 if len(self._buf) - self._pos > MAX_VALUE_CHARS:
                     raise TraceError(f"{self.path}: malformed JSON {where} ({exc.msg})") from None
-                if not self._fill():
-                    if self._buf[self._pos:].strip():
+                if not self._fill():   # the whole rest of the file is in the buffer: cut short, or bad?
+                    rest = self._buf[self._pos:].strip()
+                    if not rest or exc.pos >= len(self._buf.rstrip()) or exc.msg.startswith("Unterminated"):
                         raise TraceError(f"{self.path}: truncated JSON (the file ends inside {where}); "
                                          "was it written completely?") from None
-                    raise TraceError(f"{self.path}: truncated JSON (the file ends {where})") from None
+                    raise TraceError(f"{self.path}: malformed JSON {where} ({exc.msg})") from None
                 continue
             # A number (or true/false/null) at the buffer's end may continue in the next chunk.
             if end >= len(self._buf) and not isinstance(value, (dict, list, str)) and self._fill():
