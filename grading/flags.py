@@ -106,7 +106,52 @@ DOTTED = {
     "numpy.load": "file I/O (numpy)", "numpy.loadtxt": "file I/O (numpy)", "numpy.fromfile": "file I/O (numpy)",
     "numpy.genfromtxt": "file I/O (numpy)", "numpy.memmap": "file I/O (numpy)", "numpy.ctypeslib": "numpy.ctypeslib",
     "numpy.lib": "numpy.lib (file formats)", "numpy.DataSource": "file I/O (numpy)",
+    "torch.jit.load": "file I/O (torch.jit.load)", "torch.jit.save": "file I/O (torch.jit.save)",
+    "torch.from_file": "file I/O (torch.from_file)", "torch.serialization": "torch.serialization (file I/O)",
+    "torch.UntypedStorage.from_file": "file I/O (a storage from a file)",
 }
+
+
+def _resolve(dotted: str):
+    """The object ``dotted`` names, looked up in the modules the grader has already imported (never
+    importing one, never running a module's ``__getattr__``), or None."""
+    import inspect
+    import sys
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        module = sys.modules.get(".".join(parts[:cut]))
+        if module is None:
+            continue
+        value = module
+        for attr in parts[cut:]:
+            try:
+                value = inspect.getattr_static(value, attr)
+            except AttributeError:
+                return None
+            if isinstance(value, (staticmethod, classmethod)):
+                value = value.__func__
+        return value
+    return None
+
+
+# Other spellings of DOTTED names, known without importing anything (the grader, which has torch and numpy
+# imported, also resolves every name to its object: :func:`flagged_objects`).
+ALIASES = {"torch.serialization.save": "torch.save", "torch.serialization.load": "torch.load",
+           "numpy.lib.npyio.load": "numpy.load", "numpy.lib.npyio.save": "numpy.save"}
+_FLAGGED_OBJECTS: dict = {}
+
+
+def flagged_objects() -> dict:
+    """{id(object): (object, reason)} of every :data:`DOTTED` name that resolves here: an alias of one
+    (``torch.serialization.load`` is ``torch.load``) is the same object, whatever its spelling (issue 38:
+    a Lab 02 that moved its data through ``torch.serialization.save/load`` scored 12/23 with no flag)."""
+    if not _FLAGGED_OBJECTS:
+        for name, reason in DOTTED.items():
+            value = _resolve(name)
+            if value is not None and not isinstance(value, (int, float, str, bool, type(None))):
+                _FLAGGED_OBJECTS[id(value)] = (value, reason)
+        _FLAGGED_OBJECTS[0] = (None, "")  # (computed once, even where nothing resolves)
+    return _FLAGGED_OBJECTS
 # What a lab's README asks for that is flagged elsewhere: Lab 12's traffic meter replaces dist.all_reduce,
 # dist.send and dist.isend with counting wrappers (getattr and setattr on torch.distributed, by name).
 LAB_ALLOWS = {"lab-12-the-whole-bill": {"replaces": {"torch.distributed.all_reduce", "torch.distributed.send",
@@ -246,6 +291,21 @@ class _Scan:
             self._name(node, alias.name)
             if alias.name != "*":
                 self.modules[alias.asname or alias.name] = f"{module}.{alias.name}"
+                self._object(node, f"{module}.{alias.name}")
+
+    def _object(self, node, dotted: str) -> None:
+        """Flag ``dotted`` if it is, under another name, an object :data:`DOTTED` flags."""
+        if dotted.startswith("."):
+            return
+        if dotted in ALIASES:  # (known without torch imported: a scan outside the grader)
+            self.flag(node, f"{DOTTED[ALIASES[dotted]]}, as {_shown(dotted)}")
+            return
+        value = _resolve(dotted)
+        if value is None:
+            return
+        known = flagged_objects().get(id(value))
+        if known is not None and known[0] is value:
+            self.flag(node, f"{known[1]}, as {_shown(dotted)}")
 
     def _module(self, node, module: str) -> None:
         if module not in self.allowed:
@@ -279,6 +339,9 @@ class _Scan:
         for name, reason in DOTTED.items():
             if dotted == name:
                 self.flag(node, reason)
+                break
+        else:
+            self._object(node, dotted)
         if isinstance(node.ctx, (ast.Store, ast.Del)) and dotted not in self.allows.get("replaces", ()):
             self.flag(node, f"replaces {_shown(dotted)} (changes a module for everything that uses it)")
 

@@ -45,6 +45,11 @@ def test_every_reference_solution_and_shipped_starter_scans_clean(lab):
 FAST = "lab-06-tp-comm-cost"
 # attack file -> (the lab it is graded on in tests/test_grading.py, its prelude or None, reasons expected)
 ATTACK_FLAGS = {
+    "deep_tree.py": ("lab-02-ring-allreduce", None, ["imports os", "imports sys", "runs code when the module is imported"]),
+    "serialization_alias_suffix.py": ("lab-02-ring-allreduce", None,
+                                      ["file I/O (torch.save), as torch.serialization.save",
+                                       "file I/O (torch.load), as torch.serialization.load",
+                                       "file I/O (torch.jit.load)", "imports torch.serialization"]),
     "crafted_object.py": (FAST, None, ["imports os", "is a kind of float", "defines __eq__", "defines __reduce__"]),
     "crafted_object_suffix.py": (FAST, "crafted_object.py", ["globals()"]),
     "find_answers.py": (FAST, None, ["imports os", "a string naming /proc", "opens a file", "exec()", "compile()"]),
@@ -243,7 +248,21 @@ def test_the_scanner_never_imports_or_runs_the_file(tmp_path):
     assert not marker.exists()
     tree = ast.parse((ROOT / "grading" / "flags.py").read_text())
     imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
-    assert imported == {"ast", "unicodedata"}
+    assert imported == {"ast", "unicodedata", "inspect", "sys"}   # (sys.modules: names resolved, never imported)
+
+
+def test_a_flagged_function_is_flagged_under_any_name_that_resolves_to_it():
+    # Issue 38: a Lab 02 moving its data through torch.serialization.save/load (torch.save and torch.load
+    # themselves) scored 12/23 with no flag: the flags matched spellings. Now names resolve to objects.
+    import torch  # noqa: F401 - as in the grader, which imports it before it scans
+    text = ("import torch\nimport torch.serialization as ser\nfrom torch.serialization import load as fetch\n"
+            "def f(x):\n    ser.save(x, 'a')\n    return fetch('a'), torch.jit.save, torch.serialization.load\n")
+    found = flags.scan(text, FAST)
+    assert any("line 3: file I/O (torch.load), as torch.serialization.load" in f for f in found), found
+    assert any("line 5: file I/O (torch.save), as torch.serialization.save" in f for f in found), found
+    assert any("line 6: file I/O (torch.jit.save)" in f for f in found), found
+    assert any("line 6: file I/O (torch.load), as torch.serialization.load" in f for f in found), found
+    assert not [f for f in flags.scan("import torch\ndef f(x):\n    return torch.add(x, 1)\n", FAST) if "I/O" in f]
 
 
 # -- only the teacher sees them ---------------------------------------------------------------------

@@ -167,3 +167,76 @@ def test_find_catches_a_private_helper_that_holds_a_graded_functions_algorithm()
     renamed = ast.parse(ast.unparse(helper).replace("forwards", "fw").replace("backwards", "bw")
                         .replace("_device_order", "order_of")).body[0]
     assert len(answers.statements(helper) & answers.statements(renamed)) >= answers.MUST_COVER_STEPS
+
+
+# -- 5. same-user mode: the seccomp program, a fresh session keyring ---------------------------
+
+PROBE = r'''
+import ctypes, errno, os, socket
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+KEYCTL = {"x86_64": 250, "aarch64": 219}[os.uname().machine]
+serial = libc.syscall(ctypes.c_long(KEYCTL), ctypes.c_long(0), ctypes.c_long(-3), ctypes.c_long(0))  # GET_KEYRING_ID(@s)
+print("keyring", serial if serial >= 0 else "errno-%d" % ctypes.get_errno())
+try:
+    socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    print("unix", "allowed")
+except OSError as exc:
+    print("unix", "errno-%d" % exc.errno)
+'''
+
+
+def _session_keyring() -> int:
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    number = {"x86_64": 250, "aarch64": 219}[os.uname().machine]
+    return libc.syscall(ctypes.c_long(number), ctypes.c_long(0), ctypes.c_long(-3), ctypes.c_long(1))
+
+
+def _run_in_sandbox(root_mode: bool, tmp_path: Path) -> dict:
+    """Run PROBE in a lab sandbox (as the agent starts a learner process, with no nested sandbox)."""
+    import json
+    import subprocess
+    import sys
+    from grading.sandbox import namespaces
+    from grading.sandbox.limits import Limits
+    bwrap = namespaces.bwrap_path()
+    if not bwrap:
+        pytest.skip("bubblewrap is not installed")
+    base = tmp_path / "base"
+    base.mkdir(mode=0o711)
+    os.chmod(tmp_path, 0o711)
+    isolation = namespaces.NamespaceIsolation(bwrap, root_mode, Limits(), [], base)
+    box, runs = base / "box", base / "runs"
+    box.mkdir(mode=0o755)
+    runs.mkdir(mode=0o755)
+    try:
+        sandbox = isolation.open(box, runs, Path(namespaces.__file__).with_name("agent.py"))
+    except namespaces.SandboxError as exc:
+        pytest.skip(f"no sandbox here: {exc}")
+    try:
+        relay = Path(namespaces.__file__).with_name("relay.py")
+        fd = sandbox.control.fileno()
+        spec = {"argv": [sys.executable, "-I", "-S", "-c", PROBE], "cwd": "/", "fds": [0, 1, 2], "env": {}}
+        done = subprocess.run([sys.executable, "-I", "-S", str(relay), str(fd), json.dumps(spec)], pass_fds=(fd,),
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
+                              env={"PATH": "/usr/bin:/bin"}, cwd="/")
+    finally:
+        sandbox.close()
+    assert done.returncode == 0, done.stderr + done.stdout
+    return dict(line.split(" ", 1) for line in done.stdout.splitlines() if " " in line)
+
+
+def test_same_user_mode_runs_the_lab_sandbox_under_the_seccomp_program(tmp_path):
+    # Issue 38: same-user mode had no seccomp program (no sandbox per process there) and shared the grader's
+    # session keyring: a lab read the teacher's keyring. Now both calls are refused in the lab's sandbox.
+    seen = _run_in_sandbox(False, tmp_path)
+    assert seen["unix"] == "errno-1" and seen["keyring"] == "errno-1", seen
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="root mode needs root")
+def test_every_sandbox_starts_with_a_fresh_session_keyring(tmp_path):
+    grader_keyring = _session_keyring()
+    seen = _run_in_sandbox(True, tmp_path)   # root mode's lab sandbox: no seccomp on the agent's children here
+    assert seen["keyring"].isdigit() and int(seen["keyring"]) != grader_keyring, (seen, grader_keyring)

@@ -256,6 +256,27 @@ def network_counters(outer_pid: int) -> str | None:
     return None
 
 
+SYS_KEYCTL = {"x86_64": 250, "aarch64": 219}
+KEYCTL_JOIN_SESSION_KEYRING = 1
+
+
+def fresh_session_keyring() -> bool:
+    """Join a new, empty, anonymous session keyring (``keyctl(KEYCTL_JOIN_SESSION_KEYRING, NULL)``): called
+    in the child before bwrap execs, so no sandbox shares the grader's session keyring (a lab read the
+    teacher's, and carried a hidden test's inputs through it: issue 38). True if joined."""
+    import ctypes
+    number = SYS_KEYCTL.get(os.uname().machine)
+    if number is None:
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.syscall.restype = ctypes.c_long
+        return libc.syscall(ctypes.c_long(number), ctypes.c_long(KEYCTL_JOIN_SESSION_KEYRING),
+                            ctypes.c_void_p(None)) >= 0
+    except (OSError, AttributeError):
+        return False
+
+
 FRESH_UIDS = (0x60000000, 0x6FFFFFFF)  # root mode: each sandbox's user is drawn from here (no passwd entry)
 
 
@@ -334,6 +355,9 @@ class NamespaceIsolation:
                            f"folder, {self.refused}; ranks reach each other only over loopback")
         else:
             per_process = f"no sandbox per learner process ({self.no_nest}): a lab's ranks share files and /proc"
+            if self.user_namespace:
+                per_process += (f"; the whole lab sandbox under the seccomp program ({self.refused}) and a fresh "
+                                "session keyring")
         return (f"OS sandbox ({self.version}): {namespaces}; only the lab's files, the Python environment "
                 f"(read-only) and a private /tmp visible; no network; limits: {self.limits.describe()}; {total}; "
                 f"{per_process}")
@@ -396,11 +420,17 @@ class NamespaceIsolation:
         return c
 
     @staticmethod
-    def _start(command: list, log: Path, theirs: socket.socket, cgroup: RunCgroup | None) -> subprocess.Popen:
-        with open(log, "wb") as out:  # bwrap joins the run's cgroup before it execs: nothing runs outside
+    def _start(command: list, log: Path, theirs: socket.socket, cgroup: RunCgroup | None,
+               extra_fds: tuple = ()) -> subprocess.Popen:
+        def before_exec():  # bwrap joins the run's cgroup before it execs: nothing runs outside
+            fresh_session_keyring()  # (and nothing inside shares the grader's session keyring)
+            if cgroup is not None:
+                cgroup.join()
+
+        with open(log, "wb") as out:
             return subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                    pass_fds=(theirs.fileno(),), start_new_session=True, cwd="/",
-                                    preexec_fn=cgroup.join if cgroup else None)  # noqa: PLW1509
+                                    pass_fds=(theirs.fileno(), *extra_fds), start_new_session=True, cwd="/",
+                                    preexec_fn=before_exec)  # noqa: PLW1509
 
     def open(self, box: Path, runs: Path, agent: Path) -> NamespaceSandbox:
         """Start a sandbox around ``box`` (read-only) and ``runs`` (read-write); wait for its agent."""
@@ -410,23 +440,31 @@ class NamespaceIsolation:
         etc = _etc(self.base / f"sandbox-{self._count}-etc", uid, uid if self.root_mode else os.getegid())
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         command = self._command(box, runs, agent, theirs.fileno(), uid, etc)
+        program = None
+        if self.user_namespace:  # same-user mode: the seccomp program on the whole lab sandbox (issue 38)
+            program = os.open(self._filter(), os.O_RDONLY | os.O_CLOEXEC)
+            command[1:1] = ["--seccomp", str(program)]
+        extra = (program,) if program is not None else ()
         cgroup, no_cgroup = self._run_cgroup()
         try:
             try:
-                proc = self._start(command, log, theirs, cgroup)
+                proc = self._start(command, log, theirs, cgroup, extra)
             except subprocess.SubprocessError as exc:  # joining failed (in preexec_fn): go on without it
                 if cgroup is None:
                     raise
                 cgroup.close()
                 cgroup, no_cgroup = None, (f"this lab run had no cgroup (bubblewrap could not join it: {exc}): "
                                            "its processes' memory together was not bounded, only each process's")
-                proc = self._start(command, log, theirs, None)
+                proc = self._start(command, log, theirs, None, extra)
         except BaseException:
             if cgroup is not None:
                 cgroup.close()
             ours.close()
             theirs.close()
             raise
+        finally:
+            if program is not None:
+                os.close(program)
         if cgroup is not None:
             cgroup.close_join()
         theirs.close()
