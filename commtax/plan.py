@@ -145,8 +145,20 @@ def zero_label(r: dict) -> str:
     return f"{r['zero_stage']}" + (f"/h{r['shard_group']}" if hsdp else "")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse that says what is wrong in one line (``--help`` still prints the usage)."""
+
+    def error(self, message):
+        self.exit(2, f"error: {message} (python3 -m commtax.plan --help lists the options)\n")
+
+
+#: The largest values the tool takes: beyond them a plan is a typo, not a cluster.
+LIMITS = dict(gpus=2**20, seq=2**24, global_batch=2**30, tp=2**10, pp=2**10, cp=2**10, ep=2**12, etp=2**10,
+              vpp=2**10, micro_batch=2**16, top=10**4)
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python3 -m commtax.plan", description=__doc__.split("\n\n")[0])
+    parser = _Parser(prog="python3 -m commtax.plan", description=__doc__.split("\n\n")[0])
     parser.add_argument("config", help="a model preset name or a Hugging Face config.json (dense or MoE)")
     parser.add_argument("--gpus", type=int, required=True, help="number of GPUs")
     parser.add_argument("--gpu", default="H100", help=f"GPU: {', '.join(P.GPU_ALIASES)} (or a preset's full name)")
@@ -172,16 +184,17 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _check_args(args) -> None:
-    for flag in ("gpus", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "global_batch", "seq", "top"):
+    for flag, limit in LIMITS.items():
         value = getattr(args, flag)
-        if value is not None and value < 1:
-            raise ValueError(f"--{flag.replace('_', '-')} must be >= 1, got {value}")
+        if value is not None and not 1 <= value <= limit:
+            raise ValueError(f"--{flag.replace('_', '-')} must be from 1 to {limit:,}, got {value}")
     if (args.tp is None) != (args.pp is None):
         raise ValueError("give both --tp and --pp to evaluate one plan, or neither to search")
 
 
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
+    chosen_batch = args.global_batch is None
     try:
         _check_args(args)
         model, notes = load_model(args.config)
@@ -191,11 +204,14 @@ def main(argv=None) -> int:
         hardware = calibrated(gpu_name(args.gpu), args.calibration, args.calibration_nvlink)
         if args.global_batch is None:
             args.global_batch = default_global_batch(model["seq"], args.gpus)
+            notes.append(f"--global-batch left out: {args.global_batch:,} sequences (~4M tokens per step)")
         if args.tp is not None:
             return _evaluate(model, notes, args, hardware)
         results = plan(model, args.gpus, args.gpu, args.global_batch, args.precision, args.top, hardware)
     except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        hint = " (the default, ~4M tokens per step: give --global-batch)" if chosen_batch and "global_batch" in str(exc) \
+            else ""
+        print(f"error: {exc}{hint}", file=sys.stderr)
         return 2
     return _show_search(model, notes, args, results)
 

@@ -151,7 +151,7 @@ def test_the_cli_evaluates_one_moe_plan_with_its_breakdown(capsys):
     (["Llama-3 8B", "--gpus", "8", "--tp", "1", "--pp", "1", "--ep", "8"], "--ep and --etp need"),
     (["no-such-model", "--gpus", "8"], "neither a preset"),
     (["Qwen3-30B-A3B", "--gpus", "8", "--tp", "1", "--pp", "1", "--ep", "3"], "ep (3) must divide experts"),
-    (["Llama-3 8B", "--gpus", "0"], "--gpus must be >= 1"),
+    (["Llama-3 8B", "--gpus", "0"], "--gpus must be from 1"),
 ])
 def test_the_cli_refuses_bad_plans_in_one_line(argv, words, capsys):
     assert main(argv) == 2
@@ -197,3 +197,80 @@ def test_every_held_out_run_is_predicted_and_the_errors_do_not_grow():
     stats = P.summary(errors)
     assert stats["count"] == 59
     assert stats["median"] < 0.18 and stats["p90"] < 0.55, stats
+
+
+def test_llama_4_configs_keep_their_shared_expert():
+    """Llama 4 Scout's text config (meta-llama/Llama-4-Scout-17B-16E): 17B active of 109B (the card's total
+    counts the vision encoder too: ~108B here for the language model)."""
+    config = dict(model_type="llama4_text", num_hidden_layers=48, hidden_size=5120, num_attention_heads=40,
+                  num_key_value_heads=8, head_dim=128, vocab_size=202048, hidden_act="silu",
+                  num_local_experts=16, num_experts_per_tok=1, intermediate_size=8192,
+                  intermediate_size_mlp=16384, interleave_moe_layer_step=1, max_position_embeddings=10485760)
+    model, _ = P.model_from_config(dict(text_config=config, model_type="llama4"))
+    assert model["shared_ffn_hidden"] == 8192 and model["moe_layers"] == 48
+    total, active = _total_and_active(model)
+    assert total == pytest.approx(109e9, rel=0.02)
+    assert active == pytest.approx(17e9, rel=0.02)
+
+
+def test_sequence_parallel_ranks_dispatch_their_own_tokens_and_expert_tp_spaces_the_ep_group():
+    tp2 = _moe_plan(tp=2, gpus=32, ep=16, global_batch=64)
+    assert P.dispatch_bytes(tp2) == pytest.approx(P.dispatch_bytes(_moe_plan()) / 2)   # s / t tokens each
+    gpu = P.GPUS["H100-80GB"]
+    etp2 = _moe_plan(gpus=32, ep=8, etp=2)    # ep x etp = 16 ranks; the 8 EP members sit 2 ranks apart
+    one = group_all_to_all_time(P.dispatch_bytes(etp2), 8, 4, gpu.nvlink_alpha, gpu.nvlink_bandwidth,
+                                gpu.nic_alpha, gpu.nic_bandwidth)
+    assert P.ep_time(etp2, "none", gpu)["comm"] == pytest.approx(4 * one)
+
+
+def test_zero_0_keeps_every_expert_state_and_zero_3_shards_them_all():
+    experts = 48 * 128 * 3 * 2048 * 768 / 4          # ep 4: a quarter of the experts per GPU, edp 4
+    shared = P.stage_params(_moe_plan(ep=4))[0]       # attention, router, embeddings: over all 16 ranks
+    zero0 = P.memory_parts(_moe_plan(ep=4, zero_stage=0), "none")
+    zero1 = P.memory_parts(_moe_plan(ep=4, zero_stage=1), "none")
+    zero3 = P.memory_parts(_moe_plan(ep=4, zero_stage=3), "none")
+    assert zero0["optimizer"] - zero1["optimizer"] == pytest.approx(
+        12 * experts * (1 - 1 / 4) + 12 * shared * (1 - 1 / 16), rel=1e-9)
+    assert zero1["params"] - zero3["params"] == pytest.approx(
+        2 * experts * (1 - 1 / 4) + 2 * shared * (1 - 1 / 16), rel=1e-9)
+
+
+def test_moe_and_wide_attention_activations_are_counted_per_token_copy():
+    cfg = _moe_plan()                                 # Qwen3: h 2048, 32 heads x 128, 4 KV heads, top 8 of 128
+    M, h = 4096, 2048
+    routed = M * 8 * (2 * h + 6 * 768)                # each token copy: FC1 input, FC1 output, activation
+    assert P.moe_activation_bytes(cfg, "none") == pytest.approx(routed - M * 19 * h)
+    widths = 2 * M * ((4096 - h) + (4096 - h) + 2 * (4096 - h))   # Q, K and V/output 4,096 wide, not h
+    assert P.attention_width_activation_bytes(cfg, "none") == pytest.approx(widths)
+    assert P.moe_activation_bytes(cfg, "full") == 0 and P.attention_width_activation_bytes(cfg, "full") == 0
+    dense = P.normalize(dict(P.MODELS["Llama-3 8B"], gpus=8, gpu="H100", tp=1, pp=1, global_batch=8))
+    assert P.attention_width_activation_bytes(dense, "none") == 0     # the presets Lab 11 grades are unchanged
+
+
+def test_mla_attention_is_counted_at_its_own_widths():
+    model, _ = load_model("DeepSeek-V3")
+    cfg = P.normalize(dict(model, seq=4096, gpus=64, gpu="GB200", tp=1, pp=1, ep=64, global_batch=64,
+                           micro_batch=1))
+    assert (cfg["q_width"], cfg["v_width"]) == (128 * 192, 128 * 128)
+    dense, attention = P.layer_forward_flops(cfg)
+    assert attention == pytest.approx(2 * 4096**2 * (128 * 192 + 128 * 128))
+    extra = 2 * 4096 * (2 * (24576 - 7168) + 2 * (16384 - 7168) + 1536 + 512 + 64)
+    assert P.attention_width_activation_bytes(cfg, "none") == pytest.approx(extra)
+
+
+def test_a_config_with_an_impossible_size_is_refused_in_one_line(tmp_path, capsys):
+    config = tmp_path / "inf.json"
+    config.write_text('{"num_hidden_layers": 1e400, "hidden_size": 4096, "num_attention_heads": 32, '
+                      '"vocab_size": 32000}')
+    assert main([str(config), "--gpus", "8"]) == 2
+    assert "num_hidden_layers" in capsys.readouterr().err
+    assert main(["Llama-3 8B", "--gpus", "8", "--seq", str(10**14)]) == 2
+    assert "--seq must be from 1" in capsys.readouterr().err
+
+
+def test_argument_errors_are_one_line(capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["Llama-3 8B", "--gpus", "8", "--zero", "7"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--zero" in err[0]

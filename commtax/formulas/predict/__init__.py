@@ -86,8 +86,8 @@ from commtax.formulas.predict.axes import (  # noqa: F401
     tp_time, cp_bytes_per_layer, cp_time, pipeline_time, dp_bytes_per_step, dp_time,
 )
 from commtax.formulas.predict.memory import (  # noqa: F401
-    activation_bytes_per_layer, moe_activation_bytes, in_flight_layers, memory_parts,
-    memory_bytes_per_gpu, choose_recompute,
+    activation_bytes_per_layer, moe_activation_bytes, attention_width_activation_bytes,
+    in_flight_layers, memory_parts, memory_bytes_per_gpu, choose_recompute,
 )
 from commtax.formulas.predict.step import (  # noqa: F401
     open_choices, breakdown, predict, stage_seconds, step, lab_pieces,
@@ -107,7 +107,7 @@ from commtax.formulas.predict.moe import (  # noqa: F401
     expert_gemms, dispatch_bytes, ep_time, expert_params_per_gpu, expert_dp_time,
 )
 from commtax.formulas.predict.hf_config import (  # noqa: F401
-    GATED_ACTIVATIONS, PLAIN_ACTIVATIONS, MAX_DEFAULT_SEQ, model_from_config,
+    GATED_ACTIVATIONS, PLAIN_ACTIVATIONS, MAX_DEFAULT_SEQ, MAX_FIELD, model_from_config,
 )
 from commtax.formulas.predict.presets import (  # noqa: F401
     DATA, CONFIGS, MOE_MODELS, moe_model,

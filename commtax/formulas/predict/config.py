@@ -10,7 +10,9 @@ from commtax.formulas.predict.shape import SHAPE_DEFAULTS, normalize_shape
 RECOMPUTE = ("none", "selective", "full")
 #: The linear layers' GEMM precision: bf16/fp16; fp8 (Transformer Engine's per-tensor scaling, delayed or
 #: current: the same FP8 GEMMs); mxfp8 (Blackwell's block-scaled FP8, 32-element blocks: FP8 tensor cores);
-#: nvfp4 (Blackwell's block-scaled FP4: FP4 tensor cores). Attention and the output layer stay in BF16.
+#: nvfp4 (Blackwell's block-scaled FP4: FP4 tensor cores; every linear GEMM priced at the FP4 peak, an upper
+#: bound: NVIDIA's recipe keeps some layers and the weight gradients' accumulation wider). Attention and the
+#: output layer stay in BF16.
 PRECISIONS = ("bf16", "fp16", "fp8", "mxfp8", "nvfp4")
 LOW_PRECISIONS = ("fp8", "mxfp8", "nvfp4")
 PIPELINE_SPLITS = ("even", "embedding_and_loss")

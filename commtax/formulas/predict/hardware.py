@@ -91,11 +91,13 @@ B200 = GPU(
     peak_flops_fp4=9e15, fused_attention=True,
     source="NVIDIA DGX B200 datasheet: 8 B200, 72 PFLOPS FP8 training and 144 PFLOPS FP4 inference with "
            "sparsity, i.e. per GPU 4.5 PFLOP/s dense FP8, 9 dense FP4, 2.25 dense BF16; 1,440 GB HBM3e "
-           "(180 GB per GPU) at 64 TB/s (8 per GPU; 7.7 TB/s on the B200 product brief, used here); "
+           "(180 GB per GPU); HGX B200 datasheet: 62 TB/s of HBM3e bandwidth for 8 GPUs, 7.7 TB/s each (the DGX "
+           "B200 datasheet rounds to 64 TB/s); "
            "NVLink 5 at 1.8 TB/s = 900 GB/s per direction; 8 x ConnectX-7 400 Gb/s (50 GB/s per GPU, "
            "46-48 reached as on NDR H100 systems). NCCL's topology: SM100_NVLINK_BW 40.1 GB/s x 18 links = "
            "722 GB/s usable (src/graph/topo.h; NVIDIA/nccl issue 1807: 'maxBw 721.8'; all_reduce_perf "
-           "830+ GB/s busbw there is NVLink SHARP). 148 SMs (CUDA device query of B200)",
+           "830+ GB/s busbw there is NVLink SHARP; NCCL's figure is per GPU through NVSwitch, so it prices "
+           "all-to-alls inside the domain too). 148 SMs (CUDA device query of B200)",
 )
 GB200 = GPU(
     "GB200-186GB", peak_flops=2.5e15, hbm_bytes=186e9, hbm_bandwidth=8e12, nvlink_bandwidth=720e9,
@@ -106,7 +108,10 @@ GB200 = GPU(
            "576 TB/s (8 TB/s per GPU); fifth-generation NVLink, 1.8 TB/s per GPU = 900 GB/s per direction, "
            "one NVLink domain of 72 GPUs (gpus_per_node = 72); one 400 Gb/s ConnectX-7 per GPU for the "
            "scale-out network (4 per compute tray of 4 GPUs). Usable NVLink as NCCL's topology counts it for "
-           "Blackwell: 40.1 GB/s x 18 = 722 GB/s",
+           "Blackwell: 40.1 GB/s x 18 = 722 GB/s. SMs: assumed the B200's 148 (no published GB200 count "
+           "found). Placement: a group of up to 72 ranks is priced inside one domain, which assumes the job "
+           "is placed in domain-aligned segments (Slurm's --segment on NVL72; a 64-rank EP group whose "
+           "ranks straddle two racks would run ~10x slower across the NICs)",
 )
 GPUS = {g.name: g for g in (A100, H100, H200, H800, B200, GB200)}
 

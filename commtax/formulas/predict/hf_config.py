@@ -15,9 +15,12 @@ cannot model raises ValueError saying what; what it approximates comes back as a
 
 from __future__ import annotations
 
+import math
+
 GATED_ACTIVATIONS = ("silu", "swish", "swiglu")
 PLAIN_ACTIVATIONS = ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "relu")
 MAX_DEFAULT_SEQ = 8192                # no sequence asked for: the config's context, at most this
+MAX_FIELD = 2**40                     # no size in a config is larger (a guard against 1e400 and the like)
 
 
 def _field(config: dict, *names, required=True):
@@ -34,8 +37,9 @@ def _int_field(config, *names, required=True):
     value = _field(config, *names, required=required)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value) or value < 0:
-        raise ValueError(f"config.json field {names[0]} must be a whole number, got {value!r}")
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            or value != int(value) or not 0 <= value <= MAX_FIELD):
+        raise ValueError(f"config.json field {names[0]} must be a whole number from 0 to {MAX_FIELD:,}, got {value!r}")
     return int(value)
 
 
@@ -49,6 +53,8 @@ def _moe(config: dict, layers: int, notes: list) -> dict:
     shared = _int_field(config, "shared_expert_intermediate_size", required=False) or 0
     if config.get("n_shared_experts"):
         shared = _int_field(config, "n_shared_experts") * expert_ffn
+    if str(config.get("model_type", "")).startswith("llama4"):   # one shared expert as wide as a routed one
+        shared = expert_ffn
     if config.get("first_k_dense_replace") is not None or config.get("moe_layer_freq") is not None:
         first, freq = int(config.get("first_k_dense_replace") or 0), int(config.get("moe_layer_freq") or 1)
         moe_layers = sum(1 for i in range(layers) if i >= first and i % freq == 0)

@@ -53,6 +53,23 @@ def moe_activation_bytes(cfg, recompute) -> float:
     return cfg["moe_share"] * (routed + shared - dense)
 
 
+def attention_width_activation_bytes(cfg, recompute) -> float:
+    """What a layer whose attention is wider or narrower than the hidden size keeps beyond Korthikanti's
+    count (which sizes Q, K, V and the output projection's input at h each, 2 bytes per element), per GPU,
+    one micro-batch: 2 [(q_width - h) + (k_width - h) + 2 (v_width - h)] bytes per token, / t (the heads
+    are split by TP), with k_width the keys' width (MLA: heads x its query/key head; else as wide as Q).
+    0 for a layer of h-wide attention (a GPT or Llama preset) and under full recomputation. MLA's
+    compressed latents (q_lora_rank + kv_lora_rank + the rotary key) add 2 x their width per token."""
+    h = cfg["hidden"]
+    if recompute == "full" or (cfg["q_width"] == h and cfg["v_width"] == h):
+        return 0.0
+    tokens = cfg["micro_batch"] * cfg["seq"] / cfg["cp"]
+    extra = (cfg["q_width"] - h) + (cfg["q_width"] - h) + 2 * (cfg["v_width"] - h)
+    if cfg.get("kv_lora_rank") is not None:
+        extra += (cfg.get("q_lora_rank") or 0) + cfg["kv_lora_rank"] + cfg["qk_rope_head_dim"]
+    return 2 * tokens * extra / cfg["tp"]
+
+
 def in_flight_layers(cfg, stage) -> int:
     """Layers whose activations stage ``stage`` holds at its peak: 1F1B keeps min(p - stage, m)
     micro-batches in flight; the interleaved schedule (Megatron's warm-up) min(2 (p - stage - 1) +
@@ -82,20 +99,22 @@ def memory_parts(cfg, recompute, gpu=None) -> dict:
     layer being recomputed). Logits: the fp32 copy, 4 b (s/cp) V / t, on the last stage. Buffers:
     ZeRO-3 holds two layers' gathered bf16 parameters (the one computing and the one prefetched);
     Llama 3's all-gather CP holds one layer's gathered K and V. An MoE model adds its routed experts'
-    states (:func:`commtax.formulas.predict.moe.expert_params_per_gpu`; Megatron's distributed
-    optimizer over the expert data-parallel group: ZeRO-1 at most) and :func:`moe_activation_bytes`.
+    states (:func:`commtax.formulas.predict.moe.expert_params_per_gpu`), sharded by the plan's ZeRO stage
+    over the expert data-parallel group (Megatron's distributed optimizer: ZeRO-1; Megatron-FSDP: 3), plus
+    :func:`moe_activation_bytes` and :func:`attention_width_activation_bytes`.
     """
     # BEGIN GRADED lab-11 memory_parts
     gpu = gpu or GPUS[cfg["gpu"]]
     fused, t, p = cfg["fused_attention"], cfg["tp"], cfg["pp"]
-    per_layer = activation_bytes_per_layer(cfg, recompute, fused) + moe_activation_bytes(cfg, recompute)
+    per_layer = activation_bytes_per_layer(cfg, recompute, fused) + moe_activation_bytes(cfg, recompute) \
+        + attention_width_activation_bytes(cfg, recompute)
     params = stage_params(cfg)
     best = None
     for stage in sorted({0, min(1, p - 1), p - 1}):   # the middle stages hold no more than stage 1
         states = _model_states(params[stage], cfg["shard_group"], cfg["zero_stage"], cfg["grad_bytes"])
         if cfg.get("experts"):   # the routed experts: split over ep x etp, states sharded over edp
             experts = _model_states(expert_params_per_gpu(cfg, stage_layers(cfg)[stage]), cfg["edp"],
-                                    min(cfg["zero_stage"], 1), cfg["grad_bytes"])
+                                    cfg["zero_stage"], cfg["grad_bytes"])
             states = {key: states[key] + experts[key] for key in ("params", "grads", "optimizer")}
         acts = per_layer * in_flight_layers(cfg, stage)
         if recompute == "full":

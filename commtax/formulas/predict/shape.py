@@ -16,13 +16,14 @@ Conventions (one layer; ``h`` hidden, ``t`` TP, ``mats`` = 3 for a gated (SwiGLU
   token, plus shared experts of total width ``shared_ffn_hidden`` that every token passes, in
   ``moe_layers`` of the ``layers`` (the others are dense FFNs of ``ffn_hidden``: DeepSeek-V3's first
   three). The predictor prices the **average layer**: a share ``moe_share = moe_layers / layers`` of
-  each MoE part and 1 - moe_share of the dense FFN (so its totals are exact, and a pipeline stage
-  holding only MoE layers is priced ~5% light on DeepSeek-V3). Routed FLOPs are the active
+  each MoE part and 1 - moe_share of the dense FFN (so its totals are exact; a pipeline stage holding
+  only MoE layers is priced ~1% light on DeepSeek-V3's step, its expert memory ~5% light). Routed FLOPs are the active
   parameters': 2 x top_k x mats h f_e per token forward, balanced over the GPUs (the published MoE
   benchmarks force-balance the router and drop no token). Expert weights are split over ``ep``
-  expert-parallel ranks (x ``etp`` expert-tensor-parallel ranks), and their gradients and optimizer
-  states sharded over the rest of the data-parallel ranks (Megatron's distributed optimizer over
-  expert data parallelism, tp cp dp / (ep etp) ranks).
+  expert-parallel ranks (x ``etp`` expert-tensor-parallel ranks), and their optimizer states (and with
+  ZeRO-2/3 their gradients, and weights) sharded by the plan's ZeRO stage over the rest of the ranks of
+  a stage (expert data parallelism, tp cp dp / (ep etp) ranks: Megatron's distributed optimizer is
+  ZeRO-1, Megatron-FSDP ZeRO-3).
 """
 
 from __future__ import annotations
