@@ -1,22 +1,25 @@
 """How fast, and in how much memory, ``commtax.trace`` reads a large trace (a benchmark, not a test).
 
-    python3 -m commtax.trace_bench [--mb 200] [--keep PATH]
+    python3 -m commtax.trace_bench [--mb 200] [--keep PATH] [--gz]
 
 Writes a synthetic NCCL-style trace of about ``--mb`` megabytes (10^6 bytes) shaped like a real
 one (CPU ops with shapes, ``cudaLaunchKernel`` runtime events, compute kernels on one stream, every
 40th op an all-reduce: a ``record_param_comms`` event and an ``ncclDevKernel`` on another stream,
 partly overlapping compute), then times ``python3 -m commtax.trace FILE --json`` in a child process
-and reads the child's peak resident memory (``getrusage(RUSAGE_CHILDREN)``). It does the same for a
-file a quarter the size, so the two points give the cost per MB and the fixed part, and prints the
-straight-line extrapolation to 1 GB (the issue's target: < 60 s and < 1 GB RSS on 2 cores). The
-time on a shared machine is the wall time the child saw: rerun on an idle machine before quoting.
+and reads the child's CPU time and peak resident memory (``getrusage(RUSAGE_CHILDREN)``). It does
+the same for a file a quarter the size, so the two points give the cost per MB and the fixed part,
+and prints the straight-line extrapolation to 1 GB (the issue's target: < 60 s and < 1 GB RSS on 2
+cores). The reader is single-threaded, so on an idle machine the wall time is about the CPU time;
+on a shared one the wall time also counts the waits for a core (the load average is printed).
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -67,25 +70,28 @@ def write_synthetic(path: str, megabytes: float) -> int:
     return events
 
 
-def measure_once(path: str) -> tuple[float, float]:
-    """``(seconds, peak RSS bytes)`` of ``python3 -m commtax.trace PATH --json`` in a fresh child."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+def measure_once(path: str) -> tuple[float, float, float]:
+    """``(wall seconds, CPU seconds, peak RSS bytes)`` of ``python3 -m commtax.trace PATH --json`` in a fresh child."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    before, cpu0 = usage.ru_maxrss, usage.ru_utime + usage.ru_stime
     start = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "commtax.trace", path, "--json"], stdout=subprocess.DEVNULL,
                           stderr=subprocess.PIPE, text=True)
     seconds = time.perf_counter() - start
     if done.returncode != 0:
         raise RuntimeError(f"commtax.trace failed: {done.stderr.strip()}")
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    peak, cpu = usage.ru_maxrss, usage.ru_utime + usage.ru_stime - cpu0
     if peak < before:
         raise RuntimeError("peak RSS went down between children: cannot attribute it")
-    return seconds, peak * 1024.0   # Linux reports kilobytes
+    return seconds, cpu, peak * 1024.0   # Linux reports kilobytes
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python3 -m commtax.trace_bench", description=__doc__.splitlines()[0])
     p.add_argument("--mb", type=float, default=200.0, help="size of the large trace, in MB (10^6 bytes)")
     p.add_argument("--keep", default=None, help="folder to keep the synthetic traces in (default: a temporary one)")
+    p.add_argument("--gz", action="store_true", help="gzip the traces first (what export_chrome_trace('x.json.gz') writes)")
     args = p.parse_args(argv)
     if not args.mb >= 4:
         p.error(f"--mb must be >= 4, got {args.mb}")
@@ -96,16 +102,23 @@ def main(argv=None) -> int:
     for mb in (args.mb / 4, args.mb):
         path = os.path.join(folder, f"synthetic-{mb:.0f}MB.json")
         events = write_synthetic(path, mb)
-        size = os.path.getsize(path)
-        seconds, rss = measure_once(path)
-        rows.append((size, events, seconds, rss))
-        print(f"{size / 1e6:8.1f} MB  {events:>10,d} events  {seconds:7.2f} s  {size / 1e6 / seconds:6.1f} MB/s  "
+        size = os.path.getsize(path)   # the JSON's size, also when it is read gzipped
+        if args.gz:
+            with open(path, "rb") as src, gzip.open(path + ".gz", "wb", compresslevel=6) as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+            os.remove(path)
+            path += ".gz"
+        seconds, cpu, rss = measure_once(path)
+        rows.append((size, events, seconds, cpu, rss))
+        gz = f" ({os.path.getsize(path) / 1e6:.1f} MB gzipped)" if args.gz else ""
+        print(f"{size / 1e6:8.1f} MB{gz}  {events:>10,d} events  {seconds:7.2f} s ({cpu:.2f} s CPU)  {size / 1e6 / seconds:6.1f} MB/s  "
               f"peak RSS {rss / 1e6:7.1f} MB", flush=True)
         if not args.keep:
             os.remove(path)
-    (s1, _, t1, r1), (s2, _, t2, r2) = rows
-    per_byte_t, per_byte_r = (t2 - t1) / (s2 - s1), (r2 - r1) / (s2 - s1)
-    print(f"extrapolated to 1 GB (straight line through the two points): {t2 + per_byte_t * (1e9 - s2):.0f} s, "
+    (s1, _, t1, c1, r1), (s2, _, t2, c2, r2) = rows
+    per_byte_t, per_byte_c, per_byte_r = (t2 - t1) / (s2 - s1), (c2 - c1) / (s2 - s1), (r2 - r1) / (s2 - s1)
+    print(f"extrapolated to 1 GB (straight line through the two points): {t2 + per_byte_t * (1e9 - s2):.0f} s "
+          f"({c2 + per_byte_c * (1e9 - s2):.0f} s CPU), "
           f"peak RSS {(r2 + per_byte_r * (1e9 - s2)) / 1e6:.0f} MB "
           f"(fixed part ~{(r1 - per_byte_r * s1) / 1e6:.0f} MB, {per_byte_r:.3f} bytes of RSS per byte of trace)")
     print(f"load average while measuring: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
