@@ -91,7 +91,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python3 -m commtax.trace_bench", description=__doc__.splitlines()[0])
     p.add_argument("--mb", type=float, default=200.0, help="size of the large trace, in MB (10^6 bytes)")
     p.add_argument("--keep", default=None, help="folder to keep the synthetic traces in (default: a temporary one)")
-    p.add_argument("--gz", action="store_true", help="gzip the traces first (what export_chrome_trace('x.json.gz') writes)")
+    p.add_argument("--gz", action="store_true",
+                   help="gzip the traces first (what export_chrome_trace('x.json.gz') writes)")
     args = p.parse_args(argv)
     if not args.mb >= 4:
         p.error(f"--mb must be >= 4, got {args.mb}")
@@ -111,8 +112,8 @@ def main(argv=None) -> int:
         seconds, cpu, rss = measure_once(path)
         rows.append((size, events, seconds, cpu, rss))
         gz = f" ({os.path.getsize(path) / 1e6:.1f} MB gzipped)" if args.gz else ""
-        print(f"{size / 1e6:8.1f} MB{gz}  {events:>10,d} events  {seconds:7.2f} s ({cpu:.2f} s CPU)  {size / 1e6 / seconds:6.1f} MB/s  "
-              f"peak RSS {rss / 1e6:7.1f} MB", flush=True)
+        print(f"{size / 1e6:8.1f} MB{gz}  {events:>10,d} events  {seconds:7.2f} s ({cpu:.2f} s CPU)  "
+              f"{size / 1e6 / seconds:6.1f} MB/s  peak RSS {rss / 1e6:7.1f} MB", flush=True)
         if not args.keep:
             os.remove(path)
     (s1, _, t1, c1, r1), (s2, _, t2, c2, r2) = rows
