@@ -274,3 +274,31 @@ def test_argument_errors_are_one_line(capsys):
     assert stop.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--zero" in err[0]
+
+
+def test_per_node_dispatch_crosses_the_network_once_per_remote_node():
+    """DeepSeek's dispatch (DeepEP): Lesson 09's deduplicated bytes through the NIC, the copies inside
+    the node over NVLink, at the same time; node-limited routing and an FP8 dispatch shrink it further."""
+    from commtax.formulas.moe import inter_node_bytes_per_token
+    gpu = P.GPUS["H100-80GB"]
+    cfg = _moe_plan(ep_dispatch="per_node")                  # ep 16 on two 8-GPU nodes
+    tokens = 4096
+    across = tokens * inter_node_bytes_per_token(2048, 128, 8, 2, None, 2)
+    inside = tokens * 8 * 2048 * 2 * 7 / 8
+    one = 7 * gpu.nvlink_alpha + gpu.nic_alpha + max(inside / gpu.nvlink_bandwidth, across / gpu.nic_bandwidth)
+    assert P.ep_time(cfg, "none", gpu)["comm"] == pytest.approx(4 * one)
+    plain = P.ep_time(_moe_plan(), "none", gpu)["comm"]
+    assert P.ep_time(cfg, "none", gpu)["comm"] < plain       # each token crosses once, not once per expert
+    fp8 = P.ep_time(_moe_plan(ep_dispatch="per_node", dispatch_bytes_per_element=1), "none", gpu)["comm"]
+    assert fp8 < P.ep_time(cfg, "none", gpu)["comm"]
+    with pytest.raises(ValueError, match="ep_max_nodes"):
+        _moe_plan(ep_max_nodes=2)                             # node-limited routing needs per-node dispatch
+
+
+def test_an_imbalanced_router_slows_the_busiest_rank():
+    gpu = P.GPUS["H100-80GB"]
+    balanced, skewed = _moe_plan(), _moe_plan(moe_imbalance=1.5)
+    assert P.ep_time(skewed, "none", gpu)["comm"] > P.ep_time(balanced, "none", gpu)["comm"]
+    assert P.layer_compute(skewed, "none")["matmul"] > P.layer_compute(balanced, "none")["matmul"]
+    with pytest.raises(ValueError, match="moe_imbalance"):
+        _moe_plan(moe_imbalance=0.5)

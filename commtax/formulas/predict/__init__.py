@@ -63,7 +63,7 @@ from commtax.formulas.predict.hardware import (  # noqa: F401
     ZERO_BANDWIDTH_SHARE, TILE_ELEMENTS, CAUSAL_SHARE, NCCL_SMS, GPU_ALIASES, LAB_GPUS,
 )
 from commtax.formulas.predict.shape import (  # noqa: F401
-    SHAPE_DEFAULTS, normalize_shape, ffn_matrices, attention_gemms, attention_params,
+    SHAPE_DEFAULTS, EP_DISPATCHES, normalize_shape, ffn_matrices, attention_gemms, attention_params,
     dense_ffn_share, expert_params_per_layer, active_ffn_width, with_widths,
 )
 from commtax.formulas.predict.config import (  # noqa: F401

@@ -21,7 +21,13 @@ of :mod:`commtax.formulas.predict.shape`, so every MoE term carries ``moe_share`
   them on the compute stream between the router and the experts; ``ep_overlap=True`` prices
   Megatron's overlap of one micro-batch's all-to-all with another's compute (1F1B A2A overlap,
   DeepSeek's DualPipe) as :func:`commtax.formulas.predict.comms.overlap_cost` behind the layer's
-  expert GEMMs.
+  expert GEMMs. ``ep_dispatch="per_node"`` prices DeepSeek's dispatch (DeepEP; Megatron's ``flex``
+  dispatcher): a token crosses the network once per remote node its experts sit on (Lesson 09's
+  :func:`commtax.formulas.moe.inter_node_bytes_per_token`, capped at ``ep_max_nodes`` with node-limited
+  routing) and NVLink forwards it to the GPUs inside; ``dispatch_bytes_per_element=1`` sends the dispatch
+  in FP8 (the combine stays BF16). ``moe_imbalance`` (>= 1, the busiest rank's load over the mean) scales
+  the busiest rank's expert GEMMs and the tokens it receives; 1 is the published benchmarks'
+  force-balanced router.
 * **Expert states**: the routed experts' weights, E x mats h f_e per MoE layer, split over ep x etp
   GPUs; their fp32 gradients and Adam states sharded over the expert data-parallel group
   (edp = tp cp dp / (ep etp)) when the plan shards its optimizer (ZeRO >= 1, Megatron's distributed
@@ -30,7 +36,8 @@ of :mod:`commtax.formulas.predict.shape`, so every MoE term carries ``moe_share`
 
 from __future__ import annotations
 
-from commtax.formulas.predict.comms import collective_time, overlap_cost
+from commtax.formulas.moe import inter_node_bytes_per_token
+from commtax.formulas.predict.comms import collective_time, overlap_cost, placed_members
 from commtax.formulas.predict.config import ACT_BYTES
 from commtax.formulas.predict.shape import expert_params_per_layer, ffn_matrices
 
@@ -43,7 +50,7 @@ def expert_gemms(cfg) -> list[tuple[float, float, float]]:
     h, t, etp, share = cfg["hidden"], cfg["tp"], cfg["etp"], cfg["moe_share"]
     M = cfg["micro_batch"] * cfg["seq"] / cfg["cp"]
     up = ffn_matrices(cfg) - 1
-    rows = share * M * cfg["top_k"] * etp / t
+    rows = share * M * cfg["top_k"] * etp / t * cfg["moe_imbalance"]   # the busiest rank sets the pace
     f_e = cfg["expert_ffn_hidden"] / etp
     gemms = [(rows, h, up * f_e), (rows, f_e, h)]
     if cfg["shared_ffn_hidden"]:
@@ -61,14 +68,39 @@ def dispatch_bytes(cfg) -> float:
     return tokens * cfg["top_k"] * cfg["hidden"] * ACT_BYTES * (cfg["capacity_factor"] or 1.0)
 
 
+def _per_node_time(cfg, gpu, element_bytes: float) -> float:
+    """Seconds of one deduplicated dispatch or combine over the EP group: the bytes that cross nodes (a
+    token once per remote node it needs) through the GPU's NIC, and the copies NVLink delivers inside
+    the nodes, at the same time; one message to each peer."""
+    ep, m = cfg["ep"], placed_members(cfg["ep"], cfg["etp"], gpu.gpus_per_node)
+    nodes = ep // m
+    tokens = dispatch_bytes(cfg) / (cfg["top_k"] * cfg["hidden"] * ACT_BYTES)
+    inside = dispatch_bytes(cfg) * element_bytes / ACT_BYTES * (m - 1) / m
+    across = 0.0
+    if nodes > 1:
+        across = tokens * inter_node_bytes_per_token(cfg["hidden"], cfg["experts"], cfg["top_k"], nodes,
+                                                     cfg["ep_max_nodes"], element_bytes)
+    latency = (m - 1) * gpu.nvlink_alpha + (nodes - 1) * gpu.nic_alpha
+    return latency + max(inside / gpu.nvlink_bandwidth, across / gpu.nic_bandwidth)
+
+
 def ep_time(cfg, recompute, gpu, expert_s=0.0) -> dict:
     """Seconds the expert-parallel all-to-alls add to the average layer, one micro-batch (``added``),
     and their whole time (``comm``). ``expert_s``: the layer's expert GEMM seconds (what
     ``ep_overlap`` hides them behind)."""
     if not cfg.get("experts") or cfg["ep"] == 1:
         return dict(added=0.0, comm=0.0)
-    one = collective_time("all_to_all", dispatch_bytes(cfg), cfg["ep"], cfg["etp"], gpu)
-    comm = cfg["moe_share"] * (4 + (2 if recompute == "full" else 0)) * one
+    if cfg["ep_dispatch"] == "per_node":
+        dispatch = _per_node_time(cfg, gpu, cfg["dispatch_bytes_per_element"])
+        combine = _per_node_time(cfg, gpu, ACT_BYTES)
+    else:
+        nbytes = dispatch_bytes(cfg) * cfg["moe_imbalance"]
+        dispatch = collective_time("all_to_all", nbytes * cfg["dispatch_bytes_per_element"] / ACT_BYTES,
+                                   cfg["ep"], cfg["etp"], gpu)
+        combine = collective_time("all_to_all", nbytes, cfg["ep"], cfg["etp"], gpu)
+    # forward: dispatch + combine; backward: the same two the other way; a full recomputation: two more
+    per_layer = 2 * (dispatch + combine) + ((dispatch + combine) if recompute == "full" else 0.0)
+    comm = cfg["moe_share"] * per_layer
     added = overlap_cost(comm, expert_s, gpu) if cfg["ep_overlap"] else comm
     return dict(added=added, comm=comm)
 

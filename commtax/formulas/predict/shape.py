@@ -33,7 +33,12 @@ import numbers
 #: The keys of a plan that describe attention beyond a GPT layer, and mixture-of-experts layers.
 SHAPE_DEFAULTS = dict(head_dim=None, q_lora_rank=None, kv_lora_rank=None, qk_rope_head_dim=None,
                       v_head_dim=None, experts=None, top_k=None, expert_ffn_hidden=None, shared_ffn_hidden=0,
-                      moe_layers=None, ep=1, etp=1, ep_overlap=False, capacity_factor=None)
+                      moe_layers=None, ep=1, etp=1, ep_overlap=False, capacity_factor=None, moe_imbalance=1.0,
+                      ep_dispatch="all_to_all", ep_max_nodes=None, dispatch_bytes_per_element=2)
+#: How the tokens reach their experts: NCCL's all-to-all (every copy sent, Megatron's ``alltoall``
+#: dispatcher) or once per node a token needs, then forwarded over NVLink (DeepSeek's DeepEP, Megatron's
+#: ``flex`` dispatcher): Lesson 09's deduplicated dispatch.
+EP_DISPATCHES = ("all_to_all", "per_node")
 
 
 def _int(cfg, name, minimum=1):
@@ -76,7 +81,7 @@ def normalize_shape(cfg: dict) -> None:
     if not isinstance(cfg["ep_overlap"], bool):
         raise ValueError(f"ep_overlap must be True or False, got {cfg['ep_overlap']!r}")
     if cfg["experts"] is None:
-        for name in ("top_k", "expert_ffn_hidden", "moe_layers", "capacity_factor"):
+        for name in ("top_k", "expert_ffn_hidden", "moe_layers", "capacity_factor", "ep_max_nodes"):
             if cfg[name] is not None:
                 raise ValueError(f"{name} needs a mixture-of-experts model: set experts too")
         if cfg["shared_ffn_hidden"]:
@@ -99,6 +104,18 @@ def normalize_shape(cfg: dict) -> None:
         cf = cfg["capacity_factor"]
         if isinstance(cf, bool) or not isinstance(cf, numbers.Real) or not cf >= 1:
             raise ValueError(f"capacity_factor must be a number >= 1 or None (dropless), got {cf!r}")
+    imbalance = cfg["moe_imbalance"]
+    if isinstance(imbalance, bool) or not isinstance(imbalance, numbers.Real) or not 1 <= imbalance <= cfg["ep"]:
+        raise ValueError(f"moe_imbalance must be a number from 1 (balanced) to ep ({cfg['ep']}), got {imbalance!r}")
+    if cfg["ep_dispatch"] not in EP_DISPATCHES:
+        raise ValueError(f"ep_dispatch must be one of {EP_DISPATCHES}; got {cfg['ep_dispatch']!r}")
+    if cfg["ep_max_nodes"] is not None:
+        _int(cfg, "ep_max_nodes")
+        if cfg["ep_dispatch"] != "per_node":
+            raise ValueError("ep_max_nodes (node-limited routing) needs ep_dispatch 'per_node'")
+    if cfg["dispatch_bytes_per_element"] not in (1, 2):
+        raise ValueError(f"dispatch_bytes_per_element must be 1 (FP8) or 2 (BF16), got "
+                         f"{cfg['dispatch_bytes_per_element']!r}")
     ep, etp = cfg["ep"], cfg["etp"]
     if experts % ep:
         raise ValueError(f"ep ({ep}) must divide experts ({experts})")
