@@ -133,7 +133,10 @@ def analyze(paths, tp=None, pp=None, cp=None, chunk_chars=None) -> tuple[dict, l
     layout = _layout(args, scans, ranks)
     rows, extras = [], []
     for s, r in sorted(zip(scans, ranks), key=lambda x: x[1]):
-        row, extra = rank_bill(s, r, layout)
+        try:
+            row, extra = rank_bill(s, r, layout)
+        except (ValueError, TypeError, KeyError, IndexError) as exc:   # an event's args not as torch writes them
+            raise TraceError(f"{s.path}: unexpected event contents ({type(exc).__name__}: {exc})") from None
         rows.append(row)
         extras.append(extra)
     return {"ranks": rows}, extras
@@ -172,10 +175,15 @@ def render(report: dict, extras: list) -> str:
                 c = row["collectives"][op]
                 bw = format_rate(extra["busbw"][op]) if op in extra["busbw"] else "-"
                 lines.append(f"  {op:<15}{c['count']:>7}{format_bytes(c['bytes']):>12}{bw:>16}")
-        for axis, table in row["by_axis"].items():
+        for axis, table in (row["by_axis"].items() if set(row["by_axis"]) != {"unknown"} else ()):
             parts = ", ".join(f"{op} {c['count']} x, {format_bytes(c['bytes'])}" for op, c in table.items())
-            lines.append(f"  {axis}: {parts}")
+            lines.append(f"  by axis, {axis}: {parts}")
         lines += [f"  ({note})" for note in notes(extra)]
+    lines += ["exposed = the measure of union(communication intervals) minus union(compute intervals), per rank.",
+              "bytes per call: all_reduce the buffer each rank holds, reduce_scatter the full buffer before",
+              "scattering, all_gather the full buffer after gathering, all_to_all what a rank sends.",
+              "bus bandwidth = bytes / time x nccl-tests' factor (2(n-1)/n all-reduce, (n-1)/n all-gather,",
+              "reduce-scatter, all-to-all, 1 broadcast, send, recv) over the calls whose time is known."]
     return "\n".join(lines)
 
 

@@ -277,7 +277,7 @@ def test_text_report_names_every_rank_and_op(capsys):
     assert code == 0
     heads = [line.split(":")[0] for line in out.splitlines() if line.startswith("rank")]
     assert heads == [f"rank {r}" for r in range(4)]
-    assert "reduce_scatter" in out and "tp: all_reduce 2 x" in out
+    assert "reduce_scatter" in out and "by axis, tp: all_reduce 2 x" in out
 
 
 def test_plain_json_and_gzip_give_the_same_report(tmp_path):
@@ -372,6 +372,11 @@ def test_ranks_from_different_runs_are_refused(capsys, tmp_path):
     d = write_trace(tmp_path / "d.json", events, rank=1, world=2, baseTimeNanoseconds=10**18)
     e = write_trace(tmp_path / "e.json", events, rank=0, world=2, baseTimeNanoseconds=10**18 + 3600 * 10**9)
     assert "different runs" in _one_line_error(capsys, d, e)
+
+
+def test_event_args_not_as_torch_writes_them_are_refused(capsys, tmp_path):
+    path = write_trace(tmp_path / "odd.json", [rpc("allreduce", 0, 1, "many", 1, [0, 1])], world=2)
+    assert "odd.json: unexpected event contents" in _one_line_error(capsys, path)
 
 
 def test_missing_file_and_bad_layout_are_refused(capsys, tmp_path):
