@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from commtax import exercises
-from commtax.units import format_bytes, format_seconds
+from commtax.units import format_bytes, format_rate, format_seconds
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -358,19 +358,22 @@ def _shown(answer: float, what: str) -> set[str]:
     """The ways an answer would be written: three significant digits, units scaled, a percentage."""
     forms = set()
     what = what.lower()
-    ratio = any(word in what for word in ("divided", "ratio", "times", "/", "per byte"))
-    if "bytes" in what and not ratio:
+    ratio = any(word in what for word in ("divided", "ratio", "times", "fraction of", "per byte"))
+    if "bytes/s" in what:
+        forms.add(format_rate(answer))
+    elif "bytes" in what and not ratio and not what.startswith("tokens"):
         forms.add(format_bytes(answer))
     if "seconds" in what:
         forms.add(format_seconds(answer))
-    if 0 < answer < 2 and not float(answer).is_integer():
-        forms.add(f"{answer:.1%}")
+    if exercises._asks_fraction(exercises.Exercise(what)) and 0 < answer < 2:
+        forms.add(f"{answer:.1%}" if answer >= 0.1 else f"{100 * answer:.3g}%")   # three digits: 54.9%, 9.86%
     text = f"{answer:.3g}"
     digits = text.replace(".", "").replace("-", "").strip("0") if "." in text else text.strip("0")
     if "e" not in text and len(digits) >= 3:   # a bare number only with three digits to go by (not 300, 42, 4.5)
         forms.add(text)
-        if answer >= 1000:
-            forms.add(f"{float(text):,.0f}")
+    if answer >= 1000 and not forms - {f"{answer:.1%}"}:
+        rounded = float(text)
+        forms |= {f"{rounded:,.0f}", f"{rounded:.0f}", f"{answer:,.0f}"} if len(f"{rounded:.0f}".strip("0")) >= 3 else set()
     return forms
 
 
@@ -428,3 +431,19 @@ def test_no_check_example_in_a_readme_or_a_lesson_gives_an_answer():
     assert any(where == "README.md" for where, _, _ in calls), "the README's check example is gone"
     for where, exercise_id, value in calls:
         assert exercises.verdict(exercise_id, float(value)) != "right", f"{where}: check({exercise_id!r}, {value}) is the answer"
+
+
+def test_the_answers_the_lessons_computed_are_gone():
+    """Answers a lesson printed or plotted when run (not in its stored text), found by running it (issue 40)."""
+    text = {name: _notebook_text(next((ROOT / "lessons").glob(f"{name}-*.ipynb")))
+            for name in ("01", "03", "05", "06", "08", "12")}
+    assert "(8, 256)" not in text["01"] and "(8, 64, 256" not in text["01"]      # 01.3: the P = 256 crossover
+    assert "equal to TP (Exercise 5)" not in text["03"]                           # 03.5: the legend
+    assert "For a 7B model" not in text["03"] and "$7\\times10^9$ parameters" in text["03"]   # 03.2 says its number
+    assert "at t = 8 the one-shot" not in text["05"]                              # 05.3: the printed crossover
+    assert '("interleaved_1f1b", 8, 32, 2)' not in text["06"]                     # 06.1: the simulator's table
+    assert "s* = {format_bytes(s_star)}" not in text["08"]                        # 08.2: the printed optimum
+    assert "s = 131072\nrows" not in text["12"]                                   # 12.1, 12.3: the bytes table
+    assert '"exercise 2"' in text["12"]                                           # 12.2: the crossover table's row
+    assert "(1048576, 8)" not in text["12"]                                       # 07.3: the buffer table
+    assert "{format_seconds(ib_case.exposed)}" not in text["12"]                  # 12.5: the source check
