@@ -71,17 +71,27 @@ def export(grades: Path, fmt: str, assignment: str, roster: Path | None = None, 
     if fmt == "canvas":
         identity = CANVAS_IDENTITY
         out = [[*identity, *grade_names], ["Points Possible", *[""] * (len(identity) - 1),
-                                            points[2], *[points[i] for i in grade_index[1:]]]]
+                                            rounded(points[2]), *[rounded(points[i]) for i in grade_index[1:]]]]
         for row in students:
             who = people.get(row[0]) or {"Student": row[0], "SIS Login ID": row[0]}
-            out.append([who.get(c, "") for c in identity] + [row[i] for i in grade_index])
+            out.append([who.get(c, "") for c in identity] + [rounded(row[i]) for i in grade_index])
         return out
     identity = ["student_id", *columns]
     out = [[*identity, *grade_names]]
     for row in students:
         who = people.get(row[0], {})
-        out.append([row[0], *[who.get(c, "") for c in columns]] + [row[i] for i in grade_index])
+        out.append([row[0], *[who.get(c, "") for c in columns]] + [rounded(row[i]) for i in grade_index])
     return out
+
+
+def rounded(cell: str) -> str:
+    """A points cell as the LMS imports it: at most two decimals ("16.93", not "16.9338"); other text kept.
+    (Older grade-many CSVs have unrounded weighted points.)"""
+    try:
+        value = float(cell)
+    except (TypeError, ValueError):
+        return cell
+    return f"{round(value, 2) + 0.0:g}" if value == value and abs(value) != float("inf") else cell
 
 
 def write(rows: list, path: Path) -> Path:

@@ -18,8 +18,15 @@ GRADESCOPE_TEST_OUTPUT = 1500  # characters of a failure message shown per test
 FIRST_FAILURE_WIDTH = 100      # characters of the table's "first failure" cell (cut at a word, with an ellipsis)
 
 
+POINT_DECIMALS = 2  # points shown (and exported) to two decimals: a weighted test is worth e.g. 0.0735294
+
+
+def rounded(x: float) -> float:
+    return round(float(x), POINT_DECIMALS) + 0.0  # (+ 0.0: no "-0")
+
+
 def _points(x: float) -> str:
-    return f"{x:g}"
+    return f"{rounded(x):g}"
 
 
 def _shown(tests: list, visible_only: bool) -> list:
@@ -47,7 +54,7 @@ def table(result: GradeResult, visible_only: bool = False, learner: bool | None 
         score = sum(t.score for t in tests)
         most = sum(t.points for t in tests if t.outcome != "neutral")
         total, maximum = total + score, maximum + most
-        failure = clean(lab.problems(learner) or LabResult(lab.lab, tests).first_failure())
+        failure = clean(lab.problems(learner) or _first_failure(tests, hidden_names(result) if learner else {}))
         seconds = lab.visible_seconds if learner else lab.seconds
         rows.append((lab.lab, passed, f"{_points(score)}/{_points(most)}", f"{seconds:.0f} s",
                      one_line(failure, FIRST_FAILURE_WIDTH)))
@@ -63,7 +70,7 @@ def table(result: GradeResult, visible_only: bool = False, learner: bool | None 
                  + (" (visible tests only; hidden tests count after grades are published)"
                     if visible_only and any(t.hidden for lab in result.labs for t in lab.tests) else ""))
     if result.mode:
-        lines.append(result.mode)
+        lines.append(learner_mode(result.mode) if learner else result.mode)
     if any(t.outcome == "neutral" for lab in result.labs for t in lab.tests):
         lines.append("tests that need NCCL and a GPU per rank were skipped here; they neither earn nor cost points")
     if result.error:
@@ -71,6 +78,27 @@ def table(result: GradeResult, visible_only: bool = False, learner: bool | None 
     if not learner:  # review flags: the teacher's only (a learner must not learn how to avoid them)
         lines += flag_lines(result)
     return "\n".join(lines)
+
+
+def learner_mode(mode: str) -> str:
+    """How learner code ran, in one short line for a learner (the teacher's table has the whole list)."""
+    if not mode:
+        return ""
+    if "in an OS sandbox" in mode:
+        return ("your code ran in an isolated sandbox: no network, only the lab's files, limits on memory, CPU "
+                "time and processes")
+    if "no OS sandbox" in mode:
+        return "your code ran as a separate process with limits on memory and CPU time (no OS sandbox here)"
+    return one_line(mode, 120)
+
+
+def _first_failure(tests: list, names: dict) -> str:
+    """The first failed test and what it said; ``names``: hidden tests' neutral names (a learner's view)."""
+    for t in tests:
+        if t.outcome == "failed":
+            name = shown_name(t, names) if names else t.name
+            return f"{name}: {t.message}" if t.message else name
+    return ""
 
 
 FLAGS_SHOWN = 8  # flags listed per lab in the teacher's table (the CSV cell has the count and the first 3)
@@ -97,12 +125,13 @@ def flag_lines(result: GradeResult) -> list:
 def gradescope(result: GradeResult) -> dict:
     """Gradescope's results.json: score, execution_time, output, tests[], stdout_visibility."""
     tests = []
+    names = hidden_names(result)
     for lab in result.labs:
         for t in lab.tests:
             entry = {
-                "name": f"{lab.lab}: {t.name}",
-                "score": t.score,
-                "max_score": 0.0 if t.outcome == "neutral" else t.points,
+                "name": f"{lab.lab}: {shown_name(t, names)}",
+                "score": rounded(t.score),
+                "max_score": 0.0 if t.outcome == "neutral" else rounded(t.points),
                 "status": "passed" if t.outcome in ("passed", "neutral") else "failed",
                 "output": clean(t.message, limit=GRADESCOPE_TEST_OUTPUT),
                 "output_format": "text",
@@ -112,7 +141,8 @@ def gradescope(result: GradeResult) -> dict:
             tests.append(entry)
     output = table(result, visible_only=True)  # learners see it before grades are published
     # execution_time: the visible tests' only (learners may see it; the hidden tests' time is a channel).
-    return {"score": result.score, "max_score": result.max_score, "execution_time": round(result.visible_seconds),
+    return {"score": rounded(result.score), "max_score": rounded(result.max_score),
+            "execution_time": round(result.visible_seconds),
             "output": output,
             "output_format": "text", "test_output_format": "text", "test_name_format": "text",
             "stdout_visibility": "hidden", "tests": tests}
@@ -227,21 +257,46 @@ def error_result(message: str, seconds: float = 0.0) -> dict:
 
 
 def detailed(name: str, result: GradeResult) -> str:
-    """The per-student report beside the CSV, to hand back: the table, then what each test said (hidden
-    tests: only pass or "hidden test failed"; times and problems as a learner may see them)."""
+    """The per-student report (beside the CSV; the Classroom workflow's job summary): the summary table
+    first (points per lab, the first failure of each), then per lab its failures, each message once: the
+    tests that said the same thing (an unwritten function fails every test that calls it) and the cases
+    of one parametrized test are folded into one entry. Hidden tests under neutral names, saying only
+    that they failed; times and problems as a learner may see them."""
     lines = [f"student: {clean(name, limit=200, lines=1)}", "", table(result, learner=True), ""]
+    names = hidden_names(result)
     for lab in result.labs:
         problem = lab.problems(learner=True)
-        lines.append(f"{lab.lab}: {_points(lab.score)}/{_points(lab.max_score)}"
+        counted = [t for t in lab.tests if t.outcome != "neutral"]
+        lines.append(f"{lab.lab}: {_points(lab.score)}/{_points(lab.max_score)} points, "
+                     f"{sum(t.outcome == 'passed' for t in counted)}/{len(counted)} tests passed"
                      + (f" ({clean(problem, limit=300)})" if problem else ""))
+        passed = _folded([shown_name(t, names) for t in lab.tests if t.outcome == "passed"])
+        if passed:
+            lines.append(f"  pass  {', '.join(passed)}")
+        skipped = _folded([shown_name(t, names) for t in lab.tests if t.outcome == "neutral"])
+        if skipped:
+            lines.append(f"  skip  {', '.join(skipped)} (no GPU: neither earned nor lost)")
+        failures = {}  # message -> the failed tests that said it, in order
         for t in lab.tests:
-            mark = {"passed": "pass", "neutral": "skip"}.get(t.outcome, "FAIL")
-            head = f"  {mark}  {_points(t.score)}/{_points(0 if t.outcome == 'neutral' else t.points)}  {t.name}"
-            lines.append(head + ("  (hidden)" if t.hidden else ""))
-            if t.outcome != "passed" and t.message:
-                lines += [f"        {line}" for line in clean(t.message, limit=600, lines=6).splitlines()]
+            if t.outcome not in ("passed", "neutral"):
+                failures.setdefault(clean(t.message, limit=600, lines=6) if t.message else "", []).append(t)
+        for message, tests in failures.items():
+            shown = _folded([shown_name(t, names) for t in tests])
+            hidden = " (hidden)" if all(t.hidden for t in tests) else ""
+            points = _points(sum(t.points for t in tests))
+            lines.append(f"  FAIL  {points} point{'' if points == '1' else 's'}: {', '.join(shown)}{hidden}")
+            lines += [f"        {line}" for line in message.splitlines()]
         lines.append("")
     return "\n".join(lines)
+
+
+def _folded(names: list) -> list:
+    """Test names, a parametrized test's cases folded: ["test_a", "test_b [3 cases]"]."""
+    counts = {}
+    for name in names:
+        base = name.split("[", 1)[0]
+        counts[base] = counts.get(base, 0) + 1
+    return [f"{base} [{n} cases]" if n > 1 else base for base, n in counts.items()]
 
 
 CSV_ID = "student_id"
