@@ -167,7 +167,9 @@ def _from_rpc(record) -> Call | None:
     numel = {"all_gather": nout, "broadcast": max(nin, nout), "recv": max(nin, nout)}.get(op, nin)
     ranks = _ranks(args.get("Process Group Ranks"))
     size = args.get("Group size")
-    n = len(ranks) if ranks else (int(size) if isinstance(size, int) else None)
+    if isinstance(size, str) and size.isdigit():
+        size = int(size)
+    n = len(ranks) if ranks else (size if isinstance(size, int) and size > 0 else None)
     return Call(op, numel, dtype_bytes(args.get("dtype")), ranks, n, record)
 
 
@@ -280,6 +282,8 @@ def calls_of(scan, rank=None) -> list[Call]:
     world = (scan.meta.get("distributedInfo") or {}).get("world_size")
     for call in calls:
         call.world = world if isinstance(world, int) else None
+        if call.ranks is None and call.n is not None and call.n == call.world:   # the whole world, ranks unlisted
+            call.ranks = tuple(range(call.n))
     return calls
 
 
