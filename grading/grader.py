@@ -32,6 +32,7 @@ How a grade is made (see grading/README.md for the teacher's view):
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import secrets
@@ -143,7 +144,38 @@ def _ignored_in_tree(relative: str) -> bool:
             or relative.endswith(".pyc"))
 
 
+MACHINE_ERRNOS = {errno.ENOSPC, errno.EDQUOT}   # the grading machine's disk (or quota), not the student's code
+MACHINE_RETRIES, MACHINE_PAUSE = 2, 10.0        # a part that met one is graded again, this many times, this long apart
+LOW_DISK, LOW_FILES = 64 * 2**20, 2_000         # free bytes and inodes below which a failed part is the machine's
+
+
+class MachineProblem(RuntimeError):
+    """The grader itself met a full disk or quota: the lab is "not graded (machine)", never the student's 0."""
+
+
+def _machine_problem(base: Path) -> str:
+    """Why the grader's own file system cannot be trusted to have graded fairly now ("" if it can)."""
+    try:
+        fs = os.statvfs(base)
+    except OSError:
+        return ""
+    free = fs.f_bavail * fs.f_frsize
+    if free < LOW_DISK or (fs.f_files and fs.f_favail < LOW_FILES):
+        return f"the grading machine's disk is full ({free // 2**20} MiB, {fs.f_favail} files free)"
+    return ""
+
+
 def _grade_part(base: Path, course: dict, lab: str, starter: bytes, part: str, timeout: float, isolation):
+    """:func:`_grade_part_once`, raising :class:`MachineProblem` where the grader's own disk ran out."""
+    try:
+        return _grade_part_once(base, course, lab, starter, part, timeout, isolation)
+    except OSError as exc:
+        if exc.errno in MACHINE_ERRNOS:
+            raise MachineProblem(f"the grading machine ran out of disk ({exc.strerror})") from None
+        raise
+
+
+def _grade_part_once(base: Path, course: dict, lab: str, starter: bytes, part: str, timeout: float, isolation):
     """Run ``lab``'s visible or hidden tests in fresh trees and a fresh sandbox.
 
     Returns (verified records, problem, seconds, files of the trusted tree that changed, whether the
@@ -369,8 +401,26 @@ def _grade_lab(course, lab, starter, expected, base, chosen, source, hidden, lab
         if remaining <= 5:
             problem, records, limit_hit = f"the total grading time ran out before the {part} tests", [], False
         else:
-            records, problem, took, altered, limit_hit = _grade_part(base, course, lab, starter, part,
-                                                                     min(lab_timeout, remaining), chosen)
+            machine = ""
+            for attempt in range(MACHINE_RETRIES + 1):  # a full disk is the machine's: graded again, never 0
+                remaining = total_timeout - (time.monotonic() - start)
+                try:
+                    records, problem, took, altered, limit_hit = _grade_part(base, course, lab, starter, part,
+                                                                             min(lab_timeout, remaining), chosen)
+                    machine = _machine_problem(base) if problem else ""
+                except MachineProblem as exc:
+                    records, problem, took, altered, limit_hit, machine = [], str(exc), 0.0, [], False, str(exc)
+                if not machine or attempt == MACHINE_RETRIES or remaining - took <= 5 + MACHINE_PAUSE:
+                    break
+                _to_stderr(clean(f"{lab} ({part} tests): {machine}; grading it again in {MACHINE_PAUSE:g} s",
+                                 limit=300, lines=1))
+                time.sleep(MACHINE_PAUSE)
+            if machine:
+                why = (f"not graded (machine): {machine}, not this submission's doing; grade it again on a machine "
+                       "with free disk")
+                result.error = clean(f"{lab}: {why}")
+                return LabResult(lab, score_lab(lab, expected, [], why, no_gpu), seconds["visible"] + seconds["hidden"],
+                                 clean(why))
             seconds[part] += took
             changed += altered
         scored = score_lab(lab, mine, records, problem, no_gpu)

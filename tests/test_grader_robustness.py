@@ -240,3 +240,71 @@ def test_every_sandbox_starts_with_a_fresh_session_keyring(tmp_path):
     grader_keyring = _session_keyring()
     seen = _run_in_sandbox(True, tmp_path)   # root mode's lab sandbox: no seccomp on the agent's children here
     assert seen["keyring"].isdigit() and int(seen["keyring"]) != grader_keyring, (seen, grader_keyring)
+
+
+# -- 6. disk: the run's folders capped; a full disk is the machine's, never the student's 0 --------
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="root mode needs root")
+def test_root_mode_puts_a_lab_runs_folders_on_a_size_and_file_capped_tmpfs(tmp_path):
+    from grading.sandbox import namespaces
+    from grading.sandbox.limits import Limits
+    bwrap = namespaces.bwrap_path()
+    if not bwrap:
+        pytest.skip("bubblewrap is not installed")
+    base = tmp_path / "base"
+    base.mkdir(mode=0o711)
+    os.chmod(tmp_path, 0o711)
+    isolation = namespaces.NamespaceIsolation(bwrap, True, Limits(tmp_size=64 * 2**20), [], base)
+    box, runs = base / "box", base / "runs"
+    box.mkdir(mode=0o755)
+    runs.mkdir(mode=0o711)
+    host = os.statvfs(runs)
+    try:
+        sandbox = isolation.open(box, runs, Path(namespaces.__file__).with_name("agent.py"))
+    except namespaces.SandboxError as exc:
+        pytest.skip(f"no sandbox here: {exc}")
+    try:
+        if isolation.no_run_fs:
+            pytest.skip(f"no tmpfs here: {isolation.no_run_fs}")
+        capped = os.statvfs(runs)
+        assert capped.f_blocks * capped.f_frsize == 64 * 2**20 and capped.f_files == namespaces.RUN_FILES
+        assert "tmpfs of their own" in isolation.describe()
+        (runs / "note").write_text("x")
+    finally:
+        sandbox.close()
+    assert os.statvfs(runs).f_fsid == host.f_fsid and not (runs / "note").exists()  # gone with the tmpfs
+
+
+def test_a_full_disk_on_the_grader_is_not_graded_machine_and_retried_never_the_students_zero(tmp_path, monkeypatch):
+    # Issue 38: a grader meeting ENOSPC gave correct classmates 0 points, blaming their code. Now the lab is
+    # graded again; if the disk stays full, it is "not graded (machine)", said as such, and grading goes on.
+    if not HAS_SOLUTIONS:
+        pytest.skip("the student release has no solutions to grade with")
+    import errno
+    from grading import grader
+    tg = _test_grading()
+    fast = tg.FAST
+    folder = tg.submission(tmp_path, lab_06_tp_comm_cost=tg.reference(fast))
+    real, calls = grader.write_learner_tree, []
+
+    def full_once(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(grader, "MACHINE_PAUSE", 0.1, raising=False)
+    monkeypatch.setattr(grader, "write_learner_tree", full_once)
+    result = tg.grade(folder, [fast], lab_timeout=120)
+    lab = tg.lab_result(result, fast)
+    assert lab.score == lab.max_score > 0 and len(calls) >= 2 and not result.error, (lab.problem, result.error)
+
+    def always_full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(grader, "write_learner_tree", always_full)
+    result = tg.grade(folder, [fast], lab_timeout=120)
+    lab = tg.lab_result(result, fast)
+    assert lab.problem.startswith("not graded (machine)") and "not this submission's doing" in lab.problem
+    assert "not graded (machine)" in result.error
+    assert not any("sys.exit" in t.message or "your" in t.message.lower() for t in lab.tests)

@@ -19,10 +19,19 @@ from commtax.boundary.codec import (BUILTIN_EXCEPTIONS, MAX_FRAME, BoundaryError
 from commtax.boundary.proxy import CALL_TIMEOUT_ENV, LabFunction, LabProxy
 from commtax.boundary.stubs import _stub_message_of, stub_message_in_file, stub_message_of
 from commtax.learner_process import (SANDBOX_ENV, learner_env, learner_path, learner_popen, learner_popen_kwargs,
-                                     learner_run, learner_run_dir, learner_sys_path, nested, open_learner_file, sandbox)
+                                     learner_run, learner_run_dir, learner_sys_path, open_learner_file, sandbox)
+from commtax.learner_process import nested as _own_sandboxes
 
 __all__ = ["BUILTIN_EXCEPTIONS", "MAX_FRAME", "BoundaryError", "LabRecord", "LearnerError", "LearnerProcessError",
            "describe_exception", "dumps", "loads", "rebuild_exception", "same_value", "CALL_TIMEOUT_ENV",
            "LabFunction", "LabProxy", "_stub_message_of", "stub_message_in_file", "stub_message_of",
            "SANDBOX_ENV", "learner_env", "learner_path", "learner_popen", "learner_popen_kwargs", "learner_run",
            "learner_run_dir", "learner_sys_path", "nested", "open_learner_file", "sandbox"]
+
+
+def nested() -> bool:
+    """Whether the lab's learner processes cannot meet through a lock on a shared file, so ranks must meet
+    over TCP (:class:`commtax.ranks._start.Rendezvous`): each has a sandbox of its own (root mode), or the
+    lab's sandbox runs under the seccomp program that refuses file locks (same-user mode, issue 38)."""
+    box = sandbox()
+    return _own_sandboxes() or bool(box and box.get("relay") and box.get("filtered"))

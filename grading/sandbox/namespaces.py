@@ -180,6 +180,8 @@ class NamespaceSandbox:
         self.proc, self.control, self.log, self.box, self.runs = proc, control, log, box, runs
         self.cgroup, self.no_cgroup = cgroup, no_cgroup
         self.nested = nested  # the prefix of a sandbox per learner process (None: they share this one)
+        self.filtered = False  # the whole sandbox runs under the seccomp program (same-user mode)
+        self.mounted = False   # ``runs`` is a tmpfs of its own (root mode), taken away on close
 
     def limits_hit(self) -> str:
         """What the run's cgroup says it reached (its memory or process limit), or that this run could
@@ -195,6 +197,8 @@ class NamespaceSandbox:
                                                       "fd": self.control.fileno()}}
         if self.nested:  # commtax.learner_process wraps each learner process in this (ranks: their own folder)
             settings["nest"] = {"prefix": self.nested, "writable": NESTED_WRITABLE, "readable": NESTED_READABLE}
+        if self.filtered:  # the seccomp program refuses file locks in here: ranks meet over TCP (commtax.boundary)
+            settings["filtered"] = True
         counters = network_counters(self.proc.pid)
         if counters:  # the trusted tests count the ranks' bytes there (commtax.ranks.wire)
             settings["loopback"] = counters
@@ -223,6 +227,9 @@ class NamespaceSandbox:
             pass
         if self.cgroup is not None:
             self.cgroup.close()
+        if self.mounted:
+            unmount_run_folder(self.runs)
+            self.mounted = False
 
 
 def network_counters(outer_pid: int) -> str | None:
@@ -254,6 +261,37 @@ def network_counters(outer_pid: int) -> str | None:
         except (OSError, ValueError):
             pass
     return None
+
+
+RUN_FILES = 200_000  # files and folders (inodes) a lab run's folders may hold, all ranks together
+MS_NOSUID, MS_NODEV, MNT_DETACH = 0x2, 0x4, 0x2
+
+
+def mount_run_folder(path: Path, size: int, files: int = RUN_FILES) -> str | None:
+    """Root mode: put ``path`` (a lab run's folders, the only host folder learner code can write) on a tmpfs
+    of its own, capped at ``size`` bytes and ``files`` inodes: one student's ranks filling it, or making a
+    million files, stop at their own run's cap, never the machine's disk (issue 38: a classmate's correct
+    lab lost its points in ``grade-many --jobs 2``). None when mounted, else why not (the run goes on
+    with the folder on the host's disk, as before, and the report says so)."""
+    import ctypes
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        options = f"size={int(size)},nr_inodes={int(files)},mode=0711,uid=0,gid=0".encode()
+        if libc.mount(b"tmpfs", os.fsencode(path), b"tmpfs", ctypes.c_ulong(MS_NOSUID | MS_NODEV), options) != 0:
+            return os.strerror(ctypes.get_errno())
+    except (OSError, AttributeError) as exc:
+        return str(exc)
+    return None
+
+
+def unmount_run_folder(path: Path) -> None:
+    """Take the run folder's tmpfs away (lazily: whatever still holds it lets go when it ends); its files go
+    with it, however deep."""
+    import ctypes
+    try:
+        ctypes.CDLL(None, use_errno=True).umount2(os.fsencode(path), MNT_DETACH)
+    except (OSError, AttributeError):
+        pass
 
 
 SYS_KEYCTL = {"x86_64": 250, "aarch64": 219}
@@ -317,6 +355,8 @@ class NamespaceIsolation:
         # A sandbox per learner process (nested_prefix): root mode only (same-user mode's sandbox
         # forbids the user namespaces it needs); set by :func:`probe` once it has worked here.
         self.nest = False
+        self.no_run_fs = "not tried" if root_mode else (
+            "same-user mode: the run's folders on the host's disk, capped only per file")
         self.no_nest = ("same-user mode: the lab's sandbox forbids user namespaces, so its learner processes "
                         "share it" if self.user_namespace else "not tried")
 
@@ -358,9 +398,14 @@ class NamespaceIsolation:
             if self.user_namespace:
                 per_process += (f"; the whole lab sandbox under the seccomp program ({self.refused}) and a fresh "
                                 "session keyring")
+        if self.no_run_fs:
+            disk = self.no_run_fs
+        else:
+            disk = (f"the run's folders on a tmpfs of their own ({self.limits.tmp_size / 2**30:g} GiB, "
+                    f"{RUN_FILES:,} files)")
         return (f"OS sandbox ({self.version}): {namespaces}; only the lab's files, the Python environment "
                 f"(read-only) and a private /tmp visible; no network; limits: {self.limits.describe()}; {total}; "
-                f"{per_process}")
+                f"{disk}; {per_process}")
 
     def nested_prefix(self, runs: Path, box: Path) -> list:
         return nested_prefix(self.bwrap, runs, self.limits.tmp_size // 4, [str(box), *self.python])
@@ -445,6 +490,11 @@ class NamespaceIsolation:
             program = os.open(self._filter(), os.O_RDONLY | os.O_CLOEXEC)
             command[1:1] = ["--seccomp", str(program)]
         extra = (program,) if program is not None else ()
+        mounted = False
+        if self.root_mode:  # the run's folders on a size- and file-capped tmpfs of their own
+            why = mount_run_folder(runs, self.limits.tmp_size)
+            mounted = why is None
+            self.no_run_fs = "" if mounted else f"the run's folders on the host's disk (no tmpfs: {why})"
         cgroup, no_cgroup = self._run_cgroup()
         try:
             try:
@@ -459,6 +509,8 @@ class NamespaceIsolation:
         except BaseException:
             if cgroup is not None:
                 cgroup.close()
+            if mounted:
+                unmount_run_folder(runs)
             ours.close()
             theirs.close()
             raise
@@ -470,6 +522,8 @@ class NamespaceIsolation:
         theirs.close()
         sandbox = NamespaceSandbox(proc, ours, log, box, runs, cgroup, no_cgroup,
                                    self.nested_prefix(runs, box) if self.nest else None)
+        sandbox.filtered = program is not None
+        sandbox.mounted = mounted
         try:
             ours.settimeout(READY_TIMEOUT)
             reply = ours.recv(4096)
