@@ -397,7 +397,10 @@ class NamespaceIsolation:
             per_process = f"no sandbox per learner process ({self.no_nest}): a lab's ranks share files and /proc"
             if self.user_namespace:
                 per_process += (f"; the whole lab sandbox under the seccomp program ({self.refused}) and a fresh "
-                                "session keyring")
+                                "session keyring. Same-user grades of the multi-process labs can be trusted for "
+                                "the values the trusted side checks and the kernel's byte count, not for ranks "
+                                "that pass each other their inputs through the files they share: grade those "
+                                "in root mode")
         if self.no_run_fs:
             disk = self.no_run_fs
         else:
