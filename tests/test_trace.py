@@ -34,27 +34,18 @@ def c10d(name, ts, dur, dims, tid=1, dtype="float"):
 def rpc(coll, ts, dur, nin, nout, ranks, dtype="Float", tid=1, ext=None):
     args = {"Collective name": coll, "In msg nelems": nin, "Out msg nelems": nout, "dtype": dtype,
             "Process Group Ranks": json.dumps(ranks), "Group size": len(ranks)}
-    if ext is not None:
-        args["External id"] = ext
-    return X("record_param_comms", ts, dur, tid=tid, **args)
+    return X("record_param_comms", ts, dur, tid=tid, **args, **({} if ext is None else {"External id": ext}))
 
 
 def kernel(name, ts, dur, stream=7, device=0, ext=None):
-    args = {"device": device, "stream": stream}
-    if ext is not None:
-        args["External id"] = ext
-    return {"ph": "X", "cat": "kernel", "name": name, "pid": device, "tid": stream, "ts": ts, "dur": dur,
-            "args": args}
+    args = {"device": device, "stream": stream, **({} if ext is None else {"External id": ext})}
+    return {"ph": "X", "cat": "kernel", "name": name, "pid": device, "tid": stream, "ts": ts, "dur": dur, "args": args}
 
 
-def write_trace(path, events, rank=0, world=1, gz=False, **top):
+def write_trace(path, events, rank=0, world=1, **top):
     doc = {"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": world}, **top,
            "traceEvents": events, "traceName": str(path)}
-    if rank is None:
-        del doc["distributedInfo"]
-    opener = gzip.open if gz else open
-    with opener(path, "wt") as f:
-        json.dump(doc, f, indent=1)
+    Path(path).write_text(json.dumps(doc, indent=1))
     return str(path)
 
 
@@ -153,6 +144,13 @@ def test_a_list_all_gather_counts_its_part_times_the_group_and_says_when_the_gro
     assert any("world size" in note for note in trace.notes(extras[0]))
 
 
+def test_a_tensor_all_gather_on_an_unknown_group_takes_its_size_from_the_buffers(tmp_path):
+    events = [c10d("_allgather_base_", 0, 5, [[400], [100]]), X("gloo:all_gather", 2, 100, tid=7,
+                                                              **{"Input Dims": [[100]], "Input type": ["float"]})]
+    _, extras = trace.analyze([write_trace(tmp_path / "t.json", events, world=8)])
+    assert extras[0]["busbw"]["all_gather"] == pytest.approx(1600 / 100e-6 * 3 / 4)
+
+
 def test_a_trace_without_shapes_counts_calls_and_warns_about_bytes(capsys, tmp_path):
     path = write_trace(tmp_path / "t.json", [X("c10d::allreduce_", 0, 10), X("c10d::broadcast_", 20, 10)])
     code, out, err = run(capsys, path, "--json")
@@ -206,6 +204,23 @@ def test_a_world_group_with_unlisted_ranks_is_the_dp_axis_when_nothing_else_is_s
     event["args"].update({"Process Group Ranks": "[]", "Group size": 8})
     paths = [write_trace(tmp_path / f"r{r}.json", [event], rank=r, world=8) for r in (0, 5)]
     assert trace.analyze(paths, tp=1)[0]["ranks"][1]["by_axis"] == {"dp": {"all_reduce": {"count": 1, "bytes": 40}}}
+
+
+def test_gloo_threads_go_to_groups_only_when_every_group_shows_its_threads():
+    from types import SimpleNamespace
+    from commtax.measured.trace_bill import gloo_thread_groups
+    pgs = [{"pg_name": "0", "ranks": [0, 1, 2, 3]}, {"pg_name": "1", "ranks": [0, 1]},
+           {"pg_name": "3", "ranks": [0, 2]}]
+
+    def groups(tids, config=pgs):
+        names = {t: {f"thread {t} (pt_gloo_runloop)"} for t in tids} | {9: {"thread 9 (python)"}}
+        return gloo_thread_groups(SimpleNamespace(meta={"distributedInfo": {"pg_config": config}}, thread_names=names))
+
+    assert groups([31, 32, 10, 11, 2, 3]) == {2: (0, 1, 2, 3), 3: (0, 1, 2, 3), 10: (0, 1), 11: (0, 1),
+                                              31: (0, 2), 32: (0, 2)}
+    assert groups([2, 3, 10, 31]) == {} and groups([2, 10, 31]) == {}     # idle threads are not in the trace
+    assert groups([2, 3, 10, 11, 12, 31]) == {}                            # not two consecutive ids per group
+    assert groups([5, 8], pgs[:1]) == {5: (0, 1, 2, 3), 8: (0, 1, 2, 3)}   # one group: every thread is its
 
 
 # -- the recorded traces -----------------------------------------------------

@@ -155,7 +155,10 @@ def _from_c10d(record) -> Call | None:
     else:                           # all-reduce, broadcast, send, recv: the one tensor (list)
         numel, gloo_numel, arg = first, first, 0
     itemsize = dtype_bytes(types[arg]) if len(types) > arg else None
-    return Call(op, numel, itemsize, None, None, record, gloo_numel, per_rank)
+    n = None   # a tensor all-gather/reduce-scatter tells its group's size: the full buffer over one rank's part
+    if op in ("all_gather", "reduce_scatter") and first and second and max(first, second) % min(first, second) == 0:
+        n = max(first, second) // min(first, second)
+    return Call(op, numel, itemsize, None, n, record, gloo_numel, per_rank)
 
 
 def _from_rpc(record) -> Call | None:
@@ -187,20 +190,28 @@ def _outermost(records):
 def gloo_thread_groups(scan) -> dict:
     """Map each ``pt_gloo_runloop`` thread to its process group's global ranks (gloo traces).
 
-    Each gloo process group starts the same number of worker threads when it is created, and
     ``distributedInfo.pg_config`` lists this rank's groups in creation order (``pg_name`` 0, 1, ...),
-    so the runloop threads, sorted by thread id, are dealt out to the groups in that order. Where the
-    counts do not divide, nothing is mapped (the calls' axis is then "unknown").
+    and each gloo group starts its worker threads (2 by default) one after the other when it is
+    created, so their thread ids are consecutive and increase from group to group. The trace names
+    only the threads that did something while profiling, though, so the threads (sorted by id) are
+    dealt out to the groups only where that is unambiguous: this rank has one group, or every group
+    shows the same number (>= 2) of threads with consecutive ids. Otherwise nothing is mapped and
+    those calls' group is unknown.
     """
     pgs = [pg for pg in (scan.meta.get("distributedInfo") or {}).get("pg_config") or []
            if isinstance(pg, dict) and _ranks(pg.get("ranks"))]
     pgs.sort(key=lambda pg: int(pg["pg_name"]) if str(pg.get("pg_name", "")).isdigit() else math.inf)
     threads = sorted(t for t, names in scan.thread_names.items()
                      if isinstance(t, int) and any("gloo" in n for n in names))
-    if not pgs or not threads or len(threads) % len(pgs):
+    if len(pgs) == 1:
+        return {tid: _ranks(pgs[0]["ranks"]) for tid in threads}
+    if not pgs or not threads or len(threads) % len(pgs) or len(threads) < 2 * len(pgs):
         return {}
     per = len(threads) // len(pgs)
-    return {tid: _ranks(pgs[i // per]["ranks"]) for i, tid in enumerate(threads)}
+    chunks = [threads[i:i + per] for i in range(0, len(threads), per)]
+    if any(chunk[-1] - chunk[0] != per - 1 for chunk in chunks):
+        return {}
+    return {tid: _ranks(pg["ranks"]) for pg, chunk in zip(pgs, chunks) for tid in chunk}
 
 
 def _pair_gloo(calls, gloo_records, scan, rank, window: int = 64):
