@@ -35,7 +35,7 @@ KEPT_ARGS = ("Input Dims", "Input type", "Concrete Inputs", "External id", "Coll
              "Out msg nelems", "dtype", "Process Group Ranks", "Group size")
 
 
-@dataclass
+@dataclass(slots=True)
 class CommRecord:
     """One communication event: where it ran (``tid``), when (``ts``, ``dur``: microseconds), and its args."""
 
