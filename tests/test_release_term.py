@@ -115,6 +115,34 @@ def test_a_release_of_untouched_starters_reports_four_labs_and_every_lab(release
         assert data["max_score"] == result.max_score > 0 and sum(t["score"] for t in data["tests"]) == 0
 
 
+
+@pytest.mark.slow  # grades untouched starters in a release: four labs (about 20 s), then all 13 (about a minute)
+@pytest.mark.parametrize("labs", [" ".join(LABS[:4]), ""], ids=["four-labs", "every-lab"])
+def test_the_workflows_own_steps_hand_the_reporter_a_variable_the_kernel_accepts(release, tmp_path, labs):
+    """The Grade and job-summary steps run as written (bash, GITHUB_OUTPUT, GITHUB_STEP_SUMMARY, the workflow's
+    LABS), then the step output goes into an environment variable of a new process, as the runner does for the
+    reporter: before, four labs made "Argument list too long" (E2BIG) there."""
+    yaml = pytest.importorskip("yaml")
+    workflow = yaml.safe_load((release / ".github" / "workflows" / "classroom.yml").read_text())
+    steps = {step.get("name"): step for step in workflow["jobs"]["run-autograding-tests"]["steps"]}
+    output, summary = tmp_path / "output", tmp_path / "summary"
+    env = dict(os.environ, LABS=labs, GITHUB_OUTPUT=str(output), GITHUB_STEP_SUMMARY=str(summary),
+               PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}", PYTHONPATH=str(release))
+    env.pop("LAB_IMPL", None)
+    for name in ("Grade", "The whole report in the job summary"):
+        done = subprocess.run(["bash", "-e", "-c", steps[name]["run"]], cwd=release, env=env, capture_output=True,
+                              text=True, timeout=1200)
+        assert done.returncode == 0, (name, done.stderr[-3000:])
+    result = output.read_text().split("result=", 1)[1].strip()
+    data = decoded(result)
+    assert len(data["tests"]) >= (4 if labs else len(LABS)) and data["max_score"] > 0
+    assert len(result) < ENV_CAP // 2, len(result)
+    passed_on = subprocess.run([sys.executable, "-c", "import os; print(len(os.environ['GRADER_RESULTS']))"],
+                               env={"GRADER_RESULTS": result, "PATH": env["PATH"]}, capture_output=True, text=True)
+    assert passed_on.stdout.strip() == str(len(result))
+    page = summary.read_text()
+    assert page.startswith("~~~~text") and "first failure" in page and "not implemented yet" in page
+
 # -- 2. the Actions cache is saved whether or not the tests pass ---------------------------------------
 
 def test_the_pip_cache_is_restored_and_saved_apart_and_saved_after_a_failing_test(release):
