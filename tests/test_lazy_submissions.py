@@ -67,7 +67,9 @@ def test_a_lazy_submission_scores_nothing(kind, lab, tmp_path_factory):
 
 
 def kind_text(kind: str) -> str:
-    return {"zero": "return 0", "empty": "return numpy.empty(0)", "raise": "raise ValueError naming every argument"}[kind]
+    return {"zero": "return 0", "empty": "return numpy.empty(0)", "raise": "raise ValueError naming every argument",
+            "identity": "return their first argument", "one": "return 1", "two": "return 2",
+            "nan": "return float('nan')", "inf": "return float('inf')", "none": "return None"}[kind]
 
 
 def test_lazy_starters_replace_every_stub_and_only_the_stubs():

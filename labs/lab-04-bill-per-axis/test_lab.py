@@ -348,6 +348,10 @@ def test_members_per_node_follows_megatron_rank_order(lab, size, stride, gpus, e
     got = lab.members_per_node(size, stride, gpus)
     expect_close(got, expected, what=f"members_per_node({size}, {stride}, {gpus})")
     check(type(got) is int, f"members_per_node({size}, {stride}, {gpus}) returned {got!r}: a count of GPUs is an int")
+    # Some cases' answer is an input (the whole group fits: group_size) or 1 (stride >= gpus_per_node), which a
+    # function returning its first argument or a constant would match: each case also needs one whose answer
+    # is neither an input nor 0, 1 or 2 (16 GPUs at stride 2, 4 per node on 8-GPU nodes).
+    expect_close(lab.members_per_node(16, 2, 8), 4, what="members_per_node(16, 2, 8)")
 
 
 @pytest.mark.parametrize("overrides,problem", [

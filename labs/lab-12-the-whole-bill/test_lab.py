@@ -717,6 +717,11 @@ def test_each_send_is_waited_on_at_the_end_of_the_step_not_at_once(lab):
                 steps.append(current)
             elif current is not None:
                 current.append(call)
+        # (a rank that records no step, or no isend, has nothing to wait on: a submission whose every function
+        # returns 0 passed this test; each rank of a 2-stage pipeline sends in its steps)
+        check(steps and any(c[0] == "isend" for calls in steps for c in calls),
+              f"rank {rank}: no training step with a dist.isend was recorded ({len(steps)} steps): train_step sends "
+              "each stage's activations (forward) and gradients (backward) to its neighbour with dist.isend")
         for step, calls in enumerate(steps):
             blocking = [c for c in calls if c[0] == "send"]
             check(not blocking, f"rank {rank}, step {step}: a blocking dist.send (tag {blocking[0][1] if blocking else ''}) "
@@ -750,6 +755,7 @@ def test_a_fresh_ledger_has_every_axis_and_other_at_zero(lab):
     for rank, result in enumerate(_ledger_on_groups(lab)):
         expect_close(result["fresh"], {"dp": 0.0, "tp": 0.0, "pp": 0.0, "other": 0.0}, rel=0.0,
                      what=f"rank {rank}: ledger.bytes on entering the with block")
+        _check_counted(rank, result)
 
 
 def test_the_ledgers_all_reduce_takes_torchs_arguments_by_position(lab):
@@ -772,6 +778,16 @@ def _ledger_on_groups(lab):
     return RUNS.get("ledger", ledger_on_groups, 2, (lab,), timeout=60, needs=(lab.Ledger.start, lab.Ledger.stop))
 
 
+def _check_counted(rank, result):
+    """The Ledger counted the all-reduces it saw: without that, a test of what its wrapper passes on (op,
+    async_op) or of its fresh bytes checks no wrapper at all (a Ledger whose every method does nothing
+    passed them)."""
+    groups = result.get("groups")
+    counted = isinstance(groups, dict) and any(isinstance(v, (int, float)) and v > 0 for v in groups.values())
+    check(counted, f"rank {rank}: the Ledger counted none of the four all-reduces of 32 B made under it "
+          f"(ledger.bytes: {groups}): while it is active it wraps dist.all_reduce and dist.send and adds their bytes")
+
+
 def test_the_ledger_counts_each_tensors_own_element_size_and_blocking_sends(lab):
     """The lab's tensors are all float64: a Ledger that multiplies by 8 instead of element_size() passes
     them. A float32 all-reduce of 32 B adds 32 B; a dist.send of 16 B (the docstring: the Ledger wraps
@@ -792,6 +808,7 @@ def test_the_ledgers_all_reduce_passes_async_op_on(lab):
     """Under the Ledger, dist.all_reduce(..., async_op=True) must still return the work to wait on: a
     wrapper that drops async_op blocks and returns None, and code that overlaps (Lab 09's DDP) breaks."""
     for rank, result in enumerate(_ledger_on_groups(lab)):
+        _check_counted(rank, result)
         check(result["async_work"] not in ("NoneType", None), f"rank {rank}: dist.all_reduce(t, group=tp, "
               f"async_op=True) under the Ledger returned {result['async_work']}, not a work to wait on: the "
               "wrapper must pass async_op on to the original and return what it returns")
@@ -812,6 +829,7 @@ def test_the_ledgers_all_reduce_passes_op_on(lab):
     """Under the Ledger, dist.all_reduce(t, op=dist.ReduceOp.MAX, group=tp) still takes the maximum: the
     wrapper passes every argument on (every test above sums, where a wrapper that drops op looks right)."""
     for rank, result in enumerate(_ledger_on_groups(lab)):
+        _check_counted(rank, result)
         got = result["max"]
         if isinstance(got, str):
             fail(f"rank {rank}: dist.all_reduce(t, op=dist.ReduceOp.MAX, group=tp) under the Ledger raised {got}")

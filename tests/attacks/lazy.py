@@ -1,6 +1,6 @@
-"""The three laziest submissions, made from any lab's starter (fixtures of tests/test_lazy_submissions.py).
+"""The laziest submissions, made from any lab's starter (fixtures of tests/test_lazy_submissions.py).
 
-Not learner code itself: the recipe for three learner submissions per lab.
+Not learner code itself: the recipe for a few learner submissions per lab.
 :func:`lazy_starter` takes a lab's shipped ``starter.py`` and replaces the
 body of every stub (``raise NotImplementedError("...")``) with
 
@@ -10,7 +10,14 @@ body of every stub (``raise NotImplementedError("...")``) with
 * ``"raise"``: ``raise ValueError("...")`` whose message names every
   argument of the function: it passed the old ``pytest.raises(ValueError,
   match=ARGUMENT)`` checks; ``commtax.testing.expect_value_error`` refuses a
-  message that names every argument, and good arguments are called first.
+  message that names every argument, and good arguments are called first;
+* ``"identity"``: ``return`` the first argument (a test whose answer equals
+  an input, issue 38: Lab 04 gave it 3 points);
+* ``"one"``, ``"two"``: ``return 1``, ``return 2`` (small constants; Lab 04
+  gave ``return 1`` a point);
+* ``"nan"``, ``"inf"``: ``return float("nan")``, ``return float("inf")``
+  (comparisons that are all false, or a bound that is always met);
+* ``"none"``: ``return None``.
 
 A constructor (``__init__``) that returns or computes nothing is just
 ``pass`` under "zero" and "empty". Every test of every lab must fail for
@@ -21,7 +28,9 @@ from __future__ import annotations
 
 import ast
 
-KINDS = ("zero", "empty", "raise")
+KINDS = ("zero", "empty", "raise", "identity", "one", "two", "nan", "inf", "none")
+RETURNS = {"zero": "0", "empty": "__import__('numpy').empty(0)", "one": "1", "two": "2", "nan": "float('nan')",
+           "inf": "float('inf')", "none": "None"}
 
 
 def _is_stub(node) -> bool:
@@ -44,7 +53,10 @@ def _body(node, kind: str) -> str:
         return f"raise ValueError({'bad ' + ', '.join(_arguments(node)) or 'bad input'!r})"
     if node.name == "__init__":
         return "pass"
-    return "return 0" if kind == "zero" else "return __import__('numpy').empty(0)"
+    if kind == "identity":
+        names = _arguments(node)
+        return f"return {names[0]}" if names else "return 0"
+    return f"return {RETURNS[kind]}"
 
 
 def lazy_starter(starter_text: str, kind: str) -> str:
