@@ -5,9 +5,12 @@
   ``expected.json``, the values its tests take from the course's reference,
   recorded for their inputs (``commtax.recorded``) in place of the recipes
   (``expected.py``) that compute them; a GitHub
-  Classroom workflow that grades with ``python -m grading grade``; a README
-  section for learners. LAB_IMPL defaults to ``starter`` there because there
-  is no solution.py to default to.
+  Classroom workflow that grades with ``python -m grading grade`` (a compact
+  payload for the reporter, the whole report in the job summary and an
+  artifact, pip's cache saved whatever the tests said); a README of the
+  learner's own, and none of the teacher's documents (TEACHING.md,
+  grading/README.md). LAB_IMPL defaults to ``starter`` there because there is
+  no solution.py to default to.
 * ``gradescope_zip``: ``setup.sh`` and ``run_autograder`` at the root of a zip
   of the course (hidden tests included, solutions not).
 """
