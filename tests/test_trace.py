@@ -117,19 +117,28 @@ def test_bytes_follow_the_course_convention_for_each_op(tmp_path):
 
 
 def test_bus_bandwidth_uses_the_kernel_time_and_the_nccl_tests_factor(tmp_path):
-    events = [rpc("allreduce", 0, 5, 250_000, 250_000, [0, 1, 2, 3], ext=17),
+    events = [rpc("allreduce", 0, 5, 250_000, 250_000, [0, 1, 2, 3], ext=17),      # linked by External id
               kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 10, 100, ext=17)]
     report, extras = trace.analyze([write_trace(tmp_path / "t.json", events, world=4)])
     assert extras[0]["busbw"]["all_reduce"] == pytest.approx(1e6 / 100e-6 * 2 * 3 / 4)
     assert "15 GB/s" in trace.render(report, extras)
-
-
-def test_bus_bandwidth_finds_the_kernel_of_a_c10d_op_around_the_record(tmp_path):
-    events = [X("c10d::allgather_", 0, 30, **{"External id": 5}),
+    events = [X("c10d::allgather_", 0, 30, **{"External id": 5}),                   # linked through its c10d op
               rpc("_allgather_base", 1, 20, 250_000, 1_000_000, [0, 1, 2, 3]),
               kernel("ncclDevKernel_AllGather_RING_LL", 40, 200, ext=5)]
     _, extras = trace.analyze([write_trace(tmp_path / "t.json", events, world=4)])
     assert extras[0]["busbw"]["all_gather"] == pytest.approx(4e6 / 200e-6 * 3 / 4)
+    meta = rpc("_reduce_scatter_base", 0, 0, 800_000, 100_000, list(range(8)))["args"]
+    events = [rpc("_reduce_scatter_base", 0, 5, 800_000, 100_000, list(range(8))),    # the kernel says it all
+              {**kernel("ncclDevKernel_ReduceScatter_Sum_f32_RING_LL", 10, 50), "args": meta}]
+    _, extras = trace.analyze([write_trace(tmp_path / "t.json", events, world=8)])
+    assert extras[0]["busbw"]["reduce_scatter"] == pytest.approx(3.2e6 / 50e-6 * 7 / 8)
+
+
+def test_a_tensor_all_gather_on_an_unknown_group_takes_its_size_from_the_buffers(tmp_path):
+    events = [c10d("_allgather_base_", 0, 5, [[400], [100]]), X("gloo:all_gather", 2, 100, tid=7,
+                                                              **{"Input Dims": [[100]], "Input type": ["float"]})]
+    _, extras = trace.analyze([write_trace(tmp_path / "t.json", events, world=8)])
+    assert extras[0]["busbw"]["all_gather"] == pytest.approx(1600 / 100e-6 * 3 / 4)
 
 
 def test_a_list_all_gather_counts_its_part_times_the_group_and_says_when_the_group_is_assumed(tmp_path):
@@ -142,13 +151,6 @@ def test_a_list_all_gather_counts_its_part_times_the_group_and_says_when_the_gro
     assert report["ranks"][0]["collectives"] == {"all_gather": {"count": 1, "bytes": 10 * 4 * 4},
                                                  "reduce_scatter": {"count": 1, "bytes": 5 * 4 * 4}}
     assert any("world size" in note for note in trace.notes(extras[0]))
-
-
-def test_a_tensor_all_gather_on_an_unknown_group_takes_its_size_from_the_buffers(tmp_path):
-    events = [c10d("_allgather_base_", 0, 5, [[400], [100]]), X("gloo:all_gather", 2, 100, tid=7,
-                                                              **{"Input Dims": [[100]], "Input type": ["float"]})]
-    _, extras = trace.analyze([write_trace(tmp_path / "t.json", events, world=8)])
-    assert extras[0]["busbw"]["all_gather"] == pytest.approx(1600 / 100e-6 * 3 / 4)
 
 
 def test_a_trace_without_shapes_counts_calls_and_warns_about_bytes(capsys, tmp_path):
@@ -199,10 +201,15 @@ def test_eight_rank_traces_split_by_axis(tmp_path):
     assert set(report["ranks"][0]["by_axis"]) == {"unknown"}
 
 
-def test_a_world_group_with_unlisted_ranks_is_the_dp_axis_when_nothing_else_is_split(tmp_path):
-    event = rpc("allreduce", 0, 1, 10, 10, [])
-    event["args"].update({"Process Group Ranks": "[]", "Group size": 8})
-    paths = [write_trace(tmp_path / f"r{r}.json", [event], rank=r, world=8) for r in (0, 5)]
+def test_groups_written_cut_short_or_without_ranks_are_filled_in(tmp_path):
+    cut = rpc("allreduce", 0, 1, 10, 10, [])     # record_param_comms lists 29 ranks, "...", the last
+    cut["args"].update({"Process Group Ranks": "[" + ", ".join(map(str, range(0, 58, 2))) + ", ..., 126]",
+                        "Group size": 64})
+    path = write_trace(tmp_path / "r0.json", [cut], rank=0, world=128)
+    assert trace.analyze([path], tp=2)[0]["ranks"][0]["by_axis"] == {"dp": {"all_reduce": {"count": 1, "bytes": 40}}}
+    world = rpc("allreduce", 0, 1, 10, 10, [])
+    world["args"].update({"Process Group Ranks": "[]", "Group size": 8})    # the whole world, ranks unlisted
+    paths = [write_trace(tmp_path / f"r{r}.json", [world], rank=r, world=8) for r in (0, 5)]
     assert trace.analyze(paths, tp=1)[0]["ranks"][1]["by_axis"] == {"dp": {"all_reduce": {"count": 1, "bytes": 40}}}
 
 

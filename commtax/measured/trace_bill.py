@@ -25,7 +25,9 @@ Busy times, per rank:
 Achieved bus bandwidth per op (nccl-tests' definition): ``busbw = bytes / time x factor``, factor
 ``2(n-1)/n`` for all-reduce, ``(n-1)/n`` for all-gather, reduce-scatter and all-to-all, 1 for
 broadcast, send and recv (n: the group's size), over the calls whose duration is known: the
-``gloo:*`` annotation that ran the call (gloo), or the NCCL kernels linked to it by ``External id``.
+``gloo:*`` annotation that ran the call (gloo); the NCCL kernels themselves where they carry the
+collective's metadata (``Collective name``, ``In msg nelems``, ...), else the kernels linked to the
+call by ``External id``.
 """
 
 from __future__ import annotations
@@ -88,10 +90,27 @@ def _numel(dims) -> int:
     return sum(_numel(d) for d in dims)
 
 
-def _ranks(value):
+def _ranks(value, size=None):
+    """Global ranks from a list or its JSON text; None where they cannot be told.
+
+    ``record_param_comms`` writes at most 30 ranks: ``"[0, 2, 4, ..., 28, ..., 126]"`` (the first 29, an
+    ellipsis, the last). Such a list is filled in where the shown ranks are evenly spaced and the
+    last one is where ``size`` ranks with that spacing end; otherwise None.
+    """
     if isinstance(value, str):
+        text = value.strip()
+        if "..." in text and isinstance(size, int):
+            try:
+                head, last = [int(x) for x in text.strip("[]").split("...")[0].split(",") if x.strip()], \
+                    int(text.strip("[]").split("...")[-1].strip(" ,"))
+            except ValueError:
+                return None
+            step = head[1] - head[0] if len(head) > 1 else 0
+            if step > 0 and all(b - a == step for a, b in zip(head, head[1:])) and last == head[0] + step * (size - 1):
+                return tuple(range(head[0], last + 1, step))
+            return None
         try:
-            value = json.loads(value)
+            value = json.loads(text)
         except ValueError:
             return None
     if isinstance(value, list) and value and all(isinstance(r, int) for r in value):
@@ -168,10 +187,10 @@ def _from_rpc(record) -> Call | None:
         return None
     nin, nout = int(args.get("In msg nelems") or 0), int(args.get("Out msg nelems") or 0)
     numel = {"all_gather": nout, "broadcast": max(nin, nout), "recv": max(nin, nout)}.get(op, nin)
-    ranks = _ranks(args.get("Process Group Ranks"))
     size = args.get("Group size")
     if isinstance(size, str) and size.isdigit():
         size = int(size)
+    ranks = _ranks(args.get("Process Group Ranks"), size)
     n = len(ranks) if ranks else (size if isinstance(size, int) and size > 0 else None)
     return Call(op, numel, dtype_bytes(args.get("dtype")), ranks, n, record)
 
@@ -345,9 +364,14 @@ def rank_bill(scan, rank: int, layout: Layout | None = None) -> tuple[dict, dict
     for call in calls:
         axis = layout.axis_of(call.ranks) if layout is not None and call.ranks else UNKNOWN
         by_axis.setdefault(axis, []).append(call)
+    # NCCL kernels may carry the collective's metadata themselves: then each kernel is a timed call.
+    kernels = [c for c in map(_from_rpc, (r for r in scan.records if r.source == "kernel"
+                                          and r.args.get("Collective name"))) if c is not None]
+    for call in kernels:
+        call.dur_us = call.record.dur
     busbw = {}
     for op in OPS:
-        timed = [(c.nbytes * busbw_factor(op, c.n), c.dur_us) for c in calls
+        timed = [(c.nbytes * busbw_factor(op, c.n), c.dur_us) for c in (kernels or calls)
                  if c.op == op and c.dur_us and c.numel and busbw_factor(op, c.n) is not None]
         if timed and op != "barrier":
             busbw[op] = float(np.sum([b for b, _ in timed]) / (np.sum([t for _, t in timed]) * US))
