@@ -324,3 +324,23 @@ def test_the_lms_export_is_rounded_even_from_an_older_csv(tmp_path):
     assert canvas[1][-2:] == ["16.93", "16.93"] and canvas[2][-2:] == ["0.07", "0.07"] and canvas[3][-2:] == ["", ""]
     moodle = lms.export(grades, "moodle", "Labs", per_lab=True)
     assert moodle[1][-2:] == ["0.07", "0.07"]
+
+
+# -- the grader's container image (issue 39) -------------------------------------------------------
+
+def test_the_graders_image_installs_the_same_pins_as_gradescope_and_mounts_the_course():
+    dockerfile = (ROOT / "grading" / "Dockerfile").read_text()
+    code = "\n".join(line for line in dockerfile.splitlines() if not line.lstrip().startswith("#"))
+    assert re.search(r"^FROM python:3\.11-slim", code, re.M)
+    assert "bubblewrap" in code and "libseccomp2" in code
+    # The build context is grading/: the pins are grading/requirements.txt itself, torch's CPU build first.
+    assert "COPY requirements.txt /opt/grading-requirements.txt" in code
+    assert "--index-url https://download.pytorch.org/whl/cpu" in code
+    assert "\"$(grep '^torch==' /opt/grading-requirements.txt)\"" in code
+    assert "-r /opt/grading-requirements.txt" in code and "useradd" in code and "commtax-learner" in code
+    assert "WORKDIR /course" in code and "PYTHONPATH=/course" in code
+    assert 'ENTRYPOINT ["python", "-m", "grading"]' in code
+    from grading.sandbox import SANDBOX_USER
+    assert SANDBOX_USER == "commtax-learner"
+    teaching = (ROOT / "TEACHING.md").read_text()
+    assert "docker build -t commtax-grader grading" in teaching and "-v \"$PWD\":/course" in teaching
