@@ -60,7 +60,8 @@ def cmd_grade(args) -> int:
     else:
         _write(args.out, reports.classroom_encoded(raw))  # Classroom: the tests' own points
     if args.report:  # what a learner reads (the Classroom workflow's job summary and artifact)
-        _write(args.report, reports.detailed(args.submission or "the shipped starters", result))
+        who = Path(args.submission).resolve().name if args.submission else "the shipped starters"
+        _write(args.report, reports.detailed(who, result))  # (in Actions "." is the repository's folder)
     if args.out and args.format != "table":
         print(reports.table(result), file=sys.stderr)
     return 0
