@@ -110,7 +110,7 @@ def test_a_release_of_untouched_starters_reports_four_labs_and_every_lab(release
     four = GradeResult(every.labs[:4])
     for result in (four, every):
         encoded = reports.classroom_encoded(result)
-        assert len(encoded) < ENV_CAP // 2, len(encoded)
+        assert len(encoded) <= ENV_CAP // 2, len(encoded)  # (measured: 65,076 and 59,948 bytes)
         data = decoded(encoded)
         assert data["max_score"] == result.max_score > 0 and sum(t["score"] for t in data["tests"]) == 0
 
@@ -136,7 +136,7 @@ def test_the_workflows_own_steps_hand_the_reporter_a_variable_the_kernel_accepts
     result = output.read_text().split("result=", 1)[1].strip()
     data = decoded(result)
     assert len(data["tests"]) >= (4 if labs else len(LABS)) and data["max_score"] > 0
-    assert len(result) < ENV_CAP // 2, len(result)
+    assert len(result) <= ENV_CAP // 2, len(result)
     passed_on = subprocess.run([sys.executable, "-c", "import os; print(len(os.environ['GRADER_RESULTS']))"],
                                env={"GRADER_RESULTS": result, "PATH": env["PATH"]}, capture_output=True, text=True)
     assert passed_on.stdout.strip() == str(len(result))
