@@ -149,7 +149,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse that says what is wrong in one line (``--help`` still prints the usage)."""
 
     def error(self, message):
-        self.exit(2, f"error: {message} (python3 -m commtax.plan --help lists the options)\n")
+        raise ValueError(f"{message} (python3 -m commtax.plan --help lists the options)")
 
 
 #: The largest values the tool takes: beyond them a plan is a typo, not a cluster.
@@ -193,7 +193,11 @@ def _check_args(args) -> None:
 
 
 def main(argv=None) -> int:
-    args = _parser().parse_args(argv)
+    try:
+        args = _parser().parse_args(argv)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     chosen_batch = args.global_batch is None
     try:
         _check_args(args)

@@ -23,7 +23,9 @@ reports per rank:
 * In the text report, the achieved bus bandwidth per op (nccl-tests' factors) where durations are known.
 
 ``--json`` prints exactly ``{"ranks": [{"rank", "compute_s", "comm_s", "exposed_comm_s",
-"collectives", "by_axis"}, ...]}``. Bad input (a missing, truncated or non-trace file, a trace
+"collectives", "by_axis"}, ...]}``, and with ``--plan FLAGS`` a ``"plan"`` list beside it: the
+planner's prediction of that plan, per step, next to what the slowest rank measured
+(:mod:`commtax.measured.trace_plan`). Bad input (a missing, truncated or non-trace file, a trace
 without communication, traces from different runs) gives one line on stderr and exit code 2.
 See :mod:`commtax.measured.trace_bill` for the exact definitions.
 """
@@ -36,6 +38,7 @@ import sys
 
 from commtax.measured.trace_axes import Layout
 from commtax.measured.trace_bill import OPS, rank_bill
+from commtax.measured.trace_plan import compare, largest_gaps, plan_prediction
 from commtax.measured.trace_read import TraceError
 from commtax.measured.trace_scan import scan
 from commtax.units import format_bytes, format_rate, format_seconds
@@ -56,6 +59,9 @@ def _parser() -> argparse.ArgumentParser:
     for axis in ("tp", "pp", "cp"):
         p.add_argument(f"--{axis}", type=int, default=None, metavar=axis.upper(),
                        help=f"{axis} size of the plan (for the split by axis; Megatron's rank order)")
+    p.add_argument("--plan", metavar="FLAGS", help="the planner's flags for the plan that ran, quoted "
+                   "(\"CONFIG --gpus N --gpu H100 --tp T --pp P ...\"): its prediction beside the trace")
+    p.add_argument("--steps", type=int, default=1, help="training steps the traces cover (for --plan; default 1)")
     p.add_argument("--json", action="store_true", help="print JSON instead of the text report")
     return p
 
@@ -187,11 +193,28 @@ def render(report: dict, extras: list) -> str:
     return "\n".join(lines)
 
 
+def render_plan(rows: list[dict]) -> str:
+    """The --plan comparison as text: each part per step, measured vs predicted, and the largest gaps."""
+    def show(row, key):
+        return format_seconds(row[key]) if row["unit"] == "s" else format_bytes(row[key])
+    lines = [f"per step, slowest rank ({rows[0]['rank']}) against the plan's prediction:"]
+    lines += [f"  {r['part']:<24}{show(r, 'measured'):>12} measured{show(r, 'predicted'):>12} predicted"
+              f"   x{r['ratio']:.2f}" for r in rows]
+    gaps = ", ".join(f"{g['part']} (x{g['ratio']:.2f})" for g in largest_gaps(rows))
+    return "\n".join(lines + [f"  largest gaps: {gaps}"])
+
+
 def main(argv=None) -> int:
     """Run the command line; returns the exit code (0, or 2 on bad input)."""
     try:
         args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
         report, extras = analyze(args.traces, args.tp, args.pp, args.cp)
+        if args.plan is not None:
+            try:
+                _, prediction = plan_prediction(args.plan)
+                report["plan"] = compare(report, prediction, args.steps)
+            except ValueError as exc:   # the plan's own slips: one line, like the trace's
+                raise TraceError(str(exc)) from None
     except TraceError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
@@ -203,7 +226,8 @@ def main(argv=None) -> int:
             for note in notes(extra):
                 print(f"{PROG}: warning: rank {row['rank']}: {note}", file=sys.stderr)
     try:
-        print(json.dumps(report, indent=1) if args.json else render(report, extras))
+        text = render(report, extras) + ("\n" + render_plan(report["plan"]) if "plan" in report else "")
+        print(json.dumps(report, indent=1) if args.json else text)
     except BrokenPipeError:   # `... | head`: the reader left; not an error of ours
         sys.stderr.close()
     return 0

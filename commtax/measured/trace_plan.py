@@ -1,0 +1,80 @@
+"""A trace beside the plan it ran: the predictor's step, part by part, next to what the trace measured.
+
+``python3 -m commtax.trace TRACE... --plan "CONFIG --gpus N --gpu H100 --tp T --pp P ..." [--steps S]``
+prices the plan with the planner's own flags (:mod:`commtax.plan`: a fixed plan, so ``--tp`` and
+``--pp`` are required) and sets, per step (the trace's time divided by ``--steps``, the number of
+training steps the profiler recorded):
+
+* compute: measured (union of compute intervals) vs predicted (GEMMs, attention, element-wise
+  kernels, the output layer and the optimizer);
+* communication: measured (union of communication intervals) vs predicted (every axis' collectives,
+  hidden or not: the predictor's ``comm``);
+* exposed communication: measured vs predicted (what the axes add to the step);
+* data-parallel bytes per GPU: measured on the ``dp`` axis (when ``--tp/--pp/--cp`` place the groups)
+  vs the predictor's ``dp_bytes``.
+
+and names the largest gaps, as measured / predicted. The trace is read per rank; the comparison uses the
+slowest rank (the most compute plus exposed communication), since a step waits for it.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+
+#: The parts of the predictor's step that are compute (the rest is what the axes add).
+COMPUTE_PARTS = ("matmul", "elementwise", "logits", "optimizer")
+
+
+def plan_prediction(plan_args: str) -> tuple[dict, dict]:
+    """(run, prediction) of the plan the planner's flags in ``plan_args`` describe; ValueError if they do
+    not describe one fixed plan."""
+    from commtax.plan import _check_args, _parser, fixed_run, gpu_name, load_model, default_global_batch
+    from commtax.formulas import predict as P
+
+    try:
+        args = _parser().parse_args(shlex.split(plan_args))
+    except ValueError as exc:
+        raise ValueError(f"--plan: {exc}") from None
+    _check_args(args)
+    if args.tp is None:
+        raise ValueError("--plan needs a fixed plan: give --tp and --pp among its flags")
+    model, _ = load_model(args.config)
+    if args.seq is not None:
+        model["seq"] = args.seq
+    if args.global_batch is None:
+        args.global_batch = default_global_batch(model["seq"], args.gpus)
+    gpu_name(args.gpu)
+    run = fixed_run(model, args)
+    return run, P.predict(run)
+
+
+def compare(report: dict, prediction: dict, steps: int = 1) -> list[dict]:
+    """Rows ``{"part", "measured_s" or "measured_bytes", "predicted", "ratio"}`` per step, for the slowest
+    rank of ``report`` (:func:`commtax.trace.analyze`'s)."""
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
+    rank = max(report["ranks"], key=lambda r: r["compute_s"] + r["exposed_comm_s"])
+    times = prediction["times"]
+    predicted_compute = sum(times[p] for p in COMPUTE_PARTS)
+    rows = [dict(part="compute", unit="s", measured=rank["compute_s"] / steps, predicted=predicted_compute),
+            dict(part="communication", unit="s", measured=rank["comm_s"] / steps,
+                 predicted=sum(prediction["comm"].values())),
+            dict(part="exposed communication", unit="s", measured=rank["exposed_comm_s"] / steps,
+                 predicted=prediction["step_time_s"] - predicted_compute)]
+    dp = rank["by_axis"].get("dp")
+    if dp is not None:
+        measured = sum(c["bytes"] for op, c in dp.items() if op not in ("recv", "barrier")) / steps
+        rows.append(dict(part="data-parallel bytes", unit="B", measured=measured, predicted=prediction["dp_bytes"]))
+    for row in rows:
+        row["rank"] = rank["rank"]
+        row["ratio"] = row["measured"] / row["predicted"] if row["predicted"] > 0 else math.inf
+    return rows
+
+
+def largest_gaps(rows: list[dict], count: int = 2) -> list[dict]:
+    """The ``count`` rows whose measured / predicted is furthest from 1 (in either direction)."""
+    def distance(row):
+        r = row["ratio"]
+        return math.inf if r in (0, math.inf) else abs(math.log(r))
+    return sorted(rows, key=distance, reverse=True)[:count]
