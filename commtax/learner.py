@@ -20,29 +20,7 @@ import sys
 import numpy as np
 
 from commtax import labs
-
-
-class Unlit(NotImplementedError):
-    """A calculator needs a lab function the learner has not written yet (or that does not load)."""
-
-    def __init__(self, lab: str, name: str, why: str = ""):
-        self.lab, self.name, self.why = _number(lab), name, why
-        where = _where(self.lab)
-        detail = f" ({why})" if why else ""
-        super().__init__(f"implement Lab {self.lab}'s `{name}` ({where}) to light this calculator{detail}")
-
-
-def _number(lab: str) -> str:
-    """"01" from "lab-01", "01", "1" or 1."""
-    text = str(lab).removeprefix("lab-")[:2].rstrip("-")
-    return f"{int(text):02d}"
-
-
-def _where(number: str) -> str:
-    try:
-        return f"labs/{labs.find_lab(number).name}/starter.py"
-    except ValueError:
-        return f"Lab {number}'s starter.py"
+from commtax.unlit import Unavailable, Unlit, _number  # noqa: F401  (learner.Unlit is their public name)
 
 
 class _LabFunctions:
@@ -123,17 +101,6 @@ def unlit(lab_number, name: str, why: str = "not implemented yet: this copy has 
     """Raise :class:`Unlit` (an expression form, for one-line release statements)."""
     _skip_in_a_lab_test(lab_number, name)
     raise Unlit(lab_number, name, why)
-
-
-class Unavailable(Unlit):
-    """A calculator needs a reference the release does not ship, and the lab's function cannot stand in for it."""
-
-    def __init__(self, lab: str, name: str):
-        NotImplementedError.__init__(
-            self, f"this calculator runs on the course's reference for Lab {_number(lab)}'s `{name}` (its "
-                  f"signature differs from the lab's), which the student release does not ship: run it in the "
-                  f"course's public repository")
-        self.lab, self.name, self.why = _number(lab), name, "reference only"
 
 
 def unavailable(lab_number, name: str):

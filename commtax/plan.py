@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shlex
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -218,6 +219,26 @@ def main(argv=None) -> int:
         print(f"error: {exc}{hint}", file=sys.stderr)
         return 2
     return _show_search(model, notes, args, results)
+
+
+def predict_flags(plan_args: str) -> tuple[dict, dict]:
+    """(run, prediction) of the one plan the planner's flags in ``plan_args`` (a string, as typed)
+    describe; ValueError if they do not (``commtax.trace --plan`` uses it)."""
+    try:
+        args = _parser().parse_args(shlex.split(plan_args))
+    except ValueError as exc:
+        raise ValueError(f"--plan: {exc}") from None
+    _check_args(args)
+    if args.tp is None:
+        raise ValueError("--plan needs a fixed plan: give --tp and --pp among its flags")
+    model, _ = load_model(args.config)
+    if args.seq is not None:
+        model["seq"] = args.seq
+    if args.global_batch is None:
+        args.global_batch = default_global_batch(model["seq"], args.gpus)
+    gpu_name(args.gpu)
+    run = fixed_run(model, args)
+    return run, P.predict(run)
 
 
 def _evaluate(model, notes, args, hardware) -> int:

@@ -38,7 +38,8 @@ import sys
 
 from commtax.measured.trace_axes import Layout
 from commtax.measured.trace_bill import OPS, rank_bill
-from commtax.measured.trace_plan import compare, largest_gaps, plan_prediction
+from commtax.measured.trace_plan import compare, largest_gaps
+from commtax.plan import predict_flags
 from commtax.measured.trace_read import TraceError
 from commtax.measured.trace_scan import scan
 from commtax.units import format_bytes, format_rate, format_seconds
@@ -211,7 +212,7 @@ def main(argv=None) -> int:
         report, extras = analyze(args.traces, args.tp, args.pp, args.cp)
         if args.plan is not None:
             try:
-                _, prediction = plan_prediction(args.plan)
+                _, prediction = predict_flags(args.plan)
                 report["plan"] = compare(report, prediction, args.steps)
             except ValueError as exc:   # the plan's own slips: one line, like the trace's
                 raise TraceError(str(exc)) from None

@@ -1,8 +1,8 @@
 """A trace beside the plan it ran: the predictor's step, part by part, next to what the trace measured.
 
 ``python3 -m commtax.trace TRACE... --plan "CONFIG --gpus N --gpu H100 --tp T --pp P ..." [--steps S]``
-prices the plan with the planner's own flags (:mod:`commtax.plan`: a fixed plan, so ``--tp`` and
-``--pp`` are required) and sets, per step (the trace's time divided by ``--steps``, the number of
+prices the plan with the planner's own flags (:func:`commtax.plan.predict_flags`: a fixed plan, so
+``--tp`` and ``--pp`` are required) and :func:`compare` sets, per step (the trace's time divided by ``--steps``, the number of
 training steps the profiler recorded):
 
 * compute: measured (union of compute intervals) vs predicted (GEMMs, attention, element-wise
@@ -20,33 +20,9 @@ slowest rank (the most compute plus exposed communication), since a step waits f
 from __future__ import annotations
 
 import math
-import shlex
 
 #: The parts of the predictor's step that are compute (the rest is what the axes add).
 COMPUTE_PARTS = ("matmul", "elementwise", "logits", "optimizer")
-
-
-def plan_prediction(plan_args: str) -> tuple[dict, dict]:
-    """(run, prediction) of the plan the planner's flags in ``plan_args`` describe; ValueError if they do
-    not describe one fixed plan."""
-    from commtax.plan import _check_args, _parser, fixed_run, gpu_name, load_model, default_global_batch
-    from commtax.formulas import predict as P
-
-    try:
-        args = _parser().parse_args(shlex.split(plan_args))
-    except ValueError as exc:
-        raise ValueError(f"--plan: {exc}") from None
-    _check_args(args)
-    if args.tp is None:
-        raise ValueError("--plan needs a fixed plan: give --tp and --pp among its flags")
-    model, _ = load_model(args.config)
-    if args.seq is not None:
-        model["seq"] = args.seq
-    if args.global_batch is None:
-        args.global_batch = default_global_batch(model["seq"], args.gpus)
-    gpu_name(args.gpu)
-    run = fixed_run(model, args)
-    return run, P.predict(run)
 
 
 def compare(report: dict, prediction: dict, steps: int = 1) -> list[dict]:

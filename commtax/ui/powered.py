@@ -16,7 +16,7 @@ import traceback
 
 from IPython.display import HTML, display
 
-from commtax.learner import Unlit
+from commtax.unlit import Unlit
 
 CSS_CLASS = "commtax-unlit"
 
