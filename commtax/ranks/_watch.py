@@ -198,7 +198,7 @@ class Stall:
         try:
             with boundary.open_learner_file(rank_path(self.run_dir, rank, "beat"), "r") as f:
                 beat = json.loads(f.read(1 << 20))
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError, MemoryError):   # a rank may write a deeply nested beat
             return None
         return beat if valid_beat(beat) else None
 
