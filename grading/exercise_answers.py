@@ -11,7 +11,7 @@ so the in-notebook ``check`` lines cannot grade. Instead the release has
 answers and tolerances of the *teacher's* copy of :mod:`commtax.exercises`
 (relative tolerance, 2% unless the exercise says; exact for integers), one
 point per exercise. What a learner sees per exercise is the verdict
-("right", "wrong", "off by a factor of ~2: ...", "no answer"), never the answer.
+("right", "wrong, a known slip (...): what to check", "wrong", "no answer"), never the answer.
 
     python -m grading.exercise_answers template            # the file the release ships
     python -m grading.exercise_answers score SUBMISSION    # a table, or --json for the grader

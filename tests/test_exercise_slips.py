@@ -388,12 +388,8 @@ COINCIDENCES = {
     ("labs/lab-03-measure-the-wire/README.md", "0.875", "02.4", "the all-gather's busbw factor (P-1)/P at P = 8"),
     ("labs/lab-13-context-parallel/README.md", "13.2", "10.2", "a measured zigzag step, 13.2 ms"),
 }
-# Answers the labs' READMEs (not this change's files) still show; the test below fails once they are gone,
-# so that they are taken off this list.
-IN_LAB_READMES = {
-    ("labs/lab-04-bill-per-axis/README.md", "352 MB", "03.3"),
-    ("labs/lab-07-pipeline-schedules/README.md", "17.9%", "06.2"),
-}
+# Answers a lab's README may show (none now: Lab 04's showed 03.3's, Lab 07's 06.2's).
+IN_LAB_READMES: set[tuple[str, str, str]] = set()
 
 
 def _answers_shown() -> set[tuple[str, str, str]]:
@@ -415,9 +411,9 @@ def test_no_exercise_answer_appears_in_a_lesson_or_the_readme():
     assert not found, "answers shown:\n" + "\n".join(found)
 
 
-@pytest.mark.xfail(strict=True, reason="labs/lab-04's README shows 03.3's answer, lab-07's shows 06.2's (issue 40)")
 def test_no_exercise_answer_appears_in_a_lab_readme():
-    assert not (_answers_shown() & IN_LAB_READMES)
+    shown = sorted(f"{i}: {form!r} in {where}" for where, form, i in _answers_shown() if where.startswith("labs/"))
+    assert not shown, "answers shown in lab READMEs:\n" + "\n".join(shown)
 
 
 def test_no_check_example_in_a_readme_or_a_lesson_gives_an_answer():
