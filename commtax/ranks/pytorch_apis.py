@@ -1,0 +1,443 @@
+"""Lab 12's plan built with PyTorch's own parallel APIs on gloo ranks, its communication counted two ways.
+
+Lab 12 builds DP x TP x PP by hand (``dist.new_group``, explicit all-reduces
+and sends). This module builds the same kind of plan with the APIs a 2026
+practitioner uses, on CPU ranks (gloo, torch 2.13), and checks that what they
+send is the course's bill, axis by axis, for one training step:
+
+* ``DeviceMesh`` (``init_device_mesh("cpu", (dp, tp), mesh_dim_names=("dp", "tp"))``): the groups,
+  in Megatron's order (TP innermost: ranks d*tp + t);
+* tensor parallelism with DTensor: ``parallelize_module`` with ``ColwiseParallel`` on each
+  block's first Linear and ``RowwiseParallel`` on its second (Megatron's MLP), and the same with
+  sequence parallelism (``ColwiseParallel(input_layouts=Shard(1))``,
+  ``RowwiseParallel(output_layouts=Shard(1))``: the activations between blocks are split along
+  the sequence; ``SequenceParallel`` is the style for the norms and dropouts that sit there, and
+  the blocks here have none);
+* FSDP2, ``fully_shard`` on the mesh's "dp" dimension, one unit per block (ZeRO-3: parameters
+  gathered for the forward and again for the backward, gradients reduce-scattered);
+* ``torch.distributed.pipelining``: a ``PipelineStage`` per rank of a ("pp", "dp") mesh and
+  ``Schedule1F1B``, with the data-parallel gradients all-reduced once per step.
+
+The model is Lab 12's (:mod:`commtax.ranks.wholebill`): residual MLP blocks
+x + W2 gelu(W1 x + b1) + b2, float64, hidden h, 4h inside; its weights and
+data come from ``wholebill.make_model`` / ``make_batch``, so the losses can be
+checked against single-process training (``wholebill.reference_losses``).
+
+**The bill's convention**: bytes each rank *sends* in one training step, ring
+factors kept (CONTRIBUTING): an all-reduce of n bytes on g ranks sends
+2(g-1)/g n, an all-gather (n: the full buffer after) or a reduce-scatter (n:
+the full buffer before) (g-1)/g n, a send its n bytes; averaged over the ranks.
+The expected numbers (:func:`expected_bill`) are computed from the sizes alone,
+before any run, with :mod:`commtax.formulas.bill`:
+
+* TP: ``bill.tp_bytes_per_layer(b, s, h, t) / 2`` per layer: the bill counts four all-reduces of
+  the b s h activation per transformer layer (attention and MLP, forward and backward); these
+  blocks are MLP-only, so two: one in the forward (after ``RowwiseParallel``), one in the
+  backward (the gradient of ``ColwiseParallel``'s input). With sequence parallelism each
+  all-reduce becomes a reduce-scatter and an all-gather of the same buffer: the same bytes, twice
+  the calls.
+* DP (FSDP2): ``bill.zero_bytes(N_rank, d, stage=3)``, 3(d-1)/d N_rank B, where N_rank is the
+  parameters of one TP rank (W1, b1 and W2 split t ways, b2 replicated: 8h^2/t + 4h/t + h per
+  block). Two all-gathers per block and one reduce-scatter.
+* PP: ``bill.pp_bytes_per_microbatch(b, s, h)`` per micro-batch and boundary, (p-1)/p of it per
+  rank on average (stage 0 sends activations, stage 1 their gradients); with DP beside it,
+  ``bill.dp_allreduce_bytes`` of a stage's parameters.
+
+**Two independent counts**, both inside the ranks:
+
+* PyTorch's ``CommDebugMode`` (``torch.distributed.tensor.debug``), a dispatch mode: it counts the
+  collective ops (``c10d_functional.*`` that DTensor issues, and the ``c10d.*`` ops that FSDP2's
+  ``dist.all_gather_into_tensor`` / ``dist.reduce_scatter_tensor`` reach); it sees FSDP2's
+  collectives, not only DTensor's. It does not name a collective's group, so its counts are
+  put on an axis by who issued them: functional collectives are DTensor's (TP), the others FSDP2's
+  (DP). Counts only, no bytes.
+* The course's byte counter: :func:`commtax.ranks.traffic.record_traffic` wraps
+  ``torch.distributed``'s calls (FSDP2's collectives, the pipeline's sends) and
+  :func:`commtax.ranks.funcol_traffic.record_functional_collectives` the functional collectives
+  DTensor calls instead (``record_traffic`` alone sees no TP traffic). Each call's bytes and its
+  group's ranks put it on an axis.
+
+What does not work on gloo/CPU with torch 2.13 (found here, 2026-12):
+
+* ``CommDebugMode`` around a ``torch.distributed.pipelining`` schedule fails. In the first step,
+  inside the schedule's shape inference: ``RuntimeError: A leaf node was passed to
+  _will_engine_execute_node but we are currently running autograd.grad(). This is currently not
+  supported.`` (CommDebugMode's module tracker registers multi-grad hooks, which
+  ``autograd.grad`` on the stage's inputs does not allow); in a later step, in its forward
+  hook: ``IndexError: list index out of range`` (``_comm_mode.py``, ``self.parent_list[-1]``: the
+  stage's module is run outside any module its tracker entered). So the pipeline's sends are
+  counted by the byte counter alone.
+* A Python process group wrapping gloo, to count below every API (``dist.Backend.register_backend``
+  with a ``dist.ProcessGroup`` subclass, given to ``init_device_mesh(backend_override=...)``):
+  ``RuntimeError: ProcessGroup name not set`` in ``DeviceMesh._init_one_process_group``, with or
+  without ``extended_api``. Not used.
+* Everything else works on gloo: the 2-D mesh, DTensor TP with and without sequence parallelism
+  (its all-gathers and reduce-scatters included), FSDP2 on the mesh's "dp" dimension of
+  TP-sharded parameters, ``PipelineStage`` + ``Schedule1F1B`` over a mesh dimension's group.
+
+What the counts show beside the bill (:func:`reconcile`):
+
+* the first step of a pipeline sends a few hundred bytes more than the bill: the schedule's shape
+  inference (tiny messages of tensor metadata) on its first ``step``; later steps equal the bill;
+* without an input that needs a gradient (the first layer of a model with no embedding before it,
+  ``slip="input_no_grad"``), the first block's backward all-reduce is skipped: 2L - 1, not 2L;
+* Colwise on both Linears (``slip="colwise_twice"``) trains the same losses but all-gathers the 4h
+  activation: a correct model with another bill;
+* ``fully_shard(reshard_after_forward=False)`` (``slip="fsdp_no_reshard"``) gathers once per block:
+  2(d-1)/d N_rank, not ZeRO-3's 3(d-1)/d N_rank.
+
+Entry points: :func:`run_plans` (the rank side, one job of 4 ranks, about 12 s on
+2 idle cores for the three plans and the three slips), :func:`expected_bill`, :func:`reconcile`,
+:func:`reference_losses` and :func:`run_losses` (the parent side), :data:`SIZES`.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from commtax.ranks import wholebill
+
+DTYPE_BYTES = 8  # float64
+#: The run's sizes: 2 blocks of hidden 16 (64 inside), micro-batches of 2 sequences of 8 tokens,
+#: 4 micro-batches in the pipeline, 2 steps, SGD.
+SIZES = dict(layers=2, hidden=16, micro_batch=2, seq=8, microbatches=4, steps=2, lr=0.1)
+AXES = ("tp", "dp", "pp")
+#: Deliberate departures from the plan, to show that the counts see them (see the module's docstring).
+SLIPS = ("colwise_twice", "fsdp_no_reshard", "input_no_grad")
+PLANS = ("dp_tp", "dp_tp_sp", "pp_dp")
+
+
+class Block(nn.Module):
+    """One residual MLP block, Lab 12's: x + down(gelu(up(x))), up: h -> 4h, down: 4h -> h."""
+
+    def __init__(self, hidden: int):
+        super().__init__()
+        self.up = nn.Linear(hidden, 4 * hidden, dtype=torch.float64)
+        self.down = nn.Linear(4 * hidden, hidden, dtype=torch.float64)
+
+    def forward(self, x):
+        return x + self.down(F.gelu(self.up(x)))
+
+
+def make_model(layers: int, hidden: int, seed: int = 0) -> nn.Sequential:
+    """Lab 12's model (``wholebill.make_model``'s weights) as an ``nn.Sequential`` of :class:`Block`."""
+    blocks = []
+    for weights in wholebill.make_model(layers, hidden, seed):
+        block = Block(hidden)
+        with torch.no_grad():
+            block.up.weight.copy_(weights["w1"])
+            block.up.bias.copy_(weights["b1"])
+            block.down.weight.copy_(weights["w2"])
+            block.down.bias.copy_(weights["b2"])
+        blocks.append(block)
+    return nn.Sequential(*blocks)
+
+
+# -- the bill, from the sizes alone ----------------------------------------------------------
+
+def params_per_tp_rank(layers: int, hidden: int, tp: int) -> int:
+    """Parameters one TP rank holds before FSDP shards them: W1, b1, W2 split t ways; b2 replicated."""
+    ffn = 4 * hidden // tp
+    return layers * (2 * hidden * ffn + ffn + hidden)
+
+
+def expected_bill(layers, hidden, micro_batch, seq, microbatches, dp=2, tp=2, pp=2, dtype_bytes=DTYPE_BYTES) -> dict:
+    """What one training step should send, per plan, from :mod:`commtax.formulas.bill`: bytes per rank and calls.
+
+    Returns ``{plan: {axis: {"bytes": bytes a rank sends per step (mean over ranks),
+    "calls": {op: calls per rank per step}}}}`` for the plans :func:`run_plans` runs:
+    ``"dp_tp"`` (FSDP2 x TP, one micro-batch of ``micro_batch`` sequences per DP rank),
+    ``"dp_tp_sp"`` (the same with sequence parallelism) and ``"pp_dp"`` (a ``pp``-stage 1F1B
+    pipeline of ``microbatches`` micro-batches beside DP). See the module's docstring.
+    """
+    from commtax.formulas import bill
+
+    L, B = layers, dtype_bytes
+    tp_bytes = bill.tp_bytes_per_layer(micro_batch, seq, hidden, tp, B) / 2 * L   # MLP-only: 2 of 4 all-reduces
+    n_rank = params_per_tp_rank(L, hidden, tp)
+    fsdp = {"bytes": bill.zero_bytes(n_rank, dp, 3, B), "calls": {"all_gather": 2 * L, "reduce_scatter": L}}
+    n_stage = params_per_tp_rank(L // pp, hidden, 1)
+    return {
+        "dp_tp": {"tp": {"bytes": tp_bytes, "calls": {"all_reduce": 2 * L}}, "dp": fsdp},
+        "dp_tp_sp": {"tp": {"bytes": tp_bytes, "calls": {"all_gather": 2 * L, "reduce_scatter": 2 * L}}, "dp": fsdp},
+        "pp_dp": {"pp": {"bytes": bill.pp_bytes_per_microbatch(micro_batch, seq, hidden, B) * microbatches
+                         * (pp - 1) / pp, "calls": {"send": microbatches}},
+                  "dp": {"bytes": bill.dp_allreduce_bytes(n_stage, dp, B), "calls": {"all_reduce": 1}}},
+    }
+
+
+# -- counting --------------------------------------------------------------------------------
+
+def course_op(name: str) -> str:
+    """A collective's name in the course's words, from torch's many (``c10d._allgather_base_``, ...)."""
+    name = str(name).rsplit(".", 1)[-1].lower()
+    for key, op in (("all_gather", "all_gather"), ("allgather", "all_gather"), ("reduce_scatter", "reduce_scatter"),
+                    ("all_reduce", "all_reduce"), ("allreduce", "all_reduce"), ("all_to_all", "all_to_all"),
+                    ("alltoall", "all_to_all"), ("broadcast", "broadcast"), ("barrier", "barrier"),
+                    ("send", "send"), ("recv", "recv")):
+        if key in name:
+            return op
+    return name
+
+
+def sent_bytes(op: str, group_size: int, payload: float) -> float:
+    """Bytes one rank sends for a collective on ``group_size`` ranks (payload in the course's convention), ring."""
+    g = group_size
+    if g <= 1:
+        return 0.0
+    if op == "all_reduce":
+        return 2 * (g - 1) / g * payload
+    if op in ("all_gather", "reduce_scatter", "all_to_all", "broadcast"):
+        return (g - 1) / g * payload
+    return float(payload)
+
+
+def ledger(traffic, functional, axis_groups: dict) -> dict:
+    """The byte counter's view of one step: ``{axis: {"bytes": sent by this rank, "calls": {op: n},
+    "by_counter": {"torch.distributed" or "functional": calls}}}``.
+
+    ``traffic``: a :class:`commtax.ranks.traffic.Traffic` (``torch.distributed`` calls: FSDP2,
+    sends); ``functional``: :func:`~commtax.ranks.funcol_traffic.record_functional_collectives`'
+    list (DTensor). ``axis_groups``: {axis: global ranks of this rank's group on that axis}. A
+    collective on no axis's group goes to "other"; point-to-point sends to "pp".
+    """
+    axis_of = {tuple(ranks): axis for axis, ranks in axis_groups.items()}
+    out = {axis: {"bytes": 0.0, "calls": {}, "by_counter": {}} for axis in (*AXES, "other")}
+
+    def add(axis, op, nbytes, counter):
+        out[axis]["bytes"] += nbytes
+        out[axis]["calls"][op] = out[axis]["calls"].get(op, 0) + 1
+        out[axis]["by_counter"][counter] = out[axis]["by_counter"].get(counter, 0) + 1
+
+    for name, ranks, payload in traffic.collective_groups:
+        op = course_op(name)
+        if op == "reduce_scatter":   # record_traffic sizes the first argument: the output, one shard
+            payload *= len(ranks)
+        add(axis_of.get(tuple(ranks), "other"), op, sent_bytes(op, len(ranks), payload), "torch.distributed")
+    for op, ranks, payload in functional:
+        add(axis_of.get(tuple(ranks), "other"), op, sent_bytes(op, len(ranks), payload), "functional")
+    for kind, _peer, _tag, nbytes in traffic.messages:
+        if kind == "send":
+            add("pp", "send", float(nbytes), "torch.distributed")
+    return out
+
+
+def debug_mode_calls(comm_counts: dict) -> dict:
+    """``CommDebugMode.get_comm_counts()`` by axis: functional collectives are DTensor's (TP), the rest FSDP2's (DP)."""
+    out = {"tp": {}, "dp": {}}
+    for op, n in comm_counts.items():
+        axis = "tp" if "_c10d_functional" in str(op) or str(op).startswith("c10d_functional") else "dp"
+        name = course_op(op)
+        out[axis][name] = out[axis].get(name, 0) + n
+    return out
+
+
+# -- the rank side ---------------------------------------------------------------------------
+
+def _tp_plan(sequence_parallel: bool, slip):
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    if sequence_parallel:
+        return {"up": ColwiseParallel(input_layouts=Shard(1)), "down": RowwiseParallel(output_layouts=Shard(1))}
+    if slip == "colwise_twice":  # the second Linear split by columns too: gathers its input and its output
+        return {"up": ColwiseParallel(), "down": ColwiseParallel(input_layouts=Shard(-1), output_layouts=Replicate())}
+    return {"up": ColwiseParallel(), "down": RowwiseParallel()}
+
+
+def dp_tp_steps(mesh, sizes: dict, sequence_parallel: bool = False, slip=None) -> dict:
+    """FSDP2 x DTensor TP on a ("dp", "tp") mesh: ``sizes["steps"]`` SGD steps, each counted both ways.
+
+    Returns plain data: ``{"loss": [this rank's loss per step], "counted": [ledger per step],
+    "debug_mode": [CommDebugMode's calls by axis per step]}``.
+    """
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor.debug import CommDebugMode
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    from commtax.ranks.funcol_traffic import record_functional_collectives
+    from commtax.ranks.traffic import record_traffic
+
+    layers, hidden, b, seq = sizes["layers"], sizes["hidden"], sizes["micro_batch"], sizes["seq"]
+    dp, tp = mesh["dp"].size(), mesh["tp"].size()
+    d, t = mesh["dp"].get_local_rank(), mesh["tp"].get_local_rank()
+    model = make_model(layers, hidden)
+    for block in model:
+        parallelize_module(block, mesh["tp"], _tp_plan(sequence_parallel, slip))
+    for block in model:
+        fully_shard(block, mesh=mesh["dp"], reshard_after_forward=slip != "fsdp_no_reshard")
+    fully_shard(model, mesh=mesh["dp"])
+    optimizer = torch.optim.SGD(model.parameters(), lr=sizes["lr"])
+    groups = {"dp": tuple(mesh["dp"].mesh.tolist()), "tp": tuple(mesh["tp"].mesh.tolist())}
+    out = {"loss": [], "counted": [], "debug_mode": []}
+    for step in range(sizes["steps"]):
+        x, target = wholebill.make_batch(dp * b, seq, hidden, step)
+        x, target = x[d * b:(d + 1) * b], target[d * b:(d + 1) * b]
+        if sequence_parallel:   # each TP rank holds its 1/t of the sequence
+            chunk = seq // tp
+            x, target = x[:, t * chunk:(t + 1) * chunk], target[:, t * chunk:(t + 1) * chunk]
+        x = x.clone().requires_grad_(slip != "input_no_grad")
+        debug = CommDebugMode()
+        with record_traffic() as traffic, record_functional_collectives() as functional, debug:
+            loss = F.mse_loss(model(x), target)
+            # sequence parallel: the loss of the whole sequence is the mean of the t shards' losses
+            (loss / tp if sequence_parallel else loss).backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        out["loss"].append(loss.item())   # the mean over ranks is the global batch's loss
+        out["counted"].append(ledger(traffic, functional, groups))
+        out["debug_mode"].append(debug_mode_calls(debug.get_comm_counts()))
+    return out
+
+
+def pp_dp_steps(mesh, sizes: dict) -> dict:
+    """A 2-stage ``Schedule1F1B`` on the mesh's "pp" dimension beside DP: ``sizes["steps"]`` SGD steps, counted.
+
+    Each DP replica runs its own pipeline on ``microbatches`` micro-batches; after the schedule the
+    stage's gradients are flattened and all-reduced (averaged) on the "dp" group, once per step
+    (DDP's bill). Counted by the byte counter only: ``CommDebugMode`` fails inside the schedule
+    (see the module's docstring). Returns ``{"loss": [...] (last stage; None elsewhere),
+    "counted": [ledger per step]}``.
+    """
+    import torch.distributed as dist
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B
+
+    from commtax.ranks.funcol_traffic import record_functional_collectives
+    from commtax.ranks.traffic import record_traffic
+
+    layers, hidden, b, seq, m = (sizes[k] for k in ("layers", "hidden", "micro_batch", "seq", "microbatches"))
+    pp, dp = mesh["pp"].size(), mesh["dp"].size()
+    p, d = mesh["pp"].get_local_rank(), mesh["dp"].get_local_rank()
+    per_stage = layers // pp
+    stage_module = nn.Sequential(*list(make_model(layers, hidden))[p * per_stage:(p + 1) * per_stage])
+    stage = PipelineStage(stage_module, p, pp, torch.device("cpu"), group=mesh["pp"].get_group())
+    schedule = Schedule1F1B(stage, n_microbatches=m, loss_fn=F.mse_loss)
+    optimizer = torch.optim.SGD(stage_module.parameters(), lr=sizes["lr"])
+    dp_group = mesh["dp"].get_group()
+    groups = {"dp": tuple(mesh["dp"].mesh.tolist()), "pp": tuple(mesh["pp"].mesh.tolist())}
+    out = {"loss": [], "counted": []}
+    for step in range(sizes["steps"]):
+        x, target = wholebill.make_batch(dp * m * b, seq, hidden, step)
+        x, target = x[d * m * b:(d + 1) * m * b], target[d * m * b:(d + 1) * m * b]
+        losses = []
+        with record_traffic() as traffic, record_functional_collectives() as functional:
+            if p == 0:
+                schedule.step(x)
+            elif p == pp - 1:
+                schedule.step(target=target, losses=losses)
+            else:
+                schedule.step()
+            grads = [q.grad for q in stage_module.parameters()]
+            flat = torch.cat([g.reshape(-1) for g in grads])
+            dist.all_reduce(flat, group=dp_group)
+            flat /= dp
+            offset = 0
+            for g in grads:
+                g.copy_(flat[offset:offset + g.numel()].view_as(g))
+                offset += g.numel()
+            optimizer.step()
+            optimizer.zero_grad()
+        out["loss"].append(sum(float(v) for v in losses) / m if losses else None)
+        out["counted"].append(ledger(traffic, functional, groups))
+    return out
+
+
+def run_plans(rank, world_size, sizes=None, plans=PLANS, slips=()) -> dict:
+    """The rank side of one job on 4 gloo ranks (under :func:`commtax.ranks.launch.run_ranks`): every plan in turn.
+
+    ``plans``: any of "dp_tp" (FSDP2 x TP on a 2 x 2 ("dp", "tp") mesh), "dp_tp_sp" (the same with
+    sequence parallelism), "pp_dp" (2 pipeline stages x 2 DP replicas on a ("pp", "dp") mesh).
+    ``slips``: any of :data:`SLIPS`, each run as the "dp_tp" plan with that departure, one step.
+    Returns {plan: plain data, "slips": {slip: plain data}}.
+    """
+    from torch.distributed.device_mesh import init_device_mesh
+
+    if world_size != 4:
+        raise ValueError(f"world_size must be 4 (2 x 2 meshes), got {world_size}")
+    for slip in slips:
+        if slip not in SLIPS:
+            raise ValueError(f"slips: each must be one of {SLIPS}, got {slip!r}")
+    torch.set_num_threads(1)
+    sizes = dict(SIZES, **(sizes or {}))
+    out = {}
+    for plan in plans:
+        if plan in ("dp_tp", "dp_tp_sp"):
+            mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+            out[plan] = dp_tp_steps(mesh, sizes, sequence_parallel=plan == "dp_tp_sp")
+        elif plan == "pp_dp":
+            mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("pp", "dp"))
+            out[plan] = pp_dp_steps(mesh, sizes)
+        else:
+            raise ValueError(f"plans: unknown plan {plan!r}, expected some of {PLANS}")
+    if slips:
+        out["slips"] = {slip: dp_tp_steps(init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp")),
+                                          dict(sizes, steps=1), slip=slip) for slip in slips}
+    return out
+
+
+# -- the parent side ---------------------------------------------------------------------------
+
+def _same(a, b) -> bool:
+    return abs(a - b) <= 1e-9 * max(1.0, abs(b))
+
+
+def reconcile(results: list, sizes=None, step: int = 1, bill=None) -> dict:
+    """The bill beside the two counts, per plan and axis, for one step (``step``; 0 is the first).
+
+    ``results``: what :func:`run_plans` returned on every rank. ``bill``: :func:`expected_bill`'s
+    dict (default: computed from ``sizes``). Per plan and axis: ``bill_bytes``, ``counted_bytes``
+    (byte counter, mean over ranks), ``bill_calls``, ``counted_calls`` (rank 0's),
+    ``debug_mode_calls`` (CommDebugMode's, rank 0's; None where it cannot run), and ``verdict``:
+    "ok" or what differs. Bytes are sent per rank per step.
+    """
+    sizes = dict(SIZES, **(sizes or {}))
+    bill = bill or expected_bill(sizes["layers"], sizes["hidden"], sizes["micro_batch"], sizes["seq"],
+                                 sizes["microbatches"])
+    rows = {}
+    for plan, axes in bill.items():
+        if plan not in results[0]:
+            continue
+        rows[plan] = {}
+        for axis in (*AXES, "other"):
+            expected = axes.get(axis, {"bytes": 0.0, "calls": {}})
+            counted = sum(r[plan]["counted"][step][axis]["bytes"] for r in results) / len(results)
+            calls = {op: sum(r[plan]["counted"][step][axis]["calls"].get(op, 0) for r in results) / len(results)
+                     for op in {op for r in results for op in r[plan]["counted"][step][axis]["calls"]}}
+            debug = results[0][plan]["debug_mode"][step].get(axis) if "debug_mode" in results[0][plan] else None
+            problems = []
+            if not _same(counted, expected["bytes"]):
+                problems.append(f"counted {counted:g} B, the bill {expected['bytes']:g} B")
+            if calls != {op: float(n) for op, n in expected["calls"].items()}:
+                problems.append(f"calls {calls} != the bill's {expected['calls']}")
+            if debug is not None and debug != expected["calls"]:
+                problems.append(f"CommDebugMode's calls {debug} != the bill's {expected['calls']}")
+            if axis in axes or counted or calls:
+                rows[plan][axis] = {"bill_bytes": expected["bytes"], "counted_bytes": counted,
+                                    "bill_calls": expected["calls"], "counted_calls": calls,
+                                    "debug_mode_calls": debug, "verdict": "ok" if not problems else "; ".join(problems)}
+    return rows
+
+
+def reconcile_slip(results: list, slip: str, sizes=None) -> dict:
+    """:func:`reconcile` of a slip's run (``run_plans(slips=...)``, one step) against the "dp_tp" plan's bill."""
+    sizes = dict(SIZES, **(sizes or {}))
+    bill = expected_bill(sizes["layers"], sizes["hidden"], sizes["micro_batch"], sizes["seq"], sizes["microbatches"])
+    runs = [{"dp_tp": r["slips"][slip]} for r in results]
+    return reconcile(runs, sizes, step=0, bill={"dp_tp": bill["dp_tp"]})["dp_tp"]
+
+
+def reference_losses(plan: str, sizes=None, dp: int = 2) -> list:
+    """Single-process training's loss per step for ``plan``'s global batch (``wholebill.reference_losses``)."""
+    sizes = dict(SIZES, **(sizes or {}))
+    batch = dp * sizes["micro_batch"] * (sizes["microbatches"] if plan == "pp_dp" else 1)
+    return wholebill.reference_losses(sizes["layers"], sizes["hidden"], batch, sizes["seq"], sizes["steps"],
+                                      sizes["lr"])
+
+
+def run_losses(results: list, plan: str) -> list:
+    """The run's loss per step: the mean of the ranks' losses (every rank's share of the global batch is equal)."""
+    values = [[v for v in r[plan]["loss"]] for r in results]
+    values = [[v for v in step if v is not None] for step in zip(*values)]
+    return [sum(step) / len(step) for step in values]
