@@ -210,6 +210,10 @@ EXERCISES: dict[str, Exercise] = {
                      "PYdy20wYaYI="),
     "10.4": Exercise("FLOPs per byte of the expert all-to-all in the forward (its binding window) at EP 16, "
                      "1,536-wide SwiGLU experts", "lxS1LBXUVSk="),
+    "10.5": Exercise("tokens per second per GPU of the fastest DeepSeek-V3 plan on 256 B200s (TP 1, the EP x PP grid)",
+                     tolerance=0.01, compute=lambda: _lesson10_deepseek_b200_best()),
+    "10.6": Exercise("tokens per second per GPU of DeepSeek-V3 on 2,048 H800s with overlap alone", tolerance=0.01,
+                     compute=lambda: _lesson10_deepseek_h800(ep_overlap=True)),
     # Lesson 11
     "11.1": Exercise("PP bytes per rank per step (averaged over ranks) for d = 1, t = 2, p = 4", "CY6cBW3iAJg="),
     "11.2": Exercise("TP bytes with attention divided by TP bytes without", "pU0mEOgju1E="),
@@ -265,6 +269,34 @@ def _lesson10_zero3(field: str, hardware=None) -> float:
     run = dict(predict.MODELS["Llama-2 70B"], gpus=512, gpu="H100-80GB", tp=2, pp=1, dp=256, micro_batch=1,
                global_batch=1024, zero_stage=3)
     return predict.predict(run, hardware=hardware)[field]
+
+
+def _lesson10_deepseek_b200(ep: int, pp: int):
+    """Lesson 10, exercise 5: DeepSeek-V3 on 256 B200s at TP 1, ``ep`` x ``pp``; None if refused or too big."""
+    from commtax.formulas import predict
+    model, _ = predict.moe_model("DeepSeek-V3")
+    run = dict(model, seq=4096, micro_batch=1, zero_stage=1, gpus=256, gpu="B200", tp=1, pp=pp, ep=ep,
+               global_batch=4096, precision="mxfp8")
+    try:
+        result = predict.predict(run)
+    except ValueError:
+        return None
+    return result if result["fits"] else None
+
+
+def _lesson10_deepseek_b200_best() -> float:
+    """Lesson 10, exercise 5: the fastest plan of the grid, tokens per second per GPU."""
+    plans = [_lesson10_deepseek_b200(ep, pp) for ep in (8, 16, 32, 64) for pp in (2, 4, 8, 16)]
+    return max(p["tokens_per_s_per_gpu"] for p in plans if p)
+
+
+def _lesson10_deepseek_h800(**options) -> float:
+    """Lesson 10, exercise 6: DeepSeek-V3 on 2,048 H800s (TP 1, PP 16, EP 64, FP8) with ``options``."""
+    from commtax.formulas import predict
+    model, _ = predict.moe_model("DeepSeek-V3")
+    run = dict(model, seq=4096, micro_batch=1, zero_stage=1, gpus=2048, gpu="H800", tp=1, pp=16, ep=64,
+               global_batch=15360, precision="fp8", **options)
+    return predict.predict(run)["tokens_per_s_per_gpu"]
 
 
 def _lesson10_winner_halved() -> float:
@@ -612,6 +644,21 @@ SLIPS: dict[str, tuple[Slip, ...]] = {
              "n f_e e / ((e-1) B)"),
         Slip("e/(e-1) left out", "FrfZELIKw1k=", "only the (e-1)/e of copies that leave their rank are on the wire"),
         Slip("two matrices", "soSrPnrdahE=", "a SwiGLU expert has three matrices (n = 3)"),
+    ),
+    "10.5": (
+        Slip("the lesson's EP 8 plan", "", "that is EP 8 at PP 8, the lesson's; try the whole grid: a plan that fits "
+             "without recomputation can win", compute=lambda: _lesson10_deepseek_b200(8, 8)["tokens_per_s_per_gpu"]),
+        Slip("EP 64 across nodes", "", "that is EP 64 at PP 4, its all-to-alls across 8 nodes; asked is the fastest plan",
+             compute=lambda: _lesson10_deepseek_b200(64, 4)["tokens_per_s_per_gpu"]),
+    ),
+    "10.6": (
+        Slip("all four together", "", "that is all four mechanisms; asked is overlap alone",
+             compute=lambda: _lesson10_deepseek_h800(ep_dispatch="per_node", ep_max_nodes=4,
+                                                     dispatch_bytes_per_element=1, ep_overlap=True)),
+        Slip("no mechanism", "", "that is Megatron's plain all-to-all without overlap; asked is with ep_overlap=True",
+             compute=lambda: _lesson10_deepseek_h800()),
+        Slip("node-limited dispatch", "", "that is dispatching once per node to at most 4 nodes; asked is overlap alone",
+             compute=lambda: _lesson10_deepseek_h800(ep_dispatch="per_node", ep_max_nodes=4)),
     ),
     # Lesson 11
     "11.1": (

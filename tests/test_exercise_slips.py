@@ -103,6 +103,11 @@ def _model(name):
     zero3 = dict(predict.MODELS["Llama-2 70B"], gpus=512, gpu="H100-80GB", tp=2, pp=1, dp=256, micro_batch=1,
                  global_batch=1024, zero_stage=3)
     halved = dataclasses.replace(predict.H100, nic_bandwidth=predict.H100.nic_bandwidth / 2)
+    deepseek, _ = predict.moe_model("DeepSeek-V3")
+    b200 = dict(deepseek, seq=4096, micro_batch=1, zero_stage=1, gpus=256, gpu="B200", tp=1, global_batch=4096,
+                precision="mxfp8")
+    h800 = dict(deepseek, seq=4096, micro_batch=1, zero_stage=1, gpus=2048, gpu="H800", tp=1, pp=16, ep=64,
+                global_batch=15360, precision="fp8")
     values = {
         "04.3 (b)": lambda: plan(4, 2, 8).mfu,
         "04.4 TP 8": lambda: plan(8, 4, 32).axes["TP"].tax,
@@ -114,6 +119,13 @@ def _model(name):
         "10.2 winner": lambda: predict.breakdown(
             dict(predict.search_plans(predict.MODELS["Llama-2 70B"], 512, "H100-80GB", 1024)[0]["run"]),
             hardware=halved)["step_time_s"],
+        "10.5 EP 8 PP 8": lambda: predict.predict(dict(b200, ep=8, pp=8))["tokens_per_s_per_gpu"],
+        "10.5 EP 64": lambda: predict.predict(dict(b200, ep=64, pp=4))["tokens_per_s_per_gpu"],
+        "10.6 all four": lambda: predict.predict(dict(h800, ep_dispatch="per_node", ep_max_nodes=4,
+                                                      dispatch_bytes_per_element=1, ep_overlap=True))["tokens_per_s_per_gpu"],
+        "10.6 none": lambda: predict.predict(h800)["tokens_per_s_per_gpu"],
+        "10.6 node-limited": lambda: predict.predict(dict(h800, ep_dispatch="per_node",
+                                                          ep_max_nodes=4))["tokens_per_s_per_gpu"],
     }
     return values[name]()
 
@@ -211,6 +223,9 @@ KNOWN = {
              ("over all 128 GPUs", 175e9 / 128 * 18)],
     "10.4": [("EP 8", 3 * 1536 * 8 / (7 * 2)), ("pooled forward and backward", 1.5 * 3 * 1536 * 16 / (15 * 2)),
              ("e/(e-1) left out", 3 * 1536 / 2), ("two matrices", 2 * 1536 * 16 / (15 * 2))],
+    "10.5": [("the lesson's EP 8 plan", lambda: _model("10.5 EP 8 PP 8")), ("EP 64 across nodes", lambda: _model("10.5 EP 64"))],
+    "10.6": [("all four together", lambda: _model("10.6 all four")), ("no mechanism", lambda: _model("10.6 none")),
+             ("node-limited dispatch", lambda: _model("10.6 node-limited"))],
     "11.1": [("a middle stage", 4 * 2 * 2048), ("the first or last stage", 4 * 2048), ("all ranks together", 4 * 3 * 2 * 2048),
              ("forward only", 4 * 1.5 * 1024)],
     "11.2": [("unchanged", 1.0), ("inverted", 0.5)],
