@@ -102,14 +102,6 @@ def critical_tokens_per_gpu(peak_flops, bandwidth, dp=None, dtype_bytes=2, windo
     return ridge * 2 * ring * dtype_bytes / flops_per_token
 
 
-def critical_global_batch(peak_flops, bandwidth, seq, replicas, dtype_bytes=2, window="step") -> float:
-    """Sequences per step at which each of ``replicas`` data-parallel replicas reaches
-    :func:`critical_tokens_per_gpu` (the critical batch of the communication roofline)."""
-    require_int("seq", seq, 1)
-    dp = require_int("replicas", replicas, 2)
-    return critical_tokens_per_gpu(peak_flops, bandwidth, dp, dtype_bytes, window) * dp / seq
-
-
 def ep_intensity(expert_ffn_hidden, ep, swiglu=True, dtype_bytes=2, window="forward") -> float:
     """EP: a routed copy's expert FFN against the all-to-alls that carry it to its expert and back.
 

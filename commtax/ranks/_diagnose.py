@@ -165,8 +165,3 @@ def waits_for(failure, ledger) -> str:
                 if src == failure.rank:
                     details.append(f"sending to rank {dst}, tag {tag}")
     return f"  (waits in {call}()" + (" " + "; ".join(details[:4]) if details else "") + ")"
-
-
-def deadlock_hint(failures) -> str | None:
-    """The hint sentence for learners when the stacks show a classic deadlock, else None."""
-    return diagnose(failures, len({f.rank for f in failures}))[1]

@@ -43,12 +43,6 @@ class Traffic:
     messages: list = field(default_factory=list)     # ("send"|"recv", peer global rank or None, tag, bytes)
     collective_groups: list = field(default_factory=list)  # (name, global ranks of its group, payload bytes)
 
-    def collective_calls(self, name: str) -> int:
-        return sum(1 for n, _ in self.collectives if n == name)
-
-    def collective_bytes(self, name: str) -> int:
-        return sum(b for n, b in self.collectives if n == name)
-
 
 def _payload_bytes(value) -> int:
     if hasattr(value, "numel") and hasattr(value, "element_size"):

@@ -9,8 +9,7 @@ its tests and the lesson share and trust:
   (:func:`reference_losses`, :func:`train_losses`) without running any learner code;
 * the prediction made **before** the run: bytes per axis (the course's bill
   for this model) and a step time from measured compute, a measured link and
-  the 1F1B schedule (:func:`predict_step`);
-* the reconciliation of a run's timeline (:func:`exposed_by_kind`).
+  the 1F1B schedule (:func:`predict_step`).
 
 Conventions: float64 tensors; bytes sent per rank per step, averaged over all
 ranks; seconds.
@@ -176,12 +175,6 @@ def op_times_from_model(*, layers, hidden, micro_batch, seq, dp, tp, pp, t_op, a
     return {"t_forward": t_op / 3 * share + tp_op, "t_backward": 2 * t_op / 3 * share + tp_op,
             "t_p2p": p2p_time(act) if pp > 1 else 0.0, "t_dp": allreduce_time(grads, dp) if dp > 1 else 0.0,
             "cpu_share": share}
-
-
-def exposed_by_kind(timeline, step_s) -> dict:
-    """Seconds of a rank's step spent in compute ops (F/B, receives included) and outside them."""
-    busy = sum(t1 - t0 for _, _, t0, t1, *_ in timeline)
-    return {"ops": busy, "outside_ops": max(0.0, step_s - busy)}
 
 
 # -- measuring a plan's pieces on the spot, then training (run.py, Lesson 11, the tests) -------

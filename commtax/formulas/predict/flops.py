@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from commtax.formulas.moe import expert_flops_per_token
 from commtax.formulas.predict.config import DEFAULTS, OPEN_DEFAULTS
 from commtax.formulas.predict.hardware import GPUS
 from commtax.formulas.predict.shape import (attention_gemms, attention_params, dense_ffn_share, ffn_matrices,
@@ -19,10 +20,11 @@ def layer_forward_flops(cfg) -> tuple[float, float]:
     f = cfg.get("ffn_hidden") or 4 * h
     mats = ffn_matrices(cfg)
     ffn = dense_ffn_share(cfg) * mats * h * f
-    if cfg.get("experts"):
-        ffn += cfg["moe_share"] * (cfg["top_k"] * mats * h * cfg["expert_ffn_hidden"]
-                                   + mats * h * cfg["shared_ffn_hidden"] + h * cfg["experts"])
-    dense = 2 * s * (sum(K * N for K, N in attention_gemms({**cfg, "tp": 1})) + ffn)
+    routed = 0.0
+    if cfg.get("experts"):   # Lesson 09's routed FLOPs per token, 2 top_k mats h f_e (already x 2)
+        routed = cfg["moe_share"] * expert_flops_per_token(h, cfg["expert_ffn_hidden"], cfg["top_k"], mats)
+        ffn += cfg["moe_share"] * (mats * h * cfg["shared_ffn_hidden"] + h * cfg["experts"])
+    dense = 2 * s * (sum(K * N for K, N in attention_gemms({**cfg, "tp": 1})) + ffn) + s * routed
     return float(dense), float(2 * s * s * (cfg["q_width"] + cfg["v_width"]))
 
 
