@@ -29,9 +29,10 @@ of :mod:`commtax.formulas.predict.shape`, so every MoE term carries ``moe_share`
   the busiest rank's expert GEMMs and the tokens it receives; 1 is the published benchmarks'
   force-balanced router.
 * **Expert states**: the routed experts' weights, E x mats h f_e per MoE layer, split over ep x etp
-  GPUs; their fp32 gradients and Adam states sharded over the expert data-parallel group
-  (edp = tp cp dp / (ep etp)) when the plan shards its optimizer (ZeRO >= 1, Megatron's distributed
-  optimizer); each step reduce-scatters their gradients and all-gathers their weights over edp.
+  GPUs; their Adam states (ZeRO-1, Megatron's distributed optimizer), gradients (ZeRO-2) and weights
+  (ZeRO-3, Megatron-FSDP) sharded over the expert data-parallel group, edp = tp cp dp / (ep etp). Each
+  step reduce-scatters their gradients and all-gathers their weights over edp once, as the distributed
+  optimizer does (an all-reduce without ZeRO); ZeRO-3's per-layer gathers of the experts are not priced.
 """
 
 from __future__ import annotations
