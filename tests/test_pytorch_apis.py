@@ -28,6 +28,9 @@ BY_HAND = {
     ("pp_dp", "pp"): M * 2 * ACT / 2,
     # DP beside PP: one all-reduce of a stage's gradients, 2(d-1)/d = 1 x them.
     ("pp_dp", "dp"): N_STAGE * DT,
+    # SP with a LayerNorm per block: TP's bytes, plus per norm its weight's and bias's gradients (h each)
+    # all-reduced over TP, 2(t-1)/t = 1 x them.
+    ("tp_sp_norm", "tp"): L * 2 * 1 * ACT + L * 2 * H * DT,
 }
 
 
@@ -85,6 +88,13 @@ def test_sequence_parallel_turns_each_all_reduce_into_a_reduce_scatter_and_an_al
     assert row["verdict"] == "ok", row
     assert row["counted_bytes"] == rows[1]["dp_tp"]["tp"]["counted_bytes"] == BY_HAND[("dp_tp", "tp")]
     assert row["debug_mode_calls"] == {"all_gather": 4, "reduce_scatter": 4}
+
+
+def test_a_sequence_parallel_layernorm_adds_one_all_reduce_per_norm_parameter_at_the_optimizer_step(rows):
+    row = rows[1]["tp_sp_norm"]["tp"]
+    assert row["verdict"] == "ok", row
+    assert row["counted_bytes"] == BY_HAND[("tp_sp_norm", "tp")] == 8704
+    assert row["debug_mode_calls"] == {"all_gather": 4, "reduce_scatter": 4, "all_reduce": 4}
 
 
 def test_fsdp2_on_the_dp_dimension_gathers_twice_and_reduce_scatters_once_per_block_zero3_bytes(rows):

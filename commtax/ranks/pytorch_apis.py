@@ -12,7 +12,7 @@ send is the course's bill, axis by axis, for one training step:
   sequence parallelism (``ColwiseParallel(input_layouts=Shard(1))``,
   ``RowwiseParallel(output_layouts=Shard(1))``: the activations between blocks are split along
   the sequence; ``SequenceParallel`` is the style for the norms and dropouts that sit there, and
-  the blocks here have none);
+  Lab 12's blocks have none: the "tp_sp_norm" plan adds a pre-norm LayerNorm to each block for it);
 * FSDP2, ``fully_shard`` on the mesh's "dp" dimension, one unit per block (ZeRO-3: parameters
   gathered for the forward and again for the backward, gradients reduce-scattered);
 * ``torch.distributed.pipelining``: a ``PipelineStage`` per rank of a ("pp", "dp") mesh and
@@ -84,7 +84,11 @@ What the counts show beside the bill (:func:`reconcile`):
 * Colwise on both Linears (``slip="colwise_twice"``) trains the same losses but all-gathers the 4h
   activation: a correct model with another bill;
 * ``fully_shard(reshard_after_forward=False)`` (``slip="fsdp_no_reshard"``) gathers once per block:
-  2(d-1)/d N_rank, not ZeRO-3's 3(d-1)/d N_rank.
+  2(d-1)/d N_rank, not ZeRO-3's 3(d-1)/d N_rank;
+* a ``SequenceParallel`` LayerNorm's weight and bias gradients come out of the backward as
+  ``Partial(sum)`` DTensors and are all-reduced over TP when the optimizer steps (2 all-reduces of h
+  elements per norm; Megatron does the same for its norms under sequence parallelism): a few bytes
+  the bill does not list, counted by both counters (the "tp_sp_norm" plan).
 
 Entry points: :func:`run_plans` (the rank side, one job of 4 ranks, about 12 s on
 2 idle cores for the three plans and the three slips), :func:`expected_bill`, :func:`reconcile`,
@@ -106,26 +110,31 @@ SIZES = dict(layers=2, hidden=16, micro_batch=2, seq=8, microbatches=4, steps=2,
 AXES = ("tp", "dp", "pp")
 #: Deliberate departures from the plan, to show that the counts see them (see the module's docstring).
 SLIPS = ("colwise_twice", "fsdp_no_reshard", "input_no_grad")
-PLANS = ("dp_tp", "dp_tp_sp", "pp_dp")
+PLANS = ("dp_tp", "dp_tp_sp", "pp_dp", "tp_sp_norm")
 
 
 class Block(nn.Module):
-    """One residual MLP block, Lab 12's: x + down(gelu(up(x))), up: h -> 4h, down: 4h -> h."""
+    """One residual MLP block, Lab 12's: x + down(gelu(up(x))), up: h -> 4h, down: 4h -> h.
 
-    def __init__(self, hidden: int):
+    ``norm=True``: a pre-norm block, x + down(gelu(up(LayerNorm(x)))), for sequence parallelism's
+    ``SequenceParallel`` style (the "tp_sp_norm" plan; Lab 12's model has no norm).
+    """
+
+    def __init__(self, hidden: int, norm: bool = False):
         super().__init__()
+        self.norm = nn.LayerNorm(hidden, dtype=torch.float64) if norm else nn.Identity()
         self.up = nn.Linear(hidden, 4 * hidden, dtype=torch.float64)
         self.down = nn.Linear(4 * hidden, hidden, dtype=torch.float64)
 
     def forward(self, x):
-        return x + self.down(F.gelu(self.up(x)))
+        return x + self.down(F.gelu(self.up(self.norm(x))))
 
 
-def make_model(layers: int, hidden: int, seed: int = 0) -> nn.Sequential:
+def make_model(layers: int, hidden: int, seed: int = 0, norm: bool = False) -> nn.Sequential:
     """Lab 12's model (``wholebill.make_model``'s weights) as an ``nn.Sequential`` of :class:`Block`."""
     blocks = []
     for weights in wholebill.make_model(layers, hidden, seed):
-        block = Block(hidden)
+        block = Block(hidden, norm)
         with torch.no_grad():
             block.up.weight.copy_(weights["w1"])
             block.up.bias.copy_(weights["b1"])
@@ -149,8 +158,10 @@ def expected_bill(layers, hidden, micro_batch, seq, microbatches, dp=2, tp=2, pp
     Returns ``{plan: {axis: {"bytes": bytes a rank sends per step (mean over ranks),
     "calls": {op: calls per rank per step}}}}`` for the plans :func:`run_plans` runs:
     ``"dp_tp"`` (FSDP2 x TP, one micro-batch of ``micro_batch`` sequences per DP rank),
-    ``"dp_tp_sp"`` (the same with sequence parallelism) and ``"pp_dp"`` (a ``pp``-stage 1F1B
-    pipeline of ``microbatches`` micro-batches beside DP). See the module's docstring.
+    ``"dp_tp_sp"`` (the same with sequence parallelism), ``"pp_dp"`` (a ``pp``-stage 1F1B
+    pipeline of ``microbatches`` micro-batches beside DP) and ``"tp_sp_norm"`` (sequence parallelism
+    with a ``SequenceParallel`` LayerNorm per block: the bill's TP bytes plus the norms' gradient
+    all-reduces, which the course's bill leaves out). See the module's docstring.
     """
     from commtax.formulas import bill
 
@@ -165,6 +176,10 @@ def expected_bill(layers, hidden, micro_batch, seq, microbatches, dp=2, tp=2, pp
         "pp_dp": {"pp": {"bytes": bill.pp_bytes_per_microbatch(micro_batch, seq, hidden, B) * microbatches
                          * (pp - 1) / pp, "calls": {"send": microbatches}},
                   "dp": {"bytes": bill.dp_allreduce_bytes(n_stage, dp, B), "calls": {"all_reduce": 1}}},
+        # Beyond the course's bill: each norm's weight and bias gradients (h each) are Partial on the TP
+        # ranks and all-reduced in the optimizer's step, 2(t-1)/t x 2h B per norm.
+        "tp_sp_norm": {"tp": {"bytes": tp_bytes + L * 2 * (tp - 1) / tp * 2 * hidden * B,
+                              "calls": {"all_gather": 2 * L, "reduce_scatter": 2 * L, "all_reduce": 2 * L}}},
     }
 
 
@@ -236,21 +251,24 @@ def debug_mode_calls(comm_counts: dict) -> dict:
 
 # -- the rank side ---------------------------------------------------------------------------
 
-def _tp_plan(sequence_parallel: bool, slip):
+def _tp_plan(sequence_parallel: bool, slip, norm: bool = False):
     from torch.distributed.tensor import Replicate, Shard
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, SequenceParallel
 
     if sequence_parallel:
-        return {"up": ColwiseParallel(input_layouts=Shard(1)), "down": RowwiseParallel(output_layouts=Shard(1))}
+        plan = {"up": ColwiseParallel(input_layouts=Shard(1)), "down": RowwiseParallel(output_layouts=Shard(1))}
+        return dict(plan, norm=SequenceParallel()) if norm else plan
     if slip == "colwise_twice":  # the second Linear split by columns too: gathers its input and its output
         return {"up": ColwiseParallel(), "down": ColwiseParallel(input_layouts=Shard(-1), output_layouts=Replicate())}
     return {"up": ColwiseParallel(), "down": RowwiseParallel()}
 
 
-def dp_tp_steps(mesh, sizes: dict, sequence_parallel: bool = False, slip=None) -> dict:
+def dp_tp_steps(mesh, sizes: dict, sequence_parallel: bool = False, slip=None, norm: bool = False) -> dict:
     """FSDP2 x DTensor TP on a ("dp", "tp") mesh: ``sizes["steps"]`` SGD steps, each counted both ways.
 
-    Returns plain data: ``{"loss": [this rank's loss per step], "counted": [ledger per step],
+    ``norm=True`` (with ``sequence_parallel``): pre-norm blocks, the norms in ``SequenceParallel``, and
+    no FSDP2 (each DP replica trains alone: the run is there for TP's counts; FSDP2 is not given the
+    norms' Partial gradients). Returns plain data: ``{"loss": [this rank's loss per step], "counted": [ledger per step],
     "debug_mode": [CommDebugMode's calls by axis per step]}``.
     """
     from torch.distributed.fsdp import fully_shard
@@ -263,12 +281,13 @@ def dp_tp_steps(mesh, sizes: dict, sequence_parallel: bool = False, slip=None) -
     layers, hidden, b, seq = sizes["layers"], sizes["hidden"], sizes["micro_batch"], sizes["seq"]
     dp, tp = mesh["dp"].size(), mesh["tp"].size()
     d, t = mesh["dp"].get_local_rank(), mesh["tp"].get_local_rank()
-    model = make_model(layers, hidden)
+    model = make_model(layers, hidden, norm=norm)
     for block in model:
-        parallelize_module(block, mesh["tp"], _tp_plan(sequence_parallel, slip))
-    for block in model:
-        fully_shard(block, mesh=mesh["dp"], reshard_after_forward=slip != "fsdp_no_reshard")
-    fully_shard(model, mesh=mesh["dp"])
+        parallelize_module(block, mesh["tp"], _tp_plan(sequence_parallel, slip, norm))
+    if not norm:
+        for block in model:
+            fully_shard(block, mesh=mesh["dp"], reshard_after_forward=slip != "fsdp_no_reshard")
+        fully_shard(model, mesh=mesh["dp"])
     optimizer = torch.optim.SGD(model.parameters(), lr=sizes["lr"])
     groups = {"dp": tuple(mesh["dp"].mesh.tolist()), "tp": tuple(mesh["tp"].mesh.tolist())}
     out = {"loss": [], "counted": [], "debug_mode": []}
@@ -348,7 +367,8 @@ def run_plans(rank, world_size, sizes=None, plans=PLANS, slips=()) -> dict:
     """The rank side of one job on 4 gloo ranks (under :func:`commtax.ranks.launch.run_ranks`): every plan in turn.
 
     ``plans``: any of "dp_tp" (FSDP2 x TP on a 2 x 2 ("dp", "tp") mesh), "dp_tp_sp" (the same with
-    sequence parallelism), "pp_dp" (2 pipeline stages x 2 DP replicas on a ("pp", "dp") mesh).
+    sequence parallelism), "pp_dp" (2 pipeline stages x 2 DP replicas on a ("pp", "dp") mesh),
+    "tp_sp_norm" (pre-norm blocks, ``SequenceParallel`` norms, TP only: counts, no training to check).
     ``slips``: any of :data:`SLIPS`, each run as the "dp_tp" plan with that departure, one step.
     Returns {plan: plain data, "slips": {slip: plain data}}.
     """
@@ -363,9 +383,9 @@ def run_plans(rank, world_size, sizes=None, plans=PLANS, slips=()) -> dict:
     sizes = dict(SIZES, **(sizes or {}))
     out = {}
     for plan in plans:
-        if plan in ("dp_tp", "dp_tp_sp"):
+        if plan in ("dp_tp", "dp_tp_sp", "tp_sp_norm"):
             mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
-            out[plan] = dp_tp_steps(mesh, sizes, sequence_parallel=plan == "dp_tp_sp")
+            out[plan] = dp_tp_steps(mesh, sizes, sequence_parallel=plan != "dp_tp", norm=plan == "tp_sp_norm")
         elif plan == "pp_dp":
             mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("pp", "dp"))
             out[plan] = pp_dp_steps(mesh, sizes)
@@ -429,11 +449,30 @@ def reconcile_slip(results: list, slip: str, sizes=None) -> dict:
 
 
 def reference_losses(plan: str, sizes=None, dp: int = 2) -> list:
-    """Single-process training's loss per step for ``plan``'s global batch (``wholebill.reference_losses``)."""
+    """Single-process training's loss per step for ``plan``'s global batch (``wholebill.reference_losses``).
+
+    "tp_sp_norm" (no DP synchronisation): the mean over the ``dp`` replicas of single-process
+    training of the pre-norm model on each replica's own rows.
+    """
     sizes = dict(SIZES, **(sizes or {}))
-    batch = dp * sizes["micro_batch"] * (sizes["microbatches"] if plan == "pp_dp" else 1)
-    return wholebill.reference_losses(sizes["layers"], sizes["hidden"], batch, sizes["seq"], sizes["steps"],
-                                      sizes["lr"])
+    layers, hidden, b, seq, steps, lr = (sizes[k] for k in ("layers", "hidden", "micro_batch", "seq", "steps", "lr"))
+    if plan != "tp_sp_norm":
+        batch = dp * b * (sizes["microbatches"] if plan == "pp_dp" else 1)
+        return wholebill.reference_losses(layers, hidden, batch, seq, steps, lr)
+    per_replica = []
+    for d in range(dp):
+        model = make_model(layers, hidden, norm=True)
+        optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+        losses = []
+        for step in range(steps):
+            x, target = wholebill.make_batch(dp * b, seq, hidden, step)
+            loss = F.mse_loss(model(x[d * b:(d + 1) * b]), target[d * b:(d + 1) * b])
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            losses.append(loss.item())
+        per_replica.append(losses)
+    return [sum(values) / dp for values in zip(*per_replica)]
 
 
 def run_losses(results: list, plan: str) -> list:
