@@ -159,3 +159,21 @@ def test_reconcile_flags_a_bill_that_counts_four_all_reduces_per_mlp_only_block(
     bill["dp_tp"]["tp"] = {"bytes": 2 * bill["dp_tp"]["tp"]["bytes"], "calls": {"all_reduce": 8}}
     row = pa.reconcile(results, bill=bill)["dp_tp"]["tp"]
     assert "counted 8192 B, the bill 16384 B" in row["verdict"] and "CommDebugMode" in row["verdict"]
+
+
+# -- all three at once on 8 ranks (slow: 8 processes on 2 cores) ---------------------------------
+
+@pytest.mark.slow
+def test_pp_dp_tp_on_eight_ranks_with_every_api_at_once_sends_the_bill_from_the_second_step_and_trains_right():
+    """The fast tests cover FSDP2 x TP and PP x DP on 4 ranks; this one runs Lab 12's 2 x 2 x 2 with DTensor TP,
+    FSDP2 (no reshard after forward, as under PP) and Schedule1F1B together, about 15 s on 2 idle cores."""
+    results = run_ranks(pa.pp_dp_tp_steps, 8, timeout=180, echo_output=False)
+    runs = [{"pp_dp_tp": r} for r in results]
+    bill = pa.expected_3d(L, H, B_, S, M)
+    assert bill["tp"]["bytes"] == (L // 2) * M * 2 * ACT and bill["dp"]["bytes"] == N_TP_RANK // 2 * DT
+    assert bill["pp"]["bytes"] == M * ACT
+    rows = pa.reconcile(runs, step=1, bill={"pp_dp_tp": bill})["pp_dp_tp"]
+    assert all(rows[axis]["verdict"] == "ok" for axis in ("tp", "dp", "pp")) and "other" not in rows, rows
+    first = pa.reconcile(runs, step=0, bill={"pp_dp_tp": bill})["pp_dp_tp"]
+    assert all(first[axis]["counted_bytes"] > bill[axis]["bytes"] for axis in ("tp", "dp", "pp"))  # shape inference
+    assert pa.run_losses(runs, "pp_dp_tp") == pytest.approx(pa.reference_losses("pp_dp"), rel=1e-9)

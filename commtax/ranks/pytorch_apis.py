@@ -16,7 +16,9 @@ send is the course's bill, axis by axis, for one training step:
 * FSDP2, ``fully_shard`` on the mesh's "dp" dimension, one unit per block (ZeRO-3: parameters
   gathered for the forward and again for the backward, gradients reduce-scattered);
 * ``torch.distributed.pipelining``: a ``PipelineStage`` per rank of a ("pp", "dp") mesh and
-  ``Schedule1F1B``, with the data-parallel gradients all-reduced once per step.
+  ``Schedule1F1B``, with the data-parallel gradients all-reduced once per step;
+* all of them at once, Lab 12's 2 x 2 x 2 on 8 ranks (:func:`pp_dp_tp_steps`, :func:`expected_3d`):
+  a ("pp", "dp", "tp") mesh, DTensor TP inside each stage, FSDP2 on "dp", ``Schedule1F1B`` on "pp".
 
 The model is Lab 12's (:mod:`commtax.ranks.wholebill`): residual MLP blocks
 x + W2 gelu(W1 x + b1) + b2, float64, hidden h, 4h inside; its weights and
@@ -77,8 +79,15 @@ What does not work on gloo/CPU with torch 2.13 (found here, 2026-12):
 
 What the counts show beside the bill (:func:`reconcile`):
 
-* the first step of a pipeline sends a few hundred bytes more than the bill: the schedule's shape
-  inference (tiny messages of tensor metadata) on its first ``step``; later steps equal the bill;
+* the first step of a pipeline sends more than the bill: the schedule's shape inference on its
+  first ``step`` (3 tiny messages of tensor metadata per rank, 177 or 178 bytes here) and, with TP and
+  FSDP2 in the stages, a real forward and backward to infer the gradients' metadata (2 more TP
+  all-reduces and 1 more all-gather per rank in the 2 x 2 x 2); from the second step on every
+  axis equals the bill exactly;
+* FSDP2 inside a pipeline is not ZeRO-3 per micro-batch: the stage switches gradient
+  synchronisation and resharding after backward off for all micro-batches but the last, and with
+  ``reshard_after_forward=False`` (torchtitan's choice under PP) each block is gathered once and
+  reduce-scattered once per step: ``bill.zero_bytes(N_rank, d, 1)``, 2(d-1)/d N_rank B;
 * without an input that needs a gradient (the first layer of a model with no embedding before it,
   ``slip="input_no_grad"``), the first block's backward all-reduce is skipped: 2L - 1, not 2L;
 * Colwise on both Linears (``slip="colwise_twice"``) trains the same losses but all-gathers the 4h
@@ -90,9 +99,15 @@ What the counts show beside the bill (:func:`reconcile`):
   elements per norm; Megatron does the same for its norms under sequence parallelism): a few bytes
   the bill does not list, counted by both counters (the "tp_sp_norm" plan).
 
-Entry points: :func:`run_plans` (the rank side, one job of 4 ranks, about 12 s on
-2 idle cores for the three plans and the three slips), :func:`expected_bill`, :func:`reconcile`,
-:func:`reference_losses` and :func:`run_losses` (the parent side), :data:`SIZES`.
+Entry points: :func:`run_plans` (the rank side, one job of 4 ranks under
+:func:`commtax.ranks.launch.run_ranks`, about 12 s on 2 idle cores for the four plans and the three
+slips), :func:`pp_dp_tp_steps` (8 ranks, about 15 s), :func:`expected_bill`, :func:`expected_3d`,
+:func:`reconcile`, :func:`reconcile_slip`, :func:`reference_losses` and :func:`run_losses` (the
+parent side), :data:`SIZES`. Measured (2 x 2, float64, L = 2, h = 16, b = 2, s = 8, m = 4), bytes
+sent per rank per step, both counters and the bill alike: TP 8,192 (4 all-reduces; with SP 4
+all-gathers + 4 reduce-scatters; with SP norms 8,704: + 4 all-reduces), FSDP2 25,728 (4 all-gathers
++ 2 reduce-scatters), PP 8,192 (4 sends), DP beside PP 17,024 (1 all-reduce); 2 x 2 x 2: TP 16,384,
+FSDP2 8,576, PP 8,192.
 """
 
 from __future__ import annotations
@@ -395,6 +410,80 @@ def run_plans(rank, world_size, sizes=None, plans=PLANS, slips=()) -> dict:
         out["slips"] = {slip: dp_tp_steps(init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp")),
                                           dict(sizes, steps=1), slip=slip) for slip in slips}
     return out
+
+
+def pp_dp_tp_steps(rank, world_size, sizes=None, input_grad: bool = True) -> dict:
+    """Lab 12's 2 x 2 x 2 with every API at once on 8 gloo ranks: a ("pp", "dp", "tp") mesh, each stage's blocks
+    in DTensor TP, FSDP2 on "dp", ``Schedule1F1B`` on "pp". Counted by the byte counter (``CommDebugMode``
+    cannot run around a schedule).
+
+    FSDP2 inside a pipeline: the stage turns gradient synchronisation and resharding after backward
+    off for every micro-batch but the last, and the blocks keep their gathered parameters from the
+    forward (``reshard_after_forward=False``, as torchtitan does under PP): one all-gather and one
+    reduce-scatter per block per step, 2(d-1)/d N_rank B (ZeRO-1's bytes, not ZeRO-3's 3m passes).
+    ``input_grad``: the pipeline's input needs a gradient (as behind an embedding), so stage 0's first
+    block all-reduces in its backward too. Returns ``{"loss": [...] (last stage; None elsewhere),
+    "counted": [ledger per step]}``.
+    """
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    from commtax.ranks.funcol_traffic import record_functional_collectives
+    from commtax.ranks.traffic import record_traffic
+
+    if world_size != 8:
+        raise ValueError(f"world_size must be 8 (a 2 x 2 x 2 mesh), got {world_size}")
+    torch.set_num_threads(1)
+    sizes = dict(SIZES, **(sizes or {}))
+    layers, hidden, b, seq, m = (sizes[k] for k in ("layers", "hidden", "micro_batch", "seq", "microbatches"))
+    mesh = init_device_mesh("cpu", (2, 2, 2), mesh_dim_names=("pp", "dp", "tp"))
+    pp, dp = mesh["pp"].size(), mesh["dp"].size()
+    p, d = mesh["pp"].get_local_rank(), mesh["dp"].get_local_rank()
+    per_stage = layers // pp
+    stage_module = nn.Sequential(*list(make_model(layers, hidden))[p * per_stage:(p + 1) * per_stage])
+    for block in stage_module:
+        parallelize_module(block, mesh["tp"], _tp_plan(False, None))
+        fully_shard(block, mesh=mesh["dp"], reshard_after_forward=False)
+    fully_shard(stage_module, mesh=mesh["dp"], reshard_after_forward=False)
+    stage = PipelineStage(stage_module, p, pp, torch.device("cpu"), group=mesh["pp"].get_group())
+    schedule = Schedule1F1B(stage, n_microbatches=m, loss_fn=F.mse_loss)
+    optimizer = torch.optim.SGD(stage_module.parameters(), lr=sizes["lr"])
+    groups = {axis: tuple(mesh[axis].mesh.tolist()) for axis in ("pp", "dp", "tp")}
+    out = {"loss": [], "counted": []}
+    for step in range(sizes["steps"]):
+        x, target = wholebill.make_batch(dp * m * b, seq, hidden, step)
+        x, target = x[d * m * b:(d + 1) * m * b], target[d * m * b:(d + 1) * m * b]
+        losses = []
+        with record_traffic() as traffic, record_functional_collectives() as functional:
+            if p == 0:
+                schedule.step(x.clone().requires_grad_(input_grad))
+            else:
+                schedule.step(target=target, losses=losses)
+            optimizer.step()
+            optimizer.zero_grad()
+        out["loss"].append(sum(float(v) for v in losses) / m if losses else None)
+        out["counted"].append(ledger(traffic, functional, groups))
+    return out
+
+
+def expected_3d(layers, hidden, micro_batch, seq, microbatches, dp=2, tp=2, pp=2, dtype_bytes=DTYPE_BYTES) -> dict:
+    """The bill of :func:`pp_dp_tp_steps`'s step, per axis: ``{axis: {"bytes", "calls"}}`` (per rank, mean over ranks).
+
+    TP: 2 all-reduces per block and micro-batch, ``bill.tp_bytes_per_layer / 2`` each block of a stage
+    and micro-batch. DP: ``bill.zero_bytes(N_rank, d, 1)`` (one gather, one reduce-scatter per block).
+    PP: ``bill.pp_bytes_per_microbatch`` per micro-batch, (p-1)/p of it per rank.
+    """
+    from commtax.formulas import bill
+
+    per_stage = layers // pp
+    return {"tp": {"bytes": bill.tp_bytes_per_layer(micro_batch, seq, hidden, tp, dtype_bytes) / 2 * per_stage
+                   * microbatches, "calls": {"all_reduce": 2 * per_stage * microbatches}},
+            "dp": {"bytes": bill.zero_bytes(params_per_tp_rank(per_stage, hidden, tp), dp, 1, dtype_bytes),
+                   "calls": {"all_gather": per_stage, "reduce_scatter": per_stage}},
+            "pp": {"bytes": bill.pp_bytes_per_microbatch(micro_batch, seq, hidden, dtype_bytes) * microbatches
+                   * (pp - 1) / pp, "calls": {"send": microbatches}}}
 
 
 # -- the parent side ---------------------------------------------------------------------------
