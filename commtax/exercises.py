@@ -229,6 +229,15 @@ EXERCISES: dict[str, Exercise] = {
     "12.4": Exercise("the slowest rank's causal work, contiguous split / zigzag split, on CP 8", "sLT1UKdym/o="),
     "12.5": Exercise("exposed forward communication per layer of the modeler's 128K FP8 case, in seconds",
                      tolerance=0.03, compute=_lesson12_modeler_case),
+    # Lesson 13
+    "13.1": Exercise("exposed communication of comm [0,3), [2,5), [9,10) under compute [1,4), [8,9.5), in seconds",
+                     "OoxH5Xicpso="),
+    "13.2": Exercise("busbw of an all_reduce_perf row of 1 GiB in 10.0 ms on 8 GPUs, in bytes/s", "oJifRExV6UM="),
+    "13.3": Exercise("bytes the course counts for an all-gather of 1,572,864 bf16 input elements on 8 ranks",
+                     "Nc4eX7yo8/k=", exact=True),
+    "13.4": Exercise("the other rank of rank 5's data-parallel group, TP 2 x CP 2 x DP 2 x PP 2", "hpVvf86/4g4=",
+                     exact=True),
+    "13.5": Exercise("alpha of the all-reduce on 8 GPUs fitted to two exact rows, in seconds", "CujP0om9sQk="),
 }
 def _lesson04_mfu(tp: int, pp: int) -> float:
     """Lesson 04, exercise 3 (b): the plan at TP x PP with the global batch kept (1024 // DP micro-batches)."""
@@ -709,6 +718,36 @@ SLIPS: dict[str, tuple[Slip, ...]] = {
         Slip("the forward's length", "9mK/3o/9kNY=", "that is the whole forward (or all its transfers); exposed is what the "
              "compute does not cover"),
         Slip("80 layers", "mCFmAnZ3k3U=", "that is 80 layers; asked is one layer"),
+    ),
+    # Lesson 13
+    "13.1": (
+        Slip("a difference of lengths", "ju8eUfoYDyE=", "that is |union(comm)| - |union(compute)|; exposed is the measure "
+             "of the set union(comm) minus union(compute): the parts of the communication no compute covers"),
+        Slip("nothing hidden", "UpWYCW3IFqU=", "that is the whole communication union; take out what compute covers"),
+        Slip("durations summed", "Xt5hfBLsIYg=", "that sums the durations: overlapping intervals count once, and what "
+             "compute covers is hidden"),
+    ),
+    "13.2": (
+        Slip("the algorithm bandwidth", "2A13fO1N4m0=", "that is algbw = S / t; busbw multiplies it by 2(n-1)/n for "
+             "an all-reduce"),
+        Slip("(n-1)/n for an all-reduce", "nJ2Ou7BhYz8=", "(n-1)/n is the all-gather's factor; an all-reduce's is 2(n-1)/n"),
+    ),
+    "13.3": (
+        Slip("one rank's part", "UH2XOtqXppU=", "an all-gather's input is one rank's part; the course counts the full "
+             "buffer after gathering, n parts"),
+        Slip("elements, not bytes", "SoDCH8yIYwI=", "that counts elements; bf16 has 2 bytes per element"),
+    ),
+    "13.4": (
+        Slip("dp numbered before cp", "TLXbXXCk9FE=", "Megatron numbers tp fastest, then cp, then dp, then pp: "
+             "rank = t + tp (c + cp (d + dp p))"),
+        Slip("the pipeline partner", "AmRsPaWEp5c=", "that rank differs in the pipeline stage; asked is the data-parallel "
+             "coordinate"),
+        Slip("the tensor-parallel partner", "uSuIUQ60CCQ=", "that rank differs in t, the fastest coordinate; asked is d"),
+    ),
+    "13.5": (
+        Slip("the intercept", "6c3luUW5vI4=", "that is the intercept 2(n-1) alpha; divide by the 2(n-1) messages"),
+        Slip("the small row's time", "JFBJ+axBJ4Y=", "the 1 MB row still carries bytes: solve the two rows for alpha and B"),
+        Slip("k = n - 1", "XCqNLMNYB10=", "n - 1 messages is the all-gather's; the ring all-reduce sends 2(n-1)"),
     ),
 }
 # END ANSWERS

@@ -240,6 +240,13 @@ KNOWN = {
              ("K and V only", 2 * 7 / 8 * 16384 * 128 * 2 * 16)],
     "12.4": [("the ideal", 2.0), ("contiguous alone", 8.0), ("tiles, not blocks", 8 / 17)],
     "12.5": [("the forward's length", _FORWARD_FP8), ("80 layers", 80 * _EXPOSED_FP8)],
+    # comm [0,3), [2,5), [9,10) (union 6 s), compute [1,4), [8,9.5) (union 4.5 s); 1 GiB in 10 ms on 8 GPUs;
+    # 1,572,864 bf16 elements on 8 ranks; rank 5 = t 1, c 0, d 1 in TP 2 x CP 2 x DP 2; 8 GPUs, t = 14 alpha + 1.75 S / B
+    "13.1": [("a difference of lengths", 6 - 4.5), ("nothing hidden", 6.0), ("durations summed", 3 + 3 + 1.0)],
+    "13.2": [("the algorithm bandwidth", 2**30 / 0.01), ("(n-1)/n for an all-reduce", 7 / 8 * 2**30 / 0.01)],
+    "13.3": [("one rank's part", 1572864 * 2), ("elements, not bytes", 1572864 * 8)],
+    "13.4": [("dp numbered before cp", 1 + 2 * (1 + 2 * 1)), ("the pipeline partner", 5 + 8), ("the tensor-parallel partner", 4)],
+    "13.5": [("the intercept", 14 * 6e-6), ("the small row's time", 127.75e-6), ("k = n - 1", 14 * 6e-6 / 7)],
 }
 
 
@@ -402,6 +409,7 @@ def _documents():
 COINCIDENCES = {
     ("labs/lab-03-measure-the-wire/README.md", "0.875", "02.4", "the all-gather's busbw factor (P-1)/P at P = 8"),
     ("labs/lab-13-context-parallel/README.md", "13.2", "10.2", "a measured zigzag step, 13.2 ms"),
+    ("lessons/13-your-cluster-measured.ipynb", "13.2", "10.2", "the id of exercise 13.2 in its check line"),
 }
 # Answers a lab's README may show (none now: Lab 04's showed 03.3's, Lab 07's 06.2's).
 IN_LAB_READMES: set[tuple[str, str, str]] = set()
