@@ -36,7 +36,7 @@ BY_HAND = {
 
 @pytest.fixture(scope="module")
 def results():
-    return run_ranks(pa.run_plans, 4, kwargs={"slips": pa.SLIPS}, timeout=90, echo_output=False)
+    return run_ranks(pa.run_plans, 4, kwargs={"slips": pa.SLIPS}, timeout=60, echo_output=False)
 
 
 @pytest.fixture(scope="module")
@@ -167,7 +167,7 @@ def test_reconcile_flags_a_bill_that_counts_four_all_reduces_per_mlp_only_block(
 def test_pp_dp_tp_on_eight_ranks_with_every_api_at_once_sends_the_bill_from_the_second_step_and_trains_right():
     """The fast tests cover FSDP2 x TP and PP x DP on 4 ranks; this one runs Lab 12's 2 x 2 x 2 with DTensor TP,
     FSDP2 (no reshard after forward, as under PP) and Schedule1F1B together, about 15 s on 2 idle cores."""
-    results = run_ranks(pa.pp_dp_tp_steps, 8, timeout=180, echo_output=False)
+    results = run_ranks(pa.pp_dp_tp_steps, 8, timeout=120, echo_output=False)
     runs = [{"pp_dp_tp": r} for r in results]
     bill = pa.expected_3d(L, H, B_, S, M)
     assert bill["tp"]["bytes"] == (L // 2) * M * 2 * ACT and bill["dp"]["bytes"] == N_TP_RANK // 2 * DT
