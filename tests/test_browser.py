@@ -386,6 +386,14 @@ SCENARIOS = {
              expect={"kv_heads": 8, "per_node": 1, "inter": TCP}, check=no_error),
         Step("tokens dragged down six stops", [keys("seq", *left(6))], expect={"seq": 2**15}, check=no_error),
     ], core=4)],
+    "13": [Calc(0, "bus bandwidth calculator", [
+        Step("all-gather", [select("collective", "all_gather")], expect={"collective": "all_gather"}, check=no_error),
+        Step("ranks to the top, size to 1 byte", [keys("world_size", "End"), keys("nbytes", "Home")],
+             expect={"world_size": 4096, "nbytes": 1.0}, check=no_error),
+        Step("sendrecv over TCP", [select("collective", "sendrecv"), select("link", TCP)],
+             expect={"collective": "sendrecv", "link": TCP}, check=says("on 2 ranks")),
+        Step("size dragged up eight stops", [keys("nbytes", *right(8))], expect={"nbytes": 3}, check=no_error),
+    ], core=3)],
 }
 
 
