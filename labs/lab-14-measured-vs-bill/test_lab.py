@@ -236,6 +236,11 @@ def test_axis_of_group_refuses_bad_input_naming_the_argument(lab):
     expect_value_error(lambda: f([0, 8], 8, tp=2), "ranks", function=f, what="rank 8 of 8")
     expect_value_error(lambda: f([0, 1], 8, tp=3), "world_size", function=f, related=("tp",),
                        what="tp 3 does not divide 8 ranks")
+    expect_value_error(lambda: f([0, 1], 8, cp=3), "world_size", function=f, related=("cp",),
+                       what="cp 3 does not divide 8 ranks")
+    expect_value_error(lambda: f([0, 1], 8, pp=3), "world_size", function=f, related=("pp",),
+                       what="pp 3 does not divide 8 ranks")
+    expect_value_error(lambda: f([-1, 1], 8), "ranks", function=f, what="rank -1")
     expect_value_error(lambda: f([0, 1], 8, tp=0), "tp", function=f)
     expect_value_error(lambda: f([0, 1], 8, cp=-1), "cp", function=f)
     expect_value_error(lambda: f([0, 1], 8, pp=1.5), "pp", function=f)
@@ -306,6 +311,7 @@ def test_call_bytes_of_the_recorded_calls_equal_the_recording_scripts_sizes(lab)
 
 def test_call_bytes_refuses_bad_input_naming_the_argument(lab):
     expect_close(lab.call_bytes("all_reduce", 10, 4, 2), 40, what="call_bytes('all_reduce', 10, 4, 2)")
+    expect_close(lab.call_bytes("all_gather", 0, 4, 2), 0, what="call_bytes of an empty tensor")
     f = lab.call_bytes
     expect_value_error(lambda: f("allreduce", 10, 4, 2), "op", function=f)
     expect_value_error(lambda: f("all_reduce", -1, 4, 2), "input_numel", function=f)
@@ -351,6 +357,8 @@ def test_bus_bandwidth_reproduces_the_busbw_column_of_a_real_nccl_tests_log(lab,
 
 def test_bus_bandwidth_refuses_bad_input_naming_the_argument(lab):
     expect_close(lab.bus_bandwidth("send", 1e6, 1e-3, 2), 1e9, what="bus_bandwidth('send', 1e6, 1e-3, 2)")
+    expect_close(lab.bus_bandwidth("all_reduce", 0, 1e-3, 4), 0.0, what="a 0-byte all-reduce (nothing moved)")
+    expect_close(lab.bus_bandwidth("all_reduce", 1e6, 1e-3, 1), 0.0, what="an all-reduce on one rank (factor 0)")
     f = lab.bus_bandwidth
     expect_value_error(lambda: f("barrier", 0, 1e-3, 4), "op", function=f, what="a barrier (no payload)")
     expect_value_error(lambda: f("all_reduce", -1, 1e-3, 4), "nbytes", function=f)
@@ -418,6 +426,8 @@ def test_fit_leaves_out_size_0_rows_and_rows_below_min_size(lab):
     times = [1e-6, 3e-6] + [k * 4e-6 + m * s / 20e9 for s in sizes[2:]]   # the 0 and 16 B rows off the line
     expect_close(lab.fit_alpha_bandwidth(sizes, times, "all_gather", 4, min_size=1024), (4e-6, 20e9), rel=1e-6,
                  what="fit from 1024 B up (the 16 B row off the line left out)")
+    expect_close(lab.fit_alpha_bandwidth([1, 1e6], [1e-6 + 1 / 1e10, 1e-6 + 1e6 / 1e10], "send", 2), (1e-6, 1e10),
+                 rel=1e-6, what="fit of a 1-byte and a 1 MB send row (1 byte is a size: kept)")
     want = own_fit(sizes[1:], times[1:], k, m)
     expect_close(lab.fit_alpha_bandwidth(sizes, times, "all_gather", 4), want, rel=1e-6,
                  what="fit of every row but the size-0 one (no bandwidth in a 0-byte row)")
@@ -429,6 +439,9 @@ def test_fit_refuses_bad_input_naming_the_argument(lab):
     f = lab.fit_alpha_bandwidth
     expect_value_error(lambda: f([1e3, 1e3], [1e-5, 1e-5], "send", 2), "sizes", function=f,
                        what="one size twice")
+    expect_value_error(lambda: f([-1.0, 1e6], [1e-5, 1e-4], "send", 2), "sizes", function=f, what="a negative size")
+    expect_value_error(lambda: f([math.nan, 1e6], [1e-5, 1e-4], "send", 2), "sizes", function=f, what="a NaN size")
+    expect_value_error(lambda: f([1e3, 1e6], [math.nan, 1e-4], "send", 2), "times", function=f, what="a NaN time")
     expect_value_error(lambda: f([1e3, 1e6], [1e-5, 0.0], "send", 2), "times", function=f)
     expect_value_error(lambda: f([1e3, 1e6], [1e-5], "send", 2), "times", function=f, related=("sizes",),
                        what="two sizes, one time")
