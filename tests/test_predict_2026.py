@@ -300,3 +300,15 @@ def test_an_imbalanced_router_slows_the_busiest_rank():
     assert P.layer_compute(skewed, "none")["matmul"] > P.layer_compute(balanced, "none")["matmul"]
     with pytest.raises(ValueError, match="moe_imbalance"):
         _moe_plan(moe_imbalance=0.5)
+
+
+def test_in_the_student_release_the_planner_says_in_one_line_that_its_predictor_is_lab_11(monkeypatch, capsys):
+    """The release replaces the predictor's pieces by the learner's Lab 11 (Unavailable until written)."""
+    from commtax.unlit import Unavailable
+
+    def unavailable(*args, **kwargs):
+        raise Unavailable("11", "predict")
+    monkeypatch.setattr(P, "predict", unavailable)
+    assert main(["Llama-3 8B", "--gpus", "8", "--tp", "1", "--pp", "1", "--global-batch", "8"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Lab 11" in err[0]

@@ -42,6 +42,8 @@ class Layout:
         ranks = sorted(set(ranks or ()))
         if len(ranks) < 2 or any(not isinstance(r, int) or not 0 <= r < self.world for r in ranks):
             return UNKNOWN
+        # BEGIN GRADED lab-14 axis_of_group
         coords = [self.coordinates(r) for r in ranks]
         varying = [axis for i, axis in enumerate(AXES) if len({c[i] for c in coords}) > 1]
         return varying[0] if len(varying) == 1 else UNKNOWN
+        # END GRADED: return learner.lab("14").axis_of_group(ranks, self.world, self.tp, self.cp, self.pp)

@@ -40,6 +40,7 @@ import numpy as np
 
 from commtax.measured.trace_axes import UNKNOWN, Layout
 from commtax.measured.trace_intervals import Intervals, exposed, inside, measure
+from commtax.ranks.measure import ring_model
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "barrier", "send", "recv")
 US = 1e-6   # seconds per microsecond (the trace's unit)
@@ -68,13 +69,13 @@ def op_of(name: str) -> str | None:
 
 
 def busbw_factor(op: str, n: int | None) -> float | None:
-    """nccl-tests' bus-bandwidth factor for ``op`` on ``n`` ranks (None where it has none or n is unknown)."""
+    """nccl-tests' bus-bandwidth factor for ``op`` on ``n`` ranks (None where it has none or n is unknown):
+    Lab 03's ring model (:func:`commtax.ranks.measure.ring_model`), 1 for a point-to-point message."""
     if op in ("send", "recv", "broadcast"):
         return 1.0
-    if not n or n < 2:
+    if not n or n < 2 or op not in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"):
         return None
-    return {"all_reduce": 2 * (n - 1) / n, "all_gather": (n - 1) / n, "reduce_scatter": (n - 1) / n,
-            "all_to_all": (n - 1) / n}.get(op)
+    return ring_model(op, n)[1]
 
 
 def dtype_bytes(name) -> int | None:

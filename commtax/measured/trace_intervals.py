@@ -42,8 +42,20 @@ class Intervals:
         return np.array(self.starts, dtype=float), np.array(self.ends, dtype=float)
 
 
+def _pairs(starts, ends) -> list[tuple[float, float]]:
+    """``[(start, end), ...]``: the intervals as Lab 14's functions take them (the student release calls them)."""
+    return list(zip(np.asarray(starts, dtype=float).tolist(), np.asarray(ends, dtype=float).tolist()))
+
+
+def _arrays(pieces) -> tuple[np.ndarray, np.ndarray]:
+    """``(starts, ends)`` arrays from ``[(start, end), ...]``."""
+    pieces = list(pieces)
+    return (np.array([a for a, _ in pieces], dtype=float), np.array([b for _, b in pieces], dtype=float))
+
+
 def merge(starts, ends) -> tuple[np.ndarray, np.ndarray]:
     """The union of the intervals as disjoint, sorted ``(starts, ends)``; empty intervals are dropped."""
+    # BEGIN GRADED lab-14 union_of
     starts = np.asarray(starts, dtype=float)
     ends = np.asarray(ends, dtype=float)
     if starts.shape != ends.shape:
@@ -61,19 +73,24 @@ def merge(starts, ends) -> tuple[np.ndarray, np.ndarray]:
     first = np.flatnonzero(new)
     last = np.append(first[1:] - 1, starts.size - 1)
     return starts[first], reach[last]
+    # END GRADED: return _arrays(learner.lab("14").union_of(_pairs(starts, ends)))
 
 
 def measure(starts, ends) -> float:
     """Total length of the union of the intervals (overlaps counted once)."""
+    # BEGIN GRADED lab-14 union_length
     s, e = merge(starts, ends)
     return float(np.sum(e - s))
+    # END GRADED: return learner.lab("14").union_length(_pairs(starts, ends))
 
 
 def exposed(comm_starts, comm_ends, compute_starts, compute_ends) -> float:
     """Length of the part of union(comm) that union(compute) does not cover."""
+    # BEGIN GRADED lab-14 exposed_communication
     both = measure(np.concatenate([np.asarray(comm_starts, float), np.asarray(compute_starts, float)]),
                    np.concatenate([np.asarray(comm_ends, float), np.asarray(compute_ends, float)]))
     return max(0.0, both - measure(compute_starts, compute_ends))
+    # END GRADED: return learner.lab("14").exposed_communication(_pairs(comm_starts, comm_ends), _pairs(compute_starts, compute_ends))
 
 
 def inside(starts, ends, outer_starts, outer_ends, slack: float = 0.0) -> np.ndarray:
