@@ -39,7 +39,7 @@ import nbformat
 
 CELL_TIMEOUT_S = 180          # nbval's --nbval-cell-timeout in pyproject.toml
 DEPENDENCIES = ("commtax", "labs", "requirements.txt")
-DATA_SUFFIXES = {".csv", ".json"}   # under labs/: the files lessons read (code there is not theirs)
+DATA_SUFFIXES = {".csv", ".json", ".log", ".gz"}   # under labs/: the files lessons read (code there is not theirs)
 STORE = Path("_build") / "executed"   # under the repository root
 # nbval's cell markers (comments or tags) that ask it for more than "no cell raised": a notebook
 # carrying one is left to nbval (the suite's --nbval-lax otherwise compares no output).
