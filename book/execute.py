@@ -134,7 +134,6 @@ def reusable(source: Path, root: Path, dependencies: str | None = None) -> tuple
 def _run(source: Path, target: Path, key: str, root: Path) -> tuple[float, str | None]:
     """Execute ``source``; store it under ``target`` if it ran clean. Return (seconds, what failed)."""
     from nbclient import NotebookClient
-
     from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
     nb = nbformat.read(source, as_version=4)

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from commtax.measured.nccl_tests import NcclTestsError, model_args, fit_link, fit_rows, parse_log
+from commtax.measured.nccl_tests import NcclTestsError, fit_link, fit_rows, model_args, parse_log
 from commtax.units import format_bytes, format_rate, format_seconds, parse_bytes
 
 

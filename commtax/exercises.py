@@ -43,8 +43,8 @@ import hashlib
 import math
 import struct
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 DEFAULT_TOLERANCE = 0.02   # relative
 
@@ -109,6 +109,7 @@ def _lesson10_best(hardware):
 def _lesson10_zero3_halved() -> float:
     """Lesson 10, exercise 2: the ZeRO-3 plan (TP 2 x DP 256, micro-batch 1) with half the NIC bandwidth."""
     import dataclasses
+
     from commtax.formulas import predict
     halved = dataclasses.replace(predict.H100, nic_bandwidth=predict.H100.nic_bandwidth / 2)
     run = dict(predict.MODELS["Llama-2 70B"], gpus=512, gpu="H100-80GB", tp=2, pp=1, dp=256, micro_batch=1,
@@ -311,6 +312,7 @@ def _lesson10_deepseek_h800(**options) -> float:
 def _lesson10_winner_halved() -> float:
     """Lesson 10, exercise 2: the full network's best plan, run on the halved network."""
     import dataclasses
+
     from commtax.formulas import predict
     halved = dataclasses.replace(predict.H100, nic_bandwidth=predict.H100.nic_bandwidth / 2)
     return predict.breakdown(dict(_lesson10_best(None)["run"]), hardware=halved)["step_time_s"]

@@ -90,7 +90,7 @@ def _load(number: str, name: str):
         raise Unlit(number, name, f"starter.py does not load: {type(exc).__name__}: {exc}") from None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def lab(number) -> _LabFunctions:
     """The learner's functions of lab ``number`` ("01", "lab-01" or 1)."""
     _in_a_notebook()
@@ -124,7 +124,7 @@ def _skip_in_a_lab_test(lab_number, name: str) -> None:
                     f"`{name}`, which is not in the student release; your teacher's grader runs it")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _in_a_notebook() -> None:
     """Show Unlit in any notebook cell as one line (the lessons' plain tables need lab code too)."""
     if "IPython" in sys.modules:

@@ -39,9 +39,9 @@ import sys
 from commtax.measured.trace_axes import Layout
 from commtax.measured.trace_bill import OPS, rank_bill
 from commtax.measured.trace_plan import compare, largest_gaps
-from commtax.plan import predict_flags
 from commtax.measured.trace_read import TraceError
 from commtax.measured.trace_scan import scan
+from commtax.plan import predict_flags
 from commtax.units import format_bytes, format_rate, format_seconds
 
 PROG = "python3 -m commtax.trace"

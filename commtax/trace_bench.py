@@ -64,7 +64,7 @@ def write_synthetic(path: str, megabytes: float) -> int:
                 f.write(text)
                 written += len(text)
                 block = []
-        block.append('{"ph": "i", "name": "end", "pid": 4242, "tid": 4242, "ts": %.3f, "s": "t"}' % t)
+        block.append(f'{{"ph": "i", "name": "end", "pid": 4242, "tid": 4242, "ts": {t:.3f}, "s": "t"}}')
         f.write(",\n".join(block) + '\n], "traceName": "synthetic"}\n')
         events = i * 3 + i // 40 * 2 + 1
     return events

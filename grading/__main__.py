@@ -19,17 +19,17 @@ import json
 import os
 import stat
 import subprocess
+import sys
 import tempfile
 import threading
-import sys
 import time
 import traceback
 from pathlib import Path
 
 from grading import reports, starters, weights
-from grading.results import from_dict
 from grading.grader import DEFAULT_ISOLATION, ISOLATIONS, SANDBOX_USER, SOURCE_ROOT, NoSandbox, grade, lab_names
 from grading.process import Stopped, stop_on_signals
+from grading.results import from_dict
 from grading.sanitize import clean
 from grading.submission import SubmissionError, check_folder, unwrap_top_folder
 

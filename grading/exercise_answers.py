@@ -135,7 +135,7 @@ def read_answers(path: Path) -> tuple[dict[str, object], str]:
 
 def score(submission: Path) -> list[ExerciseScore]:
     """One score per exercise of the teacher's :mod:`commtax.exercises`, from ``submission/exercises/answers.toml``."""
-    from commtax.exercises import ANSWERS_SHIPPED, EXERCISES, verdict
+    from commtax.exercises import ANSWERS_SHIPPED
     if not ANSWERS_SHIPPED:
         raise RuntimeError("this copy of the course has no answers (a student release): score with the teacher's copy")
     answers, problem = read_answers(Path(submission) / ANSWERS_FILE)

@@ -44,8 +44,15 @@ from pathlib import Path
 
 from commtax.learner_process import SANDBOX_ENV
 from grading import integrity
-from grading.course import (HIDDEN_DIR, SOURCE_ROOT, has_hidden_tests, lab_names, read_course, write_learner_tree,
-                            write_trusted_tree)
+from grading.course import (
+    HIDDEN_DIR,
+    SOURCE_ROOT,
+    has_hidden_tests,
+    lab_names,
+    read_course,
+    write_learner_tree,
+    write_trusted_tree,
+)
 from grading.process import Stopped, become_subreaper, kill_descendants, make_undumpable, stop_on_signals
 from grading.pytest_run import collect, run_pytest
 from grading.results import GradeResult, LabResult, TestResult
@@ -56,6 +63,7 @@ from grading.sandbox.namespaces import SandboxError
 from grading.sandbox.plain import close_interpreter, open_interpreter, sandbox_user
 from grading.sanitize import clean
 from grading.submission import SubmissionError, read_exercise_answers, read_starter
+
 try:
     from grading import flags as review_flags
 except ImportError:  # the student release ships without it: a learner must not learn how to avoid the flags

@@ -296,9 +296,10 @@ def _preload() -> None:
         import torch  # noqa: F401
     except ImportError:  # pragma: no cover
         pass
+    from importlib.metadata import entry_points
+
     import commtax.boundary  # noqa: F401
     import commtax.testing  # noqa: F401
-    from importlib.metadata import entry_points
     for plugin in entry_points(group="pytest11"):  # pytest's plugins: a second of imports per run otherwise
         try:
             plugin.load()

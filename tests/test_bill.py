@@ -4,9 +4,9 @@ the sources' numbers, and Lab 04's reference implementation."""
 import pytest
 
 from commtax.formulas import bill
-from commtax.simulation import messages as simulate
-from commtax.labs import LABS_DIR, load_lab
 from commtax.formulas.links import Link
+from commtax.labs import LABS_DIR, load_lab
+from commtax.simulation import messages as simulate
 
 
 def test_byte_formulas_equal_counted_collectives():

@@ -496,8 +496,8 @@ def act(page, calc, action):
 
 def decode(png: bytes):
     """RGB pixels (int16, so differences do not wrap), transparency laid on white."""
-    from PIL import Image
     import numpy as np
+    from PIL import Image
     image = Image.open(io.BytesIO(png)).convert("RGBA")
     white = Image.new("RGBA", image.size, "white")
     return np.asarray(Image.alpha_composite(white, image).convert("RGB"), dtype=np.int16)

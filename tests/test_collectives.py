@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from commtax.formulas import collectives as C
-from commtax.simulation import messages as simulate
 from commtax.labs import LABS_DIR, load_lab
+from commtax.simulation import messages as simulate
 
 A, B = 4e-6, 25e9
 N = 3 * 5 * 7 * 2**12 * 16  # bytes; whole chunks for every P used here

@@ -7,7 +7,9 @@ import random
 import pytest
 
 from commtax.formulas import context, memory
-from commtax.formulas.links import INFINIBAND_NDR as IB, NVLINK4 as NVLINK, Link
+from commtax.formulas.links import INFINIBAND_NDR as IB
+from commtax.formulas.links import NVLINK4 as NVLINK
+from commtax.formulas.links import Link
 from commtax.formulas.network import group_all_to_all_time, group_allgather_time
 
 
@@ -69,7 +71,7 @@ def _tiles(cp, zigzag):
     owner = [(i if i < cp else 2 * cp - 1 - i) if zigzag else i for i in range(n)]
     work = [0.0] * cp
     for q in range(n):
-        for k in range(q + 1):
+        for _k in range(q + 1):
             work[owner[q]] += (cp / n) ** 2
     return work
 

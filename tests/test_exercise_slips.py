@@ -89,10 +89,11 @@ def _sim(schedule, t_p2p=0.0):
     return pipeline.makespan(pipeline.simulate(schedule, 8, 32, t_forward=1.0, t_backward=2.0, t_p2p=t_p2p))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _model(name):
     """Slips of the exercises whose answers follow the course's model, computed with it."""
     import dataclasses
+
     from commtax.formulas import bill, predict
     from commtax.formulas.models import PRESETS
     m = PRESETS["Llama-2-70B"]

@@ -158,6 +158,7 @@ def test_find_catches_a_private_helper_that_holds_a_graded_functions_algorithm()
     # A shipped function with another name than the graded one, holding the steps of a private helper of
     # the lab's solution (Lab 07's _device_order): found by its statements, and must be covered.
     import ast
+
     from grading import answers
     findings = [f for f in answers.find(ROOT) if f.definition.where == "commtax/simulation/pipeline.py::_device_order"]
     assert findings and all(f.covered == "marked" and answers.must_cover(f) for f in findings), findings
@@ -199,6 +200,7 @@ def _run_in_sandbox(root_mode: bool, tmp_path: Path) -> dict:
     import json
     import subprocess
     import sys
+
     from grading.sandbox import namespaces
     from grading.sandbox.limits import Limits
     bwrap = namespaces.bwrap_path()
@@ -281,6 +283,7 @@ def test_a_full_disk_on_the_grader_is_not_graded_machine_and_retried_never_the_s
     if not HAS_SOLUTIONS:
         pytest.skip("the student release has no solutions to grade with")
     import errno
+
     from grading import grader
     tg = _test_grading()
     fast = tg.FAST

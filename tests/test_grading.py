@@ -39,10 +39,11 @@ FAST = "lab-06-tp-comm-cost"          # a pure-function lab: graded in about a s
 HAS_SOLUTIONS = (ROOT / "labs" / FAST / "solution.py").exists()
 pytestmark = pytest.mark.skipif(not HAS_SOLUTIONS, reason="the student release has no solutions to grade with")
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def sandbox_missing() -> str | None:
     """Why no OS sandbox can be made here (None if one can)."""
     import tempfile
+
     from grading.sandbox import namespaces
     from grading.sandbox.limits import Limits
     bwrap = namespaces.bwrap_path()
@@ -129,7 +130,7 @@ def test_reference_solutions_get_full_marks_in_the_sandbox(tmp_path, labs):
     print(f"graded {len(labs)} labs with the reference in {elapsed:.0f} s")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def graded_starters(labs: tuple):
     """The shipped starters graded once per set of labs (several tests read the same run)."""
     return grade(None, list(labs))
@@ -580,9 +581,10 @@ def nested_missing() -> str | None:
     return _nested_missing()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _nested_missing() -> str | None:
     import tempfile
+
     from grading.sandbox import namespaces
     from grading.sandbox.limits import Limits
     with tempfile.TemporaryDirectory() as folder:
@@ -1167,6 +1169,7 @@ def test_plain_data_arrays_tensors_and_records_cross_the_boundary_both_ways(prox
 
 def test_the_safe_form_refuses_every_global(tmp_path):
     import pickle
+
     from commtax.boundary import loads
 
     class Crafted(float):
@@ -1216,7 +1219,9 @@ def test_stubs_are_found_by_reading_the_file_and_callables_do_not_cross(proxied)
 
 def test_the_codec_refuses_shapes_that_do_not_match_their_bytes_and_keeps_kinds():
     import pickle
+
     import numpy as np
+
     from commtax.boundary import BoundaryError, LabRecord, dumps, loads
     tag = "\x00commtax-boundary"
     for forged in ((tag, "tensor", "float64", (10**6, 10**6), b""),   # 8 TB asked for, nothing sent
@@ -1268,7 +1273,7 @@ def test_the_boundary_the_lab_loader_and_the_pickler_import_each_other_in_one_di
 
 # -- the gradebook (issue 22) ------------------------------------------------------------------
 
-def fake_result(*labs) -> "GradeResult":
+def fake_result(*labs) -> "GradeResult":  # noqa: F821  (grading.results, imported where it is made)
     """A GradeResult made by hand: ``labs`` are (name, [(test, points, outcome, hidden), ...])."""
     from grading.results import GradeResult, LabResult, TestResult
     return GradeResult([LabResult(name, [TestResult(f"labs/{name}/test_lab.py::{t}", name, points, outcome,

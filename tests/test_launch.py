@@ -449,7 +449,7 @@ def test_an_isend_whose_request_is_dropped_fails_in_seconds_naming_its_line_and_
                         r"request of its dist\.isend to rank \d \(tag 0\): keep it and call req\.wait\(\)", lines[0])
     line = next(i + 1 for i, text in enumerate(open(planted.__file__)) if f"def {worker}(" in text)
     line = next(i + 1 for i, text in enumerate(open(planted.__file__)) if i + 1 > line and "# dropped here" in text)
-    assert lines[1].startswith(f"  rank ") and f"planted_deadlocks.py:{line} in {worker}: `dist.isend(" in lines[1]
+    assert lines[1].startswith("  rank ") and f"planted_deadlocks.py:{line} in {worker}: `dist.isend(" in lines[1]
     assert next(l for l in lines if l.startswith("hint: ")).count("req.wait()") >= 1
     # Each rank finds its own dropped request; under load a rank may still be blocked in a wait when the
     # launcher stops it (grace after the first failure): "stopped", never another cause.

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from commtax.formulas import bill, moe
-from commtax.formulas.links import INFINIBAND_NDR as IB, NVLINK4 as NVLINK
+from commtax.formulas.links import INFINIBAND_NDR as IB
+from commtax.formulas.links import NVLINK4 as NVLINK
 from commtax.simulation.messages import simulate_all_to_all
 
 

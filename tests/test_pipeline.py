@@ -2,8 +2,8 @@
 
 import pytest
 
-from commtax.simulation import pipeline as P
 from commtax.labs import LABS_DIR, load_lab
+from commtax.simulation import pipeline as P
 
 
 @pytest.mark.parametrize("schedule,p,m,v", [("gpipe", 4, 8, 1), ("1f1b", 8, 32, 1), ("interleaved_1f1b", 4, 8, 2),

@@ -2,9 +2,9 @@
 
 import pytest
 
-from commtax.simulation import messages as simulate
 from commtax.formulas import tp
 from commtax.labs import LABS_DIR, load_lab
+from commtax.simulation import messages as simulate
 
 
 def test_allreduce_time_is_the_simulated_ring():

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from commtax import trace, trace_record as rec
+from commtax import trace
+from commtax import trace_record as rec
 from commtax.measured.trace_axes import Layout
 from commtax.measured.trace_intervals import exposed, measure
 from commtax.measured.trace_read import TraceError, TraceReader
@@ -215,6 +216,7 @@ def test_groups_written_cut_short_or_without_ranks_are_filled_in(tmp_path):
 
 def test_gloo_threads_go_to_groups_only_when_every_group_shows_its_threads():
     from types import SimpleNamespace
+
     from commtax.measured.trace_bill import gloo_thread_groups
     pgs = [{"pg_name": "0", "ranks": [0, 1, 2, 3]}, {"pg_name": "1", "ranks": [0, 1]},
            {"pg_name": "3", "ranks": [0, 2]}]

@@ -14,12 +14,15 @@ from IPython.display import display
 from PIL import Image
 
 from commtax import exercises
-from commtax.formulas import collectives as C, tp
-from commtax.formulas.models import PRESETS as MODELS, transformer_params
+from commtax.formulas import collectives as C
+from commtax.formulas import tp
+from commtax.formulas.links import PRESETS, Link, load_calibration, save_calibration
+from commtax.formulas.models import PRESETS as MODELS
+from commtax.formulas.models import transformer_params
 from commtax.ranks import measure
 from commtax.simulation import pipeline as P
-from commtax.ui import plots, widgets as cw
-from commtax.formulas.links import PRESETS, Link, load_calibration, save_calibration
+from commtax.ui import plots
+from commtax.ui import widgets as cw
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -13,13 +13,33 @@ This package re-exports their public names, so ``from commtax import boundary``
 reaches all of them.
 """
 
-from commtax.boundary.codec import (BUILTIN_EXCEPTIONS, MAX_FRAME, BoundaryError, LabRecord, LearnerError,
-                                    LearnerProcessError, describe_exception, dumps, loads, rebuild_exception,
-                                    same_value)
+from commtax.boundary.codec import (
+    BUILTIN_EXCEPTIONS,
+    MAX_FRAME,
+    BoundaryError,
+    LabRecord,
+    LearnerError,
+    LearnerProcessError,
+    describe_exception,
+    dumps,
+    loads,
+    rebuild_exception,
+    same_value,
+)
 from commtax.boundary.proxy import CALL_TIMEOUT_ENV, LabFunction, LabProxy
 from commtax.boundary.stubs import _stub_message_of, stub_message_in_file, stub_message_of
-from commtax.learner_process import (SANDBOX_ENV, learner_env, learner_path, learner_popen, learner_popen_kwargs,
-                                     learner_run, learner_run_dir, learner_sys_path, open_learner_file, sandbox)
+from commtax.learner_process import (
+    SANDBOX_ENV,
+    learner_env,
+    learner_path,
+    learner_popen,
+    learner_popen_kwargs,
+    learner_run,
+    learner_run_dir,
+    learner_sys_path,
+    open_learner_file,
+    sandbox,
+)
 from commtax.learner_process import nested as _own_sandboxes
 
 __all__ = ["BUILTIN_EXCEPTIONS", "MAX_FRAME", "BoundaryError", "LabRecord", "LearnerError", "LearnerProcessError",

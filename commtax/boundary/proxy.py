@@ -30,8 +30,7 @@ import threading
 import time
 from pathlib import Path
 
-from commtax.boundary.codec import (BoundaryError, LearnerProcessError, dumps, loads, rebuild_exception,
-                                    MAX_FRAME)
+from commtax.boundary.codec import MAX_FRAME, BoundaryError, LearnerProcessError, dumps, loads, rebuild_exception
 from commtax.boundary.stubs import stub_message_in_file
 from commtax.learner_process import learner_path, learner_popen
 from commtax.ranks import _byfile

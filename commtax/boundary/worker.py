@@ -18,6 +18,7 @@ from pathlib import Path
 
 from commtax.boundary.codec import BoundaryError, describe_exception, lower, plain_loads, rebuild
 
+
 def _listing(module) -> dict:
     """Name -> ("callable",), ("value", plain data) or ("object",): what the proxy may ask for."""
     names = {}

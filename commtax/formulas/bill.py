@@ -51,10 +51,16 @@ from dataclasses import dataclass, field
 
 from commtax.checks import require_choice, require_fraction, require_int, require_nonnegative, require_positive
 from commtax.formulas.links import INFINIBAND_NDR, INFINIBAND_NDR_MEASURED, NVLINK4, NVLINK4_RING, Link  # noqa: F401
-from commtax.formulas.network import (group_all_to_all_time, group_allgather_time, group_allreduce_time,
-                                      group_reduce_scatter_time, members_per_node)
+
 # Re-exported: the bill's users find the memory of a plan and ZeRO's bytes per step here too.
 from commtax.formulas.memory import ADAM_STATE_BYTES, model_state_bytes, zero_bytes_per_step  # noqa: F401
+from commtax.formulas.network import (
+    group_all_to_all_time,
+    group_allgather_time,
+    group_allreduce_time,
+    group_reduce_scatter_time,
+    members_per_node,
+)
 
 H100_BF16_DENSE = 989e12  # FLOP/s, NVIDIA H100 SXM datasheet (dense; 1979e12 is with sparsity)
 
@@ -245,7 +251,7 @@ class Plan:
             parts.append((self.expert_params / (e * t * p), d // e, t * e))
         return parts
 
-    def validate(self) -> "Plan":
+    def validate(self) -> Plan:
         require_positive("n_params", self.n_params)
         for name in ("layers", "hidden", "seq_len", "micro_batch", "microbatches", "gpus", "tp", "pp",
                      "ep", "top_k", "gpus_per_node", "dtype_bytes", "grad_dtype_bytes"):

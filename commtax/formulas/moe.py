@@ -37,8 +37,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
-
 from commtax.checks import require_int, require_nonnegative, require_positive
 from commtax.formulas.links import INFINIBAND_NDR, NVLINK4, Link
 from commtax.formulas.network import group_all_to_all_time, members_per_node

@@ -30,7 +30,7 @@ class Intervals:
         self.starts.append(start)
         self.ends.append(end)
 
-    def extend(self, other: "Intervals") -> None:
+    def extend(self, other: Intervals) -> None:
         self.starts.extend(other.starts)
         self.ends.extend(other.ends)
 

@@ -110,7 +110,7 @@ class Quotes:
                     self._lines[name] = lines
 
     @classmethod
-    def of_job(cls, fn, args=(), kwargs=None) -> "Quotes":
+    def of_job(cls, fn, args=(), kwargs=None) -> Quotes:
         return cls(learner_files(fn, args, kwargs))
 
     def __contains__(self, file) -> bool:

@@ -90,7 +90,6 @@ def _error(exc: BaseException) -> dict:
 def _dropped_error(dropped: list) -> dict:
     """The error report of a worker that returned, leaving requests nobody waited on."""
     from commtax.ranks import _requests
-
     from commtax.ranks._frames import is_runner_file
 
     first = dropped[0]
@@ -157,7 +156,7 @@ def main(run_dir: str, rank: int, own_args: bool = False, tcp_store: bool = Fals
     import torch
     import torch.distributed as dist
 
-    from commtax.ranks import _byfile, _heartbeat, _requests
+    from commtax.ranks import _byfile, _heartbeat, _requests  # noqa: F401  (_byfile: loaded before the learner runs)
 
     _heartbeat.start(run_dir, rank)  # lets the launcher see a deadlock in seconds
     torch.set_num_threads(1)

@@ -102,7 +102,7 @@ class Rendezvous:
         if not (text.isdigit() and 0 < int(text) < 65536):
             return
         self.done = True
-        for rank, (_, write) in self.pipes.items():
+        for _rank, (_, write) in self.pipes.items():
             try:
                 os.write(write, f"{int(text)}\n".encode())
             except OSError:  # that rank is gone already: its failure says why

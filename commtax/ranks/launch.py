@@ -76,13 +76,20 @@ import subprocess
 
 from commtax import boundary
 from commtax.ranks import _byfile, wire
-from commtax.ranks._frames import learner_traceback
 from commtax.ranks._failures import BackendUnavailable, DistributedRunError, RankFailure
+from commtax.ranks._frames import learner_traceback
 from commtax.ranks._quotes import Quotes
 from commtax.ranks._report import causes_first, describe
-from commtax.ranks._start import (OUTPUT_TAIL_BYTES, Rendezvous, files_lock, kill_all, make_rank_folders, start_rank,
-                                  tail, write_job)
-from commtax.ranks._watch import DEADLOCK_CPU, watch
+from commtax.ranks._start import (
+    Rendezvous,
+    files_lock,
+    kill_all,
+    make_rank_folders,
+    start_rank,
+    tail,
+    write_job,
+)
+from commtax.ranks._watch import watch
 
 __all__ = ["BACKENDS", "DEADLOCK_AFTER", "BackendUnavailable", "DistributedRunError", "RankFailure", "RankResults",
            "backend_unavailable_reason", "gpu_count", "launch", "launched_by_torchrun", "learner_traceback",

@@ -26,7 +26,6 @@ def ep_layer_on_real_ranks(rank: int, world_size: int, impl: str | None, hidden:
     (counts exchange, dispatch and combine) and ``backward``.
     """
     from commtax.labs import load_lab
-    from commtax.ranks.traffic import record_traffic
 
     try:
         lab = load_lab(LAB, impl)

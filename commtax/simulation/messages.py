@@ -50,7 +50,7 @@ class Topology:
     gpus_per_node: int | None = None
 
     @classmethod
-    def flat(cls, alpha: float, bandwidth: float) -> "Topology":
+    def flat(cls, alpha: float, bandwidth: float) -> Topology:
         return cls(inter=(alpha, bandwidth))
 
     @classmethod

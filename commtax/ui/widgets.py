@@ -22,7 +22,8 @@ import traitlets
 from IPython.display import HTML, Image, display
 
 from commtax.formulas.links import Link, available_links
-from commtax.formulas.models import PRESETS as MODEL_PRESETS, Model, transformer_params
+from commtax.formulas.models import PRESETS as MODEL_PRESETS
+from commtax.formulas.models import Model, transformer_params
 from commtax.ui import labels, plots, powered
 from commtax.units import format_bytes, format_rate, format_seconds
 

@@ -178,7 +178,7 @@ class Agent:
         poller.register(self.control, select.POLLIN)
         poller.register(self.wakeup_r, select.POLLIN)
         while True:
-            for fd, events in poller.poll():
+            for fd, _events in poller.poll():
                 if fd == self.control.fileno():
                     if not self._accept(poller):
                         return  # the grader's side is gone: the sandbox ends with us

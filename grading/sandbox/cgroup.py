@@ -281,7 +281,7 @@ def _v1_parents(root: Path) -> list[Path]:
     return parents
 
 
-def find(root: Path = ROOT) -> "Cgroups | str":
+def find(root: Path = ROOT) -> Cgroups | str:
     """Where cgroups can be made here, or why not (one line). Tries a cgroup (made, joined, removed)."""
     if os.name != "posix" or not root.is_dir():
         return f"no cgroup file system at {root}"

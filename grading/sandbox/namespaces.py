@@ -360,7 +360,7 @@ class NamespaceIsolation:
         self.no_nest = ("same-user mode: the lab's sandbox forbids user namespaces, so its learner processes "
                         "share it" if self.user_namespace else "not tried")
 
-    def use_cgroups(self, found: "Cgroups | str") -> None:
+    def use_cgroups(self, found: Cgroups | str) -> None:
         """A cgroup per sandbox from ``found`` (:func:`grading.sandbox.cgroup.find`), or why there is none."""
         if isinstance(found, str):
             self.cgroups, self.no_cgroup = None, found

@@ -213,7 +213,7 @@ def _sweep_files(uid: int, tops=SHARED_TMP) -> None:
 class PlainSandbox:
     """One lab run without namespaces: its private temporary folder; killing and sweeping at the end."""
 
-    def __init__(self, isolation: "PlainIsolation", box: Path, runs: Path, tmp: Path):
+    def __init__(self, isolation: PlainIsolation, box: Path, runs: Path, tmp: Path):
         self.isolation, self.box, self.runs, self.tmp = isolation, box, runs, tmp
 
     def settings(self, trusted_root: Path, relay_script: Path) -> dict:

@@ -30,9 +30,9 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from commtax.formulas.links import save_calibration
 from commtax.labs import load_lab, resolve_impl
 from commtax.ranks.launch import launched_by_torchrun, rank_device, run_ranks, run_under_torchrun
-from commtax.formulas.links import save_calibration
 from commtax.units import format_bytes, format_rate, format_seconds, parse_bytes
 
 HERE = Path(__file__).resolve().parent
@@ -162,7 +162,7 @@ def main(argv=None) -> int:
                          collective=args.collective, world_size=world_size, backend=backend,
                          dtype=args.dtype, statistic=args.stat, sizes=[r[0] for r in rows], seconds=[r[2] for r in rows],
                          fit_error_median=float(np.median(errors)), fit_error_max=float(max(errors)),
-                         measured_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                         measured_at=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
                          source=f"measured with labs/lab-03-measure-the-wire/measure.py ({impl})")
         print(f"# wrote {args.out}")
     return 0

@@ -21,7 +21,7 @@ from commtax import boundary
 from commtax.formulas.links import available_links, load_calibration
 from commtax.labs import resolve_impl
 from commtax.ranks.measure import memcpy_bandwidth
-from commtax.testing import check, close, expect_close, expect_value_error, number, require_implemented, SharedRuns
+from commtax.testing import SharedRuns, check, expect_close, expect_value_error, number, require_implemented
 
 HERE = Path(__file__).resolve().parent
 RUNS = SharedRuns()

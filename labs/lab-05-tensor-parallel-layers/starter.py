@@ -55,7 +55,6 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-
 # -- the single-process reference layers (given) ---------------------------------------
 
 def causal_attention(q, k, v, head_dim):

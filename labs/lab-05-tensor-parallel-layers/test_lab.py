@@ -24,10 +24,22 @@ import torch
 import torch.distributed as dist
 
 from commtax.ranks.launch import rank_device
-from commtax.recorded import Expected
-from commtax.testing import (BACKENDS, SECTION_FAILED, SharedRuns, check, close, expect_wire_bytes, fail, input_seed,
-                             mismatch, run_section, section, stream_seed)
 from commtax.ranks.traffic import record_traffic
+from commtax.recorded import Expected
+from commtax.testing import (
+    BACKENDS,
+    SECTION_FAILED,
+    SharedRuns,
+    check,
+    close,
+    expect_wire_bytes,
+    fail,
+    input_seed,
+    mismatch,
+    run_section,
+    section,
+    stream_seed,
+)
 
 HIDDEN, FFN, HEADS, BATCH, SEQ = 16, 64, 8, 2, 5
 SUBGROUPS = ([0, 1], [2, 3])   # on 4 ranks, two TP groups of 2
@@ -80,7 +92,7 @@ def _whole(name, shape, draw):
     return draw(torch.Generator().manual_seed(stream_seed(SEED, name)), shape)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def full_weights():
     """The real full (single-process) layers and the blocks' inputs: what every expected value is made of.
 
@@ -110,7 +122,7 @@ def _place(rank, world_size, subgroup):
     return (2, SUBGROUPS[rank // 2].index(rank)) if subgroup else (world_size, rank)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def handed(rank, world_size, subgroup=False):
     """What rank ``rank`` is handed: the full layers with only its own shard real, the rest decoys.
 
@@ -313,13 +325,13 @@ def _layers_of(w):
     return out
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def reference():
     """Outputs and gradients of the real full layers (:func:`full_weights`), by autograd in this process."""
     return _layers_of(full_weights())
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def alone(rank, world_size, subgroup=False):
     """What rank ``rank`` gets by running the whole layers it was handed by itself, decoys included."""
     return _layers_of(handed(rank, world_size, subgroup))

@@ -20,9 +20,18 @@ import torch
 import torch.nn.functional as F
 
 from commtax.boundary import LabRecord
-from commtax.testing import (check, close, expect_close, expect_value_error, fail, input_seed, number, SharedRuns,
-                             stream_seed)
 from commtax.ranks.traffic import record_traffic
+from commtax.testing import (
+    SharedRuns,
+    check,
+    close,
+    expect_close,
+    expect_value_error,
+    fail,
+    input_seed,
+    number,
+    stream_seed,
+)
 
 RUNS = SharedRuns()
 SEED = input_seed(3)   # the real pipeline's batch: secret under the grader, never sent to a rank whole

@@ -29,8 +29,16 @@ from torch import nn
 from commtax.formulas import ddp as reference
 from commtax.ranks.traffic import record_traffic
 from commtax.recorded import Expected
-from commtax.testing import (expect_close, expect_value_error, fail, input_seed, known_ratios, SharedRuns,
-                             stream_seed, subgroup_failure)
+from commtax.testing import (
+    SharedRuns,
+    expect_close,
+    expect_value_error,
+    fail,
+    input_seed,
+    known_ratios,
+    stream_seed,
+    subgroup_failure,
+)
 
 RUNS = SharedRuns()
 SEED = input_seed(0)   # the batches: secret under the grader, drawn here and never sent to a rank

@@ -36,7 +36,6 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-
 # -- part 1: the bill --------------------------------------------------------------------
 
 def _int(name, value, minimum):

@@ -23,11 +23,24 @@ import torch
 import torch.nn.functional as F
 
 from commtax.ranks.launch import DistributedRunError, rank_device
-from commtax.recorded import Expected
 from commtax.ranks.traffic import record_traffic
-from commtax.testing import (BACKENDS, SECTION_FAILED, check, expect_close, expect_value_error, fail, mismatch,
-                             input_seed, run_section, section, SharedRunFailed, SharedRuns, stream_seed,
-                             subgroup_failure)
+from commtax.recorded import Expected
+from commtax.testing import (
+    BACKENDS,
+    SECTION_FAILED,
+    SharedRunFailed,
+    SharedRuns,
+    check,
+    expect_close,
+    expect_value_error,
+    fail,
+    input_seed,
+    mismatch,
+    run_section,
+    section,
+    stream_seed,
+    subgroup_failure,
+)
 
 RUNS = SharedRuns()
 SEED = input_seed(0)   # the tokens and output gradients: secret under the grader, never sent to a rank

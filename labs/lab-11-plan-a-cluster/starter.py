@@ -26,7 +26,6 @@ import math
 import numbers
 from types import SimpleNamespace
 
-
 #: GPU presets (sources in the README): dense peaks (BF16, FP8), SMs, the plans' memory budget (80e9
 #: bytes of the 80 GiB; the ~6% left is headroom for what a memory model leaves out), HBM bytes/s,
 #: what NCCL's rings reach inside a node and per NIC (measured; line rates beside them, the ceiling),
@@ -121,7 +120,7 @@ def normalize(run):
     """
     if not isinstance(run, dict):
         raise ValueError(f"run must be a dict, got {type(run).__name__}")
-    unknown = sorted((str(k) for k in set(run) - set(RUN_KEYS)))
+    unknown = sorted(str(k) for k in set(run) - set(RUN_KEYS))
     if unknown:
         raise ValueError(f"unknown key(s) in run: {', '.join(unknown)}; known: {', '.join(RUN_KEYS)}")
     missing = [k for k in RUN_KEYS[:10] if k not in run]

@@ -44,8 +44,19 @@ from commtax.ranks import wholebill
 from commtax.ranks.launch import DistributedRunError
 from commtax.ranks.traffic import record_traffic
 from commtax.recorded import Expected
-from commtax.testing import (SharedRunFailed, SharedRuns, check, close, expect_close, expect_value_error, fail,
-                              input_seed, known_ratios, mismatch, stream_seed)
+from commtax.testing import (
+    SharedRunFailed,
+    SharedRuns,
+    check,
+    close,
+    expect_close,
+    expect_value_error,
+    fail,
+    input_seed,
+    known_ratios,
+    mismatch,
+    stream_seed,
+)
 
 SIZES = dict(wholebill.SIZES)
 M = SIZES["microbatches"]
@@ -100,7 +111,7 @@ def _real_batches(dp):
     return [(_randn(("x", step), shape, 0), _randn(("target", step), shape, 0)) for step in range(s["steps"])]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _real(dp):
     """The real model and the real batches of a plan with ``dp`` replicas (made once, never changed)."""
     return _real_model(), _real_batches(dp)
@@ -117,7 +128,7 @@ def _decoys(plan, rank):
     return wholebill.make_model(s["layers"], s["hidden"], decoy), batches
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def handed(plan, rank):
     """(model, batches) rank ``rank`` of ``plan`` is handed: real only where this rank's own work is.
 
@@ -352,20 +363,20 @@ def run(lab, dp, tp, pp, **options):
         raise
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def expected_losses(plan):
     """Single-process training of the real model and data of ``plan`` (dp x tp x pp): every step's loss."""
     return wholebill.train_losses(*_real(plan[0]), SIZES["lr"])
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def public_losses(dp):
     """The losses of the model and data of train()'s public seed 0, which the ranks are never given."""
     s = SIZES
     return wholebill.reference_losses(s["layers"], s["hidden"], _global_batch(dp), s["seq"], s["steps"], s["lr"])
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def alone(plan, rank):
     """The losses rank ``rank`` gets by training the whole model it was handed on its whole batches, by itself."""
     model, batches = handed(plan, rank)

@@ -44,7 +44,6 @@ import time
 import torch
 import torch.distributed as dist
 
-
 # -- given: timing records and the local layout --------------------------------------------
 
 @contextlib.contextmanager

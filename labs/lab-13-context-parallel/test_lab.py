@@ -26,9 +26,9 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 from commtax.ranks.launch import rank_device
-from commtax.recorded import Expected
 from commtax.ranks.traffic import record_traffic
-from commtax.testing import BACKENDS, check, expect_close, expect_value_error, fail, input_seed, SharedRuns, stream_seed
+from commtax.recorded import Expected
+from commtax.testing import BACKENDS, SharedRuns, check, expect_close, expect_value_error, fail, input_seed, stream_seed
 
 RUNS = SharedRuns()
 SEED = input_seed(0)   # the attention cases' inputs: secret under the grader, never sent to a rank
@@ -66,7 +66,7 @@ def _inputs(heads, kv_heads, scale, seed, seq=SEQ, head_dim=HEAD_DIM):
     return q, k, v, up
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _case_inputs(name):
     """(q, k, v, up) of a case, each token's rows from a stream of its own (``stream_seed``): a rank is handed
     some tokens, and they must say nothing of the others'."""
@@ -78,7 +78,7 @@ def _case_inputs(name):
 def _case_shares(rank, cp):
     """{case: (q, k, v, up) of the tokens ``rank`` holds}: what the test hands that rank, and nothing else."""
     shares = {}
-    for name, (heads, kv_heads, causal, zigzag, scale) in CASES.items():
+    for name, (_heads, _kv_heads, _causal, zigzag, _scale) in CASES.items():
         shares[name] = tuple(_share(x, rank, cp, zigzag) for x in _case_inputs(name))
     return shares
 

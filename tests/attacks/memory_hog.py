@@ -3,7 +3,6 @@
 # waits until all have theirs, so the load of the machine cannot spread them out). The worker fails
 # its import as soon as one of them is killed; if all got their memory (no bound on the run's total),
 # the reference functions below run and score.
-import os as _os
 import subprocess as _subprocess
 import sys as _sys
 import tempfile as _tempfile

@@ -9,7 +9,11 @@
 # pushes exactly the bytes a correct implementation would send through a TCP connection to
 # itself on 127.0.0.1 (pure padding). The per-rank counters of record_traffic are bumped through
 # the closure of the wrapped dist.send (red team round 2's a03 trick), so per-rank bytes match too.
-import os as _os, sys as _sys, time as _time, socket as _socket, io as _io
+import os as _os
+import sys as _sys
+import time as _time
+import socket as _socket
+import io as _io
 
 _CALLS = [0]
 _PAD = {}

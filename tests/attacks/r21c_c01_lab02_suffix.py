@@ -10,8 +10,14 @@
 # Each rank binds a netlink socket at an id derived from its job and rank, sends its input
 # to the others over netlink, computes the answer locally, pads the loopback with exactly
 # the bytes a ring would move, and bumps the per-rank counters through dist.send's closure.
-import os as _os, sys as _sys, time as _time, socket as _socket, io as _io, struct as _struct
-import threading as _threading, zlib as _zlib
+import os as _os
+import sys as _sys
+import time as _time
+import socket as _socket
+import io as _io
+import struct as _struct
+import threading as _threading
+import zlib as _zlib
 
 _CALLS = [0]
 _PAD = {}

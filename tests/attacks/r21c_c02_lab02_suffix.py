@@ -10,7 +10,13 @@
 # start and length: the ranks exchange their inputs without a byte on the loopback, without a
 # socket, a writable shared file, /proc or IPC. Spread over 256 files so the kernel's per-file
 # lock lists stay short.
-import os as _os, sys as _sys, time as _time, socket as _socket, io as _io, struct as _struct, fcntl as _fcntl
+import os as _os
+import sys as _sys
+import time as _time
+import socket as _socket
+import io as _io
+import struct as _struct
+import fcntl as _fcntl
 import zlib as _zlib
 
 _CALLS = [0]

@@ -58,61 +58,180 @@ reports "BF16 MFU").
 
 from __future__ import annotations
 
-from commtax.formulas.predict.hardware import (  # noqa: F401
-    GPU, HBM_BUDGET, A100, H100, H200, H800, B200, GB200, GPUS, FITTED, FLASH2_EFFICIENCY,
-    ZERO_BANDWIDTH_SHARE, TILE_ELEMENTS, CAUSAL_SHARE, NCCL_SMS, GPU_ALIASES, LAB_GPUS,
-)
-from commtax.formulas.predict.shape import (  # noqa: F401
-    SHAPE_DEFAULTS, EP_DISPATCHES, normalize_shape, ffn_matrices, attention_gemms, attention_params,
-    dense_ffn_share, expert_params_per_layer, active_ffn_width, with_widths,
-)
-from commtax.formulas.predict.config import (  # noqa: F401
-    RECOMPUTE, PRECISIONS, LOW_PRECISIONS, PIPELINE_SPLITS, CP_COMMS, DP_IMPLS, HSDP_ALLREDUCE,
-    PARAM_GATHERS, ATTENTION_KERNELS, DEFAULTS, OPEN_DEFAULTS, REQUIRED, KEYS, RETURNED, TIME_PARTS,
-    ADAM_BYTES, OPTIMIZER_TRAFFIC, LOGIT_BYTES, MAX_MICRO_BATCH, BUCKET_PARAMS, ACT_BYTES,
-    BINDING_SHARE, stage_slots, resolve_split, normalize,
-)
-from commtax.formulas.predict.flops import (  # noqa: F401
-    layer_forward_flops, logits_forward_flops, flops_per_step, narayanan_eq3, korthikanti_eq7,
-    korthikanti_eq8, peak_flops, layer_params, stage_layers, stage_params,
+from commtax.formulas.predict.axes import (  # noqa: F401
+    cp_bytes_per_layer,
+    cp_time,
+    dp_bytes_per_step,
+    dp_time,
+    pipeline_time,
+    tp_time,
 )
 from commtax.formulas.predict.comms import (  # noqa: F401
-    placed_members, COLLECTIVES, collective_time, overlap_cost,
+    COLLECTIVES,
+    collective_time,
+    overlap_cost,
+    placed_members,
 )
 from commtax.formulas.predict.compute import (  # noqa: F401
-    wave_factor, attention_rate, constants_for, layer_compute, elementwise_bytes, logits_compute,
+    attention_rate,
+    constants_for,
+    elementwise_bytes,
+    layer_compute,
+    logits_compute,
+    wave_factor,
 )
-from commtax.formulas.predict.axes import (  # noqa: F401
-    tp_time, cp_bytes_per_layer, cp_time, pipeline_time, dp_bytes_per_step, dp_time,
+from commtax.formulas.predict.config import (  # noqa: F401
+    ACT_BYTES,
+    ADAM_BYTES,
+    ATTENTION_KERNELS,
+    BINDING_SHARE,
+    BUCKET_PARAMS,
+    CP_COMMS,
+    DEFAULTS,
+    DP_IMPLS,
+    HSDP_ALLREDUCE,
+    KEYS,
+    LOGIT_BYTES,
+    LOW_PRECISIONS,
+    MAX_MICRO_BATCH,
+    OPEN_DEFAULTS,
+    OPTIMIZER_TRAFFIC,
+    PARAM_GATHERS,
+    PIPELINE_SPLITS,
+    PRECISIONS,
+    RECOMPUTE,
+    REQUIRED,
+    RETURNED,
+    TIME_PARTS,
+    normalize,
+    resolve_split,
+    stage_slots,
 )
-from commtax.formulas.predict.memory import (  # noqa: F401
-    activation_bytes_per_layer, moe_activation_bytes, attention_width_activation_bytes,
-    in_flight_layers, memory_parts, memory_bytes_per_gpu, choose_recompute,
+from commtax.formulas.predict.flops import (  # noqa: F401
+    flops_per_step,
+    korthikanti_eq7,
+    korthikanti_eq8,
+    layer_forward_flops,
+    layer_params,
+    logits_forward_flops,
+    narayanan_eq3,
+    peak_flops,
+    stage_layers,
+    stage_params,
 )
-from commtax.formulas.predict.step import (  # noqa: F401
-    open_choices, breakdown, predict, stage_seconds, step, lab_pieces,
-)
-from commtax.formulas.predict.published import (  # noqa: F401
-    FIGURES, PUBLIC_RUNS, SP_PUBLISHED_IN, GPT2_VOCAB, run_from_row, published_figures,
-    read_published, primary_figure, errors, fit_constants, fit_zero_share, LLAMA3_405B, GPT_530B,
-    GPT_1T, GPT_175B_ZERO3, CHECK_RUNS, check_errors, zero3_critical_tokens,
-)
-from commtax.formulas.predict.search import (  # noqa: F401
-    MODELS, draw_plans, expert_degrees, search_plans, RECOMPUTE_WORDS, describe_plan, recommend,
-)
-from commtax.formulas.predict.memory_plans import (  # noqa: F401
-    PREDICTOR_SHAPES, PREDICTOR_GPUS, predicted_step, rank_by_step_time,
-)
-from commtax.formulas.predict.moe import (  # noqa: F401
-    expert_gemms, dispatch_bytes, ep_time, expert_params_per_gpu, expert_dp_time,
+from commtax.formulas.predict.hardware import (  # noqa: F401
+    A100,
+    B200,
+    CAUSAL_SHARE,
+    FITTED,
+    FLASH2_EFFICIENCY,
+    GB200,
+    GPU,
+    GPU_ALIASES,
+    GPUS,
+    H100,
+    H200,
+    H800,
+    HBM_BUDGET,
+    LAB_GPUS,
+    NCCL_SMS,
+    TILE_ELEMENTS,
+    ZERO_BANDWIDTH_SHARE,
 )
 from commtax.formulas.predict.hf_config import (  # noqa: F401
-    GATED_ACTIVATIONS, PLAIN_ACTIVATIONS, MAX_DEFAULT_SEQ, MAX_FIELD, model_from_config,
+    GATED_ACTIVATIONS,
+    MAX_DEFAULT_SEQ,
+    MAX_FIELD,
+    PLAIN_ACTIVATIONS,
+    model_from_config,
+)
+from commtax.formulas.predict.memory import (  # noqa: F401
+    activation_bytes_per_layer,
+    attention_width_activation_bytes,
+    choose_recompute,
+    in_flight_layers,
+    memory_bytes_per_gpu,
+    memory_parts,
+    moe_activation_bytes,
+)
+from commtax.formulas.predict.memory_plans import (  # noqa: F401
+    PREDICTOR_GPUS,
+    PREDICTOR_SHAPES,
+    predicted_step,
+    rank_by_step_time,
+)
+from commtax.formulas.predict.moe import (  # noqa: F401
+    dispatch_bytes,
+    ep_time,
+    expert_dp_time,
+    expert_gemms,
+    expert_params_per_gpu,
 )
 from commtax.formulas.predict.presets import (  # noqa: F401
-    DATA, CONFIGS, MOE_MODELS, moe_model,
+    CONFIGS,
+    DATA,
+    MOE_MODELS,
+    moe_model,
+)
+from commtax.formulas.predict.published import (  # noqa: F401
+    CHECK_RUNS,
+    FIGURES,
+    GPT2_VOCAB,
+    GPT_1T,
+    GPT_175B_ZERO3,
+    GPT_530B,
+    LLAMA3_405B,
+    PUBLIC_RUNS,
+    SP_PUBLISHED_IN,
+    check_errors,
+    errors,
+    fit_constants,
+    fit_zero_share,
+    primary_figure,
+    published_figures,
+    read_published,
+    run_from_row,
+    zero3_critical_tokens,
 )
 from commtax.formulas.predict.published_2026 import (  # noqa: F401
-    RUNS_2026, CHECKS_2026, ROW_RECOMPUTE, CONFIG_BY_MODEL, PRECISION, run_from_row_2026,
-    read_runs_2026, summary, errors_2026, fit_matmul_efficiency, fit_flash2_efficiency,
+    CHECKS_2026,
+    CONFIG_BY_MODEL,
+    PRECISION,
+    ROW_RECOMPUTE,
+    RUNS_2026,
+    errors_2026,
+    fit_flash2_efficiency,
+    fit_matmul_efficiency,
+    read_runs_2026,
+    run_from_row_2026,
+    summary,
+)
+from commtax.formulas.predict.search import (  # noqa: F401
+    MODELS,
+    RECOMPUTE_WORDS,
+    describe_plan,
+    draw_plans,
+    expert_degrees,
+    recommend,
+    search_plans,
+)
+from commtax.formulas.predict.shape import (  # noqa: F401
+    EP_DISPATCHES,
+    SHAPE_DEFAULTS,
+    active_ffn_width,
+    attention_gemms,
+    attention_params,
+    dense_ffn_share,
+    expert_params_per_layer,
+    ffn_matrices,
+    normalize_shape,
+    with_widths,
+)
+from commtax.formulas.predict.step import (  # noqa: F401
+    breakdown,
+    lab_pieces,
+    open_choices,
+    predict,
+    stage_seconds,
+    step,
 )

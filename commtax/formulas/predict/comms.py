@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import functools
 
-from commtax.formulas.network import (group_all_to_all_time, group_allgather_time, group_allreduce_time,
-                                      group_reduce_scatter_time, members_per_node)
+from commtax.formulas.network import (
+    group_all_to_all_time,
+    group_allgather_time,
+    group_allreduce_time,
+    group_reduce_scatter_time,
+    members_per_node,
+)
 from commtax.formulas.predict.hardware import GPUS, NCCL_SMS
 
 

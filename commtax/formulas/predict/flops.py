@@ -5,8 +5,7 @@ from __future__ import annotations
 from commtax.formulas.moe import expert_flops_per_token
 from commtax.formulas.predict.config import DEFAULTS, OPEN_DEFAULTS
 from commtax.formulas.predict.hardware import GPUS
-from commtax.formulas.predict.shape import (attention_gemms, attention_params, dense_ffn_share, ffn_matrices,
-                                            with_widths)
+from commtax.formulas.predict.shape import attention_gemms, attention_params, dense_ffn_share, ffn_matrices, with_widths
 
 
 def layer_forward_flops(cfg) -> tuple[float, float]:

@@ -6,7 +6,6 @@ from commtax.checks import require_choice
 from commtax.formulas.memory import MemoryPlan
 from commtax.formulas.predict.step import predict
 
-
 #: What Lesson 10's predictor needs beyond layers, hidden and heads for the model presets above (model
 #: cards: Llama 2 and 3 use SwiGLU FFNs and, at 70B and for Llama 3, 8 key/value heads; GPT-3 a 4h GeLU
 #: FFN). Names as in :mod:`commtax.formulas.models`.

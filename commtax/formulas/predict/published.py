@@ -15,7 +15,6 @@ from commtax.formulas.predict.hardware import GPU_ALIASES, GPUS, ZERO_BANDWIDTH_
 from commtax.formulas.predict.memory import choose_recompute
 from commtax.formulas.predict.step import breakdown, predict
 
-
 #: The published figure each source gives, and the predicted key it is compared with.
 FIGURES = {
     "NAR21-T1": (("published_tflops_per_gpu", "hardware_tflops_per_gpu"),),

@@ -8,7 +8,6 @@ from commtax.formulas.predict.config import HSDP_ALLREDUCE, normalize
 from commtax.formulas.predict.hardware import GPU_ALIASES, GPUS, LAB_GPUS
 from commtax.formulas.predict.step import _divisors, breakdown
 
-
 #: Model shapes for the planner: the public rows' GPTs and Llama-style models (model cards).
 MODELS = {
     "GPT 1.7B (Megatron, s=2048)": dict(layers=24, hidden=2304, heads=24, seq=2048, vocab=51200),
