@@ -61,7 +61,8 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument(f"--{axis}", type=int, default=None, metavar=axis.upper(),
                        help=f"{axis} size of the plan (for the split by axis; Megatron's rank order)")
     p.add_argument("--plan", metavar="FLAGS", help="the planner's flags for the plan that ran, quoted "
-                   "(\"CONFIG --gpus N --gpu H100 --tp T --pp P ...\"): its prediction beside the trace")
+                   "(\"Llama-3-8B --gpus N --gpu H100 --tp T --pp P ...\"; a preset's name ignores case, spaces "
+                   "and punctuation): its prediction beside the trace; its tp, pp and cp place the groups")
     p.add_argument("--steps", type=int, default=1, help="training steps the traces cover (for --plan; default 1)")
     p.add_argument("--json", action="store_true", help="print JSON instead of the text report")
     return p
@@ -209,13 +210,23 @@ def main(argv=None) -> int:
     """Run the command line; returns the exit code (0, or 2 on bad input)."""
     try:
         args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
-        report, extras = analyze(args.traces, args.tp, args.pp, args.cp)
+        prediction = None
         if args.plan is not None:
             try:
-                _, prediction = predict_flags(args.plan)
-                report["plan"] = compare(report, prediction, args.steps)
+                run, prediction = predict_flags(args.plan)
             except ValueError as exc:   # the plan's own slips: one line, like the trace's
                 raise TraceError(str(exc)) from None
+            for axis in ("tp", "pp", "cp"):   # the plan places the groups, unless a flag disagrees
+                given, planned = getattr(args, axis), prediction["plan"][axis]
+                if given is not None and given != planned:
+                    raise TraceError(f"--{axis} {given} disagrees with the plan's {axis} {planned} (--plan)")
+                setattr(args, axis, planned)
+        report, extras = analyze(args.traces, args.tp, args.pp, args.cp)
+        if prediction is not None:
+            world = max(r["rank"] for r in report["ranks"]) + 1
+            if world > run["gpus"]:
+                raise TraceError(f"the traces hold rank {world - 1}, but the plan has {run['gpus']} GPUs (--plan)")
+            report["plan"] = compare(report, prediction, args.steps)
     except TraceError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2

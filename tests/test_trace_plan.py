@@ -11,14 +11,14 @@ from commtax.measured.trace_plan import compare, largest_gaps
 from commtax.trace import main
 
 TRACES = sorted(str(p) for p in (Path(__file__).resolve().parent / "data" / "traces").glob("rank*.json.gz"))
-PLAN = "'Llama-3 8B' --gpus 4 --gpu H100 --tp 2 --pp 1 --global-batch 8 --seq 1024"
+PLAN = "Llama-3-8B --gpus 4 --gpu H100 --tp 2 --pp 1 --global-batch 8 --seq 1024"
 
 
 def _prediction():
     times = dict(matmul=0.6, elementwise=0.2, logits=0.1, optimizer=0.1, tp=0.3, cp=0.0, ep=0.0, bubble=0.0,
                  p2p=0.0, dp=0.2)
     return dict(times=times, comm=dict(tp=0.5, cp=0.0, ep=0.0, pp=0.0, dp=1.0), step_time_s=sum(times.values()),
-                dp_bytes=4e9)
+                dp_bytes=4e9, plan=dict(tp=2, pp=1, cp=1, dp=4, shard_group=4))
 
 
 def test_the_slowest_rank_is_set_beside_the_prediction_per_step():
@@ -31,9 +31,10 @@ def test_the_slowest_rank_is_set_beside_the_prediction_per_step():
     assert rows["compute"]["measured"] == pytest.approx(1.1) and rows["compute"]["predicted"] == pytest.approx(1.0)
     assert rows["communication"]["ratio"] == pytest.approx(1.6 / 1.5)
     assert rows["exposed communication"]["predicted"] == pytest.approx(0.5)   # what the axes add: tp 0.3 + dp 0.2
-    assert rows["data-parallel bytes"]["measured"] == pytest.approx(3e9)
+    # the trace's all-reduce buffers (6e9 over 2 steps) as the bytes a ring on 4 ranks sends: 2 x 3/4 of them
+    assert rows["data-parallel bytes"]["measured"] == pytest.approx(3e9 * 2 * 3 / 4)
     gaps = largest_gaps(list(rows.values()))
-    assert [g["part"] for g in gaps] == ["data-parallel bytes", "compute"]   # x0.75, then x1.1
+    assert [g["part"] for g in gaps] == ["data-parallel bytes", "compute"]   # x1.125, then x1.1
 
 
 def test_steps_must_be_a_positive_count():
@@ -41,19 +42,21 @@ def test_steps_must_be_a_positive_count():
         compare({"ranks": [dict(rank=0, compute_s=1, comm_s=1, exposed_comm_s=1, by_axis={})]}, _prediction(), 0)
 
 
-def test_the_cli_prints_the_comparison_in_json(capsys):
-    assert main([*TRACES, "--tp", "2", "--plan", PLAN, "--json"]) == 0
+def test_the_cli_prints_the_comparison_in_json_with_the_plans_groups(capsys):
+    assert main([*TRACES, "--plan", PLAN, "--json"]) == 0          # the plan's tp 2 places the groups
     report = json.loads(capsys.readouterr().out)
     assert [r["part"] for r in report["plan"]] == ["compute", "communication", "exposed communication",
                                                    "data-parallel bytes"]
     assert all(r["predicted"] > 0 for r in report["plan"])
 
 
-@pytest.mark.parametrize("plan, words", [
-    ("'Llama-3 8B' --gpus 4 --zero 9", "--zero"),
-    ("'Llama-3 8B' --gpus 4", "--tp and --pp"),
+@pytest.mark.parametrize("plan, extra, words", [
+    ("Llama-3-8B --gpus 4 --zero 9", [], "--zero"),
+    ("Llama-3-8B --gpus 4", [], "--tp and --pp"),
+    (PLAN, ["--tp", "4"], "disagrees with the plan's tp 2"),
+    ("Llama-3-8B --gpus 2 --gpu H100 --tp 2 --pp 1 --global-batch 8", [], "the plan has 2 GPUs"),
 ])
-def test_a_plan_the_planner_refuses_is_one_line(plan, words, capsys):
-    assert main([*TRACES, "--plan", plan]) == 2
+def test_a_plan_the_planner_refuses_or_the_traces_contradict_is_one_line(plan, extra, words, capsys):
+    assert main([*TRACES, *extra, "--plan", plan]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and words in err[0], err

@@ -10,8 +10,10 @@ training steps the profiler recorded):
 * communication: measured (union of communication intervals) vs predicted (every axis' collectives,
   hidden or not: the predictor's ``comm``);
 * exposed communication: measured vs predicted (what the axes add to the step);
-* data-parallel bytes per GPU: measured on the ``dp`` axis (when ``--tp/--pp/--cp`` place the groups)
-  vs the predictor's ``dp_bytes``.
+* data-parallel bytes one GPU sends per step: the calls measured on the ``dp`` axis (the plan's own tp,
+  cp and pp place the groups), turned from the trace's buffer sizes into the bytes a ring sends
+  (2 (g-1)/g of an all-reduce's buffer, (g-1)/g of an all-gather's or a reduce-scatter's, g the group
+  the plan shards over), vs the predictor's ``dp_bytes`` in the same convention.
 
 and names the largest gaps, as measured / predicted. The trace is read per rank; the comparison uses the
 slowest rank (the most compute plus exposed communication), since a step waits for it.
@@ -21,6 +23,8 @@ from __future__ import annotations
 
 import math
 
+#: Bytes a ring sends per byte of the trace's buffer (the course's sizes), times (g-1)/g.
+RING_SHARE = {"all_reduce": 2.0, "all_gather": 1.0, "reduce_scatter": 1.0}
 #: The parts of the predictor's step that are compute (the rest is what the axes add).
 COMPUTE_PARTS = ("matmul", "elementwise", "logits", "optimizer")
 
@@ -39,8 +43,9 @@ def compare(report: dict, prediction: dict, steps: int = 1) -> list[dict]:
             dict(part="exposed communication", unit="s", measured=rank["exposed_comm_s"] / steps,
                  predicted=prediction["step_time_s"] - predicted_compute)]
     dp = rank["by_axis"].get("dp")
-    if dp is not None:
-        measured = sum(c["bytes"] for op, c in dp.items() if op not in ("recv", "barrier")) / steps
+    group = prediction["plan"].get("shard_group") or prediction["plan"].get("dp", 1)
+    if dp is not None and group > 1:
+        measured = sum(c["bytes"] * RING_SHARE.get(op, 0.0) * (group - 1) / group for op, c in dp.items()) / steps
         rows.append(dict(part="data-parallel bytes", unit="B", measured=measured, predicted=prediction["dp_bytes"]))
     for row in rows:
         row["rank"] = rank["rank"]
