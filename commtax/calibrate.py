@@ -93,6 +93,10 @@ def _errors(log, alpha, bandwidth, min_size) -> np.ndarray:
     return np.abs(model - times) / times
 
 
+#: A fit worse than this on some row (relative error) bends through NCCL's protocol changes: say so.
+BENT_FIT = 0.25
+
+
 def _table(log, alpha, bandwidth, min_size, out) -> None:
     print(f"# {log.file}: {log.collective}, {log.ranks} ranks (from {log.ranks_from}), "
           f"{log.columns} columns{', ' + log.dtype if log.dtype else ''}", file=out)
@@ -105,6 +109,11 @@ def _table(log, alpha, bandwidth, min_size, out) -> None:
     print(f"# fit ({len(fit_rows(log, min_size))} rows of {used}): alpha = {format_seconds(alpha)} "
           f"per message, bandwidth = {format_rate(bandwidth)} per GPU per direction; "
           f"error median {np.median(errors):.1%}, max {errors.max():.1%}", file=out)
+    best = max((r.busbw_Bps for r in log.rows if r.size_bytes > 0), default=0.0)
+    if errors.max() > BENT_FIT or bandwidth < 0.9 * best:   # the asymptote below what a row reached
+        print(f"# note: one line fits these rows badly (the largest row's busbw is {format_rate(best)}, above "
+              f"the fitted bandwidth): NCCL changes protocol across sizes; fit the large rows with "
+              f"--fit-from 8M (see --help)", file=out)
     if log.avg_busbw_Bps is not None:
         print(f"# the log's own '# Avg bus bandwidth': {format_rate(log.avg_busbw_Bps)} "
               "(the mean busbw over every size, small ones included: not the link's bandwidth)", file=out)

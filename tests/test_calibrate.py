@@ -315,3 +315,14 @@ def test_the_fitted_bandwidth_of_a_real_log_is_near_its_largest_busbw(capsys):
     large = [r["busbw_Bps"] for r in log["rows"] if r["size_bytes"] >= 2 ** 28]
     assert min(large) * 0.95 <= log["bandwidth_Bps"] <= max(large) * 1.05
     assert math.isfinite(log["alpha_s"]) and 0 <= log["alpha_s"] < 1e-4
+
+
+def test_a_fit_that_one_line_cannot_make_says_to_fit_the_large_rows(capsys):
+    """NCCL's protocols bend the line through 8 B..128 MB on the Alps log: the default fit undershoots the
+    largest row's busbw, and the table says so and how to fit the large rows."""
+    from commtax.calibrate import main as calibrate
+    log = str(Path(__file__).resolve().parent / "data" / "nccl-tests" / "cscs-alps-gh200-srun-2x4-all_reduce.log")
+    assert calibrate(["nccl-tests", log]) == 0
+    assert "--fit-from 8M" in capsys.readouterr().out
+    assert calibrate(["nccl-tests", log, "--fit-from", "8M"]) == 0
+    assert "--fit-from 8M" not in capsys.readouterr().out
