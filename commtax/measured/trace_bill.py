@@ -213,10 +213,11 @@ def gloo_thread_groups(scan) -> dict:
     ``distributedInfo.pg_config`` lists this rank's groups in creation order (``pg_name`` 0, 1, ...),
     and each gloo group starts its worker threads (2 by default) one after the other when it is
     created, so their thread ids are consecutive and increase from group to group. The trace names
-    only the threads that did something while profiling, though, so the threads (sorted by id) are
-    dealt out to the groups only where that is unambiguous: this rank has one group, or every group
-    shows the same number (>= 2) of threads with consecutive ids. Otherwise nothing is mapped and
-    those calls' group is unknown.
+    only the threads that did something while profiling, though, and another thread may take an id
+    between two of a group's, so the threads (sorted by id) are dealt out to the groups only where that
+    is unambiguous: this rank has one group, or the threads split into one cluster of the same size
+    (>= 2) per group, no gap inside a cluster larger than a gap between clusters. Otherwise
+    nothing is mapped and those calls' group is unknown.
     """
     pgs = [pg for pg in (scan.meta.get("distributedInfo") or {}).get("pg_config") or []
            if isinstance(pg, dict) and _ranks(pg.get("ranks"))]
@@ -229,7 +230,9 @@ def gloo_thread_groups(scan) -> dict:
         return {}
     per = len(threads) // len(pgs)
     chunks = [threads[i:i + per] for i in range(0, len(threads), per)]
-    if any(chunk[-1] - chunk[0] != per - 1 for chunk in chunks):
+    inside = max(b - a for chunk in chunks for a, b in zip(chunk, chunk[1:]))
+    between = min(nxt[0] - cur[-1] for cur, nxt in zip(chunks, chunks[1:]))
+    if inside > between:   # the threads do not fall into one cluster per group
         return {}
     return {tid: _ranks(pg["ranks"]) for pg, chunk in zip(pgs, chunks) for tid in chunk}
 
