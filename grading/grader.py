@@ -42,6 +42,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from commtax.boundary.cleanup import remove_tree
 from commtax.learner_process import SANDBOX_ENV
 from grading import integrity
 from grading.course import (
@@ -57,7 +58,6 @@ from grading.process import Stopped, become_subreaper, kill_descendants, make_un
 from grading.pytest_run import collect, run_pytest
 from grading.results import GradeResult, LabResult, TestResult
 from grading.sandbox import DEFAULT_ISOLATION, ISOLATIONS, SANDBOX_USER, NoSandbox, choose_isolation, warning
-from grading.sandbox.cleanup import remove_tree
 from grading.sandbox.limits import Limits
 from grading.sandbox.namespaces import SandboxError
 from grading.sandbox.plain import close_interpreter, open_interpreter, sandbox_user

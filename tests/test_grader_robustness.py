@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from grading.sandbox.cleanup import remove_tree
+from commtax.boundary.cleanup import remove_tree
 
 ROOT = Path(__file__).resolve().parent.parent
 HAS_SOLUTIONS = (ROOT / "labs" / "lab-06-tp-comm-cost" / "solution.py").exists()

@@ -71,10 +71,10 @@ from __future__ import annotations
 
 import os
 import pickle
-import shutil
 import subprocess
 
 from commtax import boundary
+from commtax.boundary.cleanup import remove_tree
 from commtax.ranks import _byfile, wire
 from commtax.ranks._failures import BackendUnavailable, DistributedRunError, RankFailure
 from commtax.ranks._frames import learner_traceback
@@ -218,7 +218,7 @@ def run_ranks(
         kill_all(procs)
         if rendezvous:
             rendezvous.close()
-        shutil.rmtree(run_dir, ignore_errors=True)
+        remove_tree(run_dir)   # the ranks ran learner code: no recursion, no link followed, never raises
 
     if echo_output:
         for rank, text in enumerate(outputs):

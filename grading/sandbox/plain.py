@@ -27,8 +27,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from commtax.boundary.cleanup import remove_tree
 from grading.process import kill_descendants, kill_user
-from grading.sandbox.cleanup import remove_tree
 from grading.sandbox.limits import Limits
 
 LOST = ("no PID namespace: a process that escapes the kill sweeps (by racing them) can outlive its lab",

@@ -11,7 +11,8 @@ so depth costs neither Python frames nor path length. Only a window of descripto
 (:data:`OPEN_WINDOW`): going back up past it reopens ``..`` and checks that it is the folder it left
 (device and inode), else it stops there and says so. It returns what it could not remove, as short
 lines for a report or a log, and never raises (but for ``KeyboardInterrupt``/``SystemExit`` and the
-grader's own :class:`grading.process.Stopped`, which it lets through).
+grader's own ``grading.process.Stopped``, which it lets through). The course's launcher
+(:mod:`commtax.ranks.launch`) and the grader both clean up with it.
 """
 
 from __future__ import annotations
