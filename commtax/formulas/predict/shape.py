@@ -8,7 +8,8 @@ Conventions (one layer; ``h`` hidden, ``t`` TP, ``mats`` = 3 for a gated (SwiGLU
   (``q_width``, ``v_width``), K and V kv_heads x head_dim (``kv_hidden``). **Multi-head latent
   attention** (DeepSeek-V2/V3: ``kv_lora_rank`` set): queries through a ``q_lora_rank`` bottleneck,
   keys and values through a ``kv_lora_rank`` one plus a ``qk_rope_head_dim`` shared rotary key;
-  per head a query/key of ``qk_nope_head_dim + qk_rope_head_dim`` and a value of ``v_head_dim``.
+  per head a query/key of ``qk_nope_head_dim + qk_rope_head_dim`` and a value of ``v_head_dim`` (with
+  MLA a plan's ``head_dim`` is the query/key's no-rope part, ``qk_nope_head_dim``).
   The down-projections are replicated on every TP rank (Megatron-core's MLA), the rest split by t.
   Attention scores cost 2 s^2 (q_width + v_width) FLOPs per sequence forward (Q K^T and P V),
   which is 4 s^2 h for a GPT layer.
