@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from commtax import exercises
+from commtax.exercises.hidden import model
 from commtax.units import format_bytes, format_rate, format_seconds
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -112,9 +113,9 @@ def _model(name):
     values = {
         "04.3 (b)": lambda: plan(4, 2, 8).mfu,
         "04.4 TP 8": lambda: plan(8, 4, 32).axes["TP"].tax,
-        "08.3 100 ms": lambda: exercises._lesson08_timeline(0.100)["exposed"],
-        "08.3 total": lambda: exercises._lesson08_timeline(0.010)["comm_total"],
-        "08.3 flat": lambda: exercises._lesson08_flat_ib(),
+        "08.3 100 ms": lambda: model.lesson08_timeline(0.100)["exposed"],
+        "08.3 total": lambda: model.lesson08_timeline(0.010)["comm_total"],
+        "08.3 flat": lambda: model.lesson08_flat_ib(),
         "10.1 ZeRO-3": lambda: predict.predict(zero3)["mfu"],
         "10.2 full": lambda: predict.predict(zero3)["step_time_s"],
         "10.2 winner": lambda: predict.breakdown(
@@ -351,12 +352,38 @@ def test_the_slips_the_issue_names():
     assert "binary" not in said("03.2", 22 * 63 / 64 * 6.74e9 * 2)
 
 
-def test_release_text_drops_the_slips():
-    """The student release's exercises.py has no slip values (they would give the answers away)."""
-    text = exercises.release_text((ROOT / "commtax" / "exercises.py").read_text())
-    assert not re.search(r'Slip\("[^"{]+", "[A-Za-z0-9+/]', text) and "_lesson04_mfu" not in text and "_lesson10_" not in text
-    assert "SLIPS: dict[str, tuple[Slip, ...]] = {}" in text
-    assert not re.findall(r'"[A-Za-z0-9+/]{11}="', text)
+PACKAGE = ROOT / "commtax" / "exercises"
+SCRAMBLED = re.compile(r'"[A-Za-z0-9+/]{11}="')   # 8 bytes in base64: a scrambled answer or slip
+
+
+def test_answers_and_slips_live_only_in_the_folder_the_release_drops():
+    """Outside ``hidden/`` the package holds no scrambled value and nothing computed; the release leaves out
+    every folder named ``hidden`` (as it does the labs' hidden tests)."""
+    from grading.release import RELEASE_EXCLUDED
+    assert "hidden" in RELEASE_EXCLUDED
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if "hidden" in path.relative_to(PACKAGE).parts:
+            continue
+        text = path.read_text()
+        assert not SCRAMBLED.findall(text) and "compute=lambda" not in text, path.name
+    assert SCRAMBLED.findall((PACKAGE / "hidden" / "answers.py").read_text())
+
+
+def test_without_the_hidden_folder_check_says_self_study(tmp_path):
+    """The package as the release copies it (``hidden/`` left out): no answers, no slips, check() says so."""
+    import shutil
+    import subprocess
+    import sys
+
+    from grading.release import RELEASE_EXCLUDED
+    shutil.copytree(ROOT / "commtax", tmp_path / "commtax", ignore=shutil.ignore_patterns(*RELEASE_EXCLUDED))
+    assert not (tmp_path / "commtax" / "exercises" / "hidden").exists()
+    code = ("from commtax import exercises as e; assert not e.ANSWERS_SHIPPED and e.SLIPS == {}; "
+            "assert not any(x.scrambled or x.compute for x in e.EXERCISES.values()); e.check('01.1', 0.0039)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={"PYTHONPATH": str(tmp_path)},
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert exercises.SELF_STUDY in done.stdout
 
 
 # -- no answer in the lessons ---------------------------------------------------------------------------------
@@ -446,8 +473,8 @@ def test_no_check_example_in_a_readme_or_a_lesson_gives_an_answer():
     for path in _documents():
         text = _notebook_text(path) if path.suffix == ".ipynb" else path.read_text()
         calls += [(path.name, e, v) for e, v in re.findall(r'check\("(\d\d\.\d)", ([-+.\deE]+)\)', text)]
-    calls += [("commtax/exercises.py", e, v) for e, v in
-              re.findall(r'check\("(\d\d\.\d)", ([-+.\deE]+)\)', (ROOT / "commtax" / "exercises.py").read_text())]
+    for path in sorted((ROOT / "commtax" / "exercises").rglob("*.py")):
+        calls += [(path.name, e, v) for e, v in re.findall(r'check\("(\d\d\.\d)", ([-+.\deE]+)\)', path.read_text())]
     assert any(where == "README.md" for where, _, _ in calls), "the README's check example is gone"
     for where, exercise_id, value in calls:
         assert exercises.verdict(exercise_id, float(value)) != "right", f"{where}: check({exercise_id!r}, {value}) is the answer"

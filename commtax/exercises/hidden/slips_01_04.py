@@ -1,0 +1,153 @@
+"""The slips of Lessons 01 to 04's exercises: the wrong answers each lesson teaches about, named in its words."""
+
+from __future__ import annotations
+
+import commtax.exercises.hidden.model as model
+from commtax.exercises.records import Slip
+
+SLIPS: dict[str, tuple[Slip, ...]] = {
+    # Lesson 01
+    "01.1": (
+        Slip("one phase", "pgydn0spnKU=", "that is (P-1)α + (P-1)/P n/B, a reduce-scatter (or an all-gather) alone; a ring "
+             "all-reduce is both: 2(P-1)α + 2(P-1)/P n/B"),
+        Slip("bidirectional bandwidth", "Y0gAY81j/eQ=", "that uses 900 GB/s; NVLink's \"900 GB/s\" counts both directions, and "
+             "the course's bandwidths are per direction: 450 GB/s"),
+        Slip("1 GB as 2^30 bytes", "Vr5t5uGLGfA=", "1 GB is 1e9 bytes (decimal prefixes); 2^30 bytes is 1 GiB"),
+        Slip("the large-P limit", "1PzhSjIkx/o=", "that uses 2n/B; the ring sends 2(P-1)/P n per rank: keep the factor, "
+             "1.75 at P = 8"),
+        Slip("the tree's time", "xxyfP2HLaRY=", "that is the tree all-reduce, 2 log2(P) (α + n/B); asked is the ring's"),
+        Slip("the naive time", "ZeXb+j0axl0=", "that is the naive all-reduce, 2(P-1)(α + n/B); asked is the ring's"),
+    ),
+    "01.2": (
+        Slip("n* itself", "H39h9qkeU3s=", "that is n* = αB, where one message's two terms are equal; the ring cuts the buffer "
+             "into P chunks, so its latency is half the time at n = P n*"),
+        Slip("bits vs bytes", "6SfeFxb21A4=", "that takes 400 Gb/s as 400 GB/s: a 400 Gb/s NIC moves 50 GB/s"),
+        Slip("one phase's latency", "AsqQu4WQEMU=", "that counts (P-1)α of latency; the ring all-reduce pays 2(P-1)α (reduce-"
+             "scatter and all-gather) against 2(P-1)/P n/B"),
+    ),
+    "01.3": (
+        Slip("n* itself", "kF4KPp/zc4k=", "that is n* = αB; the tree/ring crossover at P = 256 is n* (P-1-c)/(c-(P-1)/P), "
+             "c = log2 P"),
+        Slip("the NVLink preset", "pBmtZJZmOkQ=", "that uses NVLink's α and B; the exercise is on InfiniBand NDR (5 µs, 50 GB/s)"),
+        Slip("bits vs bytes", "hwF2eUKy7vg=", "that takes 400 Gb/s as 400 GB/s: a 400 Gb/s NIC moves 50 GB/s"),
+        Slip("the tree one way", "INHyjeWLdIM=", "that counts the tree as log2 P steps; a tree all-reduce reduces up and "
+             "broadcasts down: 2 log2 P (α + n/B)"),
+    ),
+    "01.4": (
+        Slip("the whole buffer on the network", "S7wDTezQz7U=", "that sends the whole n through each NIC; after the NVLink "
+             "reduce-scatter each of the G GPUs carries n/G over its own NIC"),
+        Slip("the NVLink stages' share", "OPbqhqAcbOE=", "that is the NVLink stages' share; asked is the network stage's"),
+        Slip("network / NVLink", "lB7R2DTxk14=", "that is the network stage over the NVLink stages; asked is its share of the "
+             "whole hierarchical time"),
+        Slip("share of the flat ring", "Dacg0fbzz0g=", "that divides by the flat ring's time; asked is the share of the "
+             "hierarchical time"),
+    ),
+    "01.5": (
+        Slip("the printed output", "JaS+rOTFAZ4=", "that is what the source printed, the decimal kB; its code divides "
+             "n* = 450,000 bytes by 1024"),
+        Slip("bytes, not its KB", "p4FUMlVomm4=", "that is n* in bytes; asked is what the code prints, bytes / 1024"),
+        Slip("the InfiniBand line", "hvZrRvWNR4I=", "that is the code's InfiniBand HDR line; asked is NVLink's"),
+        Slip("part (b)", "BGlKe2v+1Ss=", "that is (b), HDR at 25 GB/s; asked is (a), what the code prints for NVLink"),
+    ),
+    # Lesson 02
+    "02.1": (
+        Slip("steps counted from 1, or + s", "yQBk3ihk+WI=", "the text counts steps from 0 (s = 3 is the fourth step), and at "
+             "reduce-scatter step s rank i sends chunk (i - s) mod P"),
+        Slip("where it goes, or what it owns", "pPJr6I6w3i4=", "rank 2 sends to rank 3 and owns chunk (i + 1) mod P = 3 at the "
+             "end; asked is the chunk it sends at s = 3, (i - s) mod P"),
+        Slip("step 0's chunk", "Q/X3hcVYhq8=", "rank 2 sends its own chunk 2 at step 0; at step s it sends (i - s) mod P"),
+    ),
+    "02.2": (
+        Slip("one phase", "bYp+hm5zSng=", "that is (P-1)/P n, the reduce-scatter alone; the all-gather sends as much again: "
+             "2(P-1)/P n"),
+        Slip("the large-P limit", "4pay80xrYDY=", "that is 2n; the ring keeps its factor: 2(P-1)/P n = 1.75 n at P = 8"),
+        Slip("per-rank vs total", "aN84g1GRPHk=", "that is what all 8 GPUs send together; asked is each GPU's"),
+        Slip("the naive root", "aoftralnpFA=", "that is what the naive algorithm's root sends, (P-1) n; asked is the ring"),
+        Slip("sent and received", "Q2w+a9Kqf9E=", "that adds what a GPU receives; asked is what it sends"),
+        Slip("1 GB as 2^30 bytes", "pAcuF218oKk=", "1 GB is 1e9 bytes (decimal prefixes); 2^30 bytes is 1 GiB"),
+    ),
+    "02.3": (
+        Slip("64 MiB as 64e6 bytes", "8wyBuHyAJCU=", "64 MiB is 2^26 = 67,108,864 bytes (binary), not 64e6"),
+        Slip("the 1 kB time", "3wletTCTCXA=", "that is the 1 kB all-reduce; the check asks the 64 MiB one"),
+        Slip("the large-P limit", "oakkZZcsABQ=", "that uses 2n/B; the ring sends 2(P-1)/P n = 1.5 n at P = 4"),
+        Slip("one phase", "qmZFtQMePh4=", "that is a reduce-scatter alone; the all-reduce is 2(P-1)α + 2(P-1)/P n/B"),
+    ),
+    "02.4": (
+        Slip("the first step only", "oRs7TMpQPM0=", "that is the first halving step, n/2; add the three: n/2 + n/4 + n/8"),
+        Slip("the last step only", "wy1PY957hoY=", "that is the last halving step, n/8; add the three: n/2 + n/4 + n/8"),
+        Slip("the whole all-reduce", "zHINgxxgrLc=", "that is 2(P-1)/P, the halving and the doubling; asked is the three "
+             "halving (reduce-scatter) steps, (P-1)/P"),
+    ),
+    "02.5": (
+        Slip("bus vs algorithm bandwidth", "/1qSysIib9I=", "that divides 1 GB by the bus bandwidth; the time is n / algbw, and "
+             "algbw = busbw / (2(P-1)/P) = busbw / 1.75"),
+        Slip("busbw times 2(P-1)/P", "88ME04CBBMw=", "busbw = algbw x 2(P-1)/P, so algbw = busbw / 1.75, not busbw x 1.75"),
+        Slip("the ring's ideal", "wff8UWRDj3E=", "that is the ring model's time on the NVLink preset; asked is the measured "
+             "time behind 360 GB/s of bus bandwidth"),
+        Slip("2 instead of 2(P-1)/P", "xJ0qLcAyU3I=", "bus bandwidth scales algbw by 2(P-1)/P = 1.75 at P = 8, not by 2"),
+    ),
+    # Lesson 03
+    "03.1": (
+        Slip("plain DP", "fdeSGetbrO0=", "that is plain DP's 16Ψ; ZeRO-1 shards the 12Ψ of optimizer state over the 32 ranks"),
+        Slip("ZeRO-2", "TkQUbBHizdg=", "that is ZeRO-2 (gradients sharded too); ZeRO-1 keeps the bf16 gradients whole: "
+             "4Ψ + 12Ψ/d"),
+        Slip("ZeRO-3", "k4nam/JCHTU=", "that is ZeRO-3 (16Ψ/d); ZeRO-1 keeps weights and gradients whole: 4Ψ + 12Ψ/d"),
+        Slip("the optimizer shard only", "0R7g49kwJi0=", "that is the 12Ψ/d shard alone; each GPU also holds the bf16 "
+             "weights and gradients, 4Ψ"),
+    ),
+    "03.2": (
+        Slip("6.74e9 parameters", "C51/4xXLYDo=", "that uses Llama-2-7B's 6.74e9; this exercise's model has exactly 7e9"),
+        Slip("ZeRO-3's total", "FOyqqXRcVBY=", "that is all ZeRO-3 sends; asked is how many more bytes than DP"),
+        Slip("ZeRO-3 once per step", "4tysZuTic68=", "ZeRO-3 gathers the weights and reduce-scatters the gradients for every "
+             "micro-batch: 8 times per step"),
+        Slip("DP every micro-batch", "HcNPairMR3A=", "DP (with no_sync) all-reduces once per step, after gradient "
+             "accumulation, not per micro-batch"),
+        Slip("4 bytes per parameter", "lsXnbAi5l2k=", "the model is bf16: 2 bytes per parameter"),
+    ),
+    "03.3": (
+        Slip("the guide's 175 MB", "1ytaSeXcMnE=", "that is the guide's printed \"~175 MB\" (half the formula: one 2(t-1)/t "
+             "counted as (t-1)/t, or bytes left out?); work the formula through"),
+        Slip("no ring factor", "kwOeOhQAa9c=", "that leaves out 2(t-1)/t = 1.75 at t = 8"),
+        Slip("MiB as MB", "ejZGUYtuvNc=", "that is the bytes in MiB written as MB; the course's MB are 1e6 bytes"),
+    ),
+    "03.4": (
+        Slip("inverted", "Wn3KaK1TQkk=", "that is PP / TP; asked is TP bytes over PP bytes"),
+        Slip("one layer", "CAWrca1DyLA=", "that is one TP layer; the stage holds 12 layers"),
+        Slip("PP forward only", "yFS0Yf9TP8o=", "a boundary carries the activation forward and its gradient back: 2 bsh B per "
+             "micro-batch"),
+        Slip("TP forward only", "WjBKQudOEr4=", "TP sends 4 all-reduces per layer per micro-batch: 2 forward, 2 backward"),
+        Slip("the large-P limit", "U5CZNpXssJ8=", "that uses 2n per all-reduce; keep 2(t-1)/t = 1.75 at t = 8"),
+    ),
+    "03.5": (
+        Slip("half", "aVnAH4cQjX0=", "top-2 routing sends every token to 2 experts, and EP runs 4 all-to-alls per layer "
+             "(dispatch and combine, forward and backward)"),
+        Slip("ring factor on one side", "cSgfsgg/lqw=", "both sides keep their (d-1)/d: an all-to-all keeps 1/e of its tokens, a "
+             "ring's 2(t-1)/t"),
+    ),
+    # Lesson 04
+    "04.1": (
+        Slip("sparse vs dense peak", "y7reHj513Aw=", "that uses the with-sparsity 624 TFLOP/s; the course's hardware figures "
+             "are dense: 312 TFLOP/s"),
+        Slip("bits vs bytes", "ylbp8XnBpuQ=", "a 200 Gb/s NIC moves 25 GB/s per direction"),
+        Slip("MFU left out", "9p52pk7cJBk=", "the backward runs at MFU x peak (0.45 x 312 TFLOP/s)"),
+    ),
+    "04.2": (
+        Slip("forward vs whole-step tax", "DlPvnI0C+q8=", "that is the forward's TP tax; over a whole step (backward twice the "
+             "forward's compute, the same all-reduces) it is 2/3 of it"),
+        Slip("370 GB/s", "eVdEQC3IQu8=", "that uses NCCL's 370 GB/s, the bill's default; the exercise says 450 GB/s per direction"),
+        Slip("forward at 370 GB/s", "s5EnI65vXNU=", "that is the forward's tax at 370 GB/s; asked is the whole step's at "
+             "450 GB/s"),
+    ),
+    "04.3": (
+        Slip("the compute's MFU", "jwOO9f2YsDI=", "0.4 is the compute's MFU you were given; the plan's estimate is lower by "
+             "its exposed taxes"),
+        Slip("plan (b)", "", "that is the best plan of (b), TP 4 x PP 2; asked is (a), TP 8 x PP 4",
+             compute=lambda: model.lesson04_mfu(4, 2)),
+    ),
+    "04.4": (
+        Slip("TP 8's tax", "", "that is the tax at TP 8 (exercise 3); asked is TP 16's",
+             compute=lambda: model.lesson04_plan(8, 4).axes["TP"].tax),
+        Slip("the one-NIC answer", "", "that scales TP 8's tax by 15/7 x 370/47, a node with one NIC; here each "
+             "GPU has its own NIC", compute=lambda: model.lesson04_plan(8, 4).axes["TP"].tax * 15 / 7 * 370 / 47),
+    ),
+}

@@ -1,0 +1,126 @@
+"""The verdict on a learner's number: right, a named slip, a round factor off, or wrong (never the answer)."""
+
+from __future__ import annotations
+
+import math
+
+from commtax.exercises.records import Exercise, Slip, decode
+from commtax.exercises.table import ANSWERS_SHIPPED, EXERCISES, SLIPS
+
+# Generic factors, given only as an example when no slip of the exercise matches (never as the diagnosis):
+# the same factor has different causes in different exercises (8 is bits vs bytes, or t = 8, or 8 GPUs).
+_FACTORS = [
+    (2.0, "per rank vs total, or the 2 in 2(P-1)/P?"),
+    (8.0, "bits vs bytes?"),
+    (100.0, "a percentage where a fraction is asked?"),
+    (1.024, "kB vs KiB?"),
+    (2**20 / 1e6, "MB vs MiB?"),
+    (2**30 / 1e9, "GB vs GiB?"),
+    (1e3, "a unit prefix (ms vs s, kB vs B)?"),
+    (1e6, "a unit prefix (µs vs s, MB vs B)?"),
+    (1e9, "a unit prefix (ns vs s, GB vs B)?"),
+    (4.0, "per rank vs total, or how many collectives per layer?"),
+]
+KNOWN_SLIP = "wrong, a known slip"     # how a verdict that names one of the exercise's slips starts
+PERCENTAGE = Slip("a percentage", "", "this exercise asks a fraction (0.25 = 25%)")
+
+
+def _answer(exercise_id: str) -> float:
+    exercise = _exercise(exercise_id)
+    return exercise.compute() if exercise.compute else decode(exercise_id, exercise.scrambled)
+
+
+def _exercise(exercise_id: str) -> Exercise:
+    try:
+        return EXERCISES[exercise_id]
+    except KeyError:
+        raise ValueError(f"exercise_id must be one of {', '.join(EXERCISES)}; got {exercise_id!r}") from None
+
+
+def _close(value: float, answer: float, tolerance: float) -> bool:
+    if answer == 0:
+        return abs(value) <= tolerance
+    return abs(value / answer - 1) <= tolerance
+
+
+NO_ANSWERS = "no answers in this copy"
+SELF_STUDY = ("the student release ships no answers: these check lines are for self-study in the "
+              "course's public repository; your teacher says how the exercises are graded")
+
+
+def verdict(exercise_id: str, value) -> str:
+    """``"right"``, ``"wrong, a known slip (<name>): <what to check>"``, ``"wrong (... for example, a factor of F off:
+    <hint>?)"``, ``"wrong"``, ``"no answer yet"`` or :data:`NO_ANSWERS`."""
+    exercise = _exercise(exercise_id)
+    if value is None:
+        return "no answer yet"
+    if not ANSWERS_SHIPPED:
+        return NO_ANSWERS
+    if isinstance(value, bool) or not isinstance(value, (int, float)) and not hasattr(value, "__float__"):
+        raise ValueError(f"value must be a number, got {value!r}")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"value must be finite, got {value!r}")
+    answer = _answer(exercise_id)
+    if exercise.exact:
+        if value == answer:
+            return "right"
+    elif _close(value, answer, exercise.tolerance):
+        return "right"
+    slip = _named_slip(exercise_id, exercise, value, answer)
+    if slip is not None:
+        return f"{KNOWN_SLIP} ({slip.name}): {slip.message}"
+    if not exercise.exact and answer != 0 and value != 0 and (value > 0) == (answer > 0):
+        for factor, hint in _FACTORS:
+            if any(_close(value, answer * ratio, exercise.tolerance) for ratio in (factor, 1 / factor)):
+                shown = f"{factor:.3g}" if factor < 1e3 else f"1e{round(math.log10(factor))}"
+                return f"wrong (not one of this exercise's known slips; for example, a factor of {shown} off: {hint})"
+    return "wrong"
+
+
+def slip_value(exercise_id: str, slip: Slip) -> float:
+    """The wrong value a slip of ``exercise_id`` stands for (for the tests; never shown by check)."""
+    return slip.compute() if slip.compute else decode(f"{exercise_id} {slip.name}", slip.scrambled)
+
+
+def _asks_fraction(exercise: Exercise) -> bool:
+    what = exercise.what.lower()
+    return "%" in what or "fraction" in what or "share" in what
+
+
+def _named_slip(exercise_id: str, exercise: Exercise, value: float, answer: float) -> Slip | None:
+    """The exercise's slip nearest to ``value`` among those within its tolerance, or None."""
+    candidates = [(slip, slip_value(exercise_id, slip)) for slip in SLIPS.get(exercise_id, ())]
+    if _asks_fraction(exercise) and not exercise.exact:
+        candidates.append((PERCENTAGE, answer * 100))
+    best, distance = None, math.inf
+    for slip, wrong in candidates:
+        if exercise.exact:
+            gap = 0.0 if value == wrong else math.inf
+        elif wrong == 0:
+            gap = abs(value) if abs(value) <= exercise.tolerance else math.inf
+        else:
+            gap = abs(value / wrong - 1) if _close(value, wrong, exercise.tolerance) else math.inf
+        if gap < distance:
+            best, distance = slip, gap
+    return best
+
+
+def check(exercise_id: str, value) -> None:
+    """Print one line: the exercise, what is asked, and the verdict on ``value`` (never the answer)."""
+    exercise = _exercise(exercise_id)
+    said = verdict(exercise_id, value)
+    if said == "right":
+        said += " (exact)" if exercise.exact else f" (within {exercise.tolerance:.0%})"
+    elif said == "no answer yet":
+        said += ": replace None with your number and run the cell again"
+    elif said == NO_ANSWERS:
+        said = f"your number {float(value):.6g} is noted ({SELF_STUDY})"
+    elif said == "wrong":
+        said += (" (must be exact, and not one of this exercise's known slips)" if exercise.exact else
+                 f" (more than {exercise.tolerance:.0%} away, and not one of this exercise's known slips): "
+                 "compare with the worked solution")
+    elif said.startswith("wrong (not one"):
+        said += ": compare with the worked solution"
+    print(f"Exercise {exercise_id} ({exercise.what}): {said}")
+
