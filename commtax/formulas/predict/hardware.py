@@ -150,6 +150,20 @@ FLASH2_EFFICIENCY = {"A100-80GB": 0.72, "H100-80GB": 0.30, "H200-141GB": 0.30, "
 #: public ZeRO-3 row (Narayanan et al. 2021, Table 2, 384 GPUs).
 ZERO_BANDWIDTH_SHARE = {"megatron": 1.0, "deepspeed": 0.068}
 
+#: Seconds one mixture-of-experts layer's forward pass leaves the GPU idle while the host catches up, one
+#: micro-batch (its backward included). Megatron's dropless MoE layers copy each expert's token count to the
+#: host before the grouped GEMMs (a device-to-host synchronization), so the CPU cannot queue kernels ahead
+#: past it and the launch time of the kernels after it is exposed; NVIDIA's "Optimizing DeepSeek-V3 Training
+#: Performance on NVIDIA GB200 NVL72" (Megatron-LM docs/discussions/deepseek-v3-gb200-optimization, sections 2
+#: and 3.1) finds MoE training host-bound on Blackwell (72 router kernels before fusion, the routed experts
+#: left out of CUDA Graphs by this sync) and estimates that removing the sync would gain at least 10%.
+#: Fitted (:func:`commtax.formulas.predict.published_2026.fit_moe_host_sync`, 0.1 ms grid) on the four MoE
+#: rows of published-runs-2026.csv (Qwen3-30B on 16 H100 and 8 B200, Mixtral 8x7B on 64 B200, DeepSeek-V3
+#: on 256 GB200), with each run's dispatcher and overlap from its recipe
+#: (:mod:`commtax.formulas.predict.recipes_2026`). One figure for every host (x86 and Grace CPUs alike),
+#: an assumption; on the DeepSeek-V3 GB200 row it is 13% of the step, in line with NVIDIA's estimate.
+MOE_HOST_SYNC_S = 2.1e-3
+
 TILE_ELEMENTS = 128 * 256   # output elements of one GEMM tile (CUTLASS/cuBLAS large tensor-core tiles)
 CAUSAL_SHARE = 0.5          # of the scores a causal fused-attention kernel computes (it skips masked tiles)
 NCCL_SMS = 16               # SMs a collective takes from compute (NVIDIA/nccl issue 689: 16 on a DGX with 8 NICs)

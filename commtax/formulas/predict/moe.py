@@ -28,6 +28,10 @@ of :mod:`commtax.formulas.predict.shape`, so every MoE term carries ``moe_share`
   in FP8 (the combine stays BF16). ``moe_imbalance`` (>= 1, the busiest rank's load over the mean) scales
   the busiest rank's expert GEMMs and the tokens it receives; 1 is the published benchmarks'
   force-balanced router.
+* **Host synchronization**: each MoE layer's forward waits for the host to learn the experts' token
+  counts (:data:`commtax.formulas.predict.hardware.MOE_HOST_SYNC_S` seconds per layer and forward pass,
+  backward included; twice with full recomputation), added to the layer's expert-parallel time whatever
+  the EP degree and not hidden by ``ep_overlap`` (the GPU, not the network, waits).
 * **Expert states**: the routed experts' weights, E x mats h f_e per MoE layer, split over ep x etp
   GPUs; their Adam states (ZeRO-1, Megatron's distributed optimizer), gradients (ZeRO-2) and weights
   (ZeRO-3, Megatron-FSDP) sharded over the expert data-parallel group, edp = tp cp dp / (ep etp). Each
@@ -40,6 +44,7 @@ from __future__ import annotations
 from commtax.formulas.moe import inter_node_bytes_per_token
 from commtax.formulas.predict.comms import collective_time, overlap_cost, placed_members
 from commtax.formulas.predict.config import ACT_BYTES
+from commtax.formulas.predict.hardware import MOE_HOST_SYNC_S
 from commtax.formulas.predict.shape import expert_params_per_layer, ffn_matrices
 
 
@@ -86,11 +91,14 @@ def _per_node_time(cfg, gpu, element_bytes: float) -> float:
 
 
 def ep_time(cfg, recompute, gpu, expert_s=0.0) -> dict:
-    """Seconds the expert-parallel all-to-alls add to the average layer, one micro-batch (``added``),
-    and their whole time (``comm``). ``expert_s``: the layer's expert GEMM seconds (what
-    ``ep_overlap`` hides them behind)."""
-    if not cfg.get("experts") or cfg["ep"] == 1:
+    """Seconds the expert-parallel all-to-alls and the MoE layer's host synchronization add to the
+    average layer, one micro-batch (``added``), and the all-to-alls' whole time (``comm``). ``expert_s``:
+    the layer's GEMM seconds (what ``ep_overlap`` hides the all-to-alls behind)."""
+    if not cfg.get("experts"):
         return dict(added=0.0, comm=0.0)
+    host = cfg["moe_share"] * MOE_HOST_SYNC_S * (2 if recompute == "full" else 1)
+    if cfg["ep"] == 1:
+        return dict(added=host, comm=0.0)
     if cfg["ep_dispatch"] == "per_node":
         dispatch = _per_node_time(cfg, gpu, cfg["dispatch_bytes_per_element"])
         combine = _per_node_time(cfg, gpu, ACT_BYTES)
@@ -103,7 +111,7 @@ def ep_time(cfg, recompute, gpu, expert_s=0.0) -> dict:
     per_layer = 2 * (dispatch + combine) + ((dispatch + combine) if recompute == "full" else 0.0)
     comm = cfg["moe_share"] * per_layer
     added = overlap_cost(comm, expert_s, gpu) if cfg["ep_overlap"] else comm
-    return dict(added=added, comm=comm)
+    return dict(added=added + host, comm=comm)
 
 
 def expert_params_per_gpu(cfg, layers: int) -> float:

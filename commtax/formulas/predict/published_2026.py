@@ -21,6 +21,7 @@ from pathlib import Path
 from commtax.formulas.predict.hardware import FITTED, FLASH2_EFFICIENCY, GPU_ALIASES
 from commtax.formulas.predict.hf_config import model_from_config
 from commtax.formulas.predict.presets import CONFIGS, DATA
+from commtax.formulas.predict.recipes_2026 import moe_recipe
 from commtax.formulas.predict.step import predict
 
 RUNS_2026 = DATA / "published-runs-2026.csv"
@@ -90,6 +91,10 @@ def run_from_row_2026(row: dict, configs=CONFIGS) -> tuple[dict, list[str]]:
         run["attention_kernel"] = "flash2"   # PyTorch's SDPA and llm-foundry run FlashAttention-2
     if run.get("experts"):
         run.update(ep=_num(row, "ep") or 1, etp=_num(row, "etp") or 1)
+        recipe = moe_recipe(row["source"].strip(), row["model"], run)
+        if recipe:   # the token dispatcher and all-to-all overlap its recipe sets (recipes_2026)
+            run.update(recipe[0])
+            notes.append(f"MoE dispatcher and overlap from Megatron-Bridge {recipe[1]}")
     if run["vpp"] == 1:
         run["vpp"] = None
     if run["vpp"] and (run["layers"] % (run["pp"] * run["vpp"])):
@@ -175,3 +180,26 @@ def fit_flash2_efficiency(gpu: str = "H100-80GB", entries=None, grid=None) -> fl
             FLASH2_EFFICIENCY[gpu] = saved
 
     return min(grid, key=lambda share: (round(worst(share), 9), share))
+
+
+def fit_moe_host_sync(entries=None, grid=None) -> float:
+    """The host seconds per MoE layer and forward pass (:data:`MOE_HOST_SYNC_S`) whose worst
+    |log(predicted / published)| over the mixture-of-experts rows of the 2026 fit set is smallest
+    (ties: the smaller); ValueError if there is none."""
+    from commtax.formulas.predict import moe
+    entries = read_runs_2026() if entries is None else entries
+    mine = [e for e in entries if e["run"].get("experts")]
+    if not mine:
+        raise ValueError("the 2026 runs have no mixture-of-experts row to fit on")
+    grid = grid if grid is not None else [x / 10_000 for x in range(0, 51)]
+    saved = moe.MOE_HOST_SYNC_S
+
+    def worst(seconds):
+        moe.MOE_HOST_SYNC_S = seconds
+        try:
+            return max(abs(math.log(predict(e["run"])["tokens_per_s_per_gpu"] / e["published"]["tokens_per_s_per_gpu"]))
+                       for e in mine)
+        finally:
+            moe.MOE_HOST_SYNC_S = saved
+
+    return min(grid, key=lambda seconds: (round(worst(seconds), 9), seconds))
