@@ -11,6 +11,8 @@ They convert through total = r / (1 + r) with r the relative bubble.
 ops in the schedule's order, one at a time; a forward needs the previous
 stage's forward of that micro-batch (plus ``t_p2p`` to move the activation), a
 backward needs the next stage's backward (plus ``t_p2p``) and its own forward.
+``t_p2p`` is charged only between devices: on one device (p = 1) the chunks of
+an interleaved schedule pass their activations in the GPU's own memory.
 Times are per micro-batch per device (a device's whole share of the layers);
 with v model chunks per device, each chunk takes 1/v of them. Lab 07 has you
 write the same simulator.
@@ -110,6 +112,9 @@ def simulate(schedule, stages, microbatches, virtual_stages=1, t_forward=1.0, t_
     if schedule == "interleaved_1f1b" and m % p:
         raise ValueError(f"microbatches ({m}) must be a multiple of stages ({p}) for interleaved 1F1B")
     last = p * v - 1                                   # the last virtual stage
+    # Neighbouring virtual stages sit on neighbouring devices, except on one device (p = 1), where every chunk
+    # hands its activation to the next on the same GPU: nothing crosses a link, so no transfer time.
+    hop = t_p2p if p > 1 else 0.0
     duration = {"F": t_forward / v, "B": t_backward / v}
     orders = [_device_order(schedule, p, m, v, d) for d in range(p)]
     done = {}                                          # (kind, virtual stage, microbatch) -> end time
@@ -123,9 +128,9 @@ def simulate(schedule, stages, microbatches, virtual_stages=1, t_forward=1.0, t_
                 kind, mb, chunk = orders[device][position[device]]
                 vs = chunk * p + device
                 if kind == "F":
-                    needs = [("F", vs - 1, mb, t_p2p)] if vs > 0 else []
+                    needs = [("F", vs - 1, mb, hop)] if vs > 0 else []
                 else:
-                    needs = [("F", vs, mb, 0.0)] + ([("B", vs + 1, mb, t_p2p)] if vs < last else [])
+                    needs = [("F", vs, mb, 0.0)] + ([("B", vs + 1, mb, hop)] if vs < last else [])
                 if any(need[:3] not in done for need in needs):
                     break  # this device waits; try the others
                 start = max([free[device]] + [done[n[:3]] + n[3] for n in needs])
@@ -208,7 +213,11 @@ def activation_bytes_per_layer(seq_len, micro_batch, hidden, heads, tp=1, recomp
 
 
 def pipeline_report(cfg: PipelineConfig) -> dict:
-    """Everything the Lesson 06 modeler shows, in SI units (bytes, seconds, bytes/s)."""
+    """Everything the Lesson 06 modeler shows, in SI units (bytes, seconds, bytes/s).
+
+    ``boundaries`` = p - 1 stage boundaries; with one stage (p = 1) there is none, and the boundary
+    bytes, the transfers, the p2p time and the bandwidth that hides it are all 0.
+    """
     for name in ("layers", "hidden", "heads", "seq_len", "micro_batch", "microbatches", "stages", "tp", "dtype_bytes"):
         require_int(name, getattr(cfg, name), 1)
     require_positive("peak_flops", cfg.peak_flops, "FLOP/s")
@@ -227,8 +236,12 @@ def pipeline_report(cfg: PipelineConfig) -> dict:
     layer_activations = activation_bytes_per_layer(cfg.seq_len, cfg.micro_batch, cfg.hidden, cfg.heads, cfg.tp,
                                                    cfg.recompute)
     efficiency = 1 - bubble_fraction(p, m)
+    # One stage has no boundary: nothing to send, so no transfer, no p2p time and no bandwidth to ask for.
+    if p == 1:
+        boundary = 0
     report = {
         "layers_per_stage": per_stage,
+        "boundaries": p - 1,
         "boundary_bytes_per_microbatch": boundary,
         "transfer_per_step_per_boundary": 2 * boundary * m,                      # forward + backward, all micro-batches
         "peak_activation_bytes_gpipe": layer_activations * per_stage * m,
@@ -240,7 +253,7 @@ def pipeline_report(cfg: PipelineConfig) -> dict:
         # forward + backward (2x), per GPU; full recomputation reruns the forward in the backward: 4x. This is
         # time (hardware FLOPs at peak x MFU), the convention of Lesson 10, which charges time for the extra forward.
         "compute_per_step": (4 if cfg.recompute else 3) * t_forward * m,
-        "p2p_seconds_per_transfer": cfg.alpha + boundary / cfg.bandwidth,
+        "p2p_seconds_per_transfer": cfg.alpha + boundary / cfg.bandwidth if p > 1 else 0.0,
         "min_bandwidth_to_hide_p2p": boundary / t_forward,
         "warning": None,
     }
