@@ -55,12 +55,10 @@ HELPER_SCRIPTS_EXCLUDED = {"solution.py", "starter.py", "expected.py"}   # expec
 
 # Same-name findings that are not answers, each with the reason. Keys: (lab, name, "path::qualname").
 NOT_ANSWERS: dict[tuple[str, str, str], str] = {
-    ("lab-02", "chunk_bounds", "commtax/simulation/messages.py::chunk_bounds"):
-        "the message simulator Labs 01, 04 and 06 are tested against splits buffers the same way; "
-        "an even split (the lab's README states it), not the ring",
     ("lab-02", "ring_reduce_scatter", "commtax/simulation/messages.py::ring_reduce_scatter"):
         "a schedule of simulated messages (rank, peer, chunk) for the simulator, not the torch.distributed "
-        "code Lab 02 grades; Labs 01, 04 and 06 are tested against it",
+        "code Lab 02 grades: which chunk moves at which step is the lab's README table, given to the learner; "
+        "its chunks are equal (messages.equal_chunks), not Lab 02's chunk_bounds",
     ("lab-04", "members_per_node", "commtax/formulas/bill.py::Plan.members_per_node"):
         "looks the group up and calls network.members_per_node, which is marked",
 }
@@ -242,21 +240,24 @@ def find(root: Path, min_shared: int = 3, min_share: float = 0.5) -> list[Findin
         solution = ast.parse((lab_dir / "solution.py").read_text())
         for name, node in graded_names(root, lab_dir).items():
             wanted = formulas(node)
-            helpers = {h: (helper, statements(helper)) for h, helper in private_helpers(solution, node).items()}
+            # The steps of the graded function, or of a private helper of it (which may hold its algorithm),
+            # under another name: a copy renamed (messages.chunk_bounds as a "split") is still the answer.
+            helpers = {h: statements(helper) for h, helper in private_helpers(solution, node).items()}
+            helpers[name] = statements(node)
             for d in shipped:
                 shared = len(wanted & shapes[d.where])
                 own = d.qualname.split(".")[-1]
+                best = max(((len(h_steps & steps.get(d.where, set())), h) for h, h_steps in helpers.items()
+                            if h_steps), default=(0, ""))
                 if own == name:
                     why = "same name"
+                elif best[0] >= min_shared and best[0] >= min_share * len(helpers[best[1]]):
+                    of = "the graded function" if best[1] == name else f"its helper {best[1]}"
+                    why = f"same statements as {of} ({best[0]} shared)"
                 elif wanted and shared >= min_shared and shared >= min_share * len(wanted):
                     why = f"same formulas ({shared} shared)"
-                else:   # the steps of a helper of the graded function (a private helper holds its algorithm)
-                    best = max(((len(h_steps & steps.get(d.where, set())), h) for h, (_, h_steps) in helpers.items()
-                                if h_steps), default=(0, ""))
-                    if best[0] >= min_shared and best[0] >= min_share * len(helpers[best[1]][1]):
-                        why = f"same statements as its helper {best[1]} ({best[0]} shared)"
-                    else:
-                        continue
+                else:
+                    continue
                 marks = _marked_in(root, d)
                 covered = ("marked" if any(m[1] == name or m[0] == lab for m in marks) and marks
                            else NOT_ANSWERS.get((lab, name, d.where), ""))
@@ -266,11 +267,11 @@ def find(root: Path, min_shared: int = 3, min_share: float = 0.5) -> list[Findin
 
 def must_cover(finding: Finding) -> bool:
     """A finding the release cannot ship unmarked: the same name as a graded function, or at least
-    :data:`MUST_COVER_STEPS` statements of one of its private helpers (formulas alone, or fewer
+    :data:`MUST_COVER_STEPS` statements of it or of one of its private helpers (formulas alone, or fewer
     statements, are leads to review: argument checks recur in honest, ungraded places)."""
     if finding.why == "same name":
         return True
-    steps = re.match(r"same statements as its helper \w+ \((\d+) shared\)", finding.why)
+    steps = re.match(r"same statements as (?:its helper \w+|the graded function) \((\d+) shared\)", finding.why)
     return bool(steps) and int(steps.group(1)) >= MUST_COVER_STEPS
 
 

@@ -311,3 +311,39 @@ def test_a_full_disk_on_the_grader_is_not_graded_machine_and_retried_never_the_s
     assert lab.problem.startswith("not graded (machine)") and "not this submission's doing" in lab.problem
     assert "not graded (machine)" in result.error
     assert not any("sys.exit" in t.message or "your" in t.message.lower() for t in lab.tests)
+
+
+def test_the_release_ships_no_chunking_of_lab_02():
+    # Issue 38: commtax/simulation/messages.py shipped Lab 02's chunk_bounds (any length, the first
+    # numel % P chunks one longer). The simulator now cuts equal chunks only, and refuses the rest.
+    from commtax.simulation import messages
+    assert not hasattr(messages, "chunk_bounds")
+    assert messages.equal_chunks(12, 4) == [(0, 3), (3, 6), (6, 9), (9, 12)]
+    assert messages.equal_chunks(0, 3) == [(0, 0)] * 3
+    for numel, parts, named in ((10, 4, "numel"), (2, 4, "numel"), (8, 0, "parts"), (8.0, 4, "numel")):
+        with pytest.raises(ValueError, match=named):
+            messages.equal_chunks(numel, parts)
+    with pytest.raises(ValueError, match="numel"):
+        messages.simulate_allreduce("ring", 1e6, 4, 0.0, 1e9, numel=10)
+    source = (ROOT / "commtax" / "simulation" / "messages.py").read_text()
+    assert "divmod" not in source and "i < extra" not in source
+
+
+def test_find_catches_a_graded_function_shipped_under_another_name(tmp_path):
+    # The chunking messages.py shipped, renamed in a small course tree: found by the graded function's own
+    # statements, and it must be covered (a same-name search alone misses it); the equal split is no finding.
+    from grading import answers
+    lab = tmp_path / "labs" / "lab-02-ring-allreduce"
+    lab.mkdir(parents=True)
+    for name in ("solution.py", "test_lab.py"):
+        shutil.copy(ROOT / "labs" / lab.name / name, lab / name)
+    (tmp_path / "commtax").mkdir()
+    (tmp_path / "commtax" / "split.py").write_text(
+        "def even_split(numel, parts):\n    base, extra = divmod(numel, parts)\n    bounds, start = [], 0\n"
+        "    for i in range(parts):\n        stop = start + base + (1 if i < extra else 0)\n"
+        "        bounds.append((start, stop))\n        start = stop\n    return bounds\n")
+    shutil.copy(ROOT / "commtax" / "simulation" / "messages.py", tmp_path / "commtax" / "messages.py")
+    found = [f for f in answers.find(tmp_path) if f.name == "chunk_bounds"]
+    assert [f.definition.where for f in found] == ["commtax/split.py::even_split"], found
+    assert found[0].why.startswith("same statements as the graded function") and not found[0].covered
+    assert answers.must_cover(found[0])

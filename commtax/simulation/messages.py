@@ -21,7 +21,8 @@ Counting is what makes it a check: time is the sum of round times, traffic the
 bytes each rank sent. Units: bytes, seconds, bytes/second. ``nbytes`` is the
 size of the buffer each rank holds; each of the ``numel`` simulated elements
 stands for ``nbytes / numel`` bytes, so a 1 GB all-reduce is as cheap to
-simulate as a 1 KB one.
+simulate as a 1 KB one. The rings cut it into equal chunks (:func:`equal_chunks`), so
+``numel`` must be a multiple of every ring's size (the default, 4 per rank, is).
 """
 
 from __future__ import annotations
@@ -89,15 +90,22 @@ class Message:
         return self.stop - self.start
 
 
-def chunk_bounds(numel: int, parts: int) -> list[tuple[int, int]]:
-    """Split ``range(numel)`` into ``parts`` contiguous chunks whose sizes differ by at most one."""
-    base, extra = divmod(numel, parts)
-    bounds, start = [], 0
-    for i in range(parts):
-        stop = start + base + (1 if i < extra else 0)
-        bounds.append((start, stop))
-        start = stop
-    return bounds
+def equal_chunks(numel: int, parts: int) -> list[tuple[int, int]]:
+    """Split ``range(numel)`` into ``parts`` contiguous chunks of ``numel / parts`` elements each, in order.
+
+    The simulator's elements are a resolution, not the data (each stands for
+    ``nbytes / numel`` bytes), so it can always pick a ``numel`` that every ring
+    divides: every lesson and test does. A ``numel`` that ``parts`` does not
+    divide raises ValueError: splitting a real buffer of any length is Lab 02's
+    ``chunk_bounds``, which the student release must not ship (issue 38).
+    """
+    parts = require_int("parts", parts, 1)
+    numel = require_int("numel", numel, 0)
+    if numel % parts:
+        raise ValueError(f"numel must be a multiple of the ring's {parts} ranks (the simulator splits a buffer into "
+                         f"equal chunks), got {numel}")
+    size = numel // parts
+    return [(i * size, (i + 1) * size) for i in range(parts)]
 
 
 # -- algorithms: each returns a list of rounds --------------------------------
@@ -131,7 +139,7 @@ def _ring(world_size, numel, ranks, span, offset, op) -> list[list[Message]]:
     ranks = list(range(world_size)) if ranks is None else ranks
     lo, hi = span or (0, numel)
     p = len(ranks)
-    chunks = [(lo + a, lo + b) for a, b in chunk_bounds(hi - lo, p)]
+    chunks = [(lo + a, lo + b) for a, b in equal_chunks(hi - lo, p)]
     return [[Message(ranks[i], ranks[(i + 1) % p], *chunks[(i + offset - step) % p], op) for i in range(p)]
             for step in range(p - 1)]
 
@@ -208,7 +216,7 @@ def pairwise_all_to_all(world_size: int, numel: int) -> list[list[Message]]:
     goes to rank j, landing in block r of j's ``recv`` buffer. The block a rank
     keeps for itself is a free local copy.
     """
-    blocks = chunk_bounds(numel, world_size)
+    blocks = equal_chunks(numel, world_size)
     rounds = [[
         Message(r, r, *blocks[r], "copy", src_buf="send", dst_buf="recv") for r in range(world_size)
     ]]
@@ -228,7 +236,7 @@ def hierarchical_allreduce(nodes: int, gpus_per_node: int, numel: int) -> list[l
     per local GPU index: all "rails" at once), ring all-gather inside each node."""
     g = gpus_per_node
     node_ranks = [list(range(n * g, (n + 1) * g)) for n in range(nodes)]
-    chunks = chunk_bounds(numel, g)
+    chunks = equal_chunks(numel, g)
 
     def in_parallel(per_group):
         # Zip the rounds of independent groups into shared rounds.
@@ -361,7 +369,7 @@ def simulate_reduce_scatter(nbytes, world_size, alpha, bandwidth, numel=None) ->
     rounds = ring_reduce_scatter(world_size, numel)
     result = run_schedule(rounds, buffers, Topology.flat(alpha, bandwidth), nbytes, numel)
     full = (1 << world_size) - 1
-    for r, (start, stop) in enumerate(chunk_bounds(numel, world_size)):
+    for r, (start, stop) in enumerate(equal_chunks(numel, world_size)):
         owner = (r - 1) % world_size
         if any(v != full for v in result.buffers[owner]["data"][start:stop]):
             raise AssertionError(f"rank {owner} does not hold chunk {r} fully reduced")
@@ -371,7 +379,7 @@ def simulate_reduce_scatter(nbytes, world_size, alpha, bandwidth, numel=None) ->
 def simulate_allgather(nbytes, world_size, alpha, bandwidth, numel=None) -> SimResult:
     """Ring all-gather: ``nbytes`` is the full buffer each rank holds at the end."""
     world_size, numel = _check_sizes(nbytes, world_size, numel)
-    chunks = chunk_bounds(numel, world_size)
+    chunks = equal_chunks(numel, world_size)
     buffers = initial_buffers(world_size, numel)
     for r in range(world_size):  # rank r starts with only its own chunk (r + 1) mod P
         own = chunks[(r + 1) % world_size]
@@ -397,7 +405,7 @@ def simulate_all_to_all(nbytes, world_size, alpha, bandwidth, numel=None) -> Sim
         b["recv"][:] = 0
     result = run_schedule(pairwise_all_to_all(world_size, numel), buffers,
                           Topology.flat(alpha, bandwidth), nbytes, numel)
-    blocks = chunk_bounds(numel, world_size)
+    blocks = equal_chunks(numel, world_size)
     for j in range(world_size):
         for r, (start, stop) in enumerate(blocks):
             if start == stop:
