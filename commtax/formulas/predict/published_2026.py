@@ -18,6 +18,7 @@ import re
 import statistics
 from pathlib import Path
 
+import commtax.formulas.predict.moe as moe
 from commtax.formulas.predict.hardware import FITTED, FLASH2_EFFICIENCY, GPU_ALIASES
 from commtax.formulas.predict.hf_config import model_from_config
 from commtax.formulas.predict.presets import CONFIGS, DATA
@@ -186,7 +187,6 @@ def fit_moe_host_sync(entries=None, grid=None) -> float:
     """The host seconds per MoE layer and forward pass (:data:`MOE_HOST_SYNC_S`) whose worst
     |log(predicted / published)| over the mixture-of-experts rows of the 2026 fit set is smallest
     (ties: the smaller); ValueError if there is none."""
-    from commtax.formulas.predict import moe
     entries = read_runs_2026() if entries is None else entries
     mine = [e for e in entries if e["run"].get("experts")]
     if not mine:
