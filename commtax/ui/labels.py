@@ -15,6 +15,7 @@ that lies between them.
 from __future__ import annotations
 
 import math
+import re
 
 from matplotlib.ticker import FuncFormatter, LogFormatter, NullFormatter
 
@@ -30,8 +31,58 @@ def size(nbytes: float) -> str:
 
 
 def duration(seconds: float) -> str:
-    """A time in seconds as every label writes it: ``0.000123 -> '123 µs'``."""
+    """A time in seconds as every label writes it: ``0.000123 -> '123 µs'``; below a nanosecond in
+    picoseconds (``3.89e-12 -> '3.89 ps'``, never "0.00389 ns")."""
+    if 0 < abs(seconds) < 1e-9:
+        factor, unit = (1e-12, "ps") if abs(seconds) >= 1e-12 else (1e-15, "fs")
+        return f"{float(f'{seconds / factor:.{DIGITS}g}'):g} {unit}"
     return format_seconds(seconds, DIGITS)
+
+
+def count(number: int, noun: str, plural: str | None = None) -> str:
+    """A whole number with its noun, singular for one: ``count(1, "rank") -> '1 rank'``, ``'8 ranks'``."""
+    return f"{number} {noun if number == 1 else (plural or noun + 's')}"
+
+
+_COUNT_PREFIXES = ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k"))   # B: billion, the models' own convention
+
+
+def parameters(number: float) -> str:
+    """A parameter count with the prefix its magnitude asks for, three digits: ``6.74e9 -> '6.74B'``,
+    ``3.29e6 -> '3.29M'`` (never "0.00329B"), ``1.2e12 -> '1.2T'``, ``512 -> '512'``."""
+    for factor, prefix in _COUNT_PREFIXES:
+        if abs(number) >= factor:
+            return f"{number / factor:.{DIGITS}g}{prefix}"
+    return f"{number:.{DIGITS}g}"
+
+
+# A typed size: a number (4096, 1.5, 4e6) and a unit: B, kB, MB, GB, TB (decimal, as every readout writes
+# sizes) or KiB, MiB, GiB, TiB (binary). A bare prefix ("1M") is refused: the course's command lines
+# read it as binary (nccl-tests), its readouts as decimal, so the reader says which.
+_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+_SIZE_UNITS = {"": 1, "b": 1,   # case aside from the final B, which parse_size reads first (b is bits)
+                "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
+               "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def parse_size(text: str) -> int:
+    """A size a learner types, in whole bytes: ``'1 MB' -> 1000000``, ``'64 KiB' -> 65536``,
+    ``'4e6' -> 4000000``, ``'512' -> 512``. A ValueError says what was wrong and what is accepted."""
+    match = _SIZE.match(str(text))
+    if match and match.group(2).endswith("b"):
+        raise ValueError(f"size {text!r}: a lower-case b is bits; write sizes in bytes (B), e.g. 1 MB or 64 KiB")
+    unit = match.group(2).lower() if match else ""
+    if not match or unit not in _SIZE_UNITS:
+        power = "kmgt".find(unit) + 1 if match and len(unit) == 1 else 0
+        prefix = match.group(2).upper() if power else ""
+        hint = (f" ({match.group(2)!r} alone is ambiguous: write {prefix.replace('K', 'k')}B for 10^{3 * power} "
+                f"bytes or {prefix}iB for 2^{10 * power})" if power else "")
+        raise ValueError(f"size {text!r} is not a size{hint}: type a number of bytes and a unit, "
+                         "e.g. 4096, 4e6, 1 MB or 64 KiB")
+    value = float(match.group(1)) * _SIZE_UNITS[unit]
+    if abs(value - round(value)) > 1e-6 * max(1.0, value):
+        raise ValueError(f"size {text!r} is {value:g} bytes: a message holds whole bytes")
+    return int(round(value))
 
 
 UNITS = {"bytes": size, "seconds": duration}

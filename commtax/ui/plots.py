@@ -204,7 +204,9 @@ BOX = 0.78   # a chunk's width in ring_step: the gap beside it holds the arrow o
 
 
 def ring_step(world_size: int, step: int, ax=None):
-    """The state of a ring all-reduce on ``world_size`` ranks after ``step`` of its 2(P-1) steps.
+    """The state of a ring all-reduce on ``world_size`` ranks after its step ``step``, counted from 0 as the
+    lessons count them: steps 0 to P-2 are the reduce-scatter's (s = 0 ... P-2), steps P-1 to 2P-3 the
+    all-gather's (its s = 0 ... P-2 again). A ValueError outside 0 ... 2P-3.
 
     Rows are ranks, columns are chunks; a cell lists the ranks whose data the
     chunk holds ("Σ all" once complete). The chunks sent in ``step`` are
@@ -215,13 +217,13 @@ def ring_step(world_size: int, step: int, ax=None):
 
     p = world_size
     total = 2 * (p - 1)
-    step = max(0, min(step, total))
+    if not 0 <= step < total:
+        raise ValueError(f"step must be 0 ... {total - 1} (2(P-1) = {total} steps, counted from 0); got {step}")
     buffers = simulate.initial_buffers(p, p)  # one element per chunk
     rounds = simulate.ring_allreduce(p, p)
     run = simulate.run_schedule(rounds, buffers, simulate.Topology.flat(0.0, 1.0), p, p, record=True)
-    state = [b["data"] for b in simulate.initial_buffers(p, p)] if step == 0 else \
-        [b["data"] for b in run.snapshots[step - 1][1]]
-    messages = run.snapshots[step - 1][0] if step else []
+    messages, after = run.snapshots[step]
+    state = [b["data"] for b in after]
     ax = ax or new_axes(figsize=(max(4.8, 0.85 * p + 1.5), 0.62 * p + 1.3))   # room for the title; 8.3 in at P = 8
     full = (1 << p) - 1
     for r in range(p):
@@ -247,13 +249,11 @@ def ring_step(world_size: int, step: int, ax=None):
     ax.tick_params(length=0)
     for side in ax.spines.values():
         side.set_visible(False)
-    if step == 0:
-        title = "start: every rank holds only its own data"
-    elif step <= p - 1:
-        title = (f"after reduce-scatter step {step} of {p - 1}:\neach rank sent the outlined chunk "
+    if step < p - 1:
+        title = (f"after reduce-scatter step s = {step} (of 0 ... {p - 2}):\neach rank sent the outlined chunk "
                  "forward;\nthe receiver added it")
     else:
-        title = (f"after all-gather step {step - (p - 1)} of {p - 1}:\neach rank passed the outlined "
+        title = (f"after all-gather step s = {step - (p - 1)} (of 0 ... {p - 2}):\neach rank passed the outlined "
                  "finished\nchunk forward")
     ax.set_title(title, fontsize=11, loc="left")
     return ax

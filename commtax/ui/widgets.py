@@ -32,6 +32,7 @@ from commtax.units import format_bytes, format_rate, format_seconds
 CONTROL_PX = 440
 _LAYOUT = w.Layout(width=f"{CONTROL_PX}px")
 _STYLE = {"description_width": "160px"}
+_READOUT_PX = 90   # a size's readout, or the text box it is typed into ("1.05 MB", "64 KiB")
 # A result narrower than this sits beside the controls when side_by_side; a wider one (a table whose columns
 # would otherwise wrap word by word, or be cut at the right) wraps below them at the column's full width.
 RESULT_BESIDE_PX = 330
@@ -54,29 +55,49 @@ def log_slider(description: str, value: float, low: float, high: float, *,
     return slider
 
 
-class WithReadout(w.HBox):
+class WithReadout(w.VBox):
     """A slider whose readout is written by ``formatter`` (e.g. "100 MB" rather than d3's "100M").
 
     ``value`` is ``transform(slider's value)`` (e.g. rounded to whole bytes; the slider's value
     itself without ``transform``); setting ``value`` moves the slider there. So :func:`calculator`
     treats it like any control.
+
+    With ``parse`` (text -> value, a ValueError for bad text), the readout is a text box the learner
+    can type into ("1 MB", "64 KiB", "4e6"): a value in the slider's range moves the slider there
+    (exactly, between its stops too); anything else leaves the value as it was and says why, in red
+    under the slider (class ``commtax-input-error``), until the next good value.
     """
 
     value = traitlets.Any()
 
-    def __init__(self, slider, formatter, transform=None):
+    def __init__(self, slider, formatter, transform=None, parse=None):
         slider.readout = False
-        slider.layout = w.Layout(width=f"{CONTROL_PX - 80}px")   # with its readout as wide as the other controls
-        self.slider, self._formatter = slider, formatter
+        slider.layout = w.Layout(width=f"{CONTROL_PX - _READOUT_PX}px")   # with its readout as wide as the others
+        self.slider, self._formatter, self._parse = slider, formatter, parse
         self._transform = transform or (lambda value: value)
-        self._readout = w.HTML(layout=w.Layout(width="80px"))
-        self._readout.add_class("commtax-readout")
-        super().__init__([slider, self._readout])
+        self._showing = False
+        if parse is None:
+            self._readout = w.HTML(layout=w.Layout(width=f"{_READOUT_PX}px"))
+            self._readout.add_class("commtax-readout")
+        else:
+            self._readout = w.Text(layout=w.Layout(width=f"{_READOUT_PX - 4}px"), continuous_update=False,
+                                   tooltip="type a size: 4096, 4e6, 1 MB, 64 KiB")
+            self._readout.add_class("commtax-size-input")
+            self._readout.observe(self._typed, "value")
+        self.error = w.HTML(layout=w.Layout(width=f"{CONTROL_PX}px", display="none"))
+        self.error.add_class("commtax-input-error")
+        super().__init__([w.HBox([slider, self._readout]), self.error])
         self.value = self._transform(slider.value)
         slider.observe(self._from_slider, "value")
         self.observe(self._to_slider, "value")
         self.observe(self._show, "value")
         self._show()
+
+    def bounds(self) -> tuple[float, float]:
+        """The lowest and highest value the slider reaches (its ends, 10 ** min and 10 ** max on a log slider)."""
+        if isinstance(self.slider, w.FloatLogSlider):
+            return self.slider.base ** self.slider.min, self.slider.base ** self.slider.max
+        return self.slider.min, self.slider.max
 
     def _from_slider(self, change):
         self.value = self._transform(change["new"])
@@ -86,7 +107,36 @@ class WithReadout(w.HBox):
             self.slider.value = change["new"]
 
     def _show(self, *_):
-        self._readout.value = f"<span style='font-family:monospace'>{html.escape(self._formatter(self.value))}</span>"
+        self._say(None)
+        text = self._formatter(self.value)
+        self._showing = True
+        try:
+            self._readout.value = (text if self._parse else
+                                   f"<span style='font-family:monospace'>{html.escape(text)}</span>")
+        finally:
+            self._showing = False
+
+    def _say(self, problem: str | None) -> None:
+        self.error.value = "" if problem is None else \
+            f"<span style='color:#b00020'><b>Not a size here:</b> {html.escape(problem)}</span>"
+        self.error.layout.display = "none" if problem is None else None
+
+    def _typed(self, change):
+        if self._showing:
+            return   # the readout written by _show, not typed
+        try:
+            value = self._parse(change["new"])
+            low, high = self.bounds()
+            if not low * (1 - 1e-9) <= value <= high * (1 + 1e-9):
+                raise ValueError(f"{change['new'].strip()} is outside this control's range, "
+                                 f"{self._formatter(low)} to {self._formatter(high)}")
+        except ValueError as exc:
+            self._say(str(exc))
+            return
+        if value == self.value:
+            self._show()     # the same value typed another way ("1e6" for "1 MB"): show it the usual way
+        else:
+            self.value = value
 
 
 def whole_bytes(value: float) -> int:
@@ -96,14 +146,15 @@ def whole_bytes(value: float) -> int:
 
 def bytes_slider(description: str, value: float, low: float = 1.0, high: float = 1e10,
                  css_class: str | None = None) -> WithReadout:
-    """A message-size slider in bytes, on a log scale, read out in decimal units (1.05 MB = 1.05e6 bytes).
+    """A message-size slider in bytes, on a log scale, read out in decimal units (1.05 MB = 1.05e6 bytes),
+    with a text box beside it to type a size into ("1 MB", "64 KiB", "4e6": :func:`labels.parse_size`).
 
     Its value is a whole number of bytes (:func:`whole_bytes`): a message holds no fraction of a byte.
     """
     if low < 1:
         raise ValueError(f"low must be at least 1 byte; got {low!r}")
     slider = log_slider(description, value, low, high, css_class=css_class)
-    return WithReadout(slider, labels.size, transform=whole_bytes)
+    return WithReadout(slider, labels.size, transform=whole_bytes, parse=labels.parse_size)
 
 
 def int_slider(description: str, value: int, low: int, high: int, *, step: int = 1,
@@ -177,6 +228,19 @@ def choice(description: str, options, value=None, css_class: str | None = None, 
 CUSTOM = "custom..."
 
 
+def option_text_px(text: str) -> float:
+    """About how wide [px] a dropdown shows ``text`` (13-px sans-serif), its arrow and padding included."""
+    return _CHAR_PX * len(text) + 30
+
+
+def fits(dropdown: w.Dropdown) -> bool:
+    """Whether every option of ``dropdown`` reads whole in the room its description leaves it."""
+    width = float(str(dropdown.layout.width or f"{CONTROL_PX}px").removesuffix("px"))
+    label = float(str(dropdown.style.description_width or "0px").removesuffix("px") or 0) \
+        if dropdown.description else 0.0
+    return all(option_text_px(str(name)) <= width - label for name in dropdown.options)
+
+
 class LinkPicker(w.VBox):
     """Pick a link: a preset, a measured calibration from Lab 03, or custom alpha and bandwidth.
 
@@ -191,6 +255,15 @@ class LinkPicker(w.VBox):
         self._links = available_links()
         names = list(self._links) + [CUSTOM]
         self._dropdown = choice(description, names, value or names[0])
+        if not fits(self._dropdown):
+            # A measured link's name ("InfiniBand NDR, measured (400 Gb/s per GPU)") is cut in the 280 px
+            # beside a 160-px description: the description goes above, the names get the whole width.
+            self._dropdown.description = ""
+            self._dropdown.style.description_width = "0px"
+            label = w.HTML(f"<span class='widget-label'>{html.escape(description)}</span>",
+                           layout=w.Layout(width=f"{CONTROL_PX}px"))
+        else:
+            label = None
         start = self._links[self._dropdown.value] if self._dropdown.value != CUSTOM else list(self._links.values())[0]
         self._alpha_us = w.BoundedFloatText(value=start.alpha * 1e6, min=0.01, max=1e4, step=0.5,
                                             description="alpha (µs)", layout=_LAYOUT, style=_STYLE)
@@ -199,7 +272,7 @@ class LinkPicker(w.VBox):
                                           style=_STYLE)
         self._custom = w.VBox([self._alpha_us, self._bw_gbs])
         self._note = w.HTML(layout=w.Layout(width=f"{CONTROL_PX}px"))
-        super().__init__([self._dropdown, self._custom, self._note])
+        super().__init__(([label] if label else []) + [self._dropdown, self._custom, self._note])
         if css_class:
             self.add_class(css_class)
         for control in (self._dropdown, self._alpha_us, self._bw_gbs):
@@ -289,12 +362,12 @@ class ModelPicker(w.VBox):
 def describe_model(model: Model) -> str:
     """One line: the model's parameters and where they come from."""
     if model.source.startswith("derived"):
-        return f"{model.name}: N = 12 L h\u00b2 = {model.n_params / 1e9:.3g}B parameters (derived, dense)"
-    line = f"{model.name}: {model.n_params / 1e9:.3g}B parameters"
+        return f"{model.name}: N = 12 L h\u00b2 = {labels.parameters(model.n_params)} parameters (derived, dense)"
+    line = f"{model.name}: {labels.parameters(model.n_params)} parameters"
     if model.is_moe:
         shared = f" + {model.shared_experts} shared" if model.shared_experts else ""
         line += (f", {model.experts} experts{shared}, top-{model.top_k}, in {model.moe_layers} of {model.layers} layers; "
-                 f"{model.active_params / 1e9:.3g}B used per token")
+                 f"{labels.parameters(model.active_params)} used per token")
     return line + f" ({model.source})"
 
 
@@ -486,9 +559,19 @@ def result_table(header: list[str], rows: list[list], highlight: int | None = No
     body = []
     for i, row in enumerate(rows):
         style = " style='background:#fff3b0;font-weight:bold'" if i == highlight else ""
-        cells = "".join(f"<td style='{cell}'>{html.escape(readable(c))}</td>" for c in row)
+        cells = "".join(f"<td style='{cell}'>{_unbroken(readable(c))}</td>" for c in row)
         body.append(f"<tr{style}>{cells}</tr>")
     return HTML(f"<table class='{css_class}'><tr>{head}</tr>{''.join(body)}</table>")
+
+
+_UNBROKEN_CHARS = 12   # a cell this short ("7.000 n", "1.23 ms", "6.93 / s") never wraps between number and unit
+
+
+def _unbroken(text: str) -> str:
+    """A cell's HTML: a short one held on one line (a narrow phone column split "7.000" from its "n")."""
+    if " " in text and len(text) <= _UNBROKEN_CHARS:
+        return f"<span style='white-space:nowrap'>{html.escape(text)}</span>"
+    return html.escape(text)
 
 
 def table_width_px(header: list[str], rows: list[list]) -> float:
