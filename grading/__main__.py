@@ -4,6 +4,7 @@
     grade [SUBMISSION] [--labs ...] [--format table|gradescope|classroom] [--out FILE]
     grade-many FOLDER --csv FILE [--only S]  grade every submission in FOLDER into a CSV (or regrade S into it)
     export GRADES.csv --to canvas|moodle     a grade-many CSV as an LMS gradebook import file
+    variants --secret F --roster CSV --out D each student's own numbers for the exercises that vary
     release DEST                             build the student repository
     gradescope DEST.zip                      build the Gradescope autograder
     autograde --root /autograder             (inside Gradescope) grade and write results.json
@@ -49,6 +50,7 @@ def _write(path: Path | None, text: str) -> None:
 def cmd_grade(args) -> int:
     submission = Path(args.submission) if args.submission else None
     scale = _weights(args)
+    _use_variant(args, submission)
     raw = grade(submission, args.labs, progress=_progress, **_options(args))
     result = weights.apply(raw, scale)
     if args.format == "table":
@@ -75,6 +77,16 @@ def _weights(args) -> dict:
         raise SystemExit(f"[grading] {exc}") from None
 
 
+def _use_variant(args, submission: Path | None) -> None:
+    """--variant-secret: score the exercises against the submission's own numbers (grading/variants.py)."""
+    if getattr(args, "variant_secret", None):
+        from grading import exercise_answers, variants
+        try:
+            exercise_answers.use_variant(variants.variant_of(args.variant_secret, submission))
+        except ValueError as exc:
+            raise SubmissionError(str(exc)) from None
+
+
 def _options(args) -> dict:
     return dict(lab_timeout=args.lab_timeout, total_timeout=args.total_timeout, user=args.user,
                 same_user=args.same_user, isolation=args.isolation, exercises=args.exercises)
@@ -84,6 +96,7 @@ def _grade_one(path: Path, labs: list, args):
     """(GradeResult or None, the reason it could not be graded): one submission never stops the others."""
     try:
         check_folder(path)
+        _use_variant(args, path)
         return grade(path, labs, **_options(args)), ""
     except (SubmissionError, ValueError) as exc:
         return None, clean(str(exc), limit=300)
@@ -124,6 +137,7 @@ def _grade_in_child(path: Path, labs: list, args):
                    str(args.total_timeout), "--isolation", args.isolation]
         command += (["--user", args.user] if args.user else []) + (["--same-user"] if args.same_user else [])
         command += ["--exercises"] if args.exercises else []
+        command += ["--variant-secret", str(args.variant_secret)] if getattr(args, "variant_secret", None) else []
         proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                 errors="replace", cwd=SOURCE_ROOT)
         with _CHILDREN_LOCK:
@@ -370,6 +384,11 @@ def main(argv=None) -> int:
         p.add_argument("--weights", type=Path, help="lab weights, a TOML file (default: grading/weights.toml; "
                                                     "see grading/README.md, \"Points\")")
 
+    def variant_option(p):
+        p.add_argument("--variant-secret", type=Path, help="with --exercises: score each submission against its "
+                                                           "student's own numbers (python -m grading variants; the "
+                                                           "student id is the submission's folder name)")
+
     p = commands.add_parser("grade", help="grade one submission")
     p.add_argument("submission", nargs="?", help="a copy of the course, or a folder with LAB/starter.py per lab "
                                                   "(default: the shipped starters)")
@@ -379,6 +398,7 @@ def main(argv=None) -> int:
     p.add_argument("--report", type=Path, help="also write the report a learner reads (a summary, then what each "
                                                "test said) to this file")
     grading_options(p)
+    variant_option(p)
 
     p = commands.add_parser("grade-many", help="grade every submission folder inside FOLDER into a CSV")
     p.add_argument("folder")
@@ -389,6 +409,7 @@ def main(argv=None) -> int:
                    help=f"submissions graded at once, each by its own grader process in its own sandboxes "
                         f"(default: from cores and memory, here {default_jobs()})")
     grading_options(p)
+    variant_option(p)
 
     p = commands.add_parser("export", help="turn a grade-many CSV into a Canvas or Moodle gradebook import file")
     p.add_argument("grades", help="the CSV grade-many wrote")
@@ -398,6 +419,10 @@ def main(argv=None) -> int:
     p.add_argument("--roster", type=Path, help="a CSV with a student_id column (the folder names) and the LMS's "
                                                "identity columns (e.g. your LMS gradebook export plus student_id)")
     p.add_argument("--per-lab", action="store_true", help="also one column per lab")
+
+    from grading import variants
+    variants.add_arguments(commands.add_parser("variants", help="write each student's own numbers for the "
+                                                                "exercises that vary (a file per student)"))
 
     p = commands.add_parser("release", help="build the student repository in DEST")
     p.add_argument("dest")
@@ -454,6 +479,8 @@ def main(argv=None) -> int:
         return 0
     if args.command == "mutate":
         return mutate.run(args)
+    if args.command == "variants":
+        return variants.run(args)
     with stop_on_signals():
         return cmd_autograde(args)
 

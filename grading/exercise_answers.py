@@ -16,6 +16,11 @@ point per exercise. What a learner sees per exercise is the verdict
     python -m grading.exercise_answers template            # the file the release ships
     python -m grading.exercise_answers score SUBMISSION    # a table, or --json for the grader
 
+With variants per student (:mod:`grading.variants`), an exercise that varies is scored against the
+answer to the student's own numbers: the grader draws them from the submission's folder name and the
+teacher's secret (``--variant-secret FILE``; :func:`use_variant` before the grading), never from the
+learner's ``exercises/variant.toml``. Without one every exercise is scored at the lesson's numbers.
+
 The grader calls :func:`score` for an ``exercises`` entry (see the README of
 ``grading/``); this module knows nothing of the grader's report formats.
 """
@@ -31,6 +36,14 @@ from pathlib import Path
 
 ANSWERS_FILE = Path("exercises") / "answers.toml"
 POINTS_PER_EXERCISE = 1
+_graded_variant: dict = {}   # the numbers score_answers checks against when given none (use_variant)
+
+
+def use_variant(variant: dict | None) -> None:
+    """Score against ``variant`` (a student's numbers, :func:`commtax.exercises.variants.draw`) from now on;
+    None or {}: the lesson's numbers."""
+    _graded_variant.clear()
+    _graded_variant.update(variant or {})
 
 
 @dataclass(frozen=True)
@@ -133,18 +146,23 @@ def read_answers(path: Path) -> tuple[dict[str, object], str]:
     return parse_answers(data)
 
 
-def score(submission: Path) -> list[ExerciseScore]:
-    """One score per exercise of the teacher's :mod:`commtax.exercises`, from ``submission/exercises/answers.toml``."""
+def score(submission: Path, variant: dict | None = None) -> list[ExerciseScore]:
+    """One score per exercise of the teacher's :mod:`commtax.exercises`, from ``submission/exercises/answers.toml``
+    (``variant``: the student's numbers, as for :func:`score_answers`)."""
     from commtax.exercises import ANSWERS_SHIPPED
     if not ANSWERS_SHIPPED:
         raise RuntimeError("this copy of the course has no answers (a student release): score with the teacher's copy")
     answers, problem = read_answers(Path(submission) / ANSWERS_FILE)
-    return score_answers(answers, problem)
+    return score_answers(answers, problem, variant)
 
 
-def score_answers(answers: dict, problem: str = "") -> list[ExerciseScore]:
-    """:func:`score` from answers already read ({exercise: value}; ``problem``: why there are none)."""
+def score_answers(answers: dict, problem: str = "", variant: dict | None = None) -> list[ExerciseScore]:
+    """:func:`score` from answers already read ({exercise: value}; ``problem``: why there are none). ``variant``:
+    the student's numbers (None: those :func:`use_variant` set, else the lesson's); never the variant file."""
     from commtax.exercises import ANSWERS_SHIPPED, EXERCISES, verdict
+    from commtax.exercises.table import question_text
+    from commtax.exercises.variants import numbers
+    variant = dict(_graded_variant if variant is None else variant)
     if not ANSWERS_SHIPPED:
         raise RuntimeError("this copy of the course has no answers (a student release): score with the teacher's copy")
     scores = []
@@ -155,9 +173,10 @@ def score_answers(answers: dict, problem: str = "") -> list[ExerciseScore]:
         elif isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             said = f"not a finite number: {value!r}"
         else:
-            said = verdict(key, value)
+            said = verdict(key, value, variant)
         points = POINTS_PER_EXERCISE if said == "right" else 0
-        scores.append(ExerciseScore(key, exercise.what, points, POINTS_PER_EXERCISE, said))
+        what = question_text(key, numbers(key, variant)) if key in variant else exercise.what
+        scores.append(ExerciseScore(key, what, points, POINTS_PER_EXERCISE, said))
     return scores
 
 
@@ -174,11 +193,19 @@ def main(argv=None) -> int:
     cmd = sub.add_parser("score", help="score a submission's exercises/answers.toml")
     cmd.add_argument("submission")
     cmd.add_argument("--json", action="store_true")
+    cmd.add_argument("--variant-secret", type=Path, help="score against the student's own numbers: the teacher's "
+                                                         "secret (python -m grading variants); the student id is "
+                                                         "the submission's folder name")
     args = parser.parse_args(argv)
     if args.command == "template":
         print(template(), end="")
         return 0
-    scores = score(Path(args.submission))
+    from grading.variants import variant_of
+    try:
+        variant = variant_of(args.variant_secret, Path(args.submission))
+    except ValueError as exc:
+        raise SystemExit(f"[grading] {exc}") from None
+    scores = score(Path(args.submission), variant)
     print(json.dumps([asdict(s) for s in scores], indent=1) if args.json else table(scores))
     return 0
 

@@ -29,8 +29,11 @@ The package, one job per module:
 * :mod:`~commtax.exercises.records`: the records, and how answers are scrambled (:func:`encode`);
 * :mod:`~commtax.exercises.table`: the questions joined with their answers where this copy has them;
 * :mod:`~commtax.exercises.verdicts`: :func:`verdict` and :func:`check`;
-* ``hidden/``: the answers (``answers.py``), the slips per group of lessons (``slips_01_04.py``, ...) and
-  the answers that follow the course's model (``model.py``).
+* :mod:`~commtax.exercises.params` and :mod:`~commtax.exercises.variants`: the exercises whose stated numbers
+  vary per student, and the learner's numbers (a variant file the teacher hands out, ``exercises/variant.toml``;
+  :func:`show` prints them, and each check line writes the question with them);
+* ``hidden/``: the answers (``answers.py``), the slips per group of lessons (``slips_01_04.py``, ...),
+  the answers that follow the course's model (``model.py``) and the varying exercises' formulas (``formulas.py``).
 
 The answers are stored scrambled (not encrypted: anyone can read the worked
 solutions in ``solutions/`` anyway), so that printing the tables does not spoil
@@ -48,6 +51,7 @@ from __future__ import annotations
 
 from commtax.exercises.records import DEFAULT_TOLERANCE, Exercise, Question, Slip, encode
 from commtax.exercises.table import ANSWERS_SHIPPED, EXERCISES, SLIPS
+from commtax.exercises.variants import show, use
 from commtax.exercises.verdicts import (
     KNOWN_SLIP,
     NO_ANSWERS,
@@ -65,4 +69,4 @@ from commtax.exercises.verdicts import (
 
 __all__ = ["ANSWERS_SHIPPED", "DEFAULT_TOLERANCE", "EXERCISES", "KNOWN_SLIP", "NO_ANSWERS", "PERCENTAGE",
            "SELF_STUDY", "SLIPS", "Exercise", "Question", "Slip", "_answer", "_asks_fraction", "_close", "_exercise",
-           "_named_slip", "check", "encode", "slip_value", "verdict"]
+           "_named_slip", "check", "encode", "show", "slip_value", "use", "verdict"]

@@ -1,6 +1,8 @@
 """What each exercise of the lessons asks, with its unit and tolerance: the part of the self-checks that ships.
 
-The answers are not here: they are in ``commtax/exercises/hidden/`` (which the student release drops).
+A question whose stated numbers vary per student (:mod:`commtax.exercises.params`) names them as
+``{placeholders}``; :data:`commtax.exercises.table.EXERCISES` writes in the lesson's numbers. The answers are not
+here: they are in ``commtax/exercises/hidden/`` (which the student release drops).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ QUESTIONS: dict[str, Question] = {
     "02.4": Question("total bytes rank 5 sends in the three halving steps, as a fraction of n"),
     "02.5": Question("the measured all-reduce time behind 360 GB/s of bus bandwidth, in seconds"),
     # Lesson 03
-    "03.1": Question("model state per GPU of Llama-2-13B with ZeRO-1 on 32 GPUs, in bytes"),
+    "03.1": Question("model state per GPU of Llama-2-13B with ZeRO-1 on {d} GPUs, in bytes"),
     "03.2": Question("extra bytes per rank ZeRO-3 sends over DP in one step of 8 micro-batches"),
     "03.3": Question("what the guide's formula gives for one layer, in bytes"),
     "03.4": Question("ratio of one TP rank's bytes (12-layer stage, t = 8) to one pipeline boundary's"),
@@ -38,7 +40,7 @@ QUESTIONS: dict[str, Question] = {
     "05.4": Question("the comm share of the 2048-token prefill step (0.25 = 25%)"),
     "05.5": Question("the decode comm share of Llama-3-8B at t = 8 (0.25 = 25%)"),
     # Lesson 06
-    "06.1": Question("the interleaved (v = 2) bubble as a share of the step, p = 8, m = 32"),
+    "06.1": Question("the interleaved (v = 2) bubble as a share of the step, p = {p}, m = {m}"),
     "06.2": Question("the GPipe bubble share of the step at p = 8, m = 4p"),
     "06.3": Question("peak activation memory of stage 0 under GPipe with full recomputation, in bytes"),
     "06.4": Question("the inter-stage bandwidth that hides the activation send, in bytes/s"),
@@ -47,7 +49,7 @@ QUESTIONS: dict[str, Question] = {
     "07.1": Question("bytes one GPU sends per step, Llama-2-70B, TP 1 x DP 64, the ZeRO stage that fits"),
     "07.2": Question("tokens per GPU above which ZeRO-3 over 8 sends fewer bytes than TP 8 at equal work, Llama-2-7B"),
     "07.3": Question("double-buffered K+V ring-attention bytes per GPU per layer, 1M tokens, c = 8"),
-    "07.4": Question("how many times more ZeRO-2 sends than ZeRO-1 per step at m = 8"),
+    "07.4": Question("how many times more ZeRO-2 sends than ZeRO-1 per step at m = {m}"),
     # Lesson 08
     "08.1": Question("latency (alpha terms) of 291 separate ring all-reduces on 8 GPUs over NVLink, in seconds"),
     "08.2": Question("the optimal bucket s* for the running example on 8 GPUs over NVLink, in bytes"),
@@ -57,7 +59,7 @@ QUESTIONS: dict[str, Question] = {
     # Lesson 09
     "09.1": Question("bytes one rank sends in the all-to-alls of one Mixtral step (8 micro-batches)"),
     "09.2": Question("bytes one rank sends per fixed-capacity dispatch (DeepSeek-V3-like, EP 64, cf 1.25)"),
-    "09.3": Question("share of the busiest rank's copies dropped at cf 1.25 and imbalance 2 (0.25 = 25%)"),
+    "09.3": Question("share of the busiest rank's copies dropped at cf {cf} and imbalance {imbalance} (0.25 = 25%)"),
     "09.4": Question("expected distinct nodes per token: 256 experts on 8 nodes, top-8"),
     "09.5": Question("the smallest SwiGLU expert FFN size f_e that hides behind one IB NDR NIC"),
     # Lesson 10 (answers follow the course's predictor, commtax.formulas.predict)
@@ -84,9 +86,9 @@ QUESTIONS: dict[str, Question] = {
         "exposed forward communication per layer of the modeler's 128K FP8 case, in seconds", tolerance=0.03),
     # Lesson 13
     "13.1": Question("exposed communication of comm [0,3), [2,5), [9,10) under compute [1,4), [8,9.5), in seconds"),
-    "13.2": Question("busbw of an all_reduce_perf row of 1 GiB in 10.0 ms on 8 GPUs, in bytes/s"),
+    "13.2": Question("busbw of an all_reduce_perf row of 1 GiB in {t_ms} ms on {n} GPUs, in bytes/s"),
     "13.3": Question(
-        "bytes the course counts for an all-gather of 1,572,864 bf16 input elements on 8 ranks", exact=True),
+        "bytes the course counts for an all-gather of {elements} bf16 input elements on {ranks} ranks", exact=True),
     "13.4": Question("the other rank of rank 5's data-parallel group, TP 2 x CP 2 x DP 2 x PP 2", exact=True),
     "13.5": Question("alpha of the all-reduce on 8 GPUs fitted to two exact rows, in seconds"),
 }

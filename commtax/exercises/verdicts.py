@@ -1,11 +1,18 @@
-"""The verdict on a learner's number: right, a named slip, a round factor off, or wrong (never the answer)."""
+"""The verdict on a learner's number: right, a named slip, a round factor off, or wrong (never the answer).
+
+For an exercise that varies per student (:mod:`commtax.exercises.params`), the answer and the slips' wrong
+values are computed from the learner's numbers (:mod:`commtax.exercises.variants`; the lesson's without a
+variant) by the one formula each has (``hidden/formulas.py``), and the question is written with them.
+"""
 
 from __future__ import annotations
 
 import math
 
+import commtax.exercises.params as params
+import commtax.exercises.variants as variants
 from commtax.exercises.records import Exercise, Slip, decode
-from commtax.exercises.table import ANSWERS_SHIPPED, EXERCISES, SLIPS
+from commtax.exercises.table import ANSWERS_SHIPPED, EXERCISES, FORMULAS, SLIPS, question_text
 
 # Generic factors, given only as an example when no slip of the exercise matches (never as the diagnosis):
 # the same factor has different causes in different exercises (8 is bits vs bytes, or t = 8, or 8 GPUs).
@@ -25,8 +32,11 @@ KNOWN_SLIP = "wrong, a known slip"     # how a verdict that names one of the exe
 PERCENTAGE = Slip("a percentage", "", "this exercise asks a fraction (0.25 = 25%)")
 
 
-def _answer(exercise_id: str) -> float:
+def _answer(exercise_id: str, numbers: dict[str, float] | None = None) -> float:
+    """The answer; for an exercise that varies, its formula's at ``numbers`` (default: the lesson's)."""
     exercise = _exercise(exercise_id)
+    if exercise_id in FORMULAS:
+        return FORMULAS[exercise_id].answer(**(numbers or params.defaults(exercise_id)))
     return exercise.compute() if exercise.compute else decode(exercise_id, exercise.scrambled)
 
 
@@ -48,9 +58,10 @@ SELF_STUDY = ("the student release ships no answers: these check lines are for s
               "course's public repository; your teacher says how the exercises are graded")
 
 
-def verdict(exercise_id: str, value) -> str:
+def verdict(exercise_id: str, value, variant: variants.Variant | None = None) -> str:
     """``"right"``, ``"wrong, a known slip (<name>): <what to check>"``, ``"wrong (... for example, a factor of F off:
-    <hint>?)"``, ``"wrong"``, ``"no answer yet"`` or :data:`NO_ANSWERS`."""
+    <hint>?)"``, ``"wrong"``, ``"no answer yet"`` or :data:`NO_ANSWERS`. ``variant``: the learner's numbers (None:
+    the variant file, if any, :func:`commtax.exercises.variants.current`; ``{}``: the lesson's numbers)."""
     exercise = _exercise(exercise_id)
     if value is None:
         return "no answer yet"
@@ -61,15 +72,17 @@ def verdict(exercise_id: str, value) -> str:
     value = float(value)
     if not math.isfinite(value):
         raise ValueError(f"value must be finite, got {value!r}")
-    answer = _answer(exercise_id)
+    numbers = variants.numbers(exercise_id, variant)
+    answer = _answer(exercise_id, numbers)
     if exercise.exact:
         if value == answer:
             return "right"
     elif _close(value, answer, exercise.tolerance):
         return "right"
-    slip = _named_slip(exercise_id, exercise, value, answer)
+    slip = _named_slip(exercise_id, exercise, value, answer, numbers)
     if slip is not None:
-        return f"{KNOWN_SLIP} ({slip.name}): {slip.message}"
+        message = slip.message.format(**params.shown(exercise_id, numbers)) if numbers else slip.message
+        return f"{KNOWN_SLIP} ({slip.name}): {message}"
     if not exercise.exact and answer != 0 and value != 0 and (value > 0) == (answer > 0):
         for factor, hint in _FACTORS:
             if any(_close(value, answer * ratio, exercise.tolerance) for ratio in (factor, 1 / factor)):
@@ -78,8 +91,12 @@ def verdict(exercise_id: str, value) -> str:
     return "wrong"
 
 
-def slip_value(exercise_id: str, slip: Slip) -> float:
-    """The wrong value a slip of ``exercise_id`` stands for (for the tests; never shown by check)."""
+def slip_value(exercise_id: str, slip: Slip, numbers: dict[str, float] | None = None) -> float:
+    """The wrong value a slip of ``exercise_id`` stands for, at ``numbers`` for an exercise that varies (default:
+    the lesson's); for the tests, never shown by check."""
+    formula = FORMULAS.get(exercise_id)
+    if formula is not None and slip.name in formula.slips:
+        return formula.slips[slip.name](**(numbers or params.defaults(exercise_id)))
     return slip.compute() if slip.compute else decode(f"{exercise_id} {slip.name}", slip.scrambled)
 
 
@@ -88,9 +105,10 @@ def _asks_fraction(exercise: Exercise) -> bool:
     return "%" in what or "fraction" in what or "share" in what
 
 
-def _named_slip(exercise_id: str, exercise: Exercise, value: float, answer: float) -> Slip | None:
-    """The exercise's slip nearest to ``value`` among those within its tolerance, or None."""
-    candidates = [(slip, slip_value(exercise_id, slip)) for slip in SLIPS.get(exercise_id, ())]
+def _named_slip(exercise_id: str, exercise: Exercise, value: float, answer: float,
+                numbers: dict[str, float] | None = None) -> Slip | None:
+    """The exercise's slip nearest to ``value`` among those within its tolerance (at ``numbers``), or None."""
+    candidates = [(slip, slip_value(exercise_id, slip, numbers)) for slip in SLIPS.get(exercise_id, ())]
     if _asks_fraction(exercise) and not exercise.exact:
         candidates.append((PERCENTAGE, answer * 100))
     best, distance = None, math.inf
@@ -106,10 +124,11 @@ def _named_slip(exercise_id: str, exercise: Exercise, value: float, answer: floa
     return best
 
 
-def check(exercise_id: str, value) -> None:
-    """Print one line: the exercise, what is asked, and the verdict on ``value`` (never the answer)."""
+def check(exercise_id: str, value, variant: variants.Variant | None = None) -> None:
+    """Print one line: the exercise, what is asked (with the learner's numbers, :func:`verdict`'s ``variant``),
+    and the verdict on ``value`` (never the answer)."""
     exercise = _exercise(exercise_id)
-    said = verdict(exercise_id, value)
+    said = verdict(exercise_id, value, variant)
     if said == "right":
         said += " (exact)" if exercise.exact else f" (within {exercise.tolerance:.0%})"
     elif said == "no answer yet":
@@ -122,5 +141,5 @@ def check(exercise_id: str, value) -> None:
                  "compare with the worked solution")
     elif said.startswith("wrong (not one"):
         said += ": compare with the worked solution"
-    print(f"Exercise {exercise_id} ({exercise.what}): {said}")
+    print(f"Exercise {exercise_id} ({question_text(exercise_id, variants.numbers(exercise_id, variant))}): {said}")
 

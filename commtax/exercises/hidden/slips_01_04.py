@@ -88,7 +88,7 @@ SLIPS: dict[str, tuple[Slip, ...]] = {
     ),
     # Lesson 03
     "03.1": (
-        Slip("plain DP", "fdeSGetbrO0=", "that is plain DP's 16Ψ; ZeRO-1 shards the 12Ψ of optimizer state over the 32 ranks"),
+        Slip("plain DP", "fdeSGetbrO0=", "that is plain DP's 16Ψ; ZeRO-1 shards the 12Ψ of optimizer state over the {d} ranks"),
         Slip("ZeRO-2", "TkQUbBHizdg=", "that is ZeRO-2 (gradients sharded too); ZeRO-1 keeps the bf16 gradients whole: "
              "4Ψ + 12Ψ/d"),
         Slip("ZeRO-3", "k4nam/JCHTU=", "that is ZeRO-3 (16Ψ/d); ZeRO-1 keeps weights and gradients whole: 4Ψ + 12Ψ/d"),

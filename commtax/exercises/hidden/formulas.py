@@ -1,0 +1,63 @@
+"""The answer and the slips of each exercise that varies per student, as formulas of its stated numbers.
+
+One formula per number: the checks compute the answer (and each slip's wrong value) from the learner's
+numbers (:mod:`commtax.exercises.variants`) or, without a variant, from the lesson's
+(:mod:`commtax.exercises.params`). The scrambled values in ``answers.py`` and ``slips_*.py`` are what these
+formulas give at the lesson's numbers (``tests/test_exercise_variants.py`` holds them to it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Formula:
+    answer: Callable[..., float]                 # the stated numbers (keywords) -> the answer
+    slips: dict[str, Callable[..., float]]       # slip name -> its wrong value from the same numbers
+
+
+PSI_13B = 13e9          # 03.1: Llama-2-13B's parameters, as the exercise rounds them
+V = 2                   # 06.1: model chunks per stage (interleaved 1F1B)
+GIB = 2**30             # 13.2: the row's size, 1 GiB
+
+
+def _bubble_share(p: int, m: int) -> float:
+    """The pipeline bubble as a share of the step, (p-1)/(m + p - 1)."""
+    return (p - 1) / (m + p - 1)
+
+
+FORMULAS: dict[str, Formula] = {
+    # ZeRO-1 on d GPUs: bf16 weights and gradients whole (4 bytes/parameter), the 12 bytes of optimizer state sharded
+    "03.1": Formula(lambda d: 4 * PSI_13B + 12 * PSI_13B / d, {
+        "plain DP": lambda d: 16 * PSI_13B,
+        "ZeRO-2": lambda d: 2 * PSI_13B + 14 * PSI_13B / d,
+        "ZeRO-3": lambda d: 16 * PSI_13B / d,
+        "the optimizer shard only": lambda d: 12 * PSI_13B / d}),
+    # interleaved 1F1B, v = 2 chunks per stage: (p-1)/(v m + p - 1)
+    "06.1": Formula(lambda p, m: _bubble_share(p, V * m), {
+        "relative to ideal vs share of the step": lambda p, m: (p - 1) / (V * m),
+        "without v = 2": lambda p, m: _bubble_share(p, m),
+        "plain, relative to ideal": lambda p, m: (p - 1) / m,
+        "the share divided by v": lambda p, m: _bubble_share(p, m) / V,
+        "the micro-batch count": lambda p, m: V * m}),
+    # ZeRO-2: a reduce-scatter per micro-batch and one all-gather (m + 1 passes); ZeRO-1: 2 passes
+    "07.4": Formula(lambda m: (m + 1) / 2, {
+        "m": lambda m: m,
+        "m + 1": lambda m: m + 1,
+        "the extra": lambda m: (m + 1 - 2) / 2,
+        "m / 2": lambda m: m / 2}),
+    # the busiest rank gets imbalance x the average load and keeps cf x the average: drops 1 - cf/imbalance
+    "09.3": Formula(lambda cf, imbalance: 1 - cf / imbalance, {
+        "the kept share": lambda cf, imbalance: cf / imbalance,
+        "relative to the average": lambda cf, imbalance: imbalance - cf}),
+    # all-reduce busbw = algbw x 2(n-1)/n, algbw = size / time
+    "13.2": Formula(lambda t_ms, n: GIB / (t_ms / 1e3) * 2 * (n - 1) / n, {
+        "the algorithm bandwidth": lambda t_ms, n: GIB / (t_ms / 1e3),
+        "(n-1)/n for an all-reduce": lambda t_ms, n: GIB / (t_ms / 1e3) * (n - 1) / n}),
+    # an all-gather's size is the full buffer after gathering: ranks parts of 2-byte elements
+    "13.3": Formula(lambda elements, ranks: elements * 2 * ranks, {
+        "one rank's part": lambda elements, ranks: elements * 2,
+        "elements, not bytes": lambda elements, ranks: elements * ranks}),
+}
