@@ -37,7 +37,7 @@ import json
 import sys
 
 from commtax.measured.trace_axes import Layout
-from commtax.measured.trace_bill import OPS, rank_bill
+from commtax.measured.trace_bill import OPS, calls_of, confirm_p2p, rank_bill
 from commtax.measured.trace_plan import compare, largest_gaps
 from commtax.measured.trace_read import TraceError
 from commtax.measured.trace_scan import scan
@@ -128,6 +128,14 @@ def _layout(args, scans, ranks) -> Layout | None:
     return Layout(world, tp=tp, cp=cp, pp=pp)
 
 
+def _unexpected_contents(path, function, *args):
+    """``function(*args)``, with a TraceError naming ``path`` where an event's args are not as torch writes them."""
+    try:
+        return function(*args)
+    except (ValueError, TypeError, KeyError, IndexError) as exc:
+        raise TraceError(f"{path}: unexpected event contents ({type(exc).__name__}: {exc})") from None
+
+
 def analyze(paths, tp=None, pp=None, cp=None, chunk_chars=None) -> tuple[dict, list]:
     """``({"ranks": [...]}, extras)`` for trace files ``paths``; raises TraceError on bad input."""
     args = argparse.Namespace(tp=tp, pp=pp, cp=cp)
@@ -139,12 +147,12 @@ def analyze(paths, tp=None, pp=None, cp=None, chunk_chars=None) -> tuple[dict, l
         scans.append(s)
     ranks = _check_same_run(scans)
     layout = _layout(args, scans, ranks)
+    ordered = sorted(zip(scans, ranks), key=lambda x: x[1])
+    calls = {r: _unexpected_contents(s.path, calls_of, s, r, layout) for s, r in ordered}
+    confirm_p2p(calls, layout)   # a send's group: the receiving rank's trace can tell
     rows, extras = [], []
-    for s, r in sorted(zip(scans, ranks), key=lambda x: x[1]):
-        try:
-            row, extra = rank_bill(s, r, layout)
-        except (ValueError, TypeError, KeyError, IndexError) as exc:   # an event's args not as torch writes them
-            raise TraceError(f"{s.path}: unexpected event contents ({type(exc).__name__}: {exc})") from None
+    for s, r in ordered:
+        row, extra = _unexpected_contents(s.path, rank_bill, s, r, layout, calls[r])
         rows.append(row)
         extras.append(extra)
     return {"ranks": rows}, extras
@@ -165,6 +173,10 @@ def notes(extra: dict) -> list[str]:
     if extra["group_assumed"]:
         out.append(f"{extra['group_assumed']} list all-gathers/reduce-scatters on an unknown group: their "
                    "per-rank part was multiplied by the world size")
+    if extra.get("groups_unlisted"):
+        out.append(f"{_calls(extra['groups_unlisted'])} ran on process groups the trace does not list (made after "
+                   "the profiler started?), so their axis is unknown: create the groups (or the DeviceMesh) "
+                   "before starting torch.profiler")
     return out
 
 

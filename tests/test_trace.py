@@ -232,6 +232,50 @@ def test_gloo_threads_go_to_groups_only_when_every_group_shows_its_threads():
     assert groups([5, 8], pgs[:1]) == {5: (0, 1, 2, 3), 8: (0, 1, 2, 3)}   # one group: every thread is its
 
 
+def _gloo_scan(pgs, tids):
+    from types import SimpleNamespace
+    names = {t: {f"thread {t} (pt_gloo_runloop)"} for t in tids} | {9: {"thread 9 (python)"}}
+    return SimpleNamespace(meta={"distributedInfo": {"pg_config": pgs}}, thread_names=names)
+
+
+def test_groups_made_after_the_profiler_started_leave_every_thread_unmapped():
+    from commtax.measured.trace_bill import gloo_thread_groups, groups_unlisted
+    world = [{"pg_name": "0", "ranks": [0, 1, 2, 3]}]          # the only group when the profiler started
+    late = _gloo_scan(world, [2, 3, 40, 41, 60, 61])             # two more groups' threads at work
+    assert groups_unlisted(late) and gloo_thread_groups(late) == {}
+    assert not groups_unlisted(_gloo_scan(world, [2, 3]))
+
+
+def test_idle_pipeline_groups_are_left_out_of_the_dealing_only_with_a_layout():
+    from commtax.measured.trace_bill import gloo_thread_groups
+    pgs = [{"pg_name": "0", "ranks": list(range(8))}, {"pg_name": "1", "ranks": [0, 1]},
+           {"pg_name": "5", "ranks": [0, 2]}, {"pg_name": "9", "ranks": [0, 4]}]   # rank 0 of tp 2 x dp 2 x pp 2
+    scan = _gloo_scan(pgs, [10, 11, 50, 51, 60, 61])                               # the pp group never ran a collective
+    assert gloo_thread_groups(scan) == {}
+    assert gloo_thread_groups(scan, Layout(8, tp=2, pp=2)) == {10: tuple(range(8)), 11: tuple(range(8)),
+                                                               50: (0, 1), 51: (0, 1), 60: (0, 2), 61: (0, 2)}
+
+
+def test_a_send_gets_an_axis_alone_only_when_every_reading_of_its_peer_agrees():
+    from commtax.measured.trace_p2p import agreed_pair
+    layout = Layout(8, tp=2, pp=2)
+    assert agreed_pair(0, 4, layout) == (0, 4)   # global 4 is the next stage; no group has an index 4
+    assert agreed_pair(0, 1, layout) is None     # global 1 (tp), or index 1 of the dp group (2) or pp group (4)
+    assert agreed_pair(0, 1, None) is None
+
+
+def test_the_receiving_ranks_trace_confirms_which_reading_a_send_meant():
+    from commtax.measured.trace_p2p import confirm_across_ranks
+    layout = Layout(8, tp=2, pp=2)
+    # 5 sends to "1": global rank 1 (pp) or index 1 of its dp group [5, 7] (rank 7). Rank 1 receives from "5"
+    # (global); rank 7 receives only from its own stage partner "3": the global reading is confirmed.
+    raw = {5: [("a", "send", 1, 64)], 1: [("b", "recv", 5, 64)], 7: [("c", "recv", 3, 64)], 3: [("d", "send", 7, 64)]}
+    assert confirm_across_ranks(raw, layout) == {"a": (5, 1), "b": (1, 5), "c": (7, 3), "d": (3, 7)}
+    assert confirm_across_ranks({5: [("a", "send", 1, 64)], 1: [("b", "recv", 5, 32)]}, layout) == {}  # sizes differ
+    both = {0: [("a", "send", 1, 8)], 1: [("b", "recv", 0, 8)], 2: [("c", "recv", 0, 8)]}   # 1 and 2 both fit
+    assert "a" not in confirm_across_ranks(both, layout)
+
+
 # -- the recorded traces -----------------------------------------------------
 
 
@@ -255,9 +299,11 @@ def test_recorded_traces_give_the_counts_and_bytes_the_script_used():
         assert row["rank"] == r
         assert row["collectives"] == expected
         steps = rec.STEPS
-        assert row["by_axis"]["tp"] == {"all_reduce": {"count": steps, "bytes": 4 * rec.TP_ALL_REDUCE_NUMEL * steps}}
+        assert row["by_axis"]["tp"]["all_reduce"] == {"count": steps, "bytes": 4 * rec.TP_ALL_REDUCE_NUMEL * steps}
         assert row["by_axis"]["dp"] == {"all_reduce": {"count": steps, "bytes": 4 * rec.DP_ALL_REDUCE_NUMEL * steps}}
         assert row["by_axis"]["unknown"]["all_reduce"]["count"] == 3 * steps   # world-group calls span tp and dp
+        # The script's messages go between tp partners on the default group; the partner's receive confirms it.
+        assert row["by_axis"]["tp"]["send"] == expected["send"] and row["by_axis"]["tp"]["recv"] == expected["recv"]
 
 
 def _brute_force_times(path):
@@ -432,5 +478,6 @@ def test_both_recorded_runs_put_every_ranks_tensor_and_data_parallel_calls_on_th
     for folder in (root / "tests" / "data" / "traces", root / "grading" / "hidden" / "lab-14-measured-vs-bill" / "traces"):
         report, _ = trace.analyze(sorted(str(p) for p in folder.glob("rank*.json.gz")), tp=2)
         for row in report["ranks"]:
-            axes = {axis: sum(c["bytes"] for c in table.values()) for axis, table in row["by_axis"].items()}
+            axes = {axis: sum(c["bytes"] for op, c in table.items() if op not in ("send", "recv"))
+                    for axis, table in row["by_axis"].items()}
             assert (axes.get("tp"), axes.get("dp")) == (65536, 131072), (folder.parent.name, row["rank"], axes)

@@ -37,6 +37,19 @@ class Layout:
         d, p = rest % self.dp, rest // self.dp
         return t, c, d, p
 
+    def group_of(self, rank: int, axis: str) -> list[int]:
+        """The global ranks of ``rank``'s group along ``axis`` (one of :data:`AXES`), in order."""
+        if axis not in AXES:
+            raise ValueError(f"axis must be one of {AXES}, got {axis!r}")
+        t, c, d, p = self.coordinates(rank)
+        size = {"tp": self.tp, "cp": self.cp, "dp": self.dp, "pp": self.pp}[axis]
+        coords = {"tp": t, "cp": c, "dp": d, "pp": p}
+        group = []
+        for i in range(size):
+            coords[axis] = i
+            group.append(coords["tp"] + self.tp * (coords["cp"] + self.cp * (coords["dp"] + self.dp * coords["pp"])))
+        return group
+
     def axis_of(self, ranks) -> str:
         """The axis along which ``ranks`` (global ranks of one group) differ, or ``"unknown"``."""
         ranks = sorted(set(ranks or ()))

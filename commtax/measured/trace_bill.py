@@ -40,6 +40,7 @@ import numpy as np
 
 from commtax.measured.trace_axes import UNKNOWN, Layout
 from commtax.measured.trace_intervals import Intervals, exposed, inside, measure
+from commtax.measured.trace_p2p import agreed_pair, confirm_across_ranks
 from commtax.ranks.measure import ring_model
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "barrier", "send", "recv")
@@ -128,11 +129,12 @@ class Call:
     ``n`` taken when the call's group is unknown.
     """
 
-    __slots__ = ("op", "numel", "itemsize", "ranks", "n", "record", "dur_us", "gloo_numel", "per_rank", "world")
+    __slots__ = ("op", "numel", "itemsize", "ranks", "n", "record", "dur_us", "gloo_numel", "per_rank", "world", "peer")
 
     def __init__(self, op, numel, itemsize, ranks, n, record, gloo_numel=None, per_rank=False):
         self.op, self.numel, self.itemsize, self.ranks, self.n = op, numel, itemsize, ranks, n
         self.record, self.dur_us, self.gloo_numel, self.per_rank, self.world = record, None, gloo_numel, per_rank, None
+        self.peer = None   # a gloo send/recv: its peer as the trace gives it (a rank of the call's group)
 
     @property
     def nbytes(self) -> int:
@@ -207,7 +209,33 @@ def _outermost(records):
     return sorted(kept, key=lambda r: r.ts)
 
 
-def gloo_thread_groups(scan) -> dict:
+GLOO_THREADS_PER_GROUP = 2   # ProcessGroupGloo's default: 2 worker threads per device, one device on CPU
+
+
+def _listed_groups(scan) -> list[dict]:
+    """The process groups the trace lists (``distributedInfo.pg_config``), in creation order."""
+    pgs = [pg for pg in (scan.meta.get("distributedInfo") or {}).get("pg_config") or []
+           if isinstance(pg, dict) and _ranks(pg.get("ranks"))]
+    return sorted(pgs, key=lambda pg: int(pg["pg_name"]) if str(pg.get("pg_name", "")).isdigit() else math.inf)
+
+
+def _gloo_threads(scan) -> list[int]:
+    return sorted(t for t, names in scan.thread_names.items() if isinstance(t, int) and any("gloo" in n for n in names))
+
+
+def groups_unlisted(scan) -> bool:
+    """True when the trace shows more gloo worker threads than its listed groups can have.
+
+    The profiler lists the groups that exist when it *starts*; a group made later (a lab that
+    builds its groups inside its training function, a DeviceMesh made after ``profile()`` began)
+    still runs its calls on its own gloo threads, so the trace holds more threads than
+    ``GLOO_THREADS_PER_GROUP`` per listed group. Then no thread can be given a group safely.
+    """
+    pgs = _listed_groups(scan)
+    return bool(pgs) and len(_gloo_threads(scan)) > GLOO_THREADS_PER_GROUP * len(pgs)
+
+
+def gloo_thread_groups(scan, layout: Layout | None = None) -> dict:
     """Map each ``pt_gloo_runloop`` thread to its process group's global ranks (gloo traces).
 
     ``distributedInfo.pg_config`` lists this rank's groups in creation order (``pg_name`` 0, 1, ...),
@@ -217,33 +245,45 @@ def gloo_thread_groups(scan) -> dict:
     between two of a group's, so the threads (sorted by id) are dealt out to the groups only where that
     is unambiguous: this rank has one group, or the threads split into one cluster of the same size
     (>= 2) per group, no gap inside a cluster larger than a gap between clusters. Otherwise
-    nothing is mapped and those calls' group is unknown.
+    nothing is mapped and those calls' group is unknown; so too when :func:`groups_unlisted`.
+
+    With a ``layout``, pipeline groups may be left out of the dealing when that makes it unambiguous:
+    pipeline stages exchange point-to-point messages only, and gloo runs a send or a receive on the
+    caller's thread, so a pipeline group's worker threads stay idle and never appear in the trace.
     """
-    pgs = [pg for pg in (scan.meta.get("distributedInfo") or {}).get("pg_config") or []
-           if isinstance(pg, dict) and _ranks(pg.get("ranks"))]
-    pgs.sort(key=lambda pg: int(pg["pg_name"]) if str(pg.get("pg_name", "")).isdigit() else math.inf)
-    threads = sorted(t for t, names in scan.thread_names.items()
-                     if isinstance(t, int) and any("gloo" in n for n in names))
+    pgs, threads = _listed_groups(scan), _gloo_threads(scan)
+    if groups_unlisted(scan):   # groups made after the profiler started: dealing threads out would guess
+        return {}
     if len(pgs) == 1:
         return {tid: _ranks(pgs[0]["ranks"]) for tid in threads}
+    if layout is not None and len(threads) < GLOO_THREADS_PER_GROUP * len(pgs):
+        busy = [pg for pg in pgs if layout.axis_of(_ranks(pg["ranks"])) != "pp"]
+        if len(threads) == GLOO_THREADS_PER_GROUP * len(busy):
+            pgs = busy
+    return _deal(pgs, threads)
+
+
+def _deal(pgs: list[dict], threads: list[int]) -> dict:
+    """Threads (sorted ids) to groups (creation order), one cluster of equal size per group, or {}."""
     if not pgs or not threads or len(threads) % len(pgs) or len(threads) < 2 * len(pgs):
         return {}
     per = len(threads) // len(pgs)
     chunks = [threads[i:i + per] for i in range(0, len(threads), per)]
-    inside = max(b - a for chunk in chunks for a, b in zip(chunk, chunk[1:]))
-    between = min(nxt[0] - cur[-1] for cur, nxt in zip(chunks, chunks[1:]))
-    if inside > between:   # the threads do not fall into one cluster per group
-        return {}
+    if len(chunks) > 1:
+        inside = max(b - a for chunk in chunks for a, b in zip(chunk, chunk[1:]))
+        between = min(nxt[0] - cur[-1] for cur, nxt in zip(chunks, chunks[1:]))
+        if inside > between:   # the threads do not fall into one cluster per group
+            return {}
     return {tid: _ranks(pg["ranks"]) for pg, chunk in zip(pgs, chunks) for tid in chunk}
 
 
-def _pair_gloo(calls, gloo_records, scan, rank, window: int = 64):
+def _pair_gloo(calls, gloo_records, scan, rank, window: int = 64, layout: Layout | None = None):
     """Give each c10d call its ``gloo:*`` annotation: duration, dtype and (through the thread) group.
 
     A call's annotation is the first one after it, of its kind (``GLOO_NAMES``) and its element count,
     not yet taken; ``window`` bounds how many waiting calls of a kind are looked at.
     """
-    groups = gloo_thread_groups(scan)
+    groups = gloo_thread_groups(scan, layout)
     queues = {}   # gloo name -> calls waiting for it, in time order
     for call in sorted(calls, key=lambda c: c.record.ts):
         for name in GLOO_NAMES[call.op]:
@@ -270,12 +310,17 @@ def _pair_gloo(calls, gloo_records, scan, rank, window: int = 64):
                     call.ranks = groups[rec.tid]
                     call.n = len(call.ranks)
                 break
-    one_group = len((scan.meta.get("distributedInfo") or {}).get("pg_config") or []) == 1
+    one_group = len(_listed_groups(scan)) == 1 and not groups_unlisted(scan)
     for call in calls:   # gloo's send/recv run on the caller's thread: the peer is known, its group only if alone
-        if call.op in ("send", "recv") and one_group and isinstance(rank, int):
-            peer = (call.record.args.get("Concrete Inputs") or [None] * 3)[2]
-            if isinstance(peer, str) and peer.isdigit():
-                call.ranks, call.n = (rank, int(peer)), 2
+        if call.op not in ("send", "recv") or not isinstance(rank, int):
+            continue
+        peer = (call.record.args.get("Concrete Inputs") or [None] * 3)[2]
+        if not (isinstance(peer, str) and peer.isdigit()):
+            continue
+        call.peer = int(peer)   # kept: the other side's call may need it to confirm its own reading
+        pair = (rank, call.peer) if one_group else agreed_pair(rank, call.peer, layout)
+        if pair is not None:
+            call.ranks, call.n = pair, 2
 
 
 def _pair_kernels(calls, scan):
@@ -301,7 +346,7 @@ def _pair_kernels(calls, scan):
             call.dur_us = (call.dur_us or 0.0) + rec.dur
 
 
-def calls_of(scan, rank=None) -> list[Call]:
+def calls_of(scan, rank=None, layout: Layout | None = None) -> list[Call]:
     """The counted calls of a scanned trace (``record_param_comms`` with a ``Collective name`` where
     present, else the ``c10d::*`` ops)."""
     rpc = [r for r in scan.records if r.source == "rpc" and r.args.get("Collective name")]
@@ -310,7 +355,7 @@ def calls_of(scan, rank=None) -> list[Call]:
     else:
         calls = [c for c in map(_from_c10d, _outermost([r for r in scan.records if r.source == "c10d"]))
                  if c is not None]
-        _pair_gloo(calls, [r for r in scan.records if r.source == "gloo"], scan, rank)
+        _pair_gloo(calls, [r for r in scan.records if r.source == "gloo"], scan, rank, layout=layout)
     if scan.on_gpu:
         _pair_kernels(calls, scan)
     world = (scan.meta.get("distributedInfo") or {}).get("world_size")
@@ -354,15 +399,32 @@ def _table(calls) -> dict:
     return {op: table[op] for op in OPS if op in table}
 
 
-def rank_bill(scan, rank: int, layout: Layout | None = None) -> tuple[dict, dict]:
+def confirm_p2p(calls_by_rank: dict, layout: Layout | None) -> None:
+    """Give the sends/receives left unresolved their pair where the other rank's trace confirms it."""
+    if layout is None:
+        return
+    raw = {rank: [(id(c), c.op, c.peer, c.numel) for c in calls if c.peer is not None]
+           for rank, calls in calls_by_rank.items() if isinstance(rank, int)}
+    pairs = confirm_across_ranks(raw, layout)
+    for calls in calls_by_rank.values():
+        for c in calls:
+            if c.ranks is None and id(c) in pairs:
+                c.ranks, c.n = pairs[id(c)], 2
+
+
+def rank_bill(scan, rank: int, layout: Layout | None = None, calls: list | None = None) -> tuple[dict, dict]:
     """``(row, extra)``: the JSON row of one rank, and what only the text report shows.
+
+    ``calls``: this rank's :func:`calls_of`, when the caller has already made them (and confirmed
+    their point-to-point pairs across ranks with :func:`confirm_p2p`).
 
     ``extra`` = ``{"busbw": {op: bytes/s}, "calls": counted calls, "dtype_assumed": calls whose dtype
     was not in the trace (counted as 4-byte float32), "shapes_missing": calls without shapes (bytes
     counted as 0: record with ``record_shapes=True``), "group_assumed": per-rank parts multiplied by
-    the world size because the call's group is unknown}``.
+    the world size because the call's group is unknown, "groups_unlisted": calls whose group is
+    unknown because the trace has groups it does not list (:func:`groups_unlisted`)}``.
     """
-    calls = calls_of(scan, rank)
+    calls = calls_of(scan, rank, layout) if calls is None else calls
     compute_s, comm_s, exposed_s = busy_times(scan)
     by_axis = {}
     for call in calls:
@@ -386,4 +448,6 @@ def rank_bill(scan, rank: int, layout: Layout | None = None) -> tuple[dict, dict
     return row, {"busbw": busbw, "calls": len(calls),
                  "dtype_assumed": sum(1 for c in counted if c.itemsize is None),
                  "shapes_missing": sum(1 for c in calls if c.op != "barrier" and c.numel is None),
-                 "group_assumed": sum(1 for c in counted if c.per_rank and not c.n)}
+                 "group_assumed": sum(1 for c in counted if c.per_rank and not c.n),
+                 "groups_unlisted": (sum(1 for c in calls if c.op != "barrier" and c.ranks is None)
+                                     if groups_unlisted(scan) else 0)}
