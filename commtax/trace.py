@@ -238,7 +238,7 @@ def main(argv=None) -> int:
             world = max(r["rank"] for r in report["ranks"]) + 1
             if world > run["gpus"]:
                 raise TraceError(f"the traces hold rank {world - 1}, but the plan has {run['gpus']} GPUs (--plan)")
-            report["plan"] = compare(report, prediction, args.steps)
+            report["plan"] = compare(report, prediction, args.steps, extras)
     except TraceError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2

@@ -46,8 +46,32 @@ def test_the_cli_prints_the_comparison_in_json_with_the_plans_groups(capsys):
     assert main([*TRACES, "--plan", PLAN, "--json"]) == 0          # the plan's tp 2 places the groups
     report = json.loads(capsys.readouterr().out)
     assert [r["part"] for r in report["plan"]] == ["compute", "communication", "exposed communication",
-                                                   "data-parallel bytes"]
+                                                   "tp communication", "dp communication", "data-parallel bytes"]
     assert all(r["predicted"] > 0 for r in report["plan"])
+
+
+def test_each_axis_of_the_plan_sets_its_calls_time_beside_its_predicted_communication():
+    report = {"ranks": [dict(rank=0, compute_s=2.0, comm_s=3.0, exposed_comm_s=0.4, by_axis={}),
+                        dict(rank=1, compute_s=2.2, comm_s=3.2, exposed_comm_s=1.0, by_axis={})]}
+    extras = [{"axis_time_s": {"tp": 9.0}}, {"axis_time_s": {"tp": 0.8, "dp": 3.0, "unknown": 5.0}}]
+    rows = {r["part"]: r for r in compare(report, _prediction(), steps=2, extras=extras)}
+    assert rows["tp communication"]["measured"] == pytest.approx(0.4)      # the slowest rank's, per step
+    assert rows["tp communication"]["ratio"] == pytest.approx(0.4 / 0.5)
+    assert rows["dp communication"]["measured"] == pytest.approx(1.5) and rows["dp communication"]["predicted"] == 1.0
+    assert "pp communication" not in rows and "cp communication" not in rows   # the plan has no pp or cp
+    assert "tp communication" not in {r["part"] for r in compare(report, _prediction(), steps=2)}
+
+
+def test_an_axis_time_is_the_sum_of_its_calls_known_durations():
+    from commtax.trace import analyze
+    _, extras = analyze(TRACES, tp=2)
+    from commtax.measured.trace_axes import Layout
+    from commtax.measured.trace_bill import calls_of
+    from commtax.measured.trace_scan import scan
+    layout = Layout(4, tp=2)
+    calls = [c for c in calls_of(scan(TRACES[3]), 3, layout) if c.ranks and layout.axis_of(c.ranks) == "dp"]
+    assert calls and all(c.dur_us for c in calls)
+    assert extras[3]["axis_time_s"]["dp"] == pytest.approx(sum(c.dur_us for c in calls) * 1e-6)
 
 
 @pytest.mark.parametrize("plan, extra, words", [

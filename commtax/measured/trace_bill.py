@@ -418,7 +418,8 @@ def rank_bill(scan, rank: int, layout: Layout | None = None, calls: list | None 
     ``calls``: this rank's :func:`calls_of`, when the caller has already made them (and confirmed
     their point-to-point pairs across ranks with :func:`confirm_p2p`).
 
-    ``extra`` = ``{"busbw": {op: bytes/s}, "calls": counted calls, "dtype_assumed": calls whose dtype
+    ``extra`` = ``{"busbw": {op: bytes/s}, "calls": counted calls, "axis_time_s": {axis: the summed
+    durations of the calls on that axis whose time is known (s)}, "dtype_assumed": calls whose dtype
     was not in the trace (counted as 4-byte float32), "shapes_missing": calls without shapes (bytes
     counted as 0: record with ``record_shapes=True``), "group_assumed": per-rank parts multiplied by
     the world size because the call's group is unknown, "groups_unlisted": calls whose group is
@@ -445,7 +446,8 @@ def rank_bill(scan, rank: int, layout: Layout | None = None, calls: list | None 
            "collectives": _table(calls),
            "by_axis": {axis: _table(by_axis[axis]) for axis in ("tp", "cp", "dp", "pp", UNKNOWN) if axis in by_axis}}
     counted = [c for c in calls if c.op != "barrier" and c.numel is not None]
-    return row, {"busbw": busbw, "calls": len(calls),
+    axis_time = {axis: sum(c.dur_us for c in axis_calls if c.dur_us) * US for axis, axis_calls in by_axis.items()}
+    return row, {"busbw": busbw, "calls": len(calls), "axis_time_s": axis_time,
                  "dtype_assumed": sum(1 for c in counted if c.itemsize is None),
                  "shapes_missing": sum(1 for c in calls if c.op != "barrier" and c.numel is None),
                  "group_assumed": sum(1 for c in counted if c.per_rank and not c.n),

@@ -10,6 +10,9 @@ training steps the profiler recorded):
 * communication: measured (union of communication intervals) vs predicted (every axis' collectives,
   hidden or not: the predictor's ``comm``);
 * exposed communication: measured vs predicted (what the axes add to the step);
+* each axis of the plan (tp, cp, ep, pp, dp, where its size is > 1): the summed durations of the calls
+  the trace puts on that axis (the time each call's work took: gloo's annotation, or NCCL's kernels)
+  vs the predictor's time for that axis' communication, hidden or not (its ``comm[axis]``);
 * data-parallel bytes one GPU sends per step: the calls measured on the ``dp`` axis (the plan's own tp,
   cp and pp place the groups), turned from the trace's buffer sizes into the bytes a ring sends
   (2 (g-1)/g of an all-reduce's buffer, (g-1)/g of an all-gather's or a reduce-scatter's, g the group
@@ -27,14 +30,18 @@ import math
 RING_SHARE = {"all_reduce": 2.0, "all_gather": 1.0, "reduce_scatter": 1.0}
 #: The parts of the predictor's step that are compute (the rest is what the axes add).
 COMPUTE_PARTS = ("matmul", "elementwise", "logits", "optimizer")
+#: The axes given a row of their own, where the plan has them.
+AXIS_ROWS = ("tp", "cp", "ep", "pp", "dp")
 
 
-def compare(report: dict, prediction: dict, steps: int = 1) -> list[dict]:
-    """Rows ``{"part", "measured_s" or "measured_bytes", "predicted", "ratio"}`` per step, for the slowest
-    rank of ``report`` (:func:`commtax.trace.analyze`'s)."""
+def compare(report: dict, prediction: dict, steps: int = 1, extras: list | None = None) -> list[dict]:
+    """Rows ``{"part", "unit", "measured", "predicted", "ratio", "rank"}`` per step, for the slowest rank
+    of ``report`` (:func:`commtax.trace.analyze`'s; ``extras``, its second value, adds the axes' rows)."""
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
-    rank = max(report["ranks"], key=lambda r: r["compute_s"] + r["exposed_comm_s"])
+    slowest = max(range(len(report["ranks"])),
+                  key=lambda i: report["ranks"][i]["compute_s"] + report["ranks"][i]["exposed_comm_s"])
+    rank = report["ranks"][slowest]
     times = prediction["times"]
     predicted_compute = sum(times[p] for p in COMPUTE_PARTS)
     rows = [dict(part="compute", unit="s", measured=rank["compute_s"] / steps, predicted=predicted_compute),
@@ -42,6 +49,12 @@ def compare(report: dict, prediction: dict, steps: int = 1) -> list[dict]:
                  predicted=sum(prediction["comm"].values())),
             dict(part="exposed communication", unit="s", measured=rank["exposed_comm_s"] / steps,
                  predicted=prediction["step_time_s"] - predicted_compute)]
+    if extras is not None:
+        measured_axes = extras[slowest].get("axis_time_s", {})
+        for axis in AXIS_ROWS:
+            if prediction["plan"].get(axis, 1) > 1 and axis in prediction["comm"]:
+                rows.append(dict(part=f"{axis} communication", unit="s", measured=measured_axes.get(axis, 0.0) / steps,
+                                 predicted=prediction["comm"][axis]))
     dp = rank["by_axis"].get("dp")
     group = prediction["plan"].get("shard_group") or prediction["plan"].get("dp", 1)
     if dp is not None and group > 1:
