@@ -130,22 +130,24 @@ def draw(curves: dict, seq: int, s_star: float):
     return fig
 
 
-def render(seq, heads, kv_heads, head_dim, cp, per_node, dtype, efficiency, intra, inter) -> None:
-    """The calculator's render: headline, table (the fastest method highlighted), notes, plot."""
+def render(seq, heads, kv_heads, head_dim, cp, per_node, dtype, efficiency, intra, inter, *, show=display) -> None:
+    """The calculator's render: headline, table (the fastest method highlighted), notes, plot. ``show``
+    displays each HTML piece (the lesson passes its own ``display``)."""
     shown = summary(seq, heads, kv_heads, head_dim, cp, per_node, dtype, efficiency, intra, inter)
-    display(cw.headline(shown["headline"]))
-    display(cw.result_table(COLUMNS, shown["rows"], highlight=shown["best"]))
+    show(cw.headline(shown["headline"]))
+    show(cw.result_table(COLUMNS, shown["rows"], highlight=shown["best"]))
     for note in shown["notes"]:
-        display(cw.headline(note, css_class="commtax-note"))
+        show(cw.headline(note, css_class="commtax-note"))
     if shown["plot_note"]:
-        display(cw.headline(shown["plot_note"], css_class="commtax-note"))
+        show(cw.headline(shown["plot_note"], css_class="commtax-note"))
         return
     plots.show(draw(shown["curves"], seq, shown["s_star"]))
 
 
-def calculator():
-    """The widget of Lesson 12, section 9 (Llama-3-70B's attention shape, CP 16, to start)."""
-    return cw.calculator(render, {
+def calculator(render_fn=render):
+    """The widget of Lesson 12, section 9 (Llama-3-70B's attention shape, CP 16, to start), wired to
+    ``render_fn`` (:func:`render`, or the lesson's own function calling it)."""
+    return cw.calculator(render_fn, {
         "seq": cw.int_choice_slider("tokens s", SEQS, 131072),
         "heads": cw.int_choice_slider("query heads", [8, 16, 32, 40, 48, 64, 96, 128], 64),
         "kv_heads": cw.int_choice_slider("K/V heads", [1, 2, 4, 8, 16, 32, 64, 128], 8),

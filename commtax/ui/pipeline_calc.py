@@ -55,30 +55,33 @@ def explorer_summary(schedule: str, stages: int, microbatches: int, virtual_stag
             [f"formula {P.SCHEDULE_FORMULAS[schedule]} (equal stages, no p2p)", f"{formula:.2%}",
              f"p = {stages}" + (f", m = {microbatches}" if schedule != "naive" else ", whatever m")
              + (f", v = {v}" if v > 1 else "")],
-            ["check: simulated with p2p = 0", f"{no_p2p:.2%}", "equals the formula" if agrees else "DIFFERS from the formula"]]
+            ["check: simulated with p2p = 0", f"{no_p2p:.2%}",
+             "equals the formula" if agrees else "DIFFERS from the formula"]]
     held = [P.peak_activations_in_flight(ops, s) for s in range(stages)]
     return dict(ops=ops, share=share, formula=formula, no_p2p=no_p2p, agrees=agrees, headline=headline, rows=rows,
                 held=held)
 
 
-def explorer_render(schedule, stages, microbatches, virtual_stages, backward_ratio, p2p) -> None:
-    """The explorer: headline, the bubble three ways, activations held per stage, the Gantt chart."""
+def explorer_render(schedule, stages, microbatches, virtual_stages, backward_ratio, p2p, *, show=display) -> None:
+    """The explorer: headline, the bubble three ways, activations held per stage, the Gantt chart (``show``
+    displays each HTML piece)."""
     shown = explorer_summary(schedule, stages, microbatches, virtual_stages, backward_ratio, p2p)
-    display(cw.headline(shown["headline"]))
-    display(cw.result_table(["bubble, share of the step", "value", ""], shown["rows"],
+    show(cw.headline(shown["headline"]))
+    show(cw.result_table(["bubble, share of the step", "value", ""], shown["rows"],
                             highlight=2 if not shown["agrees"] else None))
-    display(cw.result_table(["stage"] + [str(s) for s in range(stages)], [["activations held (peak)"] + shown["held"]]))
+    show(cw.result_table(["stage"] + [str(s) for s in range(stages)], [["activations held (peak)"] + shown["held"]]))
     plots.show(plots.gantt(shown["ops"]).figure)
     assert shown["agrees"], f"{schedule}: formula {shown['formula']} vs simulation {shown['no_p2p']}"
 
 
-def explorer():
-    """Lesson 06, section 5: the schedule explorer (1F1B on 4 stages, 8 micro-batches, to start)."""
+def explorer(render_fn=explorer_render):
+    """Lesson 06, section 5: the schedule explorer (1F1B on 4 stages, 8 micro-batches, to start), wired to
+    ``render_fn`` (:func:`explorer_render`, or the lesson's own function calling it)."""
     schedule = cw.choice("schedule", list(P.SCHEDULES), "1f1b", css_class="commtax-schedule")
     chunks = cw.int_slider("chunks per device v", 2, 1, 4)
     chunks.disabled = schedule.value != "interleaved_1f1b"
     schedule.observe(lambda change: setattr(chunks, "disabled", change["new"] != "interleaved_1f1b"), "value")
-    return cw.calculator(explorer_render, {
+    return cw.calculator(render_fn, {
         "schedule": schedule,
         "stages": cw.int_slider("stages p", 4, 1, 16),
         "microbatches": cw.int_choice_slider("micro-batches m", [1, 2, 4, 8, 12, 16, 24, 32, 48, 64], 8),
@@ -108,7 +111,8 @@ def modeler_summary(layers, hidden, heads, seq_len, micro_batch, tp, stages, mic
                     "bubble (efficiency 100%) and no boundary to send activations across")
     else:
         headline = (f"{stages} stages, {plural(microbatches, 'micro-batch', 'micro-batches')}, GPipe/1F1B "
-                    f"formula (equal stages): pipeline efficiency {r['efficiency']:.1%}, bubble {r['bubble_total']:.1%} "
+                    f"formula (equal stages): pipeline efficiency {r['efficiency']:.1%}, "
+                    f"bubble {r['bubble_total']:.1%} "
                     f"of the step ({r['bubble_ideal']:.1%} of ideal compute)")
     none = "none: one stage, no boundary"
     rows = [["layers per stage", r["layers_per_stage"]],
@@ -120,7 +124,8 @@ def modeler_summary(layers, hidden, heads, seq_len, micro_batch, tp, stages, mic
             ["peak activation memory per GPU, 1F1B", format_bytes(r["peak_activation_bytes_1f1b"])],
             ["compute per step per GPU (H100 at 40% of peak" + ("; recompute reruns each forward)" if recompute
                                                                  else ")"), format_seconds(r["compute_per_step"])],
-            ["one p2p transfer on this link", format_seconds(r["p2p_seconds_per_transfer"]) if r["boundaries"] else none],
+            ["one p2p transfer on this link",
+             format_seconds(r["p2p_seconds_per_transfer"]) if r["boundaries"] else none],
             ["min inter-stage bandwidth to hide p2p",
              format_rate(r["min_bandwidth_to_hide_p2p"]) if r["boundaries"] else none]]
     notes = []
@@ -149,25 +154,28 @@ def modeler_notes(r: dict, link) -> list[str]:
     p2p, forward = r["p2p_seconds_per_transfer"], r["t_forward_per_microbatch"]
     if r["boundaries"] and p2p > forward:
         notes.append(f"slow link: one p2p transfer takes {format_seconds(p2p)}, longer than a stage's forward of one "
-                     f"micro-batch ({format_seconds(forward)}): {link.name} at {format_rate(link.bandwidth)} is below the "
+                     f"micro-batch ({format_seconds(forward)}): {link.name} at {format_rate(link.bandwidth)} is "
+                     "below the "
                      f"{format_rate(r['min_bandwidth_to_hide_p2p'])} that hides it. Stages wait for their inputs, so "
                      f"the efficiency above (p2p hidden) is optimistic. Here p2p / t_forward = {p2p / forward:.2g}; "
                      "the schedule explorer above simulates such waits (its p2p slider).")
     return notes
 
 
-def modeler_render(layers, hidden, heads, seq_len, micro_batch, tp, stages, microbatches, link, recompute) -> None:
-    """The modeler: headline, the table of outputs, and its notes."""
+def modeler_render(layers, hidden, heads, seq_len, micro_batch, tp, stages, microbatches, link, recompute, *,
+                   show=display) -> None:
+    """The modeler: headline, the table of outputs, and its notes (``show`` displays each piece)."""
     shown = modeler_summary(layers, hidden, heads, seq_len, micro_batch, tp, stages, microbatches, link, recompute)
-    display(cw.headline(shown["headline"]))
-    display(cw.result_table(["output", "value"], shown["rows"]))
+    show(cw.headline(shown["headline"]))
+    show(cw.result_table(["output", "value"], shown["rows"]))
     for text, css_class in shown["notes"]:
-        display(cw.headline(text, css_class=css_class))
+        show(cw.headline(text, css_class=css_class))
 
 
-def modeler():
-    """Lesson 06, section 7: the pipeline modeler (the web modeler's example, to start)."""
-    return cw.calculator(modeler_render, {
+def modeler(render_fn=modeler_render):
+    """Lesson 06, section 7: the pipeline modeler (the web modeler's example, to start), wired to ``render_fn``
+    (:func:`modeler_render`, or the lesson's own function calling it)."""
+    return cw.calculator(render_fn, {
         "layers": cw.int_choice_slider("layers", [8, 16, 24, 32, 40, 48, 60, 80, 96, 120], 80),
         "hidden": cw.int_choice_slider("hidden size", [1024, 2048, 4096, 5120, 8192, 12288, 16384], 8192),
         "heads": cw.int_choice_slider("attention heads", [8, 16, 32, 40, 64, 96, 128], 64),

@@ -56,8 +56,8 @@ def runner_up_sentence(results: list[dict]) -> str:
     runner = results[1]
     if layout(runner["plan"]) != layout(best["plan"]):
         return f"Runner-up: {named(runner)}, {runner['step_time_s'] / step - 1:+.1%} step time."
-    text = (f"Runner-up: the same layout with {', '.join(differences(runner['plan'], best['plan'])) or 'the same settings'}"
-            f", {runner['step_time_s'] / step - 1:+.1%} step time.")
+    apart = ", ".join(differences(runner["plan"], best["plan"])) or "the same settings"
+    text = f"Runner-up: the same layout with {apart}, {runner['step_time_s'] / step - 1:+.1%} step time."
     other = next((r for r in results[2:] if layout(r["plan"]) != layout(best["plan"])), None)
     if other is not None:
         text += f" The fastest other layout: {named(other)}, {other['step_time_s'] / step - 1:+.1%}."
