@@ -30,6 +30,8 @@ HIDDEN_DIR = Path(__file__).resolve().parent / "hidden"
 # formulas, the simulators, the benchmarks, the widgets: modules that hold lab answers,
 # including any added later) is replaced in the sandbox by a stub whose every name raises.
 LEARNER_COMMTAX = ("__init__.py", "checks.py", "units.py", "labs.py", "testing.py", "boundary/*.py",
+                   # the lab harness (commtax.testing's names): the ranks run its parts; it holds no answers
+                   "harness/*.py",
                    "learner_process.py",
                    # the loader of recorded expected values: test_lab.py builds one at import, in the ranks too
                    "recorded.py",

@@ -2,9 +2,11 @@
 
     units, checks  ->  formulas  ->  simulation  ->  ranks  ->  ui
                                  ->  measured (traces, nccl-tests logs)
+    boundary (the learner's processes)  ->  ranks  ->  harness (what lab tests use)  ->  testing (its names)
 
 A module imports only from its own layer or the layers before it; the grader's boundary
-(``commtax.boundary``) never imports the formulas (it must not carry an answer); and no module reaches
+(``commtax.boundary``) and the lab harness (``commtax.harness``), which the grader gives to the
+learner's processes, never import the formulas (they must not carry an answer); and no module reaches
 itself again through its imports (an import circle, which a function-level import only hides)."""
 
 from __future__ import annotations
@@ -23,8 +25,11 @@ ALLOWED = {
     "commtax.formulas": {"commtax.units", "commtax.checks"},
     "commtax.simulation": {"commtax.units", "commtax.checks", "commtax.formulas"},
     "commtax.measured": {"commtax.units", "commtax.checks", "commtax.formulas", "commtax.ranks.measure"},
+    "commtax.harness": {"commtax.units", "commtax.checks", "commtax.boundary", "commtax.learner_process",
+                        "commtax.ranks"},
+    "commtax.testing": {"commtax.harness"},
 }
-NEVER = {"commtax.boundary": {"commtax.formulas"}}
+NEVER = {"commtax.boundary": {"commtax.formulas"}, "commtax.harness": {"commtax.formulas"}}
 
 
 def modules() -> dict[str, Path]:
