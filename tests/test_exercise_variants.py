@@ -75,7 +75,8 @@ def test_at_the_lessons_numbers_the_formulas_give_the_recorded_answer_and_slips(
 
 def test_at_the_lessons_numbers_the_questions_read_as_before():
     assert exercises.EXERCISES["03.1"].what == "model state per GPU of Llama-2-13B with ZeRO-1 on 32 GPUs, in bytes"
-    assert exercises.EXERCISES["13.2"].what == "busbw of an all_reduce_perf row of 1 GiB in 10.0 ms on 8 GPUs, in bytes/s"
+    assert exercises.EXERCISES["13.2"].what == ("busbw of an all_reduce_perf row of 1 GiB in 10.0 ms on 8 GPUs, "
+                                                "in bytes/s")
     assert exercises.EXERCISES["13.3"].what == ("bytes the course counts for an all-gather of 1,572,864 bf16 input "
                                                 "elements on 8 ranks")
     assert all("{" not in e.what for e in exercises.EXERCISES.values())

@@ -70,7 +70,8 @@ QUESTIONS: dict[str, Question] = {
         "FLOPs per byte of the expert all-to-all in the forward (its binding window) at EP 16, "
                      "1,536-wide SwiGLU experts"),
     "10.5": Question(
-        "tokens per second per GPU of the fastest DeepSeek-V3 plan on 256 B200s (TP 1, the EP x PP grid)", tolerance=0.01),
+        "tokens per second per GPU of the fastest DeepSeek-V3 plan on 256 B200s (TP 1, the EP x PP grid)",
+        tolerance=0.01),
     "10.6": Question("tokens per second per GPU of DeepSeek-V3 on 2,048 H800s with overlap alone", tolerance=0.01),
     # Lesson 11
     "11.1": Question("PP bytes per rank per step (averaged over ranks) for d = 1, t = 2, p = 4"),
