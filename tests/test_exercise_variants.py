@@ -280,3 +280,8 @@ def test_grading_variants_writes_a_file_per_student_and_keeps_the_secret(tmp_pat
         main(["variants", "--secret", str(secret), "--students", "../carol", "--out", str(out)])
     with pytest.raises(SystemExit, match="does not exist"):
         main(["variants", "--secret", str(tmp_path / "none"), "--students", "carol", "--out", str(out)])
+
+
+def test_a_verdict_refuses_numbers_that_are_not_among_the_choices():
+    with pytest.raises(ValueError, match=r"03\.1\.d must be one of"):
+        exercises.verdict("03.1", 1e9, {"03.1": {"d": 33}})

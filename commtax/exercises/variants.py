@@ -114,7 +114,9 @@ def numbers(exercise_id: str, variant: Variant | None = None) -> dict[str, float
     the variant has none ({} for an exercise that does not vary)."""
     if variant is None:
         variant = current()[0]
-    return {**params.defaults(exercise_id), **variant.get(exercise_id, {})}
+    if exercise_id not in variant:
+        return params.defaults(exercise_id)
+    return params.check_numbers(exercise_id, {**params.defaults(exercise_id), **variant[exercise_id]})
 
 
 def show(which: str | None = None) -> None:
