@@ -1250,7 +1250,7 @@ def test_learner_text_is_cleaned_of_what_breaks_or_fools_a_report():
 
 def test_the_boundary_the_lab_loader_and_the_pickler_import_each_other_in_one_direction_only():
     import ast
-    modules = {"commtax.labs": ROOT / "commtax" / "labs.py",
+    modules = {"commtax.harness.labs": ROOT / "commtax" / "harness" / "labs.py",
                "commtax.learner_process": ROOT / "commtax" / "learner_process.py",
                "commtax.ranks._byfile": ROOT / "commtax" / "ranks" / "_byfile.py",
                **{f"commtax.boundary.{p.stem}" if p.stem != "__init__" else "commtax.boundary": p

@@ -2,6 +2,10 @@
 
 Each module holds one job:
 
+* :mod:`~commtax.harness.labs`: find the labs and load a lab's starter or solution (``LAB_IMPL``),
+  or, under the grader, the proxy that runs it in the sandbox;
+* :mod:`~commtax.harness.recorded`: expected values taken from the course's reference, recorded
+  for the student release;
 * :mod:`~commtax.harness.runs`: run a distributed job from a test (skip where the backend
   cannot run here, share one run among tests, remember a hang);
 * :mod:`~commtax.harness.stubs`: is a function still the starter's stub (fail at once);
@@ -15,7 +19,8 @@ Each module holds one job:
 * :mod:`~commtax.harness.verdict`: fail with a message alone;
 * :mod:`~commtax.harness.browser`: the Chromium the browser tests drive.
 
-:mod:`commtax.testing` re-exports the names a lab test imports. The harness holds no lab
+:mod:`commtax.testing` re-exports the names a lab test imports; ``commtax.labs`` and
+``commtax.recorded`` are the same modules as ``commtax.harness.labs`` and ``commtax.harness.recorded``. The harness holds no lab
 answer: the grader gives it to the learner's processes (ranks import it), and it never
 imports :mod:`commtax.formulas`.
 """
