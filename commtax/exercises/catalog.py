@@ -12,7 +12,7 @@ from commtax.exercises.records import Question
 QUESTIONS: dict[str, Question] = {
     # Lesson 01
     "01.1": Question("ring all-reduce of 1 GB on 8 GPUs over the NVLink preset, in seconds"),
-    "01.2": Question("buffer size n at which the ring on P = 64 (InfiniBand NDR) is half latency, in bytes"),
+    "01.2": Question("buffer size n at which the ring on P = {P} (InfiniBand NDR) is half latency, in bytes"),
     "01.3": Question("message size below which the tree beats the ring on P = 256 (InfiniBand NDR), in bytes"),
     "01.4": Question("share of the hierarchical time spent in the network stage, as a fraction (0.25 = 25%)"),
     "01.5": Question("(a) the number the source's code prints for NVLink, in its 'KB' (bytes / 1024)"),
@@ -21,10 +21,10 @@ QUESTIONS: dict[str, Question] = {
     "02.2": Question("bytes each GPU sends in the ring all-reduce of 1 GB on 8 GPUs"),
     "02.3": Question("ring all-reduce time of 64 MiB on P = 4 over the loopback link, in seconds"),
     "02.4": Question("total bytes rank 5 sends in the three halving steps, as a fraction of n"),
-    "02.5": Question("the measured all-reduce time behind 360 GB/s of bus bandwidth, in seconds"),
+    "02.5": Question("the measured all-reduce time behind {busbw} of bus bandwidth, in seconds"),
     # Lesson 03
     "03.1": Question("model state per GPU of Llama-2-13B with ZeRO-1 on {d} GPUs, in bytes"),
-    "03.2": Question("extra bytes per rank ZeRO-3 sends over DP in one step of 8 micro-batches"),
+    "03.2": Question("extra bytes per rank ZeRO-3 sends over DP in one step of {m} micro-batches"),
     "03.3": Question("what the guide's formula gives for one layer, in bytes"),
     "03.4": Question("ratio of one TP rank's bytes (12-layer stage, t = 8) to one pipeline boundary's"),
     "03.5": Question("EP bytes per rank per layer divided by TP bytes per rank per layer"),

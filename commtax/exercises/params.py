@@ -27,6 +27,9 @@ class Param:
 
 
 VARYING: dict[str, tuple[Param, ...]] = {
+    "01.2": (Param("P", "ranks in the ring", 64, (16, 32, 64, 128)),),
+    "02.5": (Param("busbw", "the bus bandwidth nccl-tests reported, in GB/s", 360, (300, 330, 360, 400), "{:g} GB/s"),),
+    "03.2": (Param("m", "micro-batches per step", 8, (4, 6, 8, 12, 16)),),
     "03.1": (Param("d", "data-parallel GPUs that ZeRO-1 shards the optimizer state over", 32, (8, 16, 32, 64, 128)),),
     "06.1": (Param("p", "pipeline stages", 8, (4, 8)),
              Param("m", "micro-batches per step", 32, (16, 32, 64))),

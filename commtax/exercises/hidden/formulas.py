@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from commtax.formulas.links import INFINIBAND_NDR, NVLINK4
+
 
 @dataclass(frozen=True)
 class Formula:
@@ -18,9 +20,17 @@ class Formula:
     slips: dict[str, Callable[..., float]]       # slip name -> its wrong value from the same numbers
 
 
+GB = 1e9                # 02.5: the buffer, 1 GB on 8 GPUs
+NIC_BITS = 400e9        # 01.2: the NDR NIC's 400 Gb/s, the slip that reads it as bytes
 PSI_13B = 13e9          # 03.1: Llama-2-13B's parameters, as the exercise rounds them
+PASS_7B = 63 / 64 * 7e9 * 2   # 03.2: one pass of a 7e9-parameter bf16 model's bytes over DP 64, (d-1)/d Ψ 2 B
 V = 2                   # 06.1: model chunks per stage (interleaved 1F1B)
 GIB = 2**30             # 13.2: the row's size, 1 GiB
+
+
+def _ring(n: float, p: int, alpha: float, bandwidth: float) -> float:
+    """Ring all-reduce time of an ``n``-byte buffer on ``p`` ranks: 2(p-1) alpha + 2(p-1)/p n / B, in seconds."""
+    return 2 * (p - 1) * alpha + 2 * (p - 1) / p * n / bandwidth
 
 
 def _bubble_share(p: int, m: int) -> float:
@@ -29,6 +39,24 @@ def _bubble_share(p: int, m: int) -> float:
 
 
 FORMULAS: dict[str, Formula] = {
+    # the ring's latency 2(P-1) alpha equals its bandwidth term 2(P-1)/P n/B at n = P alpha B
+    "01.2": Formula(lambda P: P * INFINIBAND_NDR.alpha * INFINIBAND_NDR.bandwidth, {
+        "n* itself": lambda P: INFINIBAND_NDR.alpha * INFINIBAND_NDR.bandwidth,
+        "bits vs bytes": lambda P: P * INFINIBAND_NDR.alpha * NIC_BITS,
+        "one phase's latency": lambda P: P / 2 * INFINIBAND_NDR.alpha * INFINIBAND_NDR.bandwidth}),
+    # nccl-tests: busbw = algbw x 2(P-1)/P, algbw = n / t; 1 GB on 8 GPUs (busbw in GB/s)
+    "02.5": Formula(lambda busbw: GB / (busbw * 1e9 / 1.75), {
+        "bus vs algorithm bandwidth": lambda busbw: GB / (busbw * 1e9),
+        "busbw times 2(P-1)/P": lambda busbw: GB / (busbw * 1e9 * 1.75),
+        "the ring's ideal": lambda busbw: _ring(GB, 8, NVLINK4.alpha, NVLINK4.bandwidth),
+        "2 instead of 2(P-1)/P": lambda busbw: 2 * GB / (busbw * 1e9)}),
+    # ZeRO-3 sends 3 passes per micro-batch (gather forward and backward, reduce-scatter); DP 2 per step
+    "03.2": Formula(lambda m: (3 * m - 2) * PASS_7B, {
+        "6.74e9 parameters": lambda m: (3 * m - 2) * 63 / 64 * 6.74e9 * 2,
+        "ZeRO-3's total": lambda m: 3 * m * PASS_7B,
+        "ZeRO-3 once per step": lambda m: (3 - 2) * PASS_7B,
+        "DP every micro-batch": lambda m: (3 * m - 2 * m) * PASS_7B,
+        "4 bytes per parameter": lambda m: (3 * m - 2) * 2 * PASS_7B}),
     # ZeRO-1 on d GPUs: bf16 weights and gradients whole (4 bytes/parameter), the 12 bytes of optimizer state sharded
     "03.1": Formula(lambda d: 4 * PSI_13B + 12 * PSI_13B / d, {
         "plain DP": lambda d: 16 * PSI_13B,

@@ -99,7 +99,7 @@ SLIPS: dict[str, tuple[Slip, ...]] = {
         Slip("6.74e9 parameters", "C51/4xXLYDo=", "that uses Llama-2-7B's 6.74e9; this exercise's model has exactly 7e9"),
         Slip("ZeRO-3's total", "FOyqqXRcVBY=", "that is all ZeRO-3 sends; asked is how many more bytes than DP"),
         Slip("ZeRO-3 once per step", "4tysZuTic68=", "ZeRO-3 gathers the weights and reduce-scatters the gradients for every "
-             "micro-batch: 8 times per step"),
+             "micro-batch: {m} times per step"),
         Slip("DP every micro-batch", "HcNPairMR3A=", "DP (with no_sync) all-reduces once per step, after gradient "
              "accumulation, not per micro-batch"),
         Slip("4 bytes per parameter", "lsXnbAi5l2k=", "the model is bf16: 2 bytes per parameter"),
