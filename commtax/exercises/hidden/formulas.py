@@ -1,9 +1,11 @@
 """The answer and the slips of each exercise that varies per student, as formulas of its stated numbers.
 
-One formula per number: the checks compute the answer (and each slip's wrong value) from the learner's
+One formula per exercise: the checks compute the answer (and each slip's wrong value) from the learner's
 numbers (:mod:`commtax.exercises.variants`) or, without a variant, from the lesson's
-(:mod:`commtax.exercises.params`). The scrambled values in ``answers.py`` and ``slips_*.py`` are what these
-formulas give at the lesson's numbers (``tests/test_exercise_variants.py`` holds them to it).
+(:mod:`commtax.exercises.params`). Where the course has the formula (ZeRO's bytes, the pipeline bubble, the
+ring's time), the answer calls it, and a slip is often the same formula at the wrong stage. The scrambled
+values in ``answers.py`` and ``slips_*.py`` are what these formulas give at the lesson's numbers
+(``tests/test_exercise_variants.py`` holds them to it).
 """
 
 from __future__ import annotations
@@ -23,19 +25,32 @@ class Formula:
 GB = 1e9                # 02.5: the buffer, 1 GB on 8 GPUs
 NIC_BITS = 400e9        # 01.2: the NDR NIC's 400 Gb/s, the slip that reads it as bytes
 PSI_13B = 13e9          # 03.1: Llama-2-13B's parameters, as the exercise rounds them
-PASS_7B = 63 / 64 * 7e9 * 2   # 03.2: one pass of a 7e9-parameter bf16 model's bytes over DP 64, (d-1)/d Ψ 2 B
 V = 2                   # 06.1: model chunks per stage (interleaved 1F1B)
 GIB = 2**30             # 13.2: the row's size, 1 GiB
 
 
-def _ring(n: float, p: int, alpha: float, bandwidth: float) -> float:
-    """Ring all-reduce time of an ``n``-byte buffer on ``p`` ranks: 2(p-1) alpha + 2(p-1)/p n / B, in seconds."""
-    return 2 * (p - 1) * alpha + 2 * (p - 1) / p * n / bandwidth
+def _ring_nvlink(n: float, p: int) -> float:
+    """The ring all-reduce time of an ``n``-byte buffer on ``p`` ranks over the NVLink preset, in seconds."""
+    from commtax.formulas import collectives
+    return collectives.allreduce_time(n, p, NVLINK4.alpha, NVLINK4.bandwidth, "ring")
 
 
-def _bubble_share(p: int, m: int) -> float:
-    """The pipeline bubble as a share of the step, (p-1)/(m + p - 1)."""
-    return (p - 1) / (m + p - 1)
+def _state(psi: float, d: int, stage: int) -> float:
+    """Model-state bytes per GPU of ``psi`` parameters (mixed-precision Adam) under ZeRO ``stage`` on ``d`` ranks."""
+    from commtax.formulas import memory
+    return memory.model_state_bytes(psi, d, stage)
+
+
+def _sent(psi: float, d: int, stage: int, m: int) -> float:
+    """Bytes one rank sends per step for data parallelism under ZeRO ``stage``, ``m`` micro-batches (bf16)."""
+    from commtax.formulas import memory
+    return memory.zero_bytes_per_step(psi, d, stage, m)
+
+
+def _bubble(p: int, m: int, v: int = 1, relative_to: str = "total") -> float:
+    """The pipeline bubble, (p-1)/(v m + p - 1) of the step (or (p-1)/(v m) relative to ideal compute)."""
+    from commtax.simulation import pipeline
+    return pipeline.bubble_fraction(p, m, v, relative_to)
 
 
 FORMULAS: dict[str, Formula] = {
@@ -48,30 +63,30 @@ FORMULAS: dict[str, Formula] = {
     "02.5": Formula(lambda busbw: GB / (busbw * 1e9 / 1.75), {
         "bus vs algorithm bandwidth": lambda busbw: GB / (busbw * 1e9),
         "busbw times 2(P-1)/P": lambda busbw: GB / (busbw * 1e9 * 1.75),
-        "the ring's ideal": lambda busbw: _ring(GB, 8, NVLINK4.alpha, NVLINK4.bandwidth),
+        "the ring's ideal": lambda busbw: _ring_nvlink(GB, 8),
         "2 instead of 2(P-1)/P": lambda busbw: 2 * GB / (busbw * 1e9)}),
-    # ZeRO-3 sends 3 passes per micro-batch (gather forward and backward, reduce-scatter); DP 2 per step
-    "03.2": Formula(lambda m: (3 * m - 2) * PASS_7B, {
-        "6.74e9 parameters": lambda m: (3 * m - 2) * 63 / 64 * 6.74e9 * 2,
-        "ZeRO-3's total": lambda m: 3 * m * PASS_7B,
-        "ZeRO-3 once per step": lambda m: (3 - 2) * PASS_7B,
-        "DP every micro-batch": lambda m: (3 * m - 2 * m) * PASS_7B,
-        "4 bytes per parameter": lambda m: (3 * m - 2) * 2 * PASS_7B}),
+    # ZeRO-3 sends 3 passes per micro-batch (gather forward and backward, reduce-scatter); DP 2 per step (no_sync)
+    "03.2": Formula(lambda m: _sent(7e9, 64, 3, m) - _sent(7e9, 64, 0, m), {
+        "6.74e9 parameters": lambda m: _sent(6.74e9, 64, 3, m) - _sent(6.74e9, 64, 0, m),
+        "ZeRO-3's total": lambda m: _sent(7e9, 64, 3, m),
+        "ZeRO-3 once per step": lambda m: _sent(7e9, 64, 3, 1) - _sent(7e9, 64, 0, 1),
+        "DP every micro-batch": lambda m: _sent(7e9, 64, 3, m) - m * _sent(7e9, 64, 0, m),
+        "4 bytes per parameter": lambda m: 2 * (_sent(7e9, 64, 3, m) - _sent(7e9, 64, 0, m))}),
     # ZeRO-1 on d GPUs: bf16 weights and gradients whole (4 bytes/parameter), the 12 bytes of optimizer state sharded
-    "03.1": Formula(lambda d: 4 * PSI_13B + 12 * PSI_13B / d, {
-        "plain DP": lambda d: 16 * PSI_13B,
-        "ZeRO-2": lambda d: 2 * PSI_13B + 14 * PSI_13B / d,
-        "ZeRO-3": lambda d: 16 * PSI_13B / d,
+    "03.1": Formula(lambda d: _state(PSI_13B, d, 1), {
+        "plain DP": lambda d: _state(PSI_13B, d, 0),
+        "ZeRO-2": lambda d: _state(PSI_13B, d, 2),
+        "ZeRO-3": lambda d: _state(PSI_13B, d, 3),
         "the optimizer shard only": lambda d: 12 * PSI_13B / d}),
     # interleaved 1F1B, v = 2 chunks per stage: (p-1)/(v m + p - 1)
-    "06.1": Formula(lambda p, m: _bubble_share(p, V * m), {
-        "relative to ideal vs share of the step": lambda p, m: (p - 1) / (V * m),
-        "without v = 2": lambda p, m: _bubble_share(p, m),
-        "plain, relative to ideal": lambda p, m: (p - 1) / m,
-        "the share divided by v": lambda p, m: _bubble_share(p, m) / V,
+    "06.1": Formula(lambda p, m: _bubble(p, m, V), {
+        "relative to ideal vs share of the step": lambda p, m: _bubble(p, m, V, "ideal"),
+        "without v = 2": lambda p, m: _bubble(p, m),
+        "plain, relative to ideal": lambda p, m: _bubble(p, m, 1, "ideal"),
+        "the share divided by v": lambda p, m: _bubble(p, m) / V,
         "the micro-batch count": lambda p, m: V * m}),
     # ZeRO-2: a reduce-scatter per micro-batch and one all-gather (m + 1 passes); ZeRO-1: 2 passes
-    "07.4": Formula(lambda m: (m + 1) / 2, {
+    "07.4": Formula(lambda m: _sent(7e9, 64, 2, m) / _sent(7e9, 64, 1, m), {   # (any model and d: they cancel)
         "m": lambda m: m,
         "m + 1": lambda m: m + 1,
         "the extra": lambda m: (m + 1 - 2) / 2,
