@@ -520,3 +520,15 @@ def test_the_pp_recommendation_shows_every_number_its_bubble_formula_and_share_u
     text = P.recommend([dict(plan=plan, times=times, step_time_s=6.0, mfu=0.28, binding="pp")])
     assert "(p-1)/(v m) = 15/(2 x 32) = 23%" in text, text                  # 15/64 of the ideal compute
     assert "bubble (1.2 s" in text and "sends (0.4 s)" in text and "take 27% of the 6-s step" in text, text
+
+
+def test_a_runner_up_with_the_best_layout_is_named_by_what_sets_it_apart():
+    def plan(mb, zero, tp=4):
+        return {"plan": dict(tp=tp, pp=4, dp=32, cp=1, vpp=1, micro_batch=mb, recompute="selective", zero_stage=zero),
+                "step_time_s": 1.0 + 0.01 * mb + 0.02 * zero + (0.1 if tp == 8 else 0.0)}
+    best, same_layout, other = plan(1, 1), plan(2, 1), plan(1, 1, tp=8)
+    text = P.runner_up([best, same_layout, other])
+    assert text.startswith("Runner-up: the same layout with micro-batch 2, +1.0% step time.")
+    assert "The fastest other layout: TP 8 x PP 4 x DP 32" in text
+    assert P.runner_up([best, other]).startswith("Runner-up: TP 8 x PP 4 x DP 32, +9.7%")
+    assert P.runner_up([best]) == ""

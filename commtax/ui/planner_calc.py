@@ -27,48 +27,16 @@ CLUSTERS = {
         "H100-80GB", dataclasses.replace(P.H100, nic_bandwidth=P.H100.nic_bandwidth / 2)),
 }
 HEADER = ["TP", "PP", "DP", "v", "micro-batch", "recompute", "ZeRO", "step", "MFU", "memory", "binding"]
-_LAYOUT_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp")
-_SETTINGS = (("micro_batch", "micro-batch {}"), ("recompute", "{} recomputation"), ("zero_stage", "ZeRO-{}"))
-
-
-def layout(plan: dict) -> tuple:
-    """What describe_plan names: the parallel degrees and the interleaving depth."""
-    return tuple(plan.get(key, 1) for key in _LAYOUT_KEYS)
-
-
-def differences(plan: dict, best: dict) -> list[str]:
-    """The settings of ``plan`` that differ from ``best``'s beyond its layout, in words ('micro-batch 2')."""
-    return [words.format(plan[key]) for key, words in _SETTINGS if plan.get(key) != best.get(key)]
-
-
-def runner_up_sentence(results: list[dict]) -> str:
-    """The runner-up, named by what sets it apart from the best plan, and the fastest other layout when the
-    runner-up shares the best one's; '' with fewer than two plans."""
-    if len(results) < 2:
-        return ""
-    best = results[0]
-    step = best["step_time_s"]
-
-    def named(r: dict) -> str:
-        extra = differences(r["plan"], best["plan"])
-        return P.describe_plan(r["plan"]) + (f" with {', '.join(extra)}" if extra else "")
-
-    runner = results[1]
-    if layout(runner["plan"]) != layout(best["plan"]):
-        return f"Runner-up: {named(runner)}, {runner['step_time_s'] / step - 1:+.1%} step time."
-    apart = ", ".join(differences(runner["plan"], best["plan"])) or "the same settings"
-    text = f"Runner-up: the same layout with {apart}, {runner['step_time_s'] / step - 1:+.1%} step time."
-    other = next((r for r in results[2:] if layout(r["plan"]) != layout(best["plan"])), None)
-    if other is not None:
-        text += f" The fastest other layout: {named(other)}, {other['step_time_s'] / step - 1:+.1%}."
-    return text
+# One source: the predictor names the runner-up (commtax.formulas.predict.search); kept here under the
+# names the lesson's tests use.
+layout = P.plan_layout
+differences = P.plan_differences
+runner_up_sentence = P.runner_up
 
 
 def recommendation(results: list[dict]) -> str:
-    """The predictor's recommendation for the best plan, then :func:`runner_up_sentence`."""
-    if not results:
-        return P.recommend(results)
-    return (P.recommend(results[:1]) + " " + runner_up_sentence(results)).strip()
+    """The predictor's recommendation for the best plan, its runner-up named by what sets it apart."""
+    return P.recommend(results)
 
 
 def plan_rows(results: list[dict], n: int = 8) -> list[list[str]]:

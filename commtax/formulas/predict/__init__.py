@@ -214,7 +214,10 @@ from commtax.formulas.predict.search import (  # noqa: F401
     describe_plan,
     draw_plans,
     expert_degrees,
+    plan_differences,
+    plan_layout,
     recommend,
+    runner_up,
     search_plans,
 )
 from commtax.formulas.predict.shape import (  # noqa: F401

@@ -193,8 +193,45 @@ def recommend(results: list[dict]) -> str:
         text += ("Communication is buried: no axis adds more than a few percent of the step. "
                  "What is left is compute: kernel efficiency"
                  + (", and less recomputation if memory allows." if plan["recompute"] != "none" else "."))
-    if len(results) > 1:
-        runner = results[1]
-        text += (f" Runner-up: {describe_plan(runner['plan'])}, "
-                 f"{runner['step_time_s'] / step_s - 1:+.1%} step time.")
+    runner = runner_up(results)
+    return text + (" " + runner if runner else "")
+
+
+_LAYOUT_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp")
+_SETTINGS = (("micro_batch", "micro-batch {}"), ("recompute", "{} recomputation"), ("zero_stage", "ZeRO-{}"))
+
+
+def plan_layout(plan: dict) -> tuple:
+    """What :func:`describe_plan` names: the parallel degrees and the interleaving depth."""
+    return tuple(plan.get(key, 1) for key in _LAYOUT_KEYS)
+
+
+def plan_differences(plan: dict, best: dict) -> list[str]:
+    """The settings of ``plan`` that differ from ``best``'s beyond its layout, in words ('micro-batch 2')."""
+    return [words.format(plan[key]) for key, words in _SETTINGS if plan.get(key) != best.get(key)]
+
+
+def runner_up(results: list[dict]) -> str:
+    """The runner-up, named by what sets it apart from the best plan, and the fastest other layout when the
+    runner-up shares the best one's layout ('' with fewer than two plans).
+
+    Why: the second-fastest plan often has the best one's TP x PP x DP with another micro-batch or ZeRO
+    stage, and naming only its layout would name the best plan twice.
+    """
+    if len(results) < 2:
+        return ""
+    best, runner = results[0], results[1]
+    step = best["step_time_s"]
+
+    def named(r: dict) -> str:
+        extra = plan_differences(r["plan"], best["plan"])
+        return describe_plan(r["plan"]) + (f" with {', '.join(extra)}" if extra else "")
+
+    if plan_layout(runner["plan"]) != plan_layout(best["plan"]):
+        return f"Runner-up: {named(runner)}, {runner['step_time_s'] / step - 1:+.1%} step time."
+    apart = ", ".join(plan_differences(runner["plan"], best["plan"])) or "the same settings"
+    text = f"Runner-up: the same layout with {apart}, {runner['step_time_s'] / step - 1:+.1%} step time."
+    other = next((r for r in results[2:] if plan_layout(r["plan"]) != plan_layout(best["plan"])), None)
+    if other is not None:
+        text += f" The fastest other layout: {named(other)}, {other['step_time_s'] / step - 1:+.1%}."
     return text
