@@ -277,6 +277,118 @@ def test_root_mode_puts_a_lab_runs_folders_on_a_size_and_file_capped_tmpfs(tmp_p
     assert os.statvfs(runs).f_fsid == host.f_fsid and not (runs / "note").exists()  # gone with the tmpfs
 
 
+FILL = r'''
+import errno, os, sys
+folder, most = sys.argv[1], int(sys.argv[2])
+print("trusted", open(os.path.join(folder, "from-trusted")).read())
+written, error, chunk = 0, "none", b"x" * 2**20
+while written < most:
+    try:
+        with open(os.path.join(folder, "fill-%d" % written), "wb") as f:
+            f.write(chunk)
+        written += len(chunk)
+    except OSError as exc:
+        error = errno.errorcode.get(exc.errno, str(exc.errno))
+        break
+for name in os.listdir(folder):
+    if name.startswith("fill-"):
+        os.unlink(os.path.join(folder, name))
+open(os.path.join(folder, "from-learner"), "w").write("out")
+print("written", written)
+print("error", error)
+'''
+
+
+def test_same_user_mode_caps_a_lab_runs_folders_in_the_sandbox_never_on_the_hosts_disk(tmp_path):
+    # Issue 38: in same-user mode a lab run's folders (the only host folder learner code can write) sat on the
+    # host's disk, capped per file only: a student's ranks filling them filled the disk a classmate's grading
+    # writes to. Now they are a size-capped tmpfs inside the sandbox, which the trusted side reaches at the
+    # same path (through the sandbox's /proc/<pid>/root): the writes stop at the cap, in the sandbox's memory.
+    import json
+    import subprocess
+    import sys
+
+    from grading.sandbox import namespaces
+    from grading.sandbox.limits import Limits
+    bwrap = namespaces.bwrap_path()
+    if not bwrap:
+        pytest.skip("bubblewrap is not installed")
+    cap = 16 * 2**20
+    base = tmp_path / "base"
+    base.mkdir(mode=0o711)
+    os.chmod(tmp_path, 0o711)
+    isolation = namespaces.NamespaceIsolation(bwrap, False, Limits(tmp_size=cap), [], base)
+    box, runs = base / "box", base / "runs"
+    box.mkdir(mode=0o755)
+    runs.mkdir(mode=0o711)
+    host = os.statvfs(base)
+    try:
+        sandbox = isolation.open(box, runs, Path(namespaces.__file__).with_name("agent.py"))
+    except namespaces.SandboxError as exc:
+        pytest.skip(f"no sandbox here: {exc}")
+    try:
+        folder = tempfile.mkdtemp(prefix="commtax-run-", dir=runs)   # as the trusted side makes one
+        os.chmod(folder, 0o1777)
+        Path(folder, "from-trusted").write_text("in")
+        capped = os.statvfs(folder)
+        assert capped.f_fsid != host.f_fsid and capped.f_blocks * capped.f_frsize == cap
+        relay = Path(namespaces.__file__).with_name("relay.py")
+        fd = sandbox.control.fileno()
+        spec = {"argv": [sys.executable, "-I", "-S", "-c", FILL, folder, str(4 * cap)], "cwd": "/",
+                "fds": [0, 1, 2], "env": {}}
+        done = subprocess.run([sys.executable, "-I", "-S", str(relay), str(fd), json.dumps(spec)], pass_fds=(fd,),
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
+                              env={"PATH": "/usr/bin:/bin"}, cwd="/")
+        assert done.returncode == 0, done.stderr + done.stdout
+        seen = dict(line.split(" ", 1) for line in done.stdout.splitlines() if " " in line)
+        assert seen["trusted"] == "in" and seen["error"] == "ENOSPC" and int(seen["written"]) <= cap, seen
+        assert Path(folder, "from-learner").read_text() == "out"   # the trusted side reads what ranks write
+        assert "tmpfs of their own inside the sandbox" in isolation.describe()
+    finally:
+        sandbox.close()
+    assert runs.is_dir() and not runs.is_symlink() and not list(runs.iterdir())   # gone with the sandbox
+
+
+@pytest.mark.slow  # (minutes on 2 cores) CI: the test above, on the sandbox alone
+def test_a_student_filling_the_run_folders_in_same_user_mode_writes_nothing_to_the_hosts_disk(tmp_path):
+    # Issue 38: tests/attacks/fill_run_folder.py's ranks fill their rank folders. In same-user mode those sat on
+    # the host's disk, where a classmate's grading writes (grade-many --jobs 2: correct labs lost their points).
+    # Now no file of theirs ever appears on the host's file system (watched while the grading runs, links not
+    # followed), and the lab graded after theirs gets full marks.
+    import glob
+    import threading
+    import time
+    if not HAS_SOLUTIONS:
+        pytest.skip("the student release has no solutions to grade with")
+    tg = _test_grading()
+    tg.needs_sandbox()
+    lab02, fast = "lab-02-ring-allreduce", tg.FAST
+    marker = f"fill-{os.urandom(4).hex()}"
+    folder = tg.submission(tmp_path, lab_02_ring_allreduce=tg.attack("fill_run_folder.py", marker, limit="48")
+                           + tg.reference(lab02), lab_06_tp_comm_cost=tg.reference(fast))
+    on_host, stop = [], threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            for top in glob.glob(os.path.join(tempfile.gettempdir(), "commtax-grading-*", "runs-*")):
+                if os.path.islink(top):   # (a link leads into the sandbox's tmpfs, which is not the host's disk)
+                    continue
+                for here, _, files in os.walk(top):   # (nor below: os.walk follows no link there)
+                    on_host.extend(os.path.join(here, f) for f in files if f.startswith(marker))
+            time.sleep(0.1)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        graded = tg.grade_as("same-user", folder, [lab02, fast], tmp_path, lab_timeout=90)
+    finally:
+        stop.set()
+        watcher.join(timeout=30)
+    assert lab02 in graded.scores, graded.seen()[-3000:]
+    assert graded.scores[fast][0] == graded.scores[fast][1] > 0, graded.seen()[-3000:]
+    assert not on_host, f"the ranks' files were on the host's disk: {sorted(set(on_host))[:3]}"
+
+
 def test_a_full_disk_on_the_grader_is_not_graded_machine_and_retried_never_the_students_zero(tmp_path, monkeypatch):
     # Issue 38: a grader meeting ENOSPC gave correct classmates 0 points, blaming their code. Now the lab is
     # graded again; if the disk stays full, it is "not graded (machine)", said as such, and grading goes on.

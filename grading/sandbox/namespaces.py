@@ -12,7 +12,10 @@ system holds only:
 * the Python environment (its prefixes and site-packages), read-only;
 * the lab's sandbox tree (the learner's ``starter.py``, the public lab files,
   commtax without answers), read-only, at the same path as outside;
-* the lab's run folders (where ranks write their results), read-write;
+* the lab's run folders (where ranks write their results), read-write, on a
+  size-capped tmpfs of their own: in root mode mounted on the host folder by
+  the grader (:func:`mount_run_folder`), in same-user mode made by bubblewrap
+  inside, the host folder a link to it (:func:`link_run_folder`);
 * a private ``/tmp`` and ``/dev/shm`` (memory-backed, size-capped), a private
   ``/proc`` (only the sandbox's processes), a minimal ``/dev``.
 
@@ -182,6 +185,7 @@ class NamespaceSandbox:
         self.nested = nested  # the prefix of a sandbox per learner process (None: they share this one)
         self.filtered = False  # the whole sandbox runs under the seccomp program (same-user mode)
         self.mounted = False   # ``runs`` is a tmpfs of its own (root mode), taken away on close
+        self.linked = False    # ``runs`` links to the sandbox's own tmpfs (same-user mode), put back on close
 
     def limits_hit(self) -> str:
         """What the run's cgroup says it reached (its memory or process limit), or that this run could
@@ -230,6 +234,9 @@ class NamespaceSandbox:
         if self.mounted:
             unmount_run_folder(self.runs)
             self.mounted = False
+        if self.linked:
+            unlink_run_folder(self.runs)
+            self.linked = False
 
 
 def network_counters(outer_pid: int) -> str | None:
@@ -239,8 +246,15 @@ def network_counters(outer_pid: int) -> str | None:
     loopback counters there count every byte the lab's ranks send each other, read from outside
     (the trusted test process), where no learner code can change them. None if none is found.
     """
+    pid = inside_pid(outer_pid, "net")
+    return None if pid is None else f"/proc/{pid}/net/dev"
+
+
+def inside_pid(outer_pid: int, namespace: str) -> int | None:
+    """The first descendant of ``outer_pid`` (bubblewrap's) whose ``namespace`` ("net", "mnt") is not ours:
+    the sandbox's first process, which lives as long as the sandbox. None if none is found."""
     try:
-        ours = os.readlink("/proc/self/ns/net")
+        ours = os.readlink(f"/proc/self/ns/{namespace}")
     except OSError:
         return None
     queue, seen = [outer_pid], set()
@@ -250,8 +264,8 @@ def network_counters(outer_pid: int) -> str | None:
             continue
         seen.add(pid)
         try:
-            if os.readlink(f"/proc/{pid}/ns/net") != ours:
-                return f"/proc/{pid}/net/dev"
+            if os.readlink(f"/proc/{pid}/ns/{namespace}") != ours:
+                return pid
         except OSError:
             pass
         try:
@@ -261,6 +275,37 @@ def network_counters(outer_pid: int) -> str | None:
         except (OSError, ValueError):
             pass
     return None
+
+
+def link_run_folder(runs: Path, outer_pid: int) -> str | None:
+    """Same-user mode: make the host's ``runs`` (an empty folder) a link to the sandbox's own ``runs``, a
+    size-capped tmpfs only the sandbox's mount namespace holds, reached through ``/proc/<pid>/root`` (the
+    grader's user owns the sandbox's user namespace, so the kernel lets it in). The trusted side then
+    writes and reads the ranks' folders at the same path as learner code, and their bytes land in the
+    sandbox's memory, never on the host's disk. None when linked, else why not."""
+    pid = inside_pid(outer_pid, "mnt")
+    if pid is None:
+        return "no process of the sandbox was found"
+    target = f"/proc/{pid}/root{os.path.abspath(runs)}"
+    try:
+        if not os.path.isdir(target):
+            return f"{target} cannot be reached"
+        os.rmdir(runs)
+        os.symlink(target, runs)
+    except OSError as exc:
+        return f"{runs}: {exc.strerror or exc}"
+    return None
+
+
+def unlink_run_folder(runs: Path) -> None:
+    """Put the empty host folder back in place of :func:`link_run_folder`'s link (the tmpfs died with the
+    sandbox, and everything on it)."""
+    try:
+        if os.path.islink(runs):
+            os.unlink(runs)
+            os.mkdir(runs, 0o711)
+    except OSError:
+        pass
 
 
 RUN_FILES = 200_000  # files and folders (inodes) a lab run's folders may hold, all ranks together
@@ -355,8 +400,9 @@ class NamespaceIsolation:
         # A sandbox per learner process (nested_prefix): root mode only (same-user mode's sandbox
         # forbids the user namespaces it needs); set by :func:`probe` once it has worked here.
         self.nest = False
-        self.no_run_fs = "not tried" if root_mode else (
-            "same-user mode: the run's folders on the host's disk, capped only per file")
+        self.no_run_fs = "not tried"
+        # Same-user mode: the run's folders on a tmpfs inside the sandbox (link_run_folder), until it fails here.
+        self.run_fs_inside = not root_mode
         self.no_nest = ("same-user mode: the lab's sandbox forbids user namespaces, so its learner processes "
                         "share it" if self.user_namespace else "not tried")
 
@@ -403,6 +449,9 @@ class NamespaceIsolation:
                                 "in root mode")
         if self.no_run_fs:
             disk = self.no_run_fs
+        elif self.run_fs_inside:
+            disk = (f"the run's folders on a tmpfs of their own inside the sandbox ({self.limits.tmp_size / 2**30:g} "
+                    "GiB of memory, never the host's disk; files not counted apart)")
         else:
             disk = (f"the run's folders on a tmpfs of their own ({self.limits.tmp_size / 2**30:g} GiB, "
                     f"{RUN_FILES:,} files)")
@@ -435,8 +484,11 @@ class NamespaceIsolation:
                                            if n.startswith("nvidia") and n[6:].isdigit())]:
                 c += ["--dev-bind-try", device, device]
         c += self._python_binds()
-        for path, writable in ((str(box), False), (str(runs), True)):
-            c += _parents(path) + ["--bind" if writable else "--ro-bind", path, path]
+        c += _parents(str(box)) + ["--ro-bind", str(box), str(box)]
+        if self.run_fs_inside:  # same-user mode: capped, in memory, linked from outside once started
+            c += _parents(str(runs)) + ["--perms", "0711", "--size", str(self.limits.tmp_size), "--tmpfs", str(runs)]
+        else:
+            c += _parents(str(runs)) + ["--bind", str(runs), str(runs)]
         c += ["--ro-bind", str(agent), AGENT_PATH]
         settings = {"uid": None if self.user_namespace else uid, "gid": uid, "limits": self.limits.rlimits()}
         if not self.user_namespace:  # the seccomp program of the nested sandboxes (nested_prefix)
@@ -539,6 +591,16 @@ class NamespaceIsolation:
             text = log.read_text(errors="replace").strip()[-1500:]
             raise SandboxError(f"bubblewrap could not start the sandbox: {text or 'no message'}")
         ours.set_inheritable(False)
+        if self.run_fs_inside:
+            why = link_run_folder(runs, proc.pid)
+            if why is not None:  # the trusted side could not reach it: again, on the host's disk (said so)
+                sandbox.close()
+                self.run_fs_inside = False
+                self.no_run_fs = (f"same-user mode: the run's folders on the host's disk, capped only per file "
+                                  f"(the sandbox's own tmpfs could not be reached: {why})")
+                return self.open(box, runs, agent)
+            sandbox.linked = True
+            self.no_run_fs = ""
         return sandbox
 
 
