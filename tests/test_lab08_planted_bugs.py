@@ -32,6 +32,11 @@ def checks():
     return load_module_from_file("lab_08_test_lab", str(LAB08 / "test_lab.py"))
 
 
+def workers():
+    """The lab's rank side (``run_zero``, ``run_state``), beside its tests."""
+    return load_module_from_file("lab_08_workers", str(LAB08 / "_workers.py"))
+
+
 def test_gathering_the_neighbours_shard_or_no_shard_at_all_is_caught_naming_it(tmp_path):
     # Two mistakes in one run (one start-up): stage 1 gathers the slice after each rank's own, stage 2
     # forgets the all-gather of the updated parameters (and its byte count leaves that pass out).
@@ -47,7 +52,7 @@ def test_gathering_the_neighbours_shard_or_no_shard_at_all_is_caught_naming_it(t
     print(info.value)
     assert str(info.value).startswith("zero_bytes_per_step(1e9, 8, 2, 4): got 7000000000, expected 8750000000")
     assert "the all-gather of the updated parameters left out" in str(info.value)
-    results = run_ranks(lab.run_zero, 2, (broken, False), timeout=120)
+    results = run_ranks(workers().run_zero, 2, (broken, False), timeout=120)
     reference = lab.reference_run(range(2), "adamw")
     lab.check_training(results[0]["0/adamw"]["steps"], reference, "stage 0", 2)   # stage 0 gathers nothing
     with pytest.raises(pytest.fail.Exception) as info:
@@ -73,7 +78,7 @@ def test_keeping_the_gathered_parameters_for_the_backward_is_caught_by_the_ledge
         "        ptr = tensor.untyped_storage().data_ptr()\n        for unit in self.units:",
         "        return tensor\n        ptr = tensor.untyped_storage().data_ptr()\n        for unit in self.units:"))
     lab = checks()
-    results = run_ranks(lab.run_zero, 2, (broken, False), timeout=120)
+    results = run_ranks(workers().run_zero, 2, (broken, False), timeout=120)
     runs = [r[3] for r in results]
     reference = lab.reference_adam(range(2))
     lab.check_training([lab._named_to_flat(s) for s in runs[0]["steps"]], reference, "ZeRO-3", 2)  # still right...
@@ -99,7 +104,7 @@ def test_a_consolidated_state_that_skips_the_frozen_parameter_is_named_before_lo
         '"params": sorted(ids.values())})\n'
         '            ids.update({id(p): None for p in param_group["params"] if not p.requires_grad})\n'))
     lab = checks()
-    results = run_ranks(lab.run_state, 2, (broken,), timeout=120)
+    results = run_ranks(workers().run_state, 2, (broken,), timeout=120)
     assert "load_error" in results[0] and "error" not in results[0], results[0].keys()
     with pytest.raises(pytest.fail.Exception) as info:
         lab.check_consolidated(results, 2)
