@@ -519,3 +519,12 @@ def test_the_ring_stepper_counts_steps_from_0_like_the_text():
     assert (step.max, step.value) == (1, 1)
     with pytest.raises(ValueError, match="step"):
         plots.ring_step(4, 6)
+
+
+def test_a_result_table_keeps_short_values_on_one_line_and_long_notes_readably_wide():
+    # Issue 40, the book on a phone: "7.000 n" split over two lines; Lesson 04's "why" column one word a line
+    note = "the all-gather after the optimizer step is exposed"
+    table = cw.result_table(["axis", "bytes", "why"], [["DP", "7.000 n", note]]).data
+    assert "<span style='white-space:nowrap'>7.000 n</span>" in table
+    assert re.search(r"<td style='[^']*min-width:14em'>" + re.escape(note), table)
+    assert "min-width" not in table.split(note)[0].rsplit("<td", 2)[-2], "a short cell got a minimum width"

@@ -559,11 +559,15 @@ def result_table(header: list[str], rows: list[list], highlight: int | None = No
     body = []
     for i, row in enumerate(rows):
         style = " style='background:#fff3b0;font-weight:bold'" if i == highlight else ""
-        cells = "".join(f"<td style='{cell}'>{_unbroken(readable(c))}</td>" for c in row)
+        # a long cell (a "why" column) keeps a readable width where the table must scroll (a phone, the book's
+        # column), instead of one word per line
+        cells = "".join(f"<td style='{cell}{_LONG if len(readable(c)) > _CELL_CHARS else ''}'>{_unbroken(readable(c))}</td>"
+                        for c in row)
         body.append(f"<tr{style}>{cells}</tr>")
     return HTML(f"<table class='{css_class}'><tr>{head}</tr>{''.join(body)}</table>")
 
 
+_LONG = ";min-width:14em"   # 14 em of 13-px text: about _CELL_CHARS characters a line
 _UNBROKEN_CHARS = 12   # a cell this short ("7.000 n", "1.23 ms", "6.93 / s") never wraps between number and unit
 
 
