@@ -76,13 +76,24 @@ _DISPATCH = 7 / 8 * 4096 * 2 * 4096 * 2
 # Lesson 12
 _BLOCK = 131072 // 16 * 8 * 128 * 2
 _RING_A = 0.5 * 4 * 64 * 128 / (989e12 * 0.5)
-_RING_B = 2 * 8 * 128 * 2 / NV_B
-_X_STAR = (_RING_B + math.sqrt(_RING_B**2 + 4 * _RING_A * NV_A)) / (2 * _RING_A)
+NV_RING_B, IB_MEASURED_B = 370e9, 47e9   # Lesson 12 prices its hops at NCCL's measured rates
+
+
+def _x_star(nv_b):
+    ring_b = 2 * 8 * 128 * 2 / nv_b
+    return (ring_b + math.sqrt(ring_b**2 + 4 * _RING_A * NV_A)) / (2 * _RING_A)
+
+
+_RING_B = 2 * 8 * 128 * 2 / NV_RING_B
+_X_STAR = _x_star(NV_RING_B)
 _X_FULL = (_RING_B + math.sqrt(_RING_B**2 + 8 * _RING_A * NV_A)) / (4 * _RING_A)
-_STEP_IB = IB_A + 2 * 2048 * 8192 / IB_B
+_STEP_IB = IB_A + 2 * 2048 * 8192 / IB_MEASURED_B
+_STEP_IB_LINE = IB_A + 2 * 2048 * 8192 / IB_B
 _BLOCK_FP8 = 4 * 2048**2 * 64 * 128 / (1979e12 * 0.5)
 _FORWARD_FP8 = 62 * max(0.5 * _BLOCK_FP8, _STEP_IB) + max(0.75 * _BLOCK_FP8, _STEP_IB) + 0.5 * _BLOCK_FP8
 _EXPOSED_FP8 = _FORWARD_FP8 - (0.75 + 63 * 0.5) * _BLOCK_FP8
+_EXPOSED_FP8_LINE = (62 * max(0.5 * _BLOCK_FP8, _STEP_IB_LINE) + max(0.75 * _BLOCK_FP8, _STEP_IB_LINE)
+                     + 0.5 * _BLOCK_FP8 - (0.75 + 63 * 0.5) * _BLOCK_FP8)
 
 
 def _sim(schedule, t_p2p=0.0):
@@ -236,12 +247,13 @@ KNOWN = {
     # 4 (2 h 4h/t + 4h/t + h) parameters, and TP's 2 all-reduces per layer of b s h x 8 bytes
     "11.4": [("DP's own bytes", 4 * (2 * 16 * 32 + 32 + 16) * 8), ("TP's bytes", 4 * 4 * 2 * 2 * 8 * 16 * 8)],
     "12.1": [("forward only", 30 * _BLOCK), ("no dK, dV", 60 * _BLOCK), ("128 K/V heads", 90 * _BLOCK * 16),
-             ("c instead of c - 1", 96 * _BLOCK)],
-    "12.2": [("per rank", _X_STAR), ("α left out", 8 * _RING_B / _RING_A), ("no causal halving", 8 * _X_FULL)],
+             ("c instead of c - 1", 96 * _BLOCK), ("TP 8, 1 K/V head per rank", 90 * _BLOCK / 8)],
+    "12.2": [("per rank", _X_STAR), ("α left out", 8 * _RING_B / _RING_A), ("no causal halving", 8 * _X_FULL),
+             ("line rate", 8 * _x_star(NV_B))],
     "12.3": [("the ring's", 6 * 7 * 16384 * 8 * 128 * 2), ("forward only", 7 / 8 * 16384 * 128 * 2 * 144),
              ("K and V only", 2 * 7 / 8 * 16384 * 128 * 2 * 16)],
     "12.4": [("the ideal", 2.0), ("contiguous alone", 8.0), ("tiles, not blocks", 8 / 17)],
-    "12.5": [("the forward's length", _FORWARD_FP8), ("80 layers", 80 * _EXPOSED_FP8)],
+    "12.5": [("the forward's length", _FORWARD_FP8), ("80 layers", 80 * _EXPOSED_FP8), ("line rate", _EXPOSED_FP8_LINE)],
     # comm [0,3), [2,5), [9,10) (union 6 s), compute [1,4), [8,9.5) (union 4.5 s); 1 GiB in 10 ms on 8 GPUs;
     # 1,572,864 bf16 elements on 8 ranks; rank 5 = t 1, c 0, d 1 in TP 2 x CP 2 x DP 2; 8 GPUs, t = 14 alpha + 1.75 S / B
     "13.1": [("a difference of lengths", 6 - 4.5), ("nothing hidden", 6.0), ("durations summed", 3 + 3 + 1.0)],

@@ -47,17 +47,20 @@ def lesson08_exposed_across_nodes() -> float:
 
 
 def lesson12_crossover() -> float:
-    """Lesson 12, exercise 2: the ring's crossover for 64 heads, 8 K/V heads of 128, bf16, CP 8 on NVLink."""
+    """Lesson 12, exercise 2: the ring's crossover for 64 heads, 8 K/V heads of 128, bf16, CP 8 on NVLink
+    (at NCCL's measured 370 GB/s, as Lesson 12 prices every hop)."""
     from commtax.formulas import context
-    from commtax.formulas.links import NVLINK4
-    return context.ring_overlap_crossover(64, 8, 128, 8, 2, 989e12 * 0.5, link=NVLINK4)
+    from commtax.formulas.links import NVLINK4_RING
+    return context.ring_overlap_crossover(64, 8, 128, 8, 2, 989e12 * 0.5, link=NVLINK4_RING)
 
 
 def lesson12_modeler_case() -> float:
-    """Lesson 12, exercise 5: 128K tokens, 64 heads of 128 (MHA), FP8, CP 64 over 8 nodes: forward exposed."""
+    """Lesson 12, exercise 5: 128K tokens, 64 heads of 128 (MHA), FP8, CP 64 over 8 nodes: forward exposed
+    (NVLink and the NIC at their measured rates, as Lesson 12 prices every hop)."""
     from commtax.formulas import context
+    from commtax.formulas.links import INFINIBAND_NDR_MEASURED, NVLINK4_RING
     return context.ring_attention_time(131072, 64, 64, 128, 64, 1, 1979e12 * 0.5, members_per_node=8,
-                                       backward=False).exposed
+                                       backward=False, intra=NVLINK4_RING, inter=INFINIBAND_NDR_MEASURED).exposed
 
 
 

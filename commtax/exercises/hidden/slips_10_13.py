@@ -75,11 +75,14 @@ SLIPS: dict[str, tuple[Slip, ...]] = {
         Slip("no dK, dV", "eMBvt423kKM=", "the backward also passes the running dK, dV round the ring: 6(c-1) blocks"),
         Slip("128 K/V heads", "pXgVY5L7NLM=", "only K and V travel: 8 K/V heads of 128, not the 128 query heads"),
         Slip("c instead of c - 1", "MsoTuRqmkV4=", "a rank's own block does not travel: c - 1 steps per pass"),
+        Slip("TP 8, 1 K/V head per rank", "x6NcSugRO1Y=", "the exercise has no tensor parallelism: all 8 K/V heads "
+             "travel the ring"),
     ),
     "12.2": (
-        Slip("per rank", "tdxYZT0357c=", "that is x*, tokens per rank; the sequence is c x*"),
-        Slip("α left out", "oZ7b1GcjrUw=", "at these sizes the 3 µs latency is most of a step's transfer: keep α"),
-        Slip("no causal halving", "PrSa31uY2O8=", "causal with the zigzag split: a ring step computes half a block"),
+        Slip("per rank", "cBT207eG5bc=", "that is x*, tokens per rank; the sequence is c x*"),
+        Slip("α left out", "B2W7xRvpqEw=", "at these sizes the 3 µs latency is most of a step's transfer: keep α"),
+        Slip("no causal halving", "fuJUGbBd2e8=", "causal with the zigzag split: a ring step computes half a block"),
+        Slip("line rate", "+osQZHdun2s=", "the lesson prices NVLink at what NCCL reaches, 370 GB/s, not its 450 GB/s line rate"),
     ),
     "12.3": (
         Slip("the ring's", "dMgkngDKqjU=", "that is ring attention's bytes; asked is all-to-all's"),
@@ -92,9 +95,10 @@ SLIPS: dict[str, tuple[Slip, ...]] = {
         Slip("tiles, not blocks", "XmFtz+DcvMQ=", "zigzag's tiles are quarter blocks: 17 tiles = 4.25 blocks"),
     ),
     "12.5": (
-        Slip("the forward's length", "9mK/3o/9kNY=", "that is the whole forward (or all its transfers); exposed is what the "
+        Slip("the forward's length", "Y0ru+cYTktY=", "that is the whole forward (or all its transfers); exposed is what the "
              "compute does not cover"),
-        Slip("80 layers", "mCFmAnZ3k3U=", "that is 80 layers; asked is one layer"),
+        Slip("80 layers", "UcfIJa0ykXU=", "that is 80 layers; asked is one layer"),
+        Slip("line rate", "uuRsQqTb/s0=", "the lesson prices the hops at measured rates: the NIC at 47 GB/s, NVLink at 370 GB/s"),
     ),
     # Lesson 13
     "13.1": (
