@@ -6,7 +6,9 @@ pages as they stand:
 
 * ``index.md``: the README (the course map is its table), with the sidebar's
   table of contents added: one entry per lesson, and under it the lesson's labs
-  (the course map's row) and its worked solutions;
+  (the course map's row) and its worked solutions, then the glossary;
+* ``glossary.md``: the course's terms, one line each, with the lesson defining
+  each (``book/glossary.py``);
 * ``lessons/*.ipynb``, ``solutions/*.ipynb``: the executed notebooks, each with a
   "run this lesson" line under its title, a note on each calculator that it
   computes live in JupyterLab (its saved controls are shown fixed, so no label
@@ -27,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
+
+from book import glossary
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
@@ -134,9 +138,13 @@ class Stager:
         else:   # a student release: no worked solutions, so no link to them
             text = re.sub(r"\[([^\]]*)\]\(solutions/[^)]*\)", r"\1", readme)
         toc = ["", "```{toctree}", ":caption: Lessons", ":hidden:", ""]
-        toc += [l.notebook.removesuffix(".ipynb") for l in lessons]
+        toc += [l.notebook.removesuffix(".ipynb") for l in lessons] + ["glossary"]
         toc += ["```", "", "```{toctree}", ":caption: For teachers", ":hidden:", ""] + extra + ["```", ""]
         self.write("index.md", text.rstrip("\n") + "\n" + "\n".join(toc))
+
+    def glossary(self, lessons: list[Lesson]) -> None:
+        """The course glossary (book/glossary.py): each term, one line, a link to the lesson defining it."""
+        self.write("glossary.md", glossary.markdown({l.number: l.notebook for l in lessons}))
 
     def solutions_index(self, lessons: list[Lesson]) -> None:
         rows = [f"- [Lesson {l.number}: worked solutions]({Path(l.solution).name})"
@@ -217,6 +225,7 @@ def stage(root: Path, src: Path, executed: dict[Path, Path], repository_url: str
         if (root / rel).exists():
             stager.markdown(rel)
             extra.append(rel.removesuffix(".md"))
+    stager.glossary(lessons)
     stager.index(readme, lessons, extra)
     stager.remove_stale()
     return lessons

@@ -529,3 +529,94 @@ def test_a_book_built_from_the_student_release_has_no_worked_solutions(tmp_path)
     assert not [p for p in staged if "solutions" in p.parts], "a solution page in the release's book"
     text = "\n".join(p.read_text() for p in (tmp_path / "src").rglob("*") if p.is_file())
     assert "](solutions/" not in text and "../solutions/" not in text and "solutions/index" not in text and "commtax-answers" not in text
+
+
+# -- the glossary, the lessons' terms and source checks, tables and formulas at two screen sizes ----
+
+def lesson_markdown(number: str, *, terms_cell: bool = False) -> str:
+    """Lesson ``number``'s markdown, without its "terms" cell unless ``terms_cell``."""
+    nb = nbformat.read(next((ROOT / "lessons").glob(f"{number}-*.ipynb")), as_version=4)
+    return "\n".join(c.source for c in nb.cells if c.cell_type == "markdown"
+                     and (terms_cell or c.get("id") != "cell-terms"))
+
+
+def test_each_glossary_term_is_in_bold_in_the_lesson_it_names():
+    # A glossary line points the reader to the lesson that defines the term: the term is there, in bold
+    # (where the lesson defines it), not only in the lesson's list of terms.
+    from book import glossary
+    for term in glossary.TERMS:
+        bold = re.findall(r"\*\*(.+?)\*\*", lesson_markdown(term.lesson), re.S)
+        assert any(re.search(r"\b" + re.escape(term.term) + r"\b", span, re.I) for span in bold), \
+            f"{term.term!r}: not in bold in Lesson {term.lesson} (outside its terms cell)"
+
+
+@pytest.mark.parametrize("number", ["01", "02", "03", "04"])
+def test_lessons_01_to_04_open_with_their_terms_and_keep_every_text_cell_short(number):
+    nb = nbformat.read(next((ROOT / "lessons").glob(f"{number}-*.ipynb")), as_version=4)
+    ids = [c.get("id") for c in nb.cells]
+    assert "cell-terms" in ids[:4], f"Lesson {number}: no terms cell at its top"
+    words = {i: len(c.source.split()) for i, c in enumerate(nb.cells) if c.cell_type == "markdown"}
+    assert max(words.values()) <= 320, f"Lesson {number}: a text cell of {max(words.values())} words"
+    code = [len(c.source.splitlines()) for c in nb.cells if c.cell_type == "code" and "cw.calculator(" in c.source]
+    assert not code, f"Lesson {number}: a calculator's code in the notebook ({code} lines): it lives in commtax.ui"
+
+
+def test_lesson_01_defines_bus_and_algorithm_bandwidth_before_it_first_uses_them():
+    text = lesson_markdown("01")
+    defined = text.index("**bus bandwidth**")
+    assert text.index("**algorithm bandwidth**") < defined
+    assert text.lower().index("bus bandwidth") == defined + 2, "bus bandwidth used before its definition"
+
+
+def test_the_glossary_page_links_each_term_to_its_lesson(book):
+    from book import glossary
+    html = (book.HTML / "glossary.html").read_text()
+    assert 'class="table commtax-glossary' in html or "commtax-glossary" in html
+    text = re.sub(r"<[^>]+>", "", html)
+    for term in glossary.TERMS:
+        assert term.term in text, f"the glossary page lacks {term.term!r}"
+    for number in sorted({t.lesson for t in glossary.TERMS}):
+        lesson = next((ROOT / "lessons").glob(f"{number}-*.ipynb")).stem
+        assert f'href="lessons/{lesson}.html' in html, f"no link to Lesson {number}"
+    assert 'href="glossary.html"' in (book.HTML / "index.html").read_text(), "the glossary is not in the sidebar"
+
+
+def test_a_source_check_renders_as_a_closed_box_with_its_text_typeset(book):
+    html = page_of(book, "lessons/01-collectives-and-alpha-beta.ipynb").read_text()
+    boxes = re.findall(r'<details class="commtax-source-check">(.*?)</details>', html, re.S)
+    assert boxes, "Lesson 01 has no source-check box on its page"
+    assert all("<summary>" in b and "<p>" in b and "**" not in b for b in boxes), boxes[0][:300]
+
+
+# The course map's names (lessons and labs in code font) and a page's tables and formulas, measured
+LAYOUT = """() => {
+  const map = document.querySelector('.bd-article table');
+  const names = [...map.querySelectorAll('td code')].map(c => ({text: c.innerText,
+      lines: new Set([...c.getClientRects()].map(r => Math.round(r.top))).size}));
+  const broken = names.filter(n => n.lines > n.text.split('-').length).map(n => n.text);
+  const inline = [...document.querySelectorAll('.bd-article mjx-container:not([display="true"])')]
+      .filter(m => new Set([...m.getClientRects()].map(r => Math.round(r.top))).size > 1).length;
+  return {mapScrolls: map.scrollWidth > map.clientWidth + 1, broken: broken.slice(0, 3), inlineBroken: inline,
+          page: document.documentElement.scrollWidth, width: document.documentElement.clientWidth};
+}"""
+
+
+@pytest.mark.parametrize("size", list(SCREEN_SIZES))
+def test_the_course_map_fits_a_laptop_and_its_names_break_only_at_hyphens_on_a_phone(site, chromium, size):
+    # Issue 40: at 1440 px the map's last column was cut, its scrollbar 3,866 px down the page; on a phone
+    # "01-collectives-and-alpha-beta" broke letter by letter, and formulas wrapped at their minus signs.
+    width, height = SCREEN_SIZES[size]
+    page = chromium.new_page()
+    try:
+        page.set_viewport_size({"width": width, "height": height})
+        page.goto(site + "index.html", wait_until="load", timeout=LOAD_TIMEOUT_MS)
+        page.evaluate("() => { if (window.MathJax && MathJax.startup && MathJax.startup.promise) "
+                      "MathJax.startup.promise.then(() => { window.__mathSettled = true; }); }")
+        page.wait_for_function(SETTLED, timeout=LOAD_TIMEOUT_MS)
+        found = page.evaluate(LAYOUT)
+    finally:
+        page.close()
+    assert not found["broken"] and not found["inlineBroken"], f"at {width} px: {found}"
+    assert found["page"] <= found["width"], f"at {width} px the page scrolls sideways: {found}"
+    if size == "laptop":
+        assert not found["mapScrolls"], f"at {width} px the course map is cut (it scrolls inside itself): {found}"

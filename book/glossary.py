@@ -1,0 +1,94 @@
+"""The course's glossary: every term a lesson defines, in one line, with the lesson and section that defines it.
+
+The book's Glossary page (``glossary.md``, staged by :mod:`book.pages`) is written from :data:`TERMS`, and
+``tests/test_book.py`` checks that each term appears, in bold, in the lesson it names: the page cannot
+point a reader to a lesson that does not define the term. Each lesson's "terms" cell (at its top) lists
+the same terms in reading order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Term:
+    term: str          # as the lesson writes it in bold
+    meaning: str       # one line
+    lesson: str        # "01"
+    section: str       # where in the lesson ("1", "3", "top")
+
+
+TERMS: tuple[Term, ...] = (
+    # Lesson 01: collectives and the alpha-beta model
+    Term("rank", "one process of a distributed job, one per GPU; a group has $P$ of them", "01", "1"),
+    Term("collective", "an operation every rank of a group calls, returning when its part is done "
+         "(all-reduce, all-gather, reduce-scatter, all-to-all, ...)", "01", "1"),
+    Term("root", "the one rank that is the only source or destination of broadcast, reduce, scatter or gather",
+         "01", "1"),
+    Term("NVLink", "NVIDIA's GPU-to-GPU links inside a node: 450 GB/s per direction on an H100 "
+         "(the \"900 GB/s\" adds both directions)", "01", "2"),
+    Term("InfiniBand", "the usual network between nodes; a 400 Gb/s NDR port carries 50 GB/s each way", "01", "2"),
+    Term("NIC", "a GPU's network card; DGX-class nodes have one per GPU", "01", "2"),
+    Term("crossover size", "$n^* = \\alpha B$: the message size that spends as long starting up as streaming; "
+         "larger on faster links", "01", "2"),
+    Term("latency-bound", "a message below $n^*$: its time is mostly $\\alpha$, so fewer messages help, fewer bytes "
+         "barely", "01", "2"),
+    Term("algorithm bandwidth", "algbw $= n/T$: a collective's buffer size over its time", "01", "3"),
+    Term("bus bandwidth", "busbw $=$ algbw $\\cdot\\,2(P-1)/P$ for all-reduce ($(P-1)/P$ for reduce-scatter and "
+         "all-gather): equals the link's $B$ for a ring at full speed, whatever $P$", "01", "3"),
+    Term("bandwidth-optimal", "sending the fewest bytes per rank any endpoint algorithm can: $2(P-1)n/P$ for "
+         "all-reduce (ring, halving-doubling)", "01", "3"),
+    Term("SHARP", "InfiniBand switches that add the data as it passes (in-network reduction)", "01", "3"),
+    Term("NVLS", "NVLink SHARP: an H100 node's NVSwitch adds the data as it passes", "01", "3"),
+    Term("node", "one server, here 8 GPUs joined by NVLink, each with its own NIC", "01", "6"),
+    Term("rail", "the GPUs with the same index on every node, whose NICs share the network's switches", "01", "6"),
+    Term("channel", "NCCL's name for one of the rings (or trees) it runs at the same time, each with part of "
+         "the buffer", "01", "6"),
+    Term("network model", "the course's price of a collective over a group with $m$ GPUs on each of several "
+         "nodes: a ring inside a node, $\\min(B_i, m B_e)$ across nodes", "01", "7"),
+    # Lesson 02: the ring, run
+    Term("chunk", "one $n/P$ piece of a rank's buffer, what a ring step moves", "02", "1"),
+    Term("process group", "the ranks a collective runs over, joined by `torch.distributed`", "02", "4"),
+    Term("gloo", "PyTorch's CPU backend for `torch.distributed` (NCCL is the GPU one)", "02", "4"),
+    Term("calibration", "an $\\alpha$ and $B$ measured on your own machine by Lab 03's benchmark", "02", "4"),
+    # Lesson 03: the bill per axis
+    Term("DP", "data parallelism: every rank holds the whole model and a slice of the batch; degree $d$", "03", "top"),
+    Term("ZeRO", "DP that shards the optimizer state (stage 1), also the gradients (2), also the weights (3)",
+         "03", "1"),
+    Term("FSDP", "PyTorch's fully sharded data parallelism, ZeRO stage 3", "03", "2"),
+    Term("TP", "tensor parallelism: each layer's matmuls split over $t$ GPUs, an all-reduce after each block",
+         "03", "top"),
+    Term("PP", "pipeline parallelism: the layers cut into $p$ stages that pass activations along", "03", "top"),
+    Term("EP", "expert parallelism: a mixture-of-experts layer's experts spread over $e$ ranks", "03", "top"),
+    Term("model state", "what training keeps per parameter: bf16 weight and gradient, fp32 master weight and "
+         "Adam's two moments: 16 bytes", "03", "1"),
+    Term("model-sized", "a buffer proportional to the parameters (gradients, weights): DP and ZeRO move them",
+         "03", "2"),
+    Term("activation-sized", "a buffer proportional to $b\\,s\\,h$: TP, PP and EP move them", "03", "2"),
+    Term("gradient accumulation", "summing the gradients of $m$ micro-batches before one optimizer step",
+         "03", "3"),
+    # Lesson 04: the overlap inequality
+    Term("window", "the compute a collective can run alongside; free if $t_\\text{comm} \\le t_\\text{window}$",
+         "04", "top"),
+    Term("tax", "an axis' exposed time over the compute time; the whole-step tax counts forward and backward",
+         "04", "top"),
+    Term("MFU", "model FLOPs utilisation: the share of the GPU's dense peak the compute achieves", "04", "top"),
+    Term("DP replica", "the GPUs that hold one copy of the model ($t \\cdot p$ of them)", "04", "1"),
+    Term("binding", "the axis with the largest exposed time: the one to relax first", "04", "5"),
+    # Later lessons, cited early
+    Term("bubble", "the idle time of a pipeline's fill and drain, $(p-1)/m$ of the compute", "06", "1"),
+)
+
+
+def markdown(lessons: dict[str, str]) -> str:
+    """The glossary page: ``lessons`` maps a lesson's number ("01") to its notebook's path."""
+    rows = []
+    for t in sorted(TERMS, key=lambda t: t.term.lower()):
+        where = f"§{t.section}" if t.section != "top" else "(top)"
+        link = f"[Lesson {t.lesson} {where}]({lessons[t.lesson]})" if t.lesson in lessons else f"Lesson {t.lesson}"
+        rows.append(f"* - {t.term}\n  - {t.meaning}\n  - {link}")
+    return ("# Glossary\n\nThe course's terms, each in one line, with the lesson that defines it (in bold, where "
+            "it is first used; § is its section). Each lesson's top cell lists the terms it uses.\n\n"
+            "```{list-table}\n:header-rows: 1\n:class: commtax-glossary\n:widths: 22 58 20\n\n"
+            "* - term\n  - meaning\n  - defined in\n" + "\n".join(rows) + "\n```\n")
