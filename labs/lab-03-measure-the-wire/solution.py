@@ -26,13 +26,18 @@ Conventions (nccl-tests, ``doc/PERFORMANCE.md``):
 Bad input raises ValueError naming the argument.
 """
 
+from __future__ import annotations
+
 import math
 import numbers
 import time
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
 import torch.distributed as dist
+
+from commtax.ranks._args import Group
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all")
 
@@ -51,7 +56,7 @@ def _model(collective, world_size):
     return n - 1, (n - 1) / n
 
 
-def algbw(nbytes, seconds):
+def algbw(nbytes: float, seconds: float) -> float:
     """Algorithm bandwidth in bytes/s: S / t, with S in bytes as nccl-tests reports it and t in seconds."""
     # BEGIN SOLUTION
     # HINT: check nbytes >= 0 and seconds > 0 (both finite), then divide.
@@ -63,7 +68,7 @@ def algbw(nbytes, seconds):
     # END SOLUTION
 
 
-def busbw(collective, nbytes, seconds, world_size):
+def busbw(collective: str, nbytes: float, seconds: float, world_size: int) -> float:
     """Bus bandwidth in bytes/s: algbw times nccl-tests' factor for ``collective`` (module docstring)."""
     # BEGIN SOLUTION
     # HINT: the factor is the m of _model(collective, world_size).
@@ -72,7 +77,8 @@ def busbw(collective, nbytes, seconds, world_size):
     # END SOLUTION
 
 
-def predict_time(nbytes, world_size, alpha, bandwidth, collective="all_reduce"):
+def predict_time(nbytes: float, world_size: int, alpha: float, bandwidth: float,
+                 collective: str = "all_reduce") -> float:
     """Seconds the ring model predicts for a message of ``nbytes``: k alpha + m S / B."""
     # BEGIN SOLUTION
     # HINT: validate alpha >= 0 and bandwidth > 0, then use _model.
@@ -87,7 +93,8 @@ def predict_time(nbytes, world_size, alpha, bandwidth, collective="all_reduce"):
     # END SOLUTION
 
 
-def fit_alpha_beta(nbytes, seconds, world_size, collective="all_reduce"):
+def fit_alpha_beta(nbytes: Sequence[float], seconds: Sequence[float], world_size: int,
+                   collective: str = "all_reduce") -> tuple[float, float]:
     """Fit the ring model to measured times; return (alpha seconds, bandwidth bytes/s).
 
     Minimise the sum of squared relative errors, sum(((k a + m S b) - t) / t)^2
@@ -130,7 +137,7 @@ def fit_alpha_beta(nbytes, seconds, world_size, collective="all_reduce"):
     # END SOLUTION
 
 
-def time_collective(fn, *, warmup=5, iters=20, group=None):
+def time_collective(fn: Callable[[], object], *, warmup: int = 5, iters: int = 20, group: Group = None) -> list[float]:
     """Call ``fn()`` (a collective every rank of ``group`` calls) and time it.
 
     Runs ``warmup`` untimed calls, then ``iters`` timed ones. Each timed call

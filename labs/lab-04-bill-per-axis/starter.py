@@ -26,6 +26,8 @@ Conventions:
 Bad input raises ValueError naming the argument.
 """
 
+from __future__ import annotations
+
 import math
 import numbers
 from dataclasses import dataclass, field
@@ -43,7 +45,7 @@ def _count(name, value, minimum=1):
 
 # -- bytes per rank, per axis ---------------------------------------------------------
 
-def dp_allreduce_bytes(n_params, dp, dtype_bytes=2):
+def dp_allreduce_bytes(n_params: float, dp: int, dtype_bytes: float = 2) -> float:
     """Bytes each rank sends to all-reduce the gradients of ``n_params`` parameters over ``dp`` ranks.
 
     A ring all-reduce: 2(d-1)/d * N * dtype_bytes (tends to 2N * dtype_bytes for large d).
@@ -54,7 +56,7 @@ def dp_allreduce_bytes(n_params, dp, dtype_bytes=2):
     )
 
 
-def zero_bytes(n_params, dp, stage, dtype_bytes=2):
+def zero_bytes(n_params: float, dp: int, stage: int, dtype_bytes: float = 2) -> float:
     """Bytes per rank of ZeRO ``stage`` (0, 1, 2 or 3) for ONE micro-batch (no gradient accumulation).
 
     Stage 0 is plain data parallelism (all-reduce). Stages 1 and 2
@@ -69,7 +71,7 @@ def zero_bytes(n_params, dp, stage, dtype_bytes=2):
     )
 
 
-def zero_bytes_per_step(n_params, dp, stage, microbatches, dtype_bytes=2):
+def zero_bytes_per_step(n_params: float, dp: int, stage: int, microbatches: int, dtype_bytes: float = 2) -> float:
     """Bytes one rank sends per optimizer step of ZeRO ``stage`` with gradient accumulation.
 
     m = ``microbatches`` micro-batches per step; one "pass" is a ring
@@ -91,7 +93,7 @@ def zero_bytes_per_step(n_params, dp, stage, microbatches, dtype_bytes=2):
     )
 
 
-def tp_bytes_per_layer(micro_batch, seq, hidden, tp, dtype_bytes=2):
+def tp_bytes_per_layer(micro_batch: int, seq: int, hidden: int, tp: int, dtype_bytes: float = 2) -> float:
     """Bytes per rank per transformer layer (forward + backward) of Megatron tensor parallelism.
 
     Four all-reduces of the b*s*h activation (after attention and after the
@@ -103,7 +105,7 @@ def tp_bytes_per_layer(micro_batch, seq, hidden, tp, dtype_bytes=2):
     )
 
 
-def pp_bytes_per_microbatch(micro_batch, seq, hidden, dtype_bytes=2):
+def pp_bytes_per_microbatch(micro_batch: int, seq: int, hidden: int, dtype_bytes: float = 2) -> float:
     """Bytes crossing one pipeline stage boundary per micro-batch: 2 * b*s*h * dtype_bytes.
 
     The activation goes forward, its gradient comes back; both are b*s*h.
@@ -115,7 +117,7 @@ def pp_bytes_per_microbatch(micro_batch, seq, hidden, dtype_bytes=2):
     )
 
 
-def ep_alltoall_bytes_per_layer(tokens, hidden, ep, top_k=1, dtype_bytes=2):
+def ep_alltoall_bytes_per_layer(tokens: int, hidden: int, ep: int, top_k: int = 1, dtype_bytes: float = 2) -> float:
     """Bytes per rank per MoE layer (forward + backward) of expert parallelism.
 
     Four all-to-alls (dispatch and combine, forward and backward), each
@@ -131,7 +133,7 @@ def ep_alltoall_bytes_per_layer(tokens, hidden, ep, top_k=1, dtype_bytes=2):
 
 # -- where a group sits ---------------------------------------------------------------
 
-def members_per_node(group_size, stride, gpus_per_node):
+def members_per_node(group_size: int, stride: int, gpus_per_node: int) -> int:
     """How many GPUs of one group share a node, for a group whose members are ``stride`` ranks apart.
 
     Megatron-LM numbers ranks with TP innermost: a TP group is ``tp``
@@ -152,7 +154,8 @@ def members_per_node(group_size, stride, gpus_per_node):
 
 # -- the two thresholds ---------------------------------------------------------------
 
-def dp_min_local_tokens(peak_flops, mfu, bandwidth, dp=None, dtype_bytes=2):
+def dp_min_local_tokens(peak_flops: float, mfu: float, bandwidth: float, dp: int | None = None,
+                        dtype_bytes: float = 2) -> float:
     """Tokens per micro-batch per replica above which the gradient all-reduce hides behind the backward.
 
     t_comm = 2(d-1)/d * N * dtype_bytes / BW and t_bwd = 4 N T / (peak * MFU);
@@ -165,7 +168,7 @@ def dp_min_local_tokens(peak_flops, mfu, bandwidth, dp=None, dtype_bytes=2):
     )
 
 
-def tp_tax(peak_flops, bandwidth, hidden, tp, mfu=1.0, dtype_bytes=2):
+def tp_tax(peak_flops: float, bandwidth: float, hidden: int, tp: int, mfu: float = 1.0, dtype_bytes: float = 2) -> float:
     """Forward-pass tensor-parallel tax: all-reduce time / compute time = (t-1) peak MFU / (3 h BW).
 
     Per layer forward: 2 all-reduces of b*s*h*dtype_bytes (4(t-1)/t b s h B / BW
@@ -247,7 +250,7 @@ class StepReport:
     binding: str = None                        # axis with the largest exposed time, None if none
 
 
-def step_report(plan):
+def step_report(plan: Plan) -> StepReport:
     """The bill of ``plan`` for one training step: a StepReport.
 
     Compute per GPU: t_compute = 6 N * (micro_batch * seq_len * microbatches)

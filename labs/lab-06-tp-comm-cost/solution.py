@@ -26,8 +26,11 @@ Units: bytes, seconds, bytes per second (per direction). Bad input raises
 ValueError naming the argument.
 """
 
+from __future__ import annotations
+
 import math
 import numbers
+from collections.abc import Iterable
 
 
 def _count(name, value, minimum=1):
@@ -41,7 +44,7 @@ def _number(name, value, *, positive=False):
         raise ValueError(f"{name} must be a finite number {'> 0' if positive else '>= 0'}, got {value!r}")
 
 
-def allreduce_payload_bytes(batch_tokens, hidden, dtype_bytes=2):
+def allreduce_payload_bytes(batch_tokens: int, hidden: int, dtype_bytes: float = 2) -> float:
     """Bytes of one TP all-reduce: batch_tokens x hidden x dtype_bytes (one activation row per token)."""
     # BEGIN SOLUTION
     # HINT: the tensor being summed is (batch_tokens, hidden).
@@ -52,7 +55,7 @@ def allreduce_payload_bytes(batch_tokens, hidden, dtype_bytes=2):
     # END SOLUTION
 
 
-def ring_allreduce_traffic_per_rank(payload_bytes, tp):
+def ring_allreduce_traffic_per_rank(payload_bytes: float, tp: int) -> float:
     """Bytes each of the ``tp`` ranks sends in a ring all-reduce of ``payload_bytes``: 2(N-1)/N x payload."""
     # BEGIN SOLUTION
     # HINT: reduce-scatter and all-gather each send (N-1) chunks of payload/N.
@@ -62,7 +65,7 @@ def ring_allreduce_traffic_per_rank(payload_bytes, tp):
     # END SOLUTION
 
 
-def allreduce_time_s(payload_bytes, tp, latency_s, bandwidth_bytes_per_s):
+def allreduce_time_s(payload_bytes: float, tp: int, latency_s: float, bandwidth_bytes_per_s: float) -> float:
     """Seconds for one ring all-reduce: 2(N-1) x latency_s + traffic per rank / bandwidth."""
     # BEGIN SOLUTION
     # HINT: two terms: hops x latency, and bytes / bandwidth.
@@ -73,7 +76,8 @@ def allreduce_time_s(payload_bytes, tp, latency_s, bandwidth_bytes_per_s):
     # END SOLUTION
 
 
-def tp_comm_time_per_step(num_layers, payload_bytes, tp, latency_s, bandwidth_bytes_per_s):
+def tp_comm_time_per_step(num_layers: int, payload_bytes: float, tp: int, latency_s: float,
+                          bandwidth_bytes_per_s: float) -> float:
     """Seconds of all-reduce in one forward pass: 2 per layer x num_layers x allreduce_time_s."""
     # BEGIN SOLUTION
     # HINT: attention out-projection and MLP down-projection: two all-reduces per layer.
@@ -82,7 +86,7 @@ def tp_comm_time_per_step(num_layers, payload_bytes, tp, latency_s, bandwidth_by
     # END SOLUTION
 
 
-def comm_fraction(comm_s, compute_s):
+def comm_fraction(comm_s: float, compute_s: float) -> float:
     """Share of the step spent communicating, nothing overlapped: comm_s / (comm_s + compute_s)."""
     # BEGIN SOLUTION
     # HINT: both are seconds; their sum is the step.
@@ -94,7 +98,7 @@ def comm_fraction(comm_s, compute_s):
     # END SOLUTION
 
 
-def decode_step_time_s(n_params, dtype_bytes, hbm_bandwidth, tp=1):
+def decode_step_time_s(n_params: float, dtype_bytes: float, hbm_bandwidth: float, tp: int = 1) -> float:
     """Seconds of one memory-bound decode step: every weight streamed from HBM once per token.
 
     n_params * dtype_bytes / (tp * hbm_bandwidth): the t ranks each hold and
@@ -114,7 +118,7 @@ def decode_step_time_s(n_params, dtype_bytes, hbm_bandwidth, tp=1):
 
 # -- going further -----------------------------------------------------------------------
 
-def break_even_overlap(slow_comm_s, fast_comm_s):
+def break_even_overlap(slow_comm_s: float, fast_comm_s: float) -> float:
     """The fraction of the slow link's communication that must hide under compute to match the fast link.
 
     With a fraction f overlapped, the slow link exposes slow_comm_s x (1 - f);
@@ -129,8 +133,9 @@ def break_even_overlap(slow_comm_s, fast_comm_s):
     # END SOLUTION
 
 
-def comm_fraction_vs_batch(batch_sizes, num_layers, hidden, tp, latency_s, bandwidth_bytes_per_s,
-                           step_compute_s, per_sequence_compute_s=0.0, dtype_bytes=2):
+def comm_fraction_vs_batch(batch_sizes: Iterable[int], num_layers: int, hidden: int, tp: int, latency_s: float,
+                           bandwidth_bytes_per_s: float, step_compute_s: float, per_sequence_compute_s: float = 0.0,
+                           dtype_bytes: float = 2) -> list[float]:
     """Comm fraction of a decode step for each batch size (one new token per sequence).
 
     Communication grows with the batch through the payload (batch x hidden x
@@ -153,7 +158,7 @@ def comm_fraction_vs_batch(batch_sizes, num_layers, hidden, tp, latency_s, bandw
     # END SOLUTION
 
 
-def tolerable_batches(batch_sizes, fractions, threshold=0.10):
+def tolerable_batches(batch_sizes: Iterable[int], fractions: Iterable[float], threshold: float = 0.10) -> list[int]:
     """The batch sizes whose comm fraction is at most ``threshold`` (a list, maybe empty)."""
     # BEGIN SOLUTION
     # HINT: pair them up and filter.

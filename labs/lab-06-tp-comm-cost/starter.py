@@ -26,8 +26,11 @@ Units: bytes, seconds, bytes per second (per direction). Bad input raises
 ValueError naming the argument.
 """
 
+from __future__ import annotations
+
 import math
 import numbers
+from collections.abc import Iterable
 
 
 def _count(name, value, minimum=1):
@@ -41,7 +44,7 @@ def _number(name, value, *, positive=False):
         raise ValueError(f"{name} must be a finite number {'> 0' if positive else '>= 0'}, got {value!r}")
 
 
-def allreduce_payload_bytes(batch_tokens, hidden, dtype_bytes=2):
+def allreduce_payload_bytes(batch_tokens: int, hidden: int, dtype_bytes: float = 2) -> float:
     """Bytes of one TP all-reduce: batch_tokens x hidden x dtype_bytes (one activation row per token)."""
     raise NotImplementedError(
         "allreduce_payload_bytes: not implemented yet. Hint: the tensor being summed is "
@@ -49,7 +52,7 @@ def allreduce_payload_bytes(batch_tokens, hidden, dtype_bytes=2):
     )
 
 
-def ring_allreduce_traffic_per_rank(payload_bytes, tp):
+def ring_allreduce_traffic_per_rank(payload_bytes: float, tp: int) -> float:
     """Bytes each of the ``tp`` ranks sends in a ring all-reduce of ``payload_bytes``: 2(N-1)/N x payload."""
     raise NotImplementedError(
         "ring_allreduce_traffic_per_rank: not implemented yet. Hint: reduce-scatter and "
@@ -57,7 +60,7 @@ def ring_allreduce_traffic_per_rank(payload_bytes, tp):
     )
 
 
-def allreduce_time_s(payload_bytes, tp, latency_s, bandwidth_bytes_per_s):
+def allreduce_time_s(payload_bytes: float, tp: int, latency_s: float, bandwidth_bytes_per_s: float) -> float:
     """Seconds for one ring all-reduce: 2(N-1) x latency_s + traffic per rank / bandwidth."""
     raise NotImplementedError(
         "allreduce_time_s: not implemented yet. Hint: two terms: hops x latency, and bytes / "
@@ -65,7 +68,8 @@ def allreduce_time_s(payload_bytes, tp, latency_s, bandwidth_bytes_per_s):
     )
 
 
-def tp_comm_time_per_step(num_layers, payload_bytes, tp, latency_s, bandwidth_bytes_per_s):
+def tp_comm_time_per_step(num_layers: int, payload_bytes: float, tp: int, latency_s: float,
+                          bandwidth_bytes_per_s: float) -> float:
     """Seconds of all-reduce in one forward pass: 2 per layer x num_layers x allreduce_time_s."""
     raise NotImplementedError(
         "tp_comm_time_per_step: not implemented yet. Hint: attention out-projection and MLP "
@@ -73,12 +77,12 @@ def tp_comm_time_per_step(num_layers, payload_bytes, tp, latency_s, bandwidth_by
     )
 
 
-def comm_fraction(comm_s, compute_s):
+def comm_fraction(comm_s: float, compute_s: float) -> float:
     """Share of the step spent communicating, nothing overlapped: comm_s / (comm_s + compute_s)."""
     raise NotImplementedError("comm_fraction: not implemented yet. Hint: both are seconds; their sum is the step.")
 
 
-def decode_step_time_s(n_params, dtype_bytes, hbm_bandwidth, tp=1):
+def decode_step_time_s(n_params: float, dtype_bytes: float, hbm_bandwidth: float, tp: int = 1) -> float:
     """Seconds of one memory-bound decode step: every weight streamed from HBM once per token.
 
     n_params * dtype_bytes / (tp * hbm_bandwidth): the t ranks each hold and
@@ -94,7 +98,7 @@ def decode_step_time_s(n_params, dtype_bytes, hbm_bandwidth, tp=1):
 
 # -- going further -----------------------------------------------------------------------
 
-def break_even_overlap(slow_comm_s, fast_comm_s):
+def break_even_overlap(slow_comm_s: float, fast_comm_s: float) -> float:
     """The fraction of the slow link's communication that must hide under compute to match the fast link.
 
     With a fraction f overlapped, the slow link exposes slow_comm_s x (1 - f);
@@ -104,8 +108,9 @@ def break_even_overlap(slow_comm_s, fast_comm_s):
     raise NotImplementedError("break_even_overlap: not implemented yet. Hint: solve slow * (1 - f) = fast for f.")
 
 
-def comm_fraction_vs_batch(batch_sizes, num_layers, hidden, tp, latency_s, bandwidth_bytes_per_s,
-                           step_compute_s, per_sequence_compute_s=0.0, dtype_bytes=2):
+def comm_fraction_vs_batch(batch_sizes: Iterable[int], num_layers: int, hidden: int, tp: int, latency_s: float,
+                           bandwidth_bytes_per_s: float, step_compute_s: float, per_sequence_compute_s: float = 0.0,
+                           dtype_bytes: float = 2) -> list[float]:
     """Comm fraction of a decode step for each batch size (one new token per sequence).
 
     Communication grows with the batch through the payload (batch x hidden x
@@ -120,6 +125,6 @@ def comm_fraction_vs_batch(batch_sizes, num_layers, hidden, tp, latency_s, bandw
     )
 
 
-def tolerable_batches(batch_sizes, fractions, threshold=0.10):
+def tolerable_batches(batch_sizes: Iterable[int], fractions: Iterable[float], threshold: float = 0.10) -> list[int]:
     """The batch sizes whose comm fraction is at most ``threshold`` (a list, maybe empty)."""
     raise NotImplementedError("tolerable_batches: not implemented yet. Hint: pair them up and filter.")

@@ -26,13 +26,18 @@ Conventions:
 Bad input raises ValueError naming the argument.
 """
 
+from __future__ import annotations
+
 import numbers
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
+
+from commtax.ranks._args import Group
 
 SCHEDULES = ("naive", "gpipe", "1f1b", "interleaved_1f1b")
 
@@ -54,7 +59,7 @@ def _count(name, value):
         raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
 
 
-def bubble_fraction(stages, microbatches, virtual_stages=1, relative_to="total"):
+def bubble_fraction(stages: int, microbatches: int, virtual_stages: int = 1, relative_to: str = "total") -> float:
     """The pipeline bubble: (p-1)/(v m) if ``relative_to="ideal"``, (p-1)/(v m + p - 1) if ``"total"``."""
     raise NotImplementedError(
         "bubble_fraction: not implemented yet. Hint: the fill and drain cost (p-1) "
@@ -62,7 +67,8 @@ def bubble_fraction(stages, microbatches, virtual_stages=1, relative_to="total")
     )
 
 
-def simulate(schedule, stages, microbatches, virtual_stages=1, t_forward=1.0, t_backward=2.0, t_p2p=0.0):
+def simulate(schedule: str, stages: int, microbatches: int, virtual_stages: int = 1, t_forward: float = 1.0,
+             t_backward: float = 2.0, t_p2p: float = 0.0) -> list[Op]:
     """Run ``schedule`` ("naive", "gpipe", "1f1b", "interleaved_1f1b") and return its ops, by start time.
 
     Each device executes its ops in the schedule's order, each as soon as the
@@ -94,12 +100,12 @@ def simulate(schedule, stages, microbatches, virtual_stages=1, t_forward=1.0, t_
     )
 
 
-def makespan(ops):
+def makespan(ops: Sequence[Op]) -> float:
     """Seconds from the first op's start to the last op's end."""
     raise NotImplementedError("makespan: not implemented yet. Hint: max end minus min start.")
 
 
-def measured_bubble(ops):
+def measured_bubble(ops: Sequence[Op]) -> float:
     """The idle share of device time: 1 - (busy seconds) / (devices x makespan).
 
     The devices are those that appear in ``ops`` (a list of :class:`Op`, in any order).
@@ -110,7 +116,7 @@ def measured_bubble(ops):
     )
 
 
-def peak_activations_in_flight(ops, stage):
+def peak_activations_in_flight(ops: Sequence[Op], stage: int) -> int:
     """The most activations ``stage`` holds at once: (micro-batch, chunk) forwards done, backwards not yet.
 
     ``ops``: a list of :class:`Op`, in any order.
@@ -123,7 +129,7 @@ def peak_activations_in_flight(ops, stage):
 
 # -- a real pipeline ----------------------------------------------------------------------
 
-def make_mlp(layers, width, seed=0):
+def make_mlp(layers: int, width: int, seed: int = 0) -> nn.Sequential:
     """A small MLP of ``layers`` Linear(width, width) + Tanh blocks, the same on every rank for a seed."""
     torch.manual_seed(seed)
     blocks = []
@@ -132,7 +138,7 @@ def make_mlp(layers, width, seed=0):
     return nn.Sequential(*blocks)
 
 
-def split_stages(model, stages):
+def split_stages(model: nn.Sequential, stages: int) -> list[nn.Sequential]:
     """Cut ``model`` (an nn.Sequential) into ``stages`` consecutive pieces of equal length."""
     if len(model) % stages:
         raise ValueError(f"the model's {len(model)} modules cannot be split into {stages} equal stages")
@@ -140,7 +146,8 @@ def split_stages(model, stages):
     return [model[i * size:(i + 1) * size] for i in range(stages)]
 
 
-def train_1f1b(stage, batch, microbatches, group=None):
+def train_1f1b(stage: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], microbatches: int,
+               group: Group = None) -> float | torch.Tensor | None:
     """One 1F1B training step of this rank's ``stage``; gradients accumulate in its parameters.
 
     ``batch`` is (inputs, targets), the whole batch, of the same shapes on

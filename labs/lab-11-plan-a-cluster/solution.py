@@ -22,6 +22,8 @@ order places TP innermost (stride 1), then CP (stride tp), DP (stride tp cp), PP
 Graded code cannot import ``commtax.formulas`` (it holds the labs' answers): write what you need here.
 """
 
+from __future__ import annotations
+
 import math
 import numbers
 from types import SimpleNamespace
@@ -101,12 +103,12 @@ def _flag(cfg, name):
         raise ValueError(f"{name} must be True or False, got {cfg[name]!r}")
 
 
-def split_extra(split):
+def split_extra(split: str | None) -> int:
     """Layer slots the embedding and the loss take: 2 with the ``embedding_and_loss`` split, else 0."""
     return 2 if split == "embedding_and_loss" else 0
 
 
-def normalize(run):
+def normalize(run: dict) -> dict:
     """Check ``run`` and fill its defaults; a new dict. ValueError naming the argument on a bad plan.
 
     Filled: :data:`DEFAULTS`; a key set to None for vocab/tp/pp/cp/zero_stage/precision/swiglu/cp_comm/
@@ -571,7 +573,7 @@ def _choose_recompute(cfg):
 # END SOLUTION
 
 
-def flops_per_step(run, convention="model"):
+def flops_per_step(run: dict, convention: str = "model") -> float:
     """FLOPs of one step, all GPUs together (float).
 
     ``"model"``: 3 x the forward of every layer and of the output layer, per sequence a layer's forward
@@ -588,7 +590,7 @@ def flops_per_step(run, convention="model"):
     # END SOLUTION
 
 
-def collective_time(op, nbytes, group_size, stride, gpu):
+def collective_time(op: str, nbytes: float, group_size: int, stride: int, gpu: str) -> float:
     """Seconds of one ``op`` over a group whose members sit ``stride`` ranks apart, on preset ``gpu``
     (a name of ``GPUS`` or one of its ``GPU_ALIASES``, as in a run).
 
@@ -614,7 +616,7 @@ def collective_time(op, nbytes, group_size, stride, gpu):
     # END SOLUTION
 
 
-def stage_layers(run):
+def stage_layers(run: dict) -> list[int]:
     """Transformer layers on each pipeline stage, first to last (a list of pp integers)."""
     # BEGIN SOLUTION
     # HINT: "even": L/p each, the first L mod p stages one more; "embedding_and_loss": k = (L+2)/p slots per
@@ -623,7 +625,7 @@ def stage_layers(run):
     # END SOLUTION
 
 
-def layer_time(run):
+def layer_time(run: dict) -> dict[str, float]:
     """Seconds of one layer, one micro-batch, on one GPU: ``{"matmul": s, "elementwise": s}``."""
     # BEGIN SOLUTION
     # HINT: each GEMM at matmul_efficiency x peak x W/(W + 1/2) of its output (forward, input and weight
@@ -634,7 +636,7 @@ def layer_time(run):
     # END SOLUTION
 
 
-def tp_time(run):
+def tp_time(run: dict) -> float:
     """Seconds of tensor-parallel communication in one layer, one micro-batch (on the critical path)."""
     # BEGIN SOLUTION
     # HINT: 4 collectives of the b (s/cp) h x 2-byte activation per layer (6 with full recomputation): all-reduces,
@@ -645,7 +647,7 @@ def tp_time(run):
     # END SOLUTION
 
 
-def cp_time(run):
+def cp_time(run: dict) -> float:
     """Seconds context parallelism adds to one layer, one micro-batch."""
     # BEGIN SOLUTION
     # HINT: "p2p": cp - 1 ring steps of a K,V block behind 1/cp of the attention, forward and backward;
@@ -655,7 +657,7 @@ def cp_time(run):
     # END SOLUTION
 
 
-def pipeline_time(run):
+def pipeline_time(run: dict) -> dict[str, float]:
     """Seconds per step of the pipeline: ``{"bubble": s, "sends": s}``."""
     # BEGIN SOLUTION
     # HINT: bubble = (p-1)/(v m) x m x the slowest stage's seconds per micro-batch; 2 (v m + p - 1) sends of
@@ -665,7 +667,7 @@ def pipeline_time(run):
     # END SOLUTION
 
 
-def dp_time(run):
+def dp_time(run: dict) -> dict[str, float]:
     """The data-parallel axis per step: ``{"added": s, "comm": s, "bytes": bytes one GPU sends}``."""
     # BEGIN SOLUTION
     # HINT: ZeRO 0-2: buckets behind the last micro-batch's backward but the last; ZeRO-3: per layer, 2 gathers
@@ -678,7 +680,7 @@ def dp_time(run):
     # END SOLUTION
 
 
-def memory_bytes_per_gpu(run):
+def memory_bytes_per_gpu(run: dict) -> dict[str, float]:
     """Bytes per GPU on the fullest stage: ``params``, ``grads``, ``optimizer``, ``activations``,
     ``logits``, ``buffers`` and ``total``."""
     # BEGIN SOLUTION
@@ -700,7 +702,7 @@ def _stage_seconds(cfg):
 # END SOLUTION
 
 
-def predict(run):
+def predict(run: dict) -> dict:
     """Predict one training step of ``run``; a dict of :data:`RETURNED_KEYS`.
 
     Units: seconds, 1e12 FLOP/s per GPU, fractions of the peak of the run's precision, bytes per GPU.

@@ -41,10 +41,14 @@ rank, in seconds, with the rule ``python3 -m commtax.trace`` uses.
 Bad input raises ValueError naming the argument.
 """
 
+from __future__ import annotations
+
 import gzip
 import json
 import math
 import numbers
+from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -57,7 +61,7 @@ INSIDE_SLACK_US = 0.002   # a child op printed to the nanosecond may end a hair 
 # -- given: a trace's intervals ------------------------------------------------------------------
 
 
-def read_trace(path):
+def read_trace(path: str | Path) -> dict:
     """The Chrome-trace JSON that ``torch.profiler``'s ``export_chrome_trace`` wrote (``.json`` or ``.json.gz``).
 
     Returns the whole document (a dict): ``traceEvents`` (the events) and ``distributedInfo``
@@ -73,7 +77,7 @@ def _is_comm(name):
     return name.startswith(COMM_PREFIXES) or name == "record_param_comms"
 
 
-def timeline(trace):
+def timeline(trace: dict) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
     """``(comm, compute)``: one rank's communication and compute intervals, in seconds, from a CPU (gloo) trace.
 
     Times are seconds since the trace's first event (the trace's own clock is microseconds since an
@@ -152,7 +156,7 @@ def _op(op):
 # -- intervals --------------------------------------------------------------------------------
 
 
-def union_of(intervals):
+def union_of(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
     """The union of ``intervals`` as a sorted list of disjoint ``(start, end)`` tuples (floats, seconds).
 
     Overlapping, nested and touching intervals merge into one piece; empty ones (start == end) are
@@ -172,7 +176,7 @@ def union_of(intervals):
     # END SOLUTION
 
 
-def union_length(intervals):
+def union_length(intervals: Iterable[tuple[float, float]]) -> float:
     """The measure of the union of ``intervals`` (seconds): overlaps counted once, not summed."""
     # BEGIN SOLUTION
     # HINT: the lengths of union_of's pieces, added up.
@@ -180,7 +184,7 @@ def union_length(intervals):
     # END SOLUTION
 
 
-def exposed_communication(comm, compute):
+def exposed_communication(comm: Iterable[tuple[float, float]], compute: Iterable[tuple[float, float]]) -> float:
     """Seconds of communication that no compute hides: the measure of union(comm) minus union(compute).
 
     Both lists are intervals on one rank's timeline (seconds). Communication under compute is hidden;
@@ -198,7 +202,7 @@ def exposed_communication(comm, compute):
 # -- process groups and plan axes ---------------------------------------------------------------
 
 
-def axis_of_group(ranks, world_size, tp=1, cp=1, pp=1):
+def axis_of_group(ranks: Sequence[int], world_size: int, tp: int = 1, cp: int = 1, pp: int = 1) -> str:
     """The plan axis (``"tp"``, ``"cp"``, ``"dp"`` or ``"pp"``) of a process group, from its global ranks.
 
     Megatron's rank order: rank = t + tp (c + cp (d + dp p)), dp = world_size / (tp cp pp). A group
@@ -230,7 +234,7 @@ def axis_of_group(ranks, world_size, tp=1, cp=1, pp=1):
 # -- bytes and bandwidth ------------------------------------------------------------------------
 
 
-def call_bytes(op, input_numel, dtype_bytes, group_size):
+def call_bytes(op: str, input_numel: int, dtype_bytes: float, group_size: int) -> float:
     """Bytes of one call in the course's convention, from the tensor the rank passed **in**.
 
     ``input_numel``: elements of the rank's input tensor, as the trace records it (``Input Dims``
@@ -253,7 +257,7 @@ def call_bytes(op, input_numel, dtype_bytes, group_size):
     # END SOLUTION
 
 
-def bus_bandwidth(op, nbytes, seconds, group_size):
+def bus_bandwidth(op: str, nbytes: float, seconds: float, group_size: int) -> float:
     """Bus bandwidth (bytes/s) of a call of ``nbytes`` (course convention) that took ``seconds`` on ``group_size`` ranks.
 
     algbw = nbytes / seconds, times nccl-tests' factor: 2(n-1)/n all_reduce; (n-1)/n all_gather,
@@ -281,7 +285,8 @@ def bus_bandwidth(op, nbytes, seconds, group_size):
 # -- calibration ------------------------------------------------------------------------------------
 
 
-def fit_alpha_bandwidth(sizes, times, op, group_size, min_size=0):
+def fit_alpha_bandwidth(sizes: Sequence[float], times: Sequence[float], op: str, group_size: int,
+                        min_size: float = 0) -> tuple[float, float]:
     """Fit ``(alpha_s, bandwidth_Bps)`` of the ring model to nccl-tests rows (bytes, seconds).
 
     Model: t = k alpha + m S / B with all_reduce k = 2(n-1), m = 2(n-1)/n; all_gather,
