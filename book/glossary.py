@@ -56,7 +56,7 @@ TERMS: tuple[Term, ...] = (
     Term("DP", "data parallelism: every rank holds the whole model and a slice of the batch; degree $d$", "03", "top"),
     Term("ZeRO", "DP that shards the optimizer state (stage 1), also the gradients (2), also the weights (3)",
          "03", "1"),
-    Term("FSDP", "PyTorch's fully sharded data parallelism, ZeRO stage 3", "03", "2"),
+    Term("FSDP", "PyTorch's fully sharded data parallelism, ZeRO stage 3", "03", "3"),
     Term("TP", "tensor parallelism: each layer's matmuls split over $t$ GPUs, an all-reduce after each block",
          "03", "top"),
     Term("PP", "pipeline parallelism: the layers cut into $p$ stages that pass activations along", "03", "top"),
@@ -77,7 +77,7 @@ TERMS: tuple[Term, ...] = (
     Term("DP replica", "the GPUs that hold one copy of the model ($t \\cdot p$ of them)", "04", "1"),
     Term("binding", "the axis with the largest exposed time: the one to relax first", "04", "5"),
     # Later lessons, cited early
-    Term("bubble", "the idle time of a pipeline's fill and drain, $(p-1)/m$ of the compute", "06", "1"),
+    Term("bubble", "the idle time of a pipeline's fill and drain, $(p-1)/m$ of the compute", "06", "top"),
 )
 
 

@@ -540,14 +540,29 @@ def lesson_markdown(number: str, *, terms_cell: bool = False) -> str:
                      and (terms_cell or c.get("id") != "cell-terms"))
 
 
-def test_each_glossary_term_is_in_bold_in_the_lesson_it_names():
-    # A glossary line points the reader to the lesson that defines the term: the term is there, in bold
-    # (where the lesson defines it), not only in the lesson's list of terms.
+def bold_sections(number: str) -> dict[str, set[str]]:
+    """Lesson ``number``'s bold phrases (its terms cell aside), each with the sections it is bold in
+    ("top" before "## 1.", else the section's number, or its heading's text)."""
+    found: dict[str, set[str]] = {}
+    section = "top"
+    for line in lesson_markdown(number).splitlines():
+        heading = re.match(r"## (\d+)\.|## (.*)", line)
+        if heading:
+            section = heading.group(1) or heading.group(2)
+        for span in re.findall(r"\*\*(.+?)\*\*", line):
+            found.setdefault(span, set()).add(section)
+    return found
+
+
+def test_each_glossary_term_is_in_bold_in_the_lesson_and_section_it_names():
+    # A glossary line points the reader to where a lesson defines the term: the term is there, in bold
+    # (not only in the lesson's list of terms), in the section the glossary names.
     from book import glossary
     for term in glossary.TERMS:
-        bold = re.findall(r"\*\*(.+?)\*\*", lesson_markdown(term.lesson), re.S)
-        assert any(re.search(r"\b" + re.escape(term.term) + r"\b", span, re.I) for span in bold), \
-            f"{term.term!r}: not in bold in Lesson {term.lesson} (outside its terms cell)"
+        sections = set().union(*[where for span, where in bold_sections(term.lesson).items()
+                                 if re.search(r"\b" + re.escape(term.term) + r"\b", span, re.I)])
+        assert term.section in sections, \
+            f"{term.term!r}: the glossary says Lesson {term.lesson} section {term.section}; in bold in {sections or 'none'}"
 
 
 @pytest.mark.parametrize("number", ["01", "02", "03", "04"])
