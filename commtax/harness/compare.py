@@ -137,13 +137,27 @@ def fraction(ratio: float, *, largest: int = 16) -> str:
     return f"{ratio:.4g}"
 
 
+def is_float32_value(value: float) -> bool:
+    """True when ``value`` is a float32 number that is not a whole one: what a float32 tensor or buffer gives
+    back. A value computed in float64 (Lab 01's formulas, which have no tensors) almost never is one (about
+    one in 2**29), so a float32 hint on it would point the wrong way."""
+    import struct
+    try:
+        return not value.is_integer() and struct.unpack("f", struct.pack("f", value))[0] == value
+    except (OverflowError, ValueError, AttributeError):
+        return False
+
+
 def _ratio(actual: float, expected: float) -> str:
-    """The ratio got / expected, written so that a learner can read a cause in it ("x1/8", "x8/7")."""
+    """The ratio got / expected, written so that a learner can read a cause in it ("x1/8", "x8/7").
+
+    The float32 hint only where it can apply: the difference is of float32's size *and* the value got is a
+    float32 number (:func:`is_float32_value`)."""
     ratio = _quotient(actual, expected)
     if not ratio:
         return ""
     off = math.fabs(ratio - 1)
-    if FLOAT32_LIKE[0] <= off <= FLOAT32_LIKE[1]:
+    if FLOAT32_LIKE[0] <= off <= FLOAT32_LIKE[1] and is_float32_value(actual):
         return (f" (x(1 {'+' if ratio > 1 else '-'} {off:.1e}) of the expected: a difference of float32's "
                 "precision (its rounding is up to 6e-8): a tensor or buffer in float32 (torch's default dtype) "
                 "where the data is float64?)")

@@ -19,7 +19,7 @@ from commtax.formulas import collectives as course
 from commtax.formulas import network
 from commtax.recorded import Expected
 from commtax.simulation import messages as simulate
-from commtax.testing import expect_close, expect_value_error, number
+from commtax.testing import expect_close, expect_value_error, fail, mismatch, number
 
 EXPECTED = Expected(Path(__file__).resolve().parent)
 
@@ -37,6 +37,37 @@ def numel_for(world_size):
     return world_size * 2  # elements in the simulation; each stands for nbytes / numel bytes
 
 
+def _how_far(got, expected) -> float:
+    """|got / expected - 1| (infinite for a zero expected, a non-number or NaN): how far off a case is."""
+    try:
+        got, expected = float(got), float(expected)
+    except (TypeError, ValueError):
+        return math.inf
+    if math.isnan(got):
+        return math.inf
+    if expected == 0:
+        return 0.0 if got == 0 else math.inf
+    return abs(got / expected - 1)
+
+
+def expect_cases_close(cases, *, what, rel=1e-9, abs=1e-15):  # noqa: A002
+    """Each (got, expected, case) must match (kind and value, as ``expect_close`` checks). A failure names the
+    case furthest off first (the largest relative error: a slip's factor shows plainest there, where a 1-byte
+    case hides it under the latency) and how many other cases fail."""
+    __tracebackhide__ = True
+    wrong = []
+    for got, expected, case in cases:
+        why = mismatch(got, expected, rel=rel, abs=abs)
+        if why:
+            wrong.append((_how_far(got, expected), case, why))
+    if wrong:
+        wrong.sort(key=lambda w: -w[0])
+        _, case, why = wrong[0]
+        others = [w[1] for w in wrong[1:]]
+        also = f"; also wrong: {', '.join(others[:4])}{', ...' if len(others) > 4 else ''}" if others else ""
+        fail(f"{what}, {case}: {why}{also}")
+
+
 # -- each formula against the message-level simulation ---------------------------
 
 
@@ -52,20 +83,18 @@ def test_p2p_time_is_one_message_latency_plus_bytes_over_bandwidth(lab):
 @pytest.mark.parametrize("algorithm", ["naive", "tree", "ring"])
 @pytest.mark.parametrize("world_size", [2, 3, 4, 5, 6, 7, 8, 12, 16])
 def test_allreduce_formula_equals_simulated_time(lab, algorithm, world_size):
-    for nbytes in SIZE_CASES:
-        sim = simulate.simulate_allreduce(algorithm, nbytes, world_size, ALPHA, BANDWIDTH,
-                                          numel=numel_for(world_size))
-        got = lab.allreduce_time(nbytes, world_size, ALPHA, BANDWIDTH, algorithm)
-        expect_close(got, sim.time, rel=1e-9, abs=1e-15, what=f"{algorithm} on {world_size} ranks, {nbytes:g} bytes")
+    expect_cases_close([(lab.allreduce_time(nbytes, world_size, ALPHA, BANDWIDTH, algorithm),
+                         simulate.simulate_allreduce(algorithm, nbytes, world_size, ALPHA, BANDWIDTH,
+                                                     numel=numel_for(world_size)).time, f"{nbytes:g} bytes")
+                        for nbytes in SIZE_CASES], what=f"{algorithm} on {world_size} ranks")
 
 
 @pytest.mark.parametrize("world_size", [2, 4, 8, 16, 32])
 def test_halving_doubling_formula_is_exact_for_powers_of_two(lab, world_size):
-    for nbytes in SIZE_CASES:
-        sim = simulate.simulate_allreduce("halving_doubling", nbytes, world_size, ALPHA, BANDWIDTH,
-                                          numel=numel_for(world_size))
-        got = lab.allreduce_time(nbytes, world_size, ALPHA, BANDWIDTH, "halving_doubling")
-        expect_close(got, sim.time, rel=1e-9, abs=1e-15, what=f"halving_doubling on {world_size} ranks, {nbytes:g} bytes")
+    expect_cases_close([(lab.allreduce_time(nbytes, world_size, ALPHA, BANDWIDTH, "halving_doubling"),
+                         simulate.simulate_allreduce("halving_doubling", nbytes, world_size, ALPHA, BANDWIDTH,
+                                                     numel=numel_for(world_size)).time, f"{nbytes:g} bytes")
+                        for nbytes in SIZE_CASES], what=f"halving_doubling on {world_size} ranks")
 
 
 @pytest.mark.parametrize("world_size", [3, 5, 6, 7, 12])
@@ -82,25 +111,24 @@ def test_halving_doubling_formula_is_optimistic_when_p_is_not_a_power_of_two(lab
 
 @pytest.mark.parametrize("world_size", [2, 3, 4, 7, 8])
 def test_reduce_scatter_and_allgather_each_cost_half_a_ring_allreduce(lab, world_size):
-    for nbytes in SIZE_CASES:
-        rs = simulate.simulate_reduce_scatter(nbytes, world_size, ALPHA, BANDWIDTH, numel_for(world_size))
-        ag = simulate.simulate_allgather(nbytes, world_size, ALPHA, BANDWIDTH, numel_for(world_size))
-        case = f"{world_size} ranks, {nbytes:g} bytes"
-        expect_close(lab.reduce_scatter_time(nbytes, world_size, ALPHA, BANDWIDTH), rs.time, rel=1e-9, abs=1e-15,
-                     what=f"reduce_scatter_time on {case}")
-        expect_close(lab.allgather_time(nbytes, world_size, ALPHA, BANDWIDTH), ag.time, rel=1e-9, abs=1e-15,
-                     what=f"allgather_time on {case}")
-        expect_close(lab.allreduce_time(nbytes, world_size, ALPHA, BANDWIDTH, "ring"), rs.time + ag.time,
-                     rel=1e-9, abs=1e-15, what=f"ring all-reduce = reduce-scatter + all-gather on {case}")
+    rs = {n: simulate.simulate_reduce_scatter(n, world_size, ALPHA, BANDWIDTH, numel_for(world_size)).time
+          for n in SIZE_CASES}
+    ag = {n: simulate.simulate_allgather(n, world_size, ALPHA, BANDWIDTH, numel_for(world_size)).time
+          for n in SIZE_CASES}
+    expect_cases_close([(lab.reduce_scatter_time(n, world_size, ALPHA, BANDWIDTH), rs[n], f"{n:g} bytes")
+                        for n in SIZE_CASES], what=f"reduce_scatter_time on {world_size} ranks")
+    expect_cases_close([(lab.allgather_time(n, world_size, ALPHA, BANDWIDTH), ag[n], f"{n:g} bytes")
+                        for n in SIZE_CASES], what=f"allgather_time on {world_size} ranks")
+    expect_cases_close([(lab.allreduce_time(n, world_size, ALPHA, BANDWIDTH, "ring"), rs[n] + ag[n], f"{n:g} bytes")
+                        for n in SIZE_CASES], what=f"ring all-reduce = reduce-scatter + all-gather on {world_size} ranks")
 
 
 @pytest.mark.parametrize("world_size", [2, 3, 4, 8])
 def test_all_to_all_formula_equals_pairwise_exchange_simulation(lab, world_size):
-    for nbytes in SIZE_CASES:
-        sim = simulate.simulate_all_to_all(nbytes, world_size, ALPHA, BANDWIDTH, numel_for(world_size))
-        got = lab.all_to_all_time(nbytes, world_size, ALPHA, BANDWIDTH)
-        expect_close(got, sim.time, rel=1e-9, abs=1e-15, what=f"all_to_all_time on {world_size} ranks, {nbytes:g} bytes")
-        # Each rank keeps 1/P of what it sends: only (P-1)/P n crosses the wire.
+    sims = {n: simulate.simulate_all_to_all(n, world_size, ALPHA, BANDWIDTH, numel_for(world_size)) for n in SIZE_CASES}
+    expect_cases_close([(lab.all_to_all_time(n, world_size, ALPHA, BANDWIDTH), sims[n].time, f"{n:g} bytes")
+                        for n in SIZE_CASES], what=f"all_to_all_time on {world_size} ranks")
+    for nbytes, sim in sims.items():   # each rank keeps 1/P of what it sends: only (P-1)/P n crosses the wire
         assert max(sim.bytes_sent) == pytest.approx((world_size - 1) / world_size * nbytes)
 
 
@@ -210,11 +238,10 @@ INFINIBAND = (5e-6, 50e9)
 
 @pytest.mark.parametrize("nodes,gpus", [(2, 4), (4, 8), (3, 2), (1, 8), (4, 1)])
 def test_hierarchical_formula_equals_two_level_simulation(lab, nodes, gpus):
-    for nbytes in (0.0, 1e3, float(N), 1e9):
-        sim = simulate.simulate_hierarchical_allreduce(nbytes, nodes, gpus, *NVLINK, *INFINIBAND,
-                                                       numel=nodes * gpus * 4)
-        got = lab.hierarchical_allreduce_time(nbytes, nodes, gpus, *NVLINK, *INFINIBAND)
-        expect_close(got, sim.time, rel=1e-9, abs=1e-15, what=f"{nodes} nodes x {gpus} GPUs, {nbytes:g} bytes")
+    expect_cases_close([(lab.hierarchical_allreduce_time(n, nodes, gpus, *NVLINK, *INFINIBAND),
+                         simulate.simulate_hierarchical_allreduce(n, nodes, gpus, *NVLINK, *INFINIBAND,
+                                                                  numel=nodes * gpus * 4).time, f"{n:g} bytes")
+                        for n in (0.0, 1e3, float(N), 1e9)], what=f"{nodes} nodes x {gpus} GPUs")
 
 
 FLAT_RING_NODES, FLAT_RING_SIZES = (2, 4, 16), (1e6, 1e8, 1e9)

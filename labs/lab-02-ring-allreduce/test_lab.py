@@ -19,6 +19,7 @@ bfloat16 alike (|sum| <= 200 < 256) and results are compared exactly.
 """
 
 import itertools
+import re
 
 import pytest
 import torch
@@ -79,10 +80,23 @@ def _traffic(traffic):
 # Each worker's last arguments are that rank's own inputs, made by the *_inputs functions below in the
 # test process (RUNS.get(..., rank_args=...)).
 
+def noted(call, tensor, world_size):
+    """``call()``; an exception it raises carries the case (:data:`CASE_NOTE`), so the test can read a torch
+    size mismatch against this case's chunks (:func:`size_mismatch_hint`)."""
+    try:
+        return call()
+    except Exception as exc:
+        exc.add_note(CASE_NOTE.format(tensor.numel(), tensor.element_size(), world_size))
+        raise
+
+
+CASE_NOTE = "(the case: {} elements of {} bytes each on {} ranks)"
+
+
 def run_reduce_scatter(rank, world_size, lab, mine):
     mine = mine.to(rank_device())
     with record_traffic() as traffic:
-        owned = lab.ring_reduce_scatter(mine)
+        owned = noted(lambda: lab.ring_reduce_scatter(mine), mine, world_size)
     return {"owned": owned if isinstance(owned, int) else repr(owned), "tensor": _cpu(mine), **_traffic(traffic)}
 
 
@@ -102,11 +116,11 @@ def run_all_reduce(rank, world_size, lab, inputs, big):
     for mine in inputs:  # every size and dtype; then a matrix: any shape, reduced in place
         mine = mine.to(device)
         with record_traffic() as traffic:
-            returned = lab.ring_all_reduce(mine)
+            returned = noted(lambda mine=mine: lab.ring_all_reduce(mine), mine, world_size)
         cases.append({"tensor": _cpu(mine), "returned_input": returned is mine, **_traffic(traffic)})
     big = big.to(device)  # the byte count: whole chunks for every P
     with record_traffic() as traffic:
-        lab.ring_all_reduce(big)
+        noted(lambda: lab.ring_all_reduce(big), big, world_size)
     return {"cases": cases, "bytes": {"tensor": _cpu(big), **_traffic(traffic)}}
 
 
@@ -183,15 +197,25 @@ def _value(x):
     return f"{x:g}"
 
 
-def explain_chunk(got, inputs, world_size):
-    """Why a reduced chunk is wrong, when its values match something recognisable."""
+def explain_chunk(got, inputs, world_size, owner=None, elsewhere=""):
+    """Why a reduced chunk is wrong, when its values match something recognisable.
+
+    ``owner``: the rank the reduce-scatter leaves this chunk on, (chunk - 1) mod P (None for the naive
+    all-reduce); ``elsewhere``: what :func:`received_elsewhere` found on that rank, if anything.
+    """
     if got.numel() == 0:
         return ""
     if torch.isnan(got).any():
         return " It holds NaN: garbage from a buffer that was never written."
+    if elsewhere:
+        return f" Received into a different chunk?{elsewhere} {RECEIVE_INTO}"
     for size in range(1, world_size):
         for ranks in itertools.combinations(range(world_size), size):
             if torch.equal(got, sum(inputs[r] for r in ranks)):
+                if size == 1 and ranks[0] == owner:   # its owner's own data: nothing was added in, not overwritten
+                    return (f" It equals rank {owner}'s own input alone, and rank {owner} owns this chunk after the "
+                            "reduce-scatter: nothing it received was added into it. Received into a different "
+                            f"chunk (or too few steps)? {RECEIVE_INTO}")
                 if size == 1:
                     return (f" It equals rank {ranks[0]}'s input alone: copied instead of added? Each "
                             "reduce-scatter step must add the received chunk into its own.")
@@ -202,8 +226,37 @@ def explain_chunk(got, inputs, world_size):
     return f" (sum of its elements / expected: {ratio:.3g})"
 
 
-def describe_wrong_chunks(got, expected, inputs, world_size, what):
-    """None if ``got`` equals ``expected``; else which chunks are wrong, the first wrong value, and why."""
+RECEIVE_INTO = ("At step s rank i receives chunk (i - s - 1) mod P and adds it into that same chunk of its own "
+                "tensor (not the chunk it sent, (i - s) mod P).")
+
+
+def received_elsewhere(got, inputs, rank, bounds):
+    """Where this rank added data it received into another chunk than the one it came from: " Chunk j here
+    holds ranks [...]'s chunk k added to its own." (the evidence of a receive into the wrong chunk), or "".
+
+    ``got``: the rank's whole tensor after its reduce-scatter; ``inputs``: every rank's whole input.
+    """
+    others = [r for r in range(len(inputs)) if r != rank]
+    for j, (a, b) in enumerate(bounds):
+        extra = got[a:b] - inputs[rank][a:b]
+        if b == a or not extra.any():
+            continue
+        for k, (c, d) in enumerate(bounds):
+            if k == j or d - c != b - a:
+                continue
+            for size in range(1, len(others) + 1):
+                for ranks in itertools.combinations(others, size):
+                    if torch.equal(extra, sum(inputs[r][c:d] for r in ranks)):
+                        return (f" Chunk {j} of rank {rank} holds rank(s) {list(ranks)}'s chunk {k} added to its "
+                                "own.")
+    return ""
+
+
+def describe_wrong_chunks(got, expected, inputs, world_size, what, ring=True):
+    """None if ``got`` equals ``expected``; else which chunks are wrong, the first wrong value, and why.
+
+    ``ring``: ``got`` is a ring all-reduce's (chunk c was reduced on rank (c - 1) mod P); else the naive one's.
+    """
     got = got.double().reshape(-1)
     expected = expected.double().reshape(-1)
     if got.shape != expected.shape:
@@ -216,9 +269,10 @@ def describe_wrong_chunks(got, expected, inputs, world_size, what):
     a, b = bounds[c]
     bad = (got[a:b] != expected[a:b]).nonzero()[0].item() + a  # NaN != NaN counts too
     flat_inputs = [x.double().reshape(-1)[a:b] for x in inputs]
+    owner = (c - 1) % world_size if ring else None
     return (f"{what}: chunk(s) {wrong} of {world_size} wrong (chunk {c} = elements {a}..{b - 1}); "
             f"element {bad} is {_value(got[bad].item())}, expected {_value(expected[bad].item())}."
-            + explain_chunk(got[a:b], flat_inputs, world_size))
+            + explain_chunk(got[a:b], flat_inputs, world_size, owner))
 
 
 def no_collectives(record, rank, what):
@@ -241,7 +295,7 @@ def _run(lab, what, world_size, backend="gloo"):
                         needs=needs, rank_args=[inputs(r, world_size) for r in range(world_size)])
     except AssertionError as exc:  # a failed run (commtax.ranks.launch.DistributedRunError is one)
         text = str(exc)
-        hint = next((hint for pattern, hint in GLOO_CRASHES if pattern in text), None)
+        hint = size_mismatch_hint(text) or next((hint for pattern, hint in GLOO_CRASHES if pattern in text), None)
         if hint is None or "deadlock" in text:
             raise
     fail(f"P = {world_size}, ring_{what}: {hint}\n\n{text}")
@@ -258,6 +312,36 @@ GLOO_CRASHES = [
      "a rank sent a message to itself or received from itself (gloo: \"Pair is not connected\"). Rank i sends "
      "to (i + 1) mod P and receives from (i - 1) mod P, as global ranks of the group."),
 ]
+
+
+# torch's words when two slices of different lengths meet (an in-place add, a copy), with their lengths.
+SIZE_MISMATCHES = (r"output with shape \[(\d+)\] doesn't match the broadcast shape \[(\d+)\]",
+                   r"The size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\)",
+                   r"expected size (\d+) but got size (\d+)")
+
+
+def size_mismatch_hint(text):
+    """What a torch size mismatch in a rank means, from the lengths it names and the case it happened in
+    (:func:`noted`): chunks counted in bytes, or a chunk received into another chunk; None if neither fits."""
+    case = re.search(re.escape(CASE_NOTE).replace(r"\{\}", r"(\d+)"), text)
+    sizes = next((m for m in (re.search(p, text) for p in SIZE_MISMATCHES) if m), None)
+    if case is None or sizes is None:
+        return None
+    numel, element_size, world_size = map(int, case.groups())
+    met = {int(n) for n in sizes.groups()}
+    elements = {b - a for a, b in bounds_of(numel, world_size)}
+    in_bytes = {b - a for a, b in bounds_of(numel * element_size, world_size)}
+    lengths = f"slices of {' and '.join(map(str, sorted(met)))} elements met"
+    if element_size > 1 and met & (in_bytes - elements):
+        return (f"{lengths} in a ring over {numel} element(s) of {element_size} bytes on {world_size} ranks: "
+                f"{max(met & in_bytes)} is a chunk of the buffer's {numel * element_size} bytes, not of its "
+                f"{numel} element(s). Bytes vs elements? chunk_bounds takes tensor.numel(), not tensor.nbytes or "
+                "numel() * element_size(); slices of a tensor count elements.")
+    if met <= elements and len(met) > 1:
+        return (f"{lengths} in a ring over {numel} element(s) on {world_size} ranks, whose chunks have "
+                f"{' or '.join(map(str, sorted(elements)))} elements: a received chunk was added (or copied) into "
+                f"a chunk of another length. Received into a different chunk? {RECEIVE_INTO}")
+    return None
 
 
 def fail_if(problem):
@@ -354,7 +438,8 @@ def test_reduce_scatter_leaves_rank_i_owning_chunk_i_plus_1_fully_reduced(lab, w
             fail(
                 f"{what}: chunk {owned} (elements {a}..{b - 1}) is not the sum over the {world_size} ranks: "
                 f"{len(wrong)} of {b - a} elements wrong; element {a + i} is {_value(got[i].item())}, expected "
-                f"{_value(total[a + i].item())}." + explain_chunk(got, [x[a:b] for x in inputs], world_size))
+                f"{_value(total[a + i].item())}." + explain_chunk(got, [x[a:b] for x in inputs], world_size, rank,
+                                                                 received_elsewhere(r["tensor"], inputs, rank, bounds)))
         # Rank i sends every chunk but the one it ends up owning: P-1 chunks, (P-1)/P of the buffer.
         expected = (EVEN - (b - a)) * 8
         check(r["sent"] == expected, f"{what} sent {r['sent']} bytes; P-1 chunks (all but chunk {owned}) "
@@ -408,7 +493,7 @@ def test_naive_root_carries_2_p_minus_1_buffers_while_others_carry_2(lab, world_
         what = f"P = {world_size}, root {root}, rank {rank}, naive_all_reduce"
         no_collectives(r, rank, what)
         check(r["returned_input"], f"{what}: must return the tensor it reduced in place")
-        problem = describe_wrong_chunks(r["tensor"], sum(inputs), inputs, world_size, what)
+        problem = describe_wrong_chunks(r["tensor"], sum(inputs), inputs, world_size, what, ring=False)
         fail_if(problem)
         expected = ((world_size - 1) * n,) * 2 if rank == root else (n, n)
         check((r["sent"], r["received"]) == expected,
