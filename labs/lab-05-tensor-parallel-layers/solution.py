@@ -37,65 +37,26 @@ below), so results compare exactly. Shapes are (batch, seq, features);
 splits are along the last dimension, in group-rank order. Call collectives
 as ``dist.all_reduce`` and ``dist.all_gather`` (the tests count them).
 
-What the tests check, on t = 2 and 4 ranks in float64 (to 1e-12): the output
-and the gradient of the input equal the single-process layer's on every rank;
-each rank's weight is its block of the full weight and its weight and bias
-gradients are the matching block of the full layer's gradients; each block
-issues exactly one ``all_reduce`` of one (batch, seq, hidden) activation in
-the forward and one in the backward, and no other collective; a gathered
-column layer issues one all-gather of its whole output forward and one
-all-reduce backward, a row layer with a whole input one all-reduce forward
-and one all-gather of the input's gradient backward. ``from_full`` raises
-ValueError naming ``out_features``, ``in_features`` or ``heads`` when t does
-not divide it (the given ``_shard`` does this).
+The given parts (the single-process ``MLP`` and ``SelfAttention``, the layers' constructors and
+``shard_of``, which raises the ValueError naming a size t does not divide) are in
+:mod:`commtax.ranks._tp_layers`; what the tests check is in the README.
 """
+
+from __future__ import annotations
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-# -- the single-process reference layers (given) ---------------------------------------
-
-def causal_attention(q, k, v, head_dim):
-    """Causal attention of (batch, seq, heads*head_dim) tensors; each head attends on its own."""
-    b, s, width = q.shape
-    split = lambda x: x.view(b, s, width // head_dim, head_dim).transpose(1, 2)
-    y = F.scaled_dot_product_attention(split(q), split(k), split(v), is_causal=True)
-    return y.transpose(1, 2).reshape(b, s, width)
-
-
-class MLP(nn.Module):
-    """The transformer MLP: fc2(gelu(fc1(x))), hidden -> ffn -> hidden."""
-
-    def __init__(self, hidden, ffn, dtype=torch.float32):
-        super().__init__()
-        self.fc1 = nn.Linear(hidden, ffn, dtype=dtype)
-        self.fc2 = nn.Linear(ffn, hidden, dtype=dtype)
-
-    def forward(self, x):
-        return self.fc2(F.gelu(self.fc1(x)))
-
-
-class SelfAttention(nn.Module):
-    """Causal multi-head self-attention with a fused QKV projection.
-
-    ``qkv`` maps hidden -> 3 * hidden, laid out as [Q; K; V], each with the
-    heads one after another (head i's rows are i*d .. (i+1)*d, d = hidden / heads).
-    """
-
-    def __init__(self, hidden, heads, dtype=torch.float32):
-        super().__init__()
-        if hidden % heads:
-            raise ValueError(f"hidden ({hidden}) must be divisible by heads ({heads})")
-        self.hidden, self.heads = hidden, heads
-        self.qkv = nn.Linear(hidden, 3 * hidden, dtype=dtype)
-        self.out = nn.Linear(hidden, hidden, dtype=dtype)
-
-    def forward(self, x):
-        q, k, v = self.qkv(x).chunk(3, dim=-1)
-        return self.out(causal_attention(q, k, v, self.hidden // self.heads))
-
+from commtax.ranks._args import Group
+from commtax.ranks._tp_layers import (  # noqa: F401  (MLP, SelfAttention: the full layers, for you and the tests)
+    MLP,
+    SelfAttention,
+    ShardedLinear,
+    causal_attention,
+    shard_of,
+)
 
 # -- the four communication points -------------------------------------------------------
 #
@@ -106,7 +67,7 @@ class _CopyToTensorParallel(torch.autograd.Function):
     """Identity forward; all-reduce of the gradient backward (every rank used the same input)."""
 
     @staticmethod
-    def forward(ctx, x, group):
+    def forward(ctx, x: torch.Tensor, group: Group) -> torch.Tensor:
         # BEGIN SOLUTION
         # HINT: remember the group for the backward; the forward changes nothing.
         ctx.group = group
@@ -114,7 +75,7 @@ class _CopyToTensorParallel(torch.autograd.Function):
         # END SOLUTION
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
         # BEGIN SOLUTION
         # HINT: each rank holds the gradient of its own branch; the input's gradient is their sum.
         grad = grad.contiguous().clone()
@@ -127,7 +88,7 @@ class _ReduceFromTensorParallel(torch.autograd.Function):
     """All-reduce forward (sum the partial outputs); identity backward."""
 
     @staticmethod
-    def forward(ctx, x, group):
+    def forward(ctx, x: torch.Tensor, group: Group) -> torch.Tensor:
         # BEGIN SOLUTION
         # HINT: all-reduce a copy (do not modify the autograd input in place).
         x = x.contiguous().clone()
@@ -136,7 +97,7 @@ class _ReduceFromTensorParallel(torch.autograd.Function):
         # END SOLUTION
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
         # BEGIN SOLUTION
         # HINT: d(sum)/d(partial) is the identity: every rank gets the same gradient.
         return grad, None
@@ -153,10 +114,9 @@ class _GatherFromTensorParallel(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x, group):
+    def forward(ctx, x: torch.Tensor, group: Group) -> torch.Tensor:
         # BEGIN SOLUTION
-        # HINT: dist.all_gather(list of t empty tensors like x, x.contiguous(), group=group), then torch.cat
-        # HINT: on the last dimension. Remember the group for the backward.
+        # HINT: every rank's slice, side by side on the last dimension, in group-rank order.
         ctx.group = group
         x = x.contiguous()
         pieces = [torch.empty_like(x) for _ in range(dist.get_world_size(group))]
@@ -165,7 +125,7 @@ class _GatherFromTensorParallel(torch.autograd.Function):
         # END SOLUTION
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
         # BEGIN SOLUTION
         # HINT: keep the block of the last dimension that this rank contributed (dist.get_rank(group)).
         rank, world = dist.get_rank(ctx.group), dist.get_world_size(ctx.group)
@@ -182,7 +142,7 @@ class _ScatterToTensorParallel(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x, group):
+    def forward(ctx, x: torch.Tensor, group: Group) -> torch.Tensor:
         # BEGIN SOLUTION
         # HINT: the mirror of the gather: the forward is the gather's backward, the backward its forward.
         ctx.group = group
@@ -191,7 +151,7 @@ class _ScatterToTensorParallel(torch.autograd.Function):
         # END SOLUTION
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
         # BEGIN SOLUTION
         # HINT: all-gather the slices' gradients and concatenate them on the last dimension.
         grad = grad.contiguous()
@@ -201,57 +161,29 @@ class _ScatterToTensorParallel(torch.autograd.Function):
         # END SOLUTION
 
 
-def copy_to_tp_region(x, group=None):
+def copy_to_tp_region(x: torch.Tensor, group: Group = None) -> torch.Tensor:
     """Enter the tensor-parallel region: identity forward, all-reduce backward."""
     return _CopyToTensorParallel.apply(x, group)
 
 
-def reduce_from_tp_region(x, group=None):
+def reduce_from_tp_region(x: torch.Tensor, group: Group = None) -> torch.Tensor:
     """Leave the tensor-parallel region: all-reduce forward, identity backward."""
     return _ReduceFromTensorParallel.apply(x, group)
 
 
-def gather_from_tp_region(x, group=None):
+def gather_from_tp_region(x: torch.Tensor, group: Group = None) -> torch.Tensor:
     """Leave the region with the whole output: all-gather of the last dimension forward, split backward."""
     return _GatherFromTensorParallel.apply(x, group)
 
 
-def scatter_to_tp_region(x, group=None):
+def scatter_to_tp_region(x: torch.Tensor, group: Group = None) -> torch.Tensor:
     """Enter the region with a slice of a whole input: split of the last dimension forward, all-gather backward."""
     return _ScatterToTensorParallel.apply(x, group)
 
 
-def _shard(size, group, what):
-    """(this rank's index, the shard width) for splitting ``size`` over ``group``."""
-    rank, world = dist.get_rank(group), dist.get_world_size(group)
-    if size % world:
-        raise ValueError(f"{what} ({size}) must be divisible by the group size ({world})")
-    return rank, size // world
-
-
 # -- the parallel layers -----------------------------------------------------------------
 
-class _ShardedLinear(nn.Module):
-    """A weight shard of the given shape, an optional bias, the group, the full sizes (given).
-
-    Initialised as ``nn.Linear(in_features, out_features)`` initialises its
-    weight and bias: uniform in +-1/sqrt(in_features), the full layer's fan-in.
-    (Each rank draws its own values; :meth:`from_full`, or assigning
-    ``layer.weight = nn.Parameter(...)``, puts the real ones in.)
-    """
-
-    def __init__(self, in_features, out_features, weight_shape, bias_size, bias, group, dtype, device):
-        super().__init__()
-        self.in_features, self.out_features, self.group = in_features, out_features, group
-        bound = in_features ** -0.5
-        self.weight = nn.Parameter(torch.empty(weight_shape, dtype=dtype, device=device).uniform_(-bound, bound))
-        if bias:
-            self.bias = nn.Parameter(torch.empty(bias_size, dtype=dtype, device=device).uniform_(-bound, bound))
-        else:
-            self.register_parameter("bias", None)
-
-
-class ColumnParallelLinear(_ShardedLinear):
+class ColumnParallelLinear(ShardedLinear):
     """Linear layer whose output features are split across the group (Megatron-LM's ColumnParallelLinear).
 
     Holds ``weight`` (out/t x in) and ``bias`` (out/t): rows r*out/t .. (r+1)*out/t
@@ -263,20 +195,18 @@ class ColumnParallelLinear(_ShardedLinear):
     ``out_features`` when t does not divide it.
     """
 
-    def __init__(self, in_features, out_features, bias=True, group=None, gather_output=False, *, dtype=None,
-                 device=None):
-        _, width = _shard(out_features, group, "out_features")
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, group: Group = None,
+                 gather_output: bool = False, *, dtype: torch.dtype | None = None, device: torch.device | None = None) -> None:
+        _, width = shard_of(out_features, group, "out_features")
         super().__init__(in_features, out_features, (width, in_features), width, bias, group, dtype, device)
         self.gather_output = gather_output
 
     @classmethod
-    def from_full(cls, layer, group=None, gather_output=False):
+    def from_full(cls, layer: nn.Linear, group: Group = None, gather_output: bool = False) -> ColumnParallelLinear:
         """The shard of ``layer`` (an nn.Linear) for this rank, with the same dtype and device."""
         # BEGIN SOLUTION
-        # HINT: build cls(layer.in_features, layer.out_features, layer.bias is not None, group, gather_output,
-        # HINT: dtype=..., device=...), then copy in this rank's block of rows of nn.Linear's (out, in) weight
-        # HINT: (and of the bias) under torch.no_grad().
-        rank, width = _shard(layer.out_features, group, "out_features")
+        # HINT: a layer of the same sizes holding this rank's block of output features (rows of the weight).
+        rank, width = shard_of(layer.out_features, group, "out_features")
         shard = cls(layer.in_features, layer.out_features, layer.bias is not None, group, gather_output,
                     dtype=layer.weight.dtype, device=layer.weight.device)
         rows = slice(rank * width, (rank + 1) * width)
@@ -287,7 +217,7 @@ class ColumnParallelLinear(_ShardedLinear):
         return shard
         # END SOLUTION
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         # BEGIN SOLUTION
         # HINT: enter the parallel region first, so that the backward sums the input's gradient; with
         # HINT: self.gather_output, leave it through gather_from_tp_region.
@@ -296,7 +226,7 @@ class ColumnParallelLinear(_ShardedLinear):
         # END SOLUTION
 
 
-class RowParallelLinear(_ShardedLinear):
+class RowParallelLinear(ShardedLinear):
     """Linear layer whose input features are split across the group (Megatron-LM's RowParallelLinear).
 
     Holds ``weight`` (out x in/t): columns r*in/t .. (r+1)*in/t of the full
@@ -310,19 +240,18 @@ class RowParallelLinear(_ShardedLinear):
     constructor is given: ValueError naming ``in_features`` when t does not divide it.
     """
 
-    def __init__(self, in_features, out_features, bias=True, group=None, input_is_parallel=True, *, dtype=None,
-                 device=None):
-        _, width = _shard(in_features, group, "in_features")
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, group: Group = None,
+                 input_is_parallel: bool = True, *, dtype: torch.dtype | None = None, device: torch.device | None = None) -> None:
+        _, width = shard_of(in_features, group, "in_features")
         super().__init__(in_features, out_features, (out_features, width), out_features, bias, group, dtype, device)
         self.input_is_parallel = input_is_parallel
 
     @classmethod
-    def from_full(cls, layer, group=None, input_is_parallel=True):
+    def from_full(cls, layer: nn.Linear, group: Group = None, input_is_parallel: bool = True) -> RowParallelLinear:
         """The shard of ``layer`` (an nn.Linear) for this rank, with the same dtype and device."""
         # BEGIN SOLUTION
-        # HINT: build cls(...) as in ColumnParallelLinear.from_full; copy this rank's block of columns of the
-        # HINT: weight and the whole bias.
-        rank, width = _shard(layer.in_features, group, "in_features")
+        # HINT: the mirror of the column layer: this rank's block of input features; the bias is not split.
+        rank, width = shard_of(layer.in_features, group, "in_features")
         shard = cls(layer.in_features, layer.out_features, layer.bias is not None, group, input_is_parallel,
                     dtype=layer.weight.dtype, device=layer.weight.device)
         with torch.no_grad():
@@ -332,10 +261,9 @@ class RowParallelLinear(_ShardedLinear):
         return shard
         # END SOLUTION
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         # BEGIN SOLUTION
-        # HINT: a whole input (not self.input_is_parallel) goes through scatter_to_tp_region first. Then
-        # HINT: partial = x @ W_r^T; sum the partials across ranks; then add the bias, once.
+        # HINT: each rank's product is a partial sum of the output; the bias belongs to the sum, once.
         if not self.input_is_parallel:
             x = scatter_to_tp_region(x, self.group)
         partial = F.linear(x, self.weight)
@@ -347,12 +275,12 @@ class RowParallelLinear(_ShardedLinear):
 class TensorParallelMLP(nn.Module):
     """fc1 column-parallel, GELU on the slice, fc2 row-parallel: one all-reduce each way."""
 
-    def __init__(self, fc1, fc2):
+    def __init__(self, fc1: ColumnParallelLinear, fc2: RowParallelLinear) -> None:
         super().__init__()
         self.fc1, self.fc2 = fc1, fc2
 
     @classmethod
-    def from_full(cls, mlp, group=None):
+    def from_full(cls, mlp: MLP, group: Group = None) -> TensorParallelMLP:
         """The shard of ``mlp`` (an :class:`MLP`) for this rank."""
         # BEGIN SOLUTION
         # HINT: one ColumnParallelLinear and one RowParallelLinear (their defaults: the output stays split,
@@ -360,7 +288,7 @@ class TensorParallelMLP(nn.Module):
         return cls(ColumnParallelLinear.from_full(mlp.fc1, group), RowParallelLinear.from_full(mlp.fc2, group))
         # END SOLUTION
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         # BEGIN SOLUTION
         # HINT: GELU is element-wise, so it can run on the slice without communication.
         return self.fc2(F.gelu(self.fc1(x)))
@@ -374,18 +302,16 @@ class TensorParallelAttention(nn.Module):
     fused projection, and the matching columns of the output projection.
     """
 
-    def __init__(self, qkv, out, head_dim):
+    def __init__(self, qkv: ColumnParallelLinear, out: RowParallelLinear, head_dim: int) -> None:
         super().__init__()
         self.qkv, self.out, self.head_dim = qkv, out, head_dim
 
     @classmethod
-    def from_full(cls, attention, group=None):
+    def from_full(cls, attention: SelfAttention, group: Group = None) -> TensorParallelAttention:
         """The shard of ``attention`` (a :class:`SelfAttention`) for this rank."""
         # BEGIN SOLUTION
-        # HINT: check that t divides the heads (_shard(attention.heads, group, "heads")). The fused qkv weight
-        # HINT: is [Q; K; V]: build ColumnParallelLinear(hidden, 3 * hidden, ...) and copy in this rank's heads'
-        # HINT: rows from each of the three blocks. The output projection is an ordinary RowParallelLinear.
-        rank, heads_here = _shard(attention.heads, group, "heads")
+        # HINT: split by heads: this rank's heads from each of Q, K and V, then a row-parallel projection.
+        rank, heads_here = shard_of(attention.heads, group, "heads")
         hidden = attention.hidden
         width = heads_here * (hidden // attention.heads)
         rows = torch.cat([torch.arange(block * hidden + rank * width, block * hidden + (rank + 1) * width)
@@ -399,7 +325,7 @@ class TensorParallelAttention(nn.Module):
         return cls(qkv, RowParallelLinear.from_full(attention.out, group), hidden // attention.heads)
         # END SOLUTION
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         # BEGIN SOLUTION
         # HINT: split this rank's qkv output into its Q, K, V (each heads_here * d wide), attend, project.
         q, k, v = self.qkv(x).chunk(3, dim=-1)

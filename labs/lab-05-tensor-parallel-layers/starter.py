@@ -37,65 +37,26 @@ below), so results compare exactly. Shapes are (batch, seq, features);
 splits are along the last dimension, in group-rank order. Call collectives
 as ``dist.all_reduce`` and ``dist.all_gather`` (the tests count them).
 
-What the tests check, on t = 2 and 4 ranks in float64 (to 1e-12): the output
-and the gradient of the input equal the single-process layer's on every rank;
-each rank's weight is its block of the full weight and its weight and bias
-gradients are the matching block of the full layer's gradients; each block
-issues exactly one ``all_reduce`` of one (batch, seq, hidden) activation in
-the forward and one in the backward, and no other collective; a gathered
-column layer issues one all-gather of its whole output forward and one
-all-reduce backward, a row layer with a whole input one all-reduce forward
-and one all-gather of the input's gradient backward. ``from_full`` raises
-ValueError naming ``out_features``, ``in_features`` or ``heads`` when t does
-not divide it (the given ``_shard`` does this).
+The given parts (the single-process ``MLP`` and ``SelfAttention``, the layers' constructors and
+``shard_of``, which raises the ValueError naming a size t does not divide) are in
+:mod:`commtax.ranks._tp_layers`; what the tests check is in the README.
 """
+
+from __future__ import annotations
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-# -- the single-process reference layers (given) ---------------------------------------
-
-def causal_attention(q, k, v, head_dim):
-    """Causal attention of (batch, seq, heads*head_dim) tensors; each head attends on its own."""
-    b, s, width = q.shape
-    split = lambda x: x.view(b, s, width // head_dim, head_dim).transpose(1, 2)
-    y = F.scaled_dot_product_attention(split(q), split(k), split(v), is_causal=True)
-    return y.transpose(1, 2).reshape(b, s, width)
-
-
-class MLP(nn.Module):
-    """The transformer MLP: fc2(gelu(fc1(x))), hidden -> ffn -> hidden."""
-
-    def __init__(self, hidden, ffn, dtype=torch.float32):
-        super().__init__()
-        self.fc1 = nn.Linear(hidden, ffn, dtype=dtype)
-        self.fc2 = nn.Linear(ffn, hidden, dtype=dtype)
-
-    def forward(self, x):
-        return self.fc2(F.gelu(self.fc1(x)))
-
-
-class SelfAttention(nn.Module):
-    """Causal multi-head self-attention with a fused QKV projection.
-
-    ``qkv`` maps hidden -> 3 * hidden, laid out as [Q; K; V], each with the
-    heads one after another (head i's rows are i*d .. (i+1)*d, d = hidden / heads).
-    """
-
-    def __init__(self, hidden, heads, dtype=torch.float32):
-        super().__init__()
-        if hidden % heads:
-            raise ValueError(f"hidden ({hidden}) must be divisible by heads ({heads})")
-        self.hidden, self.heads = hidden, heads
-        self.qkv = nn.Linear(hidden, 3 * hidden, dtype=dtype)
-        self.out = nn.Linear(hidden, hidden, dtype=dtype)
-
-    def forward(self, x):
-        q, k, v = self.qkv(x).chunk(3, dim=-1)
-        return self.out(causal_attention(q, k, v, self.hidden // self.heads))
-
+from commtax.ranks._args import Group
+from commtax.ranks._tp_layers import (  # noqa: F401  (MLP, SelfAttention: the full layers, for you and the tests)
+    MLP,
+    SelfAttention,
+    ShardedLinear,
+    causal_attention,
+    shard_of,
+)
 
 # -- the four communication points -------------------------------------------------------
 #
@@ -106,14 +67,14 @@ class _CopyToTensorParallel(torch.autograd.Function):
     """Identity forward; all-reduce of the gradient backward (every rank used the same input)."""
 
     @staticmethod
-    def forward(ctx, x, group):
+    def forward(ctx, x: torch.Tensor, group: Group) -> torch.Tensor:
         raise NotImplementedError(
             "_CopyToTensorParallel.forward: not implemented yet. Hint: remember the group for"
             " the backward; the forward changes nothing."
         )
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
         raise NotImplementedError(
             "_CopyToTensorParallel.backward: not implemented yet. Hint: each rank holds the "
             "gradient of its own branch; the input's gradient is their sum."
@@ -124,14 +85,14 @@ class _ReduceFromTensorParallel(torch.autograd.Function):
     """All-reduce forward (sum the partial outputs); identity backward."""
 
     @staticmethod
-    def forward(ctx, x, group):
+    def forward(ctx, x: torch.Tensor, group: Group) -> torch.Tensor:
         raise NotImplementedError(
             "_ReduceFromTensorParallel.forward: not implemented yet. Hint: all-reduce a copy "
             "(do not modify the autograd input in place)."
         )
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
         raise NotImplementedError(
             "_ReduceFromTensorParallel.backward: not implemented yet. Hint: d(sum)/d(partial)"
             " is the identity: every rank gets the same gradient."
@@ -148,15 +109,14 @@ class _GatherFromTensorParallel(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x, group):
+    def forward(ctx, x: torch.Tensor, group: Group) -> torch.Tensor:
         raise NotImplementedError(
-            "_GatherFromTensorParallel.forward: not implemented yet. Hint: "
-            "dist.all_gather(list of t empty tensors like x, x.contiguous(), group=group), "
-            "then torch.cat on the last dimension. Remember the group for the backward."
+            "_GatherFromTensorParallel.forward: not implemented yet. Hint: every rank's "
+            "slice, side by side on the last dimension, in group-rank order."
         )
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
         raise NotImplementedError(
             "_GatherFromTensorParallel.backward: not implemented yet. Hint: keep the block of"
             " the last dimension that this rank contributed (dist.get_rank(group))."
@@ -172,71 +132,43 @@ class _ScatterToTensorParallel(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x, group):
+    def forward(ctx, x: torch.Tensor, group: Group) -> torch.Tensor:
         raise NotImplementedError(
             "_ScatterToTensorParallel.forward: not implemented yet. Hint: the mirror of the "
             "gather: the forward is the gather's backward, the backward its forward."
         )
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
         raise NotImplementedError(
             "_ScatterToTensorParallel.backward: not implemented yet. Hint: all-gather the "
             "slices' gradients and concatenate them on the last dimension."
         )
 
 
-def copy_to_tp_region(x, group=None):
+def copy_to_tp_region(x: torch.Tensor, group: Group = None) -> torch.Tensor:
     """Enter the tensor-parallel region: identity forward, all-reduce backward."""
     return _CopyToTensorParallel.apply(x, group)
 
 
-def reduce_from_tp_region(x, group=None):
+def reduce_from_tp_region(x: torch.Tensor, group: Group = None) -> torch.Tensor:
     """Leave the tensor-parallel region: all-reduce forward, identity backward."""
     return _ReduceFromTensorParallel.apply(x, group)
 
 
-def gather_from_tp_region(x, group=None):
+def gather_from_tp_region(x: torch.Tensor, group: Group = None) -> torch.Tensor:
     """Leave the region with the whole output: all-gather of the last dimension forward, split backward."""
     return _GatherFromTensorParallel.apply(x, group)
 
 
-def scatter_to_tp_region(x, group=None):
+def scatter_to_tp_region(x: torch.Tensor, group: Group = None) -> torch.Tensor:
     """Enter the region with a slice of a whole input: split of the last dimension forward, all-gather backward."""
     return _ScatterToTensorParallel.apply(x, group)
 
 
-def _shard(size, group, what):
-    """(this rank's index, the shard width) for splitting ``size`` over ``group``."""
-    rank, world = dist.get_rank(group), dist.get_world_size(group)
-    if size % world:
-        raise ValueError(f"{what} ({size}) must be divisible by the group size ({world})")
-    return rank, size // world
-
-
 # -- the parallel layers -----------------------------------------------------------------
 
-class _ShardedLinear(nn.Module):
-    """A weight shard of the given shape, an optional bias, the group, the full sizes (given).
-
-    Initialised as ``nn.Linear(in_features, out_features)`` initialises its
-    weight and bias: uniform in +-1/sqrt(in_features), the full layer's fan-in.
-    (Each rank draws its own values; :meth:`from_full`, or assigning
-    ``layer.weight = nn.Parameter(...)``, puts the real ones in.)
-    """
-
-    def __init__(self, in_features, out_features, weight_shape, bias_size, bias, group, dtype, device):
-        super().__init__()
-        self.in_features, self.out_features, self.group = in_features, out_features, group
-        bound = in_features ** -0.5
-        self.weight = nn.Parameter(torch.empty(weight_shape, dtype=dtype, device=device).uniform_(-bound, bound))
-        if bias:
-            self.bias = nn.Parameter(torch.empty(bias_size, dtype=dtype, device=device).uniform_(-bound, bound))
-        else:
-            self.register_parameter("bias", None)
-
-
-class ColumnParallelLinear(_ShardedLinear):
+class ColumnParallelLinear(ShardedLinear):
     """Linear layer whose output features are split across the group (Megatron-LM's ColumnParallelLinear).
 
     Holds ``weight`` (out/t x in) and ``bias`` (out/t): rows r*out/t .. (r+1)*out/t
@@ -248,23 +180,21 @@ class ColumnParallelLinear(_ShardedLinear):
     ``out_features`` when t does not divide it.
     """
 
-    def __init__(self, in_features, out_features, bias=True, group=None, gather_output=False, *, dtype=None,
-                 device=None):
-        _, width = _shard(out_features, group, "out_features")
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, group: Group = None,
+                 gather_output: bool = False, *, dtype: torch.dtype | None = None, device: torch.device | None = None) -> None:
+        _, width = shard_of(out_features, group, "out_features")
         super().__init__(in_features, out_features, (width, in_features), width, bias, group, dtype, device)
         self.gather_output = gather_output
 
     @classmethod
-    def from_full(cls, layer, group=None, gather_output=False):
+    def from_full(cls, layer: nn.Linear, group: Group = None, gather_output: bool = False) -> ColumnParallelLinear:
         """The shard of ``layer`` (an nn.Linear) for this rank, with the same dtype and device."""
         raise NotImplementedError(
-            "ColumnParallelLinear.from_full: not implemented yet. Hint: build "
-            "cls(layer.in_features, layer.out_features, layer.bias is not None, group, "
-            "gather_output, dtype=..., device=...), then copy in this rank's block of rows of"
-            " nn.Linear's (out, in) weight (and of the bias) under torch.no_grad()."
+            "ColumnParallelLinear.from_full: not implemented yet. Hint: a layer of the same "
+            "sizes holding this rank's block of output features (rows of the weight)."
         )
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError(
             "ColumnParallelLinear.forward: not implemented yet. Hint: enter the parallel "
             "region first, so that the backward sums the input's gradient; with "
@@ -272,7 +202,7 @@ class ColumnParallelLinear(_ShardedLinear):
         )
 
 
-class RowParallelLinear(_ShardedLinear):
+class RowParallelLinear(ShardedLinear):
     """Linear layer whose input features are split across the group (Megatron-LM's RowParallelLinear).
 
     Holds ``weight`` (out x in/t): columns r*in/t .. (r+1)*in/t of the full
@@ -286,38 +216,36 @@ class RowParallelLinear(_ShardedLinear):
     constructor is given: ValueError naming ``in_features`` when t does not divide it.
     """
 
-    def __init__(self, in_features, out_features, bias=True, group=None, input_is_parallel=True, *, dtype=None,
-                 device=None):
-        _, width = _shard(in_features, group, "in_features")
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, group: Group = None,
+                 input_is_parallel: bool = True, *, dtype: torch.dtype | None = None, device: torch.device | None = None) -> None:
+        _, width = shard_of(in_features, group, "in_features")
         super().__init__(in_features, out_features, (out_features, width), out_features, bias, group, dtype, device)
         self.input_is_parallel = input_is_parallel
 
     @classmethod
-    def from_full(cls, layer, group=None, input_is_parallel=True):
+    def from_full(cls, layer: nn.Linear, group: Group = None, input_is_parallel: bool = True) -> RowParallelLinear:
         """The shard of ``layer`` (an nn.Linear) for this rank, with the same dtype and device."""
         raise NotImplementedError(
-            "RowParallelLinear.from_full: not implemented yet. Hint: build cls(...) as in "
-            "ColumnParallelLinear.from_full; copy this rank's block of columns of the weight "
-            "and the whole bias."
+            "RowParallelLinear.from_full: not implemented yet. Hint: the mirror of the column"
+            " layer: this rank's block of input features; the bias is not split."
         )
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError(
-            "RowParallelLinear.forward: not implemented yet. Hint: a whole input (not "
-            "self.input_is_parallel) goes through scatter_to_tp_region first. Then partial = "
-            "x @ W_r^T; sum the partials across ranks; then add the bias, once."
+            "RowParallelLinear.forward: not implemented yet. Hint: each rank's product is a "
+            "partial sum of the output; the bias belongs to the sum, once."
         )
 
 
 class TensorParallelMLP(nn.Module):
     """fc1 column-parallel, GELU on the slice, fc2 row-parallel: one all-reduce each way."""
 
-    def __init__(self, fc1, fc2):
+    def __init__(self, fc1: ColumnParallelLinear, fc2: RowParallelLinear) -> None:
         super().__init__()
         self.fc1, self.fc2 = fc1, fc2
 
     @classmethod
-    def from_full(cls, mlp, group=None):
+    def from_full(cls, mlp: MLP, group: Group = None) -> TensorParallelMLP:
         """The shard of ``mlp`` (an :class:`MLP`) for this rank."""
         raise NotImplementedError(
             "TensorParallelMLP.from_full: not implemented yet. Hint: one ColumnParallelLinear"
@@ -325,7 +253,7 @@ class TensorParallelMLP(nn.Module):
             " a slice)."
         )
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError(
             "TensorParallelMLP.forward: not implemented yet. Hint: GELU is element-wise, so "
             "it can run on the slice without communication."
@@ -339,22 +267,19 @@ class TensorParallelAttention(nn.Module):
     fused projection, and the matching columns of the output projection.
     """
 
-    def __init__(self, qkv, out, head_dim):
+    def __init__(self, qkv: ColumnParallelLinear, out: RowParallelLinear, head_dim: int) -> None:
         super().__init__()
         self.qkv, self.out, self.head_dim = qkv, out, head_dim
 
     @classmethod
-    def from_full(cls, attention, group=None):
+    def from_full(cls, attention: SelfAttention, group: Group = None) -> TensorParallelAttention:
         """The shard of ``attention`` (a :class:`SelfAttention`) for this rank."""
         raise NotImplementedError(
-            "TensorParallelAttention.from_full: not implemented yet. Hint: check that t "
-            "divides the heads (_shard(attention.heads, group, \"heads\")). The fused qkv "
-            "weight is [Q; K; V]: build ColumnParallelLinear(hidden, 3 * hidden, ...) and "
-            "copy in this rank's heads' rows from each of the three blocks. The output "
-            "projection is an ordinary RowParallelLinear."
+            "TensorParallelAttention.from_full: not implemented yet. Hint: split by heads: "
+            "this rank's heads from each of Q, K and V, then a row-parallel projection."
         )
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError(
             "TensorParallelAttention.forward: not implemented yet. Hint: split this rank's "
             "qkv output into its Q, K, V (each heads_here * d wide), attend, project."
