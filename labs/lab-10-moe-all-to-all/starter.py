@@ -28,13 +28,18 @@ Call point-to-point operations as ``dist.isend``/``dist.irecv`` (or
 ``dist.send``/``dist.recv``): the tests count the bytes they carry.
 """
 
+from __future__ import annotations
+
 import math
 import numbers
+from collections.abc import Sequence
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
+
+from commtax.ranks._args import Group
 
 # -- part 1: the bill --------------------------------------------------------------------
 
@@ -50,7 +55,7 @@ def _positive(name, value):
     return value
 
 
-def expert_capacity(tokens, experts, top_k, capacity_factor):
+def expert_capacity(tokens: int, experts: int, top_k: int, capacity_factor: float) -> int:
     """Slots per expert for one group of ``tokens`` tokens: ceil(capacity_factor * tokens * top_k / experts).
 
     Each token makes ``top_k`` routed copies; spread evenly, each expert would
@@ -66,8 +71,8 @@ def expert_capacity(tokens, experts, top_k, capacity_factor):
     )
 
 
-def dispatch_bytes_per_rank(tokens_per_rank, hidden, ep, top_k, dtype_bytes=2, capacity_factor=None,
-                            experts=None):
+def dispatch_bytes_per_rank(tokens_per_rank: int, hidden: int, ep: int, top_k: int, dtype_bytes: float = 2,
+                            capacity_factor: float | None = None, experts: int | None = None) -> float:
     """Bytes one rank sends in one dispatch all-to-all (the combine sends as many back).
 
     Experts are spread evenly over ``ep`` ranks and routing is uniform, so a
@@ -97,7 +102,7 @@ def dispatch_bytes_per_rank(tokens_per_rank, hidden, ep, top_k, dtype_bytes=2, c
     )
 
 
-def apply_capacity(expert_ids, experts, capacity):
+def apply_capacity(expert_ids: torch.Tensor, experts: int, capacity: int) -> torch.Tensor:
     """Which routed copies fit: a bool tensor of the shape of ``expert_ids`` (tokens x top_k), True = kept.
 
     ``expert_ids[t, j]`` is token t's j-th choice. The rule (GShard, Switch
@@ -122,7 +127,8 @@ def _global(group, rank):
     return rank if group is None else dist.get_global_rank(group, rank)
 
 
-def all_to_all(send, send_splits, recv_splits, group=None):
+def all_to_all(send: torch.Tensor, send_splits: Sequence[int], recv_splits: Sequence[int],
+               group: Group = None) -> torch.Tensor:
     """All-to-all with variable split sizes, from point-to-point operations only.
 
     ``send`` holds sum(send_splits) rows: the first ``send_splits[0]`` go to
@@ -142,7 +148,9 @@ def all_to_all(send, send_splits, recv_splits, group=None):
     )
 
 
-def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=None, group=None):  # noqa: A002
+def all_to_all_single(output: torch.Tensor, input: torch.Tensor,  # noqa: A002
+                      output_split_sizes: Sequence[int] | None = None, input_split_sizes: Sequence[int] | None = None,
+                      group: Group = None) -> None:
     """``all_to_all`` with ``torch.distributed.all_to_all_single``'s arguments: it fills ``output``.
 
     ``input_split_sizes[j]`` rows of ``input`` go to rank j and
@@ -178,7 +186,7 @@ class AllToAll(torch.autograd.Function):
 
 # -- the single-process layer (given) ------------------------------------------------------
 
-def route(logits, top_k):
+def route(logits: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Top-k routing (Mixtral style): the k largest logits' experts, weights = softmax over those k.
 
     Returns (expert_ids: long tokens x k, weights: tokens x k, each row summing to 1).
@@ -197,7 +205,7 @@ class MoE(nn.Module):
     nothing (its token's residual connection, outside this layer, carries it).
     """
 
-    def __init__(self, hidden, ffn, experts, top_k, dtype=torch.float32):
+    def __init__(self, hidden: int, ffn: int, experts: int, top_k: int, dtype: torch.dtype = torch.float32) -> None:
         super().__init__()
         if top_k > experts:
             raise ValueError(f"top_k ({top_k}) exceeds experts ({experts})")
@@ -206,11 +214,11 @@ class MoE(nn.Module):
         self.w1 = nn.Parameter(torch.randn(experts, ffn, hidden, dtype=dtype) / hidden ** 0.5)
         self.w2 = nn.Parameter(torch.randn(experts, hidden, ffn, dtype=dtype) / ffn ** 0.5)
 
-    def expert(self, e, x):
+    def expert(self, e: int, x: torch.Tensor) -> torch.Tensor:
         """Expert ``e`` (a global index) on rows ``x``."""
         return F.gelu(x @ self.w1[e].t()) @ self.w2[e].t()
 
-    def forward(self, x, capacity_factor=None):
+    def forward(self, x: torch.Tensor, capacity_factor: float | None = None) -> torch.Tensor:
         """x: tokens x hidden. ``capacity_factor``: drop copies over capacity (this call's tokens are one group)."""
         ids, weights = route(self.router(x), self.top_k)
         capacity = None if capacity_factor is None else expert_capacity(x.shape[0], self.experts, self.top_k,
@@ -236,7 +244,8 @@ class ExpertParallelMoE(nn.Module):
     dropped on this rank).
     """
 
-    def __init__(self, router, w1, w2, top_k, experts, group=None):
+    def __init__(self, router: nn.Linear, w1: torch.Tensor, w2: torch.Tensor, top_k: int, experts: int,
+                 group: Group = None) -> None:
         super().__init__()
         self.router, self.w1, self.w2 = router, w1, w2
         self.top_k, self.experts, self.group = top_k, experts, group
@@ -247,14 +256,14 @@ class ExpertParallelMoE(nn.Module):
         self.dropped = 0
 
     @classmethod
-    def from_full(cls, moe, group=None):
+    def from_full(cls, moe: MoE, group: Group = None) -> ExpertParallelMoE:
         """This rank's shard of ``moe``: a copy of the router and the experts rank*E/ep .. (rank+1)*E/ep - 1."""
         raise NotImplementedError(
             "ExpertParallelMoE.from_full: not implemented yet. Hint: check that ep divides "
             "moe.experts (ValueError naming \"experts\"); copy the router; slice w1, w2."
         )
 
-    def forward(self, x, capacity_factor=None):
+    def forward(self, x: torch.Tensor, capacity_factor: float | None = None) -> torch.Tensor:
         """x: this rank's tokens x hidden -> this rank's outputs, equal to ``MoE.forward`` on these tokens.
 
         Route on this rank, drop over capacity (this rank's tokens are one

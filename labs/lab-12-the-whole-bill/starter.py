@@ -33,6 +33,8 @@ ring-equivalent so that it is comparable with the course's bill).
 Bad input raises ValueError naming the argument.
 """
 
+from __future__ import annotations
+
 import numbers
 import time
 
@@ -41,6 +43,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 # Given: the model and its data, shared with the tests' single-process reference.
+from commtax.ranks._args import Group
 from commtax.ranks.wholebill import make_batch, make_model, megatron_groups
 
 AXES = ("dp", "tp", "pp")
@@ -53,7 +56,7 @@ def _count(name, value, minimum=1):
 
 # -- the plan --------------------------------------------------------------------------
 
-def grid_coordinates(rank, dp, tp, pp):
+def grid_coordinates(rank: int, dp: int, tp: int, pp: int) -> tuple[int, int, int]:
     """(pp_idx, dp_idx, tp_idx) of ``rank`` in Megatron's order: TP innermost, then DP, then PP (given)."""
     for name, value in (("dp", dp), ("tp", tp), ("pp", pp)):
         _count(name, value)
@@ -65,7 +68,7 @@ def grid_coordinates(rank, dp, tp, pp):
     return pp_idx, dp_idx, tp_idx
 
 
-def group_ranks(dp, tp, pp):
+def group_ranks(dp: int, tp: int, pp: int) -> dict[str, list[list[int]]]:
     """Every process group of the plan: {"tp": [[ranks], ...], "dp": [...], "pp": [...]} (given).
 
     A TP group is the ``tp`` ranks that share (pp_idx, dp_idx); a DP group the
@@ -78,7 +81,7 @@ def group_ranks(dp, tp, pp):
     return megatron_groups(dp, tp, pp)
 
 
-def params_per_rank(layers, hidden, tp, pp):
+def params_per_rank(layers: int, hidden: int, tp: int, pp: int) -> int:
     """Parameters one rank holds: its stage's layers, its TP shard of W1, b1, W2, and all of b2."""
     raise NotImplementedError(
         "params_per_rank: not implemented yet. Hint: per layer: h * 4h / t (W1) + 4h / t (b1)"
@@ -86,7 +89,8 @@ def params_per_rank(layers, hidden, tp, pp):
     )
 
 
-def predicted_bytes_per_step(layers, hidden, micro_batch, seq, microbatches, dp, tp, pp, dtype_bytes=8):
+def predicted_bytes_per_step(layers: int, hidden: int, micro_batch: int, seq: int, microbatches: int, dp: int,
+                             tp: int, pp: int, dtype_bytes: float = 8) -> dict[str, float]:
     """Bytes each rank sends per training step, averaged over ranks, by axis: {"dp", "tp", "pp"}.
 
     * TP: per layer and micro-batch, 2 all-reduces (forward output, backward
@@ -120,7 +124,7 @@ class Ledger:
     "dp", "tp", "pp" and "other" always present.
     """
 
-    def __init__(self, groups):
+    def __init__(self, groups: dict[str, Group]) -> None:
         self.groups = dict(groups)
         self.bytes = {axis: 0.0 for axis in (*AXES, "other")}
         self._originals = {}
@@ -133,11 +137,11 @@ class Ledger:
         self.stop()
         return False
 
-    def axis_of(self, group):
+    def axis_of(self, group: Group) -> str:
         """The axis whose group ``group`` is (compare the objects with ``is``), else "other"."""
         raise NotImplementedError("Ledger.axis_of: not implemented yet. Hint: loop over self.groups.items().")
 
-    def start(self):
+    def start(self) -> None:
         """Save dist.all_reduce, dist.send and dist.isend in self._originals and put counting wrappers in."""
         raise NotImplementedError(
             "Ledger.start: not implemented yet. Hint: all_reduce(tensor, op=..., group=None, "
@@ -146,7 +150,7 @@ class Ledger:
             "payload to \"pp\"."
         )
 
-    def stop(self):
+    def stop(self) -> None:
         """Put back the functions :meth:`start` replaced."""
         raise NotImplementedError(
             "Ledger.stop: not implemented yet. Hint: setattr(dist, name, original) for each "
@@ -187,7 +191,7 @@ class _ReduceFromTP(torch.autograd.Function):
         return grad, None
 
 
-def shard_layer(layer, tp, tp_idx):
+def shard_layer(layer: dict[str, torch.Tensor], tp: int, tp_idx: int) -> dict[str, torch.Tensor]:
     """This TP rank's shard of one full layer: W1 rows and b1 (output features), W2 columns; b2 whole."""
     raise NotImplementedError(
         "shard_layer: not implemented yet. Hint: torch.chunk each of w1 (dim 0), b1 (dim 0) "
@@ -195,7 +199,7 @@ def shard_layer(layer, tp, tp_idx):
     )
 
 
-def tp_block(x, shard, tp_group):
+def tp_block(x: torch.Tensor, shard: dict[str, torch.Tensor], tp_group: Group) -> torch.Tensor:
     """One block on one TP rank: copy into the TP region, local W1 and W2, all-reduce out, add b2 and x."""
     raise NotImplementedError(
         "tp_block: not implemented yet. Hint: h = _CopyToTP.apply(x, group); local matmuls; "
@@ -205,7 +209,7 @@ def tp_block(x, shard, tp_group):
 
 # -- one training step on this rank ---------------------------------------------------
 
-def one_f_one_b_order(stage, stages, microbatches):
+def one_f_one_b_order(stage: int, stages: int, microbatches: int) -> list[tuple[str, int]]:
     """This stage's ops in 1F1B order: a list of ("F", k) and ("B", k), k the micro-batch.
 
     Warm up with min(stages - stage - 1, microbatches) forwards (stage 0 of 4
@@ -217,7 +221,8 @@ def one_f_one_b_order(stage, stages, microbatches):
     raise NotImplementedError("one_f_one_b_order: not implemented yet. Hint: your Lab 07 1F1B order for one stage.")
 
 
-def train_step(ctx, shards, inputs, targets, microbatches, timeline):
+def train_step(ctx: dict, shards: list[dict[str, torch.Tensor]], inputs: torch.Tensor, targets: torch.Tensor,
+               microbatches: int, timeline: list) -> torch.Tensor | None:
     """Run one 1F1B step on this rank; on the last stage, return the summed loss of its micro-batches.
 
     ``ctx``: a dict with "stage", "stages", "prev", "next" (global ranks of the
@@ -241,7 +246,7 @@ def train_step(ctx, shards, inputs, targets, microbatches, timeline):
     )
 
 
-def sync_gradients(shards, dp_group, dp):
+def sync_gradients(shards: list[dict[str, torch.Tensor]], dp_group: Group, dp: int) -> None:
     """All-reduce every gradient of this rank over its DP group (one flat buffer) and divide by ``dp``."""
     raise NotImplementedError(
         "sync_gradients: not implemented yet. Hint: torch.cat the flattened grads, one "
@@ -249,8 +254,9 @@ def sync_gradients(shards, dp_group, dp):
     )
 
 
-def train(rank, world_size, dp, tp, pp, *, layers=4, hidden=16, micro_batch=2, seq=8, microbatches=4, steps=3,
-          lr=0.1, seed=0, tp_group_axis="tp"):
+def train(rank: int, world_size: int, dp: int, tp: int, pp: int, *, layers: int = 4, hidden: int = 16,
+          micro_batch: int = 2, seq: int = 8, microbatches: int = 4, steps: int = 3, lr: float = 0.1, seed: int = 0,
+          tp_group_axis: str = "tp") -> dict:
     """Train on this rank (given: the wiring of the pieces above); call on every rank of a dp*tp*pp job.
 
     Returns plain data: {"coords": (pp_idx, dp_idx, tp_idx), "loss": [global loss per step, on
