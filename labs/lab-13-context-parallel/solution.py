@@ -35,89 +35,33 @@ sequence. ``group=None`` is the world group; cp = its size; the ring sends to
 rank + 1 and receives from rank - 1 (mod cp). Call point-to-point operations
 as ``dist.isend``/``dist.irecv`` (the tests count their bytes and check that
 you wait for each one). Bad input raises ValueError naming the argument.
+
+Given, in :mod:`commtax.ranks._context_parallel`: ``timed``, ``local_chunks``, ``block_pairs``,
+``new_state`` and ``scores``; code-level help is in the README's "If stuck".
 """
 
-import contextlib
-import math
-import time
+from __future__ import annotations
+
+from collections.abc import Sequence
 
 import torch
 import torch.distributed as dist
 
-# -- given: timing records and the local layout --------------------------------------------
-
-@contextlib.contextmanager
-def timed(timeline, **fields):
-    """Append ``{**fields, "start": t0, "end": t1, "cpu": seconds}`` to ``timeline`` (if it is a list).
-
-    ``start``/``end`` are ``time.perf_counter()`` seconds (one clock for every
-    process of a machine); ``cpu`` is this thread's CPU time in between. Use it
-    as ``with timed(timeline, phase="forward", step=i, event="compute"): ...``.
-    """
-    if timeline is None:
-        yield
-        return
-    start, cpu = time.perf_counter(), time.thread_time()
-    try:
-        yield
-    finally:
-        timeline.append({**fields, "start": start, "end": time.perf_counter(), "cpu": time.thread_time() - cpu})
-
-
-def local_chunks(cp_rank, cp, length, zigzag):
-    """The chunks of the sequence a rank holds: ``[(chunk_index, start, stop), ...]`` in local rows.
-
-    Zigzag: chunks ``cp_rank`` and ``2cp-1-cp_rank`` of 2cp, each length/2 rows.
-    Contiguous: the single chunk ``cp_rank`` of cp. Chunk indices of one layout
-    compare like positions in the sequence: a lower index is earlier.
-    """
-    if zigzag:
-        half = length // 2
-        return [(cp_rank, 0, half), (2 * cp - 1 - cp_rank, half, length)]
-    return [(cp_rank, 0, length)]
-
-
-def block_pairs(q_chunks, kv_chunks, causal):
-    """Which (query chunk, key chunk) pairs to compute: ``[((qa, qb), (ka, kb), diagonal), ...]``.
-
-    Non-causal: all of them. Causal: a key chunk before the query chunk is
-    computed whole, the same chunk is the diagonal (masked inside), a later
-    key chunk is skipped (every one of its keys is in the future).
-    """
-    pairs = []
-    for qi, qa, qb in q_chunks:
-        for ki, ka, kb in kv_chunks:
-            if not causal or ki < qi:
-                pairs.append(((qa, qb), (ka, kb), False))
-            elif ki == qi:
-                pairs.append(((qa, qb), (ka, kb), True))
-    return pairs
-
-
-def _group_info(group):
-    return dist.get_rank(group), dist.get_world_size(group)
-
-
-def _global(group, rank):
-    return rank if group is None else dist.get_global_rank(group, rank)
-
-
-def _int(name, value, minimum):
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return value
-
-
-def _bytes_arg(dtype_bytes):
-    if isinstance(dtype_bytes, bool) or not isinstance(dtype_bytes, (int, float)) \
-            or not math.isfinite(dtype_bytes) or dtype_bytes <= 0:
-        raise ValueError(f"dtype_bytes must be a finite number > 0, got {dtype_bytes!r}")
-    return dtype_bytes
-
+from commtax.ranks._args import Group, check_positive, check_whole
+from commtax.ranks._context_parallel import (
+    block_pairs,
+    check_qkv,
+    global_rank,
+    group_info,
+    local_chunks,
+    new_state,
+    scores,
+    timed,
+)
 
 # -- part 1: the layout and the bill ----------------------------------------------------------
 
-def zigzag_shard(x, cp_rank, cp, dim=0):
+def zigzag_shard(x: torch.Tensor, cp_rank: int, cp: int, dim: int = 0) -> torch.Tensor:
     """Rank ``cp_rank``'s share of ``x`` along ``dim``: chunks cp_rank and 2cp-1-cp_rank of 2cp, in that order.
 
     Causal attention gives early tokens little work and late tokens a lot;
@@ -127,10 +71,9 @@ def zigzag_shard(x, cp_rank, cp, dim=0):
     multiple of 2cp; naming ``cp`` or ``cp_rank`` if they are out of range.
     """
     # BEGIN SOLUTION
-    # HINT: validate; chunks = torch.split(x, x.shape[dim] // (2 * cp), dim); then torch.cat of chunk
-    # HINT: cp_rank and chunk 2 * cp - 1 - cp_rank along dim.
-    _int("cp", cp, 1)
-    _int("cp_rank", cp_rank, 0)
+    # HINT: 2cp equal chunks along dim; this rank takes an early one and its mirror from the end.
+    check_whole("cp", cp, 1)
+    check_whole("cp_rank", cp_rank, 0)
     if cp_rank >= cp:
         raise ValueError(f"cp_rank ({cp_rank}) must be < cp ({cp})")
     if not isinstance(x, torch.Tensor) or x.dim() == 0:
@@ -143,7 +86,7 @@ def zigzag_shard(x, cp_rank, cp, dim=0):
     # END SOLUTION
 
 
-def zigzag_unshard(shards, dim=0):
+def zigzag_unshard(shards: Sequence[torch.Tensor], dim: int = 0) -> torch.Tensor:
     """The inverse of ``zigzag_shard``: ``shards[r]`` is rank r's share; returns the whole tensor.
 
     ``len(shards)`` is cp. Each shard's first half is chunk r, its second half
@@ -151,8 +94,7 @@ def zigzag_unshard(shards, dim=0):
     even-length tensors along ``dim``.
     """
     # BEGIN SOLUTION
-    # HINT: split every shard in two halves along dim; put half 0 of shard r at chunk r and half 1 at
-    # HINT: chunk 2cp-1-r; torch.cat the 2cp chunks in order.
+    # HINT: each shard is two chunks: put every half back at its place among the 2cp chunks.
     if not isinstance(shards, (list, tuple)) or not shards:
         raise ValueError(f"shards must be a non-empty list of tensors, got {shards!r}")
     cp = len(shards)
@@ -167,7 +109,8 @@ def zigzag_unshard(shards, dim=0):
     # END SOLUTION
 
 
-def ring_attention_bytes_per_rank(seq, kv_heads, head_dim, cp, dtype_bytes=2, backward=True):
+def ring_attention_bytes_per_rank(seq: int, kv_heads: int, head_dim: int, cp: int, dtype_bytes: float = 2,
+                                  backward: bool = True) -> float:
     """Bytes one rank sends per attention layer in ring attention, for one sequence of ``seq`` tokens.
 
     A block is one rank's K (or V): seq/cp x kv_heads x head_dim x dtype_bytes
@@ -181,13 +124,12 @@ def ring_attention_bytes_per_rank(seq, kv_heads, head_dim, cp, dtype_bytes=2, ba
     (``dtype_bytes``: a positive number).
     """
     # BEGIN SOLUTION
-    # HINT: block = seq // cp * kv_heads * head_dim * dtype_bytes; forward: K and V, cp - 1 times;
-    # HINT: backward: K and V again, plus dK and dV, cp - 1 times each.
-    _int("seq", seq, 1)
-    _int("kv_heads", kv_heads, 1)
-    _int("head_dim", head_dim, 1)
-    _int("cp", cp, 1)
-    _bytes_arg(dtype_bytes)
+    # HINT: count the K and V blocks that travel round the ring (and, backward, their gradients too).
+    check_whole("seq", seq, 1)
+    check_whole("kv_heads", kv_heads, 1)
+    check_whole("head_dim", head_dim, 1)
+    check_whole("cp", cp, 1)
+    check_positive("dtype_bytes", dtype_bytes)
     if seq % cp:
         raise ValueError(f"seq ({seq}) must be divisible by cp ({cp})")
     block = seq // cp * kv_heads * head_dim * dtype_bytes
@@ -195,7 +137,8 @@ def ring_attention_bytes_per_rank(seq, kv_heads, head_dim, cp, dtype_bytes=2, ba
     # END SOLUTION
 
 
-def all_to_all_attention_bytes_per_rank(seq, heads, kv_heads, head_dim, cp, dtype_bytes=2, backward=True):
+def all_to_all_attention_bytes_per_rank(seq: int, heads: int, kv_heads: int, head_dim: int, cp: int,
+                                        dtype_bytes: float = 2, backward: bool = True) -> float:
     """Bytes one rank sends per attention layer in all-to-all attention (DeepSpeed-Ulysses).
 
     Forward: one all-to-all each for Q (heads), K and V (kv_heads each) from
@@ -208,11 +151,11 @@ def all_to_all_attention_bytes_per_rank(seq, heads, kv_heads, head_dim, cp, dtyp
     and kv_heads divides heads, ``seq`` unless cp divides seq.
     """
     # BEGIN SOLUTION
-    # HINT: check what all_to_all_attention checks (heads and kv_heads divisible by cp, seq by cp);
-    # HINT: forward = (cp-1)/cp * seq/cp * head_dim * dtype_bytes * (heads + 2 kv_heads + heads).
+    # HINT: each all-to-all moves all but 1/cp of what it exchanges; count Q, K, V out and the output back,
+    # HINT: then the gradients the other way.
     for name, value in (("seq", seq), ("heads", heads), ("kv_heads", kv_heads), ("head_dim", head_dim), ("cp", cp)):
-        _int(name, value, 1)
-    _bytes_arg(dtype_bytes)
+        check_whole(name, value, 1)
+    check_positive("dtype_bytes", dtype_bytes)
     if seq % cp:
         raise ValueError(f"seq ({seq}) must be divisible by cp ({cp})")
     if heads % cp:
@@ -228,21 +171,8 @@ def all_to_all_attention_bytes_per_rank(seq, heads, kv_heads, head_dim, cp, dtyp
 
 # -- part 2: attention in blocks ----------------------------------------------------------------
 
-def _scores(q, k, scale):
-    """scale * q.k for every query row, head and key: (sq, heads, sk), query head i against K/V head i // group."""
-    sq, heads, d = q.shape
-    sk, kv_heads, _ = k.shape
-    g = heads // kv_heads
-    return torch.einsum("qGgd,kGd->qGgk", q.reshape(sq, kv_heads, g, d), k).reshape(sq, heads, sk) * scale
-
-
-def new_state(q):
-    """The empty running state for queries ``q``: max -inf, sum 0, output 0 (shapes (sq, heads), (sq, heads), q's)."""
-    rows, heads, _ = q.shape
-    return (q.new_full((rows, heads), float("-inf")), q.new_zeros((rows, heads)), torch.zeros_like(q))
-
-
-def block_forward(q, k, v, m, l, acc, diagonal, scale):
+def block_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, m: torch.Tensor, l: torch.Tensor,
+                  acc: torch.Tensor, diagonal: bool, scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Fold one block of keys into the online softmax of queries ``q``; returns the new ``(m, l, acc)``.
 
     q: (sq, heads, d); k, v: (sk, kv_heads, d). The state, per query row and
@@ -256,10 +186,8 @@ def block_forward(q, k, v, m, l, acc, diagonal, scale):
     subtracting the running max: scores of 1000 are legal and exp(1000) is inf.
     """
     # BEGIN SOLUTION
-    # HINT: s = _scores(q, k, scale); on a diagonal block set s to -inf where key j > query i
-    # HINT: (torch.ones(sq, sk, dtype=bool).triu(1), broadcast over heads); m_new = max(m, row max of s);
-    # HINT: rescale the old l and acc by exp(m - m_new); add exp(s - m_new) summed, and exp(s - m_new) @ v.
-    s = _scores(q, k, scale)
+    # HINT: the online softmax: rescale what you have by the change of the running max, then add this block.
+    s = scores(q, k, scale)
     if diagonal:                                    # key j is in query i's future when j > i
         future = torch.ones(s.shape[0], s.shape[2], dtype=torch.bool, device=s.device).triu(1)
         s = s.masked_fill(future[:, None, :], float("-inf"))
@@ -273,7 +201,9 @@ def block_forward(q, k, v, m, l, acc, diagonal, scale):
     # END SOLUTION
 
 
-def block_backward(q, k, v, d_out, lse, delta, diagonal, scale):
+def block_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, d_out: torch.Tensor, lse: torch.Tensor,
+                   delta: torch.Tensor, diagonal: bool,
+                   scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The gradients of one block: ``(dq, dk, dv)`` for this block's share of the loss.
 
     ``lse`` (sq, heads): the log-sum-exp of each query row over *all* keys
@@ -284,12 +214,11 @@ def block_backward(q, k, v, d_out, lse, delta, diagonal, scale):
     head summed into its dK and dV (GQA).
     """
     # BEGIN SOLUTION
-    # HINT: s = _scores(q, k, scale), masked on a diagonal block as in block_forward; p = exp(s - lse[..., None]);
-    # HINT: view every tensor as (rows, kv_heads, group, ...) and sum over the group for dk and dv (einsum).
+    # HINT: the softmax's probabilities come back from the saved log-sum-exp; grouped query heads share K/V.
     sq, heads, d = q.shape
     sk, kv_heads, _ = k.shape
     g = heads // kv_heads
-    s = _scores(q, k, scale)
+    s = scores(q, k, scale)
     if diagonal:
         s = s.masked_fill(torch.ones(sq, sk, dtype=torch.bool, device=s.device).triu(1)[:, None, :], float("-inf"))
     p = torch.exp(s - lse[..., None]).reshape(sq, kv_heads, g, sk)
@@ -330,17 +259,16 @@ class RingAttention(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, q, k, v, group, causal, zigzag, timeline):
+    def forward(ctx, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group: Group, causal: bool, zigzag: bool,
+                timeline: list | None) -> torch.Tensor:
         # BEGIN SOLUTION
-        # HINT: kv = torch.stack([k, v]); state = new_state(q); mine = local_chunks(rank, cp, len(q), zigzag).
-        # HINT: each step: post isend(kv) to rank+1 and irecv(next) from rank-1 (unless it is the last step),
-        # HINT: compute the pairs of block_pairs(mine, local_chunks(source, ...), causal), then wait; kv = next.
-        rank, cp = _group_info(group)
+        # HINT: K and V travel together round the ring; post the next exchange before computing this step.
+        rank, cp = group_info(group)
         scale = q.shape[-1] ** -0.5
         mine = local_chunks(rank, cp, q.shape[0], zigzag)
         m, l, acc = new_state(q)
         kv = torch.stack([k, v]).contiguous()
-        to, frm = _global(group, (rank + 1) % cp), _global(group, (rank - 1) % cp)
+        to, frm = global_rank(group, (rank + 1) % cp), global_rank(group, (rank - 1) % cp)
         for step in range(cp):
             source = (rank - step) % cp
             works, incoming = [], None
@@ -364,20 +292,17 @@ class RingAttention(torch.autograd.Function):
         # END SOLUTION
 
     @staticmethod
-    def backward(ctx, d_out):
+    def backward(ctx, d_out: torch.Tensor) -> tuple:
         # BEGIN SOLUTION
-        # HINT: delta = (d_out * out).sum(-1). Each step: post the K, V exchange (tag 0) as in the forward;
-        # HINT: from step 1 on also post irecv of the next running dK, dV sum from rank-1 (tag 1) before computing.
-        # HINT: After computing: step 0 keeps its dK, dV; later steps add the sum received (from step 2 on)
-        # HINT: and isend it to rank+1. At the end wait for your own block's sum and add it. Wait for every send.
+        # HINT: K and V go round again; each block's dK, dV travel with it, summed along the way, to end at home.
         q, k, v, out, lse = ctx.saved_tensors
         group, timeline = ctx.group, ctx.timeline
-        rank, cp = _group_info(group)
+        rank, cp = group_info(group)
         scale = q.shape[-1] ** -0.5
         d_out = d_out.contiguous()
         delta = (d_out * out).sum(-1)
         mine = local_chunks(rank, cp, q.shape[0], ctx.zigzag)
-        to, frm = _global(group, (rank + 1) % cp), _global(group, (rank - 1) % cp)
+        to, frm = global_rank(group, (rank + 1) % cp), global_rank(group, (rank - 1) % cp)
         dq = torch.zeros_like(q)
         kv = torch.stack([k, v]).contiguous()
         own = None
@@ -424,20 +349,8 @@ class RingAttention(torch.autograd.Function):
         # END SOLUTION
 
 
-def _check_qkv(q, k, v):
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(x, torch.Tensor) or x.dim() != 3:
-            raise ValueError(f"{name} must be a 3-d tensor (tokens, heads, head_dim), got "
-                             f"{tuple(x.shape) if isinstance(x, torch.Tensor) else x!r}")
-    if k.shape != v.shape:
-        raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
-    if q.shape[0] != k.shape[0] or q.shape[2] != k.shape[2]:
-        raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} must have the same tokens and head_dim")
-    if q.shape[1] % k.shape[1]:
-        raise ValueError(f"q's heads ({q.shape[1]}) must be a multiple of k's kv_heads ({k.shape[1]})")
-
-
-def ring_attention(q, k, v, group=None, causal=True, zigzag=True, timeline=None):
+def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group: Group = None, causal: bool = True,
+                   zigzag: bool = True, timeline: list | None = None) -> torch.Tensor:
     """Exact attention of this rank's queries against the whole sequence's keys, by ring attention.
 
     q: (tokens, heads, head_dim), k and v: (tokens, kv_heads, head_dim), this
@@ -447,7 +360,7 @@ def ring_attention(q, k, v, group=None, causal=True, zigzag=True, timeline=None)
     sends dK, dV round the ring). ``timeline``: see ``RingAttention``.
     ValueError naming ``q``, ``k`` or ``v`` for shapes that do not fit.
     """
-    _check_qkv(q, k, v)
+    check_qkv(q, k, v)
     if zigzag and q.shape[0] % 2:
         raise ValueError(f"q has {q.shape[0]} tokens: a zigzag share is two equal chunks (an even number)")
     return RingAttention.apply(q, k, v, group, causal, zigzag, timeline)
@@ -463,7 +376,7 @@ class AllToAll(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x, group):
+    def forward(ctx, x: torch.Tensor, group: Group) -> torch.Tensor:
         ctx.group = group
         x = x.contiguous()
         out = torch.empty_like(x)       # contiguous too: all_to_all_single fills it in memory order
@@ -471,14 +384,15 @@ class AllToAll(torch.autograd.Function):
         return out
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
         grad = grad.contiguous()
         out = torch.empty_like(grad)
         dist.all_to_all_single(out, grad, group=ctx.group)
         return out, None
 
 
-def all_to_all_attention(q, k, v, group=None, causal=True, zigzag=True):
+def all_to_all_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group: Group = None, causal: bool = True,
+                         zigzag: bool = True) -> torch.Tensor:
     """The same attention as ``ring_attention`` (same shapes, same layout), by all-to-all (Ulysses).
 
     1. For q, k and v: split the heads into cp groups; ``AllToAll`` sends head
@@ -494,11 +408,10 @@ def all_to_all_attention(q, k, v, group=None, causal=True, zigzag=True):
     ValueError naming ``heads`` unless cp divides q's heads, ``kv_heads``
     unless it divides k's.
     """
-    _check_qkv(q, k, v)
+    check_qkv(q, k, v)
     # BEGIN SOLUTION
-    # HINT: to heads: x.reshape(tokens, cp, n // cp, d).transpose(0, 1) -> AllToAll -> unbind(0) -> unshard.
-    # HINT: back: stack the cp shares of the output -> AllToAll -> transpose(0, 1) -> reshape(tokens, heads, d).
-    rank, cp = _group_info(group)
+    # HINT: trade a share of the tokens with all heads for a share of the heads with all tokens, and back.
+    rank, cp = group_info(group)
     tokens, heads, d = q.shape
     kv_heads = k.shape[1]
     if heads % cp:
