@@ -27,13 +27,18 @@ Conventions:
 Bad input raises ValueError naming the argument.
 """
 
+from __future__ import annotations
+
 import contextlib
 import numbers
 import time
+from collections.abc import Iterator, Sequence
 
 import torch
 import torch.distributed as dist
 from torch import nn
+
+from commtax.ranks._args import Group
 
 
 def _check_number(name, value, minimum=0.0):
@@ -42,7 +47,7 @@ def _check_number(name, value, minimum=0.0):
         raise ValueError(f"{name} must be a finite number >= {minimum}, got {value!r}")
 
 
-def bucket_assignment(param_bytes, bucket_cap_bytes):
+def bucket_assignment(param_bytes: Sequence[int], bucket_cap_bytes: float) -> list[list[int]]:
     """Group parameters into buckets, in the order their all-reduces will run.
 
     Args:
@@ -85,7 +90,7 @@ def bucket_assignment(param_bytes, bucket_cap_bytes):
     # END SOLUTION
 
 
-def overlapped_allreduce_finish(ready_times, comm_times):
+def overlapped_allreduce_finish(ready_times: Sequence[float], comm_times: Sequence[float]) -> float:
     """When the last of a sequence of bucket all-reduces finishes.
 
     Args:
@@ -155,7 +160,7 @@ class BucketedDDP(nn.Module):
     future, not when you waited for it).
     """
 
-    def __init__(self, module, bucket_cap_bytes, group=None):
+    def __init__(self, module: nn.Module, bucket_cap_bytes: float, group: Group = None) -> None:
         super().__init__()
         self.module = module
         self.group = group
@@ -186,7 +191,7 @@ class BucketedDDP(nn.Module):
             param.register_post_accumulate_grad_hook(lambda p, index=index: self._grad_ready(index))
         # END SOLUTION
 
-    def broadcast_module_state(self):
+    def broadcast_module_state(self) -> None:
         """Give every rank of ``self.group`` the parameters and buffers of the group's first rank.
 
         As ``DistributedDataParallel`` does at construction: ranks may have
@@ -208,7 +213,7 @@ class BucketedDDP(nn.Module):
     def forward(self, *args, **kwargs):
         return self.module(*args, **kwargs)
 
-    def _grad_ready(self, index):
+    def _grad_ready(self, index: int) -> None:
         """Called by autograd when parameter ``index``'s gradient has been accumulated into ``.grad``."""
         # BEGIN SOLUTION
         # HINT: inside no_sync, do nothing. Otherwise copy p.grad into its slice of the bucket buffer;
@@ -234,7 +239,7 @@ class BucketedDDP(nn.Module):
             self.works[b] = (work, work.get_future().then(finished))
         # END SOLUTION
 
-    def finish_gradient_synchronization(self):
+    def finish_gradient_synchronization(self) -> list[dict]:
         """Wait for every bucket, then put the averaged gradients back into ``p.grad``.
 
         Returns the timeline (also kept in ``self.timeline``). Raises
@@ -264,12 +269,12 @@ class BucketedDDP(nn.Module):
         return self.timeline
         # END SOLUTION
 
-    def finish(self):
+    def finish(self) -> list[dict]:
         """The same as :meth:`finish_gradient_synchronization` (the name Lesson 08 uses)."""
         return self.finish_gradient_synchronization()
 
     @contextlib.contextmanager
-    def no_sync(self):
+    def no_sync(self) -> Iterator[None]:
         """Inside this context, backward only accumulates into ``p.grad``: nothing is sent."""
         # BEGIN SOLUTION
         # HINT: set self.syncing = False, yield, and set it back to True in a finally block.
@@ -281,7 +286,7 @@ class BucketedDDP(nn.Module):
         # END SOLUTION
 
 
-def make_mlp(widths, seed=0, dtype=torch.float32):
+def make_mlp(widths: Sequence[int], seed: int = 0, dtype: torch.dtype = torch.float32) -> nn.Sequential:
     """A Linear/ReLU stack with the given widths (given, not part of the exercise)."""
     torch.manual_seed(seed)
     layers = []
