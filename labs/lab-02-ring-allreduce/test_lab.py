@@ -339,7 +339,7 @@ def size_mismatch_hint(text):
                 "numel() * element_size(); slices of a tensor count elements.")
     if met <= elements and len(met) > 1:
         return (f"{lengths} in a ring over {numel} element(s) on {world_size} ranks, whose chunks have "
-                f"{' or '.join(map(str, sorted(elements)))} elements: a received chunk was added (or copied) into "
+                f"{' or '.join(map(str, sorted(elements)))} elements: a received chunk went into "
                 f"a chunk of another length. Received into a different chunk? {RECEIVE_INTO}")
     return None
 
