@@ -58,7 +58,7 @@ def test_the_float32_hint_needs_a_float32_value_not_only_a_difference_of_its_siz
 
 
 def test_a_lab01_formula_slip_is_reported_at_its_worst_case_without_a_float32_hint(tmp_path):
-    # The ring's bandwidth term times P (a total where the per-rank bytes belong): 5e-9 off at 1 byte, where
+    # The ring's bandwidth term times P (a total where the per-rank bytes belong): 5e-6 off at 1 byte, where
     # the latency hides it (a float32-sized difference), x2 at 1 GB. The 1-byte case used to come first,
     # blamed on float32.
     run = _planted().run_planted(tmp_path, LAB01, "        return 2 * (p - 1) * alpha + bandwidth_term\n",
