@@ -45,7 +45,9 @@ from commtax.plan import predict_flags
 from commtax.units import format_bytes, format_rate, format_seconds
 
 PROG = "python3 -m commtax.trace"
-SAME_RUN_WITHIN_S = 600.0   # traces of one run overlap in time; ones recorded this far apart are not one run
+# The ranks of one run are profiled over the same steps, so their traces overlap in time; traces further apart
+# than this (a rank's first event after another's last) are not one run. Slack for clocks of different nodes.
+SAME_RUN_WITHIN_S = 5.0
 
 
 class _Parser(argparse.ArgumentParser):
@@ -105,8 +107,8 @@ def _check_same_run(scans) -> list[int]:
         early = min(spans, key=lambda x: x[2])
         gap = (late[1] - early[2]) * 1e-6
         if gap > SAME_RUN_WITHIN_S:
-            raise TraceError(f"ranks from different runs: {early[0].path} ends {gap:.0f} s before "
-                             f"{late[0].path} starts")
+            raise TraceError(f"ranks from different runs: {early[0].path} ends {gap:.3g} s before "
+                             f"{late[0].path} starts (one run's traces overlap in time)")
     return ranks
 
 

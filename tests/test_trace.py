@@ -246,14 +246,14 @@ def test_groups_made_after_the_profiler_started_leave_every_thread_unmapped():
     assert not groups_unlisted(_gloo_scan(world, [2, 3]))
 
 
-def test_idle_pipeline_groups_are_left_out_of_the_dealing_only_with_a_layout():
+def test_threads_are_never_dealt_by_guessing_which_listed_groups_were_idle():
     from commtax.measured.trace_bill import gloo_thread_groups
     pgs = [{"pg_name": "0", "ranks": list(range(8))}, {"pg_name": "1", "ranks": [0, 1]},
            {"pg_name": "5", "ranks": [0, 2]}, {"pg_name": "9", "ranks": [0, 4]}]   # rank 0 of tp 2 x dp 2 x pp 2
-    scan = _gloo_scan(pgs, [10, 11, 50, 51, 60, 61])                               # the pp group never ran a collective
-    assert gloo_thread_groups(scan) == {}
-    assert gloo_thread_groups(scan, Layout(8, tp=2, pp=2)) == {10: tuple(range(8)), 11: tuple(range(8)),
-                                                               50: (0, 1), 51: (0, 1), 60: (0, 2), 61: (0, 2)}
+    # Three busy groups of four: the idle one may be the pipeline group (its sends run on the caller's thread)
+    # or the world group (a barrier before profiling): dealing by either guess can be wrong on every rank.
+    assert gloo_thread_groups(_gloo_scan(pgs, [10, 11, 50, 51, 60, 61])) == {}
+    assert gloo_thread_groups(_gloo_scan(pgs, [10, 11, 50, 51, 60, 61, 70, 71]))[70] == (0, 4)   # all four busy
 
 
 def test_a_send_gets_an_axis_alone_only_when_every_reading_of_its_peer_agrees():
@@ -274,6 +274,10 @@ def test_the_receiving_ranks_trace_confirms_which_reading_a_send_meant():
     assert confirm_across_ranks({5: [("a", "send", 1, 64)], 1: [("b", "recv", 5, 32)]}, layout) == {}  # sizes differ
     both = {0: [("a", "send", 1, 8)], 1: [("b", "recv", 0, 8)], 2: [("c", "recv", 0, 8)]}   # 1 and 2 both fit
     assert "a" not in confirm_across_ranks(both, layout)
+    # Rank 0 sends to "1" on its tp group (rank 1); rank 1's trace is not given, so the reading "index 1 of
+    # the pp group", rank 4, must not be confirmed by rank 4's unrelated receive from "0".
+    partial = {0: [("a", "send", 1, 8)], 4: [("b", "recv", 0, 8)]}
+    assert "a" not in confirm_across_ranks(partial, layout)
 
 
 # -- the recorded traces -----------------------------------------------------
@@ -451,11 +455,28 @@ def test_ranks_from_different_runs_are_refused(capsys, tmp_path):
     d = write_trace(tmp_path / "d.json", events, rank=1, world=2, baseTimeNanoseconds=10**18)
     e = write_trace(tmp_path / "e.json", events, rank=0, world=2, baseTimeNanoseconds=10**18 + 3600 * 10**9)
     assert "different runs" in _one_line_error(capsys, d, e)
+    f = write_trace(tmp_path / "f.json", events, rank=0, world=2, baseTimeNanoseconds=10**18 + 15 * 10**9)
+    assert "different runs" in _one_line_error(capsys, d, f)     # 15 s apart: two runs, not one's ranks
+    g = write_trace(tmp_path / "g.json", events, rank=0, world=2, baseTimeNanoseconds=10**18 + 10**6)
+    assert trace.main([d, g]) == 0                                # 1 ms apart (one run's ranks)
 
 
 def test_event_args_not_as_torch_writes_them_are_refused(capsys, tmp_path):
     path = write_trace(tmp_path / "odd.json", [rpc("allreduce", 0, 1, "many", 1, [0, 1])], world=2)
     assert "odd.json: unexpected event contents" in _one_line_error(capsys, path)
+    for name, dims in (("negative.json", [[-5, 3]]), ("text.json", "oops")):
+        path = write_trace(tmp_path / name, [c10d("allreduce_", 0, 10, [[[10]]])], world=1)
+        doc = json.loads(Path(path).read_text())
+        doc["traceEvents"][0]["args"]["Input Dims"] = [dims]
+        Path(path).write_text(json.dumps(doc))
+        assert f"{name}: unexpected event contents" in _one_line_error(capsys, path)
+
+
+def test_a_duration_no_profiler_writes_is_refused(capsys, tmp_path):
+    for name, dur in (("nan.json", "NaN"), ("backwards.json", "-4")):
+        path = write_trace(tmp_path / name, [c10d("allreduce_", 0, 10, [[[10]]])], world=1)
+        Path(path).write_text(Path(path).read_text().replace('"dur": 10', f'"dur": {dur}'))
+        assert "not a time a profiler writes" in _one_line_error(capsys, path)
 
 
 def test_missing_file_and_bad_layout_are_refused(capsys, tmp_path):

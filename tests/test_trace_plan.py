@@ -62,16 +62,23 @@ def test_each_axis_of_the_plan_sets_its_calls_time_beside_its_predicted_communic
     assert "tp communication" not in {r["part"] for r in compare(report, _prediction(), steps=2)}
 
 
-def test_an_axis_time_is_the_sum_of_its_calls_known_durations():
+def test_an_axis_time_counts_calls_in_flight_together_once(tmp_path):
     from commtax.trace import analyze
-    _, extras = analyze(TRACES, tp=2)
-    from commtax.measured.trace_axes import Layout
-    from commtax.measured.trace_bill import calls_of
-    from commtax.measured.trace_scan import scan
-    layout = Layout(4, tp=2)
-    calls = [c for c in calls_of(scan(TRACES[3]), 3, layout) if c.ranks and layout.axis_of(c.ranks) == "dp"]
-    assert calls and all(c.dur_us for c in calls)
-    assert extras[3]["axis_time_s"]["dp"] == pytest.approx(sum(c.dur_us for c in calls) * 1e-6)
+    gloo = {"Input Dims": [[100]], "Input type": ["float"]}
+    events = [{"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "pid": 1, "tid": 1, "ts": ts, "dur": 5,
+               "args": {"Input Dims": [[[100]]], "Input type": ["float"]}} for ts in (0, 10)]
+    events += [{"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1, "tid": tid, "ts": ts,
+                "dur": 100, "args": gloo} for tid, ts in ((7, 20), (8, 60))]
+    events += [{"ph": "M", "name": "thread_name", "pid": 1, "tid": t, "args": {"name": f"thread {t} (pt_gloo_runloop)"}}
+               for t in (7, 8)]
+    paths = []
+    for r in (0, 1):
+        doc = {"schemaVersion": 1, "traceEvents": events, "distributedInfo": {
+            "backend": "gloo", "rank": r, "world_size": 2, "pg_config": [{"pg_name": "0", "ranks": [0, 1]}]}}
+        paths.append(tmp_path / f"r{r}.json")
+        paths[-1].write_text(json.dumps(doc))
+    _, extras = analyze([str(p) for p in paths], tp=1)
+    assert extras[0]["axis_time_s"]["dp"] == pytest.approx(140e-6)   # [20, 120) and [60, 160): 140 us, not 200
 
 
 @pytest.mark.parametrize("plan, extra, words", [

@@ -84,10 +84,18 @@ def dtype_bytes(name) -> int | None:
 
 
 def _numel(dims) -> int:
-    """Elements of a tensor's dims (``[2, 3]`` -> 6) or of a tensor list's (``[[2], [3]]`` -> 5)."""
-    if not isinstance(dims, list):
+    """Elements of a tensor's dims (``[2, 3]`` -> 6) or of a tensor list's (``[[2], [3]]`` -> 5).
+
+    ``None`` (no dims recorded) is 0; anything torch never writes (a negative or non-integer size, a
+    string) raises ValueError, which the reader reports as unexpected event contents.
+    """
+    if dims is None:
         return 0
-    if all(isinstance(d, int) for d in dims):
+    if not isinstance(dims, list):
+        raise ValueError(f"Input Dims {dims!r} is not a list of sizes")
+    if all(isinstance(d, int) and not isinstance(d, bool) for d in dims):
+        if any(d < 0 for d in dims):
+            raise ValueError(f"Input Dims {dims!r} has a negative size")
         return math.prod(dims)
     return sum(_numel(d) for d in dims)
 
@@ -129,12 +137,14 @@ class Call:
     ``n`` taken when the call's group is unknown.
     """
 
-    __slots__ = ("op", "numel", "itemsize", "ranks", "n", "record", "dur_us", "gloo_numel", "per_rank", "world", "peer")
+    __slots__ = ("op", "numel", "itemsize", "ranks", "n", "record", "dur_us", "gloo_numel", "per_rank", "world", "peer",
+                 "spans")
 
     def __init__(self, op, numel, itemsize, ranks, n, record, gloo_numel=None, per_rank=False):
         self.op, self.numel, self.itemsize, self.ranks, self.n = op, numel, itemsize, ranks, n
         self.record, self.dur_us, self.gloo_numel, self.per_rank, self.world = record, None, gloo_numel, per_rank, None
         self.peer = None   # a gloo send/recv: its peer as the trace gives it (a rank of the call's group)
+        self.spans = []    # [(start_us, end_us)] of the work that ran the call (gloo's annotation, NCCL's kernels)
 
     @property
     def nbytes(self) -> int:
@@ -235,7 +245,7 @@ def groups_unlisted(scan) -> bool:
     return bool(pgs) and len(_gloo_threads(scan)) > GLOO_THREADS_PER_GROUP * len(pgs)
 
 
-def gloo_thread_groups(scan, layout: Layout | None = None) -> dict:
+def gloo_thread_groups(scan) -> dict:
     """Map each ``pt_gloo_runloop`` thread to its process group's global ranks (gloo traces).
 
     ``distributedInfo.pg_config`` lists this rank's groups in creation order (``pg_name`` 0, 1, ...),
@@ -247,19 +257,19 @@ def gloo_thread_groups(scan, layout: Layout | None = None) -> dict:
     (>= 2) per group, no gap inside a cluster larger than a gap between clusters. Otherwise
     nothing is mapped and those calls' group is unknown; so too when :func:`groups_unlisted`.
 
-    With a ``layout``, pipeline groups may be left out of the dealing when that makes it unambiguous:
-    pipeline stages exchange point-to-point messages only, and gloo runs a send or a receive on the
-    caller's thread, so a pipeline group's worker threads stay idle and never appear in the trace.
+    The dealing assumes that every group that runs a collective while profiling was made before the
+    profiler started (the trace lists it). A listed group that stays idle while a group made later
+    works can show the same number of threads as the listed groups would, and nothing in a gloo trace
+    tells the two apart: make the process groups (or the DeviceMesh) before starting the profiler.
+    Which listed groups were idle is never guessed (say, the pipeline groups, which carry only sends):
+    a wrong guess puts every call of a symmetric program on a wrong axis on every rank at once, where
+    no cross-check between ranks can catch it.
     """
     pgs, threads = _listed_groups(scan), _gloo_threads(scan)
     if groups_unlisted(scan):   # groups made after the profiler started: dealing threads out would guess
         return {}
     if len(pgs) == 1:
         return {tid: _ranks(pgs[0]["ranks"]) for tid in threads}
-    if layout is not None and len(threads) < GLOO_THREADS_PER_GROUP * len(pgs):
-        busy = [pg for pg in pgs if layout.axis_of(_ranks(pg["ranks"])) != "pp"]
-        if len(threads) == GLOO_THREADS_PER_GROUP * len(busy):
-            pgs = busy
     return _deal(pgs, threads)
 
 
@@ -283,7 +293,7 @@ def _pair_gloo(calls, gloo_records, scan, rank, window: int = 64, layout: Layout
     A call's annotation is the first one after it, of its kind (``GLOO_NAMES``) and its element count,
     not yet taken; ``window`` bounds how many waiting calls of a kind are looked at.
     """
-    groups = gloo_thread_groups(scan, layout)
+    groups = gloo_thread_groups(scan)
     queues = {}   # gloo name -> calls waiting for it, in time order
     for call in sorted(calls, key=lambda c: c.record.ts):
         for name in GLOO_NAMES[call.op]:
@@ -304,6 +314,7 @@ def _pair_gloo(calls, gloo_records, scan, rank, window: int = 64, layout: Layout
             if id(call) not in taken and (call.gloo_numel is None or numel == call.gloo_numel):
                 taken.add(id(call))
                 call.dur_us = rec.dur
+                call.spans = [(rec.ts, rec.ts + rec.dur)]
                 if call.itemsize is None:
                     call.itemsize = dtype_bytes((rec.args.get("Input type") or [None])[0])
                 if rec.tid in groups:
@@ -344,6 +355,7 @@ def _pair_kernels(calls, scan):
         if rec.source == "kernel" and rec.args.get("External id") in by_ext:
             call = by_ext[rec.args["External id"]]
             call.dur_us = (call.dur_us or 0.0) + rec.dur
+            call.spans.append((rec.ts, rec.ts + rec.dur))
 
 
 def calls_of(scan, rank=None, layout: Layout | None = None) -> list[Call]:
@@ -399,6 +411,14 @@ def _table(calls) -> dict:
     return {op: table[op] for op in OPS if op in table}
 
 
+def _union_s(spans) -> float:
+    """Seconds covered by the union of ``[(start_us, end_us)]`` (calls in flight together count once)."""
+    if not spans:
+        return 0.0
+    starts, ends = zip(*spans)
+    return measure(np.asarray(starts, float), np.asarray(ends, float)) * US
+
+
 def confirm_p2p(calls_by_rank: dict, layout: Layout | None) -> None:
     """Give the sends/receives left unresolved their pair where the other rank's trace confirms it."""
     if layout is None:
@@ -418,8 +438,9 @@ def rank_bill(scan, rank: int, layout: Layout | None = None, calls: list | None 
     ``calls``: this rank's :func:`calls_of`, when the caller has already made them (and confirmed
     their point-to-point pairs across ranks with :func:`confirm_p2p`).
 
-    ``extra`` = ``{"busbw": {op: bytes/s}, "calls": counted calls, "axis_time_s": {axis: the summed
-    durations of the calls on that axis whose time is known (s)}, "dtype_assumed": calls whose dtype
+    ``extra`` = ``{"busbw": {op: bytes/s}, "calls": counted calls, "axis_time_s": {axis: the measure
+    (s) of the union of the work intervals of the calls on that axis whose work the trace shows},
+    "dtype_assumed": calls whose dtype
     was not in the trace (counted as 4-byte float32), "shapes_missing": calls without shapes (bytes
     counted as 0: record with ``record_shapes=True``), "group_assumed": per-rank parts multiplied by
     the world size because the call's group is unknown, "groups_unlisted": calls whose group is
@@ -446,7 +467,7 @@ def rank_bill(scan, rank: int, layout: Layout | None = None, calls: list | None 
            "collectives": _table(calls),
            "by_axis": {axis: _table(by_axis[axis]) for axis in ("tp", "cp", "dp", "pp", UNKNOWN) if axis in by_axis}}
     counted = [c for c in calls if c.op != "barrier" and c.numel is not None]
-    axis_time = {axis: sum(c.dur_us for c in axis_calls if c.dur_us) * US for axis, axis_calls in by_axis.items()}
+    axis_time = {axis: _union_s([span for c in axis_calls for span in c.spans]) for axis, axis_calls in by_axis.items()}
     return row, {"busbw": busbw, "calls": len(calls), "axis_time_s": axis_time,
                  "dtype_assumed": sum(1 for c in counted if c.itemsize is None),
                  "shapes_missing": sum(1 for c in calls if c.op != "barrier" and c.numel is None),

@@ -9,8 +9,12 @@ rank itself, or no rank, is dropped.
 * When every reading puts the pair on the same plan axis, that axis is certain (:func:`agreed_pair`).
 * Otherwise the other side decides (:func:`confirm_across_ranks`): a send from A read as (group G,
   rank B) is kept only if B's trace holds a receive of the same size whose reading in G names A
-  (and likewise for a receive). A call with no confirmed reading, or with two, stays unknown:
-  never guessed.
+  (and likewise for a receive), and only when the trace of every rank another reading names was
+  given too (an absent rank cannot rule its reading out). A call with no confirmed reading, or with
+  two, stays unknown.
+
+The one assumption: the call's group is the default group or one of the plan's axis groups (a send
+on some other group, say one of 4 ranks spread over two axes, can be read as a plan axis).
 """
 
 from __future__ import annotations
@@ -60,8 +64,10 @@ def confirm_across_ranks(raw: dict, layout: Layout) -> dict:
     out = {}
     for rank, calls in raw.items():
         for key, op, peer, numel in calls:
-            confirmed = {other for group, other in readings(rank, peer, layout)
-                         if seen.get((other, other_op[op], group, rank, numel))}
+            found = readings(rank, peer, layout)
+            if any(other not in raw for _, other in found):   # a rank not given cannot veto its reading
+                continue
+            confirmed = {other for group, other in found if seen.get((other, other_op[op], group, rank, numel))}
             if len(confirmed) == 1:
                 out[key] = (rank, confirmed.pop())
     return out

@@ -10,8 +10,8 @@ training steps the profiler recorded):
 * communication: measured (union of communication intervals) vs predicted (every axis' collectives,
   hidden or not: the predictor's ``comm``);
 * exposed communication: measured vs predicted (what the axes add to the step);
-* each axis of the plan (tp, cp, ep, pp, dp, where its size is > 1): the summed durations of the calls
-  the trace puts on that axis (the time each call's work took: gloo's annotation, or NCCL's kernels)
+* each axis of the plan (tp, cp, ep, pp, dp, where its size is > 1): the measure of the union of the
+  work intervals of the calls the trace puts on that axis (gloo's annotations, or NCCL's kernels)
   vs the predictor's time for that axis' communication, hidden or not (its ``comm[axis]``);
 * data-parallel bytes one GPU sends per step: the calls measured on the ``dp`` axis (the plan's own tp,
   cp and pp place the groups), turned from the trace's buffer sizes into the bytes a ring sends

@@ -22,10 +22,11 @@ and the communication records (few); :mod:`commtax.measured.trace_bill` turns th
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from commtax.measured.trace_intervals import Intervals
-from commtax.measured.trace_read import TraceReader
+from commtax.measured.trace_read import TraceError, TraceReader
 
 NCCL_KERNEL_PREFIXES = ("ncclDevKernel", "ncclKernel")
 COMM_CPU_PREFIXES = ("c10d::", "gloo:", "nccl:")
@@ -98,6 +99,9 @@ def scan(path, chunk_chars: int | None = None) -> RankScan:
         ts, dur = event.get("ts"), event.get("dur")
         if not isinstance(name, str) or not isinstance(ts, (int, float)) or not isinstance(dur, (int, float)):
             continue
+        if not (math.isfinite(ts) and math.isfinite(dur)) or dur < 0:   # JSON's NaN/Infinity, or time run backwards
+            raise TraceError(f"{path}: event {name!r} has ts {ts!r} and dur {dur!r} (microseconds): not a time a "
+                             "profiler writes")
         end = ts + dur
         if ts < first:
             first = ts

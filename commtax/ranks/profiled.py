@@ -37,9 +37,13 @@ def _profiler_after_groups(groups: int):
     """A profiler that starts right after the ``groups``-th ``dist.new_group`` call made inside the block.
 
     Why: the trace lists the process groups that exist when the profiler *starts*
-    (``distributedInfo.pg_config``), and ``commtax.trace`` places a gloo call on an axis through its
-    group. Lab 12's ``train`` makes its groups first, then trains; starting the profiler after them
-    is what a practitioner does (profile steps, not initialization).
+    (``distributedInfo.pg_config``), and on gloo ``commtax.trace`` places a collective on an axis
+    through the worker threads of its group, dealt out to the listed groups in creation order; it
+    does so only when every listed group shows its threads. A group that runs no collective while
+    profiling (Lab 12's pipeline groups: their sends run on the caller's thread) must therefore not
+    be listed, and every group that runs collectives must be: the profiler starts once the groups
+    that run collectives exist and before the others are made, as a practitioner starts it after
+    initialization (profile steps, not set-up).
     """
     import torch.distributed as dist
 
@@ -88,7 +92,9 @@ def profiled_whole_bill(rank: int, world_size: int, impl: str | None, dp: int, t
         message = stub_message(getattr(lab, name))
         if message:
             return {"error": message}
-    groups = dp * pp + tp * pp + dp * tp   # Megatron's tp groups, dp groups and pp groups: all made by every rank
+    # Lab 12 makes Megatron's tp groups (dp x pp of them), then the dp groups (tp x pp), then the pipeline groups,
+    # every rank all of them; the pipeline groups carry sends only, so the profiler starts before they are made.
+    groups = dp * pp + tp * pp
     with _profiler_after_groups(groups) as prof, record_traffic() as traffic:
         result = lab.train(rank, world_size, dp, tp, pp, **sizes)
     path = _trace_path(outdir, rank)
