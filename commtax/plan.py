@@ -293,9 +293,9 @@ def _show_search(model, notes, args, results) -> int:
               f"{r['recompute']:>9} {zero_label(r):>6} {r['step_time_s']:>7.3g}s {r['mfu']:>6.1%} "
               f"{r['tokens_per_s_per_gpu']:>10,.0f} {r['memory_bytes_per_gpu'] / 1e9:>5.0f}GB  {r['binding']}")
     print(P.recommend(results))
-    print("Predictions from Lesson 10's predictor: the 2021-2024 public rows within 8% (median ~3%); the "
-          "2024-2026 rows (MoE, Blackwell, FSDP) within 10% on Megatron's MoE and Blackwell runs, worse on "
-          "PyTorch FSDP and long sequences (see commtax.formulas.predict.published_2026).")
+    print("Predictions from Lesson 10's predictor: the 2021-2024 public rows within 8% (median ~3%); 59 published "
+          "runs of 2024-2026 held out from the fit (MoE, Blackwell, FSDP) within a median ~15%, 90th percentile "
+          "~40% (commtax/data/checks-2026.md): rank plans with it, then measure.")
     return 0
 
 

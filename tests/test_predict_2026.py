@@ -348,3 +348,26 @@ def test_in_the_student_release_the_planner_says_in_one_line_that_its_predictor_
     assert main(["Llama-3 8B", "--gpus", "8", "--tp", "1", "--pp", "1", "--global-batch", "8"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "Lab 11" in err[0]
+
+
+def test_expert_states_under_hsdp_are_sharded_over_the_shard_group_not_all_data_parallel_ranks():
+    deepseek, _ = P.moe_model("DeepSeek-V3")
+    run = dict(deepseek, seq=4096, micro_batch=1, gpus=1024, gpu="H100", tp=1, pp=1, ep=1, global_batch=4096,
+               zero_stage=3, recompute="full")
+    whole = P.predict(dict(run, shard_group=1024))
+    hsdp = P.predict(dict(run, shard_group=8))
+    experts = deepseek["moe_layers"] * deepseek["experts"] * 3 * deepseek["hidden"] * deepseek["expert_ffn_hidden"]
+    assert hsdp["memory_bytes_per_gpu"] > 2 * experts / 8          # the bf16 expert weights of one shard alone
+    assert not hsdp["fits"] and hsdp["memory_bytes_per_gpu"] > 4 * whole["memory_bytes_per_gpu"]
+
+
+def test_zero3_gathers_the_experts_every_layer_and_micro_batch_as_it_does_the_dense_weights():
+    deepseek, _ = P.moe_model("DeepSeek-V3")
+    run = dict(deepseek, seq=4096, micro_batch=1, gpus=256, gpu="B200", tp=1, pp=8, ep=1, global_batch=4096,
+               recompute="full", precision="mxfp8")
+    zero3, zero1 = P.predict(dict(run, zero_stage=3)), P.predict(dict(run, zero_stage=1))
+    m = P.normalize(dict(run, zero_stage=3))["microbatches"]
+    # ZeRO-1 moves each weight once a step (a bf16 gather, 2 B, and an fp32 reduce-scatter, 4 B); ZeRO-3 gathers
+    # every layer twice per micro-batch and reduce-scatters it once: 8 B per weight per micro-batch, m times more
+    # often. The same groups and collectives, so the times scale with the bytes (the latencies are small here).
+    assert zero3["comm"]["dp"] / zero1["comm"]["dp"] == pytest.approx(8 * m / 6, rel=0.05)

@@ -9,7 +9,7 @@ from commtax.formulas import memory
 from commtax.formulas.predict.config import ACT_BYTES, ADAM_BYTES, LOW_PRECISIONS, RECOMPUTE
 from commtax.formulas.predict.flops import layer_params, stage_layers, stage_params
 from commtax.formulas.predict.hardware import GPUS
-from commtax.formulas.predict.moe import expert_params_per_gpu
+from commtax.formulas.predict.moe import expert_params_per_gpu, expert_shard_group
 
 
 def activation_bytes_per_layer(cfg, recompute, fused_attention) -> float:
@@ -100,7 +100,8 @@ def memory_parts(cfg, recompute, gpu=None) -> dict:
     ZeRO-3 holds two layers' gathered bf16 parameters (the one computing and the one prefetched);
     Llama 3's all-gather CP holds one layer's gathered K and V. An MoE model adds its routed experts'
     states (:func:`commtax.formulas.predict.moe.expert_params_per_gpu`), sharded by the plan's ZeRO stage
-    over the expert data-parallel group (Megatron's distributed optimizer: ZeRO-1; Megatron-FSDP: 3), plus
+    over the expert data-parallel group (Megatron's distributed optimizer: ZeRO-1; Megatron-FSDP: 3; with
+    HSDP over :func:`~commtax.formulas.predict.moe.expert_shard_group` ranks), plus
     :func:`moe_activation_bytes` and :func:`attention_width_activation_bytes`.
     """
     # BEGIN GRADED lab-11 memory_parts
@@ -112,8 +113,8 @@ def memory_parts(cfg, recompute, gpu=None) -> dict:
     best = None
     for stage in sorted({0, min(1, p - 1), p - 1}):   # the middle stages hold no more than stage 1
         states = _model_states(params[stage], cfg["shard_group"], cfg["zero_stage"], cfg["grad_bytes"])
-        if cfg.get("experts"):   # the routed experts: split over ep x etp, states sharded over edp
-            experts = _model_states(expert_params_per_gpu(cfg, stage_layers(cfg)[stage]), cfg["edp"],
+        if cfg.get("experts"):   # the routed experts: split over ep x etp, states sharded over edp (HSDP: fewer)
+            experts = _model_states(expert_params_per_gpu(cfg, stage_layers(cfg)[stage]), expert_shard_group(cfg),
                                     cfg["zero_stage"], cfg["grad_bytes"])
             states = {key: states[key] + experts[key] for key in ("params", "grads", "optimizer")}
         acts = per_layer * in_flight_layers(cfg, stage)

@@ -119,18 +119,47 @@ def expert_params_per_gpu(cfg, layers: int) -> float:
     return expert_params_per_layer(cfg) * layers / (cfg["ep"] * cfg["etp"])
 
 
-def expert_dp_time(cfg, layers: int, forward_window: float, backward_window: float, gpu) -> dict:
-    """Seconds per step the experts' data parallelism adds (``added``) and takes (``comm``): over the
-    edp ranks (stride ep etp), the fp32 gradients reduced (a reduce-scatter with a sharded optimizer,
-    an all-reduce without) behind the last micro-batch's backward, and with a sharded optimizer the
-    bf16 weights all-gathered behind the next forward."""
+def expert_shard_group(cfg) -> int:
+    """The ranks one routed expert's states are sharded over under ZeRO (>= 1): the expert data-parallel
+    group, edp = tp cp dp / (ep etp), shrunk as HSDP shrinks the dense one (``shard_group`` of dp cp ranks;
+    rounded down, so never fewer bytes per GPU than HSDP holds)."""
+    return max(1, cfg["edp"] * cfg["shard_group"] // (cfg["dp"] * cfg["cp"]))
+
+
+def expert_dp_time(cfg, layers: int, forward_window: float, backward_window: float, gpu,
+                   layer_s: float = 0.0) -> dict:
+    """Seconds per step the experts' data parallelism adds (``added``) and takes (``comm``), over the
+    expert data-parallel ranks (stride ep etp), sharded over :func:`expert_shard_group` ranks g.
+
+    * ZeRO 0-2 (Megatron's distributed optimizer): the fp32 gradients reduced (a reduce-scatter with a
+      sharded optimizer, an all-reduce without) behind the last micro-batch's backward, and with a
+      sharded optimizer the bf16 weights all-gathered behind the next forward.
+    * ZeRO-3 (FSDP): as the dense layers (``axes.dp_time``): per layer and micro-batch, the experts'
+      weights gathered for the forward and again for the backward and their gradients reduce-scattered,
+      each behind the layer's compute (``layer_s``), the first gather of a micro-batch and the last
+      reduce-scatter exposed; with HSDP (g < edp) the gradient shards all-reduced across the edp / g
+      replicas once per step behind the last backward.
+    """
     n = expert_params_per_gpu(cfg, layers)
     edp = cfg["edp"]
     if n == 0 or edp == 1:
         return dict(added=0.0, comm=0.0)
     stride = cfg["ep"] * cfg["etp"]
+    gb = cfg["grad_bytes"]
+    if cfg["zero_stage"] == 3:
+        g = expert_shard_group(cfg)
+        per_layer = n / layers
+        gather = collective_time("all_gather", per_layer * 2, g, stride, gpu)
+        scatter = collective_time("reduce_scatter", per_layer * gb, g, stride, gpu)
+        every = 2 * gather + scatter
+        m = cfg["microbatches"]
+        replicas = edp // g
+        replicate = collective_time("all_reduce", n / g * gb, replicas, stride * g, gpu) if replicas > 1 else 0.0
+        added = m * layers * overlap_cost(every, layer_s, gpu) + m * gather + scatter \
+            + overlap_cost(replicate, backward_window, gpu)
+        return dict(added=added, comm=m * layers * every + replicate)
     sharded = cfg["zero_stage"] >= 1
-    reduce = collective_time("reduce_scatter" if sharded else "all_reduce", n * cfg["grad_bytes"], edp, stride, gpu)
+    reduce = collective_time("reduce_scatter" if sharded else "all_reduce", n * gb, edp, stride, gpu)
     gather = collective_time("all_gather", n * 2, edp, stride, gpu) if sharded else 0.0
     added = overlap_cost(reduce, backward_window, gpu) + (overlap_cost(gather, forward_window, gpu) if gather else 0.0)
     return dict(added=added, comm=reduce + gather)

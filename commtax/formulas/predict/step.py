@@ -8,7 +8,7 @@ from commtax.formulas.predict.config import BINDING_SHARE, MAX_MICRO_BATCH, OPTI
 from commtax.formulas.predict.flops import flops_per_step, peak_flops, stage_layers, stage_params
 from commtax.formulas.predict.hardware import GPUS
 from commtax.formulas.predict.memory import choose_recompute, memory_parts
-from commtax.formulas.predict.moe import ep_time, expert_dp_time, expert_params_per_gpu
+from commtax.formulas.predict.moe import ep_time, expert_dp_time, expert_params_per_gpu, expert_shard_group
 
 
 def _divisors(n):
@@ -121,10 +121,11 @@ def step(run, constants=None, hardware=None) -> dict:
     n_pace = layers[pace]
     ep = ep_time(cfg, recompute, gpu, layer["gemm"])
     backward_window = t_mb * (3 if recompute == "full" else 2) / (4 if recompute == "full" else 3)
-    edp = expert_dp_time(cfg, max(layers), t_mb - backward_window, backward_window, gpu)
+    edp = expert_dp_time(cfg, max(layers), t_mb - backward_window, backward_window, gpu,
+                         layer["matmul"] + layer["elementwise"])
     shard = max(stage_params(cfg)) / (cfg["shard_group"] if cfg["zero_stage"] >= 1 else 1)
     if cfg.get("experts"):   # the routed experts' optimizer shard
-        shard += expert_params_per_gpu(cfg, max(layers)) / (cfg["edp"] if cfg["zero_stage"] >= 1 else 1)
+        shard += expert_params_per_gpu(cfg, max(layers)) / (expert_shard_group(cfg) if cfg["zero_stage"] >= 1 else 1)
     t_opt = OPTIMIZER_TRAFFIC * shard / (k["elementwise_efficiency"] * gpu.hbm_bandwidth)
 
     times = dict(matmul=m * n_pace * layer["matmul"], elementwise=m * n_pace * layer["elementwise"],
