@@ -332,6 +332,8 @@ SCENARIOS = {
         # beside exposed 40.5 s of 215 s of transfers)
         Step("10 MB/s between nodes", [select("inter", "custom..."), fill("inter", 1, "0.01")],
              expect={"inter": "custom"}, check=says("NOT hidden", lacks=["more than t_comm", "Invalid input"])),
+        Step("back to InfiniBand between nodes", [select("inter", "InfiniBand NDR, measured (400 Gb/s per GPU)")],
+             expect={"inter": "InfiniBand NDR, measured (400 Gb/s per GPU)"}, check=says("more than t_comm")),
     ])],
     "05": [Calc(0, "TP comm share", [
         Step("tokens to the top", [keys("batch_tokens", "End")], expect={"batch_tokens": 8192}),

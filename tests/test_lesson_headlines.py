@@ -94,6 +94,15 @@ def test_lesson_09_imbalance_marker_stays_off_the_axis_spines_at_both_ends_of_it
     assert low < imbalance < high, (low, imbalance, high)
 
 
+def module_headlines(module, monkeypatch) -> list[str]:
+    """A list that collects the text of every HTML object ``module`` (a calculator of commtax.ui) displays
+    from now on, until the test ends."""
+    shown: list[str] = []
+    monkeypatch.setattr(module, "display", lambda *objects, **_: shown.extend(
+        html.unescape(re.sub("<[^>]+>", "", o.data)) for o in objects if isinstance(o, HTML)))
+    return shown
+
+
 def drawn(call, *args, **kwargs) -> list:
     """The figures ``call(*args, **kwargs)`` (a lesson's calculator) shows, as Figure objects."""
     from commtax.ui import plots
@@ -106,31 +115,33 @@ def drawn(call, *args, **kwargs) -> list:
     return figures
 
 
-def test_lesson_01_headline_names_a_tie_and_a_message_smaller_than_the_ranks():
+def test_lesson_01_headline_names_a_tie_and_a_message_smaller_than_the_ranks(monkeypatch):
     # Review h20: alpha 10 ms, P = 128, n = 2 B: tree and halving-doubling both take 140 ms ("1.00x"), yet only
     # halving-doubling was named "fastest"; and 2 bytes on 128 ranks went without a word.
     from commtax.formulas.links import Link
+    from commtax.ui import allreduce_calculator as calculator  # the lesson's one line calls it
 
-    ns, shown = lesson_namespace("01-collectives-and-alpha-beta.ipynb", "allreduce_calculator")
-    figures = drawn(ns["allreduce_calculator"], Link("custom", 10e-3, 450e9), 128, 2)
+    shown = module_headlines(calculator, monkeypatch)
+    figures = drawn(calculator.render, Link("custom", 10e-3, 450e9), 128, 2)
     assert shown[0].startswith("fastest: halving_doubling, 140 ms") and "a tie: tree takes the same time" in shown[0]
     assert "2 B is fewer bytes than ranks" in shown[1], shown
     shown.clear()
-    drawn(ns["allreduce_calculator"], Link("custom", 3e-6, 450e9), 8, 10**8)   # the default: no tie, no note
+    drawn(calculator.render, Link("custom", 3e-6, 450e9), 8, 10**8)   # the default: no tie, no note
     assert "tie" not in shown[0] and not any("fewer bytes" in s for s in shown), shown
     from tests.test_widgets import visible_tick_labels
     times = visible_tick_labels(figures[0].axes[0], "y")
     assert "200 ms" in times and len(times) >= 4, f"the 140 ms curves sit below every labelled tick: {times}"
 
 
-def test_lesson_02_ring_time_says_when_the_message_has_fewer_bytes_than_ranks():
+def test_lesson_02_ring_time_says_when_the_message_has_fewer_bytes_than_ranks(monkeypatch):
     from commtax.formulas.links import PRESETS
+    from commtax.ui import ring_calculators  # the lesson's one line calls ring_calculator(), which renders ring_time
 
-    ns, shown = lesson_namespace("02-ring-allreduce.ipynb", "ring_calculator")
-    ns["ring_calculator"](PRESETS["TCP over 10 GbE"], 4096, 3)
+    shown = module_headlines(ring_calculators, monkeypatch)
+    ring_calculators.ring_time(PRESETS["TCP over 10 GbE"], 4096, 3)
     assert any("3 B is fewer bytes than ranks" in s for s in shown), shown
     shown.clear()
-    ns["ring_calculator"](PRESETS["TCP over 10 GbE"], 8, 2**24)
+    ring_calculators.ring_time(PRESETS["TCP over 10 GbE"], 8, 2**24)
     assert not any("fewer bytes" in s for s in shown), shown
 
 

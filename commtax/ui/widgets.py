@@ -261,7 +261,7 @@ class LinkPicker(w.VBox):
             self._dropdown.description = ""
             self._dropdown.style.description_width = "0px"
             label = w.HTML(f"<span class='widget-label'>{html.escape(description)}</span>",
-                           layout=w.Layout(width=f"{CONTROL_PX}px"))
+                           layout=w.Layout(width=f"{CONTROL_PX}px", height="20px", margin="2px 0 0 0"))
         else:
             label = None
         start = self._links[self._dropdown.value] if self._dropdown.value != CUSTOM else list(self._links.values())[0]
@@ -286,10 +286,13 @@ class LinkPicker(w.VBox):
         else:
             self._custom.layout.display = "none"
             link = self._links[self._dropdown.value]
+        # small text at its own line height (the widget's 28-px lines made Lesson 04's hardware tab, with two
+        # pickers, push the result 500 px below the controls)
         self._note.value = (
-            f"<small>alpha = {format_seconds(link.alpha)}, bandwidth = {format_rate(link.bandwidth)} "
-            f"per direction, n* = {powered.or_unlit(lambda: format_bytes(link.crossover_bytes))}. "
-            f"<i>{html.escape(link.source)}</i></small>"
+            f"<div style='line-height:1.35;margin:2px 0 6px'><small>alpha = {format_seconds(link.alpha)}, "
+            f"bandwidth = {format_rate(link.bandwidth)} per direction, "
+            f"n* = {powered.or_unlit(lambda: format_bytes(link.crossover_bytes))}. "
+            f"<i>{html.escape(link.source)}</i></small></div>"
         )
         self.value = link
 
