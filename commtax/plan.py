@@ -115,9 +115,10 @@ def fixed_run(model: dict, args) -> dict:
                global_batch=args.global_batch, precision=args.precision, zero_stage=args.zero,
                dp_impl=args.dp_impl, micro_batch=args.micro_batch, vpp=args.vpp, recompute=args.recompute)
     if model.get("experts"):
-        run.update(ep=args.ep, etp=args.etp)
-    elif args.ep != 1 or args.etp != 1:
-        raise ValueError("--ep and --etp need a mixture-of-experts model (CONFIG has no experts)")
+        run.update(ep=args.ep, etp=args.etp, ep_dispatch=args.ep_dispatch, ep_overlap=args.ep_overlap)
+    elif args.ep != 1 or args.etp != 1 or args.ep_dispatch != "all_to_all" or args.ep_overlap:
+        raise ValueError("--ep, --etp, --ep-dispatch and --ep-overlap need a mixture-of-experts model "
+                         "(CONFIG has no experts)")
     return run
 
 
@@ -174,6 +175,11 @@ def _parser() -> argparse.ArgumentParser:
     fixed.add_argument("--cp", type=int, default=1)
     fixed.add_argument("--ep", type=int, default=1, help="expert parallelism (MoE)")
     fixed.add_argument("--etp", type=int, default=1, help="expert tensor parallelism (MoE)")
+    fixed.add_argument("--ep-dispatch", default="all_to_all", choices=P.EP_DISPATCHES,
+                       help="MoE token dispatcher: all_to_all (Megatron's alltoall: every copy of a token to its "
+                            "expert's rank) or per_node (DeepEP/HybridEP: once per remote node, NVLink inside)")
+    fixed.add_argument("--ep-overlap", action="store_true",
+                       help="the all-to-alls overlap another micro-batch's compute (Megatron's moe_a2a_overlap)")
     fixed.add_argument("--vpp", type=int, help="interleaved chunks per stage (default: the predictor's choice)")
     fixed.add_argument("--micro-batch", type=int, help="sequences per micro-batch (default: the predictor's choice)")
     fixed.add_argument("--zero", type=int, default=1, choices=(0, 1, 2, 3), help="ZeRO stage (default 1)")
@@ -251,7 +257,7 @@ def _evaluate(model, notes, args, hardware) -> int:
     if args.json:
         print(json.dumps(dict(model=model, gpus=args.gpus, gpu=run["gpu"], global_batch=args.global_batch,
                               notes=notes, **record), indent=1))
-        return 0
+        return 0 if result["fits"] else 1   # as the text report: 1 = the plan does not fit
     q = result["plan"]
     print(f"{args.config} on {args.gpus:,} x {run['gpu']}, {args.global_batch:,} x {model['seq']:,} tokens per step, "
           f"{q['precision']}: {P.describe_plan(q)}, micro-batch {q['micro_batch']}, "

@@ -145,10 +145,27 @@ def test_the_cli_evaluates_one_moe_plan_with_its_breakdown(capsys):
     assert out["plan"]["ep"] == 8 and out["times"]["ep"] > 0
 
 
+def test_the_cli_takes_the_dispatcher_and_the_overlap_a_published_recipe_ran(capsys):
+    config = ROOT / "commtax" / "data" / "configs" / "qwen3-30b-a3b.json"
+    argv = [str(config), "--gpus", "16", "--gpu", "H100", "--tp", "1", "--pp", "1", "--ep", "16", "--micro-batch", "2",
+            "--global-batch", "512", "--seq", "4096", "--precision", "fp8", "--json"]
+    main(argv)
+    plain = json.loads(capsys.readouterr().out)
+    main([*argv, "--ep-dispatch", "per_node", "--ep-overlap"])
+    recipe = json.loads(capsys.readouterr().out)
+    model, _ = load_model(str(config))
+    expected = P.predict(dict(model, gpus=16, gpu="H100", tp=1, pp=1, ep=16, micro_batch=2, global_batch=512, seq=4096,
+                              precision="fp8", zero_stage=1, ep_dispatch="per_node", ep_overlap=True))
+    assert recipe["step_time_s"] == pytest.approx(expected["step_time_s"])
+    assert recipe["times"]["ep"] < plain["times"]["ep"]
+    assert main(["Llama-3 8B", "--gpus", "8", "--tp", "1", "--pp", "1", "--ep-overlap"]) == 2
+    assert "need a mixture-of-experts model" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("argv, words", [
     (["Llama-3 8B", "--gpus", "8", "--gpu", "Z100"], "--gpu must be one of"),
     (["Llama-3 8B", "--gpus", "8", "--tp", "2"], "give both --tp and --pp"),
-    (["Llama-3 8B", "--gpus", "8", "--tp", "1", "--pp", "1", "--ep", "8"], "--ep and --etp need"),
+    (["Llama-3 8B", "--gpus", "8", "--tp", "1", "--pp", "1", "--ep", "8"], "--etp, --ep-dispatch and --ep-overlap need"),
     (["no-such-model", "--gpus", "8"], "neither a preset"),
     (["Qwen3-30B-A3B", "--gpus", "8", "--tp", "1", "--pp", "1", "--ep", "3"], "ep (3) must divide experts"),
     (["Llama-3 8B", "--gpus", "0"], "--gpus must be from 1"),
