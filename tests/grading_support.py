@@ -71,8 +71,21 @@ def submission(tmp_path: Path, **starters: str) -> Path:
     folder = tmp_path / "submission"
     for lab, text in starters.items():
         (folder / lab.replace("_", "-")).mkdir(parents=True, exist_ok=True)
-        (folder / lab.replace("_", "-") / "starter.py").write_text(text)
+        (folder / lab.replace("_", "-") / "starter.py").write_text(future_imports_first(text))
     return folder
+
+
+def future_imports_first(text: str) -> str:
+    """``text`` with its ``from __future__`` imports moved to the top, where Python requires them.
+
+    A prelude put before a starter (or a solution) that has one would otherwise make the file a
+    SyntaxError: the attack would score 0 without ever being tried, and the test would prove nothing.
+    """
+    lines = text.splitlines(keepends=True)
+    future = [line for line in lines if line.startswith("from __future__ import")]
+    if not future or lines[: len(future)] == future:
+        return text
+    return "".join(future + [line for line in lines if not line.startswith("from __future__ import")])
 
 
 def reference(lab: str, extra_before: str = "", extra_after: str = "") -> str:

@@ -1,7 +1,7 @@
 """Review flags (grading/flags.py): honest code scans clean, every attack is flagged, and only the teacher sees them.
 
 Cheap: the scan parses files, it never runs them; the reports are checked on hand-made results. Grading
-runs that show the flags end to end are reused from tests/test_grading.py (the hostile-text attack's
+runs that show the flags end to end are reused from tests/test_grading_*.py (the hostile-text attack's
 table and results.json, grade-many's CSV and per-student reports).
 """
 
@@ -43,7 +43,7 @@ def test_every_reference_solution_and_shipped_starter_scans_clean(lab):
 # -- every attack is flagged, with the reasons a teacher needs -------------------------------------
 
 FAST = "lab-06-tp-comm-cost"
-# attack file -> (the lab it is graded on in tests/test_grading.py, its prelude or None, reasons expected)
+# attack file -> (the lab it is graded on in tests/test_grading_*.py, its prelude or None, reasons expected)
 ATTACK_FLAGS = {
     "deep_tree.py": ("lab-02-ring-allreduce", None, ["imports os", "imports sys", "runs code when the module is imported"]),
     "serialization_alias_suffix.py": ("lab-02-ring-allreduce", None,
@@ -79,41 +79,49 @@ ATTACK_FLAGS = {
     "rewrite_other_labs.py": ("lab-01-alpha-beta", None, ["imports glob", "a string naming test_lab.py",
                                                           "opens a file"]),
     "write_other_lab.py": ("lab-01-alpha-beta", None, ["imports glob", "a string naming /tmp", "opens a file"]),
-    # Red team r21 (each the part it appended to the shipped starter): b01 swaps inputs through /tmp, pads the
-    # loopback and bumps the counters in dist.send's closure; b02 calls gloo's collectives on the ProcessGroup;
-    # b03 all-reduces zeros (Lab 05 hands every rank the whole layer).
-    **{f"r21_b01_lab{n}_suffix.py": (lab, None, ["imports socket", "imports io", "a string naming /tmp",
-                                                 "file I/O (torch.save)", "opens a file", "__closure__",
-                                                 "cell_contents"])
+    # Inputs swapped through /tmp: the common part goes before the starter (a prelude), each lab's functions
+    # after it; the loopback padded and the counters in dist.send's closure bumped.
+    "swap_inputs_through_tmp.py": ("lab-02-ring-allreduce", None, ["imports socket", "imports io",
+                                                                  "file I/O (torch.save)", "opens a file",
+                                                                  "__closure__", "cell_contents"]),
+    **{f"swap_inputs_through_tmp_lab{n}_suffix.py": (lab, "swap_inputs_through_tmp.py",
+                                                     ["imports socket", "imports io", "a string naming /tmp",
+                                                      "file I/O (torch.save)", "opens a file", "__closure__",
+                                                      "cell_contents"])
        for n, lab in [("02", "lab-02-ring-allreduce"), ("07", "lab-07-pipeline-schedules"),
                       ("09", "lab-09-ddp-overlap"), ("10", "lab-10-moe-all-to-all"),
                       ("13", "lab-13-context-parallel")]},
-    "r21_b02_lab02_suffix.py": ("lab-02-ring-allreduce", None,
-                                ["distributed_c10d", "_get_default_group", "allreduce: a ProcessGroup method",
-                                 "allgather: a ProcessGroup method", "__closure__", "defines ring_all_reduce again"]),
-    # Red team r21c: c04 carries the inputs through a helper started via random._os from a hex string.
-    "r21c_c04_lab02_suffix.py": ("lab-02-ring-allreduce", None,
-                                 ["the private name random._os", ".execvp(): starts a process", ".fork(): starts a process",
-                                  ".pipe(): makes a file descriptor", "hex or base64 characters"]),
-    "r21_b03_lab05_suffix.py": ("lab-05-tensor-parallel-layers", None,
-                                ["dist.all_reduce of a tensor made in the call",
-                                 "dist.all_gather_into_tensor of a tensor made in the call",
-                                 "defines TensorParallelMLP again", "defines ColumnParallelLinear again"]),
-    # Red team r21c (after the sandbox per rank): c01 swaps inputs over NETLINK_USERSOCK, c02 as OFD locks on
-    # torch's own files; both pad the loopback and bump the counters in dist.send's closure.
-    "r21c_c01_lab02_suffix.py": ("lab-02-ring-allreduce", None,
-                                 ["imports socket", "imports struct", "imports threading", "file I/O (torch.save)",
-                                  "__closure__", "cell_contents", "defines ring_all_reduce again"]),
-    "r21c_c02_lab02_suffix.py": ("lab-02-ring-allreduce", None,
-                                 ["imports fcntl", "imports struct", "__file__", "file I/O (torch.save)",
-                                  "__closure__", "cell_contents", "defines ring_all_reduce again"]),
+    # gloo's collectives called on the ProcessGroup object, out of sight of the counter of dist's calls.
+    "process_group_collectives_suffix.py": ("lab-02-ring-allreduce", None,
+                                            ["distributed_c10d", "_get_default_group", "allreduce: a ProcessGroup method",
+                                             "allgather: a ProcessGroup method", "__closure__",
+                                             "defines ring_all_reduce again"]),
+    # The inputs carried by a helper started via random._os from a hex string.
+    "swap_inputs_through_a_hex_helper_suffix.py": ("lab-02-ring-allreduce", None,
+                                                   ["the private name random._os", ".execvp(): starts a process",
+                                                    ".fork(): starts a process", ".pipe(): makes a file descriptor",
+                                                    "hex or base64 characters"]),
+    # Every Lab 05 rank computes the others' shards itself, behind all-reduces of zeros.
+    "tp_shards_computed_locally_lab05_suffix.py": ("lab-05-tensor-parallel-layers", None,
+                                                   ["dist.all_reduce of a tensor made in the call",
+                                                    "dist.all_gather_into_tensor of a tensor made in the call",
+                                                    "defines TensorParallelMLP again", "defines ColumnParallelLinear again"]),
+    # Inputs swapped over NETLINK_USERSOCK, or as OFD locks on torch's own files; both pad the loopback and bump
+    # the counters in dist.send's closure.
+    "swap_inputs_over_netlink_suffix.py": ("lab-02-ring-allreduce", None,
+                                           ["imports socket", "imports struct", "imports threading",
+                                            "file I/O (torch.save)", "__closure__", "cell_contents",
+                                            "defines ring_all_reduce again"]),
+    "swap_inputs_through_file_locks_suffix.py": ("lab-02-ring-allreduce", None,
+                                                 ["imports fcntl", "imports struct", "__file__", "file I/O (torch.save)",
+                                                  "__closure__", "cell_contents", "defines ring_all_reduce again"]),
 }
 NOT_LEARNER_CODE = {"lazy.py",  # the recipe of the lazy submissions (tests/test_lazy_submissions.py)
                     "rank_snoop.py"}  # worker functions of the per-rank sandbox test (run as ranks, not a starter)
 
 
 def attack_submission(name: str) -> tuple[str, str]:
-    """(lab, the starter.py text) as tests/test_grading.py builds it: a prelude before the shipped starter, a
+    """(lab, the starter.py text) as the grading tests build it: a prelude before the shipped starter, a
     suffix (a file that starts with a blank line) after it."""
     lab, prelude, _ = ATTACK_FLAGS[name]
     text = (ATTACKS / name).read_text()

@@ -133,7 +133,7 @@ def fake_result(*labs) -> "GradeResult":  # noqa: F821  (grading.results, import
 
 def test_gradescope_output_before_publication_counts_visible_tests_only():
     # Two visible tests (1 + 3 points) and a hidden one (5 points), all passed: the learner must read 4/4,
-    # never 9/9 (issue 22: "lab-01 101/101 116/116" showed the hidden tests' points).
+    # never 9/9 (that would show the hidden tests' points).
     result = fake_result(("lab-01-alpha-beta", [("test_a", 1, "passed", False), ("test_b", 3, "passed", False),
                                                 ("test_hidden_c", 5, "passed", True)]))
     output = reports.gradescope(result)["output"]
@@ -145,7 +145,7 @@ def test_gradescope_output_before_publication_counts_visible_tests_only():
 
 
 def test_the_tables_first_failure_is_cut_at_a_word_with_an_ellipsis():
-    # Issue 23: the cell read "... Failed: all_r" (a word that is not there) when cut at 100 characters.
+    # Cut at 100 characters mid-word, the cell would read "... Failed: all_r" (a word that is not there).
     result = fake_result(("lab-01-alpha-beta", [("test_a", 1, "failed", False)]))
     message = "rank 0: the gradients differ after step 1 of 3 " * 4 + "every rank must all_reduce\nsecond line"
     result.labs[0].tests[0].message = message
@@ -157,7 +157,7 @@ def test_the_tables_first_failure_is_cut_at_a_word_with_an_ellipsis():
 
 
 def test_the_maximum_is_the_same_for_an_empty_a_partial_and_a_complete_submission(tmp_path):
-    # Issue 22: 554 empty, 552 with a lab missing, 551 complete: a missing lab's NCCL tests counted.
+    # The maximum must not depend on what was submitted: a missing lab's NCCL tests count as a present one's.
     # Lab 02 has NCCL tests (skipped without GPUs); grading its shipped starter is fast (it raises).
     labs = [FAST, "lab-02-ring-allreduce"]
     starter_02 = (ROOT / "labs" / labs[1] / "starter.py").read_text()

@@ -2,7 +2,8 @@
 hangs, deadlocks, crashes, exits, floods the output, recurses or leaves processes behind costs only its own
 points.
 
-The fixture submissions and the ways to grade them are in tests/grading_support.py.
+The fixture submissions and the ways to grade them are in tests/grading_support.py (IS_ROOT, attack,
+grade_as and needs_sandbox are imported here too: tests/test_grader_robustness.py reads them from this module).
 """
 
 import json
@@ -12,7 +13,7 @@ import time
 import pytest
 
 from grading import reports
-from tests.grading_support import (  # noqa: F401  (IS_ROOT, attack, grade_as, needs_sandbox: tests/test_grader_robustness.py reads them here)
+from tests.grading_support import (  # noqa: F401
     FAST,
     HANG,
     IS_ROOT,

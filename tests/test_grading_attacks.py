@@ -138,10 +138,10 @@ def test_reading_the_hidden_tests_or_other_processes_leaks_nothing(tmp_path, mod
     assert CANARY not in seen, "the grader's environment reached the learner's code"
 
 
-@pytest.mark.slow   # CI: test_cause_3_a_rank_that_names_trusted_files_in_its_stack_gets_none_of_them_quoted
+@pytest.mark.slow   # CI: test_a_rank_that_names_trusted_files_in_its_stack_gets_none_of_them_quoted
 @pytest.mark.parametrize("mode", MODES)
 def test_a_rank_that_forges_its_stack_gets_other_files_named_never_quoted(tmp_path, mode):
-    # Issue 21, cause 3: ranks name answer files in a forged stack dump and heartbeat, and swap their
+    # Ranks name answer files in a forged stack dump and heartbeat, and swap their
     # own file for a link; the report names those files (proof the forgery arrived) and quotes none.
     text = reference("lab-02-ring-allreduce") + attack("forge_rank_stack_suffix.py")
     graded = grade_as(mode, submission(tmp_path, lab_02_ring_allreduce=text), ["lab-02-ring-allreduce"], tmp_path)
@@ -154,11 +154,11 @@ def test_a_rank_that_forges_its_stack_gets_other_files_named_never_quoted(tmp_pa
 
 
 @pytest.mark.slow   # CI: the secret seed against a forger in test_tp_ranks_that_compute_every_shard_locally_..., the
-#                    kernel's count and a sandbox per rank in test_red_team_side_channel_...[lab-02]
+#                    kernel's count and a sandbox per rank in test_swapping_inputs_through_shared_files_...[lab-02]
 def test_ranks_that_rebuild_the_inputs_and_bump_their_byte_counters_gain_nothing(tmp_path):
-    # Red team round 2, a03 (19/23 on Lab 02 before): no message sent; each rank rebuilds every input from
-    # the public seeds and adds to the byte counter in the closure of the wrapped dist.send. Now inputs come
-    # from a secret seed, one rank's each, and the kernel counts the bytes outside the ranks. Graded once,
+    # No message sent: each rank rebuilds every input from the public seeds and adds to the byte counter in
+    # the closure of the wrapped dist.send. The inputs come from a secret seed, each rank handed only its
+    # own, and the kernel counts the bytes outside the ranks. Graded once,
     # in root mode where these tests run as root (else same-user mode): the sandbox is the same.
     mode = "root" if IS_ROOT else "same-user"
     text = shipped("lab-02-ring-allreduce") + attack("rank_forgery_suffix.py")
@@ -177,15 +177,17 @@ SIDE_CHANNEL_LABS = [pytest.param("lab-02-ring-allreduce", id="lab-02")] + [
 
 
 @pytest.mark.parametrize("lab", SIDE_CHANNEL_LABS)
-def test_red_team_side_channel_through_shared_files_gains_nothing_with_a_sandbox_per_rank(tmp_path, lab):
-    # Red team r21's b01 (tests/attacks/r21_b01_lab*_suffix.py): the ranks swap their secret inputs through
-    # files in a /tmp they share, compute the result alone and pad the loopback to the byte count
-    # (before a sandbox per rank: Lab 02 22/23, 07 8/35, 09 20/57, 10 12/74, 13 68/119). With a sandbox
-    # per rank no rank sees another's file, so every job waits for notes that never come.
+def test_swapping_inputs_through_shared_files_gains_nothing_with_a_sandbox_per_rank(tmp_path, lab):
+    # tests/attacks/swap_inputs_through_tmp*.py: the ranks swap their secret inputs through files in a /tmp
+    # they share, compute the result alone and pad the loopback to the byte count (without a sandbox per
+    # rank this scored nearly full marks). With a sandbox per rank no rank sees another's file, so every
+    # job waits for notes that never come.
     needs_sandbox()
     if not (IS_ROOT and nested_missing() is None):
         pytest.skip(f"no sandbox per rank here: {nested_missing() if IS_ROOT else 'not root'}")
-    text = shipped(lab) + attack(f"r21_b01_lab{lab[4:6]}_suffix.py")
+    # the part every lab's version shares goes before the starter, the lab's own functions after it
+    text = (attack("swap_inputs_through_tmp.py") + shipped(lab)
+            + attack(f"swap_inputs_through_tmp_lab{lab[4:6]}_suffix.py"))
     # The jobs wait for notes that never come: the lab ends at its deadline with no point (30 s, stretched
     # with the load; nothing it could gain needs longer: Lab 02's whole reference grades in about 25 s).
     deadline = min(300, round(30 * max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))))
@@ -195,17 +197,17 @@ def test_red_team_side_channel_through_shared_files_gains_nothing_with_a_sandbox
     assert "a nested sandbox of its own" in graded.seen()  # the report says each rank had one
 
 
-R21C_CHANNELS = [pytest.param("r21c_c01_lab02_suffix.py", id="c01-netlink", marks=pytest.mark.slow),
-                 pytest.param("r21c_c02_lab02_suffix.py", id="c02-locks", marks=pytest.mark.slow)]
+REFUSED_CHANNELS = [pytest.param("swap_inputs_over_netlink_suffix.py", id="netlink", marks=pytest.mark.slow),
+                    pytest.param("swap_inputs_through_file_locks_suffix.py", id="file-locks", marks=pytest.mark.slow)]
 
 
-@pytest.mark.parametrize("name", R21C_CHANNELS)
-def test_red_team_channels_the_seccomp_program_refuses_gain_nothing_with_a_sandbox_per_rank(tmp_path, name):
-    # Red team r21c (tests/attacks/r21c_c0*_lab02_suffix.py), with a sandbox per rank already in place: c01
-    # swapped the ranks' inputs over NETLINK_USERSOCK unicast (22/23 on Lab 02), c02 as OFD byte-range locks
-    # on torch's own read-only files (14/23); both padded the loopback to the ring's bytes. The nested
-    # sandboxes' seccomp program (grading/sandbox/seccomp.py) refuses both: 0 points. (The per-rank sandbox
-    # test below tries each refused call cheaply; these gradings are the red team's code itself.)
+@pytest.mark.parametrize("name", REFUSED_CHANNELS)
+def test_channels_between_ranks_the_seccomp_program_refuses_gain_nothing_with_a_sandbox_per_rank(tmp_path, name):
+    # Channels a sandbox per rank leaves open to the ranks unless refused: the inputs swapped over
+    # NETLINK_USERSOCK unicast, or as OFD byte-range locks on torch's own read-only files; both pad the
+    # loopback to the ring's bytes. The nested sandboxes' seccomp program (grading/sandbox/seccomp.py)
+    # refuses both: 0 points. (The per-rank sandbox test below tries each refused call cheaply; these
+    # gradings run the whole attack.)
     needs_sandbox()
     if not (IS_ROOT and nested_missing() is None):
         pytest.skip(f"no sandbox per rank here: {nested_missing() if IS_ROOT else 'not root'}")
@@ -221,8 +223,8 @@ def test_a_rank_sees_no_file_and_no_process_of_another_rank_in_a_sandbox_per_ran
     # Under the grader (root mode) each rank runs in a sandbox of its own, nested in the lab's: a note
     # rank 0 leaves in /tmp, /dev/shm or its own folder is invisible to rank 1, the shared run folder
     # is hidden, /proc shows no process; the seccomp program (grading/sandbox/seccomp.py) refuses
-    # socket(AF_UNIX) (with garbage in the register's upper half too), NETLINK_USERSOCK (red team r21c's
-    # c01), an OFD lock and flock on a shared read-only file (c02: rank 1 sees no lock of rank 0),
+    # socket(AF_UNIX) (with garbage in the register's upper half too), NETLINK_USERSOCK, an OFD lock
+    # and flock on a shared read-only file (rank 1 sees no lock of rank 0),
     # inotify, keyctl, io_uring_setup, mincore and a shared mapping of a shared file (a futex channel); a
     # deadlocked rank is still reported at its line (its stack dump reaches the Python inside through
     # bubblewrap). The control: the same job without the
@@ -299,18 +301,19 @@ def test_a_rank_sees_no_file_and_no_process_of_another_rank_in_a_sandbox_per_ran
 LAB05 = "lab-05-tensor-parallel-layers"
 
 
-# What the red team's b03 gets for true: the constructors that refuse an indivisible size are given code.
+# What computing every shard locally still gets for true: the constructors that refuse an indivisible size are
+# given code.
 LAB05_NOT_FORGED = ("test_from_full_refuses_sizes_the_group_cannot_split",)
 
 
 def test_tp_ranks_that_compute_every_shard_locally_behind_zero_all_reduces_gain_nothing(tmp_path):
-    # Red team r21, b03 (44/46 on Lab 05 before): every rank keeps the other ranks' shards of the whole layer
-    # it was given and computes the whole layer itself; its all-reduces and all-gathers are real, of zeros.
-    # Now each rank is handed a layer whose other ranks' blocks are decoys (secret seed), and the bytes the
+    # Every rank keeps the other ranks' shards of the whole layer it was given and computes the whole layer
+    # itself; its all-reduces and all-gathers are real, of zeros (before decoys, this scored 44 of 46).
+    # Each rank is handed a layer whose other ranks' blocks are decoys (secret seed), and the bytes the
     # collectives claim are counted by the kernel. Graded once, in root mode where these tests run as root
     # (else same-user mode): the sandbox is the same. The reference's full marks: the "every-lab" case above.
     mode = "root" if IS_ROOT else "same-user"
-    text = shipped(LAB05) + attack("r21_b03_lab05_suffix.py")
+    text = shipped(LAB05) + attack("tp_shards_computed_locally_lab05_suffix.py")
     # 60 s is plenty on a quiet 2-core machine (both jobs run; the tests then fail at once)
     deadline = min(300, round(60 * max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))))
     graded = grade_as(mode, submission(tmp_path, lab_05_tensor_parallel_layers=text), [LAB05], tmp_path,
@@ -352,7 +355,7 @@ def test_a_rank_that_returns_a_crafted_pickle_is_a_failed_rank_and_runs_nothing(
     assert not marker.exists()
 
 
-@pytest.mark.slow   # CI: test_cause_5_a_forking_chain_and_its_notes_end_with_the_lab (a chain outlives more than one fork)
+@pytest.mark.slow   # CI: test_a_forking_chain_and_its_notes_end_with_the_lab (a chain outlives more than one fork)
 @pytest.mark.parametrize("mode", MODES)
 def test_a_forked_daemon_does_not_outlive_its_lab(tmp_path, mode):
     marker = f"commtax-attack-daemon-{os.urandom(6).hex()}"

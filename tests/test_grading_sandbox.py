@@ -40,7 +40,6 @@ from tests.grading_support import (
 pytestmark = NEEDS_SOLUTIONS
 
 
-#
 # ISOLATED: the two modes, each in an OS sandbox (skipped where bubblewrap cannot make one here; the
 # fallback's claims are tested with isolation="none").
 
@@ -111,7 +110,7 @@ def test_the_command_line_refuses_without_a_sandbox_with_one_readable_line(tmp_p
 
 
 @pytest.mark.parametrize("mode", ISOLATED)
-def test_cause_1_forged_values_from_the_worker_are_refused_and_every_test_still_reports(tmp_path, mode):
+def test_forged_values_from_the_worker_are_refused_and_every_test_still_reports(tmp_path, mode):
     needs_sandbox()
     text = attack("forged_values.py") + reference(FAST)
     graded = grade_as(mode, submission(tmp_path, lab_06_tp_comm_cost=text), [FAST], tmp_path)
@@ -121,7 +120,7 @@ def test_cause_1_forged_values_from_the_worker_are_refused_and_every_test_still_
 
 
 @pytest.mark.parametrize("isolation", ["namespaces", "none"])
-def test_cause_2_patching_the_graders_own_files_runs_nothing_in_the_deciding_process(tmp_path, isolation):
+def test_patching_the_graders_own_files_runs_nothing_in_the_deciding_process(tmp_path, isolation):
     if isolation == "namespaces":
         needs_sandbox()
     elif not IS_ROOT:
@@ -139,7 +138,7 @@ def test_cause_2_patching_the_graders_own_files_runs_nothing_in_the_deciding_pro
         assert "the grader's own files changed while this lab ran (commtax/ranks/__init__.py)" in graded.seen()
 
 
-def test_cause_3_a_rank_that_names_trusted_files_in_its_stack_gets_none_of_them_quoted(tmp_path):
+def test_a_rank_that_names_trusted_files_in_its_stack_gets_none_of_them_quoted(tmp_path):
     needs_sandbox()
     lab = "lab-07-pipeline-schedules"
     answers = (ROOT / "commtax" / "formulas" / "collectives.py").read_text().splitlines()
@@ -158,9 +157,9 @@ def test_cause_3_a_rank_that_names_trusted_files_in_its_stack_gets_none_of_them_
                                             pytest.param("same-user", "namespaces", id="same-user",
                                                          marks=[pytest.mark.slow] if IS_ROOT else []),
                                             # the fallback: the same check without namespaces (CI runs the fallback
-                                            # in cause 2, whose stakes are higher)
+                                            # in the test of the grader's own files, whose stakes are higher)
                                             pytest.param("root", "none", id="root-fallback", marks=pytest.mark.slow)])
-def test_cause_4_hidden_test_inputs_never_reach_a_visible_message(tmp_path, mode, isolation):
+def test_hidden_test_inputs_never_reach_a_visible_message(tmp_path, mode, isolation):
     if mode == "root" and not IS_ROOT:
         pytest.skip("root mode needs the tests to run as root")
     if isolation == "namespaces":
@@ -178,7 +177,7 @@ def test_cause_4_hidden_test_inputs_never_reach_a_visible_message(tmp_path, mode
 
 
 @pytest.mark.parametrize("mode", ISOLATED)
-def test_cause_5_a_forking_chain_and_its_notes_end_with_the_lab(tmp_path, mode):
+def test_a_forking_chain_and_its_notes_end_with_the_lab(tmp_path, mode):
     needs_sandbox()
     marker = f"commtax-attack-{os.urandom(6).hex()}"
     folder = submission(tmp_path,
@@ -193,7 +192,7 @@ def test_cause_5_a_forking_chain_and_its_notes_end_with_the_lab(tmp_path, mode):
     assert planted(marker) == [], "the lab left files or System V objects behind"
 
 
-def test_cause_5_under_grade_many_one_students_chain_cannot_reach_the_next(tmp_path):
+def test_under_grade_many_one_students_chain_cannot_reach_the_next(tmp_path):
     needs_sandbox()
     marker = f"commtax-attack-{os.urandom(6).hex()}"
     folder = tmp_path / "all"
@@ -208,7 +207,7 @@ def test_cause_5_under_grade_many_one_students_chain_cannot_reach_the_next(tmp_p
     assert survivors(marker) == [] and planted(marker) == [] and not list(Path("/tmp").glob("commtax-stolen-*"))
 
 
-def test_cause_5_processes_under_the_per_process_limit_share_one_cgroup_memory_bound_that_ends_with_the_run(tmp_path):
+def test_processes_under_the_per_process_limit_share_one_cgroup_memory_bound_that_ends_with_the_run(tmp_path):
     """8 processes of 400 MB (each far under the 8 GiB per-process limit) against a 1 GiB bound for the
     whole run: the kernel kills some, the lab fails, the report says why, nothing and no cgroup stays."""
     needs_sandbox()
@@ -230,8 +229,8 @@ def test_cause_5_processes_under_the_per_process_limit_share_one_cgroup_memory_b
 
 
 def test_each_lab_run_gets_a_cpu_cgroup_of_its_own_so_concurrent_runs_share_the_cpu_equally():
-    """Red team r21c: in grade-many --jobs N, a submission that spins many processes starved a classmate's
-    run (the kernel shares the CPU per thread). In a cpu cgroup per run, at the default weight, each run gets
+    """In grade-many --jobs N, a submission that spins many processes would starve a classmate's run (the
+    kernel shares the CPU per thread). In a cpu cgroup per run, at the default weight, each run gets
     an equal share however many processes it starts: a process that joined a run is in that run's cgroup in
     the cpu hierarchy, and the report line says so."""
     from grading.sandbox import cgroup
@@ -319,7 +318,7 @@ def test_a_runs_cgroup_events_become_the_reports_sentence_on_what_limit_it_reach
 
 
 @pytest.mark.parametrize("mode", ISOLATED)
-def test_cause_6_answers_elsewhere_on_the_machine_are_out_of_reach(tmp_path, mode):
+def test_answers_elsewhere_on_the_machine_are_out_of_reach(tmp_path, mode):
     needs_sandbox()
     import tempfile
     other = Path(tempfile.mkdtemp(prefix="commtax-other-checkout-"))
@@ -348,7 +347,7 @@ def grade_many(folder: Path, tmp_path: Path, labs=(FAST,)) -> dict:
     return {row[0]: row for row in rows[2:]}
 
 
-def test_cause_6_and_7_grade_many_refuses_links_fifos_and_huge_files_and_grades_everyone_else(tmp_path):
+def test_grade_many_refuses_links_fifos_and_huge_files_and_grades_everyone_else(tmp_path):
     folder = tmp_path / "all"
     for name in ("alice", "bob", "carol", "dave"):
         (folder / name).mkdir(parents=True)
@@ -370,7 +369,7 @@ def test_cause_6_and_7_grade_many_refuses_links_fifos_and_huge_files_and_grades_
     assert rows["eve"][1] == "" and "symbolic link: refused" in rows["eve"][4]
 
 
-def test_cause_8_hostile_messages_reach_every_report_as_plain_printable_text(tmp_path):
+def test_hostile_messages_reach_every_report_as_plain_printable_text(tmp_path):
     folder = submission(tmp_path, lab_06_tp_comm_cost=shipped(FAST) + attack("hostile_text.py"))
     out = tmp_path / "results.json"
     env = dict(os.environ, PYTHONIOENCODING="utf-8:strict")

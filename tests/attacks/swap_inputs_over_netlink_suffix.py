@@ -1,112 +1,99 @@
 
 
-# Origin: independent red team r21c (issue 21, session 32, after the sandbox per rank), its submission c02_locks/lab-02-ring-allreduce/starter.py:
-# the part it appended to the shipped starter, copied as written (see tests/attacks/README.md).
-# ===================== ATTACK c02 (red team r21c): byte-range lock side channel =====================
-# Every nested sandbox binds the Python environment read-only, so all ranks open the SAME inodes
-# (torch's own files). Read locks (fcntl, open-file-description locks) may be taken on a read-only
-# descriptor, at any offset up to 2**63; F_OFD_GETLK reports the first conflicting lock's start and
-# length to any other process that opens the file. Each lock here carries 8 bytes of data in its
-# start and length: the ranks exchange their inputs without a byte on the loopback, without a
-# socket, a writable shared file, /proc or IPC. Spread over 256 files so the kernel's per-file
-# lock lists stay short.
+# Netlink side channel:
+# The ranks of one lab run share its network namespace. Netlink sockets of family
+# NETLINK_USERSOCK belong to that namespace too, any user may send unicast messages to a
+# port id there, and they never cross the loopback device: the kernel's byte count (lo's
+# counters) does not see them, and the nested sandbox's seccomp filter refuses only AF_UNIX.
+# Each rank binds a netlink socket at an id derived from its job and rank, sends its input
+# to the others over netlink, computes the answer locally, pads the loopback with exactly
+# the bytes a ring would move, and bumps the per-rank counters through dist.send's closure.
 import os as _os
 import sys as _sys
 import time as _time
 import socket as _socket
 import io as _io
 import struct as _struct
-import fcntl as _fcntl
+import threading as _threading
 import zlib as _zlib
 
 _CALLS = [0]
 _PAD = {}
-_LK = {}
-_F_OFD_GETLK, _F_OFD_SETLK = 36, 37
-_FLOCK = "hhxxxxqqixxxx"
-_REGION = 1 << 34
-_NFILES = 256
-_ACK = 0xFFFF * 256
+_NL = {}
+_HDR = _struct.Struct("=IHII")  # call key, source rank, chunk index, chunk count
+_CHUNK = 60000
 
 
-def _lk_files():
-    if "files" not in _LK:
-        import torch
-        root = _os.path.dirname(torch.__file__)
-        found = []
-        for here, dirs, names in _os.walk(root):
-            dirs.sort()
-            found += [_os.path.join(here, n) for n in sorted(names) if n.endswith(".py")]
-            if len(found) >= _NFILES:
-                break
-        _LK["files"] = found[:_NFILES]
-        _LK["held"] = [_os.open(p, _os.O_RDONLY) for p in _LK["files"]]  # their locks live as long as we do
-    return _LK["files"]
+def _nl_base():
+    run_dir = _sys.argv[1] if len(_sys.argv) > 1 else "x"
+    job = _os.path.basename(run_dir.rstrip("/"))
+    return 0x10000000 + (_zlib.crc32(job.encode()) & 0xFFFFF) * 64
 
 
-def _lk_where(key, src, index):
-    """(file number, lock region start) of 8-byte word ``index`` of rank ``src``'s message ``key``."""
-    return index % _NFILES, (((key & 0x3FF) << 3 | src) << 16 | index // _NFILES) * _REGION
+def _nl_open(rank):
+    if "sock" in _NL:
+        return _NL
+    s = _socket.socket(_socket.AF_NETLINK, _socket.SOCK_RAW, _socket.NETLINK_USERSOCK)
+    try:
+        s.setsockopt(_socket.SOL_SOCKET, _socket.SO_RCVBUF, 1 << 22)
+    except OSError:
+        pass
+    base = _nl_base()
+    s.bind((base + rank, 0))
+    _NL.update(sock=s, base=base, got={}, cond=_threading.Condition())
 
+    def pump():
+        while True:
+            data = s.recv(1 << 17)
+            key, src, idx, count = _HDR.unpack_from(data)
+            with _NL["cond"]:
+                _NL["got"].setdefault((key, src), {})[idx] = (count, data[_HDR.size:])
+                _NL["cond"].notify_all()
 
-def _lk_put(fd, start, length):
-    _fcntl.fcntl(fd, _F_OFD_SETLK, _struct.pack(_FLOCK, _fcntl.F_RDLCK, 0, start, length, 0))
-
-
-def _lk_get(fd, base):
-    """(start - base, length) of a lock held in [base, base + _REGION), or None."""
-    got = _fcntl.fcntl(fd, _F_OFD_GETLK, _struct.pack(_FLOCK, _fcntl.F_WRLCK, 0, base, _REGION, 0))
-    kind, _, start, length, _ = _struct.unpack(_FLOCK, got)
-    return None if kind == _fcntl.F_UNLCK else (start - base, length)
+    _threading.Thread(target=pump, daemon=True).start()
+    return _NL
 
 
 def _exchange(obj, rank, size, tag=""):
-    """Every rank's ``obj``, written as byte-range locks on shared read-only files, indexed by rank."""
+    """Every rank's ``obj``, through netlink messages (never on the loopback), indexed by rank."""
     import torch
-    files = _lk_files()
-    count = _LK.setdefault("counts", {}).get(tag, 0) + 1
-    _LK["counts"][tag] = count
-    key = _zlib.crc32(tag.encode()) + count
+    import torch.distributed as _d
+    _CALLS[0] += 1
+    count = _NL.setdefault("counts", {}).get(tag, 0) + 1
+    _NL["counts"][tag] = count
+    me = _d.get_rank() if _d.is_initialized() else rank
+    members = [int(x) for x in tag[1:].rstrip("sg").split("_")] if tag.startswith("g") else list(range(size))
+    nl = _nl_open(me)
+    key = _zlib.crc32(f"{tag}#{count}".encode())
     buf = _io.BytesIO()
     torch.save(obj, buf)
-    blob = _zlib.compress(buf.getvalue(), 6)
-    blob += b"\0" * (-len(blob) % 8)
-    held = _LK["held"]
-    for i in range(len(blob) // 8):
-        lo, hi = _struct.unpack_from("=II", blob, 8 * i)
-        f, base = _lk_where(key, rank, i + 1)
-        _lk_put(held[f], base + lo, hi + 1)
-    f, base = _lk_where(key, rank, 0)
-    _lk_put(held[f], base + len(blob), 1)  # the header last: "ready, this long"
-    look = [_os.open(p, _os.O_RDONLY) for p in files]
+    blob = buf.getvalue()
+    chunks = [blob[i:i + _CHUNK] for i in range(0, len(blob), _CHUNK)] or [b""]
+    for r in range(size):
+        if r == rank:
+            continue
+        for i, c in enumerate(chunks):
+            msg = _HDR.pack(key, rank, i, len(chunks)) + c
+            while True:
+                try:
+                    nl["sock"].sendto(msg, (nl["base"] + members[r], 0))
+                    break
+                except OSError:  # the peer has not bound yet, or its buffer is full
+                    _time.sleep(0.01)
     out = []
-    try:
-        for r in range(size):
-            if r == rank:
-                out.append(obj)
-                continue
-            f, base = _lk_where(key, r, 0)
-            while (head := _lk_get(look[f], base)) is None:
-                _time.sleep(0.002)
-            data = bytearray()
-            for i in range(head[0] // 8):
-                f, base = _lk_where(key, r, i + 1)
-                lo, hi = _lk_get(look[f], base)
-                data += _struct.pack("=II", lo, hi - 1)
-            out.append(torch.load(_io.BytesIO(_zlib.decompress(bytes(data))), weights_only=False))
-            f, base = _lk_where(key, rank, _ACK + r)
-            _lk_put(held[f], base, 1)  # "I have read yours, rank r"
-        for r in range(size):  # keep our locks until every peer has read them
-            if r != rank:
-                f, base = _lk_where(key, r, _ACK + rank)
-                while _lk_get(look[f], base) is None:
-                    _time.sleep(0.002)
-    finally:
-        for fd in look:
-            _os.close(fd)
-    for f, fd in enumerate(held):  # then free this message's locks (the kernel's lists stay short)
-        _fcntl.fcntl(fd, _F_OFD_SETLK, _struct.pack(_FLOCK, _fcntl.F_UNLCK, 0, _lk_where(key, rank, 0)[1],
-                                                    _REGION * 0xFFFF, 0))  # (not the acks)
+    for r in range(size):
+        if r == rank:
+            out.append(obj)
+            continue
+        with nl["cond"]:
+            while True:
+                parts = nl["got"].get((key, r), {})
+                if parts and len(parts) == next(iter(parts.values()))[0]:
+                    break
+                nl["cond"].wait(0.5)
+            parts = nl["got"].pop((key, r))
+        data = b"".join(parts[i][1] for i in range(len(parts)))
+        out.append(torch.load(_io.BytesIO(data), weights_only=False))
     return out
 
 

@@ -1,8 +1,6 @@
 
 
-# Origin: independent red team r21 (issue 21, after the a03 fix), its submission b03_lab05_fake_allreduce/lab-05-tensor-parallel-layers/starter.py:
-# the part it appended to the shipped starter, copied as written (see tests/attacks/README.md).
-# ===================== ATTACK b03 (red team r21): tensor parallelism without the sum =====================
+# Tensor parallelism without the sum:
 # Lab 05 hands every rank the whole layer (from_full) and the whole input. This MLP keeps its real
 # shards as parameters (so the shard and gradient checks see them), but also keeps the *other* ranks'
 # shards as plain attributes and computes their contribution locally. The "all-reduces" the tests

@@ -1,5 +1,5 @@
 
-# Red team r21c, attack c04 (its own code, appended to the shipped starter): a helper started through
+# Appended to the shipped starter: a helper started through
 # random._os (the os module under a private name) from a hex string carries the inputs between ranks over
 # a netlink socket; no import, dunder or closure an earlier scan knew. Kept for tests/test_flags.py.
 import random

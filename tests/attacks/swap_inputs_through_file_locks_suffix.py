@@ -1,50 +1,110 @@
 
 
-# Origin: independent red team r21 (issue 21, after the a03 fix), its submission b01_side_channel/lab-02-ring-allreduce/starter.py:
-# the part it appended to the shipped starter, copied as written (see tests/attacks/README.md).
-# ===================== ATTACK b01 (red team r21): side-channel forge =====================
-# No rank ever sends its data to another as a torch.distributed message. The ranks of one job
-# share the sandbox's /tmp: each rank drops its own (secret) input there, waits for the others'
-# files, and computes the result locally. To satisfy the kernel's loopback byte count, each rank
-# pushes exactly the bytes a correct implementation would send through a TCP connection to
-# itself on 127.0.0.1 (pure padding). The per-rank counters of record_traffic are bumped through
-# the closure of the wrapped dist.send (red team round 2's a03 trick), so per-rank bytes match too.
+# Byte-range lock side channel:
+# Every nested sandbox binds the Python environment read-only, so all ranks open the SAME inodes
+# (torch's own files). Read locks (fcntl, open-file-description locks) may be taken on a read-only
+# descriptor, at any offset up to 2**63; F_OFD_GETLK reports the first conflicting lock's start and
+# length to any other process that opens the file. Each lock here carries 8 bytes of data in its
+# start and length: the ranks exchange their inputs without a byte on the loopback, without a
+# socket, a writable shared file, /proc or IPC. Spread over 256 files so the kernel's per-file
+# lock lists stay short.
 import os as _os
 import sys as _sys
 import time as _time
 import socket as _socket
 import io as _io
+import struct as _struct
+import fcntl as _fcntl
+import zlib as _zlib
 
 _CALLS = [0]
 _PAD = {}
+_LK = {}
+_F_OFD_GETLK, _F_OFD_SETLK = 36, 37
+_FLOCK = "hhxxxxqqixxxx"
+_REGION = 1 << 34
+_NFILES = 256
+_ACK = 0xFFFF * 256
 
 
-def _job_dir():
-    run_dir = _sys.argv[1] if len(_sys.argv) > 1 else "x"
-    d = _os.path.join("/tmp", ".xch", _os.path.basename(run_dir.rstrip("/")))
-    _os.makedirs(d, exist_ok=True)
-    return d
+def _lk_files():
+    if "files" not in _LK:
+        import torch
+        root = _os.path.dirname(torch.__file__)
+        found = []
+        for here, dirs, names in _os.walk(root):
+            dirs.sort()
+            found += [_os.path.join(here, n) for n in sorted(names) if n.endswith(".py")]
+            if len(found) >= _NFILES:
+                break
+        _LK["files"] = found[:_NFILES]
+        _LK["held"] = [_os.open(p, _os.O_RDONLY) for p in _LK["files"]]  # their locks live as long as we do
+    return _LK["files"]
+
+
+def _lk_where(key, src, index):
+    """(file number, lock region start) of 8-byte word ``index`` of rank ``src``'s message ``key``."""
+    return index % _NFILES, (((key & 0x3FF) << 3 | src) << 16 | index // _NFILES) * _REGION
+
+
+def _lk_put(fd, start, length):
+    _fcntl.fcntl(fd, _F_OFD_SETLK, _struct.pack(_FLOCK, _fcntl.F_RDLCK, 0, start, length, 0))
+
+
+def _lk_get(fd, base):
+    """(start - base, length) of a lock held in [base, base + _REGION), or None."""
+    got = _fcntl.fcntl(fd, _F_OFD_GETLK, _struct.pack(_FLOCK, _fcntl.F_WRLCK, 0, base, _REGION, 0))
+    kind, _, start, length, _ = _struct.unpack(_FLOCK, got)
+    return None if kind == _fcntl.F_UNLCK else (start - base, length)
 
 
 def _exchange(obj, rank, size, tag=""):
-    """Every rank's ``obj`` (a tensor / anything torch.save takes), through files, indexed by rank."""
+    """Every rank's ``obj``, written as byte-range locks on shared read-only files, indexed by rank."""
     import torch
-    _CALLS[0] += 1
-    d = _job_dir()
-    key = f"{_CALLS[0]}{tag}"
+    files = _lk_files()
+    count = _LK.setdefault("counts", {}).get(tag, 0) + 1
+    _LK["counts"][tag] = count
+    key = _zlib.crc32(tag.encode()) + count
     buf = _io.BytesIO()
     torch.save(obj, buf)
-    tmp = _os.path.join(d, f"{key}.{rank}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(buf.getvalue())
-    _os.replace(tmp, _os.path.join(d, f"{key}.{rank}"))
+    blob = _zlib.compress(buf.getvalue(), 6)
+    blob += b"\0" * (-len(blob) % 8)
+    held = _LK["held"]
+    for i in range(len(blob) // 8):
+        lo, hi = _struct.unpack_from("=II", blob, 8 * i)
+        f, base = _lk_where(key, rank, i + 1)
+        _lk_put(held[f], base + lo, hi + 1)
+    f, base = _lk_where(key, rank, 0)
+    _lk_put(held[f], base + len(blob), 1)  # the header last: "ready, this long"
+    look = [_os.open(p, _os.O_RDONLY) for p in files]
     out = []
-    for r in range(size):
-        p = _os.path.join(d, f"{key}.{r}")
-        while not _os.path.exists(p):
-            _time.sleep(0.002)
-        with open(p, "rb") as f:
-            out.append(torch.load(_io.BytesIO(f.read()), weights_only=False))
+    try:
+        for r in range(size):
+            if r == rank:
+                out.append(obj)
+                continue
+            f, base = _lk_where(key, r, 0)
+            while (head := _lk_get(look[f], base)) is None:
+                _time.sleep(0.002)
+            data = bytearray()
+            for i in range(head[0] // 8):
+                f, base = _lk_where(key, r, i + 1)
+                lo, hi = _lk_get(look[f], base)
+                data += _struct.pack("=II", lo, hi - 1)
+            out.append(torch.load(_io.BytesIO(_zlib.decompress(bytes(data))), weights_only=False))
+            f, base = _lk_where(key, rank, _ACK + r)
+            _lk_put(held[f], base, 1)  # "I have read yours, rank r"
+        for r in range(size):  # keep our locks until every peer has read them
+            if r != rank:
+                f, base = _lk_where(key, r, _ACK + rank)
+                while _lk_get(look[f], base) is None:
+                    _time.sleep(0.002)
+    finally:
+        for fd in look:
+            _os.close(fd)
+    for f, fd in enumerate(held):  # then free this message's locks (the kernel's lists stay short)
+        _fcntl.fcntl(fd, _F_OFD_SETLK, _struct.pack(_FLOCK, _fcntl.F_UNLCK, 0, _lk_where(key, rank, 0)[1],
+                                                    _REGION * 0xFFFF, 0))  # (not the acks)
     return out
 
 

@@ -1,13 +1,11 @@
 
 
-# Origin: independent red team r21 (issue 21, after the a03 fix), its submission b02_unwrapped_collective/lab-02-ring-allreduce/starter.py:
-# the part it appended to the shipped starter, copied as written (see tests/attacks/README.md).
-# ===================== ATTACK b02 (red team r21): the built-in collective, unseen =====================
+# Gloo's built-in collective, unseen by the counter of torch.distributed's calls:
 # record_traffic wraps the functions of torch.distributed (dist.all_reduce, ...), not the process
 # group object behind them. Calling the default ProcessGroup's own methods runs gloo's built-in
 # collective: the data really crosses (so the kernel's loopback count is right: gloo's ring moves
 # the same bytes as the learner's ring would), but "no built-in collective" sees nothing. The
-# per-rank byte counters are then bumped through the closure of the wrapped dist.send (a03's trick).
+# per-rank byte counters are then bumped through the closure of the wrapped dist.send.
 from torch.distributed import distributed_c10d as _c10d
 
 
