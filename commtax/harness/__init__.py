@@ -20,7 +20,7 @@ Each module holds one job:
 * :mod:`~commtax.harness.browser`: the Chromium the browser tests drive.
 
 :mod:`commtax.testing` re-exports the names a lab test imports; ``commtax.labs`` and
-``commtax.recorded`` are the same modules as ``commtax.harness.labs`` and ``commtax.harness.recorded``. The harness holds no lab
-answer: the grader gives it to the learner's processes (ranks import it), and it never
-imports :mod:`commtax.formulas`.
+``commtax.recorded`` are the same modules as ``commtax.harness.labs`` and
+``commtax.harness.recorded``. The harness holds no lab answer: the grader gives it to the learner's
+processes (ranks import it), and it never imports :mod:`commtax.formulas`.
 """
