@@ -36,15 +36,15 @@ def format_rate(bytes_per_s: float, digits: int = 3) -> str:
 
 
 def format_seconds(seconds: float, digits: int = 3) -> str:
-    """0.00123 -> '1.23 ms'; picks h (from an hour up: 28000 -> '7.78 h'), s, ms, µs (micro sign) or ns."""
+    """0.00123 -> '1.23 ms'; picks h (from an hour up: 28000 -> '7.78 h'), s, ms, µs (micro sign), ns or ps."""
     seconds = float(seconds)
     if seconds == 0:
         return "0 s"
     magnitude = abs(seconds)
     if magnitude >= 3600:
         return f"{_significant(seconds / 3600, digits)} h"
-    for factor, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns")):
-        if magnitude >= factor or unit == "ns":
+    for factor, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns"), (1e-12, "ps")):
+        if magnitude >= factor or unit == "ps":
             return f"{_significant(seconds / factor, digits)} {unit}"
     raise AssertionError("unreachable")
 

@@ -158,8 +158,6 @@ def test_the_memory_calculators_dropdowns_show_their_longest_option_whole():
 # -- Lesson 08: units from the magnitude ----------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="commtax.ui.plots.time_scale stops at seconds (plots.py is another owner's: "
-                                       "it needs an 'h' branch from 3,600 s, as units.format_seconds has)")
 def test_a_time_axis_of_hours_is_labelled_in_hours_as_the_headline_writes_them():
     # Lesson 08's DDP calculator at a 70B model over TCP: the headline says 15.5 h, its axes counted seconds
     factor, unit = plots.time_scale(55_800.0)

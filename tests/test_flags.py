@@ -46,6 +46,8 @@ FAST = "lab-06-tp-comm-cost"
 # attack file -> (the lab it is graded on in tests/test_grading_*.py, its prelude or None, reasons expected)
 ATTACK_FLAGS = {
     "deep_tree.py": ("lab-02-ring-allreduce", None, ["imports os", "imports sys", "runs code when the module is imported"]),
+    "fill_run_folder.py": ("lab-02-ring-allreduce", None,
+                           ["imports os", "imports sys", "opens a file", "runs code when the module is imported"]),
     "serialization_alias_suffix.py": ("lab-02-ring-allreduce", None,
                                       ["file I/O (torch.save), as torch.serialization.save",
                                        "file I/O (torch.load), as torch.serialization.load",

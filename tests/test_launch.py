@@ -616,7 +616,7 @@ def test_a_deadlocked_test_reports_the_diagnosis_first_and_none_of_the_runners_s
                                 "on 2 ranks (gloo) deadlocked after "), report[0]
     assert "planted_deadlocks.py:" in report[1] and "planted_deadlocks.py:" in report[2]
     assert report[3].startswith("hint: every rank is waiting to receive")
-    assert "launch.py" not in section and "def run_ranks" not in section and "testing.py" not in section
+    assert "launch.py" not in section and "def run_ranks" not in section and "harness/runs.py" not in section
     assert "(raised in test_ring.py:" in section  # the test's own line comes last
 
 

@@ -55,7 +55,7 @@ def test_lesson_03_headline_states_the_bytes_per_parameter_its_memory_figure_use
 
 
 def test_lesson_12_headline_explains_the_exposure_left_above_s_star_and_it_is_one_backward_hop():
-    # Review h20: the headline said ring attention is "hidden above s* = 40,514" next to 676 µs exposed at
+    # The headline once said ring attention is "hidden above s*" next to hundreds of µs exposed at
     # 131K tokens. Above s* every step hides its transfer; what is left is the backward's last dK, dV hop.
     from commtax.formulas import context
 
@@ -63,7 +63,7 @@ def test_lesson_12_headline_explains_the_exposure_left_above_s_star_and_it_is_on
     intra, inter = ns["NVLINK"], ns["IB"]   # the calculator's default links
     ns["cp_calculator"](131072, 64, 8, 128, 16, 8, "bf16", ns["EFFICIENCY"], intra, inter)
     head = shown[0]
-    assert "hidden above" not in head and "above s* = 40,514 tokens every step hides" in head, head
+    assert "hidden above" not in head and "above s* = 42,984 tokens every step hides" in head, head
     assert "last dK, dV hop" in head, head
     # the model agrees: above s* the exposed time is exactly one K, V hop (alpha + 2 block / bandwidth)
     rate = ns["PEAK_BF16"] * ns["EFFICIENCY"]

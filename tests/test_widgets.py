@@ -284,7 +284,8 @@ def test_adjust_keeps_a_dependent_control_valid_and_each_change_renders_once():
 def test_times_are_shown_in_the_unit_their_magnitude_asks_for():
     # Issue 20: "exposed 2.8e+04 ms", "28000 s" and a ms axis up to 35,000 in Lesson 08; "us" in Lesson 09.
     from commtax.units import format_seconds
-    assert [format_seconds(t) for t in (28000, 12.5, 0.0123, 1.5e-6)] == ["7.78 h", "12.5 s", "12.3 ms", "1.5 µs"]
+    assert [format_seconds(t) for t in (28000, 12.5, 0.0123, 1.5e-6, 3.89e-12)] == ["7.78 h", "12.5 s", "12.3 ms",
+                                                                        "1.5 µs", "3.89 ps"]
     assert plots.time_scale(28.0) == (1.0, "s") and plots.time_scale(0.035) == (1e3, "ms")
     assert plots.time_scale(2e-5) == (1e6, "µs")
 

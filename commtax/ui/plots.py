@@ -146,8 +146,11 @@ def bytes_axis(ax, axis: str = "x", ends: bool = False) -> None:
 
 
 def time_scale(seconds: float) -> tuple[float, str]:
-    """``(factor, unit)`` for an axis whose largest time is ``seconds``: s, ms or µs, so ticks read 1-999."""
+    """``(factor, unit)`` for an axis whose largest time is ``seconds``: h from an hour (as
+    :func:`commtax.units.format_seconds` writes the headline), else s, ms or µs, so ticks read 1-999."""
     magnitude = abs(float(seconds))
+    if magnitude >= 3600:
+        return 1 / 3600, "h"
     if magnitude >= 1:
         return 1.0, "s"
     return (1e3, "ms") if magnitude >= 1e-3 else (1e6, "µs")
