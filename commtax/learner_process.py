@@ -215,6 +215,32 @@ def learner_run_dir(prefix: str = "commtax-run-") -> str:
     return path
 
 
+def create_trusted_file(path, mode: str = "wb"):
+    """Create a new file in a folder learner code can write, for the trusted side to write.
+
+    Never a file that is already there, nor through a symbolic link planted at ``path``
+    (``O_CREAT | O_EXCL | O_NOFOLLOW``): a learner process of the same user (same-user mode), or
+    one racing the launcher, could otherwise point ``path`` at any file the grader may write.
+    Raises FileExistsError when something is already at ``path``.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    return os.fdopen(os.open(path, flags, 0o644), mode)
+
+
+def make_trusted_folder(path, mode: int) -> None:
+    """``mkdir`` then ``chmod`` of a new folder in a folder learner code can write, never through a link.
+
+    The mode is set on the folder just made, through a descriptor opened without following links: a
+    ``chmod`` by path could follow a link that replaced the folder in between.
+    """
+    os.mkdir(path, 0o700)
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0))
+    try:
+        os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
+
+
 def open_learner_file(path, mode: str = "rb"):
     """Open a file a learner process may have written, never following a symbolic link."""
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)  # nor blocking on a FIFO

@@ -30,6 +30,7 @@ from commtax.boundary.proxy import CALL_TIMEOUT_ENV, LabFunction, LabProxy
 from commtax.boundary.stubs import _stub_message_of, stub_message_in_file, stub_message_of
 from commtax.learner_process import (
     SANDBOX_ENV,
+    create_trusted_file,
     learner_env,
     learner_path,
     learner_popen,
@@ -37,6 +38,7 @@ from commtax.learner_process import (
     learner_run,
     learner_run_dir,
     learner_sys_path,
+    make_trusted_folder,
     open_learner_file,
     sandbox,
 )
@@ -45,7 +47,7 @@ from commtax.learner_process import nested as _own_sandboxes
 __all__ = ["BUILTIN_EXCEPTIONS", "MAX_FRAME", "BoundaryError", "LabRecord", "LearnerError", "LearnerProcessError",
            "describe_exception", "dumps", "loads", "rebuild_exception", "same_value", "CALL_TIMEOUT_ENV",
            "LabFunction", "LabProxy", "_stub_message_of", "stub_message_in_file", "stub_message_of",
-           "SANDBOX_ENV", "learner_env", "learner_path", "learner_popen", "learner_popen_kwargs", "learner_run",
+           "SANDBOX_ENV", "create_trusted_file", "make_trusted_folder", "learner_env", "learner_path", "learner_popen", "learner_popen_kwargs", "learner_run",
            "learner_run_dir", "learner_sys_path", "nested", "open_learner_file", "sandbox"]
 
 

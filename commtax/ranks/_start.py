@@ -45,8 +45,7 @@ def make_rank_folders(run_dir: str, world_size: int) -> None:
     """One folder per rank, writable by the ranks' user as the run folder is (learner_run_dir's mode)."""
     mode = os.stat(run_dir).st_mode & 0o7777
     for rank in range(world_size):
-        os.mkdir(rank_path(run_dir, rank))
-        os.chmod(rank_path(run_dir, rank), mode)
+        boundary.make_trusted_folder(rank_path(run_dir, rank), mode)   # never a chmod through a planted link
 
 
 def files_lock(run_dir: str) -> bool:
@@ -134,7 +133,7 @@ def write_job(run_dir, fn, args, kwargs, world_size, backend, timeout) -> None:
         job = _byfile.dumps((fn, args, kwargs))
     except (pickle.PicklingError, TypeError, AttributeError) as exc:
         raise ValueError(f"cannot send the job to the ranks: {exc}") from exc
-    with open(os.path.join(run_dir, "job.pkl"), "wb") as f:
+    with boundary.create_trusted_file(os.path.join(run_dir, "job.pkl")) as f:   # never through a planted link
         pickle.dump(header, f)
         f.write(job)
 
@@ -155,7 +154,7 @@ def start_rank(run_dir: str, rank: int, world_size: int, extra_env: dict | None,
         LOCAL_WORLD_SIZE=str(world_size),
     )
     env.update(extra_env or {})
-    out = open(os.path.join(run_dir, f"rank{rank}.out"), "wb")
+    out = boundary.create_trusted_file(os.path.join(run_dir, f"rank{rank}.out"))   # never through a planted link
     stdin = subprocess.DEVNULL
     if own_args is not None:
         stdin = tempfile.TemporaryFile()  # unlinked at once: only this rank gets the descriptor
