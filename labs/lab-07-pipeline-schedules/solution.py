@@ -16,7 +16,8 @@ Conventions:
 * Virtual stage of chunk c on device d: c * p + d. A forward of a micro-batch
   needs the previous virtual stage's forward of it (plus t_p2p); a backward
   needs the next virtual stage's backward (plus t_p2p) and its own forward.
-  A device runs one op at a time, in its schedule's order.
+  On one device (p = 1) the chunks pass their activations in the GPU's own
+  memory: no t_p2p. A device runs one op at a time, in its schedule's order.
 * Bubble, two definitions: relative to ideal compute (p-1)/(v m), or the
   share of the total step (p-1)/(v m + p - 1). total = r / (1 + r).
 * Each device's order of ops, for every schedule, is spelled out in
@@ -155,10 +156,11 @@ def simulate(schedule: str, stages: int, microbatches: int, virtual_stages: int 
             while next_op[d] < len(orders[d]):
                 kind, mb, chunk = orders[d][next_op[d]]
                 vs = chunk * p + d
+                hop = t_p2p if p > 1 else 0.0   # neighbouring virtual stages on one device: no link to cross
                 if kind == "F":
-                    deps = [(("F", vs - 1, mb), t_p2p)] if vs > 0 else []
+                    deps = [(("F", vs - 1, mb), hop)] if vs > 0 else []
                 else:
-                    deps = [(("F", vs, mb), 0.0)] + ([(("B", vs + 1, mb), t_p2p)] if vs < last else [])
+                    deps = [(("F", vs, mb), 0.0)] + ([(("B", vs + 1, mb), hop)] if vs < last else [])
                 if any(key not in finished for key, _ in deps):
                     break
                 start = max([free_at[d]] + [finished[key] + delay for key, delay in deps])

@@ -16,7 +16,8 @@ Conventions:
 * Virtual stage of chunk c on device d: c * p + d. A forward of a micro-batch
   needs the previous virtual stage's forward of it (plus t_p2p); a backward
   needs the next virtual stage's backward (plus t_p2p) and its own forward.
-  A device runs one op at a time, in its schedule's order.
+  On one device (p = 1) the chunks pass their activations in the GPU's own
+  memory: no t_p2p. A device runs one op at a time, in its schedule's order.
 * Bubble, two definitions: relative to ideal compute (p-1)/(v m), or the
   share of the total step (p-1)/(v m + p - 1). total = r / (1 + r).
 * Each device's order of ops, for every schedule, is spelled out in

@@ -276,6 +276,16 @@ def test_1f1b_holds_at_most_p_minus_stage_microbatches_where_gpipe_holds_m(lab):
     check(peaks == [p - s for s in range(p)], f"1F1B, p = 4, m = 16: peaks {peaks}, expected p - stage = [4, 3, 2, 1]")
 
 
+def test_one_device_charges_no_transfer_between_its_own_chunks(lab):
+    # p = 1: interleaved chunks hand their activations over in the GPU's memory, so no bubble appears
+    with_p2p = simulate(lab, "interleaved_1f1b", 1, 4, 2, t_p2p=0.5)
+    without = simulate(lab, "interleaved_1f1b", 1, 4, 2, t_p2p=0.0)
+    span = lambda ops: max(op.end for op in ops) - min(op.start for op in ops)   # noqa: E731
+    check(close(span(with_p2p), span(without), rel=1e-9),
+          f"one device, t_p2p = 0.5 s: the step takes {span(with_p2p):.4g} s, without transfers "
+          f"{span(without):.4g} s; chunks on the same GPU send nothing over a link")
+
+
 def test_p2p_time_adds_2_p_minus_1_transfers_to_gpipe_and_more_to_1f1b(lab):
     def span(schedule, p, m, t_p2p=0.0):
         ops = simulate(lab, schedule, p, m, t_p2p=t_p2p)
