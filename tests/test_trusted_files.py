@@ -51,3 +51,24 @@ def test_a_rank_folder_is_made_and_its_mode_set_without_following_a_link(tmp_pat
     with pytest.raises(OSError):
         _start.make_rank_folders(str(run_dir), 1)
     assert outside.stat().st_mode & 0o7777 == 0o700
+
+
+def test_a_rank_result_larger_than_the_boundary_carries_is_refused_before_it_is_read(tmp_path, monkeypatch):
+    from commtax.ranks import _watch
+    folder = tmp_path / "rank0"
+    folder.mkdir()
+    result = folder / "rank0.result"
+    with open(result, "wb") as f:          # sparse: nothing of a tmpfs cap, all of the reader's memory if read
+        f.truncate(boundary.MAX_FRAME + 1)
+    reads = []
+    real_open = boundary.open_learner_file
+
+    def watched_open(path, mode="rb"):
+        handle = real_open(path, mode)
+        real_read = handle.read
+        handle.read = lambda *args: reads.append(args) or real_read(*args)
+        return handle
+
+    monkeypatch.setattr(boundary, "open_learner_file", watched_open)
+    failure = _watch.collect(str(tmp_path), 0, 0, 1.0)
+    assert "larger than" in failure.summary and not reads

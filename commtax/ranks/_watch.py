@@ -104,6 +104,16 @@ def valid_beat(beat) -> bool:
         return False
 
 
+def _read_frame(f) -> bytes:
+    """A learner's result file, refused before it is read when it is larger than the boundary carries (a
+    sparse file costs a rank nothing of its folder's cap, but reading it would cost this process memory)."""
+    size = os.fstat(f.fileno()).st_size
+    if size > boundary.MAX_FRAME:
+        raise boundary.BoundaryError(f"a value of {size} bytes is larger than the {boundary.MAX_FRAME} the "
+                                     "boundary carries")
+    return f.read(boundary.MAX_FRAME + 1)
+
+
 def collect(run_dir: str, rank: int, code: int, seconds: float):
     """Read what a finished rank left: ``(result,)`` or a RankFailure."""
     result_path = rank_path(run_dir, rank, "result")
@@ -113,14 +123,14 @@ def collect(run_dir: str, rank: int, code: int, seconds: float):
     if os.path.exists(result_path):
         try:
             with boundary.open_learner_file(result_path) as f:
-                return (boundary.loads(f.read()),)
+                return (boundary.loads(_read_frame(f)),)
         except Exception as exc:  # noqa: BLE001 - whatever the file holds, it is a failure of that rank
             return RankFailure(rank, "raised", f"left a result that cannot be read ({type(exc).__name__}: {exc})",
                                seconds, when=time.time(), exception_type="BoundaryError")
     if os.path.exists(error_path):
         try:
             with boundary.open_learner_file(error_path) as f:
-                error = boundary.loads(f.read())
+                error = boundary.loads(_read_frame(f))
             return RankFailure(
                 rank, "raised", str(error["summary"])[:4000], seconds, when=float(error["when"]),
                 traceback=str(error["traceback"])[-8000:], exception_type=str(error["type"]),
