@@ -145,7 +145,7 @@ def _model(name):
 
 # exercise -> [(slip name, wrong value)]; a callable value is computed when the test runs
 KNOWN = {
-    "01.1": [("one phase", 7 * NV_A + 7 / 8 * GB / NV_B),
+    "01.1": [("latency left out", 1.75 * GB / NV_B), ("one phase", 7 * NV_A + 7 / 8 * GB / NV_B),
              ("bidirectional bandwidth", ring(GB, 8, NV_A, 900e9)),
              ("1 GB as 2^30 bytes", ring(2**30, 8, NV_A, NV_B)),
              ("the large-P limit", 14 * NV_A + 2 * GB / NV_B),
@@ -164,7 +164,7 @@ KNOWN = {
     "02.1": [("steps counted from 1, or + s", 0), ("where it goes, or what it owns", 3), ("step 0's chunk", 2)],
     "02.2": [("one phase", 0.875 * GB), ("the large-P limit", 2 * GB), ("per-rank vs total", 8 * 1.75 * GB),
              ("the naive root", 7 * GB), ("sent and received", 3.5 * GB), ("1 GB as 2^30 bytes", 1.75 * 2**30)],
-    "02.3": [("64 MiB as 64e6 bytes", ring(64e6, 4, 150e-6, 1.5e9)), ("the 1 kB time", ring(1000, 4, 150e-6, 1.5e9)),
+    "02.3": [("latency left out", 1.5 * 2**26 / 1.5e9), ("64 MiB as 64e6 bytes", ring(64e6, 4, 150e-6, 1.5e9)), ("the 1 kB time", ring(1000, 4, 150e-6, 1.5e9)),
              ("the large-P limit", 6 * 150e-6 + 2 * 2**26 / 1.5e9), ("one phase", 3 * 150e-6 + 0.75 * 2**26 / 1.5e9)],
     "02.4": [("the first step only", 0.5), ("the last step only", 0.125), ("the whole all-reduce", 1.75)],
     "02.5": [("bus vs algorithm bandwidth", GB / 360e9), ("busbw times 2(P-1)/P", GB / (360e9 * 1.75)),
@@ -174,17 +174,19 @@ KNOWN = {
     "03.2": [("6.74e9 parameters", 22 * 63 / 64 * 6.74e9 * 2), ("ZeRO-3's total", 24 * _PASS),
              ("ZeRO-3 once per step", _PASS), ("DP every micro-batch", 8 * _PASS), ("4 bytes per parameter", 44 * _PASS)],
     "03.3": [("the guide's 175 MB", 175e6), ("no ring factor", 4 * 2048 * 12288 * 2),
-             ("MiB as MB", 4 * 1.75 * 2048 * 12288 * 2 / 2**20 * 1e6)],
+             ("MiB as MB", 4 * 1.75 * 2048 * 12288 * 2 / 2**20 * 1e6), ("divided by t", 4 * 1.75 * 2048 * 12288 * 2 / 8)],
     "03.4": [("inverted", 1 / 42), ("one layer", 7 / 2), ("PP forward only", 84), ("TP forward only", 21),
              ("the large-P limit", 12 * 8 / 2)],
     "03.5": [("half", 0.5), ("ring factor on one side", 8 / 7)],
     "04.1": [("sparse vs dense peak", 624e12 * 0.45 / 25e9), ("bits vs bytes", 312e12 * 0.45 / 200e9),
              ("MFU left out", 312e12 / 25e9)],
     "04.2": [("forward vs whole-step tax", _TP_FWD), ("370 GB/s", 2 / 3 * _TP_FWD * 450 / 370),
-             ("forward at 370 GB/s", _TP_FWD * 450 / 370), ("a percentage", 100 * 2 / 3 * _TP_FWD)],
+             ("forward at 370 GB/s", _TP_FWD * 450 / 370), ("a percentage", 100 * 2 / 3 * _TP_FWD),
+             ("bidirectional bandwidth", 2 / 3 * _TP_FWD / 2)],
     "04.3": [("the compute's MFU", 0.4), ("plan (b)", lambda: _model("04.3 (b)"))],
     "04.4": [("TP 8's tax", lambda: _model("04.4 TP 8")),
-             ("the one-NIC answer", lambda: _model("04.4 TP 8") * 15 / 7 * 370 / 47)],
+             ("the one-NIC answer", lambda: _model("04.4 TP 8") * 15 / 7 * 370 / 47),
+             ("15/7 alone", lambda: _model("04.4 TP 8") * 15 / 7)],
     "05.1": [("one all-reduce", _DECODE_AR), ("one all-reduce per layer", 80 * _DECODE_AR),
              ("with a backward", 320 * _DECODE_AR), ("latency left out", 160 * 1.75 * 16384 / NV_B)],
     "05.2": [("NVLink / InfiniBand", _NV_T2 / _IB_T2), ("InfiniBand relative to NVLink", _IB_T2 / _NV_T2 - 1),
@@ -201,7 +203,8 @@ KNOWN = {
              ("p = 16", 15 / 79)],
     "06.3": [("the modeler's 512 MB", 512 * 2**20), ("1F1B's peak instead of GPipe's", 64 * 2**20 * 20 * 4),
              ("all 80 layers", 64 * 2**20 * 80 * 8), ("64 MiB as 64e6 bytes", 64e6 * 20 * 8),
-             ("no recomputation", 4096 * 8192 * (34 + 5 * 64 * 4096 / 8192) * 20 * 8)],
+             ("no recomputation", 4096 * 8192 * (34 + 5 * 64 * 4096 / 8192) * 20 * 8),
+             ("one micro-batch in flight", 64 * 2**20 * 20)],
     "06.4": [("the forward not split over t", _B_MIN / 8), ("forward and backward", _B_MIN / 3),
              ("MFU left out", _B_MIN / 0.4), ("80 layers per stage", _B_MIN / 4), ("InfiniBand's margin", IB_B / _B_MIN)],
     "06.5": [("GPipe's growth", 2 * 7 * 0.1), ("relative growth", lambda: (_sim("1f1b", 0.1) - _sim("1f1b")) / _sim("1f1b")),
@@ -422,9 +425,13 @@ def _shown(answer: float, what: str) -> set[str]:
     what = what.lower()
     ratio = any(word in what for word in ("divided", "ratio", "times", "fraction of", "per byte"))
     if "bytes/s" in what:
-        forms.add(format_rate(answer))
+        forms |= {format_rate(answer), format_rate(answer, 2)}         # "1.61 GB/s", and "1.6 GB/s" in prose
     elif "bytes" in what and not ratio and not what.startswith("tokens"):
         forms.add(format_bytes(answer))
+        for power, unit in ((30, "GiB"), (20, "MiB")):                 # binary, as the lessons write tensors
+            if answer >= 2**power:
+                forms.add(f"{answer / 2**power:.3g} {unit}")
+                break
     if "seconds" in what:
         forms.add(format_seconds(answer))
     if exercises._asks_fraction(exercises.Exercise(what)) and 0 < answer < 2:
@@ -450,6 +457,8 @@ COINCIDENCES = {
     ("labs/lab-03-measure-the-wire/README.md", "0.875", "02.4", "the all-gather's busbw factor (P-1)/P at P = 8"),
     ("labs/lab-13-context-parallel/README.md", "13.2", "10.2", "a measured zigzag step, 13.2 ms"),
     ("lessons/13-your-cluster-measured.ipynb", "13.2", "10.2", "the id of exercise 13.2 in its check line"),
+    ("lessons/06-pipeline-bubbles.ipynb", "1 GiB", "07.3", "the modeler's transfer per step and a layer's 34 sbh"),
+    ("lessons/13-your-cluster-measured.ipynb", "1 GiB", "07.3", "the nccl-tests row of exercise 13.2"),
 }
 # Answers a lab's README may show (none now: Lab 04's showed 03.3's, Lab 07's 06.2's).
 IN_LAB_READMES: set[tuple[str, str, str]] = set()
@@ -495,7 +504,8 @@ def test_no_check_example_in_a_readme_or_a_lesson_gives_an_answer():
 def test_the_answers_the_lessons_computed_are_gone():
     """Answers a lesson printed or plotted when run (not in its stored text), found by running it (issue 40)."""
     text = {name: _notebook_text(next((ROOT / "lessons").glob(f"{name}-*.ipynb")))
-            for name in ("01", "03", "05", "06", "08", "12")}
+            for name in ("01", "03", "04", "05", "06", "08", "12")}
+    assert "tax {across.axes['TP'].tax:.0%}" not in text["04"]                   # 04.4: TP 16's tax, printed
     assert "(8, 256)" not in text["01"] and "(8, 64, 256" not in text["01"]      # 01.3: the P = 256 crossover
     assert "equal to TP (Exercise 5)" not in text["03"]                           # 03.5: the legend
     assert "For a 7B model" not in text["03"] and "$7\\times10^9$ parameters" in text["03"]   # 03.2 says its number

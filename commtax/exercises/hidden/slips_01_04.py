@@ -8,6 +8,8 @@ from commtax.exercises.records import Slip
 SLIPS: dict[str, tuple[Slip, ...]] = {
     # Lesson 01
     "01.1": (
+        Slip("latency left out", "2j5pGVw7R6w=", "that is the bandwidth term alone; the ring also pays 2(P-1) latencies, "
+             "14 x 3 µs here: small, but the time asked includes it"),
         Slip("one phase", "pgydn0spnKU=", "that is (P-1)α + (P-1)/P n/B, a reduce-scatter (or an all-gather) alone; a ring "
              "all-reduce is both: 2(P-1)α + 2(P-1)/P n/B"),
         Slip("bidirectional bandwidth", "Y0gAY81j/eQ=", "that uses 900 GB/s; NVLink's \"900 GB/s\" counts both directions, and "
@@ -67,6 +69,8 @@ SLIPS: dict[str, tuple[Slip, ...]] = {
         Slip("1 GB as 2^30 bytes", "pAcuF218oKk=", "1 GB is 1e9 bytes (decimal prefixes); 2^30 bytes is 1 GiB"),
     ),
     "02.3": (
+        Slip("latency left out", "D0j/fH4TTzc=", "that is the bandwidth term alone; add the ring's 2(P-1) = 6 latencies "
+             "of 150 µs"),
         Slip("64 MiB as 64e6 bytes", "8wyBuHyAJCU=", "64 MiB is 2^26 = 67,108,864 bytes (binary), not 64e6"),
         Slip("the 1 kB time", "3wletTCTCXA=", "that is the 1 kB all-reduce; the check asks the 64 MiB one"),
         Slip("the large-P limit", "oakkZZcsABQ=", "that uses 2n/B; the ring sends 2(P-1)/P n = 1.5 n at P = 4"),
@@ -109,6 +113,8 @@ SLIPS: dict[str, tuple[Slip, ...]] = {
              "counted as (t-1)/t, or bytes left out?); work the formula through"),
         Slip("no ring factor", "kwOeOhQAa9c=", "that leaves out 2(t-1)/t = 1.75 at t = 8"),
         Slip("MiB as MB", "ejZGUYtuvNc=", "that is the bytes in MiB written as MB; the course's MB are 1e6 bytes"),
+        Slip("divided by t", "omn5LZrNi2I=", "that divides by t = 8; each TP rank all-reduces the whole b s h "
+             "activation, so its bytes do not shrink with t"),
     ),
     "03.4": (
         Slip("inverted", "Wn3KaK1TQkk=", "that is PP / TP; asked is TP bytes over PP bytes"),
@@ -137,6 +143,8 @@ SLIPS: dict[str, tuple[Slip, ...]] = {
         Slip("370 GB/s", "eVdEQC3IQu8=", "that uses NCCL's 370 GB/s, the bill's default; the exercise says 450 GB/s per direction"),
         Slip("forward at 370 GB/s", "s5EnI65vXNU=", "that is the forward's tax at 370 GB/s; asked is the whole step's at "
              "450 GB/s"),
+        Slip("bidirectional bandwidth", "Ff7sxbELrJ8=", "that uses 900 GB/s; NVLink's \"900 GB/s\" counts both directions, and "
+             "the course's bandwidths are per direction: 450 GB/s"),
     ),
     "04.3": (
         Slip("the compute's MFU", "jwOO9f2YsDI=", "0.4 is the compute's MFU you were given; the plan's estimate is lower by "
@@ -149,5 +157,7 @@ SLIPS: dict[str, tuple[Slip, ...]] = {
              compute=lambda: model.lesson04_plan(8, 4).axes["TP"].tax),
         Slip("the one-NIC answer", "", "that scales TP 8's tax by 15/7 x 370/47, a node with one NIC; here each "
              "GPU has its own NIC", compute=lambda: model.lesson04_plan(8, 4).axes["TP"].tax * 15 / 7 * 370 / 47),
+        Slip("15/7 alone", "", "that scales TP 8's tax by 15/7 only: the bandwidth part does grow so, but the 15 "
+             "latencies of each all-reduce, across nodes, grow more", compute=lambda: model.lesson04_plan(8, 4).axes["TP"].tax * 15 / 7),
     ),
 }

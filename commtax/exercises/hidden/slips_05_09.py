@@ -58,7 +58,9 @@ SLIPS: dict[str, tuple[Slip, ...]] = {
         Slip("the modeler's 512 MB", "LPwMuBPNwWs=", "that counts one tensor per micro-batch; with full recomputation stage 0 "
              "keeps each of its 20 layers' inputs (2 sbh) for every micro-batch in flight"),
         Slip("1F1B's peak instead of GPipe's", "4QNIENzSt28=", "that is 1F1B's peak (p = 4 micro-batches in flight); GPipe "
-             "keeps all m = 8"),
+             "keeps all m = 8 (or, at GPipe's m = 8, sbh instead of 2 sbh: bf16 is 2 bytes per element)"),
+        Slip("one micro-batch in flight", "cMoRAzAptCc=", "that is one micro-batch's inputs; GPipe runs every forward "
+             "first, so all m = 8 micro-batches are in flight on stage 0"),
         Slip("all 80 layers", "4On5T/UlYNs=", "stage 0 holds 80/p = 20 layers"),
         Slip("64 MiB as 64e6 bytes", "XXCouuwm7fQ=", "a layer's input, 2 sbh = 2 x 4096 x 8192 bytes, is 64 MiB = 67,108,864 "
              "bytes"),
