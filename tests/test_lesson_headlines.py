@@ -147,11 +147,14 @@ def test_lesson_02_ring_time_says_when_the_message_has_fewer_bytes_than_ranks(mo
 
 def test_lesson_05_share_curves_are_drawn_below_the_figures_top_edge():
     # Review h20: the TCP curve (99.7%) ran along the top spine at ylim 1.0, practically invisible.
+    from commtax.formulas.links import PRESETS
     from commtax.formulas.models import Model, transformer_params
+    from commtax.ui import tp_calculator  # the lesson's one line, tp_calculator(), draws with render
 
-    ns, _ = lesson_namespace("05-tp-in-bytes-decode-vs-prefill.ipynb", "tp_calculator")
+    nb = nbformat.read(ROOT / "lessons" / "05-tp-in-bytes-decode-vs-prefill.ipynb", as_version=4)
+    assert any("tp_calculator()" in c.source for c in nb.cells if c.cell_type == "code")
     model = Model("custom model (L = 83, h = 8192)", transformer_params(83, 8192), 83, 8192, "derived")
-    ax = drawn(ns["tp_calculator"], model, 16, ns["TCP"], 256)[0].axes[0]
+    ax = drawn(tp_calculator.render, model, 16, PRESETS["TCP over 10 GbE"], 256)[0].axes[0]
     low, top = ax.get_ylim()
     highest = max(max(line.get_ydata()) for line in ax.get_lines() if len(line.get_ydata()) > 2)
     assert highest > 0.99 and highest < top - 0.02 * (top - low), (highest, top)
