@@ -47,6 +47,8 @@ TERMS: tuple[Term, ...] = (
          "the buffer", "01", "6"),
     Term("network model", "the course's price of a collective over a group with $m$ GPUs on each of several "
          "nodes: a ring inside a node, $\\min(B_i, m B_e)$ across nodes", "01", "7"),
+    Term("bisection", "the links that join one half of the cluster to the other; many networks make them "
+         "narrower than all the NICs together", "01", "4"),
     # Lesson 02: the ring, run
     Term("chunk", "one $n/P$ piece of a rank's buffer, what a ring step moves", "02", "1"),
     Term("process group", "the ranks a collective runs over, joined by `torch.distributed`", "02", "4"),
@@ -68,6 +70,7 @@ TERMS: tuple[Term, ...] = (
     Term("activation-sized", "a buffer proportional to $b\\,s\\,h$: TP, PP and EP move them", "03", "2"),
     Term("gradient accumulation", "summing the gradients of $m$ micro-batches before one optimizer step",
          "03", "3"),
+    Term("prefetch", "ZeRO-3 gathering the next layer's weights while the current layer computes", "03", "2"),
     # Lesson 04: the overlap inequality
     Term("window", "the compute a collective can run alongside; free if $t_\\text{comm} \\le t_\\text{window}$",
          "04", "top"),
@@ -76,7 +79,12 @@ TERMS: tuple[Term, ...] = (
     Term("MFU", "model FLOPs utilisation: the share of the GPU's dense peak the compute achieves", "04", "top"),
     Term("DP replica", "the GPUs that hold one copy of the model ($t \\cdot p$ of them)", "04", "1"),
     Term("binding", "the axis with the largest exposed time: the one to relax first", "04", "5"),
-    # Later lessons, cited early
+    # Lessons 05 and 06
+    Term("HBM", "a GPU's high-bandwidth memory: ~3.35 TB/s on an H100, what decode streams the weights from",
+         "05", "4"),
+    Term("memory-bound", "a kernel whose time is its bytes from HBM over HBM's bandwidth, not its FLOPs", "05", "4"),
+    Term("full recomputation", "activation checkpointing: each layer keeps only its input and recomputes the "
+         "rest in the backward", "06", "7"),
     Term("bubble", "the idle time of a pipeline's fill and drain, $(p-1)/m$ of the compute", "06", "top"),
 )
 
