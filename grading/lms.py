@@ -70,6 +70,10 @@ def export(grades: Path, fmt: str, assignment: str, roster: Path | None = None, 
                          + (" ..." if len(missing) > 10 else ""))
     if fmt == "canvas":
         identity = CANVAS_IDENTITY
+        if people and not {"Student", "ID", "SIS User ID"} & set(columns):   # Canvas would match no one
+            raise ValueError(f"roster {roster}: a Canvas roster needs Student, ID or SIS User ID beside student_id "
+                             f"(Canvas's own gradebook export with a student_id column added); it has "
+                             f"{', '.join(columns) or 'student_id only'}")
         out = [[*identity, *grade_names], ["Points Possible", *[""] * (len(identity) - 1),
                                             rounded(points[2]), *[rounded(points[i]) for i in grade_index[1:]]]]
         for row in students:

@@ -155,9 +155,16 @@ runs, top to bottom. Most calculators and plots work at once; a calculator
 built on a lab function you have not written yet shows a note, "implement
 `function` in Lab NN", in place of its numbers, and the cells after it still
 run. Write the function in that lab's `starter.py`, restart the kernel and
-Run All again: the calculator now runs on your code. Each lesson ends with
-exercises; one line per exercise checks your number without showing the
-answer. Put your final numbers in `exercises/answers.toml`.
+Run All again: the calculator now runs on your code. Some calculators and
+tools run only on the course's reference (Lesson 04's whole-step bill, Lessons
+06-08's pipeline, memory and bucket calculators, Lesson 10's planner and
+`python3 -m commtax.plan`): in this copy they say so. Each lesson ends with
+exercises: a `check("NN.k", number)` line per exercise writes the question and
+records your number, but this copy holds no answers, so it gives no verdict;
+your teacher grades the numbers you put in `exercises/answers.toml`. If your
+teacher gave you a file of your own numbers, save it as
+`exercises/variant.toml`: the check lines then ask each question with your
+numbers, and `show_my_numbers("NN")` (the cell above them) lists them.
 
 ## Test your labs
 

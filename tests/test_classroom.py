@@ -207,6 +207,10 @@ def test_canvas_and_moodle_exports_have_the_columns_their_importers_read(tmp_pat
                        (lambda: lms.export(roster, "canvas", "Labs"), "not a grade-many CSV")]:
         with pytest.raises(ValueError, match=said):
             call()
+    emails = write_csv(tmp_path / "emails.csv", [["student_id", "Email address"], ["alice", "a@u"], ["bob", "b@u"],
+                                                 ["carol", "c@u"]])   # the variants roster: no Canvas identity
+    with pytest.raises(ValueError, match="a Canvas roster needs Student, ID or SIS User ID"):
+        lms.export(grades, "canvas", "Labs", emails)
     out = tmp_path / "canvas.csv"
     proc = subprocess.run([sys.executable, "-m", "grading", "export", str(grades), "--to", "canvas", "--out", str(out)],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
