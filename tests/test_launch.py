@@ -27,8 +27,9 @@ import torch.distributed as dist
 
 import commtax.testing
 from commtax.labs import load_lab
+from commtax.ranks import launch as launch_module
 from commtax.ranks._byfile import load_module_from_file
-from commtax.ranks.launch import BackendUnavailable, DistributedRunError, learner_traceback, run_ranks
+from commtax.ranks.launch import BackendUnavailable, DistributedRunError, RankFailure, learner_traceback, run_ranks
 from commtax.testing import BACKENDS, RememberedHang, SharedRunFailed, SharedRuns, run_or_skip, stream_seed
 
 DEADLINE = 15.0  # seconds; long enough for two ranks to import torch on a busy 2-core machine (8-14 s seen)
@@ -267,6 +268,47 @@ def test_a_rank_that_raises_while_its_peer_waits_fails_fast_with_its_traceback()
     assert message.splitlines()[1].endswith(" in raise_while_peer_waits_in_recv")
     assert 'raise ValueError("rank 1 gave up")' in message  # the traceback, with the line
     assert "_rank.py" not in message  # from the worker inward: none of the runner's frames
+    assert not err.first.in_start  # the job's own error: never a reason to start it again
+
+
+def _start_failure(rank: int, summary: str, in_start: bool = True) -> RankFailure:
+    return RankFailure(rank, "raised", summary, 1.0, in_start=in_start)
+
+
+@pytest.mark.parametrize("failure,retried", [
+    (_start_failure(2, "raised RuntimeError: Gloo connectFullMesh failed with [pair.cc:553] Connection closed by peer"),
+     True),
+    (_start_failure(0, "raised DistStoreError: timed out after 60 s waiting for clients"), False),
+    (_start_failure(1, "raised RuntimeError: Gloo connectFullMesh failed", in_start=False), False),  # the job's text
+])
+def test_only_a_connection_lost_inside_init_process_group_starts_the_run_again(monkeypatch, failure, retried):
+    starts = []
+
+    def run_once(*args):
+        starts.append(args)
+        if len(starts) == 1:
+            return None, [failure], ["", "", ""], None
+        return [0, 1, 2], [], ["", "", ""], 7
+
+    monkeypatch.setattr(launch_module, "_run_once", run_once)
+    if retried:
+        assert run_ranks(exit_early, 3, args=("os._exit",), timeout=30) == [0, 1, 2]
+        assert len(starts) == 2
+    else:
+        with pytest.raises(DistributedRunError):
+            run_ranks(exit_early, 3, args=("os._exit",), timeout=30)
+        assert len(starts) == 1
+
+
+def test_a_run_that_keeps_losing_its_connections_fails_after_its_retries(monkeypatch):
+    failure = _start_failure(0, "raised RuntimeError: Gloo connectFullMesh failed: Connection reset by peer")
+    starts = []
+    monkeypatch.setattr(launch_module, "_run_once",
+                        lambda *args: starts.append(1) or (None, [failure], ["", ""], None))
+    with pytest.raises(DistributedRunError) as info:
+        run_ranks(exit_early, 2, args=("os._exit",), timeout=30)
+    assert len(starts) == 1 + launch_module.START_RETRIES
+    assert "connectFullMesh" in str(info.value)
 
 
 def test_a_raise_in_an_earlier_part_is_named_under_the_connection_error_it_caused():

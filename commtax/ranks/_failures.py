@@ -29,6 +29,7 @@ class RankFailure:
     frames: list | None = None  # [file, line, function] innermost first: the heartbeat's stack, or the traceback's
     p2p: dict | None = None  # messages posted: {"send PEER TAG": n, "recv PEER TAG": n}
     dropped: list | None = None  # requests of isend/irecv the rank dropped without waiting (see _requests)
+    in_start: bool = False  # raised inside init_process_group, before any line of the job ran
 
 
 class DistributedRunError(AssertionError):

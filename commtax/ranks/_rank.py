@@ -166,17 +166,20 @@ def main(run_dir: str, rank: int, own_args: bool = False, tcp_store: bool = Fals
         torch.cuda.set_device(rank % max(torch.cuda.device_count(), 1))
 
     store = None
+    in_start = False
     try:
         fn, args, kwargs = pickle.loads(job_bytes)
         if own_bytes is not None:
             args = (*args, *pickle.loads(own_bytes))  # after the shared arguments
         timeout = datetime.timedelta(seconds=header["pg_timeout"])
+        in_start = True  # an error from here to the job's first line is the transport's, not the job's
         if tcp_store:
             store = _store(run_dir, rank, world_size, store_fd, timeout)
             dist.init_process_group(backend=backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
         else:
             dist.init_process_group(backend=backend, init_method="file://" + os.path.join(run_dir, "store"),
                                     rank=rank, world_size=world_size, timeout=timeout)
+        in_start = False
         result = fn(rank, world_size, *args, **kwargs)
         from commtax import boundary
         payload = boundary.dumps(result)  # the safe form: the launcher reads nothing else
@@ -186,6 +189,7 @@ def main(run_dir: str, rank: int, own_args: bool = False, tcp_store: bool = Fals
         error = _dropped_error(exc.records)
     except BaseException as exc:  # SystemExit and KeyboardInterrupt are failures too
         error = _error(exc)
+        error["in_start"] = in_start
     if error is not None:
         _write_atomically(_own(run_dir, rank, "error"), pickle.dumps(error))
         _leave_store(store, rank, world_size, wait=False)

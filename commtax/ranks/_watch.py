@@ -136,6 +136,7 @@ def collect(run_dir: str, rank: int, code: int, seconds: float):
                 traceback=str(error["traceback"])[-8000:], exception_type=str(error["type"]),
                 frames=valid_frames(error.get("frames")),
                 dropped=valid_dropped(error["dropped"]) if "dropped" in error else None,
+                in_start=error.get("in_start") is True,
             )
         except Exception as exc:  # noqa: BLE001
             return RankFailure(rank, "raised", f"left an error report that cannot be read ({type(exc).__name__})",

@@ -195,6 +195,40 @@ def run_ranks(
     _byfile.check_runnable(fn)
 
     quotes = Quotes.of_job(fn, args, kwargs)  # the learner's files, read before any rank starts
+    for attempt in range(1 + START_RETRIES):
+        results, failures, outputs, counted = _run_once(fn, world_size, args, kwargs, backend, timeout, grace,
+                                                        live, env, deadlock_after, rank_args)
+        if not (failures and backend == "gloo" and _lost_in_start(failures)) or attempt == START_RETRIES:
+            break
+        # Not the job's fault: no rank had run a line of it. Start the whole run again.
+
+    if echo_output:
+        for rank, text in enumerate(outputs):
+            if live and rank == 0:
+                continue  # already shown as it came
+            for line in text.splitlines():
+                print(f"[rank {rank}] {line}")
+    if failures:
+        for failure in failures:
+            failure.output = outputs[failure.rank]
+        causes_first(failures)
+        raise DistributedRunError(describe(fn, world_size, backend, timeout, failures, quotes), failures)
+    return RankResults(results, counted)
+
+
+START_RETRIES = 2  # times a run whose ranks could not connect (gloo, before any job code) is started again
+_START_ERRORS = ("connectFullMesh", "Connection closed by peer", "Connection reset by peer")
+
+
+def _lost_in_start(failures: list[RankFailure]) -> bool:
+    """True where a rank's failure is gloo's transport failing inside init_process_group. Under load on
+    one machine its handshake sometimes drops a connection ("Connection closed by peer") with every
+    process alive; the job has not started, so starting again is safe and says nothing about it."""
+    return any(f.in_start and any(text in f.summary for text in _START_ERRORS) for f in failures)
+
+
+def _run_once(fn, world_size, args, kwargs, backend, timeout, grace, live, env, deadlock_after, rank_args):
+    """One start of the job on ``world_size`` ranks: ``(results, failures, outputs, wire bytes or None)``."""
     run_dir = boundary.learner_run_dir()  # under the grader: inside the learner's sandbox
     procs: list[subprocess.Popen] = []
     # The ranks meet over TCP (rank 0's store, its port handed on by us) where they share no file (under
@@ -220,19 +254,8 @@ def run_ranks(
             rendezvous.close()
         remove_tree(run_dir)   # the ranks ran learner code: no recursion, no link followed, never raises
 
-    if echo_output:
-        for rank, text in enumerate(outputs):
-            if live and rank == 0:
-                continue  # already shown as it came
-            for line in text.splitlines():
-                print(f"[rank {rank}] {line}")
-    if failures:
-        for failure in failures:
-            failure.output = outputs[failure.rank]
-        causes_first(failures)
-        raise DistributedRunError(describe(fn, world_size, backend, timeout, failures, quotes), failures)
-    counted = None if wire_before is None or wire_after is None else wire_after - wire_before
-    return RankResults(results, counted)
+    counted = None if failures or wire_before is None or wire_after is None else wire_after - wire_before
+    return results, failures, outputs, counted
 
 
 class RankResults(list):
