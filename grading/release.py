@@ -8,8 +8,8 @@
   Classroom workflow that grades with ``python -m grading grade`` (a compact
   payload for the reporter, the whole report in the job summary and an
   artifact, pip's cache saved whatever the tests said); a README of the
-  learner's own, and none of the teacher's documents (TEACHING.md,
-  grading/README.md). LAB_IMPL defaults to ``starter`` there because there is
+  learner's own, a CONTRIBUTING.md of the course's conventions only, and none
+  of the teacher's documents (TEACHING.md, grading/README.md). LAB_IMPL defaults to ``starter`` there because there is
   no solution.py to default to.
 * ``gradescope_zip``: ``setup.sh`` and ``run_autograder`` at the root of a zip
   of the course (hidden tests included, solutions not).
@@ -214,6 +214,30 @@ def learner_readme(readme: str) -> str:
     return LEARNER_README.replace("__INTRO__", intro).replace("__SECTIONS__", "\n".join(sections))
 
 
+# The release's CONTRIBUTING.md: the course's conventions, which the learner's code keeps too (a lab's
+# docstrings and commtax's cite "CONTRIBUTING"), without the guide to building the course, which names
+# what a release does not ship (solution.py, the course's tests, grading/README.md, the hidden tests).
+LEARNER_CONTRIBUTING = """\
+# Conventions
+
+The conventions every lesson, lab and `commtax` module of the course keeps; write your
+labs' code to them too (a lab's docstrings say which ones apply). This copy is your
+assignment, so the course's guide to building and testing the course itself is not here.
+
+__SECTIONS__"""
+
+CONTRIBUTING_SECTIONS = ("Units and conventions", "Every formula is checked against something independent")
+
+
+def learner_contributing(contributing: str) -> str:
+    """The release's CONTRIBUTING.md from the course's: its sections :data:`CONTRIBUTING_SECTIONS` only."""
+    sections = [readme_section(contributing, title) for title in CONTRIBUTING_SECTIONS]
+    missing = [title for title, text in zip(CONTRIBUTING_SECTIONS, sections) if not text]
+    if missing:
+        raise ValueError(f"contributing: no section {', '.join(repr(t) for t in missing)} in CONTRIBUTING.md")
+    return LEARNER_CONTRIBUTING.replace("__SECTIONS__", "\n".join(sections))
+
+
 SETUP_SH = """\
 #!/usr/bin/env bash
 # Gradescope autograder set-up: runs once, as root, when the image is built. Made for Gradescope's
@@ -310,6 +334,8 @@ def build_release(dest, source: Path = SOURCE_ROOT) -> Path:
     workflow.write_text(CLASSROOM_WORKFLOW)
     readme = dest / "README.md"
     readme.write_text(learner_readme(readme.read_text()))
+    contributing = dest / "CONTRIBUTING.md"
+    contributing.write_text(learner_contributing(contributing.read_text()))
     # The course's own tests are not shipped: point the default test run at what is.
     pyproject = dest / "pyproject.toml"
     pyproject.write_text(pyproject.read_text().replace('testpaths = ["labs", "tests", "lessons", "solutions"]',

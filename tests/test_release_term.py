@@ -196,6 +196,18 @@ def test_the_release_has_no_teachers_documents_and_a_readme_of_its_own(release):
             assert (release / link).exists(), link
 
 
+def test_the_releases_contributing_gives_the_conventions_and_names_only_what_the_release_ships(release):
+    # The course's CONTRIBUTING.md, shipped whole, sent learners to grading/README.md, solution.py, the
+    # hidden tests and the course's tests. The release keeps what its code cites "CONTRIBUTING" for.
+    text = (release / "CONTRIBUTING.md").read_text()
+    assert "## Units and conventions" in text and "2(P-1)/P n per rank" in text
+    for gone in ("solution.py", "solutions/", "grading/README.md", "hidden", "tests/", "TEACHING.md", "## Adding a"):
+        assert gone not in text, gone
+    shipped = {p.name for p in release.rglob("*")}
+    for name in re.findall(r"`([\w./-]+\.(?:py|md|toml|json|ipynb)|[\w.-]+/[\w./-]*)`", text):
+        assert (release / name).exists() or name in shipped, name
+
+
 # -- 4. lessons in the release run top to bottom ---------------------------------------------------
 
 LESSONS = sorted(p.name for p in (ROOT / "lessons").glob("[0-9][0-9]-*.ipynb"))
@@ -296,6 +308,29 @@ def test_a_students_report_is_a_summary_first_with_rounded_points_and_folded_hin
     # Hidden tests under a neutral name, saying only that they failed.
     assert "test_secret_input_1234" not in text and "hidden test 1" in text and "hidden test failed" in text
     assert len(lines) < 30
+
+
+def test_a_students_report_counts_the_passing_tests_and_names_the_failures_in_short_lines():
+    # A lab of many passing tests listed them all on one line (1,536 characters for a solved Lab 01), and 59
+    # unanswered exercises listed their questions' whole text on one: passes are counted, failures named,
+    # several alike by id, in lines a reader need not scroll.
+    from grading.results import GradeResult, LabResult, TestResult
+    lab = [TestResult(f"labs/lab-01-alpha-beta/test_lab.py::test_a_long_behaviour_name_number_{i}",
+                      "lab-01-alpha-beta", 1.0, "passed", 1.0) for i in range(40)]
+    lab.append(TestResult("labs/lab-01-alpha-beta/test_lab.py::test_the_one_that_fails", "lab-01-alpha-beta", 1.0,
+                          "failed", 0.0, "AssertionError: 3 != 4"))
+    question = "the time of a ring allreduce of 64 MiB on P = 16 GPUs at 100 GB/s, in microseconds"
+    exercises = [TestResult(f"exercises::{i:02d}.{j}: {question}", "exercises", 1.0, "failed", 0.0, "no answer")
+                 for i in range(1, 14) for j in range(1, 6)]
+    text = reports.detailed("s1", GradeResult([LabResult("lab-01-alpha-beta", lab, 1.0),
+                                               LabResult("exercises", exercises, 0.0)], 1.0))
+    details = text.split("\nlab-01-alpha-beta: ", 1)[1]
+    assert "  pass  40 tests" in details and "test_a_long_behaviour_name" not in details
+    assert "test_the_one_that_fails" in details and "AssertionError: 3 != 4" in details
+    assert "01.1, 01.2" in details and "13.5" in details and question not in details
+    assert max(len(line) for line in details.splitlines()) <= reports.REPORT_WIDTH, details
+    solved = reports.detailed("s1", GradeResult([LabResult("lab-01-alpha-beta", lab[:-1], 1.0)], 1.0))
+    assert "40/40 tests passed" in solved and "  pass" not in solved  # (the lab's line says it all)
 
 
 def test_what_students_see_elsewhere_is_rounded_and_names_no_hidden_test():
