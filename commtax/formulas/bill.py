@@ -50,6 +50,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from commtax.checks import require_choice, require_fraction, require_int, require_nonnegative, require_positive
+from commtax.formulas import moe
+from commtax.formulas.bubble import bubble_fraction
 from commtax.formulas.links import INFINIBAND_NDR, INFINIBAND_NDR_MEASURED, NVLINK4, NVLINK4_RING, Link  # noqa: F401
 
 # Re-exported: the bill's users find the memory of a plan and ZeRO's bytes per step here too.
@@ -129,14 +131,19 @@ def pp_bytes_per_microbatch(micro_batch, seq, hidden, dtype_bytes=2):
 
 
 def ep_alltoall_bytes_per_layer(tokens, hidden, ep, top_k=1, dtype_bytes=2):
-    """Bytes per rank per MoE layer: 4 all-to-alls (dispatch, combine; fwd, bwd) of tokens*k*h*B."""
+    """Bytes per rank per MoE layer: 4 all-to-alls (dispatch, combine; fwd, bwd) of tokens*k*h*B.
+
+    4(e-1)/e * tokens * k * h * B, dropless and uniform routing. The formula's one source is Lesson 09's
+    :func:`commtax.formulas.moe.ep_bytes_per_layer` (without a capacity factor); this checks the bill's
+    names (``tokens`` at least 1) and calls it.
+    """
     # BEGIN GRADED lab-04 ep_alltoall_bytes_per_layer
     require_int("tokens", tokens, 1)
     require_int("hidden", hidden, 1)
     e = _degree("ep", ep)
     require_int("top_k", top_k, 1)
     require_positive("dtype_bytes", dtype_bytes, "bytes")
-    return 4 * (e - 1) / e * tokens * top_k * hidden * dtype_bytes
+    return moe.ep_bytes_per_layer(tokens, hidden, e, top_k, dtype_bytes)
     # END GRADED: return learner.lab("04").ep_alltoall_bytes_per_layer(tokens, hidden, ep, top_k, dtype_bytes)
 
 
@@ -445,7 +452,7 @@ def step_report(plan: Plan) -> StepReport:
         where = "intra" if link is plan.intra else "inter"
         one = link.alpha + act / link.bandwidth
         t_comm = 2 * m * one
-        bubble = (p - 1) / m * t_compute
+        bubble = bubble_fraction(p, m, relative_to="ideal") * t_compute   # (p-1)/m of the compute
         exposed = bubble + 2 * (p - 1) * one
         add("PP", "send/recv", pp_bytes_per_microbatch(plan.micro_batch, plan.seq_len, plan.hidden, B) * m,
             where, t_comm, t_compute, exposed,

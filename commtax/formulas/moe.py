@@ -15,8 +15,9 @@ first two functions yourself and run the layer on real ranks). Conventions:
   a dropless dispatch is not counted here (Lab 10 counts it separately).
 * One MoE layer, forward and backward, runs **four** all-to-alls of the same
   size: dispatch and combine in the forward, the gradients of combine and of
-  dispatch in the backward. That is :func:`commtax.formulas.bill.ep_alltoall_bytes_per_layer`,
-  4(e-1)/e * tokens * k * h * B (Lab 04's EP row).
+  dispatch in the backward: :func:`ep_bytes_per_layer`, 4(e-1)/e * tokens * k * h * B
+  dropless. It is the one source of that formula: Lab 04's EP row,
+  :func:`commtax.formulas.bill.ep_alltoall_bytes_per_layer`, calls it.
 * **Capacity factor** (GShard, Switch Transformer): an implementation with
   fixed-size buffers gives each expert ceil(cf * tokens * k / experts) slots
   for the tokens of one rank; copies beyond that are **dropped** (the token
@@ -155,7 +156,11 @@ def routed_send_bytes(send_counts, rank, hidden, dtype_bytes=2) -> float:
 
 def ep_bytes_per_layer(tokens_per_rank, hidden, ep, top_k, dtype_bytes=2, capacity_factor=None,
                        experts=None) -> float:
-    """Bytes per rank per MoE layer, forward and backward: four all-to-alls of one dispatch each."""
+    """Bytes per rank per MoE layer, forward and backward: four all-to-alls of one dispatch each.
+
+    Dropless: 4(e-1)/e * tokens * top_k * hidden * dtype_bytes, the formula's one source (the bill's
+    :func:`commtax.formulas.bill.ep_alltoall_bytes_per_layer` calls this).
+    """
     return 4 * dispatch_bytes_per_rank(tokens_per_rank, hidden, ep, top_k, dtype_bytes, capacity_factor,
                                        experts)
 

@@ -5,7 +5,8 @@ projection (attention output, MLP down-projection) every rank holds a partial
 sum of the activation and all-reduces it: **2 all-reduces per layer per
 forward pass**, payload = tokens x hidden x dtype_bytes. A ring all-reduce on N
 ranks is 2(N-1) sequential hops, each paying the link latency, and each rank
-sends 2(N-1)/N x payload.
+sends 2(N-1)/N x payload: Lesson 01's ring, whose time :func:`allreduce_time_s`
+takes from :func:`commtax.formulas.collectives.allreduce_time`.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from commtax.checks import require_fraction, require_int, require_nonnegative, require_positive
+from commtax.formulas import collectives
 
 H100_HBM_BYTES_PER_S = 3.35e12   # NVIDIA H100 SXM datasheet, HBM3
 A100_80GB_HBM_BYTES_PER_S = 2.0e12  # NVIDIA A100 80GB SXM datasheet, HBM2e (2,039 GB/s)
@@ -55,12 +57,19 @@ def ring_allreduce_traffic_per_rank(payload_bytes, tp):
 
 
 def allreduce_time_s(payload_bytes, tp, latency_s, bandwidth_bytes_per_s):
-    """Seconds for one ring all-reduce: 2(N-1) hops x latency + traffic / bandwidth."""
+    """Seconds for one ring all-reduce: 2(N-1) hops x latency + traffic / bandwidth.
+
+    The formula's one source is Lesson 01's :func:`commtax.formulas.collectives.allreduce_time` (ring):
+    this is the same function under Lesson 05's names (``payload_bytes`` for ``nbytes``, ``tp`` for
+    ``world_size``, ``latency_s`` for ``alpha``), checked here so that a bad value is named as the caller
+    wrote it.
+    """
     # BEGIN GRADED lab-06 allreduce_time_s
     require_nonnegative("latency_s", latency_s, "s")
     require_positive("bandwidth_bytes_per_s", bandwidth_bytes_per_s, "bytes/s")
     n = require_int("tp", tp, 1)
-    return 2 * (n - 1) * latency_s + ring_allreduce_traffic_per_rank(payload_bytes, n) / bandwidth_bytes_per_s
+    require_nonnegative("payload_bytes", payload_bytes, "bytes")
+    return collectives.allreduce_time(payload_bytes, n, latency_s, bandwidth_bytes_per_s, "ring")
     # END GRADED: return learner.lab("06").allreduce_time_s(payload_bytes, tp, latency_s, bandwidth_bytes_per_s)
 
 

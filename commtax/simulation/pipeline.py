@@ -5,7 +5,9 @@ Bubble conventions (the sources mix them; both are kept, with their names):
 * relative to ideal compute: (p-1)/m (Megatron-LM), (p-1)/(v m) interleaved;
 * share of the total step: (p-1)/(m+p-1), (p-1)/(v m+p-1).
 
-They convert through total = r / (1 + r) with r the relative bubble.
+They convert through total = r / (1 + r) with r the relative bubble. The formula itself,
+:func:`bubble_fraction`, lives in :mod:`commtax.formulas.bubble` (so that the bill and the predictor
+call it too) and is re-exported here; this module checks it against the simulated schedules.
 
 ``simulate`` runs a schedule on ``stages`` devices: each device executes its
 ops in the schedule's order, one at a time; a forward needs the previous
@@ -24,6 +26,8 @@ import math
 from dataclasses import dataclass
 
 from commtax.checks import require_choice, require_fraction, require_int, require_nonnegative, require_positive
+from commtax.formulas import memory  # Lesson 07's activation count
+from commtax.formulas.bubble import bubble_fraction  # re-exported: Lesson 06 calls it P.bubble_fraction
 
 SCHEDULES = ("naive", "gpipe", "1f1b", "interleaved_1f1b")
 
@@ -36,17 +40,6 @@ class Op:
     chunk: int        # model chunk on this device (0 unless interleaved)
     start: float
     end: float
-
-
-def bubble_fraction(stages, microbatches, virtual_stages=1, relative_to="total"):
-    """Pipeline bubble: (p-1)/(v m) relative to ideal compute, or (p-1)/(v m + p - 1) of the total."""
-    # BEGIN GRADED lab-07 bubble_fraction
-    p = require_int("stages", stages, 1)
-    m = require_int("microbatches", microbatches, 1)
-    v = require_int("virtual_stages", virtual_stages, 1)
-    require_choice("relative_to", relative_to, ("total", "ideal"))
-    return (p - 1) / (v * m) if relative_to == "ideal" else (p - 1) / (v * m + p - 1)
-    # END GRADED: return learner.lab("07").bubble_fraction(stages, microbatches, virtual_stages, relative_to)
 
 
 SCHEDULE_FORMULAS = {"naive": "(p-1)/p", "gpipe": "(p-1)/(m+p-1)", "1f1b": "(p-1)/(m+p-1)",
@@ -197,18 +190,21 @@ class PipelineConfig:
     recompute: bool = False   # full activation recomputation: keep only each layer's input
 
 
-def activation_bytes_per_layer(seq_len, micro_batch, hidden, heads, tp=1, recompute=False):
-    """Activation memory of one transformer layer for one micro-batch, 16-bit activations.
+def activation_bytes_per_layer(seq_len, micro_batch, hidden, heads, tp=1, recompute=False, sequence_parallel=True):
+    """Activation memory of one transformer layer for one micro-batch on one GPU, 16-bit activations.
 
-    Without recomputation s b h (34 + 5 a s / h) bytes (Korthikanti et al.
-    2022, eq. 2), divided by t for tensor parallelism with sequence
-    parallelism. With full recomputation only the layer's input is kept:
-    2 s b h / t bytes.
+    Lesson 07's count, :func:`commtax.formulas.memory.activation_bytes_per_layer` (the formula's one
+    source; Korthikanti et al. 2022), under the modeler's names. The modeler assumes **sequence
+    parallelism** whenever t > 1 (``sequence_parallel=True``, the default): s b h (34 + 5 a s / h) / t
+    bytes, or 2 s b h / t with full recomputation (``recompute=True``: only the layer's input is kept).
+    ``sequence_parallel=False`` gives Lesson 07's count without it, s b h (10 + 24/t + 5 a s/(h t)).
+    At t = 1 the two agree. ``heads`` must divide by ``tp`` and ``hidden`` by ``heads``.
     """
+    if not isinstance(recompute, bool):
+        raise ValueError(f"recompute must be True or False, got {recompute!r}")
     # BEGIN GRADED lab-08 activation_bytes_per_layer
-    if recompute:
-        return 2 * seq_len * micro_batch * hidden / tp
-    return seq_len * micro_batch * hidden * (34 + 5 * heads * seq_len / hidden) / tp
+    return memory.activation_bytes_per_layer(seq_len, micro_batch, hidden, heads, tp, sequence_parallel,
+                                             "full" if recompute else "none")
     # END GRADED
 
 

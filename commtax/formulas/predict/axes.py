@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from commtax.formulas import memory
+from commtax.formulas.bubble import bubble_fraction
 from commtax.formulas.context import kv_allgather_bytes_per_rank, ring_attention_bytes_per_rank
 from commtax.formulas.predict.comms import collective_time, overlap_cost
 from commtax.formulas.predict.compute import attention_rate, constants_for
@@ -120,7 +121,7 @@ def pipeline_time(cfg, stage_micro_batch_s, gpu=None) -> dict:
         sends = count * overlap_cost(send, stage_micro_batch_s / v / 2, gpu)
     else:
         sends = count * send
-    return dict(bubble=(p - 1) / (v * m) * m * stage_micro_batch_s, sends=sends, comm=count * send)
+    return dict(bubble=bubble_fraction(p, m, v, "ideal") * m * stage_micro_batch_s, sends=sends, comm=count * send)
     # END GRADED
 
 
