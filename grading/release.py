@@ -246,6 +246,8 @@ SETUP_SH = """\
 # python3 is 3.11 or newer (Ubuntu 24.04: 3.12) uses its own. Installs only what grading needs
 # (grading/requirements.txt), never JupyterLab, Playwright or the book's tools.
 # For a local try (no apt, no user made): AUTOGRADER_ROOT=/some/folder AUTOGRADER_SKIP_APT=1 bash setup.sh
+# AUTOGRADER_SETUP_PYTHON: the Python to build the environment from (default python3);
+# TORCH_INDEX_URL: where torch's CPU build comes from (default PyTorch's index). TEACHING.md lists them.
 set -euo pipefail
 ROOT="${AUTOGRADER_ROOT:-/autograder}"
 SOURCE="$ROOT/source"

@@ -169,6 +169,16 @@ def test_the_pip_cache_is_restored_and_saved_apart_and_saved_after_a_failing_tes
     assert steps.index(save) > next(i for i, s in enumerate(steps) if "autograding-grading-reporter" in s)
 
 
+def test_teaching_names_every_environment_variable_the_gradescope_scripts_read():
+    # A teacher simulating Gradescope without PyTorch's index or with an older python3 needed
+    # TORCH_INDEX_URL and AUTOGRADER_SETUP_PYTHON, which TEACHING.md did not name.
+    from grading.release import RUN_AUTOGRADER, SETUP_SH
+    read = set(re.findall(r"\$\{(\w+):-", SETUP_SH + RUN_AUTOGRADER))
+    assert {"AUTOGRADER_ROOT", "AUTOGRADER_SETUP_PYTHON", "TORCH_INDEX_URL", "AUTOGRADER_PYTHON"} <= read
+    teaching = (ROOT / "TEACHING.md").read_text()
+    assert not {name for name in read if f"| `{name}` |" not in teaching}, "TEACHING.md's table of the variables"
+
+
 # -- 3. the release without the teacher's documents -------------------------------------------------
 
 def test_the_release_has_no_teachers_documents_and_a_readme_of_its_own(release):
