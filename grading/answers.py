@@ -527,11 +527,6 @@ def transform_release(dest: Path) -> list[Path]:
     (dest / exercise_answers.ANSWERS_FILE).parent.mkdir(exist_ok=True)
     (dest / exercise_answers.ANSWERS_FILE).write_text(exercise_answers.template())
     changed.append(dest / exercise_answers.ANSWERS_FILE)
-    exercises = Path(dest) / "commtax" / "exercises.py"
-    if exercises.exists():
-        from commtax.exercises import release_text
-        exercises.write_text(release_text(exercises.read_text()))
-        changed.append(exercises)
     return changed
 
 
