@@ -30,8 +30,9 @@ from grading.grader import SOURCE_ROOT
 
 # Never in anything that leaves the teacher's machine (besides solutions):
 # _build: the book (`python3 course.py book`), whose pages include the worked solutions.
-ALWAYS_EXCLUDED = {".git", ".venv", "__pycache__", ".pytest_cache", ".ipynb_checkpoints", "dist", "calibrations",
-                   "*.egg-info", ".ci", "_build"}
+# .ruff_cache and the like: tools' caches (CI runs ruff first; 300 files shipped in the release and the zip).
+ALWAYS_EXCLUDED = {".git", ".venv", "__pycache__", ".pytest_cache", ".ruff_cache", ".mypy_cache", ".ipynb_checkpoints",
+                   "dist", "calibrations", "*.egg-info", ".ci", "_build"}
 # Also kept from learners: answers, the recipes of the recorded expected values (they call the reference),
 # and the course's own tests (they check the solutions).
 # flags.py: the review flags are the teacher's (a learner must not learn from it how to avoid them); the

@@ -169,6 +169,16 @@ def test_the_pip_cache_is_restored_and_saved_apart_and_saved_after_a_failing_tes
     assert steps.index(save) > next(i for i, s in enumerate(steps) if "autograding-grading-reporter" in s)
 
 
+def test_tools_caches_ship_neither_in_the_release_nor_in_the_gradescope_zip():
+    # ruff's cache (300 files where CI had run `ruff check .`) shipped in both.
+    import fnmatch
+
+    from grading.release import GRADESCOPE_EXCLUDED, RELEASE_EXCLUDED
+    for excluded in (RELEASE_EXCLUDED, GRADESCOPE_EXCLUDED):
+        for cache in (".ruff_cache", ".pytest_cache", ".mypy_cache", "__pycache__"):
+            assert any(fnmatch.fnmatch(cache, pattern) for pattern in excluded), cache
+
+
 def test_teaching_names_every_environment_variable_the_gradescope_scripts_read():
     # A teacher simulating Gradescope without PyTorch's index or with an older python3 needed
     # TORCH_INDEX_URL and AUTOGRADER_SETUP_PYTHON, which TEACHING.md did not name.
