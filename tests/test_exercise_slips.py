@@ -124,6 +124,7 @@ def _model(name):
     values = {
         "04.3 (b)": lambda: plan(4, 2, 8).mfu,
         "04.4 TP 8": lambda: plan(8, 4, 32).axes["TP"].tax,
+        "04.4 MFU": lambda: plan(16, 2, 32).mfu,
         "08.3 100 ms": lambda: model.lesson08_timeline(0.100)["exposed"],
         "08.3 total": lambda: model.lesson08_timeline(0.010)["comm_total"],
         "08.3 flat": lambda: model.lesson08_flat_ib(),
@@ -148,10 +149,11 @@ KNOWN = {
     "01.1": [("latency left out", 1.75 * GB / NV_B), ("one phase", 7 * NV_A + 7 / 8 * GB / NV_B),
              ("bidirectional bandwidth", ring(GB, 8, NV_A, 900e9)),
              ("1 GB as 2^30 bytes", ring(2**30, 8, NV_A, NV_B)),
-             ("the large-P limit", 14 * NV_A + 2 * GB / NV_B),
+             ("the large-P limit", 14 * NV_A + 2 * GB / NV_B), ("the large-P limit, latency left out", 2 * GB / NV_B),
              ("the tree's time", 6 * (NV_A + GB / NV_B)),
              ("the naive time", 14 * (NV_A + GB / NV_B))],
-    "01.2": [("n* itself", IB_A * IB_B), ("bits vs bytes", 64 * IB_A * 400e9), ("one phase's latency", 32 * IB_A * IB_B)],
+    "01.2": [("n* itself", IB_A * IB_B), ("bits vs bytes", 64 * IB_A * 400e9), ("one phase's latency", 32 * IB_A * IB_B),
+             ("one phase's bandwidth", 128 * IB_A * IB_B)],
     "01.3": [("n* itself", IB_A * IB_B), ("the NVLink preset", crossover(256, NV_A, NV_B)),
              ("bits vs bytes", crossover(256, IB_A, 400e9)), ("the tree one way", crossover(256, IB_A, IB_B, 1))],
     "01.4": [("the whole buffer on the network", _NETWORK_WHOLE / (_NV_STAGES + _NETWORK_WHOLE)),
@@ -170,11 +172,13 @@ KNOWN = {
     "02.5": [("bus vs algorithm bandwidth", GB / 360e9), ("busbw times 2(P-1)/P", GB / (360e9 * 1.75)),
              ("the ring's ideal", ring(GB, 8, NV_A, NV_B)), ("2 instead of 2(P-1)/P", 2 * GB / 360e9)],
     "03.1": [("plain DP", 16 * 13e9), ("ZeRO-2", 2 * 13e9 + 14 * 13e9 / 32), ("ZeRO-3", 16 * 13e9 / 32),
-             ("the optimizer shard only", 12 * 13e9 / 32)],
+             ("the optimizer shard only", 12 * 13e9 / 32), ("the gradients left out", 2 * 13e9 + 12 * 13e9 / 32)],
     "03.2": [("6.74e9 parameters", 22 * 63 / 64 * 6.74e9 * 2), ("ZeRO-3's total", 24 * _PASS),
-             ("ZeRO-3 once per step", _PASS), ("DP every micro-batch", 8 * _PASS), ("4 bytes per parameter", 44 * _PASS)],
+             ("ZeRO-3 once per step", _PASS), ("DP every micro-batch", 8 * _PASS), ("4 bytes per parameter", 44 * _PASS),
+             ("ZeRO-3's total, once per step", 3 * _PASS)],
     "03.3": [("the guide's 175 MB", 175e6), ("no ring factor", 4 * 2048 * 12288 * 2),
-             ("MiB as MB", 4 * 1.75 * 2048 * 12288 * 2 / 2**20 * 1e6), ("divided by t", 4 * 1.75 * 2048 * 12288 * 2 / 8)],
+             ("MiB as MB", 4 * 1.75 * 2048 * 12288 * 2 / 2**20 * 1e6), ("divided by t", 4 * 1.75 * 2048 * 12288 * 2 / 8),
+             ("the large-P limit", 4 * 2 * 2048 * 12288 * 2)],
     "03.4": [("inverted", 1 / 42), ("one layer", 7 / 2), ("PP forward only", 84), ("TP forward only", 21),
              ("the large-P limit", 12 * 8 / 2)],
     "03.5": [("half", 0.5), ("ring factor on one side", 8 / 7)],
@@ -182,18 +186,19 @@ KNOWN = {
              ("MFU left out", 312e12 / 25e9)],
     "04.2": [("forward vs whole-step tax", _TP_FWD), ("370 GB/s", 2 / 3 * _TP_FWD * 450 / 370),
              ("forward at 370 GB/s", _TP_FWD * 450 / 370), ("a percentage", 100 * 2 / 3 * _TP_FWD),
-             ("bidirectional bandwidth", 2 / 3 * _TP_FWD / 2)],
-    "04.3": [("the compute's MFU", 0.4), ("plan (b)", lambda: _model("04.3 (b)"))],
+             ("bidirectional bandwidth", 2 / 3 * _TP_FWD / 2), ("backward compute left out", 2 * _TP_FWD)],   # 4 all-reduces / the forward
+    "04.3": [("the compute's MFU", 0.4), ("plan (b)", lambda: _model("04.3 (b)")), ("the TP tax", lambda: _model("04.4 TP 8"))],
     "04.4": [("TP 8's tax", lambda: _model("04.4 TP 8")),
              ("the one-NIC answer", lambda: _model("04.4 TP 8") * 15 / 7 * 370 / 47),
-             ("15/7 alone", lambda: _model("04.4 TP 8") * 15 / 7)],
+             ("15/7 alone", lambda: _model("04.4 TP 8") * 15 / 7), ("the plan's MFU", lambda: _model("04.4 MFU"))],
     "05.1": [("one all-reduce", _DECODE_AR), ("one all-reduce per layer", 80 * _DECODE_AR),
              ("with a backward", 320 * _DECODE_AR), ("latency left out", 160 * 1.75 * 16384 / NV_B)],
     "05.2": [("NVLink / InfiniBand", _NV_T2 / _IB_T2), ("InfiniBand relative to NVLink", _IB_T2 / _NV_T2 - 1),
              ("a percentage", 100 * (1 - _NV_T2 / _IB_T2))],
     "05.3": [("n* itself", NV_A * NV_B), ("14α saved", 14 * NV_A * NV_B / 5.25), ("the large-P limit", 13 * NV_A * NV_B / 5)],
     "05.4": [("comm / compute", _PREFILL_COMM / _PREFILL_COMPUTE),
-             ("memory-bound compute", _PREFILL_COMM / (_PREFILL_COMM + 69e9 * 2 / 8 / 3.35e12))],
+             ("memory-bound compute", _PREFILL_COMM / (_PREFILL_COMM + 69e9 * 2 / 8 / 3.35e12)),
+             ("the comm time", _PREFILL_COMM)],
     "05.5": [("Llama-2-70B's share", _DECODE_70B_SHARE), ("comm / compute", _DECODE_8B_COMM / _DECODE_8B_COMPUTE),
              ("compute-bound decode", _DECODE_8B_COMM / (_DECODE_8B_COMM + 2 * 8.03e9 / 8 / (989e12 * 0.5)))],
     "06.1": [("relative to ideal vs share of the step", 7 / 64), ("without v = 2", 7 / 39),
@@ -201,14 +206,15 @@ KNOWN = {
              ("a percentage", 700 / 71)],
     "06.2": [("relative to ideal vs share of the step", 7 / 32), ("the limit", 0.2), ("p = 4", 3 / 19),
              ("p = 16", 15 / 79)],
-    "06.3": [("the modeler's 512 MB", 512 * 2**20), ("1F1B's peak instead of GPipe's", 64 * 2**20 * 20 * 4),
+    "06.3": [("the modeler's 512 MB", 512 * 2**20), ("1F1B's peak instead of GPipe's, or sbh instead of 2 sbh", 64 * 2**20 * 20 * 4),
              ("all 80 layers", 64 * 2**20 * 80 * 8), ("64 MiB as 64e6 bytes", 64e6 * 20 * 8),
              ("no recomputation", 4096 * 8192 * (34 + 5 * 64 * 4096 / 8192) * 20 * 8),
              ("one micro-batch in flight", 64 * 2**20 * 20)],
     "06.4": [("the forward not split over t", _B_MIN / 8), ("forward and backward", _B_MIN / 3),
-             ("MFU left out", _B_MIN / 0.4), ("80 layers per stage", _B_MIN / 4), ("InfiniBand's margin", IB_B / _B_MIN)],
+             ("MFU left out", _B_MIN / 0.4), ("80 layers per stage", _B_MIN / 4), ("InfiniBand's margin", IB_B / _B_MIN),
+             ("the gradient on the same direction", 2 * _B_MIN)],
     "06.5": [("GPipe's growth", 2 * 7 * 0.1), ("relative growth", lambda: (_sim("1f1b", 0.1) - _sim("1f1b")) / _sim("1f1b")),
-             ("the whole step", lambda: _sim("1f1b", 0.1))],
+             ("the whole step", lambda: _sim("1f1b", 0.1)), ("2m transfers", 2 * 32 * 0.1)],
     "07.1": [("ZeRO-1's bytes", 2 * 63 / 64 * _PSI * 2), ("one micro-batch", 3 * 63 / 64 * _PSI * 2),
              ("the TP 8 x DP 8 plan", 2 * 7 / 8 * _PSI / 8 * 2 + 8 * 7 / 8 * 4096 * 8192 * 2 * 80 * 64)],
     "07.2": [("the 12Lh² estimate", 4.5 * 4096 / 8), ("the node's 8T", 3 * 6.74e9 / (8 * 4096 * 32)),
@@ -365,6 +371,74 @@ def test_the_slips_the_issue_names():
     assert "forward vs whole-step tax" in said("04.2", _TP_FWD)
     assert "sparse vs dense peak" in said("04.1", 11232)
     assert "binary" not in said("03.2", 22 * 63 / 64 * 6.74e9 * 2)
+
+
+# A learner's slips (review of issue 40, the numbers as typed, rounded): each first line names the slip made.
+REVIEWED = [
+    ("01.1", 4.4444e-3, "the large-P limit, latency left out"),   # 2n/B alone
+    ("01.2", 32e6, "one phase's bandwidth"),
+    ("03.1", 30.875e9, "the gradients left out"),
+    ("03.2", 41.34e9, "ZeRO-3's total, once per step"),
+    ("03.3", 402.65e6, "the large-P limit"),
+    ("04.2", 0.3338, "backward compute left out"),
+    ("04.3", 0.2146, "the TP tax"),
+    ("04.4", 0.2630, "the plan's MFU"),
+    ("05.4", 0.0276, "the comm time"),
+    ("06.3", 5.3687e9, "1F1B's peak instead of GPipe's, or sbh instead of 2 sbh"),   # either slip gives it
+    ("06.4", 3.2194e9, "the gradient on the same direction"),
+    ("06.5", 6.4, "2m transfers"),
+]
+
+
+@pytest.mark.parametrize("exercise_id,value,name", REVIEWED, ids=[f"{e} {n}" for e, _, n in REVIEWED])
+def test_a_learners_typed_slip_is_named_on_the_first_line(exercise_id, value, name, capsys):
+    line = _first_line(exercise_id, value, capsys)
+    assert f": {exercises.KNOWN_SLIP} ({name}):" in line, line
+
+
+# Slips that come within tolerance of each other at some numbers, and why that does not mislead: (exercise, a, b).
+NEAR_EACH_OTHER = {
+    # at d = 64 and 128 (variants) the two differ by 2Ψ/d (1.4%, 0.7%); both say ZeRO-1 keeps the gradients whole
+    ("03.1", "ZeRO-2", "the gradients left out"),
+}
+
+
+def _numbers(exercise_id):
+    """The lesson's numbers, then (for an exercise that varies) every combination a variant can draw."""
+    from itertools import product
+
+    from commtax.exercises import params
+    stated = params.VARYING.get(exercise_id, ())
+    yield {}
+    for values in product(*(p.choices for p in stated)) if stated else ():
+        yield {p.name: v for p, v in zip(stated, values)}
+
+
+@pytest.mark.parametrize("exercise_id", list(exercises.EXERCISES))
+def test_no_two_slips_meet_and_each_is_named_as_itself(exercise_id):
+    """At the lesson's numbers and every variant's, no two of an exercise's slips (the percentage included) lie
+    within its tolerance of each other, and each slip's own value is named as that slip."""
+    exercise = exercises.EXERCISES[exercise_id]
+    for numbers in _numbers(exercise_id):
+        answer = exercises._answer(exercise_id, numbers or None)
+        values = [(slip.name, exercises.slip_value(exercise_id, slip, numbers or None))
+                  for slip in exercises.SLIPS[exercise_id]]
+        if exercises._asks_fraction(exercise) and not exercise.exact:
+            values.append((exercises.PERCENTAGE.name, 100 * answer))
+        for i, (a, x) in enumerate(values):
+            for b, y in values[i + 1:]:
+                meet = x == y if exercise.exact else exercises._close(x, y, exercise.tolerance)
+                assert not meet or (exercise_id, a, b) in NEAR_EACH_OTHER, (numbers, a, b, x, y)
+            said = exercises.verdict(exercise_id, x, {exercise_id: numbers} if numbers else {})
+            assert said.startswith(f"{exercises.KNOWN_SLIP} ({a}):"), (numbers, said)
+
+
+def test_a_tight_tolerance_is_written_with_its_digits(capsys):
+    """01.1 holds its answer to 0.5% (so that the latency-free time is wrong): the line says 0.5%, not 0%."""
+    answer = exercises._answer("01.1")
+    assert "right (within 0.5%)" in _first_line("01.1", answer, capsys)
+    assert "(more than 0.5% away," in _first_line("01.1", answer * 1.006, capsys)
+    assert "right (within 2%)" in _first_line("02.2", exercises._answer("02.2"), capsys)
 
 
 PACKAGE = ROOT / "commtax" / "exercises"

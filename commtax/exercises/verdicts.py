@@ -124,20 +124,25 @@ def _named_slip(exercise_id: str, exercise: Exercise, value: float, answer: floa
     return best
 
 
+def _percent(tolerance: float) -> str:
+    """A tolerance as a percentage, with its digits: 0.005 is "0.5%" (``:.0%`` would say "0%")."""
+    return f"{100 * tolerance:g}%"
+
+
 def check(exercise_id: str, value, variant: variants.Variant | None = None) -> None:
     """Print one line: the exercise, what is asked (with the learner's numbers, :func:`verdict`'s ``variant``),
     and the verdict on ``value`` (never the answer)."""
     exercise = _exercise(exercise_id)
     said = verdict(exercise_id, value, variant)
     if said == "right":
-        said += " (exact)" if exercise.exact else f" (within {exercise.tolerance:.0%})"
+        said += " (exact)" if exercise.exact else f" (within {_percent(exercise.tolerance)})"
     elif said == "no answer yet":
         said += ": replace None with your number and run the cell again"
     elif said == NO_ANSWERS:
         said = f"your number {float(value):.6g} is noted ({SELF_STUDY})"
     elif said == "wrong":
         said += (" (must be exact, and not one of this exercise's known slips)" if exercise.exact else
-                 f" (more than {exercise.tolerance:.0%} away, and not one of this exercise's known slips): "
+                 f" (more than {_percent(exercise.tolerance)} away, and not one of this exercise's known slips): "
                  "compare with the worked solution")
     elif said.startswith("wrong (not one"):
         said += ": compare with the worked solution"

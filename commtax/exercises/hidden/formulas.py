@@ -58,7 +58,8 @@ FORMULAS: dict[str, Formula] = {
     "01.2": Formula(lambda P: P * INFINIBAND_NDR.alpha * INFINIBAND_NDR.bandwidth, {
         "n* itself": lambda P: INFINIBAND_NDR.alpha * INFINIBAND_NDR.bandwidth,
         "bits vs bytes": lambda P: P * INFINIBAND_NDR.alpha * NIC_BITS,
-        "one phase's latency": lambda P: P / 2 * INFINIBAND_NDR.alpha * INFINIBAND_NDR.bandwidth}),
+        "one phase's latency": lambda P: P / 2 * INFINIBAND_NDR.alpha * INFINIBAND_NDR.bandwidth,
+        "one phase's bandwidth": lambda P: 2 * P * INFINIBAND_NDR.alpha * INFINIBAND_NDR.bandwidth}),
     # nccl-tests: busbw = algbw x 2(P-1)/P, algbw = n / t; 1 GB on 8 GPUs (busbw in GB/s)
     "02.5": Formula(lambda busbw: GB / (busbw * 1e9 / 1.75), {
         "bus vs algorithm bandwidth": lambda busbw: GB / (busbw * 1e9),
@@ -71,13 +72,15 @@ FORMULAS: dict[str, Formula] = {
         "ZeRO-3's total": lambda m: _sent(7e9, 64, 3, m),
         "ZeRO-3 once per step": lambda m: _sent(7e9, 64, 3, 1) - _sent(7e9, 64, 0, 1),
         "DP every micro-batch": lambda m: _sent(7e9, 64, 3, m) - m * _sent(7e9, 64, 0, m),
-        "4 bytes per parameter": lambda m: 2 * (_sent(7e9, 64, 3, m) - _sent(7e9, 64, 0, m))}),
+        "4 bytes per parameter": lambda m: 2 * (_sent(7e9, 64, 3, m) - _sent(7e9, 64, 0, m)),
+        "ZeRO-3's total, once per step": lambda m: _sent(7e9, 64, 3, 1)}),
     # ZeRO-1 on d GPUs: bf16 weights and gradients whole (4 bytes/parameter), the 12 bytes of optimizer state sharded
     "03.1": Formula(lambda d: _state(PSI_13B, d, 1), {
         "plain DP": lambda d: _state(PSI_13B, d, 0),
         "ZeRO-2": lambda d: _state(PSI_13B, d, 2),
         "ZeRO-3": lambda d: _state(PSI_13B, d, 3),
-        "the optimizer shard only": lambda d: 12 * PSI_13B / d}),
+        "the optimizer shard only": lambda d: 12 * PSI_13B / d,
+        "the gradients left out": lambda d: 2 * PSI_13B + 12 * PSI_13B / d}),
     # interleaved 1F1B, v = 2 chunks per stage: (p-1)/(v m + p - 1)
     "06.1": Formula(lambda p, m: _bubble(p, m, V), {
         "relative to ideal vs share of the step": lambda p, m: _bubble(p, m, V, "ideal"),

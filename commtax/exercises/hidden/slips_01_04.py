@@ -4,6 +4,26 @@ from __future__ import annotations
 
 import commtax.exercises.hidden.model as model
 from commtax.exercises.records import Slip
+from commtax.formulas.links import NVLINK4
+
+# The stated numbers the computed slips below start from (each slip is a formula of them, never a stored value).
+_GB = 1e9                       # 01.1: the buffer
+_BF16 = 2                       # bytes per element
+_GPT3_HIDDEN = 12288            # 03.3 and 04.2: GPT-3's h
+_GUIDE_TOKENS = 2048            # 03.3: b s of the guide's example
+_GUIDE_ALLREDUCES = 4           # 03.3: TP all-reduces per layer (2 forward, 2 backward)
+_TP = 8                         # 04.2: t
+_H100_PEAK, _MFU = 989e12, 0.4  # 04.2: dense BF16 FLOP/s and the MFU the exercise gives
+_NVLINK_BANDWIDTH = 450e9       # 04.2: bytes/s per direction
+
+
+def _gpt3_forward_tax() -> float:
+    """04.2: the forward's TP tax: 2 all-reduces of b s h bf16 elements (2(t-1)/t each, per rank) over the
+    forward's 24 h^2 b s / t FLOPs per rank at MFU x peak (b s cancels)."""
+    comm = 2 * 2 * (_TP - 1) / _TP * _GPT3_HIDDEN * _BF16 / _NVLINK_BANDWIDTH
+    compute = 24 * _GPT3_HIDDEN**2 / _TP / (_MFU * _H100_PEAK)
+    return comm / compute
+
 
 SLIPS: dict[str, tuple[Slip, ...]] = {
     # Lesson 01
@@ -17,6 +37,8 @@ SLIPS: dict[str, tuple[Slip, ...]] = {
         Slip("1 GB as 2^30 bytes", "Vr5t5uGLGfA=", "1 GB is 1e9 bytes (decimal prefixes); 2^30 bytes is 1 GiB"),
         Slip("the large-P limit", "1PzhSjIkx/o=", "that uses 2n/B; the ring sends 2(P-1)/P n per rank: keep the factor, "
              "1.75 at P = 8"),
+        Slip("the large-P limit, latency left out", "", "that is 2n/B alone; the ring sends 2(P-1)/P n per rank (1.75 n "
+             "at P = 8) and pays 2(P-1) latencies", compute=lambda: 2 * _GB / NVLINK4.bandwidth),
         Slip("the tree's time", "xxyfP2HLaRY=", "that is the tree all-reduce, 2 log2(P) (α + n/B); asked is the ring's"),
         Slip("the naive time", "ZeXb+j0axl0=", "that is the naive all-reduce, 2(P-1)(α + n/B); asked is the ring's"),
     ),
@@ -26,6 +48,8 @@ SLIPS: dict[str, tuple[Slip, ...]] = {
         Slip("bits vs bytes", "6SfeFxb21A4=", "that takes 400 Gb/s as 400 GB/s: a 400 Gb/s NIC moves 50 GB/s"),
         Slip("one phase's latency", "AsqQu4WQEMU=", "that counts (P-1)α of latency; the ring all-reduce pays 2(P-1)α (reduce-"
              "scatter and all-gather) against 2(P-1)/P n/B"),
+        Slip("one phase's bandwidth", "CW+D11VBxIQ=", "that sets 2(P-1)α against one phase's bandwidth term, (P-1)/P n/B; the "
+             "ring all-reduce sends 2(P-1)/P n/B (reduce-scatter and all-gather)"),
     ),
     "01.3": (
         Slip("n* itself", "kF4KPp/zc4k=", "that is n* = αB; the tree/ring crossover at P = 256 is n* (P-1-c)/(c-(P-1)/P), "
@@ -98,6 +122,8 @@ SLIPS: dict[str, tuple[Slip, ...]] = {
         Slip("ZeRO-3", "k4nam/JCHTU=", "that is ZeRO-3 (16Ψ/d); ZeRO-1 keeps weights and gradients whole: 4Ψ + 12Ψ/d"),
         Slip("the optimizer shard only", "0R7g49kwJi0=", "that is the 12Ψ/d shard alone; each GPU also holds the bf16 "
              "weights and gradients, 4Ψ"),
+        Slip("the gradients left out", "s5nG9oRcW7Q=", "that counts the bf16 weights (2Ψ) and the optimizer shard; ZeRO-1 "
+             "keeps the bf16 gradients whole on every GPU too, 2 more bytes per parameter"),
     ),
     "03.2": (
         Slip("6.74e9 parameters", "C51/4xXLYDo=", "that uses Llama-2-7B's 6.74e9; this exercise's model has exactly 7e9"),
@@ -107,6 +133,8 @@ SLIPS: dict[str, tuple[Slip, ...]] = {
         Slip("DP every micro-batch", "HcNPairMR3A=", "DP (with no_sync) all-reduces once per step, after gradient "
              "accumulation, not per micro-batch"),
         Slip("4 bytes per parameter", "lsXnbAi5l2k=", "the model is bf16: 2 bytes per parameter"),
+        Slip("ZeRO-3's total, once per step", "F/wHehvioAM=", "that is all ZeRO-3 sends for one micro-batch; it sends that "
+             "for each of the {m} micro-batches, and asked is how many more bytes than DP"),
     ),
     "03.3": (
         Slip("the guide's 175 MB", "1ytaSeXcMnE=", "that is the guide's printed \"~175 MB\" (half the formula: one 2(t-1)/t "
@@ -115,6 +143,8 @@ SLIPS: dict[str, tuple[Slip, ...]] = {
         Slip("MiB as MB", "ejZGUYtuvNc=", "that is the bytes in MiB written as MB; the course's MB are 1e6 bytes"),
         Slip("divided by t", "omn5LZrNi2I=", "that divides by t = 8; each TP rank all-reduces the whole b s h "
              "activation, so its bytes do not shrink with t"),
+        Slip("the large-P limit", "", "that uses 2n per all-reduce; keep the ring's 2(t-1)/t = 1.75 at t = 8",
+             compute=lambda: _GUIDE_ALLREDUCES * 2 * _GUIDE_TOKENS * _GPT3_HIDDEN * _BF16),
     ),
     "03.4": (
         Slip("inverted", "Wn3KaK1TQkk=", "that is PP / TP; asked is TP bytes over PP bytes"),
@@ -145,12 +175,16 @@ SLIPS: dict[str, tuple[Slip, ...]] = {
              "450 GB/s"),
         Slip("bidirectional bandwidth", "Ff7sxbELrJ8=", "that uses 900 GB/s; NVLink's \"900 GB/s\" counts both directions, and "
              "the course's bandwidths are per direction: 450 GB/s"),
+        Slip("backward compute left out", "", "that divides the whole step's 4 all-reduces by the forward's compute "
+             "alone; the backward computes twice what the forward does", compute=lambda: 2 * _gpt3_forward_tax()),
     ),
     "04.3": (
         Slip("the compute's MFU", "jwOO9f2YsDI=", "0.4 is the compute's MFU you were given; the plan's estimate is lower by "
              "its exposed taxes"),
         Slip("plan (b)", "", "that is the best plan of (b), TP 4 x PP 2; asked is (a), TP 8 x PP 4",
              compute=lambda: model.lesson04_mfu(4, 2)),
+        Slip("the TP tax", "", "that is the plan's TP tax; asked is its estimated MFU",
+             compute=lambda: model.lesson04_plan(8, 4).axes["TP"].tax),
     ),
     "04.4": (
         Slip("TP 8's tax", "", "that is the tax at TP 8 (exercise 3); asked is TP 16's",
@@ -159,5 +193,7 @@ SLIPS: dict[str, tuple[Slip, ...]] = {
              "GPU has its own NIC", compute=lambda: model.lesson04_plan(8, 4).axes["TP"].tax * 15 / 7 * 370 / 47),
         Slip("15/7 alone", "", "that scales TP 8's tax by 15/7 only: the bandwidth part does grow so, but the 15 "
              "latencies of each all-reduce, across nodes, grow more", compute=lambda: model.lesson04_plan(8, 4).axes["TP"].tax * 15 / 7),
+        Slip("the plan's MFU", "", "that is the plan's estimated MFU; asked is its TP tax, a fraction of compute",
+             compute=lambda: model.lesson04_plan(16, 2).mfu),
     ),
 }

@@ -5,6 +5,31 @@ from __future__ import annotations
 import commtax.exercises.hidden.model as model
 from commtax.exercises.records import Slip
 
+# The stated numbers the computed slips below start from (each slip is a formula of them, never a stored value).
+_M_06_5, _P2P_06_5 = 32, 0.1     # 06.5: micro-batches, and a transfer in units of t_f
+_PREFILL_TOKENS, _TP = 2048, 8  # 05.4: the prefill chunk, t
+_LLAMA2_70B_LAYERS, _LLAMA2_70B_HIDDEN = 80, 8192
+_BF16 = 2                       # bytes per element
+
+
+def _activation_send_bandwidth() -> float:
+    """06.4: the bandwidth that sends a stage's output activation (2 s b h bytes) in the forward of one
+    micro-batch on one stage (L/p layers, 24 s b h^2 / t FLOPs each per GPU, at MFU x peak), in bytes/s."""
+    seq, hidden, layers, p, t = 4096, _LLAMA2_70B_HIDDEN, _LLAMA2_70B_LAYERS, 4, _TP
+    forward_s = 24 * seq * hidden**2 * (layers // p) / t / (0.4 * 989e12)
+    return seq * hidden * _BF16 / forward_s
+
+
+def _prefill_comm_s() -> float:
+    """05.4: TP comm of the prefill chunk, in seconds: 2 ring all-reduces per layer of the chunk's activations
+    (tokens x h bf16 elements) on t ranks over the NVLink preset."""
+    from commtax.formulas import collectives
+    from commtax.formulas.links import NVLINK4
+    one = collectives.allreduce_time(_PREFILL_TOKENS * _LLAMA2_70B_HIDDEN * _BF16, _TP, NVLINK4.alpha,
+                                     NVLINK4.bandwidth, "ring")
+    return 2 * _LLAMA2_70B_LAYERS * one
+
+
 SLIPS: dict[str, tuple[Slip, ...]] = {
     # Lesson 05
     "05.1": (
@@ -28,6 +53,8 @@ SLIPS: dict[str, tuple[Slip, ...]] = {
         Slip("comm / compute", "zFN8GNTiX4w=", "that is comm over compute; the share of the step is comm / (comm + compute)"),
         Slip("memory-bound compute", "9W7a638ZyPk=", "2048 tokens are compute-bound: 2 N tokens / t FLOPs at 50% of peak, not "
              "the weights' streaming time"),
+        Slip("the comm time", "", "that is the TP comm time, in seconds; asked is its share of the step, "
+             "comm / (comm + compute)", compute=lambda: _prefill_comm_s()),
     ),
     "05.5": (
         Slip("Llama-2-70B's share", "0vx2QKa+tUg=", "that is Llama-2-70B's; asked is Llama-3-8B's"),
@@ -57,8 +84,9 @@ SLIPS: dict[str, tuple[Slip, ...]] = {
     "06.3": (
         Slip("the modeler's 512 MB", "LPwMuBPNwWs=", "that counts one tensor per micro-batch; with full recomputation stage 0 "
              "keeps each of its 20 layers' inputs (2 sbh) for every micro-batch in flight"),
-        Slip("1F1B's peak instead of GPipe's", "4QNIENzSt28=", "that is 1F1B's peak (p = 4 micro-batches in flight); GPipe "
-             "keeps all m = 8 (or, at GPipe's m = 8, sbh instead of 2 sbh: bf16 is 2 bytes per element)"),
+        Slip("1F1B's peak instead of GPipe's, or sbh instead of 2 sbh", "QwbUGXCQyZs=", "either 1F1B's peak (p = 4 "
+             "micro-batches in flight, where GPipe keeps all m = 8) or GPipe's with a layer's input as sbh bytes (bf16 is "
+             "2 bytes per element: 2 sbh)"),
         Slip("one micro-batch in flight", "cMoRAzAptCc=", "that is one micro-batch's inputs; GPipe runs every forward "
              "first, so all m = 8 micro-batches are in flight on stage 0"),
         Slip("all 80 layers", "4On5T/UlYNs=", "stage 0 holds 80/p = 20 layers"),
@@ -76,12 +104,17 @@ SLIPS: dict[str, tuple[Slip, ...]] = {
         Slip("80 layers per stage", "kbc2Na0Hh90=", "a stage holds 80/p = 20 layers"),
         Slip("InfiniBand's margin", "Smz0VBpoErg=", "that is how many times more InfiniBand NDR offers; asked is the bandwidth "
              "itself, in bytes/s"),
+        Slip("the gradient on the same direction", "", "that adds the gradient's send; it flows back on the link's "
+             "other direction (the course's bandwidths are per direction), so only the activation counts against the "
+             "forward", compute=lambda: 2 * _activation_send_bandwidth()),
     ),
     "06.5": (
         Slip("GPipe's growth", "PGjSSRA8ly4=", "that is GPipe's, 2(p-1) x 0.1 t_f (only the fill and drain wait); asked is "
              "1F1B's, from the simulator"),
         Slip("relative growth", "rVI2g8zVhLg=", "that is the growth relative to the step; asked in units of t_f"),
         Slip("the whole step", "OK/HWZzJ1T4=", "that is the step's length with transfers; asked is how much longer it got"),
+        Slip("2m transfers", "", "that counts one transfer each way per micro-batch, 2m x 0.1 t_f; 1F1B's critical path "
+             "crosses the stages another number of times: simulate it", compute=lambda: 2 * _M_06_5 * _P2P_06_5),
     ),
     # Lesson 07
     "07.1": (
