@@ -1,7 +1,7 @@
-"""The numbers a lesson's calculator headline and text state are the numbers its formula gives (review h20).
+"""The numbers a lesson's calculator headline and text state are the numbers its formula gives.
 
 Each test runs a lesson's code cells (no kernel) up to its calculator, calls the calculator's function with
-the state a reviewer saw, and reads the headline text it displays.
+a state where a headline once read wrong, and reads the headline text it displays.
 """
 
 import html
@@ -75,7 +75,7 @@ def test_lesson_12_headline_explains_the_exposure_left_above_s_star_and_it_is_on
 
 @pytest.mark.parametrize("imbalance", [1.0, 8.0])
 def test_lesson_09_imbalance_marker_stays_off_the_axis_spines_at_both_ends_of_its_slider(monkeypatch, imbalance):
-    # Review h20: the dashed "your imbalance" line sat on the left spine at 1 and on the right one at 8 (EP 8).
+    # The dashed "your imbalance" line used to sit on the left spine at 1 and on the right one at 8 (EP 8).
     from commtax.ui import plots
     from commtax.ui import widgets as cw
 
@@ -116,8 +116,8 @@ def drawn(call, *args, **kwargs) -> list:
 
 
 def test_lesson_01_headline_names_a_tie_and_a_message_smaller_than_the_ranks(monkeypatch):
-    # Review h20: alpha 10 ms, P = 128, n = 2 B: tree and halving-doubling both take 140 ms ("1.00x"), yet only
-    # halving-doubling was named "fastest"; and 2 bytes on 128 ranks went without a word.
+    # Alpha 10 ms, P = 128, n = 2 B: tree and halving-doubling both take 140 ms ("1.00x"): a tie, not one
+    # "fastest"; and 2 bytes on 128 ranks (fewer bytes than ranks) is said in words.
     from commtax.formulas.links import Link
     from commtax.ui import allreduce_calculator as calculator  # the lesson's one line calls it
 
@@ -146,7 +146,7 @@ def test_lesson_02_ring_time_says_when_the_message_has_fewer_bytes_than_ranks(mo
 
 
 def test_lesson_05_share_curves_are_drawn_below_the_figures_top_edge():
-    # Review h20: the TCP curve (99.7%) ran along the top spine at ylim 1.0, practically invisible.
+    # A curve near 100% (TCP, 99.7%) must not run along the top spine (at ylim 1.0 it was practically invisible).
     from commtax.formulas.links import PRESETS
     from commtax.formulas.models import Model, transformer_params
     from commtax.ui import tp_calculator  # the lesson's one line, tp_calculator(), draws with render
@@ -162,8 +162,8 @@ def test_lesson_05_share_curves_are_drawn_below_the_figures_top_edge():
 
 
 def test_lesson_06_modeler_says_when_activations_do_not_fit_and_when_the_link_cannot_hide_p2p():
-    # Review h20: 521 GB to 1.04 TB of activations per GPU with no "does not fit"; a TCP p2p transfer (53.7 ms)
-    # longer than a stage's forward (33 ms) with no word beside the 87.1% efficiency.
+    # 521 GB to 1.04 TB of activations per GPU must say "does not fit"; a TCP p2p transfer (53.7 ms) longer
+    # than a stage's forward (33 ms) needs a word beside the 87.1% efficiency.
     ns, shown = lesson_namespace("06-pipeline-bubbles.ipynb", "pipeline_modeler")
     links = ns["LINKS"]
     ns["pipeline_modeler"](80, 8192, 64, 4096, 1, 1, 4, 8, links["InfiniBand NDR (400 Gb/s per GPU)"], False)
@@ -178,8 +178,9 @@ def test_lesson_06_modeler_says_when_activations_do_not_fit_and_when_the_link_ca
 
 
 def test_lesson_12_refusals_name_the_sliders_and_the_exposure_axis_reads_in_seconds():
-    # Review h20: "heads (64) must be a multiple of kv_heads (128)" named no slider; the all-to-all's refusal sat
-    # in the bytes column, seven lines tall; the y axis read 10^0 and 10^1 (ms) with the data between them.
+    # A refusal such as "heads (64) must be a multiple of kv_heads (128)" names its slider; the all-to-all's
+    # refusal is not squeezed into the bytes column (it stood seven lines tall); the y axis reads in seconds, not
+    # 10^0 and 10^1 (ms) with the data between them.
     ns, shown = lesson_namespace("12-long-context.ipynb", "cp_calculator")
     args = dict(seq=131072, heads=64, kv_heads=8, head_dim=128, cp=16, per_node=8, dtype="bf16",
                 efficiency=ns["EFFICIENCY"], intra=ns["NVLINK"], inter=ns["IB"])
@@ -195,7 +196,7 @@ def test_lesson_12_refusals_name_the_sliders_and_the_exposure_axis_reads_in_seco
 
 
 def test_lesson_11_table_marks_a_part_the_plan_does_not_have_instead_of_zero_seconds(monkeypatch):
-    # Review h20: at 1 rank "time: pp transfers 0 s" and "time: dp 0 s" read as measured zeros.
+    # At 1 rank, "time: pp transfers 0 s" and "time: dp 0 s" would read as measured zeros.
     from commtax.ranks import wholebill
 
     monkeypatch.setattr(wholebill, "measure_compute", lambda *args, **kwargs: 1e-3)   # no torch timing here

@@ -258,8 +258,9 @@ def test_an_all_to_all_that_never_waits_on_its_requests_is_told_so_in_seconds(tm
 
 @pytest.mark.slow   # two 2-rank jobs of Lab 10: about 25 s at load 3 on 2 cores
 def test_lab10s_size_hint_follows_a_short_receive_and_not_a_diagnosed_blocking_send(tmp_path):
-    # r23f's 10g: a correct "blocked in send()" diagnosis was followed by the lab's hint about receive sizes.
-    # The 10g plant: a loop of blocking sends before the loop of receives (the isends gone).
+    # A correct "blocked in send()" diagnosis must not be followed by the lab's hint about receive sizes,
+    # which is about a different mistake. The plant: a loop of blocking sends before the loop of receives
+    # (the isends gone).
     solution = (LAB10 / "solution.py").read_text()
     start = solution.index("    for step in range(1, world):")
     end = solution.index("group=group))\n", solution.index("requests.append(dist.isend(")) + len("group=group))\n")
@@ -281,8 +282,8 @@ def test_lab10s_size_hint_follows_a_short_receive_and_not_a_diagnosed_blocking_s
 
 @pytest.mark.slow   # one 2-rank job: about 10 s on a quiet 2-core machine
 def test_a_rank_that_raised_and_left_its_peer_waiting_is_named_first(tmp_path):
-    # r23e: rank 1's own slice raised (caught in the test's part, which went on to its barrier) while
-    # rank 0 waited for it in all_to_all: the deadlock report showed only the waits, not the exception.
+    # Rank 1's own slice raises (caught in the test's part, which goes on to its barrier) while rank 0
+    # waits for it in all_to_all: the deadlock report must show the exception first, not only the waits.
     run = run_planted(tmp_path, LAB10,
                       "    out[recv_at[rank]:recv_at[rank] + recv_splits[rank]] = send[send_at[rank]",
                       "    out[send_at[rank]:send_at[rank] + recv_splits[rank]] = send[send_at[rank]",
@@ -335,7 +336,7 @@ def test_a_timeline_whose_backward_reuses_the_forwards_start_is_caught_naming_th
 
 def test_a_timeline_that_starts_after_the_receive_is_caught_naming_the_hidden_wait(tmp_path):
     # The start time is taken after the forward's receive: the wait for the previous stage vanishes from
-    # the Gantt chart (found by a fresh reviewer; every other check of the timeline passed it).
+    # the Gantt chart (every other check of the timeline passes it).
     lab, broken = _lab_mutant(tmp_path, LAB12, "start_after_recv",
                               "dist.recv(x, src=ctx[\"prev\"], tag=k)\n",
                               "dist.recv(x, src=ctx[\"prev\"], tag=k)\n                start = time.perf_counter()\n")
@@ -428,9 +429,9 @@ def test_a_byte_count_that_ignores_dtype_bytes_is_named(tmp_path):
 
 @pytest.mark.slow   # one 4-rank start-up: 19-22 s at load 3-6 on 2 cores (the lab's own tests run these checks)
 def test_an_all_to_all_backward_with_the_forwards_splits_and_none_read_from_the_input_are_named(tmp_path, monkeypatch):
-    # Two of a fresh reviewer's plants in one 4-rank start-up of the exchange parts alone: AllToAll's backward
-    # reusing the forward's split lists (it was reported as a deadlock in the all-to-all test), and
-    # all_to_all_single taking a None output_split_sizes from the INPUT's rows (it passed every test).
+    # Two slips in one 4-rank start-up of the exchange parts alone: AllToAll's backward reusing the
+    # forward's split lists (otherwise reported as a deadlock in the all-to-all test), and all_to_all_single
+    # taking a None output_split_sizes from the INPUT's rows (no other test catches it).
     lab, broken = _lab_mutant(
         tmp_path, LAB10, "unswapped",
         "        return all_to_all(grad.contiguous(), recv_splits, send_splits, ctx.group), None, None, None\n",
@@ -480,8 +481,8 @@ def test_a_piece_of_the_predictor_fails_first_in_its_own_test_when_run_with_x(tm
      "        [b for b in range(1, min(per_replica, MAX_MICRO_BATCH)) if per_replica % b == 0]",
      "test_predict_chooses_the_micro_batch_and_interleaving_a_run_leaves_open", "both ends included): got 0.0235"),
 ], ids=["lab11_extra_layers_last", "lab12_b2_split", "lab09_links_side_by_side", "lab11_micro_batch_16_left_out"])
-def test_a_count_slip_a_reviewer_planted_is_named(tmp_path, lab_dir, old, new, test, named):
-    # Fresh reviewers' plants that failed with numbers only (r23c's 11c and 12a, r23f's 09e) or passed (r23g's L11-a).
+def test_a_count_slip_in_a_lab_formula_is_named_in_its_failure(tmp_path, lab_dir, old, new, test, named):
+    # Each slip used to fail with numbers only, or (the micro-batch of 16 left out) to pass: the failure names it.
     lab, broken = _lab_mutant(tmp_path, lab_dir, f"slip_{tmp_path.name}", old, new)
     assert named in _fails(getattr(lab, test), broken)
 
@@ -521,7 +522,7 @@ DP3_TP4 = ("all_reduce", 1e9, 3, 4, "H100-80GB")
      "test_model_state_follows_the_dtypes_it_is_given", (), "optimizer_bytes_per_param must be"),
     (LAB10, "    return int(math.ceil(round(", "    return float(math.ceil(round(",
      "test_expert_capacity_is_the_ceiling_of_cf_times_the_average_load", (), "the docstring says an int"),
-    # round 9 (r23i)
+    # a pipeline's send stride, the optimizer's shard group, the 1F1B warm-up's cap
     (LAB11, 'p, cfg["tp"] * cfg["cp"] * cfg["dp"], gpu)', 'p, cfg["tp"] * cfg["cp"], gpu)', CONVENTION,
      "a pipeline's stages sit",
      "['sends']"),
@@ -534,10 +535,10 @@ DP3_TP4 = ("all_reduce", 1e9, 3, 4, "H100-80GB")
         "lab11_hsdp_replica_stride", "lab11_cp_gather_no_kv_floor", "lab11_deepspeed_share_base", "lab12_bf16_ignored",
         "lab08_full_recompute_over_t", "lab08_k_zero_refused", "lab10_capacity_float",
         "lab11_pp_send_stride_without_dp", "lab11_optimizer_shard_over_dp", "lab12_warmup_without_min"])
-def test_a_pure_function_slip_rounds_8_and_9_found_passing_fails_naming_it(tmp_path, lab_dir, old, new, test, args,
-                                                                           named):
-    # Fresh reviewers r23h's and r23i's plants (s34) that passed every visible test; each diff is theirs.
-    lab, broken = _lab_mutant(tmp_path, lab_dir, f"r23h_{tmp_path.name}", old, new)
+def test_a_pure_function_slip_that_once_passed_every_visible_test_fails_naming_it(tmp_path, lab_dir, old, new, test,
+                                                                                  args, named):
+    # Each slip passed every visible test until the test named here was added or sharpened.
+    lab, broken = _lab_mutant(tmp_path, lab_dir, f"pure_slip_{tmp_path.name}", old, new)
     if test == CONVENTION:   # the convention's name as Lab 11's tests spell it, found by its first words
         args = (next(name for name in lab.CONVENTIONS if name.startswith(args)),)
     with pytest.raises((pytest.fail.Exception, Exception)) as info:   # a failed check, or the learner's ValueError
@@ -546,7 +547,7 @@ def test_a_pure_function_slip_rounds_8_and_9_found_passing_fails_naming_it(tmp_p
 
 
 def test_a_bubble_that_ignores_the_virtual_stages_is_named(tmp_path):
-    # Fresh reviewer r23e's m4 (Lab 11): the interleaved schedule's bubble without its 1/v failed with a bare "x3".
+    # Lab 11: the interleaved schedule's bubble without its 1/v must be named, not reported as a bare "x3".
     lab, broken = _lab_mutant(tmp_path, LAB11, "bubble_without_v", "    return (p - 1) / (v * m) * m * stage_s, sends\n",
                               "    return (p - 1) / m * m * stage_s, sends\n")
     plan = next(name for name in lab.PLANS if lab.PLANS[name].get("vpp", 1) > 1)
@@ -556,9 +557,9 @@ def test_a_bubble_that_ignores_the_virtual_stages_is_named(tmp_path):
 
 @pytest.mark.slow   # Lab 09's 2- and 4-rank jobs: about 35 s at load 3 on 2 cores
 def test_a_wrapper_that_keeps_the_last_steps_works_is_caught_when_a_bucket_never_launches(tmp_path):
-    # Fresh reviewer r23f's 09d: finish_gradient_synchronization never reset self.works, so a later step whose
-    # buckets did not all launch waited on the last step's works instead of raising: it passed every test and
-    # the grader (no test made a step with a parameter that got no gradient).
+    # finish_gradient_synchronization never resetting self.works: a later step whose buckets did not all launch
+    # waits on the last step's works instead of raising. Only a step with a parameter that gets no gradient
+    # shows it; without that test it passed every test and the grader.
     run = run_planted(tmp_path, LAB09, "        self.works = [None] * len(self.plan)\n        self.times = [",
                       "        self.times = [", "-k", "never_all_launch")
     assert run.outcomes.get("failed") == 2, run.output[-3000:]
@@ -567,8 +568,8 @@ def test_a_wrapper_that_keeps_the_last_steps_works_is_caught_when_a_bucket_never
 
 @pytest.mark.slow   # one 8-rank job of Lab 12: about 20 s at load 3 on 2 cores
 def test_a_ledger_with_the_worlds_ring_factor_is_named(tmp_path):
-    # Fresh reviewer r23f's 12c: the Ledger's ring factor from dist.get_world_size() (8) instead of the group's
-    # (2) failed with a bare "x1.75 = 7/4".
+    # The Ledger's ring factor from dist.get_world_size() (8) instead of the group's (2) must be named, not
+    # reported as a bare "x1.75 = 7/4".
     run = run_planted(tmp_path, LAB12, "            size = dist.get_world_size(group)",
                       "            size = dist.get_world_size()", "-x", "-k", "ledger_agrees and 2x2x2")
     assert "where the group's belongs: dist.get_world_size(group)" in run.failure(0)[0], run.failure(0)[:3]
@@ -576,7 +577,7 @@ def test_a_ledger_with_the_worlds_ring_factor_is_named(tmp_path):
 
 @pytest.mark.slow   # Lab 09's 2- and 4-rank jobs: about 25 s at load 3 on 2 cores
 def test_a_bucket_divided_before_its_all_reduce_finished_is_named(tmp_path):
-    # Fresh reviewer r23f's 09f: the division moved before work.wait() gave one item wrong by a bare "x1.487".
+    # The division moved before work.wait() must be named, not reported as one item wrong by a bare "x1.487".
     run = run_planted(tmp_path, LAB09, "            work.wait()\n            future.wait()\n"
                       "            self.bucket_buffers[b].div_(self.world_size)\n",
                       "            self.bucket_buffers[b].div_(self.world_size)\n            work.wait()\n"
@@ -603,9 +604,9 @@ def test_a_bucket_divided_before_its_all_reduce_finished_is_named(tmp_path):
      "        self.send_counts = [0 if j == self.rank else c for j, c in enumerate(send_splits)]\n",
      "bytes_each_rank", "this rank's own, differs: it counts the copies that stay local too"),
 ], ids=["lab10_dropped_stale", "lab10_router_shared", "lab10_output_rows", "lab12_async_dropped",
-        "lab10_send_counts_without_its_own"])   # the last: "its own included", named since r23g found it unnamed
-def test_a_promise_a_reviewer_found_untested_is_tested(tmp_path, lab_dir, old, new, test, named):
-    # Fresh reviewer r23g's plants that passed every test and the grader: each breaks a docstring's promise.
+        "lab10_send_counts_without_its_own"])   # the last: the docstring's "its own included"
+def test_each_docstring_promise_fails_its_test_when_broken(tmp_path, lab_dir, old, new, test, named):
+    # Each plant breaks a promise of a docstring that no test checked (it passed every test and the grader).
     run = run_planted(tmp_path, lab_dir, old, new, "-x", "-k", test)
     assert run.outcomes.get("failed") == 1 and named in "\n".join(run.failure(0)[:3]), run.output[-3000:]
 
@@ -623,9 +624,9 @@ def test_a_promise_a_reviewer_found_untested_is_tested(tmp_path, lab_dir, old, n
     ("else (value.clone() if torch.is_tensor(value) else value)", "else value",
      "consolidated_state_dict_equals and 2", "it is the live state's tensor, not a copy"),
 ], ids=["stage2_shard_overwritten", "stage2_as_stage1", "hyper_from_given_groups", "step_not_cloned"])
-def test_a_zero_slip_a_reviewer_planted_is_named(tmp_path, old, new, test, named):
-    # Fresh reviewer r23e's Lab 08 plants m1, u2, m2 and s1: they failed, but said only "the parameters differ"
-    # (stage 2), printed 'params' on one side only, or gave a bare "got 4.0, expected 3.0".
+def test_a_sharded_optimizer_slip_is_named_in_its_failure(tmp_path, old, new, test, named):
+    # Lab 08's ZeRO slips: the failure names the slip, not only "the parameters differ" (stage 2), a
+    # 'params' printed on one side only, or a bare "got 4.0, expected 3.0".
     run = run_planted(tmp_path, LAB08, old, new, "-x", "-k", test)
     assert run.outcomes.get("failed") == 1, run.output[-3000:]
     assert named in "\n".join(run.failure(0)[:3]), "\n".join(run.failure(0)[:6])
@@ -633,9 +634,9 @@ def test_a_zero_slip_a_reviewer_planted_is_named(tmp_path, old, new, test, named
 
 @pytest.mark.slow   # a 4-rank and a 2-rank start-up of the whole layer: about 40 s at load 5 on 2 cores
 def test_a_backward_that_leaves_its_group_and_rows_not_regrouped_by_expert_are_named(tmp_path, monkeypatch):
-    # Two of a fresh reviewer's plants (r23d): AllToAll's backward called without ctx.group passed every
-    # test and the grader (only the forward ran on a subgroup); received rows left in arrival order (grouped
-    # by source, not by expert) failed with a bare ratio.
+    # AllToAll's backward called without ctx.group (it passes unless the backward, not only the forward, runs
+    # on a subgroup), and received rows left in arrival order (grouped by source, not by expert), which
+    # must be named rather than reported as a bare ratio.
     lab, broken = _lab_mutant(
         tmp_path, LAB10, "backward_group",
         "        return all_to_all(grad.contiguous(), recv_splits, send_splits, ctx.group), None, None, None\n",
@@ -659,7 +660,7 @@ def test_a_backward_that_leaves_its_group_and_rows_not_regrouped_by_expert_are_n
 
 @pytest.mark.slow   # a 2-rank (Lab 09) and an 8-rank (Lab 12) start-up: about 60 s at load 8 on 2 cores
 def test_no_sync_without_finally_and_a_blocking_backward_send_are_named(tmp_path):
-    # Two plants of the fifth fresh reviewer (r23e) that passed every test: Lab 09's no_sync() restoring its
+    # Two slips that no other test catches: Lab 09's no_sync() restoring its
     # flag after the yield but not in a finally (an exception inside the block leaves the wrapper holding back
     # every later backward), and Lab 12's backward sending its gradient with a blocking dist.send (gloo
     # buffers it; NCCL would deadlock 1F1B).
@@ -678,7 +679,7 @@ def test_no_sync_without_finally_and_a_blocking_backward_send_are_named(tmp_path
 
 @pytest.mark.slow   # a 2-rank and a 4-rank start-up of Lab 09's learner run: about 30 s at load 6 on 2 cores
 def test_a_finish_that_waits_on_the_work_but_not_on_its_future_is_named(tmp_path):
-    # The fifth fresh reviewer's (r23e) third plant that passed: finish_gradient_synchronization waits on each
+    # A slip no other test catches: finish_gradient_synchronization waits on each
     # bucket's work but not on the future whose callback records 'finish'. On gloo the callbacks run before
     # work.wait() returns, so nothing showed; the test now completes each future a little late.
     lab, broken = _lab_mutant(tmp_path, LAB09, "no_future_wait", "            work.wait()\n            future.wait()\n",

@@ -81,7 +81,7 @@ def test_lab_11_reference_agrees_with_the_course_predictor_piece_by_piece():
 def test_lab_11_collective_time_agrees_with_the_course_network_model_on_every_group():
     """Every op, group size and stride of a grid, odd ones included (3, 5, 6, 12, 24...): the lab's
     reference and commtax give the same time, or both raise. They disagreed on strides that do not
-    divide a node (members per node: 1 in the lab, 8 // stride in commtax) until a reviewer's plant."""
+    divide a node (members per node: 1 in the lab, 8 // stride in commtax) before this test."""
     lab = load_lab(Path(__file__).resolve().parents[1] / "labs" / "lab-11-plan-a-cluster", "solution")
     for op in ("all_reduce", "reduce_scatter", "all_gather", "send"):
         for size in (1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48, 64, 128):

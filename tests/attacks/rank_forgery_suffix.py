@@ -1,6 +1,6 @@
 
 
-# ---- attack (red team round 2, "a03"), appended to Lab 02's shipped starter -------------------------
+# ---- attack: forge the ranks' answers and byte counts, appended to Lab 02's shipped starter ----------
 # The tests' worker functions run inside this module's rank processes. This suffix sends no message at
 # all: every rank regenerates the other ranks' inputs from the seeds test_lab.py uses when nobody keeps
 # them secret (manual_seed(1234 + rank), integers in [-50, 50); the all-gather's vector is "rank" 99),

@@ -18,7 +18,7 @@ import struct
 import sys
 
 F_OFD_GETLK, F_OFD_SETLK = 36, 37
-LOCK_AT, LOCK_LENGTH = 1234, 8  # a red team's lock carried 8 bytes in these two numbers
+LOCK_AT, LOCK_LENGTH = 1234, 8  # a lock's offset and length can carry 8 bytes between ranks
 NR = {"socket": 41, "inotify_init1": 294, "keyctl": 250, "io_uring_setup": 425, "mincore": 27}  # x86_64 numbers
 KEYCTL_GET_KEYRING_ID, KEY_SPEC_USER_KEYRING = 0, -4
 
@@ -38,7 +38,7 @@ def _syscall(name, *args):
 
 
 def _netlink_usersock():
-    socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 2).close()  # NETLINK_USERSOCK (red team r21c's c01)
+    socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 2).close()  # NETLINK_USERSOCK: process to process, not over lo
 
 
 def _unix_socket_high_bits():
