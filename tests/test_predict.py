@@ -378,7 +378,7 @@ def test_the_errors_lesson_11_and_lab_12_quote_fit_rows_within_8_percent_checks_
     assert 0.09 < statistics.median(checks) < 0.11
 
 
-# -- Lessons 07-12 review (issue 24): corrected numbers and resolved inconsistencies -----------------------
+# -- The numbers Lessons 07-12 quote, each the predictor's ---------------------------------------------------
 
 def test_zero2_gathers_once_per_step_as_the_paper_and_every_micro_batch_as_fsdp_shard_grad_op():
     """The predictor's ZeRO-2 is the paper's (m + 1 passes); FSDP's SHARD_GRAD_OP (FSDP2's
@@ -513,8 +513,8 @@ def test_llama3_405b_cp16_has_128_query_heads_and_one_gpu_per_node():
 
 
 def test_the_pp_recommendation_shows_every_number_its_bubble_formula_and_share_use():
-    # Review h20: "bubble and sends take 27% of the step ((p-1)/(v m) with p = 16, m = 32)" hid v = 2 and
-    # compared a share of the step with a formula that is a share of the ideal compute (15/32 = 47%).
+    # "bubble and sends take 27% of the step ((p-1)/(v m) with p = 16, m = 32)" would hide v = 2 and compare
+    # a share of the step with a formula that is a share of the ideal compute (15/32 = 47%).
     plan = dict(tp=8, pp=16, dp=32, vpp=2, microbatches=32, micro_batch=1, recompute="none", zero_stage=1)
     times = dict(tp=0.1, cp=0.0, dp=0.05, bubble=1.2, p2p=0.4)
     text = P.recommend([dict(plan=plan, times=times, step_time_s=6.0, mfu=0.28, binding="pp")])
