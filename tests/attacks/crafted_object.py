@@ -20,7 +20,7 @@ class Evil(float):
 import sys as _sys
 
 # The worker runs as `python -m commtax.boundary.worker` (its module is __main__); the encoder is
-# commtax.boundary.codec.lower (commtax.boundary._lower before issue 21).
+# commtax.boundary.codec.lower.
 for _name in ("commtax.boundary", "commtax.boundary.codec", "commtax.boundary.worker", "__main__"):
     try:
         __import__(_name)

@@ -1,4 +1,4 @@
-# Issue 38 (clean-up): each rank makes a 3,000-deep chain of folders in its own rank folder (0.4 s),
+# Clean-up: each rank makes a 3,000-deep chain of folders in its own rank folder (0.4 s),
 # with a file at every level, and a link out at the bottom. shutil.rmtree(ignore_errors=True) raised
 # RecursionError on it: the grading stopped, the submission's later labs were never graded and the files
 # stayed on the disk. The prelude of a starter: it runs at import, in each rank (argv: RUN_DIR RANK).

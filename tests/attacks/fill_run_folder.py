@@ -1,4 +1,4 @@
-# Issue 38 (disk, same-user mode): each rank fills its own rank folder, the only host folder learner code can
+# Disk, same-user mode: each rank fills its own rank folder, the only host folder learner code can
 # write, with 1 MiB files until the file system refuses (ENOSPC) or ATTACK_LIMIT MiB are written, and holds
 # them for a second. In same-user mode those folders sat on the host's disk, capped per file only: a class
 # graded with grade-many --jobs 2 beside such a student lost points when the disk filled (the classmate's own

@@ -1,4 +1,4 @@
-# Cause 6 (issue 21): answers are on this machine, outside the grader's own checkout: another copy
+# Answers are on this machine, outside the grader's own checkout: another copy
 # of the course (a teacher's second clone, a colleague's folder) whose labs/*/solution.py and
 # grading/hidden/ other users may read. Search the disk for them and take the functions of this
 # lab's solution (the shipped stub plus a disk search scored 15/15).

@@ -1,6 +1,6 @@
 
 
-# Issue 21, cause 3: make the launcher quote files the learner must not read. Inside a rank, a lab
+# Make the launcher quote files the learner must not read. Inside a rank, a lab
 # function (1) swaps the rank's copy of its own file for a link to an answer module, then either
 # (2) writes a forged faulthandler dump naming lines of the answers (commtax/formulas/, a solution,
 # the grader's hidden tests, by relative and by absolute name) and exits, so that the launcher

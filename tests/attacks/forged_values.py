@@ -1,4 +1,4 @@
-# Cause 1 (issue 21), the boundary's side: the learner owns the worker process, so it can send the
+# Forged values, the boundary's side: the learner owns the worker process, so it can send the
 # trusted side any plain data it likes, dressed as something else: a tensor of 10**12 elements
 # with no bytes (a decoder that trusts the shape allocates 8 TB), an array whose shape hides its
 # size (-1) or does not match its bytes, a plain tuple that looks like an encoded array, a record

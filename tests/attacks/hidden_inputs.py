@@ -1,6 +1,6 @@
 
 
-# Cause 4 (issue 21): carry the hidden tests' inputs into a visible failure message. Every call
+# Carry the hidden tests' inputs into a visible failure message. Every call
 # is written down wherever something might survive to a later call (the module, $TMPDIR, $HOME,
 # /dev/shm, /run/lock, /tmp, /var/tmp), and every call fails with all that was written down so far.
 # When hidden tests ran first, in the same worker and temporary folder, the visible failures

@@ -1,6 +1,6 @@
 
 
-# Cause 8 (issue 21): exception messages made to break or fool the reports: a lone surrogate
+# Exception messages made to break or fool the reports: a lone surrogate
 # (cannot be encoded: it crashed `grade --format table`), terminal escapes, NUL, carriage returns,
 # a bidirectional override, HTML that Gradescope would render, a forged "total" line, and length.
 _HOSTILE = ("\ud800 surrogate \x1b[2J\x1b[31mRED\x1b[0m \x00 NUL \r overwritten \u202e reversed "

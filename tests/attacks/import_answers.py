@@ -1,6 +1,6 @@
 
 
-# Attack 4 (issue 11): take the answers from the course package (the release ships it).
+# Take the answers from the course package (the release ships it).
 for _module in ("commtax.formulas.collectives", "commtax.formulas.network", "commtax.collectives"):
     try:
         _answers = __import__(_module, fromlist=["*"])

@@ -12,7 +12,7 @@ body of every stub (``raise NotImplementedError("...")``) with
   match=ARGUMENT)`` checks; ``commtax.testing.expect_value_error`` refuses a
   message that names every argument, and good arguments are called first;
 * ``"identity"``: ``return`` the first argument (a test whose answer equals
-  an input, issue 38: Lab 04 gave it 3 points);
+  an input: Lab 04 gave it 3 points);
 * ``"one"``, ``"two"``: ``return 1``, ``return 2`` (small constants; Lab 04
   gave ``return 1`` a point);
 * ``"nan"``, ``"inf"``: ``return float("nan")``, ``return float("inf")``

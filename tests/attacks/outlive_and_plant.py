@@ -1,4 +1,4 @@
-# Cause 5 (issue 21): outlive the lab and carry state to the next one (and, under grade-many, to
+# Outlive the lab and carry state to the next one (and, under grade-many, to
 # the next student). A chain of processes that fork continuously (each child forks its successor
 # and exits, so a snapshot-then-kill sweep always misses the newest) runs for two minutes: it reads
 # every other starter.py it can find through /proc/<pid>/cwd and kills processes that are not its

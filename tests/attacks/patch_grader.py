@@ -1,4 +1,4 @@
-# Cause 2 (issue 21): same-user mode is not isolation. Find the grader's own course folder (any
+# Same-user mode is not isolation. Find the grader's own course folder (any
 # writable commtax/ranks/__init__.py on this machine, or through /proc/<pid>/cwd) and append a
 # patch: if the deciding process ever imports it, every test of every lab it scores passes, and
 # a marker file says so. (The original then put the file back: the tree was byte-identical

@@ -1,4 +1,4 @@
-# Attack 1 (issue 11) and its variant: at import, make pytest's reports and the grader's
+# At import, make pytest's reports and the grader's
 # reporting plugin say "passed". Before the proxy this scored 13/13 on Lab 06.
 import gc as _gc
 import sys as _sys

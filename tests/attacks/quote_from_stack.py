@@ -1,4 +1,4 @@
-# Cause 3 (issue 21): make the launcher quote a file the learner names. In a rank (not in the lab's
+# Make the launcher quote a file the learner names. In a rank (not in the lab's
 # worker), write a stack dump whose frames name files of the trusted tree by relative path (the
 # answers of Lab 01 in commtax/formulas/collectives.py), then exit: a launcher that quotes "the
 # learner's line" from whatever file a frame names copies the answers into this lab's results.

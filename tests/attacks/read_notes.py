@@ -1,4 +1,4 @@
-# Cause 5 (issue 21), the second half (a suffix): in a later lab, look for what
+# The second half of outliving a lab (a suffix): in a later lab, look for what
 # outlive_and_plant.py left (files, System V objects, its processes) and fail every test with it.
 import ctypes as _ctypes
 import glob as _glob
