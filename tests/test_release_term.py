@@ -169,6 +169,16 @@ def test_the_pip_cache_is_restored_and_saved_apart_and_saved_after_a_failing_tes
     assert steps.index(save) > next(i for i, s in enumerate(steps) if "autograding-grading-reporter" in s)
 
 
+def test_teaching_counts_the_labs_there_are():
+    # TEACHING.md said "Thirteen labs" (and sized a class by 13) after Lab 14 came.
+    words = {13: "Thirteen", 14: "Fourteen", 15: "Fifteen", 16: "Sixteen"}
+    teaching = (ROOT / "TEACHING.md").read_text()
+    assert f"**Decide what is graded.** {words[len(LABS)]} labs" in teaching
+    assert f"students, {len(LABS)} labs |" in teaching and f"all {len(LABS)} labs" in teaching
+    stale = [n for n in range(len(LABS) - 3, len(LABS)) if f"all {n} labs" in teaching or f", {n} labs |" in teaching]
+    assert not stale, stale
+
+
 def test_tools_caches_ship_neither_in_the_release_nor_in_the_gradescope_zip():
     # ruff's cache (300 files where CI had run `ruff check .`) shipped in both.
     import fnmatch
