@@ -1,9 +1,10 @@
 """Each formula has one source: a second module that needs it calls (or re-exports) that source.
 
-Four formulas that were once written twice: the ring all-reduce time (Lesson 01's
-``collectives.allreduce_time``), the expert all-to-all bytes (Lesson 09's ``moe.ep_bytes_per_layer``),
-the pipeline bubble (``formulas.bubble.bubble_fraction``, Lesson 06) and Korthikanti's activation
-bytes (Lesson 07's ``memory.activation_bytes_per_layer``). Each test replaces the source with a
+Formulas that were once written twice: the ring all-reduce time (Lesson 01's
+``collectives.allreduce_time``) and its per-rank bytes (``tp.ring_allreduce_traffic_per_rank``), the
+expert all-to-all bytes (Lesson 09's ``moe.ep_bytes_per_layer``), the pipeline bubble
+(``formulas.bubble.bubble_fraction``, Lesson 06) and Korthikanti's activation bytes (Lesson 07's
+``memory.activation_bytes_per_layer``). Each test replaces the source with a
 stand-in and checks that the other function follows it: a second body of the formula would not.
 """
 
@@ -39,6 +40,15 @@ def test_the_tp_all_reduce_time_names_its_own_arguments(bad, name):
     args = dict(payload_bytes=8192, tp=2, **NVLINK) | bad
     with pytest.raises(ValueError, match=name):
         tp.allreduce_time_s(**args)
+
+
+def test_the_bills_dp_bytes_take_the_rings_share_from_tp(monkeypatch):
+    """2(d-1)/d of the gradients: Lesson 05's ring_allreduce_traffic_per_rank, on N elements, times B."""
+    for n, d, dtype in [(7e9, 1, 2), (7e9, 8, 2), (46.7e9, 64, 4), (123456789.123, 3, 1.5)]:
+        assert bill.dp_allreduce_bytes(n, d, dtype) == tp.ring_allreduce_traffic_per_rank(n, d) * dtype
+    assert bill.ring_allreduce_traffic_per_rank is tp.ring_allreduce_traffic_per_rank
+    monkeypatch.setattr(bill, "ring_allreduce_traffic_per_rank", lambda elements, d: 3.0)
+    assert bill.dp_allreduce_bytes(7e9, 8, 2) == 6.0
 
 
 # -- the expert all-to-all bytes -------------------------------------------------------------

@@ -63,6 +63,7 @@ from commtax.formulas.network import (
     group_reduce_scatter_time,
     members_per_node,
 )
+from commtax.formulas.tp import ring_allreduce_traffic_per_rank
 
 H100_BF16_DENSE = 989e12  # FLOP/s, NVIDIA H100 SXM datasheet (dense; 1979e12 is with sparsity)
 
@@ -74,12 +75,16 @@ def _degree(name, value):
 
 
 def dp_allreduce_bytes(n_params, dp, dtype_bytes=2):
-    """Bytes each rank sends in a ring all-reduce of the gradients: 2(d-1)/d * N * dtype_bytes."""
+    """Bytes each rank sends in a ring all-reduce of the gradients: 2(d-1)/d * N * dtype_bytes.
+
+    The ring's 2(d-1)/d share has one source, :func:`commtax.formulas.tp.ring_allreduce_traffic_per_rank`,
+    called here on the N gradient elements (the share is linear), then times the bytes of each.
+    """
     # BEGIN GRADED lab-04 dp_allreduce_bytes
     require_positive("n_params", n_params)
     d = _degree("dp", dp)
     require_positive("dtype_bytes", dtype_bytes, "bytes")
-    return 2 * (d - 1) / d * n_params * dtype_bytes
+    return ring_allreduce_traffic_per_rank(n_params, d) * dtype_bytes
     # END GRADED: return learner.lab("04").dp_allreduce_bytes(n_params, dp, dtype_bytes)
 
 
