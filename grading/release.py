@@ -42,6 +42,9 @@ ALWAYS_EXCLUDED = {".git", ".venv", "__pycache__", ".pytest_cache", ".ruff_cache
 RELEASE_EXCLUDED = ALWAYS_EXCLUDED | {"solution.py", "solutions", "hidden", "tests", recorded.RECIPES_FILE, "flags.py",
                                       "TEACHING.md"}
 GRADESCOPE_EXCLUDED = ALWAYS_EXCLUDED | {"solution.py", "solutions", "tests", "lessons"}
+# The teacher's documents, by path (the labs' README.md files ship): the autograder needs neither, and in the
+# fallback (no OS sandbox) learner code can read the autograder's source folder.
+GRADESCOPE_EXCLUDED_PATHS = {"TEACHING.md", "grading/README.md"}
 
 CLASSROOM_WORKFLOW = """\
 # GitHub Classroom autograding: grades your starter.py files and reports per-test points to Classroom.
@@ -378,6 +381,8 @@ def build_gradescope_zip(dest, source: Path = SOURCE_ROOT, labs: list | None = N
         for path in sorted(source.rglob("*")):
             relative = path.relative_to(source)
             if any(fnmatch.fnmatch(part, pattern) for part in relative.parts for pattern in GRADESCOPE_EXCLUDED):
+                continue
+            if relative.as_posix() in GRADESCOPE_EXCLUDED_PATHS:
                 continue
             if path.is_dir():
                 continue
