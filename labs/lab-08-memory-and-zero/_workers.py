@@ -314,7 +314,7 @@ def _state_checks(lab, rank, world_size):
 
 def _sgd_state(lab, rank):
     """SGD with momentum, stage 1, consolidated on rank 0: its per-element state is 'momentum_buffer', not
-    Adam's moments (r23h's plant knew only Adam's keys)."""
+    Adam's moments (a consolidation that knows only Adam's keys fails here)."""
     opt = train_sharded(lab, rank, 1, "sgd")["_opt"]
     opt.consolidate_state_dict(to=0)
     return {"state": _plain(opt.state_dict()) if rank == 0 else None}
@@ -322,8 +322,8 @@ def _sgd_state(lab, rank):
 
 def _kept_state(lab, rank):
     """AdamW at ZeRO-0, 1 and 2: rank 0 keeps state_dict() after consolidate_state_dict(to=0), every rank
-    steps once more; {stage: the kept state's entries that changed with that step} (r23l: at stage 0 the
-    consolidated moments were views of the live state, and only 'step' was checked)."""
+    steps once more; {stage: the kept state's entries that changed with that step} (at stage 0 consolidated
+    moments that are views of the live state change; 'step' alone would not show it)."""
     changed = {}
     for stage in (0, 1, 2):
         run = train_sharded(lab, rank, stage, "adamw")
@@ -343,9 +343,10 @@ def _kept_state(lab, rank):
 def _subgroup_state(lab, rank, group):
     """ZeRO-1 on a group of 2 ranks, then consolidate_state_dict(to=1): ``to`` is a rank of the group (global
     rank 3 is rank 1 of the group {2, 3}); the state on the group's rank 1, as plain data, and on its rank 0
-    whether anything was left there (the whole test suite's other calls say to=0: r23h's plant ignored ``to``)."""
+    whether anything was left there (every other call in the tests says to=0: only this one shows a ``to``
+    ignored)."""
     opt = train_sharded(lab, rank, 1, "adamw", group=group)["_opt"]
-    try:   # the group's ranks are 0 and 1: a ValueError naming `to`, before any collective (r23j)
+    try:   # the group's ranks are 0 and 1: a ValueError naming `to`, before any collective
         opt.consolidate_state_dict(to=2)
         past = "it returned"
     except ValueError as exc:
@@ -388,7 +389,7 @@ def train_fully_sharded(lab, rank, group=None, data_rank=None):
 class FusedPair(nn.Module):
     """One (6, 4) float64 weight used as two slices, as a fused q/k projection is: the views autograd
     saves for the backward start 12 elements into the parameter (storage offset 12), where TinyLM's
-    saved views all start at 0 (r23l: a note that dropped the offset passed every other test)."""
+    saved views all start at 0 (a note that drops the offset passes every other test)."""
 
     def __init__(self):
         super().__init__()

@@ -130,7 +130,7 @@ KORTHIKANTI = dict(seq=2048, micro_batch=1, hidden=12288, heads=96)  # GPT-3 175
     (8, True, "selective", 34 / 8),
     (1, False, "selective", 34),
     (8, True, "full", 2 / 8),
-    (8, False, "full", 2),     # plain TP: every rank keeps the whole input (r23h: /t here passed everything)
+    (8, False, "full", 2),     # plain TP: every rank keeps the whole input (the one row where a /t shows)
     (1, False, "full", 2),
 ], ids=["none", "tp", "tp+sp", "tp+selective", "tp+sp+selective", "selective", "full-tp8-sp", "full-tp8", "full"])
 def test_korthikanti_table_2_rows_for_gpt3_175b(lab, tp, sp, recompute, factor):
@@ -208,7 +208,7 @@ def test_bad_arguments_raise_value_error_naming_them(lab):
     expect_value_error(lambda: lab.shard_bounds(100, 4, 4), "rank", function=lab.shard_bounds)
     expect_value_error(lambda: lab.shard_bounds(100, 4, -1), "rank", function=lab.shard_bounds)
     expect_value_error(lambda: lab.zero_bytes_per_step(0, 8, 2, 4), "n_params", function=lab.zero_bytes_per_step)
-    # r23j (round 10): each of these checks could be dropped with every test passing
+    # each of these checks is needed: without any one of them every other test still passed
     for bad in (0, -2, float("nan")):
         expect_value_error(lambda: lab.zero_bytes_per_step(1e9, 8, 2, 4, dtype_bytes=bad), "dtype_bytes",
                            function=lab.zero_bytes_per_step)
@@ -219,7 +219,7 @@ def test_bad_arguments_raise_value_error_naming_them(lab):
 
 def test_model_state_bytes_takes_zero_gradient_and_optimizer_bytes_as_the_docstring_allows(lab):
     # Plain SGD keeps no optimizer state (K = 0); a frozen model, or one whose gradients are freed, has no
-    # gradient bytes: both "may be 0". A check of grad_bytes > 0 refused them (r23j).
+    # gradient bytes: both "may be 0", so a check of grad_bytes > 0 is wrong.
     try:
         got = lab.model_state_bytes(1000, 4, 1, 0, 2, 0)
     except ValueError as exc:
@@ -446,7 +446,7 @@ def check_consolidated(parts, world_size):
 
 def test_a_consolidated_state_is_a_copy_that_the_next_step_leaves_alone(lab):
     # A checkpoint is kept while training goes on: at ZeRO-0 the whole state is on every rank, and views of it
-    # in the consolidated dict moved with the next step (only 'step', a scalar, was checked before: r23l).
+    # in the consolidated dict would move with the next step (checking only 'step', a scalar, misses that).
     for rank, part in enumerate(_zero(lab, 2, _needs(lab, SHARDED))):
         kept = part["state/kept"]
         if "error" in kept:
@@ -651,7 +651,7 @@ def test_gather_unit_and_reduce_scatter_unit_on_known_tensors(lab, world_size):
         if isinstance(reduced, list) and len(reduced) == len(want) and all(
                 torch.is_tensor(g) and g.shape == w.shape for g, w in zip(reduced, want)):
             dtypes = sorted({str(g.dtype) for g in reduced if g.dtype != torch.float64})
-            if dtypes:   # r23j: integer-valued test gradients pass through float32 unchanged; real ones do not
+            if dtypes:   # integer-valued test gradients pass through float32 unchanged; real ones do not
                 fail(f"rank {rank}: reduce_scatter_unit returned {', '.join(dtypes)} shards of float64 gradients: "
                      "the padded buffer must take the gradients' dtype (torch.zeros(..., dtype=grad.dtype))")
             ratio = float(reduced[0][0] / want[0][0]) if want[0][0] else 1.0

@@ -222,7 +222,7 @@ def test_bad_arguments_raise_value_error_naming_them(lab):
     expect_value_error(lambda: lab.overlapped_allreduce_finish([1, 2], [1, -1]), "comm_times", function=lab.overlapped_allreduce_finish)
     expect_value_error(lambda: lab.overlapped_allreduce_finish([1, 2], [1]), ("ready_times", "comm_times"), function=lab.overlapped_allreduce_finish)
     expect_value_error(lambda: lab.overlapped_allreduce_finish(1.0, [1.0]), "ready_times", function=lab.overlapped_allreduce_finish)    # a number, not a list
-    # r23j (round 10): a check of "< 0" alone passed these; a byte count is whole
+    # a check of "< 0" alone lets NaN and inf through; a byte count is whole
     for ready, comm, name in (([1.0, float("nan")], [1, 1], "ready_times"), ([1, float("inf")], [1, 1], "ready_times"),
                               ([1, 2], [float("inf"), 1], "comm_times"), ([1, 2], [1, float("nan")], "comm_times")):
         expect_value_error(lambda: lab.overlapped_allreduce_finish(ready, comm), name, function=lab.overlapped_allreduce_finish)
@@ -424,7 +424,7 @@ def test_a_returned_timeline_is_not_rewritten_by_the_next_step(lab):
 def test_the_gradients_of_a_step_are_not_rewritten_by_the_next_step(lab):
     """After step 1 the caller keeps the p.grad tensors (zero_grad then sets p.grad to None); the next step's
     all-reduces must not write into them: finish_gradient_synchronization copies the averages into each
-    p.grad, and a p.grad that is a view of a bucket buffer is rewritten by the next step (r23l)."""
+    p.grad, and a p.grad that is a view of a bucket buffer is rewritten by the next step."""
     for rank, result in enumerate(_learner(lab, 2)):
         if result["kept_changed"]:
             fail(f"rank {rank}: the gradients step 1 left in p.grad of {', '.join(result['kept_changed'])} changed "

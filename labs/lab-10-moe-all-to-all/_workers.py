@@ -146,14 +146,14 @@ def _a2a_checks(lab, rank, world_size, case, device):
         out["own_split"] = "returned"
     except Exception as exc:  # noqa: BLE001 - the test says what it expected
         out["own_split"] = f"{type(exc).__name__}: {exc}"
-    # One entry too many in recv_splits (r23j: a check of send_splits' length alone returned uninitialised rows)
+    # One entry too many in recv_splits (a check of send_splits' length alone returns uninitialised rows)
     try:
         lab.all_to_all(send, send_splits, recv_splits + [1])
         out["long_recv"] = "returned"
     except Exception as exc:  # noqa: BLE001 - the test says what it expected
         out["long_recv"] = f"{type(exc).__name__}: {exc}"
     # A group of one (every rank makes every group, in the same order): a new tensor equal to send, not
-    # send itself (r23l: `return send` for a world of 1 passed; the caller may write into the result).
+    # send itself (the caller may write into the result; `return send` for a world of 1 passes everything else).
     solo = [torch.distributed.new_group([r]) for r in range(world_size)][rank]
     try:
         got = lab.all_to_all(send, [send.shape[0]], [send.shape[0]], group=solo)
@@ -165,7 +165,7 @@ def _a2a_checks(lab, rank, world_size, case, device):
         out["solo"] = f"{type(exc).__name__}: {exc}"
     # Last, and not caught: the same rows as a transposed view (not contiguous). gloo sends only contiguous
     # tensors; a rank whose isend raises leaves its peer waiting in irecv, and the part's report of the
-    # raise ("but first it raised, at ...: input tensor has to be contiguous") is what names it (r23j, r23m).
+    # raise ("but first it raised, at ...: input tensor has to be contiguous") is what names it.
     got = lab.all_to_all(send.t().contiguous().t(), send_splits, recv_splits)
     out["strided"] = got.cpu() if isinstance(got, torch.Tensor) else got
     return out

@@ -90,8 +90,8 @@ def _tokens(world, seed=1, dtype=DTYPE, tokens=TOKENS, hidden=HIDDEN):
 
 def _a2a_inputs(world):
     """Per split matrix: rank i's send tensor, distinct integer values from SEED: float64 rows of 3, int64
-    scalars, and float32 rows of 2 x 3 (a row is everything past the first dimension: r23h's plant kept
-    only the second)."""
+    scalars, and float32 rows of 2 x 3 (a row is everything past the first dimension: an all_to_all that
+    sizes a row by the second dimension alone fails on these)."""
     matrix = SPLITS[world]
     rows = [torch.randint(-10**6, 10**6, (sum(matrix[i]), 3), generator=_stream("a2a rows", world, i)).to(DTYPE)
             for i in range(world)]
@@ -398,7 +398,7 @@ def test_dispatch_bytes_refuse_bad_input_naming_the_argument(lab):
                                # experts left out with a capacity: it is ep = 1, fewer than top_k = 2
                                ((100, 16, 1, 2), {"capacity_factor": 1.0}, "top_k"),
                                ((100, 16, 1, 2), {"experts": 1}, "top_k"),
-                               # r23j (round 10): the bytes per element were not checked by any test
+                               # the bytes per element, which no other test checks
                                ((10, 8, 2, 1), {"dtype_bytes": 0}, "dtype_bytes"),
                                ((10, 8, 2, 1), {"dtype_bytes": -2}, "dtype_bytes"),
                                ((10, 8, 2, 1), {"dtype_bytes": float("nan")}, "dtype_bytes")):
@@ -473,7 +473,7 @@ def test_capacity_drops_exactly_the_copies_the_rule_drops(lab):
     ids = torch.tensor([[1, 0], [0, 1]])                        # first choices first: token 1's expert 0 wins
     fail_if(_capacity_problem(lab.apply_capacity(ids, 2, 1), ids, 2, 1, f"apply_capacity({ids.tolist()}, 2, 1)"))
     fail_if(_capacity_problem(lab.apply_capacity(ids, 2, None), ids, 2, None, "apply_capacity(ids, 2, None)"))
-    small = ids.to(torch.int32)   # ids of another integer dtype (r23l: F.one_hot takes int64 only)
+    small = ids.to(torch.int32)   # ids of another integer dtype (F.one_hot takes int64 only)
     try:
         kept = lab.apply_capacity(small, 2, 1)
     except RuntimeError as exc:

@@ -166,8 +166,8 @@ def test_collective_time_of_a_group_of_one_is_free_and_an_unknown_operation_is_n
     expect_close(empty, EXPECTED("collective_time", "all_reduce", 0, 16, 1, "H100-80GB"), rel=1e-9,
                  what="an all-reduce of 0 bytes over 16 GPUs (the latency alone)")
     expect_value_error(lambda: lab.collective_time("broadcast", 1e6, 8, 1, "H100-80GB"), "op", function=lab.collective_time)
-    expect_value_error(lambda: lab.collective_time("broadcast", 1e6, 1, 1, "H100-80GB"), "op",   # r23k: the group of
-                       function=lab.collective_time)                                           # one returned 0 first
+    expect_value_error(lambda: lab.collective_time("broadcast", 1e6, 1, 1, "H100-80GB"), "op",   # op is checked even
+                       function=lab.collective_time)                                           # for a group of one
     for args, name in ((("all_reduce", 1e6, 8, 1, "B200"), "gpu"), (("all_reduce", 1e6, 0, 1, "H100-80GB"), "group_size"),
                        (("all_reduce", 1e6, 8, 0, "H100-80GB"), "stride"), (("all_reduce", -0.5, 8, 1, "H100-80GB"), "nbytes"),
                        (("all_reduce", float("nan"), 8, 1, "H100-80GB"), "nbytes")):
@@ -360,8 +360,8 @@ def test_memory_decides_recompute_when_the_run_leaves_it_open(lab):
 # -- 10. the step -----------------------------------------------------------------------------------------
 
 _SMALL = dict(layers=32, hidden=4096, heads=32, seq=4096, vocab=128256, gpu="H100", pp=1, micro_batch=1)
-#: A convention of the README each, in the one piece it changes, on a plan where it matters (fresh reviewers
-#: r23h and r23i, and the mutation benchmark, found each slip passing: every other plan priced it the same).
+#: A convention of the README each, in the one piece it changes, on a plan where it matters (a slip in any
+#: of them passed every other test: every other plan priced it the same).
 CONVENTIONS = {
     "fp8 at TP 2 without SP: the saved activations are whole on every TP rank, not divided by t":
         ("memory_bytes_per_gpu", dict(_SMALL, gpus=8, tp=2, global_batch=64, precision="fp8",
@@ -391,7 +391,7 @@ CONVENTIONS = {
     "sends outlast its chunks: one layer of hidden 64 each)":
         ("pipeline_time", dict(layers=32, hidden=64, heads=1, seq=32, vocab=256, gpu="H100-80GB", gpus=64, tp=1,
                                pp=8, vpp=4, global_batch=64, micro_batch=1)),
-    # r23k (round 10): each passed every plan above, or failed only under another convention's name
+    # a slip in each of these passes every plan above, or fails only under another convention's name
     "an unfused attention's ring backward sends hide behind 2 x the forward's share, not 2.5 (A100: no flash "
     "attention)":
         ("cp_time", dict(LLAMA_8B, gpu="A100-80GB", gpus=16, tp=8, cp=2, pp=1, seq=2048, global_batch=8, micro_batch=1)),
@@ -405,7 +405,7 @@ CONVENTIONS = {
                             recompute="full")),
     "the output layer runs at the BF16 peak in an FP8 run (its GEMM is not cast)":
         ("pipeline_time", dict(LLAMA_8B, gpus=16, tp=8, pp=2, global_batch=16, micro_batch=1, precision="fp8")),
-    # r23l (round 11): caught only by a published row or a drawn plan, under no name
+    # without this plan, a slip here is caught only by a published row or a drawn plan, under no name
     "DeepSpeed's share slows the bandwidth, not the latency (a toy model's ZeRO-3, where the latency is most "
     "of each collective)":
         ("dp_time", dict(layers=8, hidden=256, heads=4, seq=128, vocab=1024, gpu="H100-80GB", gpus=16, tp=1, pp=1,
@@ -488,8 +488,8 @@ def test_predict_the_step_of_each_plan_and_its_binding_axis(lab, name):
     check(got["binding"] == want["binding"], f"{name}: binding {got['binding']!r}, expected {want['binding']!r}")
 
 
-#: ring attention over 131,072 tokens on 8 CP ranks: the CP time is the largest exposed (r23h: a binding
-#: axis chosen among TP, PP and DP only passed every plan above)
+#: ring attention over 131,072 tokens on 8 CP ranks: the CP time is the largest exposed (a binding
+#: axis chosen among TP, PP and DP only passes every other plan)
 CP_BOUND = dict(layers=32, hidden=4096, heads=32, seq=131072, vocab=128256, gpus=64, gpu="H100", tp=8, pp=1, cp=8,
                 global_batch=8, micro_batch=1, recompute="full")
 
@@ -504,10 +504,10 @@ def test_predict_names_cp_the_binding_axis_when_ring_attention_exposes_most(lab)
 
 OPEN_RUNS = (dict(GPT_175B, gpus=1024, tp=8, pp=16, global_batch=1536, recompute="full", precision="fp16"),
              dict(LLAMA_405B, gpus=16384, tp=8, pp=16, global_batch=2048, zero_stage=2),
-             # a small model where the largest micro-batch tried, MAX_MICRO_BATCH = 16, is the fastest (r23g)
+             # a small model where the largest micro-batch tried, MAX_MICRO_BATCH = 16, is the fastest
              dict(layers=2, hidden=1024, heads=8, seq=512, vocab=32000, gpus=8, gpu="H100", tp=1, pp=1,
                   global_batch=128),
-             # the fastest micro-batch needs 94 GB of an 80 GB A100: the choice must be one that fits (r23h)
+             # the fastest micro-batch needs 94 GB of an 80 GB A100: the choice must be one that fits
              dict(GPT_175B, gpus=512, tp=8, pp=8, global_batch=1024, recompute="selective"))
 
 
@@ -653,7 +653,7 @@ INTERLEAVED_FIRST_STAGE = dict(LLAMA_405B_V8, recompute="selective")
 
 def test_memory_bytes_per_gpu_an_interleaved_stage_holds_whole_chunks_of_layers(lab):
     # 126 layers + embedding and loss on 16 stages, v = 8: the first stage's 7 layers make chunks of 7/8 of a
-    # layer, which count as whole ones in flight (ceil): that stage is the fullest (r23h: floor gave 0).
+    # layer, which count as whole ones in flight (ceil): that stage is the fullest (floor would give 0).
     run = INTERLEAVED_FIRST_STAGE
     expect_close(lab.memory_bytes_per_gpu(dict(run)), EXPECTED("memory_bytes_per_gpu", run), rel=EXACT,
                  what="memory per GPU, Llama 3 405B on 16 stages with v = 8 (the first stage: 7 layers in 8 "
@@ -687,7 +687,7 @@ def test_predict_the_whole_step_of_each_configuration_a_piece_test_prices(lab, n
 #: 60 plans drawn over every key a run may have: ``commtax.formulas.predict.draw_plans(60, seed=2311)``,
 #: written out for the release (a course test checks they are that draw). Each test above isolates a
 #: convention on a plan chosen for it; a convention none of them isolates still changes a piece on
-#: some of these (three reviewers' plants in a row passed every chosen plan).
+#: some of these (three slips in a row passed every chosen plan).
 SWEEP = json.loads((HERE / "sweep_plans.json").read_text())
 SWEEP_PIECES = ("layer_time", "tp_time", "cp_time", "pipeline_time", "dp_time", "memory_bytes_per_gpu", "predict")
 MODEL_KEYS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "swiglu", "seq", "vocab")

@@ -162,7 +162,7 @@ def record_training(rank, world_size, lab, dp, tp, pp, options, model, batches):
             before = {name: getattr(dist, name) for name in ("all_reduce", "send", "isend")}
             result = lab.train(rank, world_size, dp, tp, pp, **sizes)
             left_wrapped = sorted(name for name, function in before.items() if getattr(dist, name) is not function)
-            # torch's own function put back over the byte counter that was there before start (r23k)
+            # torch's own function put back over the byte counter that was there before start
             torchs_own = [name for name in left_wrapped if getattr(dist, name) is getattr(distributed_c10d, name, None)]
     finally:
         for name, function in given.items():
@@ -268,7 +268,7 @@ def ledger_on_groups(rank, world_size, lab):
         elif rank == 1:
             dist.recv(torch.empty(4, dtype=torch.float32), src=0)
         out["send"] = dict(ledger.bytes)
-        if rank == 0:   # torch's arguments by keyword (r23m: a wrapper that took the tensor from args[0] raised)
+        if rank == 0:   # torch's arguments by keyword (a wrapper that takes the tensor from args[0] raises)
             try:
                 dist.send(tensor=torch.ones(2, dtype=torch.float64), dst=1)
                 out["send_by_keyword"] = dict(ledger.bytes)
@@ -288,7 +288,7 @@ def ledger_on_groups(rank, world_size, lab):
         except Exception as exc:  # noqa: BLE001 - the test reports it
             out["positional"] = {"error": f"{type(exc).__name__}: {exc}"}
         t = torch.tensor([rank + 1.0], dtype=torch.float64)
-        try:   # another op than SUM, by keyword (r23l: a wrapper that dropped op summed)
+        try:   # another op than SUM, by keyword (a wrapper that drops op sums)
             dist.all_reduce(t, op=dist.ReduceOp.MAX, group=tp)
             out["max"] = t.tolist()
         except Exception as exc:  # noqa: BLE001 - the test reports it

@@ -243,7 +243,7 @@ def test_predicted_bytes_of_the_capstone_plan_equal_the_bill_worked_by_hand(lab)
     expect_close(lab.predicted_bytes_per_step(4, 16, 2, 8, 4, 2, 2, 2), {"dp": 17152, "tp": 32768, "pp": 8192},
                  what="predicted_bytes_per_step for 2 x 2 x 2, by hand")
     # The same plan in bf16 (dtype_bytes=2): every byte a quarter. The lab trains in float64, so only this
-    # call tells a prediction that multiplies by 8 from one that uses dtype_bytes (r23h's plant).
+    # call tells a prediction that multiplies by 8 from one that uses dtype_bytes.
     expect_close(lab.predicted_bytes_per_step(4, 16, 2, 8, 4, 2, 2, 2, dtype_bytes=2),
                  {"dp": 4288, "tp": 8192, "pp": 2048}, what="predicted_bytes_per_step for 2 x 2 x 2 with "
                  "dtype_bytes=2, by hand", causes=known_ratios(dtype_bytes=(2, 8)))
@@ -560,7 +560,7 @@ def test_the_ledgers_all_reduce_passes_async_op_on(lab):
 
 def test_the_ledger_counts_a_send_given_its_tensor_by_keyword(lab):
     """dist.send(tensor=t, dst=1) is torch's call too: the wrapper takes torch's parameters, by position or by
-    keyword, and counts the 16 bytes (r23m: one that read the tensor from args[0] raised IndexError)."""
+    keyword, and counts the 16 bytes (one that reads the tensor from args[0] raises IndexError)."""
     got = _ledger_on_groups(lab)[0]["send_by_keyword"]
     if isinstance(got, str):
         fail(f"rank 0: dist.send(tensor=t, dst=1) under the Ledger raised {got}: the wrapper must take torch's "
@@ -615,7 +615,7 @@ def test_a_tp_all_reduce_on_the_wrong_group_is_caught_naming_the_axis(lab):
     ("params_per_rank", (5, 16, 2, 2), "layers"),
     ("params_per_rank", (4, 16, 3, 1), "tp"),
     ("predicted_bytes_per_step", (4, 16, 0, 8, 4, 2, 2, 2), "micro_batch"),
-    # r23k: a check of micro_batch alone passed; every count is checked, and the bytes per element
+    # not micro_batch alone (a check of it alone passed every other test): every count, and the bytes per element
     ("predicted_bytes_per_step", (4, 16, 2, 0, 4, 2, 2, 2), "seq"),
     ("predicted_bytes_per_step", (4, 16, 2, 8, 0, 2, 2, 2), "microbatches"),
     ("predicted_bytes_per_step", (4, 16, 2, 8, 4, 0, 2, 2), "dp"),
