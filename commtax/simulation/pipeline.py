@@ -200,9 +200,9 @@ def activation_bytes_per_layer(seq_len, micro_batch, hidden, heads, tp=1, recomp
     ``sequence_parallel=False`` gives Lesson 07's count without it, s b h (10 + 24/t + 5 a s/(h t)).
     At t = 1 the two agree. ``heads`` must divide by ``tp`` and ``hidden`` by ``heads``.
     """
+    # BEGIN GRADED lab-08 activation_bytes_per_layer
     if not isinstance(recompute, bool):
         raise ValueError(f"recompute must be True or False, got {recompute!r}")
-    # BEGIN GRADED lab-08 activation_bytes_per_layer
     return memory.activation_bytes_per_layer(seq_len, micro_batch, hidden, heads, tp, sequence_parallel,
                                              "full" if recompute else "none")
     # END GRADED
