@@ -268,7 +268,11 @@ def _evaluate(model, notes, args, hardware) -> int:
           f"MFU {result['mfu']:.1%}, memory {result['memory_bytes_per_gpu'] / 1e9:.1f} GB per GPU "
           f"({'fits' if result['fits'] else 'does NOT fit'}), binding: {result['binding']}")
     total = result["step_time_s"]
-    for part, seconds in result["times"].items():
+    parts = dict(result["times"])
+    if result.get("moe_host_s"):   # the MoE layers' host waits are in "ep": shown apart, they are no all-to-all
+        parts["ep"] -= result["moe_host_s"]
+        parts = {**{k: v for k, v in parts.items() if k != "ep" or v > 0}, "host wait": result["moe_host_s"]}
+    for part, seconds in parts.items():
         if seconds:
             print(f"  {part:<12} {seconds:>10.4g} s  {seconds / total:>6.1%}")
     return 0 if result["fits"] else 1

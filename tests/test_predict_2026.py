@@ -246,6 +246,20 @@ def test_each_moe_layer_waits_for_the_host_once_per_forward_whatever_the_overlap
     assert hidden["added"] == pytest.approx(share * P.MOE_HOST_SYNC_S + P.NCCL_SMS / gpu.sms * hidden["comm"])
 
 
+def test_the_host_wait_binds_under_its_own_name_never_as_expert_parallelism():
+    # EP 1 sends no all-to-all: what the MoE layers add is their wait for the host alone
+    model, _ = load_model("Qwen3-30B-A3B")
+    run = dict(model, seq=4096, gpus=16, gpu="H100", tp=1, pp=1, micro_batch=1, global_batch=64, zero_stage=1,
+               precision="bf16", recompute="none")
+    one = P.predict(dict(run, ep=1))
+    assert one["times"]["ep"] == pytest.approx(one["moe_host_s"]) and one["moe_host_s"] > 0
+    text = P.recommend([one])
+    assert "The host binds" in text and "all-to-all" not in text
+    assert one["binding"] == "host"   # 2.1 ms per layer is a quarter of this small model's step
+    many = P.predict(dict(run, ep=8, micro_batch=4))   # 4x the tokens per all-to-all, the same waits
+    assert many["times"]["ep"] - many["moe_host_s"] > many["moe_host_s"] and many["binding"] == "ep"
+
+
 def test_the_moe_host_synchronization_is_fitted_on_the_moe_fit_rows():
     tau = P.MOE_HOST_SYNC_S
     assert P.fit_moe_host_sync(grid=[tau - 1e-4, tau, tau + 1e-4]) == tau

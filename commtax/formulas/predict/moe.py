@@ -92,13 +92,14 @@ def _per_node_time(cfg, gpu, element_bytes: float) -> float:
 
 def ep_time(cfg, recompute, gpu, expert_s=0.0) -> dict:
     """Seconds the expert-parallel all-to-alls and the MoE layer's host synchronization add to the
-    average layer, one micro-batch (``added``), and the all-to-alls' whole time (``comm``). ``expert_s``:
-    the layer's GEMM seconds (what ``ep_overlap`` hides the all-to-alls behind)."""
+    average layer, one micro-batch (``added``), of which the host's share (``host``), and the all-to-alls'
+    whole time (``comm``). ``expert_s``: the layer's GEMM seconds (what ``ep_overlap`` hides the
+    all-to-alls behind)."""
     if not cfg.get("experts"):
-        return dict(added=0.0, comm=0.0)
+        return dict(added=0.0, comm=0.0, host=0.0)
     host = cfg["moe_share"] * MOE_HOST_SYNC_S * (2 if recompute == "full" else 1)
     if cfg["ep"] == 1:
-        return dict(added=host, comm=0.0)
+        return dict(added=host, comm=0.0, host=host)
     if cfg["ep_dispatch"] == "per_node":
         dispatch = _per_node_time(cfg, gpu, cfg["dispatch_bytes_per_element"])
         combine = _per_node_time(cfg, gpu, ACT_BYTES)
@@ -111,7 +112,7 @@ def ep_time(cfg, recompute, gpu, expert_s=0.0) -> dict:
     per_layer = 2 * (dispatch + combine) + ((dispatch + combine) if recompute == "full" else 0.0)
     comm = cfg["moe_share"] * per_layer
     added = overlap_cost(comm, expert_s, gpu) if cfg["ep_overlap"] else comm
-    return dict(added=added + host, comm=comm)
+    return dict(added=added + host, comm=comm, host=host)
 
 
 def expert_params_per_gpu(cfg, layers: int) -> float:

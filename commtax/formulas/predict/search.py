@@ -178,9 +178,15 @@ def recommend(results: list[dict]) -> str:
                  f"{share['tp']:.0%} of the step. A smaller TP degree (with more pipeline stages or "
                  f"ZeRO to make the model fit) or a wider model lowers the tax.")
     elif binding == "ep":
-        text += (f"Expert parallelism binds: its all-to-alls add {share['ep']:.0%} of the step. Keeping the EP "
+        a2a = (times["ep"] - best.get("moe_host_s", 0.0)) / step_s
+        text += (f"Expert parallelism binds: its all-to-alls add {a2a:.0%} of the step. Keeping the EP "
                  f"group inside one NVLink domain, a smaller EP degree, or overlapping the all-to-alls with "
                  f"another micro-batch's compute lowers it.")
+    elif binding == "host":
+        text += (f"The host binds: every MoE layer's forward waits for the CPU to learn how many tokens each "
+                 f"expert got, {best['moe_host_s'] / step_s:.0%} of the step (a fitted wait per layer and "
+                 f"micro-batch, at any EP degree). Fewer, larger micro-batches, CUDA graphs, or a dispatcher "
+                 f"that sizes its buffers without the host lower it.")
     elif binding == "cp":
         text += (f"Context parallelism binds: its key/value exchange adds {share['cp']:.0%} of the step. "
                  f"Fewer CP ranks, or keeping the CP group inside a node, lowers it.")

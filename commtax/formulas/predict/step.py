@@ -60,14 +60,15 @@ def predict(run, constants=None, hardware=None) -> dict:
 
     * the headline (:data:`RETURNED`): ``step_time_s``, ``model_tflops_per_gpu``,
       ``hardware_tflops_per_gpu``, ``mfu``, ``hfu`` (fractions of the peak of the run's precision),
-      ``memory_bytes_per_gpu``, ``binding`` (``compute``, ``tp``, ``cp``, ``pp`` or ``dp``);
+      ``memory_bytes_per_gpu``, ``binding`` (``compute``, ``tp``, ``cp``, ``ep``, ``pp``, ``dp``, or
+      ``host``: an MoE model's layers waiting for the host to learn the experts' token counts);
     * ``mfu_bf16``: model FLOP/s over the BF16 peak (equal to ``mfu`` except for FP8 runs);
       ``model_tflops_per_gpu_causal``: model FLOPs counting the causal attention's unmasked half;
     * ``times``: seconds per step of the slowest stage, :data:`TIME_PARTS` (``matmul``,
-      ``elementwise``, ``logits``, ``tp``, ``cp``, ``bubble``, ``p2p``, ``dp``, ``optimizer``),
+      ``elementwise``, ``logits``, ``tp``, ``cp``, ``ep``, ``bubble``, ``p2p``, ``dp``, ``optimizer``),
       which add up to ``step_time_s`` exactly; each axis' entry is what it adds (exposed time and
-      the compute its hidden part slows);
-    * ``comm``: seconds of each axis' collectives per step, hidden or not (``tp``, ``cp``, ``pp``,
+      the compute its hidden part slows); ``ep`` includes ``moe_host_s``, the MoE layers' host waits;
+    * ``comm``: seconds of each axis' collectives per step, hidden or not (``tp``, ``cp``, ``ep``, ``pp``,
       ``dp``); ``dp_bytes``: bytes one GPU sends per step on DP;
     * ``memory``: bytes per GPU by part (:func:`memory_parts`); ``fits``: total within the budget;
     * ``plan``: the chosen tp, pp, dp, cp, vpp, micro_batch, microbatches, recompute,
@@ -136,8 +137,11 @@ def step(run, constants=None, hardware=None) -> dict:
     model_flops = flops_per_step(cfg, "model")
     hardware_flops = flops_per_step(cfg, "hardware", recompute)
     gpus, peak = cfg["gpus"], peak_flops(cfg, gpu)
-    exposed = {"tp": times["tp"], "cp": times["cp"], "ep": times["ep"], "pp": times["bubble"] + times["p2p"],
-               "dp": times["dp"]}
+    # The MoE layers' wait for the host is in times["ep"] (what expert parallelism adds), but it is no
+    # all-to-all, and it is there at EP 1 too: it binds under its own name, "host".
+    host = m * n_pace * ep["host"]
+    exposed = {"tp": times["tp"], "cp": times["cp"], "ep": times["ep"] - host, "host": host,
+               "pp": times["bubble"] + times["p2p"], "dp": times["dp"]}
     worst = max(exposed, key=exposed.get)
     parts = memory_parts(cfg, recompute, gpu)
     comm = dict(tp=m * n_pace * t_tp, cp=m * n_pace * t_cp, ep=m * n_pace * ep["comm"], pp=pipe["comm"],
@@ -155,6 +159,7 @@ def step(run, constants=None, hardware=None) -> dict:
         memory=parts,
         fits=parts["total"] <= gpu.hbm_bytes,
         step_time_s=total,
+        moe_host_s=host,
         model_tflops_per_gpu=model_flops / total / gpus / 1e12,
         hardware_tflops_per_gpu=hardware_flops / total / gpus / 1e12,
         mfu=model_flops / total / gpus / peak,
