@@ -203,38 +203,124 @@ def learner_run(command, *, timeout: float | None = None, input=None, capture_ou
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
 
 
+_NOFOLLOW_DIR = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+class RunFolder(str):
+    """A run folder's path that also holds the folder open (:attr:`fd`, a descriptor opened without
+    following a link), so the trusted side makes its files in *this* folder (``dir_fd=fd``), never in
+    whatever a learner process put at its path since (same-user mode: the learner's user owns it and
+    can rename it). The descriptor is closed when the last reference goes."""
+
+    fd: int
+
+    def __new__(cls, path: str, fd: int):
+        folder = super().__new__(cls, path)
+        folder.fd = fd
+        return folder
+
+    def __del__(self):
+        fd, self.fd = getattr(self, "fd", -1), -1
+        if fd >= 0:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def open_folder(path) -> int:
+    """A descriptor of the folder ``path``: that of a :class:`RunFolder` (the caller must not close it;
+    see :func:`folder_fd`), else the folder opened without following a link in its last component."""
+    return os.open(path, _NOFOLLOW_DIR)
+
+
+class folder_fd:  # noqa: N801 - used as a context manager, like open()
+    """``with folder_fd(run_dir) as fd``: the folder held by a :class:`RunFolder`, or ``run_dir`` opened
+    now (``O_DIRECTORY | O_NOFOLLOW``) and closed at the end."""
+
+    def __init__(self, path):
+        self.own = not (isinstance(path, RunFolder) and path.fd >= 0)
+        self.fd = open_folder(path) if self.own else path.fd
+
+    def __enter__(self) -> int:
+        return self.fd
+
+    def __exit__(self, *exc) -> None:
+        if self.own:
+            os.close(self.fd)
+
+
+def _runs_fd(box: dict) -> int:
+    """The sandbox's ``runs`` folder, opened; where the grader recorded its identity (same-user mode: the
+    root of the sandbox's tmpfs), refused unless it is that one: learner code can rename the folders above
+    it inside the sandbox and so point the host's path anywhere (then the lab's runs fail, nothing is made)."""
+    fd = os.open(box["runs"], os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
+    expected = box.get("runs_id")
+    if expected:
+        info = os.fstat(fd)
+        if [info.st_dev, info.st_ino] != list(expected):
+            os.close(fd)
+            raise OSError(f"{box['runs']} is no longer the lab run's own file system (moved by learner code?)")
+    return fd
+
+
 def learner_run_dir(prefix: str = "commtax-run-") -> str:
-    """A folder that learner processes can write into and the trusted side reads (ranks' run folders)."""
+    """A folder that learner processes can write into and the trusted side reads (ranks' run folders).
+
+    Returns a :class:`RunFolder` (a ``str``) holding the new folder open. Under the grader it is made
+    ``mkdir`` then ``fchmod`` through that descriptor, never a ``chmod`` by path (a learner process of
+    the same user could swap the new folder for a link in between).
+    """
     box = sandbox()
     if not box:
-        return tempfile.mkdtemp(prefix=prefix)
-    path = tempfile.mkdtemp(prefix=prefix, dir=box["runs"])
-    # Sticky and world-writable, owned by the trusted user: learner processes add files, but cannot
-    # rename this folder or replace the files the trusted side created in it.
-    os.chmod(path, 0o1777)
-    return path
+        path = tempfile.mkdtemp(prefix=prefix)
+        return RunFolder(path, open_folder(path))
+    runs = _runs_fd(box)
+    try:
+        for _ in range(100):
+            name = prefix + next(tempfile._get_candidate_names())  # noqa: SLF001 - mkdtemp's own names
+            try:
+                os.mkdir(name, 0o700, dir_fd=runs)
+                break
+            except FileExistsError:
+                continue
+        else:
+            raise FileExistsError(f"no unused run folder name in {box['runs']}")
+        fd = os.open(name, _NOFOLLOW_DIR, dir_fd=runs)
+        info, parent = os.fstat(fd), os.fstat(runs)
+        if info.st_dev != parent.st_dev or info.st_uid != os.geteuid():  # swapped for another folder
+            os.close(fd)
+            raise OSError(f"{name}: replaced in {box['runs']} as it was made")
+        # Sticky and world-writable, owned by the trusted user: learner processes of another user (root
+        # mode) add files, but cannot rename this folder or replace the files the trusted side made in it.
+        os.fchmod(fd, 0o1777)
+    finally:
+        os.close(runs)
+    return RunFolder(os.path.join(box["runs"], name), fd)
 
 
-def create_trusted_file(path, mode: str = "wb"):
+def create_trusted_file(path, mode: str = "wb", *, dir_fd: int | None = None):
     """Create a new file in a folder learner code can write, for the trusted side to write.
 
     Never a file that is already there, nor through a symbolic link planted at ``path``
     (``O_CREAT | O_EXCL | O_NOFOLLOW``): a learner process of the same user (same-user mode), or
     one racing the launcher, could otherwise point ``path`` at any file the grader may write.
-    Raises FileExistsError when something is already at ``path``.
+    ``dir_fd``: ``path`` is a name in that folder (:func:`folder_fd`), so no folder above it is walked
+    again. Raises FileExistsError when something is already at ``path``.
     """
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-    return os.fdopen(os.open(path, flags, 0o644), mode)
+    return os.fdopen(os.open(path, flags, 0o644, dir_fd=dir_fd), mode)
 
 
-def make_trusted_folder(path, mode: int) -> None:
+def make_trusted_folder(path, mode: int, *, dir_fd: int | None = None) -> None:
     """``mkdir`` then ``chmod`` of a new folder in a folder learner code can write, never through a link.
 
     The mode is set on the folder just made, through a descriptor opened without following links: a
-    ``chmod`` by path could follow a link that replaced the folder in between.
+    ``chmod`` by path could follow a link that replaced the folder in between. ``dir_fd``: as for
+    :func:`create_trusted_file`.
     """
-    os.mkdir(path, 0o700)
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0))
+    os.mkdir(path, 0o700, dir_fd=dir_fd)
+    fd = os.open(path, _NOFOLLOW_DIR, dir_fd=dir_fd)
     try:
         os.fchmod(fd, mode)
     finally:

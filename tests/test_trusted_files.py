@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from commtax import boundary
+from commtax import boundary, learner_process
 from commtax.ranks import _start
 
 
@@ -42,10 +42,10 @@ def test_a_rank_folder_is_made_and_its_mode_set_without_following_a_link(tmp_pat
     run_dir.mkdir(mode=0o1777)
     real_mkdir = os.mkdir
 
-    def mkdir_then_swap(path, mode=0o777):   # the race: the new folder replaced by a link before its chmod
-        real_mkdir(path, mode)
-        os.rmdir(path)
-        os.symlink(outside, path)
+    def mkdir_then_swap(path, mode=0o777, *, dir_fd=None):   # the race: the new folder replaced by a link
+        real_mkdir(path, mode, dir_fd=dir_fd)                     # before its chmod
+        os.rmdir(path, dir_fd=dir_fd)
+        os.symlink(outside, path, dir_fd=dir_fd)
 
     monkeypatch.setattr(os, "mkdir", mkdir_then_swap)
     with pytest.raises(OSError):
@@ -72,3 +72,62 @@ def test_a_rank_result_larger_than_the_boundary_carries_is_refused_before_it_is_
     monkeypatch.setattr(boundary, "open_learner_file", watched_open)
     failure = _watch.collect(str(tmp_path), 0, 0, 1.0)
     assert "larger than" in failure.summary and not reads
+
+
+def test_a_run_folder_swapped_for_a_link_gets_none_of_the_launchers_files(tmp_path, monkeypatch):
+    # Same-user mode: the learner's user owns the run folder, so a rank can rename it and put a link to any
+    # folder of the teacher's at its path; the launcher's later files must still land in the folder it made.
+    monkeypatch.setattr(learner_process, "sandbox", lambda: None)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    outside = tmp_path / "teachers_folder"
+    outside.mkdir()
+    run_dir = boundary.learner_run_dir()
+    _start.write_job(run_dir, len, ((1, 2),), {}, 2, "gloo", 5.0)
+    os.rename(run_dir, tmp_path / "moved")
+    os.symlink(outside, run_dir)
+    _start.make_rank_folders(run_dir, 2)
+    assert _start.files_lock(run_dir) in (True, False)
+    _start.start_rank(run_dir, 1, 2, None).wait(timeout=60)
+    assert sorted(os.listdir(outside)) == []
+    assert {"job.pkl", "rank0", "rank1", "rank1.out"} <= set(os.listdir(tmp_path / "moved"))
+
+
+def test_a_run_folder_is_made_and_its_mode_set_without_following_a_link(tmp_path, monkeypatch):
+    # In the grader's sandbox the run folder is world-writable and sticky; were that mode set by path, a
+    # learner process could swap the new folder for a link to any file of the teacher's in between.
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    target = tmp_path / "teachers_file"
+    target.write_text("secret")
+    target.chmod(0o600)
+    monkeypatch.setattr(learner_process, "sandbox", lambda: {"runs": str(runs)})
+    real_mkdir = os.mkdir
+
+    def mkdir_then_swap(path, mode=0o777, *, dir_fd=None):
+        real_mkdir(path, mode, dir_fd=dir_fd)
+        folder = os.path.join(runs, path) if dir_fd is not None else path
+        os.rmdir(folder)
+        os.symlink(target, folder)
+
+    monkeypatch.setattr(os, "mkdir", mkdir_then_swap)
+    with pytest.raises(OSError):
+        boundary.learner_run_dir()
+    assert target.stat().st_mode & 0o7777 == 0o600
+
+
+def test_run_folders_are_refused_where_the_runs_folder_is_no_longer_the_one_the_grader_recorded(tmp_path,
+                                                                                            monkeypatch):
+    # Same-user mode: the folders above the sandbox's runs tmpfs are the learner's, so learner code can move
+    # them and point the host's path at any folder; the trusted side checks it still reaches the tmpfs.
+    runs, elsewhere = tmp_path / "runs", tmp_path / "teachers_folder"
+    runs.mkdir()
+    elsewhere.mkdir()
+    recorded = [runs.stat().st_dev, runs.stat().st_ino]
+    monkeypatch.setattr(learner_process, "sandbox", lambda: {"runs": str(runs), "runs_id": recorded})
+    made = boundary.learner_run_dir()
+    assert os.path.dirname(made) == str(runs) and os.stat(made).st_mode & 0o7777 == 0o1777
+    os.rename(runs, tmp_path / "moved")
+    os.symlink(elsewhere, runs)
+    with pytest.raises(OSError, match="no longer"):
+        boundary.learner_run_dir()
+    assert os.listdir(elsewhere) == []

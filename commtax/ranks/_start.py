@@ -29,6 +29,7 @@ import sys
 import tempfile
 
 from commtax import boundary
+from commtax.learner_process import folder_fd
 from commtax.ranks import _byfile
 
 OUTPUT_TAIL_BYTES = 8192  # how much of each rank's output a failure message quotes
@@ -42,10 +43,15 @@ def rank_path(run_dir: str, rank: int, name: str = "") -> str:
 
 
 def make_rank_folders(run_dir: str, world_size: int) -> None:
-    """One folder per rank, writable by the ranks' user as the run folder is (learner_run_dir's mode)."""
-    mode = os.stat(run_dir).st_mode & 0o7777
-    for rank in range(world_size):
-        boundary.make_trusted_folder(rank_path(run_dir, rank), mode)   # never a chmod through a planted link
+    """One folder per rank, writable by the ranks' user as the run folder is (learner_run_dir's mode).
+
+    Made in the folder ``run_dir`` holds open (:class:`commtax.learner_process.RunFolder`), never by its
+    path: in same-user mode learner code may have renamed the run folder and put a link in its place.
+    """
+    with folder_fd(run_dir) as fd:
+        mode = os.fstat(fd).st_mode & 0o7777
+        for rank in range(world_size):
+            boundary.make_trusted_folder(f"rank{rank}", mode, dir_fd=fd)   # never a chmod through a planted link
 
 
 def files_lock(run_dir: str) -> bool:
@@ -58,12 +64,16 @@ def files_lock(run_dir: str) -> bool:
         import fcntl
     except ImportError:  # Windows: no seccomp either, and torch's FileStore locks its own way
         return True
-    with tempfile.NamedTemporaryFile(dir=run_dir, prefix=".lock-probe-") as probe:
+    name = ".lock-probe-" + next(tempfile._get_candidate_names())  # noqa: SLF001 - mkstemp's own names
+    with folder_fd(run_dir) as folder, boundary.create_trusted_file(name, dir_fd=folder) as probe:
         try:
-            fcntl.flock(probe.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            return False
-        fcntl.flock(probe.fileno(), fcntl.LOCK_UN)
+            try:
+                fcntl.flock(probe.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                return False
+            fcntl.flock(probe.fileno(), fcntl.LOCK_UN)
+        finally:
+            os.unlink(name, dir_fd=folder)
     return True
 
 
@@ -133,7 +143,7 @@ def write_job(run_dir, fn, args, kwargs, world_size, backend, timeout) -> None:
         job = _byfile.dumps((fn, args, kwargs))
     except (pickle.PicklingError, TypeError, AttributeError) as exc:
         raise ValueError(f"cannot send the job to the ranks: {exc}") from exc
-    with boundary.create_trusted_file(os.path.join(run_dir, "job.pkl")) as f:   # never through a planted link
+    with folder_fd(run_dir) as folder, boundary.create_trusted_file("job.pkl", dir_fd=folder) as f:   # no link followed
         pickle.dump(header, f)
         f.write(job)
 
@@ -154,7 +164,8 @@ def start_rank(run_dir: str, rank: int, world_size: int, extra_env: dict | None,
         LOCAL_WORLD_SIZE=str(world_size),
     )
     env.update(extra_env or {})
-    out = boundary.create_trusted_file(os.path.join(run_dir, f"rank{rank}.out"))   # never through a planted link
+    with folder_fd(run_dir) as folder:   # the folder made for this run, even if its path now leads elsewhere
+        out = boundary.create_trusted_file(f"rank{rank}.out", dir_fd=folder)
     stdin = subprocess.DEVNULL
     if own_args is not None:
         stdin = tempfile.TemporaryFile()  # unlinked at once: only this rank gets the descriptor
