@@ -57,6 +57,7 @@ from pathlib import Path
 from grading.sandbox import seccomp
 from grading.sandbox.cgroup import EXTRA_PIDS, CgroupError, Cgroups, RunCgroup
 from grading.sandbox.limits import Limits
+from grading.sandbox.output import BoundedLog
 
 READY_TIMEOUT = 60.0
 AGENT_PATH = "/.commtax-sandbox-agent.py"   # where the agent's file appears inside
@@ -178,7 +179,7 @@ NESTED_READABLE = ["--ro-bind", "{path}", "{path}"]
 class NamespaceSandbox:
     """One running sandbox: ``bwrap`` and the agent in it, reached through ``control`` (a socket)."""
 
-    def __init__(self, proc: subprocess.Popen, control: socket.socket, log: Path, box: Path, runs: Path,
+    def __init__(self, proc: subprocess.Popen, control: socket.socket, log: BoundedLog, box: Path, runs: Path,
                  cgroup: RunCgroup | None = None, no_cgroup: str = "", nested: list | None = None):
         self.proc, self.control, self.log, self.box, self.runs = proc, control, log, box, runs
         self.cgroup, self.no_cgroup = cgroup, no_cgroup
@@ -186,6 +187,7 @@ class NamespaceSandbox:
         self.filtered = False  # the whole sandbox runs under the seccomp program (same-user mode)
         self.mounted = False   # ``runs`` is a tmpfs of its own (root mode), taken away on close
         self.linked = False    # ``runs`` links to the sandbox's own tmpfs (same-user mode), put back on close
+        self.runs_id: list | None = None  # that tmpfs's [st_dev, st_ino], seen before any learner code ran
 
     def limits_hit(self) -> str:
         """What the run's cgroup says it reached (its memory or process limit), or that this run could
@@ -201,6 +203,8 @@ class NamespaceSandbox:
                                                       "fd": self.control.fileno()}}
         if self.nested:  # commtax.learner_process wraps each learner process in this (ranks: their own folder)
             settings["nest"] = {"prefix": self.nested, "writable": NESTED_WRITABLE, "readable": NESTED_READABLE}
+        if self.runs_id:  # the trusted side makes run folders only where ``runs`` still leads to that tmpfs
+            settings["runs_id"] = self.runs_id
         if self.filtered:  # the seccomp program refuses file locks in here: ranks meet over TCP (commtax.boundary)
             settings["filtered"] = True
         counters = network_counters(self.proc.pid)
@@ -520,22 +524,22 @@ class NamespaceIsolation:
         return c
 
     @staticmethod
-    def _start(command: list, log: Path, theirs: socket.socket, cgroup: RunCgroup | None,
+    def _start(command: list, theirs: socket.socket, cgroup: RunCgroup | None,
                extra_fds: tuple = ()) -> subprocess.Popen:
         def before_exec():  # bwrap joins the run's cgroup before it execs: nothing runs outside
             fresh_session_keyring()  # (and nothing inside shares the grader's session keyring)
             if cgroup is not None:
                 cgroup.join()
 
-        with open(log, "wb") as out:
-            return subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                    pass_fds=(theirs.fileno(), *extra_fds), start_new_session=True, cwd="/",
-                                    preexec_fn=before_exec)  # noqa: PLW1509
+        # Its output through a pipe the grader drains (grading.sandbox.output), never a file on the host's
+        # disk: learner code of the same user can write to it through /proc/1/fd/1.
+        return subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                pass_fds=(theirs.fileno(), *extra_fds), start_new_session=True, cwd="/",
+                                preexec_fn=before_exec)  # noqa: PLW1509
 
     def open(self, box: Path, runs: Path, agent: Path) -> NamespaceSandbox:
         """Start a sandbox around ``box`` (read-only) and ``runs`` (read-write); wait for its agent."""
         self._count += 1
-        log = self.base / f"sandbox-{self._count}.log"
         uid = fresh_uid() if self.root_mode else os.geteuid()
         etc = _etc(self.base / f"sandbox-{self._count}-etc", uid, uid if self.root_mode else os.getegid())
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -553,14 +557,14 @@ class NamespaceIsolation:
         cgroup, no_cgroup = self._run_cgroup()
         try:
             try:
-                proc = self._start(command, log, theirs, cgroup, extra)
+                proc = self._start(command, theirs, cgroup, extra)
             except subprocess.SubprocessError as exc:  # joining failed (in preexec_fn): go on without it
                 if cgroup is None:
                     raise
                 cgroup.close()
                 cgroup, no_cgroup = None, (f"this lab run had no cgroup (bubblewrap could not join it: {exc}): "
                                            "its processes' memory together was not bounded, only each process's")
-                proc = self._start(command, log, theirs, None, extra)
+                proc = self._start(command, theirs, None, extra)
         except BaseException:
             if cgroup is not None:
                 cgroup.close()
@@ -575,6 +579,7 @@ class NamespaceIsolation:
         if cgroup is not None:
             cgroup.close_join()
         theirs.close()
+        log = BoundedLog(proc.stdout)
         sandbox = NamespaceSandbox(proc, ours, log, box, runs, cgroup, no_cgroup,
                                    self.nested_prefix(runs, box) if self.nest else None)
         sandbox.filtered = program is not None
@@ -588,7 +593,7 @@ class NamespaceIsolation:
             ready = {}
         if "ready" not in ready:
             sandbox.close()
-            text = log.read_text(errors="replace").strip()[-1500:]
+            text = log.text().strip()[-1500:]
             raise SandboxError(f"bubblewrap could not start the sandbox: {text or 'no message'}")
         ours.set_inheritable(False)
         if self.run_fs_inside:
@@ -600,6 +605,11 @@ class NamespaceIsolation:
                                   f"(the sandbox's own tmpfs could not be reached: {why})")
                 return self.open(box, runs, agent)
             sandbox.linked = True
+            try:
+                info = os.stat(runs)
+                sandbox.runs_id = [info.st_dev, info.st_ino]
+            except OSError:
+                pass
             self.no_run_fs = ""
         return sandbox
 

@@ -109,6 +109,7 @@ POLICY = [
     ("process_vm_readv", errno.EPERM, [], "another process's memory"),
     ("process_vm_writev", errno.EPERM, [], "another process's memory"),
     ("ptrace", errno.EPERM, [], "another process's memory and registers"),
+    ("pidfd_getfd", errno.EPERM, [], "another process's descriptors (ptrace's power by another name)"),
     # Shared mappings of files: a futex on a MAP_SHARED mapping is keyed by the file's inode and offset,
     # so two processes mapping the same read-only torch file wake each other (FUTEX_WAKE says how many
     # it woke: a message); pages written through one would be seen by the other. Shared anonymous

@@ -1,0 +1,100 @@
+"""The same-user OS sandbox from the host's side: what learner code of the teacher's own user can reach
+of the grader through the sandbox's first process (bubblewrap) and the kernel's descriptor-copying calls.
+
+bubblewrap is PID 1 of the sandbox, of the learner's user: learner code opens its descriptors through
+``/proc/1/fd``. Its output therefore goes to a pipe the grader drains with a cap, never to a file on
+the host's disk, and the grader still quotes it when a sandbox fails to start.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grading.sandbox import namespaces, seccomp
+from grading.sandbox.limits import Limits
+
+AGENT = Path(namespaces.__file__).with_name("agent.py")
+RELAY = Path(namespaces.__file__).with_name("relay.py")
+ROOT = Path(__file__).resolve().parents[1]
+
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+
+
+def same_user(tmp_path) -> namespaces.NamespaceIsolation:
+    base = tmp_path / "base"
+    base.mkdir(mode=0o711)
+    isolation = namespaces.NamespaceIsolation(namespaces.bwrap_path(), False, Limits(), [], base)
+    why = namespaces.probe(isolation, base)
+    if why is not None:
+        pytest.skip(f"no same-user sandbox here: {why}")
+    return isolation
+
+
+def host_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+WRITE_TO_PID_1 = """
+import os
+fd = os.open("/proc/1/fd/1", os.O_WRONLY | os.O_APPEND)
+block = b"x" * 2**20
+for _ in range(16):
+    os.write(fd, block)
+print("wrote", flush=True)
+"""
+
+
+@needs_bwrap
+def test_learner_bytes_written_to_bubblewraps_output_never_reach_the_hosts_disk(tmp_path, monkeypatch):
+    isolation = same_user(tmp_path)
+    box, runs = tmp_path / "base" / "box", tmp_path / "base" / "runs"
+    box.mkdir(mode=0o755)
+    runs.mkdir(mode=0o711)
+    (box / "fill.py").write_text(WRITE_TO_PID_1)
+    sandbox = isolation.open(box, runs, AGENT)
+    try:
+        monkeypatch.setenv("COMMTAX_SANDBOX", json.dumps(sandbox.settings(ROOT, RELAY)))
+        from commtax import learner_process
+        run = learner_process.learner_run([sys.executable, "-I", str(box / "fill.py")], capture_output=True,
+                                          timeout=120)
+        assert run.returncode == 0 and b"wrote" in run.stdout, run
+        assert host_bytes(tmp_path / "base") < 2**20      # 16 MiB written: none of it on the host's disk
+    finally:
+        sandbox.close()
+    assert sandbox.log.received >= 16 * 2**20 and len(sandbox.log.text()) <= 64 * 1024
+
+
+@needs_bwrap
+def test_a_sandbox_that_cannot_start_is_reported_with_bubblewraps_own_message(tmp_path, monkeypatch):
+    isolation = same_user(tmp_path)
+    box, runs = tmp_path / "base" / "box", tmp_path / "base" / "runs"
+    box.mkdir(mode=0o755)
+    runs.mkdir(mode=0o711)
+    real = isolation._command
+    monkeypatch.setattr(isolation, "_command", lambda *args: [*real(*args)[:1], "--no-such-option", *real(*args)[1:]])
+    with pytest.raises(namespaces.SandboxError, match="no-such-option"):
+        isolation.open(box, runs, AGENT)
+
+
+SYSCALL = "import ctypes; libc = ctypes.CDLL(None, use_errno=True); print(libc.syscall({nr}, -1, 0, 0), ctypes.get_errno())"
+PIDFD_GETFD = 438  # x86_64 and every architecture since Linux 5.6's common numbering
+
+
+@needs_bwrap
+def test_the_seccomp_program_refuses_copying_another_processs_descriptors(tmp_path):
+    path = tmp_path / "program.bpf"
+    if seccomp.build(str(path)) is not None:
+        pytest.skip("libseccomp cannot build the program here")
+    with open(path, "rb") as program:
+        run = subprocess.run(["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--seccomp", str(program.fileno()),
+                              sys.executable, "-I", "-S", "-c", SYSCALL.format(nr=PIDFD_GETFD)],
+                             pass_fds=(program.fileno(),), capture_output=True, text=True, timeout=60)
+    if run.returncode != 0 and "bwrap" in run.stderr:
+        pytest.skip(f"bubblewrap cannot run here: {run.stderr.strip()[:200]}")
+    assert run.stdout.split() == ["-1", "1"], run   # EPERM from the filter (without it: EBADF, 9)
