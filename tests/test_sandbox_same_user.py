@@ -9,6 +9,7 @@ the host's disk, and the grader still quotes it when a sandbox fails to start.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -98,3 +99,42 @@ def test_the_seccomp_program_refuses_copying_another_processs_descriptors(tmp_pa
     if run.returncode != 0 and "bwrap" in run.stderr:
         pytest.skip(f"bubblewrap cannot run here: {run.stderr.strip()[:200]}")
     assert run.stdout.split() == ["-1", "1"], run   # EPERM from the filter (without it: EBADF, 9)
+
+
+MOVE_THE_RUNS_PARENT = """
+import os, sys
+runs, outside = sys.argv[1], sys.argv[2]
+parent = os.path.dirname(runs)
+os.rename(parent, parent + ".moved")           # a folder above a mount point can be renamed
+os.mkdir(parent)
+os.symlink(outside, runs)                       # absolute: the host resolves it against its own root
+print("moved", flush=True)
+"""
+
+
+@needs_bwrap
+def test_run_folders_are_never_made_outside_the_sandbox_when_learner_code_moves_the_folders_above_them(
+        tmp_path, monkeypatch):
+    # The folders above the sandbox's runs tmpfs are bubblewrap's, made on the learner-writable /tmp: learner
+    # code moving them must not point the host's runs link (through /proc/<pid>/root) at a host folder.
+    isolation = same_user(tmp_path)
+    box, runs = tmp_path / "base" / "box", tmp_path / "base" / "runs"
+    box.mkdir(mode=0o755)
+    runs.mkdir(mode=0o711)
+    outside = tmp_path / "teachers_folder"
+    outside.mkdir()
+    (box / "move.py").write_text(MOVE_THE_RUNS_PARENT)
+    sandbox = isolation.open(box, runs, AGENT)
+    try:
+        monkeypatch.setenv("COMMTAX_SANDBOX", json.dumps(sandbox.settings(ROOT, RELAY)))
+        from commtax import learner_process
+        first = learner_process.learner_run_dir()
+        assert os.stat(first).st_dev != os.stat(tmp_path).st_dev   # on the sandbox's tmpfs
+        run = learner_process.learner_run([sys.executable, "-I", str(box / "move.py"), str(runs), str(outside)],
+                                          capture_output=True, timeout=120)
+        assert run.returncode == 0 and b"moved" in run.stdout, run
+        with pytest.raises(OSError):
+            learner_process.learner_run_dir()
+        assert os.listdir(outside) == []
+    finally:
+        sandbox.close()
