@@ -164,7 +164,7 @@ COLLECTIVES = frozenset({"all_reduce", "all_gather", "all_gather_into_tensor", "
                          "all_to_all_single", "gather", "gather_object", "scatter", "scatter_object_list"})
 COMMUNICATION = COLLECTIVES | {"send", "recv", "isend", "irecv"}
 # Calls that start a process, make a descriptor or decode hidden code, whatever they are reached through
-# (red team r21c reached os as ``random._os`` and ran a helper from a hex string): never a lab's.
+# (a submission once reached os as ``random._os`` and ran a helper from a hex string): never a lab's.
 PROCESS_CALLS = {**{name: "starts a process" for name in (
     "fork", "forkpty", "execv", "execve", "execvp", "execvpe", "execl", "execle", "execlp", "execlpe",
     "posix_spawn", "posix_spawnp", "spawnv", "spawnve", "spawnvp", "spawnvpe", "spawnl", "spawnle", "popen",

@@ -157,7 +157,7 @@ def test_lab_modules_travel_to_the_ranks_by_path():
 
 
 def test_rank_args_reach_only_their_rank_never_the_shared_run_folder():
-    # Issue 21 / red team a03: a rank must not be able to read another rank's inputs where the
+    # A rank must not be able to read another rank's inputs where the
     # launcher put them: they come on the rank's standard input, read and gone before the job runs.
     own = [(f"secret-of-rank-{r}".encode(),) for r in range(3)]
     results = run_ranks(own_and_shared, 3, args=("everyone",), rank_args=own)
@@ -312,7 +312,7 @@ def test_a_run_that_keeps_losing_its_connections_fails_after_its_retries(monkeyp
 
 
 def test_a_raise_in_an_earlier_part_is_named_under_the_connection_error_it_caused():
-    # r23i's 10 x3: each rank's all_to_all raised (caught in the test's part, which went on), one rank
+    # Each rank's all_to_all raised (caught in the test's part, which went on), one rank
     # aborted in gloo and its peer's next barrier read "Connection reset by peer": the headline showed
     # only that, and the learner's RuntimeError came 20 lines lower, under "last output of rank 1".
     from commtax.ranks._failures import RankFailure
@@ -334,7 +334,7 @@ def test_a_raise_in_an_earlier_part_is_named_under_the_connection_error_it_cause
 
 
 def test_a_rank_gloo_aborted_for_a_short_buffer_is_named_before_the_peers_that_lost_it():
-    # r23k's Lab 12 c (a float32 gradient buffer for float64 data): ranks 4-7 raised "Connection reset
+    # A float32 gradient buffer for float64 data: ranks 4-7 raised "Connection reset
     # by peer" a moment before the watcher saw rank 0's SIGABRT, and a bystander took the headline.
     from commtax.ranks._failures import RankFailure
     from commtax.ranks._report import causes_first, describe

@@ -60,7 +60,7 @@ def test_1f1b_puts_steady_state_round_trips_on_the_critical_path_not_only_the_fi
 
 
 def test_the_modelers_compute_per_step_counts_the_forward_that_full_recomputation_reruns():
-    # Review h20: with recompute on, the modeler showed 3 x t_forward x m (12.8 s for 40 layers, p = 20,
+    # With recompute on, the modeler showed 3 x t_forward x m (12.8 s for 40 layers, p = 20,
     # m = 128), the time without recomputation. Recomputing reruns each forward in the backward: 4 x t_f x m.
     base = dict(layers=40, hidden=8192, heads=64, seq_len=4096, micro_batch=1, microbatches=128, stages=20)
     plain = P.pipeline_report(P.PipelineConfig(**base))

@@ -322,7 +322,7 @@ def visible_tick_labels(ax, axis="y") -> list[str]:
 
 
 def test_one_rounding_rule_for_a_size_in_the_slider_the_legend_and_the_axis_ends():
-    # Review h20, Lesson 08: the slider and headline read "131 kB", the legend "your cap 130 kB"; the headline's
+    # Lesson 08: the slider and headline read "131 kB", the legend "your cap 130 kB"; the headline's
     # best cap "4.29 GB" was "4.3 GB" on the axis' end (two digits there, three elsewhere).
     from commtax.units import format_bytes
     cap = cw.bytes_slider("cap", 64 * 1024, 64 * 1024, 4 * 2**30)
@@ -337,7 +337,7 @@ def test_one_rounding_rule_for_a_size_in_the_slider_the_legend_and_the_axis_ends
 
 
 def test_log_axes_label_sizes_and_times_in_units_and_their_2s_and_5s_over_a_narrow_range():
-    # Review h20, Lessons 01 and 12: a time axis from 140 ms to 25 s read only "1 s" and "10 s"; another read
+    # Lessons 01 and 12: a time axis from 140 ms to 25 s read only "1 s" and "10 s"; another read
     # 10^0 and 10^1 (ms) with its data between labels. One formatter, from commtax.ui, for bytes and seconds.
     fig, ax = plots.subplots(figsize=(6, 3))
     ax.loglog([1e3, 1e9], [0.14, 25.0])
@@ -357,7 +357,7 @@ def test_log_axes_label_sizes_and_times_in_units_and_their_2s_and_5s_over_a_narr
 
 
 def test_a_size_slider_holds_whole_bytes_and_reads_them_out():
-    # Review h20, Lesson 02: the log slider gave a message of 2.51 B (10 ** 0.4), split into 4096 chunks.
+    # Lesson 02: the log slider gave a message of 2.51 B (10 ** 0.4), split into 4096 chunks.
     control = cw.bytes_slider("n", 1.0)
     control.slider.value = 10 ** 0.4
     assert control.value == 3 and isinstance(control.value, int) and control._readout.value == "3 B"
@@ -368,7 +368,7 @@ def test_a_size_slider_holds_whole_bytes_and_reads_them_out():
 
 
 def test_a_pipeline_without_bubble_draws_no_grey_between_its_rows_and_its_bars_equally_tall():
-    # Review h20, Lesson 06 (naive, p = 1, m = 64): the axes' grey background showed between the rows at a 0%
+    # Lesson 06 (naive, p = 1, m = 64): the axes' grey background showed between the rows at a 0%
     # bubble, read as idle time; and the wide backwards had white outlines, the narrow forwards none, so the
     # forwards stood taller. Now: grey only inside the rows, and outlines on every bar or on none.
     ops = P.simulate("naive", 1, 64, 1, t_forward=1.0, t_backward=2.0)
@@ -382,7 +382,7 @@ def test_a_pipeline_without_bubble_draws_no_grey_between_its_rows_and_its_bars_e
 
 @pytest.mark.parametrize("world_size, step", [(2, 1), (4, 2)])
 def test_ring_step_arrows_run_beside_the_chunks_one_row_down_or_back_up_to_rank_0(world_size, step):
-    # Review h20, Lesson 02 at P = 2: rank 1 -> 0 was a long curve drawn across rank 1's box, rank 0 -> 1 a tiny
+    # Lesson 02 at P = 2: rank 1 -> 0 was a long curve drawn across rank 1's box, rank 0 -> 1 a tiny
     # arrowhead squeezed between the boxes. Every arrow now runs in the gap beside its chunk, row centre to row centre.
     from matplotlib.patches import Rectangle
     from matplotlib.text import Annotation
