@@ -224,7 +224,7 @@ class RunFolder(str):
         if fd >= 0:
             try:
                 os.close(fd)
-            except OSError:
+            except (OSError, TypeError, AttributeError):  # (at interpreter exit ``os`` may be half gone)
                 pass
 
 
