@@ -30,6 +30,8 @@ def pp_note(plan: bill.Plan, report: bill.StepReport) -> str:
     """
     axis = report.axes["PP"]
     m, p = plan.microbatches, plan.pp
+    # (p-1)/m written out rather than formulas.bubble's: in the student release that one is the learner's
+    # Lab 07, which comes after this lesson's calculator
     bubble = (p - 1) / m * report.t_compute
     one = axis.t_comm / (2 * m)                 # one activation (or gradient) transfer
     slot = report.t_compute / m                 # one micro-batch's forward and backward on a stage
