@@ -30,6 +30,7 @@ import json
 import os
 import subprocess
 import tempfile
+import weakref
 from pathlib import Path
 
 SANDBOX_ENV = "COMMTAX_SANDBOX"
@@ -217,6 +218,7 @@ class RunFolder(str):
     def __new__(cls, path: str, fd: int):
         folder = super().__new__(cls, path)
         folder.fd = fd
+        _HELD[str(path)] = folder   # files below it are read through it (open_learner_file)
         return folder
 
     def __del__(self):
@@ -226,6 +228,44 @@ class RunFolder(str):
                 os.close(fd)
             except (OSError, TypeError, AttributeError):  # (at interpreter exit ``os`` may be half gone)
                 pass
+
+
+_HELD: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # path -> its live RunFolder
+
+
+def _below_held(path) -> tuple[RunFolder, list[str]] | None:
+    """``path``'s run folder, if a live :class:`RunFolder` holds it, and the names below it; else None."""
+    text = os.fspath(path)
+    if not isinstance(text, str) or not _HELD:
+        return None
+    names: list[str] = []
+    folder, name = os.path.split(text)
+    while name:
+        if name in (".", ".."):
+            return None
+        names.insert(0, name)
+        held = _HELD.get(folder)
+        if held is not None and held.fd >= 0:
+            return held, names
+        folder, name = os.path.split(folder)
+    return None
+
+
+def _open_below(folder: RunFolder, names: list[str], flags: int) -> int:
+    """Open ``names`` (a path below ``folder``, split) one name at a time from the folder's descriptor,
+    following no link: a learner process that swapped the run folder or a rank's folder for a link reaches
+    nothing outside the folder the trusted side made."""
+    current = folder.fd
+    try:
+        for name in names[:-1]:
+            following = os.open(name, _NOFOLLOW_DIR, dir_fd=current)
+            if current != folder.fd:
+                os.close(current)
+            current = following
+        return os.open(names[-1], flags, dir_fd=current)
+    finally:
+        if current != folder.fd:
+            os.close(current)
 
 
 def open_folder(path) -> int:
@@ -328,7 +368,12 @@ def make_trusted_folder(path, mode: int, *, dir_fd: int | None = None) -> None:
 
 
 def open_learner_file(path, mode: str = "rb"):
-    """Open a file a learner process may have written, never following a symbolic link."""
+    """Open a file a learner process may have written, never following a symbolic link.
+
+    Below a run folder (:func:`learner_run_dir`) still held open, the path is walked from that folder's
+    descriptor, so no link in it, nor a run folder renamed and replaced, is followed either.
+    """
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)  # nor blocking on a FIFO
-    fd = os.open(path, flags)
+    held = _below_held(path)
+    fd = _open_below(*held, flags | getattr(os, "O_CLOEXEC", 0)) if held else os.open(path, flags)
     return os.fdopen(fd, mode) if "b" in mode else os.fdopen(fd, mode, errors="replace")

@@ -131,3 +131,26 @@ def test_run_folders_are_refused_where_the_runs_folder_is_no_longer_the_one_the_
     with pytest.raises(OSError, match="no longer"):
         boundary.learner_run_dir()
     assert os.listdir(elsewhere) == []
+
+
+def test_files_below_a_run_folder_are_read_from_the_folder_made_even_after_it_is_swapped_for_a_link(tmp_path,
+                                                                                                     monkeypatch):
+    # A rank's output is quoted in the failure message its learner sees: a run folder renamed and replaced by
+    # a link to a folder of the teacher's must not make the launcher quote the teacher's files instead.
+    monkeypatch.setattr(learner_process, "sandbox", lambda: None)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    outside = tmp_path / "teachers_folder"
+    (outside / "rank0").mkdir(parents=True)
+    (outside / "rank0.out").write_text("the teacher's file\n")
+    (outside / "rank0" / "rank0.stack").write_text("the teacher's other file\n")
+    run_dir = boundary.learner_run_dir()
+    _start.make_rank_folders(run_dir, 1)
+    with open(os.path.join(run_dir, "rank0.out"), "w") as f:
+        f.write("what rank 0 printed\n")
+    os.rename(run_dir, tmp_path / "moved")
+    os.symlink(outside, run_dir)
+    assert _start.tail(os.path.join(run_dir, "rank0.out")) == "what rank 0 printed\n"
+    assert _start.read_text(_start.rank_path(run_dir, 0, "stack")) == ""
+    os.rename(tmp_path / "moved" / "rank0", tmp_path / "rank0-moved")   # a rank's folder swapped likewise
+    os.symlink(outside / "rank0", tmp_path / "moved" / "rank0")
+    assert _start.read_text(_start.rank_path(run_dir, 0, "stack")) == ""
