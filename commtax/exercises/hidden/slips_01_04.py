@@ -116,13 +116,13 @@ SLIPS: dict[str, tuple[Slip, ...]] = {
     ),
     # Lesson 03
     "03.1": (
-        Slip("plain DP", "fdeSGetbrO0=", "that is plain DP's 16Ψ; ZeRO-1 shards the 12Ψ of optimizer state over the {d} ranks"),
+        Slip("plain DP", "fdeSGetbrO0=", "that is plain DP's 16N; ZeRO-1 shards the 12N of optimizer state over the {d} ranks"),
         Slip("ZeRO-2", "TkQUbBHizdg=", "that is ZeRO-2 (gradients sharded too); ZeRO-1 keeps the bf16 gradients whole: "
-             "4Ψ + 12Ψ/d"),
-        Slip("ZeRO-3", "k4nam/JCHTU=", "that is ZeRO-3 (16Ψ/d); ZeRO-1 keeps weights and gradients whole: 4Ψ + 12Ψ/d"),
-        Slip("the optimizer shard only", "0R7g49kwJi0=", "that is the 12Ψ/d shard alone; each GPU also holds the bf16 "
-             "weights and gradients, 4Ψ"),
-        Slip("the gradients left out", "s5nG9oRcW7Q=", "that counts the bf16 weights (2Ψ) and the optimizer shard; ZeRO-1 "
+             "4N + 12N/d"),
+        Slip("ZeRO-3", "k4nam/JCHTU=", "that is ZeRO-3 (16N/d); ZeRO-1 keeps weights and gradients whole: 4N + 12N/d"),
+        Slip("the optimizer shard only", "0R7g49kwJi0=", "that is the 12N/d shard alone; each GPU also holds the bf16 "
+             "weights and gradients, 4N"),
+        Slip("the gradients left out", "s5nG9oRcW7Q=", "that counts the bf16 weights (2N) and the optimizer shard; ZeRO-1 "
              "keeps the bf16 gradients whole on every GPU too, 2 more bytes per parameter"),
     ),
     "03.2": (

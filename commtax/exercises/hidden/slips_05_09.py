@@ -34,7 +34,8 @@ SLIPS: dict[str, tuple[Slip, ...]] = {
     # Lesson 05
     "05.1": (
         Slip("one all-reduce", "NL8DNIcrBUs=", "that is one all-reduce; a decode step runs 2 per layer, 80 layers"),
-        Slip("one all-reduce per layer", "eDytuVhuIew=", "each layer runs 2 all-reduces forward (attention and MLP): 160"),
+        Slip("one all-reduce per layer", "eDytuVhuIew=", "each layer runs 2 all-reduces forward (attention and MLP): 160 (or "
+             "did you count t-1 latencies per all-reduce? a ring pays 2(t-1))"),
         Slip("with a backward", "zRhrTffpiFM=", "decode has no backward: 2 all-reduces per layer, 160 per step"),
         Slip("latency left out", "4tELCImWkrI=", "decode is latency-bound: each ring all-reduce pays 2(t-1)α = 42 µs"),
     ),
@@ -106,7 +107,8 @@ SLIPS: dict[str, tuple[Slip, ...]] = {
              "itself, in bytes/s"),
         Slip("the gradient on the same direction", "", "that adds the gradient's send; it flows back on the link's "
              "other direction (the course's bandwidths are per direction), so only the activation counts against the "
-             "forward", compute=lambda: 2 * _activation_send_bandwidth()),
+             "forward (or is it the lesson's p = 8 figure? at p = 4 a stage's forward is twice as long)",
+             compute=lambda: 2 * _activation_send_bandwidth()),
     ),
     "06.5": (
         Slip("GPipe's growth", "PGjSSRA8ly4=", "that is GPipe's, 2(p-1) x 0.1 t_f (only the fill and drain wait); asked is "
