@@ -34,6 +34,8 @@ TERMS: tuple[Term, ...] = (
          "larger on faster links", "01", "2"),
     Term("latency-bound", "a message below $n^*$: its time is mostly $\\alpha$, so fewer messages help, fewer bytes "
          "barely", "01", "2"),
+    Term("bandwidth-bound", "a message well above $n^*$: its time is mostly $n/B$, so fewer bytes help, fewer "
+         "messages barely", "01", "2"),
     Term("algorithm bandwidth", "algbw $= n/T$: a collective's buffer size over its time", "01", "3"),
     Term("bus bandwidth", "busbw $=$ algbw $\\cdot\\,2(P-1)/P$ for all-reduce ($(P-1)/P$ for reduce-scatter and "
          "all-gather): equals the link's $B$ for a ring at full speed, whatever $P$", "01", "3"),
@@ -51,11 +53,35 @@ TERMS: tuple[Term, ...] = (
          "narrower than all the NICs together", "01", "4"),
     # Lesson 02: the ring, run
     Term("chunk", "one $n/P$ piece of a rank's buffer, what a ring step moves", "02", "1"),
+    Term("step", "one round of a collective in which every rank sends at most one message; a collective costs "
+         "(steps) $\\times\\,\\alpha$ plus its bytes over $B$ (Lesson 01 section 2 counts them)", "02", "1"),
     Term("process group", "the ranks a collective runs over, joined by `torch.distributed`", "02", "4"),
     Term("gloo", "PyTorch's CPU backend for `torch.distributed` (NCCL is the GPU one)", "02", "4"),
     Term("calibration", "an $\\alpha$ and $B$ measured on your own machine by Lab 03's benchmark", "02", "4"),
+    Term("loopback", "a machine's network interface to itself: the \"link\" of the course's CPU runs", "02", "4"),
     # Lesson 03: the bill per axis
     Term("DP", "data parallelism: every rank holds the whole model and a slice of the batch; degree $d$", "03", "top"),
+    Term("axis", "one way of splitting training over GPUs (DP, TP, PP, EP), each with its own bill", "03", "top"),
+    Term("degree", "the number of GPUs an axis splits over: $d$, $t$, $p$, $e$", "03", "top"),
+    Term("mixture-of-experts", "MoE: a model whose layers hold many expert MLPs and send each token to a few of "
+         "them", "03", "top"),
+    Term("bf16", "bfloat16, a 2-byte floating-point format with float32's exponent range and fewer mantissa bits",
+         "03", "1"),
+    Term("fp32", "float32, the 4-byte floating-point format (master weights, Adam's moments, some gradient "
+         "reductions)", "03", "1"),
+    Term("micro-batch", "the $b$ sequences one forward and backward process at a time; a step runs $m$ of them",
+         "03", "2"),
+    Term("DDP", "PyTorch's DistributedDataParallel: plain data parallelism, one all-reduce of the gradients",
+         "03", "3"),
+    Term("Megatron-LM", "NVIDIA's training library, whose tensor-parallel layout the course's TP follows",
+         "03", "3"),
+    Term("column-parallel", "a matmul whose weight is split by output columns: each of the $t$ ranks computes a "
+         "slice of the output from the whole input", "03", "3"),
+    Term("row-parallel", "a matmul whose weight is split by input rows: each rank produces a partial sum of the "
+         "whole output, which an all-reduce adds up", "03", "3"),
+    Term("top-k routing", "an MoE router sending each token to the $k$ experts that score it highest", "03", "3"),
+    Term("dispatch", "the all-to-all that sends each token to the ranks holding its experts", "03", "3"),
+    Term("combine", "the all-to-all that brings the experts' outputs back to each token's rank", "03", "3"),
     Term("ZeRO", "DP that shards the optimizer state (stage 1), also the gradients (2), also the weights (3)",
          "03", "1"),
     Term("FSDP", "PyTorch's fully sharded data parallelism, ZeRO stage 3", "03", "3"),
@@ -74,6 +100,12 @@ TERMS: tuple[Term, ...] = (
     # Lesson 04: the overlap inequality
     Term("window", "the compute a collective can run alongside; free if $t_\\text{comm} \\le t_\\text{window}$",
          "04", "top"),
+    Term("exposed", "the part of a collective's time the compute cannot hide: $\\max(0,\\, t_\\text{comm} - "
+         "t_\\text{window})$", "04", "top"),
+    Term("free", "an axis whose communication fits in its window: no exposed time", "04", "top"),
+    Term("taxed", "an axis with exposed time, which adds to the step", "04", "top"),
+    Term("dense", "a GPU's peak FLOP/s without 2:4 structured sparsity (989 TFLOP/s on an H100 in BF16); the "
+         "sparse peak, twice that, assumes it", "04", "top"),
     Term("tax", "an axis' exposed time over the compute time; the whole-step tax counts forward and backward",
          "04", "top"),
     Term("MFU", "model FLOPs utilisation: the share of the GPU's dense peak the compute achieves", "04", "top"),
@@ -83,6 +115,27 @@ TERMS: tuple[Term, ...] = (
     Term("HBM", "a GPU's high-bandwidth memory: ~3.35 TB/s on an H100, what decode streams the weights from",
          "05", "4"),
     Term("memory-bound", "a kernel whose time is its bytes from HBM over HBM's bandwidth, not its FLOPs", "05", "4"),
+    Term("decode", "inference's token-by-token phase: one new token per sequence per step", "05", "top"),
+    Term("prefill", "inference's prompt phase: a chunk of prompt tokens per step", "05", "top"),
+    Term("vLLM", "a widely used open-source LLM inference engine", "05", "top"),
+    Term("RoCE", "RDMA over Converged Ethernet: direct memory-to-memory transfers, as on InfiniBand, carried on "
+         "Ethernet", "05", "3"),
+    Term("GbE", "gigabit Ethernet: 100 GbE carries 100 Gb/s", "05", "3"),
+    Term("roofline", "a step takes the longer of its memory time and its compute time", "05", "5"),
+    Term("communication share", "TP's all-reduce time as a share of a step", "05", "5"),
+    Term("stage", "a run of consecutive layers on one device of a pipeline; $p$ of them", "06", "top"),
+    Term("GPipe", "the pipeline schedule that runs all $m$ forwards, then all backwards", "06", "2"),
+    Term("1F1B", "one forward, one backward: after a warm-up each stage alternates them, holding at most $p$ "
+         "micro-batches' activations", "06", "3"),
+    Term("interleaved 1F1B", "1F1B with $v$ model chunks per device: a bubble $v$ times smaller for $v$ times the "
+         "point-to-point messages", "06", "4"),
+    Term("activations in flight", "the micro-batches whose activations a stage holds for their backward", "06", "4"),
+    # Terms Lessons 01-06 use whose definition is in a later lesson
+    Term("sequence parallelism", "TP that splits the layer's non-matmul parts along the sequence, its all-reduces "
+         "cut into a reduce-scatter and an all-gather", "07", "3"),
+    Term("FlashAttention", "the fused attention kernel that never stores the $s \\times s$ attention matrices",
+         "07", "2"),
+    Term("FFN", "a layer's feed-forward network (its MLP); an MoE layer's experts are FFNs", "09", "1"),
     Term("full recomputation", "activation checkpointing: each layer keeps only its input and recomputes the "
          "rest in the backward", "06", "7"),
     Term("bubble", "the idle time of a pipeline's fill and drain, $(p-1)/m$ of the compute", "06", "top"),

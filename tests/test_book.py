@@ -541,14 +541,16 @@ def lesson_markdown(number: str, *, terms_cell: bool = False) -> str:
 
 
 def bold_sections(number: str) -> dict[str, set[str]]:
-    """Lesson ``number``'s bold phrases (its terms cell aside), each with the sections it is bold in
-    ("top" before "## 1.", else the section's number, or its heading's text)."""
+    """Lesson ``number``'s bold phrases (its terms cell aside) and section titles, each with the sections it
+    is in ("top" before "## 1.", else the section's number, or its heading's text): a section titled after a
+    term ("## 2. GPipe: ...") defines it as a bold phrase does."""
     found: dict[str, set[str]] = {}
     section = "top"
     for line in lesson_markdown(number).splitlines():
         heading = re.match(r"## (\d+)\.|## (.*)", line)
         if heading:
             section = heading.group(1) or heading.group(2)
+            found.setdefault(line[3:], set()).add(section)
         for span in re.findall(r"\*\*(.+?)\*\*", line):
             found.setdefault(span, set()).add(section)
     return found
@@ -556,11 +558,12 @@ def bold_sections(number: str) -> dict[str, set[str]]:
 
 def test_each_glossary_term_is_in_bold_in_the_lesson_and_section_it_names():
     # A glossary line points the reader to where a lesson defines the term: the term is there, in bold
-    # (not only in the lesson's list of terms), in the section the glossary names.
+    # (not only in the lesson's list of terms), in the section the glossary names; a plural ("stages")
+    # or the section's title ("## 3. 1F1B: ...") counts.
     from book import glossary
     for term in glossary.TERMS:
         sections = set().union(*[where for span, where in bold_sections(term.lesson).items()
-                                 if re.search(r"\b" + re.escape(term.term) + r"\b", span, re.I)])
+                                 if re.search(r"\b" + re.escape(term.term) + r"(?:s|es)?\b", span, re.I)])
         assert term.section in sections, \
             f"{term.term!r}: the glossary says Lesson {term.lesson} section {term.section}; in bold in {sections or 'none'}"
 
