@@ -104,35 +104,46 @@ def test_the_seccomp_program_refuses_copying_another_processs_descriptors(tmp_pa
 MOVE_THE_RUNS_PARENT = """
 import os, sys
 runs, outside = sys.argv[1], sys.argv[2]
-parent = os.path.dirname(runs)
-os.rename(parent, parent + ".moved")           # a folder above a mount point can be renamed
-os.mkdir(parent)
+base = os.path.dirname(runs)
+for folder in (base, runs):                     # the folder above the tmpfs, and the tmpfs itself
+    try:
+        os.rename(folder, folder + "-gone")
+        print("MOVED", folder, flush=True)
+    except OSError as exc:
+        print("REFUSED", exc.errno, flush=True)
+top = os.path.dirname(base)                     # above that: a folder of the learner's on /tmp
+os.rename(top, top + "-gone")                   # (a folder holding a mount point can be renamed)
+os.makedirs(base)
 os.symlink(outside, runs)                       # absolute: the host resolves it against its own root
-print("moved", flush=True)
+print("REDIRECTED", flush=True)
 """
 
 
 @needs_bwrap
-def test_run_folders_are_never_made_outside_the_sandbox_when_learner_code_moves_the_folders_above_them(
+def test_learner_code_cannot_move_the_folders_above_the_run_folders_nor_get_run_folders_made_outside(
         tmp_path, monkeypatch):
-    # The folders above the sandbox's runs tmpfs are bubblewrap's, made on the learner-writable /tmp: learner
-    # code moving them must not point the host's runs link (through /proc/<pid>/root) at a host folder.
+    # The trusted side reaches the sandbox's runs tmpfs from the host through /proc/<pid>/root/<its path>:
+    # were the folders above it the learner's (bubblewrap's --dir on the learner-writable /tmp), learner
+    # code could move them and point that path at any host folder, which would then get the run folders.
+    # The folder above runs is a read-only tmpfs of its own; above that (here a folder on the sandbox's
+    # /tmp, where the grader's own is /tmp itself), the trusted side checks it still reaches the tmpfs.
     isolation = same_user(tmp_path)
     box, runs = tmp_path / "base" / "box", tmp_path / "base" / "runs"
     box.mkdir(mode=0o755)
     runs.mkdir(mode=0o711)
-    outside = tmp_path / "teachers_folder"
+    outside = tmp_path.parent / f"{tmp_path.name}-teachers-folder"
     outside.mkdir()
     (box / "move.py").write_text(MOVE_THE_RUNS_PARENT)
     sandbox = isolation.open(box, runs, AGENT)
     try:
         monkeypatch.setenv("COMMTAX_SANDBOX", json.dumps(sandbox.settings(ROOT, RELAY)))
         from commtax import learner_process
-        first = learner_process.learner_run_dir()
-        assert os.stat(first).st_dev != os.stat(tmp_path).st_dev   # on the sandbox's tmpfs
+        made = learner_process.learner_run_dir()
+        assert os.stat(made).st_dev != os.stat(tmp_path).st_dev   # on the sandbox's tmpfs
         run = learner_process.learner_run([sys.executable, "-I", str(box / "move.py"), str(runs), str(outside)],
                                           capture_output=True, timeout=120)
-        assert run.returncode == 0 and b"moved" in run.stdout, run
+        assert run.returncode == 0 and run.stdout.split(b"\n")[:2] == [b"REFUSED 16", b"REFUSED 30"], run
+        assert b"REDIRECTED" in run.stdout, run                     # (EBUSY, EROFS)
         with pytest.raises(OSError):
             learner_process.learner_run_dir()
         assert os.listdir(outside) == []

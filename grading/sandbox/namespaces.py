@@ -117,6 +117,25 @@ def _parents(path: str) -> list[str]:
     return options
 
 
+def _fixed_base(box: Path, runs: Path, size: int) -> list[str]:
+    """Same-user mode: bwrap options for ``box`` (read-only) and ``runs`` (a tmpfs of ``size`` bytes, in memory)
+    in their common folder, itself a small tmpfs of its own made read-only before ``runs`` is mounted on it.
+
+    The trusted side reaches ``runs`` from the host through ``/proc/<pid>/root/<that path>``, walking the
+    folders above it inside the sandbox. Made plainly (``--dir`` on the learner-writable ``/tmp``), they
+    are the learner's: learner code could rename them (a folder *holding* a mount point can be renamed) and
+    point that path at any host folder. A mount point cannot be renamed (EBUSY), nor anything in a
+    read-only file system (EROFS); the folder above it is ``/tmp`` itself, a mount point too, where the
+    grader's temporary folder is under ``/tmp`` (its default). (Wherever it is, commtax.learner_process
+    still checks that ``runs`` leads to the tmpfs the grader recorded before making anything there.)
+    """
+    base = str(runs.parent)
+    return [*_parents(base), "--perms", "0755", "--size", str(2**20), "--tmpfs", base,
+            "--perms", "0755", "--dir", str(box), "--ro-bind", str(box), str(box),
+            "--perms", "0711", "--dir", str(runs), "--remount-ro", base,
+            "--perms", "0711", "--size", str(size), "--tmpfs", str(runs)]
+
+
 def _etc(folder: Path, uid: int, gid: int) -> list[str]:
     """A few files of /etc for the sandbox: written here, bound read-only."""
     folder.mkdir(mode=0o755)
@@ -488,10 +507,13 @@ class NamespaceIsolation:
                                            if n.startswith("nvidia") and n[6:].isdigit())]:
                 c += ["--dev-bind-try", device, device]
         c += self._python_binds()
-        c += _parents(str(box)) + ["--ro-bind", str(box), str(box)]
-        if self.run_fs_inside:  # same-user mode: capped, in memory, linked from outside once started
+        if self.run_fs_inside and box.parent == runs.parent:  # same-user mode (the grader's layout)
+            c += _fixed_base(box, runs, self.limits.tmp_size)
+        elif self.run_fs_inside:  # same-user mode: capped, in memory, linked from outside once started
+            c += _parents(str(box)) + ["--ro-bind", str(box), str(box)]
             c += _parents(str(runs)) + ["--perms", "0711", "--size", str(self.limits.tmp_size), "--tmpfs", str(runs)]
         else:
+            c += _parents(str(box)) + ["--ro-bind", str(box), str(box)]
             c += _parents(str(runs)) + ["--bind", str(runs), str(runs)]
         c += ["--ro-bind", str(agent), AGENT_PATH]
         settings = {"uid": None if self.user_namespace else uid, "gid": uid, "limits": self.limits.rlimits()}
