@@ -41,6 +41,7 @@ TERMS: tuple[Term, ...] = (
          "all-gather): equals the link's $B$ for a ring at full speed, whatever $P$", "01", "3"),
     Term("bandwidth-optimal", "sending the fewest bytes per rank any endpoint algorithm can: $2(P-1)n/P$ for "
          "all-reduce (ring, halving-doubling)", "01", "3"),
+    Term("nccl-tests", "NVIDIA's benchmarks of NCCL's collectives, which report algbw and busbw", "01", "3"),
     Term("SHARP", "InfiniBand switches that add the data as it passes (in-network reduction)", "01", "3"),
     Term("NVLS", "NVLink SHARP: an H100 node's NVSwitch adds the data as it passes", "01", "3"),
     Term("node", "one server, here 8 GPUs joined by NVLink, each with its own NIC", "01", "6"),
@@ -106,6 +107,10 @@ TERMS: tuple[Term, ...] = (
     Term("taxed", "an axis with exposed time, which adds to the step", "04", "top"),
     Term("dense", "a GPU's peak FLOP/s without 2:4 structured sparsity (989 TFLOP/s on an H100 in BF16); the "
          "sparse peak, twice that, assumes it", "04", "top"),
+    Term("SXM", "NVIDIA's socketed GPU module for its 8-GPU servers (as opposed to the PCIe card), with the "
+         "full NVLink bandwidth", "04", "top"),
+    Term("async TP", "tensor parallelism whose matmuls are cut into chunks so that one chunk's collective runs "
+         "while the next chunk computes", "04", "2"),
     Term("tax", "an axis' exposed time over the compute time; the whole-step tax counts forward and backward",
          "04", "top"),
     Term("MFU", "model FLOPs utilisation: the share of the GPU's dense peak the compute achieves", "04", "top"),
