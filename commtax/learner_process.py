@@ -221,13 +221,18 @@ class RunFolder(str):
         _HELD[str(path)] = folder   # files below it are read through it (open_learner_file)
         return folder
 
-    def __del__(self):
+    def close(self) -> None:
+        """Close the folder's descriptor now (idempotent); a traceback kept alive elsewhere would otherwise
+        hold it, and the sandbox's tmpfs under it, until the garbage collector runs."""
         fd, self.fd = getattr(self, "fd", -1), -1
         if fd >= 0:
             try:
                 os.close(fd)
             except (OSError, TypeError, AttributeError):  # (at interpreter exit ``os`` may be half gone)
                 pass
+
+    def __del__(self):
+        self.close()
 
 
 _HELD: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # path -> its live RunFolder

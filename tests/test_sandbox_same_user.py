@@ -149,3 +149,16 @@ def test_learner_code_cannot_move_the_folders_above_the_run_folders_nor_get_run_
         assert os.listdir(outside) == []
     finally:
         sandbox.close()
+
+
+def test_bubblewraps_output_keeps_its_last_bytes_however_they_are_written():
+    from grading.sandbox.output import BoundedLog
+
+    read, write = os.pipe()
+    log = BoundedLog(os.fdopen(read, "rb"), keep=1000)
+    for i in range(3000):                  # one byte at a time, then a large block
+        os.write(write, bytes([48 + i % 10]))
+    os.write(write, b"x" * 5000 + b"THE END")
+    os.close(write)
+    text = log.text(wait=30)
+    assert len(text) == 1000 and text.endswith("THE END") and log.received == 3000 + 5007

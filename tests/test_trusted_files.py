@@ -154,3 +154,28 @@ def test_files_below_a_run_folder_are_read_from_the_folder_made_even_after_it_is
     os.rename(tmp_path / "moved" / "rank0", tmp_path / "rank0-moved")   # a rank's folder swapped likewise
     os.symlink(outside / "rank0", tmp_path / "moved" / "rank0")
     assert _start.read_text(_start.rank_path(run_dir, 0, "stack")) == ""
+
+
+
+def test_a_run_folders_descriptor_is_closed_when_the_run_ends_even_if_its_error_is_kept():
+    from commtax.ranks.launch import run_ranks
+
+    def open_fds():
+        return len(os.listdir("/proc/self/fd"))
+
+    kept = []
+    before = open_fds()
+    for _ in range(3):
+        try:   # arguments that cannot be sent: refused after the run folder was made
+            run_ranks(_start.write_job, 1, rank_args=[(lambda: 0,)], timeout=60)
+        except ValueError as exc:
+            kept.append(exc)   # a caller that keeps the error keeps the runner's frames with it
+    assert len(kept) == 3 and "cannot send rank 0 its arguments" in str(kept[0])
+    assert open_fds() <= before
+    folder = learner_process.learner_run_dir()
+    fd = folder.fd
+    folder.close()
+    folder.close()   # twice is fine
+    assert folder.fd == -1
+    with pytest.raises(OSError):
+        os.fstat(fd)

@@ -253,6 +253,8 @@ def _run_once(fn, world_size, args, kwargs, backend, timeout, grace, live, env, 
         if rendezvous:
             rendezvous.close()
         remove_tree(run_dir)   # the ranks ran learner code: no recursion, no link followed, never raises
+        if hasattr(run_dir, "close"):
+            run_dir.close()    # its descriptor now, not when a kept traceback lets it go
 
     counted = None if failures or wire_before is None or wire_after is None else wire_after - wire_before
     return results, failures, outputs, counted
