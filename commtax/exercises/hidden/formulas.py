@@ -59,7 +59,8 @@ FORMULAS: dict[str, Formula] = {
         "n* itself": lambda P: INFINIBAND_NDR.alpha * INFINIBAND_NDR.bandwidth,
         "bits vs bytes": lambda P: P * INFINIBAND_NDR.alpha * NIC_BITS,
         "one phase's latency": lambda P: P / 2 * INFINIBAND_NDR.alpha * INFINIBAND_NDR.bandwidth,
-        "one phase's bandwidth": lambda P: 2 * P * INFINIBAND_NDR.alpha * INFINIBAND_NDR.bandwidth}),
+        "one phase's bandwidth": lambda P: 2 * P * INFINIBAND_NDR.alpha * INFINIBAND_NDR.bandwidth,
+        "the large-P limit": lambda P: (P - 1) * INFINIBAND_NDR.alpha * INFINIBAND_NDR.bandwidth}),
     # nccl-tests: busbw = algbw x 2(P-1)/P, algbw = n / t; 1 GB on 8 GPUs (busbw in GB/s)
     "02.5": Formula(lambda busbw: GB / (busbw * 1e9 / 1.75), {
         "bus vs algorithm bandwidth": lambda busbw: GB / (busbw * 1e9),

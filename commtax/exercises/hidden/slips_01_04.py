@@ -15,6 +15,9 @@ _GUIDE_ALLREDUCES = 4           # 03.3: TP all-reduces per layer (2 forward, 2 b
 _TP = 8                         # 04.2: t
 _H100_PEAK, _MFU = 989e12, 0.4  # 04.2: dense BF16 FLOP/s and the MFU the exercise gives
 _NVLINK_BANDWIDTH = 450e9       # 04.2: bytes/s per direction
+_H100_SPARSE_PEAK = 1979e12     # 04.2: NVIDIA's with-sparsity BF16 figure (2:4 sparsity), the slip
+_NCCL_NVLINK = 370e9            # 04.4: what NCCL's rings reach inside a node, Lesson 04's link rate
+_LLAMA2_70B_HIDDEN = 8192       # 04.4: h
 
 
 def _gpt3_forward_tax() -> float:
@@ -23,6 +26,18 @@ def _gpt3_forward_tax() -> float:
     comm = 2 * 2 * (_TP - 1) / _TP * _GPT3_HIDDEN * _BF16 / _NVLINK_BANDWIDTH
     compute = 24 * _GPT3_HIDDEN**2 / _TP / (_MFU * _H100_PEAK)
     return comm / compute
+
+
+def _tp_only_mfu() -> float:
+    """04.3: the plan's MFU if the step were compute plus TP's exposed time alone (the compute at MFU 0.4)."""
+    report = model.lesson04_plan(8, 4)
+    return _MFU * report.t_compute / (report.t_compute + report.axes["TP"].exposed)
+
+
+def _forward_formula(t: int) -> float:
+    """04.4: Lesson 04 section 2's forward TP tax, (t-1) peak MFU / (3 h B), at NCCL's 370 GB/s (no latency)."""
+    from commtax.formulas import bill
+    return bill.tp_tax(_H100_PEAK, _NCCL_NVLINK, _LLAMA2_70B_HIDDEN, t, _MFU)
 
 
 SLIPS: dict[str, tuple[Slip, ...]] = {
@@ -50,6 +65,8 @@ SLIPS: dict[str, tuple[Slip, ...]] = {
              "scatter and all-gather) against 2(P-1)/P n/B"),
         Slip("one phase's bandwidth", "CW+D11VBxIQ=", "that sets 2(P-1)α against one phase's bandwidth term, (P-1)/P n/B; the "
              "ring all-reduce sends 2(P-1)/P n/B (reduce-scatter and all-gather)"),
+        Slip("the large-P limit", "ZIq3OS+Gb4E=", "that sets 2(P-1)α against 2n/B; keep the ring's factor: 2(P-1)α = "
+             "2(P-1)/P n/B, so n = P αB"),
     ),
     "01.3": (
         Slip("n* itself", "kF4KPp/zc4k=", "that is n* = αB; the tree/ring crossover at P = 256 is n* (P-1-c)/(c-(P-1)/P), "
@@ -82,6 +99,8 @@ SLIPS: dict[str, tuple[Slip, ...]] = {
         Slip("where it goes, or what it owns", "pPJr6I6w3i4=", "rank 2 sends to rank 3 and owns chunk (i + 1) mod P = 3 at the "
              "end; asked is the chunk it sends at s = 3, (i - s) mod P"),
         Slip("step 0's chunk", "Q/X3hcVYhq8=", "rank 2 sends its own chunk 2 at step 0; at step s it sends (i - s) mod P"),
+        Slip("no mod P", "ChoEZz2U9rc=", "chunks are numbered 0 to P - 1: take i - s mod P (a negative number wraps "
+             "around to P plus it)"),
     ),
     "02.2": (
         Slip("one phase", "bYp+hm5zSng=", "that is (P-1)/P n, the reduce-scatter alone; the all-gather sends as much again: "
@@ -149,6 +168,8 @@ SLIPS: dict[str, tuple[Slip, ...]] = {
     "03.4": (
         Slip("inverted", "Wn3KaK1TQkk=", "that is PP / TP; asked is TP bytes over PP bytes"),
         Slip("one layer", "CAWrca1DyLA=", "that is one TP layer; the stage holds 12 layers"),
+        Slip("all 96 layers", "gBzA8ZrOlxc=", "that counts TP over all 96 layers; a TP rank of this stage sends for the "
+             "stage's 12 layers, and one boundary is what the stage sends on"),
         Slip("PP forward only", "yFS0Yf9TP8o=", "a boundary carries the activation forward and its gradient back: 2 bsh B per "
              "micro-batch"),
         Slip("TP forward only", "WjBKQudOEr4=", "TP sends 4 all-reduces per layer per micro-batch: 2 forward, 2 backward"),
@@ -166,6 +187,8 @@ SLIPS: dict[str, tuple[Slip, ...]] = {
              "are dense: 312 TFLOP/s"),
         Slip("bits vs bytes", "ylbp8XnBpuQ=", "a 200 Gb/s NIC moves 25 GB/s per direction"),
         Slip("MFU left out", "9p52pk7cJBk=", "the backward runs at MFU x peak (0.45 x 312 TFLOP/s)"),
+        Slip("the measured NIC", "gWyqhPPpBBI=", "that prices the NIC at what NCCL measures (~24 GB/s), the lesson's own "
+             "convention; this exercise says to price it at its 25 GB/s line rate, as its sources do"),
     ),
     "04.2": (
         Slip("forward vs whole-step tax", "DlPvnI0C+q8=", "that is the forward's TP tax; over a whole step (backward twice the "
@@ -177,6 +200,8 @@ SLIPS: dict[str, tuple[Slip, ...]] = {
              "the course's bandwidths are per direction: 450 GB/s"),
         Slip("backward compute left out", "", "that divides the whole step's 4 all-reduces by the forward's compute "
              "alone; the backward computes twice what the forward does", compute=lambda: 2 * _gpt3_forward_tax()),
+        Slip("sparse vs dense peak", "", "that uses the with-sparsity 1979 TFLOP/s; training runs dense matmuls: "
+             "989 TFLOP/s", compute=lambda: 2 / 3 * _gpt3_forward_tax() * _H100_SPARSE_PEAK / _H100_PEAK),
     ),
     "04.3": (
         Slip("the compute's MFU", "jwOO9f2YsDI=", "0.4 is the compute's MFU you were given; the plan's estimate is lower by "
@@ -185,6 +210,8 @@ SLIPS: dict[str, tuple[Slip, ...]] = {
              compute=lambda: model.lesson04_mfu(4, 2)),
         Slip("the TP tax", "", "that is the plan's TP tax; asked is its estimated MFU",
              compute=lambda: model.lesson04_plan(8, 4).axes["TP"].tax),
+        Slip("only TP's exposed time", "", "that adds only TP's exposed time to the compute; the step is compute plus "
+             "every axis's exposed time (DP's and PP's too)", compute=lambda: _tp_only_mfu()),
     ),
     "04.4": (
         Slip("TP 8's tax", "", "that is the tax at TP 8 (exercise 3); asked is TP 16's",
@@ -195,5 +222,11 @@ SLIPS: dict[str, tuple[Slip, ...]] = {
              "latencies of each all-reduce, across nodes, grow more", compute=lambda: model.lesson04_plan(8, 4).axes["TP"].tax * 15 / 7),
         Slip("the plan's MFU", "", "that is the plan's estimated MFU; asked is its TP tax, a fraction of compute",
              compute=lambda: model.lesson04_plan(16, 2).mfu),
+        Slip("forward vs whole-step tax", "", "that is the forward's TP tax; the bill's is the whole step's (the backward "
+             "has the same all-reduces and twice the compute): 2/3 of the forward's",
+             compute=lambda: 1.5 * model.lesson04_plan(16, 2).axes["TP"].tax),
+        Slip("section 2's forward formula", "", "that is section 2's forward-tax formula at t = 16, with no latency; asked "
+             "is the bill's whole-step tax: 2/3 of the forward's, plus the 4 all-reduces' latency per layer",
+             compute=lambda: _forward_formula(16)),
     ),
 }

@@ -30,12 +30,29 @@ def _prefill_comm_s() -> float:
     return 2 * _LLAMA2_70B_LAYERS * one
 
 
+def _prefill_share(n_params: float) -> float:
+    """05.4: TP comm's share of the prefill step, its compute 2 N tokens / t FLOPs per GPU at 50% of 989 TFLOP/s."""
+    compute = 2 * n_params * _PREFILL_TOKENS / _TP / (0.5 * 989e12)
+    return _prefill_comm_s() / (_prefill_comm_s() + compute)
+
+
+def _decode_8b_share(t: int, hbm_bytes_per_s: float) -> float:
+    """05.5: TP comm's share of a Llama-3-8B decode step (32 layers, h = 4096) on t GPUs over NVLink: 2 ring
+    all-reduces per layer of one token's activation, against streaming N bf16 weights / t from memory."""
+    from commtax.formulas import collectives
+    from commtax.formulas.links import NVLINK4
+    comm = 64 * collectives.allreduce_time(4096 * _BF16, t, NVLINK4.alpha, NVLINK4.bandwidth, "ring")
+    compute = 8.03e9 * _BF16 / t / hbm_bytes_per_s
+    return comm / (comm + compute)
+
+
 SLIPS: dict[str, tuple[Slip, ...]] = {
     # Lesson 05
     "05.1": (
         Slip("one all-reduce", "NL8DNIcrBUs=", "that is one all-reduce; a decode step runs 2 per layer, 80 layers"),
-        Slip("one all-reduce per layer", "eDytuVhuIew=", "each layer runs 2 all-reduces forward (attention and MLP): 160 (or "
-             "did you count t-1 latencies per all-reduce? a ring pays 2(t-1))"),
+        Slip("one all-reduce per layer, or t-1 steps", "KT75LZ/3240=", "each layer runs 2 all-reduces forward (attention "
+             "and MLP): 160; or, if you counted t-1 latencies per all-reduce, a ring pays 2(t-1): reduce-scatter and "
+             "all-gather (the two give the same time within 0.2%)"),
         Slip("with a backward", "zRhrTffpiFM=", "decode has no backward: 2 all-reduces per layer, 160 per step"),
         Slip("latency left out", "4tELCImWkrI=", "decode is latency-bound: each ring all-reduce pays 2(t-1)α = 42 µs"),
     ),
@@ -49,6 +66,8 @@ SLIPS: dict[str, tuple[Slip, ...]] = {
         Slip("n* itself", "QtjD6hNbgf4=", "that is n* = αB; one-shot saves 13α and pays (7 - 1.75) p/B more"),
         Slip("14α saved", "yGcJZpSYfbg=", "one-shot still pays one α: it saves 14α - α = 13α"),
         Slip("the large-P limit", "5q6ac5s5rBs=", "the ring sends 2(t-1)/t = 1.75 p, not 2p"),
+        Slip("t = 4's crossover", "4jOkTAfy9wo=", "that is the crossover at t = 4 (the lesson's example); at t = 8 the ring "
+             "pays 2(t-1) = 14 latencies and 1.75 p/B, one-shot 1 latency and (t-1) p/B"),
     ),
     "05.4": (
         Slip("comm / compute", "zFN8GNTiX4w=", "that is comm over compute; the share of the step is comm / (comm + compute)"),
@@ -56,12 +75,19 @@ SLIPS: dict[str, tuple[Slip, ...]] = {
              "the weights' streaming time"),
         Slip("the comm time", "", "that is the TP comm time, in seconds; asked is its share of the step, "
              "comm / (comm + compute)", compute=lambda: _prefill_comm_s()),
+        Slip("N from 12Lh²", "", "that prices the compute with N = 12 L h² (64e9); Llama-2-70B has 69e9 parameters "
+             "(its grouped-query attention and wider MLP are not the 12 h² per layer of GPT)",
+             compute=lambda: _prefill_share(12 * _LLAMA2_70B_LAYERS * _LLAMA2_70B_HIDDEN**2)),
     ),
     "05.5": (
         Slip("Llama-2-70B's share", "0vx2QKa+tUg=", "that is Llama-2-70B's; asked is Llama-3-8B's"),
         Slip("comm / compute", "1vYEnYdRnM4=", "that is comm over compute; the share is comm / (comm + compute)"),
         Slip("compute-bound decode", "Xtnc279GwlE=", "one token is memory-bound: the forward streams the weights, "
              "N x 2 bytes / t at 3.35 TB/s"),
+        Slip("t = 2", "", "that is the share at t = 2 (the lesson's example); the exercise asks t = 8: 2(t-1) = 14 "
+             "latencies per all-reduce, and 1/8 of the weights per GPU", compute=lambda: _decode_8b_share(2, 3.35e12)),
+        Slip("the A100's memory", "", "that streams the weights at an A100's 2 TB/s; the exercise is on H100s: 3.35 TB/s",
+             compute=lambda: _decode_8b_share(_TP, 2e12)),
     ),
     # Lesson 06
     "06.1": (
@@ -105,7 +131,7 @@ SLIPS: dict[str, tuple[Slip, ...]] = {
         Slip("80 layers per stage", "kbc2Na0Hh90=", "a stage holds 80/p = 20 layers"),
         Slip("InfiniBand's margin", "Smz0VBpoErg=", "that is how many times more InfiniBand NDR offers; asked is the bandwidth "
              "itself, in bytes/s"),
-        Slip("the gradient on the same direction", "", "that adds the gradient's send; it flows back on the link's "
+        Slip("the gradient on the same direction, or p = 8's forward", "", "that adds the gradient's send; it flows back on the link's "
              "other direction (the course's bandwidths are per direction), so only the activation counts against the "
              "forward (or is it the lesson's p = 8 figure? at p = 4 a stage's forward is twice as long)",
              compute=lambda: 2 * _activation_send_bandwidth()),
