@@ -170,7 +170,7 @@ KNOWN = {
     "01.5": [("the printed output", 450.0), ("bytes, not its KB", 450_000.0), ("the InfiniBand line", 300_000 / 1024),
              ("part (b)", 37_500 / 1024)],
     "02.1": [("steps counted from 1, or + s", 0), ("where it goes, or what it owns", 3), ("step 0's chunk", 2), ("no mod P", 2 - 3)],
-    "02.2": [("one phase", 0.875 * GB), ("the large-P limit", 2 * GB), ("per-rank vs total", 8 * 1.75 * GB),
+    "02.2": [("one phase", 0.875 * GB), ("the large-P limit", 2 * GB), ("per-rank vs total, or bits", 8 * 1.75 * GB),
              ("the naive root", 7 * GB), ("sent and received", 3.5 * GB), ("1 GB as 2^30 bytes", 1.75 * 2**30)],
     "02.3": [("latency left out", 1.5 * 2**26 / 1.5e9), ("64 MiB as 64e6 bytes", ring(64e6, 4, 150e-6, 1.5e9)), ("the 1 kB time", ring(1000, 4, 150e-6, 1.5e9)),
              ("the large-P limit", 6 * 150e-6 + 2 * 2**26 / 1.5e9), ("one phase", 3 * 150e-6 + 0.75 * 2**26 / 1.5e9)],

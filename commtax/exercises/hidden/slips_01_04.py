@@ -106,7 +106,8 @@ SLIPS: dict[str, tuple[Slip, ...]] = {
         Slip("one phase", "bYp+hm5zSng=", "that is (P-1)/P n, the reduce-scatter alone; the all-gather sends as much again: "
              "2(P-1)/P n"),
         Slip("the large-P limit", "4pay80xrYDY=", "that is 2n; the ring keeps its factor: 2(P-1)/P n = 1.75 n at P = 8"),
-        Slip("per-rank vs total", "aN84g1GRPHk=", "that is what all 8 GPUs send together; asked is each GPU's"),
+        Slip("per-rank vs total, or bits", "Wiqq7aHw97I=", "that is what all 8 GPUs send together, or each GPU's bytes "
+             "written in bits (on 8 GPUs the two are the same number); asked is each GPU's, in bytes"),
         Slip("the naive root", "aoftralnpFA=", "that is what the naive algorithm's root sends, (P-1) n; asked is the ring"),
         Slip("sent and received", "Q2w+a9Kqf9E=", "that adds what a GPU receives; asked is what it sends"),
         Slip("1 GB as 2^30 bytes", "pAcuF218oKk=", "1 GB is 1e9 bytes (decimal prefixes); 2^30 bytes is 1 GiB"),
