@@ -29,7 +29,10 @@ TERMS: tuple[Term, ...] = (
     Term("NVLink", "NVIDIA's GPU-to-GPU links inside a node: 450 GB/s per direction on an H100 "
          "(the \"900 GB/s\" adds both directions)", "01", "2"),
     Term("InfiniBand", "the usual network between nodes; a 400 Gb/s NDR port carries 50 GB/s each way", "01", "2"),
-    Term("NIC", "a GPU's network card; DGX-class nodes have one per GPU", "01", "2"),
+    Term("NIC", "a GPU's network card; 8-GPU training servers (DGX-class nodes, Lesson 04) have one per GPU",
+         "01", "2"),
+    Term("NDR", "the 400 Gb/s generation of InfiniBand (HDR is 200 Gb/s): 50 GB/s per direction", "01", "2"),
+    Term("copy engine", "the unit of a GPU that copies memory (to another GPU or a NIC) without its cores", "01", "2"),
     Term("crossover size", "$n^* = \\alpha B$: the message size that spends as long starting up as streaming; "
          "larger on faster links", "01", "2"),
     Term("latency-bound", "a message below $n^*$: its time is mostly $\\alpha$, so fewer messages help, fewer bytes "
@@ -44,7 +47,7 @@ TERMS: tuple[Term, ...] = (
     Term("nccl-tests", "NVIDIA's benchmarks of NCCL's collectives, which report algbw and busbw", "01", "3"),
     Term("SHARP", "InfiniBand switches that add the data as it passes (in-network reduction)", "01", "3"),
     Term("NVLS", "NVLink SHARP: an H100 node's NVSwitch adds the data as it passes", "01", "3"),
-    Term("node", "one server, here 8 GPUs joined by NVLink, each with its own NIC", "01", "6"),
+    Term("node", "one server, here 8 GPUs joined by NVLink, each with its own NIC", "01", "2"),
     Term("rail", "the GPUs with the same index on every node, whose NICs share the network's switches", "01", "6"),
     Term("channel", "NCCL's name for one of the rings (or trees) it runs at the same time, each with part of "
          "the buffer", "01", "6"),
@@ -115,6 +118,7 @@ TERMS: tuple[Term, ...] = (
          "04", "top"),
     Term("MFU", "model FLOPs utilisation: the share of the GPU's dense peak the compute achieves", "04", "top"),
     Term("DP replica", "the GPUs that hold one copy of the model ($t \\cdot p$ of them)", "04", "1"),
+    Term("DGX-class", "a node built like NVIDIA's DGX servers: 8 GPUs on NVLink and a NIC per GPU", "04", "1"),
     Term("binding", "the axis with the largest exposed time: the one to relax first", "04", "5"),
     # Lessons 05 and 06
     Term("HBM", "a GPU's high-bandwidth memory: ~3.35 TB/s on an H100, what decode streams the weights from",
