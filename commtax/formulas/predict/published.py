@@ -13,6 +13,7 @@ from commtax.formulas.predict.config import normalize
 from commtax.formulas.predict.flops import layer_params
 from commtax.formulas.predict.hardware import GPU_ALIASES, GPUS, ZERO_BANDWIDTH_SHARE
 from commtax.formulas.predict.memory import choose_recompute
+from commtax.formulas.predict.presets import DATA
 from commtax.formulas.predict.step import breakdown, predict
 
 #: The published figure each source gives, and the predicted key it is compared with.
@@ -25,8 +26,8 @@ FIGURES = {
     "MLM-README-2024": (("published_tflops_per_gpu", "model_tflops_per_gpu"), ("published_mfu", "mfu")),
     "NEMO-24.07": (("published_tflops_per_gpu", "model_tflops_per_gpu"),),
 }
-#: The public rows, shipped with Lab 11 (the course's copy of the published-runs table).
-PUBLIC_RUNS = Path(__file__).resolve().parents[3] / "labs" / "lab-11-plan-a-cluster" / "published_runs.csv"
+#: The public rows of 2021-2024 (Lesson 10 and Lab 11 read them from here): the course's copy of the published runs.
+PUBLIC_RUNS = DATA / "published-runs-2021-2024.csv"
 SP_PUBLISHED_IN = 2022   # sequence parallelism (Korthikanti et al.): runs before it ran without
 GPT2_VOCAB = 51200       # GPT-2's BPE vocabulary padded to a multiple of 1024, as Megatron-LM pads it
 
@@ -38,7 +39,7 @@ def _source_year(source) -> int:
 
 
 def run_from_row(row: dict) -> dict:
-    """A ``run`` dict for :func:`predict` from one row of ``published-runs.csv`` (blank = None).
+    """A ``run`` dict for :func:`predict` from one row of ``published-runs-2021-2024.csv`` (blank = None).
 
     What a blank means here: Megatron-LM 2021 runs (NAR21, MLM-README-2021) predate sequence
     parallelism, ran fp16 (their notes say so) and all-reduced the gradients after the backward

@@ -1,7 +1,7 @@
 """Hidden tests for Lab 11: published runs held back from the public tests (see grading/README.md).
 
 The public tests grade the pieces on plans the learner can see and the whole predictor on the public
-rows of published_runs.csv. These runs, reconstructed from their papers (commtax.formulas.predict.
+rows (commtax/data/published-runs-2021-2024.csv). These runs, reconstructed from their papers (commtax.formulas.predict.
 CHECK_RUNS: Llama 3 405B's three configurations, Narayanan et al.'s ZeRO-3 scaling, Korthikanti et al.'s
 530B and 1T), are never shown: a predictor tuned to the public rows must still get them right. Every piece is also
 priced on plans drawn from a secret seed, afresh for each grading.
