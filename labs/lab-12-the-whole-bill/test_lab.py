@@ -14,12 +14,12 @@ arrive through the pipeline, TP and DP communication.
 
 The ranks return plain data (losses, byte counts, the
 messages they sent and received, their timelines); every expected value is
-computed here, in the pytest process: the losses by single-process training
+computed in the pytest process (``_reference.py``): the losses by single-process training
 of the real model and data (``commtax.ranks.wholebill.train_losses``), the
 bytes by the course's bill (``EXPECTED("bill", dp, tp, pp)``: computed by ``expected.py`` in the course
 repository, recorded in ``expected.json`` for these plans in the student release), the groups by
 Megatron's rank order, the 1F1B
-order by the rule written out here (Lesson 06's simulator runs the same). Inside each rank, the course's byte
+order by the rule written out there (Lesson 06's simulator runs the same). Inside each rank, the course's byte
 counter (``commtax.ranks.traffic.record_traffic``) records every all-reduce
 with its group's ranks, and every send with its peer and tag, so that the
 learner's ledger is checked against a second count.
@@ -30,8 +30,6 @@ The step time is not graded (it depends on the machine's load): ``run.py``
 reports it. Failures read best with ``--tb=short``.
 """
 
-import functools
-import math
 from pathlib import Path
 
 import pytest
@@ -40,44 +38,49 @@ from commtax.ranks import wholebill
 from commtax.ranks._byfile import load_module_from_file
 from commtax.ranks.launch import DistributedRunError
 from commtax.recorded import Expected
-from commtax.testing import (
-    SharedRunFailed,
-    SharedRuns,
-    check,
-    close,
-    expect_close,
-    expect_value_error,
-    fail,
-    known_ratios,
-    mismatch,
-)
+from commtax.testing import SharedRuns, check, close, expect_close, expect_value_error, fail, known_ratios
 
 # The rank side (the model and data each rank is handed, what every rank runs) is in _workers.py beside this
 # file, loaded by path: lab folders are not packages, and the ranks load it the same way.
 load_module_from_file("lab_12_workers", str(Path(__file__).resolve().parent / "_workers.py"))
 from lab_12_workers import (  # noqa: E402  (loaded just above)
-    SIZES,
-    _global_batch,
-    _real,
     coordinates,
-    handed,
     ledger_on_groups,
     rank_inputs,
     record_slow_sends,
     record_training,
 )
 
-M = SIZES["microbatches"]
+# What the tests expect, computed in this process (_reference.py), and the longer checks and the hints of a mismatch
+# (_checks.py): loaded by path, as above. tests/test_planted_bugs.py reads some of these names from this module.
+load_module_from_file("lab_12_reference", str(Path(__file__).resolve().parent / "_reference.py"))
+load_module_from_file("lab_12_checks", str(Path(__file__).resolve().parent / "_checks.py"))
+from lab_12_checks import (  # noqa: E402  (loaded just above)
+    SEND_DELAY,
+    _byte_hints,
+    _bytes_report,
+    _check_counted,
+    _degree,
+    _loss_problem,
+    check_receive_waits,
+    check_timeline,
+    forged_hint,
+    note_a_wrong_group,
+    order_problem,
+    sends_problem,
+)
+from lab_12_reference import (  # noqa: E402  (loaded just above)
+    _expected_sends,
+    alone,  # noqa: F401  (tests/test_planted_bugs.py)
+    counted_by_axis,
+    expected_losses,
+    one_f_one_b_rule,
+    public_losses,  # noqa: F401  (tests/test_planted_bugs.py)
+)
+
 PLANS = [(2, 2, 2), (4, 1, 1), (1, 4, 1)]       # (dp, tp, pp): the capstone, and DP and TP on 4 ranks
 RUNS = SharedRuns()
 EXPECTED = Expected(Path(__file__).resolve().parent)
-
-
-# -- in the pytest process ----------------------------------------------------------------
-
-WRONG_GROUP_HINT = ("hint (Lab 12): some ranks wait in all_reduce() while others wait in recv(): an all-reduce "
-                    "on a group with ranks that never join it. group=None is all dp x tp x pp ranks; each TP "
-                    "all-reduce (forward and backward) belongs on the rank's TP group, sync_gradients' on its DP group")
 
 
 def run(lab, dp, tp, pp, **options):
@@ -88,125 +91,13 @@ def run(lab, dp, tp, pp, **options):
                         needs=(lab.train_step, lab.tp_block, lab.sync_gradients, lab.Ledger.start, lab.Ledger.stop,
                                lab.shard_layer, lab.one_f_one_b_order), rank_args=rank_inputs(dp, tp, pp))
     except DistributedRunError as exc:  # the runner sees different calls; the likely cause here is a group
-        text = str(exc).split("\n\n", 1)[0]
-        wrong_group = "deadlocked" in text and "in all_reduce()" in text and "in recv()" in text
-        if wrong_group and not isinstance(exc, SharedRunFailed) and WRONG_GROUP_HINT not in getattr(
-                exc, "__notes__", ()):
-            exc.add_note(WRONG_GROUP_HINT)
+        note_a_wrong_group(exc)
         raise
-
-
-@functools.cache
-def expected_losses(plan):
-    """Single-process training of the real model and data of ``plan`` (dp x tp x pp): every step's loss."""
-    return wholebill.train_losses(*_real(plan[0]), SIZES["lr"])
-
-
-@functools.cache
-def public_losses(dp):
-    """The losses of the model and data of train()'s public seed 0, which the ranks are never given."""
-    s = SIZES
-    return wholebill.reference_losses(s["layers"], s["hidden"], _global_batch(dp), s["seq"], s["steps"], s["lr"])
-
-
-@functools.cache
-def alone(plan, rank):
-    """The losses rank ``rank`` gets by training the whole model it was handed on its whole batches, by itself."""
-    model, batches = handed(plan, rank)
-    return wholebill.train_losses(model, batches, SIZES["lr"])
-
-
-def forged_hint(got, plan, rank):
-    """Why wrong losses are what they are, when a rank computed them without the other ranks' parts."""
-    if close(got, public_losses(plan[0]), rel=1e-9):
-        return (". These are the losses of the model and data of the public seed 0 (commtax.ranks.wholebill's "
-                "make_model and make_batch), which this test never hands a rank: train with the model and batches "
-                "the module's make_model and make_batch return, as the given train() does")
-    if close(got, alone(plan, rank), rel=1e-9):
-        return (f". These are the losses rank {rank} gets by training the whole model it was handed, by itself: "
-                "only its own stage's layers, its own TP slice of them and its own replica's rows are real (the "
-                "other ranks' parts are decoys), so the other ranks' parts must arrive through the pipeline's "
-                "sends, the TP all-reduces and the DP all-reduce")
-    return ""
 
 
 def bill(dp, tp, pp):
     """The course's bill for this model on a dp x tp x pp plan, bytes per rank per step: {"dp", "tp", "pp"}."""
     return EXPECTED("bill", dp, tp, pp)
-
-
-def counted_by_axis(ranks_results, dp, tp, pp):
-    """Bytes per rank per step, averaged over ranks, from the independent recorder: {axis: bytes}."""
-    groups = wholebill.megatron_groups(dp, tp, pp)
-    axis_of = {tuple(g): axis for axis in ("tp", "dp") for g in groups[axis] if len(g) > 1}
-    totals = {"dp": 0.0, "tp": 0.0, "pp": 0.0, "other": 0.0}
-    for rank_result in ranks_results:
-        steps = rank_result["steps"]
-        for ranks, nbytes in rank_result["allreduces"]:
-            g = len(ranks)           # 1: a group of one sends nothing; 0: its group could not be read
-            totals[axis_of.get(tuple(ranks), "other")] += (2 * (g - 1) / g if g else 1.0) * nbytes / steps
-        totals["pp"] += sum(nbytes for _, _, nbytes in rank_result["sends"]) / steps
-    world = dp * tp * pp
-    return {axis: value / world for axis, value in totals.items()}
-
-
-def _bytes_report(counted, predicted):
-    return ", ".join(f"{axis.upper()} counted {counted[axis]:.0f} B vs predicted {predicted.get(axis, 0):.0f} B"
-                     for axis in ("dp", "tp", "pp", "other"))
-
-
-def _degree(axis, dp, tp, pp):
-    return {"dp": dp, "tp": tp, "pp": pp}.get(axis, 1)
-
-
-def _byte_hints(axis, g, world=None):
-    """What a clean ratio (got / expected) of one axis' bytes suggests; the axis' own factor named first
-    (x2 on a pipeline of 2 is its missing average over pp more often than a send counted twice).
-    ``world``: the job's size, where a ring factor of the world's size instead of the group's is a slip."""
-    hints = {}
-
-    def add(ratio, text):
-        hints[ratio] = f"{hints[ratio]}; or {text}" if ratio in hints else text
-
-    if axis == "pp" and g > 1:
-        add(g, f"x{g} = pp: a pipeline's sends not averaged over its pp = {g} ranks (the bill is per rank)?")
-        add(g / (g - 1), f"pp = {g} boundaries counted where a pipeline of {g} stages has pp - 1 = {g - 1}?")
-    elif g > 1:
-        for ratio, text in known_ratios(ranks={axis: g}).items():
-            add(ratio, text)
-        if g > 2:
-            add(g / (2 * (g - 1)), f"the payload, not what a ring sends: an all-reduce on g = {g} ranks sends "
-                                   f"2(g-1)/g = {2 * (g - 1) / g:g} x its payload per rank")
-        if world and world > g:
-            add((world - 1) / world * g / (g - 1), f"the ring factor of all {world} ranks, ({world}-1)/{world}, where "
-                "the group's belongs: dist.get_world_size(group), not dist.get_world_size()")
-    for ratio, text in known_ratios(element_bytes=8).items():   # the lab's tensors are float64
-        add(ratio, text)
-    add(2, "each all-reduce (or send) counted twice?")
-    add(0.5, "half the bill: an all-reduce or a send left out?")
-    return hints
-
-
-def _loss_problem(got, expected, what):
-    """None if every step's loss equals single-process training; else the first step that differs and why."""
-    why = mismatch(got, expected, rel=1e-9)
-    if why is None:
-        return None
-    if not (isinstance(got, (list, tuple)) and len(got) == len(expected)):
-        return f"{what}: {why}"
-    step = next(i for i, (a, b) in enumerate(zip(got, expected)) if not close(a, b, rel=1e-9))
-    message = f"{what}, step {step}: loss {got[step]!r}, single process {expected[step]!r}"
-    if isinstance(got[step], (int, float)) and expected[step]:
-        message += f" (x{got[step] / expected[step]:.4g})"
-    ratio = got[step] / expected[step] if isinstance(got[step], (int, float)) and expected[step] else None
-    if step == 0 and ratio and math.isclose(ratio, M, rel_tol=1e-6):
-        return message + (f": x{M} = microbatches: the step's loss summed over its {M} micro-batches, not averaged "
-                          "(each micro-batch's loss divided by microbatches, as train_step's docstring says)?")
-    if step == 0:
-        return message + ": the first step's loss differs, so the forward is wrong (the shards, tp_block, the TP group)"
-    return message + (f"; steps 0..{step - 1} are right, so the forward is right and the gradients are not "
-                      "(the backward's all-reduce, the pipeline's gradients, sync_gradients' average over dp; each on "
-                      "its own group: without group= an all-reduce sums over every rank)")
 
 
 # -- the plan, without ranks -----------------------------------------------------------------
@@ -249,17 +140,6 @@ def test_predicted_bytes_of_the_capstone_plan_equal_the_bill_worked_by_hand(lab)
                  "dtype_bytes=2, by hand", causes=known_ratios(dtype_bytes=(2, 8)))
 
 
-def one_f_one_b_rule(stage, stages, microbatches):
-    """A stage's 1F1B ops, written out from the rule (the tests' own copy; it equals Lesson 06's
-    ``pipeline.simulate("1f1b", ...)`` for 1..6 stages and 1..8 micro-batches): min(stages - stage - 1,
-    microbatches) warm-up forwards, then one forward and one backward in turn, then the remaining backwards."""
-    warmup = min(stages - stage - 1, microbatches)
-    ops = [("F", k) for k in range(warmup)]
-    for k in range(microbatches - warmup):                 # steady state: F of k + warmup, then B of k
-        ops += [("F", k + warmup), ("B", k)]
-    return ops + [("B", k) for k in range(microbatches - warmup, microbatches)]
-
-
 @pytest.mark.points(2)
 @pytest.mark.parametrize("stages,microbatches", [(1, 3), (2, 1), (2, 4), (3, 2), (4, 4), (4, 6), (4, 2)])
 def test_one_f_one_b_order_is_the_1f1b_rule_on_every_stage(lab, stages, microbatches):
@@ -267,25 +147,10 @@ def test_one_f_one_b_order_is_the_1f1b_rule_on_every_stage(lab, stages, microbat
     forwards, then one forward and one backward in turn, then the remaining backwards."""
     for stage in range(stages):
         expected = one_f_one_b_rule(stage, stages, microbatches)
-        got = lab.one_f_one_b_order(stage, stages, microbatches)
-        why = mismatch(got, expected)
-        if why is None:
-            continue
-        call = f"one_f_one_b_order(stage={stage}, stages={stages}, microbatches={microbatches})"
-        message = f"{call}: {why}"
-        if isinstance(got, (list, tuple)) and all(isinstance(op, (list, tuple)) and len(op) == 2 for op in got):
-            ops_got = [tuple(op) for op in got]
-            rule = min(stages - stage - 1, microbatches)
-            before = min(rule + 1, microbatches)      # the warm-up, then the first forward of the steady state
-            got_before = next((i for i, op in enumerate(ops_got) if op[0] == "B"), len(ops_got))
-            message = f"{call} = {ops_got}; the 1F1B rule gives {expected}"
-            if ops_got == [("F", k) for k in range(microbatches)] + [("B", k) for k in range(microbatches)]:
-                message += ": that is GPipe's order (every forward first), which holds all m activations"
-            elif got_before != before:
-                message += (f": {got_before} forwards before the first backward, where 1F1B runs {before}: a warm-up "
-                            f"of min(stages - stage - 1, microbatches) = {rule} forwards, then one forward and one "
-                            "backward in turn")
-        fail(message)
+        problem = order_problem(lab.one_f_one_b_order(stage, stages, microbatches), expected, stage, stages,
+                                microbatches)
+        if problem:
+            fail(problem)
 
 
 # -- the real run ----------------------------------------------------------------------------
@@ -349,18 +214,6 @@ def test_the_learners_ledger_agrees_with_an_independent_count(lab, plan):
                           f"the tests' count", hints=_byte_hints(axis, _degree(axis, dp, tp, pp), dp * tp * pp))
 
 
-def _expected_sends(stage, stages, prev, nxt, steps):
-    """One rank's sends in 1F1B order: [(peer, tag)], tag k for an activation, M + k for a gradient."""
-    sends = []
-    for _ in range(steps):
-        for kind, k in one_f_one_b_rule(stage, stages, M):
-            if kind == "F" and stage < stages - 1:
-                sends.append((nxt, k))
-            elif kind == "B" and stage > 0:
-                sends.append((prev, M + k))
-    return sends
-
-
 @pytest.mark.points(2)
 def test_pipeline_messages_carry_the_tags_the_docstring_asks_in_1f1b_order(lab):
     """Stage boundaries of the 2 x 2 x 2 run: every send with its peer and tag, in the order of the 1F1B
@@ -373,54 +226,15 @@ def test_pipeline_messages_carry_the_tags_the_docstring_asks_in_1f1b_order(lab):
         stage = line.index(rank)
         prev, nxt = (line[stage - 1] if stage else None), (line[stage + 1] if stage < pp - 1 else None)
         expected = _expected_sends(stage, pp, prev, nxt, result["steps"])
-        got = [(peer, tag) for peer, tag, _ in result["sends"]]
-        if got == expected:
-            continue
-        message = (f"rank {rank} (stage {stage} of {pp}) sent {len(got)} messages, (peer, tag) {got[:8]}...; "
-                   f"1F1B expects {len(expected)}: {expected[:8]}...")
-        if got and all(tag == 0 for _, tag in got) and any(tag for _, tag in expected):
-            message += (": every message has tag 0. Tag micro-batch k's activation k and its gradient "
-                        f"microbatches + k = {M} + k, on the send and on the receive")
-        elif prev is not None and any(peer == prev and tag < M for peer, tag in got):
-            message += (f": a gradient sent back to rank {prev} with a tag below microbatches = {M}, an activation's "
-                        f"tag. Tag micro-batch k's gradient microbatches + k = {M} + k, on the send and on the receive")
-        elif sorted(got) == sorted(expected):
-            message += ": the right messages in another order: run the ops in one_f_one_b_order's order"
-        fail(message)
+        problem = sends_problem([(peer, tag) for peer, tag, _ in result["sends"]], expected, rank, stage, pp, prev)
+        if problem:
+            fail(problem)
 
 
 def test_the_timeline_records_every_op_once_in_1f1b_order(lab):
     """train_step's timeline on 2 x 2 x 2: per step, each of the stage's ops once, in 1F1B order, with
     start <= end and each op starting after the one before has ended (what Lesson 11's Gantt chart draws)."""
     check_timeline(run(lab, 2, 2, 2), 2, 2, 2)
-
-
-def check_timeline(results, dp, tp, pp):
-    """Each rank's timeline (``record_training``'s results on plan dp x tp x pp): see the test above."""
-    pipelines = wholebill.megatron_groups(dp, tp, pp)["pp"]
-    for rank, result in enumerate(results):
-        stage = next(p for p in pipelines if rank in p).index(rank)
-        expected = one_f_one_b_rule(stage, pp, M)
-        timeline = result["result"]["timeline"]
-        for step in range(result["steps"]):
-            entries = [entry for entry in timeline if entry[4] == step]
-            got = [(kind, k) for kind, k, *_ in entries]
-            check(got == expected, f"rank {rank} (stage {stage}), step {step}: the timeline holds {got}; the stage's "
-                                   f"1F1B ops are {expected} (append one entry per op, as it runs)")
-            starts = [t0 for _, _, t0, _, _ in entries]
-            check(all(t0 <= t1 for _, _, t0, t1, _ in entries) and starts == sorted(starts),
-                  f"rank {rank}, step {step}: (start, end) pairs {[(round(a, 4), round(b, 4)) for _, _, a, b, _ in entries]}"
-                  f" s: each op ends after it starts, and each starts after the one before")
-            for before, op in zip(entries, entries[1:]):   # one rank runs one op at a time: no two overlap
-                check(op[2] >= before[3], f"rank {rank} (stage {stage}), step {step}: op {op[:2]} starts at "
-                      f"{op[2] - entries[0][2]:.6f} s, {before[3] - op[2]:.6f} s before op {before[:2]} ended "
-                      f"({before[3] - entries[0][2]:.6f} s; times from the step's first op): two ops of one rank "
-                      "overlap on the timeline, so the overlap the report computes from it is wrong. Take each op's "
-                      "start with time.perf_counter() as it begins (F and B alike, before its receive) and its end "
-                      "when it is done")
-
-
-SEND_DELAY = 0.3   # seconds each send is held back in the test below; a correct timeline has no gap near it
 
 
 def test_the_timeline_counts_each_receives_wait_inside_its_op(lab):
@@ -430,22 +244,6 @@ def test_the_timeline_counts_each_receives_wait_inside_its_op(lab):
     results = RUNS.get("slow-sends", record_slow_sends, 2, (lab, SEND_DELAY), timeout=90,
                        needs=(lab.train_step, lab.tp_block, lab.one_f_one_b_order))
     check_receive_waits(results)
-
-
-def check_receive_waits(results):
-    """Each stage's timeline (``record_slow_sends``' results, rank r = stage r): see the test above."""
-    for stage, timeline in enumerate(results):
-        ops = sorted(timeline, key=lambda op: op[2])
-        check(len(ops) > 0, f"stage {stage}: an empty timeline (append one entry per op)")
-        check(ops[0][2] < SEND_DELAY / 2, f"stage {stage}: the step's first op {ops[0][:2]} starts "
-              f"{ops[0][2]:.3f} s after the step began; with every send held back {SEND_DELAY} s, a start "
-              "taken after the receive hides the wait. Take the start before the receive")
-        for before, op in zip(ops, ops[1:]):
-            gap = op[2] - before[3]
-            check(gap < SEND_DELAY / 2, f"stage {stage}: {gap:.3f} s between the end of {before[:2]} and the "
-                  f"start of {op[:2]}, with every send held back {SEND_DELAY} s: the wait in {op[:2]}'s receive "
-                  "is missing from the timeline. Take each op's start with time.perf_counter() before its "
-                  "receive (F and B alike), so that the op's bar includes the wait")
 
 
 def test_each_send_is_waited_on_at_the_end_of_the_step_not_at_once(lab):
@@ -520,16 +318,6 @@ def test_the_ledgers_all_reduce_takes_torchs_arguments_by_position(lab):
 
 def _ledger_on_groups(lab):
     return RUNS.get("ledger", ledger_on_groups, 2, (lab,), timeout=60, needs=(lab.Ledger.start, lab.Ledger.stop))
-
-
-def _check_counted(rank, result):
-    """The Ledger counted the all-reduces it saw: without that, a test of what its wrapper passes on (op,
-    async_op) or of its fresh bytes checks no wrapper at all (a Ledger whose every method does nothing
-    passed them)."""
-    groups = result.get("groups")
-    counted = isinstance(groups, dict) and any(isinstance(v, (int, float)) and v > 0 for v in groups.values())
-    check(counted, f"rank {rank}: the Ledger counted none of the four all-reduces of 32 B made under it "
-          f"(ledger.bytes: {groups}): while it is active it wraps dist.all_reduce and dist.send and adds their bytes")
 
 
 def test_the_ledger_counts_each_tensors_own_element_size_and_blocking_sends(lab):
