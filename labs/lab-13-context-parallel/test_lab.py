@@ -4,268 +4,55 @@ single-process attention (outputs and gradients, causal and not, GQA, logits nea
 counted against the formulas, every transfer waited for, the overlap measured, and the load balance
 of causal attention without and with the zigzag split.
 
-Grader isolation: workers (top-level functions below) run inside the ranks and return plain data;
-every expected value is computed here, in the pytest process, by code that does not come from the lab.
-The attention cases' inputs are made here too, from a seed that is secret under the grader, and each
-rank is handed only its own share of them (``rank_args``): no rank can compute the whole attention
-without the other ranks' K and V. (The timing parts, overlap and load balance, still make their
-inputs inside the ranks from fixed seeds: they measure time, not values.)
+Grader isolation: workers (in ``_workers.py``, beside this file) run inside the ranks and return plain
+data; every expected value is computed in the pytest process, by code that does not come from the lab
+(``_reference.py``). The attention cases' inputs are made in the pytest process too (``_inputs.py``),
+from a seed that is secret under the grader, and each rank is handed only its own share of them
+(``rank_args``): no rank can compute the whole attention without the other ranks' K and V. (The timing
+parts, overlap and load balance, still make their inputs inside the ranks from fixed seeds: they measure
+time, not values.)
 """
 
-import contextlib
-import functools
 import math
 import statistics
-import time
-import traceback
 from pathlib import Path
 
 import pytest
 import torch
-import torch.distributed as dist
-import torch.distributed.distributed_c10d as c10d
 
-from commtax.ranks.launch import rank_device
-from commtax.ranks.traffic import record_traffic
+from commtax.ranks._byfile import load_module_from_file
 from commtax.recorded import Expected
-from commtax.testing import BACKENDS, SharedRuns, check, expect_close, expect_value_error, fail, input_seed, stream_seed
+from commtax.testing import BACKENDS, SharedRuns, check, expect_close, expect_value_error
+
+# Beside this file, loaded by path (lab folders are not packages; the ranks load _workers.py the same way): the
+# inputs (_inputs.py: the cases, made in this process from the secret seed), the rank side (_workers.py), the
+# single-process reference (_reference.py) and the readers of results (_harness.py). expected.py reads CASES, SEQ
+# and the shapes from this module.
+HERE = Path(__file__).resolve().parent
+load_module_from_file("lab_13_inputs", str(HERE / "_inputs.py"))
+load_module_from_file("lab_13_workers", str(HERE / "_workers.py"))
+load_module_from_file("lab_13_reference", str(HERE / "_reference.py"))
+load_module_from_file("lab_13_harness", str(HERE / "_harness.py"))
+from lab_13_harness import _online, _part, _records  # noqa: E402  (loaded just above)
+from lab_13_inputs import (  # noqa: E402
+    A2A_CASES,
+    CASES,
+    DTYPE,
+    HEAD_DIM,
+    RANDOM_SHAPES,
+    SEQ,
+    _case_shares,
+    _inputs,
+    _share,
+)
+from lab_13_reference import _expected_shares, _reference  # noqa: E402
+from lab_13_workers import cp_worker  # noqa: E402
 
 RUNS = SharedRuns()
-SEED = input_seed(0)   # the attention cases' inputs: secret under the grader, never sent to a rank
 # commtax.formulas.context on this file's inputs (expected.py; expected.json in the release)
-EXPECTED = Expected(Path(__file__).resolve().parent)
-DTYPE = torch.float64
+EXPECTED = Expected(HERE)
 REL = ABS = 1e-10                       # "equal to single-process attention to 1e-10"
-SEQ, HEAD_DIM = 32, 8                   # 32 tokens: 2cp chunks of 4 (cp 4) or 8 (cp 2) tokens
-
-# The attention cases every world size runs: (heads, kv_heads, causal, zigzag, logit scale).
-CASES = {
-    "causal_gqa": (8, 4, True, True, 1.0),          # the main case: causal, zigzag, 2 query heads per K/V head
-    "noncausal_mha": (4, 4, False, True, 1.0),      # every query sees every key
-    "causal_contiguous": (8, 4, True, False, 1.0),  # the unbalanced split
-    "large_logits": (8, 4, True, True, 300.0),      # scores near 1000: exp() overflows without the running max
-    "ring_mqa": (8, 1, True, True, 1.0),            # one K/V head: fine for the ring, impossible for all-to-all
-}
-A2A_CASES = ("causal_gqa", "noncausal_mha", "causal_contiguous", "large_logits")
-
-# Overlap (2 ranks): long blocks, so each step's compute (~10 ms) outlasts its transfer (<1 ms).
-OVERLAP = dict(seq=2 * 384, heads=4, kv_heads=4, head_dim=32, repeats=5)
-# Load balance (4 ranks): causal, forward only, contiguous vs zigzag.
-BALANCE = dict(seq=4 * 256, heads=4, kv_heads=4, head_dim=64, repeats=5)
 MIN_CPU_SHARE = 0.6     # below this share of a core per rank, other processes set the timings
-
-
-# -- inputs and the reference, here, independently of the lab ------------------------------------------
-
-def _inputs(heads, kv_heads, scale, seed, seq=SEQ, head_dim=HEAD_DIM):
-    gen = torch.Generator().manual_seed(seed)
-    q = torch.randn(seq, heads, head_dim, generator=gen, dtype=DTYPE) * scale
-    k = torch.randn(seq, kv_heads, head_dim, generator=gen, dtype=DTYPE)
-    v = torch.randn(seq, kv_heads, head_dim, generator=gen, dtype=DTYPE)
-    up = torch.randn(seq, heads, head_dim, generator=gen, dtype=DTYPE)
-    return q, k, v, up
-
-
-@functools.cache
-def _case_inputs(name):
-    """(q, k, v, up) of a case, each token's rows from a stream of its own (``stream_seed``): a rank is handed
-    some tokens, and they must say nothing of the others'."""
-    heads, kv_heads, causal, zigzag, scale = CASES[name]
-    tokens = [_inputs(heads, kv_heads, scale, stream_seed(SEED, name, position), seq=1) for position in range(SEQ)]
-    return tuple(torch.cat(parts) for parts in zip(*tokens))
-
-
-def _case_shares(rank, cp):
-    """{case: (q, k, v, up) of the tokens ``rank`` holds}: what the test hands that rank, and nothing else."""
-    shares = {}
-    for name, (_heads, _kv_heads, _causal, zigzag, _scale) in CASES.items():
-        shares[name] = tuple(_share(x, rank, cp, zigzag) for x in _case_inputs(name))
-    return shares
-
-
-def _positions(rank, cp, length, zigzag):
-    """The token positions a rank holds: chunk r and 2cp-1-r of 2cp (zigzag), or slice r of cp."""
-    if zigzag:
-        c = length // (2 * cp)
-        return list(range(rank * c, (rank + 1) * c)) + list(range((2 * cp - 1 - rank) * c, (2 * cp - rank) * c))
-    c = length // cp
-    return list(range(rank * c, (rank + 1) * c))
-
-
-def _share(x, rank, cp, zigzag, dim=0):
-    return x.index_select(dim, torch.tensor(_positions(rank, cp, x.shape[dim], zigzag)))
-
-
-def _reference(q, k, v, up, causal):
-    """softmax(q k^T / sqrt(d) + mask) v with K/V heads repeated for their query heads; and its gradients."""
-    q, k, v = (x.clone().requires_grad_() for x in (q, k, v))
-    group = q.shape[1] // k.shape[1]
-    k2, v2 = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
-    scores = torch.einsum("qhd,khd->hqk", q, k2) / math.sqrt(q.shape[2])
-    if causal:
-        n = q.shape[0]
-        scores = scores.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
-    out = torch.einsum("hqk,khd->qhd", torch.softmax(scores, dim=-1), v2)
-    (out * up).sum().backward()
-    return {"out": out.detach(), "dq": q.grad, "dk": k.grad, "dv": v.grad}
-
-
-# -- checking that every isend/irecv is waited for ---------------------------------------------------
-
-class _TrackedWork:
-    """A Work that remembers whether ``wait()`` was called on it."""
-
-    def __init__(self, work):
-        self._work, self.waited = work, False
-
-    def wait(self, *args, **kwargs):
-        self.waited = True
-        return self._work.wait(*args, **kwargs)
-
-    def __getattr__(self, name):
-        return getattr(self._work, name)
-
-
-@contextlib.contextmanager
-def track_waits():
-    """Wrap dist.isend/irecv (both namespaces, as the byte counter does); yields the list of their works."""
-    works, saved = [], {}
-    for name in ("isend", "irecv"):
-        original = getattr(c10d, name)
-        saved[name] = original
-
-        def wrapper(*args, _original=original, _name=name, **kwargs):
-            work = _original(*args, **kwargs)
-            if work is None:
-                return None
-            tracked = _TrackedWork(work)
-            works.append((_name, tracked))
-            return tracked
-
-        setattr(c10d, name, wrapper)
-        setattr(dist, name, wrapper)
-    try:
-        yield works
-    finally:
-        for name, original in saved.items():
-            setattr(c10d, name, original)
-            setattr(dist, name, original)
-
-
-# -- workers: run inside the ranks, return plain data ----------------------------------------------
-
-def _section(fn):
-    """One part of the checks; a learner's exception there becomes a message for that part's tests only."""
-    try:
-        return fn()
-    except Exception as exc:  # noqa: BLE001 - reported by the tests that read this part
-        return {"failed": "".join(traceback.format_exception(exc))[-4000:]}
-
-
-def _attention_run(lab, method, name, rank, cp, device, shares):
-    heads, kv_heads, causal, zigzag, scale = CASES[name]
-    q, k, v, up = (x.to(device) for x in shares[name])
-    q, k, v = (x.clone().requires_grad_() for x in (q, k, v))
-    fn = lab.ring_attention if method == "ring" else lab.all_to_all_attention
-    with track_waits() as works:
-        with record_traffic() as forward:
-            out = fn(q, k, v, causal=causal, zigzag=zigzag)
-        with record_traffic() as backward:
-            (out * up).sum().backward()
-    return {"out": out.detach().cpu(), "dq": q.grad.cpu(), "dk": k.grad.cpu(), "dv": v.grad.cpu(),
-            "forward_sent": forward.bytes_sent, "backward_sent": backward.bytes_sent,
-            "forward_collectives": forward.collectives, "backward_collectives": backward.collectives,
-            "works": len(works), "unwaited": [n for n, w in works if not w.waited]}
-
-
-def _errors(lab, cp):
-    """What the attention functions raise for shapes cp cannot split."""
-    out = {}
-    heads = cp + 1                                        # not divisible by cp
-    for label, (h, g) in (("heads", (heads, 1)), ("kv_heads", (cp, 1 if cp > 1 else 2))):
-        q = torch.zeros(2 * cp, h, 4, dtype=DTYPE)
-        k = torch.zeros(2 * cp, g, 4, dtype=DTYPE)
-        try:
-            lab.all_to_all_attention(q, k, k.clone())
-            out[label] = "no error"
-        except Exception as exc:  # noqa: BLE001
-            out[label] = f"{type(exc).__name__}: {exc}"
-    return out
-
-
-def _exchange_time(shape, repeats):
-    """Seconds to swap one tensor of ``shape`` with the other rank (isend + irecv, both at once): the best of
-    ``repeats`` (the slower ones measure the scheduler of a shared machine, not the link)."""
-    rank = dist.get_rank()
-    peer = 1 - rank
-    x, y = torch.randn(shape, dtype=DTYPE), torch.empty(shape, dtype=DTYPE)
-    times = []
-    for _ in range(repeats + 1):
-        dist.barrier()
-        start = time.perf_counter()
-        works = [c10d.isend(x, peer), c10d.irecv(y, peer)]
-        for work in works:
-            work.wait()
-        times.append(time.perf_counter() - start)
-    return min(times[1:])
-
-
-def _overlap_run(lab, rank):
-    """Ring attention on long blocks, 2 ranks: timelines of forward and backward, and the link alone."""
-    cfg = OVERLAP
-    q, k, v, up = (_share(x, rank, 2, True) for x in _inputs(cfg["heads"], cfg["kv_heads"], 1.0, 7, cfg["seq"],
-                                                             cfg["head_dim"]))
-    runs = []
-    for _ in range(cfg["repeats"] + 1):                   # the first is a warm-up
-        qq, kk, vv = (x.clone().requires_grad_() for x in (q, k, v))
-        timeline = []
-        dist.barrier()
-        start = time.perf_counter()
-        out = lab.ring_attention(qq, kk, vv, causal=True, zigzag=True, timeline=timeline)
-        middle = time.perf_counter()
-        (out * up).sum().backward()
-        end = time.perf_counter()
-        runs.append({"timeline": timeline, "start": start, "forward_end": middle, "backward_end": end})
-    kv_shape = (2, cfg["seq"] // 2, cfg["kv_heads"], cfg["head_dim"])
-    return {"runs": runs[1:], "transfer": _exchange_time(kv_shape, 7)}
-
-
-def _balance_run(lab, rank, cp):
-    """Causal ring attention forward on long blocks, contiguous and zigzag: this rank's compute CPU time
-    per ring step, the best of the repeats for each step."""
-    cfg = BALANCE
-    full = _inputs(cfg["heads"], cfg["kv_heads"], 1.0, 11, cfg["seq"], cfg["head_dim"])
-    out = {}
-    for zigzag in (False, True):
-        q, k, v, _ = (_share(x, rank, cp, zigzag) for x in full)
-        steps = []
-        for _ in range(cfg["repeats"]):
-            timeline = []
-            with torch.no_grad():
-                lab.ring_attention(q, k, v, causal=True, zigzag=zigzag, timeline=timeline)
-            computes = sorted((r for r in timeline if r.get("event") == "compute" and r.get("phase") == "forward"),
-                              key=lambda r: r.get("step", -1))
-            steps.append([r["cpu"] for r in computes])
-        best = [min(values) for values in zip(*steps)] if all(len(s) == len(steps[0]) for s in steps) else []
-        out["zigzag" if zigzag else "contiguous"] = {"steps": best}
-    return out
-
-
-def cp_worker(rank, world_size, lab, with_timing, shares=None):
-    """All checks of one world size in one start-up. ``shares``: this rank's inputs (:func:`_case_shares`),
-    handed to it by the test; None (a job started without them): made here from the default seed."""
-    device = rank_device()
-    shares = shares if shares is not None else _case_shares(rank, world_size)
-    out = {"ring": _section(lambda: {name: _attention_run(lab, "ring", name, rank, world_size, device, shares)
-                                     for name in CASES}),
-           "a2a": _section(lambda: {name: _attention_run(lab, "a2a", name, rank, world_size, device, shares)
-                                    for name in A2A_CASES}),
-           "errors": _section(lambda: _errors(lab, world_size))}
-    if with_timing and world_size == 2:
-        out["overlap"] = _section(lambda: _overlap_run(lab, rank))
-    if with_timing and world_size == 4:
-        out["balance"] = _section(lambda: _balance_run(lab, rank, world_size))
-    return out
 
 
 def _results(lab, world_size, backend="gloo"):
@@ -273,25 +60,6 @@ def _results(lab, world_size, backend="gloo"):
              lab.zigzag_shard, lab.zigzag_unshard]
     return RUNS.get((world_size, backend), cp_worker, world_size, (lab, backend == "gloo"), backend=backend,
                     timeout=150, needs=needs, rank_args=[(_case_shares(r, world_size),) for r in range(world_size)])
-
-
-def _part(result, rank, key, name=None):
-    """One part of a rank's results; if the learner's code raised there, fail with its traceback."""
-    part = result.get(key)
-    if part is None:
-        fail(f"rank {rank}: no {key} results")
-    if isinstance(part, dict) and "failed" in part:
-        last = part["failed"].strip().splitlines()[-1]
-        if last.startswith("NotImplementedError"):
-            fail(f"rank {rank}: {last}")              # a starter stub: one line is enough
-        fail(f"rank {rank}: the {key} checks raised in your code:\n{part['failed']}")
-    return part if name is None else part[name]
-
-
-def _expected_shares(name, cp):
-    heads, kv_heads, causal, zigzag, scale = CASES[name]
-    ref = _reference(*_case_inputs(name), causal)
-    return [{key: _share(value, rank, cp, zigzag) for key, value in ref.items()} for rank in range(cp)]
 
 
 # -- part 1: the layout and the bill, by hand ------------------------------------------------------------
@@ -382,23 +150,6 @@ def test_bytes_functions_refuse_bad_input_naming_the_argument(lab):
         expect_value_error(lambda: fn(*args), name, function=fn)
 
 
-def _random_shapes(count=100, seed=13):
-    """(seq, heads, kv_heads, head_dim, cp, dtype_bytes) drawn once, with a fixed seed: the same 100 shapes always."""
-    import random
-    rng = random.Random(seed)
-    shapes = []
-    for _ in range(count):
-        cp = rng.choice([1, 2, 4, 8, 16])
-        kv = cp * rng.choice([1, 2])
-        heads = kv * rng.choice([1, 2, 8])
-        seq, d, b = cp * rng.randint(1, 4096), rng.choice([64, 128]), rng.choice([1, 2, 4])
-        shapes.append((seq, heads, kv, d, cp, b))
-    return shapes
-
-
-RANDOM_SHAPES = _random_shapes()
-
-
 def test_bytes_equal_the_course_formulas_on_random_shapes(lab):
     """The course's formulas (commtax.formulas.context) on 100 shapes drawn with a fixed seed: a fixed set, whose
     expected bytes the student release has recorded (EXPECTED)."""
@@ -413,21 +164,6 @@ def test_bytes_equal_the_course_formulas_on_random_shapes(lab):
 
 
 # -- part 2: attention in blocks, one process ----------------------------------------------------------
-
-def _online(lab, q, k, v, blocks, diagonal_last):
-    """Fold ``blocks`` key ranges into the lab's online softmax; returns (output, log-sum-exp)."""
-    rows, heads, _ = q.shape
-    m = torch.full((rows, heads), float("-inf"), dtype=DTYPE)
-    l = torch.zeros(rows, heads, dtype=DTYPE)
-    acc = torch.zeros_like(q)
-    for i, (a, b) in enumerate(blocks):
-        got = lab.block_forward(q, k[a:b], v[a:b], m, l, acc, diagonal_last and i == len(blocks) - 1,
-                                q.shape[2] ** -0.5)
-        check(isinstance(got, (tuple, list)) and len(got) == 3,
-              f"block_forward must return (m, l, acc), got {type(got).__name__}")
-        m, l, acc = got
-    return acc / l[..., None], m + torch.log(l)
-
 
 @pytest.mark.points(2)
 @pytest.mark.parametrize("scale", [1.0, 300.0], ids=["normal_logits", "logits_near_1000_need_the_running_max"])
@@ -579,11 +315,6 @@ def test_all_to_all_attention_refuses_heads_cp_cannot_split_naming_them(lab):
 
 
 # -- the overlap, measured -------------------------------------------------------------------------
-
-def _records(run, phase, event):
-    return sorted((r for r in run["timeline"] if r.get("phase") == phase and r.get("event") == event),
-                  key=lambda r: (r.get("step", -1), r["start"]))
-
 
 def _overlap(lab):
     results = _results(lab, 2)
