@@ -41,6 +41,11 @@ Where this machine allows it, each sandbox also gets a cgroup of its own
 (:mod:`grading.sandbox.cgroup`): bubblewrap joins it before it starts, so the
 memory and the processes of the whole run are bounded together; closing the
 sandbox kills everything in it and removes it.
+
+The parts: the bubblewrap command lines (:mod:`grading.sandbox.bwrap_command`), one running sandbox
+(:mod:`grading.sandbox.running`), the run's folders (:mod:`grading.sandbox.run_folders`), each sandbox's
+fresh user and keyring (:mod:`grading.sandbox.identity`); here, making them into sandboxes, and the
+probe that says whether this machine can.
 """
 
 from __future__ import annotations
@@ -48,23 +53,21 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
 from grading.sandbox import seccomp
+from grading.sandbox.bwrap_command import _etc, _parents, _under, lab_command, nested_prefix, python_paths
 from grading.sandbox.cgroup import EXTRA_PIDS, CgroupError, Cgroups, RunCgroup
+from grading.sandbox.identity import fresh_session_keyring, fresh_uid
 from grading.sandbox.limits import Limits
 from grading.sandbox.output import BoundedLog
+from grading.sandbox.run_folders import RUN_FILES, link_run_folder, mount_run_folder, unmount_run_folder
+from grading.sandbox.running import NamespaceSandbox
 
 READY_TIMEOUT = 60.0
-AGENT_PATH = "/.commtax-sandbox-agent.py"   # where the agent's file appears inside
-SYSTEM_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
-ETC_FROM_HOST = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "alternatives", "fonts")
-GPU_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset")
-HOSTNAME = "sandbox"
 
 
 class SandboxError(RuntimeError):
@@ -81,321 +84,6 @@ def bwrap_version(path: str) -> str:
     except (OSError, subprocess.SubprocessError):
         return "bubblewrap"
     return out or "bubblewrap"
-
-
-def python_paths() -> list[str]:
-    """The folders of this Python environment that learner processes need (read-only), outermost first."""
-    import site
-    import sysconfig
-    candidates = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-                  os.path.dirname(sys.executable), *sysconfig.get_paths().values()}
-    try:
-        candidates.update(site.getsitepackages())
-        if site.ENABLE_USER_SITE:
-            candidates.add(site.getusersitepackages())
-    except AttributeError:  # pragma: no cover - an old virtualenv's site module
-        pass
-    paths = set()
-    for path in candidates:
-        for variant in (os.path.abspath(path), os.path.realpath(path)):
-            if os.path.isdir(variant) and not _under(variant, "/usr"):
-                paths.add(variant)
-    kept = sorted(p for p in paths if not any(q != p and _under(p, q) for q in paths))
-    return kept
-
-
-def _under(path: str, folder: str) -> bool:
-    return path == folder or path.startswith(folder.rstrip("/") + "/")
-
-
-def _parents(path: str) -> list[str]:
-    """bwrap options that make ``path``'s parent folders (mode 0755) inside the sandbox."""
-    options = []
-    for parent in reversed(Path(path).parents):
-        if str(parent) != "/":
-            options += ["--perms", "0755", "--dir", str(parent)]
-    return options
-
-
-def _fixed_base(box: Path, runs: Path, size: int) -> list[str]:
-    """Same-user mode: bwrap options for ``box`` (read-only) and ``runs`` (a tmpfs of ``size`` bytes, in memory)
-    in their common folder, itself a small tmpfs of its own made read-only before ``runs`` is mounted on it.
-
-    The trusted side reaches ``runs`` from the host through ``/proc/<pid>/root/<that path>``, walking the
-    folders above it inside the sandbox. Made plainly (``--dir`` on the learner-writable ``/tmp``), they
-    are the learner's: learner code could rename them (a folder *holding* a mount point can be renamed) and
-    point that path at any host folder. A mount point cannot be renamed (EBUSY), nor anything in a
-    read-only file system (EROFS); the folder above it is ``/tmp`` itself, a mount point too, where the
-    grader's temporary folder is under ``/tmp`` (its default). (Wherever it is, commtax.learner_process
-    still checks that ``runs`` leads to the tmpfs the grader recorded before making anything there.)
-    """
-    base = str(runs.parent)
-    return [*_parents(base), "--perms", "0755", "--size", str(2**20), "--tmpfs", base,
-            "--perms", "0755", "--dir", str(box), "--ro-bind", str(box), str(box),
-            "--perms", "0711", "--dir", str(runs), "--remount-ro", base,
-            "--perms", "0711", "--size", str(size), "--tmpfs", str(runs)]
-
-
-def _etc(folder: Path, uid: int, gid: int) -> list[str]:
-    """A few files of /etc for the sandbox: written here, bound read-only."""
-    folder.mkdir(mode=0o755)
-    files = {"passwd": f"root:x:0:0:root:/root:/usr/sbin/nologin\nlearner:x:{uid}:{gid}:learner:/tmp:/usr/sbin/nologin\n"
-                       "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
-             "group": f"root:x:0:\nlearner:x:{gid}:\nnogroup:x:65534:\n",
-             "hosts": f"127.0.0.1 localhost {HOSTNAME}\n::1 localhost\n",
-             "nsswitch.conf": "passwd: files\ngroup: files\nhosts: files\n"}
-    options = ["--perms", "0755", "--dir", "/etc"]
-    for name, text in files.items():
-        (folder / name).write_text(text)
-        os.chmod(folder / name, 0o644)
-        options += ["--ro-bind", str(folder / name), f"/etc/{name}"]
-    for name in ETC_FROM_HOST:
-        options += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
-    return options
-
-
-def nested_prefix(bwrap: str, runs: Path, tmp_size: int, keep: list = ()) -> list:
-    """The bubblewrap command (up to its ``--``) that starts one learner process in a sandbox of its own,
-    inside a lab's sandbox.
-
-    Everything the lab's sandbox holds is bound read-only (``--ro-bind / /``); then a fresh
-    user, PID and IPC namespace (no process of the lab, and no other learner process, is visible
-    or can be signalled or traced: the PID namespace has no ``/proc`` mounted, as the kernel
-    refuses a new one under the lab's partly covered ``/proc``; its own user namespace makes the
-    process's user a different one for the kernel's checks), a private ``/tmp`` and ``/dev/shm``,
-    the lab's run folders hidden. ``keep``: the lab sandbox's folders (its tree, the Python
-    environment) bound again, read-only, where they lie under ``/tmp`` or ``/dev/shm``, which the
-    private ones would hide. A starter adds ``--bind`` (writable) and ``--ro-bind`` for the
-    folders and files the process needs (:data:`NESTED_WRITABLE`, :data:`NESTED_READABLE`).
-    """
-    c = [bwrap, "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-cgroup-try", "--disable-userns",
-         "--die-with-parent", "--seccomp", str(FILTER_FD), "--ro-bind", "/", "/",
-         "--tmpfs", "/proc"]
-    for name in PROC_FILES:  # torch reads the CPUs there; machine-wide files, nothing of any process
-        c += ["--ro-bind-try", f"/proc/{name}", f"/proc/{name}"]
-    c += ["--dev", "/dev",
-          "--perms", "1777", "--size", str(tmp_size), "--tmpfs", "/tmp",
-          "--perms", "1777", "--size", str(tmp_size), "--tmpfs", "/dev/shm"]
-    for path in keep:
-        if any(_under(str(path), hidden) for hidden in ("/tmp", "/dev/shm")):
-            c += _parents(str(path)) + ["--ro-bind", str(path), str(path)]
-    c += ["--size", str(tmp_size), "--tmpfs", str(runs)]  # (its own copy: nothing written there is shared)
-    if os.path.exists("/dev/nvidiactl"):  # NCCL: the GPUs, as in the lab's sandbox
-        for device in [*GPU_DEVICES, *(f"/dev/{n}" for n in sorted(os.listdir("/dev"))
-                                       if n.startswith("nvidia") and n[6:].isdigit())]:
-            c += ["--dev-bind-try", device, device]
-    return c
-
-
-PROC_FILES = ("cpuinfo", "meminfo", "stat")
-FILTER_PATH = "/.commtax-nested.bpf"  # where the seccomp program appears inside a lab's sandbox
-FILTER_FD = 1017  # the descriptor the agent opens it at for each process (bwrap --seccomp reads it)
-
-NESTED_WRITABLE = ["--bind", "{path}", "{path}"]
-NESTED_READABLE = ["--ro-bind", "{path}", "{path}"]
-
-
-class NamespaceSandbox:
-    """One running sandbox: ``bwrap`` and the agent in it, reached through ``control`` (a socket)."""
-
-    def __init__(self, proc: subprocess.Popen, control: socket.socket, log: BoundedLog, box: Path, runs: Path,
-                 cgroup: RunCgroup | None = None, no_cgroup: str = "", nested: list | None = None):
-        self.proc, self.control, self.log, self.box, self.runs = proc, control, log, box, runs
-        self.cgroup, self.no_cgroup = cgroup, no_cgroup
-        self.nested = nested  # the prefix of a sandbox per learner process (None: they share this one)
-        self.filtered = False  # the whole sandbox runs under the seccomp program (same-user mode)
-        self.mounted = False   # ``runs`` is a tmpfs of its own (root mode), taken away on close
-        self.linked = False    # ``runs`` links to the sandbox's own tmpfs (same-user mode), put back on close
-        self.runs_id: list | None = None  # that tmpfs's [st_dev, st_ino], seen before any learner code ran
-
-    def limits_hit(self) -> str:
-        """What the run's cgroup says it reached (its memory or process limit), or that this run could
-        not have the cgroup the report's isolation line promises; else ""."""
-        if self.cgroup is not None:
-            return self.cgroup.limits_hit()
-        return self.no_cgroup
-
-    def settings(self, trusted_root: Path, relay_script: Path) -> dict:
-        """What the trusted test process needs to start learner processes in here (COMMTAX_SANDBOX)."""
-        settings = {"trusted_root": os.path.realpath(trusted_root), "learner_root": str(self.box), "tmp": "/tmp",
-                    "runs": str(self.runs), "relay": {"python": sys.executable, "script": str(relay_script),
-                                                      "fd": self.control.fileno()}}
-        if self.nested:  # commtax.learner_process wraps each learner process in this (ranks: their own folder)
-            settings["nest"] = {"prefix": self.nested, "writable": NESTED_WRITABLE, "readable": NESTED_READABLE}
-        if self.runs_id:  # the trusted side makes run folders only where ``runs`` still leads to that tmpfs
-            settings["runs_id"] = self.runs_id
-        if self.filtered:  # the seccomp program refuses file locks in here: ranks meet over TCP (commtax.boundary)
-            settings["filtered"] = True
-        counters = network_counters(self.proc.pid)
-        if counters:  # the trusted tests count the ranks' bytes there (commtax.ranks.wire)
-            settings["loopback"] = counters
-        return settings
-
-    @property
-    def pass_fds(self) -> tuple:
-        return (self.control.fileno(),)
-
-    def close(self) -> None:
-        """Kill the sandbox: bwrap, and through its PID namespace every process in it (and its cgroup's)."""
-        try:
-            self.control.close()
-        except OSError:
-            pass
-        if self.cgroup is not None:
-            self.cgroup.kill()
-        if self.proc.poll() is None:
-            try:
-                self.proc.send_signal(signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:  # pragma: no cover - the kernel is in trouble
-            pass
-        if self.cgroup is not None:
-            self.cgroup.close()
-        if self.mounted:
-            unmount_run_folder(self.runs)
-            self.mounted = False
-        if self.linked:
-            unlink_run_folder(self.runs)
-            self.linked = False
-
-
-def network_counters(outer_pid: int) -> str | None:
-    """``/proc/<pid>/net/dev`` of the first descendant of ``outer_pid`` in a network namespace not ours.
-
-    ``outer_pid`` is bubblewrap's; its children hold the sandbox's namespaces. The kernel's
-    loopback counters there count every byte the lab's ranks send each other, read from outside
-    (the trusted test process), where no learner code can change them. None if none is found.
-    """
-    pid = inside_pid(outer_pid, "net")
-    return None if pid is None else f"/proc/{pid}/net/dev"
-
-
-def inside_pid(outer_pid: int, namespace: str) -> int | None:
-    """The first descendant of ``outer_pid`` (bubblewrap's) whose ``namespace`` ("net", "mnt") is not ours:
-    the sandbox's first process, which lives as long as the sandbox. None if none is found."""
-    try:
-        ours = os.readlink(f"/proc/self/ns/{namespace}")
-    except OSError:
-        return None
-    queue, seen = [outer_pid], set()
-    while queue:
-        pid = queue.pop(0)
-        if pid in seen:
-            continue
-        seen.add(pid)
-        try:
-            if os.readlink(f"/proc/{pid}/ns/{namespace}") != ours:
-                return pid
-        except OSError:
-            pass
-        try:
-            for task in os.listdir(f"/proc/{pid}/task"):
-                with open(f"/proc/{pid}/task/{task}/children", encoding="ascii") as f:
-                    queue.extend(int(child) for child in f.read().split())
-        except (OSError, ValueError):
-            pass
-    return None
-
-
-def link_run_folder(runs: Path, outer_pid: int) -> str | None:
-    """Same-user mode: make the host's ``runs`` (an empty folder) a link to the sandbox's own ``runs``, a
-    size-capped tmpfs only the sandbox's mount namespace holds, reached through ``/proc/<pid>/root`` (the
-    grader's user owns the sandbox's user namespace, so the kernel lets it in). The trusted side then
-    writes and reads the ranks' folders at the same path as learner code, and their bytes land in the
-    sandbox's memory, never on the host's disk. None when linked, else why not."""
-    pid = inside_pid(outer_pid, "mnt")
-    if pid is None:
-        return "no process of the sandbox was found"
-    target = f"/proc/{pid}/root{os.path.abspath(runs)}"
-    try:
-        if not os.path.isdir(target):
-            return f"{target} cannot be reached"
-        os.rmdir(runs)
-        os.symlink(target, runs)
-    except OSError as exc:
-        return f"{runs}: {exc.strerror or exc}"
-    return None
-
-
-def unlink_run_folder(runs: Path) -> None:
-    """Put the empty host folder back in place of :func:`link_run_folder`'s link (the tmpfs died with the
-    sandbox, and everything on it)."""
-    try:
-        if os.path.islink(runs):
-            os.unlink(runs)
-            os.mkdir(runs, 0o711)
-    except OSError:
-        pass
-
-
-RUN_FILES = 200_000  # files and folders (inodes) a lab run's folders may hold, all ranks together
-MS_NOSUID, MS_NODEV, MNT_DETACH = 0x2, 0x4, 0x2
-
-
-def mount_run_folder(path: Path, size: int, files: int = RUN_FILES) -> str | None:
-    """Root mode: put ``path`` (a lab run's folders, the only host folder learner code can write) on a tmpfs
-    of its own, capped at ``size`` bytes and ``files`` inodes: one student's ranks filling it, or making a
-    million files, stop at their own run's cap, never the machine's disk (issue 38: a classmate's correct
-    lab lost its points in ``grade-many --jobs 2``). None when mounted, else why not (the run goes on
-    with the folder on the host's disk, as before, and the report says so)."""
-    import ctypes
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        options = f"size={int(size)},nr_inodes={int(files)},mode=0711,uid=0,gid=0".encode()
-        if libc.mount(b"tmpfs", os.fsencode(path), b"tmpfs", ctypes.c_ulong(MS_NOSUID | MS_NODEV), options) != 0:
-            return os.strerror(ctypes.get_errno())
-    except (OSError, AttributeError) as exc:
-        return str(exc)
-    return None
-
-
-def unmount_run_folder(path: Path) -> None:
-    """Take the run folder's tmpfs away (lazily: whatever still holds it lets go when it ends); its files go
-    with it, however deep."""
-    import ctypes
-    try:
-        ctypes.CDLL(None, use_errno=True).umount2(os.fsencode(path), MNT_DETACH)
-    except (OSError, AttributeError):
-        pass
-
-
-SYS_KEYCTL = {"x86_64": 250, "aarch64": 219}
-KEYCTL_JOIN_SESSION_KEYRING = 1
-
-
-def fresh_session_keyring() -> bool:
-    """Join a new, empty, anonymous session keyring (``keyctl(KEYCTL_JOIN_SESSION_KEYRING, NULL)``): called
-    in the child before bwrap execs, so no sandbox shares the grader's session keyring (a lab read the
-    teacher's, and carried a hidden test's inputs through it: issue 38). True if joined."""
-    import ctypes
-    number = SYS_KEYCTL.get(os.uname().machine)
-    if number is None:
-        return False
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.syscall.restype = ctypes.c_long
-        return libc.syscall(ctypes.c_long(number), ctypes.c_long(KEYCTL_JOIN_SESSION_KEYRING),
-                            ctypes.c_void_p(None)) >= 0
-    except (OSError, AttributeError):
-        return False
-
-
-FRESH_UIDS = (0x60000000, 0x6FFFFFFF)  # root mode: each sandbox's user is drawn from here (no passwd entry)
-
-
-def fresh_uid() -> int:
-    """A user id for one sandbox, that no account of this machine has (as systemd's DynamicUser does)."""
-    import pwd
-    import secrets
-    while True:
-        uid = FRESH_UIDS[0] + secrets.randbelow(FRESH_UIDS[1] - FRESH_UIDS[0])
-        try:
-            pwd.getpwuid(uid)
-        except KeyError:
-            return uid
 
 
 class NamespaceIsolation:
@@ -486,42 +174,11 @@ class NamespaceIsolation:
         return nested_prefix(self.bwrap, runs, self.limits.tmp_size // 4, [str(box), *self.python])
 
     def _command(self, box: Path, runs: Path, agent: Path, control_fd: int, uid: int, etc: list) -> list:
-        c = [self.bwrap, "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--unshare-net",
-             "--unshare-uts", "--unshare-cgroup-try", "--hostname", HOSTNAME]
-        if self.user_namespace:
-            c += ["--unshare-user", "--disable-userns"]
-        c += ["--clearenv", "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin", "--ro-bind", "/usr", "/usr"]
-        for name in SYSTEM_DIRS:
-            if os.path.islink(name):
-                c += ["--symlink", os.readlink(name), name]
-            elif os.path.isdir(name):
-                c += ["--ro-bind", name, name]
-        c += etc
-        c += ["--proc", "/proc", "--dev", "/dev",
-              "--perms", "1777", "--size", str(self.limits.tmp_size), "--tmpfs", "/tmp",
-              "--perms", "1777", "--size", str(self.limits.tmp_size), "--tmpfs", "/dev/shm",
-              # read-only: torch reads the CPUs there, gloo the network devices, NCCL the GPUs' topology
-              "--ro-bind-try", "/sys", "/sys"]
-        if os.path.exists("/dev/nvidiactl"):  # NCCL: the GPUs
-            for device in [*GPU_DEVICES, *(f"/dev/{n}" for n in sorted(os.listdir("/dev"))
-                                           if n.startswith("nvidia") and n[6:].isdigit())]:
-                c += ["--dev-bind-try", device, device]
-        c += self._python_binds()
-        if self.run_fs_inside and box.parent == runs.parent:  # same-user mode (the grader's layout)
-            c += _fixed_base(box, runs, self.limits.tmp_size)
-        elif self.run_fs_inside:  # same-user mode: capped, in memory, linked from outside once started
-            c += _parents(str(box)) + ["--ro-bind", str(box), str(box)]
-            c += _parents(str(runs)) + ["--perms", "0711", "--size", str(self.limits.tmp_size), "--tmpfs", str(runs)]
-        else:
-            c += _parents(str(box)) + ["--ro-bind", str(box), str(box)]
-            c += _parents(str(runs)) + ["--bind", str(runs), str(runs)]
-        c += ["--ro-bind", str(agent), AGENT_PATH]
         settings = {"uid": None if self.user_namespace else uid, "gid": uid, "limits": self.limits.rlimits()}
-        if not self.user_namespace:  # the seccomp program of the nested sandboxes (nested_prefix)
-            c += ["--ro-bind", str(self._filter()), FILTER_PATH]
-            settings["filter"] = [FILTER_PATH, FILTER_FD]
-        c += ["--chdir", str(box), "--", sys.executable, "-I", "-S", AGENT_PATH, str(control_fd), json.dumps(settings)]
-        return c
+        nested_filter = None if self.user_namespace else self._filter()  # root mode: for the nested sandboxes
+        return lab_command(self.bwrap, box, runs, agent, control_fd, user_namespace=self.user_namespace,
+                           tmp_size=self.limits.tmp_size, etc=etc, python_binds=self._python_binds(),
+                           run_fs_inside=self.run_fs_inside, agent_settings=settings, nested_filter=nested_filter)
 
     def _filter(self) -> Path:
         """The seccomp program of the nested sandboxes (grading.sandbox.seccomp), written once per grading."""
