@@ -497,7 +497,7 @@ def test_without_the_hidden_folder_check_says_self_study(tmp_path):
     shutil.copytree(ROOT / "commtax", tmp_path / "commtax", ignore=shutil.ignore_patterns(*RELEASE_EXCLUDED))
     assert not (tmp_path / "commtax" / "exercises" / "hidden").exists()
     code = ("from commtax import exercises as e; assert not e.ANSWERS_SHIPPED and e.SLIPS == {}; "
-            "assert not any(x.scrambled or x.compute for x in e.EXERCISES.values()); e.check('01.1', 0.0039)")
+            "assert not any(x.scrambled or x.compute for x in e.EXERCISES.values()); e.check('01.1', 42)")
     done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={"PYTHONPATH": str(tmp_path)},
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -591,17 +591,27 @@ def test_no_exercise_answer_appears_in_a_lab_readme():
     assert not shown, "answers shown in lab READMEs:\n" + "\n".join(shown)
 
 
+# Round factors a reader could undo: an example that is the answer times one of them gives the answer away.
+_SIMPLE_FACTORS = (1, 2, 1 / 2, 4, 1 / 4, 8, 1 / 8, 10, 1 / 10, 100, 1 / 100, 1e3, 1e-3, 1e6, 1e-6, 1e9, 1e-9)
+
+
 def test_no_check_example_in_a_readme_or_a_lesson_gives_an_answer():
-    """A `check("NN.k", number)` written out (the README's example, a docstring's) is never the right value."""
+    """A `check("NN.k", number)` written out (the README's example, TEACHING.md's, a docstring's) reveals nothing:
+    it is not the answer nor a round multiple of it, and its verdict is the bare "wrong" (a named slip or a
+    factor hint would tell the reader how far the answer is from it)."""
     calls = []
-    for path in _documents():
+    for path in [*_documents(), ROOT / "TEACHING.md"]:
         text = _notebook_text(path) if path.suffix == ".ipynb" else path.read_text()
         calls += [(path.name, e, v) for e, v in re.findall(r'check\("(\d\d\.\d)", ([-+.\deE]+)\)', text)]
     for path in sorted((ROOT / "commtax" / "exercises").rglob("*.py")):
         calls += [(path.name, e, v) for e, v in re.findall(r'check\("(\d\d\.\d)", ([-+.\deE]+)\)', path.read_text())]
     assert any(where == "README.md" for where, _, _ in calls), "the README's check example is gone"
     for where, exercise_id, value in calls:
-        assert exercises.verdict(exercise_id, float(value)) != "right", f"{where}: check({exercise_id!r}, {value}) is the answer"
+        for factor in _SIMPLE_FACTORS:
+            assert exercises.verdict(exercise_id, float(value) * factor) != "right", \
+                f"{where}: check({exercise_id!r}, {value}) is the answer times {1 / factor:g}"
+        assert exercises.verdict(exercise_id, float(value)) == "wrong", \
+            f"{where}: check({exercise_id!r}, {value}) names a slip or a factor, so it tells where the answer is"
 
 
 def test_the_answers_the_lessons_computed_are_gone():

@@ -3,7 +3,7 @@
 In a lesson, under ``## Exercises``::
 
     from commtax.exercises import check
-    check("01.1", 1.97e-3)   # prints: Exercise 01.1 (...): wrong, a known slip (one phase): that is ...
+    check("01.1", 42)   # prints: Exercise 01.1 (...): wrong (more than 0.5% away, and not one of ...)
 
 :func:`check` prints one line; :func:`verdict` returns the verdict alone:
 
