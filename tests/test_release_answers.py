@@ -200,7 +200,7 @@ def test_release_ships_the_exercise_answer_file_and_the_teachers_copy_scores_it(
     scores = {s.exercise: s for s in exercise_answers.score(submission)}
     assert len(scores) == len(exercises.EXERCISES)
     assert (scores["01.1"].score, scores["01.1"].output) == (1, "right")
-    assert scores["02.2"].score == 0 and scores["02.2"].output.startswith("wrong, a known slip (per-rank vs total)")
+    assert scores["02.2"].score == 0 and scores["02.2"].output.startswith("wrong, a known slip (per-rank vs total")
     assert scores["03.1"].score == 0 and scores["03.1"].output.startswith("not a finite number")
     assert sum(s.score for s in scores.values()) == 1 and scores["04.1"].output == "no answer"
     assert all(repr(right)[:6] not in s.output for s in scores.values())   # the verdict never shows the answer
