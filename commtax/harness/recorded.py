@@ -74,7 +74,7 @@ def lab_test_data(lab_dir):
 
     Loaded under its own name, apart from pytest's copy. It costs milliseconds, plus torch's import for a
     lab whose tests import torch (Labs 09 and 13; Lab 12's bill imports it anyway): the release build
-    takes ~3 s instead of ~0.5 s. Labs 05, 08, 10 and 12 list their few inputs in expected.py itself.
+    takes ~3 s instead of ~0.5 s. Labs 05, 08, 10 and 12 list their few inputs in expected.py itself; Lab 11's read its _plans.py.
     """
     from commtax.ranks._byfile import load_module_from_file
     lab_dir = Path(lab_dir)
