@@ -4,7 +4,7 @@ column layer and a row layer fed the whole input (Megatron-LM's gather_output an
 likewise, with one all-gather each, in the right direction.
 
 Each world size runs one job (a few seconds) that builds every layer and returns what it computed;
-the tests read its results. The weights and inputs are made here, in the test process, from a seed
+the tests read its results. The weights and inputs are made in the test process (``_reference.py``), from a seed
 that is secret under the grader (``commtax.testing.input_seed``), and each rank is handed
 (``rank_args``) a full layer in which only its own shard holds the real weights: the other ranks'
 blocks (and, for a row layer fed the whole input, the other ranks' slices of that input) are decoys
