@@ -157,7 +157,8 @@ KNOWN = {
              ("1 GB as 2^30 bytes", ring(2**30, 8, NV_A, NV_B)),
              ("the large-P limit", 14 * NV_A + 2 * GB / NV_B), ("the large-P limit, latency left out", 2 * GB / NV_B),
              ("the tree's time", 6 * (NV_A + GB / NV_B)),
-             ("the naive time", 14 * (NV_A + GB / NV_B))],
+             ("the naive time, or bits vs bytes", 14 * (NV_A + GB / NV_B)),
+             ("halving-doubling's time", 6 * NV_A + 1.75 * GB / NV_B)],
     "01.2": [("n* itself", IB_A * IB_B), ("bits vs bytes", 64 * IB_A * 400e9), ("one phase's latency", 32 * IB_A * IB_B),
              ("one phase's bandwidth", 128 * IB_A * IB_B), ("the large-P limit", 63 * IB_A * IB_B)],
     "01.3": [("n* itself", IB_A * IB_B), ("the NVLink preset", crossover(256, NV_A, NV_B)),
@@ -182,19 +183,19 @@ KNOWN = {
     "03.2": [("6.74e9 parameters", 22 * 63 / 64 * 6.74e9 * 2), ("ZeRO-3's total", 24 * _PASS),
              ("ZeRO-3 once per step", _PASS), ("DP every micro-batch", 8 * _PASS), ("4 bytes per parameter", 44 * _PASS),
              ("ZeRO-3's total, once per step", 3 * _PASS)],
-    "03.3": [("the guide's 175 MB", 175e6), ("no ring factor", 4 * 2048 * 12288 * 2),
+    "03.3": [("the guide's 175 MB, or forward only", 2 * 1.75 * 2048 * 12288 * 2), ("no ring factor", 4 * 2048 * 12288 * 2),
              ("MiB as MB", 4 * 1.75 * 2048 * 12288 * 2 / 2**20 * 1e6), ("divided by t", 4 * 1.75 * 2048 * 12288 * 2 / 8),
              ("the large-P limit", 4 * 2 * 2048 * 12288 * 2)],
     "03.4": [("inverted", 1 / 42), ("one layer", 7 / 2), ("PP forward only", 84), ("TP forward only", 21),
              ("the large-P limit", 12 * 8 / 2), ("all 96 layers", 96 * 4 * 1.75 / 2)],
     "03.5": [("half", 0.5), ("ring factor on one side", 8 / 7)],
-    "04.1": [("sparse vs dense peak", 624e12 * 0.45 / 25e9), ("bits vs bytes", 312e12 * 0.45 / 200e9),
+    "04.1": [("sparse vs dense peak", 624e12 * 0.45 / 25e9), ("bits vs bytes, or per GPU", 312e12 * 0.45 / 200e9),
              ("MFU left out", 312e12 / 25e9), ("the measured NIC", 312e12 * 0.45 / 24e9)],
     "04.2": [("forward vs whole-step tax", _TP_FWD), ("370 GB/s", 2 / 3 * _TP_FWD * 450 / 370),
              ("forward at 370 GB/s", _TP_FWD * 450 / 370), ("a percentage", 100 * 2 / 3 * _TP_FWD),
              ("bidirectional bandwidth", 2 / 3 * _TP_FWD / 2), ("backward compute left out", 2 * _TP_FWD),
              ("sparse vs dense peak", 2 / 3 * _TP_FWD * 1979 / 989)],   # 4 all-reduces / the forward
-    "04.3": [("the compute's MFU", 0.4), ("plan (b)", lambda: _model("04.3 (b)")), ("the TP tax", lambda: _model("04.4 TP 8")),
+    "04.3": [("the compute's MFU", 0.4), ("plan (b), or 128 micro-batches", lambda: _model("04.3 (b)")), ("the TP tax", lambda: _model("04.4 TP 8")),
              ("only TP's exposed time", lambda: _model("04.3 TP only"))],
     "04.4": [("TP 8's tax", lambda: _model("04.4 TP 8")),
              ("the one-NIC answer", lambda: _model("04.4 TP 8") * 15 / 7 * 370 / 47),
@@ -416,6 +417,14 @@ REVIEWED = [
     ("05.5", 0.7283, "the A100's memory"),
     ("06.4", 3.2e9, "the gradient on the same direction, or p = 8's forward"),   # the lesson's p = 8 figure
     ("06.5", 6.4, "2m transfers"),
+    # review 40d: one number, two slips (the message names both), and a slip 0.46% from another
+    ("01.1", 0.03115, "the naive time, or bits vs bytes"),      # 450 GB/s read as Gb/s
+    ("01.1", 3.907e-3, "halving-doubling's time"),
+    ("01.1", 3.889e-3, "latency left out"),
+    ("03.3", 1.762e8, "the guide's 175 MB, or forward only"),    # the forward's 2 all-reduces alone
+    ("03.3", 175e6, "the guide's 175 MB, or forward only"),      # the guide's printed number
+    ("04.1", 702, "bits vs bytes, or per GPU"),                  # tokens per GPU of a TP-8 replica
+    ("04.3", 0.3216, "plan (b), or 128 micro-batches"),          # the global batch over PP
 ]
 
 
@@ -429,6 +438,9 @@ def test_a_learners_typed_slip_is_named_on_the_first_line(exercise_id, value, na
 NEAR_EACH_OTHER = {
     # at d = 64 and 128 (variants) the two differ by 2Ψ/d (1.4%, 0.7%); both say ZeRO-1 keeps the gradients whole
     ("03.1", "ZeRO-2", "the gradients left out"),
+    # 0.46% apart (halving-doubling pays 2 log2 P = 6 latencies, not 14): the nearer is named, and each message
+    # asks whether it is the other
+    ("01.1", "latency left out", "halving-doubling's time"),
 }
 
 
