@@ -111,6 +111,7 @@ def _model(name):
     import dataclasses
 
     from commtax.formulas import bill, predict
+    from commtax.formulas.links import Link
     from commtax.formulas.models import PRESETS
     m = PRESETS["Llama-2-70B"]
 
@@ -130,6 +131,9 @@ def _model(name):
         "04.4 TP 8": lambda: plan(8, 4, 32).axes["TP"].tax,
         "04.4 MFU": lambda: plan(16, 2, 32).mfu,
         "04.4 TP 16": lambda: plan(16, 2, 32).axes["TP"].tax,
+        "04.4 one NIC": lambda: bill.step_report(dataclasses.replace(     # 47 GB/s shared by a node's 8 GPUs
+            bill.Plan(n_params=m.n_params, layers=m.layers, hidden=m.hidden, seq_len=4096, gpus=1024, zero_stage=1,
+                      tp=16, pp=2, microbatches=32), inter=Link("one NIC per node", 5e-6, 47e9 / 8))).axes["TP"].tax,
         "04.3 TP only": lambda: 0.4 * plan(8, 4, 32).t_compute / (plan(8, 4, 32).t_compute + plan(8, 4, 32).axes["TP"].exposed),
         "08.3 100 ms": lambda: model.lesson08_timeline(0.100)["exposed"],
         "08.3 total": lambda: model.lesson08_timeline(0.010)["comm_total"],
@@ -160,26 +164,32 @@ KNOWN = {
              ("the naive time, or bits vs bytes", 14 * (NV_A + GB / NV_B)),
              ("halving-doubling's time", 6 * NV_A + 1.75 * GB / NV_B)],
     "01.2": [("n* itself", IB_A * IB_B), ("bits vs bytes", 64 * IB_A * 400e9), ("one phase's latency", 32 * IB_A * IB_B),
-             ("one phase's bandwidth", 128 * IB_A * IB_B), ("the large-P limit", 63 * IB_A * IB_B)],
+             ("one phase's bandwidth", 128 * IB_A * IB_B), ("the large-P limit", 63 * IB_A * IB_B),
+             ("2(P-1)/P left out", 126 * IB_A * IB_B)],
     "01.3": [("n* itself", IB_A * IB_B), ("the NVLink preset", crossover(256, NV_A, NV_B)),
-             ("bits vs bytes", crossover(256, IB_A, 400e9)), ("the tree one way", crossover(256, IB_A, IB_B, 1))],
+             ("bits vs bytes", crossover(256, IB_A, 400e9)), ("the tree one way", crossover(256, IB_A, IB_B, 1)),
+             ("(P-1)/P left out", IB_A * IB_B * (255 - 8) / 8)],
     "01.4": [("the whole buffer on the network", _NETWORK_WHOLE / (_NV_STAGES + _NETWORK_WHOLE)),
              ("the NVLink stages' share", _NV_STAGES / (_NV_STAGES + _NETWORK)),
              ("network / NVLink", _NETWORK / _NV_STAGES),
              ("share of the flat ring", _NETWORK / _FLAT),
              ("a percentage", 100 * _NETWORK / (_NV_STAGES + _NETWORK))],
     "01.5": [("the printed output", 450.0), ("bytes, not its KB", 450_000.0), ("the InfiniBand line", 300_000 / 1024),
-             ("part (b)", 37_500 / 1024)],
+             ("part (b)", 37_500 / 1024), ("the preset's α", 3e-6 * 450e9 / 1024)],
     "02.1": [("steps counted from 1, or + s", 0), ("where it goes, or what it owns", 3), ("step 0's chunk", 2), ("no mod P", 2 - 3)],
     "02.2": [("one phase", 0.875 * GB), ("the large-P limit", 2 * GB), ("per-rank vs total, or bits", 8 * 1.75 * GB),
              ("the naive root", 7 * GB), ("sent and received", 3.5 * GB), ("1 GB as 2^30 bytes", 1.75 * 2**30)],
     "02.3": [("latency left out", 1.5 * 2**26 / 1.5e9), ("64 MiB as 64e6 bytes", ring(64e6, 4, 150e-6, 1.5e9)), ("the 1 kB time", ring(1000, 4, 150e-6, 1.5e9)),
-             ("the large-P limit", 6 * 150e-6 + 2 * 2**26 / 1.5e9), ("one phase", 3 * 150e-6 + 0.75 * 2**26 / 1.5e9)],
+             ("the large-P limit", 6 * 150e-6 + 2 * 2**26 / 1.5e9), ("one phase", 3 * 150e-6 + 0.75 * 2**26 / 1.5e9),
+             ("the 2 in 2(P-1)/P left out", 6 * 150e-6 + 0.75 * 2**26 / 1.5e9),
+             ("(P-1) latencies", 3 * 150e-6 + 1.5 * 2**26 / 1.5e9), ("bits vs bytes", ring(2**26, 4, 150e-6, 1.5e9 / 8))],
     "02.4": [("the first step only", 0.5), ("the last step only", 0.125), ("the whole all-reduce", 1.75)],
     "02.5": [("bus vs algorithm bandwidth", GB / 360e9), ("busbw times 2(P-1)/P", GB / (360e9 * 1.75)),
              ("the ring's ideal", ring(GB, 8, NV_A, NV_B)), ("2 instead of 2(P-1)/P", 2 * GB / 360e9)],
     "03.1": [("plain DP", 16 * 13e9), ("ZeRO-2", 2 * 13e9 + 14 * 13e9 / 32), ("ZeRO-3", 16 * 13e9 / 32),
-             ("the optimizer shard only", 12 * 13e9 / 32), ("the gradients left out", 2 * 13e9 + 12 * 13e9 / 32)],
+             ("the optimizer shard only", 12 * 13e9 / 32), ("the gradients left out", 2 * 13e9 + 12 * 13e9 / 32),
+             ("per-rank vs total", 32 * (4 * 13e9 + 12 * 13e9 / 32)),
+             ("fp32 gradients (the 18-byte convention)", 18 * 13e9 - 12 * 13e9 + 12 * 13e9 / 32)],
     "03.2": [("6.74e9 parameters", 22 * 63 / 64 * 6.74e9 * 2), ("ZeRO-3's total", 24 * _PASS),
              ("ZeRO-3 once per step", _PASS), ("DP every micro-batch", 8 * _PASS), ("4 bytes per parameter", 44 * _PASS),
              ("ZeRO-3's total, once per step", 3 * _PASS)],
@@ -201,9 +211,11 @@ KNOWN = {
              ("the one-NIC answer", lambda: _model("04.4 TP 8") * 15 / 7 * 370 / 47),
              ("15/7 alone", lambda: _model("04.4 TP 8") * 15 / 7), ("the plan's MFU", lambda: _model("04.4 MFU")),
              ("forward vs whole-step tax", lambda: 1.5 * _model("04.4 TP 16")),
-             ("section 2's forward formula", 15 * 989e12 * 0.4 / (3 * 8192 * 370e9))],
+             ("section 2's forward formula", 15 * 989e12 * 0.4 / (3 * 8192 * 370e9)),
+             ("one NIC per node, in the bill", lambda: _model("04.4 one NIC"))],
     "05.1": [("one all-reduce", _DECODE_AR), ("one all-reduce per layer, or t-1 steps", 80 * _DECODE_AR),
-             ("with a backward", 320 * _DECODE_AR), ("latency left out", 160 * 1.75 * 16384 / NV_B)],
+             ("with a backward", 320 * _DECODE_AR), ("latency left out", 160 * 1.75 * 16384 / NV_B),
+             ("t = 2", 160 * (2 * NV_A + 2 * 1 / 2 * 16384 / NV_B))],
     "05.2": [("NVLink / InfiniBand", _NV_T2 / _IB_T2), ("InfiniBand relative to NVLink", _IB_T2 / _NV_T2 - 1),
              ("a percentage", 100 * (1 - _NV_T2 / _IB_T2))],
     "05.3": [("n* itself", NV_A * NV_B), ("14α saved", 14 * NV_A * NV_B / 5.25), ("the large-P limit", 13 * NV_A * NV_B / 5),
@@ -211,7 +223,10 @@ KNOWN = {
     "05.4": [("comm / compute", _PREFILL_COMM / _PREFILL_COMPUTE),
              ("memory-bound compute", _PREFILL_COMM / (_PREFILL_COMM + 69e9 * 2 / 8 / 3.35e12)),
              ("the comm time", _PREFILL_COMM),
-             ("N from 12Lh²", _PREFILL_COMM / (_PREFILL_COMM + _PREFILL_COMPUTE_12LH2))],
+             ("N from 12Lh²", _PREFILL_COMM / (_PREFILL_COMM + _PREFILL_COMPUTE_12LH2)),
+             ("MFU 1", _PREFILL_COMM / (_PREFILL_COMM + _PREFILL_COMPUTE / 2)),
+             ("the compute not divided by t", _PREFILL_COMM / (_PREFILL_COMM + 8 * _PREFILL_COMPUTE)),
+             ("training compute", _PREFILL_COMM / (_PREFILL_COMM + 3 * _PREFILL_COMPUTE))],
     "05.5": [("Llama-2-70B's share", _DECODE_70B_SHARE), ("comm / compute", _DECODE_8B_COMM / _DECODE_8B_COMPUTE),
              ("compute-bound decode", _DECODE_8B_COMM / (_DECODE_8B_COMM + 2 * 8.03e9 / 8 / (989e12 * 0.5))),
              ("t = 2", _DECODE_8B_COMM_T2 / (_DECODE_8B_COMM_T2 + _DECODE_8B_COMPUTE_T2)),
@@ -220,7 +235,7 @@ KNOWN = {
              ("plain, relative to ideal", 7 / 32), ("the share divided by v", 7 / 39 / 2), ("the micro-batch count", 64),
              ("a percentage", 700 / 71)],
     "06.2": [("relative to ideal vs share of the step", 7 / 32), ("the limit", 0.2), ("p = 4", 3 / 19),
-             ("p = 16", 15 / 79)],
+             ("p = 16", 15 / 79), ("m = 4", 7 / 11)],
     "06.3": [("the modeler's 512 MB", 512 * 2**20), ("1F1B's peak instead of GPipe's, or sbh instead of 2 sbh", 64 * 2**20 * 20 * 4),
              ("all 80 layers", 64 * 2**20 * 80 * 8), ("64 MiB as 64e6 bytes", 64e6 * 20 * 8),
              ("no recomputation", 4096 * 8192 * (34 + 5 * 64 * 4096 / 8192) * 20 * 8),
@@ -425,6 +440,21 @@ REVIEWED = [
     ("03.3", 175e6, "the guide's 175 MB, or forward only"),      # the guide's printed number
     ("04.1", 702, "bits vs bytes, or per GPU"),                  # tokens per GPU of a TP-8 replica
     ("04.3", 0.3216, "plan (b), or 128 micro-batches"),          # the global batch over PP
+    # review 40d: slips the lessons teach that got a bare "wrong"
+    ("01.2", 3.15e7, "2(P-1)/P left out"),
+    ("01.3", 7.719e6, "(P-1)/P left out"),
+    ("01.5", 1318, "the preset's α"),                             # the reviewer's own slip: α = 3 µs
+    ("02.3", 0.03445, "the 2 in 2(P-1)/P left out"),
+    ("02.3", 0.06756, "(P-1) latencies"),
+    ("02.3", 0.5378, "bits vs bytes"),
+    ("03.1", 1.82e12, "per-rank vs total"),
+    ("03.1", 8.288e10, "fp32 gradients (the 18-byte convention)"),
+    ("04.4", 3.26, "one NIC per node, in the bill"),
+    ("05.1", 9.658e-4, "t = 2"),
+    ("05.4", 0.4359, "MFU 1"),
+    ("05.4", 0.04606, "the compute not divided by t"),
+    ("05.4", 0.1141, "training compute"),
+    ("06.2", 0.6364, "m = 4"),
 ]
 
 

@@ -60,7 +60,8 @@ FORMULAS: dict[str, Formula] = {
         "bits vs bytes": lambda P: P * INFINIBAND_NDR.alpha * NIC_BITS,
         "one phase's latency": lambda P: P / 2 * INFINIBAND_NDR.alpha * INFINIBAND_NDR.bandwidth,
         "one phase's bandwidth": lambda P: 2 * P * INFINIBAND_NDR.alpha * INFINIBAND_NDR.bandwidth,
-        "the large-P limit": lambda P: (P - 1) * INFINIBAND_NDR.alpha * INFINIBAND_NDR.bandwidth}),
+        "the large-P limit": lambda P: (P - 1) * INFINIBAND_NDR.alpha * INFINIBAND_NDR.bandwidth,
+        "2(P-1)/P left out": lambda P: 2 * (P - 1) * INFINIBAND_NDR.alpha * INFINIBAND_NDR.bandwidth}),
     # nccl-tests: busbw = algbw x 2(P-1)/P, algbw = n / t; 1 GB on 8 GPUs (busbw in GB/s)
     "02.5": Formula(lambda busbw: GB / (busbw * 1e9 / 1.75), {
         "bus vs algorithm bandwidth": lambda busbw: GB / (busbw * 1e9),
@@ -81,7 +82,9 @@ FORMULAS: dict[str, Formula] = {
         "ZeRO-2": lambda d: _state(PSI_13B, d, 2),
         "ZeRO-3": lambda d: _state(PSI_13B, d, 3),
         "the optimizer shard only": lambda d: 12 * PSI_13B / d,
-        "the gradients left out": lambda d: 2 * PSI_13B + 12 * PSI_13B / d}),
+        "the gradients left out": lambda d: 2 * PSI_13B + 12 * PSI_13B / d,
+        "per-rank vs total": lambda d: d * _state(PSI_13B, d, 1),
+        "fp32 gradients (the 18-byte convention)": lambda d: (2 + 4) * PSI_13B + 12 * PSI_13B / d}),
     # interleaved 1F1B, v = 2 chunks per stage: (p-1)/(v m + p - 1)
     "06.1": Formula(lambda p, m: _bubble(p, m, V), {
         "relative to ideal vs share of the step": lambda p, m: _bubble(p, m, V, "ideal"),

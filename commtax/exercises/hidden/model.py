@@ -7,13 +7,15 @@ answers the predictor, Lesson 12's the context-parallel model: a change to the m
 from __future__ import annotations
 
 
-def lesson04_plan(tp: int, pp: int):
-    """Lesson 04: the bill of Llama-2-70B on 1,024 GPUs at TP x PP, 32 micro-batches (ZeRO-1, 4,096 tokens)."""
+def lesson04_plan(tp: int, pp: int, **changes):
+    """Lesson 04: the bill of Llama-2-70B on 1,024 GPUs at TP x PP, 32 micro-batches (ZeRO-1, 4,096 tokens);
+    ``changes``: other fields of the plan (a slip's link, say)."""
     from commtax.formulas import bill
     from commtax.formulas.models import PRESETS
     model = PRESETS["Llama-2-70B"]
     return bill.step_report(bill.Plan(n_params=model.n_params, layers=model.layers, hidden=model.hidden,
-                                      seq_len=4096, gpus=1024, zero_stage=1, tp=tp, pp=pp, microbatches=32))
+                                      seq_len=4096, gpus=1024, zero_stage=1, tp=tp, pp=pp, microbatches=32,
+                                      **changes))
 
 
 def lesson10_best(hardware):

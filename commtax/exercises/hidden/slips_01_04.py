@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import commtax.exercises.hidden.model as model
 from commtax.exercises.records import Slip
-from commtax.formulas.links import NVLINK4
+from commtax.formulas.links import INFINIBAND_NDR, INFINIBAND_NDR_MEASURED, NVLINK4
 
 # The stated numbers the computed slips below start from (each slip is a formula of them, never a stored value).
 _GB = 1e9                       # 01.1: the buffer
 _RANKS_01_1 = 8                 # 01.1: P, the GPUs of one node
 _BITS_PER_BYTE = 8
+_RANKS_01_3 = 256               # 01.3: P
+_SOURCE_NVLINK_B = 450e9        # 01.5: the source's NVLink bandwidth, bytes/s
+_KB = 1024                      # 01.5: what the source's code divides by
+_LOOPBACK_ALPHA, _LOOPBACK_B = 150e-6, 1.5e9   # 02.3: the measured loopback link
+_RANKS_02_3, _MIB64 = 4, 2**26  # 02.3: P and the 64 MiB buffer
 _BF16 = 2                       # bytes per element
 _GPT3_HIDDEN = 12288            # 03.3 and 04.2: GPT-3's h
 _GUIDE_TOKENS = 2048            # 03.3: b s of the guide's example
@@ -57,6 +64,24 @@ def _halving_doubling_01_1() -> float:
     return 2 * (p.bit_length() - 1) * NVLINK4.alpha + 2 * (p - 1) / p * _GB / NVLINK4.bandwidth
 
 
+def _ring_02_3(latencies: int, factor: float, bandwidth: float = _LOOPBACK_B) -> float:
+    """02.3: ``latencies`` α plus ``factor`` x 64 MiB / ``bandwidth`` on the loopback link, in seconds (the ring:
+    2(P-1) latencies, factor 2(P-1)/P)."""
+    return latencies * _LOOPBACK_ALPHA + factor * _MIB64 / bandwidth
+
+
+def _crossover_without_ring_bandwidth() -> float:
+    """01.3: the tree/ring crossover with the ring's bandwidth term dropped: 2c(α + n/B) = 2(P-1)α, c = log2 P."""
+    c = _RANKS_01_3.bit_length() - 1
+    return INFINIBAND_NDR.alpha * INFINIBAND_NDR.bandwidth * (_RANKS_01_3 - 1 - c) / c
+
+
+def _one_nic_per_node_tax() -> float:
+    """04.4: TP 16's tax in the bill with one NIC per node: the inter link's rate shared by the node's 8 GPUs."""
+    link = INFINIBAND_NDR_MEASURED    # the bill's inter link, per GPU
+    return model.lesson04_plan(16, 2, inter=dataclasses.replace(link, bandwidth=link.bandwidth / 8)).axes["TP"].tax
+
+
 SLIPS: dict[str, tuple[Slip, ...]] = {
     # Lesson 01
     "01.1": (
@@ -91,6 +116,8 @@ SLIPS: dict[str, tuple[Slip, ...]] = {
              "ring all-reduce sends 2(P-1)/P n/B (reduce-scatter and all-gather)"),
         Slip("the large-P limit", "ZIq3OS+Gb4E=", "that sets 2(P-1)α against 2n/B; keep the ring's factor: 2(P-1)α = "
              "2(P-1)/P n/B, so n = P αB"),
+        Slip("2(P-1)/P left out", "aGtPKZ1fI7o=", "that sets 2(P-1)α against n/B; the ring sends 2(P-1)/P n per rank, so "
+             "its bandwidth term is 2(P-1)/P n/B"),
     ),
     "01.3": (
         Slip("n* itself", "kF4KPp/zc4k=", "that is n* = αB; the tree/ring crossover at P = 256 is n* (P-1-c)/(c-(P-1)/P), "
@@ -99,6 +126,9 @@ SLIPS: dict[str, tuple[Slip, ...]] = {
         Slip("bits vs bytes", "hwF2eUKy7vg=", "that takes 400 Gb/s as 400 GB/s: a 400 Gb/s NIC moves 50 GB/s"),
         Slip("the tree one way", "INHyjeWLdIM=", "that counts the tree as log2 P steps; a tree all-reduce reduces up and "
              "broadcasts down: 2 log2 P (α + n/B)"),
+        Slip("(P-1)/P left out", "", "that is n* (P-1-c)/c: the ring's bandwidth term, 2(P-1)/P n/B, is left out; setting "
+             "2c(α + n/B) against the whole ring time gives the denominator c - (P-1)/P",
+             compute=_crossover_without_ring_bandwidth),
     ),
     "01.4": (
         Slip("the whole buffer on the network", "S7wDTezQz7U=", "that sends the whole n through each NIC; after the NVLink "
@@ -115,6 +145,9 @@ SLIPS: dict[str, tuple[Slip, ...]] = {
         Slip("bytes, not its KB", "p4FUMlVomm4=", "that is n* in bytes; asked is what the code prints, bytes / 1024"),
         Slip("the InfiniBand line", "hvZrRvWNR4I=", "that is the code's InfiniBand HDR line; asked is NVLink's"),
         Slip("part (b)", "BGlKe2v+1Ss=", "that is (b), HDR at 25 GB/s; asked is (a), what the code prints for NVLink"),
+        Slip("the preset's α", "", "that uses the NVLink preset's α = 3 µs, as the lesson does; this exercise is about the "
+             "source's numbers, and its NVLink α is 1 µs",
+             compute=lambda: NVLINK4.alpha * _SOURCE_NVLINK_B / _KB),
     ),
     # Lesson 02
     "02.1": (
@@ -143,6 +176,15 @@ SLIPS: dict[str, tuple[Slip, ...]] = {
         Slip("the 1 kB time", "3wletTCTCXA=", "that is the 1 kB all-reduce; the check asks the 64 MiB one"),
         Slip("the large-P limit", "oakkZZcsABQ=", "that uses 2n/B; the ring sends 2(P-1)/P n = 1.5 n at P = 4"),
         Slip("one phase", "qmZFtQMePh4=", "that is a reduce-scatter alone; the all-reduce is 2(P-1)α + 2(P-1)/P n/B"),
+        Slip("the 2 in 2(P-1)/P left out", "", "that keeps the 2(P-1) latencies but sends (P-1)/P n; the ring sends "
+             "2(P-1)/P n per rank (reduce-scatter and all-gather): 1.5 n at P = 4",
+             compute=lambda: _ring_02_3(2 * (_RANKS_02_3 - 1), (_RANKS_02_3 - 1) / _RANKS_02_3)),
+        Slip("(P-1) latencies", "", "that counts (P-1)α, one phase's latency; the ring all-reduce pays 2(P-1)α: 6 "
+             "latencies at P = 4, against 2(P-1)/P n/B",
+             compute=lambda: _ring_02_3(_RANKS_02_3 - 1, 2 * (_RANKS_02_3 - 1) / _RANKS_02_3)),
+        Slip("bits vs bytes", "", "that takes 1.5 GB/s as 1.5 Gb/s; the measured B is in bytes per second",
+             compute=lambda: _ring_02_3(2 * (_RANKS_02_3 - 1), 2 * (_RANKS_02_3 - 1) / _RANKS_02_3,
+                                        _LOOPBACK_B / _BITS_PER_BYTE)),
     ),
     "02.4": (
         Slip("the first step only", "oRs7TMpQPM0=", "that is the first halving step, n/2; add the three: n/2 + n/4 + n/8"),
@@ -168,6 +210,10 @@ SLIPS: dict[str, tuple[Slip, ...]] = {
              "weights and gradients, 4N"),
         Slip("the gradients left out", "s5nG9oRcW7Q=", "that counts the bf16 weights (2N) and the optimizer shard; ZeRO-1 "
              "keeps the bf16 gradients whole on every GPU too, 2 more bytes per parameter"),
+        Slip("per-rank vs total", "sxd8PFmgsbg=", "that is what all {d} GPUs hold together; asked is one GPU's: 4N + 12N/d"),
+        Slip("fp32 gradients (the 18-byte convention)", "Br/fY1TM3CI=", "that counts fp32 gradients, 4 bytes each (section 1's "
+             "18N convention); the lesson's 16N keeps them in bf16: weights and gradients, 2 + 2 bytes per parameter, "
+             "whole on every GPU, plus the 12N/d shard"),
     ),
     "03.2": (
         Slip("6.74e9 parameters", "C51/4xXLYDo=", "that uses Llama-2-7B's 6.74e9; this exercise's model has exactly 7e9"),
@@ -253,6 +299,9 @@ SLIPS: dict[str, tuple[Slip, ...]] = {
              "GPU has its own NIC", compute=lambda: model.lesson04_plan(8, 4).axes["TP"].tax * 15 / 7 * 370 / 47),
         Slip("15/7 alone", "", "that scales TP 8's tax by 15/7 only: the bandwidth part does grow so, but the 15 "
              "latencies of each all-reduce, across nodes, grow more", compute=lambda: model.lesson04_plan(8, 4).axes["TP"].tax * 15 / 7),
+        Slip("one NIC per node, in the bill", "", "that prices the TP group in the bill with one NIC per node (the "
+             "inter link's rate shared by 8 GPUs); here each GPU has its own NIC, the bill's default inter link",
+             compute=_one_nic_per_node_tax),
         Slip("the plan's MFU", "", "that is the plan's estimated MFU; asked is its TP tax, a fraction of compute",
              compute=lambda: model.lesson04_plan(16, 2).mfu),
         Slip("forward vs whole-step tax", "", "that is the forward's TP tax; the bill's is the whole step's (the backward "

@@ -10,6 +10,9 @@ _M_06_5, _P2P_06_5 = 32, 0.1     # 06.5: micro-batches, and a transfer in units 
 _PREFILL_TOKENS, _TP = 2048, 8  # 05.4: the prefill chunk, t
 _LLAMA2_70B_LAYERS, _LLAMA2_70B_HIDDEN = 80, 8192
 _BF16 = 2                       # bytes per element
+_H100_PEAK, _PREFILL_MFU = 989e12, 0.5   # 05.4: dense BF16 FLOP/s and the roofline's MFU
+_LLAMA2_70B_PARAMS = 69e9       # 05.4: N
+_P_06_2, _M_06_2 = 8, 4         # 06.2: p, and the slip's m (the exercise's is 4p)
 
 
 def _activation_send_bandwidth() -> float:
@@ -30,10 +33,20 @@ def _prefill_comm_s() -> float:
     return 2 * _LLAMA2_70B_LAYERS * one
 
 
-def _prefill_share(n_params: float) -> float:
-    """05.4: TP comm's share of the prefill step, its compute 2 N tokens / t FLOPs per GPU at 50% of 989 TFLOP/s."""
-    compute = 2 * n_params * _PREFILL_TOKENS / _TP / (0.5 * 989e12)
+def _prefill_share(n_params: float = _LLAMA2_70B_PARAMS, mfu: float = _PREFILL_MFU, flops_per_token: int = 2,
+                   gpus: int = _TP) -> float:
+    """05.4: TP comm's share of the prefill step, its compute ``flops_per_token`` N tokens FLOPs over ``gpus``
+    GPUs at ``mfu`` of 989 TFLOP/s (the exercise: 2 N tokens / t at 50%)."""
+    compute = flops_per_token * n_params * _PREFILL_TOKENS / gpus / (mfu * _H100_PEAK)
     return _prefill_comm_s() / (_prefill_comm_s() + compute)
+
+
+def _decode_70b_comm_s(t: int) -> float:
+    """05.1: TP comm of one Llama-2-70B decode step on t GPUs over NVLink: 2 ring all-reduces per layer of one
+    token's activation (h bf16 elements), in seconds."""
+    from commtax.formulas.links import NVLINK4
+    one = 2 * (t - 1) * NVLINK4.alpha + 2 * (t - 1) / t * _LLAMA2_70B_HIDDEN * _BF16 / NVLINK4.bandwidth
+    return 2 * _LLAMA2_70B_LAYERS * one
 
 
 def _decode_8b_share(t: int, hbm_bytes_per_s: float) -> float:
@@ -55,6 +68,8 @@ SLIPS: dict[str, tuple[Slip, ...]] = {
              "all-gather (the two give the same time within 0.2%)"),
         Slip("with a backward", "zRhrTffpiFM=", "decode has no backward: 2 all-reduces per layer, 160 per step"),
         Slip("latency left out", "4tELCImWkrI=", "decode is latency-bound: each ring all-reduce pays 2(t-1)α = 42 µs"),
+        Slip("t = 2", "", "that is the step at t = 2 (the lesson's example); at t = 8 each ring all-reduce pays 2(t-1) = 14 "
+             "latencies", compute=lambda: _decode_70b_comm_s(2)),
     ),
     "05.2": (
         Slip("NVLink / InfiniBand", "/5iQxTyk15Q=", "that is the share of InfiniBand's time that may stay exposed; the overlap "
@@ -78,6 +93,12 @@ SLIPS: dict[str, tuple[Slip, ...]] = {
         Slip("N from 12Lh²", "", "that prices the compute with N = 12 L h² (64e9); Llama-2-70B has 69e9 parameters "
              "(its grouped-query attention and wider MLP are not the 12 h² per layer of GPT)",
              compute=lambda: _prefill_share(12 * _LLAMA2_70B_LAYERS * _LLAMA2_70B_HIDDEN**2)),
+        Slip("MFU 1", "", "that prices the compute at the 989 TFLOP/s peak; the exercise's roofline runs it at 50% of peak",
+             compute=lambda: _prefill_share(mfu=1.0)),
+        Slip("the compute not divided by t", "", "that gives each GPU the whole model's 2 N FLOPs per token; TP splits "
+             "them over the t = 8 GPUs: 2 N tokens / t each", compute=lambda: _prefill_share(gpus=1)),
+        Slip("training compute", "", "that counts forward and backward, 6 N FLOPs per token; prefill is inference, a "
+             "forward alone: 2 N per token", compute=lambda: _prefill_share(flops_per_token=6)),
     ),
     "05.5": (
         Slip("Llama-2-70B's share", "0vx2QKa+tUg=", "that is Llama-2-70B's; asked is Llama-3-8B's"),
@@ -107,6 +128,8 @@ SLIPS: dict[str, tuple[Slip, ...]] = {
         Slip("the limit", "2Yt31AMCIB4=", "that is the limit for large p; the check asks p = 8, m = 32"),
         Slip("p = 4", "T5OiG4PD4jo=", "that is the share at p = 4; the check asks p = 8, m = 32"),
         Slip("p = 16", "zXJKxUIrcaQ=", "that is the share at p = 16; the check asks p = 8, m = 32"),
+        Slip("m = 4", "", "that is the share at m = 4; the exercise's m is 4p: 32 micro-batches at p = 8",
+             compute=lambda: (_P_06_2 - 1) / (_M_06_2 + _P_06_2 - 1)),
     ),
     "06.3": (
         Slip("the modeler's 512 MB", "LPwMuBPNwWs=", "that counts one tensor per micro-batch; with full recomputation stage 0 "
