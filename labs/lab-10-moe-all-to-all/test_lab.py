@@ -3,8 +3,8 @@ layer on 2 and 4 real ranks that equals the single-process layer, sends the byte
 says, slows down where the router is skewed, and drops exactly the copies the capacity rule drops.
 
 Grader isolation: workers (in ``_workers.py``, beside this file) run inside the ranks and return plain data;
-every expected value is computed here, in the pytest process, from the same inputs, by code that
-does not come from the lab. Each rank is handed only its own inputs (``rank_args``: its tokens, its
+every expected value is computed in the pytest process (``_reference.py``), from the same inputs
+(``_inputs.py``), by code that does not come from the lab. Each rank is handed only its own inputs (``rank_args``: its tokens, its
 output gradients, its all-to-all tensors; the layer's weights are everyone's), and they come from
 a seed that is secret under the grader: no rank can compute what another rank sends it.
 
@@ -14,38 +14,45 @@ own tests only: the first shows the traceback, the others say "same failure as .
 Failures read best with ``--tb=short``.
 """
 
-import math
 from pathlib import Path
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from commtax.ranks._byfile import load_module_from_file
 from commtax.ranks.launch import DistributedRunError
 from commtax.recorded import Expected
-from commtax.testing import (
-    BACKENDS,
-    SECTION_FAILED,
-    SharedRunFailed,
-    SharedRuns,
-    check,
-    expect_close,
-    expect_value_error,
-    fail,
-    input_seed,
-    mismatch,
-    section,
-    stream_seed,
-    subgroup_failure,
-)
+from commtax.testing import BACKENDS, SharedRuns, check, expect_close, expect_value_error, fail, section
 
-# The rank side (the layer's configuration, what every rank runs) is in _workers.py beside this file, loaded by
-# path: lab folders are not packages, and the ranks load it the same way.
-load_module_from_file("lab_10_workers", str(Path(__file__).resolve().parent / "_workers.py"))
-from lab_10_workers import (  # noqa: E402  (loaded just above)
+# Beside this file, loaded by path (lab folders are not packages; the ranks load _workers.py the same way): the
+# rank side (_workers.py: the layer's configuration, what every rank runs), the inputs made in this process
+# (_inputs.py), the single-process reference (_reference.py) and what a mismatch says (_checks.py).
+# tests/test_planted_bugs.py reads moe_worker, exchange_worker, _case, _missing_grads and SECTION_FAILED here.
+HERE = Path(__file__).resolve().parent
+for _name in ("workers", "inputs", "reference", "checks"):
+    load_module_from_file(f"lab_10_{_name}", str(HERE / f"_{_name}.py"))
+from lab_10_checks import (  # noqa: E402  (loaded just above)
+    CAPACITY_HINTS,
+    SECTION_FAILED,  # noqa: F401
+    _a2a_backward_problem,
+    _a2a_error_problem,
+    _a2a_problem,
+    _capacity_problem,
+    _dispatch_hints,
+    _missing_grads,
+    _none_split_problem,
+    _output_problem,
+    _send_counts_problem,
+    _subgroup_backward_problem,
+    _subgroup_output_problem,
+    compare,
+    fail_if,
+    note_an_abort,
+)
+from lab_10_inputs import EQUAL_ROWS, EXPERTS, _case, _rank_case, _skew_inputs  # noqa: E402
+from lab_10_reference import _capacity, _expected_a2a, _expected_layer, _routing_counts, _skew_counts  # noqa: E402
+from lab_10_workers import (  # noqa: E402
     CAPACITY_FACTOR,
-    CYCLIC,
     DTYPE,
     FFN,
     HIDDEN,
@@ -59,210 +66,9 @@ from lab_10_workers import (  # noqa: E402  (loaded just above)
 )
 
 RUNS = SharedRuns()
-SEED = input_seed(0)   # the tokens and output gradients: secret under the grader, never sent to a rank
 # The course's byte formulas on this file's inputs (expected.py; expected.json in the release)
-EXPECTED = Expected(Path(__file__).resolve().parent)
-TOLERANCE = 1e-12
-EXPERTS = {2: 4, 4: 8}                          # 2 experts per rank on both world sizes
+EXPECTED = Expected(HERE)
 COUNT_BYTES = 8                                 # the per-expert counts travel as int64
-
-
-
-# -- inputs, made here and sent to the ranks ----------------------------------------------------
-
-def _layer_weights(world, seed=0, dtype=DTYPE, hidden=HIDDEN, ffn=FFN, experts=None):
-    experts = experts or EXPERTS[world]
-    gen = torch.Generator().manual_seed(seed)
-    return {"router.weight": torch.randn(experts, hidden, generator=gen, dtype=dtype),
-            "w1": torch.randn(experts, ffn, hidden, generator=gen, dtype=dtype) / hidden ** 0.5,
-            "w2": torch.randn(experts, hidden, ffn, generator=gen, dtype=dtype) / ffn ** 0.5}
-
-
-def _stream(*labels):
-    """A generator of its own for one rank's tensor (``stream_seed``): no rank's values reveal another's."""
-    return torch.Generator().manual_seed(stream_seed(SEED, *labels))
-
-
-def _tokens(world, seed=1, dtype=DTYPE, tokens=TOKENS, hidden=HIDDEN):
-    """One (tokens, hidden) tensor per rank, each from its own stream of SEED (``seed`` names the set)."""
-    return [torch.randn(tokens, hidden, generator=_stream("tokens", seed, rank), dtype=dtype) for rank in range(world)]
-
-
-def _a2a_inputs(world):
-    """Per split matrix: rank i's send tensor, distinct integer values from SEED: float64 rows of 3, int64
-    scalars, and float32 rows of 2 x 3 (a row is everything past the first dimension: an all_to_all that
-    sizes a row by the second dimension alone fails on these)."""
-    matrix = SPLITS[world]
-    rows = [torch.randint(-10**6, 10**6, (sum(matrix[i]), 3), generator=_stream("a2a rows", world, i)).to(DTYPE)
-            for i in range(world)]
-    ints = [torch.randint(-10**9, 10**9, (sum(matrix[i]),), generator=_stream("a2a ints", world, i))
-            for i in range(world)]
-    blocks = [torch.randint(-10**6, 10**6, (sum(matrix[i]), 2, 3), generator=_stream("a2a blocks", world, i))
-              .to(torch.float32) for i in range(world)]
-    return {"rows": rows, "ints": ints, "blocks": blocks}
-
-
-EQUAL_ROWS = 2                                  # rows each rank sends each peer in the equal-split case
-
-
-def _equal_inputs(world):
-    """Rank i's send tensor for equal splits: EQUAL_ROWS rows for each rank, integer values from SEED."""
-    return [torch.randint(-10**6, 10**6, (world * EQUAL_ROWS, 3), generator=_stream("equal", world, i)).to(DTYPE)
-            for i in range(world)]
-
-
-
-
-
-def _receive_equal_inputs(world):
-    """Rank i's send tensor for RECEIVE_EQUAL: RECEIVE_EQUAL[world][j] rows for rank j, integer values from SEED."""
-    return [torch.randint(-10**6, 10**6, (sum(RECEIVE_EQUAL[world]), 3), generator=_stream("receive equal", world, i))
-            .to(DTYPE) for i in range(world)]
-
-
-def _cyclic_inputs():
-    """Rank i's input rows of the CYCLIC all-to-all (6 each), integer values from SEED."""
-    return [torch.randint(-10**6, 10**6, (sum(CYCLIC[i]), 3), generator=_stream("cyclic", i)).to(DTYPE)
-            for i in range(4)]
-
-
-def _skew_inputs():
-    """Tokens with a constant feature 0, a router that balances them and one that sends all to rank 0."""
-    h, e = SKEW["hidden"], SKEW["experts"]
-    xs = _tokens(2, seed=5, dtype=torch.float32, tokens=SKEW["tokens"], hidden=h)
-    for x in xs:
-        x[:, 0] = 1.0
-    weights = _layer_weights(2, seed=6, dtype=torch.float32, hidden=h, ffn=SKEW["ffn"], experts=e)
-    balanced = dict(weights, **{"router.weight": weights["router.weight"].clone()})
-    balanced["router.weight"][:, 0] = 0.0
-    skewed = dict(weights, **{"router.weight": weights["router.weight"].clone()})
-    # Experts 0, 1 live on rank 0. The other features' logits are normal with a standard deviation of about
-    # sqrt(hidden) = 8 per expert: a margin of 30 let a few of 1,024 tokens go to rank 1 for some secret seeds
-    # (the grader's), failing correct code; 1,000 is over 80 standard deviations of their difference.
-    skewed["router.weight"][:, 0] = torch.tensor([1000.0, 1000.0, 0.0, 0.0])
-    return xs, {"balanced": balanced, "skewed": skewed}
-
-
-# -- the reference: a single-process MoE written here, independently of the lab -----------------
-
-def _capacity(tokens, experts, top_k, cf):
-    return math.ceil(round(cf * tokens * top_k / experts, 9))
-
-
-def _keep_by_rule(ids, experts, capacity):
-    """Brute force: choices in order (all first choices, then all second ...), tokens in order."""
-    keep = torch.ones_like(ids, dtype=torch.bool)
-    if capacity is None:
-        return keep
-    taken = [0] * experts
-    for j in range(ids.shape[1]):
-        for t in range(ids.shape[0]):
-            e = int(ids[t, j])
-            if taken[e] < capacity:
-                taken[e] += 1
-            else:
-                keep[t, j] = False
-    return keep
-
-
-def _route(router, x, top_k):
-    top, ids = torch.topk(x @ router.t(), top_k, dim=-1)
-    return ids, torch.softmax(top, dim=-1)
-
-
-def _reference(weights, xs, ups, top_k, cf):
-    """Outputs per rank and gradients of sum_r <y_r, up_r> for the whole layer; each rank's tokens one group."""
-    params = {k: v.clone().requires_grad_() for k, v in weights.items()}
-    experts = params["w1"].shape[0]
-    xs = [x.clone().requires_grad_() for x in xs]
-    outputs, keeps, loss = [], [], 0.0
-    for x, up in zip(xs, ups):
-        ids, w = _route(params["router.weight"], x, top_k)
-        cap = None if cf is None else _capacity(x.shape[0], experts, top_k, cf)
-        keep = _keep_by_rule(ids, experts, cap)
-        y = torch.zeros_like(x)
-        for e in range(experts):
-            gate = ((ids == e) & keep).to(x.dtype) * w                     # tokens x k
-            expert = F.gelu(x @ params["w1"][e].t()) @ params["w2"][e].t()
-            y = y + gate.sum(1, keepdim=True) * expert
-        outputs.append(y)
-        keeps.append((ids, keep))
-        loss = loss + (y * up).sum()
-    loss.backward()
-    grads = {k: p.grad for k, p in params.items()}
-    return outputs, [x.grad for x in xs], grads, keeps
-
-
-def _routing_counts(ids, keep, experts, world):
-    """Copies each rank sends to each rank, from (ids, keep) of one source rank."""
-    per_rank = experts // world
-    counts = [0] * world
-    for e in ids[keep].tolist():
-        counts[e // per_rank] += 1
-    return counts
-
-
-def _case(world, with_skew):
-    weights, xs = _layer_weights(world), _tokens(world)
-    ups = _tokens(world, seed=2)
-    case = {"a2a": _a2a_inputs(world), "equal": _equal_inputs(world), "receive_equal": _receive_equal_inputs(world),
-            "weights": weights, "xs": xs, "ups": ups}
-    if world == 4:
-        case["cyclic"] = _cyclic_inputs()
-    if with_skew:
-        case["skew"] = _skew_inputs()
-    if world == 4:
-        case["subgroup"] = {"weights": _layer_weights(2), "xs": _tokens(2), "ups": _tokens(2, seed=2)}
-    return case
-
-
-GRAD_CUTS = {  # a .grad left None after backward: where the graph was cut
-    "router_grad": "router.weight.grad: no gradient reached the router. The routing weights (the softmax of the "
-                   "router's logits that scale each expert's output) must stay in the autograd graph: no .detach(), "
-                   ".item() or torch.no_grad() on them",
-    "input_grad": "the input's .grad: the output was not computed from x through autograd (a tensor rebuilt from "
-                  "data, a .detach(), or an all-to-all without a backward?)",
-    "w1_grad": "w1.grad: no gradient reached the experts' first weights (a .detach() or torch.no_grad() around them?)",
-    "w2_grad": "w2.grad: no gradient reached the experts' second weights (a .detach() or torch.no_grad() around them?)",
-}
-
-
-def _missing_grads(got, rank, mode):
-    """None if every gradient of the backward part exists; else which one stayed None and what that means."""
-    missing = [text for name, text in GRAD_CUTS.items() if got.get(name) is None]
-    return f"rank {rank}, {mode}: after backward, {'; and '.join(missing)}" if missing else None
-
-
-ORDER_HINT = ("; every rank received the right number of rows from each rank, so the exchange is right and the "
-              "experts' work is not: the rows arrive grouped by source rank (and by expert within each source). "
-              "Regroup them by local expert before the experts run, and put each result back in the received "
-              "order before the combine (a wrong expert for some rows, or results combined in the wrong order?)")
-ABORT_HINT = ("hint (Lab 10): when a message and the receive buffer posted for it differ in size, gloo aborts the "
-              "rank (SIGABRT; its peer then reads 'Connection reset by peer') or leaves it waiting in all_to_all's "
-              "wait() while its peer moves on. A rank's irecv from rank j must be recv_splits[j] rows (what rank "
-              "j's send_splits sends it), at the offset sum(recv_splits[:j]): check each irecv against its peer's send")
-ABORT_SIGNS = ("SIGABRT", "Connection reset by peer", " in all_to_all: ")
-
-
-def _only(items, rank):
-    """``items`` (one per rank) with every other rank's entry replaced by None."""
-    return [item if r == rank else None for r, item in enumerate(items)]
-
-
-def _rank_case(case, rank):
-    """What rank ``rank`` is handed of ``case``: the weights, and of the per-rank inputs its own only."""
-    mine = dict(case, a2a={name: _only(tensors, rank) for name, tensors in case["a2a"].items()},
-                equal=_only(case["equal"], rank), xs=_only(case["xs"], rank), ups=_only(case["ups"], rank),
-                receive_equal=_only(case["receive_equal"], rank))
-    if "cyclic" in case:
-        mine["cyclic"] = _only(case["cyclic"], rank)
-    if "subgroup" in case:
-        mine["subgroup"] = dict(case["subgroup"], xs=_only(case["subgroup"]["xs"], rank % 2),
-                                ups=_only(case["subgroup"]["ups"], rank % 2))
-    if "skew" in case:
-        xs, routers = case["skew"]
-        mine["skew"] = (_only(xs, rank), routers)
-    return mine
 
 
 def _results(lab, world_size, backend="gloo"):
@@ -272,13 +78,7 @@ def _results(lab, world_size, backend="gloo"):
         return RUNS.get((world_size, backend), moe_worker, world_size, (lab,), backend=backend, timeout=120,
                         needs=[lab.all_to_all], rank_args=[(_rank_case(case, r),) for r in range(world_size)])
     except DistributedRunError as exc:  # a size mismatch kills gloo's ranks with no word about sizes: say it
-        first_report = not isinstance(exc, SharedRunFailed)   # the tests that share the run say so in one line
-        dropped = any(getattr(f, "dropped", None) for f in getattr(exc, "failures", ()))   # the runner named it
-        text = str(exc)
-        diagnosed = "\nhint: " in text   # the runner named the cause (a blocking send, a tag...): this is not it
-        aborted = any(sign in text for sign in ABORT_SIGNS[:2]) or (ABORT_SIGNS[2] in text and not diagnosed)
-        if first_report and aborted and not dropped and ABORT_HINT not in getattr(exc, "__notes__", ()):
-            exc.add_note(ABORT_HINT)
+        note_an_abort(exc)
         raise
 
 
@@ -289,38 +89,7 @@ def _parts(lab, world_size, part, backend="gloo"):
             for rank, result in enumerate(_results(lab, world_size, backend))]
 
 
-def _ratio(got, expected):
-    """The scale that best maps expected onto got (least squares): 1 when right, 2 when doubled ..."""
-    denominator = (expected.double() * expected.double()).sum().item()
-    return (got.double() * expected.double()).sum().item() / denominator if denominator else float("nan")
-
-
-def compare(got, expected, what, tolerance=TOLERANCE):
-    """None if equal within ``tolerance``; else where, by how much, and the ratio got/expected."""
-    why = mismatch(got, expected, rel=0.0, abs=tolerance)
-    if why is None:
-        return None
-    if mismatch(got, torch.zeros_like(expected), abs=float("inf")) is None and expected.numel():
-        ratio = _ratio(got, expected)
-        why += f"; least-squares ratio got/expected {ratio:.4g}"
-        if abs(ratio) < 1e-12:
-            why += " (all zeros: did anything come back from the experts?)"
-        elif abs(ratio - 2) < 1e-9:
-            why += " (twice: each copy added twice?)"
-    return f"{what}: {why}"
-
-
-def fail_if(problem):
-    __tracebackhide__ = True
-    if problem:
-        fail(problem)
-
-
 # -- part 1: the bill, by hand -------------------------------------------------------------------
-
-CAPACITY_HINTS = {1 / 2: "half: top_k copies per token, multiply by top_k",
-                  0.8: "4/5 of it? the capacity factor multiplies the average load"}
-
 
 @pytest.mark.points(3)
 def test_expert_capacity_is_the_ceiling_of_cf_times_the_average_load(lab):
@@ -346,13 +115,6 @@ def test_expert_capacity_refuses_bad_input_naming_the_argument(lab):
                          (dict(tokens=16, experts=4, top_k=1, capacity_factor=0.0), "capacity_factor"),
                          (dict(tokens=16, experts=4, top_k=1, capacity_factor=float("nan")), "capacity_factor")):
         expect_value_error(lambda: lab.expert_capacity(**kwargs), name, function=lab.expert_capacity)
-
-
-def _dispatch_hints(ep):
-    return {ep / (ep - 1) if ep > 1 else 0.5: "every copy counted: a copy for an expert on this rank stays local, "
-                                              "so only (ep-1)/ep of them are sent",
-            0.5: "half: each token sends top_k copies", 2.0: "twice: one dispatch, not dispatch and combine",
-            4.0: "four times: one dispatch, not Lab 04's whole layer"}
 
 
 @pytest.mark.points(3)
@@ -425,41 +187,6 @@ def test_lab_04s_ep_row_is_four_dispatches_of_this_lab(lab):
                      what=f"dispatch_bytes_per_rank{args} vs commtax.formulas.moe")
 
 
-def _token_major(ids, experts, capacity):
-    """The classic slip: tokens in order, each token's choices in order (not first choices first)."""
-    keep, taken = torch.ones_like(ids, dtype=torch.bool), [0] * experts
-    for t in range(ids.shape[0]):
-        for j in range(ids.shape[1]):
-            e = int(ids[t, j])
-            keep[t, j] = taken[e] < capacity
-            taken[e] += bool(keep[t, j])
-    return keep
-
-
-def _capacity_problem(got, ids, experts, capacity, what):
-    """None if ``got`` keeps exactly what the rule keeps; else what is wrong and what it suggests."""
-    expected = _keep_by_rule(ids, experts, capacity)
-    why = mismatch(got, expected, rel=0.0)
-    if why is None:
-        return None
-    if mismatch(got, expected.double(), abs=float("inf")) is None:  # a tensor of the right shape: which copies
-        wrong = (got.bool() != expected).nonzero().tolist()
-        if not wrong:   # the right copies in another dtype than bool
-            return f"{what}: {why} - the right copies, as numbers: return the mask as a bool tensor (it indexes rows)"
-        why = f"(token, choice) {wrong[:5]} wrong ({len(wrong)} of {expected.numel()})"
-        if capacity is not None:
-            kept = [int((ids[got.bool()] == e).sum()) for e in range(experts)]
-            routed = [int((ids == e).sum()) for e in range(experts)]
-            if all(k == min(r, capacity + 1) for k, r in zip(kept, routed)):
-                why += f"; each expert kept up to capacity + 1 = {capacity + 1} copies: off by one"
-            elif all(k == min(r, max(capacity - 1, 0)) for k, r in zip(kept, routed)):
-                why += f"; each expert kept up to capacity - 1 = {capacity - 1} copies: off by one"
-            elif mismatch(got, _token_major(ids, experts, capacity), rel=0.0) is None:
-                why += ("; these are the copies a token-by-token pass keeps: the rule admits every token's first "
-                        "choice before any second choice")
-    return f"{what}: {why}"
-
-
 @pytest.mark.points(3)
 def test_capacity_drops_exactly_the_copies_the_rule_drops(lab):
     gen = torch.Generator().manual_seed(3)
@@ -487,39 +214,10 @@ def test_capacity_drops_exactly_the_copies_the_rule_drops(lab):
 
 # -- part 2: on real ranks -----------------------------------------------------------------------
 
-def _expected_a2a(tensors, matrix, rank):
-    """Rows matrix[j][rank] of rank j's block for ``rank``, from the inputs."""
-    pieces = []
-    for j in range(len(matrix)):
-        start = sum(matrix[j][:rank])
-        pieces.append(tensors[j][start:start + matrix[j][rank]])
-    return torch.cat(pieces)
-
-
-def _a2a_problem(got, expected, own, what, own_block=None):
-    """None if ``got`` is ``expected`` exactly (dtype included); else what differs and what it suggests."""
-    why = mismatch(got, expected, rel=0.0)
-    if why is None:
-        return None if got.dtype == expected.dtype else f"{what}: dtype {got.dtype}, expected {expected.dtype}"
-    if isinstance(got, torch.Tensor) and got.shape == expected.shape and got.numel():
-        own_rows = own_block if own_block is not None else slice(0, 0)
-        others = torch.ones(expected.shape[0], dtype=torch.bool)
-        others[own_rows] = False
-        if torch.equal(got, own) if got.shape == own.shape else False:
-            why += "; it is this rank's own send tensor: nothing was exchanged"
-        elif torch.equal(got.reshape(-1).sort().values, expected.reshape(-1).sort().values):
-            why += ("; the right rows in the wrong places: the rows from rank j go after those of ranks 0..j-1, "
-                    "at sum(recv_splits[:j])")
-        elif own_block is not None and torch.equal(got[others], expected[others]):
-            why += (f"; only rows {own_rows.start}..{own_rows.stop - 1}, the block this rank sends itself, are wrong: "
-                    "copy it locally (no message to yourself)")
-    return f"{what}: {why}"
-
-
 @pytest.mark.points(3)
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_all_to_all_equals_all_to_all_single_with_uneven_and_empty_splits(lab, world_size):
-    inputs, matrix = _a2a_inputs(world_size), SPLITS[world_size]
+    inputs, matrix = _case(world_size, with_skew=False)["a2a"], SPLITS[world_size]
     for rank, result in enumerate(_parts(lab, world_size, "a2a")):
         for name, tensors in inputs.items():
             expected = _expected_a2a(tensors, matrix, rank)
@@ -527,26 +225,15 @@ def test_all_to_all_equals_all_to_all_single_with_uneven_and_empty_splits(lab, w
             fail_if(_a2a_problem(result[name]["got"], expected, tensors[rank],
                                  f"rank {rank}, {name}, splits {matrix}: all_to_all's result",
                                  slice(start, start + matrix[rank][rank])))
-        check(result["extra_row"].startswith("ValueError"), f"rank {rank}: all_to_all of a tensor one row longer "
-              f"than send_splits {matrix[rank]} sum to: {result['extra_row']}; expected a ValueError (the docstring: "
-              "ValueError if the splits do not fit)")
-        check(result["own_split"].startswith("ValueError"), f"rank {rank}: all_to_all whose recv_splits expect one row "
-              f"more from this rank itself than its send_splits {matrix[rank]} send it: {result['own_split']}; "
-              "expected a ValueError (the docstring: ValueError if the splits do not fit)")
-        check(result["long_recv"].startswith("ValueError"), f"rank {rank}: all_to_all with {world_size + 1} "
-              f"recv_splits on {world_size} ranks: {result['long_recv']}; expected a ValueError (one entry per rank, "
-              "in both lists)")
-        check(result["solo"] == "equal", f"rank {rank}: all_to_all on a group of one rank (its own): {result['solo']}; "
-              "expected a new tensor equal to send (the docstring: returns a new tensor; the caller may write into it)")
-        strided = result["strided"]
-        fail_if(_a2a_problem(strided, _expected_a2a(inputs["rows"], matrix, rank), inputs["rows"][rank],
+        fail_if(_a2a_error_problem(result, matrix, rank, world_size))   # splits that cannot fit; a group of one
+        fail_if(_a2a_problem(result["strided"], _expected_a2a(inputs["rows"], matrix, rank), inputs["rows"][rank],
                              f"rank {rank}, a transposed view of the rows (not contiguous): all_to_all's result",
                              slice(start, start + matrix[rank][rank])))
 
 
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_all_to_all_uses_point_to_point_only_and_sends_each_row_once(lab, world_size):
-    inputs, matrix = _a2a_inputs(world_size), SPLITS[world_size]
+    inputs, matrix = _case(world_size, with_skew=False)["a2a"], SPLITS[world_size]
     for rank, result in enumerate(_parts(lab, world_size, "a2a")):
         for name, tensors in inputs.items():
             entry = result[name]
@@ -568,8 +255,8 @@ def test_all_to_all_uses_point_to_point_only_and_sends_each_row_once(lab, world_
 def test_all_to_all_single_takes_torchs_argument_order_and_none_means_equal_splits(lab, world_size):
     """lab.all_to_all_single(output, input, output_split_sizes, input_split_sizes) fills output as
     torch.distributed.all_to_all_single does; with the split lists left out, equal splits."""
-    matrix = SPLITS[world_size]
-    rows, equal = _a2a_inputs(world_size)["rows"], _equal_inputs(world_size)
+    matrix, case = SPLITS[world_size], _case(world_size, with_skew=False)
+    rows, equal = case["a2a"]["rows"], case["equal"]
     for rank, result in enumerate(_parts(lab, world_size, "single")):
         fail_if(_a2a_problem(result["given"], _expected_a2a(rows, matrix, rank), rows[rank],
                              f"rank {rank}: all_to_all_single(output, input, output_split_sizes, input_split_sizes) "
@@ -581,17 +268,8 @@ def test_all_to_all_single_takes_torchs_argument_order_and_none_means_equal_spli
                              f"rank {rank}: all_to_all_single(output, input) (None: {EQUAL_ROWS} rows per rank)"))
         check(torch.equal(result["equal_torch"], _expected_a2a(equal, even, rank)),
               "torch.distributed.all_to_all_single disagrees with the test's expectation")
-        counts = RECEIVE_EQUAL[world_size]
-        what = (f"rank {rank}: all_to_all_single(output of {world_size * counts[rank]} rows, input of {sum(counts)} "
-                f"rows, None, input_split_sizes={counts})")
-        none_means = (f"output_split_sizes=None means the OUTPUT's {world_size * counts[rank]} rows in equal parts, "
-                      f"{counts[rank]} from each rank, whatever the input holds (not the input's rows / {world_size})")
-        if isinstance(result["none_out"], tuple):
-            fail(f"{what} raised {result['none_out'][0]}: {result['none_out'][1]} - {none_means}")
-        sent = _receive_equal_inputs(world_size)
-        problem = _a2a_problem(result["none_out"], _expected_a2a(sent, [counts] * world_size, rank), sent[rank], what)
-        if problem:
-            fail(f"{problem} - {none_means}")
+        fail_if(_none_split_problem(result["none_out"], case["receive_equal"], RECEIVE_EQUAL[world_size], rank,
+                                    world_size))
         error = result["error"]
         check(error is not None and error[0] == "ValueError" and "split_sizes" in error[1],
               f"rank {rank}: all_to_all_single on {world_size + 1} rows with no splits (they cannot be equal) "
@@ -607,41 +285,19 @@ def test_all_to_all_backward_sends_each_gradient_row_back_where_it_came_from(lab
     """4 ranks, a split matrix that is not symmetric though each rank sends as many rows as it receives:
     AllToAll.apply, then backward with each output row's gradient equal to the row itself: the input's
     gradient must be the input (every row back at its origin)."""
-    xs = _cyclic_inputs()
+    xs = _case(4, with_skew=False)["cyclic"]
     for rank, got in enumerate(_parts(lab, 4, "a2a backward")):
-        what = f"rank {rank}, splits {CYCLIC}: the input's gradient after AllToAll.apply(...).backward()"
-        if got["grad"] is None:
-            fail(f"{what}: None: no gradient reached the input (AllToAll.backward must return the gradient of x "
-                 "first, then None for the splits and the group)")
-        problem = _a2a_problem(got["grad"], xs[rank], xs[rank], what)
-        if problem:
-            forward = [_expected_a2a(xs, CYCLIC, r) for r in range(4)]      # the forward's outputs = the gradients
-            if torch.equal(got["grad"], _expected_a2a(forward, CYCLIC, rank)):
-                problem += ("; these are the gradient rows sent the forward's way again: the backward reused the "
-                            "forward's split lists. Send each row back where it came from: all_to_all(grad, "
-                            "recv_splits, send_splits) (the two lists swapped)")
-            fail(problem)
+        fail_if(_a2a_backward_problem(got["grad"], xs, rank))
 
 
 @pytest.mark.points(3)
 @pytest.mark.parametrize("world_size", [2, 4])
 @pytest.mark.parametrize("mode", ["dropless", "capacity"])
 def test_expert_parallel_outputs_and_input_grads_equal_the_single_process_moe(lab, world_size, mode):
-    case = _case(world_size, with_skew=False)
-    cf = None if mode == "dropless" else CAPACITY_FACTOR
-    outputs, input_grads, _, keeps = _reference(case["weights"], case["xs"], case["ups"], TOP_K, cf)
+    outputs, input_grads, _, keeps = _expected_layer(_case(world_size, with_skew=False), mode)
     sent = [_routing_counts(ids, keep, EXPERTS[world_size], world_size) for ids, keep in keeps]   # sent[i][j]
-    forwards = _parts(lab, world_size, f"{mode} forward")
-    for rank, got in enumerate(forwards):
-        problem = compare(got["output"], outputs[rank].detach(), f"rank {rank}, {mode}: the layer's output")
-        local = EXPERTS[world_size] // world_size
-        mine = list(range(rank * local, (rank + 1) * local))
-        if problem and got.get("w1_experts") not in (None, mine):
-            problem += (f"; this rank's w1 holds the experts {got['w1_experts']} of the full layer, not its "
-                        f"contiguous block {mine}: from_full must give rank r the experts r * experts/ep onward")
-        elif problem and got.get("recv_counts") == [sent[j][rank] for j in range(world_size)]:
-            problem += ORDER_HINT  # the right rows arrived: what goes wrong is which expert computes each
-        fail_if(problem)
+    for rank, got in enumerate(_parts(lab, world_size, f"{mode} forward")):
+        fail_if(_output_problem(got, outputs[rank].detach(), sent, rank, mode, EXPERTS[world_size]))
     for rank, got in enumerate(_parts(lab, world_size, f"{mode} backward")):
         fail_if(_missing_grads(got, rank, mode))   # the router's cut changes the input's gradient too: name it
         fail_if(compare(got["input_grad"], input_grads[rank], f"rank {rank}, {mode}: the gradient of the input"))
@@ -651,9 +307,7 @@ def test_expert_parallel_outputs_and_input_grads_equal_the_single_process_moe(la
 @pytest.mark.parametrize("world_size", [2, 4])
 @pytest.mark.parametrize("mode", ["dropless", "capacity"])
 def test_expert_and_router_gradients_equal_the_single_process_moe(lab, world_size, mode):
-    case = _case(world_size, with_skew=False)
-    cf = None if mode == "dropless" else CAPACITY_FACTOR
-    _, _, grads, _ = _reference(case["weights"], case["xs"], case["ups"], TOP_K, cf)
+    _, _, grads, _ = _expected_layer(_case(world_size, with_skew=False), mode)
     _parts(lab, world_size, f"{mode} forward")
     results = _parts(lab, world_size, f"{mode} backward")
     local = EXPERTS[world_size] // world_size
@@ -690,10 +344,8 @@ def test_each_rank_holds_only_its_experts(lab, world_size):
 @pytest.mark.parametrize("world_size", [2, 4])
 @pytest.mark.parametrize("mode", ["dropless", "capacity"])
 def test_bytes_each_rank_sends_equal_its_routing_times_hidden(lab, world_size, mode):
-    case = _case(world_size, with_skew=False)
-    cf = None if mode == "dropless" else CAPACITY_FACTOR
     experts = EXPERTS[world_size]
-    _, _, _, keeps = _reference(case["weights"], case["xs"], case["ups"], TOP_K, cf)
+    _, _, _, keeps = _expected_layer(_case(world_size, with_skew=False), mode)
     sent = [_routing_counts(ids, keep, experts, world_size) for ids, keep in keeps]   # sent[i][j]
     row = HIDDEN * DTYPE.itemsize
     counts = (world_size - 1) * (experts // world_size) * COUNT_BYTES      # the per-expert counts, int64
@@ -702,17 +354,7 @@ def test_bytes_each_rank_sends_equal_its_routing_times_hidden(lab, world_size, m
         check(got["count_types"] == ["list", "list", "int"], f"rank {rank}, {mode}: send_counts, recv_counts and "
               f"dropped are {', '.join(got['count_types'])}; the docstring says lists of ints and an int (.tolist(), "
               "int(...)): plain numbers a caller can print, compare and send as they are")
-        if cf is not None and got["send_counts"] == undropped[rank] != sent[rank]:
-            fail(f"rank {rank}, {mode}: send_counts {got['send_counts']} count every routed copy, the dropped ones "
-                 f"too; the routing after the capacity says {sent[rank]}: drop the copies apply_capacity rejects "
-                 "before the dispatch (they are neither sent nor computed)")
-        own_only = (isinstance(got["send_counts"], list) and len(got["send_counts"]) == world_size and
-                    [c for j, c in enumerate(got["send_counts"]) if j != rank] ==
-                    [c for j, c in enumerate(sent[rank]) if j != rank])
-        check(got["send_counts"] == sent[rank], f"rank {rank}, {mode}: send_counts {got['send_counts']}, the routing "
-                                                f"says {sent[rank]} (copies this rank routes to each rank)" + (
-              f": only entry {rank}, this rank's own, differs: it counts the copies that stay local too"
-              if own_only else ""))
+        fail_if(_send_counts_problem(got["send_counts"], sent, undropped, rank, mode, mode == "capacity"))
         received = [sent[j][rank] for j in range(world_size)]
         check(got["recv_counts"] == received, f"rank {rank}, {mode}: recv_counts {got['recv_counts']}, expected "
                                               f"{received} (copies each rank routes to this one)")
@@ -733,8 +375,7 @@ def test_bytes_each_rank_sends_equal_its_routing_times_hidden(lab, world_size, m
 
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_capacity_in_the_layer_drops_what_the_rule_drops(lab, world_size):
-    case = _case(world_size, with_skew=False)
-    _, _, _, keeps = _reference(case["weights"], case["xs"], case["ups"], TOP_K, CAPACITY_FACTOR)
+    _, _, _, keeps = _expected_layer(_case(world_size, with_skew=False), "capacity")
     dropped = [int((~keep).sum()) for _, keep in keeps]
     assert sum(dropped) > 0, "the test's capacity factor should drop something"
     capacity = _capacity(TOKENS, EXPERTS[world_size], TOP_K, CAPACITY_FACTOR)
@@ -756,15 +397,7 @@ def test_capacity_in_the_layer_drops_what_the_rule_drops(lab, world_size):
 @pytest.mark.points(3)
 def test_a_skewed_router_loads_the_busiest_rank_and_its_time_as_predicted(lab):
     xs, routers = _skew_inputs()
-    per_rank = SKEW["experts"] // 2
-    expected = {}
-    for name, weights in routers.items():
-        counts = [[0, 0] for _ in range(2)]
-        for src, x in enumerate(xs):
-            ids, _ = _route(weights["router.weight"], x, 1)
-            for e in ids.reshape(-1).tolist():
-                counts[e // per_rank][src] += 1
-        expected[name] = counts                                   # expected[name][dst][src]
+    expected = _skew_counts(xs, routers)                          # expected[name][dst][src]
     results = [{"skew": r} for r in _parts(lab, 2, "skew")]
     for rank, result in enumerate(results):
         for name in routers:
@@ -798,48 +431,21 @@ def test_a_skewed_router_loads_the_busiest_rank_and_its_time_as_predicted(lab):
 def test_the_layer_on_a_subgroup_exchanges_only_within_its_group(lab):
     """4 ranks, two groups of 2, each group one 2-rank expert-parallel layer: catches an all-to-all (or
     AllToAll.apply) called without the layer's group, which the whole-world tests cannot see."""
-    outputs, _, _, _ = _reference(_layer_weights(2), _tokens(2), _tokens(2, seed=2), TOP_K, None)
-    results = _results(lab, 4)
-    for rank, result in enumerate(results):
-        got = result["subgroup"]
-        if isinstance(got, dict) and SECTION_FAILED in got:
-            group = [rank // 2 * 2, rank // 2 * 2 + 1]
-            fail(f"rank {rank} (group {group}): ExpertParallelMoE(group=...) raised "
-                 f"{subgroup_failure(got[SECTION_FAILED][0], group, world=4)}")
-        problem = compare(got["output"], outputs[rank % 2].detach(),
-                          f"rank {rank} (group [{rank // 2 * 2}, {rank // 2 * 2 + 1}]): the layer's output")
-        if problem:
-            fail(problem + "; the all-to-all ran on the default group? pass group=self.group")
+    outputs, _, _, _ = _expected_layer(_case(4, with_skew=False)["subgroup"], "dropless")   # one group's layer
+    for rank, result in enumerate(_results(lab, 4)):
+        fail_if(_subgroup_output_problem(result["subgroup"], outputs[rank % 2].detach(), rank))
 
 
 def test_the_layers_backward_on_a_subgroup_stays_in_its_group(lab):
     """The same two groups of 2, after backward: catches AllToAll's backward called without the group its
     forward ran on (kept in ctx), which the whole-world tests and the forward on a subgroup cannot see."""
-    _, input_grads, _, _ = _reference(_layer_weights(2), _tokens(2), _tokens(2, seed=2), TOP_K, None)
+    _, input_grads, _, _ = _expected_layer(_case(4, with_skew=False)["subgroup"], "dropless")
     for rank, result in enumerate(_results(lab, 4)):
-        group = [rank // 2 * 2, rank // 2 * 2 + 1]
-        got = result.get("subgroup backward")
-        if got is None:
-            fail(f"rank {rank} (group {group}): the backward on the subgroup was not run: AllToAll's backward "
-                 "sends the gradient rows the wrong way (see test_all_to_all_backward_sends_each_gradient_row_back_where_it_came_from)")
-        if SECTION_FAILED in got and "not run: the forward raised" in str(got[SECTION_FAILED][0]):
-            fail(f"rank {rank} (group {group}): the backward on the subgroup was not run: the forward on it raised "
-                 "(see test_the_layer_on_a_subgroup_exchanges_only_within_its_group)")
-        if SECTION_FAILED in got:
-            fail(f"rank {rank} (group {group}): the layer's backward on its group raised "
-                 f"{subgroup_failure(got[SECTION_FAILED][0], group, world=4)}; the backward's all-to-all must run "
-                 "on the forward's group: keep it in ctx (ctx.group = group) and pass it on")
-        if got["input_grad"] is None:
-            fail(f"rank {rank} (group {group}): after backward on the subgroup, " + GRAD_CUTS["input_grad"])
-        problem = compare(got["input_grad"], input_grads[rank % 2], f"rank {rank} (group {group}): the gradient of "
-                          "the input after backward on the subgroup")
-        if problem:
-            fail(problem + "; AllToAll's backward ran on the default group? pass the forward's group (ctx.group)")
+        fail_if(_subgroup_backward_problem(result.get("subgroup backward"), input_grads[rank % 2], rank))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_the_layer_runs_on_each_backend(lab, backend):
-    case = _case(2, with_skew=False)
-    outputs, _, _, _ = _reference(case["weights"], case["xs"], case["ups"], TOP_K, None)
+    outputs, _, _, _ = _expected_layer(_case(2, with_skew=False), "dropless")
     for rank, got in enumerate(_parts(lab, 2, "dropless forward", backend)):
         fail_if(compare(got["output"], outputs[rank].detach(), f"rank {rank} on {backend}: the layer's output", 1e-9))
