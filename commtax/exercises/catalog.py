@@ -25,7 +25,8 @@ QUESTIONS: dict[str, Question] = {
     "02.5": Question("the measured all-reduce time behind {busbw} of bus bandwidth, in seconds"),
     # Lesson 03
     "03.1": Question("model state per GPU of Llama-2-13B with ZeRO-1 on {d} GPUs, in bytes"),
-    "03.2": Question("extra bytes per rank ZeRO-3 sends over DP in one step of {m} micro-batches"),
+    "03.2": Question("extra bytes per rank ZeRO-3 sends over DP in one step of {m} micro-batches",
+                     tolerance=0.01),   # the large-P limit, without (d-1)/d = 63/64, is 1.6% off
     "03.3": Question("what the guide's formula gives for one layer, in bytes"),
     "03.4": Question("ratio of one TP rank's bytes (12-layer stage, t = 8) to one pipeline boundary's"),
     "03.5": Question("EP bytes per rank per layer divided by TP bytes per rank per layer"),

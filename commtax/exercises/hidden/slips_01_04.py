@@ -225,6 +225,8 @@ SLIPS: dict[str, tuple[Slip, ...]] = {
         Slip("4 bytes per parameter", "lsXnbAi5l2k=", "the model is bf16: 2 bytes per parameter"),
         Slip("ZeRO-3's total, once per step", "F/wHehvioAM=", "that is all ZeRO-3 sends for one micro-batch; it sends that "
              "for each of the {m} micro-batches, and asked is how many more bytes than DP"),
+        Slip("the large-P limit", "eou039gG4MY=", "that counts every pass as the whole N b_e; a ring "
+             "pass sends (d-1)/d of it: 63/64 at d = 64"),
     ),
     "03.3": (
         Slip("the guide's 175 MB, or forward only", "", "that is the guide's printed \"~175 MB\", half the formula, which "
