@@ -245,7 +245,7 @@ SLIPS: dict[str, tuple[Slip, ...]] = {
         Slip("one layer", "CAWrca1DyLA=", "that is one TP layer; the stage holds 12 layers"),
         Slip("all 96 layers", "gBzA8ZrOlxc=", "that counts TP over all 96 layers; a TP rank of this stage sends for the "
              "stage's 12 layers, and one boundary is what the stage sends on"),
-        Slip("PP forward only", "yFS0Yf9TP8o=", "a boundary carries the activation forward and its gradient back: 2 bsh B per "
+        Slip("PP forward only", "yFS0Yf9TP8o=", "a boundary carries the activation forward and its gradient back: 2 bsh b_e per "
              "micro-batch"),
         Slip("TP forward only", "WjBKQudOEr4=", "TP sends 4 all-reduces per layer per micro-batch: 2 forward, 2 backward"),
         Slip("the large-P limit", "U5CZNpXssJ8=", "that uses 2n per all-reduce; keep 2(t-1)/t = 1.75 at t = 8"),
