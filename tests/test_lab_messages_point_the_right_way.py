@@ -1,11 +1,15 @@
-"""Labs 01 and 02 name the real slip (issue 40): mistakes planted in copies of the references, and the helpers
-that read the evidence, fed what each slip leaves behind.
+"""Labs 01, 02 and 07 name the real slip (issue 40): mistakes planted in copies of the references, and the
+helpers that read the evidence, fed what each slip leaves behind.
 
 * Lab 01 has no tensors: a formula slip that is off by float32's rounding in its 1-byte case is not blamed on
   float32, and the case furthest off (where the slip's factor shows) is reported first.
 * Lab 02: a received chunk added into the chunk that was sent says "received into a different chunk?" (not
-  "copied instead of added?"); chunk bounds counted in bytes say "bytes vs elements?" (not a bare torch
-  size-mismatch error).
+  "copied instead of added?"); chunks counted in bytes say "bytes vs elements?" (not a bare torch
+  size-mismatch error, nor "different chunk"), whether chunk_bounds counts bytes or a receive slice or
+  buffer is ``(rb - ra) * element_size()`` long.
+* Lab 07: a bubble fraction of the other definition says "relative_to swapped?"; a simulate that raises on
+  a valid schedule fails in one line that names it and where to look (not a page of harness frames); a
+  received activation that does not require grad says so (not a bare AttributeError on ``x.grad``).
 
 The planted runs use ``run_planted`` of ``tests/test_planted_bugs.py`` (a lab's tests on its solution with one
 line changed, as a learner's starter, in a separate pytest).
@@ -14,6 +18,7 @@ line changed, as a learner's starter, in a separate pytest).
 import importlib.util
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -23,6 +28,7 @@ from commtax.testing import mismatch
 
 LAB01 = LABS_DIR / "lab-01-alpha-beta"
 LAB02 = LABS_DIR / "lab-02-ring-allreduce"
+LAB07 = LABS_DIR / "lab-07-pipeline-schedules"
 pytestmark = pytest.mark.skipif(not (LAB02 / "solution.py").exists(),
                                 reason="the student release has no reference solutions to plant bugs in")
 
@@ -42,6 +48,10 @@ def _planted():
 
 def _lab02_tests():
     return _module("commtax_lab02_test_lab", LAB02 / "test_lab.py")
+
+
+def _lab07_tests():
+    return _module("commtax_lab07_test_lab", LAB07 / "test_lab.py")
 
 
 # -- Lab 01: no float32 hint without tensors; the worst case first -----------------------------------
@@ -134,3 +144,151 @@ def test_chunk_bounds_counted_in_bytes_are_told_bytes_vs_elements(tmp_path):
                                  "-k", "ring_all_reduce_equals", "-x")
     first = "\n".join(run.failure(0))
     assert "Bytes vs elements?" in first, first
+
+
+# A receive slice (and its buffer) sized in bytes while chunk_bounds counts elements: (rb - ra) * element_size().
+
+def _mismatch(t, output, broadcast, case, rank=None, posted=None):
+    """A rank's report of a torch size mismatch in ``case`` (elements, bytes each, ranks), as :func:`noted`
+    notes it: with the receives ``rank`` had posted (in elements), if given."""
+    text = (f"rank {rank} raised RuntimeError: output with shape [{output}] doesn't match the broadcast shape "
+            f"[{broadcast}]\n" + t.CASE_NOTE.format(*case))
+    return text if posted is None else text + "\n" + t.RECEIVES_NOTE.format(rank, ", ".join(map(str, posted)))
+
+
+def test_a_rank_notes_the_receives_it_posted_when_torch_says_two_lengths_differ():
+    t = _lab02_tests()
+    traffic = SimpleNamespace(messages=[("send", 1, 0, 8), ("recv", 1, 0, 64), ("recv", 1, 0, 0)])
+    mine = torch.zeros(1, dtype=torch.float64)
+    with pytest.raises(RuntimeError) as raised:   # a 1-element chunk += an 8-element receive slice
+        t.noted(lambda: mine.add_(torch.zeros(8, dtype=torch.float64)), mine, 2, 1, traffic)
+    notes = raised.value.__notes__
+    assert notes == [t.CASE_NOTE.format(1, 8, 2), t.RECEIVES_NOTE.format(1, "8, 0")], notes
+    with pytest.raises(ValueError) as other:       # any other error: the case only
+        t.noted(lambda: int("x"), mine, 2, 1, traffic)
+    assert other.value.__notes__ == [t.CASE_NOTE.format(1, 8, 2)], other.value.__notes__
+
+
+def test_a_receive_slice_sized_in_bytes_is_told_bytes_vs_elements_not_a_different_chunk():
+    t = _lab02_tests()
+    # M3: buf[: (rb - ra) * element_size()] with buf of the largest chunk's 2 elements: rank 0's receive of
+    # chunk 1 (1 element) is 8 long, cut to 2, the length of the other chunk.
+    clipped = t.size_mismatch_hint(_mismatch(t, 1, 2, (3, 8, 2), rank=0, posted=[2]))
+    assert "Bytes vs elements?" in clipped, clipped
+    assert "rank 0 received chunk 1 (1 element(s), reduce-scatter step 0) into a slice of 2 elements" in clipped
+    assert "Received into a different chunk?" not in clipped, clipped
+    # M3b: the buffer in bytes too: the receive slice is 1 x 8 = 8 elements, with or without the receive note.
+    for text in (_mismatch(t, 1, 8, (1, 8, 2), rank=1, posted=[8]), _mismatch(t, 1, 8, (1, 8, 2))):
+        told = t.size_mismatch_hint(text)
+        assert told is not None and "Bytes vs elements?" in told and "different chunk" not in told, told
+        assert "8 = 1 x 8" in told, told
+    # The receive into the chunk that was sent (M1): the receive had the right length, the add went astray.
+    astray = t.size_mismatch_hint(_mismatch(t, 1, 2, (3, 8, 2), rank=1, posted=[2]))
+    assert "Received into a different chunk?" in astray and "Bytes" not in astray, astray
+
+
+@pytest.mark.slow   # Lab 02 jobs on real ranks, as above
+def test_a_receive_slice_or_buffer_of_rb_minus_ra_times_element_size_is_told_bytes_vs_elements(tmp_path):
+    planted = _planted()
+    old = "        received = inbox[: recv_stop - recv_start]\n"
+    run = planted.run_planted(tmp_path / "slice", LAB02, old,
+                              "        received = inbox[: (recv_stop - recv_start) * flat.element_size()]\n",
+                              "-k", "ring_all_reduce_equals", "-x")
+    first = run.failure(0)[0]
+    assert first.startswith("P = 2, ring_all_reduce: slices of 1 and 2 elements met") and "Bytes vs elements?" in first
+    assert "different chunk?" not in first.split("Bytes vs elements?")[0], first
+    buffer = "    inbox = _inbox(largest, flat.dtype, flat.device)"
+    source = (LAB02 / "solution.py").read_text()
+    block = source[source.index(buffer):source.index(old) + len(old)]
+    run = planted.run_planted(tmp_path / "buffer", LAB02, block,
+                              block.replace("_inbox(largest,", "_inbox(largest * flat.element_size(),")
+                              .replace(old, "        received = inbox[: (recv_stop - recv_start) * flat.element_size()]\n"),
+                              "-k", "ring_all_reduce_equals", "-x")
+    first = run.failure(0)[0]
+    assert first.startswith("P = 2, ring_all_reduce: slices of 1 and 8 elements met") and "Bytes vs elements?" in first, \
+        first
+
+
+# -- Lab 07: the two bubble definitions; simulate raising on a valid schedule; a received activation's grad --
+
+def test_a_bubble_of_the_other_definition_is_told_relative_to_swapped():
+    t = _lab07_tests()
+    with pytest.raises(pytest.fail.Exception) as ideal:   # the share of the step where ideal was asked
+        t.expect_bubble(7 / 39, 8, 32, 1, "ideal", what="p = 8, m = 32, relative to ideal")
+    assert ideal.value.msg.startswith("p = 8, m = 32, relative to ideal: got 0.179"), ideal.value.msg
+    assert "the bubble's share of the step: relative_to swapped?" in ideal.value.msg, ideal.value.msg
+    with pytest.raises(pytest.fail.Exception) as total:
+        t.expect_bubble(7 / 64, 8, 32, 2, "total", what="v = 2, share of the step")
+    assert "relative to the ideal step: relative_to swapped?" in total.value.msg, total.value.msg
+    with pytest.raises(pytest.fail.Exception) as other:    # another wrong value: numbers only
+        t.expect_bubble(7 / 40, 8, 32, 1, "ideal", what="p = 8, m = 32")
+    assert "swapped" not in other.value.msg, other.value.msg
+    t.expect_bubble(7 / 39, 8, 32)
+
+
+class _RaisingLab:
+    """A lab whose simulate raises what the learner's did (the boundary rebuilds it with its traceback)."""
+
+    def __init__(self, exc):
+        self.exc = exc
+
+    def simulate(self, *args, **kwargs):
+        raise self.exc
+
+
+def test_simulate_raising_on_a_valid_schedule_is_told_in_one_line_with_the_learners_line():
+    t = _lab07_tests()
+    exc = ValueError("the interleaved_1f1b order cannot proceed: every device waits on another")
+    exc.add_note("in the learner's code:\nTraceback (most recent call last):\n  File \"/x/labs/lab-07/starter.py\", "
+                 "line 164, in simulate\n    raise ValueError(message)\nValueError: the interleaved_1f1b order ...")
+    with pytest.raises(pytest.fail.Exception) as failed:
+        t.simulate(_RaisingLab(exc), "interleaved_1f1b", 2, 4, 2)
+    lines = failed.value.msg.splitlines()
+    assert lines[0] == ("simulate raised on a valid interleaved_1f1b schedule: simulate('interleaved_1f1b', p=2, m=4, "
+                        "v=2) raised ValueError: the interleaved_1f1b order cannot proceed: every device waits on "
+                        "another"), lines[0]
+    assert lines[1] == "  at starter.py:164 in simulate: raise ValueError(message)", lines[1]
+    assert "README's worked example" in lines[2], lines[2]
+    with pytest.raises(NotImplementedError):     # a starter's stub keeps its own message
+        t.simulate(_RaisingLab(NotImplementedError("simulate")), "gpipe", 2, 4)
+
+
+def test_a_grad_of_none_sent_back_is_told_the_activation_must_require_grad():
+    t = _lab07_tests()
+    text = ("DistributedRunError: distributed run of check_real_pipeline() on 2 ranks (gloo) failed: rank 1 raised "
+            "AttributeError: 'NoneType' object has no attribute 'numel'\n  rank 1: labs/lab-07-pipeline-schedules/"
+            "starter.py:269 in train_1f1b: `sends.append(dist.isend(x.grad, g(rank - 1), group, tag=2 * i + 1))`\n")
+    hint = t.grad_is_none_hint(text)
+    assert hint.startswith("x.grad is None on rank 1: the received activation must require grad"), hint
+    assert t.grad_is_none_hint(text.replace("x.grad", "out")) is None
+    assert t.grad_is_none_hint(text.replace("'NoneType'", "'Tensor'")) is None
+
+
+def test_a_bubble_with_the_definitions_swapped_in_a_planted_lab_is_told_so(tmp_path):
+    run = _planted().run_planted(
+        tmp_path, LAB07, 'return (stages - 1) / work if relative_to == "ideal" else',
+        'return (stages - 1) / work if relative_to == "total" else', "-k", "megatron_lm_example", "-x")
+    first = run.failure(0)[0]
+    assert first.startswith("p = 8, m = 32, relative to ideal: got 0.179"), first
+    assert "relative_to swapped?" in first, first
+
+
+def test_a_planted_simulate_that_raises_on_a_valid_order_fails_in_a_few_lines_naming_it(tmp_path):
+    # Interleaved backwards not reversed through the chunks: the order cannot proceed, and the reference's
+    # simulate says so with a ValueError. It used to open with ~45 lines of the harness's frames.
+    run = _planted().run_planted(
+        tmp_path, LAB07, "v - 1 - chunk if backward else chunk", "chunk", "-k", "interleaved_order", "-x")
+    failure = run.failure(0)
+    assert failure[0].startswith("simulate raised on a valid interleaved_1f1b schedule: simulate('interleaved_1f1b', "
+                                 "p=2, m=4, v=2) raised ValueError: the interleaved_1f1b order deadlocks"), failure
+    assert failure[1].startswith("  at starter.py:") and "in simulate: raise ValueError" in failure[1], failure
+    assert len(failure) < 8 and "proxy.py" not in "\n".join(failure), failure
+
+
+@pytest.mark.slow   # a Lab 07 job on real ranks; the test above reads the evidence
+def test_a_received_activation_that_does_not_require_grad_is_told_so(tmp_path):
+    run = _planted().run_planted(tmp_path, LAB07, "                x.requires_grad_()\n", "",
+                                 "-k", "real_1f1b_pipeline_gradients", "-x")
+    first = run.failure(0)[0]
+    assert first.startswith("P = 2, train_1f1b: x.grad is None on rank 1: the received activation must require "
+                            "grad"), first

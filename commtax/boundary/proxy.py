@@ -247,6 +247,7 @@ class LabProxy:
             sys.stdout.write(text if text.endswith("\n") else text + "\n")
 
     def _call(self, qualname: str, args: tuple, kwargs: dict):
+        __tracebackhide__ = True  # pytest: an error the learner's code raised is shown from the test's line
         request = dumps(("call", qualname, args, kwargs))
         worker = self._ensure()
         timeout = _call_timeout()
@@ -296,6 +297,7 @@ class LabFunction:
         return LabFunction(self._proxy, f"{self._qualname}.{name}")
 
     def __call__(self, *args, **kwargs):
+        __tracebackhide__ = True  # pytest: the test's line and the learner's error, not the proxy's frames
         return self._proxy._call(self._qualname, args, kwargs)
 
     def __repr__(self):

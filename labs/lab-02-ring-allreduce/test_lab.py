@@ -80,23 +80,29 @@ def _traffic(traffic):
 # Each worker's last arguments are that rank's own inputs, made by the *_inputs functions below in the
 # test process (RUNS.get(..., rank_args=...)).
 
-def noted(call, tensor, world_size):
+def noted(call, tensor, world_size, rank=None, traffic=None):
     """``call()``; an exception it raises carries the case (:data:`CASE_NOTE`), so the test can read a torch
-    size mismatch against this case's chunks (:func:`size_mismatch_hint`)."""
+    size mismatch against this case's chunks (:func:`size_mismatch_hint`). A size mismatch also carries the
+    lengths, in elements, of the receives this rank had posted (:data:`RECEIVES_NOTE`, from ``traffic``, the
+    call's :class:`~commtax.ranks.traffic.Traffic`): a receive slice sized in bytes shows there."""
     try:
         return call()
     except Exception as exc:
         exc.add_note(CASE_NOTE.format(tensor.numel(), tensor.element_size(), world_size))
+        if traffic is not None and any(re.search(p, str(exc)) for p in SIZE_MISMATCHES):
+            posted = [n // tensor.element_size() for kind, _, _, n in traffic.messages if kind == "recv"]
+            exc.add_note(RECEIVES_NOTE.format(rank, ", ".join(map(str, posted))))
         raise
 
 
 CASE_NOTE = "(the case: {} elements of {} bytes each on {} ranks)"
+RECEIVES_NOTE = "(rank {} had posted receives of these lengths, in elements, in order: [{}])"
 
 
 def run_reduce_scatter(rank, world_size, lab, mine):
     mine = mine.to(rank_device())
     with record_traffic() as traffic:
-        owned = noted(lambda: lab.ring_reduce_scatter(mine), mine, world_size)
+        owned = noted(lambda: lab.ring_reduce_scatter(mine), mine, world_size, rank, traffic)
     return {"owned": owned if isinstance(owned, int) else repr(owned), "tensor": _cpu(mine), **_traffic(traffic)}
 
 
@@ -116,11 +122,11 @@ def run_all_reduce(rank, world_size, lab, inputs, big):
     for mine in inputs:  # every size and dtype; then a matrix: any shape, reduced in place
         mine = mine.to(device)
         with record_traffic() as traffic:
-            returned = noted(lambda mine=mine: lab.ring_all_reduce(mine), mine, world_size)
+            returned = noted(lambda mine=mine: lab.ring_all_reduce(mine), mine, world_size, rank, traffic)
         cases.append({"tensor": _cpu(mine), "returned_input": returned is mine, **_traffic(traffic)})
     big = big.to(device)  # the byte count: whole chunks for every P
     with record_traffic() as traffic:
-        noted(lambda: lab.ring_all_reduce(big), big, world_size)
+        noted(lambda: lab.ring_all_reduce(big), big, world_size, rank, traffic)
     return {"cases": cases, "bytes": {"tensor": _cpu(big), **_traffic(traffic)}}
 
 
@@ -322,26 +328,72 @@ SIZE_MISMATCHES = (r"output with shape \[(\d+)\] doesn't match the broadcast sha
 
 def size_mismatch_hint(text):
     """What a torch size mismatch in a rank means, from the lengths it names and the case it happened in
-    (:func:`noted`): chunks counted in bytes, or a chunk received into another chunk; None if neither fits."""
+    (:func:`noted`): chunks counted in bytes (by chunk_bounds, or by a slice or buffer of ``(rb - ra) *
+    element_size()``), or a chunk received into another chunk; None if none fits."""
     case = re.search(re.escape(CASE_NOTE).replace(r"\{\}", r"(\d+)"), text)
     sizes = next((m for m in (re.search(p, text) for p in SIZE_MISMATCHES) if m), None)
     if case is None or sizes is None:
         return None
     numel, element_size, world_size = map(int, case.groups())
     met = {int(n) for n in sizes.groups()}
-    elements = {b - a for a, b in bounds_of(numel, world_size)}
+    bounds = bounds_of(numel, world_size)
+    elements = {b - a for a, b in bounds}
     in_bytes = {b - a for a, b in bounds_of(numel * element_size, world_size)}
     lengths = f"slices of {' and '.join(map(str, sorted(met)))} elements met"
+    where = f"{lengths} in a ring over {numel} element(s) of {element_size} bytes on {world_size} ranks"
     if element_size > 1 and met & (in_bytes - elements):
-        return (f"{lengths} in a ring over {numel} element(s) of {element_size} bytes on {world_size} ranks: "
-                f"{max(met & in_bytes)} is a chunk of the buffer's {numel * element_size} bytes, not of its "
-                f"{numel} element(s). Bytes vs elements? chunk_bounds takes tensor.numel(), not tensor.nbytes or "
-                "numel() * element_size(); slices of a tensor count elements.")
+        return (f"{where}: {max(met & in_bytes)} is a chunk of the buffer's {numel * element_size} bytes, not of "
+                f"its {numel} element(s). Bytes vs elements? chunk_bounds takes tensor.numel(), not tensor.nbytes "
+                "or numel() * element_size(); slices of a tensor count elements.")
+    receive = first_wrong_receive(text, bounds)
+    as_bytes = {k * element_size: k for k in elements if k} if element_size > 1 else {}
+    if receive and receive[-1] in as_bytes and as_bytes[receive[-1]] == receive[-2]:
+        rank, phase, step, chunk, length, posted = receive
+        return (f"{where}: rank {rank} received chunk {chunk} ({length} element(s), {phase} step {step}) into a "
+                f"slice of {posted} = {length} x {element_size} elements, the chunk's size in bytes. {SLICE_BYTES}")
+    byte_lengths = met & (as_bytes.keys() - elements)
+    if byte_lengths:
+        n = max(byte_lengths)
+        return (f"{where}: {n} = {as_bytes[n]} x {element_size} is the size in bytes of a {as_bytes[n]}-element "
+                f"chunk, used as a length. {SLICE_BYTES}")
+    if receive and element_size > 1 and receive[-2] < receive[-1] < receive[-2] * element_size:
+        rank, phase, step, chunk, length, posted = receive
+        return (f"{where}: rank {rank} received chunk {chunk} ({length} element(s), {phase} step {step}) into a "
+                f"slice of {posted} elements: a slice of {length} x {element_size} = {length * element_size} (the "
+                f"chunk's size in bytes) cut short at the end of a {posted}-element buffer? {SLICE_BYTES} (If the "
+                "slice has another chunk's length instead: a receive slice is as long as the chunk that arrives, "
+                "rb - ra.)")
     if met <= elements and len(met) > 1:
         return (f"{lengths} in a ring over {numel} element(s) on {world_size} ranks, whose chunks have "
                 f"{' or '.join(map(str, sorted(elements)))} elements: a received chunk went into "
                 f"a chunk of another length. Received into a different chunk? {RECEIVE_INTO}")
     return None
+
+
+SLICE_BYTES = ("Bytes vs elements? Keep chunk_bounds in elements and size the receive buffer and its slices in "
+               "elements too: buf[: rb - ra], not (rb - ra) * element_size(); lengths and slices of a tensor count "
+               "elements.")
+
+
+def first_wrong_receive(text, bounds):
+    """The first receive a rank posted with another length than the chunk the ring receives there, from the
+    rank's :data:`RECEIVES_NOTE`: (rank, phase, step, chunk, its length, the length posted), or None.
+
+    Rank i receives chunk (i - s - 1) mod P at reduce-scatter step s, then (i - s) mod P at all-gather step s
+    (it owns (i + 1) mod P). Empty chunks and empty receives are left out on both sides (a ring may skip
+    them); a ring that receives in pieces shows no wrong length here unless a piece is longer than its chunk.
+    """
+    note = re.search(re.escape(RECEIVES_NOTE).replace(r"\{\}", r"(\d+)", 1).replace(r"\{\}", r"([\d, ]*)"),
+                     text)
+    if note is None:
+        return None
+    rank, world_size = int(note.group(1)), len(bounds)
+    posted = [int(n) for n in note.group(2).split(",") if n.strip() and int(n)]
+    expected = [(phase, s, chunk, bounds[chunk][1] - bounds[chunk][0])
+                for phase, offset in (("reduce-scatter", 1), ("all-gather", 0)) for s in range(world_size - 1)
+                for chunk in [(rank - s - offset) % world_size]]
+    expected = [receive for receive in expected if receive[-1]]
+    return next(((rank, *receive, n) for receive, n in zip(expected, posted) if n != receive[-1]), None)
 
 
 def fail_if(problem):
