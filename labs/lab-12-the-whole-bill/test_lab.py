@@ -261,7 +261,8 @@ def test_each_send_is_waited_on_at_the_end_of_the_step_not_at_once(lab):
                 current.append(call)
         # (a rank that records no step, or no isend, has nothing to wait on: a submission whose every function
         # returns 0 passed this test; each rank of a 2-stage pipeline sends in its steps)
-        check(steps and any(c[0] == "isend" for calls in steps for c in calls),
+        # (a blocking send counts here, so that the next check names it)
+        check(steps and any(c[0] in ("isend", "send") for calls in steps for c in calls),
               f"rank {rank}: no training step with a dist.isend was recorded ({len(steps)} steps): train_step sends "
               "each stage's activations (forward) and gradients (backward) to its neighbour with dist.isend")
         for step, calls in enumerate(steps):
