@@ -248,7 +248,7 @@ def test_simulate_raising_on_a_valid_schedule_is_told_in_one_line_with_the_learn
                         "v=2) raised ValueError: the interleaved_1f1b order cannot proceed: every device waits on "
                         "another"), lines[0]
     assert lines[1] == "  at starter.py:164 in simulate: raise ValueError(message)", lines[1]
-    assert "README's worked example" in lines[2], lines[2]
+    assert "README's worked example (p = 2, v = 2, m = 4)" in lines[2], lines[2]
     with pytest.raises(NotImplementedError):     # a starter's stub keeps its own message
         t.simulate(_RaisingLab(NotImplementedError("simulate")), "gpipe", 2, 4)
 

@@ -70,9 +70,9 @@ ORDER_RULES = {
     "naive": "each micro-batch's F then its B, in turn",
     "gpipe": "every F (micro-batch 0, 1, ...), then every B in the same order",
     "1f1b": "min(p-d-1, m) forwards, then one F and one B in turn (the oldest micro-batch's B), then the rest",
-    "interleaved_1f1b": "compare each device's order with the README's worked example (p = 2, v = 2, m = 4): the "
-                        "forwards go through the chunks in order, the backwards through them in reverse, chunk "
-                        "v - 1 - (k % (p v)) // p",
+    "interleaved_1f1b": "min(2(p-d-1) + (v-1)p, m v) forwards, then one F and one B in turn, then the rest; the "
+                        "forwards go through the chunks in order, the backwards through them in reverse (chunk "
+                        "v - 1 - (k % (p v)) // p), as in the README's worked example (p = 2, v = 2, m = 4)",
 }
 
 
@@ -85,9 +85,9 @@ def raised_on_valid(exc, schedule, p, m, v, times):
     line = f"\n  at {where[-1][0].rsplit('/', 1)[-1]}:{where[-1][1]} in {where[-1][2]}: {where[-1][3].strip()}" \
         if where else ""
     return (f"simulate raised on a valid {schedule} schedule: simulate({args}) raised {type(exc).__name__}: "
-            f"{first}{line}\nThese arguments are valid (m is a multiple of p for interleaved_1f1b): a check "
-            f"that rejects them is wrong, and an order that cannot proceed is not the schedule's. The {schedule} "
-            f"order of device d: {ORDER_RULES.get(schedule, 'see the README')}.")
+            f"{first}{line}\nThese arguments are valid (m is a multiple of p for interleaved_1f1b): a check that "
+            "rejects them is wrong, and an order that cannot proceed is not the schedule's. Compare each device "
+            f"d's order with the README's rule: {ORDER_RULES.get(schedule, 'see the README')}.")
 
 
 def plain(ops):
