@@ -66,8 +66,9 @@ def _preload() -> None:
 def _preload_lab(lab: str) -> None:
     """Import the modules the lab's tests import (commtax's simulators, ...), once, before forking."""
     import importlib
-    for name in ("test_lab.py",):
-        tree = ast.parse((SOURCE_ROOT / "labs" / lab / name).read_text())
+    folder = SOURCE_ROOT / "labs" / lab
+    for path in [folder / "test_lab.py", *sorted(folder.glob("_*.py"))]:   # the tests and their helpers
+        tree = ast.parse(path.read_text())
         for node in tree.body:
             modules = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                 [node.module, *(f"{node.module}.{a.name}" for a in node.names)] \

@@ -114,7 +114,7 @@ def visible_tests_reaching_references(root: Path) -> list[str]:
     reaching = reaching_references(root)
     found = []
     for lab_dir in lab_dirs_of(root):
-        for path in sorted(lab_dir.glob("test_*.py")):
+        for path in sorted([*lab_dir.glob("test_*.py"), *lab_dir.glob("_*.py")]):  # the tests and their helpers
             tree = ast.parse(path.read_text())
             aliases = _aliases(tree, path.stem)
             for node in ast.walk(tree):

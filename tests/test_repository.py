@@ -192,7 +192,9 @@ def secret_seed_misuses(path: Path) -> list:
     return problems
 
 
-SEEDED = [*(p / "test_lab.py" for p in LABS), *sorted((ROOT / "grading" / "hidden").glob("*/test_*.py"))]
+# (a lab's test helpers beside test_lab.py, _workers.py, _inputs.py, ..., draw its secret inputs too)
+SEEDED = [*(p / "test_lab.py" for p in LABS), *(f for p in LABS for f in sorted(p.glob("_*.py"))),
+          *sorted((ROOT / "grading" / "hidden").glob("*/test_*.py"))]
 
 
 @pytest.mark.parametrize("path", SEEDED, ids=[p.parent.name + "/" + p.name for p in SEEDED])
