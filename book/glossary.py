@@ -48,7 +48,7 @@ TERMS: tuple[Term, ...] = (
     Term("SHARP", "InfiniBand switches that add the data as it passes (in-network reduction)", "01", "3"),
     Term("NVLS", "NVLink SHARP: an H100 node's NVSwitch adds the data as it passes", "01", "3"),
     Term("node", "one server, here 8 GPUs joined by NVLink, each with its own NIC", "01", "2"),
-    Term("rail", "the GPUs with the same index on every node, whose NICs share the network's switches", "01", "6"),
+    Term("rail", "the GPUs with the same index on every node, whose NICs share the network's switches", "01", "4"),
     Term("channel", "NCCL's name for one of the rings (or trees) it runs at the same time, each with part of "
          "the buffer", "01", "6"),
     Term("network model", "the course's price of a collective over a group with $m$ GPUs on each of several "
