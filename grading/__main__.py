@@ -198,6 +198,36 @@ def _previous_rows(out: Path, columns: list, only: list) -> dict:
     return {row[0]: row for row in rows[2:] if row}
 
 
+VARIANT_RECORD = "exercises scored with the variant secret of digest "  # the Points Possible row's problem cell
+
+
+def _variant_record(args) -> str:
+    """What the CSV's Points Possible row says of the exercises' numbers: the digest of ``--variant-secret``
+    (never the secret; grading/variants.py), or "" (the lesson's numbers, or no exercises)."""
+    if not (args.exercises and getattr(args, "variant_secret", None)):
+        return ""
+    from grading import variants
+    try:
+        return VARIANT_RECORD + variants.fingerprint(variants.load_secret(args.variant_secret))
+    except ValueError as exc:
+        raise SystemExit(f"[grading] --variant-secret: {exc}") from None
+
+
+def _check_same_variant_secret(out: Path, recorded: str, record: str) -> None:
+    """--only: the exercises of a regrade are scored against the same numbers as everyone else's, or not at all."""
+    if recorded == record:
+        return
+    if not record:
+        raise SystemExit(f"[grading] --only: {out} was graded with --variant-secret (digest "
+                         f"{recorded.removeprefix(VARIANT_RECORD)}); give the same --variant-secret FILE")
+    if recorded:
+        raise SystemExit(f"[grading] --only: {out} was graded with another --variant-secret (digest "
+                         f"{recorded.removeprefix(VARIANT_RECORD)}, this one's {record.removeprefix(VARIANT_RECORD)});"
+                         " give the first run's secret file")
+    raise SystemExit(f"[grading] --only: {out} records no --variant-secret (its exercises were scored against the "
+                     "lesson's numbers); leave --variant-secret out, or grade the whole class again with it")
+
+
 def cmd_grade_many(args) -> int:
     """Grade every sub-folder of FOLDER: a CSV (student id, totals, per lab; a second header row of maxima),
     and a report per student in CSV-reports/ beside it. The CSV is rewritten after each student.
@@ -210,6 +240,7 @@ def cmd_grade_many(args) -> int:
     columns = [*labs, "exercises"] if args.exercises else labs
     scale = _weights(args)
     out = Path(args.csv)
+    numbers = _variant_record(args)  # which numbers the exercises are scored against
     rows, first = {}, None
     everyone = [p.name for p in submissions]
     if args.only:
@@ -220,6 +251,7 @@ def cmd_grade_many(args) -> int:
         with open(out, newline="") as f:
             maxima = list(csv.reader(f))[1]
         maxima += [""] * (len(reports.csv_header(columns)) - len(maxima))  # (a CSV from before the flags column)
+        _check_same_variant_secret(out, maxima[len(columns) + 3], numbers)
         submissions = [p for p in submissions if p.name in args.only]
     if hasattr(os, "geteuid") and os.geteuid() == 0 and not args.same_user:
         # Root mode: one learner's code must not read another learner's submission.
@@ -240,6 +272,7 @@ def cmd_grade_many(args) -> int:
                 first = weights.apply(result, scale)  # every student has the same maxima
             (reports_dir / f"{path.name}.txt").write_text(text, errors="replace")
             head = reports.csv_maxima(columns, first) if first is not None or not args.only else maxima
+            head[len(columns) + 3] = numbers  # under "problem" in the Points Possible row
             _write_csv(out, [reports.csv_header(columns), head, *[rows[name] for name in order if name in rows]])
             done += 1
             elapsed = time.monotonic() - start
