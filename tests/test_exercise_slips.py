@@ -129,6 +129,7 @@ def _model(name):
     values = {
         "04.3 (b)": lambda: plan(4, 2, 8).mfu,
         "04.4 TP 8": lambda: plan(8, 4, 32).axes["TP"].tax,
+        "04.3 8 micro-batches": lambda: plan(8, 4, 8).mfu,
         "04.4 MFU": lambda: plan(16, 2, 32).mfu,
         "04.4 TP 16": lambda: plan(16, 2, 32).axes["TP"].tax,
         "04.4 one NIC": lambda: bill.step_report(dataclasses.replace(     # 47 GB/s shared by a node's 8 GPUs
@@ -195,7 +196,7 @@ KNOWN = {
              ("ZeRO-3's total, once per step", 3 * _PASS), ("the large-P limit", 22 * 7e9 * 2)],
     "03.3": [("the guide's 175 MB, or forward only", 2 * 1.75 * 2048 * 12288 * 2), ("no ring factor", 4 * 2048 * 12288 * 2),
              ("MiB as MB", 4 * 1.75 * 2048 * 12288 * 2 / 2**20 * 1e6), ("divided by t", 4 * 1.75 * 2048 * 12288 * 2 / 8),
-             ("the large-P limit", 4 * 2 * 2048 * 12288 * 2)],
+             ("the large-P limit", 4 * 2 * 2048 * 12288 * 2), ("per-rank vs total", 8 * 4 * 1.75 * 2048 * 12288 * 2)],
     "03.4": [("inverted", 1 / 42), ("one layer", 7 / 2), ("PP forward only", 84), ("TP forward only", 21),
              ("the large-P limit", 12 * 8 / 2), ("all 96 layers", 96 * 4 * 1.75 / 2)],
     "03.5": [("half", 0.5), ("ring factor on one side", 8 / 7)],
@@ -206,7 +207,8 @@ KNOWN = {
              ("bidirectional bandwidth", 2 / 3 * _TP_FWD / 2), ("backward compute left out", 2 * _TP_FWD),
              ("sparse vs dense peak", 2 / 3 * _TP_FWD * 1979 / 989)],   # 4 all-reduces / the forward
     "04.3": [("the compute's MFU", 0.4), ("plan (b), or 128 micro-batches", lambda: _model("04.3 (b)")), ("the TP tax", lambda: _model("04.4 TP 8")),
-             ("only TP's exposed time", lambda: _model("04.3 TP only"))],
+             ("only TP's exposed time", lambda: _model("04.3 TP only")),
+             ("8 micro-batches", lambda: _model("04.3 8 micro-batches"))],
     "04.4": [("TP 8's tax", lambda: _model("04.4 TP 8")),
              ("the one-NIC answer", lambda: _model("04.4 TP 8") * 15 / 7 * 370 / 47),
              ("15/7 alone", lambda: _model("04.4 TP 8") * 15 / 7), ("the plan's MFU", lambda: _model("04.4 MFU")),
@@ -219,7 +221,8 @@ KNOWN = {
     "05.2": [("NVLink / InfiniBand", _NV_T2 / _IB_T2), ("InfiniBand relative to NVLink", _IB_T2 / _NV_T2 - 1),
              ("a percentage", 100 * (1 - _NV_T2 / _IB_T2))],
     "05.3": [("n* itself", NV_A * NV_B), ("14α saved", 14 * NV_A * NV_B / 5.25), ("the large-P limit", 13 * NV_A * NV_B / 5),
-             ("t = 4's crossover", 5 * NV_A * NV_B / (3 * (1 - 2 / 4)))],
+             ("t = 4's crossover", 5 * NV_A * NV_B / (3 * (1 - 2 / 4))),
+             ("elements, not bytes", 13 * NV_A * NV_B / 5.25 / 2)],
     "05.4": [("comm / compute", _PREFILL_COMM / _PREFILL_COMPUTE),
              ("memory-bound compute", _PREFILL_COMM / (_PREFILL_COMM + 69e9 * 2 / 8 / 3.35e12)),
              ("the comm time", _PREFILL_COMM),
@@ -242,7 +245,8 @@ KNOWN = {
              ("one micro-batch in flight", 64 * 2**20 * 20)],
     "06.4": [("the forward not split over t", _B_MIN / 8), ("forward and backward", _B_MIN / 3),
              ("MFU left out", _B_MIN / 0.4), ("80 layers per stage", _B_MIN / 4), ("InfiniBand's margin", IB_B / _B_MIN),
-             ("the gradient on the same direction, or p = 8's forward", 2 * _B_MIN)],
+             ("the gradient on the same direction, or p = 8's forward", 2 * _B_MIN),
+             ("elements, not bytes", _B_MIN / 2)],
     "06.5": [("GPipe's growth", 2 * 7 * 0.1), ("relative growth", lambda: (_sim("1f1b", 0.1) - _sim("1f1b")) / _sim("1f1b")),
              ("the whole step", lambda: _sim("1f1b", 0.1)), ("2m transfers", 2 * 32 * 0.1)],
     "07.1": [("ZeRO-1's bytes", 2 * 63 / 64 * _PSI * 2), ("one micro-batch", 3 * 63 / 64 * _PSI * 2),
@@ -456,6 +460,11 @@ REVIEWED = [
     ("05.4", 0.1141, "training compute"),
     ("06.2", 0.6364, "m = 4"),
     ("03.2", 3.08e11, "the large-P limit"),                      # was accepted inside a 2% window
+    # review 40d: generic hints that pointed elsewhere, or a bare "wrong"
+    ("03.3", 2.819e9, "per-rank vs total"),                      # was "a factor of 8: bits vs bytes?"
+    ("04.3", 0.238, "8 micro-batches"),
+    ("05.3", 1.671e6, "elements, not bytes"),
+    ("06.4", 8.048e8, "elements, not bytes"),                    # was "per rank vs total, or the 2 in 2(P-1)?"
 ]
 
 

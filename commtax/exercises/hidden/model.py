@@ -9,13 +9,13 @@ from __future__ import annotations
 
 def lesson04_plan(tp: int, pp: int, **changes):
     """Lesson 04: the bill of Llama-2-70B on 1,024 GPUs at TP x PP, 32 micro-batches (ZeRO-1, 4,096 tokens);
-    ``changes``: other fields of the plan (a slip's link, say)."""
+    ``changes``: other fields of the plan, or other values (a slip's link or micro-batches)."""
     from commtax.formulas import bill
     from commtax.formulas.models import PRESETS
     model = PRESETS["Llama-2-70B"]
-    return bill.step_report(bill.Plan(n_params=model.n_params, layers=model.layers, hidden=model.hidden,
-                                      seq_len=4096, gpus=1024, zero_stage=1, tp=tp, pp=pp, microbatches=32,
-                                      **changes))
+    plan = dict(n_params=model.n_params, layers=model.layers, hidden=model.hidden, seq_len=4096, gpus=1024,
+                zero_stage=1, tp=tp, pp=pp, microbatches=32)
+    return bill.step_report(bill.Plan(**{**plan, **changes}))
 
 
 def lesson10_best(hardware):

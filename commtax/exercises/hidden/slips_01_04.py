@@ -239,6 +239,9 @@ SLIPS: dict[str, tuple[Slip, ...]] = {
              "activation, so its bytes do not shrink with t"),
         Slip("the large-P limit", "", "that uses 2n per all-reduce; keep the ring's 2(t-1)/t = 1.75 at t = 8",
              compute=lambda: _GUIDE_ALLREDUCES * 2 * _GUIDE_TOKENS * _GPT3_HIDDEN * _BF16),
+        Slip("per-rank vs total", "", "that is what all t = 8 ranks send together; the formula, and the question, "
+             "are per rank", compute=lambda: _TP * _GUIDE_ALLREDUCES * 2 * (_TP - 1) / _TP * _GUIDE_TOKENS
+             * _GPT3_HIDDEN * _BF16),
     ),
     "03.4": (
         Slip("inverted", "Wn3KaK1TQkk=", "that is PP / TP; asked is TP bytes over PP bytes"),
@@ -289,6 +292,8 @@ SLIPS: dict[str, tuple[Slip, ...]] = {
              "micro-batches (the global batch of 1024 over PP = 4; each pipeline runs 1024 / DP = 32): the two are "
              "within 1%; asked is (a), TP 8 x PP 4 with 32 micro-batches",
              compute=lambda: model.lesson04_mfu(4, 2)),
+        Slip("8 micro-batches", "", "that runs 8 micro-batches per pipeline; the global batch of 1024 over DP = 32 "
+             "gives each 32, which shrinks the bubble", compute=lambda: model.lesson04_plan(8, 4, microbatches=8).mfu),
         Slip("the TP tax", "", "that is the plan's TP tax; asked is its estimated MFU",
              compute=lambda: model.lesson04_plan(8, 4).axes["TP"].tax),
         Slip("only TP's exposed time", "", "that adds only TP's exposed time to the compute; the step is compute plus "

@@ -23,6 +23,12 @@ def _activation_send_bandwidth() -> float:
     return seq * hidden * _BF16 / forward_s
 
 
+def _one_shot_crossover_bytes(t: int = _TP) -> float:
+    """05.3: the payload below which one-shot (α + (t-1) p/B) beats the ring (2(t-1)α + 2(t-1)/t p/B) on NVLink."""
+    from commtax.formulas.links import NVLINK4
+    return (2 * (t - 1) - 1) * NVLINK4.alpha * NVLINK4.bandwidth / ((t - 1) - 2 * (t - 1) / t)
+
+
 def _prefill_comm_s() -> float:
     """05.4: TP comm of the prefill chunk, in seconds: 2 ring all-reduces per layer of the chunk's activations
     (tokens x h bf16 elements) on t ranks over the NVLink preset."""
@@ -83,6 +89,8 @@ SLIPS: dict[str, tuple[Slip, ...]] = {
         Slip("the large-P limit", "5q6ac5s5rBs=", "the ring sends 2(t-1)/t = 1.75 p, not 2p"),
         Slip("t = 4's crossover", "4jOkTAfy9wo=", "that is the crossover at t = 4 (the lesson's example); at t = 8 the ring "
              "pays 2(t-1) = 14 latencies and 1.75 p/B, one-shot 1 latency and (t-1) p/B"),
+        Slip("elements, not bytes", "", "that is the payload in bf16 elements; asked is bytes, 2 per element",
+             compute=lambda: _one_shot_crossover_bytes() / _BF16),
     ),
     "05.4": (
         Slip("comm / compute", "zFN8GNTiX4w=", "that is comm over compute; the share of the step is comm / (comm + compute)"),
@@ -154,6 +162,8 @@ SLIPS: dict[str, tuple[Slip, ...]] = {
         Slip("80 layers per stage", "kbc2Na0Hh90=", "a stage holds 80/p = 20 layers"),
         Slip("InfiniBand's margin", "Smz0VBpoErg=", "that is how many times more InfiniBand NDR offers; asked is the bandwidth "
              "itself, in bytes/s"),
+        Slip("elements, not bytes", "", "that sends s b h elements; the boundary carries s b h b_e bytes, 2 per "
+             "bf16 element", compute=lambda: _activation_send_bandwidth() / _BF16),
         Slip("the gradient on the same direction, or p = 8's forward", "", "that adds the gradient's send; it flows back on the link's "
              "other direction (the course's bandwidths are per direction), so only the activation counts against the "
              "forward (or is it the lesson's p = 8 figure? at p = 4 a stage's forward is twice as long)",
