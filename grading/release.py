@@ -45,6 +45,17 @@ GRADESCOPE_EXCLUDED = ALWAYS_EXCLUDED | {"solution.py", "solutions", "tests", "l
 # The teacher's documents, by path (the labs' README.md files ship): the autograder needs neither, and in the
 # fallback (no OS sandbox) learner code can read the autograder's source folder.
 GRADESCOPE_EXCLUDED_PATHS = {"TEACHING.md", "grading/README.md"}
+# The teacher's working files, where TEACHING.md's commands would put them at the top of the teacher's copy (it
+# keeps them in ../term, outside the copy; .gitignore lists the same names): student work, grades and reports,
+# rosters, LMS files, each student's variant file and the variant secret. Never in the release or the zip.
+TEACHERS_FILES = ("submissions", "late", "plag", "term", "variants", "grades*.csv", "*-reports", "roster*.csv",
+                  "canvas*.csv", "moodle*.csv", "commtax-secret")
+
+
+def teachers_file(relative: Path) -> bool:
+    """Whether ``relative`` (a path inside the teacher's copy) is, or is inside, one of TEACHERS_FILES at its top."""
+    parts = Path(relative).parts
+    return bool(parts) and any(fnmatch.fnmatch(parts[0], pattern) for pattern in TEACHERS_FILES)
 
 CLASSROOM_WORKFLOW = """\
 # GitHub Classroom autograding: grades your starter.py files and reports per-test points to Classroom.
@@ -331,7 +342,14 @@ def build_release(dest, source: Path = SOURCE_ROOT) -> Path:
     if dest.exists():
         raise ValueError(f"dest {dest} already exists: choose a new folder")
     _check_starters(source)
-    shutil.copytree(source, dest, ignore=shutil.ignore_patterns(*RELEASE_EXCLUDED))
+    excluded = shutil.ignore_patterns(*RELEASE_EXCLUDED)
+    top = Path(source)
+
+    def ignore(folder, names):
+        at_top = {name for name in names if Path(folder) == top and teachers_file(Path(name))}
+        return set(excluded(folder, names)) | at_top
+
+    shutil.copytree(source, dest, ignore=ignore)
     (dest / "grading" / "README.md").unlink(missing_ok=True)  # (a lab's README.md is the learner's: kept)
     answers.transform_release(dest)  # no graded implementation, exercise answer or pointer to solutions ships
     write_expected(source, dest)
@@ -382,7 +400,7 @@ def build_gradescope_zip(dest, source: Path = SOURCE_ROOT, labs: list | None = N
             relative = path.relative_to(source)
             if any(fnmatch.fnmatch(part, pattern) for part in relative.parts for pattern in GRADESCOPE_EXCLUDED):
                 continue
-            if relative.as_posix() in GRADESCOPE_EXCLUDED_PATHS:
+            if relative.as_posix() in GRADESCOPE_EXCLUDED_PATHS or teachers_file(relative):
                 continue
             if path.is_dir():
                 continue
