@@ -1,4 +1,4 @@
-"""Rank workers that make the classic point-to-point mistakes, for tests/test_launch.py.
+"""Rank workers that make the classic point-to-point mistakes, for tests/test_launch_deadlocks.py and its siblings.
 
 Each is a ring on three ranks: rank r sends to r + 1 and receives from r - 1.
 The line where every rank ends up stuck carries the comment ``# stuck here``,
