@@ -1,7 +1,7 @@
 """Lab 13's tests catch the three classic ring-attention mistakes, each with a test whose name says why.
 
 Each case edits one line of the reference, runs the lab's own tests on it as a
-learner's ``starter.py`` (``run_planted`` of ``tests/test_planted_bugs.py``),
+learner's ``starter.py`` (``run_planted`` of ``tests/planted_support.py``),
 and checks which tests fail and which still pass. The two block bugs run only
 the one-process tests (``-k``: they fail there, before any rank starts, which is
 where a learner meets them); the unwaited transfer needs the 2-rank job.
@@ -18,7 +18,7 @@ LAB13 = LABS_DIR / "lab-13-context-parallel"
 pytestmark = pytest.mark.skipif(not (LAB13 / "solution.py").exists(),
                                 reason="the student release has no reference solution to plant bugs in")
 run_planted = load_module_from_file("commtax_planted_bugs_runner",
-                                   str(REPO_ROOT / "tests" / "test_planted_bugs.py")).run_planted
+                                   str(REPO_ROOT / "tests" / "planted_support.py")).run_planted
 
 
 def _failed(run) -> set[str]:

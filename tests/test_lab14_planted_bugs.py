@@ -1,7 +1,7 @@
 """Lab 14's tests catch the typical slips of a trace-against-the-bill reconciliation, each naming it.
 
 Each case edits one line of the reference, runs the lab's own tests on it as a learner's
-``starter.py`` (``run_planted`` of ``tests/test_planted_bugs.py``, restricted with ``-k`` to the
+``starter.py`` (``run_planted`` of ``tests/planted_support.py``, restricted with ``-k`` to the
 tests of the function it breaks) and checks that they fail with a message that names the slip.
 """
 
@@ -14,7 +14,7 @@ LAB14 = LABS_DIR / "lab-14-measured-vs-bill"
 pytestmark = pytest.mark.skipif(not (LAB14 / "solution.py").exists(),
                                 reason="the student release has no reference solution to plant bugs in")
 run_planted = load_module_from_file("commtax_planted_bugs_runner",
-                                   str(REPO_ROOT / "tests" / "test_planted_bugs.py")).run_planted
+                                   str(REPO_ROOT / "tests" / "planted_support.py")).run_planted
 
 #: (what the slip is, the reference's line, the slip, -k expression, a test that must fail, words of its message)
 SLIPS = [

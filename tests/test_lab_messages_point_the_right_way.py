@@ -11,7 +11,7 @@ helpers that read the evidence, fed what each slip leaves behind.
   a valid schedule fails in one line that names it and where to look (not a page of harness frames); a
   received activation that does not require grad says so (not a bare AttributeError on ``x.grad``).
 
-The planted runs use ``run_planted`` of ``tests/test_planted_bugs.py`` (a lab's tests on its solution with one
+The planted runs use ``run_planted`` of ``tests/planted_support.py`` (a lab's tests on its solution with one
 line changed, as a learner's starter, in a separate pytest).
 """
 
@@ -43,7 +43,7 @@ def _module(name: str, path: Path):
 
 
 def _planted():
-    return _module("commtax_test_planted_bugs", Path(__file__).with_name("test_planted_bugs.py"))
+    return _module("commtax_test_planted_bugs", Path(__file__).with_name("planted_support.py"))
 
 
 def _lab02_tests():
