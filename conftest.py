@@ -91,7 +91,7 @@ def _skip_lessons_the_browser_runs(items) -> None:
                   and hasattr(item, "callspec")}
     if not in_browser or not _browser_can_run():
         return
-    skip = pytest.mark.skip(reason="run top to bottom in JupyterLab by tests/test_browser.py in this session, "
+    skip = pytest.mark.skip(reason="run top to bottom in JupyterLab by tests/test_browser_lessons.py in this session, "
                                    "which fails on any cell's error (run `pytest lessons` alone for nbval)")
     for item in items:
         path = Path(str(item.path))

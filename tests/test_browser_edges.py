@@ -1,23 +1,19 @@
 """The edge states of Lessons 06, 10 and 12's calculators, driven in a real browser as a learner drives them:
 one pipeline stage, CP 1, the halved network. Each step compares the figure shown with the kernel's render
-of the same state (tests/test_browser.py's machinery, imported) and reads the text the learner sees."""
+of the same state (tests/browser_support.py and browser_calculator_support.py, imported) and reads the text the
+learner sees."""
 
 import time
 
 import pytest
 
-from tests.test_browser import (  # noqa: F401  (browser and jupyterlab are fixtures, used by name)
+from tests.browser_calculator_support import Calc, Step, drive, keys, no_error, select
+from tests.browser_support import (  # noqa: F401  (browser and jupyterlab are fixtures, used by name)
     ERROR_OUTPUTS,
     LESSONS,
-    Calc,
-    Step,
     browser,
-    drive,
     jupyterlab,
-    keys,
-    no_error,
     open_and_run,
-    select,
 )
 
 pytestmark = pytest.mark.browser
