@@ -151,6 +151,14 @@ def test_check_accepts_the_variants_answer_and_rejects_the_lessons(exercise_id, 
 
 
 @pytest.mark.parametrize("exercise_id", VARYING)
+def test_the_lessons_answer_under_a_variant_is_named_as_worked_with_the_lessons_numbers(exercise_id):
+    _, variant = _student_whose_answer_differs(exercise_id)
+    said = exercises.verdict(exercise_id, exercises._answer(exercise_id), variant)
+    assert "the answer for the lesson's numbers; yours are in exercises/variant.toml" in said, said
+    assert exercises.verdict(exercise_id, exercises._answer(exercise_id), {}) == "right"
+
+
+@pytest.mark.parametrize("exercise_id", VARYING)
 def test_under_a_variant_each_slip_is_still_named_in_the_learners_numbers(exercise_id):
     _, variant = _student_whose_answer_differs(exercise_id)
     numbers = variant[exercise_id]

@@ -134,8 +134,8 @@ try:
     value = C.allreduce_time(1e9, 8, 3e-6, 450e9, "ring")
 except NotImplementedError as exc:
     value = str(exc)
-print(json.dumps({{"value": value, "type": type(value).__name__, "verdict": verdict("01.1", 0.0039)}}))
-check("01.1", 0.0039)
+print(json.dumps({{"value": value, "type": type(value).__name__, "verdict": verdict("01.1", 42)}}))
+check("01.1", 42)
 """
 
 

@@ -53,7 +53,7 @@ def to_toml(student: str, variant: Variant) -> str:
     """The variant file a student gets: their id, then one table per exercise, each number with the lesson's."""
     lines = ["# Your own numbers for the lessons' exercises. Where a lesson states another number, use yours:",
              f"# keep this file as {VARIANT_FILE.as_posix()} in your copy of the course (beside answers.toml);",
-             "# each check line then writes the question with your numbers, and show(\"03\") lists a lesson's.",
+             "# each check line then writes the question with your numbers, and show_my_numbers(\"03\") lists a lesson's.",
              f"student = {student!r}".replace("'", '"'), ""]
     for exercise_id, numbers in variant.items():
         lines.append(f'["{exercise_id}"]   # {question_text(exercise_id, numbers)}')

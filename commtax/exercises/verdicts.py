@@ -79,10 +79,17 @@ def verdict(exercise_id: str, value, variant: variants.Variant | None = None) ->
             return "right"
     elif _close(value, answer, exercise.tolerance):
         return "right"
+    lessons = params.defaults(exercise_id)
+    # (the likeliest cause when the learner has their own numbers: the question worked with the lesson's)
+    as_lessons = numbers != lessons and _close(value, _answer(exercise_id, lessons), exercise.tolerance)
+    where = (f"the answer for the lesson's numbers; yours are in {variants.VARIANT_FILE.as_posix()} "
+             f"(show_my_numbers(\"{exercise_id.split('.')[0]}\") lists them)")
     slip = _named_slip(exercise_id, exercise, value, answer, numbers)
     if slip is not None:
         message = slip.message.format(**params.shown(exercise_id, numbers)) if numbers else slip.message
-        return f"{KNOWN_SLIP} ({slip.name}): {message}"
+        return f"{KNOWN_SLIP} ({slip.name}): {message}" + (f"; or {where}" if as_lessons else "")
+    if as_lessons:
+        return f"wrong: that is {where}"
     if not exercise.exact and answer != 0 and value != 0 and (value > 0) == (answer > 0):
         for factor, hint in _FACTORS:
             if any(_close(value, answer * ratio, exercise.tolerance) for ratio in (factor, 1 / factor)):
