@@ -1,7 +1,7 @@
 """The course's glossary: every term a lesson defines, in one line, with the lesson and section that defines it.
 
 The book's Glossary page (``glossary.md``, staged by :mod:`book.pages`) is written from :data:`TERMS`, and
-``tests/test_book.py`` checks that each term appears, in bold, in the lesson it names: the page cannot
+``tests/test_book_glossary_and_lessons.py`` checks that each term appears, in bold, in the lesson it names: the page cannot
 point a reader to a lesson that does not define the term. Each lesson's "terms" cell (at its top) lists
 the same terms in reading order.
 """

@@ -265,7 +265,7 @@ def _exchange_parts(lab, rank, world_size, case, device, part, out):
 
 
 def exchange_worker(rank, world_size, lab, case):
-    """Only the exchange parts of :func:`moe_worker` (tests/test_planted_bugs.py: one cheap start-up)."""
+    """Only the exchange parts of :func:`moe_worker` (tests/test_planted_*.py: one cheap start-up)."""
     out = {}
 
     def part(name, fn):

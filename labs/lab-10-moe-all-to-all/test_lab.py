@@ -27,7 +27,7 @@ from commtax.testing import BACKENDS, SharedRuns, check, expect_close, expect_va
 # Beside this file, loaded by path (lab folders are not packages; the ranks load _workers.py the same way): the
 # rank side (_workers.py: the layer's configuration, what every rank runs), the inputs made in this process
 # (_inputs.py), the single-process reference (_reference.py) and what a mismatch says (_checks.py).
-# tests/test_planted_bugs.py reads moe_worker, exchange_worker, _case, _missing_grads and SECTION_FAILED here.
+# tests/test_planted_wrong_values.py and test_planted_slips_in_distributed_code.py read moe_worker, exchange_worker, _case, _missing_grads and SECTION_FAILED here.
 HERE = Path(__file__).resolve().parent
 for _name in ("workers", "inputs", "reference", "checks"):
     load_module_from_file(f"lab_10_{_name}", str(HERE / f"_{_name}.py"))
@@ -61,7 +61,7 @@ from lab_10_workers import (  # noqa: E402
     SPLITS,
     TOKENS,
     TOP_K,
-    exchange_worker,  # noqa: F401  (tests/test_planted_bugs.py runs it on planted mistakes)
+    exchange_worker,  # noqa: F401  (tests/test_planted_*.py run it on planted mistakes)
     moe_worker,
 )
 

@@ -52,7 +52,7 @@ from lab_12_workers import (  # noqa: E402  (loaded just above)
 )
 
 # What the tests expect, computed in this process (_reference.py), and the longer checks and the hints of a mismatch
-# (_checks.py): loaded by path, as above. tests/test_planted_bugs.py reads some of these names from this module.
+# (_checks.py): loaded by path, as above. tests/test_planted_*.py read some of these names from this module.
 load_module_from_file("lab_12_reference", str(Path(__file__).resolve().parent / "_reference.py"))
 load_module_from_file("lab_12_checks", str(Path(__file__).resolve().parent / "_checks.py"))
 from lab_12_checks import (  # noqa: E402  (loaded just above)
@@ -71,11 +71,11 @@ from lab_12_checks import (  # noqa: E402  (loaded just above)
 )
 from lab_12_reference import (  # noqa: E402  (loaded just above)
     _expected_sends,
-    alone,  # noqa: F401  (tests/test_planted_bugs.py)
+    alone,  # noqa: F401  (tests/test_planted_*.py)
     counted_by_axis,
     expected_losses,
     one_f_one_b_rule,
-    public_losses,  # noqa: F401  (tests/test_planted_bugs.py)
+    public_losses,  # noqa: F401  (tests/test_planted_*.py)
 )
 
 PLANS = [(2, 2, 2), (4, 1, 1), (1, 4, 1)]       # (dp, tp, pp): the capstone, and DP and TP on 4 ranks
