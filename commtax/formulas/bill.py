@@ -23,19 +23,19 @@ it yourself). Conventions:
   tax / (1 + total tax).
 
 Per axis (N parameters, h hidden, b micro-batch, s sequence, t/d/p/e degrees,
-B = bytes per element):
+b_e = bytes per element; B stays a bandwidth):
 
 ========  ==========================  ===============================================
 axis      collective                  bytes per rank
 ========  ==========================  ===============================================
-DP        all-reduce of gradients     2(d-1)/d * N * B            (once per step, no_sync; see
+DP        all-reduce of gradients     2(d-1)/d * N * b_e           (once per step, no_sync; see
                                                                    Plan for experts under EP)
-ZeRO-1    reduce-scatter + all-gather 2(d-1)/d * N * B            (once per step)
-ZeRO-2    RS per micro-batch + AG     (m+1)(d-1)/d * N * B        (m micro-batches)
-ZeRO-3    2 all-gathers + 1 RS        3m(d-1)/d * N * B           (every micro-batch)
-TP        4 all-reduces per layer     8(t-1)/t * b*s*h * B        (per layer, fwd + bwd)
-PP        send / recv per boundary    2 * b*s*h * B               (per micro-batch)
-EP        4 all-to-alls per MoE layer 4(e-1)/e * b*s*k*h * B      (per MoE layer)
+ZeRO-1    reduce-scatter + all-gather 2(d-1)/d * N * b_e           (once per step)
+ZeRO-2    RS per micro-batch + AG     (m+1)(d-1)/d * N * b_e       (m micro-batches)
+ZeRO-3    2 all-gathers + 1 RS        3m(d-1)/d * N * b_e          (every micro-batch)
+TP        4 all-reduces per layer     8(t-1)/t * b*s*h * b_e       (per layer, fwd + bwd)
+PP        send / recv per boundary    2 * b*s*h * b_e              (per micro-batch)
+EP        4 all-to-alls per MoE layer 4(e-1)/e * b*s*k*h * b_e     (per MoE layer)
 ========  ==========================  ===============================================
 
 Times of collectives come from the course's network model
@@ -111,7 +111,7 @@ def zero_bytes(n_params, dp, stage, dtype_bytes=2):
 
 
 def tp_bytes_per_layer(micro_batch, seq, hidden, tp, dtype_bytes=2):
-    """Bytes per rank per transformer layer and micro-batch for Megatron TP: 8(t-1)/t * b*s*h*B.
+    """Bytes per rank per transformer layer and micro-batch for Megatron TP: 8(t-1)/t * b*s*h*b_e.
 
     Four all-reduces of the b*s*h activation: after attention and after the
     MLP in the forward, and their mirrors in the backward.
@@ -136,9 +136,9 @@ def pp_bytes_per_microbatch(micro_batch, seq, hidden, dtype_bytes=2):
 
 
 def ep_alltoall_bytes_per_layer(tokens, hidden, ep, top_k=1, dtype_bytes=2):
-    """Bytes per rank per MoE layer: 4 all-to-alls (dispatch, combine; fwd, bwd) of tokens*k*h*B.
+    """Bytes per rank per MoE layer: 4 all-to-alls (dispatch, combine; fwd, bwd) of tokens*k*h*b_e.
 
-    4(e-1)/e * tokens * k * h * B, dropless and uniform routing. The formula's one source is Lesson 09's
+    4(e-1)/e * tokens * k * h * b_e, dropless and uniform routing. The formula's one source is Lesson 09's
     :func:`commtax.formulas.moe.ep_bytes_per_layer` (without a capacity factor); this checks the bill's
     names (``tokens`` at least 1) and calls it.
     """
@@ -179,7 +179,7 @@ def dp_min_local_tokens(peak_flops, mfu, bandwidth, dp=None, dtype_bytes=2):
 def tp_tax(peak_flops, bandwidth, hidden, tp, mfu=1.0, dtype_bytes=2):
     """TP communication time over compute time in the forward pass: (t-1) peak MFU / (3 h BW), bf16.
 
-    Forward of one layer: 2 all-reduces of b*s*h*B bytes, 2 * 2(t-1)/t * bshB / BW
+    Forward of one layer: 2 all-reduces of b*s*h*b_e bytes, 2 * 2(t-1)/t * bsh b_e / BW
     seconds, against 24 b*s*h^2 / t FLOPs. b and s cancel; so does the model
     size, except through h: wider models pay less. The backward pass has the
     same two all-reduces but twice the FLOPs, so over a whole step the tax is

@@ -160,7 +160,7 @@ def zero_bytes_per_step(n_params, dp, stage, microbatches, dtype_bytes=2):
     """Bytes one rank sends per optimizer step for data parallelism under ZeRO ``stage``, ring algorithms.
 
     With m = ``microbatches`` of gradient accumulation and one pass
-    (d-1)/d * N * B for a reduce-scatter or an all-gather of the N parameters:
+    (d-1)/d * N * b_e for a reduce-scatter or an all-gather of the N parameters:
 
     * stage 0, DDP with ``no_sync`` until the last micro-batch: one all-reduce, 2 passes;
     * stage 1: accumulate full gradients locally, reduce-scatter once, all-gather
@@ -189,9 +189,9 @@ def hsdp_bytes_per_step(n_params, shard_group, replicas, microbatches, dtype_byt
     """HSDP (FSDP FULL_SHARD inside groups of ``shard_group`` GPUs, replicated ``replicas`` times).
 
     Returns ``{"shard": bytes sent inside the shard group, "replicate": bytes
-    sent across replicas}`` per rank per step: 3 m (g-1)/g N B inside (as ZeRO-3
+    sent across replicas}`` per rank per step: 3 m (g-1)/g N b_e inside (as ZeRO-3
     on g ranks), plus the all-reduce of the rank's gradient shard N/g across
-    the r replicas, 2 (r-1)/r N/g B each time it runs. When it runs is the
+    the r replicas, 2 (r-1)/r N/g b_e each time it runs. When it runs is the
     implementation's choice, ``allreduce``:
 
     * ``"micro_batch"``: after every micro-batch's reduce-scatter, m times per
@@ -220,7 +220,7 @@ def ring_attention_buffer_bytes(seq, cp, kv_hidden, micro_batch=1, dtype_bytes=2
     """Bytes per GPU of the K and V blocks a ring-attention rank holds while passing them round the ring.
 
     Each of the ``cp`` ranks owns s/cp tokens; its K and V blocks are
-    2 * b * (s/cp) * kv_hidden * B bytes (kv_hidden = key/value heads x head
+    2 * b * (s/cp) * kv_hidden * b_e bytes (kv_hidden = key/value heads x head
     size). Double buffering (compute on one block while the next arrives)
     holds two such pairs.
     """
@@ -359,8 +359,8 @@ def plan_wire_bytes(plan: MemoryPlan) -> dict:
     ``grad_bytes``. TP: four all-reduces of b s h per layer per micro-batch
     (with sequence parallelism: four reduce-scatter + all-gather pairs, the
     same bytes), six under full recomputation (Megatron reruns the forward's
-    two), 2 (t-1)/t b s h B each. PP: each micro-batch's activation forward
-    and its gradient back across a stage boundary, 2 b s h B / t: each TP rank
+    two), 2 (t-1)/t b s h b_e each. PP: each micro-batch's activation forward
+    and its gradient back across a stage boundary, 2 b s h b_e / t: each TP rank
     sends its 1/t slice (Megatron's scatter/gather, or the sequence-parallel
     shard), as Lesson 10's predictor counts.
     """

@@ -15,7 +15,7 @@ first two functions yourself and run the layer on real ranks). Conventions:
   a dropless dispatch is not counted here (Lab 10 counts it separately).
 * One MoE layer, forward and backward, runs **four** all-to-alls of the same
   size: dispatch and combine in the forward, the gradients of combine and of
-  dispatch in the backward: :func:`ep_bytes_per_layer`, 4(e-1)/e * tokens * k * h * B
+  dispatch in the backward: :func:`ep_bytes_per_layer`, 4(e-1)/e * tokens * k * h * b_e
   dropless. It is the one source of that formula: Lab 04's EP row,
   :func:`commtax.formulas.bill.ep_alltoall_bytes_per_layer`, calls it.
 * **Capacity factor** (GShard, Switch Transformer): an implementation with
@@ -140,7 +140,7 @@ def dispatch_bytes_per_rank(tokens_per_rank, hidden, ep, top_k, dtype_bytes=2, c
 
 
 def routed_send_bytes(send_counts, rank, hidden, dtype_bytes=2) -> float:
-    """Bytes a rank sends for a routing that happened: copies routed to *other* ranks x hidden x B.
+    """Bytes a rank sends for a routing that happened: copies routed to *other* ranks x hidden x b_e.
 
     ``send_counts[j]``: the copies this rank routes to experts on rank j
     (its own entry, ``send_counts[rank]``, stays local).
@@ -185,7 +185,7 @@ def ep_all_to_all_time(nbytes, ep, gpus_per_node=8, stride=1, intra: Link = NVLI
     """Seconds for one all-to-all over an EP group of ``ep`` GPUs; ``nbytes`` is each rank's whole buffer.
 
     As everywhere in the course, an all-to-all's ``nbytes`` is the buffer a
-    rank splits among all members, **its own block included** (T * k * h * B
+    rank splits among all members, **its own block included** (T * k * h * b_e
     for a dropless dispatch); it sends (ep-1)/ep of it. The group's members are ``stride`` ranks apart (1: consecutive GPUs, so
     EP <= gpus_per_node stays in one node); the course's network model
     prices the in-node and off-node parts (pairwise exchange: one latency

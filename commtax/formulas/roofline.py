@@ -40,12 +40,12 @@ def _degree(name, value):
 
 
 def dp_intensity(tokens_per_gpu, dp, dtype_bytes=2) -> float:
-    """DP: 6 N T FLOPs per step against an all-reduce of 2(d-1)/d N B bytes: 3 T d / ((d-1) B).
+    """DP: 6 N T FLOPs per step against an all-reduce of 2(d-1)/d N b_e bytes: 3 T d / ((d-1) b_e).
 
     N (the parameters on the GPU) cancels: only the tokens T matter, those of the GPU's
     data-parallel replica per step (per GPU in pure DP; TP and PP ranks of a replica share
     them and divide N alike). With
-    B = 2 and large d this is 1.5 T (a guide's "CCR = 6 N T / 4 N").
+    b_e = 2 and large d this is 1.5 T (a guide's "CCR = 6 N T / 4 N").
     """
     require_positive("tokens_per_gpu", tokens_per_gpu)
     require_positive("dtype_bytes", dtype_bytes, "bytes")
@@ -54,7 +54,7 @@ def dp_intensity(tokens_per_gpu, dp, dtype_bytes=2) -> float:
 
 def tp_intensity(hidden, tp, seq=0, dtype_bytes=2) -> float:
     """TP: a layer's forward, (24 b s h^2 + 4 b s^2 h) / t FLOPs, against two all-reduces of
-    2(t-1)/t b s h B bytes: (6 h + s) / ((t-1) B). The batch cancels: no batch size rescues TP."""
+    2(t-1)/t b s h b_e bytes: (6 h + s) / ((t-1) b_e). The batch cancels: no batch size rescues TP."""
     require_int("hidden", hidden, 1)
     require_positive("dtype_bytes", dtype_bytes, "bytes")
     ring = _degree("tp", tp)
@@ -64,7 +64,7 @@ def tp_intensity(hidden, tp, seq=0, dtype_bytes=2) -> float:
 
 def pp_intensity(hidden, layers_per_stage, seq=0, dtype_bytes=2) -> float:
     """PP: a stage's forward and backward of one micro-batch, 3 (24 s h^2 + 4 s^2 h) l b FLOPs,
-    against one activation out and one gradient back, 2 b s h B bytes: 36 h l (1 + s/6h) / B
+    against one activation out and one gradient back, 2 b s h b_e bytes: 36 h l (1 + s/6h) / b_e
     (the 1/t of TP cancels when each TP rank sends its slice)."""
     require_int("hidden", hidden, 1)
     require_int("layers_per_stage", layers_per_stage, 1)
@@ -75,8 +75,8 @@ def pp_intensity(hidden, layers_per_stage, seq=0, dtype_bytes=2) -> float:
 def zero3_intensity(tokens_per_microbatch, dp, dtype_bytes=2, grad_bytes=None) -> float:
     """ZeRO-3: a layer's 6 x (12 h^2) FLOPs per token against gathering its 12 h^2 parameters twice
     (``dtype_bytes`` each) and reduce-scattering their gradients (``grad_bytes``, default
-    ``dtype_bytes``), (2 B + B_g) (d-1)/d 12 h^2 bytes: 6 T d / ((d-1) (2 B + B_g)) for T tokens per
-    micro-batch on the GPU, 2 T d / ((d-1) B) when the gradients travel in B too. The model size
+    ``dtype_bytes``), (2 b_e + b_g) (d-1)/d 12 h^2 bytes: 6 T d / ((d-1) (2 b_e + b_g)) for T tokens per
+    micro-batch on the GPU, 2 T d / ((d-1) b_e) when the gradients travel in b_e too. The model size
     cancels again. bf16 parameters with fp32 gradients (Megatron's default, the predictor's) give
     0.75 T d / (d-1), a quarter less than all-bf16's T d / (d-1)."""
     require_positive("tokens_per_microbatch", tokens_per_microbatch)
@@ -91,7 +91,7 @@ def critical_tokens_per_gpu(peak_flops, bandwidth, dp=None, dtype_bytes=2, windo
 
     ``window="step"``: the all-reduce may overlap the whole step (6 N T FLOPs);
     ``"backward"``: only the backward (4 N T), as in the overlap inequality of
-    Lesson 04, which gives peak / bandwidth * (d-1)/d * B/2 (the DP threshold).
+    Lesson 04, which gives peak / bandwidth * (d-1)/d * b_e/2 (the DP threshold).
     ``dp=None``: the large-d limit.
     """
     ridge = ridge_point(peak_flops, bandwidth)
@@ -105,12 +105,12 @@ def critical_tokens_per_gpu(peak_flops, bandwidth, dp=None, dtype_bytes=2, windo
 def ep_intensity(expert_ffn_hidden, ep, swiglu=True, dtype_bytes=2, window="forward") -> float:
     """EP: a routed copy's expert FFN against the all-to-alls that carry it to its expert and back.
 
-    Per copy, the dispatch and the combine move 2 h B bytes for the (e-1)/e of copies that leave their
+    Per copy, the dispatch and the combine move 2 h b_e bytes for the (e-1)/e of copies that leave their
     rank, and the expert computes 2 n h f_e FLOPs forward (n = 3 matrices with SwiGLU, 2 without).
     ``window="forward"`` (Lesson 09's convention, and the binding case: dispatch, expert, combine are a
-    chain, so the forward's all-to-alls can hide only behind the forward's FLOPs): n f_e e / ((e-1) B),
-    3 f_e / B for SwiGLU experts in the large-e limit. ``"backward"``: twice the FLOPs for the same
-    bytes, 2 n f_e e / ((e-1) B). ``"step"``: forward and backward pooled, 1.5 n f_e e / ((e-1) B),
+    chain, so the forward's all-to-alls can hide only behind the forward's FLOPs): n f_e e / ((e-1) b_e),
+    3 f_e / b_e for SwiGLU experts in the large-e limit. ``"backward"``: twice the FLOPs for the same
+    bytes, 2 n f_e e / ((e-1) b_e). ``"step"``: forward and backward pooled, 1.5 n f_e e / ((e-1) b_e),
     1.5x the forward's: an average that no single all-to-all gets. h and top-k cancel: only the
     expert's width decides. Hides above eta x the link's ridge (eta: the experts' share of the peak).
     """
