@@ -20,31 +20,33 @@ Conventions (every function here):
   an unknown algorithm.
 """
 
+from __future__ import annotations
+
 import math
 import numbers
 
 ALGORITHMS = ("naive", "tree", "ring", "halving_doubling")
 
 
-def _check_size(name, value):
+def _check_size(name: str, value: object) -> None:
     """Raise ValueError unless ``value`` is a finite number >= 0."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value < 0:
         raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
 
 
-def _check_bandwidth(name, value):
+def _check_bandwidth(name: str, value: object) -> None:
     """Raise ValueError unless ``value`` is a finite number > 0."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value <= 0:
         raise ValueError(f"{name} must be a finite number > 0 (bytes/s), got {value!r}")
 
 
-def _check_count(name, value):
+def _check_count(name: str, value: object) -> None:
     """Raise ValueError unless ``value`` is an int >= 1."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
 
 
-def p2p_time(nbytes, alpha, bandwidth):
+def p2p_time(nbytes: float, alpha: float, bandwidth: float) -> float:
     """Seconds to send one message of ``nbytes`` bytes over one link: alpha + n / B."""
     # BEGIN SOLUTION
     # HINT: a fixed start-up cost plus the bytes divided by the bandwidth. Validate first.
@@ -55,7 +57,7 @@ def p2p_time(nbytes, alpha, bandwidth):
     # END SOLUTION
 
 
-def allreduce_time(nbytes, world_size, alpha, bandwidth, algorithm="ring"):
+def allreduce_time(nbytes: float, world_size: int, alpha: float, bandwidth: float, algorithm: str = "ring") -> float:
     """Seconds for an all-reduce of an ``nbytes`` buffer on ``world_size`` ranks.
 
     ``algorithm`` is one of:
@@ -94,7 +96,7 @@ def allreduce_time(nbytes, world_size, alpha, bandwidth, algorithm="ring"):
     # END SOLUTION
 
 
-def reduce_scatter_time(nbytes, world_size, alpha, bandwidth):
+def reduce_scatter_time(nbytes: float, world_size: int, alpha: float, bandwidth: float) -> float:
     """Seconds for a ring reduce-scatter: (P-1) a + (P-1)/P n/B.
 
     ``nbytes`` is the full buffer each rank holds before the reduce-scatter;
@@ -111,7 +113,7 @@ def reduce_scatter_time(nbytes, world_size, alpha, bandwidth):
     # END SOLUTION
 
 
-def allgather_time(nbytes, world_size, alpha, bandwidth):
+def allgather_time(nbytes: float, world_size: int, alpha: float, bandwidth: float) -> float:
     """Seconds for a ring all-gather: (P-1) a + (P-1)/P n/B.
 
     ``nbytes`` is the full buffer each rank holds *after* the all-gather (each
@@ -123,7 +125,7 @@ def allgather_time(nbytes, world_size, alpha, bandwidth):
     # END SOLUTION
 
 
-def all_to_all_time(nbytes, world_size, alpha, bandwidth):
+def all_to_all_time(nbytes: float, world_size: int, alpha: float, bandwidth: float) -> float:
     """Seconds for a pairwise-exchange all-to-all: (P-1) a + (P-1)/P n/B.
 
     ``nbytes`` is what each rank sends in total, its own block included: P
@@ -140,7 +142,7 @@ def all_to_all_time(nbytes, world_size, alpha, bandwidth):
     # END SOLUTION
 
 
-def crossover_bytes(alpha, bandwidth):
+def crossover_bytes(alpha: float, bandwidth: float) -> float:
     """The message size n* (bytes) at which latency and transfer time are equal: alpha * B."""
     # BEGIN SOLUTION
     # HINT: solve alpha = n / B for n.
@@ -150,7 +152,7 @@ def crossover_bytes(alpha, bandwidth):
     # END SOLUTION
 
 
-def best_allreduce_algorithm(nbytes, world_size, alpha, bandwidth):
+def best_allreduce_algorithm(nbytes: float, world_size: int, alpha: float, bandwidth: float) -> str:
     """The name of the fastest all-reduce algorithm for this size and link.
 
     Ties go to the algorithm listed first in ``ALGORITHMS``.
@@ -162,8 +164,8 @@ def best_allreduce_algorithm(nbytes, world_size, alpha, bandwidth):
     # END SOLUTION
 
 
-def hierarchical_allreduce_time(nbytes, nodes, gpus_per_node, intra_alpha, intra_bandwidth,
-                                inter_alpha, inter_bandwidth):
+def hierarchical_allreduce_time(nbytes: float, nodes: int, gpus_per_node: int, intra_alpha: float,
+                                intra_bandwidth: float, inter_alpha: float, inter_bandwidth: float) -> float:
     """Seconds for a two-level all-reduce on ``nodes`` x ``gpus_per_node`` GPUs.
 
     1. Ring reduce-scatter inside each node (G = gpus_per_node ranks, intra link):
@@ -193,8 +195,8 @@ def hierarchical_allreduce_time(nbytes, nodes, gpus_per_node, intra_alpha, intra
     # END SOLUTION
 
 
-def group_allreduce_time(nbytes, group_size, members_per_node, intra_alpha, intra_bandwidth,
-                         inter_alpha, inter_bandwidth):
+def group_allreduce_time(nbytes: float, group_size: int, members_per_node: int, intra_alpha: float,
+                         intra_bandwidth: float, inter_alpha: float, inter_bandwidth: float) -> float:
     """Seconds to all-reduce ``nbytes`` over a group of GPUs that may span nodes (the course's network model).
 
     ``group_size`` (P) GPUs take part, ``members_per_node`` (m) of them on each

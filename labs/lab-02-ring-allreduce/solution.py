@@ -37,11 +37,17 @@ holds chunk (i + 1) mod P fully reduced. Sizes are in elements unless a
 name says bytes.
 """
 
+from __future__ import annotations
+
+from collections.abc import Callable
+
 import torch
 import torch.distributed as dist
 
+from commtax.ranks._args import Group
 
-def chunk_bounds(numel, world_size):
+
+def chunk_bounds(numel: int, world_size: int) -> list[tuple[int, int]]:
     """Split ``numel`` elements into ``world_size`` contiguous chunks.
 
     Returns a list of ``world_size`` (start, stop) pairs that cover
@@ -69,7 +75,7 @@ def chunk_bounds(numel, world_size):
     # END SOLUTION
 
 
-def _check_tensor(tensor):
+def _check_tensor(tensor: torch.Tensor) -> torch.Tensor:
     """Raise ValueError unless ``tensor`` is a contiguous torch.Tensor; return its flat view."""
     if not isinstance(tensor, torch.Tensor):
         raise ValueError(f"tensor must be a torch.Tensor, got {type(tensor).__name__}")
@@ -78,11 +84,11 @@ def _check_tensor(tensor):
     return tensor.view(-1)
 
 
-def _ring_peers(group):
+def _ring_peers(group: Group) -> tuple[int, int, int, int]:
     """(rank in group, group size, global rank to send to, global rank to receive from)."""
     rank, size = dist.get_rank(group), dist.get_world_size(group)
 
-    def global_rank(i):
+    def global_rank(i: int) -> int:
         return i if group is None else dist.get_global_rank(group, i)
 
     return rank, size, global_rank((rank + 1) % size), global_rank((rank - 1) % size)
@@ -95,7 +101,7 @@ _PIECE_BYTES = 4 * 2**20
 _INBOXES = {}  # (dtype, device) -> receive buffer, kept between calls
 
 
-def _inbox(numel, dtype, device):
+def _inbox(numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """A receive buffer of at least ``numel`` elements, reused from call to call.
 
     A fresh 32 MB buffer costs more than its transfer on a CPU: the kernel
@@ -110,7 +116,8 @@ def _inbox(numel, dtype, device):
     return buffer[:numel]
 
 
-def _exchange(send_view, send_to, recv_view, recv_from, group, on_piece=None):
+def _exchange(send_view: torch.Tensor, send_to: int, recv_view: torch.Tensor, recv_from: int, group: Group,
+              on_piece: Callable[[int, int], None] | None = None) -> None:
     """Send ``send_view`` to one peer while receiving ``recv_view`` from another, in pieces.
 
     ``on_piece(start, stop)`` runs as soon as elements [start, stop) of
@@ -140,7 +147,7 @@ def _exchange(send_view, send_to, recv_view, recv_from, group, on_piece=None):
 # END SOLUTION
 
 
-def ring_reduce_scatter(tensor, group=None):
+def ring_reduce_scatter(tensor: torch.Tensor, group: Group = None) -> int:
     """Ring reduce-scatter, in place: afterwards this rank's chunk (rank + 1) mod P holds the sum.
 
     At step s = 0 .. P-2, rank i sends chunk (i - s) mod P to rank i+1 and
@@ -174,7 +181,7 @@ def ring_reduce_scatter(tensor, group=None):
     # END SOLUTION
 
 
-def ring_all_gather(tensor, owned_chunk, group=None):
+def ring_all_gather(tensor: torch.Tensor, owned_chunk: int, group: Group = None) -> None:
     """Ring all-gather, in place: every rank ends with every chunk.
 
     On entry this rank holds chunk ``owned_chunk`` (of :func:`chunk_bounds`)
@@ -200,7 +207,7 @@ def ring_all_gather(tensor, owned_chunk, group=None):
     # END SOLUTION
 
 
-def ring_all_reduce(tensor, group=None):
+def ring_all_reduce(tensor: torch.Tensor, group: Group = None) -> torch.Tensor:
     """Ring all-reduce, in place: reduce-scatter then all-gather. Returns ``tensor``.
 
     2(P-1) steps; each rank sends 2(P-1)/P of the buffer in total, whatever P.
@@ -213,7 +220,7 @@ def ring_all_reduce(tensor, group=None):
     # END SOLUTION
 
 
-def naive_all_reduce(tensor, root=0, group=None):
+def naive_all_reduce(tensor: torch.Tensor, root: int = 0, group: Group = None) -> torch.Tensor:
     """Reduce to ``root`` then broadcast from it, in place, with point-to-point messages. Returns ``tensor``.
 
     The root receives each other rank's whole buffer in turn (adding it in),
@@ -230,7 +237,7 @@ def naive_all_reduce(tensor, root=0, group=None):
     if isinstance(root, bool) or not isinstance(root, int) or not 0 <= root < size:
         raise ValueError(f"root must be an integer in [0, {size}), got {root!r}")
 
-    def global_rank(i):
+    def global_rank(i: int) -> int:
         return i if group is None else dist.get_global_rank(group, i)
 
     if flat.numel() == 0 or size == 1:

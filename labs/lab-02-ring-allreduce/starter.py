@@ -37,11 +37,17 @@ holds chunk (i + 1) mod P fully reduced. Sizes are in elements unless a
 name says bytes.
 """
 
+from __future__ import annotations
+
+from collections.abc import Callable
+
 import torch
 import torch.distributed as dist
 
+from commtax.ranks._args import Group
 
-def chunk_bounds(numel, world_size):
+
+def chunk_bounds(numel: int, world_size: int) -> list[tuple[int, int]]:
     """Split ``numel`` elements into ``world_size`` contiguous chunks.
 
     Returns a list of ``world_size`` (start, stop) pairs that cover
@@ -59,7 +65,7 @@ def chunk_bounds(numel, world_size):
     )
 
 
-def _check_tensor(tensor):
+def _check_tensor(tensor: torch.Tensor) -> torch.Tensor:
     """Raise ValueError unless ``tensor`` is a contiguous torch.Tensor; return its flat view."""
     if not isinstance(tensor, torch.Tensor):
         raise ValueError(f"tensor must be a torch.Tensor, got {type(tensor).__name__}")
@@ -68,17 +74,17 @@ def _check_tensor(tensor):
     return tensor.view(-1)
 
 
-def _ring_peers(group):
+def _ring_peers(group: Group) -> tuple[int, int, int, int]:
     """(rank in group, group size, global rank to send to, global rank to receive from)."""
     rank, size = dist.get_rank(group), dist.get_world_size(group)
 
-    def global_rank(i):
+    def global_rank(i: int) -> int:
         return i if group is None else dist.get_global_rank(group, i)
 
     return rank, size, global_rank((rank + 1) % size), global_rank((rank - 1) % size)
 
 
-def ring_reduce_scatter(tensor, group=None):
+def ring_reduce_scatter(tensor: torch.Tensor, group: Group = None) -> int:
     """Ring reduce-scatter, in place: afterwards this rank's chunk (rank + 1) mod P holds the sum.
 
     At step s = 0 .. P-2, rank i sends chunk (i - s) mod P to rank i+1 and
@@ -97,7 +103,7 @@ def ring_reduce_scatter(tensor, group=None):
     )
 
 
-def ring_all_gather(tensor, owned_chunk, group=None):
+def ring_all_gather(tensor: torch.Tensor, owned_chunk: int, group: Group = None) -> None:
     """Ring all-gather, in place: every rank ends with every chunk.
 
     On entry this rank holds chunk ``owned_chunk`` (of :func:`chunk_bounds`)
@@ -115,7 +121,7 @@ def ring_all_gather(tensor, owned_chunk, group=None):
     )
 
 
-def ring_all_reduce(tensor, group=None):
+def ring_all_reduce(tensor: torch.Tensor, group: Group = None) -> torch.Tensor:
     """Ring all-reduce, in place: reduce-scatter then all-gather. Returns ``tensor``.
 
     2(P-1) steps; each rank sends 2(P-1)/P of the buffer in total, whatever P.
@@ -126,7 +132,7 @@ def ring_all_reduce(tensor, group=None):
     )
 
 
-def naive_all_reduce(tensor, root=0, group=None):
+def naive_all_reduce(tensor: torch.Tensor, root: int = 0, group: Group = None) -> torch.Tensor:
     """Reduce to ``root`` then broadcast from it, in place, with point-to-point messages. Returns ``tensor``.
 
     The root receives each other rank's whole buffer in turn (adding it in),
