@@ -1,12 +1,17 @@
 """The exception a lesson's calculator shows when it needs a lab function the learner has not written.
 
-A leaf of commtax's imports: :mod:`commtax.learner` raises it, :mod:`commtax.ui.powered` shows it, and
-neither has to import the other for it.
+A leaf of commtax's imports (it imports no commtax module: ``tests/test_layers.py`` checks):
+:mod:`commtax.learner` raises it, :mod:`commtax.ui.powered` shows it, and neither has to import the
+other for it.
 """
 
 from __future__ import annotations
 
-from commtax import labs
+from pathlib import Path
+
+# The course's lab folders, the folder commtax.labs.LABS_DIR names: read here with a glob, so that a
+# calculator's message does not pull the lab loader (and the boundary under it) into every ui module.
+_LABS_DIR = Path(__file__).resolve().parents[1] / "labs"
 
 
 class Unlit(NotImplementedError):
@@ -26,10 +31,9 @@ def _number(lab: str) -> str:
 
 
 def _where(number: str) -> str:
-    try:
-        return f"labs/{labs.find_lab(number).name}/starter.py"
-    except ValueError:
-        return f"Lab {number}'s starter.py"
+    """Where Lab ``number``'s starter is, as the learner's tree names it (``labs/lab-01-alpha-beta/starter.py``)."""
+    found = sorted(p.name for p in _LABS_DIR.glob(f"lab-{number}-*") if p.is_dir())
+    return f"labs/{found[0]}/starter.py" if found else f"Lab {number}'s starter.py"
 
 
 class Unavailable(Unlit):

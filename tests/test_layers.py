@@ -2,15 +2,19 @@
 
     units, checks  ->  formulas  ->  simulation  ->  ranks  ->  ui (only the lessons import it)
                                  ->  measured (traces, nccl-tests logs)
-    boundary (the learner's processes)  ->  ranks  ->  harness (what lab tests use)  ->  testing (its names)
+    learner_process  ->  boundary (the learner's processes)  ->  ranks  ->  harness (what lab tests use)
+                     ->  testing (its names)
+    unlit (the exception a calculator shows): a leaf, importing no commtax module
 
 A module imports only from its own layer or the layers before it; the grader's boundary
 (``commtax.boundary``) and the lab harness (``commtax.harness``), which the grader gives to the
 learner's processes, never import the formulas (they must not carry an answer); ``ranks`` never imports
 the harness, not even through the top-level aliases ``commtax.labs``, ``commtax.recorded`` and
-``commtax.testing`` (:data:`KNOWN_EXCEPTIONS` lists the imports of today that break a rule, with why); and
-no module reaches itself again through its imports (an import circle, which a function-level import only
-hides)."""
+``commtax.testing`` (:data:`KNOWN_EXCEPTIONS` lists the imports of today that break a rule, with why); no
+module reaches itself again through its imports (an import circle, which a function-level import only
+hides); and no two parts of commtax (its subpackages and top-level modules) import each other, even
+where the modules involved differ (a circle of parts: the layer order read both ways).
+"""
 
 from __future__ import annotations
 
@@ -26,6 +30,12 @@ PACKAGE = ROOT / "commtax"
 ALLOWED = {
     "commtax.units": set(),
     "commtax.checks": set(),
+    # How a learner process is started and where it finds its files; and the exception a calculator shows.
+    "commtax.learner_process": set(),
+    "commtax.unlit": set(),
+    # The learner's processes and what crosses into them (values, pickles by file, the lab's file itself):
+    # below the ranks that start them and the harness that tests them, so it imports neither.
+    "commtax.boundary": {"commtax.units", "commtax.checks", "commtax.learner_process"},
     "commtax.formulas": {"commtax.units", "commtax.checks"},
     "commtax.simulation": {"commtax.units", "commtax.checks", "commtax.formulas"},
     "commtax.measured": {"commtax.units", "commtax.checks", "commtax.formulas", "commtax.ranks.measure"},
@@ -48,17 +58,7 @@ NEVER = {"commtax.boundary": {"commtax.formulas"}, "commtax.harness": {"commtax.
          "commtax.ranks": {"commtax.harness", "commtax.ui"}}
 #: Imports against the layers that exist today, each with its reason. The checks let these pass and no
 #: other; :func:`test_each_known_exception_is_still_there` makes the list shrink as they are removed.
-KNOWN_EXCEPTIONS = {
-    ("commtax.ranks.context_demo", "commtax.labs"): "the demo runs Lab 13's code, found by the harness's load_lab",
-    ("commtax.ranks.ddp_demo", "commtax.labs"): "the demo runs Lab 09's code, found by load_lab",
-    ("commtax.ranks.demos", "commtax.labs"): "the demos run a lab's code, found by load_lab",
-    ("commtax.ranks.moe_demo", "commtax.labs"): "the demo runs Lab 10's code, found by load_lab",
-    ("commtax.ranks.profiled", "commtax.labs"): "a profiled run of a lab's code, found by find_lab and load_lab",
-    ("commtax.ranks.profiled", "commtax.testing"): "it words an unfinished lab as the lab tests do (stub_message)",
-    ("commtax.ranks.wholebill", "commtax.labs"): "Lab 12's run, found by find_lab and load_lab",
-    ("commtax.ranks.wholebill", "commtax.testing"): "it words an unfinished lab as the lab tests do (stub_message)",
-    ("commtax.ranks.trace_demo", "commtax.trace_record"): "the demo records its traces with the CLI's record_rank",
-}
+KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {}
 #: The only commtax module besides the ui itself that may import it: the learner's bridge installs the
 #: notebook's one-line display of an unfinished lab (``learner._in_a_notebook``).
 UI_IMPORTERS = {"commtax.learner"}
@@ -66,10 +66,11 @@ UI_IMPORTERS = {"commtax.learner"}
 OUTSIDE = ["course.py", "grading/**/*.py", "labs/**/*.py"]
 
 
-def modules() -> dict[str, Path]:
+def modules(root: Path = ROOT) -> dict[str, Path]:
+    """Every module of the ``commtax`` package under ``root``, by dotted name."""
     out = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
-        parts = path.relative_to(ROOT).with_suffix("").parts
+    for path in sorted((root / "commtax").rglob("*.py")):
+        parts = path.relative_to(root).with_suffix("").parts
         name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
         out[name] = path
     return out
@@ -98,8 +99,9 @@ def imports_of(name: str, path: Path, known: dict[str, Path]) -> set[str]:
     return found
 
 
-def graph() -> dict[str, set[str]]:
-    known = modules()
+def graph(root: Path = ROOT) -> dict[str, set[str]]:
+    """{module: the commtax modules it imports}, for the ``commtax`` package under ``root``."""
+    known = modules(root)
     return {name: imports_of(name, path, known) for name, path in known.items()}
 
 
@@ -176,16 +178,16 @@ def test_nothing_but_the_lessons_imports_the_ui():
     assert not wrong, "\n".join(sorted(wrong))
 
 
-def test_no_module_reaches_itself_through_its_imports():
-    edges = _graph()
-    circles = []
+def circles(edges: dict[str, set[str]]) -> list[str]:
+    """Each import circle of ``edges`` found by a depth-first walk, as "a -> b -> a"."""
+    found: list[str] = []
     state: dict[str, int] = {}
 
     def visit(node, path):
         state[node] = 1
-        for dep in sorted(edges[node]):
+        for dep in sorted(edges.get(node, ())):
             if state.get(dep) == 1:
-                circles.append(" -> ".join(path[path.index(dep):] + [dep]))
+                found.append(" -> ".join(path[path.index(dep):] + [dep]))
             elif dep not in state:
                 visit(dep, path + [dep])
         state[node] = 2
@@ -193,7 +195,32 @@ def test_no_module_reaches_itself_through_its_imports():
     for start in sorted(edges):
         if start not in state:
             visit(start, [start])
-    assert not circles, "import circles:\n" + "\n".join(circles)
+    return found
+
+
+def part_of(name: str) -> str:
+    """The part of commtax a module belongs to: its subpackage or top-level module (an alias read as the harness)."""
+    return ".".join(HARNESS_ALIASES.get(name, name).split(".")[:2])
+
+
+def between_parts(edges: dict[str, set[str]]) -> dict[str, set[str]]:
+    """``edges`` read one level up: {part: the other parts its modules import}."""
+    out: dict[str, set[str]] = {}
+    for name, deps in edges.items():
+        out.setdefault(part_of(name), set()).update(part_of(dep) for dep in deps if part_of(dep) != part_of(name))
+    return out
+
+
+def test_no_module_reaches_itself_through_its_imports():
+    found = circles(_graph())
+    assert not found, "import circles:\n" + "\n".join(found)
+
+
+def test_no_two_parts_of_commtax_import_each_other():
+    """ranks -> boundary and boundary -> ranks through different modules is no module circle, but the layer
+    order read both ways: the shared piece belongs in the lower part."""
+    found = circles(between_parts(_graph()))
+    assert not found, "parts that import each other (move the shared piece down):\n" + "\n".join(found)
 
 
 def test_the_layer_check_sees_imports_inside_functions(tmp_path):
@@ -202,3 +229,33 @@ def test_the_layer_check_sees_imports_inside_functions(tmp_path):
     path.write_text("def f():\n    from commtax.formulas import predict\n    return predict\n")
     known = {"commtax.x.mod": path, "commtax.formulas.predict": PACKAGE / "formulas" / "predict" / "__init__.py"}
     assert imports_of("commtax.x.mod", path, known) == {"commtax.formulas.predict"}
+
+
+def _plant(root: Path, files: dict[str, str]) -> None:
+    for relative, text in files.items():
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def test_the_checks_catch_back_edges_hidden_in_functions_of_a_planted_package(tmp_path):
+    """The checks themselves, on a tiny commtax: each back-edge is an import inside a function, and each is caught."""
+    inside = "def f():\n    {}\n"
+    _plant(tmp_path, {
+        "commtax/__init__.py": "", "commtax/labs.py": "from commtax.harness import labs\n",
+        "commtax/ranks/__init__.py": "", "commtax/ranks/demo.py": inside.format("from commtax.labs import load_lab"),
+        "commtax/ranks/launch.py": "import commtax.boundary\n",
+        "commtax/harness/__init__.py": "", "commtax/harness/labs.py": "from commtax.ranks import launch\n",
+        "commtax/boundary/__init__.py": "", "commtax/boundary/proxy.py": inside.format("from commtax.ranks import demo"),
+        "commtax/unlit.py": inside.format("from commtax import labs"),
+    })
+    edges = graph(tmp_path)
+    assert edges["commtax.ranks.demo"] == {"commtax.labs"} and edges["commtax.unlit"] == {"commtax.labs"}
+    assert against_the_layers(edges) == ["commtax.boundary.proxy imports commtax.ranks",
+                                         "commtax.boundary.proxy imports commtax.ranks.demo",
+                                         "commtax.ranks.demo imports commtax.labs (= commtax.harness.labs)",
+                                         "commtax.unlit imports commtax.labs (= commtax.harness.labs)"]
+    assert banned_imports(edges) == ["commtax.ranks.demo imports commtax.labs (= commtax.harness.labs)"]
+    assert circles(edges) == []  # no module circle: only the parts import each other
+    assert sorted(circles(between_parts(edges))) == ["commtax.boundary -> commtax.ranks -> commtax.boundary",
+                                                     "commtax.ranks -> commtax.harness -> commtax.ranks"]

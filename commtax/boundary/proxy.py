@@ -30,10 +30,10 @@ import threading
 import time
 from pathlib import Path
 
+import commtax.boundary.byfile as _byfile
 from commtax.boundary.codec import MAX_FRAME, BoundaryError, LearnerProcessError, dumps, loads, rebuild_exception
 from commtax.boundary.stubs import stub_message_in_file
 from commtax.learner_process import learner_path, learner_popen
-from commtax.ranks import _byfile
 
 CALL_TIMEOUT_ENV = "COMMTAX_LAB_CALL_TIMEOUT"
 DEFAULT_CALL_TIMEOUT = 60.0

@@ -36,7 +36,7 @@ def _listing(module) -> dict:
 
 
 def _worker_main(module_name: str, path: str, recv_fd: int, send_fd: int) -> None:  # pragma: no cover - a child
-    from commtax.ranks._byfile import load_module_from_file
+    from commtax.boundary.byfile import load_module_from_file
 
     def send(obj) -> None:
         try:

@@ -65,7 +65,7 @@ def plain(value):
 
 
 def _load_recipes(lab_dir: Path):
-    from commtax.ranks._byfile import load_module_from_file
+    from commtax.boundary.byfile import load_module_from_file
     return load_module_from_file(f"{lab_dir.name.replace('-', '_')}_expected", str(lab_dir / RECIPES_FILE))
 
 
@@ -76,7 +76,7 @@ def lab_test_data(lab_dir):
     lab whose tests import torch (Labs 09 and 13; Lab 12's bill imports it anyway): the release build
     takes ~3 s instead of ~0.5 s. Labs 05, 08, 10 and 12 list their few inputs in expected.py itself; Lab 11's read its _plans.py.
     """
-    from commtax.ranks._byfile import load_module_from_file
+    from commtax.boundary.byfile import load_module_from_file
     lab_dir = Path(lab_dir)
     return load_module_from_file(f"{lab_dir.name.replace('-', '_')}_test_data", str(lab_dir / "test_lab.py"))
 

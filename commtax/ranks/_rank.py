@@ -156,7 +156,8 @@ def main(run_dir: str, rank: int, own_args: bool = False, tcp_store: bool = Fals
     import torch
     import torch.distributed as dist
 
-    from commtax.ranks import _byfile, _heartbeat, _requests  # noqa: F401  (_byfile: loaded before the learner runs)
+    from commtax.boundary import byfile  # noqa: F401  (loaded before the learner runs)
+    from commtax.ranks import _heartbeat, _requests
 
     _heartbeat.start(run_dir, rank)  # lets the launcher see a deadlock in seconds
     torch.set_num_threads(1)

@@ -1,7 +1,7 @@
 """Starting and stopping the ranks, and the run folder they share with the launcher.
 
 The launcher writes the job (``job.pkl``: a plain-data header, then the
-function and its arguments pickled by :mod:`commtax.ranks._byfile`) into a
+function and its arguments pickled by :mod:`commtax.boundary.byfile`) into a
 private run folder and starts one ``python -m commtax.ranks._rank`` per rank,
 each in its own process session, started like every learner process
 (:func:`commtax.learner_process.learner_popen`: under the grader, inside the
@@ -29,8 +29,8 @@ import sys
 import tempfile
 
 from commtax import boundary
+from commtax.boundary import byfile as _byfile
 from commtax.learner_process import folder_fd
-from commtax.ranks import _byfile
 
 OUTPUT_TAIL_BYTES = 8192  # how much of each rank's output a failure message quotes
 READ_LIMIT = 4 * 2**20  # bytes of a stack dump read back

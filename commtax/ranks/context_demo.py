@@ -22,7 +22,7 @@ DTYPE = torch.float64
 
 
 def _lab(impl):
-    from commtax.labs import load_lab
+    from commtax.boundary.labfiles import load_lab
     return load_lab(LAB, impl)
 
 

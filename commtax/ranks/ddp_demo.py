@@ -102,7 +102,7 @@ def measure_ddp(rank: int, world_size: int, impl: str, widths, batch: int, bucke
     """
     lab = None
     if impl != "torch":
-        from commtax.labs import load_lab
+        from commtax.boundary.labfiles import load_lab
         lab = load_lab("lab-09-ddp-overlap", impl)
     grad_time = [0.0] * len(param_bytes(widths))
 

@@ -67,7 +67,7 @@ def ring_on_real_ranks(rank: int, world_size: int, impl: str | None, nbytes: int
     gloo's all-reduce at ``fit_sizes`` for an on-the-spot alpha-beta fit.
     Times are the fastest of ``iters`` calls, each on its slowest rank.
     """
-    from commtax.labs import load_lab
+    from commtax.boundary.labfiles import load_lab
     from commtax.ranks.measure import time_collective
 
     result = {"ring_seconds": None, "ring_error": None, "impl": None}
@@ -104,7 +104,7 @@ def tp_mlp_on_real_ranks(rank: int, world_size: int, impl: str | None, hidden: i
     Counts the all-reduces and their payload bytes in the forward and the
     backward. If the lab's layers are not written yet, says so instead.
     """
-    from commtax.labs import load_lab
+    from commtax.boundary.labfiles import load_lab
     from commtax.ranks.traffic import record_traffic
 
     try:

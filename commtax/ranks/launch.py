@@ -74,8 +74,9 @@ import pickle
 import subprocess
 
 from commtax import boundary
+from commtax.boundary import byfile as _byfile
 from commtax.boundary.cleanup import remove_tree
-from commtax.ranks import _byfile, wire
+from commtax.ranks import wire
 from commtax.ranks._failures import BackendUnavailable, DistributedRunError, RankFailure
 from commtax.ranks._frames import learner_traceback
 from commtax.ranks._quotes import Quotes

@@ -25,7 +25,7 @@ def ep_layer_on_real_ranks(rank: int, world_size: int, impl: str | None, hidden:
     choice to expert 0. Bytes are payload bytes this rank sent: ``forward``
     (counts exchange, dispatch and combine) and ``backward``.
     """
-    from commtax.labs import load_lab
+    from commtax.boundary.labfiles import load_lab
 
     try:
         lab = load_lab(LAB, impl)

@@ -82,10 +82,10 @@ def profiled_whole_bill(rank: int, world_size: int, impl: str | None, dp: int, t
     convention), "step_s": [seconds per step]}``, or ``{"error": message}`` when the lab's code is
     not written yet.
     """
-    from commtax.labs import find_lab, load_lab
+    from commtax.boundary.labfiles import find_lab, load_lab
+    from commtax.boundary.stubs import stub_message
     from commtax.ranks.traffic import record_traffic
     from commtax.ranks.wholebill import bytes_by_axis
-    from commtax.testing import stub_message
 
     lab = load_lab(find_lab("12"), impl)
     for name in ("train_step", "tp_block", "sync_gradients", "group_ranks", "shard_layer", "one_f_one_b_order"):
@@ -124,7 +124,7 @@ def profiled_ddp(rank: int, world_size: int, impl: str | None, widths: list[int]
     if impl == "torch":
         ddp_class = _TorchDDP
     else:
-        from commtax.labs import load_lab
+        from commtax.boundary.labfiles import load_lab
         ddp_class = load_lab("lab-09-ddp-overlap", impl).BucketedDDP
     model = make_mlp(widths)
     ddp = ddp_class(model, bucket_cap_bytes)

@@ -1,7 +1,8 @@
 """Lesson 13's real run: profiler traces of 4 gloo ranks, with the course's byte counter running beside them.
 
 :func:`traced_and_counted` runs on every rank (started by :func:`commtax.ranks.launch.run_ranks`): it
-records one trace per rank with :func:`commtax.trace_record.record_rank` (the script of the course's
+records one trace per rank with
+:func:`commtax.ranks.trace_steps.record_rank` (the script of the course's
 recorded traces: matmuls and collectives of known sizes on the world, tensor-parallel and
 data-parallel groups) while :func:`commtax.ranks.traffic.record_traffic` counts every
 ``torch.distributed`` call the rank makes, with its group and payload. The lesson then reads the
@@ -22,8 +23,8 @@ def traced_and_counted(rank: int, world_size: int, outdir: str) -> dict:
     "bytes_sent": point-to-point bytes sent, "bytes_received": ... received}``. The counted calls
     include the few made outside the profiled steps (the groups' creation, one barrier before).
     """
+    from commtax.ranks.trace_steps import record_rank
     from commtax.ranks.traffic import record_traffic
-    from commtax.trace_record import record_rank
 
     with record_traffic() as traffic:
         path = record_rank(rank, world_size, outdir)

@@ -370,8 +370,8 @@ def lesson_run(rank, world_size, impl, dp, tp, pp, sizes):
     Returns what :func:`measure_then_train` returns, or {"error": message} on
     every rank when the lab's code is not written yet.
     """
-    from commtax.labs import find_lab, load_lab
-    from commtax.testing import stub_message
+    from commtax.boundary.labfiles import find_lab, load_lab
+    from commtax.boundary.stubs import stub_message
 
     lab = load_lab(find_lab("12"), impl)
     for name in ("train_step", "tp_block", "sync_gradients", "group_ranks", "shard_layer", "one_f_one_b_order"):
