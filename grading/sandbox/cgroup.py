@@ -21,7 +21,7 @@ Where the ``cpu`` controller is there too (v1: a ``cpu`` hierarchy; v2: ``cpu`` 
 also gets a cgroup of its own in it, at the default weight: the kernel then shares the CPU between
 concurrent lab runs (``grade-many --jobs N``) equally, however many processes one of them starts, so a
 submission that spins a hundred processes slows a classmate's run by half at most, not a hundredfold
-(red team r21c). Without it, each run still has its memory and process bounds.
+(so cannot starve it into its timeout). Without it, each run still has its memory and process bounds.
 
 Names are ``commtax-<grader pid>-<n>``: :func:`sweep_stale` removes the empty cgroups of graders
 that are gone (a grader killed with SIGKILL cannot remove its own).

@@ -78,13 +78,14 @@ POLICY = [
     # NETLINK_ROUTE, which glibc's getifaddrs opens for gloo to find the loopback device (strace of a
     # gloo rank: AF_INET, AF_NETLINK/NETLINK_ROUTE, nothing else). Unix sockets (abstract names belong
     # to the network namespace), NETLINK_USERSOCK and the other netlink protocols (unicast between
-    # processes, never on lo: red team r21c's c01), packet sockets ... are refused.
+    # processes that never crosses lo, so two learner processes could talk past the byte counter), packet
+    # sockets ... are refused.
     *[("socket", errno.EPERM, [low32_is(0, family)], "a socket family whose bytes never cross the loopback")
       for family in range(FAMILIES) if family not in (AF_INET, AF_INET6, AF_NETLINK)],
-    ("socket", errno.EPERM, [low32_is(0, AF_NETLINK), not_zero(2)], "netlink other than NETLINK_ROUTE (r21c c01)"),
+    ("socket", errno.EPERM, [low32_is(0, AF_NETLINK), not_zero(2)], "netlink other than NETLINK_ROUTE: messages the loopback never counts"),
     # File locks: every process sees the same inodes of the read-only files bound into every sandbox
-    # (torch's own .py files), and a lock taken on one is visible to all (r21c c02: 8 bytes per OFD
-    # lock, read back with F_OFD_GETLK). Ranks meet through a TCP store, which takes no lock.
+    # (torch's own .py files), and a lock taken on one is visible to all (the range of an OFD lock set by
+    # one process and read back by another with F_OFD_GETLK carries 8 bytes per lock). Ranks meet through a TCP store, which takes no lock.
     ("flock", errno.ENOLCK, [], "a lock on a shared file is a message"),
     *[("fcntl", errno.ENOLCK, [low32_is(1, cmd)], f"{name}: a lock, lease or watch on a shared file")
       for name, cmd in F_LOCKS.items()],
