@@ -14,8 +14,8 @@ KEYCTL_JOIN_SESSION_KEYRING = 1
 
 def fresh_session_keyring() -> bool:
     """Join a new, empty, anonymous session keyring (``keyctl(KEYCTL_JOIN_SESSION_KEYRING, NULL)``): called
-    in the child before bwrap execs, so no sandbox shares the grader's session keyring (a lab read the
-    teacher's, and carried a hidden test's inputs through it: issue 38). True if joined."""
+    in the child before bwrap execs, so no sandbox shares the grader's session keyring (otherwise a lab
+    can read the teacher's keys, and carry a hidden test's inputs from one run to another through them). True if joined."""
     import ctypes
     number = SYS_KEYCTL.get(os.uname().machine)
     if number is None:

@@ -224,7 +224,7 @@ class NamespaceIsolation:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         command = self._command(box, runs, agent, theirs.fileno(), uid, etc)
         program = None
-        if self.user_namespace:  # same-user mode: the seccomp program on the whole lab sandbox (issue 38)
+        if self.user_namespace:  # same-user mode has no nested sandboxes: the seccomp program goes on the whole lab sandbox
             program = os.open(self._filter(), os.O_RDONLY | os.O_CLOEXEC)
             command[1:1] = ["--seccomp", str(program)]
         extra = (program,) if program is not None else ()

@@ -82,8 +82,8 @@ MS_NOSUID, MS_NODEV, MNT_DETACH = 0x2, 0x4, 0x2
 def mount_run_folder(path: Path, size: int, files: int = RUN_FILES) -> str | None:
     """Root mode: put ``path`` (a lab run's folders, the only host folder learner code can write) on a tmpfs
     of its own, capped at ``size`` bytes and ``files`` inodes: one student's ranks filling it, or making a
-    million files, stop at their own run's cap, never the machine's disk (issue 38: a classmate's correct
-    lab lost its points in ``grade-many --jobs 2``). None when mounted, else why not (the run goes on
+    million files, stop at their own run's cap, never the machine's disk (where a classmate's correct lab,
+    graded beside it by ``grade-many --jobs 2``, would lose its points). None when mounted, else why not (the run goes on
     with the folder on the host's disk, as before, and the report says so)."""
     import ctypes
     try:
