@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from commtax.boundary.byfile import load_module_from_file
 from commtax.labs import LABS_DIR, REPO_ROOT
-from commtax.ranks._byfile import load_module_from_file
 
 LAB02 = LABS_DIR / "lab-02-ring-allreduce"
 LAB05 = LABS_DIR / "lab-05-tensor-parallel-layers"

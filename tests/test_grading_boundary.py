@@ -168,7 +168,6 @@ def test_the_boundary_the_lab_loader_and_the_pickler_import_each_other_in_one_di
     import ast
     modules = {"commtax.harness.labs": ROOT / "commtax" / "harness" / "labs.py",
                "commtax.learner_process": ROOT / "commtax" / "learner_process.py",
-               "commtax.ranks._byfile": ROOT / "commtax" / "ranks" / "_byfile.py",
                **{f"commtax.boundary.{p.stem}" if p.stem != "__init__" else "commtax.boundary": p
                   for p in (ROOT / "commtax" / "boundary").glob("*.py")}}
     graph = {}

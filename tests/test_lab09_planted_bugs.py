@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from commtax.boundary.byfile import load_module_from_file
 from commtax.labs import LABS_DIR
-from commtax.ranks._byfile import load_module_from_file
 from commtax.ranks.launch import run_ranks
 
 LAB09 = LABS_DIR / "lab-09-ddp-overlap"

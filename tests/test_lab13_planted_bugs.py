@@ -11,8 +11,8 @@ import re
 
 import pytest
 
+from commtax.boundary.byfile import load_module_from_file
 from commtax.labs import LABS_DIR, REPO_ROOT
-from commtax.ranks._byfile import load_module_from_file
 
 LAB13 = LABS_DIR / "lab-13-context-parallel"
 pytestmark = pytest.mark.skipif(not (LAB13 / "solution.py").exists(),

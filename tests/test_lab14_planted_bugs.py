@@ -7,8 +7,8 @@ tests of the function it breaks) and checks that they fail with a message that n
 
 import pytest
 
+from commtax.boundary.byfile import load_module_from_file
 from commtax.labs import LABS_DIR, REPO_ROOT
-from commtax.ranks._byfile import load_module_from_file
 
 LAB14 = LABS_DIR / "lab-14-measured-vs-bill"
 pytestmark = pytest.mark.skipif(not (LAB14 / "solution.py").exists(),

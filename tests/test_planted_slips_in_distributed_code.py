@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from commtax.ranks._byfile import load_module_from_file
+from commtax.boundary.byfile import load_module_from_file
 from commtax.ranks.launch import run_ranks
 from tests.planted_support import LAB02, LAB08, LAB09, LAB10, LAB12, _fails, _lab_mutant, run_planted
 

@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from commtax.ranks._byfile import load_module_from_file
+from commtax.boundary.byfile import load_module_from_file
 from commtax.ranks.launch import run_ranks
 from tests.planted_support import LAB02, LAB05, LAB10, LAB12, _lab_mutant, run_planted
 

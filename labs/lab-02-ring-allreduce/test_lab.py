@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from commtax.ranks._byfile import load_module_from_file
+from commtax.boundary.byfile import load_module_from_file
 from commtax.ranks.launch import rank_device
 from commtax.ranks.traffic import record_traffic
 from commtax.testing import BACKENDS, SharedRuns, check, expect_wire_bytes, fail, input_seed, stream_seed

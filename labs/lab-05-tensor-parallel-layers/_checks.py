@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from commtax.ranks._byfile import load_module_from_file
+from commtax.boundary.byfile import load_module_from_file
 from commtax.testing import SECTION_FAILED, expect_wire_bytes, fail, mismatch
 
 # Lab folders are not packages: the rank side and the reference are loaded by path, as test_lab.py does.

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from commtax.ranks._byfile import load_module_from_file
+from commtax.boundary.byfile import load_module_from_file
 from commtax.testing import input_seed, stream_seed
 
 # The layers' sizes are the rank side's (_workers.py beside this file, loaded by path as test_lab.py does).

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from commtax.ranks._byfile import load_module_from_file
+from commtax.boundary.byfile import load_module_from_file
 from commtax.recorded import Expected
 from commtax.testing import BACKENDS, SharedRuns, check, close, mismatch, section
 

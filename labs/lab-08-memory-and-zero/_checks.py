@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from commtax.ranks._byfile import load_module_from_file
+from commtax.boundary.byfile import load_module_from_file
 from commtax.testing import expect_close, fail, subgroup_failure
 
 # Lab folders are not packages: the rank side is loaded by path, as test_lab.py and the ranks do.

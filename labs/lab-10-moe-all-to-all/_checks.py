@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from commtax.ranks._byfile import load_module_from_file
+from commtax.boundary.byfile import load_module_from_file
 from commtax.testing import SECTION_FAILED, SharedRunFailed, fail, mismatch, subgroup_failure
 
 HERE = Path(__file__).resolve().parent

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from commtax.ranks._byfile import load_module_from_file
+from commtax.boundary.byfile import load_module_from_file
 from commtax.testing import input_seed, stream_seed
 
 # the layer's configuration and the split cases, shared with the ranks (_workers.py, loaded by path)

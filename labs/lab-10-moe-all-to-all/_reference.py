@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from commtax.ranks._byfile import load_module_from_file
+from commtax.boundary.byfile import load_module_from_file
 
 load_module_from_file("lab_10_workers", str(Path(__file__).resolve().parent / "_workers.py"))
 from lab_10_workers import CAPACITY_FACTOR, SKEW, TOP_K  # noqa: E402  (loaded just above)

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from commtax.boundary.byfile import load_module_from_file
 from commtax.formulas import network as N
 from commtax.formulas import predict as P
-from commtax.ranks._byfile import load_module_from_file
 from commtax.recorded import Expected
 from commtax.testing import check, expect_close, expect_value_error, fail, known_ratios
 

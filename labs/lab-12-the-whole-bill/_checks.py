@@ -9,8 +9,8 @@ ratio of bytes, and the note a wrong-group deadlock gets. Expected values come f
 import math
 from pathlib import Path
 
+from commtax.boundary.byfile import load_module_from_file
 from commtax.ranks import wholebill
-from commtax.ranks._byfile import load_module_from_file
 from commtax.testing import SharedRunFailed, check, close, known_ratios, mismatch
 
 load_module_from_file("lab_12_reference", str(Path(__file__).resolve().parent / "_reference.py"))

@@ -10,8 +10,8 @@ rule. The course's bill (``EXPECTED("bill", ...)``) stays in ``test_lab.py``.
 import functools
 from pathlib import Path
 
+from commtax.boundary.byfile import load_module_from_file
 from commtax.ranks import wholebill
-from commtax.ranks._byfile import load_module_from_file
 
 # the model and data each rank is handed (_workers.py, loaded by path as test_lab.py does: once per process)
 load_module_from_file("lab_12_workers", str(Path(__file__).resolve().parent / "_workers.py"))

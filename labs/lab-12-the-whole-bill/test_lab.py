@@ -34,8 +34,8 @@ from pathlib import Path
 
 import pytest
 
+from commtax.boundary.byfile import load_module_from_file
 from commtax.ranks import wholebill
-from commtax.ranks._byfile import load_module_from_file
 from commtax.ranks.launch import DistributedRunError
 from commtax.recorded import Expected
 from commtax.testing import SharedRuns, check, close, expect_close, expect_value_error, fail, known_ratios

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from commtax.ranks._byfile import load_module_from_file
+from commtax.boundary.byfile import load_module_from_file
 from commtax.testing import check, fail
 
 load_module_from_file("lab_13_inputs", str(Path(__file__).resolve().parent / "_inputs.py"))

@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
-from commtax.ranks._byfile import load_module_from_file
+from commtax.boundary.byfile import load_module_from_file
 from commtax.ranks.launch import rank_device
 from commtax.ranks.traffic import record_traffic
 
