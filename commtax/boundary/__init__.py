@@ -6,6 +6,10 @@
   the learner's file in a worker process (:mod:`commtax.boundary.worker`).
 * :mod:`commtax.boundary.stubs`: is a function still the starter's stub
   (read from the file, nothing run).
+* :mod:`commtax.boundary.byfile`: pickle functions and modules of files Python cannot import by
+  name (a lab's files), for a rank or a worker to load by path.
+* :mod:`commtax.boundary.labfiles`: find a lab and load its ``starter.py`` or ``solution.py``
+  (``LAB_IMPL``); ``commtax.labs`` re-exports it for the tests, the ranks' demos import it here.
 * :mod:`commtax.learner_process`: how a learner process is started and where
   it finds its files (under the grader: in its sandbox).
 

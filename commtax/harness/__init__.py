@@ -3,7 +3,8 @@
 Each module holds one job:
 
 * :mod:`~commtax.harness.labs`: find the labs and load a lab's starter or solution (``LAB_IMPL``),
-  or, under the grader, the proxy that runs it in the sandbox;
+  or, under the grader, the proxy that runs it in the sandbox (the finding and loading are
+  :mod:`commtax.boundary.labfiles`'s, re-exported; the ``lab`` fixture's proxy and ``LAB_INPROCESS`` are here);
 * :mod:`~commtax.harness.recorded`: expected values taken from the course's reference, recorded
   for the student release;
 * :mod:`~commtax.harness.runs`: run a distributed job from a test (skip where the backend
