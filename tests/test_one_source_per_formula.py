@@ -103,25 +103,38 @@ GPT3 = dict(micro_batch=1, hidden=12288, heads=96)
 def test_the_pipeline_modelers_activations_are_lesson_07s_with_sequence_parallelism(monkeypatch):
     for t in (1, 2, 4, 8):
         for recompute in (False, True):
-            got = S.activation_bytes_per_layer(2048, tp=t, recompute=recompute, **GPT3)
+            got = S.activation_bytes_per_layer_sp(2048, tp=t, recompute=recompute, **GPT3)
             assert got == memory.activation_bytes_per_layer(2048, tp=t, sequence_parallel=True,
                                                             recompute="full" if recompute else "none", **GPT3)
     calls = []
     monkeypatch.setattr(memory, "activation_bytes_per_layer", lambda *args: calls.append(args) or 5.0)
-    assert S.activation_bytes_per_layer(2048, 1, 12288, 96, 8) == 5.0
+    assert S.activation_bytes_per_layer_sp(2048, 1, 12288, 96, 8) == 5.0
     assert calls == [(2048, 1, 12288, 96, 8, True, "none")]
 
 
 def test_the_sequence_parallel_assumption_is_an_argument_with_a_default():
     """At t = 8 for GPT-3's layer: 358.6 MB with sequence parallelism (the modeler's default), 578.8 MB without."""
-    with_sp = S.activation_bytes_per_layer(2048, tp=8, **GPT3)
-    without = S.activation_bytes_per_layer(2048, tp=8, sequence_parallel=False, **GPT3)
+    with_sp = S.activation_bytes_per_layer_sp(2048, tp=8, **GPT3)
+    without = S.activation_bytes_per_layer_sp(2048, tp=8, sequence_parallel=False, **GPT3)
     assert with_sp == pytest.approx(358.6e6, rel=1e-3) and without == pytest.approx(578.8e6, rel=1e-3)
     assert without == memory.activation_bytes_per_layer(2048, tp=8, **GPT3)
-    assert S.activation_bytes_per_layer(2048, **GPT3) == S.activation_bytes_per_layer(
+    assert S.activation_bytes_per_layer_sp(2048, **GPT3) == S.activation_bytes_per_layer_sp(
         2048, sequence_parallel=False, **GPT3)
 
 
 def test_the_pipeline_modelers_recompute_is_true_or_false():
     with pytest.raises(ValueError, match="recompute"):
-        S.activation_bytes_per_layer(2048, 1, 12288, 96, recompute="full")
+        S.activation_bytes_per_layer_sp(2048, 1, 12288, 96, recompute="full")
+
+
+def test_korthikantis_count_has_one_name_and_one_signature():
+    """Wrappers of ``memory.activation_bytes_per_layer`` say what they add in their names
+    (``activation_bytes_per_layer_sp``, ``run_activation_bytes_per_layer``): grep the name, get one answer."""
+    import ast
+    from pathlib import Path
+
+    package = Path(memory.__file__).resolve().parents[1]
+    defined = [str(path.relative_to(package.parent)) for path in sorted(package.rglob("*.py"))
+               for node in ast.walk(ast.parse(path.read_text()))
+               if isinstance(node, ast.FunctionDef) and node.name == "activation_bytes_per_layer"]
+    assert defined == ["commtax/formulas/memory.py"]

@@ -301,8 +301,8 @@ def test_tied_embedding_is_one_copy_without_pipelining():
                micro_batch=1, recompute="full", zero_stage=0)
     cfg = P.normalize(run)
     params = cfg["layers"] * P.layer_params(cfg) + cfg["vocab"] * cfg["hidden"]
-    acts = cfg["layers"] * P.activation_bytes_per_layer(cfg, "full", False) \
-        + P.activation_bytes_per_layer(cfg, "none", False) + 4 * cfg["seq"] * cfg["vocab"]
+    acts = cfg["layers"] * P.run_activation_bytes_per_layer(cfg, "full", False) \
+        + P.run_activation_bytes_per_layer(cfg, "none", False) + 4 * cfg["seq"] * cfg["vocab"]
     assert P.memory_bytes_per_gpu(cfg, "full") == pytest.approx(params * (2 + 4 + 12) + acts)
     llama = P.normalize(dict(run, swiglu=True))            # Llama-style: the output layer is its own matrix
     assert P.stage_params(llama)[0] == pytest.approx(cfg["layers"] * P.layer_params(llama) + 2 * 51200 * 2304)

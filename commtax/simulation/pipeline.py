@@ -190,8 +190,9 @@ class PipelineConfig:
     recompute: bool = False   # full activation recomputation: keep only each layer's input
 
 
-def activation_bytes_per_layer(seq_len, micro_batch, hidden, heads, tp=1, recompute=False, sequence_parallel=True):
-    """Activation memory of one transformer layer for one micro-batch on one GPU, 16-bit activations.
+def activation_bytes_per_layer_sp(seq_len, micro_batch, hidden, heads, tp=1, recompute=False, sequence_parallel=True):
+    """Activation memory of one transformer layer for one micro-batch on one GPU, 16-bit activations,
+    with sequence parallelism unless told otherwise (hence ``_sp``: the modeler's default).
 
     Lesson 07's count, :func:`commtax.formulas.memory.activation_bytes_per_layer` (the formula's one
     source; Korthikanti et al. 2022), under the modeler's names. The modeler assumes **sequence
@@ -229,7 +230,7 @@ def pipeline_report(cfg: PipelineConfig) -> dict:
     tokens = cfg.micro_batch * cfg.seq_len
     params_per_stage = 12 * cfg.hidden**2 * per_stage / cfg.tp                   # attention + MLP weights
     t_forward = 2 * params_per_stage * tokens / (cfg.peak_flops * cfg.mfu)       # one micro-batch, one stage
-    layer_activations = activation_bytes_per_layer(cfg.seq_len, cfg.micro_batch, cfg.hidden, cfg.heads, cfg.tp,
+    layer_activations = activation_bytes_per_layer_sp(cfg.seq_len, cfg.micro_batch, cfg.hidden, cfg.heads, cfg.tp,
                                                    cfg.recompute)
     efficiency = 1 - bubble_fraction(p, m)
     # One stage has no boundary: nothing to send, so no transfer, no p2p time and no bandwidth to ask for.

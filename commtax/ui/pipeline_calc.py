@@ -132,7 +132,7 @@ def modeler_summary(layers, hidden, heads, seq_len, micro_batch, tp, stages, mic
     if recompute:   # Lesson 07 adds the layer being recomputed (all its activations, once); this count does not
         notes.append(("with recomputation the peaks count only the stored layer inputs (2 s b h per layer); while a "
                       "layer is recomputed for its backward it holds all its activations once more "
-                      f"(+{format_bytes(P.activation_bytes_per_layer(seq_len, micro_batch, hidden, heads, tp))}"
+                      f"(+{format_bytes(P.activation_bytes_per_layer_sp(seq_len, micro_batch, hidden, heads, tp))}"
                       ", Lesson 07's count, with sequence parallelism)", "commtax-note"))
     if r["warning"]:
         notes.append(("warning: " + r["warning"], "commtax-warning"))

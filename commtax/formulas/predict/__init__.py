@@ -147,13 +147,13 @@ from commtax.formulas.predict.hf_config import (  # noqa: F401
     model_from_config,
 )
 from commtax.formulas.predict.memory import (  # noqa: F401
-    activation_bytes_per_layer,
     attention_width_activation_bytes,
     choose_recompute,
     in_flight_layers,
     memory_bytes_per_gpu,
     memory_parts,
     moe_activation_bytes,
+    run_activation_bytes_per_layer,
 )
 from commtax.formulas.predict.memory_plans import (  # noqa: F401
     PREDICTOR_GPUS,

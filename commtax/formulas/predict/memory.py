@@ -12,8 +12,10 @@ from commtax.formulas.predict.hardware import GPUS
 from commtax.formulas.predict.moe import expert_params_per_gpu, expert_shard_group
 
 
-def activation_bytes_per_layer(cfg, recompute, fused_attention) -> float:
-    """Bytes one layer keeps for its backward, per GPU, for one micro-batch (Korthikanti Table 2).
+def run_activation_bytes_per_layer(cfg, recompute, fused_attention) -> float:
+    """Bytes one layer keeps for its backward, per GPU, for one micro-batch, for a run's normalized ``cfg``.
+
+    (Korthikanti Table 2; ``run_`` because it takes the predictor's config, not Lesson 07's arguments.)
 
     :func:`commtax.formulas.memory.activation_bytes_per_layer` (Lesson 07), the one source of
     truth, at s/cp tokens: none: s b h (34 + 5 a s / h) without TP, s b h (10 + 24/t + 5 a s/(h t))
@@ -107,7 +109,7 @@ def memory_parts(cfg, recompute, gpu=None) -> dict:
     # BEGIN GRADED lab-11 memory_parts
     gpu = gpu or GPUS[cfg["gpu"]]
     fused, t, p = cfg["fused_attention"], cfg["tp"], cfg["pp"]
-    per_layer = activation_bytes_per_layer(cfg, recompute, fused) + moe_activation_bytes(cfg, recompute) \
+    per_layer = run_activation_bytes_per_layer(cfg, recompute, fused) + moe_activation_bytes(cfg, recompute) \
         + attention_width_activation_bytes(cfg, recompute)
     params = stage_params(cfg)
     best = None
@@ -119,7 +121,7 @@ def memory_parts(cfg, recompute, gpu=None) -> dict:
             states = {key: states[key] + experts[key] for key in ("params", "grads", "optimizer")}
         acts = per_layer * in_flight_layers(cfg, stage)
         if recompute == "full":
-            acts += activation_bytes_per_layer(cfg, "none", fused)
+            acts += run_activation_bytes_per_layer(cfg, "none", fused)
         logits = 4 * cfg["seq"] // cfg["cp"] * cfg["micro_batch"] * cfg["vocab"] / t if stage == p - 1 else 0.0
         buffers = 2 * layer_params(cfg) / t * 2 if cfg["zero_stage"] == 3 and cfg["shard_group"] > 1 else 0.0
         if cfg["cp"] > 1 and cfg["cp_comm"] == "all_gather":
