@@ -31,61 +31,45 @@ group of g ranks (gloo may use another algorithm; the ledger counts the
 ring-equivalent so that it is comparable with the course's bill).
 
 Bad input raises ValueError naming the argument.
+
+What is given (not graded) is in ``_given.py`` beside this file: the plan's coordinates and groups
+(``grid_coordinates``, ``group_ranks``), the Ledger's and the autograd functions' other halves (their base
+classes), and ``train_with``, the wiring that calls your pieces (``train`` below hands them to it). The
+model and its data come from ``commtax.ranks.wholebill``. ``check_whole`` (``commtax.ranks._args``) checks
+a count and raises the ValueError naming it.
 """
 
 from __future__ import annotations
 
-import numbers
 import time
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from commtax.harness.labs import find_lab
+from commtax.ranks._args import Group, check_whole
+from commtax.ranks._byfile import load_module_from_file
+
 # Given: the model and its data, shared with the tests' single-process reference.
-from commtax.ranks._args import Group
-from commtax.ranks.wholebill import make_batch, make_model, megatron_groups
+from commtax.ranks.wholebill import make_batch, make_model
 
-AXES = ("dp", "tp", "pp")
-
-
-def _count(name, value, minimum=1):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+# What the lab gives (not graded) is in its folder's _given.py, loaded by path (a lab folder is no package).
+_given = load_module_from_file("lab_12_given", str(find_lab("lab-12-the-whole-bill") / "_given.py"))
+# grid_coordinates and group_ranks: the plan's coordinates and groups, for your use (Lesson 11 reads group_ranks).
+from lab_12_given import (  # noqa: E402, F401, I001  (loaded just above)
+    CopyToTPForward, LedgerBase, ReduceFromTPBackward, grid_coordinates, group_ranks, train_with,
+)
 
 
 # -- the plan --------------------------------------------------------------------------
 
-def grid_coordinates(rank: int, dp: int, tp: int, pp: int) -> tuple[int, int, int]:
-    """(pp_idx, dp_idx, tp_idx) of ``rank`` in Megatron's order: TP innermost, then DP, then PP (given)."""
-    for name, value in (("dp", dp), ("tp", tp), ("pp", pp)):
-        _count(name, value)
-    _count("rank", rank, 0)
-    if rank >= dp * tp * pp:
-        raise ValueError(f"rank ({rank}) must be below dp * tp * pp = {dp * tp * pp}")
-    pp_idx, rest = divmod(rank, dp * tp)
-    dp_idx, tp_idx = divmod(rest, tp)
-    return pp_idx, dp_idx, tp_idx
-
-
-def group_ranks(dp: int, tp: int, pp: int) -> dict[str, list[list[int]]]:
-    """Every process group of the plan: {"tp": [[ranks], ...], "dp": [...], "pp": [...]} (given).
-
-    A TP group is the ``tp`` ranks that share (pp_idx, dp_idx); a DP group the
-    ``dp`` ranks that share (pp_idx, tp_idx); a PP group (a pipeline) the
-    ``pp`` ranks that share (dp_idx, tp_idx), in stage order. For 2 x 2 x 2:
-    TP {0,1} {2,3} {4,5} {6,7}; DP {0,2} {1,3} {4,6} {5,7}; PP {0,4} {1,5} {2,6} {3,7}.
-    """
-    for name, value in (("dp", dp), ("tp", tp), ("pp", pp)):
-        _count(name, value)
-    return megatron_groups(dp, tp, pp)
-
-
 def params_per_rank(layers: int, hidden: int, tp: int, pp: int) -> int:
     """Parameters one rank holds: its stage's layers, its TP shard of W1, b1, W2, and all of b2."""
     raise NotImplementedError(
-        "params_per_rank: not implemented yet. Hint: per layer: h * 4h / t (W1) + 4h / t (b1)"
-        " + 4h / t * h (W2) + h (b2, not split); layers / pp layers."
+        "params_per_rank: not implemented yet. Hint: count one layer's four tensors and ask "
+        "of each whether TP splits it (the README's \"The model\"); a stage holds its share of "
+        "the layers."
     )
 
 
@@ -94,14 +78,16 @@ def predicted_bytes_per_step(layers: int, hidden: int, micro_batch: int, seq: in
     """Bytes each rank sends per training step, averaged over ranks, by axis: {"dp", "tp", "pp"}.
 
     * TP: per layer and micro-batch, 2 all-reduces (forward output, backward
-      input gradient) of the b*s*h activation: 2 * 2(t-1)/t * b s h B, for
+      input gradient) of the b*s*h activation: 2 * 2(t-1)/t * b s h b_e, for
       the layers / pp layers of a stage and every micro-batch.
     * PP: per micro-batch each of the pp - 1 boundaries carries the activation
-      forward and its gradient back, b s h B each, sent by one rank of every
+      forward and its gradient back, b s h b_e each, sent by one rank of every
       (DP, TP) pipeline: averaged over the pp ranks of a pipeline,
-      2 (pp-1)/pp * b s h B per micro-batch.
+      2 (pp-1)/pp * b s h b_e per micro-batch.
     * DP: one all-reduce of the rank's gradients per step:
-      2(d-1)/d * params_per_rank * B.
+      2(d-1)/d * params_per_rank * b_e.
+
+    b_e = ``dtype_bytes``, bytes per element.
     """
     raise NotImplementedError(
         "predicted_bytes_per_step: not implemented yet. Hint: the three formulas of the "
@@ -111,7 +97,7 @@ def predicted_bytes_per_step(layers: int, hidden: int, micro_batch: int, seq: in
 
 # -- the ledger ------------------------------------------------------------------------
 
-class Ledger:
+class Ledger(LedgerBase):
     """Attribute every byte this rank sends to its axis while the ``with`` block runs.
 
     ``Ledger({"tp": tp_group, "dp": dp_group})`` wraps ``dist.all_reduce``,
@@ -122,88 +108,74 @@ class Ledger:
     group goes to ``"other"``. Point-to-point sends are the pipeline's:
     ``"pp"``, payload bytes. ``ledger.bytes`` is {axis: bytes}, with
     "dp", "tp", "pp" and "other" always present.
+
+    Given (``LedgerBase``): the constructor (``self.groups``, ``self.bytes``, and ``self._originals``, an
+    empty dict for what :meth:`start` replaces) and the ``with`` protocol (``start`` on entry, ``stop`` on exit).
     """
-
-    def __init__(self, groups: dict[str, Group]) -> None:
-        self.groups = dict(groups)
-        self.bytes = {axis: 0.0 for axis in (*AXES, "other")}
-        self._originals = {}
-
-    def __enter__(self):
-        self.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop()
-        return False
 
     def axis_of(self, group: Group) -> str:
         """The axis whose group ``group`` is (compare the objects with ``is``), else "other"."""
-        raise NotImplementedError("Ledger.axis_of: not implemented yet. Hint: loop over self.groups.items().")
+        raise NotImplementedError(
+            "Ledger.axis_of: not implemented yet. Hint: a group belongs to an axis only if it"
+            " is the very object the Ledger was given for it."
+        )
 
     def start(self) -> None:
         """Save dist.all_reduce, dist.send and dist.isend in self._originals and put counting wrappers in."""
         raise NotImplementedError(
-            "Ledger.start: not implemented yet. Hint: all_reduce(tensor, op=..., group=None, "
-            "async_op=False): add 2(g-1)/g x payload bytes to "
-            "self.bytes[self.axis_of(group)], g = dist.get_world_size(group); sends add "
-            "payload to \"pp\"."
+            "Ledger.start: not implemented yet. Hint: keep each original, put in a wrapper "
+            "that takes torch's own arguments, charges the call as the README's \"What each "
+            "axis sends\" counts it (a ring's share for an all-reduce), then calls the "
+            "original."
         )
 
     def stop(self) -> None:
         """Put back the functions :meth:`start` replaced."""
         raise NotImplementedError(
-            "Ledger.stop: not implemented yet. Hint: setattr(dist, name, original) for each "
-            "saved one."
+            "Ledger.stop: not implemented yet. Hint: undo start: every function it replaced "
+            "gets its saved original back."
         )
 
 
 # -- the model's tensor-parallel shards (the full model: commtax.ranks.wholebill) -------
 
-class _CopyToTP(torch.autograd.Function):
-    """Identity forward; all-reduce of the gradient over the TP group backward."""
+class _CopyToTP(CopyToTPForward):
+    """Identity forward (given, in the base class); all-reduce of the gradient over the TP group backward."""
 
     @staticmethod
-    def forward(ctx, x, group):
-        ctx.group = group
-        return x
-
-    @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
         raise NotImplementedError(
-            "_CopyToTP.backward: not implemented yet. Hint: copy your Lab 05 backward: "
-            "all-reduce a copy of the gradient on ctx.group."
+            "_CopyToTP.backward: not implemented yet. Hint: Lab 05's copy into the TP region:"
+            " each rank holds its branch's gradient; the input's is their sum."
         )
 
 
-class _ReduceFromTP(torch.autograd.Function):
-    """All-reduce over the TP group forward; identity backward."""
+class _ReduceFromTP(ReduceFromTPBackward):
+    """All-reduce over the TP group forward; identity backward (given, in the base class)."""
 
     @staticmethod
-    def forward(ctx, x, group):
+    def forward(ctx, x: torch.Tensor, group: Group) -> torch.Tensor:
         raise NotImplementedError(
-            "_ReduceFromTP.forward: not implemented yet. Hint: copy your Lab 05 forward: "
-            "all-reduce a copy of x on the given group."
+            "_ReduceFromTP.forward: not implemented yet. Hint: Lab 05's reduce out of the TP "
+            "region: the ranks' partial outputs summed (never change the input)."
         )
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad, None
 
 
 def shard_layer(layer: dict[str, torch.Tensor], tp: int, tp_idx: int) -> dict[str, torch.Tensor]:
     """This TP rank's shard of one full layer: W1 rows and b1 (output features), W2 columns; b2 whole."""
     raise NotImplementedError(
-        "shard_layer: not implemented yet. Hint: torch.chunk each of w1 (dim 0), b1 (dim 0) "
-        "and w2 (dim 1) into tp pieces; keep piece tp_idx."
+        "shard_layer: not implemented yet. Hint: Megatron's MLP split (Lab 05): W1 and b1 by "
+        "output features, W2 by input features, tp equal pieces in TP-rank order; b2 is added"
+        " after the sum, so every rank keeps it whole."
     )
 
 
 def tp_block(x: torch.Tensor, shard: dict[str, torch.Tensor], tp_group: Group) -> torch.Tensor:
     """One block on one TP rank: copy into the TP region, local W1 and W2, all-reduce out, add b2 and x."""
     raise NotImplementedError(
-        "tp_block: not implemented yet. Hint: h = _CopyToTP.apply(x, group); local matmuls; "
-        "_ReduceFromTP.apply(partial, group); + b2 + x."
+        "tp_block: not implemented yet. Hint: the README's block, with the input entering the"
+        " TP region and the partial output leaving it through the two autograd functions "
+        "above (Lab 05's f and g); b2 and the residual after the sum."
     )
 
 
@@ -249,65 +221,19 @@ def train_step(ctx: dict, shards: list[dict[str, torch.Tensor]], inputs: torch.T
 def sync_gradients(shards: list[dict[str, torch.Tensor]], dp_group: Group, dp: int) -> None:
     """All-reduce every gradient of this rank over its DP group (one flat buffer) and divide by ``dp``."""
     raise NotImplementedError(
-        "sync_gradients: not implemented yet. Hint: torch.cat the flattened grads, one "
-        "dist.all_reduce on dp_group, divide, copy back."
+        "sync_gradients: not implemented yet. Hint: data parallelism's averaging as one "
+        "message (Lesson 08's bucket, a single one): every gradient in one flat buffer, "
+        "summed over the DP group, the mean put back into each gradient."
     )
 
 
-def train(rank: int, world_size: int, dp: int, tp: int, pp: int, *, layers: int = 4, hidden: int = 16,
-          micro_batch: int = 2, seq: int = 8, microbatches: int = 4, steps: int = 3, lr: float = 0.1, seed: int = 0,
-          tp_group_axis: str = "tp") -> dict:
-    """Train on this rank (given: the wiring of the pieces above); call on every rank of a dp*tp*pp job.
+def train(rank: int, world_size: int, dp: int, tp: int, pp: int, **sizes: int | float | str) -> dict:
+    """Train on this rank with your pieces; call on every rank of a dp*tp*pp job (given).
 
-    Returns plain data: {"coords": (pp_idx, dp_idx, tp_idx), "loss": [global loss per step, on
-    every rank], "ledger": {axis: bytes sent per step, averaged over steps}, "timeline": [(kind,
-    k, start, end, step)], "step_s": [seconds per step]}. ``tp_group_axis`` names the group the TP
-    all-reduces use ("tp"; anything else plants a bug for the tests).
+    ``_given.train_with`` is the wiring: its docstring lists the keywords (``sizes``: layers, hidden,
+    micro_batch, seq, microbatches, steps, lr, seed) and what it returns. Your pieces are looked up here,
+    when ``train`` is called, so that the tests can hand each rank its own model and data.
     """
-    for name, value in (("dp", dp), ("tp", tp), ("pp", pp)):
-        _count(name, value)
-    if dp * tp * pp != world_size:
-        raise ValueError(f"dp * tp * pp ({dp} * {tp} * {pp}) must equal world_size ({world_size})")
-    pp_idx, dp_idx, tp_idx = grid_coordinates(rank, dp, tp, pp)
-    groups = {axis: None for axis in AXES}
-    for axis, lists in group_ranks(dp, tp, pp).items():
-        for ranks in lists:
-            handle = dist.new_group(ranks)   # every rank creates every group, in the same order
-            if rank in ranks:
-                groups[axis] = handle
-    pipeline = next(r for r in group_ranks(dp, tp, pp)["pp"] if rank in r)
-    ctx = {"stage": pp_idx, "stages": pp, "prev": pipeline[pp_idx - 1] if pp_idx else None,
-           "next": pipeline[pp_idx + 1] if pp_idx < pp - 1 else None, "tp_group": groups[tp_group_axis]}
-    per_stage = layers // pp
-    model = make_model(layers, hidden, seed)[pp_idx * per_stage:(pp_idx + 1) * per_stage]
-    shards = [{k: v.requires_grad_() for k, v in shard_layer(layer, tp, tp_idx).items()} for layer in model]
-    replica_batch = micro_batch * microbatches
-    losses, timeline, step_s = [], [], []
-    ledger_totals = {axis: 0.0 for axis in (*AXES, "other")}
-    for step in range(steps):
-        x, target = make_batch(dp * replica_batch, seq, hidden, step, seed)
-        mine = slice(dp_idx * replica_batch, (dp_idx + 1) * replica_batch)
-        inputs, targets = list(x[mine].split(micro_batch)), list(target[mine].split(micro_batch))
-        dist.barrier()
-        start = time.perf_counter()
-        events = []
-        with Ledger({"tp": groups["tp"], "dp": groups["dp"]}) as ledger:
-            local = train_step(ctx, shards, inputs, targets, microbatches, events)
-            sync_gradients(shards, groups["dp"], dp)
-        step_s.append(time.perf_counter() - start)
-        with torch.no_grad():
-            for shard in shards:
-                for p in shard.values():
-                    p -= lr * p.grad
-                    p.grad = None
-        # The global loss (for the tests): the replicas' last-stage losses averaged, on every rank. An
-        # all-gather, outside the step: byte counters that watch all-reduces see only the step's.
-        mine = torch.tensor([local if (pp_idx == pp - 1 and tp_idx == 0) else 0.0], dtype=torch.float64)
-        everyone = [torch.zeros(1, dtype=torch.float64) for _ in range(world_size)]
-        dist.all_gather(everyone, mine)
-        losses.append(sum(t.item() for t in everyone) / dp)
-        for axis, value in ledger.bytes.items():
-            ledger_totals[axis] += value / steps
-        timeline += [(kind, k, t0 - start, t1 - start, step) for kind, k, t0, t1 in events]
-    return {"coords": (pp_idx, dp_idx, tp_idx), "loss": losses, "ledger": ledger_totals,
-            "timeline": timeline, "step_s": step_s}
+    pieces = {"make_model": make_model, "make_batch": make_batch, "shard_layer": shard_layer, "Ledger": Ledger,
+              "train_step": train_step, "sync_gradients": sync_gradients}
+    return train_with(pieces, rank, world_size, dp, tp, pp, **sizes)
