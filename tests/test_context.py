@@ -39,7 +39,8 @@ def test_ring_bytes_equal_the_schedule_played_message_by_message(cp):
 def test_ring_forward_bytes_are_lesson_07s_and_its_buffer_is_two_blocks_of_k_and_v():
     for seq, cp, kv_hidden in ((131072, 64, 8192), (2**20, 8, 1024), (4096, 2, 128)):
         forward = context.ring_attention_bytes_per_rank(seq, 1, kv_hidden, cp, 1, backward=False)
-        assert forward == memory.ring_attention_bytes_per_layer(seq, cp, kv_hidden, dtype_bytes=1)
+        one_block = memory.ring_attention_buffer_bytes(seq, cp, kv_hidden, dtype_bytes=1, double_buffer=False)
+        assert forward == (cp - 1) * one_block   # Lesson 07's K+V block, sent round the ring cp - 1 times
     t = context.ring_attention_time(131072, 64, 64, 128, 64, 1)
     assert t.buffer == memory.ring_attention_buffer_bytes(131072, 64, 8192, dtype_bytes=1) == 64 * 2**20
 

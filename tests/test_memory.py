@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from commtax.formulas import bill, memory, predict
+from commtax.formulas import bill, context, memory, predict
 from commtax.formulas.models import PRESETS
 
 GB = 1e9
@@ -84,8 +84,9 @@ def test_ring_attention_buffers_recomputed_against_the_modeler():
     one = memory.ring_attention_buffer_bytes(131072, 64, 8192, dtype_bytes=1, double_buffer=False)
     assert one == 2 * 2048 * 8192 == 32 * 2**20
     assert memory.ring_attention_buffer_bytes(131072, 64, 8192, dtype_bytes=1) == 64 * 2**20
-    # each rank passes its block round the ring cp - 1 times per layer in the forward
-    assert memory.ring_attention_bytes_per_layer(131072, 64, 8192, dtype_bytes=1) == 63 * one
+    # each rank passes its block round the ring cp - 1 times per layer in the forward (Lesson 12's count:
+    # 64 KV heads of 128 make the 8192 wide K and V)
+    assert context.ring_attention_bytes_per_rank(131072, 64, 128, 64, dtype_bytes=1, backward=False) == 63 * one
 
 
 def test_sequence_parallel_transfer_times_are_microseconds_times_1000():

@@ -1,10 +1,12 @@
 """Each formula has one source: a second module that needs it calls (or re-exports) that source.
 
 Formulas that were once written twice: the ring all-reduce time (Lesson 01's
-``collectives.allreduce_time``) and its per-rank bytes (``tp.ring_allreduce_traffic_per_rank``), the
+``collectives.allreduce_time``; the network model's ring in a node and Lab 03's ``ring_model`` take its
+factors from ``collectives.ring_model``) and its per-rank bytes (``tp.ring_allreduce_traffic_per_rank``), the
 expert all-to-all bytes (Lesson 09's ``moe.ep_bytes_per_layer``), the pipeline bubble
 (``formulas.bubble.bubble_fraction``, Lesson 06) and Korthikanti's activation bytes (Lesson 07's
-``memory.activation_bytes_per_layer``). Each test replaces the source with a
+``memory.activation_bytes_per_layer``, one name), and ring attention's bytes (Lesson 12's
+``context.ring_attention_bytes_per_rank``). Each test replaces the source with a
 stand-in and checks that the other function follows it: a second body of the formula would not.
 """
 
@@ -12,9 +14,10 @@ from __future__ import annotations
 
 import pytest
 
-from commtax.formulas import bill, bubble, collectives, memory, moe, tp
+from commtax.formulas import bill, bubble, collectives, memory, moe, network, tp
 from commtax.formulas import predict as PR
 from commtax.formulas.predict import axes
+from commtax.ranks import measure
 from commtax.simulation import pipeline as S
 
 NVLINK = dict(latency_s=3e-6, bandwidth_bytes_per_s=450e9)
@@ -49,6 +52,20 @@ def test_the_bills_dp_bytes_take_the_rings_share_from_tp(monkeypatch):
     assert bill.ring_allreduce_traffic_per_rank is tp.ring_allreduce_traffic_per_rank
     monkeypatch.setattr(bill, "ring_allreduce_traffic_per_rank", lambda elements, d: 3.0)
     assert bill.dp_allreduce_bytes(7e9, 8, 2) == 6.0
+
+
+def test_the_network_models_ring_in_a_node_is_lesson_01s(monkeypatch):
+    """Inside one node the network model's all-reduce is Lesson 01's ring; its (k, m) come from ring_model,
+    which Lab 03's module re-exports rather than writes again."""
+    for n in (1, 2, 3, 8):
+        for payload in (0, 8192, 12345.6, 3e9):
+            assert network.group_allreduce_time(payload, n, n, 3e-6, 450e9, 5e-6, 50e9) == pytest.approx(
+                collectives.allreduce_time(payload, n, 3e-6, 450e9, "ring"), rel=1e-15)
+            assert network.group_reduce_scatter_time(payload, n, n, 3e-6, 450e9, 5e-6, 50e9) == pytest.approx(
+                collectives.reduce_scatter_time(payload, n, 3e-6, 450e9), rel=1e-15)
+    assert measure.ring_model is collectives.ring_model
+    monkeypatch.setattr(network, "ring_model", lambda collective, p: (1.0, 0.0))
+    assert network.group_allreduce_time(8192, 8, 8, 3e-6, 450e9, 5e-6, 50e9) == 3e-6
 
 
 # -- the expert all-to-all bytes -------------------------------------------------------------
@@ -127,14 +144,26 @@ def test_the_pipeline_modelers_recompute_is_true_or_false():
         S.activation_bytes_per_layer_sp(2048, 1, 12288, 96, recompute="full")
 
 
-def test_korthikantis_count_has_one_name_and_one_signature():
-    """Wrappers of ``memory.activation_bytes_per_layer`` say what they add in their names
-    (``activation_bytes_per_layer_sp``, ``run_activation_bytes_per_layer``): grep the name, get one answer."""
+def test_the_context_parallel_ring_bytes_are_coded_once():
+    """Ring attention's bytes per rank are Lesson 12's context.ring_attention_bytes_per_rank; Lesson 07's
+    module keeps only the buffers a rank holds (ring_attention_buffer_bytes), not a second count of the sends."""
+    assert _defined("ring_attention_bytes") == ["commtax/formulas/context.py:ring_attention_bytes_per_rank"]
+
+
+def _defined(prefix: str) -> list[str]:
+    """'path:name' of every function in commtax whose name starts with ``prefix``."""
     import ast
     from pathlib import Path
 
     package = Path(memory.__file__).resolve().parents[1]
-    defined = [str(path.relative_to(package.parent)) for path in sorted(package.rglob("*.py"))
-               for node in ast.walk(ast.parse(path.read_text()))
-               if isinstance(node, ast.FunctionDef) and node.name == "activation_bytes_per_layer"]
-    assert defined == ["commtax/formulas/memory.py"]
+    return [f"{path.relative_to(package.parent)}:{node.name}" for path in sorted(package.rglob("*.py"))
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.FunctionDef) and node.name.startswith(prefix)]
+
+
+def test_korthikantis_count_has_one_name_and_one_signature():
+    """Wrappers of ``memory.activation_bytes_per_layer`` say what they add in their names
+    (``activation_bytes_per_layer_sp``, ``run_activation_bytes_per_layer``): grep the name, get one answer."""
+    named = [where for where in _defined("activation_bytes_per_layer")
+             if where.endswith(":activation_bytes_per_layer")]
+    assert named == ["commtax/formulas/memory.py:activation_bytes_per_layer"]

@@ -25,6 +25,26 @@ import numpy as np
 from commtax.checks import ceil_log2, require_choice, require_int, require_nonnegative, require_positive
 
 ALGORITHMS = ("naive", "tree", "ring", "halving_doubling")
+#: The collectives :func:`ring_model` prices (nccl-tests' names).
+RING_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all")
+
+
+def ring_model(collective: str, world_size: int) -> tuple[float, float]:
+    """(k, m): the ring's message count and bytes factor for ``collective``, t = k alpha + m n / B.
+
+    All-reduce: k = 2(P-1), m = 2(P-1)/P (the ring of :func:`allreduce_time`); all-gather,
+    reduce-scatter and all-to-all: P-1 and (P-1)/P; broadcast and reduce (a pipelined chain):
+    P-1 and 1 (0 at P = 1). m is also nccl-tests' bus-bandwidth factor (Lab 03,
+    :mod:`commtax.ranks.measure`), and the course's network model prices its rings inside a
+    node with it (:mod:`commtax.formulas.network`): the ring's factors have this one source.
+    """
+    require_choice("collective", collective, RING_COLLECTIVES)
+    p = require_int("world_size", world_size, 1)
+    if collective == "all_reduce":
+        return 2.0 * (p - 1), 2.0 * (p - 1) / p
+    if collective in ("broadcast", "reduce"):
+        return float(p - 1), 1.0 if p > 1 else 0.0
+    return float(p - 1), (p - 1) / p
 
 
 def _link(alpha, bandwidth):

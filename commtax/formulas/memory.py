@@ -222,7 +222,9 @@ def ring_attention_buffer_bytes(seq, cp, kv_hidden, micro_batch=1, dtype_bytes=2
     Each of the ``cp`` ranks owns s/cp tokens; its K and V blocks are
     2 * b * (s/cp) * kv_hidden * b_e bytes (kv_hidden = key/value heads x head
     size). Double buffering (compute on one block while the next arrives)
-    holds two such pairs.
+    holds two such pairs. The bytes it sends round the ring are Lesson 12's
+    :func:`commtax.formulas.context.ring_attention_bytes_per_rank` (cp - 1 such
+    blocks forward), the formula's one source.
     """
     s = require_int("seq", seq, 1)
     c = require_int("cp", cp, 1)
@@ -231,18 +233,6 @@ def ring_attention_buffer_bytes(seq, cp, kv_hidden, micro_batch=1, dtype_bytes=2
     require_positive("dtype_bytes", dtype_bytes, "bytes")
     block = 2 * micro_batch * s / c * kv_hidden * dtype_bytes
     return 2 * block if double_buffer else block
-
-
-def ring_attention_bytes_per_layer(seq, cp, kv_hidden, micro_batch=1, dtype_bytes=2):
-    """Bytes one rank sends per layer in the forward of ring attention: its K, V block (cp - 1) times.
-
-    The backward sends exactly twice this again (K and V round once more, and
-    each block's dK, dV passed on to its owner): forward and backward together
-    are :func:`commtax.formulas.context.ring_attention_bytes_per_rank`, which
-    Lab 13 counts on real ranks. Causal-mask load balancing does not change the bytes.
-    """
-    c = require_int("cp", cp, 1)
-    return (c - 1) * ring_attention_buffer_bytes(seq, cp, kv_hidden, micro_batch, dtype_bytes, double_buffer=False)
 
 
 # -- one GPU of a plan ---------------------------------------------------------------------

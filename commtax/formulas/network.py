@@ -99,6 +99,7 @@ from __future__ import annotations
 import numpy as np
 
 from commtax.checks import ceil_log2, require_int, require_nonnegative, require_positive
+from commtax.formulas.collectives import ring_model
 
 
 def members_per_node(group_size: int, stride: int, gpus_per_node: int) -> int:
@@ -149,8 +150,12 @@ def _out(value):
 
 
 def _ring(steps_scale, n, p, alpha, bandwidth):
-    """A ring of p ranks: steps_scale = 2 for all-reduce, 1 for reduce-scatter or all-gather."""
-    return steps_scale * ((p - 1) * alpha + (p - 1) / p * n / bandwidth)
+    """A ring of p ranks: steps_scale = 2 for all-reduce, 1 for reduce-scatter or all-gather.
+
+    Its message count and bytes factor are Lesson 01's ring (:func:`commtax.formulas.collectives.ring_model`).
+    """
+    steps, share = ring_model("all_reduce" if steps_scale == 2 else "reduce_scatter", p)
+    return steps * alpha + share * n / bandwidth
 
 
 def _across_nodes(steps_scale, n, p, m, nodes, a_i, b_i, a_e, b_e):

@@ -24,20 +24,12 @@ import time
 
 import numpy as np
 
-from commtax.checks import require_choice, require_int, require_nonnegative, require_positive
+from commtax.checks import require_int, require_nonnegative, require_positive
 
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all")
-
-
-def ring_model(collective: str, world_size: int) -> tuple[float, float]:
-    """(k, m): the ring model's message count and bytes factor, t = k alpha + m S / B."""
-    require_choice("collective", collective, COLLECTIVES)
-    p = require_int("world_size", world_size, 1)
-    if collective == "all_reduce":
-        return 2.0 * (p - 1), 2.0 * (p - 1) / p
-    if collective in ("broadcast", "reduce"):
-        return float(p - 1), 1.0 if p > 1 else 0.0
-    return float(p - 1), (p - 1) / p
+# The ring's (k, m) have one source, Lesson 01's module; re-exported here, where Lab 03, Lesson 13 and the
+# nccl-tests reader look for them.
+from commtax.formulas.collectives import RING_COLLECTIVES as COLLECTIVES  # noqa: F401
+from commtax.formulas.collectives import ring_model  # noqa: F401
 
 
 def _out(value):
