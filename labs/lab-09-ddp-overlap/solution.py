@@ -65,8 +65,8 @@ def bucket_assignment(param_bytes: Sequence[int], bucket_cap_bytes: float) -> li
     Example: ``bucket_assignment([4, 4, 4, 4], 8) == [[3, 2], [1, 0]]``.
     """
     # BEGIN SOLUTION
-    # HINT: validate, then loop over reversed(range(len(param_bytes))), append the index to the open
-    # HINT: bucket, and close it (start a new one) when its total reaches bucket_cap_bytes.
+    # HINT: the README's "The plan": buckets fill in backward's order, from the last parameter, and a bucket closes
+    # HINT: once its bytes reach the cap. Validate the arguments first.
     if isinstance(param_bytes, (str, bytes)) or not hasattr(param_bytes, "__len__"):
         raise ValueError(f"param_bytes must be a list of byte counts, got {param_bytes!r}")
     if len(param_bytes) == 0:
@@ -107,8 +107,9 @@ def overlapped_allreduce_finish(ready_times: Sequence[float], comm_times: Sequen
     Example: ready (1, 2, 3), comm (2, 2, 0.5) -> starts 1, 3, 5 -> 5.5.
     """
     # BEGIN SOLUTION
-    # HINT: keep the previous finish time t; for each bucket t = max(ready, t) + comm.
-    # HINT: check both lists (same length, numbers >= 0, ready_times non-decreasing).
+    # HINT: the README's "The finish time": the link carries one all-reduce at a time, so a bucket starts when it is
+    # HINT: ready and the link is free. Check both lists first (same length, numbers >= 0, ready times non-
+    # HINT: decreasing).
     for name, values in (("ready_times", ready_times), ("comm_times", comm_times)):
         if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
             raise ValueError(f"{name} must be a list of seconds, got {values!r}")
@@ -171,10 +172,9 @@ class BucketedDDP(nn.Module):
         self.timeline = []           # filled by finish_gradient_synchronization(): one dict per bucket
         self.broadcast_module_state()
         # BEGIN SOLUTION
-        # HINT: plan = bucket_assignment([p.numel() * p.element_size() for p in self.params], cap);
-        # HINT: one flat zero buffer per bucket (dtype of its parameters), an (bucket, offset) per
-        # HINT: parameter, a count of gradients still missing per bucket; then for each parameter
-        # HINT: p.register_post_accumulate_grad_hook(...) calling self._grad_ready(index).
+        # HINT: Lesson 08's buckets, built once: plan them from the parameters' bytes with your bucket_assignment,
+        # HINT: give each bucket one flat buffer and each parameter its place in it, count the gradients each bucket
+        # HINT: still waits for, and let autograd tell you when each parameter's gradient has been accumulated.
         self.plan = bucket_assignment([p.numel() * p.element_size() for p in self.params], bucket_cap_bytes)
         self.bucket_buffers, self.where = [], {}
         for b, indices in enumerate(self.plan):
@@ -203,8 +203,8 @@ class BucketedDDP(nn.Module):
         global rank 0, who is not in every group.
         """
         # BEGIN SOLUTION
-        # HINT: with torch.no_grad(): for each tensor in self.module.state_dict().values() (parameters and
-        # HINT: buffers): dist.broadcast(tensor, group_src=0, group=self.group).
+        # HINT: every replica starts from rank 0's state: its parameters and its buffers (the module's state dict),
+        # HINT: one collective each, outside autograd.
         with torch.no_grad():
             for tensor in self.module.state_dict().values():
                 dist.broadcast(tensor, group_src=0, group=self.group)
@@ -216,10 +216,9 @@ class BucketedDDP(nn.Module):
     def _grad_ready(self, index: int) -> None:
         """Called by autograd when parameter ``index``'s gradient has been accumulated into ``.grad``."""
         # BEGIN SOLUTION
-        # HINT: inside no_sync, do nothing. Otherwise copy p.grad into its slice of the bucket buffer;
-        # HINT: when the bucket's last gradient arrives, record "ready", launch
-        # HINT: work = dist.all_reduce(buffer, group=self.group, async_op=True), record "start", and
-        # HINT: work.get_future().then(...) a callback that records "finish" when it completes.
+        # HINT: inside no_sync nothing moves. Otherwise the gradient joins its bucket, and the bucket's last
+        # HINT: gradient launches the bucket's all-reduce without waiting for it; the timeline notes when the bucket
+        # HINT: was ready, started and finished (finished when the collective completes, not when you wait for it).
         if not self.syncing:
             return
         param = self.params[index]
@@ -247,9 +246,8 @@ class BucketedDDP(nn.Module):
         gradient in this backward).
         """
         # BEGIN SOLUTION
-        # HINT: wait on each bucket's work (and its future, so the finish time is recorded), divide the
-        # HINT: buffer by the world size, copy each slice back into p.grad (reshaped), keep the
-        # HINT: timeline, and reset the counters for the next step.
+        # HINT: wait for every bucket's collective, turn the sums into the mean, put each parameter's part of its
+        # HINT: bucket back as its gradient, keep the timeline, and reset the counts for the next step.
         missing = [b for b, work in enumerate(self.works) if work is None]
         if missing:
             raise RuntimeError(f"buckets {missing} were never all-reduced: did every parameter get a gradient?")
@@ -277,7 +275,7 @@ class BucketedDDP(nn.Module):
     def no_sync(self) -> Iterator[None]:
         """Inside this context, backward only accumulates into ``p.grad``: nothing is sent."""
         # BEGIN SOLUTION
-        # HINT: set self.syncing = False, yield, and set it back to True in a finally block.
+        # HINT: switch gradient synchronization off for the with block and back on however the block ends.
         self.syncing = False
         try:
             yield

@@ -65,9 +65,9 @@ def bucket_assignment(param_bytes: Sequence[int], bucket_cap_bytes: float) -> li
     Example: ``bucket_assignment([4, 4, 4, 4], 8) == [[3, 2], [1, 0]]``.
     """
     raise NotImplementedError(
-        "bucket_assignment: not implemented yet. Hint: validate, then loop over "
-        "reversed(range(len(param_bytes))), append the index to the open bucket, and close it"
-        " (start a new one) when its total reaches bucket_cap_bytes."
+        "bucket_assignment: not implemented yet. Hint: the README's \"The plan\": buckets fill "
+        "in backward's order, from the last parameter, and a bucket closes once its bytes "
+        "reach the cap. Validate the arguments first."
     )
 
 
@@ -88,9 +88,10 @@ def overlapped_allreduce_finish(ready_times: Sequence[float], comm_times: Sequen
     Example: ready (1, 2, 3), comm (2, 2, 0.5) -> starts 1, 3, 5 -> 5.5.
     """
     raise NotImplementedError(
-        "overlapped_allreduce_finish: not implemented yet. Hint: keep the previous finish "
-        "time t; for each bucket t = max(ready, t) + comm. check both lists (same length, "
-        "numbers >= 0, ready_times non-decreasing)."
+        "overlapped_allreduce_finish: not implemented yet. Hint: the README's \"The finish "
+        "time\": the link carries one all-reduce at a time, so a bucket starts when it is "
+        "ready and the link is free. Check both lists first (same length, numbers >= 0, ready"
+        " times non- decreasing)."
     )
 
 
@@ -139,12 +140,11 @@ class BucketedDDP(nn.Module):
         self.timeline = []           # filled by finish_gradient_synchronization(): one dict per bucket
         self.broadcast_module_state()
         raise NotImplementedError(
-            "BucketedDDP.__init__: not implemented yet. Hint: plan = "
-            "bucket_assignment([p.numel() * p.element_size() for p in self.params], cap); one"
-            " flat zero buffer per bucket (dtype of its parameters), an (bucket, offset) per "
-            "parameter, a count of gradients still missing per bucket; then for each "
-            "parameter p.register_post_accumulate_grad_hook(...) calling "
-            "self._grad_ready(index)."
+            "BucketedDDP.__init__: not implemented yet. Hint: Lesson 08's buckets, built "
+            "once: plan them from the parameters' bytes with your bucket_assignment, give "
+            "each bucket one flat buffer and each parameter its place in it, count the "
+            "gradients each bucket still waits for, and let autograd tell you when each "
+            "parameter's gradient has been accumulated."
         )
 
     def broadcast_module_state(self) -> None:
@@ -159,9 +159,9 @@ class BucketedDDP(nn.Module):
         global rank 0, who is not in every group.
         """
         raise NotImplementedError(
-            "BucketedDDP.broadcast_module_state: not implemented yet. Hint: with "
-            "torch.no_grad(): for each tensor in self.module.state_dict().values() "
-            "(parameters and buffers): dist.broadcast(tensor, group_src=0, group=self.group)."
+            "BucketedDDP.broadcast_module_state: not implemented yet. Hint: every replica "
+            "starts from rank 0's state: its parameters and its buffers (the module's state "
+            "dict), one collective each, outside autograd."
         )
 
     def forward(self, *args, **kwargs):
@@ -170,11 +170,11 @@ class BucketedDDP(nn.Module):
     def _grad_ready(self, index: int) -> None:
         """Called by autograd when parameter ``index``'s gradient has been accumulated into ``.grad``."""
         raise NotImplementedError(
-            "BucketedDDP._grad_ready: not implemented yet. Hint: inside no_sync, do nothing. "
-            "Otherwise copy p.grad into its slice of the bucket buffer; when the bucket's "
-            "last gradient arrives, record \"ready\", launch work = dist.all_reduce(buffer, "
-            "group=self.group, async_op=True), record \"start\", and "
-            "work.get_future().then(...) a callback that records \"finish\" when it completes."
+            "BucketedDDP._grad_ready: not implemented yet. Hint: inside no_sync nothing "
+            "moves. Otherwise the gradient joins its bucket, and the bucket's last gradient "
+            "launches the bucket's all-reduce without waiting for it; the timeline notes when"
+            " the bucket was ready, started and finished (finished when the collective "
+            "completes, not when you wait for it)."
         )
 
     def finish_gradient_synchronization(self) -> list[dict]:
@@ -185,10 +185,10 @@ class BucketedDDP(nn.Module):
         gradient in this backward).
         """
         raise NotImplementedError(
-            "BucketedDDP.finish_gradient_synchronization: not implemented yet. Hint: wait on "
-            "each bucket's work (and its future, so the finish time is recorded), divide the "
-            "buffer by the world size, copy each slice back into p.grad (reshaped), keep the "
-            "timeline, and reset the counters for the next step."
+            "BucketedDDP.finish_gradient_synchronization: not implemented yet. Hint: wait for"
+            " every bucket's collective, turn the sums into the mean, put each parameter's "
+            "part of its bucket back as its gradient, keep the timeline, and reset the counts"
+            " for the next step."
         )
 
     def finish(self) -> list[dict]:
@@ -199,8 +199,8 @@ class BucketedDDP(nn.Module):
     def no_sync(self) -> Iterator[None]:
         """Inside this context, backward only accumulates into ``p.grad``: nothing is sent."""
         raise NotImplementedError(
-            "BucketedDDP.no_sync: not implemented yet. Hint: set self.syncing = False, yield,"
-            " and set it back to True in a finally block."
+            "BucketedDDP.no_sync: not implemented yet. Hint: switch gradient synchronization "
+            "off for the with block and back on however the block ends."
         )
 
 

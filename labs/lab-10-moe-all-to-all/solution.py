@@ -66,7 +66,8 @@ def expert_capacity(tokens: int, experts: int, top_k: int, capacity_factor: floa
     exceeds ``experts``. Returns an int.
     """
     # BEGIN SOLUTION
-    # HINT: validate (top_k <= experts!), then math.ceil(round(cf * tokens * top_k / experts, 9)).
+    # HINT: the README's "Capacity" (GShard's C); validate first (top_k cannot exceed experts), and keep float noise
+    # HINT: in the product from adding a slot.
     _int("tokens", tokens, 0)
     _int("experts", experts, 1)
     _int("top_k", top_k, 1)
@@ -102,8 +103,8 @@ def dispatch_bytes_per_rank(tokens_per_rank: int, hidden: int, ep: int, top_k: i
     argument on any other bad input.
     """
     # BEGIN SOLUTION
-    # HINT: dropless: the expected off-rank share (ep-1)/ep of the routed copies.
-    # HINT: with a capacity: (ep-1) remote ranks x experts/ep experts each x C slots x hidden x bytes.
+    # HINT: the README's "Bytes": without a capacity, the share of the routed copies that leaves the rank; with one,
+    # HINT: every remote expert's whole buffer, padding included.
     _int("tokens_per_rank", tokens_per_rank, 0)
     _int("hidden", hidden, 1)
     _int("ep", ep, 1)
@@ -133,7 +134,8 @@ def apply_capacity(expert_ids: torch.Tensor, experts: int, capacity: int) -> tor
     ``capacity`` of them and drops the rest. ``capacity=None`` keeps all.
     """
     # BEGIN SOLUTION
-    # HINT: a per-expert counter; loop over choices j, then tokens t (or vectorise with a cumulative count).
+    # HINT: the README's "Capacity" admission order: first choices before second choices, token order within a
+    # HINT: choice, each expert counting what it has admitted so far.
     _int("experts", experts, 1)
     if expert_ids.dim() != 2:
         raise ValueError(f"expert_ids must be 2-d (tokens x top_k), got shape {tuple(expert_ids.shape)}")
@@ -172,8 +174,8 @@ def all_to_all(send: torch.Tensor, send_splits: Sequence[int], recv_splits: Sequ
     rows of ``send``, and this rank's own entry the same in both lists.
     """
     # BEGIN SOLUTION
-    # HINT: post every dist.irecv into its slice of the output and every dist.isend of a slice of `send`,
-    # HINT: skipping empty ones and copying your own block locally; then wait for all of them.
+    # HINT: the README's "The all-to-all", with point-to-point messages: post every receive and every send before
+    # HINT: waiting for any, skip empty ones, and copy your own block locally.
     rank, world = _group_info(group)
     if len(send_splits) != world or len(recv_splits) != world:
         raise ValueError(f"send_splits and recv_splits need one entry per rank ({world}), "
@@ -218,8 +220,8 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor,  # noqa: A002
     have sum(output_split_sizes) rows). Returns None, as torch's does.
     """
     # BEGIN SOLUTION
-    # HINT: turn a None split list into [rows // world] * world (checking that it divides), call your
-    # HINT: all_to_all(input, input_split_sizes, output_split_sizes, group) and copy its result into output.
+    # HINT: PyTorch's argument order around your all_to_all (the README's "The all-to-all"): a None split list means
+    # HINT: equal splits (they must divide the rows), and the result lands in output.
     world = dist.get_world_size(group)
 
     def splits(given, tensor, name):
@@ -331,7 +333,8 @@ class ExpertParallelMoE(nn.Module):
     def from_full(cls, moe: MoE, group: Group = None) -> ExpertParallelMoE:
         """This rank's shard of ``moe``: a copy of the router and the experts rank*E/ep .. (rank+1)*E/ep - 1."""
         # BEGIN SOLUTION
-        # HINT: check that ep divides moe.experts (ValueError naming "experts"); copy the router; slice w1, w2.
+        # HINT: the README's "Expert parallelism": this rank's contiguous block of experts and a copy of the router;
+        # HINT: an ep that does not divide the experts is a ValueError naming "experts".
         rank, world = _group_info(group)
         if moe.experts % world:
             raise ValueError(f"experts ({moe.experts}) must be a multiple of the group size ({world})")
@@ -354,9 +357,9 @@ class ExpertParallelMoE(nn.Module):
         ``AllToAll`` the other way, weight and sum per token.
         """
         # BEGIN SOLUTION
-        # HINT: token-major list of (token, choice) copies -> keep -> stable sort by expert id;
-        # HINT: send_splits = copies per destination rank; recv counts from an all_to_all of per-expert counts;
-        # HINT: received rows come grouped by source rank, then by local expert: regroup by expert, run, undo.
+        # HINT: the README's "Expert parallelism", in its order: route and drop, sort the kept copies by expert,
+        # HINT: tell every rank how many rows each of its experts will get, dispatch, run the local experts on rows
+        # HINT: grouped by expert, send the results back, and undo the sort before weighting them per token.
         ids, weights = route(self.router(x), self.top_k)
         capacity = None if capacity_factor is None else expert_capacity(x.shape[0], self.experts, self.top_k,
                                                                         capacity_factor)

@@ -66,8 +66,9 @@ def expert_capacity(tokens: int, experts: int, top_k: int, capacity_factor: floa
     exceeds ``experts``. Returns an int.
     """
     raise NotImplementedError(
-        "expert_capacity: not implemented yet. Hint: validate (top_k <= experts!), then "
-        "math.ceil(round(cf * tokens * top_k / experts, 9))."
+        "expert_capacity: not implemented yet. Hint: the README's \"Capacity\" (GShard's C); "
+        "validate first (top_k cannot exceed experts), and keep float noise in the product "
+        "from adding a slot."
     )
 
 
@@ -96,9 +97,9 @@ def dispatch_bytes_per_rank(tokens_per_rank: int, hidden: int, ep: int, top_k: i
     argument on any other bad input.
     """
     raise NotImplementedError(
-        "dispatch_bytes_per_rank: not implemented yet. Hint: dropless: the expected off-rank "
-        "share (ep-1)/ep of the routed copies. with a capacity: (ep-1) remote ranks x "
-        "experts/ep experts each x C slots x hidden x bytes."
+        "dispatch_bytes_per_rank: not implemented yet. Hint: the README's \"Bytes\": without a "
+        "capacity, the share of the routed copies that leaves the rank; with one, every "
+        "remote expert's whole buffer, padding included."
     )
 
 
@@ -112,8 +113,9 @@ def apply_capacity(expert_ids: torch.Tensor, experts: int, capacity: int) -> tor
     ``capacity`` of them and drops the rest. ``capacity=None`` keeps all.
     """
     raise NotImplementedError(
-        "apply_capacity: not implemented yet. Hint: a per-expert counter; loop over choices "
-        "j, then tokens t (or vectorise with a cumulative count)."
+        "apply_capacity: not implemented yet. Hint: the README's \"Capacity\" admission order: "
+        "first choices before second choices, token order within a choice, each expert "
+        "counting what it has admitted so far."
     )
 
 
@@ -142,9 +144,9 @@ def all_to_all(send: torch.Tensor, send_splits: Sequence[int], recv_splits: Sequ
     rows of ``send``, and this rank's own entry the same in both lists.
     """
     raise NotImplementedError(
-        "all_to_all: not implemented yet. Hint: post every dist.irecv into its slice of the "
-        "output and every dist.isend of a slice of `send`, skipping empty ones and copying "
-        "your own block locally; then wait for all of them."
+        "all_to_all: not implemented yet. Hint: the README's \"The all-to-all\", with "
+        "point-to-point messages: post every receive and every send before waiting for any, "
+        "skip empty ones, and copy your own block locally."
     )
 
 
@@ -161,9 +163,9 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor,  # noqa: A002
     have sum(output_split_sizes) rows). Returns None, as torch's does.
     """
     raise NotImplementedError(
-        "all_to_all_single: not implemented yet. Hint: turn a None split list into [rows // "
-        "world] * world (checking that it divides), call your all_to_all(input, "
-        "input_split_sizes, output_split_sizes, group) and copy its result into output."
+        "all_to_all_single: not implemented yet. Hint: PyTorch's argument order around your "
+        "all_to_all (the README's \"The all-to-all\"): a None split list means equal splits "
+        "(they must divide the rows), and the result lands in output."
     )
 
 
@@ -259,8 +261,9 @@ class ExpertParallelMoE(nn.Module):
     def from_full(cls, moe: MoE, group: Group = None) -> ExpertParallelMoE:
         """This rank's shard of ``moe``: a copy of the router and the experts rank*E/ep .. (rank+1)*E/ep - 1."""
         raise NotImplementedError(
-            "ExpertParallelMoE.from_full: not implemented yet. Hint: check that ep divides "
-            "moe.experts (ValueError naming \"experts\"); copy the router; slice w1, w2."
+            "ExpertParallelMoE.from_full: not implemented yet. Hint: the README's \"Expert "
+            "parallelism\": this rank's contiguous block of experts and a copy of the router; "
+            "an ep that does not divide the experts is a ValueError naming \"experts\"."
         )
 
     def forward(self, x: torch.Tensor, capacity_factor: float | None = None) -> torch.Tensor:
@@ -273,9 +276,9 @@ class ExpertParallelMoE(nn.Module):
         ``AllToAll`` the other way, weight and sum per token.
         """
         raise NotImplementedError(
-            "ExpertParallelMoE.forward: not implemented yet. Hint: token-major list of "
-            "(token, choice) copies -> keep -> stable sort by expert id; send_splits = copies"
-            " per destination rank; recv counts from an all_to_all of per-expert counts; "
-            "received rows come grouped by source rank, then by local expert: regroup by "
-            "expert, run, undo."
+            "ExpertParallelMoE.forward: not implemented yet. Hint: the README's \"Expert "
+            "parallelism\", in its order: route and drop, sort the kept copies by expert, tell"
+            " every rank how many rows each of its experts will get, dispatch, run the local "
+            "experts on rows grouped by expert, send the results back, and undo the sort "
+            "before weighting them per token."
         )

@@ -163,7 +163,7 @@ def union_of(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, floa
     dropped; the input may come in any order. ``union_of([])`` is ``[]``.
     """
     # BEGIN SOLUTION
-    # HINT: sort by start; walk them, extending the last piece while the next starts at or before its end.
+    # HINT: the README's "Busy time": sorted intervals that overlap or touch merge into one piece.
     pieces = []
     for start, end in sorted(_intervals("intervals", intervals)):
         if end == start:
@@ -192,7 +192,7 @@ def exposed_communication(comm: Iterable[tuple[float, float]], compute: Iterable
     goes negative when compute is longer, and is wrong whenever the two only partly overlap.
     """
     # BEGIN SOLUTION
-    # HINT: |union(comm) \ union(compute)| = |union(comm + compute)| - |union(compute)|.
+    # HINT: the README's "Busy time": the exposed part is a set difference, and two busy times give its length.
     comm = _intervals("comm", comm)
     compute = _intervals("compute", compute)
     return max(0.0, union_length(comm + compute) - union_length(compute))
@@ -212,7 +212,8 @@ def axis_of_group(ranks: Sequence[int], world_size: int, tp: int = 1, cp: int = 
     (tp cp pp does not divide it), ``tp``, ``cp`` or ``pp`` (not an integer >= 1).
     """
     # BEGIN SOLUTION
-    # HINT: t = r % tp, c = (r // tp) % cp, d = (r // (tp cp)) % dp, p = r // (tp cp dp); see which vary.
+    # HINT: the README's "Megatron's rank order": each rank's coordinates, then the one axis along which the group's
+    # HINT: ranks differ.
     world_size = _count("world_size", world_size)
     tp, cp, pp = _count("tp", tp), _count("cp", cp), _count("pp", pp)
     if world_size % (tp * cp * pp):
@@ -245,7 +246,7 @@ def call_bytes(op: str, input_numel: int, dtype_bytes: float, group_size: int) -
     all_to_all, broadcast, send, recv: the input; barrier: 0.
     """
     # BEGIN SOLUTION
-    # HINT: input_numel x dtype_bytes, times group_size for all_gather only; 0 for barrier.
+    # HINT: the README's "Bytes per call": S from the traced input, which for all_gather is only one rank's part.
     _op(op)
     input_numel = _count("input_numel", input_numel, 0)
     dtype_bytes = _count("dtype_bytes", dtype_bytes)
@@ -266,7 +267,8 @@ def bus_bandwidth(op: str, nbytes: float, seconds: float, group_size: int) -> fl
     a send or recv: two ranks at least).
     """
     # BEGIN SOLUTION
-    # HINT: algbw = nbytes / seconds; multiply by the factor of op for n = group_size.
+    # HINT: the README's "Bus bandwidth": the algorithm bandwidth first, then nccl-tests' factor of the op for this
+    # HINT: group size.
     if _op(op) == "barrier":
         raise ValueError("op barrier carries no payload: it has no bus bandwidth")
     if isinstance(nbytes, bool) or not isinstance(nbytes, numbers.Real) or not math.isfinite(nbytes) or nbytes < 0:
@@ -301,7 +303,8 @@ def fit_alpha_bandwidth(sizes: Sequence[float], times: Sequence[float], op: str,
     ``times`` (not > 0, or another length), ``op``, ``group_size``, ``min_size``.
     """
     # BEGIN SOLUTION
-    # HINT: columns k/t and m S/t, target 1, least squares (np.linalg.lstsq); B = 1 / the second coefficient.
+    # HINT: the README's "The fit": Lab 03's model, least squares on relative errors (each row divided by its time
+    # HINT: is linear in alpha and 1/B).
     if _op(op) in ("barrier", "recv"):
         raise ValueError(f"op must be a collective nccl-tests times, or send for sendrecv, got {op!r}")
     n = _count("group_size", group_size, 2)

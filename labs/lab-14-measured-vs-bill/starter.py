@@ -163,8 +163,8 @@ def union_of(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, floa
     dropped; the input may come in any order. ``union_of([])`` is ``[]``.
     """
     raise NotImplementedError(
-        "union_of: not implemented yet. Hint: sort by start; walk them, extending the last "
-        "piece while the next starts at or before its end."
+        "union_of: not implemented yet. Hint: the README's \"Busy time\": sorted intervals that"
+        " overlap or touch merge into one piece."
     )
 
 
@@ -181,8 +181,8 @@ def exposed_communication(comm: Iterable[tuple[float, float]], compute: Iterable
     goes negative when compute is longer, and is wrong whenever the two only partly overlap.
     """
     raise NotImplementedError(
-        "exposed_communication: not implemented yet. Hint: |union(comm) \\ union(compute)| = "
-        "|union(comm + compute)| - |union(compute)|."
+        "exposed_communication: not implemented yet. Hint: the README's \"Busy time\": the "
+        "exposed part is a set difference, and two busy times give its length."
     )
 
 
@@ -199,8 +199,8 @@ def axis_of_group(ranks: Sequence[int], world_size: int, tp: int = 1, cp: int = 
     (tp cp pp does not divide it), ``tp``, ``cp`` or ``pp`` (not an integer >= 1).
     """
     raise NotImplementedError(
-        "axis_of_group: not implemented yet. Hint: t = r % tp, c = (r // tp) % cp, d = (r // "
-        "(tp cp)) % dp, p = r // (tp cp dp); see which vary."
+        "axis_of_group: not implemented yet. Hint: the README's \"Megatron's rank order\": each"
+        " rank's coordinates, then the one axis along which the group's ranks differ."
     )
 
 
@@ -218,8 +218,8 @@ def call_bytes(op: str, input_numel: int, dtype_bytes: float, group_size: int) -
     all_to_all, broadcast, send, recv: the input; barrier: 0.
     """
     raise NotImplementedError(
-        "call_bytes: not implemented yet. Hint: input_numel x dtype_bytes, times group_size "
-        "for all_gather only; 0 for barrier."
+        "call_bytes: not implemented yet. Hint: the README's \"Bytes per call\": S from the "
+        "traced input, which for all_gather is only one rank's part."
     )
 
 
@@ -232,8 +232,8 @@ def bus_bandwidth(op: str, nbytes: float, seconds: float, group_size: int) -> fl
     a send or recv: two ranks at least).
     """
     raise NotImplementedError(
-        "bus_bandwidth: not implemented yet. Hint: algbw = nbytes / seconds; multiply by the "
-        "factor of op for n = group_size."
+        "bus_bandwidth: not implemented yet. Hint: the README's \"Bus bandwidth\": the "
+        "algorithm bandwidth first, then nccl-tests' factor of the op for this group size."
     )
 
 
@@ -256,6 +256,7 @@ def fit_alpha_bandwidth(sizes: Sequence[float], times: Sequence[float], op: str,
     ``times`` (not > 0, or another length), ``op``, ``group_size``, ``min_size``.
     """
     raise NotImplementedError(
-        "fit_alpha_bandwidth: not implemented yet. Hint: columns k/t and m S/t, target 1, "
-        "least squares (np.linalg.lstsq); B = 1 / the second coefficient."
+        "fit_alpha_bandwidth: not implemented yet. Hint: the README's \"The fit\": Lab 03's "
+        "model, least squares on relative errors (each row divided by its time is linear in "
+        "alpha and 1/B)."
     )
