@@ -33,7 +33,7 @@ from pathlib import Path
 import commtax.boundary.byfile as _byfile
 from commtax.boundary.codec import MAX_FRAME, BoundaryError, LearnerProcessError, dumps, loads, rebuild_exception
 from commtax.boundary.stubs import stub_message_in_file
-from commtax.learner_process import learner_path, learner_popen
+from commtax.learner_process import learner_path, learner_popen, sandbox
 
 CALL_TIMEOUT_ENV = "COMMTAX_LAB_CALL_TIMEOUT"
 DEFAULT_CALL_TIMEOUT = 60.0
@@ -47,6 +47,24 @@ def _call_timeout() -> float:
         return float(os.environ.get(CALL_TIMEOUT_ENV, DEFAULT_CALL_TIMEOUT))
     except ValueError:
         return DEFAULT_CALL_TIMEOUT
+
+
+def _with_breakpoint_hint(body, path: str):
+    """``body`` (a described exception), its message the way to debug when it is a ``bdb.BdbQuit``.
+
+    A ``breakpoint()`` in the learner's code, called through this proxy, runs in the worker, whose stdin is
+    not the terminal: pdb reads end-of-file and quits. The message says how to run the test with the lab in
+    the test process instead (``LAB_INPROCESS``, :mod:`commtax.harness.labs`), naming the lab, the file
+    (``LAB_IMPL``) and the test (pytest's ``PYTEST_CURRENT_TEST``, parameters left out). Not under the
+    grader, which refuses ``LAB_INPROCESS``.
+    """
+    if not isinstance(body, dict) or body.get("type") != "BdbQuit" or sandbox() is not None:
+        return body
+    current = os.environ.get("PYTEST_CURRENT_TEST", "")
+    test = current.split("::")[-1].split(" ")[0].split("[")[0] if "::" in current else "<test>"
+    lab = Path(path).parent.name
+    command = f"LAB_INPROCESS=1 LAB_IMPL={Path(path).stem} pytest labs/{lab} -k {test} -s"
+    return {**body, "message": f"breakpoint() needs LAB_INPROCESS=1: run `{command}`"}
 
 
 class _Worker:
@@ -266,7 +284,7 @@ class LabProxy:
         if kind == "ok":
             return body
         if kind == "error":
-            raise rebuild_exception(body)
+            raise rebuild_exception(_with_breakpoint_hint(body, self._path))
         self._drop(worker)
         raise LearnerProcessError(f"the learner's process answered lab.{qualname}() with nonsense")
 
