@@ -11,7 +11,9 @@ hardware latency plus the software that launches and completes the transfer.
 It depends on the library and the message path far more than bandwidth does,
 so the presets are orders of magnitude to reason with. Measure your own link
 with Lab 03, which writes a JSON file that every calculator offers as a
-"measured" preset.
+"measured" preset. This module reads measured links from the folder it is
+given (:func:`measured_links`); it knows no course folder. The course's
+calculators pass Lab 03's ``calibrations/`` (:mod:`commtax.ui.calibrations`).
 """
 
 from __future__ import annotations
@@ -21,8 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from commtax.checks import require_nonnegative, require_positive
-
-CALIBRATION_DIR = Path(__file__).resolve().parents[2] / "labs" / "lab-03-measure-the-wire" / "calibrations"
 
 
 @dataclass(frozen=True)
@@ -123,8 +123,9 @@ def load_calibration(path) -> Link:
     return Link(f"measured: {name}", alpha, bandwidth, source=str(record.get("source", f"measured ({path.name})")))
 
 
-def measured_links(folder=CALIBRATION_DIR) -> dict[str, Link]:
-    """Every readable calibration file in ``folder`` (unreadable ones are skipped)."""
+def measured_links(folder) -> dict[str, Link]:
+    """Every readable calibration file (``*.json``) in ``folder`` (unreadable ones are skipped; none if the
+    folder does not exist). The course's folder is :func:`commtax.ui.calibrations.calibration_folder`."""
     links = {}
     folder = Path(folder)
     if folder.is_dir():
@@ -137,6 +138,6 @@ def measured_links(folder=CALIBRATION_DIR) -> dict[str, Link]:
     return links
 
 
-def available_links(folder=CALIBRATION_DIR) -> dict[str, Link]:
-    """The presets plus any measured links."""
-    return {**PRESETS, **measured_links(folder)}
+def available_links(folder=None) -> dict[str, Link]:
+    """The presets plus the measured links in ``folder`` (the presets alone when it is None)."""
+    return {**PRESETS, **(measured_links(folder) if folder is not None else {})}

@@ -25,6 +25,7 @@ from commtax.formulas.links import Link, available_links
 from commtax.formulas.models import PRESETS as MODEL_PRESETS
 from commtax.formulas.models import Model, transformer_params
 from commtax.ui import labels, plots, powered
+from commtax.ui.calibrations import calibration_folder
 from commtax.units import format_bytes, format_rate, format_seconds
 
 # Controls 440 px wide: beside them a 330-px result still fits the notebook column at 1280 x 800 with the
@@ -252,7 +253,7 @@ class LinkPicker(w.VBox):
     value = traitlets.Instance(Link)
 
     def __init__(self, description: str = "link", value: str | None = None, css_class: str | None = None):
-        self._links = available_links()
+        self._links = available_links(calibration_folder())
         names = list(self._links) + [CUSTOM]
         self._dropdown = choice(description, names, value or names[0])
         if not fits(self._dropdown):
