@@ -299,7 +299,7 @@ def cmd_grade_many(args) -> int:
                 _stop_children()  # each child kills its sandboxes and removes its trees
                 pool.shutdown(wait=True, cancel_futures=True)
                 raise
-    print(f"wrote {out} ({len(submissions)} submissions graded"
+    print(f"wrote {out} ({len(submissions)} submission{'s' * (len(submissions) != 1)} graded"
           + (f", {len(rows) - len(submissions)} rows kept" if args.only else "") + f") and a report each in {reports_dir}")
     return 0
 
