@@ -68,6 +68,21 @@ def test_the_network_models_ring_in_a_node_is_lesson_01s(monkeypatch):
     assert network.group_allreduce_time(8192, 8, 8, 3e-6, 450e9, 5e-6, 50e9) == 3e-6
 
 
+def test_the_bills_tp_bytes_take_the_rings_share_from_tp(monkeypatch):
+    for b, s, h, t in [(1, 4096, 4096, 1), (1, 4096, 4096, 8), (3, 2048, 12288, 4), (2, 1000, 999, 3)]:
+        assert bill.tp_bytes_per_layer(b, s, h, t) == pytest.approx(4 * 2 * (t - 1) / t * b * s * h * 2, rel=1e-15)
+    monkeypatch.setattr(bill, "ring_allreduce_traffic_per_rank", lambda elements, t: 3.0)
+    assert bill.tp_bytes_per_layer(1, 4096, 4096, 8) == 4 * 3.0 * 2
+
+
+def test_the_bills_zero_bytes_are_lesson_07s_passes_at_one_micro_batch(monkeypatch):
+    for stage in (0, 1, 2, 3):
+        for d in (1, 2, 8, 64):
+            assert bill.zero_bytes(7e9, d, stage) == memory.zero_bytes_per_step(7e9, d, stage, 1)
+    monkeypatch.setattr(bill, "zero_bytes_per_step", lambda *args: 9.0)
+    assert bill.zero_bytes(7e9, 8, 3) == 9.0
+
+
 # -- the expert all-to-all bytes -------------------------------------------------------------
 
 def test_the_bills_ep_bytes_are_the_moe_models(monkeypatch):

@@ -98,15 +98,15 @@ def zero_bytes(n_params, dp, stage, dtype_bytes=2):
     Stage 0 is plain DP; stages 1 and 2 reduce-scatter the gradients and
     all-gather the updated parameters: the same 2(d-1)/d N bytes. Stage 3
     all-gathers the parameters for the forward and again for the backward,
-    and reduce-scatters the gradients: 3(d-1)/d N.
+    and reduce-scatters the gradients: 3(d-1)/d N. These are Lesson 07's
+    passes per stage at one micro-batch: :func:`zero_bytes_per_step` is their one source.
     """
     # BEGIN GRADED lab-04 zero_bytes
     require_positive("n_params", n_params)
-    d = _degree("dp", dp)
+    _degree("dp", dp)
     require_choice("stage", stage, (0, 1, 2, 3))
     require_positive("dtype_bytes", dtype_bytes, "bytes")
-    passes = 3 if stage == 3 else 2
-    return passes * (d - 1) / d * n_params * dtype_bytes
+    return zero_bytes_per_step(n_params, dp, stage, 1, dtype_bytes)
     # END GRADED: return learner.lab("04").zero_bytes(n_params, dp, stage, dtype_bytes)
 
 
@@ -114,14 +114,16 @@ def tp_bytes_per_layer(micro_batch, seq, hidden, tp, dtype_bytes=2):
     """Bytes per rank per transformer layer and micro-batch for Megatron TP: 8(t-1)/t * b*s*h*b_e.
 
     Four all-reduces of the b*s*h activation: after attention and after the
-    MLP in the forward, and their mirrors in the backward.
+    MLP in the forward, and their mirrors in the backward. Each ring's 2(t-1)/t
+    share is :func:`commtax.formulas.tp.ring_allreduce_traffic_per_rank`, as in
+    :func:`dp_allreduce_bytes`.
     """
     # BEGIN GRADED lab-04 tp_bytes_per_layer
     for name, value in (("micro_batch", micro_batch), ("seq", seq), ("hidden", hidden)):
         require_int(name, value, 1)
     t = _degree("tp", tp)
     require_positive("dtype_bytes", dtype_bytes, "bytes")
-    return 4 * 2 * (t - 1) / t * micro_batch * seq * hidden * dtype_bytes
+    return 4 * ring_allreduce_traffic_per_rank(micro_batch * seq * hidden, t) * dtype_bytes
     # END GRADED: return learner.lab("04").tp_bytes_per_layer(micro_batch, seq, hidden, tp, dtype_bytes)
 
 
