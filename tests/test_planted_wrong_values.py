@@ -119,9 +119,9 @@ def test_ranks_that_rebuild_the_model_from_the_public_seed_get_wrong_losses_and_
     # The forge for real: every rank ignores what it was handed and rebuilds model and data from train()'s
     # public seed (the rest of its training is correct). It trains the public model: the losses test fails.
     lab, forged = _lab_mutant(tmp_path, LAB12, "public_seed",
-                              "    pp_idx, dp_idx, tp_idx = grid_coordinates(rank, dp, tp, pp)\n",
-                              "    pp_idx, dp_idx, tp_idx = grid_coordinates(rank, dp, tp, pp)\n"
-                              "    from commtax.ranks.wholebill import make_batch, make_model   # the public seed\n")
+                              '    pieces = {"make_model": make_model,',
+                              "    from commtax.ranks.wholebill import make_batch, make_model   # the public seed\n"
+                              '    pieces = {"make_model": make_model,')
     plan = (2, 1, 1)
     results = run_ranks(lab.record_training, 2, (forged, *plan, {}), timeout=90, rank_args=lab.rank_inputs(*plan))
     got = results[0]["result"]["loss"]
