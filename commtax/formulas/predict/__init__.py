@@ -54,6 +54,20 @@ FLOP/s per GPU; ``mfu`` and ``hfu`` are fractions of the dense peak **of the
 run's matmul precision** (989 TFLOP/s BF16, 1,979 FP8 on an H100), as NVIDIA
 reports FP8 runs; ``mfu_bf16`` is always against the BF16 peak (as Llama 3
 reports "BF16 MFU").
+
+Where each piece is defined (this package re-exports them all, so ``P.predict`` is
+``commtax/formulas/predict/step.py``'s ``predict``):
+
+* ``step.py``: :func:`predict`, :func:`step`, :func:`breakdown`, :func:`stage_seconds`;
+* ``config.py``: :func:`normalize` and the run's keys and defaults; ``shape.py``: the layer's shape;
+* ``flops.py``: :func:`flops_per_step` and the papers' equations; ``compute.py``: :func:`layer_compute`,
+  :func:`elementwise_bytes`, :func:`wave_factor`; ``hardware.py``: the GPUs and :data:`FITTED`;
+* ``axes.py``: :func:`tp_time`, :func:`cp_time`, :func:`pipeline_time`, :func:`dp_time` and their bytes;
+  ``comms.py``: :func:`collective_time`, :func:`overlap_cost`; ``moe.py``: :func:`ep_time`;
+* ``memory.py``: :func:`memory_parts`, :func:`run_activation_bytes_per_layer`; ``memory_plans.py``:
+  Lesson 07's plans priced by the predictor (:func:`predicted_step`, :func:`rank_by_step_time`);
+* ``search.py``: :func:`search_plans`, :func:`recommend`; ``published.py``, ``published_2026.py``:
+  the published runs and :func:`fit_constants`; ``presets.py``, ``hf_config.py``: models.
 """
 
 from __future__ import annotations
