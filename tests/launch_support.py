@@ -7,7 +7,7 @@ tests of the error's lines rely on.
 
 import os
 
-from commtax.ranks._byfile import load_module_from_file
+from commtax.boundary.byfile import load_module_from_file
 
 DEADLINE = 15.0  # seconds; long enough for two ranks to import torch on a busy 2-core machine (8-14 s seen)
 LONG_DEADLINE = 60.0  # for deadlocks: only the deadlock detector can end these runs early

@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 import commtax.testing
-from commtax.ranks._byfile import load_module_from_file
+from commtax.boundary.byfile import load_module_from_file
 from commtax.ranks.launch import run_ranks
 from commtax.testing import stream_seed
 from tests.launch_support import planted

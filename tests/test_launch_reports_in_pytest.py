@@ -8,7 +8,7 @@ runner's source. Each is checked in a separate pytest run (pytester) with the co
 import os
 import textwrap
 
-from commtax.ranks._byfile import load_module_from_file
+from commtax.boundary.byfile import load_module_from_file
 
 # Loaded by path, not from tests.launch_support: the pytest run below imports this file with only tests/
 # on its path.
@@ -68,7 +68,7 @@ def test_a_deadlocked_test_reports_the_diagnosis_first_and_none_of_the_runners_s
     pytester.makeconftest(f"import sys; sys.path.insert(0, {str(os.getcwd())!r})\n"
                           + open(os.path.join(os.path.dirname(__file__), "..", "conftest.py")).read())
     pytester.makepyfile(test_ring=textwrap.dedent(f"""
-        from commtax.ranks._byfile import load_module_from_file
+        from commtax.boundary.byfile import load_module_from_file
         from commtax.testing import run_or_skip
 
         planted = load_module_from_file("planted_deadlocks", {planted.__file__!r})

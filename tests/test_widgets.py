@@ -229,7 +229,7 @@ def test_exercise_verdicts_name_the_slip_without_revealing_the_answer(capsys):
     # Each exercise's own slips (issue 40), then a round factor only as an example.
     assert exercises.verdict("02.2", answer * 2).startswith("wrong, a known slip (sent and received)")
     assert exercises.verdict("02.2", answer / 2).startswith("wrong, a known slip (one phase)")
-    assert exercises.verdict("02.2", answer * 8).startswith("wrong, a known slip (per-rank vs total)")
+    assert exercises.verdict("02.2", answer * 8).startswith("wrong, a known slip (per-rank vs total")
     assert exercises.verdict("02.2", answer / 1e3).startswith("wrong (not one of this exercise's known slips; "
                                                               "for example, a factor of 1e3 off")
     assert exercises.verdict("02.2", answer * 1.3) == "wrong"

@@ -8,9 +8,9 @@ on exactly the inputs ``cases()`` lists, which are the visible tests' inputs (``
 
 from pathlib import Path
 
+from commtax.boundary.byfile import load_module_from_file
 from commtax.formulas import memory as lesson07
 from commtax.formulas import predict as P
-from commtax.ranks._byfile import load_module_from_file
 
 
 def reference(run):

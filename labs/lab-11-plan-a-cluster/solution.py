@@ -29,8 +29,8 @@ import math
 import numbers
 from types import SimpleNamespace
 
+from commtax.boundary.byfile import load_module_from_file
 from commtax.harness.labs import find_lab
-from commtax.ranks._byfile import load_module_from_file
 
 # What the lab gives (not graded) is in its folder's _given.py, loaded by path (a lab folder is no package).
 _given = load_module_from_file("lab_11_given", str(find_lab("lab-11-plan-a-cluster") / "_given.py"))

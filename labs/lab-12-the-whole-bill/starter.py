@@ -47,9 +47,9 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from commtax.boundary.byfile import load_module_from_file
 from commtax.harness.labs import find_lab
 from commtax.ranks._args import Group, check_whole
-from commtax.ranks._byfile import load_module_from_file
 
 # Given: the model and its data, shared with the tests' single-process reference.
 from commtax.ranks.wholebill import make_batch, make_model
