@@ -64,9 +64,10 @@ from commtax.exercises.verdicts import (
     _named_slip,
     check,
     slip_value,
+    slip_window,
     verdict,
 )
 
 __all__ = ["ANSWERS_SHIPPED", "DEFAULT_TOLERANCE", "EXERCISES", "KNOWN_SLIP", "NO_ANSWERS", "PERCENTAGE",
            "SELF_STUDY", "SLIPS", "Exercise", "Question", "Slip", "_answer", "_asks_fraction", "_close", "_exercise",
-           "_named_slip", "check", "encode", "show", "slip_value", "use", "verdict"]
+           "_named_slip", "check", "encode", "show", "slip_value", "slip_window", "use", "verdict"]

@@ -46,6 +46,9 @@ class Slip:
     scrambled: str                 # the wrong value, scrambled by encode(f"{exercise_id} {name}", value); or ""
     message: str                   # what to check, in the lesson's words
     compute: Callable[[], float] | None = None   # the wrong value, for answers that follow the course's model
+    # How near (relative) a number must be to be named as this slip; None: the exercise's tolerance. Tighter
+    # where other reasoning lands within the exercise's tolerance of this value (04.3's plans lie 0.7% apart).
+    tolerance: float | None = None
 
 
 def _key(exercise_id: str) -> bytes:

@@ -112,6 +112,12 @@ def _asks_fraction(exercise: Exercise) -> bool:
     return "%" in what or "fraction" in what or "share" in what
 
 
+def slip_window(exercise: Exercise, slip: Slip) -> float:
+    """How near (relative) a number must be to ``slip``'s value to be named as it: its own window, else the
+    exercise's tolerance."""
+    return exercise.tolerance if slip.tolerance is None else slip.tolerance
+
+
 def _named_slip(exercise_id: str, exercise: Exercise, value: float, answer: float,
                 numbers: dict[str, float] | None = None) -> Slip | None:
     """The exercise's slip nearest to ``value`` among those within its tolerance (at ``numbers``), or None."""
@@ -120,12 +126,13 @@ def _named_slip(exercise_id: str, exercise: Exercise, value: float, answer: floa
         candidates.append((PERCENTAGE, answer * 100))
     best, distance = None, math.inf
     for slip, wrong in candidates:
+        window = slip_window(exercise, slip)
         if exercise.exact:
             gap = 0.0 if value == wrong else math.inf
         elif wrong == 0:
-            gap = abs(value) if abs(value) <= exercise.tolerance else math.inf
+            gap = abs(value) if abs(value) <= window else math.inf
         else:
-            gap = abs(value / wrong - 1) if _close(value, wrong, exercise.tolerance) else math.inf
+            gap = abs(value / wrong - 1) if _close(value, wrong, window) else math.inf
         if gap < distance:
             best, distance = slip, gap
     return best
