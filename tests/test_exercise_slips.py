@@ -57,6 +57,7 @@ _TP_FWD = 7 * 989e12 * 0.4 / (3 * 12288 * 450e9)
 _DECODE_AR = 14 * NV_A + 1.75 * 16384 / NV_B
 _PREFILL_COMM = 160 * (14 * NV_A + 1.75 * 2048 * 8192 * 2 / NV_B)
 _PREFILL_COMPUTE = 2 * 69e9 * 2048 / 8 / (989e12 * 0.5)
+_PREFILL_COMM_ELEMENTS = 160 * (14 * NV_A + 1.75 * 2048 * 8192 / NV_B)    # the payload in elements, not bytes
 _NV_T2 = 64 * (2 * NV_A + 8192 / NV_B)
 _IB_T2 = 64 * (2 * IB_A + 8192 / IB_B)
 _DECODE_8B_COMM = 64 * (14 * NV_A + 1.75 * 8192 / NV_B)
@@ -180,13 +181,15 @@ KNOWN = {
              ("a percentage", 100 * _NETWORK / (_NV_STAGES + _NETWORK))],
     "01.5": [("the printed output", 450.0), ("bytes, not its KB", 450_000.0), ("the InfiniBand line", 300_000 / 1024),
              ("part (b)", 37_500 / 1024), ("the preset's α", 3e-6 * 450e9 / 1024)],
-    "02.1": [("steps counted from 1, or + s", 0), ("where it goes, or what it owns", 3), ("step 0's chunk", 2), ("no mod P", 2 - 3)],
+    "02.1": [("steps counted from 1, or + s", 0), ("where it goes, what it owns, or s = 4", 3), ("step 0's chunk", 2), ("no mod P", 2 - 3)],
     "02.2": [("one phase", 0.875 * GB), ("the large-P limit", 2 * GB), ("per-rank vs total, or bits", 8 * 1.75 * GB),
-             ("the naive root", 7 * GB), ("sent and received", 3.5 * GB), ("1 GB as 2^30 bytes", 1.75 * 2**30)],
+             ("the naive root", 7 * GB), ("sent and received", 3.5 * GB), ("1 GB as 2^30 bytes", 1.75 * 2**30),
+             ("one step", GB / 8)],
     "02.3": [("latency left out", 1.5 * 2**26 / 1.5e9), ("64 MiB as 64e6 bytes", ring(64e6, 4, 150e-6, 1.5e9)), ("the 1 kB time", ring(1000, 4, 150e-6, 1.5e9)),
              ("the large-P limit", 6 * 150e-6 + 2 * 2**26 / 1.5e9), ("one phase", 3 * 150e-6 + 0.75 * 2**26 / 1.5e9),
              ("the 2 in 2(P-1)/P left out", 6 * 150e-6 + 0.75 * 2**26 / 1.5e9),
-             ("(P-1) latencies", 3 * 150e-6 + 1.5 * 2**26 / 1.5e9), ("bits vs bytes", ring(2**26, 4, 150e-6, 1.5e9 / 8))],
+             ("(P-1) latencies", 3 * 150e-6 + 1.5 * 2**26 / 1.5e9), ("bits vs bytes", ring(2**26, 4, 150e-6, 1.5e9 / 8)),
+             ("2(P-1)/P left out", 6 * 150e-6 + 2**26 / 1.5e9)],
     "02.4": [("the first step only", 0.5), ("the last step only", 0.125), ("the whole all-reduce", 1.75)],
     "02.5": [("bus vs algorithm bandwidth", GB / 360e9), ("busbw times 2(P-1)/P", GB / (360e9 * 1.75)),
              ("the ring's ideal", ring(GB, 8, NV_A, NV_B)), ("2 instead of 2(P-1)/P", 2 * GB / 360e9)],
@@ -208,7 +211,7 @@ KNOWN = {
     "04.2": [("forward vs whole-step tax", _TP_FWD), ("370 GB/s", 2 / 3 * _TP_FWD * 450 / 370),
              ("forward at 370 GB/s", _TP_FWD * 450 / 370), ("a percentage", 100 * 2 / 3 * _TP_FWD),
              ("bidirectional bandwidth", 2 / 3 * _TP_FWD / 2), ("backward compute left out", 2 * _TP_FWD),
-             ("sparse vs dense peak", 2 / 3 * _TP_FWD * 1979 / 989)],   # 4 all-reduces / the forward
+             ("sparse vs dense peak", 2 / 3 * _TP_FWD * 1979 / 989), ("MFU left out", 2 / 3 * _TP_FWD / 0.4)],   # 4 all-reduces / the forward
     "04.3": [("the compute's MFU", 0.4), ("plan (b)", lambda: _model("04.3 (b)")), ("the TP tax", lambda: _model("04.4 TP 8")),
              ("128 micro-batches", lambda: _model("04.3 128 micro-batches")),
              ("PP's exposed time left out", lambda: _model("04.3 no PP")),
@@ -223,27 +226,31 @@ KNOWN = {
              ("one NIC per node, in the bill", lambda: _model("04.4 one NIC"))],
     "05.1": [("one all-reduce", _DECODE_AR), ("one all-reduce per layer, or t-1 steps", 80 * _DECODE_AR),
              ("with a backward", 320 * _DECODE_AR), ("latency left out", 160 * 1.75 * 16384 / NV_B),
-             ("t = 2", 160 * (2 * NV_A + 2 * 1 / 2 * 16384 / NV_B))],
+             ("t = 2", 160 * (2 * NV_A + 2 * 1 / 2 * 16384 / NV_B)), ("Llama-3-8B's 64 all-reduces", 64 * _DECODE_AR)],
     "05.2": [("NVLink / InfiniBand", _NV_T2 / _IB_T2), ("InfiniBand relative to NVLink", _IB_T2 / _NV_T2 - 1),
              ("a percentage", 100 * (1 - _NV_T2 / _IB_T2))],
     "05.3": [("n* itself", NV_A * NV_B), ("14α saved", 14 * NV_A * NV_B / 5.25), ("the large-P limit", 13 * NV_A * NV_B / 5),
              ("t = 4's crossover", 5 * NV_A * NV_B / (3 * (1 - 2 / 4))),
-             ("elements, not bytes", 13 * NV_A * NV_B / 5.25 / 2)],
+             ("elements, not bytes", 13 * NV_A * NV_B / 5.25 / 2),
+             ("(t-1)/t for the ring's 2(t-1)/t", 13 * NV_A * NV_B / (7 - 7 / 8))],
     "05.4": [("comm / compute", _PREFILL_COMM / _PREFILL_COMPUTE),
              ("memory-bound compute", _PREFILL_COMM / (_PREFILL_COMM + 69e9 * 2 / 8 / 3.35e12)),
              ("the comm time", _PREFILL_COMM),
              ("N from 12Lh²", _PREFILL_COMM / (_PREFILL_COMM + _PREFILL_COMPUTE_12LH2)),
              ("MFU 1", _PREFILL_COMM / (_PREFILL_COMM + _PREFILL_COMPUTE / 2)),
              ("the compute not divided by t", _PREFILL_COMM / (_PREFILL_COMM + 8 * _PREFILL_COMPUTE)),
-             ("training compute", _PREFILL_COMM / (_PREFILL_COMM + 3 * _PREFILL_COMPUTE))],
+             ("training compute", _PREFILL_COMM / (_PREFILL_COMM + 3 * _PREFILL_COMPUTE)),
+             ("elements, not bytes", _PREFILL_COMM_ELEMENTS / (_PREFILL_COMM_ELEMENTS + _PREFILL_COMPUTE))],
     "05.5": [("Llama-2-70B's share", _DECODE_70B_SHARE), ("comm / compute", _DECODE_8B_COMM / _DECODE_8B_COMPUTE),
              ("compute-bound decode", _DECODE_8B_COMM / (_DECODE_8B_COMM + 2 * 8.03e9 / 8 / (989e12 * 0.5))),
              ("t = 2", _DECODE_8B_COMM_T2 / (_DECODE_8B_COMM_T2 + _DECODE_8B_COMPUTE_T2)),
-             ("the A100's memory", _DECODE_8B_COMM / (_DECODE_8B_COMM + _DECODE_8B_COMPUTE_A100))],
+             ("the A100's memory", _DECODE_8B_COMM / (_DECODE_8B_COMM + _DECODE_8B_COMPUTE_A100)),
+             ("the memory time not divided by t", _DECODE_8B_COMM / (_DECODE_8B_COMM + 8 * _DECODE_8B_COMPUTE)),
+             ("one all-reduce per layer", _DECODE_8B_COMM / 2 / (_DECODE_8B_COMM / 2 + _DECODE_8B_COMPUTE))],
     "06.1": [("relative to ideal vs share of the step", 7 / 64), ("without v = 2", 7 / 39),
              ("plain, relative to ideal", 7 / 32), ("the share divided by v", 7 / 39 / 2), ("the micro-batch count", 64),
              ("a percentage", 700 / 71)],
-    "06.2": [("relative to ideal vs share of the step", 7 / 32), ("the limit", 0.2), ("p = 4", 3 / 19),
+    "06.2": [("relative to ideal vs share of the step", 7 / 32), ("the limit, or p/(m + p)", 0.2), ("p = 4", 3 / 19),
              ("p = 16", 15 / 79), ("m = 4", 7 / 11)],
     "06.3": [("the modeler's 512 MB", 512 * 2**20), ("1F1B's peak instead of GPipe's, or sbh instead of 2 sbh", 64 * 2**20 * 20 * 4),
              ("all 80 layers", 64 * 2**20 * 80 * 8), ("64 MiB as 64e6 bytes", 64e6 * 20 * 8),
@@ -474,7 +481,19 @@ REVIEWED = [
     # review 40e: two estimates from other reasoning were both called "plan (b), or 128 micro-batches" (a 3%
     # window around plan (b)); each of 04.3's nearby estimates now has a 0.25% window and its own name
     ("04.3", 0.31416, "0.4 x (1 - TP tax)"),
-    ("03.3", 1.76161e8, "the guide's 175 MB, forward only, or elements, not bytes"),   # 4 all-reduces in elements: the same number
+    # review 40e: one number from two slips (the name now says both)
+    ("03.3", 1.76161e8, "the guide's 175 MB, forward only, or elements, not bytes"),   # 4 all-reduces in elements
+    ("02.1", 3, "where it goes, what it owns, or s = 4"),        # (2 - 4) mod 5, the step numbered from 1
+    ("06.2", 8 / 40, "the limit, or p/(m + p)"),                 # p / (m + p) = 1/5 when m = 4p
+    # review 40e: slips the lessons teach that got a bare "wrong" (the learner's values as fed)
+    ("02.2", 1.25e8, "one step"),                                # n/P, one step's chunk
+    ("02.3", 0.0456392, "2(P-1)/P left out"),
+    ("04.2", 0.27822, "MFU left out"),
+    ("05.1", 0.00269208, "Llama-3-8B's 64 all-reduces"),
+    ("05.3", 2.86531e6, "(t-1)/t for the ring's 2(t-1)/t"),
+    ("05.4", 0.193665, "elements, not bytes"),
+    ("05.5", 0.359435, "the memory time not divided by t"),
+    ("05.5", 0.691776, "one all-reduce per layer"),
     ("04.3", 0.323782, "PP's exposed time left out"),             # 0.4 / (1 + TP tax + DP tax)
     ("04.3", 0.3187, "plan (b)"),
 ]

@@ -15,6 +15,8 @@ _BITS_PER_BYTE = 8
 _RANKS_01_3 = 256               # 01.3: P
 _SOURCE_NVLINK_B = 450e9        # 01.5: the source's NVLink bandwidth, bytes/s
 _KB = 1024                      # 01.5: what the source's code divides by
+_RANK_02_1, _STEP_02_1, _RANKS_02_1 = 2, 3, 5   # 02.1: rank i, step s, P
+_RANKS_02_2 = 8                 # 02.2: P (1 GB on 8 GPUs)
 _LOOPBACK_ALPHA, _LOOPBACK_B = 150e-6, 1.5e9   # 02.3: the measured loopback link
 _RANKS_02_3, _MIB64 = 4, 2**26  # 02.3: P and the 64 MiB buffer
 _BF16 = 2                       # bytes per element
@@ -154,8 +156,11 @@ SLIPS: dict[str, tuple[Slip, ...]] = {
     "02.1": (
         Slip("steps counted from 1, or + s", "yQBk3ihk+WI=", "the text counts steps from 0 (s = 3 is the fourth step), and at "
              "reduce-scatter step s rank i sends chunk (i - s) mod P"),
-        Slip("where it goes, or what it owns", "pPJr6I6w3i4=", "rank 2 sends to rank 3 and owns chunk (i + 1) mod P = 3 at the "
-             "end; asked is the chunk it sends at s = 3, (i - s) mod P"),
+        # (i + 1) mod P and (i - (s + 1)) mod P are both 3 at i = 2, s = 3, P = 5: the name says both
+        Slip("where it goes, what it owns, or s = 4", "", "rank 2 sends to rank 3 and owns chunk (i + 1) mod P = 3 at "
+             "the end, and (i - 4) mod P is 3 too, the step numbered from 1 (the fourth step is s = 3: the text counts "
+             "from 0); asked is the chunk it sends at s = 3, (i - s) mod P",
+             compute=lambda: (_RANK_02_1 - (_STEP_02_1 + 1)) % _RANKS_02_1),
         Slip("step 0's chunk", "Q/X3hcVYhq8=", "rank 2 sends its own chunk 2 at step 0; at step s it sends (i - s) mod P"),
         Slip("no mod P", "ChoEZz2U9rc=", "chunks are numbered 0 to P - 1: take i - s mod P (a negative number wraps "
              "around to P plus it)"),
@@ -168,6 +173,8 @@ SLIPS: dict[str, tuple[Slip, ...]] = {
              "written in bits (on 8 GPUs the two are the same number); asked is each GPU's, in bytes"),
         Slip("the naive root", "aoftralnpFA=", "that is what the naive algorithm's root sends, (P-1) n; asked is the ring"),
         Slip("sent and received", "Q2w+a9Kqf9E=", "that adds what a GPU receives; asked is what it sends"),
+        Slip("one step", "", "that is one step's chunk, n/P; a GPU sends a chunk in each of the ring's 2(P-1) steps "
+             "(reduce-scatter and all-gather): 2(P-1)/P n", compute=lambda: _GB / _RANKS_02_2),
         Slip("1 GB as 2^30 bytes", "pAcuF218oKk=", "1 GB is 1e9 bytes (decimal prefixes); 2^30 bytes is 1 GiB"),
     ),
     "02.3": (
@@ -180,6 +187,8 @@ SLIPS: dict[str, tuple[Slip, ...]] = {
         Slip("the 2 in 2(P-1)/P left out", "", "that keeps the 2(P-1) latencies but sends (P-1)/P n; the ring sends "
              "2(P-1)/P n per rank (reduce-scatter and all-gather): 1.5 n at P = 4",
              compute=lambda: _ring_02_3(2 * (_RANKS_02_3 - 1), (_RANKS_02_3 - 1) / _RANKS_02_3)),
+        Slip("2(P-1)/P left out", "", "that sends the 64 MiB once; the ring sends 2(P-1)/P n per rank "
+             "(reduce-scatter and all-gather): 1.5 n at P = 4", compute=lambda: _ring_02_3(2 * (_RANKS_02_3 - 1), 1)),
         Slip("(P-1) latencies", "", "that counts (P-1)α, one phase's latency; the ring all-reduce pays 2(P-1)α: 6 "
              "latencies at P = 4, against 2(P-1)/P n/B",
              compute=lambda: _ring_02_3(_RANKS_02_3 - 1, 2 * (_RANKS_02_3 - 1) / _RANKS_02_3)),
@@ -285,6 +294,8 @@ SLIPS: dict[str, tuple[Slip, ...]] = {
              "the course's bandwidths are per direction: 450 GB/s"),
         Slip("backward compute left out", "", "that divides the whole step's 4 all-reduces by the forward's compute "
              "alone; the backward computes twice what the forward does", compute=lambda: 2 * _gpt3_forward_tax()),
+        Slip("MFU left out", "", "that prices the compute at the 989 TFLOP/s peak; the exercise runs it at MFU 0.4 "
+             "of peak", compute=lambda: 2 / 3 * _gpt3_forward_tax() / _MFU),
         Slip("sparse vs dense peak", "", "that uses the with-sparsity 1979 TFLOP/s; training runs dense matmuls: "
              "989 TFLOP/s", compute=lambda: 2 / 3 * _gpt3_forward_tax() * _H100_SPARSE_PEAK / _H100_PEAK),
     ),

@@ -9,6 +9,7 @@ from commtax.exercises.records import Slip
 _M_06_5, _P2P_06_5 = 32, 0.1     # 06.5: micro-batches, and a transfer in units of t_f
 _PREFILL_TOKENS, _TP = 2048, 8  # 05.4: the prefill chunk, t
 _LLAMA2_70B_LAYERS, _LLAMA2_70B_HIDDEN = 80, 8192
+_LLAMA3_8B_LAYERS = 32          # 05.1's slip and 05.5: the lesson's example model
 _BF16 = 2                       # bytes per element
 _H100_PEAK, _PREFILL_MFU = 989e12, 0.5   # 05.4: dense BF16 FLOP/s and the roofline's MFU
 _LLAMA2_70B_PARAMS = 69e9       # 05.4: N
@@ -23,45 +24,49 @@ def _activation_send_bandwidth() -> float:
     return seq * hidden * _BF16 / forward_s
 
 
-def _one_shot_crossover_bytes(t: int = _TP) -> float:
-    """05.3: the payload below which one-shot (α + (t-1) p/B) beats the ring (2(t-1)α + 2(t-1)/t p/B) on NVLink."""
+def _one_shot_crossover_bytes(t: int = _TP, ring_phases: int = 2) -> float:
+    """05.3: the payload below which one-shot (α + (t-1) p/B) beats the ring (2(t-1)α + 2(t-1)/t p/B) on NVLink;
+    ``ring_phases``: the ring's bandwidth factor ring_phases (t-1)/t (2: reduce-scatter and all-gather)."""
     from commtax.formulas.links import NVLINK4
-    return (2 * (t - 1) - 1) * NVLINK4.alpha * NVLINK4.bandwidth / ((t - 1) - 2 * (t - 1) / t)
+    return (2 * (t - 1) - 1) * NVLINK4.alpha * NVLINK4.bandwidth / ((t - 1) - ring_phases * (t - 1) / t)
 
 
-def _prefill_comm_s() -> float:
+def _prefill_comm_s(element_bytes: int = _BF16) -> float:
     """05.4: TP comm of the prefill chunk, in seconds: 2 ring all-reduces per layer of the chunk's activations
-    (tokens x h bf16 elements) on t ranks over the NVLink preset."""
+    (tokens x h elements of ``element_bytes``, bf16's 2 in the exercise) on t ranks over the NVLink preset."""
     from commtax.formulas import collectives
     from commtax.formulas.links import NVLINK4
-    one = collectives.allreduce_time(_PREFILL_TOKENS * _LLAMA2_70B_HIDDEN * _BF16, _TP, NVLINK4.alpha,
+    one = collectives.allreduce_time(_PREFILL_TOKENS * _LLAMA2_70B_HIDDEN * element_bytes, _TP, NVLINK4.alpha,
                                      NVLINK4.bandwidth, "ring")
     return 2 * _LLAMA2_70B_LAYERS * one
 
 
 def _prefill_share(n_params: float = _LLAMA2_70B_PARAMS, mfu: float = _PREFILL_MFU, flops_per_token: int = 2,
-                   gpus: int = _TP) -> float:
+                   gpus: int = _TP, element_bytes: int = _BF16) -> float:
     """05.4: TP comm's share of the prefill step, its compute ``flops_per_token`` N tokens FLOPs over ``gpus``
-    GPUs at ``mfu`` of 989 TFLOP/s (the exercise: 2 N tokens / t at 50%)."""
+    GPUs at ``mfu`` of 989 TFLOP/s (the exercise: 2 N tokens / t at 50%), its comm in ``element_bytes``."""
     compute = flops_per_token * n_params * _PREFILL_TOKENS / gpus / (mfu * _H100_PEAK)
-    return _prefill_comm_s() / (_prefill_comm_s() + compute)
+    comm = _prefill_comm_s(element_bytes)
+    return comm / (comm + compute)
 
 
-def _decode_70b_comm_s(t: int) -> float:
-    """05.1: TP comm of one Llama-2-70B decode step on t GPUs over NVLink: 2 ring all-reduces per layer of one
-    token's activation (h bf16 elements), in seconds."""
+def _decode_70b_comm_s(t: int, allreduces: int = 2 * _LLAMA2_70B_LAYERS) -> float:
+    """05.1: TP comm of one Llama-2-70B decode step on t GPUs over NVLink: ``allreduces`` ring all-reduces (2 per
+    layer, 160) of one token's activation (h bf16 elements), in seconds."""
     from commtax.formulas.links import NVLINK4
     one = 2 * (t - 1) * NVLINK4.alpha + 2 * (t - 1) / t * _LLAMA2_70B_HIDDEN * _BF16 / NVLINK4.bandwidth
-    return 2 * _LLAMA2_70B_LAYERS * one
+    return allreduces * one
 
 
-def _decode_8b_share(t: int, hbm_bytes_per_s: float) -> float:
-    """05.5: TP comm's share of a Llama-3-8B decode step (32 layers, h = 4096) on t GPUs over NVLink: 2 ring
-    all-reduces per layer of one token's activation, against streaming N bf16 weights / t from memory."""
+def _decode_8b_share(t: int, hbm_bytes_per_s: float, allreduces: int = 2 * _LLAMA3_8B_LAYERS,
+                     weight_shards: int | None = None) -> float:
+    """05.5: TP comm's share of a Llama-3-8B decode step (32 layers, h = 4096) on t GPUs over NVLink:
+    ``allreduces`` ring all-reduces of one token's activation (2 per layer, 64), against streaming N bf16 weights
+    / ``weight_shards`` (None: t, as TP splits them) from memory."""
     from commtax.formulas import collectives
     from commtax.formulas.links import NVLINK4
-    comm = 64 * collectives.allreduce_time(4096 * _BF16, t, NVLINK4.alpha, NVLINK4.bandwidth, "ring")
-    compute = 8.03e9 * _BF16 / t / hbm_bytes_per_s
+    comm = allreduces * collectives.allreduce_time(4096 * _BF16, t, NVLINK4.alpha, NVLINK4.bandwidth, "ring")
+    compute = 8.03e9 * _BF16 / (t if weight_shards is None else weight_shards) / hbm_bytes_per_s
     return comm / (comm + compute)
 
 
@@ -74,6 +79,9 @@ SLIPS: dict[str, tuple[Slip, ...]] = {
              "all-gather (the two give the same time within 0.2%)"),
         Slip("with a backward", "zRhrTffpiFM=", "decode has no backward: 2 all-reduces per layer, 160 per step"),
         Slip("latency left out", "4tELCImWkrI=", "decode is latency-bound: each ring all-reduce pays 2(t-1)α = 42 µs"),
+        Slip("Llama-3-8B's 64 all-reduces", "", "that counts 64 all-reduces, Llama-3-8B's 32 layers x 2 (the "
+             "lesson's example); Llama-2-70B has 80 layers: 160",
+             compute=lambda: _decode_70b_comm_s(_TP, 2 * _LLAMA3_8B_LAYERS)),
         Slip("t = 2", "", "that is the step at t = 2 (the lesson's example); at t = 8 each ring all-reduce pays 2(t-1) = 14 "
              "latencies", compute=lambda: _decode_70b_comm_s(2)),
     ),
@@ -91,6 +99,9 @@ SLIPS: dict[str, tuple[Slip, ...]] = {
              "pays 2(t-1) = 14 latencies and 1.75 p/B, one-shot 1 latency and (t-1) p/B"),
         Slip("elements, not bytes", "", "that is the payload in bf16 elements; asked is bytes, 2 per element",
              compute=lambda: _one_shot_crossover_bytes() / _BF16),
+        Slip("(t-1)/t for the ring's 2(t-1)/t", "", "that prices the ring's bandwidth at (t-1)/t p/B; a ring "
+             "all-reduce sends 2(t-1)/t p per rank (reduce-scatter and all-gather): 1.75 p at t = 8",
+             compute=lambda: _one_shot_crossover_bytes(ring_phases=1)),
     ),
     "05.4": (
         Slip("comm / compute", "zFN8GNTiX4w=", "that is comm over compute; the share of the step is comm / (comm + compute)"),
@@ -105,6 +116,8 @@ SLIPS: dict[str, tuple[Slip, ...]] = {
              compute=lambda: _prefill_share(mfu=1.0)),
         Slip("the compute not divided by t", "", "that gives each GPU the whole model's 2 N FLOPs per token; TP splits "
              "them over the t = 8 GPUs: 2 N tokens / t each", compute=lambda: _prefill_share(gpus=1)),
+        Slip("elements, not bytes", "", "that sends the chunk's 2048 x 8192 activations as so many bytes; each "
+             "all-reduce carries tokens x h x 2 bytes (bf16)", compute=lambda: _prefill_share(element_bytes=1)),
         Slip("training compute", "", "that counts forward and backward, 6 N FLOPs per token; prefill is inference, a "
              "forward alone: 2 N per token", compute=lambda: _prefill_share(flops_per_token=6)),
     ),
@@ -115,6 +128,11 @@ SLIPS: dict[str, tuple[Slip, ...]] = {
              "N x 2 bytes / t at 3.35 TB/s"),
         Slip("t = 2", "", "that is the share at t = 2 (the lesson's example); the exercise asks t = 8: 2(t-1) = 14 "
              "latencies per all-reduce, and 1/8 of the weights per GPU", compute=lambda: _decode_8b_share(2, 3.35e12)),
+        Slip("the memory time not divided by t", "", "that streams all N x 2 bytes of weights on each GPU; TP "
+             "splits the weights over the t = 8 GPUs: each streams N x 2 / t",
+             compute=lambda: _decode_8b_share(_TP, 3.35e12, weight_shards=1)),
+        Slip("one all-reduce per layer", "", "each layer runs 2 all-reduces (attention and MLP): 64 for Llama-3-8B's "
+             "32 layers", compute=lambda: _decode_8b_share(_TP, 3.35e12, allreduces=_LLAMA3_8B_LAYERS)),
         Slip("the A100's memory", "", "that streams the weights at an A100's 2 TB/s; the exercise is on H100s: 3.35 TB/s",
              compute=lambda: _decode_8b_share(_TP, 2e12)),
     ),
@@ -133,7 +151,10 @@ SLIPS: dict[str, tuple[Slip, ...]] = {
     "06.2": (
         Slip("relative to ideal vs share of the step", "O0/MXUuqQf4=", "that is (p-1)/m, relative to ideal compute; asked is "
              "the share of the step, (p-1)/(m + p - 1)"),
-        Slip("the limit", "2Yt31AMCIB4=", "that is the limit for large p; the check asks p = 8, m = 32"),
+        # with m = 4p, p/(m + p) is 1/5 at every p: the large-p limit of the share; the name says both
+        Slip("the limit, or p/(m + p)", "", "that is 1/5, the share's limit for large p, and also p/(m + p) (with "
+             "m = 4p the two are the same number); the bubble is p - 1 of the step's m + p - 1 slots: (p-1)/(m + p - 1) "
+             "at p = 8, m = 32", compute=lambda: _P_06_2 / (4 * _P_06_2 + _P_06_2)),
         Slip("p = 4", "T5OiG4PD4jo=", "that is the share at p = 4; the check asks p = 8, m = 32"),
         Slip("p = 16", "zXJKxUIrcaQ=", "that is the share at p = 16; the check asks p = 8, m = 32"),
         Slip("m = 4", "", "that is the share at m = 4; the exercise's m is 4p: 32 micro-batches at p = 8",
