@@ -505,6 +505,26 @@ def test_a_learners_typed_slip_is_named_on_the_first_line(exercise_id, value, na
     assert f": {exercises.KNOWN_SLIP} ({name}):" in line, line
 
 
+@pytest.mark.parametrize("exercise_id,value,example", [
+    ("03.3", 336, "a factor of 2^20 off: bytes written in MiB"),        # review 40e: 352 MB typed as 336 (MiB)
+    ("05.3", 3.188, "a factor of 2^20 off: bytes written in MiB"),      # review 40e: 3.34 MB typed as 3.188 (MiB)
+    ("03.1", 4.375 * 13e9 / 2**30, "a factor of 2^30 off: bytes written in GiB"),
+    ("03.1", 4.375 * 13e9 / 1.073741824, "a factor of 1.07 off: GB vs GiB?"),   # review 40e, as typed
+    ("03.1", 4.375 * 13e9 * 1.048576, "a factor of 1.05 off: MB vs MiB?"),
+])
+def test_binary_prefixes_where_bytes_are_asked_get_their_example(exercise_id, value, example):
+    """A byte count written in MiB or GiB (2^20, 2^30 off), or read with the other prefix (1.05, 1.07 off), gets
+    that as its example when no slip of the exercise matches."""
+    said = exercises.verdict(exercise_id, value, {})
+    assert said.startswith("wrong (not one of this exercise's known slips; for example,") and example in said, said
+
+
+def test_the_mib_and_gib_examples_are_offered_only_where_bytes_are_asked():
+    """01.1 asks seconds: 2^20 off is not a byte count in MiB."""
+    said = exercises.verdict("01.1", exercises._answer("01.1") / 2**20)
+    assert "MiB" not in said and "2^20" not in said, said
+
+
 def test_a_number_between_04_3s_nearby_estimates_is_named_as_none_of_them():
     """04.3's estimates lie 0.7% to 1.7% apart (inside its 3% tolerance): a number 0.7% from two of them is
     not diagnosed as either (a 3% window around plan (b) named 0.314 and 0.324 "plan (b)")."""

@@ -27,7 +27,17 @@ _FACTORS = [
     (1e6, "a unit prefix (µs vs s, MB vs B)?"),
     (1e9, "a unit prefix (ns vs s, GB vs B)?"),
     (4.0, "per rank vs total, or how many collectives per layer?"),
+    (2.0**20, "bytes written in MiB (bytes / 2^20)?"),      # offered only where bytes are asked (_BYTES_ONLY)
+    (2.0**30, "bytes written in GiB (bytes / 2^30)?"),
 ]
+_BYTES_ONLY = {2.0**20, 2.0**30}
+
+
+def _factor_shown(factor: float) -> str:
+    """A factor as a hint writes it: 1.07, 1e3, 2^20."""
+    if factor >= 1e3 and math.log2(factor).is_integer():
+        return f"2^{round(math.log2(factor))}"
+    return f"{factor:.3g}" if factor < 1e3 else f"1e{round(math.log10(factor))}"
 KNOWN_SLIP = "wrong, a known slip"     # how a verdict that names one of the exercise's slips starts
 PERCENTAGE = Slip("a percentage", "", "this exercise asks a fraction (0.25 = 25%)")
 
@@ -92,9 +102,11 @@ def verdict(exercise_id: str, value, variant: variants.Variant | None = None) ->
         return f"wrong: that is {where}"
     if not exercise.exact and answer != 0 and value != 0 and (value > 0) == (answer > 0):
         for factor, hint in _FACTORS:
+            if factor in _BYTES_ONLY and "bytes" not in exercise.what.lower():
+                continue
             if any(_close(value, answer * ratio, exercise.tolerance) for ratio in (factor, 1 / factor)):
-                shown = f"{factor:.3g}" if factor < 1e3 else f"1e{round(math.log10(factor))}"
-                return f"wrong (not one of this exercise's known slips; for example, a factor of {shown} off: {hint})"
+                return (f"wrong (not one of this exercise's known slips; for example, a factor of "
+                        f"{_factor_shown(factor)} off: {hint})")
     return "wrong"
 
 
