@@ -199,6 +199,7 @@ KNOWN = {
              ("fp32 gradients (the 18-byte convention)", 18 * 13e9 - 12 * 13e9 + 12 * 13e9 / 32)],
     "03.2": [("6.74e9 parameters", 22 * 63 / 64 * 6.74e9 * 2), ("ZeRO-3's total", 24 * _PASS),
              ("ZeRO-3 once per step", _PASS), ("DP every micro-batch", 8 * _PASS), ("4 bytes per parameter", 44 * _PASS),
+             ("elements, not bytes", 11 * _PASS),
              ("ZeRO-3's total, once per step", 3 * _PASS), ("the large-P limit", 22 * 7e9 * 2)],
     "03.3": [("the guide's 175 MB, forward only, or elements, not bytes", 2 * 1.75 * 2048 * 12288 * 2), ("no ring factor", 4 * 2048 * 12288 * 2),
              ("MiB as MB", 4 * 1.75 * 2048 * 12288 * 2 / 2**20 * 1e6), ("divided by t", 4 * 1.75 * 2048 * 12288 * 2 / 8),
@@ -494,6 +495,8 @@ REVIEWED = [
     ("05.4", 0.193665, "elements, not bytes"),
     ("05.5", 0.359435, "the memory time not divided by t"),
     ("05.5", 0.691776, "one all-reduce per layer"),
+    # review 40e: a generic hint that pointed elsewhere ("a factor of 2: per rank vs total?")
+    ("03.2", 1.51594e11, "elements, not bytes"),
     ("04.3", 0.323782, "PP's exposed time left out"),             # 0.4 / (1 + TP tax + DP tax)
     ("04.3", 0.3187, "plan (b)"),
 ]

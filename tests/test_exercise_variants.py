@@ -168,6 +168,15 @@ def test_under_a_variant_each_slip_is_still_named_in_the_learners_numbers(exerci
         assert "{" not in said, said
 
 
+@pytest.mark.parametrize("m", params.VARYING["03.2"][0].choices)
+def test_03_2_in_elements_is_named_at_every_learners_m(m):
+    """ZeRO-3's extra passes over DP, (3m - 2) of (d-1)/d N, counted in parameters instead of bf16 bytes (review
+    40e: the lesson's m = 8 got 'a factor of 2: per rank vs total?'), at each m a variant draws."""
+    elements = (3 * m - 2) * 63 / 64 * 7e9
+    said = exercises.verdict("03.2", elements, {"03.2": {"m": m}})
+    assert said.startswith(f"{exercises.KNOWN_SLIP} (elements, not bytes):"), (m, said)
+
+
 def test_a_slip_message_says_the_learners_number():
     variant = {"03.1": {"d": 64}}
     plain_dp = next(s for s in exercises.SLIPS["03.1"] if s.name == "plain DP")

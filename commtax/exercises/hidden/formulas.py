@@ -75,6 +75,7 @@ FORMULAS: dict[str, Formula] = {
         "ZeRO-3 once per step": lambda m: _sent(7e9, 64, 3, 1) - _sent(7e9, 64, 0, 1),
         "DP every micro-batch": lambda m: _sent(7e9, 64, 3, m) - m * _sent(7e9, 64, 0, m),
         "4 bytes per parameter": lambda m: 2 * (_sent(7e9, 64, 3, m) - _sent(7e9, 64, 0, m)),
+        "elements, not bytes": lambda m: (_sent(7e9, 64, 3, m) - _sent(7e9, 64, 0, m)) / 2,   # bf16: 2 bytes each
         "ZeRO-3's total, once per step": lambda m: _sent(7e9, 64, 3, 1),
         "the large-P limit": lambda m: (3 * m - 2) * 7e9 * 2}),      # every pass a whole N b_e, not (d-1)/d of it
     # ZeRO-1 on d GPUs: bf16 weights and gradients whole (4 bytes/parameter), the 12 bytes of optimizer state sharded

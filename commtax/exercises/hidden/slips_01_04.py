@@ -233,6 +233,8 @@ SLIPS: dict[str, tuple[Slip, ...]] = {
         Slip("DP every micro-batch", "HcNPairMR3A=", "DP (with no_sync) all-reduces once per step, after gradient "
              "accumulation, not per micro-batch"),
         Slip("4 bytes per parameter", "lsXnbAi5l2k=", "the model is bf16: 2 bytes per parameter"),
+        Slip("elements, not bytes", "P70iub+UOGA=", "that counts the parameters each pass moves; asked is bytes: "
+             "each bf16 parameter is 2 bytes"),
         Slip("ZeRO-3's total, once per step", "F/wHehvioAM=", "that is all ZeRO-3 sends for one micro-batch; it sends that "
              "for each of the {m} micro-batches, and asked is how many more bytes than DP"),
         Slip("the large-P limit", "eou039gG4MY=", "that counts every pass as the whole N b_e; a ring "
