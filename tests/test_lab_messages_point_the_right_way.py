@@ -1,4 +1,4 @@
-"""Labs 01, 02 and 07 name the real slip (issue 40): mistakes planted in copies of the references, and the
+"""Labs 01, 02, 06 and 07 name the real slip (issue 40): mistakes planted in copies of the references, and the
 helpers that read the evidence, fed what each slip leaves behind.
 
 * Lab 01 has no tensors: a formula slip that is off by float32's rounding in its 1-byte case is not blamed on
@@ -10,6 +10,10 @@ helpers that read the evidence, fed what each slip leaves behind.
 * Lab 07: a bubble fraction of the other definition says "relative_to swapped?"; a simulate that raises on
   a valid schedule fails in one line that names it and where to look (not a page of harness frames); a
   received activation that does not require grad says so (not a bare AttributeError on ``x.grad``).
+* Lab 06: a wrong value that equals a known slip names it: latency counted (t-1) times, the 2 of 2(t-1)/t
+  dropped, one all-reduce per layer, the payload in elements, comm / compute, bits vs bytes, per-rank vs
+  total (not a bare got/expected and its ratio); the comm / compute slip is named by the first test it fails
+  under ``-x``, not only by the later one on the convention.
 
 The planted runs use ``run_planted`` of ``tests/planted_support.py`` (a lab's tests on its solution with one
 line changed, as a learner's starter, in a separate pytest).
@@ -207,6 +211,74 @@ def test_a_receive_slice_or_buffer_of_rb_minus_ra_times_element_size_is_told_byt
     first = run.failure(0)[0]
     assert first.startswith("P = 2, ring_all_reduce: slices of 1 and 8 elements met") and "Bytes vs elements?" in first, \
         first
+
+
+# -- Lab 06: a value that equals a known slip names it -----------------------------------------------
+
+LAB06 = LABS_DIR / "lab-06-tp-comm-cost"
+LAB06_SLIPS = {   # slip: (the reference's line, the learner's, the first test it fails, its first line's start, the slip named)
+    "one all-reduce per layer": (
+        "    return 2 * num_layers * allreduce_time_s(", "    return num_layers * allreduce_time_s(",
+        "test_a_decode_step_issues_64_all_reduces", "32 layers x 2 all-reduces: got",
+        "one all-reduce per layer: a TP layer has two"),
+    "payload in elements": (
+        "    return batch_tokens * hidden * dtype_bytes\n", "    return batch_tokens * hidden\n",
+        "test_payload_is_one_activation_row_per_token", "one decode token (8 KiB): got 4096",
+        "elements, not bytes: multiply by dtype_bytes"),
+    "latency (t-1) times": (
+        "    return 2 * (tp - 1) * latency_s + traffic", "    return (tp - 1) * latency_s + traffic",
+        "test_hop_model_is_the_simulated_ring", "8192 bytes on 2 ranks: got",
+        "latency counted (t-1) times: a ring all-reduce has 2(t-1) steps"),
+    "comm / compute": (
+        "    return comm_s / (comm_s + compute_s)\n", "    return comm_s / compute_s\n",
+        "test_decode_comm_on_nvlink_is_small_but_a_faster_gpu_makes_it_relatively_larger",
+        "vs the table's 8 ms: got", "that is comm / compute: the share asked is comm / (comm + compute)"),
+    "the 2 of 2(t-1)/t dropped": (
+        "    return 2 * (tp - 1) / tp * payload_bytes", "    return (tp - 1) / tp * payload_bytes",
+        "test_ring_traffic_formula", "t = 2: exactly one payload: got 4096",
+        "x0.5: the 2 in 2(t-1)/t dropped (an all-reduce is a reduce-scatter plus an all-gather"),
+    "bits vs bytes": (
+        "    return 2 * (tp - 1) * latency_s + traffic", "    return 2 * (tp - 1) * latency_s + 8 * traffic",
+        "test_hop_model_is_the_simulated_ring", "8192 bytes on 2 ranks: got", "bits vs bytes"),
+    "traffic of all ranks": (
+        "    return 2 * (tp - 1) / tp * payload_bytes", "    return 2 * (tp - 1) * payload_bytes",
+        "test_ring_traffic_formula", "t = 2: exactly one payload: got 16384", "per-rank vs total"),
+    "weights not shared by the t ranks": (
+        "    return n_params * dtype_bytes / (tp * hbm_bandwidth)", "    return n_params * dtype_bytes / hbm_bandwidth",
+        "test_decode_step_time_streams_every_weight_once_per_token", "t = 2: the ranks share the reads: got 0.008",
+        "per-rank vs total: not divided by t"),
+}
+
+
+@pytest.mark.parametrize("slip", list(LAB06_SLIPS))
+def test_a_lab06_value_that_equals_a_known_slip_names_the_slip(tmp_path, slip):
+    old, new, test, start, named = LAB06_SLIPS[slip]
+    planted = _planted()
+    tests, mutant = planted._lab_mutant(tmp_path, LAB06, "slip_" + "".join(c if c.isalnum() else "_" for c in slip),
+                                        old, new)
+    first = planted._fails(getattr(tests, test), mutant).splitlines()[0]
+    assert first.startswith(start) and named in first, first
+
+
+def test_lab06_values_that_are_no_known_slip_are_numbers_only():
+    checks = _module("commtax_lab06_checks", LAB06 / "_checks.py")
+    slips = checks.allreduce_slips(8192, 2, 3e-6, 450e9)
+    with pytest.raises(pytest.fail.Exception) as other:
+        checks.expect_known(5e-6, 6.0182e-6, slips, what="one all-reduce", rel=1e-9)
+    assert other.value.msg.startswith("one all-reduce: got 5e-06, expected 6.0182e-06 (x0.8308 of the expected)") \
+        and other.value.msg.endswith("of the expected)"), other.value.msg
+    checks.expect_known(6.0182e-6, 6.0182e-6, slips, what="one all-reduce")
+
+
+def test_comm_over_compute_in_a_planted_lab06_is_named_by_the_first_test_it_fails(tmp_path):
+    # The test that names the convention (comm over comm plus compute, at the edges) runs later; under -x the
+    # learner sees only the first failure, which must say it.
+    old, new, test, start, named = LAB06_SLIPS["comm / compute"]
+    run = _planted().run_planted(tmp_path, LAB06, old, new.replace("compute_s\n", "compute_s if compute_s else 1.0\n"),
+                                 "-x")
+    assert run.failed() == [f"labs/lab-06-tp-comm-cost/test_lab.py::{test}"], run.output[-3000:]
+    first = run.failure(0)[0]
+    assert first.startswith(start) and named in first, first
 
 
 # -- Lab 07: the two bubble definitions; simulate raising on a valid schedule; a received activation's grad --

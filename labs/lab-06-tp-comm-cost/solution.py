@@ -12,9 +12,10 @@ What is sent, how often, how:
   model (hidden 4096, bf16) is 8 KiB; a 2048-token prefill chunk is 16 MiB.
 * **How often**: 2 all-reduces per layer per forward pass, so 64 per decode
   step of a 32-layer model. Set by depth, not by anything you tune.
-* **How**: a ring all-reduce on N ranks. **Hop model**: 2(N-1) sequential
+* **How**: a ring all-reduce on t ranks (t, the TP degree, as in Lessons 03-05;
+  the functions call it ``tp``). **Hop model**: 2(t-1) sequential
   hops (reduce-scatter then all-gather), each paying the link's latency
-  once; each rank sends 2(N-1)/N x payload, at the link's bandwidth.
+  once; each rank sends 2(t-1)/t x payload, at the link's bandwidth.
 
 * **Against what**: a decode step is memory-bound: every weight is read from
   HBM once per generated token, split across the t ranks. An 8B model in bf16
@@ -56,9 +57,9 @@ def allreduce_payload_bytes(batch_tokens: int, hidden: int, dtype_bytes: float =
 
 
 def ring_allreduce_traffic_per_rank(payload_bytes: float, tp: int) -> float:
-    """Bytes each of the ``tp`` ranks sends in a ring all-reduce of ``payload_bytes``: 2(N-1)/N x payload."""
+    """Bytes each of the ``tp`` ranks sends in a ring all-reduce of ``payload_bytes``: 2(t-1)/t x payload."""
     # BEGIN SOLUTION
-    # HINT: reduce-scatter and all-gather each send (N-1) chunks of payload/N.
+    # HINT: reduce-scatter and all-gather each send (t-1) chunks of payload/t.
     _number("payload_bytes", payload_bytes)
     _count("tp", tp)
     return 2 * (tp - 1) / tp * payload_bytes
@@ -66,7 +67,7 @@ def ring_allreduce_traffic_per_rank(payload_bytes: float, tp: int) -> float:
 
 
 def allreduce_time_s(payload_bytes: float, tp: int, latency_s: float, bandwidth_bytes_per_s: float) -> float:
-    """Seconds for one ring all-reduce: 2(N-1) x latency_s + traffic per rank / bandwidth."""
+    """Seconds for one ring all-reduce: 2(t-1) x latency_s + traffic per rank / bandwidth."""
     # BEGIN SOLUTION
     # HINT: two terms: hops x latency, and bytes / bandwidth.
     traffic = ring_allreduce_traffic_per_rank(payload_bytes, tp)  # also checks payload_bytes and tp

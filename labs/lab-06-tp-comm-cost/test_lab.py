@@ -1,10 +1,35 @@
 """Lab 06 tests: the TP bill of an inference lab's test table, the hop model against the simulator, the
-decode step it is compared with (hardware named), and two "going further" questions answered with numbers."""
+decode step it is compared with (hardware named), and two "going further" questions answered with numbers.
+
+The TP degree is t, as in Lessons 03-05. A wrong value that equals a known slip (latency counted (t-1) times,
+the 2 of 2(t-1)/t dropped, comm / compute, elements or bits for bytes, ...) is named: _checks.py computes
+each slip from the test's inputs."""
+
+from pathlib import Path
 
 import pytest
 
+from commtax.boundary.byfile import load_module_from_file
 from commtax.simulation import messages as simulate
 from commtax.testing import expect_close, expect_value_error, number
+
+# Lab folders are not packages: the checks (what a wrong value suggests) are loaded by path.
+load_module_from_file("lab_06_checks", str(Path(__file__).resolve().parent / "_checks.py"))
+from lab_06_checks import (  # noqa: E402  (loaded just above)
+    allreduce_slips,
+    decode_step_slips,
+    expect_fraction,
+    expect_known,
+    fraction_slips,
+    fractions_vs_batch_slips,
+    hop_model,
+    overlap_slips,
+    payload_slips,
+    step_comm_slips,
+    step_slips,
+    tolerable_batches_slips,
+    traffic_slips,
+)
 
 HIDDEN, LAYERS = 4096, 32                 # an 8B model (Llama-3-8B): hidden 4096, 32 layers
 # The original test table compares with an 8 ms decode step: an 8B bf16 model on ONE A100-80GB
@@ -21,33 +46,39 @@ ROCE_100G = dict(latency_s=5e-6, bandwidth_bytes_per_s=12.5e9)
 def step_comm(lab, link, tp=2, tokens=1):
     payload = lab.allreduce_payload_bytes(tokens, HIDDEN, 2)
     return number(lab.tp_comm_time_per_step(LAYERS, payload, tp, link["latency_s"], link["bandwidth_bytes_per_s"]),
-                  f"tp_comm_time_per_step of {tokens} token(s) at tp = {tp}")
+                  f"tp_comm_time_per_step of {tokens} token(s) at t = {tp}")
 
 
-def hop_model(link, tp=2, tokens=1, layers=LAYERS):
-    """The expected comm of one forward pass, written out: 2 all-reduces per layer, 2(N-1) hops, 2(N-1)/N payload."""
-    payload = tokens * HIDDEN * 2
-    one = 2 * (tp - 1) * link["latency_s"] + 2 * (tp - 1) / tp * payload / link["bandwidth_bytes_per_s"]
-    return 2 * layers * one
+def expect_step_comm(comm, link, tp=2, tokens=1, *, what):
+    """A forward pass's comm against hop_model (2 all-reduces per layer, 2(t-1) hops, 2(t-1)/t payload)."""
+    __tracebackhide__ = True
+    expect_known(comm, hop_model(link, tp, tokens), step_comm_slips(link, tp, tokens), what=what)
 
 
 # -- the inference lab specification's table --------------------------------------------------------------------
 
 def test_payload_is_one_activation_row_per_token(lab):
-    expect_close(lab.allreduce_payload_bytes(1, 4096, 2), 8192, what="one decode token (8 KiB)")
-    expect_close(lab.allreduce_payload_bytes(2048, 4096, 2), 16 * 2**20, what="a 2048-token prefill chunk (16 MiB)")
-    expect_close(lab.allreduce_payload_bytes(3, 5120, 4), 3 * 5120 * 4, what="3 tokens, hidden 5120, fp32")
+    expect_known(lab.allreduce_payload_bytes(1, 4096, 2), 8192, payload_slips(1, 4096, 2), what="one decode token (8 KiB)")
+    expect_known(lab.allreduce_payload_bytes(2048, 4096, 2), 16 * 2**20, payload_slips(2048, 4096, 2),
+                 what="a 2048-token prefill chunk (16 MiB)")
+    expect_known(lab.allreduce_payload_bytes(3, 5120, 4), 3 * 5120 * 4, payload_slips(3, 5120, 4),
+                 what="3 tokens, hidden 5120, fp32")
 
 
 def test_ring_traffic_formula(lab):
     payload = 8192
-    expect_close(lab.ring_allreduce_traffic_per_rank(payload, 2), payload, what="N = 2: exactly one payload")
-    expect_close(lab.ring_allreduce_traffic_per_rank(payload, 8), 1.75 * payload, what="N = 8")
-    expect_close(lab.ring_allreduce_traffic_per_rank(payload, 1024), 2 * payload, rel=1e-3, what="N = 1024")
-    expect_close(lab.ring_allreduce_traffic_per_rank(payload, 1), 0.0, what="N = 1: nothing to send")
+    expect_known(lab.ring_allreduce_traffic_per_rank(payload, 2), payload, traffic_slips(payload, 2),
+                 what="t = 2: exactly one payload")
+    expect_known(lab.ring_allreduce_traffic_per_rank(payload, 8), 1.75 * payload, traffic_slips(payload, 8),
+                 what="t = 8")
+    expect_known(lab.ring_allreduce_traffic_per_rank(payload, 1024), 2 * payload, traffic_slips(payload, 1024),
+                 rel=1e-3, what="t = 1024")
+    expect_known(lab.ring_allreduce_traffic_per_rank(payload, 1), 0.0, traffic_slips(payload, 1),
+                 what="t = 1: nothing to send")
     for n in (2, 3, 4, 8):
         counted = simulate.simulate_allreduce("ring", payload, n, 0.0, 1.0, numel=4 * n).max_bytes_sent
-        expect_close(lab.ring_allreduce_traffic_per_rank(payload, n), counted, what=f"N = {n} against the simulator")
+        expect_known(lab.ring_allreduce_traffic_per_rank(payload, n), counted, traffic_slips(payload, n),
+                     what=f"t = {n} against the simulator")
 
 
 def test_hop_model_is_the_simulated_ring(lab):
@@ -55,29 +86,37 @@ def test_hop_model_is_the_simulated_ring(lab):
         for payload in (8192, 16 * 2**20):
             sim = simulate.simulate_allreduce("ring", payload, n, NVLINK["latency_s"],
                                               NVLINK["bandwidth_bytes_per_s"], numel=4 * n)
-            expect_close(lab.allreduce_time_s(payload, n, **NVLINK), sim.time, what=f"{payload} bytes on {n} ranks")
+            expect_known(lab.allreduce_time_s(payload, n, **NVLINK), sim.time, allreduce_slips(payload, n, *NVLINK.values()),
+                         what=f"{payload} bytes on {n} ranks")
 
 
 def test_a_decode_step_issues_64_all_reduces(lab):
     one = 2 * 3e-6 + 8192 / 450e9   # t = 2: 2 hops, one payload each way
-    expect_close(lab.allreduce_time_s(8192, 2, **NVLINK), one, what="one all-reduce of 8 KiB at t = 2")
-    expect_close(lab.tp_comm_time_per_step(LAYERS, 8192, 2, **NVLINK), 64 * one, what="32 layers x 2 all-reduces")
-    expect_close(lab.tp_comm_time_per_step(1, 8192, 2, **NVLINK), 2 * one, what="one layer: 2 all-reduces")
+    expect_known(lab.allreduce_time_s(8192, 2, **NVLINK), one, allreduce_slips(8192, 2, *NVLINK.values()),
+                 what="one all-reduce of 8 KiB at t = 2")
+    expect_known(lab.tp_comm_time_per_step(LAYERS, 8192, 2, **NVLINK), 64 * one,
+                 step_slips(LAYERS, 8192, 2, *NVLINK.values()), what="32 layers x 2 all-reduces")
+    expect_known(lab.tp_comm_time_per_step(1, 8192, 2, **NVLINK), 2 * one, step_slips(1, 8192, 2, *NVLINK.values()),
+                 what="one layer: 2 all-reduces")
 
 
 def test_decode_step_time_streams_every_weight_once_per_token(lab):
     """8e9 bf16 parameters / 2.0 TB/s = 8 ms: the table's step is one A100 at t = 1."""
-    expect_close(lab.decode_step_time_s(8e9, 2, A100_HBM), 8e-3, what="8B bf16 on one A100")
-    expect_close(lab.decode_step_time_s(8e9, 2, A100_HBM, tp=2), 4e-3, what="t = 2: the ranks share the reads")
-    expect_close(lab.decode_step_time_s(LLAMA3_8B, 2, H100_HBM, tp=2), 2.40e-3, rel=2e-3, what="Llama-3-8B, H100, t = 2")
-    expect_close(lab.decode_step_time_s(8e9, 1, A100_HBM), 4e-3, what="one byte per parameter (fp8)")
+    expect_known(lab.decode_step_time_s(8e9, 2, A100_HBM), 8e-3, decode_step_slips(8e9, 2, A100_HBM, 1),
+                 what="8B bf16 on one A100")
+    expect_known(lab.decode_step_time_s(8e9, 2, A100_HBM, tp=2), 4e-3, decode_step_slips(8e9, 2, A100_HBM, 2),
+                 what="t = 2: the ranks share the reads")
+    expect_known(lab.decode_step_time_s(LLAMA3_8B, 2, H100_HBM, tp=2), 2.40e-3,
+                 decode_step_slips(LLAMA3_8B, 2, H100_HBM, 2), rel=2e-3, what="Llama-3-8B, H100, t = 2")
+    expect_known(lab.decode_step_time_s(8e9, 1, A100_HBM), 4e-3, decode_step_slips(8e9, 1, A100_HBM, 1),
+                 what="one byte per parameter (fp8)")
 
 
 def test_decode_comm_on_nvlink_is_small_but_a_faster_gpu_makes_it_relatively_larger(lab):
     comm = step_comm(lab, NVLINK)
-    expect_close(comm, hop_model(NVLINK), what="a decode step's comm on NVLink")  # 64 x ~6 us = 0.39 ms
+    expect_step_comm(comm, NVLINK, what="a decode step's comm on NVLink")  # 64 x ~6 us = 0.39 ms
     assert comm < 1e-3
-    expect_close(lab.comm_fraction(comm, DECODE_STEP_S), comm / (comm + DECODE_STEP_S), what="vs the table's 8 ms")
+    expect_fraction(lab, comm, DECODE_STEP_S, what="vs the table's 8 ms")
     a100 = number(lab.comm_fraction(comm, lab.decode_step_time_s(LLAMA3_8B, 2, A100_HBM, tp=2)), "A100 share")
     h100 = number(lab.comm_fraction(comm, lab.decode_step_time_s(LLAMA3_8B, 2, H100_HBM, tp=2)), "H100 share")
     expect_close(a100, 0.089, abs=0.005, what="A100, t = 2 (~9%)")
@@ -89,9 +128,9 @@ def test_decode_step_comm_on_ethernet_is_fatal(lab):
     latency_alone = 64 * 2 * 50e-6
     assert latency_alone == pytest.approx(6.4e-3)
     comm = step_comm(lab, ETHERNET_10G)
-    expect_close(comm, hop_model(ETHERNET_10G), what="a decode step's comm on 10 GbE")
+    expect_step_comm(comm, ETHERNET_10G, what="a decode step's comm on 10 GbE")
     assert comm > latency_alone
-    assert number(lab.comm_fraction(comm, DECODE_STEP_S), "share of 8 ms") > 0.40   # never TP across nodes
+    assert expect_fraction(lab, comm, DECODE_STEP_S, what="share of 8 ms") > 0.40   # never TP across nodes
     h100_t2 = lab.decode_step_time_s(LLAMA3_8B, 2, H100_HBM, tp=2)
     assert number(lab.comm_fraction(comm, h100_t2), "share of an H100 step") > 0.70  # on an H100 at t = 2: 74%
 
@@ -101,7 +140,7 @@ def test_infiniband_latency_alone_is_a_fifth_of_an_h100_decode_step(lab):
     (comm included), not the whole step; on 10 GbE latency alone exceeds the step."""
     latency_alone = 64 * 2 * 5e-6
     step = lab.decode_step_time_s(LLAMA3_8B, 2, H100_HBM, tp=2)
-    share = number(lab.comm_fraction(step_comm(lab, INFINIBAND), step), "InfiniBand share")
+    share = expect_fraction(lab, step_comm(lab, INFINIBAND), number(step, "decode_step_time_s"), what="InfiniBand share")
     assert 0.20 < share < 0.25 and step_comm(lab, INFINIBAND) > latency_alone
     assert 64 * 2 * 50e-6 > number(step, "decode_step_time_s")
 
@@ -110,7 +149,8 @@ def test_latency_dominates_small_payloads(lab):
     for link in (NVLINK, ETHERNET_10G):
         halved_latency = lab.allreduce_time_s(8192, 2, link["latency_s"] / 2, link["bandwidth_bytes_per_s"])
         doubled_bandwidth = lab.allreduce_time_s(8192, 2, link["latency_s"], 2 * link["bandwidth_bytes_per_s"])
-        expect_close(halved_latency, link["latency_s"] + 8192 / link["bandwidth_bytes_per_s"], what="halved latency")
+        expect_known(halved_latency, link["latency_s"] + 8192 / link["bandwidth_bytes_per_s"],
+                     allreduce_slips(8192, 2, link["latency_s"] / 2, link["bandwidth_bytes_per_s"]), what="halved latency")
         assert halved_latency < number(doubled_bandwidth, "doubled bandwidth")   # decode: buy latency
 
 
@@ -119,7 +159,8 @@ def test_prefill_payloads_shift_the_balance_to_bandwidth(lab):
     for link in (NVLINK, ETHERNET_10G):
         halved_latency = lab.allreduce_time_s(prefill, 2, link["latency_s"] / 2, link["bandwidth_bytes_per_s"])
         doubled_bandwidth = lab.allreduce_time_s(prefill, 2, link["latency_s"], 2 * link["bandwidth_bytes_per_s"])
-        expect_close(doubled_bandwidth, 2 * link["latency_s"] + prefill / (2 * link["bandwidth_bytes_per_s"]),
+        expect_known(doubled_bandwidth, 2 * link["latency_s"] + prefill / (2 * link["bandwidth_bytes_per_s"]),
+                     allreduce_slips(prefill, 2, link["latency_s"], 2 * link["bandwidth_bytes_per_s"]),
                      what="doubled bandwidth")
         assert doubled_bandwidth < number(halved_latency, "halved latency")   # prefill: buy bandwidth
 
@@ -127,7 +168,7 @@ def test_prefill_payloads_shift_the_balance_to_bandwidth(lab):
 def test_more_ranks_more_overhead(lab):
     for tokens in (1, 2048):
         at_8 = step_comm(lab, NVLINK, tp=8, tokens=tokens)
-        expect_close(at_8, hop_model(NVLINK, tp=8, tokens=tokens), what=f"{tokens} token(s) at tp = 8")
+        expect_step_comm(at_8, NVLINK, 8, tokens, what=f"{tokens} token(s) at t = 8")
         assert at_8 > step_comm(lab, NVLINK, tp=2, tokens=tokens)
 
 
@@ -147,6 +188,17 @@ GOOD = {
                                     bandwidth_bytes_per_s=2 * HIDDEN / 1e-3, step_compute_s=2e-3,
                                     per_sequence_compute_s=0.0), [0.5]),
     "tolerable_batches": (dict(batch_sizes=[1, 2, 4], fractions=[0.05, 0.10, 0.20], threshold=0.10), [1, 2]),
+}
+# What each function's value with the GOOD arguments is when a known slip is made (_checks.py).
+GOOD_SLIPS = {
+    "allreduce_payload_bytes": payload_slips(2, HIDDEN, 2),
+    "ring_allreduce_traffic_per_rank": traffic_slips(8192, 4),
+    "allreduce_time_s": allreduce_slips(8192, 2, 3e-6, 1e9),
+    "tp_comm_time_per_step": step_slips(2, 8192, 2, 3e-6, 1e9),
+    "comm_fraction": fraction_slips(1e-3, 3e-3),
+    "decode_step_time_s": decode_step_slips(8e9, 2, 2e12, 2),
+    "break_even_overlap": overlap_slips(4e-3, 1e-3),
+    "tolerable_batches": tolerable_batches_slips([1, 2, 4], [0.05, 0.10, 0.20], 0.10),
 }
 BAD_CASES = [
     ("allreduce_payload_bytes", dict(batch_tokens=0), "batch_tokens"),
@@ -177,16 +229,17 @@ BAD_CASES = [
 @pytest.mark.parametrize("function,bad,argument", BAD_CASES, ids=[f"{f}-{a}" for f, _, a in BAD_CASES])
 def test_bad_arguments_raise_value_error_naming_them(lab, function, bad, argument):
     good, expected = GOOD[function]
-    expect_close(getattr(lab, function)(**good), expected, what=f"{function} with good arguments")
+    expect_known(getattr(lab, function)(**good), expected, GOOD_SLIPS.get(function, []),
+                 what=f"{function} with good arguments")
     expect_value_error(lambda: getattr(lab, function)(**{**good, **bad}), argument, function=getattr(lab, function),
                        related=[name for name in bad if name != argument])  # made bad together: may be named
 
 
 def test_comm_fraction_is_comm_over_comm_plus_compute_at_the_edges(lab):
-    expect_close(lab.comm_fraction(2e-3, 2e-3), 0.5, what="comm = compute")
-    expect_close(lab.comm_fraction(0.0, 1e-3), 0.0, what="no comm")
-    expect_close(lab.comm_fraction(1e-3, 0.0), 1.0, what="no compute")
-    expect_close(lab.comm_fraction(0.25, 0.75), 0.25, what="a step of exactly one second")
+    expect_fraction(lab, 2e-3, 2e-3, what="comm = compute")
+    expect_fraction(lab, 0.0, 1e-3, what="no comm")
+    expect_fraction(lab, 1e-3, 0.0, what="no compute")
+    expect_fraction(lab, 0.25, 0.75, what="a step of exactly one second")
 
 
 # -- going further ---------------------------------------------------------------------------
@@ -194,12 +247,14 @@ def test_comm_fraction_is_comm_over_comm_plus_compute_at_the_edges(lab):
 def test_break_even_overlap_makes_infiniband_tp_match_nvlink_for_decode(lab):
     slow, fast = step_comm(lab, INFINIBAND), step_comm(lab, NVLINK)
     f = number(lab.break_even_overlap(slow, fast), "break_even_overlap")
-    expect_close(slow * (1 - f), fast, what="the slow link's exposed comm at the break-even overlap")
     # 64 x (10 us + 0.16 us) against 64 x (6 us + 0.02 us): about 41% must hide.
-    expect_close(f, 1 - (6e-6 + 8192 / 450e9) / (10e-6 + 8192 / 50e9), rel=1e-9, what="the overlap needed")
+    expect_known(f, 1 - (6e-6 + 8192 / 450e9) / (10e-6 + 8192 / 50e9), overlap_slips(slow, fast), rel=1e-9,
+                 what="the overlap needed")
+    expect_close(slow * (1 - f), fast, what="the slow link's exposed comm at the break-even overlap")
     assert 0.40 < f < 0.42
-    expect_close(lab.break_even_overlap(fast, slow), 0.0, what="the faster link needs no overlap")
-    expect_close(lab.break_even_overlap(slow, slow), 0.0, what="equal links need no overlap")
+    expect_known(lab.break_even_overlap(fast, slow), 0.0, overlap_slips(fast, slow),
+                 what="the faster link needs no overlap")
+    expect_known(lab.break_even_overlap(slow, slow), 0.0, overlap_slips(slow, slow), what="equal links need no overlap")
 
 
 def test_comm_fraction_grows_with_batch_so_10gbe_tp_never_becomes_tolerable(lab):
@@ -209,7 +264,8 @@ def test_comm_fraction_grows_with_batch_so_10gbe_tp_never_becomes_tolerable(lab)
                                            step_compute_s=DECODE_STEP_S, per_sequence_compute_s=134e-6)
     comm = [hop_model(ETHERNET_10G, tokens=b) for b in batches]
     compute = [DECODE_STEP_S + (b - 1) * 134e-6 for b in batches]   # the first sequence is in the 8 ms
-    expect_close(fractions, [c / (c + t) for c, t in zip(comm, compute)], what="comm fractions by batch")
+    expect_known(fractions, [c / (c + t) for c, t in zip(comm, compute)],
+                 fractions_vs_batch_slips(batches, ETHERNET_10G, DECODE_STEP_S, 134e-6), what="comm fractions by batch")
     assert all(a < b for a, b in zip(fractions, fractions[1:])), "each sequence adds 419 us of comm, 134 us of compute"
     assert min(fractions) > 0.40
     expect_close(lab.tolerable_batches(batches, fractions, 0.10), [], what="tolerable batches on 10 GbE")
@@ -218,4 +274,5 @@ def test_comm_fraction_grows_with_batch_so_10gbe_tp_never_becomes_tolerable(lab)
 def test_fast_ethernet_tp_is_tolerable_only_for_small_batches(lab):
     batches = list(range(1, 65))
     fractions = lab.comm_fraction_vs_batch(batches, LAYERS, HIDDEN, 2, **ROCE_100G, step_compute_s=DECODE_STEP_S)
-    expect_close(lab.tolerable_batches(batches, fractions, 0.10), [1, 2, 3, 4, 5], what="tolerable batches on RoCE")
+    expect_known(lab.tolerable_batches(batches, fractions, 0.10), [1, 2, 3, 4, 5],
+                 tolerable_batches_slips(batches, fractions, 0.10), what="tolerable batches on RoCE")
