@@ -105,7 +105,7 @@ def step_comm_slips(link, t=2, tokens=1, layers=32, hidden=4096, dtype_bytes=2):
 def decode_step_slips(n_params, dtype_bytes, hbm, t):
     right = n_params * dtype_bytes / (t * hbm)
     return [(t * right, "per-rank vs total: not divided by t; each of the t ranks reads its 1/t of the weights, "
-                        "at the same time?") if t > 1 else (right, ""),
+                        "at the same time?"),
             (t * t * right, "multiplied by t where it divides: the t ranks share the reads?"),
             (right / dtype_bytes, f"parameters, not bytes: multiply by dtype_bytes ({dtype_bytes})?"),
             (8 * right, BITS), (right / 8, BITS)]
@@ -141,10 +141,8 @@ def fractions_vs_batch_slips(batches, link, compute, per_sequence, t=2, layers=3
 
 
 def overlap_slips(slow, fast):
-    right = max(0.0, 1.0 - fast / slow)
     return [(fast / slow, "the exposed share, fast / slow: asked is the share that must hide, 1 - fast / slow?"),
-            (1.0 - fast / slow, "below 0: a link that is not slower needs no overlap, max(0, 1 - fast / slow)?")
-            if right == 0 else (right, ""),
+            (1.0 - fast / slow, "below 0: a link that is not slower needs no overlap, max(0, 1 - fast / slow)?"),
             (1.0 - slow / fast if fast else math.nan, "slow and fast swapped: solve slow x (1 - f) = fast?")]
 
 
