@@ -225,6 +225,19 @@ def _grade_part_once(base: Path, course: dict, lab: str, starter: bytes, part: s
             _report_leftovers(remove_tree(folder))
 
 
+def _remove_after_kill(tree) -> list[str]:
+    """:func:`remove_tree` of a grading's tree, tried again a few times over ~4 s while anything is left: a
+    sandbox killed a moment ago (a stop, a time-out) can still be letting go of its folders, or writing one
+    last file, as it dies (under load this left the tree behind). What stays after that is reported."""
+    left = remove_tree(tree)
+    for pause in (0.2, 0.5, 1.0, 2.0):
+        if not left:
+            break
+        time.sleep(pause)
+        left = remove_tree(tree)
+    return left
+
+
 def _report_leftovers(problems: list) -> None:
     """The teacher's log (stderr): what a clean-up could not remove (the grading goes on)."""
     for line in problems:
@@ -306,7 +319,7 @@ def _grade(submission, labs, *, source, hidden, lab_timeout, total_timeout, user
             kill_descendants()  # (after a stop: whatever a cut-short clean-up left running) before the tree goes
             chosen.close()
     finally:
-        _report_leftovers(remove_tree(tmp))
+        _report_leftovers(_remove_after_kill(tmp))
     result.seconds = time.monotonic() - start
     return result
 

@@ -92,6 +92,23 @@ def test_the_grader_removes_no_folder_with_shutil_rmtree():
         assert not calls, f"{path.name}: lines {calls}"
 
 
+def test_a_grading_tree_still_held_by_a_dying_sandbox_is_removed_on_a_later_try(tmp_path, monkeypatch):
+    # After a stop or a time-out the killed sandbox can still be letting go of its folders as the grader
+    # removes its tree: the first removal leaves something; the grader tries again a few times.
+    from grading import grader
+    tree = tmp_path / "commtax-grading-1-x"
+    (tree / "sandbox-1").mkdir(parents=True)
+    tries = []
+
+    def remove_later(top):
+        tries.append(top)
+        return ["sandbox-1: Directory not empty"] if len(tries) < 3 else remove_tree(top)
+
+    monkeypatch.setattr(grader, "remove_tree", remove_later)
+    monkeypatch.setattr(grader.time, "sleep", lambda seconds: None)
+    assert grader._remove_after_kill(tree) == [] and len(tries) == 3 and not tree.exists()
+
+
 @pytest.mark.slow  # (minutes on 2 cores) CI: the two tests above, and that the grader calls no rmtree
 def test_a_deep_chain_in_a_lab_run_folder_stops_no_grading_and_leaves_nothing(tmp_path):
     # Issue 38: a rank's 3,000-deep chain of folders (tests/attacks/deep_tree.py) made the grader's clean-up
