@@ -30,7 +30,7 @@ def pytest_configure(config):
         raise pytest.UsageError(str(exc)) from None
 
 
-@pytest.hookimpl(trylast=True)   # after -k/-m deselection: only what will really run counts
+@pytest.hookimpl(trylast=True)  # after -k/-m deselection: only what will really run counts
 def pytest_collection_modifyitems(config, items):
     """Tests marked ``slow`` repeat what a faster test covers (e.g. an attack in the second grading mode):
     they run with COMMTAX_SLOW=1 and are skipped, with that reason, otherwise (CI's time budget).
@@ -48,7 +48,7 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-_book_runs: dict = {}   # notebook path -> why nbval skips it (the book's build ran it), or None
+_book_runs: dict = {}  # notebook path -> why nbval skips it (the book's build ran it), or None
 
 
 def _run_by_the_book(path) -> str | None:
@@ -64,7 +64,7 @@ def _run_by_the_book(path) -> str | None:
         if module.exists() and (here / "_build" / "executed").is_dir():
             spec = importlib.util.spec_from_file_location("commtax_book_execute", module)
             execute = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(execute)   # stdlib and nbformat only: no book tools needed
+            spec.loader.exec_module(execute)  # stdlib and nbformat only: no book tools needed
             _book_runs["execute"] = (execute, execute.dependencies_digest(here))
     if path not in _book_runs:
         _book_runs[path] = None
@@ -86,13 +86,18 @@ def pytest_runtest_setup(item):
 
 
 def _skip_lessons_the_browser_runs(items) -> None:
-    in_browser = {item.callspec.id for item in items
-                  if getattr(item, "originalname", "") == "test_lesson_runs_and_each_calculator_shows_the_figure_its_state_draws"
-                  and hasattr(item, "callspec")}
+    in_browser = {
+        item.callspec.id
+        for item in items
+        if getattr(item, "originalname", "") == "test_lesson_runs_and_each_calculator_shows_the_figure_its_state_draws"
+        and hasattr(item, "callspec")
+    }
     if not in_browser or not _browser_can_run():
         return
-    skip = pytest.mark.skip(reason="run top to bottom in JupyterLab by tests/test_browser_lessons.py in this session, "
-                                   "which fails on any cell's error (run `pytest lessons` alone for nbval)")
+    skip = pytest.mark.skip(
+        reason="run top to bottom in JupyterLab by tests/test_browser_lessons.py in this session, "
+        "which fails on any cell's error (run `pytest lessons` alone for nbval)"
+    )
     for item in items:
         path = Path(str(item.path))
         if path.suffix == ".ipynb" and path.parent.name == "lessons" and path.stem in in_browser:
@@ -102,6 +107,7 @@ def _skip_lessons_the_browser_runs(items) -> None:
 def _browser_can_run() -> bool:
     """Chromium and Playwright are here (else the browser test skips and nbval must run the lessons)."""
     import importlib.util
+
     return find_chromium() is not None and importlib.util.find_spec("playwright") is not None
 
 
@@ -111,7 +117,7 @@ def pytest_report_header(config):
         header = f"{ENV_VAR}={impl}"
     elif any((lab / "solution.py").exists() for lab in lab_dirs()):
         header = f"{ENV_VAR}=(unset: solution where the lab has one, else starter)"
-    else:   # the student release ships no solution.py at all: say what "unset" means in THIS copy
+    else:  # the student release ships no solution.py at all: say what "unset" means in THIS copy
         header = f"{ENV_VAR}=(unset: starter, your code; this copy has no solutions)"
     lines = [header]
     if config.option.tbstyle == "auto":
@@ -173,8 +179,10 @@ def _repeated_report(item, excinfo) -> str | None:
     first = _seen_before(item, _key(kind, text))
     if not first:
         return None
-    return (f"{kind}: {lines[0]}\n{lines[-1]}\n(the same error as in {first}, shown there in full; "
-            f"raised in {_test_line(item, excinfo)})")
+    return (
+        f"{kind}: {lines[0]}\n{lines[-1]}\n(the same error as in {first}, shown there in full; "
+        f"raised in {_test_line(item, excinfo)})"
+    )
 
 
 def _short_report(item, excinfo) -> str | None:
@@ -198,6 +206,7 @@ def pytest_itemcollected(item):
 
     def repr_failure(excinfo, *args, **kwargs):
         return _short_report(item, excinfo) or pytests_own(excinfo, *args, **kwargs)
+
     item.repr_failure = repr_failure
 
 

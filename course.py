@@ -45,13 +45,15 @@ STAMP = VENV / ".commtax-installed"
 BOOK_STAMP_NAME = ".commtax-book-installed"
 FIRST_LESSON = "lessons/01-collectives-and-alpha-beta.ipynb"
 SETTINGS = ROOT / "jupyter-settings" / "overrides.json"
-CONDA_ENV = "communication-tax"   # the name in environment.yml
+CONDA_ENV = "communication-tax"  # the name in environment.yml
 
 
 def in_course_conda_env() -> bool:
     """True when this Python is the course's activated conda environment (then it is used as is)."""
-    return (os.environ.get("CONDA_DEFAULT_ENV") == CONDA_ENV
-            and Path(os.environ.get("CONDA_PREFIX", "")).resolve() == Path(sys.prefix).resolve())
+    return (
+        os.environ.get("CONDA_DEFAULT_ENV") == CONDA_ENV
+        and Path(os.environ.get("CONDA_PREFIX", "")).resolve() == Path(sys.prefix).resolve()
+    )
 
 
 def install_settings(prefix: Path) -> Path:
@@ -90,8 +92,20 @@ def ensure_environment() -> Path:
         venv.EnvBuilder(with_pip=True).create(VENV)
     if not STAMP.exists() or STAMP.read_text() != wanted_stamp():
         print("[course] installing the pinned dependencies (first run: a few minutes) ...", flush=True)
-        subprocess.run([str(python), "-m", "pip", "install", "--disable-pip-version-check",
-                        "-r", str(ROOT / "requirements.txt"), "-e", str(ROOT)], check=True)
+        subprocess.run(
+            [
+                str(python),
+                "-m",
+                "pip",
+                "install",
+                "--disable-pip-version-check",
+                "-r",
+                str(ROOT / "requirements.txt"),
+                "-e",
+                str(ROOT),
+            ],
+            check=True,
+        )
         STAMP.write_text(wanted_stamp())
     return python
 
@@ -105,9 +119,20 @@ def ensure_book_tools(python: str, prefix: Path) -> None:
     if stamp.exists() and stamp.read_text() == digest.hexdigest():
         return
     print("[course] installing the book's tools (Sphinx, MyST-NB; first run: a minute) ...", flush=True)
-    subprocess.run([python, "-m", "pip", "install", "--disable-pip-version-check",
-                    "-r", str(ROOT / "book" / "requirements.txt"), "-c", str(ROOT / "requirements.txt")],
-                   check=True)
+    subprocess.run(
+        [
+            python,
+            "-m",
+            "pip",
+            "install",
+            "--disable-pip-version-check",
+            "-r",
+            str(ROOT / "book" / "requirements.txt"),
+            "-c",
+            str(ROOT / "requirements.txt"),
+        ],
+        check=True,
+    )
     stamp.write_text(digest.hexdigest())
 
 
@@ -122,8 +147,14 @@ def main(argv: list[str]) -> int:
         python, prefix = str(ensure_environment()), VENV
     install_settings(prefix)
     if command == "lab":
-        args = [python, "-m", "jupyterlab", f"--ServerApp.root_dir={ROOT}",
-                f"--LabApp.default_url=/lab/tree/{FIRST_LESSON}", *extra]
+        args = [
+            python,
+            "-m",
+            "jupyterlab",
+            f"--ServerApp.root_dir={ROOT}",
+            f"--LabApp.default_url=/lab/tree/{FIRST_LESSON}",
+            *extra,
+        ]
         if hasattr(os, "geteuid") and os.geteuid() == 0 and "--allow-root" not in extra:
             args.append("--allow-root")  # containers often run as root; Jupyter refuses without this
     elif command == "book":

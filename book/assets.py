@@ -31,10 +31,10 @@ from pathlib import Path
 class Asset:
     package: str
     version: str
-    integrity: str          # npm's sha512 of the tarball, as `npm pack --json` reports it
-    folder: str             # where it lands under the assets folder (served as _static/<folder>/)
-    members: tuple          # path prefixes inside the tarball to keep, relative to its `package/` folder
-    strip: str              # prefix removed from each kept path
+    integrity: str  # npm's sha512 of the tarball, as `npm pack --json` reports it
+    folder: str  # where it lands under the assets folder (served as _static/<folder>/)
+    members: tuple  # path prefixes inside the tarball to keep, relative to its `package/` folder
+    strip: str  # prefix removed from each kept path
 
     @property
     def spec(self) -> str:
@@ -42,19 +42,46 @@ class Asset:
 
 
 ASSETS = (
-    Asset("@jupyter-widgets/html-manager", "1.0.15",
-          "sha512-5thBIV6ymNgmPVOHvzx+gGy8ZSKmSazhtGw4/c4xJDVzRhG9PTeQsRjF3FUTopvFi//SABeNz1yp47bCrJ3CQA==",
-          "html-manager", ("dist/embed.js", "dist/embed.js.LICENSE.txt", "dist/*.woff2", "dist/*.woff",
-                           "dist/*.ttf", "dist/*.eot", "dist/*.svg", "LICENSE"), "dist/"),
-    Asset("mathjax", "3.2.2",
-          "sha512-Bt+SSVU8eBG27zChVewOicYs7Xsdt40qm4+UpHyX7k0/O9NliPc+x77k1/FEsPsjKPZGJvtRZM1vO+geW0OhGw==",
-          "mathjax", ("es5/tex-mml-chtml.js", "es5/input/", "es5/output/chtml", "es5/a11y/", "es5/ui/",
-                      "es5/sre/", "es5/adaptors/", "LICENSE"), "es5/"),
+    Asset(
+        "@jupyter-widgets/html-manager",
+        "1.0.15",
+        "sha512-5thBIV6ymNgmPVOHvzx+gGy8ZSKmSazhtGw4/c4xJDVzRhG9PTeQsRjF3FUTopvFi//SABeNz1yp47bCrJ3CQA==",
+        "html-manager",
+        (
+            "dist/embed.js",
+            "dist/embed.js.LICENSE.txt",
+            "dist/*.woff2",
+            "dist/*.woff",
+            "dist/*.ttf",
+            "dist/*.eot",
+            "dist/*.svg",
+            "LICENSE",
+        ),
+        "dist/",
+    ),
+    Asset(
+        "mathjax",
+        "3.2.2",
+        "sha512-Bt+SSVU8eBG27zChVewOicYs7Xsdt40qm4+UpHyX7k0/O9NliPc+x77k1/FEsPsjKPZGJvtRZM1vO+geW0OhGw==",
+        "mathjax",
+        (
+            "es5/tex-mml-chtml.js",
+            "es5/input/",
+            "es5/output/chtml",
+            "es5/a11y/",
+            "es5/ui/",
+            "es5/sre/",
+            "es5/adaptors/",
+            "LICENSE",
+        ),
+        "es5/",
+    ),
 )
 
 
 def _wanted(name: str, asset: Asset) -> bool:
     from fnmatch import fnmatch
+
     return any(fnmatch(name, m) if "*" in m else name.startswith(m) for m in asset.members)
 
 
@@ -65,9 +92,11 @@ def _integrity(path: Path) -> str:
 def _npm() -> str:
     npm = shutil.which("npm")
     if npm is None:
-        raise SystemExit("[book] npm (Node.js) is needed once, to fetch MathJax and the Jupyter widget manager "
-                         "from the npm registry: install Node.js 18 or newer (Debian: apt-get install nodejs npm) "
-                         "and run the command again.")
+        raise SystemExit(
+            "[book] npm (Node.js) is needed once, to fetch MathJax and the Jupyter widget manager "
+            "from the npm registry: install Node.js 18 or newer (Debian: apt-get install nodejs npm) "
+            "and run the command again."
+        )
     return npm
 
 
@@ -85,8 +114,12 @@ def ensure_assets(dest: Path) -> Path:
             continue
         with tempfile.TemporaryDirectory() as tmp:
             print(f"[book] fetching {asset.spec} from the npm registry ...", flush=True)
-            out = subprocess.run([_npm(), "pack", "--json", "--pack-destination", tmp, asset.spec],
-                                 check=True, capture_output=True, text=True).stdout
+            out = subprocess.run(
+                [_npm(), "pack", "--json", "--pack-destination", tmp, asset.spec],
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
             tarball = Path(tmp) / json.loads(out)[0]["filename"]
             got = _integrity(tarball)
             if got != asset.integrity:

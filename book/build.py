@@ -42,16 +42,16 @@ from book import assets, execute, pages  # noqa: E402
 
 def notebooks(root: Path = ROOT) -> list[Path]:
     """Every lesson and worked solution (solutions are absent from the student release)."""
-    return sorted((root / "lessons").glob("[0-9][0-9]-*.ipynb")) + \
-        sorted((root / "solutions").glob("[0-9][0-9]-*.ipynb"))
+    return sorted((root / "lessons").glob("[0-9][0-9]-*.ipynb")) + sorted(
+        (root / "solutions").glob("[0-9][0-9]-*.ipynb")
+    )
 
 
 def repository_url(given: str | None) -> str:
     """The URL readers clone: --repository-url, COMMTAX_BOOK_REPOSITORY, else git's https origin, else none."""
     url = given or os.environ.get("COMMTAX_BOOK_REPOSITORY", "")
     if not url:
-        found = subprocess.run(["git", "-C", str(ROOT), "remote", "get-url", "origin"],
-                               capture_output=True, text=True)
+        found = subprocess.run(["git", "-C", str(ROOT), "remote", "get-url", "origin"], capture_output=True, text=True)
         url = found.stdout.strip() if found.returncode == 0 else ""
     url = url.removesuffix(".git")
     return url if url.startswith("https://") else ""
@@ -80,8 +80,7 @@ def rendered_from(repository: str) -> str:
     return digest.hexdigest()
 
 
-def build(jobs: int = 1, repository: str | None = None, clean: bool = False,
-          lessons: list[str] | None = None) -> Path:
+def build(jobs: int = 1, repository: str | None = None, clean: bool = False, lessons: list[str] | None = None) -> Path:
     """Build the book into ``_build/html``; return the path of its home page.
 
     ``lessons``: the numbers of the lessons whose notebooks run if their execution is not
@@ -90,30 +89,47 @@ def build(jobs: int = 1, repository: str | None = None, clean: bool = False,
     start = time.monotonic()
     if clean:
         import shutil
+
         shutil.rmtree(BUILD / "src", ignore_errors=True)
         shutil.rmtree(HTML, ignore_errors=True)
         shutil.rmtree(BUILD / "doctrees", ignore_errors=True)
     asset_dir = assets.ensure_assets(BUILD / "assets")
-    executed = execute.execute_all(notebooks(), ROOT, BUILD / "executed", jobs=jobs,
-                                   run=selected(lessons))
+    executed = execute.execute_all(notebooks(), ROOT, BUILD / "executed", jobs=jobs, run=selected(lessons))
     ran = time.monotonic()
     url = repository_url(repository)
     pages.stage(ROOT, BUILD / "src", executed, url)
-    rendered = HTML / ".commtax-rendered"      # what the last complete render was made from
+    rendered = HTML / ".commtax-rendered"  # what the last complete render was made from
     inputs = rendered_from(url)
     if rendered.exists() and rendered.read_text() == inputs:
         print("[book] no page changed since the last build: not rendered again", flush=True)
     else:
         env = dict(os.environ, COMMTAX_BOOK_ASSETS=str(asset_dir), COMMTAX_BOOK_REPOSITORY=url)
-        command = [sys.executable, "-m", "sphinx", "-b", "html", "-c", str(HERE), "-d", str(BUILD / "doctrees"),
-                   "-W", "--keep-going", "-q", str(BUILD / "src"), str(HTML)]
+        command = [
+            sys.executable,
+            "-m",
+            "sphinx",
+            "-b",
+            "html",
+            "-c",
+            str(HERE),
+            "-d",
+            str(BUILD / "doctrees"),
+            "-W",
+            "--keep-going",
+            "-q",
+            str(BUILD / "src"),
+            str(HTML),
+        ]
         rendered.unlink(missing_ok=True)
         if subprocess.call(command, env=env) != 0:
             raise SystemExit("[book] Sphinx reported the problems above; the book is not complete")
         rendered.write_text(inputs)
     done = time.monotonic()
-    print(f"[book] built in {done - start:.0f} s (notebooks {ran - start:.0f} s, pages {done - ran:.0f} s): "
-          f"open {HTML / 'index.html'}", flush=True)
+    print(
+        f"[book] built in {done - start:.0f} s (notebooks {ran - start:.0f} s, pages {done - ran:.0f} s): "
+        f"open {HTML / 'index.html'}",
+        flush=True,
+    )
     return HTML / "index.html"
 
 
@@ -122,11 +138,16 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--jobs", type=int, default=1, help="notebooks executed at a time (default 1)")
     parser.add_argument("--repository-url", help="the https URL readers clone (default: git's origin, if https)")
     parser.add_argument("--clean", action="store_true", help="re-render every page (executions stay cached)")
-    parser.add_argument("--execute", metavar="NN,NN", type=lambda text: [n.strip().zfill(2) for n in text.split(",")],
-                        help="execute only these lessons (and their solutions); others show outputs only "
-                             f"from an earlier build (the test suite's quick build: {','.join(QUICK)})")
-    parser.add_argument("--quick", action="store_true",
-                        help=f"--execute {','.join(QUICK)}: the test suite's build outside CI (seconds)")
+    parser.add_argument(
+        "--execute",
+        metavar="NN,NN",
+        type=lambda text: [n.strip().zfill(2) for n in text.split(",")],
+        help="execute only these lessons (and their solutions); others show outputs only "
+        f"from an earlier build (the test suite's quick build: {','.join(QUICK)})",
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help=f"--execute {','.join(QUICK)}: the test suite's build outside CI (seconds)"
+    )
     args = parser.parse_args(argv)
     build(args.jobs, args.repository_url, args.clean, list(QUICK) if args.quick else args.execute)
     return 0

@@ -37,15 +37,14 @@ from pathlib import Path
 
 import nbformat
 
-CELL_TIMEOUT_S = 180          # nbval's --nbval-cell-timeout in pyproject.toml
+CELL_TIMEOUT_S = 180  # nbval's --nbval-cell-timeout in pyproject.toml
 DEPENDENCIES = ("commtax", "labs", "requirements.txt")
-DATA_SUFFIXES = {".csv", ".json", ".log", ".gz"}   # under labs/: the files lessons read (code there is not theirs)
-STORE = Path("_build") / "executed"   # under the repository root
+DATA_SUFFIXES = {".csv", ".json", ".log", ".gz"}  # under labs/: the files lessons read (code there is not theirs)
+STORE = Path("_build") / "executed"  # under the repository root
 # nbval's cell markers (comments or tags) that ask it for more than "no cell raised": a notebook
 # carrying one is left to nbval (the suite's --nbval-lax otherwise compares no output).
 NBVAL_MARKERS = re.compile(r"^\s*#\s*(NBVAL_|PYTEST_VALIDATE_)", re.M)
-NBVAL_TAGS = {"nbval-check-output", "nbval-raises-exception", "raises-exception", "nbval-skip",
-              "nbval-ignore-output"}
+NBVAL_TAGS = {"nbval-check-output", "nbval-raises-exception", "raises-exception", "nbval-skip", "nbval-ignore-output"}
 
 
 def _files(root: Path):
@@ -54,8 +53,11 @@ def _files(root: Path):
         if path.is_file():
             yield path
         elif name == "labs":
-            yield from (p for p in sorted(path.rglob("*")) if p.suffix in DATA_SUFFIXES and p.is_file()
-                        and "calibrations" not in p.parts)   # git-ignored, per machine
+            yield from (
+                p
+                for p in sorted(path.rglob("*"))
+                if p.suffix in DATA_SUFFIXES and p.is_file() and "calibrations" not in p.parts
+            )  # git-ignored, per machine
         else:
             yield from (p for p in sorted(path.rglob("*")) if p.is_file() and "__pycache__" not in p.parts)
 
@@ -115,8 +117,11 @@ def reusable(source: Path, root: Path, dependencies: str | None = None) -> tuple
     if not target.exists():
         return None, "no stored execution"
     nb = nbformat.read(source, as_version=4)
-    if any(NBVAL_MARKERS.search(c.source) or NBVAL_TAGS & set(c.metadata.get("tags", []))
-           for c in nb.cells if c.cell_type == "code"):
+    if any(
+        NBVAL_MARKERS.search(c.source) or NBVAL_TAGS & set(c.metadata.get("tags", []))
+        for c in nb.cells
+        if c.cell_type == "code"
+    ):
         return None, "it carries an nbval marker"
     stored = nbformat.read(target, as_version=4)
     record = stored.metadata.get("commtax_book", {})
@@ -127,8 +132,10 @@ def reusable(source: Path, root: Path, dependencies: str | None = None) -> tuple
     problem = unfinished_cell(stored)
     if problem:
         return None, f"the stored execution is not clean ({problem})"
-    return target, (f"run once, by the book's build ({target.relative_to(root)}, {record.get('seconds')} s; "
-                    "current and clean): nbval does not run it again")
+    return target, (
+        f"run once, by the book's build ({target.relative_to(root)}, {record.get('seconds')} s; "
+        "current and clean): nbval does not run it again"
+    )
 
 
 def _run(source: Path, target: Path, key: str, root: Path) -> tuple[float, str | None]:
@@ -139,21 +146,32 @@ def _run(source: Path, target: Path, key: str, root: Path) -> tuple[float, str |
     nb = nbformat.read(source, as_version=4)
     start = time.monotonic()
     try:
-        NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3", allow_errors=False,
-                       store_widget_state=True, resources={"metadata": {"path": str(source.parent)}}).execute()
+        NotebookClient(
+            nb,
+            timeout=CELL_TIMEOUT_S,
+            kernel_name="python3",
+            allow_errors=False,
+            store_widget_state=True,
+            resources={"metadata": {"path": str(source.parent)}},
+        ).execute()
     except (CellExecutionError, CellTimeoutError, DeadKernelError) as error:
-        lines = re.sub(r"\x1b\[[0-9;]*m", "", str(error)).strip().splitlines()   # no terminal colours
+        lines = re.sub(r"\x1b\[[0-9;]*m", "", str(error)).strip().splitlines()  # no terminal colours
         return time.monotonic() - start, unfinished_cell(nb) or (lines[-1] if lines else type(error).__name__)
     seconds = time.monotonic() - start
-    nb.metadata["commtax_book"] = {"key": key, "source": str(source.relative_to(root)),
-                                   "seconds": round(seconds, 1), "environment": environment()}
+    nb.metadata["commtax_book"] = {
+        "key": key,
+        "source": str(source.relative_to(root)),
+        "seconds": round(seconds, 1),
+        "environment": environment(),
+    }
     target.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, target)
     return seconds, None
 
 
-def execute_all(sources: list[Path], root: Path, store: Path, jobs: int = 1,
-                run: set[Path] | None = None) -> dict[Path, Path]:
+def execute_all(
+    sources: list[Path], root: Path, store: Path, jobs: int = 1, run: set[Path] | None = None
+) -> dict[Path, Path]:
     """Return {source notebook: its executed copy} for every source that has a current execution.
 
     A notebook whose stored execution is stale is executed again when ``run`` is
@@ -177,8 +195,11 @@ def execute_all(sources: list[Path], root: Path, store: Path, jobs: int = 1,
             done[source] = target
         else:
             skipped.append(source)
-    print(f"[book] {len(sources) - len(todo) - len(skipped)} of {len(sources)} notebooks reused from {store}; "
-          f"executing {len(todo)}" + (f"; {len(skipped)} shown without outputs" if skipped else ""), flush=True)
+    print(
+        f"[book] {len(sources) - len(todo) - len(skipped)} of {len(sources)} notebooks reused from {store}; "
+        f"executing {len(todo)}" + (f"; {len(skipped)} shown without outputs" if skipped else ""),
+        flush=True,
+    )
 
     failed = {}
 
@@ -193,8 +214,10 @@ def execute_all(sources: list[Path], root: Path, store: Path, jobs: int = 1,
             print(f"[book]   executed {source.relative_to(root)} in {seconds:.0f} s", flush=True)
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        list(pool.map(one, todo))   # list(): re-raises an unexpected error
-    if failed:   # the others ran and are stored; the test suite's nbval run shows each traceback in full
-        raise SystemExit("[book] these notebooks failed; nothing of them is stored:\n" + "\n".join(
-            f"  {source.relative_to(root)}: {failure}" for source, failure in sorted(failed.items())))
+        list(pool.map(one, todo))  # list(): re-raises an unexpected error
+    if failed:  # the others ran and are stored; the test suite's nbval run shows each traceback in full
+        raise SystemExit(
+            "[book] these notebooks failed; nothing of them is stored:\n"
+            + "\n".join(f"  {source.relative_to(root)}: {failure}" for source, failure in sorted(failed.items()))
+        )
     return done

@@ -34,14 +34,14 @@ from book import glossary
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
-DOWNLOADS = "_notebooks"          # excluded from the pages (conf.py), linked as downloads
+DOWNLOADS = "_notebooks"  # excluded from the pages (conf.py), linked as downloads
 
 
 @dataclass
 class Lesson:
-    number: str                    # "01"
-    notebook: str                  # "lessons/01-collectives-and-alpha-beta.ipynb"
-    labs: list = field(default_factory=list)    # ["labs/lab-01-alpha-beta/README.md", ...]
+    number: str  # "01"
+    notebook: str  # "lessons/01-collectives-and-alpha-beta.ipynb"
+    labs: list = field(default_factory=list)  # ["labs/lab-01-alpha-beta/README.md", ...]
 
     @property
     def solution(self) -> str:
@@ -110,19 +110,24 @@ class Stager:
         how = f"run `python3 course.py lab` and open `{rel}` (then Run ▸ Run All Cells)"
         lines = [self.run_line(rel, rel, "notebook" if solution else "lesson", how)]
         if executed is None:
-            lines.append("```{container} commtax-unexecuted\nThis build did not execute this notebook, so its "
-                         "figures, tables and calculators are missing here: `python3 course.py book` executes "
-                         "every notebook.\n```\n")
+            lines.append(
+                "```{container} commtax-unexecuted\nThis build did not execute this notebook, so its "
+                "figures, tables and calculators are missing here: `python3 course.py book` executes "
+                "every notebook.\n```\n"
+            )
         if solution:
-            lines.insert(0, "```{admonition} Worked solutions: the answers\n:class: warning commtax-answers\n"
-                            f"This page answers the exercises of [Lesson {lesson.number}](../{lesson.notebook}). "
-                            "Try each exercise there first: its one-line self-check says whether your number is "
-                            "right without showing it.\n```\n")
+            lines.insert(
+                0,
+                "```{admonition} Worked solutions: the answers\n:class: warning commtax-answers\n"
+                f"This page answers the exercises of [Lesson {lesson.number}](../{lesson.notebook}). "
+                "Try each exercise there first: its one-line self-check says whether your number is "
+                "right without showing it.\n```\n",
+            )
         _insert_under_title(nb, "\n".join(lines))
         _mark_calculators(nb, rel)
         if toctree:
             nb.cells.append(_cell("```{toctree}\n:hidden:\n\n" + "\n".join(toctree) + "\n```", "commtax-toctree"))
-        nb.metadata.pop("commtax_book", None)   # the cache's bookkeeping, not the page's
+        nb.metadata.pop("commtax_book", None)  # the cache's bookkeeping, not the page's
         self.write(rel, nbformat.writes(nb) + "\n")
         self.write(f"{DOWNLOADS}/{rel}", (self.root / rel).read_text())
 
@@ -135,7 +140,7 @@ class Stager:
     def index(self, readme: str, lessons: list[Lesson], extra: list[str]) -> None:
         if any((self.root / l.solution).exists() for l in lessons):
             text = readme.replace("](solutions/)", "](solutions/index.md)")
-        else:   # a student release: no worked solutions, so no link to them
+        else:  # a student release: no worked solutions, so no link to them
             text = re.sub(r"\[([^\]]*)\]\(solutions/[^)]*\)", r"\1", readme)
         toc = ["", "```{toctree}", ":caption: Lessons", ":hidden:", ""]
         toc += [l.notebook.removesuffix(".ipynb") for l in lessons] + ["glossary"]
@@ -147,11 +152,17 @@ class Stager:
         self.write("glossary.md", glossary.markdown({l.number: l.notebook for l in lessons}))
 
     def solutions_index(self, lessons: list[Lesson]) -> None:
-        rows = [f"- [Lesson {l.number}: worked solutions]({Path(l.solution).name})"
-                for l in lessons if (self.root / l.solution).exists()]
-        self.write("solutions/index.md", "# Worked solutions\n\n"
-                   "The answers to every lesson's exercises, one page per lesson. Each lesson's exercises "
-                   "have one-line self-checks: try them there first.\n\n" + "\n".join(rows) + "\n")
+        rows = [
+            f"- [Lesson {l.number}: worked solutions]({Path(l.solution).name})"
+            for l in lessons
+            if (self.root / l.solution).exists()
+        ]
+        self.write(
+            "solutions/index.md",
+            "# Worked solutions\n\n"
+            "The answers to every lesson's exercises, one page per lesson. Each lesson's exercises "
+            "have one-line self-checks: try them there first.\n\n" + "\n".join(rows) + "\n",
+        )
 
     def remove_stale(self) -> None:
         """Delete staged files no longer produced (a renamed lesson must not keep its old page)."""
@@ -184,8 +195,10 @@ def _insert_after_heading(markdown: str, text: str) -> str:
 
 def _mark_calculators(nb, rel: str) -> None:
     """A note under each calculator; its saved controls fixed (no kernel moves the result here)."""
-    note = ("```{container} commtax-live\n**Live in JupyterLab:** this calculator is shown as it was saved; "
-            f"to move its controls and see the result follow, run `python3 course.py lab` and open `{rel}`.\n```")
+    note = (
+        "```{container} commtax-live\n**Live in JupyterLab:** this calculator is shown as it was saved; "
+        f"to move its controls and see the result follow, run `python3 course.py lab` and open `{rel}`.\n```"
+    )
     for index in reversed(range(len(nb.cells))):
         cell = nb.cells[index]
         if cell.cell_type == "code" and any(WIDGET_VIEW in o.get("data", {}) for o in cell.get("outputs", [])):
@@ -216,8 +229,12 @@ def stage(root: Path, src: Path, executed: dict[Path, Path], repository_url: str
         for lab in lesson.labs:
             if (root / lab).exists():
                 folder = str(Path(lab).parent)
-                stager.markdown(lab, "lab", f"run `LAB_IMPL=starter python3 course.py test {folder}` to test "
-                                            f"your `{folder}/starter.py` (`python3 course.py lab` opens JupyterLab)")
+                stager.markdown(
+                    lab,
+                    "lab",
+                    f"run `LAB_IMPL=starter python3 course.py test {folder}` to test "
+                    f"your `{folder}/starter.py` (`python3 course.py lab` opens JupyterLab)",
+                )
     extra = ["solutions/index"] if any((root / l.solution).exists() for l in lessons) else []
     if extra:
         stager.solutions_index(lessons)
@@ -229,4 +246,3 @@ def stage(root: Path, src: Path, executed: dict[Path, Path], repository_url: str
     stager.index(readme, lessons, extra)
     stager.remove_stale()
     return lessons
-

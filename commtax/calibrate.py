@@ -59,26 +59,42 @@ def _size(text: str) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python3 -m commtax.calibrate",
-                                     description="Fit a link (alpha, bandwidth) to measurements.")
+    parser = argparse.ArgumentParser(
+        prog="python3 -m commtax.calibrate", description="Fit a link (alpha, bandwidth) to measurements."
+    )
     sub = parser.add_subparsers(dest="source", required=True, metavar="SOURCE")
-    nccl = sub.add_parser("nccl-tests", help="read nccl-tests stdout logs (all_reduce_perf, ...)",
-                          description="Read nccl-tests logs and fit alpha (s) and bandwidth (bytes/s per GPU "
-                                      "per direction) to each, from the out-of-place columns by default.")
+    nccl = sub.add_parser(
+        "nccl-tests",
+        help="read nccl-tests stdout logs (all_reduce_perf, ...)",
+        description="Read nccl-tests logs and fit alpha (s) and bandwidth (bytes/s per GPU "
+        "per direction) to each, from the out-of-place columns by default.",
+    )
     nccl.add_argument("logs", nargs="+", metavar="LOG", help="a file holding an nccl-tests program's stdout")
     nccl.add_argument("--json", action="store_true", help="print the parsed rows and fits as JSON")
-    nccl.add_argument("--out", type=Path, metavar="FILE",
-                      help="write the fitted link as a calibration file (one LOG only)")
+    nccl.add_argument(
+        "--out", type=Path, metavar="FILE", help="write the fitted link as a calibration file (one LOG only)"
+    )
     nccl.add_argument("--name", help="the link's name in the calibration file (default from the log)")
-    nccl.add_argument("--ranks", type=_positive_int, metavar="N",
-                      help="GPUs in the run, when the log does not say (no '# Rank' lines)")
-    nccl.add_argument("--collective", choices=("all_reduce", "all_gather", "reduce_scatter", "alltoall",
-                                               "sendrecv", "broadcast", "reduce"),
-                      help="which test ran, when the log does not name its *_perf program")
+    nccl.add_argument(
+        "--ranks",
+        type=_positive_int,
+        metavar="N",
+        help="GPUs in the run, when the log does not say (no '# Rank' lines)",
+    )
+    nccl.add_argument(
+        "--collective",
+        choices=("all_reduce", "all_gather", "reduce_scatter", "alltoall", "sendrecv", "broadcast", "reduce"),
+        help="which test ran, when the log does not name its *_perf program",
+    )
     nccl.add_argument("--in-place", action="store_true", help="read the in-place columns instead")
-    nccl.add_argument("--fit-from", type=_size, default=0, metavar="SIZE",
-                      help="fit only the rows of at least SIZE bytes (1K = 1024, as nccl-tests), e.g. to "
-                           "calibrate the bandwidth regime of large gradient buckets; default: every row > 0")
+    nccl.add_argument(
+        "--fit-from",
+        type=_size,
+        default=0,
+        metavar="SIZE",
+        help="fit only the rows of at least SIZE bytes (1K = 1024, as nccl-tests), e.g. to "
+        "calibrate the bandwidth regime of large gradient buckets; default: every row > 0",
+    )
     return parser
 
 
@@ -98,25 +114,40 @@ BENT_FIT = 0.25
 
 
 def _table(log, alpha, bandwidth, min_size, out) -> None:
-    print(f"# {log.file}: {log.collective}, {log.ranks} ranks (from {log.ranks_from}), "
-          f"{log.columns} columns{', ' + log.dtype if log.dtype else ''}", file=out)
+    print(
+        f"# {log.file}: {log.collective}, {log.ranks} ranks (from {log.ranks_from}), "
+        f"{log.columns} columns{', ' + log.dtype if log.dtype else ''}",
+        file=out,
+    )
     print(f"#{'size':>12} {'time':>10} {'algbw':>10} {'busbw':>10}", file=out)
     for r in log.rows:
-        print(f" {format_bytes(r.size_bytes):>12} {format_seconds(r.time_s):>10} "
-              f"{format_rate(r.algbw_Bps):>10} {format_rate(r.busbw_Bps):>10}", file=out)
+        print(
+            f" {format_bytes(r.size_bytes):>12} {format_seconds(r.time_s):>10} "
+            f"{format_rate(r.algbw_Bps):>10} {format_rate(r.busbw_Bps):>10}",
+            file=out,
+        )
     errors = _errors(log, alpha, bandwidth, min_size)
     used = f"size >= {format_bytes(min_size)}" if min_size > 0 else "size > 0"
-    print(f"# fit ({len(fit_rows(log, min_size))} rows of {used}): alpha = {format_seconds(alpha)} "
-          f"per message, bandwidth = {format_rate(bandwidth)} per GPU per direction; "
-          f"error median {np.median(errors):.1%}, max {errors.max():.1%}", file=out)
+    print(
+        f"# fit ({len(fit_rows(log, min_size))} rows of {used}): alpha = {format_seconds(alpha)} "
+        f"per message, bandwidth = {format_rate(bandwidth)} per GPU per direction; "
+        f"error median {np.median(errors):.1%}, max {errors.max():.1%}",
+        file=out,
+    )
     best = max((r.busbw_Bps for r in log.rows if r.size_bytes > 0), default=0.0)
-    if errors.max() > BENT_FIT or bandwidth < 0.9 * best:   # the asymptote below what a row reached
-        print(f"# note: one line fits these rows badly (the largest row's busbw is {format_rate(best)}, above "
-              f"the fitted bandwidth): NCCL changes protocol across sizes; fit the large rows with "
-              f"--fit-from 8M (see --help)", file=out)
+    if errors.max() > BENT_FIT or bandwidth < 0.9 * best:  # the asymptote below what a row reached
+        print(
+            f"# note: one line fits these rows badly (the largest row's busbw is {format_rate(best)}, above "
+            f"the fitted bandwidth): NCCL changes protocol across sizes; fit the large rows with "
+            f"--fit-from 8M (see --help)",
+            file=out,
+        )
     if log.avg_busbw_Bps is not None:
-        print(f"# the log's own '# Avg bus bandwidth': {format_rate(log.avg_busbw_Bps)} "
-              "(the mean busbw over every size, small ones included: not the link's bandwidth)", file=out)
+        print(
+            f"# the log's own '# Avg bus bandwidth': {format_rate(log.avg_busbw_Bps)} "
+            "(the mean busbw over every size, small ones included: not the link's bandwidth)",
+            file=out,
+        )
 
 
 def _save(path, log, alpha, bandwidth, name, min_size) -> None:
@@ -125,24 +156,36 @@ def _save(path, log, alpha, bandwidth, name, min_size) -> None:
     collective, _ = model_args(log.collective, log.ranks)
     rows = fit_rows(log, min_size)
     errors = _errors(log, alpha, bandwidth, min_size)
-    save_calibration(path, alpha=alpha, bandwidth=bandwidth,
-                     name=name or f"nccl-tests {log.collective} x{log.ranks} ({Path(log.file).name})",
-                     collective=collective if log.collective != "sendrecv" else "sendrecv",
-                     world_size=log.ranks, backend="nccl", dtype=log.dtype,
-                     statistic="mean (nccl-tests' time column)",
-                     sizes=[r.size_bytes for r in rows], seconds=[r.time_s for r in rows],
-                     fit_error_median=float(np.median(errors)), fit_error_max=float(errors.max()),
-                     log_file=str(log.file), columns=log.columns, fit_from_bytes=int(min_size),
-                     source=f"nccl-tests log {Path(log.file).name}, {log.columns} columns, "
-                            "fitted by python3 -m commtax.calibrate nccl-tests")
+    save_calibration(
+        path,
+        alpha=alpha,
+        bandwidth=bandwidth,
+        name=name or f"nccl-tests {log.collective} x{log.ranks} ({Path(log.file).name})",
+        collective=collective if log.collective != "sendrecv" else "sendrecv",
+        world_size=log.ranks,
+        backend="nccl",
+        dtype=log.dtype,
+        statistic="mean (nccl-tests' time column)",
+        sizes=[r.size_bytes for r in rows],
+        seconds=[r.time_s for r in rows],
+        fit_error_median=float(np.median(errors)),
+        fit_error_max=float(errors.max()),
+        log_file=str(log.file),
+        columns=log.columns,
+        fit_from_bytes=int(min_size),
+        source=f"nccl-tests log {Path(log.file).name}, {log.columns} columns, "
+        "fitted by python3 -m commtax.calibrate nccl-tests",
+    )
 
 
 def main(argv=None) -> int:
     """Run the command line; returns the exit status (0 ok, 1 a log or file problem, 2 bad arguments)."""
     args = _parser().parse_args(argv)
     if args.out is not None and len(args.logs) != 1:
-        print(f"calibrate: --out writes one link, from one LOG; got {len(args.logs)} logs "
-              "(run once per log)", file=sys.stderr)
+        print(
+            f"calibrate: --out writes one link, from one LOG; got {len(args.logs)} logs (run once per log)",
+            file=sys.stderr,
+        )
         return 2
     columns = "in-place" if args.in_place else "out-of-place"
     results = []
@@ -161,9 +204,19 @@ def main(argv=None) -> int:
         print(f"calibrate: {exc}", file=sys.stderr)
         return 1
     if args.json:
-        document = {"logs": [{"file": log.file, "collective": log.collective, "ranks": log.ranks,
-                              "rows": [r.as_dict() for r in log.rows],
-                              "alpha_s": alpha, "bandwidth_Bps": bandwidth} for log, alpha, bandwidth in results]}
+        document = {
+            "logs": [
+                {
+                    "file": log.file,
+                    "collective": log.collective,
+                    "ranks": log.ranks,
+                    "rows": [r.as_dict() for r in log.rows],
+                    "alpha_s": alpha,
+                    "bandwidth_Bps": bandwidth,
+                }
+                for log, alpha, bandwidth in results
+            ]
+        }
         print(json.dumps(document, indent=2))
     else:
         for i, (log, alpha, bandwidth) in enumerate(results):
@@ -178,6 +231,6 @@ def main(argv=None) -> int:
 if __name__ == "__main__":
     try:
         sys.exit(main())
-    except BrokenPipeError:          # the reader went away (| head): not an error of ours
+    except BrokenPipeError:  # the reader went away (| head): not an error of ours
         sys.stderr.close()
         sys.exit(0)

@@ -52,6 +52,7 @@ class _LabFunctions:
                 raise
             except NotImplementedError as exc:
                 raise Unlit(number, name, str(exc).split(". Hint:")[0]) from None
+
         call.__name__ = name
         return call
 
@@ -69,12 +70,12 @@ def _elementwise(function, args, kwargs):
     results = []
     for index in np.ndindex(broadcast[0].shape):
         for i, array in zip(arrays, broadcast):
-            values[i] = array[index].item()   # a Python float or int, as a learner's checks expect
-        results.append(function(*values[:len(args)], **dict(zip(keys, values[len(args):]))))
+            values[i] = array[index].item()  # a Python float or int, as a learner's checks expect
+        results.append(function(*values[: len(args)], **dict(zip(keys, values[len(args) :]))))
     return np.array(results).reshape(broadcast[0].shape)
 
 
-_LOADED_AT: dict[str, float] = {}   # module name -> mtime of starter.py when it was loaded
+_LOADED_AT: dict[str, float] = {}  # module name -> mtime of starter.py when it was loaded
 
 
 def _load(number: str, name: str):
@@ -120,8 +121,11 @@ def _skip_in_a_lab_test(lab_number, name: str) -> None:
     """
     if "_pytest" in sys.modules and os.environ.get("PYTEST_CURRENT_TEST"):
         import pytest
-        pytest.skip(f"this test checks against the course's reference for Lab {_number(lab_number)}'s "
-                    f"`{name}`, which is not in the student release; your teacher's grader runs it")
+
+        pytest.skip(
+            f"this test checks against the course's reference for Lab {_number(lab_number)}'s "
+            f"`{name}`, which is not in the student release; your teacher's grader runs it"
+        )
 
 
 @functools.cache
@@ -129,4 +133,5 @@ def _in_a_notebook() -> None:
     """Show Unlit in any notebook cell as one line (the lessons' plain tables need lab code too)."""
     if "IPython" in sys.modules:
         from commtax.ui import powered
+
         powered.install_cell_handler()

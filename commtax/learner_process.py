@@ -39,9 +39,22 @@ RUN_TAG = "COMMTAX_GRADING_RUN"  # the grader's tag on every process of a lab (i
 # Under the grader, learner processes get only these variables of ours (no tokens, no paths of the
 # grader's own): the locale, the search path for programs and libraries, and what torch, NCCL
 # and gloo read.
-LEARNER_VARIABLES = {"PATH", "LANG", "LANGUAGE", "TZ", "TERM", "LD_LIBRARY_PATH", "LAB_IMPL", "OMP_NUM_THREADS",
-                     "MKL_NUM_THREADS", "MPLBACKEND", "PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED",
-                     "PYTHONHASHSEED", "COMMTAX_LAB_CALL_TIMEOUT"}
+LEARNER_VARIABLES = {
+    "PATH",
+    "LANG",
+    "LANGUAGE",
+    "TZ",
+    "TERM",
+    "LD_LIBRARY_PATH",
+    "LAB_IMPL",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "MPLBACKEND",
+    "PYTHONDONTWRITEBYTECODE",
+    "PYTHONUNBUFFERED",
+    "PYTHONHASHSEED",
+    "COMMTAX_LAB_CALL_TIMEOUT",
+}
 LEARNER_PREFIXES = ("LC_", "NCCL_", "GLOO_", "TORCH_", "CUDA_", "NVIDIA_")
 
 
@@ -62,7 +75,7 @@ def learner_path(path) -> str:
     real = os.path.realpath(path)
     trusted = box["trusted_root"]
     if real == trusted or real.startswith(trusted + os.sep):
-        return box["learner_root"] + real[len(trusted):]
+        return box["learner_root"] + real[len(trusted) :]
     return path
 
 
@@ -88,16 +101,26 @@ def learner_env(extra: dict | None = None) -> dict:
     """The environment of a learner process: ours, without the grader's variables, plus ``extra``."""
     box = sandbox()
     package_root = str(Path(__file__).resolve().parent.parent)
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("COMMTAX_SANDBOX", "PYTEST_")) and not k.startswith("COMMTAX_GRADING_")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("COMMTAX_SANDBOX", "PYTEST_")) and not k.startswith("COMMTAX_GRADING_")
+    }
     if box:
         env = {k: v for k, v in env.items() if k in LEARNER_VARIABLES or k.startswith(LEARNER_PREFIXES)}
     if RUN_TAG in os.environ:
         env[RUN_TAG] = os.environ[RUN_TAG]  # the tag the grader kills by
     if box:
-        env.update(PYTHONPATH=box["learner_root"], TMPDIR=box["tmp"], TMP=box["tmp"], TEMP=box["tmp"],
-                   HOME=box["tmp"], XDG_CACHE_HOME=box["tmp"], MPLCONFIGDIR=box["tmp"],
-                   PYTHONDONTWRITEBYTECODE="1")
+        env.update(
+            PYTHONPATH=box["learner_root"],
+            TMPDIR=box["tmp"],
+            TMP=box["tmp"],
+            TEMP=box["tmp"],
+            HOME=box["tmp"],
+            XDG_CACHE_HOME=box["tmp"],
+            MPLCONFIGDIR=box["tmp"],
+            PYTHONDONTWRITEBYTECODE="1",
+        )
     else:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
     env.update(extra or {})
@@ -126,8 +149,10 @@ def learner_popen_kwargs(cwd=None, extra_env: dict | None = None) -> dict:
     """
     box = sandbox()
     if box and box.get("relay"):
-        raise RuntimeError("learner processes under the grader's sandbox must be started with "
-                           "commtax.learner_process.learner_popen (or learner_run)")
+        raise RuntimeError(
+            "learner processes under the grader's sandbox must be started with "
+            "commtax.learner_process.learner_popen (or learner_run)"
+        )
     kwargs = {"env": learner_env(extra_env)}
     if os.name == "posix":
         kwargs["start_new_session"] = True
@@ -160,8 +185,9 @@ def _nest(command: list, writable, readable) -> list:
     return [*nest["prefix"], *binds, "--", *command]
 
 
-def learner_popen(command, *, cwd=None, extra_env: dict | None = None, pass_fds=(), writable=(), readable=(),
-                  **popen_kwargs):
+def learner_popen(
+    command, *, cwd=None, extra_env: dict | None = None, pass_fds=(), writable=(), readable=(), **popen_kwargs
+):
     """Start ``command`` (a list; its first item the Python interpreter) as a learner process.
 
     Takes ``subprocess.Popen``'s keyword arguments (``stdin``, ``stdout``, ``stderr``, ``text`` ...)
@@ -178,16 +204,32 @@ def learner_popen(command, *, cwd=None, extra_env: dict | None = None, pass_fds=
         kwargs = learner_popen_kwargs(cwd, extra_env)
         return subprocess.Popen(list(command), pass_fds=tuple(pass_fds), **kwargs, **popen_kwargs)
     command = _nest([str(part) for part in command], writable, readable)
-    spec = {"argv": [str(part) for part in command],
-            "cwd": learner_path(cwd) if cwd else box["learner_root"],
-            "fds": [0, 1, 2, *(int(fd) for fd in pass_fds)]}
+    spec = {
+        "argv": [str(part) for part in command],
+        "cwd": learner_path(cwd) if cwd else box["learner_root"],
+        "fds": [0, 1, 2, *(int(fd) for fd in pass_fds)],
+    }
     wrapper = [relay["python"], "-I", "-S", relay["script"], str(relay["fd"]), json.dumps(spec)]
-    return subprocess.Popen(wrapper, env=learner_env(extra_env), cwd="/", start_new_session=True,
-                            pass_fds=(*pass_fds, int(relay["fd"])), **popen_kwargs)
+    return subprocess.Popen(
+        wrapper,
+        env=learner_env(extra_env),
+        cwd="/",
+        start_new_session=True,
+        pass_fds=(*pass_fds, int(relay["fd"])),
+        **popen_kwargs,
+    )
 
 
-def learner_run(command, *, timeout: float | None = None, input=None, capture_output: bool = False,  # noqa: A002
-                cwd=None, extra_env: dict | None = None, **popen_kwargs) -> subprocess.CompletedProcess:
+def learner_run(
+    command,
+    *,
+    timeout: float | None = None,
+    input=None,
+    capture_output: bool = False,  # noqa: A002
+    cwd=None,
+    extra_env: dict | None = None,
+    **popen_kwargs,
+) -> subprocess.CompletedProcess:
     """``subprocess.run`` for a learner process (see :func:`learner_popen`, which gets ``popen_kwargs``,
     ``writable`` and ``readable`` included); killed at ``timeout``."""
     if capture_output:
@@ -218,7 +260,7 @@ class RunFolder(str):
     def __new__(cls, path: str, fd: int):
         folder = super().__new__(cls, path)
         folder.fd = fd
-        _HELD[str(path)] = folder   # files below it are read through it (open_learner_file)
+        _HELD[str(path)] = folder  # files below it are read through it (open_learner_file)
         return folder
 
     def close(self) -> None:

@@ -32,7 +32,7 @@ from commtax.formulas import predict as P
 from commtax.formulas.links import load_calibration
 from commtax.formulas.predict.hf_config import model_from_config
 
-DEFAULT_TOKENS_PER_STEP = 4 * 2**20   # ~4M tokens per step when --global-batch is left out
+DEFAULT_TOKENS_PER_STEP = 4 * 2**20  # ~4M tokens per step when --global-batch is left out
 
 
 def _key(name: str) -> str:
@@ -76,8 +76,9 @@ def gpu_name(gpu: str) -> str:
     """The preset name of ``gpu`` (an alias such as B200 or the full name); ValueError naming --gpu."""
     name = P.GPU_ALIASES.get(gpu.upper(), P.GPU_ALIASES.get(gpu, gpu))
     if name not in P.GPUS:
-        raise ValueError(f"--gpu must be one of {', '.join(P.GPU_ALIASES)} or {', '.join(P.GPUS)} "
-                         f"(no preset for {gpu!r})")
+        raise ValueError(
+            f"--gpu must be one of {', '.join(P.GPU_ALIASES)} or {', '.join(P.GPUS)} (no preset for {gpu!r})"
+        )
     return name
 
 
@@ -104,41 +105,90 @@ def plan(model: dict, gpus: int, gpu: str, global_batch: int, precision="bf16", 
         raise ValueError(f"--global-batch must be >= 1, got {global_batch}")
     name = gpu_name(gpu)
     cps = (1, 2, 4, 8, 16) if model["seq"] >= 32768 else (1,)
-    return P.search_plans(model, gpus, name, global_batch, precision=precision, cps=cps, hardware=hardware,
-                          micro_batches=(1, 2, 4), zero_stages=(1, 2, 3), hsdp=True, top=top)
+    return P.search_plans(
+        model,
+        gpus,
+        name,
+        global_batch,
+        precision=precision,
+        cps=cps,
+        hardware=hardware,
+        micro_batches=(1, 2, 4),
+        zero_stages=(1, 2, 3),
+        hsdp=True,
+        top=top,
+    )
 
 
 def fixed_run(model: dict, args) -> dict:
     """The plan the flags give, as a run for :func:`commtax.formulas.predict.predict` (what the flags leave
     out, the predictor chooses: micro-batch, interleaving, recomputation)."""
-    run = dict(model, gpus=args.gpus, gpu=gpu_name(args.gpu), tp=args.tp, pp=args.pp, cp=args.cp,
-               global_batch=args.global_batch, precision=args.precision, zero_stage=args.zero,
-               dp_impl=args.dp_impl, micro_batch=args.micro_batch, vpp=args.vpp, recompute=args.recompute)
+    run = dict(
+        model,
+        gpus=args.gpus,
+        gpu=gpu_name(args.gpu),
+        tp=args.tp,
+        pp=args.pp,
+        cp=args.cp,
+        global_batch=args.global_batch,
+        precision=args.precision,
+        zero_stage=args.zero,
+        dp_impl=args.dp_impl,
+        micro_batch=args.micro_batch,
+        vpp=args.vpp,
+        recompute=args.recompute,
+    )
     if model.get("experts"):
         run.update(ep=args.ep, etp=args.etp, ep_dispatch=args.ep_dispatch, ep_overlap=args.ep_overlap)
     elif args.ep != 1 or args.etp != 1 or args.ep_dispatch != "all_to_all" or args.ep_overlap:
-        raise ValueError("--ep, --etp, --ep-dispatch and --ep-overlap need a mixture-of-experts model "
-                         "(CONFIG has no experts)")
+        raise ValueError(
+            "--ep, --etp, --ep-dispatch and --ep-overlap need a mixture-of-experts model (CONFIG has no experts)"
+        )
     return run
 
 
 def fixed_record(result: dict, run: dict) -> dict:
     """What --json prints for one evaluated plan."""
-    keep = ("step_time_s", "tokens_per_s_per_gpu", "mfu", "mfu_bf16", "model_tflops_per_gpu", "memory_bytes_per_gpu",
-            "fits", "binding", "times", "comm", "memory", "plan")
+    keep = (
+        "step_time_s",
+        "tokens_per_s_per_gpu",
+        "mfu",
+        "mfu_bf16",
+        "model_tflops_per_gpu",
+        "memory_bytes_per_gpu",
+        "fits",
+        "binding",
+        "times",
+        "comm",
+        "memory",
+        "plan",
+    )
     return {key: result[key] for key in keep}
 
 
 def row(result: dict, tokens_per_step: int) -> dict:
     """What the search's table and --json show of one plan."""
     q = result["plan"]
-    return dict(tp=q["tp"], pp=q["pp"], dp=q["dp"], cp=q["cp"], ep=q["ep"], vpp=q["vpp"],
-                micro_batch=q["micro_batch"], shard_group=q["shard_group"],
-                recompute=q["recompute"], zero_stage=q["zero_stage"], step_time_s=result["step_time_s"],
-                mfu=result["mfu"], tokens_per_s=tokens_per_step / result["step_time_s"],
-                tokens_per_s_per_gpu=result["tokens_per_s_per_gpu"],
-                memory_bytes_per_gpu=result["memory_bytes_per_gpu"], binding=result["binding"],
-                times=result["times"], memory=result["memory"])
+    return dict(
+        tp=q["tp"],
+        pp=q["pp"],
+        dp=q["dp"],
+        cp=q["cp"],
+        ep=q["ep"],
+        vpp=q["vpp"],
+        micro_batch=q["micro_batch"],
+        shard_group=q["shard_group"],
+        recompute=q["recompute"],
+        zero_stage=q["zero_stage"],
+        step_time_s=result["step_time_s"],
+        mfu=result["mfu"],
+        tokens_per_s=tokens_per_step / result["step_time_s"],
+        tokens_per_s_per_gpu=result["tokens_per_s_per_gpu"],
+        memory_bytes_per_gpu=result["memory_bytes_per_gpu"],
+        binding=result["binding"],
+        times=result["times"],
+        memory=result["memory"],
+    )
 
 
 def zero_label(r: dict) -> str:
@@ -155,8 +205,19 @@ class _Parser(argparse.ArgumentParser):
 
 
 #: The largest values the tool takes: beyond them a plan is a typo, not a cluster.
-LIMITS = dict(gpus=2**20, seq=2**24, global_batch=2**30, tp=2**10, pp=2**10, cp=2**10, ep=2**12, etp=2**10,
-              vpp=2**10, micro_batch=2**16, top=10**4)
+LIMITS = dict(
+    gpus=2**20,
+    seq=2**24,
+    global_batch=2**30,
+    tp=2**10,
+    pp=2**10,
+    cp=2**10,
+    ep=2**12,
+    etp=2**10,
+    vpp=2**10,
+    micro_batch=2**16,
+    top=10**4,
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -175,11 +236,18 @@ def _parser() -> argparse.ArgumentParser:
     fixed.add_argument("--cp", type=int, default=1)
     fixed.add_argument("--ep", type=int, default=1, help="expert parallelism (MoE)")
     fixed.add_argument("--etp", type=int, default=1, help="expert tensor parallelism (MoE)")
-    fixed.add_argument("--ep-dispatch", default="all_to_all", choices=P.EP_DISPATCHES,
-                       help="MoE token dispatcher: all_to_all (Megatron's alltoall: every copy of a token to its "
-                            "expert's rank) or per_node (DeepEP/HybridEP: once per remote node, NVLink inside)")
-    fixed.add_argument("--ep-overlap", action="store_true",
-                       help="the all-to-alls overlap another micro-batch's compute (Megatron's moe_a2a_overlap)")
+    fixed.add_argument(
+        "--ep-dispatch",
+        default="all_to_all",
+        choices=P.EP_DISPATCHES,
+        help="MoE token dispatcher: all_to_all (Megatron's alltoall: every copy of a token to its "
+        "expert's rank) or per_node (DeepEP/HybridEP: once per remote node, NVLink inside)",
+    )
+    fixed.add_argument(
+        "--ep-overlap",
+        action="store_true",
+        help="the all-to-alls overlap another micro-batch's compute (Megatron's moe_a2a_overlap)",
+    )
     fixed.add_argument("--vpp", type=int, help="interleaved chunks per stage (default: the predictor's choice)")
     fixed.add_argument("--micro-batch", type=int, help="sequences per micro-batch (default: the predictor's choice)")
     fixed.add_argument("--zero", type=int, default=1, choices=(0, 1, 2, 3), help="ZeRO stage (default 1)")
@@ -220,11 +288,14 @@ def main(argv=None) -> int:
             return _evaluate(model, notes, args, hardware)
         results = plan(model, args.gpus, args.gpu, args.global_batch, args.precision, args.top, hardware)
     except ValueError as exc:
-        hint = " (the default, ~4M tokens per step: give --global-batch)" if chosen_batch and "global_batch" in str(exc) \
+        hint = (
+            " (the default, ~4M tokens per step: give --global-batch)"
+            if chosen_batch and "global_batch" in str(exc)
             else ""
+        )
         print(f"error: {exc}{hint}", file=sys.stderr)
         return 2
-    except NotImplementedError as exc:   # the student release: the predictor is the learner's Lab 11
+    except NotImplementedError as exc:  # the student release: the predictor is the learner's Lab 11
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return _show_search(model, notes, args, results)
@@ -255,21 +326,31 @@ def _evaluate(model, notes, args, hardware) -> int:
     result = P.predict(run, hardware=hardware)
     record = fixed_record(result, run)
     if args.json:
-        print(json.dumps(dict(model=model, gpus=args.gpus, gpu=run["gpu"], global_batch=args.global_batch,
-                              notes=notes, **record), indent=1))
-        return 0 if result["fits"] else 1   # as the text report: 1 = the plan does not fit
+        print(
+            json.dumps(
+                dict(
+                    model=model, gpus=args.gpus, gpu=run["gpu"], global_batch=args.global_batch, notes=notes, **record
+                ),
+                indent=1,
+            )
+        )
+        return 0 if result["fits"] else 1  # as the text report: 1 = the plan does not fit
     q = result["plan"]
-    print(f"{args.config} on {args.gpus:,} x {run['gpu']}, {args.global_batch:,} x {model['seq']:,} tokens per step, "
-          f"{q['precision']}: {P.describe_plan(q)}, micro-batch {q['micro_batch']}, "
-          f"{P.RECOMPUTE_WORDS[q['recompute']]}, ZeRO-{q['zero_stage']}")
+    print(
+        f"{args.config} on {args.gpus:,} x {run['gpu']}, {args.global_batch:,} x {model['seq']:,} tokens per step, "
+        f"{q['precision']}: {P.describe_plan(q)}, micro-batch {q['micro_batch']}, "
+        f"{P.RECOMPUTE_WORDS[q['recompute']]}, ZeRO-{q['zero_stage']}"
+    )
     for note in notes:
         print(f"note: {note}")
-    print(f"step {result['step_time_s']:.4g} s, {result['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU, "
-          f"MFU {result['mfu']:.1%}, memory {result['memory_bytes_per_gpu'] / 1e9:.1f} GB per GPU "
-          f"({'fits' if result['fits'] else 'does NOT fit'}), binding: {result['binding']}")
+    print(
+        f"step {result['step_time_s']:.4g} s, {result['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU, "
+        f"MFU {result['mfu']:.1%}, memory {result['memory_bytes_per_gpu'] / 1e9:.1f} GB per GPU "
+        f"({'fits' if result['fits'] else 'does NOT fit'}), binding: {result['binding']}"
+    )
     total = result["step_time_s"]
     parts = dict(result["times"])
-    if result.get("moe_host_s"):   # the MoE layers' host waits are in "ep": shown apart, they are no all-to-all
+    if result.get("moe_host_s"):  # the MoE layers' host waits are in "ep": shown apart, they are no all-to-all
         parts["ep"] -= result["moe_host_s"]
         parts = {**{k: v for k, v in parts.items() if k != "ep" or v > 0}, "host wait": result["moe_host_s"]}
     for part, seconds in parts.items():
@@ -283,29 +364,49 @@ def _show_search(model, notes, args, results) -> int:
     tokens = batch * model["seq"]
     rows = [row(r, tokens) for r in results]
     if args.json:
-        print(json.dumps(dict(model=model, gpus=args.gpus, gpu=gpu_name(args.gpu), global_batch=batch, notes=notes,
-                              plans=rows, recommendation=P.recommend(results)), indent=1))
+        print(
+            json.dumps(
+                dict(
+                    model=model,
+                    gpus=args.gpus,
+                    gpu=gpu_name(args.gpu),
+                    global_batch=batch,
+                    notes=notes,
+                    plans=rows,
+                    recommendation=P.recommend(results),
+                ),
+                indent=1,
+            )
+        )
         return 0 if rows else 1
     experts = f", {model['experts']} experts (top {model['top_k']})" if model.get("experts") else ""
-    print(f"{args.config}: {model['layers']} layers, h {model['hidden']}, {model['heads']} heads"
-          f"{', ' + str(model['kv_heads']) + ' KV heads' if 'kv_heads' in model else ''}{experts}, "
-          f"seq {model['seq']:,}, on {args.gpus:,} x {gpu_name(args.gpu)}, {batch:,} sequences "
-          f"({tokens / 1e6:.1f}M tokens) per step, {args.precision}")
+    print(
+        f"{args.config}: {model['layers']} layers, h {model['hidden']}, {model['heads']} heads"
+        f"{', ' + str(model['kv_heads']) + ' KV heads' if 'kv_heads' in model else ''}{experts}, "
+        f"seq {model['seq']:,}, on {args.gpus:,} x {gpu_name(args.gpu)}, {batch:,} sequences "
+        f"({tokens / 1e6:.1f}M tokens) per step, {args.precision}"
+    )
     for note in notes:
         print(f"note: {note}")
     if not rows:
         print(P.recommend(results))
         return 1
-    print(f"{'TP':>3} {'PP':>3} {'DP':>5} {'CP':>3} {'EP':>3} {'v':>3} {'mb':>3} {'recompute':>9} {'ZeRO':>6} "
-          f"{'step':>8} {'MFU':>6} {'tok/s/GPU':>10} {'memory':>7}  binding")
+    print(
+        f"{'TP':>3} {'PP':>3} {'DP':>5} {'CP':>3} {'EP':>3} {'v':>3} {'mb':>3} {'recompute':>9} {'ZeRO':>6} "
+        f"{'step':>8} {'MFU':>6} {'tok/s/GPU':>10} {'memory':>7}  binding"
+    )
     for r in rows:
-        print(f"{r['tp']:>3} {r['pp']:>3} {r['dp']:>5} {r['cp']:>3} {r['ep']:>3} {r['vpp']:>3} {r['micro_batch']:>3} "
-              f"{r['recompute']:>9} {zero_label(r):>6} {r['step_time_s']:>7.3g}s {r['mfu']:>6.1%} "
-              f"{r['tokens_per_s_per_gpu']:>10,.0f} {r['memory_bytes_per_gpu'] / 1e9:>5.0f}GB  {r['binding']}")
+        print(
+            f"{r['tp']:>3} {r['pp']:>3} {r['dp']:>5} {r['cp']:>3} {r['ep']:>3} {r['vpp']:>3} {r['micro_batch']:>3} "
+            f"{r['recompute']:>9} {zero_label(r):>6} {r['step_time_s']:>7.3g}s {r['mfu']:>6.1%} "
+            f"{r['tokens_per_s_per_gpu']:>10,.0f} {r['memory_bytes_per_gpu'] / 1e9:>5.0f}GB  {r['binding']}"
+        )
     print(P.recommend(results))
-    print("Predictions from Lesson 10's predictor: the 2021-2024 public rows within 8% (median ~3%); 59 published "
-          "runs of 2024-2026 held out from the fit (MoE, Blackwell, FSDP) within a median ~15%, 90th percentile "
-          "~40% (commtax/data/checks-2026.md): rank plans with it, then measure.")
+    print(
+        "Predictions from Lesson 10's predictor: the 2021-2024 public rows within 8% (median ~3%); 59 published "
+        "runs of 2024-2026 held out from the fit (MoE, Blackwell, FSDP) within a median ~15%, 90th percentile "
+        "~40% (commtax/data/checks-2026.md): rank plans with it, then measure."
+    )
     return 0
 
 

@@ -20,11 +20,35 @@ from commtax.harness.subgroups import subgroup_failure
 from commtax.harness.value_errors import MAX_OTHERS_NAMED, expect_value_error
 from commtax.harness.verdict import check, fail
 
-__all__ = ["BACKENDS", "FLOAT32_LIKE", "MAX_OTHERS_NAMED", "SECTION_FAILED", "SEED_ENV", "RememberedHang",
-           "SharedRunFailed", "SharedRuns", "check", "close", "expect_close", "expect_value_error",
-           "expect_wire_bytes", "fail", "find_chromium", "fraction", "input_seed", "known_ratios", "mismatch",
-           "number", "require_implemented", "run_or_skip", "run_section", "section", "stream_seed", "stub_message",
-           "subgroup_failure"]
+__all__ = [
+    "BACKENDS",
+    "FLOAT32_LIKE",
+    "MAX_OTHERS_NAMED",
+    "SECTION_FAILED",
+    "SEED_ENV",
+    "RememberedHang",
+    "SharedRunFailed",
+    "SharedRuns",
+    "check",
+    "close",
+    "expect_close",
+    "expect_value_error",
+    "expect_wire_bytes",
+    "fail",
+    "find_chromium",
+    "fraction",
+    "input_seed",
+    "known_ratios",
+    "mismatch",
+    "number",
+    "require_implemented",
+    "run_or_skip",
+    "run_section",
+    "section",
+    "stream_seed",
+    "stub_message",
+    "subgroup_failure",
+]
 
 
 class _Testing(types.ModuleType):

@@ -51,20 +51,32 @@ SAME_RUN_WITHIN_S = 5.0
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message):   # one line, exit code 2 (argparse's usage block is noise here)
+    def error(self, message):  # one line, exit code 2 (argparse's usage block is noise here)
         raise TraceError(f"{message} (see {PROG} --help)")
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog=PROG, description="Read PyTorch profiler traces (one per rank) and report compute, "
-                                       "communication, exposed communication and the collectives' bytes.")
+    p = _Parser(
+        prog=PROG,
+        description="Read PyTorch profiler traces (one per rank) and report compute, "
+        "communication, exposed communication and the collectives' bytes.",
+    )
     p.add_argument("traces", nargs="+", metavar="TRACE", help="a trace per rank (.json or .json.gz)")
     for axis in ("tp", "pp", "cp"):
-        p.add_argument(f"--{axis}", type=int, default=None, metavar=axis.upper(),
-                       help=f"{axis} size of the plan (for the split by axis; Megatron's rank order)")
-    p.add_argument("--plan", metavar="FLAGS", help="the planner's flags for the plan that ran, quoted "
-                   "(\"Llama-3-8B --gpus N --gpu H100 --tp T --pp P ...\"; a preset's name ignores case, spaces "
-                   "and punctuation): its prediction beside the trace; its tp, pp and cp place the groups")
+        p.add_argument(
+            f"--{axis}",
+            type=int,
+            default=None,
+            metavar=axis.upper(),
+            help=f"{axis} size of the plan (for the split by axis; Megatron's rank order)",
+        )
+    p.add_argument(
+        "--plan",
+        metavar="FLAGS",
+        help="the planner's flags for the plan that ran, quoted "
+        '("Llama-3-8B --gpus N --gpu H100 --tp T --pp P ..."; a preset\'s name ignores case, spaces '
+        "and punctuation): its prediction beside the trace; its tp, pp and cp place the groups",
+    )
     p.add_argument("--steps", type=int, default=1, help="training steps the traces cover (for --plan; default 1)")
     p.add_argument("--json", action="store_true", help="print JSON instead of the text report")
     return p
@@ -81,8 +93,9 @@ def _check_same_run(scans) -> list[int]:
     have = [isinstance(i.get("rank"), int) for i in infos]
     if any(have) and not all(have):
         missing = scans[have.index(False)].path
-        raise TraceError(f"ranks from different runs? {missing} has no distributedInfo (rank, world_size) "
-                         "and the others do")
+        raise TraceError(
+            f"ranks from different runs? {missing} has no distributedInfo (rank, world_size) and the others do"
+        )
     if not all(have):
         return list(range(len(scans)))
     for key in ("world_size", "backend"):
@@ -90,8 +103,10 @@ def _check_same_run(scans) -> list[int]:
         if len(values) > 1:
             a = scans[0]
             b = next(s for s, i in zip(scans, infos) if i.get(key) != infos[0].get(key))
-            raise TraceError(f"ranks from different runs: {a.path} has {key} {infos[0].get(key)!r}, "
-                             f"{b.path} has {_info(b).get(key)!r}")
+            raise TraceError(
+                f"ranks from different runs: {a.path} has {key} {infos[0].get(key)!r}, "
+                f"{b.path} has {_info(b).get(key)!r}"
+            )
     ranks = [i["rank"] for i in infos]
     world = infos[0].get("world_size")
     for s, r in zip(scans, ranks):
@@ -100,15 +115,24 @@ def _check_same_run(scans) -> list[int]:
         if ranks.count(r) > 1:
             other = next(t.path for t, q in zip(scans, ranks) if q == r and t is not s)
             raise TraceError(f"two traces of rank {r} ({other} and {s.path}): ranks from different runs?")
-    spans = [(s, s.meta.get("baseTimeNanoseconds", 0) / 1e3 + s.first_us, s.meta.get("baseTimeNanoseconds", 0) / 1e3
-              + s.last_us) for s in scans if isinstance(s.meta.get("baseTimeNanoseconds"), int)]
+    spans = [
+        (
+            s,
+            s.meta.get("baseTimeNanoseconds", 0) / 1e3 + s.first_us,
+            s.meta.get("baseTimeNanoseconds", 0) / 1e3 + s.last_us,
+        )
+        for s in scans
+        if isinstance(s.meta.get("baseTimeNanoseconds"), int)
+    ]
     if len(spans) == len(scans) > 1:
         late = max(spans, key=lambda x: x[1])
         early = min(spans, key=lambda x: x[2])
         gap = (late[1] - early[2]) * 1e-6
         if gap > SAME_RUN_WITHIN_S:
-            raise TraceError(f"ranks from different runs: {early[0].path} ends {gap:.3g} s before "
-                             f"{late[0].path} starts (one run's traces overlap in time)")
+            raise TraceError(
+                f"ranks from different runs: {early[0].path} ends {gap:.3g} s before "
+                f"{late[0].path} starts (one run's traces overlap in time)"
+            )
     return ranks
 
 
@@ -125,8 +149,9 @@ def _layout(args, scans, ranks) -> Layout | None:
     tp, pp, cp = args.tp or 1, args.pp or 1, args.cp or 1
     if world % (tp * pp * cp):
         flag = next(f"--{a}" for a in ("tp", "cp", "pp") if getattr(args, a) not in (None, 1))
-        raise TraceError(f"{flag}: tp x cp x pp = {tp} x {cp} x {pp} = {tp * cp * pp} does not divide the "
-                         f"world size {world}")
+        raise TraceError(
+            f"{flag}: tp x cp x pp = {tp} x {cp} x {pp} = {tp * cp * pp} does not divide the world size {world}"
+        )
     return Layout(world, tp=tp, cp=cp, pp=pp)
 
 
@@ -151,7 +176,7 @@ def analyze(paths, tp=None, pp=None, cp=None, chunk_chars=None) -> tuple[dict, l
     layout = _layout(args, scans, ranks)
     ordered = sorted(zip(scans, ranks), key=lambda x: x[1])
     calls = {r: _unexpected_contents(s.path, calls_of, s, r, layout) for s, r in ordered}
-    confirm_p2p(calls, layout)   # a send's group: the receiving rank's trace can tell
+    confirm_p2p(calls, layout)  # a send's group: the receiving rank's trace can tell
     rows, extras = [], []
     for s, r in ordered:
         row, extra = _unexpected_contents(s.path, rank_bill, s, r, layout, calls[r])
@@ -168,17 +193,23 @@ def notes(extra: dict) -> list[str]:
     """What the counts of one rank had to assume, one sentence each."""
     out = []
     if extra["shapes_missing"]:
-        out.append(f"{_calls(extra['shapes_missing'])} have no shapes in the trace, so their bytes count as 0: "
-                   "record with torch.profiler.profile(record_shapes=True)")
+        out.append(
+            f"{_calls(extra['shapes_missing'])} have no shapes in the trace, so their bytes count as 0: "
+            "record with torch.profiler.profile(record_shapes=True)"
+        )
     if extra["dtype_assumed"]:
         out.append(f"{_calls(extra['dtype_assumed'])} had no dtype in the trace: counted as 4-byte float32")
     if extra["group_assumed"]:
-        out.append(f"{extra['group_assumed']} list all-gathers/reduce-scatters on an unknown group: their "
-                   "per-rank part was multiplied by the world size")
+        out.append(
+            f"{extra['group_assumed']} list all-gathers/reduce-scatters on an unknown group: their "
+            "per-rank part was multiplied by the world size"
+        )
     if extra.get("groups_unlisted"):
-        out.append(f"{_calls(extra['groups_unlisted'])} ran on process groups the trace does not list (made after "
-                   "the profiler started?), so their axis is unknown: create the groups (or the DeviceMesh) "
-                   "before starting torch.profiler")
+        out.append(
+            f"{_calls(extra['groups_unlisted'])} ran on process groups the trace does not list (made after "
+            "the profiler started?), so their axis is unknown: create the groups (or the DeviceMesh) "
+            "before starting torch.profiler"
+        )
     return out
 
 
@@ -188,34 +219,42 @@ def render(report: dict, extras: list) -> str:
     for row, extra in zip(report["ranks"], extras):
         comm, hidden = row["comm_s"], row["comm_s"] - row["exposed_comm_s"]
         share = f" ({row['exposed_comm_s'] / comm:.0%} of the communication)" if comm > 0 else ""
-        lines.append(f"rank {row['rank']}: compute {format_seconds(row['compute_s'])}, communication "
-                     f"{format_seconds(comm)}, exposed {format_seconds(row['exposed_comm_s'])}{share}, "
-                     f"hidden behind compute {format_seconds(hidden)}")
+        lines.append(
+            f"rank {row['rank']}: compute {format_seconds(row['compute_s'])}, communication "
+            f"{format_seconds(comm)}, exposed {format_seconds(row['exposed_comm_s'])}{share}, "
+            f"hidden behind compute {format_seconds(hidden)}"
+        )
         lines.append(f"  {'op':<15}{'calls':>7}{'bytes':>12}{'bus bandwidth':>16}")
         for op in OPS:
             if op in row["collectives"]:
                 c = row["collectives"][op]
                 bw = format_rate(extra["busbw"][op]) if op in extra["busbw"] else "-"
                 lines.append(f"  {op:<15}{c['count']:>7}{format_bytes(c['bytes']):>12}{bw:>16}")
-        for axis, table in (row["by_axis"].items() if set(row["by_axis"]) != {"unknown"} else ()):
+        for axis, table in row["by_axis"].items() if set(row["by_axis"]) != {"unknown"} else ():
             parts = ", ".join(f"{op} {c['count']} x, {format_bytes(c['bytes'])}" for op, c in table.items())
             lines.append(f"  by axis, {axis}: {parts}")
         lines += [f"  ({note})" for note in notes(extra)]
-    lines += ["exposed = the measure of union(communication intervals) minus union(compute intervals), per rank.",
-              "bytes per call: all_reduce the buffer each rank holds, reduce_scatter the full buffer before",
-              "scattering, all_gather the full buffer after gathering, all_to_all what a rank sends.",
-              "bus bandwidth = bytes / time x nccl-tests' factor (2(n-1)/n all-reduce, (n-1)/n all-gather,",
-              "reduce-scatter, all-to-all, 1 broadcast, send, recv) over the calls whose time is known."]
+    lines += [
+        "exposed = the measure of union(communication intervals) minus union(compute intervals), per rank.",
+        "bytes per call: all_reduce the buffer each rank holds, reduce_scatter the full buffer before",
+        "scattering, all_gather the full buffer after gathering, all_to_all what a rank sends.",
+        "bus bandwidth = bytes / time x nccl-tests' factor (2(n-1)/n all-reduce, (n-1)/n all-gather,",
+        "reduce-scatter, all-to-all, 1 broadcast, send, recv) over the calls whose time is known.",
+    ]
     return "\n".join(lines)
 
 
 def render_plan(rows: list[dict]) -> str:
     """The --plan comparison as text: each part per step, measured vs predicted, and the largest gaps."""
+
     def show(row, key):
         return format_seconds(row[key]) if row["unit"] == "s" else format_bytes(row[key])
+
     lines = [f"per step, slowest rank ({rows[0]['rank']}) against the plan's prediction:"]
-    lines += [f"  {r['part']:<24}{show(r, 'measured'):>12} measured{show(r, 'predicted'):>12} predicted"
-              f"   x{r['ratio']:.2f}" for r in rows]
+    lines += [
+        f"  {r['part']:<24}{show(r, 'measured'):>12} measured{show(r, 'predicted'):>12} predicted   x{r['ratio']:.2f}"
+        for r in rows
+    ]
     gaps = ", ".join(f"{g['part']} (x{g['ratio']:.2f})" for g in largest_gaps(rows))
     return "\n".join(lines + [f"  largest gaps: {gaps}"])
 
@@ -228,9 +267,9 @@ def main(argv=None) -> int:
         if args.plan is not None:
             try:
                 run, prediction = predict_flags(args.plan)
-            except ValueError as exc:   # the plan's own slips: one line, like the trace's
+            except ValueError as exc:  # the plan's own slips: one line, like the trace's
                 raise TraceError(str(exc)) from None
-            for axis in ("tp", "pp", "cp"):   # the plan places the groups, unless a flag disagrees
+            for axis in ("tp", "pp", "cp"):  # the plan places the groups, unless a flag disagrees
                 given, planned = getattr(args, axis), prediction["plan"][axis]
                 if given is not None and given != planned:
                     raise TraceError(f"--{axis} {given} disagrees with the plan's {axis} {planned} (--plan)")
@@ -247,7 +286,7 @@ def main(argv=None) -> int:
     except (OSError, ValueError) as exc:
         print(f"{PROG}: error: {type(exc).__name__}: {exc}".splitlines()[0], file=sys.stderr)
         return 2
-    except NotImplementedError as exc:   # the student release: the unions are the learner's Lab 14
+    except NotImplementedError as exc:  # the student release: the unions are the learner's Lab 14
         print(f"{PROG}: error: {exc}".splitlines()[0], file=sys.stderr)
         return 2
     if args.json:
@@ -257,7 +296,7 @@ def main(argv=None) -> int:
     try:
         text = render(report, extras) + ("\n" + render_plan(report["plan"]) if "plan" in report else "")
         print(json.dumps(report, indent=1) if args.json else text)
-    except BrokenPipeError:   # `... | head`: the reader left; not an error of ours
+    except BrokenPipeError:  # `... | head`: the reader left; not an error of ours
         sys.stderr.close()
     return 0
 

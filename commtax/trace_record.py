@@ -40,10 +40,29 @@ from commtax.ranks.trace_steps import (
     record_rank,
 )
 
-__all__ = ["ALL_GATHER_LIST_NUMEL", "ALL_GATHER_NUMEL", "ALL_REDUCE_ASYNC_NUMEL", "ALL_REDUCE_NUMEL", "ALL_TO_ALL_LIST_NUMEL",
-           "ALL_TO_ALL_NUMEL", "BROADCAST_NUMEL", "DOUBLE_ALL_REDUCE_NUMEL", "DP_ALL_REDUCE_NUMEL", "DTYPE_BYTES", "MATMUL_N",
-           "REDUCE_SCATTER_LIST_NUMEL", "REDUCE_SCATTER_NUMEL", "SEND_NUMEL", "STEPS", "TP", "TP_ALL_REDUCE_NUMEL", "WORLD",
-           "main", "record", "record_rank"]
+__all__ = [
+    "ALL_GATHER_LIST_NUMEL",
+    "ALL_GATHER_NUMEL",
+    "ALL_REDUCE_ASYNC_NUMEL",
+    "ALL_REDUCE_NUMEL",
+    "ALL_TO_ALL_LIST_NUMEL",
+    "ALL_TO_ALL_NUMEL",
+    "BROADCAST_NUMEL",
+    "DOUBLE_ALL_REDUCE_NUMEL",
+    "DP_ALL_REDUCE_NUMEL",
+    "DTYPE_BYTES",
+    "MATMUL_N",
+    "REDUCE_SCATTER_LIST_NUMEL",
+    "REDUCE_SCATTER_NUMEL",
+    "SEND_NUMEL",
+    "STEPS",
+    "TP",
+    "TP_ALL_REDUCE_NUMEL",
+    "WORLD",
+    "main",
+    "record",
+    "record_rank",
+]
 
 
 def record(outdir: str, timeout: float = 120.0) -> list[str]:

@@ -25,7 +25,7 @@ class Unlit(NotImplementedError):
 
 
 def _number(lab: str) -> str:
-    """"01" from "lab-01", "01", "1" or 1."""
+    """ "01" from "lab-01", "01", "1" or 1."""
     text = str(lab).removeprefix("lab-")[:2].rstrip("-")
     return f"{int(text):02d}"
 
@@ -41,7 +41,9 @@ class Unavailable(Unlit):
 
     def __init__(self, lab: str, name: str):
         NotImplementedError.__init__(
-            self, f"this calculator runs on the course's reference for Lab {_number(lab)}'s `{name}` (its "
-                  f"signature differs from the lab's), which the student release does not ship: run it in the "
-                  f"course's public repository")
+            self,
+            f"this calculator runs on the course's reference for Lab {_number(lab)}'s `{name}` (its "
+            f"signature differs from the lab's), which the student release does not ship: run it in the "
+            f"course's public repository",
+        )
         self.lab, self.name, self.why = _number(lab), name, "reference only"

@@ -1,14 +1,14 @@
 """``python -m grading COMMAND``: the teacher's tools (see grading/README.md).
 
-    starters [--check]                       regenerate labs/*/starter.py from the solutions
-    grade [SUBMISSION] [--labs ...] [--format table|gradescope|classroom] [--out FILE]
-    grade-many FOLDER --csv FILE [--only S]  grade every submission in FOLDER into a CSV (or regrade S into it)
-    export GRADES.csv --to canvas|moodle     a grade-many CSV as an LMS gradebook import file
-    variants --secret F --roster CSV --out D each student's own numbers for the exercises that vary
-    release DEST                             build the student repository
-    gradescope DEST.zip                      build the Gradescope autograder
-    autograde --root /autograder             (inside Gradescope) grade and write results.json
-    mutate [--labs ...] [--max N]            test the tests: the share of mutated solutions they catch
+starters [--check]                       regenerate labs/*/starter.py from the solutions
+grade [SUBMISSION] [--labs ...] [--format table|gradescope|classroom] [--out FILE]
+grade-many FOLDER --csv FILE [--only S]  grade every submission in FOLDER into a CSV (or regrade S into it)
+export GRADES.csv --to canvas|moodle     a grade-many CSV as an LMS gradebook import file
+variants --secret F --roster CSV --out D each student's own numbers for the exercises that vary
+release DEST                             build the student repository
+gradescope DEST.zip                      build the Gradescope autograder
+autograde --root /autograder             (inside Gradescope) grade and write results.json
+mutate [--labs ...] [--max N]            test the tests: the share of mutated solutions they catch
 """
 
 from __future__ import annotations
@@ -81,6 +81,7 @@ def _use_variant(args, submission: Path | None) -> None:
     """--variant-secret: score the exercises against the submission's own numbers (grading/variants.py)."""
     if getattr(args, "variant_secret", None):
         from grading import exercise_answers, variants
+
         try:
             exercise_answers.use_variant(variants.variant_of(args.variant_secret, submission))
         except ValueError as exc:
@@ -88,8 +89,14 @@ def _use_variant(args, submission: Path | None) -> None:
 
 
 def _options(args) -> dict:
-    return dict(lab_timeout=args.lab_timeout, total_timeout=args.total_timeout, user=args.user,
-                same_user=args.same_user, isolation=args.isolation, exercises=args.exercises)
+    return dict(
+        lab_timeout=args.lab_timeout,
+        total_timeout=args.total_timeout,
+        user=args.user,
+        same_user=args.same_user,
+        isolation=args.isolation,
+        exercises=args.exercises,
+    )
 
 
 def _grade_one(path: Path, labs: list, args):
@@ -108,7 +115,7 @@ def _grade_one(path: Path, labs: list, args):
 
 
 GIB = 2**30
-CORES_PER_JOB = 2        # a lab's pytest process, the learner's worker, and ranks (up to 4) while a test runs
+CORES_PER_JOB = 2  # a lab's pytest process, the learner's worker, and ranks (up to 4) while a test runs
 MEMORY_PER_JOB = 4 * GIB  # torch in the test process, the worker and each rank
 
 
@@ -116,8 +123,9 @@ def default_jobs() -> int:
     """Submissions to grade at once: one per CORES_PER_JOB cores and MEMORY_PER_JOB available, at least 1."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     try:
-        available = next(int(line.split()[1]) * 1024 for line in open("/proc/meminfo")
-                         if line.startswith("MemAvailable:"))
+        available = next(
+            int(line.split()[1]) * 1024 for line in open("/proc/meminfo") if line.startswith("MemAvailable:")
+        )
     except (OSError, StopIteration, ValueError):
         available = MEMORY_PER_JOB
     return max(1, min(cores // CORES_PER_JOB, available // MEMORY_PER_JOB))
@@ -132,14 +140,31 @@ def _grade_in_child(path: Path, labs: list, args):
         return None, clean(str(exc), limit=300)
     with tempfile.TemporaryDirectory(prefix="grade-many-") as folder:
         out = Path(folder) / "result.json"
-        command = [sys.executable, "-m", "grading", "grade", str(path), "--labs", *labs, "--format", "result",
-                   "--out", str(out), "--lab-timeout", str(args.lab_timeout), "--total-timeout",
-                   str(args.total_timeout), "--isolation", args.isolation]
+        command = [
+            sys.executable,
+            "-m",
+            "grading",
+            "grade",
+            str(path),
+            "--labs",
+            *labs,
+            "--format",
+            "result",
+            "--out",
+            str(out),
+            "--lab-timeout",
+            str(args.lab_timeout),
+            "--total-timeout",
+            str(args.total_timeout),
+            "--isolation",
+            args.isolation,
+        ]
         command += (["--user", args.user] if args.user else []) + (["--same-user"] if args.same_user else [])
         command += ["--exercises"] if args.exercises else []
         command += ["--variant-secret", str(args.variant_secret)] if getattr(args, "variant_secret", None) else []
-        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                errors="replace", cwd=SOURCE_ROOT)
+        proc = subprocess.Popen(
+            command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, errors="replace", cwd=SOURCE_ROOT
+        )
         with _CHILDREN_LOCK:
             _CHILDREN.add(proc)
         try:
@@ -157,7 +182,7 @@ def _grade_in_child(path: Path, labs: list, args):
         return from_dict(json.loads(out.read_text())), ""
 
 
-_CHILDREN: set = set()           # grade-many's grader processes now running (parallel mode)
+_CHILDREN: set = set()  # grade-many's grader processes now running (parallel mode)
 _CHILDREN_LOCK = threading.Lock()
 
 
@@ -193,8 +218,10 @@ def _previous_rows(out: Path, columns: list, only: list) -> dict:
     if rows and rows[0] == reports.csv_header(columns)[:-1]:  # written before the flags column: add it
         rows = [reports.csv_header(columns)] + [row + [""] for row in rows[1:]]
     if not rows or rows[0] != reports.csv_header(columns):
-        raise SystemExit(f"[grading] --only: {out} has other columns ({', '.join(rows[0]) if rows else 'none'}); "
-                         "give the same --labs (and --exercises) as the run that wrote it")
+        raise SystemExit(
+            f"[grading] --only: {out} has other columns ({', '.join(rows[0]) if rows else 'none'}); "
+            "give the same --labs (and --exercises) as the run that wrote it"
+        )
     return {row[0]: row for row in rows[2:] if row}
 
 
@@ -207,6 +234,7 @@ def _variant_record(args) -> str:
     if not (args.exercises and getattr(args, "variant_secret", None)):
         return ""
     from grading import variants
+
     try:
         return VARIANT_RECORD + variants.fingerprint(variants.load_secret(args.variant_secret))
     except ValueError as exc:
@@ -218,14 +246,20 @@ def _check_same_variant_secret(out: Path, recorded: str, record: str) -> None:
     if recorded == record:
         return
     if not record:
-        raise SystemExit(f"[grading] --only: {out} was graded with --variant-secret (digest "
-                         f"{recorded.removeprefix(VARIANT_RECORD)}); give the same --variant-secret FILE")
+        raise SystemExit(
+            f"[grading] --only: {out} was graded with --variant-secret (digest "
+            f"{recorded.removeprefix(VARIANT_RECORD)}); give the same --variant-secret FILE"
+        )
     if recorded:
-        raise SystemExit(f"[grading] --only: {out} was graded with another --variant-secret (digest "
-                         f"{recorded.removeprefix(VARIANT_RECORD)}, this one's {record.removeprefix(VARIANT_RECORD)});"
-                         " give the first run's secret file")
-    raise SystemExit(f"[grading] --only: {out} records no --variant-secret (its exercises were scored against the "
-                     "lesson's numbers); leave --variant-secret out, or grade the whole class again with it")
+        raise SystemExit(
+            f"[grading] --only: {out} was graded with another --variant-secret (digest "
+            f"{recorded.removeprefix(VARIANT_RECORD)}, this one's {record.removeprefix(VARIANT_RECORD)});"
+            " give the first run's secret file"
+        )
+    raise SystemExit(
+        f"[grading] --only: {out} records no --variant-secret (its exercises were scored against the "
+        "lesson's numbers); leave --variant-secret out, or grade the whole class again with it"
+    )
 
 
 def cmd_grade_many(args) -> int:
@@ -278,8 +312,10 @@ def cmd_grade_many(args) -> int:
             elapsed = time.monotonic() - start
             left = elapsed / done * (len(submissions) - done)  # the pace so far (parallel jobs included)
             score = rows[path.name][1] or "not graded"
-            _progress(f"{done}/{len(submissions)} graded ({path.name}: {score}); {elapsed:.0f} s so far, "
-                      f"about {left:.0f} s left" + (f" ({jobs} at a time)" if jobs > 1 else ""))
+            _progress(
+                f"{done}/{len(submissions)} graded ({path.name}: {score}); {elapsed:.0f} s so far, "
+                f"about {left:.0f} s left" + (f" ({jobs} at a time)" if jobs > 1 else "")
+            )
 
     if jobs == 1 or len(submissions) == 1:
         for path in submissions:
@@ -287,6 +323,7 @@ def cmd_grade_many(args) -> int:
             record(path, *_grade_one(path, labs, args))
     else:
         from concurrent.futures import ThreadPoolExecutor, as_completed
+
         _progress(f"grading {len(submissions)} submissions, {jobs} at a time, each by its own grader process")
         with ThreadPoolExecutor(max_workers=jobs) as pool:
             futures = {pool.submit(_grade_in_child, path, labs, args): path for path in submissions}
@@ -299,16 +336,21 @@ def cmd_grade_many(args) -> int:
                 _stop_children()  # each child kills its sandboxes and removes its trees
                 pool.shutdown(wait=True, cancel_futures=True)
                 raise
-    print(f"wrote {out} ({len(submissions)} submission{'s' * (len(submissions) != 1)} graded"
-          + (f", {len(rows) - len(submissions)} rows kept" if args.only else "") + f") and a report each in {reports_dir}")
+    print(
+        f"wrote {out} ({len(submissions)} submission{'s' * (len(submissions) != 1)} graded"
+        + (f", {len(rows) - len(submissions)} rows kept" if args.only else "")
+        + f") and a report each in {reports_dir}"
+    )
     return 0
 
 
 def _row_and_report(path: Path, labs: list, result, problem: str, scale: dict):
     """(the CSV row, the report text) of one submission."""
     if result is None:
-        return ([path.name, "", "", *["" for _ in labs], problem, ""],
-                f"student: {clean(path.name, limit=200, lines=1)}\n\nnot graded: {problem}\n")
+        return (
+            [path.name, "", "", *["" for _ in labs], problem, ""],
+            f"student: {clean(path.name, limit=200, lines=1)}\n\nnot graded: {problem}\n",
+        )
     result = weights.apply(result, scale)
     return reports.csv_rows(path.name, result), reports.detailed(path.name, result)
 
@@ -324,12 +366,15 @@ def _write_csv(path: Path, rows: list) -> None:
 def cmd_export(args) -> int:
     """A grade-many CSV as a Canvas or Moodle gradebook import file."""
     from grading import lms
+
     try:
         rows = lms.export(Path(args.grades), args.to, args.assignment, args.roster, args.per_lab)
     except (ValueError, OSError) as exc:
         raise SystemExit(f"[grading] {exc}") from None
-    print(f"wrote {lms.write(rows, args.out)} ({len(rows) - (2 if args.to == 'canvas' else 1)} students, "
-          f"for {args.to}; see grading/lms.py for how to import it)")
+    print(
+        f"wrote {lms.write(rows, args.out)} ({len(rows) - (2 if args.to == 'canvas' else 1)} students, "
+        f"for {args.to}; see grading/lms.py for how to import it)"
+    )
     return 0
 
 
@@ -380,8 +425,9 @@ def cmd_autograde(args) -> int:
             partial.incomplete += f"; the autograder was stopped ({stop})"
             payload = with_note(reports.gradescope(weights.apply(partial, scale)))
         else:
-            payload = reports.error_result(f"the autograder was stopped ({stop}) before grading began",
-                                           time.monotonic() - start)
+            payload = reports.error_result(
+                f"the autograder was stopped ({stop}) before grading began", time.monotonic() - start
+            )
     except Exception as exc:  # noqa: BLE001 - the learner must get a result whatever broke
         traceback.print_exc()
         payload = reports.error_result(f"{type(exc).__name__}: {exc}", time.monotonic() - start)
@@ -392,8 +438,9 @@ def cmd_autograde(args) -> int:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m grading", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m grading", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     commands = parser.add_subparsers(dest="command", required=True)
 
     p = commands.add_parser("starters", help="regenerate every labs/*/starter.py from its solution.py")
@@ -403,44 +450,83 @@ def main(argv=None) -> int:
         p.add_argument("--labs", nargs="+", metavar="LAB", help="only these labs (folder names)")
         p.add_argument("--lab-timeout", type=float, default=300.0, help="seconds each lab may take (default 300)")
         p.add_argument("--total-timeout", type=float, default=1500.0, help="seconds for the whole grading")
-        p.add_argument("--user", help=f"(root, without the OS sandbox) run learner code as this unprivileged "
-                                      f"user (default: {SANDBOX_USER}, created if missing); in the sandbox "
-                                      "each lab run gets a fresh user")
-        p.add_argument("--same-user", action="store_true",
-                       help="run learner code as the grader's own user even as root (weaker: see grading/README.md)")
-        p.add_argument("--isolation", choices=ISOLATIONS, default=DEFAULT_ISOLATION,
-                       help="namespaces (default): an OS sandbox made with bubblewrap, or refuse to grade; "
-                            "auto: the sandbox where one can be made, else the fallback (with a warning); "
-                            "none: the fallback (weaker: see grading/README.md, \"Modes\")")
-        p.add_argument("--exercises", action="store_true",
-                       help="also score the lessons' exercises from exercises/answers.toml (an 'exercises' entry)")
-        p.add_argument("--weights", type=Path, help="lab weights, a TOML file (default: grading/weights.toml; "
-                                                    "see grading/README.md, \"Points\")")
+        p.add_argument(
+            "--user",
+            help=f"(root, without the OS sandbox) run learner code as this unprivileged "
+            f"user (default: {SANDBOX_USER}, created if missing); in the sandbox "
+            "each lab run gets a fresh user",
+        )
+        p.add_argument(
+            "--same-user",
+            action="store_true",
+            help="run learner code as the grader's own user even as root (weaker: see grading/README.md)",
+        )
+        p.add_argument(
+            "--isolation",
+            choices=ISOLATIONS,
+            default=DEFAULT_ISOLATION,
+            help="namespaces (default): an OS sandbox made with bubblewrap, or refuse to grade; "
+            "auto: the sandbox where one can be made, else the fallback (with a warning); "
+            'none: the fallback (weaker: see grading/README.md, "Modes")',
+        )
+        p.add_argument(
+            "--exercises",
+            action="store_true",
+            help="also score the lessons' exercises from exercises/answers.toml (an 'exercises' entry)",
+        )
+        p.add_argument(
+            "--weights",
+            type=Path,
+            help='lab weights, a TOML file (default: grading/weights.toml; see grading/README.md, "Points")',
+        )
 
     def variant_option(p):
-        p.add_argument("--variant-secret", type=Path, help="with --exercises: score each submission against its "
-                                                           "student's own numbers (python -m grading variants; the "
-                                                           "student id is the submission's folder name)")
+        p.add_argument(
+            "--variant-secret",
+            type=Path,
+            help="with --exercises: score each submission against its "
+            "student's own numbers (python -m grading variants; the "
+            "student id is the submission's folder name)",
+        )
 
     p = commands.add_parser("grade", help="grade one submission")
-    p.add_argument("submission", nargs="?", help="a copy of the course, or a folder with LAB/starter.py per lab "
-                                                  "(default: the shipped starters)")
-    p.add_argument("--format", choices=("table", "gradescope", "classroom", "result"), default="table",
-                   help="result: the whole result as JSON (what grade-many's parallel children hand back)")
+    p.add_argument(
+        "submission",
+        nargs="?",
+        help="a copy of the course, or a folder with LAB/starter.py per lab (default: the shipped starters)",
+    )
+    p.add_argument(
+        "--format",
+        choices=("table", "gradescope", "classroom", "result"),
+        default="table",
+        help="result: the whole result as JSON (what grade-many's parallel children hand back)",
+    )
     p.add_argument("--out", type=Path, help="write the result here instead of printing it")
-    p.add_argument("--report", type=Path, help="also write the report a learner reads (a summary, then what each "
-                                               "test said) to this file")
+    p.add_argument(
+        "--report",
+        type=Path,
+        help="also write the report a learner reads (a summary, then what each test said) to this file",
+    )
     grading_options(p)
     variant_option(p)
 
     p = commands.add_parser("grade-many", help="grade every submission folder inside FOLDER into a CSV")
     p.add_argument("folder")
     p.add_argument("--csv", required=True, help="the CSV file to write")
-    p.add_argument("--only", nargs="+", metavar="STUDENT",
-                   help="regrade only these submission folders into the existing CSV; every other row is kept")
-    p.add_argument("--jobs", "-j", type=int, default=None,
-                   help=f"submissions graded at once, each by its own grader process in its own sandboxes "
-                        f"(default: from cores and memory, here {default_jobs()})")
+    p.add_argument(
+        "--only",
+        nargs="+",
+        metavar="STUDENT",
+        help="regrade only these submission folders into the existing CSV; every other row is kept",
+    )
+    p.add_argument(
+        "--jobs",
+        "-j",
+        type=int,
+        default=None,
+        help=f"submissions graded at once, each by its own grader process in its own sandboxes "
+        f"(default: from cores and memory, here {default_jobs()})",
+    )
     grading_options(p)
     variant_option(p)
 
@@ -449,13 +535,21 @@ def main(argv=None) -> int:
     p.add_argument("--to", choices=("canvas", "moodle"), required=True)
     p.add_argument("--out", type=Path, required=True, help="the file to write")
     p.add_argument("--assignment", default="Communication Tax labs", help="the LMS column (assignment) name")
-    p.add_argument("--roster", type=Path, help="a CSV with a student_id column (the folder names) and the LMS's "
-                                               "identity columns (e.g. your LMS gradebook export plus student_id)")
+    p.add_argument(
+        "--roster",
+        type=Path,
+        help="a CSV with a student_id column (the folder names) and the LMS's "
+        "identity columns (e.g. your LMS gradebook export plus student_id)",
+    )
     p.add_argument("--per-lab", action="store_true", help="also one column per lab")
 
     from grading import variants
-    variants.add_arguments(commands.add_parser("variants", help="write each student's own numbers for the "
-                                                                "exercises that vary (a file per student)"))
+
+    variants.add_arguments(
+        commands.add_parser(
+            "variants", help="write each student's own numbers for the exercises that vary (a file per student)"
+        )
+    )
 
     p = commands.add_parser("release", help="build the student repository in DEST")
     p.add_argument("dest")
@@ -463,15 +557,20 @@ def main(argv=None) -> int:
     p = commands.add_parser("gradescope", help="build the Gradescope autograder zip")
     p.add_argument("dest")
     p.add_argument("--labs", nargs="+", metavar="LAB", help="only these labs (e.g. one Gradescope assignment per lab)")
-    p.add_argument("--timeout-minutes", type=float, default=40,
-                   help="the autograder timeout you set in Gradescope (default 40, its maximum; its default is 10): "
-                        "the grader stops 2 minutes before it")
+    p.add_argument(
+        "--timeout-minutes",
+        type=float,
+        default=40,
+        help="the autograder timeout you set in Gradescope (default 40, its maximum; its default is 10): "
+        "the grader stops 2 minutes before it",
+    )
 
     p = commands.add_parser("autograde", help="(Gradescope) grade ROOT/submission into ROOT/results/results.json")
     p.add_argument("--root", default="/autograder")
     grading_options(p)
 
     from grading import mutate
+
     mutate.add_arguments(commands.add_parser("mutate", help="mutate the solutions; report the share the tests kill"))
 
     args = parser.parse_args(argv)
@@ -501,10 +600,12 @@ def main(argv=None) -> int:
         return 128 + stop.signum
     if args.command == "release":
         from grading.release import build_release
+
         print(f"wrote the student release to {build_release(args.dest)}")
         return 0
     if args.command == "gradescope":
         from grading.release import build_gradescope_zip
+
         try:
             print(f"wrote {build_gradescope_zip(args.dest, labs=args.labs, timeout_minutes=args.timeout_minutes)}")
         except ValueError as exc:

@@ -15,22 +15,28 @@ from grading.graded_markers import _marked, _marked_in
 
 # Same-name findings that are not answers, each with the reason. Keys: (lab, name, "path::qualname").
 NOT_ANSWERS: dict[tuple[str, str, str], str] = {
-    ("lab-02", "ring_reduce_scatter", "commtax/simulation/messages.py::ring_reduce_scatter"):
-        "a schedule of simulated messages (rank, peer, chunk) for the simulator, not the torch.distributed "
-        "code Lab 02 grades: which chunk moves at which step is the lab's README table, given to the learner; "
-        "its chunks are equal (messages.equal_chunks), not Lab 02's chunk_bounds",
-    ("lab-04", "members_per_node", "commtax/formulas/bill.py::Plan.members_per_node"):
-        "looks the group up and calls network.members_per_node, which is marked",
+    (
+        "lab-02",
+        "ring_reduce_scatter",
+        "commtax/simulation/messages.py::ring_reduce_scatter",
+    ): "a schedule of simulated messages (rank, peer, chunk) for the simulator, not the torch.distributed "
+    "code Lab 02 grades: which chunk moves at which step is the lab's README table, given to the learner; "
+    "its chunks are equal (messages.equal_chunks), not Lab 02's chunk_bounds",
+    (
+        "lab-04",
+        "members_per_node",
+        "commtax/formulas/bill.py::Plan.members_per_node",
+    ): "looks the group up and calls network.members_per_node, which is marked",
 }
 
 
 @dataclass(frozen=True)
 class Finding:
     lab: str
-    name: str           # the graded name in the lab
+    name: str  # the graded name in the lab
     definition: Definition
-    why: str            # "same name" or "same formulas (k shared)"
-    covered: str        # "" when not covered, else "marked" or the NOT_ANSWERS reason
+    why: str  # "same name" or "same formulas (k shared)"
+    covered: str  # "" when not covered, else "marked" or the NOT_ANSWERS reason
 
 
 # -- same formulas ---------------------------------------------------------------------------
@@ -72,8 +78,11 @@ def private_helpers(tree: ast.Module, node: ast.AST) -> dict[str, ast.AST]:
     """{name: node} of the private functions of ``tree`` (a solution) that ``node`` calls, transitively:
     a graded function's algorithm may sit in a helper (Lab 07's ``_device_order`` holds the schedules'
     orders that ``simulate`` runs)."""
-    private = {n.name: n for n in tree.body
-               if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name.startswith("_")}
+    private = {
+        n.name: n
+        for n in tree.body
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name.startswith("_")
+    }
     found, todo = {}, [node]
     while todo:
         current = todo.pop()
@@ -82,7 +91,6 @@ def private_helpers(tree: ast.Module, node: ast.AST) -> dict[str, ast.AST]:
                 found[sub.id] = private[sub.id]
                 todo.append(private[sub.id])
     return found
-
 
 
 def find(root: Path, min_shared: int = 3, min_share: float = 0.5) -> list[Finding]:
@@ -109,8 +117,10 @@ def find(root: Path, min_shared: int = 3, min_share: float = 0.5) -> list[Findin
             for d in shipped:
                 shared = len(wanted & shapes[d.where])
                 own = d.qualname.split(".")[-1]
-                best = max(((len(h_steps & steps.get(d.where, set())), h) for h, h_steps in helpers.items()
-                            if h_steps), default=(0, ""))
+                best = max(
+                    ((len(h_steps & steps.get(d.where, set())), h) for h, h_steps in helpers.items() if h_steps),
+                    default=(0, ""),
+                )
                 if own == name:
                     why = "same name"
                 elif best[0] >= min_shared and best[0] >= min_share * len(helpers[best[1]]):
@@ -121,8 +131,11 @@ def find(root: Path, min_shared: int = 3, min_share: float = 0.5) -> list[Findin
                 else:
                     continue
                 marks = _marked_in(root, d)
-                covered = ("marked" if any(m[1] == name or m[0] == lab for m in marks) and marks
-                           else NOT_ANSWERS.get((lab, name, d.where), ""))
+                covered = (
+                    "marked"
+                    if any(m[1] == name or m[0] == lab for m in marks) and marks
+                    else NOT_ANSWERS.get((lab, name, d.where), "")
+                )
                 findings.append(Finding(lab, name, d, why, covered))
     return findings
 
@@ -148,7 +161,7 @@ def reference_calls(root: Path) -> list[str]:
     values elsewhere (a simulator, frozen numbers) before the release can grade it.
     """
     root = Path(root)
-    marked = {}   # module name -> {function names with a GRADED block}
+    marked = {}  # module name -> {function names with a GRADED block}
     for path in (root / "commtax").rglob("*.py"):
         names = {m[1] for m in _marked(path)}
         if names:

@@ -73,36 +73,75 @@ from grading.reaching_references import reaching_references, visible_tests_reach
 # Each part lives in its own module (grading/graded.py, graded_markers.py, answer_search.py,
 # reaching_references.py); these names stay importable from here.
 __all__ = [
-    "BEGIN_RE", "END_RE", "HELPER_SCRIPTS_EXCLUDED", "LESSON_EDITS", "MUST_COVER_STEPS", "NOT_ANSWERS",
-    "NO_SOLUTIONS_NOTE", "README_EDITS", "Definition", "Finding", "GradedMarkerError", "check_markers",
-    "definitions", "find", "formulas", "graded_names", "lab_dirs_of", "lab_test_files", "main", "must_cover",
-    "private_helpers", "reaching_references", "reference_calls", "release_lessons", "release_readme", "report",
-    "shipped_modules", "statements", "strip_graded", "transform_release", "visible_tests_reaching_references",
+    "BEGIN_RE",
+    "END_RE",
+    "HELPER_SCRIPTS_EXCLUDED",
+    "LESSON_EDITS",
+    "MUST_COVER_STEPS",
+    "NOT_ANSWERS",
+    "NO_SOLUTIONS_NOTE",
+    "README_EDITS",
+    "Definition",
+    "Finding",
+    "GradedMarkerError",
+    "check_markers",
+    "definitions",
+    "find",
+    "formulas",
+    "graded_names",
+    "lab_dirs_of",
+    "lab_test_files",
+    "main",
+    "must_cover",
+    "private_helpers",
+    "reaching_references",
+    "reference_calls",
+    "release_lessons",
+    "release_readme",
+    "report",
+    "shipped_modules",
+    "statements",
+    "strip_graded",
+    "transform_release",
+    "visible_tests_reaching_references",
 ]
 
 
 # -- the release transform -------------------------------------------------------------------
 
 
-NO_SOLUTIONS_NOTE = ("Worked solutions are not in this copy: the `check` lines are for self-study in the "
-                     "course's public repository. If your teacher grades the exercises, write your numbers in "
-                     "`exercises/answers.toml`.")
+NO_SOLUTIONS_NOTE = (
+    "Worked solutions are not in this copy: the `check` lines are for self-study in the "
+    "course's public repository. If your teacher grades the exercises, write your numbers in "
+    "`exercises/answers.toml`."
+)
 # (pattern, replacement) for the README and the lessons' text; each README pattern must match (see release_readme).
 README_EDITS = [
-    (r"Worked solutions to every lesson's exercises are in \[`solutions/`\]\(solutions/\),\nwith the same file "
-     r"names as the lessons\.", NO_SOLUTIONS_NOTE),
-    (r"`starter\.py` \(your work: functions that raise `NotImplementedError` with a\nhint\), `solution\.py` "
-     r"\(the reference\) and `test_lab\.py`",
-     "`starter.py` (your work: functions that raise `NotImplementedError` with a\nhint) and `test_lab.py`"),
+    (
+        r"Worked solutions to every lesson's exercises are in \[`solutions/`\]\(solutions/\),\nwith the same file "
+        r"names as the lessons\.",
+        NO_SOLUTIONS_NOTE,
+    ),
+    (
+        r"`starter\.py` \(your work: functions that raise `NotImplementedError` with a\nhint\), `solution\.py` "
+        r"\(the reference\) and `test_lab\.py`",
+        "`starter.py` (your work: functions that raise `NotImplementedError` with a\nhint) and `test_lab.py`",
+    ),
     (r"\| `solution` \| the reference `solution\.py` \|\n", ""),
     (r"python3 course\.py test labs/lab-01-alpha-beta +# the reference: passes\n", ""),
-    (r"labs/ +one folder per lab: README, starter, solution, tests", "labs/        one folder per lab: README, starter, tests"),
+    (
+        r"labs/ +one folder per lab: README, starter, solution, tests",
+        "labs/        one folder per lab: README, starter, tests",
+    ),
     (r"solutions/ +worked solutions to the lessons' exercises\n", ""),
     (r"tests/ +tests of the course itself[^\n]*\n", ""),
 ]
 LESSON_EDITS = [
     (r"Worked solutions(?: are in|:) `solutions/[\w.-]+`\.", NO_SOLUTIONS_NOTE),
-    (r"(# [^\n]*?)Worked solutions: solutions/[\w.-]+", r"\1This copy has no answers (self-study: the public repository)."),
+    (
+        r"(# [^\n]*?)Worked solutions: solutions/[\w.-]+",
+        r"\1This copy has no answers (self-study: the public repository).",
+    ),
 ]
 
 
@@ -154,6 +193,7 @@ def transform_release(dest: Path) -> list[Path]:
             path.write_text(strip_graded(text, str(path)))
             changed.append(path)
     from grading import exercise_answers
+
     (dest / exercise_answers.ANSWERS_FILE).parent.mkdir(exist_ok=True)
     (dest / exercise_answers.ANSWERS_FILE).write_text(exercise_answers.template())
     changed.append(dest / exercise_answers.ANSWERS_FILE)
@@ -169,8 +209,7 @@ def report(findings: list[Finding]) -> str:
         if f.lab != lab:
             lab = f.lab
             lines.append(f"{lab}:")
-        state = (f"covered ({f.covered})" if f.covered else
-                 "NOT COVERED" if f.why == "same name" else "to review")
+        state = f"covered ({f.covered})" if f.covered else "NOT COVERED" if f.why == "same name" else "to review"
         lines.append(f"  {f.name:32s} {f.definition.where}:{f.definition.line}  [{f.why}] {state}")
     return "\n".join(lines)
 
@@ -189,16 +228,19 @@ def main(argv=None) -> int:
     findings = find(root)
     print(report(findings))
     calls = reference_calls(root)
-    print(f"lab tests that use a marked function as their reference ({len(calls)}; in the release they "
-          "compare the learner with the learner):")
+    print(
+        f"lab tests that use a marked function as their reference ({len(calls)}; in the release they "
+        "compare the learner with the learner):"
+    )
     print("\n".join(f"  {c}" for c in calls))
     missing = [f for f in findings if not f.covered and must_cover(f)]
     problems = check_markers(root)
     print("\n".join(problems))
-    print(f"{len(findings)} findings, {len(missing)} not covered that must be (same name, or a graded function's "
-          f"statements), {len(problems)} marker problems")
+    print(
+        f"{len(findings)} findings, {len(missing)} not covered that must be (same name, or a graded function's "
+        f"statements), {len(problems)} marker problems"
+    )
     return 1 if missing or problems else 0
-
 
 
 if __name__ == "__main__":

@@ -54,13 +54,16 @@ def _is_hidden(item) -> bool:
 
 def pytest_configure(config):
     global _channel
-    config.addinivalue_line("markers", "hidden: a hidden test (grading/hidden); its source and messages are never shown")
+    config.addinivalue_line(
+        "markers", "hidden: a hidden test (grading/hidden); its source and messages are never shown"
+    )
     out_fd, key_fd = os.environ.pop(OUTCOME_FD, None), os.environ.pop(KEY_FD, None)
     if out_fd is None or key_fd is None:
         return
     with os.fdopen(int(key_fd), "rb") as f:  # read once, then closed
         key = f.read()
     from grading.process import make_undumpable
+
     make_undumpable()  # no process of the same user may read the key from our memory or /proc
     _channel = _Channel(key, int(out_fd))
     if _learner_shares_our_files():
@@ -81,6 +84,7 @@ def _import_commtax() -> None:
     import pkgutil
 
     import commtax
+
     for module in pkgutil.walk_packages(commtax.__path__, "commtax."):
         if not module.name.startswith("commtax.ui"):
             try:
@@ -96,10 +100,15 @@ def pytest_collection_modifyitems(session, config, items):
     if _channel is not None and config.option.collectonly:
         for item in items:
             points = item.get_closest_marker("points")
-            _channel.send({"kind": "collected", "nodeid": item.nodeid,
-                           "points": float(points.args[0]) if points and points.args else 1.0,
-                           "hidden": _is_hidden(item),
-                           "nccl": item.get_closest_marker("nccl") is not None})
+            _channel.send(
+                {
+                    "kind": "collected",
+                    "nodeid": item.nodeid,
+                    "points": float(points.args[0]) if points and points.args else 1.0,
+                    "hidden": _is_hidden(item),
+                    "nccl": item.get_closest_marker("nccl") is not None,
+                }
+            )
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -114,6 +123,7 @@ def pytest_collection_finish(session):
         return
     import shutil
     from pathlib import Path
+
     for item in session.items:
         if _is_hidden(item):
             folder = Path(str(item.path)).parent

@@ -29,35 +29,61 @@ HIDDEN_DIR = Path(__file__).resolve().parent / "hidden"
 # What of commtax the learner's processes get (paths under commtax/). Everything else (the
 # formulas, the simulators, the benchmarks, the widgets: modules that hold lab answers,
 # including any added later) is replaced in the sandbox by a stub whose every name raises.
-LEARNER_COMMTAX = ("__init__.py", "checks.py", "units.py", "labs.py", "testing.py", "boundary/*.py",
-                   # the lab harness (commtax.testing's names): the ranks run its parts; it holds no answers
-                   "harness/*.py",
-                   "learner_process.py",
-                   # the loader of recorded expected values: test_lab.py builds one at import, in the ranks too
-                   "recorded.py",
-                   "ranks/__init__.py", "ranks/launch.py", "ranks/traffic.py", "ranks/_*.py",
-                   # the kernel's loopback counters (no answers); Lab 03's measure.py, a learner process, reads them
-                   "ranks/wire.py",
-                   # link presets and Lab 03's calibration files (measure.py saves one): no answers
-                   "formulas/__init__.py", "formulas/links.py")
+LEARNER_COMMTAX = (
+    "__init__.py",
+    "checks.py",
+    "units.py",
+    "labs.py",
+    "testing.py",
+    "boundary/*.py",
+    # the lab harness (commtax.testing's names): the ranks run its parts; it holds no answers
+    "harness/*.py",
+    "learner_process.py",
+    # the loader of recorded expected values: test_lab.py builds one at import, in the ranks too
+    "recorded.py",
+    "ranks/__init__.py",
+    "ranks/launch.py",
+    "ranks/traffic.py",
+    "ranks/_*.py",
+    # the kernel's loopback counters (no answers); Lab 03's measure.py, a learner process, reads them
+    "ranks/wire.py",
+    # link presets and Lab 03's calibration files (measure.py saves one): no answers
+    "formulas/__init__.py",
+    "formulas/links.py",
+)
 # Helpers that public rank workers call but that live in a module with answers: the stub of
 # that module carries these functions (and the module's imports), and nothing else.
 # Each is readable by graded code: keep answers out of them (Lab 12's Megatron groups are given code
 # in its starter, not an exercise).
-SHARED_HELPERS = {"ranks/measure.py": ("memcpy_bandwidth",),
-                  "ranks/wholebill.py": ("SIZES", "block", "make_model", "make_batch",  # Lab 12's starter uses these
-                                          "megatron_groups", "_median_seconds", "calibrate")}
+SHARED_HELPERS = {
+    "ranks/measure.py": ("memcpy_bandwidth",),
+    "ranks/wholebill.py": (
+        "SIZES",
+        "block",
+        "make_model",
+        "make_batch",  # Lab 12's starter uses these
+        "megatron_groups",
+        "_median_seconds",
+        "calibrate",
+    ),
+}
 
 
 def lab_names(source: Path = SOURCE_ROOT) -> list[str]:
-    return sorted(p.name for p in (source / "labs").iterdir()
-                  if p.is_dir() and p.name.startswith("lab-") and (p / "test_lab.py").exists())
+    return sorted(
+        p.name
+        for p in (source / "labs").iterdir()
+        if p.is_dir() and p.name.startswith("lab-") and (p / "test_lab.py").exists()
+    )
 
 
 def _ignored(parts) -> bool:
     name = parts[-1]
-    return (any(p in ("__pycache__", "calibrations", ".ipynb_checkpoints") for p in parts)
-            or name.endswith(".pyc") or name in ("solution.py", "starter.py"))
+    return (
+        any(p in ("__pycache__", "calibrations", ".ipynb_checkpoints") for p in parts)
+        or name.endswith(".pyc")
+        or name in ("solution.py", "starter.py")
+    )
 
 
 def read_course(source: Path = SOURCE_ROOT, hidden: Path = HIDDEN_DIR) -> dict:
@@ -116,8 +142,7 @@ def write_trusted_tree(work: Path, course: dict, labs: list, part: str = "all") 
 
 
 def has_hidden_tests(course: dict, lab: str) -> bool:
-    return any(rel.startswith(f"labs/{lab}/hidden/") and rel.rsplit("/", 1)[-1].startswith("test_")
-               for rel in course)
+    return any(rel.startswith(f"labs/{lab}/hidden/") and rel.rsplit("/", 1)[-1].startswith("test_") for rel in course)
 
 
 WITHHELD = '''"""Withheld by the grader: this module of commtax holds lab answers, so graded code gets a stub."""
@@ -156,11 +181,19 @@ def _learner_module(relative: str, data: bytes) -> bytes | None:
     if helpers:
         source = data.decode()
         tree = ast.parse(source)
-        keep = [node for node in tree.body if isinstance(node, ast.Import)
-                or isinstance(node, ast.ImportFrom) and node.module != "__future__"]
-        keep += [node for node in tree.body
-                 if isinstance(node, ast.FunctionDef) and node.name in helpers
-                 or isinstance(node, ast.Assign) and any(getattr(t, "id", None) in helpers for t in node.targets)]
+        keep = [
+            node
+            for node in tree.body
+            if isinstance(node, ast.Import) or isinstance(node, ast.ImportFrom) and node.module != "__future__"
+        ]
+        keep += [
+            node
+            for node in tree.body
+            if isinstance(node, ast.FunctionDef)
+            and node.name in helpers
+            or isinstance(node, ast.Assign)
+            and any(getattr(t, "id", None) in helpers for t in node.targets)
+        ]
         text += "\n\n" + "\n\n\n".join(ast.get_source_segment(source, node) for node in keep) + "\n"
     return text.encode()
 
@@ -177,5 +210,3 @@ def write_learner_tree(box: Path, course: dict, lab: str, starter: bytes) -> Non
             files[relative] = data
     files[f"labs/{lab}/starter.py"] = starter
     _write_files(box, files)
-
-

@@ -36,7 +36,7 @@ from pathlib import Path
 
 ANSWERS_FILE = Path("exercises") / "answers.toml"
 POINTS_PER_EXERCISE = 1
-_graded_variant: dict = {}   # the numbers score_answers checks against when given none (use_variant)
+_graded_variant: dict = {}  # the numbers score_answers checks against when given none (use_variant)
 
 
 def use_variant(variant: dict | None) -> None:
@@ -48,20 +48,23 @@ def use_variant(variant: dict | None) -> None:
 
 @dataclass(frozen=True)
 class ExerciseScore:
-    exercise: str     # "01.1"
-    what: str         # the question, with its unit
+    exercise: str  # "01.1"
+    what: str  # the question, with its unit
     score: int
     max_score: int
-    output: str       # the verdict the learner sees (never the answer)
+    output: str  # the verdict the learner sees (never the answer)
 
 
 def template() -> str:
     """The ``exercises/answers.toml`` the release ships: every exercise, commented out."""
     from commtax.exercises import EXERCISES
-    lines = ["# Your answers to the lessons' exercises, graded by your teacher.",
-             "# Remove the leading '# ' of a line and replace ... by your number (SI units as asked;",
-             "# 0.25 for 25%). Keep the quotes around the exercise number. Lines left commented score 0.",
-             ""]
+
+    lines = [
+        "# Your answers to the lessons' exercises, graded by your teacher.",
+        "# Remove the leading '# ' of a line and replace ... by your number (SI units as asked;",
+        "# 0.25 for 25%). Keep the quotes around the exercise number. Lines left commented score 0.",
+        "",
+    ]
     lesson = None
     for key, exercise in EXERCISES.items():
         if key.split(".")[0] != lesson:
@@ -71,8 +74,8 @@ def template() -> str:
     return "\n".join(lines) + "\n"
 
 
-MAX_BYTES = 100_000   # of an answers file (the template is about 10 kB; grading.submission.ANSWERS_LIMIT)
-MAX_NESTING = 32      # of arrays and inline tables in it (an answer is a number: nesting 0)
+MAX_BYTES = 100_000  # of an answers file (the template is about 10 kB; grading.submission.ANSWERS_LIMIT)
+MAX_NESTING = 32  # of arrays and inline tables in it (an answer is a number: nesting 0)
 
 
 def nesting_depth(text: str) -> int:
@@ -115,14 +118,17 @@ def parse_answers(data: bytes | str) -> tuple[dict[str, object], str]:
     20,000 deep made ``tomllib`` raise RecursionError in the grader, issue 38), never raising
     (a RecursionError, a MemoryError or any other failure of the parser is the reason given)."""
     import tomllib  # Python 3.11+, imported here so the module loads where grading needs no exercises
+
     try:
         if len(data) > MAX_BYTES:
             return {}, f"{ANSWERS_FILE} is {len(data):,} bytes, more than the {MAX_BYTES:,} it may have: refused"
         text = data.decode("utf-8") if isinstance(data, bytes) else data
         depth = nesting_depth(text)
         if depth > MAX_NESTING:
-            return {}, (f"{ANSWERS_FILE} nests arrays or tables {depth} levels deep, more than the {MAX_NESTING} "
-                        "it may: refused (an answer is a number)")
+            return {}, (
+                f"{ANSWERS_FILE} nests arrays or tables {depth} levels deep, more than the {MAX_NESTING} "
+                "it may: refused (an answer is a number)"
+            )
         return tomllib.loads(text), ""
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         return {}, f"{ANSWERS_FILE} is not valid TOML: {exc}"
@@ -150,6 +156,7 @@ def score(submission: Path, variant: dict | None = None) -> list[ExerciseScore]:
     """One score per exercise of the teacher's :mod:`commtax.exercises`, from ``submission/exercises/answers.toml``
     (``variant``: the student's numbers, as for :func:`score_answers`)."""
     from commtax.exercises import ANSWERS_SHIPPED
+
     if not ANSWERS_SHIPPED:
         raise RuntimeError("this copy of the course has no answers (a student release): score with the teacher's copy")
     answers, problem = read_answers(Path(submission) / ANSWERS_FILE)
@@ -162,6 +169,7 @@ def score_answers(answers: dict, problem: str = "", variant: dict | None = None)
     from commtax.exercises import ANSWERS_SHIPPED, EXERCISES, verdict
     from commtax.exercises.table import question_text
     from commtax.exercises.variants import numbers
+
     variant = dict(_graded_variant if variant is None else variant)
     if not ANSWERS_SHIPPED:
         raise RuntimeError("this copy of the course has no answers (a student release): score with the teacher's copy")
@@ -193,14 +201,19 @@ def main(argv=None) -> int:
     cmd = sub.add_parser("score", help="score a submission's exercises/answers.toml")
     cmd.add_argument("submission")
     cmd.add_argument("--json", action="store_true")
-    cmd.add_argument("--variant-secret", type=Path, help="score against the student's own numbers: the teacher's "
-                                                         "secret (python -m grading variants); the student id is "
-                                                         "the submission's folder name")
+    cmd.add_argument(
+        "--variant-secret",
+        type=Path,
+        help="score against the student's own numbers: the teacher's "
+        "secret (python -m grading variants); the student id is "
+        "the submission's folder name",
+    )
     args = parser.parse_args(argv)
     if args.command == "template":
         print(template(), end="")
         return 0
     from grading.variants import variant_of
+
     try:
         variant = variant_of(args.variant_secret, Path(args.submission))
     except ValueError as exc:

@@ -29,6 +29,8 @@ from __future__ import annotations
 import ast
 import unicodedata
 
+# The tables below are laid out by hand (one topic per line): the formatter leaves them alone.
+# fmt: off
 NODE_LIMIT = 400_000   # AST nodes scanned (a 1 MB file of dense code has about 300,000)
 KEPT = 100             # flags kept per file (the count says how many there were)
 
@@ -110,6 +112,7 @@ DOTTED = {
     "torch.from_file": "file I/O (torch.from_file)", "torch.serialization": "torch.serialization (file I/O)",
     "torch.UntypedStorage.from_file": "file I/O (a storage from a file)",
 }
+# fmt: on
 
 
 def _resolve(dotted: str):
@@ -117,6 +120,7 @@ def _resolve(dotted: str):
     importing one, never running a module's ``__getattr__``), or None."""
     import inspect
     import sys
+
     parts = dotted.split(".")
     for cut in range(len(parts), 0, -1):
         module = sys.modules.get(".".join(parts[:cut]))
@@ -136,8 +140,12 @@ def _resolve(dotted: str):
 
 # Other spellings of DOTTED names, known without importing anything (the grader, which has torch and numpy
 # imported, also resolves every name to its object: :func:`flagged_objects`).
-ALIASES = {"torch.serialization.save": "torch.save", "torch.serialization.load": "torch.load",
-           "numpy.lib.npyio.load": "numpy.load", "numpy.lib.npyio.save": "numpy.save"}
+ALIASES = {
+    "torch.serialization.save": "torch.save",
+    "torch.serialization.load": "torch.load",
+    "numpy.lib.npyio.load": "numpy.load",
+    "numpy.lib.npyio.save": "numpy.save",
+}
 _FLAGGED_OBJECTS: dict = {}
 
 
@@ -152,8 +160,11 @@ def flagged_objects() -> dict:
                 _FLAGGED_OBJECTS[id(value)] = (value, reason)
         _FLAGGED_OBJECTS[0] = (None, "")  # (computed once, even where nothing resolves)
     return _FLAGGED_OBJECTS
+
+
 # What a lab's README asks for that is flagged elsewhere: Lab 12's traffic meter replaces dist.all_reduce,
 # dist.send and dist.isend with counting wrappers (getattr and setattr on torch.distributed, by name).
+# fmt: off
 LAB_ALLOWS = {"lab-12-the-whole-bill": {"replaces": {"torch.distributed.all_reduce", "torch.distributed.send",
                                                      "torch.distributed.isend"},
                                         "names_on": {"torch.distributed"}}}
@@ -182,6 +193,7 @@ PLACES = ("/proc", "/tmp", "/dev/", "/run/", "/var/", "/sys/", "/etc/", "/home",
           "/hidden", "test_lab.py", "solution.py", "starter.py", "commtax-grading", "commtax/", "grading/")
 MODULE_NAMES_IN_STRINGS = ("commtax.", "grading.", "_pytest", "pytest")
 _BIDI = {chr(c) for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x200E, 0x200F, 0x061C)}
+# fmt: on
 
 
 def allowed_imports(shipped_starter: bytes | str | None) -> frozenset:
@@ -225,16 +237,20 @@ class _Scan:
     def __init__(self, tree: ast.Module, lab: str, allowed: frozenset):
         self.tree, self.lab, self.allowed = tree, lab, allowed
         self.found: list = []
-        self.modules: dict = {}   # local name -> the module it is bound to by an import
+        self.modules: dict = {}  # local name -> the module it is bound to by an import
         self.allows = LAB_ALLOWS.get(lab, {})
         self.nodes, self.complete = _nodes(tree, NODE_LIMIT)  # [(node, the function or module it is in)]
         self.literal_names = _literal_loop_names(self.nodes)  # per scope: loop variable -> the strings it takes
         self.scope = tree
-        self.named: set = set()   # the string constants getattr() and the like were given
-        self.docstrings = {id(node.body[0].value) for node, _ in self.nodes
-                           if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
-                           and node.body and isinstance(node.body[0], ast.Expr)
-                           and isinstance(node.body[0].value, ast.Constant)}
+        self.named: set = set()  # the string constants getattr() and the like were given
+        self.docstrings = {
+            id(node.body[0].value)
+            for node, _ in self.nodes
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+            and isinstance(node.body[0].value, ast.Constant)
+        }
 
     def flag(self, node, reason: str) -> None:
         self.found.append((getattr(node, "lineno", 0), reason))
@@ -251,8 +267,9 @@ class _Scan:
                 self.scope = scope
                 check(node)
         if not self.complete:
-            self.flag(self.nodes[-1][0], f"the file is too large to scan past {NODE_LIMIT:,} syntax nodes: "
-                                         "read the rest")
+            self.flag(
+                self.nodes[-1][0], f"the file is too large to scan past {NODE_LIMIT:,} syntax nodes: read the rest"
+            )
         return self.found
 
     # -- the module's own statements ------------------------------------------------------------
@@ -262,8 +279,10 @@ class _Scan:
         for stmt in self.tree.body:
             if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 if stmt.name in defined:
-                    self.flag(stmt, f"defines {stmt.name} again (first at line {defined[stmt.name]}): "
-                                    "the later one replaces it")
+                    self.flag(
+                        stmt,
+                        f"defines {stmt.name} again (first at line {defined[stmt.name]}): the later one replaces it",
+                    )
                 defined.setdefault(stmt.name, stmt.lineno)
             elif isinstance(stmt, (ast.Import, ast.ImportFrom, ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Pass)):
                 continue
@@ -375,8 +394,11 @@ class _Scan:
                     self._name(node, value)
             elif not (isinstance(owner, ast.Name) and self.modules.get(owner.id) in self.allows.get("names_on", ())):
                 self.flag(node, f"{func.id}() with a computed name (which attribute cannot be read from the file)")
-        if (isinstance(func, ast.Attribute) and func.attr in PROCESS_CALLS
-                and not (isinstance(func.value, ast.Name) and func.value.id == "self")):
+        if (
+            isinstance(func, ast.Attribute)
+            and func.attr in PROCESS_CALLS
+            and not (isinstance(func.value, ast.Name) and func.value.id == "self")
+        ):
             self.flag(node, f".{func.attr}(): {PROCESS_CALLS[func.attr]}")
         dotted = self._dotted(func) if isinstance(func, ast.Attribute) else None
         if dotted and dotted.startswith("torch.distributed."):
@@ -386,8 +408,10 @@ class _Scan:
         if name in COLLECTIVES and self.lab in POINT_TO_POINT_ONLY:
             self.flag(node, f"calls dist.{name} (this lab asks for point-to-point messages only)")
         if name in COMMUNICATION and any(self._constant_tensor(arg) for arg in node.args[:2]):
-            self.flag(node, f"dist.{name} of a tensor made in the call (a payload that carries nothing, or a "
-                            "result thrown away)")
+            self.flag(
+                node,
+                f"dist.{name} of a tensor made in the call (a payload that carries nothing, or a result thrown away)",
+            )
 
     def _constant_tensor(self, node) -> bool:
         if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
@@ -457,14 +481,26 @@ def _literal_loop_names(nodes: list) -> dict:
             other.setdefault(id(scope), set()).add(node.id)
         elif isinstance(node, ast.arguments):  # a function's own arguments are in its scope
             other.setdefault(id(scope), set()).update(a.arg for a in ast.walk(node) if isinstance(a, ast.arg))
-    return {scope: {name: values for name, values in names.items() if name not in other.get(scope, ())}
-            for scope, names in literal.items()}
+    return {
+        scope: {name: values for name, values in names.items() if name not in other.get(scope, ())}
+        for scope, names in literal.items()
+    }
 
 
 def _statement(stmt) -> str:
-    kinds = {ast.For: "a for loop", ast.AsyncFor: "a for loop", ast.While: "a while loop", ast.If: "an if statement",
-             ast.Try: "a try statement", ast.With: "a with statement", ast.Expr: "a call", ast.Delete: "a del",
-             ast.Global: "a global statement", ast.Raise: "a raise", ast.Assert: "an assert"}
+    kinds = {
+        ast.For: "a for loop",
+        ast.AsyncFor: "a for loop",
+        ast.While: "a while loop",
+        ast.If: "an if statement",
+        ast.Try: "a try statement",
+        ast.With: "a with statement",
+        ast.Expr: "a call",
+        ast.Delete: "a del",
+        ast.Global: "a global statement",
+        ast.Raise: "a raise",
+        ast.Assert: "an assert",
+    }
     return kinds.get(type(stmt), f"a {type(stmt).__name__.lower()} statement")
 
 
@@ -473,9 +509,14 @@ def _dunder(name: str) -> bool:
 
 
 def _is_main_guard(test) -> bool:
-    return (isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and test.left.id == "__name__"
-            and len(test.comparators) == 1 and isinstance(test.comparators[0], ast.Constant)
-            and test.comparators[0].value == "__main__")
+    return (
+        isinstance(test, ast.Compare)
+        and isinstance(test.left, ast.Name)
+        and test.left.id == "__name__"
+        and len(test.comparators) == 1
+        and isinstance(test.comparators[0], ast.Constant)
+        and test.comparators[0].value == "__main__"
+    )
 
 
 def _control(ch: str) -> bool:

@@ -11,13 +11,13 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
-HELPER_SCRIPTS_EXCLUDED = {"solution.py", "starter.py", "expected.py"}   # expected.py: recipes, never shipped
+HELPER_SCRIPTS_EXCLUDED = {"solution.py", "starter.py", "expected.py"}  # expected.py: recipes, never shipped
 
 
 @dataclass(frozen=True)
 class Definition:
-    path: str           # relative to the repository root
-    qualname: str       # Class.method for a method
+    path: str  # relative to the repository root
+    qualname: str  # Class.method for a method
     line: int
     node: ast.AST
 
@@ -26,13 +26,15 @@ class Definition:
         return f"{self.path}::{self.qualname}"
 
 
-
 # -- what each lab grades -------------------------------------------------------------------
 
 
 def _top_level_names(tree: ast.Module) -> dict[str, ast.AST]:
-    return {node.name: node for node in tree.body
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and not node.name.startswith("_")}
+    return {
+        node.name: node
+        for node in tree.body
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and not node.name.startswith("_")
+    }
 
 
 def _attribute_names(path: Path) -> set[str]:
@@ -67,8 +69,11 @@ def graded_names(root: Path, lab_dir: Path) -> dict[str, ast.AST]:
     lines = text.splitlines()
     defined = _top_level_names(ast.parse(text))
     called = set().union(*(_attribute_names(p) for p in lab_test_files(root, lab_dir)))
-    return {name: node for name, node in sorted(defined.items())
-            if name in called and any("# BEGIN SOLUTION" in line for line in lines[node.lineno - 1:node.end_lineno])}
+    return {
+        name: node
+        for name, node in sorted(defined.items())
+        if name in called and any("# BEGIN SOLUTION" in line for line in lines[node.lineno - 1 : node.end_lineno])
+    }
 
 
 # -- what the shipped modules define ---------------------------------------------------------
@@ -94,5 +99,6 @@ def definitions(root: Path, path: Path) -> list[Definition]:
                 found.append(Definition(str(path.relative_to(root)), qualname, node.lineno, node))
                 if isinstance(node, ast.ClassDef):
                     visit(node.body, f"{qualname}.")
+
     visit(tree.body, "")
     return found

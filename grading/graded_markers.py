@@ -28,8 +28,7 @@ def _marked_in(root: Path, definition: Definition) -> set[tuple[str, str]]:
     """The GRADED blocks inside one definition's lines."""
     lines = (root / definition.path).read_text().splitlines()
     node = definition.node
-    return {(m.group(2), m.group(3)) for m in map(BEGIN_RE.match, lines[node.lineno - 1:node.end_lineno]) if m}
-
+    return {(m.group(2), m.group(3)) for m in map(BEGIN_RE.match, lines[node.lineno - 1 : node.end_lineno]) if m}
 
 
 def strip_graded(text: str, path: str = "<text>") -> str:
@@ -57,9 +56,8 @@ def strip_graded(text: str, path: str = "<text>") -> str:
     return "".join(out)
 
 
-
 def _accepts(function: ast.FunctionDef, call: ast.Call) -> str:
-    """"" when ``function``'s signature accepts ``call``'s arguments, else why not."""
+    """ "" when ``function``'s signature accepts ``call``'s arguments, else why not."""
     a = function.args
     positional = [x.arg for x in a.posonlyargs + a.args]
     if len(call.args) > len(positional) and a.vararg is None:
@@ -68,8 +66,8 @@ def _accepts(function: ast.FunctionDef, call: ast.Call) -> str:
     known = set(positional) | {x.arg for x in a.kwonlyargs}
     if a.kwarg is None and named - known:
         return f"no parameter {sorted(named - known)}"
-    given = set(positional[:len(call.args)]) | named
-    required = positional[:len(positional) - len(a.defaults)]
+    given = set(positional[: len(call.args)]) | named
+    required = positional[: len(positional) - len(a.defaults)]
     required += [x.arg for x, d in zip(a.kwonlyargs, a.kw_defaults) if d is None]
     missing = [r for r in required if r not in given]
     return f"missing {missing}" if missing else ""
@@ -91,8 +89,12 @@ def check_markers(root: Path) -> list[str]:
             problems.append(str(exc))
             continue
         for node in ast.walk(tree):
-            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                    and isinstance(node.func.value, ast.Call) and getattr(node.func.value.func, "attr", "") == "lab"):
+            if not (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and isinstance(node.func.value, ast.Call)
+                and getattr(node.func.value.func, "attr", "") == "lab"
+            ):
                 continue
             number, name = node.func.value.args[0].value, node.func.attr
             lab_dir = next((root / "labs").glob(f"lab-{number}-*"))

@@ -70,12 +70,29 @@ except ImportError:  # the student release ships without it: a learner must not 
     review_flags = None
 
 
-__all__ = ["GradeResult", "LabResult", "TestResult", "Stopped", "ISOLATIONS", "DEFAULT_ISOLATION", "NoSandbox", "SANDBOX_USER", "SOURCE_ROOT", "HIDDEN_DIR",
-           "lab_names", "grade", "score_lab", "starter_of", "sandbox_user", "open_interpreter",
-           "close_interpreter"]
+__all__ = [
+    "GradeResult",
+    "LabResult",
+    "TestResult",
+    "Stopped",
+    "ISOLATIONS",
+    "DEFAULT_ISOLATION",
+    "NoSandbox",
+    "SANDBOX_USER",
+    "SOURCE_ROOT",
+    "HIDDEN_DIR",
+    "lab_names",
+    "grade",
+    "score_lab",
+    "starter_of",
+    "sandbox_user",
+    "open_interpreter",
+    "close_interpreter",
+]
 
 
 # -- reading the submission ---------------------------------------------------------------------
+
 
 def starter_of(submission: Path | None, lab: str, source: Path = SOURCE_ROOT) -> bytes | None:
     """The bytes of the starter to grade for ``lab``: the learner's, or the shipped one (``submission`` None).
@@ -89,9 +106,11 @@ def starter_of(submission: Path | None, lab: str, source: Path = SOURCE_ROOT) ->
 
 # -- scoring ------------------------------------------------------------------------------------
 
+
 def gpus_missing() -> str | None:
     """Why NCCL tests cannot run here (None if they can)."""
     from commtax.ranks.launch import backend_unavailable_reason
+
     try:
         return backend_unavailable_reason("nccl", 2)
     except Exception as exc:  # pragma: no cover
@@ -108,8 +127,18 @@ def score_lab(lab: str, expected: list, records: list, problem: str, no_gpu: str
         if item["nccl"] and no_gpu:
             # No GPU here: an NCCL test is out of score and maximum for everyone, whether the lab ran, was
             # missing or timed out, so the maximum is the same for every submission (issue 22).
-            results.append(TestResult(nodeid, lab, points, "neutral", 0.0, f"skipped, no points either way: {no_gpu}",
-                                      hidden, float(record.get("duration", 0.0)) if record else 0.0))
+            results.append(
+                TestResult(
+                    nodeid,
+                    lab,
+                    points,
+                    "neutral",
+                    0.0,
+                    f"skipped, no points either way: {no_gpu}",
+                    hidden,
+                    float(record.get("duration", 0.0)) if record else 0.0,
+                )
+            )
             continue
         if record is None:
             why = problem or "the test process ended before this test reported"
@@ -133,11 +162,16 @@ def score_lab(lab: str, expected: list, records: list, problem: str, no_gpu: str
 
 def _void(tests: list, why: str) -> list:
     """Every test of a lab failed, for ``why`` (the lab's result cannot be trusted)."""
-    return [TestResult(t.nodeid, t.lab, t.points, "failed" if t.outcome != "neutral" else "neutral", 0.0,
-                       why, t.hidden, t.duration) for t in tests]
+    return [
+        TestResult(
+            t.nodeid, t.lab, t.points, "failed" if t.outcome != "neutral" else "neutral", 0.0, why, t.hidden, t.duration
+        )
+        for t in tests
+    ]
 
 
 # -- one lab run --------------------------------------------------------------------------------
+
 
 def _make_readable(box: Path) -> None:
     """The sandbox tree, readable (never writable) by another user."""
@@ -148,13 +182,17 @@ def _make_readable(box: Path) -> None:
 def _ignored_in_tree(relative: str) -> bool:
     """What a lab's pytest process may add to or take from its trusted tree: its log, the hidden tests
     (the collector deletes them once collected), byte code."""
-    return (relative.startswith(".grading-log-") or "/hidden/" in relative or "__pycache__" in relative
-            or relative.endswith(".pyc"))
+    return (
+        relative.startswith(".grading-log-")
+        or "/hidden/" in relative
+        or "__pycache__" in relative
+        or relative.endswith(".pyc")
+    )
 
 
-MACHINE_ERRNOS = {errno.ENOSPC, errno.EDQUOT}   # the grading machine's disk (or quota), not the student's code
-MACHINE_RETRIES, MACHINE_PAUSE = 2, 10.0        # a part that met one is graded again, this many times, this long apart
-LOW_DISK, LOW_FILES = 64 * 2**20, 2_000         # free bytes and inodes below which a failed part is the machine's
+MACHINE_ERRNOS = {errno.ENOSPC, errno.EDQUOT}  # the grading machine's disk (or quota), not the student's code
+MACHINE_RETRIES, MACHINE_PAUSE = 2, 10.0  # a part that met one is graded again, this many times, this long apart
+LOW_DISK, LOW_FILES = 64 * 2**20, 2_000  # free bytes and inodes below which a failed part is the machine's
 
 
 class MachineProblem(RuntimeError):
@@ -189,7 +227,7 @@ def _grade_part_once(base: Path, course: dict, lab: str, starter: bytes, part: s
     Returns (verified records, problem, seconds, files of the trusted tree that changed, whether the
     problem includes a resource limit the run's cgroup reached).
     """
-    secret = base / secrets.token_hex(16)          # only the grader's user can open it
+    secret = base / secrets.token_hex(16)  # only the grader's user can open it
     work = secret / "course"
     # Neutral names: learner code sees these paths (__file__, argv), and a name saying "hidden" would let
     # it behave differently under the hidden tests (a timing channel out of them; red-team attack a08b).
@@ -211,8 +249,9 @@ def _grade_part_once(base: Path, course: dict, lab: str, starter: bytes, part: s
             return [], f"the sandbox could not be started: {exc}", 0.0, [], False
         settings = sandbox.settings(work, work / "grading" / "sandbox" / "relay.py")
         target = f"labs/{lab}/hidden" if part == "hidden" else f"labs/{lab}"
-        records, _, problem, seconds = run_pytest(work, [target], timeout, {SANDBOX_ENV: json.dumps(settings)},
-                                                  sandbox.pass_fds)
+        records, _, problem, seconds = run_pytest(
+            work, [target], timeout, {SANDBOX_ENV: json.dumps(settings)}, sandbox.pass_fds
+        )
         hit = sandbox.limits_hit()  # the run's cgroup reached its memory or process limit: the report says so
         problem = "; ".join(p for p in (hit, problem) if p)
         return records, problem, seconds, integrity.tree_changes(work, written, _ignored_in_tree), bool(hit)
@@ -246,10 +285,23 @@ def _report_leftovers(problems: list) -> None:
 
 # -- a whole grading ----------------------------------------------------------------------------
 
-def grade(submission: Path | None, labs: list[str] | None = None, *, source: Path = SOURCE_ROOT,
-          hidden: Path = HIDDEN_DIR, lab_timeout: float = 300.0, total_timeout: float = 1500.0,
-          user: str | None = None, same_user: bool = False, isolation: str = DEFAULT_ISOLATION, limits: Limits | None = None,
-          progress=None, exercises: bool = False, on_lab=None) -> GradeResult:
+
+def grade(
+    submission: Path | None,
+    labs: list[str] | None = None,
+    *,
+    source: Path = SOURCE_ROOT,
+    hidden: Path = HIDDEN_DIR,
+    lab_timeout: float = 300.0,
+    total_timeout: float = 1500.0,
+    user: str | None = None,
+    same_user: bool = False,
+    isolation: str = DEFAULT_ISOLATION,
+    limits: Limits | None = None,
+    progress=None,
+    exercises: bool = False,
+    on_lab=None,
+) -> GradeResult:
     """Grade ``submission`` (a folder; None grades the shipped starters) on ``labs`` (default: all).
 
     Root mode (learner code runs as ``user``, default ``commtax-learner``) when this process is
@@ -266,13 +318,39 @@ def grade(submission: Path | None, labs: list[str] | None = None, *, source: Pat
     and every temporary tree removed on the way out.
     """
     with stop_on_signals():
-        return _grade(submission, labs, source=source, hidden=hidden, lab_timeout=lab_timeout,
-                      total_timeout=total_timeout, user=user, same_user=same_user, isolation=isolation,
-                      limits=limits, progress=progress, exercises=exercises, on_lab=on_lab)
+        return _grade(
+            submission,
+            labs,
+            source=source,
+            hidden=hidden,
+            lab_timeout=lab_timeout,
+            total_timeout=total_timeout,
+            user=user,
+            same_user=same_user,
+            isolation=isolation,
+            limits=limits,
+            progress=progress,
+            exercises=exercises,
+            on_lab=on_lab,
+        )
 
 
-def _grade(submission, labs, *, source, hidden, lab_timeout, total_timeout, user, same_user, isolation, limits,
-           progress, exercises, on_lab) -> GradeResult:
+def _grade(
+    submission,
+    labs,
+    *,
+    source,
+    hidden,
+    lab_timeout,
+    total_timeout,
+    user,
+    same_user,
+    isolation,
+    limits,
+    progress,
+    exercises,
+    on_lab,
+) -> GradeResult:
     start = time.monotonic()
     integrity.preload()  # nothing is imported by this process once learner code has run
     labs = labs or lab_names(source)
@@ -302,15 +380,37 @@ def _grade(submission, labs, *, source, hidden, lab_timeout, total_timeout, user
     try:
         base = Path(tmp)
         os.chmod(base, 0o711)  # the sandbox user may pass through to its own folders, not list them
-        chosen = choose_isolation(user=user, same_user=same_user, isolation=isolation, limits=limits, base=base,
-                                  source=Path(source), hidden=Path(hidden), protected=protected)
+        chosen = choose_isolation(
+            user=user,
+            same_user=same_user,
+            isolation=isolation,
+            limits=limits,
+            base=base,
+            source=Path(source),
+            hidden=Path(hidden),
+            protected=protected,
+        )
         loud = warning(chosen)
         if loud:  # the teacher asked for the fallback: make sure they see what it means
             (progress or _to_stderr)(loud)
         try:
             result = GradeResult(mode=chosen.mode)
-            _grade_labs(result, course, starters, refused, labs, base, chosen, source, hidden,
-                        lab_timeout, total_timeout, progress, start, on_lab)
+            _grade_labs(
+                result,
+                course,
+                starters,
+                refused,
+                labs,
+                base,
+                chosen,
+                source,
+                hidden,
+                lab_timeout,
+                total_timeout,
+                progress,
+                start,
+                on_lab,
+            )
             for lab in result.labs:
                 lab.flags = flagged.get(lab.lab, [])
             if scored_exercises is not None:
@@ -345,6 +445,7 @@ def grade_exercises(submission: Path | None) -> LabResult:
     :func:`grading.exercise_answers.score_answers` from the submission's ``exercises/answers.toml``
     (read like a starter: no links, a regular file, capped). Only verdicts are shown, never answers."""
     from grading.exercise_answers import ANSWERS_FILE, parse_answers, score_answers
+
     start, answers, problem = time.monotonic(), {}, ""
     try:
         data = read_exercise_answers(Path(submission)) if submission is not None else None
@@ -361,9 +462,17 @@ def grade_exercises(submission: Path | None) -> LabResult:
     except Exception as exc:  # noqa: BLE001 - a value the scoring did not expect: that file's problem only
         problem = f"{ANSWERS_FILE} could not be scored ({type(exc).__name__}): refused"
         scored = score_answers({}, problem)
-    tests = [TestResult(f"exercises::{s.exercise}: {s.what}", "exercises", float(s.max_score),
-                        "passed" if s.score == s.max_score else "failed", float(s.score), clean(s.output))
-             for s in scored]
+    tests = [
+        TestResult(
+            f"exercises::{s.exercise}: {s.what}",
+            "exercises",
+            float(s.max_score),
+            "passed" if s.score == s.max_score else "failed",
+            float(s.score),
+            clean(s.output),
+        )
+        for s in scored
+    ]
     missing = problem.startswith("no ")  # like a missing lab: not a problem to flag in the CSV
     return LabResult("exercises", tests, time.monotonic() - start, "" if missing else clean(problem))
 
@@ -377,20 +486,39 @@ def _partial(result: GradeResult, expected: dict, labs: list, no_gpu, start: flo
     one), marked incomplete: what autograde writes as labs finish."""
     done = {lab.lab for lab in result.labs}
     why = "not graded: grading stopped before this lab (most likely the autograder's time limit)"
-    rest = [LabResult(lab, score_lab(lab, expected[lab], [], why, no_gpu), 0.0, why) for lab in labs
-            if lab not in done]
-    return GradeResult(labs=[*result.labs, *rest], seconds=time.monotonic() - start, error=result.error,
-                       mode=result.mode, incomplete=f"{len(done)} of {len(labs)} labs graded when these "
-                                                    "results were written")
+    rest = [LabResult(lab, score_lab(lab, expected[lab], [], why, no_gpu), 0.0, why) for lab in labs if lab not in done]
+    return GradeResult(
+        labs=[*result.labs, *rest],
+        seconds=time.monotonic() - start,
+        error=result.error,
+        mode=result.mode,
+        incomplete=f"{len(done)} of {len(labs)} labs graded when these results were written",
+    )
 
 
-def _grade_labs(result, course, starters, refused, labs, base, chosen, source, hidden, lab_timeout,
-                total_timeout, progress, start, on_lab=None) -> None:
+def _grade_labs(
+    result,
+    course,
+    starters,
+    refused,
+    labs,
+    base,
+    chosen,
+    source,
+    hidden,
+    lab_timeout,
+    total_timeout,
+    progress,
+    start,
+    on_lab=None,
+) -> None:
     collect_tree = base / secrets.token_hex(16)
     collect_tree.mkdir(mode=0o700)
     write_trusted_tree(collect_tree / "course", course, labs)
     for lab in labs:  # the shipped starters: trusted, for the collection pass
-        shutil.copyfile(Path(source) / "labs" / lab / "starter.py", collect_tree / "course" / "labs" / lab / "starter.py")
+        shutil.copyfile(
+            Path(source) / "labs" / lab / "starter.py", collect_tree / "course" / "labs" / lab / "starter.py"
+        )
     expected = collect(collect_tree / "course", labs)
     _report_leftovers(remove_tree(collect_tree))
     no_gpu = gpus_missing()
@@ -405,14 +533,30 @@ def _grade_labs(result, course, starters, refused, labs, base, chosen, source, h
         if why:
             result.labs.append(LabResult(lab, score_lab(lab, expected[lab], [], why, no_gpu), 0.0, clean(why)))
         else:
-            result.labs.append(_grade_lab(course, lab, starters[lab], expected[lab], base, chosen, source, hidden,
-                                          lab_timeout, total_timeout, start, no_gpu, result))
+            result.labs.append(
+                _grade_lab(
+                    course,
+                    lab,
+                    starters[lab],
+                    expected[lab],
+                    base,
+                    chosen,
+                    source,
+                    hidden,
+                    lab_timeout,
+                    total_timeout,
+                    start,
+                    no_gpu,
+                    result,
+                )
+            )
         if on_lab:
             on_lab(_partial(result, expected, labs, no_gpu, start))
 
 
-def _grade_lab(course, lab, starter, expected, base, chosen, source, hidden, lab_timeout, total_timeout, start,
-               no_gpu, result) -> LabResult:
+def _grade_lab(
+    course, lab, starter, expected, base, chosen, source, hidden, lab_timeout, total_timeout, start, no_gpu, result
+) -> LabResult:
     """The visible tests, then the hidden ones (fresh trees, a fresh sandbox), then the checks, then the score."""
     tests, problems, seconds, changed = [], {"visible": [], "hidden": []}, {"visible": 0.0, "hidden": 0.0}, []
     parts = ("visible", "hidden") if has_hidden_tests(course, lab) else ("visible",)
@@ -426,27 +570,36 @@ def _grade_lab(course, lab, starter, expected, base, chosen, source, hidden, lab
             for attempt in range(MACHINE_RETRIES + 1):  # a full disk is the machine's: graded again, never 0
                 remaining = total_timeout - (time.monotonic() - start)
                 try:
-                    records, problem, took, altered, limit_hit = _grade_part(base, course, lab, starter, part,
-                                                                             min(lab_timeout, remaining), chosen)
+                    records, problem, took, altered, limit_hit = _grade_part(
+                        base, course, lab, starter, part, min(lab_timeout, remaining), chosen
+                    )
                     machine = _machine_problem(base) if problem else ""
                 except MachineProblem as exc:
                     records, problem, took, altered, limit_hit, machine = [], str(exc), 0.0, [], False, str(exc)
                 if not machine or attempt == MACHINE_RETRIES or remaining - took <= 5 + MACHINE_PAUSE:
                     break
-                _to_stderr(clean(f"{lab} ({part} tests): {machine}; grading it again in {MACHINE_PAUSE:g} s",
-                                 limit=300, lines=1))
+                _to_stderr(
+                    clean(
+                        f"{lab} ({part} tests): {machine}; grading it again in {MACHINE_PAUSE:g} s", limit=300, lines=1
+                    )
+                )
                 time.sleep(MACHINE_PAUSE)
             if machine:
-                why = (f"not graded (machine): {machine}, not this submission's doing; grade it again on a machine "
-                       "with free disk")
+                why = (
+                    f"not graded (machine): {machine}, not this submission's doing; grade it again on a machine "
+                    "with free disk"
+                )
                 result.error = clean(f"{lab}: {why}")
-                return LabResult(lab, score_lab(lab, expected, [], why, no_gpu), seconds["visible"] + seconds["hidden"],
-                                 clean(why))
+                return LabResult(
+                    lab, score_lab(lab, expected, [], why, no_gpu), seconds["visible"] + seconds["hidden"], clean(why)
+                )
             seconds[part] += took
             changed += altered
         scored = score_lab(lab, mine, records, problem, no_gpu)
-        if problem and (limit_hit or any(t.message.startswith("not run") or (t.hidden and not _reported(t, records))
-                                         for t in scored)):
+        if problem and (
+            limit_hit
+            or any(t.message.startswith("not run") or (t.hidden and not _reported(t, records)) for t in scored)
+        ):
             # (a part whose tests all reported needs no excuse, unless it hit a limit)
             problems[part].append(problem)
         tests += scored
@@ -455,13 +608,20 @@ def _grade_lab(course, lab, starter, expected, base, chosen, source, hidden, lab
         grader_files = integrity.changed_files(course, Path(source), Path(hidden))  # is a teacher's edit
     if changed or grader_files:
         files = ", ".join((changed + grader_files)[:5]) + (" ..." if len(changed + grader_files) > 5 else "")
-        why = (f"the grader's own files changed while this lab ran ({files}): graded code tampered with them, "
-               "so this lab scores nothing")
+        why = (
+            f"the grader's own files changed while this lab ran ({files}): graded code tampered with them, "
+            "so this lab scores nothing"
+        )
         result.error = clean(f"{lab}: {why}")
-        return LabResult(lab, _void(tests, why), seconds["visible"] + seconds["hidden"], why,
-                         seconds["hidden"])
-    return LabResult(lab, tests, seconds["visible"] + seconds["hidden"], clean("; ".join(problems["visible"])),
-                     seconds["hidden"], clean("; ".join(problems["hidden"])))
+        return LabResult(lab, _void(tests, why), seconds["visible"] + seconds["hidden"], why, seconds["hidden"])
+    return LabResult(
+        lab,
+        tests,
+        seconds["visible"] + seconds["hidden"],
+        clean("; ".join(problems["visible"])),
+        seconds["hidden"],
+        clean("; ".join(problems["hidden"])),
+    )
 
 
 def _reported(test, records: list) -> bool:

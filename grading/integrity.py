@@ -26,9 +26,28 @@ from pathlib import Path
 from grading.course import read_course
 
 # Everything the deciding process imports lazily, named here so it is imported before any learner code.
-PRELOADED = ("commtax.ranks.launch", "grading.reports", "grading.sanitize", "grading.submission",
-             "grading.collector", "psutil", "csv", "base64", "json", "hmac", "hashlib", "resource", "pwd",
-             "getpass", "fcntl", "signal", "socket", "unicodedata", "encodings.utf_8", "encodings.latin_1")
+PRELOADED = (
+    "commtax.ranks.launch",
+    "grading.reports",
+    "grading.sanitize",
+    "grading.submission",
+    "grading.collector",
+    "psutil",
+    "csv",
+    "base64",
+    "json",
+    "hmac",
+    "hashlib",
+    "resource",
+    "pwd",
+    "getpass",
+    "fcntl",
+    "signal",
+    "socket",
+    "unicodedata",
+    "encodings.utf_8",
+    "encodings.latin_1",
+)
 
 
 def preload() -> None:

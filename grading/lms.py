@@ -33,8 +33,10 @@ def read_grades(path: Path) -> tuple[list, list, list]:
     with open(path, newline="") as f:
         rows = [row for row in csv.reader(f) if row]
     if len(rows) < 2 or rows[0][:3] != ["student_id", "score", "max_score"] or rows[1][0] != "Points Possible":
-        raise ValueError(f"grades {path}: not a grade-many CSV (header student_id, score, max_score, ...; "
-                         "a second row Points Possible)")
+        raise ValueError(
+            f"grades {path}: not a grade-many CSV (header student_id, score, max_score, ...; "
+            "a second row Points Possible)"
+        )
     return rows[0], rows[1], rows[2:]
 
 
@@ -66,16 +68,26 @@ def export(grades: Path, fmt: str, assignment: str, roster: Path | None = None, 
     grade_index = [1, *[header.index(lab) for lab in labs]]
     missing = sorted(row[0] for row in students if people and row[0] not in people)
     if missing:
-        raise ValueError(f"roster {roster}: no row for {', '.join(missing[:10])}"
-                         + (" ..." if len(missing) > 10 else ""))
+        raise ValueError(
+            f"roster {roster}: no row for {', '.join(missing[:10])}" + (" ..." if len(missing) > 10 else "")
+        )
     if fmt == "canvas":
         identity = CANVAS_IDENTITY
-        if people and not {"Student", "ID", "SIS User ID"} & set(columns):   # Canvas would match no one
-            raise ValueError(f"roster {roster}: a Canvas roster needs Student, ID or SIS User ID beside student_id "
-                             f"(Canvas's own gradebook export with a student_id column added); it has "
-                             f"{', '.join(columns) or 'student_id only'}")
-        out = [[*identity, *grade_names], ["Points Possible", *[""] * (len(identity) - 1),
-                                            rounded(points[2]), *[rounded(points[i]) for i in grade_index[1:]]]]
+        if people and not {"Student", "ID", "SIS User ID"} & set(columns):  # Canvas would match no one
+            raise ValueError(
+                f"roster {roster}: a Canvas roster needs Student, ID or SIS User ID beside student_id "
+                f"(Canvas's own gradebook export with a student_id column added); it has "
+                f"{', '.join(columns) or 'student_id only'}"
+            )
+        out = [
+            [*identity, *grade_names],
+            [
+                "Points Possible",
+                *[""] * (len(identity) - 1),
+                rounded(points[2]),
+                *[rounded(points[i]) for i in grade_index[1:]],
+            ],
+        ]
         for row in students:
             who = people.get(row[0]) or {"Student": row[0], "SIS Login ID": row[0]}
             out.append([who.get(c, "") for c in identity] + [rounded(row[i]) for i in grade_index])

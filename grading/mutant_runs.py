@@ -48,6 +48,7 @@ def _preload() -> None:
     """Import once, before forking, what every lab's pytest run imports (the forks inherit it)."""
     import numpy  # noqa: F401
     import pytest  # noqa: F401
+
     try:
         import torch  # noqa: F401
     except ImportError:  # pragma: no cover
@@ -56,6 +57,7 @@ def _preload() -> None:
 
     import commtax.boundary  # noqa: F401
     import commtax.testing  # noqa: F401
+
     for plugin in entry_points(group="pytest11"):  # pytest's plugins: a second of imports per run otherwise
         try:
             plugin.load()
@@ -66,20 +68,26 @@ def _preload() -> None:
 def _preload_lab(lab: str) -> None:
     """Import the modules the lab's tests import (commtax's simulators, ...), once, before forking."""
     import importlib
+
     folder = SOURCE_ROOT / "labs" / lab
-    for path in [folder / "test_lab.py", *sorted(folder.glob("_*.py"))]:   # the tests and their helpers
+    for path in [folder / "test_lab.py", *sorted(folder.glob("_*.py"))]:  # the tests and their helpers
         tree = ast.parse(path.read_text())
         for node in tree.body:
-            modules = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                [node.module, *(f"{node.module}.{a.name}" for a in node.names)] \
-                if isinstance(node, ast.ImportFrom) and node.module and not node.level else []
+            modules = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+                if isinstance(node, ast.ImportFrom) and node.module and not node.level
+                else []
+            )
             for module in modules:
                 try:
                     importlib.import_module(module)
                 except Exception:  # noqa: BLE001 - not a module (a name imported from one), or broken:
-                    pass           # the run will report it
+                    pass  # the run will report it
     _memoize_simulators()
     import gc
+
     gc.freeze()  # what is loaded stays shared with the forks: their collections skip it (seconds otherwise)
 
 
@@ -93,6 +101,7 @@ def _memoize_simulators() -> None:
     """Wrap every ``simulate*`` function of the loaded ``commtax.simulation`` modules with a shared memo."""
     import functools
     import pickle
+
     for name, module in list(sys.modules.items()):
         if not name.startswith("commtax.simulation.") or module is None:
             continue
@@ -113,8 +122,22 @@ def _memoize_simulators() -> None:
 
 
 def _pytest_args(lab: str, stop_at_first: bool) -> list[str]:
-    return ["-p", "no:cacheprovider", "-p", "no:nbval", "-p", "no:unraisableexception", "-o", "addopts=--import-mode=importlib",
-            "-q", "--color=no", "-rfEp", "--assert=plain", *(["-x"] if stop_at_first else []), f"labs/{lab}"]
+    return [
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:nbval",
+        "-p",
+        "no:unraisableexception",
+        "-o",
+        "addopts=--import-mode=importlib",
+        "-q",
+        "--color=no",
+        "-rfEp",
+        "--assert=plain",
+        *(["-x"] if stop_at_first else []),
+        f"labs/{lab}",
+    ]
 
 
 class _KillersFirst:
@@ -149,14 +172,23 @@ def _load_directly() -> None:
 
 def _start(root: Path, lab: str, stop_at_first: bool, killers: dict | None = None, direct: bool = True) -> int:
     """Start the lab's tests in ``root``: a forked child (Linux) or a fresh interpreter; its pid."""
-    env = {"LAB_IMPL": "solution", "PYTHONDONTWRITEBYTECODE": "1",
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(SOURCE_ROOT), os.environ.get("PYTHONPATH")]))}
+    env = {
+        "LAB_IMPL": "solution",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(SOURCE_ROOT), os.environ.get("PYTHONPATH")])),
+    }
     log = root / "pytest.log"
     if not hasattr(os, "fork"):  # pragma: no cover
         import subprocess
+
         with open(log, "w") as out:
-            return subprocess.Popen([sys.executable, "-m", "pytest", *_pytest_args(lab, stop_at_first)], cwd=root,
-                                    env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT).pid
+            return subprocess.Popen(
+                [sys.executable, "-m", "pytest", *_pytest_args(lab, stop_at_first)],
+                cwd=root,
+                env={**os.environ, **env},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            ).pid
     pid = os.fork()
     if pid:
         return pid
@@ -172,9 +204,11 @@ def _start(root: Path, lab: str, stop_at_first: bool, killers: dict | None = Non
         if direct:
             _load_directly()
         import pytest
+
         code = int(pytest.main(_pytest_args(lab, stop_at_first), plugins=[_KillersFirst(killers or {})]))
         if not stop_at_first:  # the unmutated run: hand its simulations to the parent
             import pickle
+
             (root / MEMO_FILE).write_bytes(pickle.dumps(_MEMO))
         sys.stdout.flush()
         sys.stderr.flush()
@@ -185,6 +219,7 @@ def _start(root: Path, lab: str, stop_at_first: bool, killers: dict | None = Non
 def _kill_tree(pid: int) -> None:
     try:
         import psutil
+
         procs = psutil.Process(pid).children(recursive=True)
     except Exception:  # noqa: BLE001 - already gone, or no psutil
         procs = []
@@ -202,7 +237,7 @@ def _kill_tree(pid: int) -> None:
 @dataclass
 class Outcome:
     mutant: Mutant
-    status: str         # "killed", "timeout" (counted as killed) or "survived"
+    status: str  # "killed", "timeout" (counted as killed) or "survived"
     seconds: float
     killed_by: str = ""
 
@@ -240,6 +275,7 @@ class Runner:
         code = self._wait(pid, start, 3600)
         if (root / MEMO_FILE).exists():
             import pickle
+
             _MEMO.update(pickle.loads((root / MEMO_FILE).read_bytes()))
         return code, time.monotonic() - start, (root / "pytest.log").read_text(errors="replace")[-3000:]
 
@@ -289,4 +325,3 @@ class Runner:
                     shutil.rmtree(root, ignore_errors=True)
             time.sleep(0.05)
         return outcomes
-

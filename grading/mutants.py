@@ -18,11 +18,11 @@ from grading.starters import BEGIN, END
 class Mutant:
     """One mutation of a solution file: where, what, and the whole mutated text."""
 
-    function: str       # the enclosing function (``Class.method`` for a method)
-    line: int           # 1-based line of the mutated code in solution.py
-    description: str    # e.g. "'+' -> '-'", "dropped term 'a'", "return 0"
-    before: str         # the original source of the mutated node
-    after: str          # its replacement
+    function: str  # the enclosing function (``Class.method`` for a method)
+    line: int  # 1-based line of the mutated code in solution.py
+    description: str  # e.g. "'+' -> '-'", "dropped term 'a'", "return 0"
+    before: str  # the original source of the mutated node
+    after: str  # its replacement
     text: str = field(repr=False)
 
     def label(self) -> str:
@@ -41,16 +41,50 @@ def solution_blocks(text: str) -> list[tuple[int, int]]:
     return blocks
 
 
-_SWAP_OPS = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult,
-             ast.FloorDiv: ast.Div, ast.Mod: ast.FloorDiv, ast.Pow: ast.Mult}
+_SWAP_OPS = {
+    ast.Add: ast.Sub,
+    ast.Sub: ast.Add,
+    ast.Mult: ast.Div,
+    ast.Div: ast.Mult,
+    ast.FloorDiv: ast.Div,
+    ast.Mod: ast.FloorDiv,
+    ast.Pow: ast.Mult,
+}
 _BOUNDARY = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt}
-_NEGATE = {ast.Lt: ast.GtE, ast.LtE: ast.Gt, ast.Gt: ast.LtE, ast.GtE: ast.Lt, ast.Eq: ast.NotEq,
-           ast.NotEq: ast.Eq, ast.In: ast.NotIn, ast.NotIn: ast.In, ast.Is: ast.IsNot, ast.IsNot: ast.Is}
+_NEGATE = {
+    ast.Lt: ast.GtE,
+    ast.LtE: ast.Gt,
+    ast.Gt: ast.LtE,
+    ast.GtE: ast.Lt,
+    ast.Eq: ast.NotEq,
+    ast.NotEq: ast.Eq,
+    ast.In: ast.NotIn,
+    ast.NotIn: ast.In,
+    ast.Is: ast.IsNot,
+    ast.IsNot: ast.Is,
+}
 _SWAP_CALLS = {"min": "max", "max": "min", "ceil": "floor", "floor": "ceil", "any": "all", "all": "any"}
-_OP_TEXT = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
-            ast.Pow: "**", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==",
-            ast.NotEq: "!=", ast.In: "in", ast.NotIn: "not in", ast.Is: "is", ast.IsNot: "is not",
-            ast.And: "and", ast.Or: "or"}
+_OP_TEXT = {
+    ast.Add: "+",
+    ast.Sub: "-",
+    ast.Mult: "*",
+    ast.Div: "/",
+    ast.FloorDiv: "//",
+    ast.Mod: "%",
+    ast.Pow: "**",
+    ast.Lt: "<",
+    ast.LtE: "<=",
+    ast.Gt: ">",
+    ast.GtE: ">=",
+    ast.Eq: "==",
+    ast.NotEq: "!=",
+    ast.In: "in",
+    ast.NotIn: "not in",
+    ast.Is: "is",
+    ast.IsNot: "is not",
+    ast.And: "and",
+    ast.Or: "or",
+}
 
 
 def _short(text: str, width: int = 50) -> str:
@@ -117,7 +151,8 @@ def _expression_mutations(node, parent):
                 # Two different values, neither a literal string: swapping a check's name and value
                 # ('_check("n", n)') is no slip a learner makes, and every test would catch it.
                 if ast.unparse(a) != ast.unparse(b) and not any(
-                        isinstance(x, ast.Constant) and isinstance(x.value, str) for x in (a, b)):
+                    isinstance(x, ast.Constant) and isinstance(x.value, str) for x in (a, b)
+                ):
                     args = list(node.args)
                     args[i], args[i + 1] = args[i + 1], args[i]
                     yield _replaced(node, args=args), f"swapped arguments {i + 1} and {i + 2} of {name or 'a call'}()"
@@ -173,11 +208,11 @@ def _splice(lines: list[str], node, replacement: str) -> str:
     """The file with ``node``'s source replaced by ``replacement`` (line numbers of the rest kept)."""
     first, last = node.lineno - 1, node.end_lineno - 1
     head = lines[first][: node.col_offset]
-    tail = lines[last][node.end_col_offset:]
+    tail = lines[last][node.end_col_offset :]
     if isinstance(node, ast.expr):
         replacement = f"({replacement})"
     middle = replacement.replace("\n", " ")
-    new = [*lines[:first], head + middle + tail, *([""] * (last - first)), *lines[last + 1:]]
+    new = [*lines[:first], head + middle + tail, *([""] * (last - first)), *lines[last + 1 :]]
     return "\n".join(new) + "\n"
 
 
@@ -185,8 +220,8 @@ def _segment(lines: list[str], node) -> str:
     """The source of ``node`` (``ast.get_source_segment`` re-splits the whole file each call: minutes here)."""
     first, last = node.lineno - 1, node.end_lineno - 1
     if first == last:
-        return lines[first][node.col_offset:node.end_col_offset]
-    return "\n".join([lines[first][node.col_offset:], *lines[first + 1:last], lines[last][:node.end_col_offset]])
+        return lines[first][node.col_offset : node.end_col_offset]
+    return "\n".join([lines[first][node.col_offset :], *lines[first + 1 : last], lines[last][: node.end_col_offset]])
 
 
 def _shape(source: str) -> str:
@@ -221,6 +256,14 @@ def mutants(text: str) -> list[Mutant]:
             if key in seen:
                 continue
             seen.add(key)
-            found.append(Mutant(function or "<module>", node.lineno, description,
-                                _short(_segment(lines, node), 60), _short(replacement, 60), mutated))
+            found.append(
+                Mutant(
+                    function or "<module>",
+                    node.lineno,
+                    description,
+                    _short(_segment(lines, node), 60),
+                    _short(replacement, 60),
+                    mutated,
+                )
+            )
     return found

@@ -44,14 +44,27 @@ from grading.mutants import Mutant, mutants, solution_blocks
 
 # The mutants and their runs live in grading/mutants.py and grading/mutant_runs.py; these names stay
 # importable from here.
-__all__ = ["Mutant", "Outcome", "Runner", "SOURCE_ROOT", "add_arguments", "format_summary", "main", "mutants",
-           "mutate_lab", "run", "solution_blocks"]
+__all__ = [
+    "Mutant",
+    "Outcome",
+    "Runner",
+    "SOURCE_ROOT",
+    "add_arguments",
+    "format_summary",
+    "main",
+    "mutants",
+    "mutate_lab",
+    "run",
+    "solution_blocks",
+]
 
 
 # -- the command ----------------------------------------------------------------------------------
 
+
 def _lab_names(wanted) -> list[str]:
     from commtax.labs import find_lab, lab_dirs
+
     if not wanted:
         return [p.name for p in lab_dirs(SOURCE_ROOT / "labs")]
     return [find_lab(name, SOURCE_ROOT / "labs").name for name in wanted]
@@ -65,8 +78,19 @@ def _survived_before(path: Path, lab: str) -> set:
     return set()
 
 
-def mutate_lab(lab: str, *, functions=None, limit=None, seed=0, jobs=1, timeout=None, keep=False,
-               direct=True, retry=None, progress=print) -> dict:
+def mutate_lab(
+    lab: str,
+    *,
+    functions=None,
+    limit=None,
+    seed=0,
+    jobs=1,
+    timeout=None,
+    keep=False,
+    direct=True,
+    retry=None,
+    progress=print,
+) -> dict:
     """Mutate ``lab``'s solution, run its tests on each mutant; a summary dict (see :func:`main`).
 
     ``retry``: an earlier ``--json`` file; run only the mutants that survived there (after the
@@ -89,13 +113,18 @@ def mutate_lab(lab: str, *, functions=None, limit=None, seed=0, jobs=1, timeout=
         if code != 0:
             return {"lab": lab, "error": f"the unmutated solution fails its tests (exit {code}):\n{log}"}
         runner.timeout = timeout or max(30.0, 3 * seconds + 10)
-        progress(f"{lab}: baseline passes in {seconds:.1f} s; {len(items)} of {total} mutants, "
-                 f"each up to {runner.timeout:.0f} s")
+        progress(
+            f"{lab}: baseline passes in {seconds:.1f} s; {len(items)} of {total} mutants, "
+            f"each up to {runner.timeout:.0f} s"
+        )
 
         def report(outcome, done, count):
             if outcome.status == "survived":
-                progress(f"  [{done}/{count}] SURVIVED {outcome.mutant.label()}  ({outcome.mutant.before!r} -> "
-                         f"{outcome.mutant.after!r})")
+                progress(
+                    f"  [{done}/{count}] SURVIVED {outcome.mutant.label()}  ({outcome.mutant.before!r} -> "
+                    f"{outcome.mutant.after!r})"
+                )
+
         start = time.monotonic()
         outcomes = runner.run(items, report)
     finally:
@@ -104,10 +133,14 @@ def mutate_lab(lab: str, *, functions=None, limit=None, seed=0, jobs=1, timeout=
     killed = sum(o.status != "survived" for o in outcomes)
     survivors = [o for o in outcomes if o.status == "survived"]
     return {
-        "lab": lab, "mutants": len(outcomes), "of": total, "killed": killed,
+        "lab": lab,
+        "mutants": len(outcomes),
+        "of": total,
+        "killed": killed,
         "timeouts": sum(o.status == "timeout" for o in outcomes),
         "score": killed / len(outcomes) if outcomes else 1.0,
-        "baseline_s": round(seconds, 1), "seconds": round(time.monotonic() - start, 1),
+        "baseline_s": round(seconds, 1),
+        "seconds": round(time.monotonic() - start, 1),
         "mean_s": round(sum(o.seconds for o in outcomes) / max(1, len(outcomes)), 2),
         "survivors": [{k: v for k, v in asdict(o.mutant).items() if k != "text"} for o in survivors],
         "by_function": _by_function(outcomes),
@@ -130,12 +163,16 @@ def format_summary(summaries: list[dict]) -> str:
             lines.append(f"{s['lab']:28} ERROR: {s['error'].splitlines()[0]}")
             continue
         sample = "" if s["mutants"] == s["of"] else f" (sample of {s['of']})"
-        lines.append(f"{s['lab']:28} {s['killed']:>4}/{s['mutants']:<4} {s['score']:>6.1%} {s['seconds']:>6.0f}s{sample}")
+        lines.append(
+            f"{s['lab']:28} {s['killed']:>4}/{s['mutants']:<4} {s['score']:>6.1%} {s['seconds']:>6.0f}s{sample}"
+        )
     for s in summaries:
         if s.get("survivors"):
             lines += ["", f"{s['lab']}: {len(s['survivors'])} survivors"]
-            lines += [f"  {m['function']}:{m['line']}: {m['description']}:  {m['before']!r} -> {m['after']!r}"
-                      for m in s["survivors"]]
+            lines += [
+                f"  {m['function']}:{m['line']}: {m['description']}:  {m['before']!r} -> {m['after']!r}"
+                for m in s["survivors"]
+            ]
     return "\n".join(lines)
 
 
@@ -146,14 +183,18 @@ def add_arguments(parser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the sample (default 0)")
     parser.add_argument("--jobs", "-j", type=int, default=1, help="mutants run at once (default 1)")
     parser.add_argument("--timeout", type=float, help="seconds per mutant (default: 3x the unmutated run + 10)")
-    parser.add_argument("--retry", type=Path, metavar="FILE",
-                        help="run only the mutants that survived in this earlier --json file")
+    parser.add_argument(
+        "--retry", type=Path, metavar="FILE", help="run only the mutants that survived in this earlier --json file"
+    )
     parser.add_argument("--list", action="store_true", help="list the mutants and run nothing")
     parser.add_argument("--json", type=Path, metavar="FILE", help="also write the results as JSON")
     parser.add_argument("--keep", action="store_true", help="keep the mutants' trees and logs (to debug)")
-    parser.add_argument("--proxy", action="store_true",
-                        help="load each mutant through the grader's proxy, in a worker process (slower; "
-                             "default: imported in the test process)")
+    parser.add_argument(
+        "--proxy",
+        action="store_true",
+        help="load each mutant through the grader's proxy, in a worker process (slower; "
+        "default: imported in the test process)",
+    )
 
 
 def run(args) -> int:
@@ -170,9 +211,20 @@ def run(args) -> int:
     _preload()
     summaries = []
     for lab in labs:
-        summaries.append(mutate_lab(lab, functions=args.functions, limit=args.max, seed=args.seed, jobs=args.jobs,
-                                    timeout=args.timeout, keep=args.keep, direct=not args.proxy, retry=args.retry,
-                                    progress=lambda m: print(m, file=sys.stderr, flush=True)))
+        summaries.append(
+            mutate_lab(
+                lab,
+                functions=args.functions,
+                limit=args.max,
+                seed=args.seed,
+                jobs=args.jobs,
+                timeout=args.timeout,
+                keep=args.keep,
+                direct=not args.proxy,
+                retry=args.retry,
+                progress=lambda m: print(m, file=sys.stderr, flush=True),
+            )
+        )
         if args.json:
             args.json.write_text(json.dumps(summaries, indent=1))
     print(format_summary(summaries))
@@ -180,8 +232,9 @@ def run(args) -> int:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m grading mutate", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m grading mutate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     add_arguments(parser)
     return run(parser.parse_args(argv))
 

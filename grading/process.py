@@ -16,6 +16,7 @@ def _prctl(option: int, value: int) -> None:
         return
     try:
         import ctypes
+
         ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
     except (OSError, AttributeError):  # pragma: no cover
         pass

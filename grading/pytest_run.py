@@ -27,14 +27,15 @@ from commtax.learner_process import RUN_TAG
 from grading.collector import KEY_FD, OUTCOME_FD, sign
 from grading.process import kill_tagged
 
-OUTPUT_LIMIT = 64 * 2**20      # bytes a lab's process may write to its log (a hard file-size limit)
-OUTPUT_SHOWN = 4000            # characters of that log a report may quote
+OUTPUT_LIMIT = 64 * 2**20  # bytes a lab's process may write to its log (a hard file-size limit)
+OUTPUT_SHOWN = 4000  # characters of that log a report may quote
 
 
 def _limits():
     """In the child, before exec: cap the size of any file it writes (its log included)."""
     try:
         import resource
+
         resource.setrlimit(resource.RLIMIT_FSIZE, (OUTPUT_LIMIT, OUTPUT_LIMIT))
     except (ImportError, ValueError, OSError):  # pragma: no cover - not POSIX
         pass
@@ -53,11 +54,19 @@ def run_pytest(work: Path, args: list[str], timeout: float, extra_env: dict | No
     os.close(key_write)
     tag = uuid.uuid4().hex
     env = {k: v for k, v in os.environ.items() if not k.startswith(("COMMTAX_GRADING", "PYTEST_"))}
-    env.update({
-        "LAB_IMPL": "starter", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTHONPATH": str(work), OUTCOME_FD: str(out_write), KEY_FD: str(key_read), RUN_TAG: tag,
-        "MPLBACKEND": "Agg",
-    })
+    env.update(
+        {
+            "LAB_IMPL": "starter",
+            "OMP_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONPATH": str(work),
+            OUTCOME_FD: str(out_write),
+            KEY_FD: str(key_read),
+            RUN_TAG: tag,
+            "MPLBACKEND": "Agg",
+        }
+    )
     env.update(extra_env or {})
     log_path = work / f".grading-log-{tag}.txt"
     records, chunks = [], []
@@ -67,13 +76,35 @@ def run_pytest(work: Path, args: list[str], timeout: float, extra_env: dict | No
             for line in pipe:
                 chunks.append(line)
 
-    command = [sys.executable, "-m", "pytest", "-p", "grading.collector", "-p", "no:cacheprovider",
-               "-p", "no:nbval", "-o", "addopts=--import-mode=importlib", "-q", "--color=no", *args]
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "grading.collector",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:nbval",
+        "-o",
+        "addopts=--import-mode=importlib",
+        "-q",
+        "--color=no",
+        *args,
+    ]
     start = time.monotonic()
     problem = ""
     with open(log_path, "wb") as log:
-        kwargs = dict(cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                      pass_fds=(out_write, key_read, *pass_fds), start_new_session=True, preexec_fn=_limits)
+        kwargs = dict(
+            cwd=work,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            pass_fds=(out_write, key_read, *pass_fds),
+            start_new_session=True,
+            preexec_fn=_limits,
+        )
         proc = subprocess.Popen(command, **kwargs)
     os.close(out_write)
     os.close(key_read)

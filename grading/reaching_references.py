@@ -23,14 +23,14 @@ def _aliases(tree: ast.AST, module: str) -> dict[str, str]:
     """{local name: "package.module" or "package.module.name"} of every import in ``tree`` (functions' included)."""
     aliases = {}
     for node in ast.walk(tree):
-        if isinstance(node, ast.Import):   # "import a.b" binds a; "import a.b as c" binds c to a.b
+        if isinstance(node, ast.Import):  # "import a.b" binds a; "import a.b as c" binds c to a.b
             for alias in node.names:
                 top = alias.name.split(".")[0]
                 aliases[alias.asname or top] = alias.name if alias.asname else top
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
-            if node.level:   # a relative import
-                base = ".".join(module.split(".")[:-node.level] + ([base] if base else []))
+            if node.level:  # a relative import
+                base = ".".join(module.split(".")[: -node.level] + ([base] if base else []))
             for alias in node.names:
                 aliases[alias.asname or alias.name] = f"{base}.{alias.name}"
     return aliases
@@ -39,10 +39,15 @@ def _aliases(tree: ast.AST, module: str) -> dict[str, str]:
 def _references(node: ast.AST, aliases: dict[str, str], module: str, local: set[str]) -> set[str]:
     """The "module.name" of every function or module-level name ``node`` mentions (calls or not)."""
     found = set()
-    bound = {a.arg for sub in ast.walk(node) if isinstance(sub, ast.arguments)
-             for a in sub.posonlyargs + sub.args + sub.kwonlyargs + [sub.vararg, sub.kwarg] if a}
+    bound = {
+        a.arg
+        for sub in ast.walk(node)
+        if isinstance(sub, ast.arguments)
+        for a in sub.posonlyargs + sub.args + sub.kwonlyargs + [sub.vararg, sub.kwarg]
+        if a
+    }
     bound |= {sub.id for sub in ast.walk(node) if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store)}
-    if not isinstance(node, ast.Assign):   # a function's own parameters and variables are not the module's names
+    if not isinstance(node, ast.Assign):  # a function's own parameters and variables are not the module's names
         local = local - bound
     for sub in ast.walk(node):
         if isinstance(sub, ast.Name):
@@ -71,7 +76,7 @@ def reaching_references(root: Path) -> set[str]:
         local = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
         local |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
         for node in tree.body:
-            if isinstance(node, ast.ImportFrom):   # a name imported at the top is the module's too (re-exported)
+            if isinstance(node, ast.ImportFrom):  # a name imported at the top is the module's too (re-exported)
                 for alias in node.names:
                     uses[f"{module}.{alias.asname or alias.name}"] = {aliases[alias.asname or alias.name]}
                 continue
@@ -79,9 +84,10 @@ def reaching_references(root: Path) -> set[str]:
                 names = [node.name]
                 if _marked_in(root, Definition(str(path.relative_to(root)), node.name, node.lineno, node)):
                     reaching.add(f"{module}.{node.name}")
-            elif isinstance(node, ast.ClassDef):   # a class reaches through the methods it calls when built
-                init = [n for n in node.body
-                        if isinstance(n, ast.FunctionDef) and n.name in ("__init__", "__post_init__")]
+            elif isinstance(node, ast.ClassDef):  # a class reaches through the methods it calls when built
+                init = [
+                    n for n in node.body if isinstance(n, ast.FunctionDef) and n.name in ("__init__", "__post_init__")
+                ]
                 names = [node.name]
                 uses[f"{module}.{node.name}"] = set().union(*(_references(n, aliases, module, local) for n in init))
                 if any(_marked_in(root, Definition(str(path.relative_to(root)), n.name, n.lineno, n)) for n in init):
@@ -119,9 +125,9 @@ def visible_tests_reaching_references(root: Path) -> list[str]:
             aliases = _aliases(tree, path.stem)
             for node in ast.walk(tree):
                 if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases:
-                    name = f"{aliases[node.value.id]}.{node.attr}"     # module.function
+                    name = f"{aliases[node.value.id]}.{node.attr}"  # module.function
                 elif isinstance(node, ast.Name) and node.id in aliases:
-                    name = aliases[node.id]                             # a function imported by name
+                    name = aliases[node.id]  # a function imported by name
                 else:
                     continue
                 if name in reaching:

@@ -31,16 +31,35 @@ from grading.grader import SOURCE_ROOT
 # Never in anything that leaves the teacher's machine (besides solutions):
 # _build: the book (`python3 course.py book`), whose pages include the worked solutions.
 # .ruff_cache and the like: tools' caches (CI runs ruff first; 300 files shipped in the release and the zip).
-ALWAYS_EXCLUDED = {".git", ".venv", "__pycache__", ".pytest_cache", ".ruff_cache", ".mypy_cache", ".ipynb_checkpoints",
-                   "dist", "calibrations", "*.egg-info", ".ci", "_build"}
+ALWAYS_EXCLUDED = {
+    ".git",
+    ".venv",
+    "__pycache__",
+    ".pytest_cache",
+    ".ruff_cache",
+    ".mypy_cache",
+    ".ipynb_checkpoints",
+    "dist",
+    "calibrations",
+    "*.egg-info",
+    ".ci",
+    "_build",
+}
 # Also kept from learners: answers, the recipes of the recorded expected values (they call the reference),
 # and the course's own tests (they check the solutions).
 # flags.py: the review flags are the teacher's (a learner must not learn from it how to avoid them); the
 # grader runs without it.
 # TEACHING.md and grading/README.md: the teacher's (the review flags, which checks can be forged, the
 # solutions policy); the release's README is the learner's own (learner_readme).
-RELEASE_EXCLUDED = ALWAYS_EXCLUDED | {"solution.py", "solutions", "hidden", "tests", recorded.RECIPES_FILE, "flags.py",
-                                      "TEACHING.md"}
+RELEASE_EXCLUDED = ALWAYS_EXCLUDED | {
+    "solution.py",
+    "solutions",
+    "hidden",
+    "tests",
+    recorded.RECIPES_FILE,
+    "flags.py",
+    "TEACHING.md",
+}
 GRADESCOPE_EXCLUDED = ALWAYS_EXCLUDED | {"solution.py", "solutions", "tests", "lessons"}
 # The teacher's documents, by path (the labs' README.md files ship): the autograder needs neither, and in the
 # fallback (no OS sandbox) learner code can read the autograder's source folder.
@@ -48,14 +67,26 @@ GRADESCOPE_EXCLUDED_PATHS = {"TEACHING.md", "grading/README.md"}
 # The teacher's working files, where TEACHING.md's commands would put them at the top of the teacher's copy (it
 # keeps them in ../term, outside the copy; .gitignore lists the same names): student work, grades and reports,
 # rosters, LMS files, each student's variant file and the variant secret. Never in the release or the zip.
-TEACHERS_FILES = ("submissions", "late", "plag", "term", "variants", "grades*.csv", "*-reports", "roster*.csv",
-                  "canvas*.csv", "moodle*.csv", "commtax-secret")
+TEACHERS_FILES = (
+    "submissions",
+    "late",
+    "plag",
+    "term",
+    "variants",
+    "grades*.csv",
+    "*-reports",
+    "roster*.csv",
+    "canvas*.csv",
+    "moodle*.csv",
+    "commtax-secret",
+)
 
 
 def teachers_file(relative: Path) -> bool:
     """Whether ``relative`` (a path inside the teacher's copy) is, or is inside, one of TEACHERS_FILES at its top."""
     parts = Path(relative).parts
     return bool(parts) and any(fnmatch.fnmatch(parts[0], pattern) for pattern in TEACHERS_FILES)
+
 
 CLASSROOM_WORKFLOW = """\
 # GitHub Classroom autograding: grades your starter.py files and reports per-test points to Classroom.
@@ -362,8 +393,11 @@ def build_release(dest, source: Path = SOURCE_ROOT) -> Path:
     contributing.write_text(learner_contributing(contributing.read_text()))
     # The course's own tests are not shipped: point the default test run at what is.
     pyproject = dest / "pyproject.toml"
-    pyproject.write_text(pyproject.read_text().replace('testpaths = ["labs", "tests", "lessons", "solutions"]',
-                                                       'testpaths = ["labs", "lessons"]'))
+    pyproject.write_text(
+        pyproject.read_text().replace(
+            'testpaths = ["labs", "tests", "lessons", "solutions"]', 'testpaths = ["labs", "lessons"]'
+        )
+    )
     return dest
 
 
@@ -377,14 +411,16 @@ def write_expected(source: Path, dest: Path) -> list[Path]:
     return written
 
 
-def build_gradescope_zip(dest, source: Path = SOURCE_ROOT, labs: list | None = None,
-                         timeout_minutes: float = 40) -> Path:
+def build_gradescope_zip(
+    dest, source: Path = SOURCE_ROOT, labs: list | None = None, timeout_minutes: float = 40
+) -> Path:
     """Write the Gradescope autograder zip to ``dest``; return it. ``labs``: only these (one assignment per
     lab or per group of labs); ``timeout_minutes``: the autograder timeout set in Gradescope."""
     dest = Path(dest)
     if dest.suffix != ".zip":
         raise ValueError(f"dest must end in .zip, got {dest}")
     from grading.course import lab_names
+
     unknown = sorted(set(labs or []) - set(lab_names(source)))
     if unknown:
         raise ValueError(f"labs: no such lab {', '.join(unknown)}")

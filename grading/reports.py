@@ -15,7 +15,7 @@ from grading.results import GradeResult, LabResult
 from grading.sanitize import clean, one_line
 
 GRADESCOPE_TEST_OUTPUT = 1500  # characters of a failure message shown per test
-FIRST_FAILURE_WIDTH = 100      # characters of the table's "first failure" cell (cut at a word, with an ellipsis)
+FIRST_FAILURE_WIDTH = 100  # characters of the table's "first failure" cell (cut at a word, with an ellipsis)
 
 
 POINT_DECIMALS = 2  # points shown (and exported) to two decimals: a weighted test is worth e.g. 0.0735294
@@ -56,19 +56,34 @@ def table(result: GradeResult, visible_only: bool = False, learner: bool | None 
         total, maximum = total + score, maximum + most
         failure = clean(lab.problems(learner) or _first_failure(tests, hidden_names(result) if learner else {}))
         seconds = lab.visible_seconds if learner else lab.seconds
-        rows.append((lab.lab, passed, f"{_points(score)}/{_points(most)}", f"{seconds:.0f} s",
-                     one_line(failure, FIRST_FAILURE_WIDTH)))
+        rows.append(
+            (
+                lab.lab,
+                passed,
+                f"{_points(score)}/{_points(most)}",
+                f"{seconds:.0f} s",
+                one_line(failure, FIRST_FAILURE_WIDTH),
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(row[:4], widths)) + "  " + row[4] for row in rows]
     lines.insert(1, "-" * (sum(widths) + 8 + 13))
     if result.incomplete:
-        lines.insert(0, f"INCOMPLETE: {clean(result.incomplete, limit=300)}; the labs marked 'not graded' were not "
-                        "run (ask your teacher to regrade)")
+        lines.insert(
+            0,
+            f"INCOMPLETE: {clean(result.incomplete, limit=300)}; the labs marked 'not graded' were not "
+            "run (ask your teacher to regrade)",
+        )
     seconds = result.visible_seconds if learner else result.seconds
-    lines.append(f"total: {_points(total)}/{_points(maximum)} points in {seconds:.0f} s"
-                 + (" of visible tests" if learner and any(t.hidden for lab in result.labs for t in lab.tests) else "")
-                 + (" (visible tests only; hidden tests count after grades are published)"
-                    if visible_only and any(t.hidden for lab in result.labs for t in lab.tests) else ""))
+    lines.append(
+        f"total: {_points(total)}/{_points(maximum)} points in {seconds:.0f} s"
+        + (" of visible tests" if learner and any(t.hidden for lab in result.labs for t in lab.tests) else "")
+        + (
+            " (visible tests only; hidden tests count after grades are published)"
+            if visible_only and any(t.hidden for lab in result.labs for t in lab.tests)
+            else ""
+        )
+    )
     if result.mode:
         lines.append(learner_mode(result.mode) if learner else result.mode)
     if any(t.outcome == "neutral" for lab in result.labs for t in lab.tests):
@@ -85,8 +100,10 @@ def learner_mode(mode: str) -> str:
     if not mode:
         return ""
     if "in an OS sandbox" in mode:
-        return ("your code ran in an isolated sandbox: no network, only the lab's files, limits on memory, CPU "
-                "time and processes")
+        return (
+            "your code ran in an isolated sandbox: no network, only the lab's files, limits on memory, CPU "
+            "time and processes"
+        )
     if "no OS sandbox" in mode:
         return "your code ran as a separate process with limits on memory and CPU time (no OS sandbox here)"
     return one_line(mode, 120)
@@ -110,8 +127,10 @@ def flag_lines(result: GradeResult) -> list:
     flagged = [lab for lab in result.labs if lab.flags]
     if not flagged:
         return []
-    lines = ["review flags (for the teacher: code an honest solution does not need; read these labs' "
-             "starter.py; see grading/README.md, \"Review flags\"):"]
+    lines = [
+        "review flags (for the teacher: code an honest solution does not need; read these labs' "
+        'starter.py; see grading/README.md, "Review flags"):'
+    ]
     for lab in flagged:
         total = flag_count(lab.flags)
         shown = [flag for flag in lab.flags if not flag.startswith("... and ")][:FLAGS_SHOWN]
@@ -141,11 +160,17 @@ def gradescope(result: GradeResult) -> dict:
             tests.append(entry)
     output = table(result, visible_only=True)  # learners see it before grades are published
     # execution_time: the visible tests' only (learners may see it; the hidden tests' time is a channel).
-    return {"score": rounded(result.score), "max_score": rounded(result.max_score),
-            "execution_time": round(result.visible_seconds),
-            "output": output,
-            "output_format": "text", "test_output_format": "text", "test_name_format": "text",
-            "stdout_visibility": "hidden", "tests": tests}
+    return {
+        "score": rounded(result.score),
+        "max_score": rounded(result.max_score),
+        "execution_time": round(result.visible_seconds),
+        "output": output,
+        "output_format": "text",
+        "test_output_format": "text",
+        "test_name_format": "text",
+        "stdout_visibility": "hidden",
+        "tests": tests,
+    }
 
 
 # GitHub Classroom's reporter reads the payload from one environment variable (``GRADER_RESULTS``), and
@@ -153,8 +178,8 @@ def gradescope(result: GradeResult) -> dict:
 # 247 KB ("Argument list too long"). So the payload is compact (per test: points and a one-line message)
 # and bounded: past CLASSROOM_BUDGET the messages go, then the tests fold into one entry per lab. The
 # details are in the job summary and the uploaded report (``grade --report``), never in the payload.
-CLASSROOM_MESSAGE = 120        # characters of a test's one-line message in the payload
-CLASSROOM_BUDGET = 64 * 1024   # bytes of the base64 payload, at most: half the variable's cap (128 KiB)
+CLASSROOM_MESSAGE = 120  # characters of a test's one-line message in the payload
+CLASSROOM_BUDGET = 64 * 1024  # bytes of the base64 payload, at most: half the variable's cap (128 KiB)
 
 
 def hidden_names(result: GradeResult) -> dict:
@@ -172,7 +197,7 @@ def shown_name(test, names: dict) -> str:
 
 
 def _short(lab: str) -> str:
-    """"lab-01" for "lab-01-alpha-beta": a lab's number names it in the compact payload."""
+    """ "lab-01" for "lab-01-alpha-beta": a lab's number names it in the compact payload."""
     return "-".join(lab.split("-")[:2]) if lab.startswith("lab-") else lab
 
 
@@ -189,8 +214,17 @@ def _classroom_tests(result: GradeResult, messages: str, fold_cases: bool) -> li
                 continue  # no GPU: neither earned nor lost
             name = shown_name(t, names)
             key = name.split("[", 1)[0] if fold_cases else name
-            entry = entries.setdefault(key, {"name": f"{_short(lab.lab)}: {key}", "status": "pass", "score": 0.0,
-                                             "message": "", "line_no": 0, "cases": 0})
+            entry = entries.setdefault(
+                key,
+                {
+                    "name": f"{_short(lab.lab)}: {key}",
+                    "status": "pass",
+                    "score": 0.0,
+                    "message": "",
+                    "line_no": 0,
+                    "cases": 0,
+                },
+            )
             entry["cases"] += 1
             entry["score"] += t.score
             if t.outcome == "passed":
@@ -217,11 +251,18 @@ def _classroom_labs(result: GradeResult) -> list:
         first = LabResult(lab.lab, [t for t in lab.tests if not t.hidden]).first_failure()
         if not first and any(t.hidden and t.outcome == "failed" for t in lab.tests):
             first = "a hidden test failed"
-        tests.append({"name": lab.lab, "status": "pass" if lab.passed == lab.counted else "fail",
-                      "score": round(lab.score, 2),
-                      "message": one_line(f"{lab.passed}/{lab.counted} tests passed" + (f"; {clean(first)}" if first
-                                                                                        else ""), CLASSROOM_MESSAGE),
-                      "line_no": 0})
+        tests.append(
+            {
+                "name": lab.lab,
+                "status": "pass" if lab.passed == lab.counted else "fail",
+                "score": round(lab.score, 2),
+                "message": one_line(
+                    f"{lab.passed}/{lab.counted} tests passed" + (f"; {clean(first)}" if first else ""),
+                    CLASSROOM_MESSAGE,
+                ),
+                "line_no": 0,
+            }
+        )
     return tests
 
 
@@ -232,8 +273,12 @@ def classroom(result: GradeResult, budget: int = CLASSROOM_BUDGET) -> dict:
     its message, then one entry per lab (whose size depends on the number of labs only)."""
     status = "error" if result.error else ("pass" if result.score == result.max_score else "fail")
     payload = {"version": 1, "status": status, "max_score": round(result.max_score, 2)}
-    for tests in (lambda: _classroom_tests(result, "all", False), lambda: _classroom_tests(result, "all", True),
-                  lambda: _classroom_tests(result, "first", True), lambda: _classroom_labs(result)):
+    for tests in (
+        lambda: _classroom_tests(result, "all", False),
+        lambda: _classroom_tests(result, "all", True),
+        lambda: _classroom_tests(result, "first", True),
+        lambda: _classroom_labs(result),
+    ):
         payload["tests"] = tests()
         if len(_encode(payload)) <= budget:
             break
@@ -250,10 +295,15 @@ def classroom_encoded(result: GradeResult) -> str:
 
 def error_result(message: str, seconds: float = 0.0) -> dict:
     """A valid Gradescope results.json for when grading itself failed."""
-    return {"score": 0.0, "execution_time": round(seconds, 1), "stdout_visibility": "hidden",
-            "output_format": "text",
-            "output": f"The autograder could not grade this submission: {clean(message, limit=500)}\n"
-                      "Your teacher has the details; nothing you submitted was lost.", "tests": []}
+    return {
+        "score": 0.0,
+        "execution_time": round(seconds, 1),
+        "stdout_visibility": "hidden",
+        "output_format": "text",
+        "output": f"The autograder could not grade this submission: {clean(message, limit=500)}\n"
+        "Your teacher has the details; nothing you submitted was lost.",
+        "tests": [],
+    }
 
 
 def detailed(name: str, result: GradeResult) -> str:
@@ -267,9 +317,11 @@ def detailed(name: str, result: GradeResult) -> str:
     for lab in result.labs:
         problem = lab.problems(learner=True)
         counted = [t for t in lab.tests if t.outcome != "neutral"]
-        lines.append(f"{lab.lab}: {_points(lab.score)}/{_points(lab.max_score)} points, "
-                     f"{sum(t.outcome == 'passed' for t in counted)}/{len(counted)} tests passed"
-                     + (f" ({clean(problem, limit=300)})" if problem else ""))
+        lines.append(
+            f"{lab.lab}: {_points(lab.score)}/{_points(lab.max_score)} points, "
+            f"{sum(t.outcome == 'passed' for t in counted)}/{len(counted)} tests passed"
+            + (f" ({clean(problem, limit=300)})" if problem else "")
+        )
         # Passing tests by count only (their names made a line of 1,500 characters); failures are named.
         passed = sum(t.outcome == "passed" for t in lab.tests)
         if passed and passed < len(counted):
@@ -333,8 +385,7 @@ def csv_maxima(labs: list, result: GradeResult | None) -> list:
     if result is None:
         return ["Points Possible", "", "", *["" for _ in labs], "", ""]
     per_lab = {lab.lab: lab.max_score for lab in result.labs}
-    return ["Points Possible", "", _points(result.max_score), *[_points(per_lab.get(lab, 0)) for lab in labs], "",
-            ""]
+    return ["Points Possible", "", _points(result.max_score), *[_points(per_lab.get(lab, 0)) for lab in labs], "", ""]
 
 
 def csv_rows(name: str, result: GradeResult) -> list:
@@ -344,8 +395,11 @@ def csv_rows(name: str, result: GradeResult) -> list:
     row = [name, _points(result.score), _points(result.max_score)]
     row += [_points(lab.score) for lab in result.labs]
     problems = [result.error] if result.error else []
-    problems += [f"{lab.lab}: {lab.problems()}" for lab in result.labs
-                 if lab.problems() and "no starter.py" not in lab.problems()]
+    problems += [
+        f"{lab.lab}: {lab.problems()}"
+        for lab in result.labs
+        if lab.problems() and "no starter.py" not in lab.problems()
+    ]
     row.append(clean("; ".join(problems), limit=500, lines=1).replace("\n", " "))
     row.append(clean(flags_cell(result), limit=500, lines=1).replace("\n", " "))
     return row

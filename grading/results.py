@@ -10,7 +10,7 @@ class TestResult:
     nodeid: str
     lab: str
     points: float
-    outcome: str          # "passed", "failed", or "neutral" (NCCL skipped for lack of GPUs)
+    outcome: str  # "passed", "failed", or "neutral" (NCCL skipped for lack of GPUs)
     score: float
     message: str = ""
     hidden: bool = False
@@ -26,7 +26,7 @@ class LabResult:
     lab: str
     tests: list = field(default_factory=list)
     seconds: float = 0.0
-    problem: str = ""     # why the visible tests' process ended early, if it did
+    problem: str = ""  # why the visible tests' process ended early, if it did
     # The hidden tests' part, apart: a learner never sees how long it took or why it stopped (their time
     # is a channel out of the hidden tests: a submission that sleeps when it sees a given argument).
     hidden_seconds: float = 0.0
@@ -74,7 +74,7 @@ class GradeResult:
     labs: list = field(default_factory=list)
     seconds: float = 0.0
     error: str = ""
-    mode: str = ""        # how learner code ran: as whom (root or same-user mode), in what (OS sandbox or not)
+    mode: str = ""  # how learner code ran: as whom (root or same-user mode), in what (OS sandbox or not)
     incomplete: str = ""  # why some labs are not graded yet (a partial result written as labs finish)
 
     @property

@@ -14,8 +14,8 @@ from __future__ import annotations
 import re
 import unicodedata
 
-MESSAGE_LIMIT = 1500            # characters of one message shown
-LINE_LIMIT = 40                 # lines of one message shown
+MESSAGE_LIMIT = 1500  # characters of one message shown
+LINE_LIMIT = 40  # lines of one message shown
 
 _ESCAPES = re.compile(r"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)?|[@-Z\\-_])")
 _BIDI = {chr(c) for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x200E, 0x200F, 0x061C)}
@@ -51,8 +51,8 @@ def one_line(text: str, width: int) -> str:
     line = text.strip().split("\n", 1)[0].strip()
     if len(line) <= width:
         return line
-    cut = line[:width - 1]
+    cut = line[: width - 1]
     space = cut.rfind(" ")
-    if space >= width // 2:   # a word boundary not too far back; else cut inside a very long word
+    if space >= width // 2:  # a word boundary not too far back; else cut inside a very long word
         cut = cut[:space]
     return cut.rstrip(" ,;:-(") + "\u2026"

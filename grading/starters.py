@@ -60,8 +60,9 @@ def _raise_lines(indent: str, name: str, hints: list[str]) -> list[str]:
     if hints:
         message += " Hint: " + " ".join(hints)
     width = max(40, 96 - len(indent) - 8)
-    parts = textwrap.wrap(message, width=width, drop_whitespace=False, break_on_hyphens=False,
-                          break_long_words=False) or [message]
+    parts = textwrap.wrap(
+        message, width=width, drop_whitespace=False, break_on_hyphens=False, break_long_words=False
+    ) or [message]
     quoted = ['"' + part.replace("\\", "\\\\").replace('"', '\\"') + '"' for part in parts]
     if len(quoted) == 1:
         return [f"{indent}raise NotImplementedError({quoted[0]})"]
@@ -91,7 +92,7 @@ def make_starter(solution_text: str, filename: str = "solution.py") -> str:
             if lines[i].strip() == BEGIN:
                 raise MarkerError(f"{filename}:{i + 1}: nested {BEGIN}")
             if lines[i].strip().startswith(HINT):
-                hints.append(lines[i].strip()[len(HINT):].strip())
+                hints.append(lines[i].strip()[len(HINT) :].strip())
             i += 1
         if i == len(lines):
             raise MarkerError(f"{filename}:{start + 1}: {BEGIN} is never closed by {END}")

@@ -17,7 +17,7 @@ import os
 import stat
 from pathlib import Path
 
-STARTER_LIMIT = 1_000_000      # bytes of one starter.py
+STARTER_LIMIT = 1_000_000  # bytes of one starter.py
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 
@@ -58,8 +58,9 @@ def _read_file(name: str, parent: int, shown: str, limit: int) -> bytes | None:
         if not stat.S_ISREG(info.st_mode):
             raise SubmissionError(f"{shown} is not a regular file: refused")
         if info.st_size > limit:
-            raise SubmissionError(f"{shown} is {info.st_size:,} bytes, more than the {limit:,} such a file "
-                                  "may have: refused")
+            raise SubmissionError(
+                f"{shown} is {info.st_size:,} bytes, more than the {limit:,} such a file may have: refused"
+            )
         chunks, size = [], 0
         while size <= limit:
             chunk = os.read(fd, min(1 << 20, limit + 1 - size))
@@ -135,6 +136,8 @@ def unwrap_top_folder(submission: Path) -> tuple[Path, str]:
     folders = [p for p in entries if p.is_dir() and not p.is_symlink()]
     if len(folders) == 1 and len(entries) == 1:
         inner = folders[0]
-        return inner, (f"your files were inside a top folder ({inner.name}/): graded from there (next time, "
-                       "zip the lab folders themselves)")
+        return inner, (
+            f"your files were inside a top folder ({inner.name}/): graded from there (next time, "
+            "zip the lab folders themselves)"
+        )
     return submission, ""

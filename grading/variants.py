@@ -23,15 +23,16 @@ from pathlib import Path
 
 from commtax.exercises import variants
 
-STUDENT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,99}")   # also a safe file name
+STUDENT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,99}")  # also a safe file name
 
 
 def new_secret(path: Path) -> bytes:
     """Write a new secret (32 random bytes, hex) to ``path``, readable by its owner only; never overwrite one."""
     path = Path(path)
     if path.exists():
-        raise ValueError(f"secret {path} exists: a new one would change every student's numbers (leave out "
-                         "--new-secret to use it)")
+        raise ValueError(
+            f"secret {path} exists: a new one would change every student's numbers (leave out --new-secret to use it)"
+        )
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:
@@ -94,8 +95,12 @@ def variant_of(secret_file: Path | None, submission: Path | None) -> variants.Va
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--secret", type=Path, required=True, help="the teacher's secret file (keep it out of any "
-                                                              "repository the students see)")
+    p.add_argument(
+        "--secret",
+        type=Path,
+        required=True,
+        help="the teacher's secret file (keep it out of any repository the students see)",
+    )
     p.add_argument("--new-secret", action="store_true", help="make the secret file first (once per course)")
     who = p.add_mutually_exclusive_group(required=True)
     who.add_argument("--students", nargs="+", metavar="ID", help="student ids (the submissions' folder names)")
@@ -110,6 +115,8 @@ def run(args) -> int:
         written = write_variants(secret, students, args.out)
     except (ValueError, OSError) as exc:
         raise SystemExit(f"[grading] {exc}") from None
-    print(f"wrote {len(written)} variant files to {args.out}: each student keeps theirs as "
-          f"{variants.VARIANT_FILE.as_posix()}; grade with --exercises --variant-secret {args.secret}")
+    print(
+        f"wrote {len(written)} variant files to {args.out}: each student keeps theirs as "
+        f"{variants.VARIANT_FILE.as_posix()}; grade with --exercises --variant-secret {args.secret}"
+    )
     return 0

@@ -28,13 +28,14 @@ def load(path: Path | None = None, labs: list | None = None) -> dict:
             return {}
         raise ValueError(f"weights: no such file {path}")
     import tomllib  # Python 3.11+
+
     try:
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
         raise ValueError(f"weights: {path} is not valid TOML: {exc}") from exc
     table = data.get("labs", {})
     if not isinstance(table, dict) or set(data) - {"labs"}:
-        raise ValueError(f"weights: {path} must hold only a [labs] table of \"lab-folder\" = points")
+        raise ValueError(f'weights: {path} must hold only a [labs] table of "lab-folder" = points')
     weights = {}
     for lab, points in table.items():
         if labs is not None and lab not in labs:

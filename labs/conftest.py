@@ -38,8 +38,7 @@ def _proxy(folder: Path):
 def pytest_collection_finish(session):
     if session.config.option.collectonly:
         return
-    folders = (_lab_folder(item.path) for item in session.items
-               if "lab" in getattr(item, "fixturenames", ()))
+    folders = (_lab_folder(item.path) for item in session.items if "lab" in getattr(item, "fixturenames", ()))
     for folder in dict.fromkeys(f for f in folders if f is not None):
         try:
             _proxy(folder).prestart()

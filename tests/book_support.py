@@ -31,8 +31,14 @@ import pytest
 from commtax.testing import find_chromium
 
 ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update", "--no-first-run", "--disable-sync"]
+CHROMIUM_FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
 IMAGE_MIMES = ("image/png", "image/jpeg", "image/svg+xml")
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
@@ -54,12 +60,13 @@ def book():
         if importlib.util.find_spec(module) is None:
             missing(f"the book's tools are not installed ({module}): `python3 course.py book` installs them")
     from book import build
+
     if not (build.BUILD / "assets").exists() and shutil.which("npm") is None:
         missing("npm (Node.js) is needed once to fetch the book's MathJax and widget manager")
     chosen = os.environ.get("COMMTAX_BOOK_EXECUTE")
     lessons = [n.strip().zfill(2) for n in chosen.split(",")] if chosen else list(build.QUICK)
     try:
-        build.build(lessons=None if ALL_PAGES else lessons)   # ALL_PAGES: the whole book, all executed
+        build.build(lessons=None if ALL_PAGES else lessons)  # ALL_PAGES: the whole book, all executed
     except SystemExit as error:
         pytest.fail(f"the book did not build: {error}")
     return build
@@ -89,6 +96,7 @@ def course_pages(book) -> list[str]:
 
 
 # -- the site, in a browser ----------------------------------------------------------------------
+
 
 class QuietHandler(http.server.SimpleHTTPRequestHandler):
     def log_message(self, *args):
@@ -141,7 +149,8 @@ LOAD_TIMEOUT_MS = 180_000
 
 def site_pages(book) -> list[str]:
     """Every HTML page of the site (paths under _build/html), the theme's own folders aside."""
-    return sorted(str(p.relative_to(book.HTML)) for p in book.HTML.rglob("*.html")
-                  if not p.relative_to(book.HTML).parts[0].startswith("_"))
-
-
+    return sorted(
+        str(p.relative_to(book.HTML))
+        for p in book.HTML.rglob("*.html")
+        if not p.relative_to(book.HTML).parts[0].startswith("_")
+    )

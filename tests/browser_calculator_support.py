@@ -26,6 +26,7 @@ from tests.browser_support import KERNEL_IDLE
 
 # -- the calculators, driven like a learner drives them ------------------------------------------
 
+
 @dataclass
 class Step:
     """One change a learner makes: ``actions`` in quick succession, then the figure is compared.
@@ -43,15 +44,15 @@ class Step:
     actions: list
     expect: dict = field(default_factory=dict)
     check: object = None
-    controls_check: object = None   # a problem with the text the controls show (a typed size's error), or None
+    controls_check: object = None  # a problem with the text the controls show (a typed size's error), or None
 
 
 @dataclass
 class Calc:
-    index: int            # which .commtax-calculator of the lesson, in page order
+    index: int  # which .commtax-calculator of the lesson, in page order
     name: str
     steps: list
-    core: int | None = None   # how many of the steps run by default (the rest with COMMTAX_ALL_SCENARIOS=1)
+    core: int | None = None  # how many of the steps run by default (the rest with COMMTAX_ALL_SCENARIOS=1)
 
     def chosen(self) -> list:
         """The steps to run: the first ``core`` (an ordinary change, an extreme, quick consecutive changes, and
@@ -85,6 +86,7 @@ def says(*parts, lacks=()):
         missing = [p for p in parts if p not in text]
         there = [p for p in lacks if p in text]
         return (f"text lacks {missing}" if missing else None) or (f"text has {there}" if there else None)
+
     return check
 
 
@@ -153,7 +155,7 @@ def act(page, calc, action):
     kind, control, argument = action
     element = calc.locator(f".commtax-control-{control.replace('_', '-')}").first
     tab = element.evaluate(TAB_OF)
-    if tab >= 0:   # on a tab not shown: click the tab, as a learner would
+    if tab >= 0:  # on a tab not shown: click the tab, as a learner would
         calc.locator(".lm-TabBar-tab").nth(tab).click()
     if kind == "select":
         element.locator("select").first.select_option(label=argument)
@@ -172,10 +174,12 @@ def act(page, calc, action):
 
 # -- comparing images ------------------------------------------------------------------------
 
+
 def decode(png: bytes):
     """RGB pixels (int16, so differences do not wrap), transparency laid on white."""
     import numpy as np
     from PIL import Image
+
     image = Image.open(io.BytesIO(png)).convert("RGBA")
     white = Image.new("RGBA", image.size, "white")
     return np.asarray(Image.alpha_composite(white, image).convert("RGB"), dtype=np.int16)
@@ -193,7 +197,7 @@ def image_problem(shown: bytes, offline: bytes) -> str | None:
     if a.shape != b.shape:
         return f"{a.shape[1]} x {a.shape[0]} px, offline {b.shape[1]} x {b.shape[0]} px"
     differing = (abs(a - b).max(axis=2) > 48).mean()
-    if differing > 0.002:   # antialiasing may differ by a few levels; a wrong plot differs by far more
+    if differing > 0.002:  # antialiasing may differ by a few levels; a wrong plot differs by far more
         return f"{differing:.1%} of the pixels differ from the offline render"
     return None
 
@@ -238,9 +242,12 @@ def settle_and_compare(page, lesson, calc, model_id, expect=None, patience_s=12.
         probe_started = time.monotonic()
         found, values, shown, offline = figure_problems(page, calc, model_id)
         render_s = time.monotonic() - probe_started
-        found += [f"control {name} holds {values.get(name)!r} in the kernel, the learner set {want!r} "
-                  f"(the page shows {page_readout(calc, name)!r})"
-                  for name, want in (expect or {}).items() if not same_value(values.get(name), want)]
+        found += [
+            f"control {name} holds {values.get(name)!r} in the kernel, the learner set {want!r} "
+            f"(the page shows {page_readout(calc, name)!r})"
+            for name, want in (expect or {}).items()
+            if not same_value(values.get(name), want)
+        ]
         if not found or time.monotonic() > started + max(patience_s, 3 * changes * render_s):
             return found, values, shown, offline
         page.wait_for_timeout(500)
@@ -273,7 +280,7 @@ def drive(page, lesson: Path, spec: Calc, failures: Path) -> list[str]:
     """Every step of one calculator; the problems found, each naming the step."""
     calc = page.locator(".commtax-calculator").nth(spec.index)
     calc.scroll_into_view_if_needed()
-    model_id = next(c for c in calc.get_attribute("class").split() if c.startswith("commtax-id-"))[len("commtax-id-"):]
+    model_id = next(c for c in calc.get_attribute("class").split() if c.startswith("commtax-id-"))[len("commtax-id-") :]
     problems = []
     for step in [Step("after Run All", [])] + spec.chosen():
         label = f"{lesson.stem[:2]} {spec.name}: {step.what}"
@@ -287,23 +294,29 @@ def drive(page, lesson: Path, spec: Calc, failures: Path) -> list[str]:
                     # under the calculator's lock: it returns once the render of the choice is done).
                     wait_idle(page, lesson, quiet_ms=200)
                     kernel_probe(page, model_id)
-                    page.wait_for_timeout(300)   # the controls' new state reaching the page
-        except Exception as exc:   # a control that is not there (or not usable) is a problem of this step
+                    page.wait_for_timeout(300)  # the controls' new state reaching the page
+        except Exception as exc:  # a control that is not there (or not usable) is a problem of this step
             problems.append(f"{label}: could not act: {str(exc).splitlines()[0]}")
             continue
-        found, values, shown, offline = settle_and_compare(page, lesson, calc, model_id, step.expect, changes=sum(
-            len(a[2]) if a[0] == "keys" else 1 for a in step.actions) or 1)
+        found, values, shown, offline = settle_and_compare(
+            page,
+            lesson,
+            calc,
+            model_id,
+            step.expect,
+            changes=sum(len(a[2]) if a[0] == "keys" else 1 for a in step.actions) or 1,
+        )
         text = calc.locator(".commtax-output").first.inner_text()
         if step.check is not None and (problem := step.check(text)):
             found.append(problem)
         if step.controls_check is not None and (problem := step.controls_check(calc.inner_text().replace(text, ""))):
             found.append(problem)
         if "cut off at the figure's edge" in text:
-            found.append(text[text.index("text cut off"):][:200])
+            found.append(text[text.index("text cut off") :][:200])
         if found:
             save_pair(failures, label, shown, offline)
             problems += [f"{label}: {p}" for p in found]
-        print(f"{time.monotonic() - started:5.1f} s  {label}")   # shown with pytest -s: where the time goes
+        print(f"{time.monotonic() - started:5.1f} s  {label}")  # shown with pytest -s: where the time goes
         if step.what == "after Run All":
             screenshot(page, calc, lesson, spec, "default", [(1440, 900)])
     screenshot(page, calc, lesson, spec, "last-change", [(1440, 900), (1280, 800)])
@@ -328,21 +341,25 @@ def screenshot(page, calc, lesson: Path, spec: Calc, state: str, sizes):
         page.set_viewport_size({"width": width, "height": height})
         page.wait_for_timeout(500)
         for end in ("start", "end"):
-            for _ in range(5):   # JupyterLab may scroll on its own after Run All (to the active cell): retry
+            for _ in range(5):  # JupyterLab may scroll on its own after Run All (to the active cell): retry
                 calc.evaluate(f"el => el.scrollIntoView({{block: '{end}'}})")
                 page.wait_for_timeout(300)
                 # JupyterLab paints a scrolled-to cell in its own frames (one shot of Lesson 07 came out blank):
                 # wait for the calculator's images to be decoded and two frames to be painted
-                calc.evaluate("el => Promise.all([...el.querySelectorAll('img')].map(i => i.decode().catch(() => null)))")
+                calc.evaluate(
+                    "el => Promise.all([...el.querySelectorAll('img')].map(i => i.decode().catch(() => null)))"
+                )
                 page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
                 page.wait_for_timeout(200)
                 box = calc.bounding_box()
-                if box and (0 <= box["y"] < height / 2 if end == "start" else height / 2 < box["y"] + box["height"] <= height):
+                if box and (
+                    0 <= box["y"] < height / 2 if end == "start" else height / 2 < box["y"] + box["height"] <= height
+                ):
                     break
-            name = f"{lesson.stem[:2]}-calc{spec.index}-{state}-{width}x{height}{'' if end == 'start' else '-bottom'}.png"
+            name = (
+                f"{lesson.stem[:2]}-calc{spec.index}-{state}-{width}x{height}{'' if end == 'start' else '-bottom'}.png"
+            )
             page.screenshot(path=str(Path(folder) / name))
             if calc.bounding_box()["height"] < height - 150:
-                break   # it fits in the window: one screenshot shows it all
+                break  # it fits in the window: one screenshot shows it all
     page.set_viewport_size({"width": 1440, "height": 900})
-
-

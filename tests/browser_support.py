@@ -24,13 +24,20 @@ from commtax.testing import find_chromium
 
 ROOT = Path(__file__).resolve().parent.parent
 LESSONS = sorted((ROOT / "lessons").glob("[0-9][0-9]-*.ipynb"))
-CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update", "--no-first-run", "--disable-sync"]
+CHROMIUM_FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
 
 
 def install_course_settings() -> Path:
     """The course's JupyterLab settings, installed into this environment exactly as course.py does."""
     import importlib.util
+
     spec = importlib.util.spec_from_file_location("course", ROOT / "course.py")
     course = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(course)
@@ -44,20 +51,29 @@ class LabServer:
         self.root, self.token, self.proc, self.url = root, secrets.token_hex(16), None, None
 
     def start(self):
-        self.runtime = runtime = tempfile.mkdtemp(prefix="jupyter-runtime-")   # kernels' connection files too
+        self.runtime = runtime = tempfile.mkdtemp(prefix="jupyter-runtime-")  # kernels' connection files too
         self.log = open(self.root / "jupyterlab.log", "a")
         # Own user-settings and workspace folders: nothing from the user's JupyterLab leaks in, and a
         # tab opened by one test is not restored into the next. The course's overrides (installed into
         # this environment by install_course_settings) still apply, as for a learner.
-        args = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1",
-                "--ServerApp.port=0", f"--ServerApp.root_dir={self.root}", f"--IdentityProvider.token={self.token}",
-                "--LabApp.expose_app_in_browser=True",
-                f"--LabApp.user_settings_dir={self.root / 'settings'}",
-                f"--LabApp.workspaces_dir={self.root / 'workspaces'}"]
+        args = [
+            sys.executable,
+            "-m",
+            "jupyterlab",
+            "--no-browser",
+            "--ServerApp.ip=127.0.0.1",
+            "--ServerApp.port=0",
+            f"--ServerApp.root_dir={self.root}",
+            f"--IdentityProvider.token={self.token}",
+            "--LabApp.expose_app_in_browser=True",
+            f"--LabApp.user_settings_dir={self.root / 'settings'}",
+            f"--LabApp.workspaces_dir={self.root / 'workspaces'}",
+        ]
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             args.append("--allow-root")  # CI containers run as root
-        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT,
-                                     env=dict(os.environ, JUPYTER_RUNTIME_DIR=runtime))
+        self.proc = subprocess.Popen(
+            args, stdout=self.log, stderr=subprocess.STDOUT, env=dict(os.environ, JUPYTER_RUNTIME_DIR=runtime)
+        )
         deadline = time.monotonic() + 90
         info = None
         while info is None and time.monotonic() < deadline and self.proc.poll() is None:
@@ -104,8 +120,9 @@ def jupyterlab(tmp_path_factory):
 def browser():
     chromium = find_chromium()
     if chromium is None:
-        pytest.skip("Chromium not found (apt-get install chromium, or set COMMTAX_CHROMIUM); "
-                    "the browser test cannot run here")
+        pytest.skip(
+            "Chromium not found (apt-get install chromium, or set COMMTAX_CHROMIUM); the browser test cannot run here"
+        )
     sync_api = pytest.importorskip("playwright.sync_api")
     with sync_api.sync_playwright() as p:
         b = p.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS, headless=True)
@@ -155,4 +172,3 @@ def open_and_run(browser, jupyterlab, lesson: Path):
 
 
 SAVED = """() => { const nb = window.jupyterapp.shell.currentWidget; return !nb.context.model.dirty; }"""
-

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 ATTACKS = Path(__file__).resolve().parent / "attacks"
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 LABS = lab_names()
-FAST = "lab-06-tp-comm-cost"          # a pure-function lab: graded in about a second
+FAST = "lab-06-tp-comm-cost"  # a pure-function lab: graded in about a second
 HAS_SOLUTIONS = (ROOT / "labs" / FAST / "solution.py").exists()
 #: Every grading test file's ``pytestmark``: the student release has no solutions to grade with.
 NEEDS_SOLUTIONS = pytest.mark.skipif(not HAS_SOLUTIONS, reason="the student release has no solutions to grade with")
@@ -38,6 +38,7 @@ def sandbox_missing() -> str | None:
 
     from grading.sandbox import namespaces
     from grading.sandbox.limits import Limits
+
     bwrap = namespaces.bwrap_path()
     if not bwrap:
         return "bubblewrap is not installed"
@@ -59,11 +60,11 @@ ISOLATION = "namespaces" if sandbox_missing() is None else "auto"
 grade = functools.partial(grade_with, isolation=ISOLATION)
 
 
-HANG = '''
+HANG = """
 def allreduce_payload_bytes(batch_tokens, hidden, dtype_bytes=2):
     while True:
         pass
-'''
+"""
 
 
 def submission(tmp_path: Path, **starters: str) -> Path:
@@ -103,8 +104,10 @@ def grading_processes():
         try:
             # This pytest's own grading runs only (grade() runs in this process; the tree is named after it):
             # another grader on the machine is not a survivor of these tests.
-            if any(f"commtax-grading-{os.getpid()}-" in part or "sleep-forever-marker" in part
-                   for part in proc.info["cmdline"] or []):
+            if any(
+                f"commtax-grading-{os.getpid()}-" in part or "sleep-forever-marker" in part
+                for part in proc.info["cmdline"] or []
+            ):
                 found.append(proc.pid)
         except (psutil.Error, TypeError):
             continue
@@ -115,8 +118,13 @@ def grading_processes():
 # (about four minutes on two cores), so by default these labs stand for the rest: a pure-function lab
 # (06), labs with hidden tests (01, 11), the most ranks at once under the sandbox's limits (12: eight)
 # and ranks with hidden tests (13). COMMTAX_SLOW=1 grades every lab.
-REPRESENTATIVE = ["lab-01-alpha-beta", FAST, "lab-11-plan-a-cluster", "lab-12-the-whole-bill",
-                  "lab-13-context-parallel"]
+REPRESENTATIVE = [
+    "lab-01-alpha-beta",
+    FAST,
+    "lab-11-plan-a-cluster",
+    "lab-12-the-whole-bill",
+    "lab-13-context-parallel",
+]
 
 
 @functools.cache
@@ -129,8 +137,10 @@ def graded_starters(labs: tuple):
 # it is marked slow (COMMTAX_SLOW=1 runs it) so the suite stays within CI's time; as a non-root user it is
 # the only variant and always runs.
 SAME_USER = pytest.param("same-user", marks=[pytest.mark.slow] if IS_ROOT else [])
-MODES = [pytest.param("root", marks=pytest.mark.skipif(not IS_ROOT, reason="root mode needs the tests to run as root")),
-         SAME_USER]
+MODES = [
+    pytest.param("root", marks=pytest.mark.skipif(not IS_ROOT, reason="root mode needs the tests to run as root")),
+    SAME_USER,
+]
 
 
 HIDDEN_TEXT = ("HIDDEN-CHECK-7f3a", "2 * 999 * 7e-6")  # the source (a hidden test's name is shown, by design)
@@ -160,8 +170,9 @@ class Graded:
         return "\n".join(self.texts)
 
 
-def grade_as(mode: str, folder: Path, labs: list, tmp_path: Path, lab_timeout: float = 60,
-             isolation: str = ISOLATION) -> Graded:
+def grade_as(
+    mode: str, folder: Path, labs: list, tmp_path: Path, lab_timeout: float = 60, isolation: str = ISOLATION
+) -> Graded:
     """Grade ``folder`` in ``mode``, with ``isolation``.
 
     Root mode runs in this process. Same-user mode runs ``python -m grading grade`` from a copy of
@@ -175,10 +186,16 @@ def grade_as(mode: str, folder: Path, labs: list, tmp_path: Path, lab_timeout: f
         texts = [reports.table(result), json.dumps(reports.gradescope(result)), json.dumps(reports.classroom(result))]
         return Graded(scores, texts, result.mode)
     import tempfile
+
     home = Path(tempfile.mkdtemp(prefix="commtax-teacher-"))
     course = home / "course"
-    shutil.copytree(ROOT, course, ignore=shutil.ignore_patterns(".venv", ".git", "lessons", "solutions", "tests",
-                                                                  "__pycache__", "dist", "*.ipynb"))
+    shutil.copytree(
+        ROOT,
+        course,
+        ignore=shutil.ignore_patterns(
+            ".venv", ".git", "lessons", "solutions", "tests", "__pycache__", "dist", "*.ipynb"
+        ),
+    )
     shutil.copytree(folder, home / "submission", symlinks=True)
     user, granted = {}, None
     if IS_ROOT:  # a teacher without root: the grader finds no root
@@ -189,16 +206,38 @@ def grade_as(mode: str, folder: Path, labs: list, tmp_path: Path, lab_timeout: f
         granted = open_interpreter(uid, gid)
     out = home / "results.json"
     try:
-        proc = subprocess.run([sys.executable, "-m", "grading", "grade", str(home / "submission"), "--labs", *labs,
-                               "--lab-timeout", str(lab_timeout), "--format", "gradescope", "--out", str(out),
-                               "--isolation", isolation],
-                              cwd=course, capture_output=True, text=True, timeout=900,
-                              env=dict(os.environ, HOME=str(home), TMPDIR="/tmp", GRADER_TOKEN=CANARY,
-                                       PYTHONPATH=str(course)), **user)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "grading",
+                "grade",
+                str(home / "submission"),
+                "--labs",
+                *labs,
+                "--lab-timeout",
+                str(lab_timeout),
+                "--format",
+                "gradescope",
+                "--out",
+                str(out),
+                "--isolation",
+                isolation,
+            ],
+            cwd=course,
+            capture_output=True,
+            text=True,
+            timeout=900,
+            env=dict(os.environ, HOME=str(home), TMPDIR="/tmp", GRADER_TOKEN=CANARY, PYTHONPATH=str(course)),
+            **user,
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
         results = json.loads(out.read_text())
-        changed = [str(p.relative_to(course)) for p in sorted((course / "commtax").rglob("*.py"))
-                   if p.read_bytes() != (ROOT / p.relative_to(course)).read_bytes()]
+        changed = [
+            str(p.relative_to(course))
+            for p in sorted((course / "commtax").rglob("*.py"))
+            if p.read_bytes() != (ROOT / p.relative_to(course)).read_bytes()
+        ]
     finally:
         close_interpreter(granted)
         shutil.rmtree(home, ignore_errors=True)
@@ -233,6 +272,7 @@ def _nested_missing() -> str | None:
 
     from grading.sandbox import namespaces
     from grading.sandbox.limits import Limits
+
     with tempfile.TemporaryDirectory() as folder:
         os.chmod(folder, 0o711)
         isolation = namespaces.NamespaceIsolation(namespaces.bwrap_path(), IS_ROOT, Limits(), [], Path(folder))

@@ -85,6 +85,7 @@ def stuck_line(worker: str) -> int:
 
 # -- requests dropped without a wait (gloo cancels the message: the peer would wait forever) --------
 
+
 def ring_that_drops_its_send_request(rank, world_size):
     """Lab 12 style: the isend's request is not kept; the peer's recv would never complete."""
     dist.isend(torch.ones(4) * rank, (rank + 1) % world_size)  # dropped here: nobody waits on it
@@ -99,7 +100,7 @@ def all_to_all_that_waits_only_on_its_receives(rank, world_size):
     requests = []
     for step in range(1, world_size):
         to, frm = (rank + step) % world_size, (rank - step) % world_size
-        requests.append(dist.irecv(inbox[frm:frm + 1], frm))
+        requests.append(dist.irecv(inbox[frm : frm + 1], frm))
         dist.isend(torch.tensor([float(rank)]), to)  # dropped here: not in the list
     for request in requests:
         request.wait()
@@ -126,8 +127,7 @@ def exchanges_that_never_wait(rank, world_size):
 
 
 def _exchange_then_raise(rank, world_size):
-    requests = [dist.isend(torch.ones(2), (rank + 1) % world_size),
-                dist.irecv(torch.zeros(2), (rank - 1) % world_size)]
+    requests = [dist.isend(torch.ones(2), (rank + 1) % world_size), dist.irecv(torch.zeros(2), (rank - 1) % world_size)]
     raise ValueError(f"rank {rank}: a check after posting the requests failed")
     for request in requests:  # never reached: the requests are freed by the exception
         request.wait()

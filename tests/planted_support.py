@@ -57,8 +57,9 @@ class LabRun:
         durations = self.durations()
         for test in self.failed():
             seconds = durations.get(test, 0.0)
-            shared = re.search(rf"^_+ {re.escape(test.split('::')[-1])} _+\n(RememberedHang|SharedRunFailed)",
-                               self.output, re.M)
+            shared = re.search(
+                rf"^_+ {re.escape(test.split('::')[-1])} _+\n(RememberedHang|SharedRunFailed)", self.output, re.M
+            )
             limit = (1.0 if shared else DEADLOCKED_JOB_SECONDS) * max(1.0, load)
             assert seconds < limit, f"{test} took {seconds:.1f} s to fail (limit {limit:.1f} s)"
 
@@ -81,14 +82,31 @@ def run_planted(tmp_path: Path, lab_dir: Path, old: str, new: str, *pytest_args:
     shutil.copy(LABS_DIR / "conftest.py", course / "labs")
     for name in ("conftest.py", "pyproject.toml"):
         shutil.copy(REPO_ROOT / name, course)
-    env = dict(os.environ, LAB_IMPL="starter",
-               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
+    env = dict(
+        os.environ,
+        LAB_IMPL="starter",
+        PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
+    )
     env.pop("PYTEST_CURRENT_TEST", None)
     start = time.monotonic()
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", f"labs/{lab_dir.name}", "-q", "-p", "no:cacheprovider", "--durations=0",
-         *pytest_args],
-        cwd=course, env=env, capture_output=True, text=True, timeout=600)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            f"labs/{lab_dir.name}",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--durations=0",
+            *pytest_args,
+        ],
+        cwd=course,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     seconds = time.monotonic() - start
     summary = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
     outcomes = {kind: int(n) for n, kind in re.findall(r"(\d+) (passed|failed|skipped|error)", summary)}
@@ -110,5 +128,3 @@ def _fails(test, *args) -> str:
         test(*args)
     print(info.value)
     return str(info.value)
-
-

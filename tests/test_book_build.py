@@ -21,14 +21,7 @@ import nbformat
 import pytest
 
 from tests import book_support
-from tests.book_support import (
-    ALL_PAGES,
-    ROOT,
-    course_pages,
-    executed,
-    page_of,
-    site_pages,
-)
+from tests.book_support import ALL_PAGES, ROOT, course_pages, executed, page_of, site_pages
 
 # The fixture: pytest finds it under this name in this module.
 book = book_support.book
@@ -40,6 +33,7 @@ pytestmark = pytest.mark.timeout(3600)
 
 
 # -- the build, read from disk -------------------------------------------------------------------
+
 
 def test_every_notebook_ran_to_its_end_without_an_error_for_the_sources_as_they_are(book):
     # What nbval checks, on the executions the pages show: a page never shows a stale or failed run,
@@ -54,8 +48,9 @@ def test_every_notebook_ran_to_its_end_without_an_error_for_the_sources_as_they_
         assert note == (rel not in shown), f"{rel}: {'a note' if note else 'no note'} that it was not executed"
     for rel, nb in shown.items():
         source = nbformat.read(ROOT / rel, as_version=4)
-        assert nb.metadata["commtax_book"]["key"] == book.execute.notebook_key(source, dependencies), \
+        assert nb.metadata["commtax_book"]["key"] == book.execute.notebook_key(source, dependencies), (
             f"{rel}: the book shows an execution of other sources"
+        )
         problem = book.execute.unfinished_cell(nb)
         assert problem is None, f"{rel}: {problem}"
 
@@ -64,18 +59,27 @@ def test_nbval_takes_the_books_clean_current_runs_and_nothing_else(tmp_path):
     # The suite executes each notebook once: nbval skips a notebook whose run the book stored
     # (conftest.py). That run must be one nbval would have passed, of these very sources.
     from book import execute
+
     lesson = tmp_path / "lessons" / "01-x.ipynb"
     lesson.parent.mkdir()
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# One"),
-                                         nbformat.v4.new_code_cell("x = 1"), nbformat.v4.new_code_cell("x")])
+    nb = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_markdown_cell("# One"),
+            nbformat.v4.new_code_cell("x = 1"),
+            nbformat.v4.new_code_cell("x"),
+        ]
+    )
     nbformat.write(nb, lesson)
 
     def stored(edit=lambda ran: None, source=nb):
         ran = nbformat.from_dict(json.loads(json.dumps(source)))
         for number, cell in enumerate(c for c in ran.cells if c.cell_type == "code"):
             cell.execution_count = number + 1
-        ran.metadata["commtax_book"] = {"key": execute.notebook_key(source, "deps"), "seconds": 1.0,
-                                        "environment": execute.environment()}
+        ran.metadata["commtax_book"] = {
+            "key": execute.notebook_key(source, "deps"),
+            "seconds": 1.0,
+            "environment": execute.environment(),
+        }
         edit(ran)
         (tmp_path / execute.STORE / "lessons").mkdir(parents=True, exist_ok=True)
         nbformat.write(ran, tmp_path / execute.STORE / "lessons" / lesson.name)
@@ -84,11 +88,18 @@ def test_nbval_takes_the_books_clean_current_runs_and_nothing_else(tmp_path):
     assert execute.reusable(lesson, tmp_path, "deps") == (None, "no stored execution")
     target, why = stored()
     assert target == tmp_path / execute.STORE / "lessons" / lesson.name and "nbval does not run it" in why
-    assert stored(lambda ran: ran.cells[2].outputs.append(nbformat.v4.new_output(
-        "error", ename="ValueError", evalue="bad", traceback=[])))[1] == \
-        "the stored execution is not clean (Cell 1: ValueError: bad)"
-    assert stored(lambda ran: ran.cells[2].update(execution_count=None))[1] == \
-        "the stored execution is not clean (Cell 1 did not run)"
+    assert (
+        stored(
+            lambda ran: ran.cells[2].outputs.append(
+                nbformat.v4.new_output("error", ename="ValueError", evalue="bad", traceback=[])
+            )
+        )[1]
+        == "the stored execution is not clean (Cell 1: ValueError: bad)"
+    )
+    assert (
+        stored(lambda ran: ran.cells[2].update(execution_count=None))[1]
+        == "the stored execution is not clean (Cell 1 did not run)"
+    )
     assert stored(lambda ran: ran.metadata.commtax_book.update(environment="/elsewhere"))[0] is None
     assert execute.reusable(lesson, tmp_path, "other commtax")[1] == "the stored execution is of other sources"
     marked = nbformat.from_dict(json.loads(json.dumps(nb)))
@@ -130,8 +141,9 @@ def test_every_lesson_lab_and_solution_has_a_page_with_its_run_line_and_notebook
             assert href, f"{rel}: the run line does not link to the notebook"
             target = (page_of(book, rel).parent / unquote(href.group(1))).resolve()
             assert target.is_file(), f"{rel}: the notebook link {href.group(1)} leads nowhere"
-            assert not any(c.get("outputs") for c in nbformat.read(target, as_version=4).cells), \
+            assert not any(c.get("outputs") for c in nbformat.read(target, as_version=4).cells), (
                 f"{rel}: the linked notebook should be the stored one, without outputs"
+            )
 
 
 def test_worked_solutions_are_on_their_own_pages_marked_as_answers(book):
@@ -171,9 +183,10 @@ def test_every_link_between_pages_resolves_to_a_file_and_anchor(book):
         for link in page.links:
             parts = urlsplit(link)
             if parts.scheme or parts.netloc or link.startswith(("mailto:", "javascript:")):
-                continue   # another site (a reference in a README): not the book's to check
-            target = posixpath.normpath(posixpath.join(posixpath.dirname(path), unquote(parts.path))) \
-                if parts.path else path
+                continue  # another site (a reference in a README): not the book's to check
+            target = (
+                posixpath.normpath(posixpath.join(posixpath.dirname(path), unquote(parts.path))) if parts.path else path
+            )
             if parts.path.endswith("/") or target == ".":
                 target = posixpath.join(target, "index.html")
             if not (book.HTML / target).is_file():
@@ -186,6 +199,7 @@ def test_every_link_between_pages_resolves_to_a_file_and_anchor(book):
 def test_the_student_release_and_the_autograder_leave_the_built_book_out():
     # _build/ holds the worked solutions' pages and executions: answers, wherever the book was built.
     from grading import release
+
     for excluded in (release.RELEASE_EXCLUDED, release.GRADESCOPE_EXCLUDED):
         assert "_build" in shutil.ignore_patterns(*excluded)(str(ROOT), ["_build", "lessons"])
 
@@ -194,8 +208,12 @@ def test_a_book_built_from_the_student_release_has_no_worked_solutions(tmp_path)
     # The release leaves solutions/ out; a learner who builds the book from it must get no answers:
     # no solution page, no link to one (this checks the staging, so it needs none of the book's tools).
     from book import pages
-    for rel in ["README.md", *(str(p.relative_to(ROOT)) for p in ROOT.glob("labs/*/README.md")),
-                *(str(p.relative_to(ROOT)) for p in ROOT.glob("lessons/[0-9][0-9]-*.ipynb"))]:
+
+    for rel in [
+        "README.md",
+        *(str(p.relative_to(ROOT)) for p in ROOT.glob("labs/*/README.md")),
+        *(str(p.relative_to(ROOT)) for p in ROOT.glob("lessons/[0-9][0-9]-*.ipynb")),
+    ]:
         (tmp_path / "course" / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / rel, tmp_path / "course" / rel)
     lessons = pages.stage(tmp_path / "course", tmp_path / "src", {}, None)
@@ -204,6 +222,9 @@ def test_a_book_built_from_the_student_release_has_no_worked_solutions(tmp_path)
     assert any(p.parts[0] == "lessons" for p in staged)
     assert not [p for p in staged if "solutions" in p.parts], "a solution page in the release's book"
     text = "\n".join(p.read_text() for p in (tmp_path / "src").rglob("*") if p.is_file())
-    assert "](solutions/" not in text and "../solutions/" not in text and "solutions/index" not in text and "commtax-answers" not in text
-
-
+    assert (
+        "](solutions/" not in text
+        and "../solutions/" not in text
+        and "solutions/index" not in text
+        and "commtax-answers" not in text
+    )

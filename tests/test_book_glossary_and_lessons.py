@@ -14,10 +14,7 @@ import nbformat
 import pytest
 
 from tests import book_support
-from tests.book_support import (
-    ROOT,
-    page_of,
-)
+from tests.book_support import ROOT, page_of
 
 # The fixture: pytest finds it under this name in this module.
 book = book_support.book
@@ -30,11 +27,13 @@ pytestmark = pytest.mark.timeout(3600)
 
 # -- the glossary, the lessons' terms and source checks ------------------------------------------
 
+
 def lesson_markdown(number: str, *, terms_cell: bool = False) -> str:
     """Lesson ``number``'s markdown, without its "terms" cell unless ``terms_cell``."""
     nb = nbformat.read(next((ROOT / "lessons").glob(f"{number}-*.ipynb")), as_version=4)
-    return "\n".join(c.source for c in nb.cells if c.cell_type == "markdown"
-                     and (terms_cell or c.get("id") != "cell-terms"))
+    return "\n".join(
+        c.source for c in nb.cells if c.cell_type == "markdown" and (terms_cell or c.get("id") != "cell-terms")
+    )
 
 
 def bold_sections(number: str) -> dict[str, set[str]]:
@@ -58,11 +57,18 @@ def test_each_glossary_term_is_in_bold_in_the_lesson_and_section_it_names():
     # (not only in the lesson's list of terms), in the section the glossary names; a plural ("stages")
     # or the section's title ("## 3. 1F1B: ...") counts.
     from book import glossary
+
     for term in glossary.TERMS:
-        sections = set().union(*[where for span, where in bold_sections(term.lesson).items()
-                                 if re.search(r"\b" + re.escape(term.term) + r"(?:s|es)?\b", span, re.I)])
-        assert term.section in sections, \
+        sections = set().union(
+            *[
+                where
+                for span, where in bold_sections(term.lesson).items()
+                if re.search(r"\b" + re.escape(term.term) + r"(?:s|es)?\b", span, re.I)
+            ]
+        )
+        assert term.section in sections, (
             f"{term.term!r}: the glossary says Lesson {term.lesson} section {term.section}; in bold in {sections or 'none'}"
+        )
 
 
 @pytest.mark.parametrize("number", ["01", "02", "03", "04"])
@@ -85,6 +91,7 @@ def test_lesson_01_defines_bus_and_algorithm_bandwidth_before_it_first_uses_them
 
 def test_the_glossary_page_links_each_term_to_its_lesson(book):
     from book import glossary
+
     html = (book.HTML / "glossary.html").read_text()
     assert 'class="table commtax-glossary' in html or "commtax-glossary" in html
     text = re.sub(r"<[^>]+>", "", html)
@@ -101,5 +108,3 @@ def test_a_source_check_renders_as_a_closed_box_with_its_text_typeset(book):
     boxes = re.findall(r'<details class="commtax-source-check">(.*?)</details>', html, re.S)
     assert boxes, "Lesson 01 has no source-check box on its page"
     assert all("<summary>" in b and "<p>" in b and "**" not in b for b in boxes), boxes[0][:300]
-
-

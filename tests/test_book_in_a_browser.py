@@ -68,6 +68,7 @@ INSPECT = """() => {
   };
 }"""
 
+
 def visit(context, url: str) -> dict:
     page = context.new_page()
     problems = []
@@ -77,8 +78,10 @@ def visit(context, url: str) -> dict:
     page.on("response", lambda r: r.status >= 400 and problems.append(f"HTTP {r.status}: {r.url}"))
     try:
         page.goto(url, wait_until="load", timeout=LOAD_TIMEOUT_MS)
-        page.evaluate("() => { if (window.MathJax && MathJax.startup && MathJax.startup.promise) "
-                      "MathJax.startup.promise.then(() => { window.__mathSettled = true; }); }")
+        page.evaluate(
+            "() => { if (window.MathJax && MathJax.startup && MathJax.startup.promise) "
+            "MathJax.startup.promise.then(() => { window.__mathSettled = true; }); }"
+        )
         page.wait_for_function(SETTLED, timeout=LOAD_TIMEOUT_MS)
         report = page.evaluate(INSPECT)
     finally:
@@ -115,8 +118,11 @@ def visits(book, site, chromium) -> dict[str, dict]:
     return reports
 
 
-SCREENSHOTS = {"home": "index.html", "lesson-01": "lessons/01-collectives-and-alpha-beta.html",
-               "lab-11": "labs/lab-11-plan-a-cluster/README.html"}
+SCREENSHOTS = {
+    "home": "index.html",
+    "lesson-01": "lessons/01-collectives-and-alpha-beta.html",
+    "lab-11": "labs/lab-11-plan-a-cluster/README.html",
+}
 SCREEN_SIZES = {"laptop": (1440, 900), "phone": (390, 844)}
 
 
@@ -129,14 +135,16 @@ def save_screenshots(browser, site: str, folder: Path) -> None:
             page = browser.new_page()
             page.set_viewport_size({"width": width, "height": height})
             page.goto(site + path, wait_until="load", timeout=LOAD_TIMEOUT_MS)
-            page.evaluate("() => { if (window.MathJax && MathJax.startup && MathJax.startup.promise) "
-                          "MathJax.startup.promise.then(() => { window.__mathSettled = true; }); }")
+            page.evaluate(
+                "() => { if (window.MathJax && MathJax.startup && MathJax.startup.promise) "
+                "MathJax.startup.promise.then(() => { window.__mathSettled = true; }); }"
+            )
             page.wait_for_function(SETTLED, timeout=LOAD_TIMEOUT_MS)
             page.wait_for_timeout(1000)
             page.screenshot(path=str(folder / f"{name}-{size}.png"))
             for part, selector in {"figure": ".cell_output img", "calculator": ".widget-subarea"}.items():
                 found = page.query_selector(selector)
-                if found and name.startswith("lesson"):   # below the theme's sticky header (about 60 px)
+                if found and name.startswith("lesson"):  # below the theme's sticky header (about 60 px)
                     found.evaluate("e => { e.scrollIntoView({block: 'start'}); window.scrollBy(0, -80); }")
                     page.wait_for_timeout(500)
                     page.screenshot(path=str(folder / f"{name}-{part}-{size}.png"))
@@ -184,12 +192,17 @@ def test_every_figure_of_the_executed_notebooks_is_a_loaded_image_on_its_page(bo
         outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
         figures = sum(1 for o in outputs if any(m in o.get("data", {}) for m in IMAGE_MIMES))
         state = nb.metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
-        in_widgets = sum(1 for m in state.values() for o in m.get("state", {}).get("outputs", [])
-                         if any(k in o.get("data", {}) for k in IMAGE_MIMES))
+        in_widgets = sum(
+            1
+            for m in state.values()
+            for o in m.get("state", {}).get("outputs", [])
+            if any(k in o.get("data", {}) for k in IMAGE_MIMES)
+        )
         assert report["cellImages"] == figures, f"{rel}: {report['cellImages']} images for {figures} figures"
         assert report["cellImagesLoaded"] == figures, f"{rel}: an image did not load"
-        assert report["widgetImages"] == in_widgets, f"{rel}: {report['widgetImages']} calculator plots " \
-                                                     f"for {in_widgets} saved"
+        assert report["widgetImages"] == in_widgets, (
+            f"{rel}: {report['widgetImages']} calculator plots for {in_widgets} saved"
+        )
         assert report["widgetImagesLoaded"] == in_widgets, f"{rel}: a calculator's plot did not load"
 
 
@@ -197,9 +210,10 @@ def test_every_formula_is_typeset_and_no_dollar_math_is_left_raw(book, visits):
     for rel in course_pages(book):
         report = visits.get(rel.rsplit(".", 1)[0] + ".html")
         if report is None:
-            continue   # not opened in this run (pages_to_open)
-        assert report["mathTypeset"] == report["math"], f"{rel}: {report['math'] - report['mathTypeset']} " \
-                                                        "formulas not typeset"
+            continue  # not opened in this run (pages_to_open)
+        assert report["mathTypeset"] == report["math"], (
+            f"{rel}: {report['math'] - report['mathTypeset']} formulas not typeset"
+        )
         assert report["mathErrors"] == 0, f"{rel}: MathJax could not read {report['mathErrors']} formulas"
         assert not report["rawDollars"], f"{rel}: math left as text: {report['rawDollars']}"
     lessons = [r.replace(".ipynb", ".html") for r in course_pages(book) if r.startswith("lessons/")]
@@ -216,8 +230,9 @@ def test_every_calculator_is_drawn_from_its_saved_state_with_its_live_note(book,
             assert area["drawn"], f"{rel}: a calculator was not drawn"
             assert area["height"] > 20 and area["text"], f"{rel}: an empty widget area: {area}"
             assert not area["broken"], f"{rel}: {area['text']}"
-        cells = sum(1 for c in nb.cells if c.cell_type == "code"
-                    and any(WIDGET_VIEW in o.get("data", {}) for o in c.outputs))
+        cells = sum(
+            1 for c in nb.cells if c.cell_type == "code" and any(WIDGET_VIEW in o.get("data", {}) for o in c.outputs)
+        )
         assert report["liveNotes"] == cells, f"{rel}: {report['liveNotes']} live notes for {cells} calculators"
         calculators += len(views)
     assert calculators >= 2, "the lessons' calculators did not reach the pages"
@@ -257,8 +272,10 @@ def test_the_course_map_fits_a_laptop_and_its_names_break_only_at_hyphens_on_a_p
     try:
         page.set_viewport_size({"width": width, "height": height})
         page.goto(site + "index.html", wait_until="load", timeout=LOAD_TIMEOUT_MS)
-        page.evaluate("() => { if (window.MathJax && MathJax.startup && MathJax.startup.promise) "
-                      "MathJax.startup.promise.then(() => { window.__mathSettled = true; }); }")
+        page.evaluate(
+            "() => { if (window.MathJax && MathJax.startup && MathJax.startup.promise) "
+            "MathJax.startup.promise.then(() => { window.__mathSettled = true; }); }"
+        )
         page.wait_for_function(SETTLED, timeout=LOAD_TIMEOUT_MS)
         found = page.evaluate(LAYOUT)
     finally:

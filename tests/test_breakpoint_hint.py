@@ -25,7 +25,7 @@ def planted(tmp_path, monkeypatch):
     folder = tmp_path / LAB
     folder.mkdir()
     (folder / "starter.py").write_text(source.replace(DOCSTRING, DOCSTRING + "    breakpoint()\n"))
-    for name in ("LAB_INPROCESS", SANDBOX_ENV, "PYTHONBREAKPOINT"):   # pdb itself, behind the proxy
+    for name in ("LAB_INPROCESS", SANDBOX_ENV, "PYTHONBREAKPOINT"):  # pdb itself, behind the proxy
         monkeypatch.delenv(name, raising=False)
     lab = load_lab_proxy(folder, "starter")
     yield lab
@@ -38,7 +38,8 @@ def test_a_breakpoint_behind_the_proxy_names_lab_inprocess_and_the_command_to_ru
     assert type(info.value).__name__ == "BdbQuit"
     assert str(info.value) == (
         "breakpoint() needs LAB_INPROCESS=1: run `LAB_INPROCESS=1 LAB_IMPL=starter pytest labs/lab-01-alpha-beta "
-        "-k test_a_breakpoint_behind_the_proxy_names_lab_inprocess_and_the_command_to_run -s`")
+        "-k test_a_breakpoint_behind_the_proxy_names_lab_inprocess_and_the_command_to_run -s`"
+    )
 
 
 def test_the_hint_names_the_test_without_its_parameters_and_leaves_other_errors_alone(monkeypatch):
@@ -47,7 +48,8 @@ def test_the_hint_names_the_test_without_its_parameters_and_leaves_other_errors_
     monkeypatch.setenv("PYTEST_CURRENT_TEST", f"labs/{LAB}/test_lab.py::test_p2p_time[case-3] (call)")
     assert proxy._with_breakpoint_hint(quit_, path)["message"] == (
         f"breakpoint() needs LAB_INPROCESS=1: run `LAB_INPROCESS=1 LAB_IMPL=solution pytest labs/{LAB} "
-        "-k test_p2p_time -s`")
+        "-k test_p2p_time -s`"
+    )
     value_error = {**quit_, "type": "ValueError", "message": "nbytes must be >= 0"}
     assert proxy._with_breakpoint_hint(value_error, path) == value_error
     # Under the grader LAB_INPROCESS is refused: the message is left as it was.

@@ -21,35 +21,83 @@ pytestmark = pytest.mark.browser
 
 def reads(*parts, lacks=()):
     """A check on the calculator's text: every part in it, none of ``lacks``."""
+
     def check(text):
         missing = [p for p in parts if p not in text]
         present = [p for p in lacks if p in text]
         return (f"text lacks {missing}" if missing else None) or (f"text shows {present}" if present else None)
+
     return check
 
 
 EDGES = {
-    "06": [Calc(0, "schedule explorer at one stage", [
-        Step("interleaved 1F1B", [select("schedule", "interleaved_1f1b")], expect={"schedule": "interleaved_1f1b"},
-             check=no_error),
-        Step("one stage, p2p at its top", [keys("stages", "Home"), keys("p2p", "End")],
-             expect={"stages": 1, "p2p": 1.0},
-             check=reads("simulated bubble 0.0% of the step", "one stage: no pipeline",
-                         lacks=["p2p transfers add waiting"])),
-    ]), Calc(1, "pipeline modeler at one stage", [
-        Step("one PP stage over TCP", [keys("stages", "Home"), select("link", "TCP over 10 GbE")],
-             expect={"stages": 1}, check=reads("1 stage,", "none: one stage, no boundary",
-                                               lacks=["1 stages", "slow link"])),
-    ])],
-    "10": [Calc(0, "planner on the halved network", [
-        Step("network halved", [select("cluster", "H100-80GB, network halved (4 x NDR per node)")],
-             expect={"cluster": "H100-80GB, network halved (4 x NDR per node)"}, check=reads("Runner-up:")),
-    ])],
-    "12": [Calc(0, "context-parallel calculator at CP 1", [
-        Step("CP 1", [keys("cp", "Home")], expect={"cp": 1},
-             check=reads("not split", "No plot at cp 1", lacks=["s* =", "hop"])),
-        Step("back to CP 2", [keys("cp", "ArrowRight")], expect={"cp": 2}, check=reads("ring attention exposes")),
-    ])],
+    "06": [
+        Calc(
+            0,
+            "schedule explorer at one stage",
+            [
+                Step(
+                    "interleaved 1F1B",
+                    [select("schedule", "interleaved_1f1b")],
+                    expect={"schedule": "interleaved_1f1b"},
+                    check=no_error,
+                ),
+                Step(
+                    "one stage, p2p at its top",
+                    [keys("stages", "Home"), keys("p2p", "End")],
+                    expect={"stages": 1, "p2p": 1.0},
+                    check=reads(
+                        "simulated bubble 0.0% of the step",
+                        "one stage: no pipeline",
+                        lacks=["p2p transfers add waiting"],
+                    ),
+                ),
+            ],
+        ),
+        Calc(
+            1,
+            "pipeline modeler at one stage",
+            [
+                Step(
+                    "one PP stage over TCP",
+                    [keys("stages", "Home"), select("link", "TCP over 10 GbE")],
+                    expect={"stages": 1},
+                    check=reads("1 stage,", "none: one stage, no boundary", lacks=["1 stages", "slow link"]),
+                )
+            ],
+        ),
+    ],
+    "10": [
+        Calc(
+            0,
+            "planner on the halved network",
+            [
+                Step(
+                    "network halved",
+                    [select("cluster", "H100-80GB, network halved (4 x NDR per node)")],
+                    expect={"cluster": "H100-80GB, network halved (4 x NDR per node)"},
+                    check=reads("Runner-up:"),
+                )
+            ],
+        )
+    ],
+    "12": [
+        Calc(
+            0,
+            "context-parallel calculator at CP 1",
+            [
+                Step(
+                    "CP 1",
+                    [keys("cp", "Home")],
+                    expect={"cp": 1},
+                    check=reads("not split", "No plot at cp 1", lacks=["s* =", "hop"]),
+                ),
+                Step(
+                    "back to CP 2", [keys("cp", "ArrowRight")], expect={"cp": 2}, check=reads("ring attention exposes")
+                ),
+            ],
+        )
+    ],
 }
 
 

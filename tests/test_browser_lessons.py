@@ -32,7 +32,8 @@ def lesson_01_headline(text):
     from commtax.formulas import collectives as C
     from commtax.formulas.links import PRESETS
     from commtax.units import format_seconds
-    link = PRESETS["TCP over 10 GbE"]   # the calculator starts at P = 8 and n = 1e8 bytes
+
+    link = PRESETS["TCP over 10 GbE"]  # the calculator starts at P = 8 and n = 1e8 bytes
     best = C.best_allreduce_algorithm(1e8, 8, link.alpha, link.bandwidth)
     expected = f"fastest: {best}, {format_seconds(C.allreduce_time(1e8, 8, link.alpha, link.bandwidth, best))}"
     return None if expected in text and link.name in text else f"headline is not the formulas' {expected!r}"
@@ -44,143 +45,375 @@ right, left = (lambda n: ["ArrowRight"] * n), (lambda n: ["ArrowLeft"] * n)
 # Per lesson, the calculators and the changes a learner makes to them: ordinary ones, both ends of the
 # sliders, and drags (several stops in quick succession). Every step compares the figures.
 SCENARIOS = {
-    "01": [Calc(0, "all-reduce calculator", [
-        Step("link: TCP", [select("link", TCP)], expect={"link": TCP}, check=lesson_01_headline),
-        # a size typed beside the slider: set exactly, read out in decimal units, the slider follows
-        Step("message typed: 64 KiB", [fill("nbytes", 0, "64 KiB")], expect={"nbytes": 65536},
-             check=says("to all-reduce 65.5 kB on 8 ranks")),
-        Step("message typed wrong: 1M", [fill("nbytes", 0, "1M")], expect={"nbytes": 65536},
-             controls_check=says("Not a size here", "ambiguous")),
-        Step("message typed: 4e6", [fill("nbytes", 0, "4e6")], expect={"nbytes": 4_000_000},
-             check=says("4 MB on 8 ranks"), controls_check=says(lacks=["Not a size here"])),
-        Step("ranks to the top", [keys("world_size", "End")], expect={"world_size": 4096}),
-        Step("message to 1 byte", [keys("nbytes", "Home")], expect={"nbytes": 1.0}),
-        # a size slider holds whole bytes: 10 ** 0.3 = 1.995 B is 2 B
-        Step("message dragged up six stops", [keys("nbytes", *right(6))], expect={"nbytes": 2}),
-        Step("custom link, alpha at its bound", [select("link", "custom..."), fill("link", 0, "10000")],
-             expect={"link": "custom"}),
-        Step("ranks dragged down five stops", [keys("world_size", *left(5))], expect={"world_size": 128}),
-    ], core=7)],
-    "02": [Calc(0, "ring, step by step", [
-        Step("last step, counted from 0 like the text", [keys("step", "End")], expect={"step": 5}),
-        Step("8 ranks, then back four steps at once", [keys("world_size", "End"), keys("step", *left(4))],
-             expect={"world_size": 8}),
-        Step("2 ranks", [keys("world_size", "Home")], expect={"world_size": 2}),
-    ]), Calc(1, "ring all-reduce time", [
-        Step("ranks to the top", [keys("world_size", "End")], expect={"world_size": 4096}, check=no_error),
-        Step("message to 1 byte over TCP", [keys("nbytes", "Home"), select("link", TCP)],
-             expect={"nbytes": 1.0, "link": TCP}, check=no_error),
-        Step("message dragged up eight stops", [keys("nbytes", *right(8))], expect={"nbytes": 3},   # 10 ** 0.4 B
-             check=says("3 B is fewer bytes than ranks")),
-        # NVLink at 1 B: the bandwidth term is picoseconds (it read "0.00389 ns"), P = 4096 ranks
-        Step("NVLink, 1 byte typed", [select("link", "NVLink 4 (H100 SXM)"), fill("nbytes", 0, "1 B")],
-             expect={"nbytes": 1}, check=says(" ps", lacks=[" 0.0"])),
-    ])],
-    "03": [Calc(0, "the bill per axis", [
-        Step("DeepSeek-V3 preset", [select("model_name", "DeepSeek-V3 (MoE)")], expect={"pp": 1}, check=no_error),
-        Step("PP pushed up on DeepSeek-V3", [keys("pp", *right(3))], expect={"pp": 1}, check=no_error),
-        Step("Llama-2-70B, PP to the top", [select("model_name", "Llama-2-70B"), keys("pp", "End")], expect={"pp": 16},
-             check=no_error),
-        # a TP degree that does not divide the heads is refused (TP 64 on the 32-head Llama-2-7B)
-        Step("Llama-2-7B at TP 64", [select("model_name", "Llama-2-7B"), keys("tp", "End")], expect={"tp": 64},
-             check=says("Invalid input", "TP degree 64 does not divide Llama-2-7B's 32 attention heads")),
-        Step("back to TP 32", [keys("tp", "ArrowLeft")], expect={"tp": 32}, check=no_error),
-    ])],
-    "04": [Calc(0, "the overlap calculator", [
-        Step("DP dragged down", [keys("dp", *left(3))], expect={"dp": 4}, check=no_error),
-        Step("MFU to the bottom, TCP between nodes", [keys("mfu", "Home"), select("inter", TCP)],
-             expect={"mfu": 0.1, "inter": TCP}, check=no_error),
-        Step("ZeRO-3, micro-batches to the top", [select("zero_stage", "3"), keys("microbatches", "End")],
-             expect={"zero_stage": 3, "microbatches": 128}, check=no_error),
-        # a 10 MB/s link between nodes: the PP row says its transfers no longer hide (it said "exposed > t_comm"
-        # beside exposed 40.5 s of 215 s of transfers)
-        Step("10 MB/s between nodes", [select("inter", "custom..."), fill("inter", 1, "0.01")],
-             expect={"inter": "custom"}, check=says("NOT hidden", lacks=["more than t_comm", "Invalid input"])),
-        Step("back to InfiniBand between nodes", [select("inter", "InfiniBand NDR, measured (400 Gb/s per GPU)")],
-             expect={"inter": "InfiniBand NDR, measured (400 Gb/s per GPU)"}, check=says("more than t_comm")),
-    ])],
-    "05": [Calc(0, "TP comm share", [
-        Step("tokens to the top", [keys("batch_tokens", "End")], expect={"batch_tokens": 8192}),
-        Step("TP 16 over TCP", [keys("tp_degree", "End"), select("link", TCP)], expect={"tp_degree": 16}),
-        Step("Llama-2-70B", [select("model", "Llama-2-70B")], expect={"model": "Llama-2-70B"}),
-        Step("tokens dragged down five stops", [keys("batch_tokens", *left(5))], expect={"batch_tokens": 256}),
-        Step("layers moved: a custom model", [keys("model", *right(3))], expect={"model": "custom model (L = 83, h = 8192)"}),
-    ], core=4)],
-    "06": [Calc(0, "schedule explorer", [
-        Step("interleaved", [select("schedule", "interleaved_1f1b")], expect={"schedule": "interleaved_1f1b"}),
-        Step("stages dragged 4 -> 8", [keys("stages", *right(4))], expect={"stages": 8}),
-        Step("64 micro-batches, p2p at its top", [keys("microbatches", "End"), keys("p2p", "End")],
-             expect={"microbatches": 64, "p2p": 1.0}),
-        Step("naive, one stage", [select("schedule", "naive"), keys("stages", "Home")], expect={"stages": 1}),
-    ], core=3), Calc(1, "pipeline modeler", [
-        Step("20 stages, 128 micro-batches", [keys("stages", "End"), keys("microbatches", "End")],
-             expect={"stages": 20, "microbatches": 128}, check=no_error),
-        Step("layers dragged down three stops", [keys("layers", *left(3))], expect={"layers": 40}, check=no_error),
-        Step("recompute, over TCP", [select("recompute", "yes"), select("link", TCP)],
-             expect={"recompute": True, "link": TCP}, check=no_error),
-    ], core=2)],
-    "07": [Calc(0, "memory calculator", [
-        Step("GPT-3 175B", [select("model", "GPT-3 175B")], expect={"model": "GPT-3 175B"}),
-        Step("TP 1 x PP 16 x DP 1", [keys("tp", "Home"), keys("pp", "End"), keys("dp", "Home")],
-             expect={"tp": 1, "pp": 16, "dp": 1}, check=says("nothing to shard")),
-        Step("32K tokens, no recomputation", [keys("seq", "End"), select("recompute", "none")],
-             expect={"seq": 32768, "recompute": "none"},
-             check=says("25.4 TB", "8 micro-batches in flight", "s x s scores")),
-        Step("A100 40GB", [select("gpu", "A100 40GB")], expect={"gpu": "A100 40GB"}, check=says("42.9 GB = 40.0 GiB usable")),
-        Step("DP dragged up four stops", [keys("dp", *right(4))], expect={"dp": 16}),
-    ], core=3)],
-    "08": [Calc(0, "DDP buckets", [
-        Step("cap to the top", [keys("cap", "End")], expect={"cap": 4 * 2**30}),
-        Step("cap to the bottom", [keys("cap", "Home")], expect={"cap": 64 * 1024}),
-        Step("cap dragged up six stops", [keys("cap", *right(6))], expect={"cap": round(64 * 1024 * 10 ** 0.3)}),
-        Step("1024 ranks over TCP", [keys("dp", "End"), select("inter", TCP)], expect={"dp": 1024, "inter": TCP}),
-        Step("backward of 1 ms", [keys("backward_ms", "Home")], expect={"backward_ms": 1.0}),
-    ], core=3)],
-    "09": [Calc(0, "EP calculator", [
-        Step("imbalance to the top", [keys("imbalance", "End")], expect={"imbalance": 8.0}),
-        Step("network link TCP", [select("inter", TCP)], expect={"inter": TCP}),
-        Step("EP 256 (Mixtral has 8 experts: refused)", [keys("ep", "End")], expect={"ep": 256}),
-        Step("EP dragged back to 8", [keys("ep", *left(5))], expect={"ep": 8}),
-        Step("DeepSeek-V3, 16 chunks", [select("model", "DeepSeek-V3"), keys("chunks", "End")],
-             expect={"chunks": 16, "experts": 256, "hidden": 7168}),
-        Step("experts moved: a custom model", [keys("experts", "ArrowLeft")], expect={"model": "custom", "experts": 160}),
-    ], core=4)],
-    "10": [Calc(0, "planner", [
-        Step("GPT 530B on the halved network", [select("model", "GPT 530B (Narayanan)"),
-                                                  select("cluster", "H100-80GB, network halved (4 x NDR per node)")],
-             expect={"model": "GPT 530B (Narayanan)", "cluster": "H100-80GB, network halved (4 x NDR per node)"}),
-        Step("8 GPUs: no plan fits", [keys("gpus", "Home")], expect={"gpus": 8}, check=says("No plan")),
-        Step("GPUs dragged up nine stops", [keys("gpus", *right(9))], expect={"gpus": 4096}, check=no_error),
-        Step("global batch to the top", [keys("global_batch", "End")], expect={"global_batch": 8192}),
-    ], core=3)],
-    "11": [Calc(0, "plan before the run", [
-        Step("4 ranks", [keys("ranks", "ArrowLeft")], expect={"ranks": 4}, check=no_error),
-        Step("TP to the top", [keys("tp", "End")], expect={"tp": 4, "pp": 1}, check=no_error),
-        Step("8 ranks, PP up", [keys("ranks", "End"), keys("pp", "ArrowRight")], expect={"ranks": 8, "pp": 2},
-             check=no_error),
-        Step("1 rank", [keys("ranks", "Home")], expect={"ranks": 1, "tp": 1, "pp": 1}, check=no_error),
-    ])],
-    "12": [Calc(0, "context-parallel calculator", [
-        Step("tokens to the top, CP 64", [keys("seq", "End"), keys("cp", "End")], expect={"seq": 2**21, "cp": 64},
-             check=no_error),
-        Step("fp8, efficiency to the bottom", [select("dtype", "fp8"), keys("efficiency", "Home")],
-             expect={"dtype": "fp8", "efficiency": 0.1}, check=no_error),
-        Step("K/V heads dragged up to 64", [keys("kv_heads", *right(3))], expect={"kv_heads": 64}, check=no_error),
-        Step("K/V heads above the query heads: refused, no figure", [keys("kv_heads", "End")],
-             expect={"kv_heads": 128}, check=says("Invalid input", "query heads (64) must be a multiple of K/V heads (128)")),
-        Step("K/V heads back to 8, one CP rank per node over TCP",
-             [keys("kv_heads", *left(4)), keys("per_node", "Home"), select("inter", TCP)],
-             expect={"kv_heads": 8, "per_node": 1, "inter": TCP}, check=no_error),
-        Step("tokens dragged down six stops", [keys("seq", *left(6))], expect={"seq": 2**15}, check=no_error),
-    ], core=4)],
-    "13": [Calc(0, "bus bandwidth calculator", [
-        Step("all-gather", [select("collective", "all_gather")], expect={"collective": "all_gather"}, check=no_error),
-        Step("ranks to the top, size to 1 byte", [keys("world_size", "End"), keys("nbytes", "Home")],
-             expect={"world_size": 4096, "nbytes": 1.0}, check=no_error),
-        Step("sendrecv over TCP", [select("collective", "sendrecv"), select("link", TCP)],
-             expect={"collective": "sendrecv", "link": TCP}, check=says("on 2 ranks")),
-        Step("size dragged up eight stops", [keys("nbytes", *right(8))], expect={"nbytes": 3}, check=no_error),
-    ], core=3)],
+    "01": [
+        Calc(
+            0,
+            "all-reduce calculator",
+            [
+                Step("link: TCP", [select("link", TCP)], expect={"link": TCP}, check=lesson_01_headline),
+                # a size typed beside the slider: set exactly, read out in decimal units, the slider follows
+                Step(
+                    "message typed: 64 KiB",
+                    [fill("nbytes", 0, "64 KiB")],
+                    expect={"nbytes": 65536},
+                    check=says("to all-reduce 65.5 kB on 8 ranks"),
+                ),
+                Step(
+                    "message typed wrong: 1M",
+                    [fill("nbytes", 0, "1M")],
+                    expect={"nbytes": 65536},
+                    controls_check=says("Not a size here", "ambiguous"),
+                ),
+                Step(
+                    "message typed: 4e6",
+                    [fill("nbytes", 0, "4e6")],
+                    expect={"nbytes": 4_000_000},
+                    check=says("4 MB on 8 ranks"),
+                    controls_check=says(lacks=["Not a size here"]),
+                ),
+                Step("ranks to the top", [keys("world_size", "End")], expect={"world_size": 4096}),
+                Step("message to 1 byte", [keys("nbytes", "Home")], expect={"nbytes": 1.0}),
+                # a size slider holds whole bytes: 10 ** 0.3 = 1.995 B is 2 B
+                Step("message dragged up six stops", [keys("nbytes", *right(6))], expect={"nbytes": 2}),
+                Step(
+                    "custom link, alpha at its bound",
+                    [select("link", "custom..."), fill("link", 0, "10000")],
+                    expect={"link": "custom"},
+                ),
+                Step("ranks dragged down five stops", [keys("world_size", *left(5))], expect={"world_size": 128}),
+            ],
+            core=7,
+        )
+    ],
+    "02": [
+        Calc(
+            0,
+            "ring, step by step",
+            [
+                Step("last step, counted from 0 like the text", [keys("step", "End")], expect={"step": 5}),
+                Step(
+                    "8 ranks, then back four steps at once",
+                    [keys("world_size", "End"), keys("step", *left(4))],
+                    expect={"world_size": 8},
+                ),
+                Step("2 ranks", [keys("world_size", "Home")], expect={"world_size": 2}),
+            ],
+        ),
+        Calc(
+            1,
+            "ring all-reduce time",
+            [
+                Step("ranks to the top", [keys("world_size", "End")], expect={"world_size": 4096}, check=no_error),
+                Step(
+                    "message to 1 byte over TCP",
+                    [keys("nbytes", "Home"), select("link", TCP)],
+                    expect={"nbytes": 1.0, "link": TCP},
+                    check=no_error,
+                ),
+                Step(
+                    "message dragged up eight stops",
+                    [keys("nbytes", *right(8))],
+                    expect={"nbytes": 3},  # 10 ** 0.4 B
+                    check=says("3 B is fewer bytes than ranks"),
+                ),
+                # NVLink at 1 B: the bandwidth term is picoseconds (it read "0.00389 ns"), P = 4096 ranks
+                Step(
+                    "NVLink, 1 byte typed",
+                    [select("link", "NVLink 4 (H100 SXM)"), fill("nbytes", 0, "1 B")],
+                    expect={"nbytes": 1},
+                    check=says(" ps", lacks=[" 0.0"]),
+                ),
+            ],
+        ),
+    ],
+    "03": [
+        Calc(
+            0,
+            "the bill per axis",
+            [
+                Step(
+                    "DeepSeek-V3 preset", [select("model_name", "DeepSeek-V3 (MoE)")], expect={"pp": 1}, check=no_error
+                ),
+                Step("PP pushed up on DeepSeek-V3", [keys("pp", *right(3))], expect={"pp": 1}, check=no_error),
+                Step(
+                    "Llama-2-70B, PP to the top",
+                    [select("model_name", "Llama-2-70B"), keys("pp", "End")],
+                    expect={"pp": 16},
+                    check=no_error,
+                ),
+                # a TP degree that does not divide the heads is refused (TP 64 on the 32-head Llama-2-7B)
+                Step(
+                    "Llama-2-7B at TP 64",
+                    [select("model_name", "Llama-2-7B"), keys("tp", "End")],
+                    expect={"tp": 64},
+                    check=says("Invalid input", "TP degree 64 does not divide Llama-2-7B's 32 attention heads"),
+                ),
+                Step("back to TP 32", [keys("tp", "ArrowLeft")], expect={"tp": 32}, check=no_error),
+            ],
+        )
+    ],
+    "04": [
+        Calc(
+            0,
+            "the overlap calculator",
+            [
+                Step("DP dragged down", [keys("dp", *left(3))], expect={"dp": 4}, check=no_error),
+                Step(
+                    "MFU to the bottom, TCP between nodes",
+                    [keys("mfu", "Home"), select("inter", TCP)],
+                    expect={"mfu": 0.1, "inter": TCP},
+                    check=no_error,
+                ),
+                Step(
+                    "ZeRO-3, micro-batches to the top",
+                    [select("zero_stage", "3"), keys("microbatches", "End")],
+                    expect={"zero_stage": 3, "microbatches": 128},
+                    check=no_error,
+                ),
+                # a 10 MB/s link between nodes: the PP row says its transfers no longer hide (it said "exposed > t_comm"
+                # beside exposed 40.5 s of 215 s of transfers)
+                Step(
+                    "10 MB/s between nodes",
+                    [select("inter", "custom..."), fill("inter", 1, "0.01")],
+                    expect={"inter": "custom"},
+                    check=says("NOT hidden", lacks=["more than t_comm", "Invalid input"]),
+                ),
+                Step(
+                    "back to InfiniBand between nodes",
+                    [select("inter", "InfiniBand NDR, measured (400 Gb/s per GPU)")],
+                    expect={"inter": "InfiniBand NDR, measured (400 Gb/s per GPU)"},
+                    check=says("more than t_comm"),
+                ),
+            ],
+        )
+    ],
+    "05": [
+        Calc(
+            0,
+            "TP comm share",
+            [
+                Step("tokens to the top", [keys("batch_tokens", "End")], expect={"batch_tokens": 8192}),
+                Step("TP 16 over TCP", [keys("tp_degree", "End"), select("link", TCP)], expect={"tp_degree": 16}),
+                Step("Llama-2-70B", [select("model", "Llama-2-70B")], expect={"model": "Llama-2-70B"}),
+                Step("tokens dragged down five stops", [keys("batch_tokens", *left(5))], expect={"batch_tokens": 256}),
+                Step(
+                    "layers moved: a custom model",
+                    [keys("model", *right(3))],
+                    expect={"model": "custom model (L = 83, h = 8192)"},
+                ),
+            ],
+            core=4,
+        )
+    ],
+    "06": [
+        Calc(
+            0,
+            "schedule explorer",
+            [
+                Step("interleaved", [select("schedule", "interleaved_1f1b")], expect={"schedule": "interleaved_1f1b"}),
+                Step("stages dragged 4 -> 8", [keys("stages", *right(4))], expect={"stages": 8}),
+                Step(
+                    "64 micro-batches, p2p at its top",
+                    [keys("microbatches", "End"), keys("p2p", "End")],
+                    expect={"microbatches": 64, "p2p": 1.0},
+                ),
+                Step("naive, one stage", [select("schedule", "naive"), keys("stages", "Home")], expect={"stages": 1}),
+            ],
+            core=3,
+        ),
+        Calc(
+            1,
+            "pipeline modeler",
+            [
+                Step(
+                    "20 stages, 128 micro-batches",
+                    [keys("stages", "End"), keys("microbatches", "End")],
+                    expect={"stages": 20, "microbatches": 128},
+                    check=no_error,
+                ),
+                Step(
+                    "layers dragged down three stops", [keys("layers", *left(3))], expect={"layers": 40}, check=no_error
+                ),
+                Step(
+                    "recompute, over TCP",
+                    [select("recompute", "yes"), select("link", TCP)],
+                    expect={"recompute": True, "link": TCP},
+                    check=no_error,
+                ),
+            ],
+            core=2,
+        ),
+    ],
+    "07": [
+        Calc(
+            0,
+            "memory calculator",
+            [
+                Step("GPT-3 175B", [select("model", "GPT-3 175B")], expect={"model": "GPT-3 175B"}),
+                Step(
+                    "TP 1 x PP 16 x DP 1",
+                    [keys("tp", "Home"), keys("pp", "End"), keys("dp", "Home")],
+                    expect={"tp": 1, "pp": 16, "dp": 1},
+                    check=says("nothing to shard"),
+                ),
+                Step(
+                    "32K tokens, no recomputation",
+                    [keys("seq", "End"), select("recompute", "none")],
+                    expect={"seq": 32768, "recompute": "none"},
+                    check=says("25.4 TB", "8 micro-batches in flight", "s x s scores"),
+                ),
+                Step(
+                    "A100 40GB",
+                    [select("gpu", "A100 40GB")],
+                    expect={"gpu": "A100 40GB"},
+                    check=says("42.9 GB = 40.0 GiB usable"),
+                ),
+                Step("DP dragged up four stops", [keys("dp", *right(4))], expect={"dp": 16}),
+            ],
+            core=3,
+        )
+    ],
+    "08": [
+        Calc(
+            0,
+            "DDP buckets",
+            [
+                Step("cap to the top", [keys("cap", "End")], expect={"cap": 4 * 2**30}),
+                Step("cap to the bottom", [keys("cap", "Home")], expect={"cap": 64 * 1024}),
+                Step("cap dragged up six stops", [keys("cap", *right(6))], expect={"cap": round(64 * 1024 * 10**0.3)}),
+                Step(
+                    "1024 ranks over TCP", [keys("dp", "End"), select("inter", TCP)], expect={"dp": 1024, "inter": TCP}
+                ),
+                Step("backward of 1 ms", [keys("backward_ms", "Home")], expect={"backward_ms": 1.0}),
+            ],
+            core=3,
+        )
+    ],
+    "09": [
+        Calc(
+            0,
+            "EP calculator",
+            [
+                Step("imbalance to the top", [keys("imbalance", "End")], expect={"imbalance": 8.0}),
+                Step("network link TCP", [select("inter", TCP)], expect={"inter": TCP}),
+                Step("EP 256 (Mixtral has 8 experts: refused)", [keys("ep", "End")], expect={"ep": 256}),
+                Step("EP dragged back to 8", [keys("ep", *left(5))], expect={"ep": 8}),
+                Step(
+                    "DeepSeek-V3, 16 chunks",
+                    [select("model", "DeepSeek-V3"), keys("chunks", "End")],
+                    expect={"chunks": 16, "experts": 256, "hidden": 7168},
+                ),
+                Step(
+                    "experts moved: a custom model",
+                    [keys("experts", "ArrowLeft")],
+                    expect={"model": "custom", "experts": 160},
+                ),
+            ],
+            core=4,
+        )
+    ],
+    "10": [
+        Calc(
+            0,
+            "planner",
+            [
+                Step(
+                    "GPT 530B on the halved network",
+                    [
+                        select("model", "GPT 530B (Narayanan)"),
+                        select("cluster", "H100-80GB, network halved (4 x NDR per node)"),
+                    ],
+                    expect={"model": "GPT 530B (Narayanan)", "cluster": "H100-80GB, network halved (4 x NDR per node)"},
+                ),
+                Step("8 GPUs: no plan fits", [keys("gpus", "Home")], expect={"gpus": 8}, check=says("No plan")),
+                Step("GPUs dragged up nine stops", [keys("gpus", *right(9))], expect={"gpus": 4096}, check=no_error),
+                Step("global batch to the top", [keys("global_batch", "End")], expect={"global_batch": 8192}),
+            ],
+            core=3,
+        )
+    ],
+    "11": [
+        Calc(
+            0,
+            "plan before the run",
+            [
+                Step("4 ranks", [keys("ranks", "ArrowLeft")], expect={"ranks": 4}, check=no_error),
+                Step("TP to the top", [keys("tp", "End")], expect={"tp": 4, "pp": 1}, check=no_error),
+                Step(
+                    "8 ranks, PP up",
+                    [keys("ranks", "End"), keys("pp", "ArrowRight")],
+                    expect={"ranks": 8, "pp": 2},
+                    check=no_error,
+                ),
+                Step("1 rank", [keys("ranks", "Home")], expect={"ranks": 1, "tp": 1, "pp": 1}, check=no_error),
+            ],
+        )
+    ],
+    "12": [
+        Calc(
+            0,
+            "context-parallel calculator",
+            [
+                Step(
+                    "tokens to the top, CP 64",
+                    [keys("seq", "End"), keys("cp", "End")],
+                    expect={"seq": 2**21, "cp": 64},
+                    check=no_error,
+                ),
+                Step(
+                    "fp8, efficiency to the bottom",
+                    [select("dtype", "fp8"), keys("efficiency", "Home")],
+                    expect={"dtype": "fp8", "efficiency": 0.1},
+                    check=no_error,
+                ),
+                Step(
+                    "K/V heads dragged up to 64", [keys("kv_heads", *right(3))], expect={"kv_heads": 64}, check=no_error
+                ),
+                Step(
+                    "K/V heads above the query heads: refused, no figure",
+                    [keys("kv_heads", "End")],
+                    expect={"kv_heads": 128},
+                    check=says("Invalid input", "query heads (64) must be a multiple of K/V heads (128)"),
+                ),
+                Step(
+                    "K/V heads back to 8, one CP rank per node over TCP",
+                    [keys("kv_heads", *left(4)), keys("per_node", "Home"), select("inter", TCP)],
+                    expect={"kv_heads": 8, "per_node": 1, "inter": TCP},
+                    check=no_error,
+                ),
+                Step("tokens dragged down six stops", [keys("seq", *left(6))], expect={"seq": 2**15}, check=no_error),
+            ],
+            core=4,
+        )
+    ],
+    "13": [
+        Calc(
+            0,
+            "bus bandwidth calculator",
+            [
+                Step(
+                    "all-gather",
+                    [select("collective", "all_gather")],
+                    expect={"collective": "all_gather"},
+                    check=no_error,
+                ),
+                Step(
+                    "ranks to the top, size to 1 byte",
+                    [keys("world_size", "End"), keys("nbytes", "Home")],
+                    expect={"world_size": 4096, "nbytes": 1.0},
+                    check=no_error,
+                ),
+                Step(
+                    "sendrecv over TCP",
+                    [select("collective", "sendrecv"), select("link", TCP)],
+                    expect={"collective": "sendrecv", "link": TCP},
+                    check=says("on 2 ranks"),
+                ),
+                Step("size dragged up eight stops", [keys("nbytes", *right(8))], expect={"nbytes": 3}, check=no_error),
+            ],
+            core=3,
+        )
+    ],
 }
 
 
@@ -248,8 +481,9 @@ def test_lesson_runs_and_each_calculator_shows_the_figure_its_state_draws(browse
         if lesson.name.startswith("04-"):
             problems += lesson_04_layout(page)
         problems += news_popup_problems(page, opened_at)
-        assert not problems, (f"{len(problems)} problem(s) (images in {tmp_path / 'figures'}):\n  "
-                              + "\n  ".join(problems))
+        assert not problems, f"{len(problems)} problem(s) (images in {tmp_path / 'figures'}):\n  " + "\n  ".join(
+            problems
+        )
     finally:
         page.close()
 
@@ -291,6 +525,7 @@ CUT_DROPDOWNS = """el => {
 
 def settings_schema(jupyterlab, plugin: str) -> dict:
     import urllib.request
+
     url, token = jupyterlab
     with urllib.request.urlopen(f"{url}lab/api/settings/{plugin}?token={token}", timeout=30) as reply:
         return json.loads(reply.read())["schema"]
@@ -313,8 +548,7 @@ def news_popup_problems(page, opened_at: float) -> list[str]:
     start-up): it would cover the plots."""
     page.wait_for_timeout(max(0, 6_000 - 1000 * (time.monotonic() - opened_at)))
     text = page.locator("body").inner_text()
-    shown = ("Jupyter news" in text or "official Jupyter" in text
-             or page.locator(".jp-Notification-Toast-news").count() > 0)
+    shown = (
+        "Jupyter news" in text or "official Jupyter" in text or page.locator(".jp-Notification-Toast-news").count() > 0
+    )
     return ["the 'official Jupyter news' pop-up is shown"] if shown else []
-
-

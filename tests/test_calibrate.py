@@ -45,20 +45,42 @@ MESSAGES = {
 
 # file -> (extra arguments, collective, ranks, rows, {size: (time_us, algbw, busbw)} read off the text)
 LOGS = {
-    "cscs-alps-gh200-srun-2x4-all_reduce.log":
-        ([], "all_reduce", 8, 25, {8: (17.93, 0.00, 0.00), 524288: (170.3, 3.08, 5.39),
-                                   134217728: (1916.4, 70.04, 122.57)}),
-    "transformed-srun-l-prefix-all_reduce.log":
-        ([], "all_reduce", 8, 25, {67108864: (1090.5, 61.54, 107.69)}),
-    "nccl-tests-78-mpirun-256-all_reduce-old-layout.log":
-        ([], "all_reduce", 256, 6, {33554432: (1464.2, 22.92, 45.65), 536870912: (16129, 33.29, 66.31)}),
-    "nccl-tests-78-alltoall-empty-redop.log":
-        (["--collective", "alltoall", "--ranks", "64"], "alltoall", 64, 2,
-         {268435456: (520935, 0.52, 0.51), 536870912: (1041974, 0.52, 0.51)}),
-    "nccl-1435-all_gather-single-node-2gpu.log":
-        ([], "all_gather", 2, 7, {16777216: (108.8, 154.20, 77.10), 117440512: (490.8, 239.27, 119.64)}),
-    "nccl-1161-h100-pcie-2gpu-all_reduce-nccl-info.log":
-        ([], "all_reduce", 2, 2, {2147483648: (18535, 115.86, 115.86)}),
+    "cscs-alps-gh200-srun-2x4-all_reduce.log": (
+        [],
+        "all_reduce",
+        8,
+        25,
+        {8: (17.93, 0.00, 0.00), 524288: (170.3, 3.08, 5.39), 134217728: (1916.4, 70.04, 122.57)},
+    ),
+    "transformed-srun-l-prefix-all_reduce.log": ([], "all_reduce", 8, 25, {67108864: (1090.5, 61.54, 107.69)}),
+    "nccl-tests-78-mpirun-256-all_reduce-old-layout.log": (
+        [],
+        "all_reduce",
+        256,
+        6,
+        {33554432: (1464.2, 22.92, 45.65), 536870912: (16129, 33.29, 66.31)},
+    ),
+    "nccl-tests-78-alltoall-empty-redop.log": (
+        ["--collective", "alltoall", "--ranks", "64"],
+        "alltoall",
+        64,
+        2,
+        {268435456: (520935, 0.52, 0.51), 536870912: (1041974, 0.52, 0.51)},
+    ),
+    "nccl-1435-all_gather-single-node-2gpu.log": (
+        [],
+        "all_gather",
+        2,
+        7,
+        {16777216: (108.8, 154.20, 77.10), 117440512: (490.8, 239.27, 119.64)},
+    ),
+    "nccl-1161-h100-pcie-2gpu-all_reduce-nccl-info.log": (
+        [],
+        "all_reduce",
+        2,
+        2,
+        {2147483648: (18535, 115.86, 115.86)},
+    ),
 }
 ROW_TEXT = re.compile(r"^(?:\d+: )?\s*(\d+)\s+\d+\s+\w+\s")
 
@@ -141,7 +163,7 @@ def test_a_wrong_rank_count_is_caught_by_the_busbw_check(capsys):
 
 def test_a_misread_busbw_column_is_caught_with_its_line(tmp_path, capsys):
     lines = (DATA / "nccl-1435-all_gather-single-node-2gpu.log").read_text().splitlines()
-    lines[5] = lines[5].replace("183.33   91.66", " 91.66  183.33")   # algbw and busbw swapped on one row
+    lines[5] = lines[5].replace("183.33   91.66", " 91.66  183.33")  # algbw and busbw swapped on one row
     bad = tmp_path / "swapped.log"
     bad.write_text("\n".join(lines) + "\n")
     code, _, err = run(["nccl-tests", bad], capsys)
@@ -156,15 +178,22 @@ def _time_text(us: float) -> str:
 def synthetic_log(collective, n, alpha, bandwidth, sizes, *, info_inside=False):
     """The stdout nccl-tests would print if every call took k alpha + m S / B (in-place 30% slower)."""
     k, m, factor = MESSAGES[collective](n), FACTOR[collective](n), FACTOR[collective](n)
-    lines = [f"# Collective test starting: {collective}_perf",
-             f"# nThread 1 nGpus {n} minBytes 0 maxBytes {max(sizes)} step: 2(factor) warmup iters: 5 iters: 20",
-             "#", "# Using devices"]
-    lines += [f"#  Rank {r:2d} Group  0 Pid   4242 on      node1 device {r:2d} [0x{r:02x}] NVIDIA H100" for r in range(n)]
-    lines += ["#", "#" + " " * 62 + "out-of-place                       in-place",
-              "#       size         count      type   redop    root     time   algbw   busbw #wrong"
-              "     time   algbw   busbw #wrong",
-              "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)"
-              "            (us)  (GB/s)  (GB/s)"]
+    lines = [
+        f"# Collective test starting: {collective}_perf",
+        f"# nThread 1 nGpus {n} minBytes 0 maxBytes {max(sizes)} step: 2(factor) warmup iters: 5 iters: 20",
+        "#",
+        "# Using devices",
+    ]
+    lines += [
+        f"#  Rank {r:2d} Group  0 Pid   4242 on      node1 device {r:2d} [0x{r:02x}] NVIDIA H100" for r in range(n)
+    ]
+    lines += [
+        "#",
+        "#" + " " * 62 + "out-of-place                       in-place",
+        "#       size         count      type   redop    root     time   algbw   busbw #wrong"
+        "     time   algbw   busbw #wrong",
+        "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)",
+    ]
     for i, size in enumerate(sizes):
         blocks = []
         for slower in (1.0, 1.3):
@@ -178,12 +207,20 @@ def synthetic_log(collective, n, alpha, bandwidth, sizes, *, info_inside=False):
     return "\n".join(lines) + "\n"
 
 
-SIZES = [2 ** e for e in range(3, 31)]          # 8 B .. 1 GiB, as all_reduce_perf -b 8 -e 1G -f 2
+SIZES = [2**e for e in range(3, 31)]  # 8 B .. 1 GiB, as all_reduce_perf -b 8 -e 1G -f 2
 
 
-@pytest.mark.parametrize("collective, n, alpha, bandwidth", [
-    ("all_reduce", 8, 5e-6, 40e9), ("all_gather", 4, 3e-6, 370e9), ("reduce_scatter", 16, 8e-6, 24e9),
-    ("alltoall", 16, 10e-6, 47e9), ("sendrecv", 2, 4e-6, 80e9), ("broadcast", 4, 6e-6, 20e9)])
+@pytest.mark.parametrize(
+    "collective, n, alpha, bandwidth",
+    [
+        ("all_reduce", 8, 5e-6, 40e9),
+        ("all_gather", 4, 3e-6, 370e9),
+        ("reduce_scatter", 16, 8e-6, 24e9),
+        ("alltoall", 16, 10e-6, 47e9),
+        ("sendrecv", 2, 4e-6, 80e9),
+        ("broadcast", 4, 6e-6, 20e9),
+    ],
+)
 def test_the_fit_recovers_alpha_and_bandwidth_from_a_synthetic_log(collective, n, alpha, bandwidth, tmp_path, capsys):
     path = tmp_path / f"{collective}.log"
     path.write_text(synthetic_log(collective, n, alpha, bandwidth, SIZES))
@@ -199,7 +236,7 @@ def test_nccl_info_lines_inside_the_table_are_skipped(tmp_path, capsys):
     path = tmp_path / "info.log"
     path.write_text(synthetic_log("all_reduce", 4, 5e-6, 40e9, SIZES, info_inside=True))
     (log,) = json.loads(run(["nccl-tests", path, "--json"], capsys)[1])["logs"]
-    assert log["ranks"] == 4 and len(log["rows"]) == len(SIZES)      # the Rank lines win over 'nranks 99'
+    assert log["ranks"] == 4 and len(log["rows"]) == len(SIZES)  # the Rank lines win over 'nranks 99'
     assert log["bandwidth_Bps"] == pytest.approx(40e9, rel=0.01)
 
 
@@ -214,8 +251,15 @@ def test_size_zero_rows_are_listed_but_left_out_of_the_fit(tmp_path, capsys):
 
 
 def test_json_output_has_exactly_the_documented_keys(capsys):
-    code, out, _ = run(["nccl-tests", "--json", DATA / "nccl-1435-all_gather-single-node-2gpu.log",
-                        DATA / "nccl-tests-78-mpirun-256-all_reduce-old-layout.log"], capsys)
+    code, out, _ = run(
+        [
+            "nccl-tests",
+            "--json",
+            DATA / "nccl-1435-all_gather-single-node-2gpu.log",
+            DATA / "nccl-tests-78-mpirun-256-all_reduce-old-layout.log",
+        ],
+        capsys,
+    )
     assert code == 0
     document = json.loads(out)
     assert set(document) == {"logs"} and len(document["logs"]) == 2
@@ -229,7 +273,7 @@ def test_the_default_output_is_a_table_with_the_fit_and_the_logs_footer(capsys):
     code, out, _ = run(["nccl-tests", DATA / "cscs-alps-gh200-srun-2x4-all_reduce.log"], capsys)
     assert code == 0
     assert "all_reduce, 8 ranks" in out and "out-of-place" in out and "alpha =" in out
-    assert "bandwidth =" in out and "19.8 GB/s" in out          # '# Avg bus bandwidth : 19.7866'
+    assert "bandwidth =" in out and "19.8 GB/s" in out  # '# Avg bus bandwidth : 19.7866'
     assert len([line for line in out.splitlines() if not line.startswith("#")]) == 25
 
 
@@ -253,7 +297,7 @@ def test_fit_from_fits_only_the_large_rows(tmp_path, capsys):
     assert run(["nccl-tests", path, "--out", whole], capsys)[0] == 0
     assert run(["nccl-tests", path, "--out", large, "--fit-from", "8M"], capsys)[0] == 0
     whole, large = json.loads(whole.read_text()), json.loads(large.read_text())
-    assert large["sizes"] == [2 ** e for e in range(23, 28)] and large["fit_from_bytes"] == 8 * 2 ** 20
+    assert large["sizes"] == [2**e for e in range(23, 28)] and large["fit_from_bytes"] == 8 * 2**20
     assert len(whole["sizes"]) == 25
     # one line through every size bends where NCCL changes protocol; the large rows alone fit well,
     # and their bandwidth is above the largest row's busbw (122.57 GB/s, still rising at 128 MB)
@@ -271,9 +315,16 @@ def test_mpirun_tag_output_prefixes_are_stripped(tmp_path, capsys):
 
 
 def test_out_takes_one_log(tmp_path, capsys):
-    code, _, err = run(["nccl-tests", DATA / "nccl-1435-all_gather-single-node-2gpu.log",
-                        DATA / "nccl-tests-78-mpirun-256-all_reduce-old-layout.log", "--out", tmp_path / "x.json"],
-                       capsys)
+    code, _, err = run(
+        [
+            "nccl-tests",
+            DATA / "nccl-1435-all_gather-single-node-2gpu.log",
+            DATA / "nccl-tests-78-mpirun-256-all_reduce-old-layout.log",
+            "--out",
+            tmp_path / "x.json",
+        ],
+        capsys,
+    )
     assert code == 2 and "one LOG" in err and not (tmp_path / "x.json").exists()
 
 
@@ -282,7 +333,10 @@ BAD = {
     "empty.log": ("", "empty"),
     "truncated.log": ("\n".join(ROWS_CUT[:6] + [ROWS_CUT[6][:60]]) + "\n", "truncated.log:7:"),
     "header-only.log": ("\n".join(ROWS_CUT[:4]) + "\n", "no rows"),
-    "osu.log": ("# OSU MPI Latency Test v5.8\n# Size          Latency (us)\n0    1.61\n8    1.62\n", "osu.log:3: unknown layout"),
+    "osu.log": (
+        "# OSU MPI Latency Test v5.8\n# Size          Latency (us)\n0    1.61\n8    1.62\n",
+        "osu.log:3: unknown layout",
+    ),
     "prose.log": ("all_reduce_perf ran fine, see the attached screenshot\n", "unknown layout"),
     "calibration.json": (json.dumps({"name": "x", "alpha_s": 1e-6, "bandwidth_bytes_per_s": 1e9}), "JSON"),
 }
@@ -302,8 +356,13 @@ def test_a_bad_input_gives_one_line_on_stderr_and_a_nonzero_exit(name, tmp_path,
 def test_the_module_runs_as_a_program_without_a_traceback(tmp_path):
     bad = tmp_path / "calibration.json"
     bad.write_text(BAD["calibration.json"][0])
-    result = subprocess.run([sys.executable, "-m", "commtax.calibrate", "nccl-tests", str(bad)],
-                            cwd=ROOT, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "commtax.calibrate", "nccl-tests", str(bad)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 1 and result.stdout == ""
     assert result.stderr.count("\n") == 1 and "calibration.json" in result.stderr
 
@@ -312,7 +371,7 @@ def test_the_fitted_bandwidth_of_a_real_log_is_near_its_largest_busbw(capsys):
     # a check against the log itself: busbw tends to B for large messages, so the fitted B lies
     # within the busbw of the large rows (IB at 256 ranks: 66-72 GB/s busbw above 256 MB)
     log = parsed("nccl-tests-78-mpirun-256-all_reduce-old-layout.log", capsys)
-    large = [r["busbw_Bps"] for r in log["rows"] if r["size_bytes"] >= 2 ** 28]
+    large = [r["busbw_Bps"] for r in log["rows"] if r["size_bytes"] >= 2**28]
     assert min(large) * 0.95 <= log["bandwidth_Bps"] <= max(large) * 1.05
     assert math.isfinite(log["alpha_s"]) and 0 <= log["alpha_s"] < 1e-4
 
@@ -321,6 +380,7 @@ def test_a_fit_that_one_line_cannot_make_says_to_fit_the_large_rows(capsys):
     """NCCL's protocols bend the line through 8 B..128 MB on the Alps log: the default fit undershoots the
     largest row's busbw, and the table says so and how to fit the large rows."""
     from commtax.calibrate import main as calibrate
+
     log = str(Path(__file__).resolve().parent / "data" / "nccl-tests" / "cscs-alps-gh200-srun-2x4-all_reduce.log")
     assert calibrate(["nccl-tests", log]) == 0
     assert "--fit-from 8M" in capsys.readouterr().out

@@ -30,23 +30,42 @@ FAST = "lab-06-tp-comm-cost"
 HAS_SOLUTIONS = (ROOT / "labs" / FAST / "solution.py").exists()
 needs_solutions = pytest.mark.skipif(not HAS_SOLUTIONS, reason="the student release has no solutions to grade with")
 
-SPIN = '''
+SPIN = """
 def allreduce_payload_bytes(batch_tokens, hidden, dtype_bytes=2):
     while True:
         pass
-'''
+"""
 
 
 def made(*labs) -> "GradeResult":  # noqa: F821  (grading.results, imported where it is made)
     """A GradeResult by hand: ``labs`` are (name, [(test, points, outcome, hidden), ...])."""
     from grading.results import GradeResult, LabResult, TestResult  # (here: pytest would collect TestResult)
-    return GradeResult([LabResult(name, [TestResult(f"labs/{name}/test_lab.py::{t}", name, points, outcome,
-                                                    points if outcome == "passed" else 0.0, "", hidden)
-                                         for t, points, outcome, hidden in tests], 1.0)
-                        for name, tests in labs])
+
+    return GradeResult(
+        [
+            LabResult(
+                name,
+                [
+                    TestResult(
+                        f"labs/{name}/test_lab.py::{t}",
+                        name,
+                        points,
+                        outcome,
+                        points if outcome == "passed" else 0.0,
+                        "",
+                        hidden,
+                    )
+                    for t, points, outcome, hidden in tests
+                ],
+                1.0,
+            )
+            for name, tests in labs
+        ]
+    )
 
 
 # -- the timing channel out of the hidden tests (issue 21) -------------------------------------------
+
 
 def test_learners_never_see_how_long_the_hidden_tests_took_or_why_their_run_stopped():
     # A submission that sleeps when it sees a given argument would read the hidden tests' inputs off the
@@ -70,13 +89,17 @@ def test_learners_never_see_how_long_the_hidden_tests_took_or_why_their_run_stop
 
 # -- results as labs finish, and a grader told to stop ---------------------------------------------
 
+
 def test_autograde_writes_results_after_each_lab_and_keeps_them_when_stopped(tmp_path, monkeypatch):
     import grading.__main__ as cli
+
     seen = []
 
     def fake_grade(submission, labs, progress=None, on_lab=None, **options):
-        partial = made((FAST, [("test_a", 2, "passed", False), ("test_b", 1, "failed", False)]),
-                       ("lab-01-alpha-beta", [("test_c", 5, "failed", False)]))
+        partial = made(
+            (FAST, [("test_a", 2, "passed", False), ("test_b", 1, "failed", False)]),
+            ("lab-01-alpha-beta", [("test_c", 5, "failed", False)]),
+        )
         partial.incomplete = "1 of 2 labs graded when these results were written"
         on_lab(partial)
         seen.append(json.loads((tmp_path / "results" / "results.json").read_text()))
@@ -95,8 +118,22 @@ def test_autograde_writes_results_after_each_lab_and_keeps_them_when_stopped(tmp
 @needs_solutions
 # The fallback's variant (19 s at load 10, the sandbox's 4 s) is slow: the modes put back at a normal end are
 # checked in CI by tests/test_grading.py's report test, which grades in the fallback anyway.
-@pytest.mark.parametrize("isolation", ["auto", pytest.param("none", marks=[pytest.mark.slow, pytest.mark.skipif(
-    not (hasattr(os, "geteuid") and os.geteuid() == 0), reason="the fallback changes modes in root mode only")])])
+@pytest.mark.parametrize(
+    "isolation",
+    [
+        "auto",
+        pytest.param(
+            "none",
+            marks=[
+                pytest.mark.slow,
+                pytest.mark.skipif(
+                    not (hasattr(os, "geteuid") and os.geteuid() == 0),
+                    reason="the fallback changes modes in root mode only",
+                ),
+            ],
+        ),
+    ],
+)
 def test_sigterm_kills_every_sandbox_and_removes_the_graders_temporary_tree(tmp_path, isolation):
     """And the fallback (root mode), which closes the checkout to other users while it grades, opens it
     again: the modes after the stop are the modes before."""
@@ -108,9 +145,24 @@ def test_sigterm_kills_every_sandbox_and_removes_the_graders_temporary_tree(tmp_
     tmp = Path(tempfile.mkdtemp(prefix="commtax-sigterm-test-", dir="/tmp"))
     os.chmod(tmp, 0o711)  # like /tmp: the learner user may pass through to its own folders
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "grading", "grade", str(tmp_path / "submission"), "--labs",
-                                 FAST, "--isolation", isolation], cwd=ROOT, env=dict(os.environ, TMPDIR=str(tmp)),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "grading",
+                "grade",
+                str(tmp_path / "submission"),
+                "--labs",
+                FAST,
+                "--isolation",
+                isolation,
+            ],
+            cwd=ROOT,
+            env=dict(os.environ, TMPDIR=str(tmp)),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         deadline = time.monotonic() + 180
         while not list(tmp.glob("commtax-grading-*/sandbox-*")):  # a lab run is under way
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-2000:]
@@ -139,6 +191,7 @@ def running(proc, psutil) -> bool:
 
 # -- Gradescope's upload --------------------------------------------------------------------------
 
+
 def test_a_zip_with_a_top_folder_is_graded_inside_it_and_nothing_else_is_unwrapped(tmp_path):
     inner = tmp_path / "a" / "my-work" / FAST
     inner.mkdir(parents=True)
@@ -156,6 +209,7 @@ def test_a_zip_with_a_top_folder_is_graded_inside_it_and_nothing_else_is_unwrapp
 
 def test_gradescope_zip_per_lab_and_time_limit_and_only_what_grading_needs(tmp_path):
     from grading.release import build_gradescope_zip
+
     archive = build_gradescope_zip(tmp_path / "lab06.zip", labs=[FAST], timeout_minutes=10)
     with zipfile.ZipFile(archive) as z:
         script, setup = z.read("run_autograder").decode(), z.read("setup.sh").decode()
@@ -170,11 +224,13 @@ def test_gradescope_zip_per_lab_and_time_limit_and_only_what_grading_needs(tmp_p
 
 # -- the gradebook into an LMS ---------------------------------------------------------------------
 
-GRADES = [["student_id", "score", "max_score", FAST, "lab-01-alpha-beta", "problem", "flags"],
-          ["Points Possible", "", "30", "10", "20", "", ""],
-          ["alice", "30", "30", "10", "20", "", ""],
-          ["bob", "4", "30", "4", "0", "lab-01-alpha-beta: timed out", f"1: {FAST} line 1: imports os"],
-          ["carol", "", "", "", "", "carol is a symbolic link: refused", ""]]
+GRADES = [
+    ["student_id", "score", "max_score", FAST, "lab-01-alpha-beta", "problem", "flags"],
+    ["Points Possible", "", "30", "10", "20", "", ""],
+    ["alice", "30", "30", "10", "20", "", ""],
+    ["bob", "4", "30", "4", "0", "lab-01-alpha-beta: timed out", f"1: {FAST} line 1: imports os"],
+    ["carol", "", "", "", "", "carol is a symbolic link: refused", ""],
+]
 
 
 def write_csv(path: Path, rows: list) -> Path:
@@ -190,35 +246,61 @@ def test_canvas_and_moodle_exports_have_the_columns_their_importers_read(tmp_pat
     assert canvas[1] == ["Points Possible", "", "", "", "", "30"]
     assert canvas[2] == ["alice", "", "", "alice", "", "30"] and canvas[4][-1] == ""  # not graded: blank
     # A roster (the LMS's own gradebook export with a student_id column) gives each student's identity.
-    roster = write_csv(tmp_path / "roster.csv", [
-        ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "student_id", "Email address"],
-        ["Liddell, Alice", "101", "S1", "aliddell", "CS-1", "alice", "a@uni.edu"],
-        ["Builder, Bob", "102", "S2", "bbuilder", "CS-1", "bob", "b@uni.edu"],
-        ["Carol, C", "103", "S3", "ccarol", "CS-2", "carol", "c@uni.edu"]])
+    roster = write_csv(
+        tmp_path / "roster.csv",
+        [
+            ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "student_id", "Email address"],
+            ["Liddell, Alice", "101", "S1", "aliddell", "CS-1", "alice", "a@uni.edu"],
+            ["Builder, Bob", "102", "S2", "bbuilder", "CS-1", "bob", "b@uni.edu"],
+            ["Carol, C", "103", "S3", "ccarol", "CS-2", "carol", "c@uni.edu"],
+        ],
+    )
     canvas = lms.export(grades, "canvas", "Labs", roster, per_lab=True)
-    assert canvas[0][-3:] == ["Labs", f"Labs: {FAST}", "Labs: lab-01-alpha-beta"] and canvas[1][-3:] == ["30", "10", "20"]
+    assert canvas[0][-3:] == ["Labs", f"Labs: {FAST}", "Labs: lab-01-alpha-beta"] and canvas[1][-3:] == [
+        "30",
+        "10",
+        "20",
+    ]
     assert canvas[3] == ["Builder, Bob", "102", "S2", "bbuilder", "CS-1", "4", "4", "0"]
     moodle = lms.export(grades, "moodle", "Labs", roster)
-    assert moodle[0] == ["student_id", "Student", "ID", "SIS User ID", "SIS Login ID", "Section", "Email address", "Labs"]
+    assert moodle[0] == [
+        "student_id",
+        "Student",
+        "ID",
+        "SIS User ID",
+        "SIS Login ID",
+        "Section",
+        "Email address",
+        "Labs",
+    ]
     assert moodle[1][0] == "alice" and moodle[1][-2:] == ["a@uni.edu", "30"] and len(moodle) == 4  # no points row
     write_csv(roster, [["student_id", "Email address"], ["alice", "a@uni.edu"]])
-    for call, said in [(lambda: lms.export(grades, "moodle", "Labs", roster), "no row for bob, carol"),
-                       (lambda: lms.export(grades, "blackboard", "Labs"), "fmt"),
-                       (lambda: lms.export(roster, "canvas", "Labs"), "not a grade-many CSV")]:
+    for call, said in [
+        (lambda: lms.export(grades, "moodle", "Labs", roster), "no row for bob, carol"),
+        (lambda: lms.export(grades, "blackboard", "Labs"), "fmt"),
+        (lambda: lms.export(roster, "canvas", "Labs"), "not a grade-many CSV"),
+    ]:
         with pytest.raises(ValueError, match=said):
             call()
-    emails = write_csv(tmp_path / "emails.csv", [["student_id", "Email address"], ["alice", "a@u"], ["bob", "b@u"],
-                                                 ["carol", "c@u"]])   # the variants roster: no Canvas identity
+    emails = write_csv(
+        tmp_path / "emails.csv", [["student_id", "Email address"], ["alice", "a@u"], ["bob", "b@u"], ["carol", "c@u"]]
+    )  # the variants roster: no Canvas identity
     with pytest.raises(ValueError, match="a Canvas roster needs Student, ID or SIS User ID"):
         lms.export(grades, "canvas", "Labs", emails)
     out = tmp_path / "canvas.csv"
-    proc = subprocess.run([sys.executable, "-m", "grading", "export", str(grades), "--to", "canvas", "--out", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "grading", "export", str(grades), "--to", "canvas", "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0 and "3 students" in proc.stdout, proc.stderr
     assert list(csv.reader(out.open()))[0][-1] == "Communication Tax labs"
 
 
 # -- Gradescope's set-up, simulated ----------------------------------------------------------------
+
 
 @needs_solutions
 @pytest.mark.slow  # builds a fresh environment (torch included: about 2 minutes) and grades three submissions
@@ -228,28 +310,37 @@ def test_gradescope_setup_builds_a_fresh_environment_that_grades_right_broken_an
     # grading/requirements.txt only, and run_autograder on three submissions. What it cannot: apt,
     # the deadsnakes PPA, Gradescope's container limits.
     from grading.release import build_gradescope_zip
+
     root = tmp_path / "autograder"
     with zipfile.ZipFile(build_gradescope_zip(tmp_path / "ag.zip", labs=[FAST], timeout_minutes=10)) as z:
         z.extractall(root / "source")
-    env = dict(os.environ, AUTOGRADER_ROOT=str(root), AUTOGRADER_SKIP_APT="1",
-               TORCH_INDEX_URL=os.environ.get("TORCH_INDEX_URL", "https://pypi.org/simple"))
+    env = dict(
+        os.environ,
+        AUTOGRADER_ROOT=str(root),
+        AUTOGRADER_SKIP_APT="1",
+        TORCH_INDEX_URL=os.environ.get("TORCH_INDEX_URL", "https://pypi.org/simple"),
+    )
     env.pop("PYTHONPATH", None)
     env.pop("VIRTUAL_ENV", None)
-    setup = subprocess.run(["bash", str(root / "source" / "setup.sh")], env=env, capture_output=True, text=True,
-                           timeout=1200)
+    setup = subprocess.run(
+        ["bash", str(root / "source" / "setup.sh")], env=env, capture_output=True, text=True, timeout=1200
+    )
     assert setup.returncode == 0, setup.stdout[-2000:] + setup.stderr[-2000:]
     assert "torch 2.13.0" in setup.stdout
     solution = (ROOT / "labs" / FAST / "solution.py").read_text()
-    for name, text, check in [("right", solution, lambda r: r["score"] == r["max_score"] > 0),
-                              ("broken", "def f(:\n", lambda r: r["score"] == 0 < r["max_score"]),
-                              ("empty", None, lambda r: r["score"] == 0 < r["max_score"])]:
+    for name, text, check in [
+        ("right", solution, lambda r: r["score"] == r["max_score"] > 0),
+        ("broken", "def f(:\n", lambda r: r["score"] == 0 < r["max_score"]),
+        ("empty", None, lambda r: r["score"] == 0 < r["max_score"]),
+    ]:
         shutil.rmtree(root / "submission", ignore_errors=True)
         shutil.rmtree(root / "results", ignore_errors=True)
         (root / "submission").mkdir()
         if text is not None:
             (root / "submission" / FAST).mkdir()
             (root / "submission" / FAST / "starter.py").write_text(text)
-        run = subprocess.run(["bash", str(root / "source" / "run_autograder")], env=env, capture_output=True,
-                             text=True, timeout=900)
+        run = subprocess.run(
+            ["bash", str(root / "source" / "run_autograder")], env=env, capture_output=True, text=True, timeout=900
+        )
         results = json.loads((root / "results" / "results.json").read_text())
         assert check(results), (name, results["output"], run.stderr[-2000:])

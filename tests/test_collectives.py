@@ -1,7 +1,6 @@
 """The course's own formulas (commtax.formulas.collectives, used by the lessons' calculators) against the
 message-level simulator, and against Lab 01's reference where the course has one."""
 
-
 import numpy as np
 import pytest
 
@@ -26,7 +25,9 @@ def test_allreduce_formulas_equal_the_simulation(world_size):
 
 def test_other_collectives_and_two_level_formulas_equal_the_simulation():
     for p in (2, 3, 5, 8):
-        assert C.reduce_scatter_time(N, p, A, B) == pytest.approx(simulate.simulate_reduce_scatter(N, p, A, B, 4 * p).time)
+        assert C.reduce_scatter_time(N, p, A, B) == pytest.approx(
+            simulate.simulate_reduce_scatter(N, p, A, B, 4 * p).time
+        )
         assert C.allgather_time(N, p, A, B) == pytest.approx(simulate.simulate_allgather(N, p, A, B, 4 * p).time)
         assert C.all_to_all_time(N, p, A, B) == pytest.approx(simulate.simulate_all_to_all(N, p, A, B, 4 * p).time)
     links = (1e-6, 450e9, 5e-6, 50e9)
@@ -63,15 +64,19 @@ def test_the_simulator_catches_a_double_counted_contribution():
         simulate.run_schedule(rounds, simulate.initial_buffers(3, 6), simulate.Topology.flat(A, B), N, 6)
 
 
-@pytest.mark.skipif(not (LABS_DIR / "lab-01-alpha-beta" / "solution.py").exists(),
-                    reason="the student release has no lab solutions")
+@pytest.mark.skipif(
+    not (LABS_DIR / "lab-01-alpha-beta" / "solution.py").exists(), reason="the student release has no lab solutions"
+)
 def test_course_formulas_agree_with_the_lab_01_reference():
     lab = load_lab("lab-01-alpha-beta", "solution")
     for p in (1, 2, 5, 64):
         for n in (0.0, 1.0, 1e6, 1e9):
             for algorithm in C.ALGORITHMS:
-                assert C.allreduce_time(n, p, A, B, algorithm) == pytest.approx(lab.allreduce_time(n, p, A, B, algorithm))
+                assert C.allreduce_time(n, p, A, B, algorithm) == pytest.approx(
+                    lab.allreduce_time(n, p, A, B, algorithm)
+                )
             assert C.best_allreduce_algorithm(n, p, A, B) == lab.best_allreduce_algorithm(n, p, A, B)
             assert C.all_to_all_time(n, p, A, B) == pytest.approx(lab.all_to_all_time(n, p, A, B))
     assert C.hierarchical_allreduce_time(1e9, 4, 8, 1e-6, 4e11, 5e-6, 5e10) == pytest.approx(
-        lab.hierarchical_allreduce_time(1e9, 4, 8, 1e-6, 4e11, 5e-6, 5e10))
+        lab.hierarchical_allreduce_time(1e9, 4, 8, 1e-6, 4e11, 5e-6, 5e10)
+    )

@@ -16,9 +16,9 @@ from commtax.formulas.network import group_all_to_all_time, group_allgather_time
 def _ring_schedule(cp):
     """(sender, kind) of every message of one layer, forward and backward, by following each block round."""
     messages = []
-    for _ in range(cp - 1):                              # forward: each rank passes the K, V it holds
+    for _ in range(cp - 1):  # forward: each rank passes the K, V it holds
         messages += [(r, "kv") for r in range(cp)]
-    for step in range(cp):                               # backward: K, V again; running dK, dV from step 1 on
+    for step in range(cp):  # backward: K, V again; running dK, dV from step 1 on
         if step < cp - 1:
             messages += [(r, "kv") for r in range(cp)]
         if step >= 1:
@@ -31,7 +31,7 @@ def test_ring_bytes_equal_the_schedule_played_message_by_message(cp):
     seq, kv, d, b = 48 * cp, 4, 16, 2
     block = seq // cp * kv * d * b
     mine = [m for m in _ring_schedule(cp) if m[0] == 0]
-    forward = 2 * block * (cp - 1)                      # K and V per forward message
+    forward = 2 * block * (cp - 1)  # K and V per forward message
     assert context.ring_attention_bytes_per_rank(seq, kv, d, cp, b, backward=False) == forward
     assert context.ring_attention_bytes_per_rank(seq, kv, d, cp, b) == 2 * block * len(mine)
 
@@ -40,19 +40,21 @@ def test_ring_forward_bytes_are_lesson_07s_and_its_buffer_is_two_blocks_of_k_and
     for seq, cp, kv_hidden in ((131072, 64, 8192), (2**20, 8, 1024), (4096, 2, 128)):
         forward = context.ring_attention_bytes_per_rank(seq, 1, kv_hidden, cp, 1, backward=False)
         one_block = memory.ring_attention_buffer_bytes(seq, cp, kv_hidden, dtype_bytes=1, double_buffer=False)
-        assert forward == (cp - 1) * one_block   # Lesson 07's K+V block, sent round the ring cp - 1 times
+        assert forward == (cp - 1) * one_block  # Lesson 07's K+V block, sent round the ring cp - 1 times
     t = context.ring_attention_time(131072, 64, 64, 128, 64, 1)
     assert t.buffer == memory.ring_attention_buffer_bytes(131072, 64, 8192, dtype_bytes=1) == 64 * 2**20
 
 
 def test_all_to_all_bytes_are_the_off_rank_share_of_each_exchanged_tensor():
     seq, heads, kv, d, cp, b = 4096, 32, 8, 128, 8, 2
-    local = lambda n: seq // cp * n * d * b                                     # noqa: E731
-    exchanged = [local(heads), local(kv), local(kv), local(heads)]              # Q, K, V in; O out
-    assert context.all_to_all_attention_bytes_per_rank(seq, heads, kv, d, cp, b, backward=False) == \
-        pytest.approx(sum((cp - 1) / cp * n for n in exchanged))
-    assert context.all_to_all_attention_bytes_per_rank(seq, heads, kv, d, cp, b) == \
-        pytest.approx(2 * sum((cp - 1) / cp * n for n in exchanged))
+    local = lambda n: seq // cp * n * d * b  # noqa: E731
+    exchanged = [local(heads), local(kv), local(kv), local(heads)]  # Q, K, V in; O out
+    assert context.all_to_all_attention_bytes_per_rank(seq, heads, kv, d, cp, b, backward=False) == pytest.approx(
+        sum((cp - 1) / cp * n for n in exchanged)
+    )
+    assert context.all_to_all_attention_bytes_per_rank(seq, heads, kv, d, cp, b) == pytest.approx(
+        2 * sum((cp - 1) / cp * n for n in exchanged)
+    )
 
 
 def test_all_to_all_refuses_what_cp_cannot_split_naming_it():
@@ -63,7 +65,7 @@ def test_all_to_all_refuses_what_cp_cannot_split_naming_it():
     with pytest.raises(ValueError, match="seq"):
         context.ring_attention_bytes_per_rank(1000, 8, 128, 16)
     with pytest.raises(ValueError, match="kv_heads"):
-        context.ring_attention_time(4096, 12, 8, 64, 2)            # heads not a multiple of kv_heads
+        context.ring_attention_time(4096, 12, 8, 64, 2)  # heads not a multiple of kv_heads
 
 
 def _tiles(cp, zigzag):
@@ -134,7 +136,8 @@ def test_a_ring_across_nodes_moves_at_one_nics_pace():
     inside = context.ring_attention_time(131072, 64, 8, 128, 8, 2, backward=False)
     across = context.ring_attention_time(131072, 64, 8, 128, 8, 2, backward=False, members_per_node=1)
     assert across.comm / inside.comm == pytest.approx(
-        (IB.alpha + 2 * 16384 * 1024 * 2 / IB.bandwidth) / (NVLINK.alpha + 2 * 16384 * 1024 * 2 / NVLINK.bandwidth))
+        (IB.alpha + 2 * 16384 * 1024 * 2 / IB.bandwidth) / (NVLINK.alpha + 2 * 16384 * 1024 * 2 / NVLINK.bandwidth)
+    )
     with pytest.raises(ValueError, match="members_per_node"):
         context.ring_hop(8, 3)
 
@@ -147,8 +150,9 @@ def test_all_to_all_and_all_gather_times_use_the_network_model_and_hide_nothing(
     one = group_all_to_all_time(local * (heads + 2 * kv), *args) + group_all_to_all_time(local * heads, *args)
     assert a2a.comm == pytest.approx(2 * one) and a2a.exposed == a2a.comm
     ag = context.allgather_attention_time(seq, heads, kv, d, cp, 2, backward=False)
-    assert ag.comm == pytest.approx(group_allgather_time(2 * seq * kv * d * 2, cp, cp, NVLINK.alpha, NVLINK.bandwidth,
-                                                         IB.alpha, IB.bandwidth))
+    assert ag.comm == pytest.approx(
+        group_allgather_time(2 * seq * kv * d * 2, cp, cp, NVLINK.alpha, NVLINK.bandwidth, IB.alpha, IB.bandwidth)
+    )
     assert ag.sent == pytest.approx(context.ring_attention_bytes_per_rank(seq, kv, d, cp, 2, backward=False))
     assert ag.buffer == 2 * seq * kv * d * 2
     # same tiles, same compute: the three methods differ only in communication
@@ -171,6 +175,7 @@ def test_ring_overlap_ridge_is_the_kernels_rate_over_the_link_lesson_10s_eta_tim
     at 50% of 989 TFLOP/s, 1,099 FLOP/B on NVLink 4 (I* = 2,198) and 9,890 on one NDR NIC (I* = 19,780).
     Without alpha, x* = (a_kv/a) B R / (2f): x* = B R for the causal zigzag steps (f = 1/2) with a_kv = a."""
     from commtax.formulas.roofline import ridge_point
+
     rate = 0.5 * 989e12
     no_alpha = lambda link: Link(link.name, 0.0, link.bandwidth)
     for link, ridge in ((NVLINK, 2198), (IB, 19780)):
@@ -178,9 +183,10 @@ def test_ring_overlap_ridge_is_the_kernels_rate_over_the_link_lesson_10s_eta_tim
         R = rate / link.bandwidth
         assert R == pytest.approx(0.5 * ridge, abs=1)
         x_star = context.ring_overlap_crossover(8, 8, 128, 1, 8, rate, link=no_alpha(link))
-        assert x_star == pytest.approx(8 * R)                                    # B R, causal, a_kv = a
-        assert context.ring_overlap_crossover(8, 8, 128, 1, 8, rate, causal=False, link=no_alpha(link)) == \
-            pytest.approx(8 * R / 2)
+        assert x_star == pytest.approx(8 * R)  # B R, causal, a_kv = a
+        assert context.ring_overlap_crossover(
+            8, 8, 128, 1, 8, rate, causal=False, link=no_alpha(link)
+        ) == pytest.approx(8 * R / 2)
 
 
 def test_a_1m_token_ring_step_computes_16x_its_transfer_with_the_causal_mask_33x_without():

@@ -24,7 +24,7 @@ def test_assignment_equals_pytorchs_compute_bucket_assignment_by_size():
         tensors = [torch.empty(rng.choice([1, 4, 64, 1024, 16384])) for _ in range(rng.randint(1, 25))]
         sizes = [t.numel() * 4 for t in tensors]
         cap, first = rng.choice([64, 1000, 5000, 100000]), rng.choice([None, 16, 300])
-        order = list(reversed(range(len(tensors))))      # gradients arrive last parameter first
+        order = list(reversed(range(len(tensors))))  # gradients arrive last parameter first
         limits = [first, cap] if first else [cap]
         theirs, _ = dist._compute_bucket_assignment_by_size([tensors[i] for i in order], limits, [False] * len(order))
         assert D.bucket_assignment(sizes, cap, first) == [[order[j] for j in b] for b in theirs]
@@ -62,13 +62,14 @@ def test_optimal_bucket_count_equals_an_exhaustive_search(backward, alpha):
     best = min(range(1, 5001), key=lambda k: D.uniform_exposed_time(g, k, backward, p, alpha, bw))
     found = D.optimal_bucket_count(g, backward, p, alpha, bw, max_buckets=5000)
     assert D.uniform_exposed_time(g, found, backward, p, alpha, bw) == pytest.approx(
-        D.uniform_exposed_time(g, best, backward, p, alpha, bw))
+        D.uniform_exposed_time(g, best, backward, p, alpha, bw)
+    )
 
 
 def test_optimal_bucket_is_the_one_whose_allreduce_keeps_up_with_backward():
     g, t, p, alpha, bw = 1e9, 0.2, 8, 5e-6, 50e9
     s = D.optimal_bucket_bytes(g, t, p, alpha, bw)
-    assert allreduce_time(s, p, alpha, bw) == pytest.approx(s * t / g)     # c(s*) = time to produce s*
+    assert allreduce_time(s, p, alpha, bw) == pytest.approx(s * t / g)  # c(s*) = time to produce s*
     assert D.optimal_bucket_bytes(g, 1e-3, p, alpha, bw) == float("inf")  # comm can never keep up
 
 
@@ -76,7 +77,7 @@ def test_bucket_crossover_is_p_times_n_star():
     p, alpha, bw = 8, 5e-6, 50e9
     s = D.bucket_crossover_bytes(p, alpha, bw)
     assert s == pytest.approx(p * alpha * bw)
-    assert 2 * (p - 1) * alpha == pytest.approx(2 * (p - 1) / p * s / bw)   # latency = bandwidth term
+    assert 2 * (p - 1) * alpha == pytest.approx(2 * (p - 1) / p * s / bw)  # latency = bandwidth term
 
 
 def test_timeline_with_one_bucket_exposes_the_whole_allreduce_and_small_buckets_expose_the_tail():

@@ -75,10 +75,12 @@ def test_at_the_lessons_numbers_the_formulas_give_the_recorded_answer_and_slips(
 
 def test_at_the_lessons_numbers_the_questions_read_as_before():
     assert exercises.EXERCISES["03.1"].what == "model state per GPU of Llama-2-13B with ZeRO-1 on 32 GPUs, in bytes"
-    assert exercises.EXERCISES["13.2"].what == ("busbw of an all_reduce_perf row of 1 GiB in 10.0 ms on 8 GPUs, "
-                                                "in bytes/s")
-    assert exercises.EXERCISES["13.3"].what == ("bytes the course counts for an all-gather of 1,572,864 bf16 input "
-                                                "elements on 8 ranks")
+    assert exercises.EXERCISES["13.2"].what == (
+        "busbw of an all_reduce_perf row of 1 GiB in 10.0 ms on 8 GPUs, in bytes/s"
+    )
+    assert exercises.EXERCISES["13.3"].what == (
+        "bytes the course counts for an all-gather of 1,572,864 bf16 input elements on 8 ranks"
+    )
     assert all("{" not in e.what for e in exercises.EXERCISES.values())
 
 
@@ -107,7 +109,7 @@ def test_every_combination_keeps_each_slip_apart_from_the_answer(exercise_id):
 
 def test_each_student_draws_the_same_numbers_again_and_never_the_lessons():
     drawn = {f"student{i}": variants.draw(f"student{i}", SECRET) for i in range(40)}
-    assert drawn == {s: variants.draw(s, SECRET) for s in drawn}                  # deterministic
+    assert drawn == {s: variants.draw(s, SECRET) for s in drawn}  # deterministic
     assert set(drawn["student0"]) == set(params.VARYING)
     for variant in drawn.values():
         for exercise_id, numbers in variant.items():
@@ -115,7 +117,7 @@ def test_each_student_draws_the_same_numbers_again_and_never_the_lessons():
             assert params.check_numbers(exercise_id, numbers) == numbers
     distinct = {repr(sorted(v.items())) for v in drawn.values()}
     assert len(distinct) == len(drawn), "two students of 40 drew the same numbers for every exercise"
-    for exercise_id in params.VARYING:   # each exercise spreads its students over several combinations
+    for exercise_id in params.VARYING:  # each exercise spreads its students over several combinations
         assert len({repr(v[exercise_id]) for v in drawn.values()}) >= 3, exercise_id
 
 
@@ -142,8 +144,8 @@ def test_check_accepts_the_variants_answer_and_rejects_the_lessons(exercise_id, 
     mine = exercises._answer(exercise_id, variant[exercise_id])
     assert exercises.verdict(exercise_id, mine, variant) == "right"
     assert exercises.verdict(exercise_id, exercises._answer(exercise_id), variant) != "right"
-    assert exercises.verdict(exercise_id, mine, {}) != "right"                  # {}: the lesson's numbers
-    variants.use(variant)                                                       # as a variant file would
+    assert exercises.verdict(exercise_id, mine, {}) != "right"  # {}: the lesson's numbers
+    variants.use(variant)  # as a variant file would
     exercises.check(exercise_id, mine)
     line = capsys.readouterr().out
     asked = exercises.table.question_text(exercise_id, variant[exercise_id])
@@ -199,7 +201,7 @@ def test_the_variant_file_reads_back_and_check_finds_it_in_the_course_folder(tmp
     mine = exercises._answer("07.4", variant["07.4"])
     exercises.check("07.4", mine)
     assert f"at m = {variant['07.4']['m']:g}): right" in capsys.readouterr().out
-    other = tmp_path / "elsewhere.toml"                                    # $COMMTAX_VARIANT comes first
+    other = tmp_path / "elsewhere.toml"  # $COMMTAX_VARIANT comes first
     other.write_text(variants.to_toml("bob", variants.draw("bob", SECRET)))
     monkeypatch.setenv(variants.ENV, str(other))
     assert variants.current()[2] == "bob"
@@ -231,12 +233,19 @@ def test_show_prints_the_learners_numbers_beside_the_lessons(capsys):
 
 def test_the_release_without_answers_still_writes_the_learners_numbers(tmp_path):
     from grading.release import RELEASE_EXCLUDED
+
     shutil.copytree(ROOT / "commtax", tmp_path / "commtax", ignore=shutil.ignore_patterns(*RELEASE_EXCLUDED))
     (tmp_path / "exercises").mkdir()
     (tmp_path / variants.VARIANT_FILE).write_text('student = "alice"\n["03.1"]\nd = 128\n')
     code = "from commtax.exercises import check, show; check('03.1', None); show('03.1')"
-    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                          env={"PYTHONPATH": str(tmp_path), "PATH": os.environ.get("PATH", "")})
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PYTHONPATH": str(tmp_path), "PATH": os.environ.get("PATH", "")},
+    )
     assert done.returncode == 0, done.stderr
     assert "ZeRO-1 on 128 GPUs, in bytes): no answer yet" in done.stdout and "d = 128" in done.stdout
 
@@ -259,7 +268,7 @@ def test_the_grader_scores_a_variant_answer_file_against_the_students_own_number
     lessons = {k: exercises._answer(k) for k in VARYING}
     alice = _submission(tmp_path / "mine", "alice", mine)
     copied = _submission(tmp_path / "lessons", "alice", lessons)
-    assert teacher.variant_of(secret_file, alice) == variant             # drawn from the folder's name
+    assert teacher.variant_of(secret_file, alice) == variant  # drawn from the folder's name
     scored = {s.exercise: s for s in exercise_answers.score(alice, teacher.variant_of(secret_file, alice))}
     assert all(scored[k].score == 1 for k in VARYING), {k: scored[k].output for k in VARYING}
     assert scored["03.1"].what == exercises.table.question_text("03.1", variant["03.1"])
@@ -267,11 +276,12 @@ def test_the_grader_scores_a_variant_answer_file_against_the_students_own_number
     assert differ
     scored = {s.exercise: s for s in exercise_answers.score(copied, variant)}
     assert all(scored[k].score == 0 for k in differ)
-    assert all(s.score == 1 for s in exercise_answers.score(copied) if s.exercise in VARYING)   # no variant: lesson's
+    assert all(s.score == 1 for s in exercise_answers.score(copied) if s.exercise in VARYING)  # no variant: lesson's
 
 
 def test_the_graders_exercises_entry_follows_the_variant_it_was_given(tmp_path):
     from grading.grader import grade_exercises
+
     variant = variants.draw("bob", SECRET)
     bob = _submission(tmp_path, "bob", {k: exercises._answer(k, variant[k]) for k in VARYING})
     exercise_answers.use_variant(variant)
@@ -282,6 +292,7 @@ def test_the_graders_exercises_entry_follows_the_variant_it_was_given(tmp_path):
 
 def test_grading_variants_writes_a_file_per_student_and_keeps_the_secret(tmp_path, capsys):
     from grading.__main__ import main
+
     secret, out = tmp_path / "teacher" / "secret", tmp_path / "handout"
     roster = tmp_path / "roster.csv"
     roster.write_text("name,student_id\nAlice,alice\nBob,bob\n")

@@ -36,8 +36,11 @@ def _test_grading():
     """tests/test_grading.py's helpers (grade_as, submission, attack, ...), loaded once as a module."""
     import importlib.util
     import sys
+
     if "commtax_test_grading" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("commtax_test_grading", Path(__file__).with_name("test_grading.py"))
+        spec = importlib.util.spec_from_file_location(
+            "commtax_test_grading", Path(__file__).with_name("test_grading.py")
+        )
         module = importlib.util.module_from_spec(spec)
         sys.modules["commtax_test_grading"] = module
         spec.loader.exec_module(module)
@@ -45,6 +48,7 @@ def _test_grading():
 
 
 # -- 1. clean-up that cannot raise ---------------------------------------------------------------
+
 
 def test_a_3000_deep_chain_of_folders_is_removed_without_recursion(tmp_path):
     top = tmp_path / "rank0"
@@ -86,9 +90,15 @@ def test_a_folder_closed_by_its_owner_is_opened_and_removed(tmp_path):
 def test_the_grader_removes_no_folder_with_shutil_rmtree():
     # Every removal of a folder learner code could write goes through remove_tree (issue 38).
     import ast
+
     for path in [ROOT / "grading" / "grader.py", *sorted((ROOT / "grading" / "sandbox").glob("*.py"))]:
-        calls = [node.lineno for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Call)
-                 and isinstance(node.func, ast.Attribute) and node.func.attr in ("rmtree", "TemporaryDirectory")]
+        calls = [
+            node.lineno
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("rmtree", "TemporaryDirectory")
+        ]
         assert not calls, f"{path.name}: lines {calls}"
 
 
@@ -96,6 +106,7 @@ def test_a_grading_tree_still_held_by_a_dying_sandbox_is_removed_on_a_later_try(
     # After a stop or a time-out the killed sandbox can still be letting go of its folders as the grader
     # removes its tree: the first removal leaves something; the grader tries again a few times.
     from grading import grader
+
     tree = tmp_path / "commtax-grading-1-x"
     (tree / "sandbox-1").mkdir(parents=True)
     tries = []
@@ -118,8 +129,11 @@ def test_a_deep_chain_in_a_lab_run_folder_stops_no_grading_and_leaves_nothing(tm
     tg = _test_grading()
     lab02, fast = "lab-02-ring-allreduce", tg.FAST
     # (the reference's ranks start, and make the chain, in every job)
-    folder = tg.submission(tmp_path, lab_02_ring_allreduce=tg.reference(lab02, tg.attack("deep_tree.py", "deep-tree-7c1f")),
-                           lab_06_tp_comm_cost=tg.reference(fast))
+    folder = tg.submission(
+        tmp_path,
+        lab_02_ring_allreduce=tg.reference(lab02, tg.attack("deep_tree.py", "deep-tree-7c1f")),
+        lab_06_tp_comm_cost=tg.reference(fast),
+    )
     mode = "root" if tg.IS_ROOT else "same-user"
     before = set(os.listdir(tempfile.gettempdir()))
     graded = tg.grade_as(mode, folder, [lab02, fast], tmp_path, lab_timeout=60)
@@ -133,12 +147,13 @@ def test_a_deep_chain_in_a_lab_run_folder_stops_no_grading_and_leaves_nothing(tm
 
 # -- 2. learner files parsed by the trusted side, under a guard ---------------------------------
 
-DEEP_TOML = b'"01.1" = ' + b"[" * 20_000 + b"]" * 20_000 + b"\n"   # 40 kB (issue 38)
+DEEP_TOML = b'"01.1" = ' + b"[" * 20_000 + b"]" * 20_000 + b"\n"  # 40 kB (issue 38)
 
 
 def test_answers_nested_20000_deep_are_refused_for_that_student_and_the_grading_goes_on(tmp_path):
     # Before: tomllib raised RecursionError in the grader, so no lab was graded (Gradescope: 0, no tests).
     from grading.grader import grade_exercises
+
     (tmp_path / "exercises").mkdir()
     (tmp_path / "exercises" / "answers.toml").write_bytes(DEEP_TOML)
     result = grade_exercises(tmp_path)
@@ -148,24 +163,29 @@ def test_answers_nested_20000_deep_are_refused_for_that_student_and_the_grading_
 
 def test_every_parse_of_a_learner_answers_file_is_guarded(tmp_path):
     from grading.exercise_answers import ANSWERS_FILE, nesting_depth, parse_answers, read_answers
+
     (tmp_path / "answers.toml").write_bytes(DEEP_TOML)
-    answers, problem = read_answers(tmp_path / "answers.toml")   # (the command line's `score`)
+    answers, problem = read_answers(tmp_path / "answers.toml")  # (the command line's `score`)
     assert answers == {} and "refused" in problem
     assert parse_answers(b"x = " + b"{a = " * 5000 + b"1" + b"}" * 5000)[1].endswith("(an answer is a number)")
     assert "more than the" in parse_answers(b"#" * 200_000)[1]
     assert "not valid TOML" in parse_answers(b"\xff\xfe")[1]
     assert parse_answers(b'"01.1" = 3.9e-3  # [[[[ in a comment\ns = "[[[[ in a string"\n') == (
-        {"01.1": 3.9e-3, "s": "[[[[ in a string"}, "")
+        {"01.1": 3.9e-3, "s": "[[[[ in a string"},
+        "",
+    )
     assert nesting_depth("a = [[1, '[[['], {b = [2]}]\n[t]\n[[u]]\nx = '''[[['''") == 3
     assert str(ANSWERS_FILE) in parse_answers(b"x = " + b"[" * 40)[1]
 
 
 # -- 4. no answer in the student release --------------------------------------------------------
 
+
 def test_the_release_ships_no_pipeline_schedule_order():
     # Issue 38: commtax/simulation/pipeline.py shipped the naive, GPipe, 1F1B and interleaved-1F1B orders
     # (_device_order, the core of Lab 07's simulate) outside any GRADED block.
     from grading.answers import strip_graded
+
     text = strip_graded((ROOT / "commtax" / "simulation" / "pipeline.py").read_text())
     for step in ("warmup", "forwards[", "backwards[", "group = p * v", "(k // group)", "for mb in range(m)"):
         assert step not in text, step
@@ -179,19 +199,21 @@ def test_find_catches_a_private_helper_that_holds_a_graded_functions_algorithm()
     import ast
 
     from grading import answers
+
     findings = [f for f in answers.find(ROOT) if f.definition.where == "commtax/simulation/pipeline.py::_device_order"]
     assert findings and all(f.covered == "marked" and answers.must_cover(f) for f in findings), findings
     solution = ast.parse((ROOT / "labs" / "lab-07-pipeline-schedules" / "solution.py").read_text())
     simulate = next(n for n in solution.body if getattr(n, "name", "") == "simulate")
     helper = answers.private_helpers(solution, simulate)["_device_order"]
-    renamed = ast.parse(ast.unparse(helper).replace("forwards", "fw").replace("backwards", "bw")
-                        .replace("_device_order", "order_of")).body[0]
+    renamed = ast.parse(
+        ast.unparse(helper).replace("forwards", "fw").replace("backwards", "bw").replace("_device_order", "order_of")
+    ).body[0]
     assert len(answers.statements(helper) & answers.statements(renamed)) >= answers.MUST_COVER_STEPS
 
 
 # -- 5. same-user mode: the seccomp program, a fresh session keyring ---------------------------
 
-PROBE = r'''
+PROBE = r"""
 import ctypes, errno, os, socket
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
@@ -203,11 +225,12 @@ try:
     print("unix", "allowed")
 except OSError as exc:
     print("unix", "errno-%d" % exc.errno)
-'''
+"""
 
 
 def _session_keyring() -> int:
     import ctypes
+
     libc = ctypes.CDLL(None, use_errno=True)
     libc.syscall.restype = ctypes.c_long
     number = {"x86_64": 250, "aarch64": 219}[os.uname().machine]
@@ -222,6 +245,7 @@ def _run_in_sandbox(root_mode: bool, tmp_path: Path) -> dict:
 
     from grading.sandbox import namespaces
     from grading.sandbox.limits import Limits
+
     bwrap = namespaces.bwrap_path()
     if not bwrap:
         pytest.skip("bubblewrap is not installed")
@@ -240,9 +264,16 @@ def _run_in_sandbox(root_mode: bool, tmp_path: Path) -> dict:
         relay = Path(namespaces.__file__).with_name("relay.py")
         fd = sandbox.control.fileno()
         spec = {"argv": [sys.executable, "-I", "-S", "-c", PROBE], "cwd": "/", "fds": [0, 1, 2], "env": {}}
-        done = subprocess.run([sys.executable, "-I", "-S", str(relay), str(fd), json.dumps(spec)], pass_fds=(fd,),
-                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
-                              env={"PATH": "/usr/bin:/bin"}, cwd="/")
+        done = subprocess.run(
+            [sys.executable, "-I", "-S", str(relay), str(fd), json.dumps(spec)],
+            pass_fds=(fd,),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={"PATH": "/usr/bin:/bin"},
+            cwd="/",
+        )
     finally:
         sandbox.close()
     assert done.returncode == 0, done.stderr + done.stdout
@@ -259,16 +290,18 @@ def test_same_user_mode_runs_the_lab_sandbox_under_the_seccomp_program(tmp_path)
 @pytest.mark.skipif(os.geteuid() != 0, reason="root mode needs root")
 def test_every_sandbox_starts_with_a_fresh_session_keyring(tmp_path):
     grader_keyring = _session_keyring()
-    seen = _run_in_sandbox(True, tmp_path)   # root mode's lab sandbox: no seccomp on the agent's children here
+    seen = _run_in_sandbox(True, tmp_path)  # root mode's lab sandbox: no seccomp on the agent's children here
     assert seen["keyring"].isdigit() and int(seen["keyring"]) != grader_keyring, (seen, grader_keyring)
 
 
 # -- 6. disk: the run's folders capped; a full disk is the machine's, never the student's 0 --------
 
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="root mode needs root")
 def test_root_mode_puts_a_lab_runs_folders_on_a_size_and_file_capped_tmpfs(tmp_path):
     from grading.sandbox import namespaces
     from grading.sandbox.limits import Limits
+
     bwrap = namespaces.bwrap_path()
     if not bwrap:
         pytest.skip("bubblewrap is not installed")
@@ -296,7 +329,7 @@ def test_root_mode_puts_a_lab_runs_folders_on_a_size_and_file_capped_tmpfs(tmp_p
     assert os.statvfs(runs).f_fsid == host.f_fsid and not (runs / "note").exists()  # gone with the tmpfs
 
 
-FILL = r'''
+FILL = r"""
 import errno, os, sys
 folder, most = sys.argv[1], int(sys.argv[2])
 print("trusted", open(os.path.join(folder, "from-trusted")).read())
@@ -315,7 +348,7 @@ for name in os.listdir(folder):
 open(os.path.join(folder, "from-learner"), "w").write("out")
 print("written", written)
 print("error", error)
-'''
+"""
 
 
 def test_same_user_mode_caps_a_lab_runs_folders_in_the_sandbox_never_on_the_hosts_disk(tmp_path):
@@ -329,6 +362,7 @@ def test_same_user_mode_caps_a_lab_runs_folders_in_the_sandbox_never_on_the_host
 
     from grading.sandbox import namespaces
     from grading.sandbox.limits import Limits
+
     bwrap = namespaces.bwrap_path()
     if not bwrap:
         pytest.skip("bubblewrap is not installed")
@@ -346,26 +380,37 @@ def test_same_user_mode_caps_a_lab_runs_folders_in_the_sandbox_never_on_the_host
     except namespaces.SandboxError as exc:
         pytest.skip(f"no sandbox here: {exc}")
     try:
-        folder = tempfile.mkdtemp(prefix="commtax-run-", dir=runs)   # as the trusted side makes one
+        folder = tempfile.mkdtemp(prefix="commtax-run-", dir=runs)  # as the trusted side makes one
         os.chmod(folder, 0o1777)
         Path(folder, "from-trusted").write_text("in")
         capped = os.statvfs(folder)
         assert capped.f_fsid != host.f_fsid and capped.f_blocks * capped.f_frsize == cap
         relay = Path(namespaces.__file__).with_name("relay.py")
         fd = sandbox.control.fileno()
-        spec = {"argv": [sys.executable, "-I", "-S", "-c", FILL, folder, str(4 * cap)], "cwd": "/",
-                "fds": [0, 1, 2], "env": {}}
-        done = subprocess.run([sys.executable, "-I", "-S", str(relay), str(fd), json.dumps(spec)], pass_fds=(fd,),
-                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
-                              env={"PATH": "/usr/bin:/bin"}, cwd="/")
+        spec = {
+            "argv": [sys.executable, "-I", "-S", "-c", FILL, folder, str(4 * cap)],
+            "cwd": "/",
+            "fds": [0, 1, 2],
+            "env": {},
+        }
+        done = subprocess.run(
+            [sys.executable, "-I", "-S", str(relay), str(fd), json.dumps(spec)],
+            pass_fds=(fd,),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={"PATH": "/usr/bin:/bin"},
+            cwd="/",
+        )
         assert done.returncode == 0, done.stderr + done.stdout
         seen = dict(line.split(" ", 1) for line in done.stdout.splitlines() if " " in line)
         assert seen["trusted"] == "in" and seen["error"] == "ENOSPC" and int(seen["written"]) <= cap, seen
-        assert Path(folder, "from-learner").read_text() == "out"   # the trusted side reads what ranks write
+        assert Path(folder, "from-learner").read_text() == "out"  # the trusted side reads what ranks write
         assert "tmpfs of their own inside the sandbox" in isolation.describe()
     finally:
         sandbox.close()
-    assert runs.is_dir() and not runs.is_symlink() and not list(runs.iterdir())   # gone with the sandbox
+    assert runs.is_dir() and not runs.is_symlink() and not list(runs.iterdir())  # gone with the sandbox
 
 
 @pytest.mark.slow  # (minutes on 2 cores) CI: the test above, on the sandbox alone
@@ -377,22 +422,26 @@ def test_a_student_filling_the_run_folders_in_same_user_mode_writes_nothing_to_t
     import glob
     import threading
     import time
+
     if not HAS_SOLUTIONS:
         pytest.skip("the student release has no solutions to grade with")
     tg = _test_grading()
     tg.needs_sandbox()
     lab02, fast = "lab-02-ring-allreduce", tg.FAST
     marker = f"fill-{os.urandom(4).hex()}"
-    folder = tg.submission(tmp_path, lab_02_ring_allreduce=tg.attack("fill_run_folder.py", marker, limit="48")
-                           + tg.reference(lab02), lab_06_tp_comm_cost=tg.reference(fast))
+    folder = tg.submission(
+        tmp_path,
+        lab_02_ring_allreduce=tg.attack("fill_run_folder.py", marker, limit="48") + tg.reference(lab02),
+        lab_06_tp_comm_cost=tg.reference(fast),
+    )
     on_host, stop = [], threading.Event()
 
     def watch():
         while not stop.is_set():
             for top in glob.glob(os.path.join(tempfile.gettempdir(), "commtax-grading-*", "runs-*")):
-                if os.path.islink(top):   # (a link leads into the sandbox's tmpfs, which is not the host's disk)
+                if os.path.islink(top):  # (a link leads into the sandbox's tmpfs, which is not the host's disk)
                     continue
-                for here, _, files in os.walk(top):   # (nor below: os.walk follows no link there)
+                for here, _, files in os.walk(top):  # (nor below: os.walk follows no link there)
                     on_host.extend(os.path.join(here, f) for f in files if f.startswith(marker))
             time.sleep(0.1)
 
@@ -416,6 +465,7 @@ def test_a_full_disk_on_the_grader_is_not_graded_machine_and_retried_never_the_s
     import errno
 
     from grading import grader
+
     tg = _test_grading()
     fast = tg.FAST
     folder = tg.submission(tmp_path, lab_06_tp_comm_cost=tg.reference(fast))
@@ -448,6 +498,7 @@ def test_the_release_ships_no_chunking_of_lab_02():
     # Issue 38: commtax/simulation/messages.py shipped Lab 02's chunk_bounds (any length, the first
     # numel % P chunks one longer). The simulator now cuts equal chunks only, and refuses the rest.
     from commtax.simulation import messages
+
     assert not hasattr(messages, "chunk_bounds")
     assert messages.equal_chunks(12, 4) == [(0, 3), (3, 6), (6, 9), (9, 12)]
     assert messages.equal_chunks(0, 3) == [(0, 0)] * 3
@@ -464,6 +515,7 @@ def test_find_catches_a_graded_function_shipped_under_another_name(tmp_path):
     # The chunking messages.py shipped, renamed in a small course tree: found by the graded function's own
     # statements, and it must be covered (a same-name search alone misses it); the equal split is no finding.
     from grading import answers
+
     lab = tmp_path / "labs" / "lab-02-ring-allreduce"
     lab.mkdir(parents=True)
     for name in ("solution.py", "test_lab.py"):
@@ -472,7 +524,8 @@ def test_find_catches_a_graded_function_shipped_under_another_name(tmp_path):
     (tmp_path / "commtax" / "split.py").write_text(
         "def even_split(numel, parts):\n    base, extra = divmod(numel, parts)\n    bounds, start = [], 0\n"
         "    for i in range(parts):\n        stop = start + base + (1 if i < extra else 0)\n"
-        "        bounds.append((start, stop))\n        start = stop\n    return bounds\n")
+        "        bounds.append((start, stop))\n        start = stop\n    return bounds\n"
+    )
     shutil.copy(ROOT / "commtax" / "simulation" / "messages.py", tmp_path / "commtax" / "messages.py")
     found = [f for f in answers.find(tmp_path) if f.name == "chunk_bounds"]
     assert [f.definition.where for f in found] == ["commtax/split.py::even_split"], found

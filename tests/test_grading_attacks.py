@@ -48,7 +48,7 @@ pytestmark = NEEDS_SOLUTIONS
 
 
 def test_forged_results_fake_output_and_pipe_injection_gain_nothing(tmp_path):
-    forge = r'''
+    forge = r"""
 import json, os, sys
 fake = {"score": 100, "tests": [{"name": "everything", "score": 100, "status": "passed"}]}
 for place in ("results.json", "../results.json", "/tmp/results.json"):
@@ -63,24 +63,26 @@ for fd in range(3, 64):  # write a "passed" record into every open descriptor
         os.write(fd, (line + "\n").encode())
     except OSError:
         pass
-'''
+"""
     shipped = (ROOT / "labs" / FAST / "starter.py").read_text()
     result = grade(submission(tmp_path, lab_06_tp_comm_cost=forge + shipped), [FAST])
     assert lab_result(result, FAST).score == 0
 
 
 def test_reaching_for_the_solution_gains_nothing(tmp_path):
-    cheat = ("try:\n    from solution import *\nexcept ImportError:\n    pass\n"
-             "try:\n    from commtax.labs import load_lab\n"
-             "    globals().update(vars(load_lab('lab-06-tp-comm-cost', 'solution')))\n"
-             "except Exception:\n    pass\n")
+    cheat = (
+        "try:\n    from solution import *\nexcept ImportError:\n    pass\n"
+        "try:\n    from commtax.labs import load_lab\n"
+        "    globals().update(vars(load_lab('lab-06-tp-comm-cost', 'solution')))\n"
+        "except Exception:\n    pass\n"
+    )
     shipped = (ROOT / "labs" / FAST / "starter.py").read_text()
     result = grade(submission(tmp_path, lab_06_tp_comm_cost=cheat + shipped), [FAST])
     assert lab_result(result, FAST).score == 0
 
 
 def test_hidden_tests_count_but_never_show_their_source(tmp_path):
-    result = graded_starters(tuple(REPRESENTATIVE))   # Lab 01's shipped starter fails its hidden tests
+    result = graded_starters(tuple(REPRESENTATIVE))  # Lab 01's shipped starter fails its hidden tests
     hidden = [t for t in lab_result(result, "lab-01-alpha-beta").tests if t.hidden]
     assert hidden and all(t.message == "hidden test failed" for t in hidden)
     outputs = [reports.table(result), json.dumps(reports.gradescope(result)), json.dumps(reports.classroom(result))]
@@ -99,27 +101,35 @@ def digest(paths) -> str:
 
 @pytest.mark.parametrize("mode", MODES)
 def test_patching_pytest_reporting_from_the_learner_module_gains_nothing(tmp_path, mode):
-    graded = grade_as(mode, submission(tmp_path, lab_06_tp_comm_cost=attack("patch_reporting.py") + shipped(FAST)),
-                      [FAST], tmp_path)
+    graded = grade_as(
+        mode, submission(tmp_path, lab_06_tp_comm_cost=attack("patch_reporting.py") + shipped(FAST)), [FAST], tmp_path
+    )
     assert graded.scores[FAST][0] == 0 < graded.scores[FAST][1], graded.mode
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_walking_gc_and_proc_for_the_key_and_forging_records_gains_nothing(tmp_path, mode):
-    graded = grade_as(mode, submission(tmp_path, lab_06_tp_comm_cost=attack("forge_channel.py") + shipped(FAST)),
-                      [FAST], tmp_path)
+    graded = grade_as(
+        mode, submission(tmp_path, lab_06_tp_comm_cost=attack("forge_channel.py") + shipped(FAST)), [FAST], tmp_path
+    )
     assert graded.scores[FAST][0] == 0, graded.mode
 
 
-@pytest.mark.parametrize("name", ["rewrite_other_labs.py",
-                                  # the same read-only tree, from a second angle (the suite's time: 25 min on 2 cores)
-                                  pytest.param("write_other_lab.py", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "rewrite_other_labs.py",
+        # the same read-only tree, from a second angle (the suite's time: 25 min on 2 cores)
+        pytest.param("write_other_lab.py", marks=pytest.mark.slow),
+    ],
+)
 @pytest.mark.parametrize("mode", MODES)
 def test_rewriting_another_labs_tests_or_folder_gains_nothing(tmp_path, mode, name):
     watched = [ROOT / "labs" / FAST / "test_lab.py", ROOT / "labs" / "lab-01-alpha-beta" / "test_lab.py"]
     before = digest(watched)
-    folder = submission(tmp_path, lab_01_alpha_beta=attack(name) + shipped("lab-01-alpha-beta"),
-                        lab_06_tp_comm_cost=shipped(FAST))
+    folder = submission(
+        tmp_path, lab_01_alpha_beta=attack(name) + shipped("lab-01-alpha-beta"), lab_06_tp_comm_cost=shipped(FAST)
+    )
     graded = grade_as(mode, folder, ["lab-01-alpha-beta", FAST], tmp_path)
     assert graded.scores[FAST][0] == 0 and graded.scores["lab-01-alpha-beta"][0] == 0, graded.mode
     assert digest(watched) == before and not (ROOT / "labs" / FAST / "conftest.py").exists()
@@ -138,7 +148,7 @@ def test_reading_the_hidden_tests_or_other_processes_leaks_nothing(tmp_path, mod
     assert CANARY not in seen, "the grader's environment reached the learner's code"
 
 
-@pytest.mark.slow   # CI: test_a_rank_that_names_trusted_files_in_its_stack_gets_none_of_them_quoted
+@pytest.mark.slow  # CI: test_a_rank_that_names_trusted_files_in_its_stack_gets_none_of_them_quoted
 @pytest.mark.parametrize("mode", MODES)
 def test_a_rank_that_forges_its_stack_gets_other_files_named_never_quoted(tmp_path, mode):
     # Ranks name answer files in a forged stack dump and heartbeat, and swap their
@@ -148,12 +158,16 @@ def test_a_rank_that_forges_its_stack_gets_other_files_named_never_quoted(tmp_pa
     assert graded.scores["lab-02-ring-allreduce"][0] == 0, graded.mode
     seen = graded.seen()
     assert "formulas/collectives.py:" in seen, graded.mode
-    answers = {line.strip() for name in ("collectives.py", "network.py", "bill.py")
-               for line in (ROOT / "commtax" / "formulas" / name).read_text().splitlines() if len(line.strip()) > 24}
+    answers = {
+        line.strip()
+        for name in ("collectives.py", "network.py", "bill.py")
+        for line in (ROOT / "commtax" / "formulas" / name).read_text().splitlines()
+        if len(line.strip()) > 24
+    }
     assert not [line for line in answers if line in seen], graded.mode
 
 
-@pytest.mark.slow   # CI: the secret seed against a forger in test_tp_ranks_that_compute_every_shard_locally_..., the
+@pytest.mark.slow  # CI: the secret seed against a forger in test_tp_ranks_that_compute_every_shard_locally_..., the
 #                    kernel's count and a sandbox per rank in test_swapping_inputs_through_shared_files_...[lab-02]
 def test_ranks_that_rebuild_the_inputs_and_bump_their_byte_counters_gain_nothing(tmp_path):
     # No message sent: each rank rebuilds every input from the public seeds and adds to the byte counter in
@@ -164,8 +178,13 @@ def test_ranks_that_rebuild_the_inputs_and_bump_their_byte_counters_gain_nothing
     text = shipped("lab-02-ring-allreduce") + attack("rank_forgery_suffix.py")
     # 60 s is plenty on a quiet 2-core machine (the value tests fail at once; the jobs still start ranks)
     deadline = min(300, round(60 * max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))))
-    graded = grade_as(mode, submission(tmp_path, lab_02_ring_allreduce=text), ["lab-02-ring-allreduce"], tmp_path,
-                      lab_timeout=deadline)
+    graded = grade_as(
+        mode,
+        submission(tmp_path, lab_02_ring_allreduce=text),
+        ["lab-02-ring-allreduce"],
+        tmp_path,
+        lab_timeout=deadline,
+    )
     assert graded.scores["lab-02-ring-allreduce"][0] == 0, graded.seen()[:3000]
     if ISOLATION == "namespaces":  # the bytes test failed on the kernel's count, not on the forged one
         assert "counted outside your processes" in graded.seen(), graded.seen()[:3000]
@@ -173,7 +192,8 @@ def test_ranks_that_rebuild_the_inputs_and_bump_their_byte_counters_gain_nothing
 
 SIDE_CHANNEL_LABS = [pytest.param("lab-02-ring-allreduce", id="lab-02")] + [
     pytest.param(lab, id=lab[:6], marks=pytest.mark.slow)
-    for lab in ("lab-07-pipeline-schedules", "lab-09-ddp-overlap", "lab-10-moe-all-to-all", "lab-13-context-parallel")]
+    for lab in ("lab-07-pipeline-schedules", "lab-09-ddp-overlap", "lab-10-moe-all-to-all", "lab-13-context-parallel")
+]
 
 
 @pytest.mark.parametrize("lab", SIDE_CHANNEL_LABS)
@@ -186,19 +206,23 @@ def test_swapping_inputs_through_shared_files_gains_nothing_with_a_sandbox_per_r
     if not (IS_ROOT and nested_missing() is None):
         pytest.skip(f"no sandbox per rank here: {nested_missing() if IS_ROOT else 'not root'}")
     # the part every lab's version shares goes before the starter, the lab's own functions after it
-    text = (attack("swap_inputs_through_tmp.py") + shipped(lab)
-            + attack(f"swap_inputs_through_tmp_lab{lab[4:6]}_suffix.py"))
+    text = (
+        attack("swap_inputs_through_tmp.py") + shipped(lab) + attack(f"swap_inputs_through_tmp_lab{lab[4:6]}_suffix.py")
+    )
     # The jobs wait for notes that never come: the lab ends at its deadline with no point (30 s, stretched
     # with the load; nothing it could gain needs longer: Lab 02's whole reference grades in about 25 s).
     deadline = min(300, round(30 * max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))))
-    graded = grade_as("root", submission(tmp_path, **{lab.replace("-", "_"): text}), [lab], tmp_path,
-                      lab_timeout=deadline)
+    graded = grade_as(
+        "root", submission(tmp_path, **{lab.replace("-", "_"): text}), [lab], tmp_path, lab_timeout=deadline
+    )
     assert graded.scores[lab][0] == 0, graded.seen()[:3000]
     assert "a nested sandbox of its own" in graded.seen()  # the report says each rank had one
 
 
-REFUSED_CHANNELS = [pytest.param("swap_inputs_over_netlink_suffix.py", id="netlink", marks=pytest.mark.slow),
-                    pytest.param("swap_inputs_through_file_locks_suffix.py", id="file-locks", marks=pytest.mark.slow)]
+REFUSED_CHANNELS = [
+    pytest.param("swap_inputs_over_netlink_suffix.py", id="netlink", marks=pytest.mark.slow),
+    pytest.param("swap_inputs_through_file_locks_suffix.py", id="file-locks", marks=pytest.mark.slow),
+]
 
 
 @pytest.mark.parametrize("name", REFUSED_CHANNELS)
@@ -213,8 +237,13 @@ def test_channels_between_ranks_the_seccomp_program_refuses_gain_nothing_with_a_
         pytest.skip(f"no sandbox per rank here: {nested_missing() if IS_ROOT else 'not root'}")
     lab = "lab-02-ring-allreduce"
     deadline = min(300, round(30 * max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))))
-    graded = grade_as("root", submission(tmp_path, lab_02_ring_allreduce=shipped(lab) + attack(name)), [lab],
-                      tmp_path, lab_timeout=deadline)
+    graded = grade_as(
+        "root",
+        submission(tmp_path, lab_02_ring_allreduce=shipped(lab) + attack(name)),
+        [lab],
+        tmp_path,
+        lab_timeout=deadline,
+    )
     assert graded.scores[lab][0] == 0, graded.seen()[:3000]
     assert "no file locks" in graded.seen()  # the report names what the seccomp program refuses
 
@@ -235,6 +264,7 @@ def test_a_rank_sees_no_file_and_no_process_of_another_rank_in_a_sandbox_per_ran
     from commtax.ranks.launch import DistributedRunError, run_ranks
     from grading.sandbox import namespaces
     from grading.sandbox.limits import Limits
+
     sys.path.insert(0, str(ATTACKS))
     try:
         import rank_snoop
@@ -275,7 +305,9 @@ def test_a_rank_sees_no_file_and_no_process_of_another_rank_in_a_sandbox_per_ran
             link.symlink_to(path)
     sandbox = isolation.open(box, runs, ROOT / "grading" / "sandbox" / "agent.py")
     try:
-        monkeypatch.setenv("COMMTAX_SANDBOX", json.dumps(sandbox.settings(ROOT, ROOT / "grading" / "sandbox" / "relay.py")))
+        monkeypatch.setenv(
+            "COMMTAX_SANDBOX", json.dumps(sandbox.settings(ROOT, ROOT / "grading" / "sandbox" / "relay.py"))
+        )
         boxed = run_ranks(rank_snoop.drop_and_look, 2, (marker,), timeout=120)
         # Rank 0 wrote its notes (in the run folder: into a private copy, the real one is hidden), and
         # rank 1 saw none of them.
@@ -285,8 +317,9 @@ def test_a_rank_sees_no_file_and_no_process_of_another_rank_in_a_sandbox_per_ran
         assert boxed[0]["unix_socket"] == "Operation not permitted", boxed  # the seccomp filter
         locks = {"ofd_lock", "flock"}
         for rank in (0, 1):
-            assert boxed[rank]["channels"] == {name: "No locks available" if name in locks else "Operation not permitted"
-                                               for name in refused}, boxed[rank]["channels"]
+            assert boxed[rank]["channels"] == {
+                name: "No locks available" if name in locks else "Operation not permitted" for name in refused
+            }, boxed[rank]["channels"]
         assert boxed[1]["lock_seen"] == "No locks available", boxed  # F_OFD_GETLK refused too
         assert boxed.wire_bytes is not None and 0 < boxed.wire_bytes < 64 * 1024, boxed.wire_bytes
         with pytest.raises(DistributedRunError) as caught:
@@ -316,8 +349,9 @@ def test_tp_ranks_that_compute_every_shard_locally_behind_zero_all_reduces_gain_
     text = shipped(LAB05) + attack("tp_shards_computed_locally_lab05_suffix.py")
     # 60 s is plenty on a quiet 2-core machine (both jobs run; the tests then fail at once)
     deadline = min(300, round(60 * max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))))
-    graded = grade_as(mode, submission(tmp_path, lab_05_tensor_parallel_layers=text), [LAB05], tmp_path,
-                      lab_timeout=deadline)
+    graded = grade_as(
+        mode, submission(tmp_path, lab_05_tensor_parallel_layers=text), [LAB05], tmp_path, lab_timeout=deadline
+    )
     got, most = graded.scores[LAB05]
     assert most == 46 and got <= len(LAB05_NOT_FORGED), graded.seen()[:3000]
     passed = re.findall(r'"name": "lab-05-tensor-parallel-layers: (test_\w+)[^"]*", "score": [1-9]', graded.seen())
@@ -344,6 +378,7 @@ def test_returning_crafted_objects_runs_nothing_and_gains_nothing(tmp_path, mode
 
 def test_a_rank_that_returns_a_crafted_pickle_is_a_failed_rank_and_runs_nothing(tmp_path):
     from commtax.ranks.launch import DistributedRunError, run_ranks
+
     sys.path.insert(0, str(ATTACKS))
     try:
         import rank_worker
@@ -355,12 +390,15 @@ def test_a_rank_that_returns_a_crafted_pickle_is_a_failed_rank_and_runs_nothing(
     assert not marker.exists()
 
 
-@pytest.mark.slow   # CI: test_a_forking_chain_and_its_notes_end_with_the_lab (a chain outlives more than one fork)
+@pytest.mark.slow  # CI: test_a_forking_chain_and_its_notes_end_with_the_lab (a chain outlives more than one fork)
 @pytest.mark.parametrize("mode", MODES)
 def test_a_forked_daemon_does_not_outlive_its_lab(tmp_path, mode):
     marker = f"commtax-attack-daemon-{os.urandom(6).hex()}"
-    folder = submission(tmp_path, lab_01_alpha_beta=attack("fork_outlive.py", marker) + shipped("lab-01-alpha-beta"),
-                        lab_06_tp_comm_cost=shipped(FAST))
+    folder = submission(
+        tmp_path,
+        lab_01_alpha_beta=attack("fork_outlive.py", marker) + shipped("lab-01-alpha-beta"),
+        lab_06_tp_comm_cost=shipped(FAST),
+    )
     graded = grade_as(mode, folder, ["lab-01-alpha-beta", FAST], tmp_path)
     assert graded.scores[FAST][0] == 0 and graded.scores["lab-01-alpha-beta"][0] == 0, graded.mode
     time.sleep(0.5)

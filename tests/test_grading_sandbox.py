@@ -43,8 +43,10 @@ pytestmark = NEEDS_SOLUTIONS
 # ISOLATED: the two modes, each in an OS sandbox (skipped where bubblewrap cannot make one here; the
 # fallback's claims are tested with isolation="none").
 
-ISOLATED = [pytest.param("root", marks=pytest.mark.skipif(not IS_ROOT, reason="root mode needs the tests to run as root")),
-            SAME_USER]
+ISOLATED = [
+    pytest.param("root", marks=pytest.mark.skipif(not IS_ROOT, reason="root mode needs the tests to run as root")),
+    SAME_USER,
+]
 
 
 PLANTED_IN = ("/tmp", "/dev/shm", "/run/lock", "/var/tmp")
@@ -58,7 +60,9 @@ def planted(marker: str) -> list:
             rows = Path(f"/proc/sysvipc/{kind}").read_text().splitlines()[1:]
         except OSError:
             continue
-        found += [f"System V {kind} {row.split()[0]}" for row in rows if row.split() and row.split()[0] == str(0x5EED21)]
+        found += [
+            f"System V {kind} {row.split()[0]}" for row in rows if row.split() and row.split()[0] == str(0x5EED21)
+        ]
     return found
 
 
@@ -82,13 +86,17 @@ def test_the_report_says_which_isolation_was_in_force_and_the_fallback_what_it_l
 def checkout_modes() -> dict:
     """The mode of the checkout, of each entry at its top and of the hidden tests: what root mode's fallback
     closes to other users while it grades."""
-    return {str(p): oct(p.stat().st_mode & 0o7777) for p in [ROOT, *ROOT.iterdir(), ROOT / "grading" / "hidden"]
-            if not p.is_symlink() and p.exists()}
+    return {
+        str(p): oct(p.stat().st_mode & 0o7777)
+        for p in [ROOT, *ROOT.iterdir(), ROOT / "grading" / "hidden"]
+        if not p.is_symlink() and p.exists()
+    }
 
 
 def test_without_bubblewrap_the_grader_refuses_unless_told_and_then_warns_loudly(tmp_path, monkeypatch):
     """A teacher who forgot to install bubblewrap must not believe their grades are sandboxed."""
     from grading.sandbox import namespaces
+
     monkeypatch.setattr(namespaces, "bwrap_path", lambda: None)
     folder = submission(tmp_path, lab_06_tp_comm_cost=shipped(FAST))
     with pytest.raises(NoSandbox, match=r"bubblewrap \(bwrap\) is not installed.*apt-get install bubblewrap"):
@@ -102,8 +110,14 @@ def test_without_bubblewrap_the_grader_refuses_unless_told_and_then_warns_loudly
 def test_the_command_line_refuses_without_a_sandbox_with_one_readable_line(tmp_path):
     """``python -m grading grade`` exits 2 with the reason and the way out, not a traceback."""
     env = dict(os.environ, PATH=str(tmp_path))  # no bwrap on this PATH
-    proc = subprocess.run([sys.executable, "-m", "grading", "grade", "--labs", FAST], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "grading", "grade", "--labs", FAST],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "refused: no OS sandbox" in proc.stderr and "--isolation auto" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -127,8 +141,9 @@ def test_patching_the_graders_own_files_runs_nothing_in_the_deciding_process(tmp
         pytest.skip("the fallback's same-user mode is tried as an unprivileged teacher, which needs root")
     marker = Path("/tmp") / f"commtax-attack-{os.urandom(6).hex()}"
     text = attack("patch_grader.py", str(marker), scope="commtax-teacher-") + shipped(FAST)
-    graded = grade_as("same-user", submission(tmp_path, lab_06_tp_comm_cost=text), [FAST], tmp_path,
-                      isolation=isolation)
+    graded = grade_as(
+        "same-user", submission(tmp_path, lab_06_tp_comm_cost=text), [FAST], tmp_path, isolation=isolation
+    )
     assert graded.scores[FAST][0] == 0, graded.mode
     assert not marker.exists(), "the deciding process imported a file the learner's code patched"
     if isolation == "namespaces":
@@ -145,20 +160,25 @@ def test_a_rank_that_names_trusted_files_in_its_stack_gets_none_of_them_quoted(t
     public = "\n".join(p.read_text() for p in (ROOT / "labs" / lab).glob("*.py") if p.name != "solution.py")
     secret = [line.strip() for line in answers if len(line.strip()) > 30 and line.strip() not in public]
     text = attack("quote_from_stack.py") + reference(lab)
-    graded = grade_as("root" if IS_ROOT else "same-user", submission(tmp_path, lab_07_pipeline_schedules=text),
-                      [lab], tmp_path)
+    graded = grade_as(
+        "root" if IS_ROOT else "same-user", submission(tmp_path, lab_07_pipeline_schedules=text), [lab], tmp_path
+    )
     seen = graded.seen()
     assert graded.scores[lab][0] < graded.scores[lab][1]
     assert not re.search(r"collectives\.py:\d+ in \w+: `", seen), "a line of a file the rank named was quoted"
     assert not [line for line in secret if line in seen], "a line of the withheld answers was quoted"
 
 
-@pytest.mark.parametrize("mode,isolation", [pytest.param("root", "namespaces", id="root"),
-                                            pytest.param("same-user", "namespaces", id="same-user",
-                                                         marks=[pytest.mark.slow] if IS_ROOT else []),
-                                            # the fallback: the same check without namespaces (CI runs the fallback
-                                            # in the test of the grader's own files, whose stakes are higher)
-                                            pytest.param("root", "none", id="root-fallback", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "mode,isolation",
+    [
+        pytest.param("root", "namespaces", id="root"),
+        pytest.param("same-user", "namespaces", id="same-user", marks=[pytest.mark.slow] if IS_ROOT else []),
+        # the fallback: the same check without namespaces (CI runs the fallback
+        # in the test of the grader's own files, whose stakes are higher)
+        pytest.param("root", "none", id="root-fallback", marks=pytest.mark.slow),
+    ],
+)
 def test_hidden_test_inputs_never_reach_a_visible_message(tmp_path, mode, isolation):
     if mode == "root" and not IS_ROOT:
         pytest.skip("root mode needs the tests to run as root")
@@ -166,8 +186,9 @@ def test_hidden_test_inputs_never_reach_a_visible_message(tmp_path, mode, isolat
         needs_sandbox()
     marker = f"commtax-attack-{os.urandom(6).hex()}"
     text = shipped("lab-01-alpha-beta") + attack("hidden_inputs.py", marker)
-    graded = grade_as(mode, submission(tmp_path, lab_01_alpha_beta=text), ["lab-01-alpha-beta"], tmp_path,
-                      isolation=isolation)
+    graded = grade_as(
+        mode, submission(tmp_path, lab_01_alpha_beta=text), ["lab-01-alpha-beta"], tmp_path, isolation=isolation
+    )
     seen = graded.seen()
     assert graded.scores["lab-01-alpha-beta"][0] == 0 and "SEEN" in seen, graded.mode
     # The hidden tests call allreduce_time(3e6, 1000, 7e-6, 25e9, "ring") and
@@ -180,9 +201,11 @@ def test_hidden_test_inputs_never_reach_a_visible_message(tmp_path, mode, isolat
 def test_a_forking_chain_and_its_notes_end_with_the_lab(tmp_path, mode):
     needs_sandbox()
     marker = f"commtax-attack-{os.urandom(6).hex()}"
-    folder = submission(tmp_path,
-                        lab_01_alpha_beta=attack("outlive_and_plant.py", marker) + shipped("lab-01-alpha-beta"),
-                        lab_06_tp_comm_cost=reference(FAST) + attack("read_notes.py", marker))
+    folder = submission(
+        tmp_path,
+        lab_01_alpha_beta=attack("outlive_and_plant.py", marker) + shipped("lab-01-alpha-beta"),
+        lab_06_tp_comm_cost=reference(FAST) + attack("read_notes.py", marker),
+    )
     graded = grade_as(mode, folder, ["lab-01-alpha-beta", FAST], tmp_path)
     seen = graded.seen()
     assert graded.scores[FAST][0] == 0 and "NOTES nothing" in seen, seen[-3000:]
@@ -213,6 +236,7 @@ def test_processes_under_the_per_process_limit_share_one_cgroup_memory_bound_tha
     needs_sandbox()
     from grading.sandbox import cgroup
     from grading.sandbox.limits import GiB, Limits
+
     found = cgroup.find()
     if isinstance(found, str) or not IS_ROOT:
         pytest.skip(f"no cgroup can be made here: {found if isinstance(found, str) else 'not root'}")
@@ -234,6 +258,7 @@ def test_each_lab_run_gets_a_cpu_cgroup_of_its_own_so_concurrent_runs_share_the_
     an equal share however many processes it starts: a process that joined a run is in that run's cgroup in
     the cpu hierarchy, and the report line says so."""
     from grading.sandbox import cgroup
+
     found = cgroup.find()
     if isinstance(found, str) or not IS_ROOT:
         pytest.skip(f"no cgroup can be made here: {found if isinstance(found, str) else 'not root'}")
@@ -243,12 +268,16 @@ def test_each_lab_run_gets_a_cpu_cgroup_of_its_own_so_concurrent_runs_share_the_
         pytest.skip("no cpu controller for the grader's cgroups here")
     run = found.make(2**30, 64)
     try:
-        out = subprocess.run(["cat", "/proc/self/cgroup"], preexec_fn=run.join, capture_output=True, text=True,
-                             timeout=30).stdout
+        out = subprocess.run(
+            ["cat", "/proc/self/cgroup"], preexec_fn=run.join, capture_output=True, text=True, timeout=30
+        ).stdout
     finally:
         run.close()
-    cpu = [line for line in out.splitlines()
-           if (line.startswith("0::") if found.version == 2 else "cpu" in line.split(":")[1].split(","))]
+    cpu = [
+        line
+        for line in out.splitlines()
+        if (line.startswith("0::") if found.version == 2 else "cpu" in line.split(":")[1].split(","))
+    ]
     assert cpu and all(line.rstrip().endswith(run.folders[-1].name) for line in cpu), (out, run.folders)
     assert "an equal share of the CPU with other lab runs" in found.describe(2**30, 64)
 
@@ -257,6 +286,7 @@ def test_where_no_cgroup_can_be_made_the_sandbox_goes_on_and_its_report_line_say
     """No hierarchy, or a cgroup v2 without delegated controllers: a reason, never an error; the report says it."""
     from grading.sandbox import cgroup, namespaces
     from grading.sandbox.limits import Limits
+
     assert "no cgroup v1 memory hierarchy" in cgroup.find(tmp_path)
     (tmp_path / "v2").mkdir()
     for name in ("cgroup.controllers", "cgroup.subtree_control"):
@@ -275,13 +305,17 @@ def test_a_runs_cgroup_caps_its_processes_and_closing_it_kills_them_all_and_remo
     """Real cgroup (root): 50 forks against a cap of 20 are refused and reported; close() leaves nothing
     (the cgroup's folders can only be removed once no process is left in them)."""
     from grading.sandbox import cgroup
+
     found = cgroup.find()
     if isinstance(found, str):
         pytest.skip(f"no cgroup can be made here: {found}")
     run = found.make(256 * 2**20, 20)
     try:
-        shell = subprocess.Popen(["/bin/sh", "-c", "for i in $(seq 50); do sleep 60 & done; sleep 60"],
-                                 preexec_fn=run.join, stderr=subprocess.DEVNULL)
+        shell = subprocess.Popen(
+            ["/bin/sh", "-c", "for i in $(seq 50); do sleep 60 & done; sleep 60"],
+            preexec_fn=run.join,
+            stderr=subprocess.DEVNULL,
+        )
         run.close_join()
         deadline = time.monotonic() + 30
         while "process limit" not in run.limits_hit() and time.monotonic() < deadline:
@@ -306,11 +340,14 @@ def _running(pid: int) -> bool:
 
 def test_a_runs_cgroup_events_become_the_reports_sentence_on_what_limit_it_reached(tmp_path):
     from grading.sandbox import cgroup
+
     (tmp_path / "memory.events").write_text("low 0\nhigh 0\nmax 12\noom 2\noom_kill 2\n")
     (tmp_path / "pids.events").write_text("max 0\n")
     run = cgroup.RunCgroup(2, [tmp_path], 2**30, 100)
-    assert run.limits_hit() == ("the lab run reached its memory limit (1 GiB for all its processes together): "
-                                "the kernel killed 2 of its processes (out of memory)")
+    assert run.limits_hit() == (
+        "the lab run reached its memory limit (1 GiB for all its processes together): "
+        "the kernel killed 2 of its processes (out of memory)"
+    )
     (tmp_path / "memory.events").write_text("max 0\noom 0\noom_kill 0\n")
     assert run.limits_hit() == ""
     (tmp_path / "pids.events").write_text("max 7\n")
@@ -321,6 +358,7 @@ def test_a_runs_cgroup_events_become_the_reports_sentence_on_what_limit_it_reach
 def test_answers_elsewhere_on_the_machine_are_out_of_reach(tmp_path, mode):
     needs_sandbox()
     import tempfile
+
     other = Path(tempfile.mkdtemp(prefix="commtax-other-checkout-"))
     try:
         (other / "labs" / FAST).mkdir(parents=True)
@@ -338,8 +376,13 @@ def test_answers_elsewhere_on_the_machine_are_out_of_reach(tmp_path, mode):
 def grade_many(folder: Path, tmp_path: Path, labs=(FAST,)) -> dict:
     """``grade-many`` on ``folder``: {submission: its CSV row}."""
     out = tmp_path / "grades.csv"
-    proc = subprocess.run([sys.executable, "-m", "grading", "grade-many", str(folder), "--labs", *labs,
-                           "--csv", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, "-m", "grading", "grade-many", str(folder), "--labs", *labs, "--csv", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = list(csv.reader(out.open()))
     assert rows[0] == ["student_id", "score", "max_score", *labs, "problem", "flags"]
@@ -356,9 +399,9 @@ def test_grade_many_refuses_links_fifos_and_huge_files_and_grades_everyone_else(
     (folder / "alice" / FAST).mkdir()
     with open(folder / "alice" / FAST / "starter.py", "wb") as f:  # 40 GB, sparse: once a MemoryError
         f.truncate(40 * 2**30)
-    (folder / "bob" / FAST).symlink_to(folder / "carol" / FAST)     # bob hands in carol's work
+    (folder / "bob" / FAST).symlink_to(folder / "carol" / FAST)  # bob hands in carol's work
     (folder / "dave" / FAST).mkdir()
-    os.mkfifo(folder / "dave" / FAST / "starter.py")               # opening it would wait forever
+    os.mkfifo(folder / "dave" / FAST / "starter.py")  # opening it would wait forever
     (folder / "eve").symlink_to(folder / "carol")
     rows = grade_many(folder, tmp_path)
     most = rows["carol"][2]
@@ -373,8 +416,25 @@ def test_hostile_messages_reach_every_report_as_plain_printable_text(tmp_path):
     folder = submission(tmp_path, lab_06_tp_comm_cost=shipped(FAST) + attack("hostile_text.py"))
     out = tmp_path / "results.json"
     env = dict(os.environ, PYTHONIOENCODING="utf-8:strict")
-    table = subprocess.run([sys.executable, "-m", "grading", "grade", str(folder), "--labs", FAST, "--format",
-                            "gradescope", "--out", str(out)], cwd=ROOT, capture_output=True, env=env, timeout=600)
+    table = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grading",
+            "grade",
+            str(folder),
+            "--labs",
+            FAST,
+            "--format",
+            "gradescope",
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        env=env,
+        timeout=600,
+    )
     assert table.returncode == 0, table.stderr[-2000:]
     printed = table.stderr.decode("utf-8")  # the table goes to stderr with --out: it printed, and is UTF-8
     results = json.loads(out.read_text())

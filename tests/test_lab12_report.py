@@ -35,15 +35,23 @@ def _readme_example() -> list[str]:
 def _correct_default_run(dp=2, tp=2, pp=2):
     """What the 8 ranks of a correct default run return, where the numbers do not depend on the machine."""
     sizes = dict(wholebill.SIZES)
-    bill = wholebill.predicted_bytes(sizes["layers"], sizes["hidden"], sizes["micro_batch"], sizes["seq"],
-                                     sizes["microbatches"], dp, tp, pp)
+    bill = wholebill.predicted_bytes(
+        sizes["layers"], sizes["hidden"], sizes["micro_batch"], sizes["seq"], sizes["microbatches"], dp, tp, pp
+    )
     bill["other"] = 0.0
-    losses = wholebill.reference_losses(sizes["layers"], sizes["hidden"],
-                                        dp * sizes["micro_batch"] * sizes["microbatches"], sizes["seq"],
-                                        sizes["steps"], sizes["lr"])
-    rank = {"measured": {"forward": 1e-3, "backward": 2e-3, "p2p": 1e-4, "dp": 1e-3},
-            "result": {"step_s": [0.02] * sizes["steps"], "loss": losses, "ledger": dict(bill)},
-            "counted": dict(bill)}
+    losses = wholebill.reference_losses(
+        sizes["layers"],
+        sizes["hidden"],
+        dp * sizes["micro_batch"] * sizes["microbatches"],
+        sizes["seq"],
+        sizes["steps"],
+        sizes["lr"],
+    )
+    rank = {
+        "measured": {"forward": 1e-3, "backward": 2e-3, "p2p": 1e-4, "dp": 1e-3},
+        "result": {"step_s": [0.02] * sizes["steps"], "loss": losses, "ledger": dict(bill)},
+        "counted": dict(bill),
+    }
     return wholebill.reconcile([rank] * (dp * tp * pp), dp, tp, pp, sizes, learner_prediction=dict(bill))
 
 
@@ -54,10 +62,14 @@ def test_readme_example_is_what_the_default_run_prints_but_the_times(capsys):
     printed = capsys.readouterr().out.rstrip("\n").splitlines()
     shown = _readme_example()
     assert len(shown) == len(printed), (
-        f"the README's example has {len(shown)} lines, a default run prints {len(printed)}:\n" + "\n".join(printed))
+        f"the README's example has {len(shown)} lines, a default run prints {len(printed)}:\n" + "\n".join(printed)
+    )
     for number, (want, got) in enumerate(zip(printed, shown), 1):
         if want.startswith("step: predicted"):
-            assert re.fullmatch(r"step: predicted .+, measured .+ \(\d+\.\d\dx, (within|outside) 2x; "
-                                r"load average [\d.]+ on \d+ cores\)", got), f"README line {number}: {got!r}"
+            assert re.fullmatch(
+                r"step: predicted .+, measured .+ \(\d+\.\d\dx, (within|outside) 2x; "
+                r"load average [\d.]+ on \d+ cores\)",
+                got,
+            ), f"README line {number}: {got!r}"
         else:
             assert got == want, f"README example, line {number}: shows {got!r}, a default run prints {want!r}"

@@ -21,6 +21,7 @@ from tests.launch_support import DEADLINE, DETECTED_WITHIN, LONG_DEADLINE, load_
 
 # -- workers (top level of this file: each rank imports it by path) -------------
 
+
 def mismatched_collectives(rank, world_size):
     t = torch.zeros(3)
     if rank == 0:
@@ -52,6 +53,7 @@ def count_all_reduces_then_run(rank, world_size, lab):
 
 # -- deadlocks cost seconds, and say which line and why ---------------------------------
 
+
 def test_mismatched_collectives_are_stopped_as_a_deadlock_with_both_stacks():
     start = time.monotonic()
     with pytest.raises(DistributedRunError) as info:
@@ -64,12 +66,11 @@ def test_mismatched_collectives_are_stopped_as_a_deadlock_with_both_stacks():
     assert "in mismatched_collectives" in message  # the learner's own frame is shown
 
 
-@pytest.mark.slow   # the deadline's own path; CI covers it in test_an_infinite_loop_is_killed_... (suite time)
+@pytest.mark.slow  # the deadline's own path; CI covers it in test_an_infinite_loop_is_killed_... (suite time)
 def test_mismatched_collectives_end_at_the_deadline_without_the_detector():
     with pytest.raises(DistributedRunError) as info:
         # Both ranks must reach their collectives before the deadline: it follows the machine's load.
-        run_ranks(mismatched_collectives, 2, timeout=(deadline := round(DEADLINE * load_factor())),
-                  deadlock_after=None)
+        run_ranks(mismatched_collectives, 2, timeout=(deadline := round(DEADLINE * load_factor())), deadlock_after=None)
     err = info.value
     assert {f.how for f in err.failures} == {"stuck"} and not any(f.deadlocked for f in err.failures)
     assert f"was still running when the {deadline:g} s deadline passed" in str(err).splitlines()[0]
@@ -85,18 +86,36 @@ def test_a_barrier_in_finally_is_reported_on_the_line_that_hangs():
     assert "test_launch_deadlocks.py:" in str(info.value).splitlines()[1]  # rank 0's line of the worker
 
 
-@pytest.mark.parametrize("worker,what,hint", [
-    ("ring_that_receives_first", "every rank waits in recv() and no message is on its way",
-     "the ranks all receive before they send"),
-    ("ring_that_sends_first_with_a_blocking_send", "every rank is blocked in send()",
-     "Post the send with dist.isend"),
-    ("ring_with_a_wrong_tag", "a recv's tag matches no send",
-     "rank 0 waits for tag 1 from rank 2 while rank 2 sent it tag 0"),
-    ("ring_with_a_wrong_source", "a recv names a source rank that sent nothing",
-     "rank 0 waits for a message from rank 1 (tag 0), while the message waiting for it came from rank 2"),
-    ("ring_that_waits_on_its_send_before_receiving", "every rank waits for its own send to be received",
-     "Post the receive before waiting on the send"),
-])
+@pytest.mark.parametrize(
+    "worker,what,hint",
+    [
+        (
+            "ring_that_receives_first",
+            "every rank waits in recv() and no message is on its way",
+            "the ranks all receive before they send",
+        ),
+        (
+            "ring_that_sends_first_with_a_blocking_send",
+            "every rank is blocked in send()",
+            "Post the send with dist.isend",
+        ),
+        (
+            "ring_with_a_wrong_tag",
+            "a recv's tag matches no send",
+            "rank 0 waits for tag 1 from rank 2 while rank 2 sent it tag 0",
+        ),
+        (
+            "ring_with_a_wrong_source",
+            "a recv names a source rank that sent nothing",
+            "rank 0 waits for a message from rank 1 (tag 0), while the message waiting for it came from rank 2",
+        ),
+        (
+            "ring_that_waits_on_its_send_before_receiving",
+            "every rank waits for its own send to be received",
+            "Post the receive before waiting on the send",
+        ),
+    ],
+)
 def test_a_planted_deadlock_fails_in_seconds_naming_each_ranks_line_and_the_cause(worker, what, hint):
     start = time.monotonic()
     with pytest.raises(DistributedRunError) as info:
@@ -121,22 +140,26 @@ def test_a_stuck_rank_is_summed_up_by_the_learners_line_not_a_wrapper_around_the
         run_ranks(count_all_reduces_then_run, 2, args=(planted,), timeout=LONG_DEADLINE)
     worker = "reduce_on_rank_0_broadcast_elsewhere_through_a_ledger"
     lines = str(info.value).splitlines()
-    assert lines[1].startswith(f"  rank 0: tests/planted_deadlocks.py:{planted.stuck_line(worker)} in {worker}: "
-                               "`dist.all_reduce(t)"), lines[1]
+    assert lines[1].startswith(
+        f"  rank 0: tests/planted_deadlocks.py:{planted.stuck_line(worker)} in {worker}: `dist.all_reduce(t)"
+    ), lines[1]
     assert lines[2].startswith("  rank 1: tests/planted_deadlocks.py:") and "dist.broadcast" in lines[2], lines[2]
 
 
 @pytest.mark.parametrize("worker", ["ring_that_drops_its_send_request", "all_to_all_that_waits_only_on_its_receives"])
 def test_an_isend_whose_request_is_dropped_fails_in_seconds_naming_its_line_and_req_wait(worker):
     # With gloo a dropped request cancels its message: the peer used to wait for the whole deadline.
-    start, within = time.monotonic(), DETECTED_WITHIN * load_factor()   # start-up stretches with the load
+    start, within = time.monotonic(), DETECTED_WITHIN * load_factor()  # start-up stretches with the load
     with pytest.raises(DistributedRunError) as info:
         run_ranks(getattr(planted, worker), 3, timeout=max(LONG_DEADLINE, 2 * within))
     took = time.monotonic() - start
     assert took < within, f"detected after {took:.1f} s, limit {within:.0f} s (load factor {load_factor():.1f})"
     lines = str(info.value).splitlines()
-    assert re.fullmatch(rf"distributed run of {worker}\(\) on 3 ranks \(gloo\) failed: rank \d never waited on the "
-                        r"request of its dist\.isend to rank \d \(tag 0\): keep it and call req\.wait\(\)", lines[0])
+    assert re.fullmatch(
+        rf"distributed run of {worker}\(\) on 3 ranks \(gloo\) failed: rank \d never waited on the "
+        r"request of its dist\.isend to rank \d \(tag 0\): keep it and call req\.wait\(\)",
+        lines[0],
+    )
     line = next(i + 1 for i, text in enumerate(open(planted.__file__)) if f"def {worker}(" in text)
     line = next(i + 1 for i, text in enumerate(open(planted.__file__)) if i + 1 > line and "# dropped here" in text)
     assert lines[1].startswith("  rank ") and f"planted_deadlocks.py:{line} in {worker}: `dist.isend(" in lines[1]
@@ -154,9 +177,12 @@ def test_requests_kept_in_a_list_never_waited_on_fail_at_the_next_exchange_namin
     with pytest.raises(DistributedRunError) as info:
         run_ranks(planted.exchanges_that_never_wait, 2, timeout=LONG_DEADLINE)
     lines = str(info.value).splitlines()
-    assert re.fullmatch(r"distributed run of exchanges_that_never_wait\(\) on 2 ranks \(gloo\) failed: rank \d never "
-                        r"waited on the request of its dist\.isend to rank \d \(tag 0\): keep it and call "
-                        r"req\.wait\(\)", lines[0]), lines[0]
+    assert re.fullmatch(
+        r"distributed run of exchanges_that_never_wait\(\) on 2 ranks \(gloo\) failed: rank \d never "
+        r"waited on the request of its dist\.isend to rank \d \(tag 0\): keep it and call "
+        r"req\.wait\(\)",
+        lines[0],
+    ), lines[0]
     line = next(i + 1 for i, text in enumerate(open(planted.__file__)) if "# dropped here: never waited" in text)
     assert f"planted_deadlocks.py:{line} in _exchange_without_wait: `requests = [dist.isend(" in lines[1], lines[1]
     # Each rank finds its own dropped request; under load a rank may still be blocked in a wait when the
@@ -171,13 +197,17 @@ def test_requests_freed_by_an_exception_are_not_blamed_for_it():
     # A lab test that catches the learner's exception and reports it as data: the requests the
     # exception freed on its way out are its consequence, not a second mistake.
     assert run_ranks(planted.exception_after_posting_requests, 2, timeout=LONG_DEADLINE) == [
-        f"rank {r}: a check after posting the requests failed" for r in range(2)]
+        f"rank {r}: a check after posting the requests failed" for r in range(2)
+    ]
 
 
 def test_a_rank_that_works_while_its_peers_wait_in_recv_is_not_a_deadlock():
     # Rank 0 sleeps, then computes, for twice the quiet period while ranks 1 and 2 wait in recv.
-    assert run_ranks(planted.slow_rank_then_send, 3, args=(4.0,), timeout=LONG_DEADLINE,
-                     deadlock_after=2.0) == [0.0, 0.0, 0.0]
+    assert run_ranks(planted.slow_rank_then_send, 3, args=(4.0,), timeout=LONG_DEADLINE, deadlock_after=2.0) == [
+        0.0,
+        0.0,
+        0.0,
+    ]
 
 
 def test_a_hang_is_remembered_so_the_next_run_of_the_same_worker_fails_at_once(monkeypatch):
@@ -190,8 +220,9 @@ def test_a_hang_is_remembered_so_the_next_run_of_the_same_worker_fails_at_once(m
         run_or_skip(planted.ring_that_receives_first, 3, timeout=LONG_DEADLINE)
     assert time.monotonic() - start < 1.0  # no ranks started
     lines = str(info.value).splitlines()
-    assert lines[0] == ("not run: ring_that_receives_first() hung on 2 ranks in test_first, "
-                        "and would do the same here. Fix that first:")
+    assert lines[0] == (
+        "not run: ring_that_receives_first() hung on 2 ranks in test_first, and would do the same here. Fix that first:"
+    )
     assert "deadlocked after" in lines[1] and "planted_deadlocks.py:" in lines[2]
     assert info.value.first.rank == 0  # the first run's failures travel with it
 
@@ -209,5 +240,3 @@ def test_shared_runs_show_the_whole_error_once_and_a_short_one_in_later_tests(mo
     message = str(later.value)
     assert message.startswith("the run this test shares with test_first failed")
     assert "--- rank 0" not in message and "deadlocked after" in message
-
-

@@ -20,6 +20,7 @@ from tests.launch_support import DEADLINE, load_factor
 
 # -- workers (top level of this file: each rank imports it by path) -------------
 
+
 def raise_while_peer_waits_in_recv(rank, world_size):
     if rank == 1:
         raise ValueError("rank 1 gave up")
@@ -47,6 +48,7 @@ def exit_early(rank, world_size, how):
 
 # -- failures ------------------------------------------------------------------
 
+
 def test_a_rank_that_raises_while_its_peer_waits_fails_fast_with_its_traceback():
     start = time.monotonic()
     with pytest.raises(DistributedRunError) as info:
@@ -72,16 +74,28 @@ def test_a_raise_in_an_earlier_part_is_named_under_the_connection_error_it_cause
 
     reset = "RuntimeError: [pair.cc:537] Read error [127.0.0.1]:51348: Connection reset by peer"
     ours = "starter.py:190: RuntimeError: expand(torch.FloatTensor{[2, 2, 3]}, size=[2, 2])"
-    output = (f"{RAISED_EARLIER}{ours} (a peer left waiting for this rank is waiting because of it)\n"
-              f"{RAISED_EARLIER}_requests.py:181: {reset} (a peer left waiting ...)\n")
-    failures = [RankFailure(1, "raised", f"raised {reset}", 3.3, when=1.0, output=output),
-                RankFailure(0, "exited", "was killed by SIGABRT", 3.3, when=2.0)]
+    output = (
+        f"{RAISED_EARLIER}{ours} (a peer left waiting for this rank is waiting because of it)\n"
+        f"{RAISED_EARLIER}_requests.py:181: {reset} (a peer left waiting ...)\n"
+    )
+    failures = [
+        RankFailure(1, "raised", f"raised {reset}", 3.3, when=1.0, output=output),
+        RankFailure(0, "exited", "was killed by SIGABRT", 3.3, when=2.0),
+    ]
     headline = describe(lambda: None, 2, "gloo", 30, failures).split("\n\n")[0].splitlines()
     assert headline[0].endswith(f"rank 1 raised {reset}"), headline
     assert headline[2] == f"    but first it raised, at {ours}: the error above is because of that", headline
     # the same exception, caught in a part and raised again, is not named twice
-    again = [RankFailure(1, "raised", "raised ValueError: rank 1 gave up", 1.0, when=1.0,
-                         output=f"{RAISED_EARLIER}starter.py:9: ValueError: rank 1 gave up (a peer ...)\n")]
+    again = [
+        RankFailure(
+            1,
+            "raised",
+            "raised ValueError: rank 1 gave up",
+            1.0,
+            when=1.0,
+            output=f"{RAISED_EARLIER}starter.py:9: ValueError: rank 1 gave up (a peer ...)\n",
+        )
+    ]
     assert "but first" not in describe(lambda: None, 2, "gloo", 30, again)
 
 
@@ -91,21 +105,30 @@ def test_a_rank_gloo_aborted_for_a_short_buffer_is_named_before_the_peers_that_l
     from commtax.ranks._failures import RankFailure
     from commtax.ranks._report import causes_first, describe
 
-    abort = ("terminate called after throwing an instance of 'gloo::EnforceNotMet'\n  what():  [enforce fail at "
-             "pair.cc:456] op.preamble.length <= op.nbytes. 2048 vs 1024. Received data size doesn't match")
-    failures = [RankFailure(7, "raised", "raised RuntimeError: [pair.cc:537] Read error: Connection reset by peer", 7.8,
-                            when=1.0),
-                RankFailure(0, "exited", "was killed by SIGABRT", 7.8, when=2.0, output=abort),
-                RankFailure(5, "stopped", "was still running 2 s after rank 7 failed", 9.8, when=3.0)]
+    abort = (
+        "terminate called after throwing an instance of 'gloo::EnforceNotMet'\n  what():  [enforce fail at "
+        "pair.cc:456] op.preamble.length <= op.nbytes. 2048 vs 1024. Received data size doesn't match"
+    )
+    failures = [
+        RankFailure(
+            7, "raised", "raised RuntimeError: [pair.cc:537] Read error: Connection reset by peer", 7.8, when=1.0
+        ),
+        RankFailure(0, "exited", "was killed by SIGABRT", 7.8, when=2.0, output=abort),
+        RankFailure(5, "stopped", "was still running 2 s after rank 7 failed", 9.8, when=3.0),
+    ]
     causes_first(failures)
     assert [f.rank for f in failures] == [0, 7, 5]
     headline = describe(lambda: None, 8, "gloo", 30, failures).splitlines()[0]
-    assert headline.endswith("rank 0 was killed by SIGABRT: gloo aborted it, a message of 2048 bytes arrived for a "
-                             "receive buffer of 1024 bytes (check the buffer's shape and dtype against what its peer "
-                             "sends)"), headline
+    assert headline.endswith(
+        "rank 0 was killed by SIGABRT: gloo aborted it, a message of 2048 bytes arrived for a "
+        "receive buffer of 1024 bytes (check the buffer's shape and dtype against what its peer "
+        "sends)"
+    ), headline
     # with no other cause, a lost connection keeps its place
-    alone = [RankFailure(1, "raised", "raised RuntimeError: Connection reset by peer", 1.0, when=1.0),
-             RankFailure(0, "stopped", "was still running", 3.0, when=2.0)]
+    alone = [
+        RankFailure(1, "raised", "raised RuntimeError: Connection reset by peer", 1.0, when=1.0),
+        RankFailure(0, "stopped", "was still running", 3.0, when=2.0),
+    ]
     causes_first(alone)
     assert [f.rank for f in alone] == [1, 0]
 
@@ -149,12 +172,12 @@ def test_an_infinite_loop_is_killed_and_nothing_it_started_survives(tmp_path):
     assert not [p for p in pids if alive(p)]
 
 
-@pytest.mark.parametrize("how,expected", [("sys.exit", "called sys.exit(0) instead of returning"),
-                                          ("os._exit", "exited with code 0 without returning")])
+@pytest.mark.parametrize(
+    "how,expected",
+    [("sys.exit", "called sys.exit(0) instead of returning"), ("os._exit", "exited with code 0 without returning")],
+)
 def test_exiting_instead_of_returning_is_a_failure(how, expected):
     with pytest.raises(DistributedRunError) as info:
         run_ranks(exit_early, 2, args=(how,), timeout=30)
     assert info.value.first.rank == 1
     assert expected in info.value.first.summary
-
-

@@ -21,6 +21,7 @@ from tests.launch_support import planted
 
 # -- workers (top level of this file: each rank imports it by path) -------------
 
+
 def sum_of_ranks(rank, world_size, scale):
     t = torch.full((3,), float(rank + 1) * scale)
     dist.all_reduce(t)
@@ -46,6 +47,7 @@ def own_and_shared(rank, world_size, shared, own):
 
 # -- what a rank may see -----------------------------------------------------------
 
+
 def test_rank_args_reach_only_their_rank_never_the_shared_run_folder():
     # A rank must not be able to read another rank's inputs where the
     # launcher put them: they come on the rank's standard input, read and gone before the job runs.
@@ -64,14 +66,14 @@ def test_stream_seeds_of_ranks_and_of_consecutive_secrets_share_no_offset_no_xor
     ranks = [stream_seed(secret, "rank", r) for r in range(16)]
     assert stream_seed(secret, 1) != stream_seed(secret, 0) + 1
     for seeds in (ranks, [stream_seed(secret + i, "rank", 0) for i in range(16)]):
-        for mask in (2 ** 63 - 1, 2 ** 32 - 1):
+        for mask in (2**63 - 1, 2**32 - 1):
             assert len({(b - a) & mask for a, b in zip(seeds, seeds[1:])}) == 15, "a common offset"
             assert len({(a ^ b) & mask for a, b in zip(seeds, seeds[1:])}) == 15, "a common XOR"
     many = [stream_seed(secret, "shard", i) for i in range(256)]
-    assert all(0 <= s < 2 ** 63 for s in many) and len({s & (2 ** 32 - 1) for s in many}) == 256
+    assert all(0 <= s < 2**63 for s in many) and len({s & (2**32 - 1) for s in many}) == 256
     ones = [sum(s >> bit & 1 for s in many) for bit in range(32)]
-    assert all(64 <= n <= 192 for n in ones), ones   # 128 +- 8 standard deviations
-    assert stream_seed(secret, "rank", 3) == ranks[3]                       # reproducible
+    assert all(64 <= n <= 192 for n in ones), ones  # 128 +- 8 standard deviations
+    assert stream_seed(secret, "rank", 3) == ranks[3]  # reproducible
     assert stream_seed(secret, 1) != stream_seed(secret, "1") != stream_seed(secret, (1,))
     for bad in (1.5, None, True, [1]):
         with pytest.raises(ValueError, match="labels"):
@@ -82,10 +84,13 @@ def test_stream_seeds_of_ranks_and_of_consecutive_secrets_share_no_offset_no_xor
 
 def test_loopback_counters_are_read_only_from_a_private_namespace(tmp_path):
     from commtax.ranks import wire
+
     head = "Inter-|   Receive |  Transmit\n face |bytes packets errs drop fifo frame compressed multicast|bytes\n"
     private, shared = tmp_path / "private", tmp_path / "shared"
     private.write_text(head + "    lo: 5000 40 0 0 0 0 0 0 5000 40 0 0 0 0 0 0\n")
-    shared.write_text(head + "    lo: 5000 40 0 0 0 0 0 0 5000 40 0 0 0 0 0 0\n  eth0: 9 1 0 0 0 0 0 0 7 1 0 0 0 0 0 0\n")
+    shared.write_text(
+        head + "    lo: 5000 40 0 0 0 0 0 0 5000 40 0 0 0 0 0 0\n  eth0: 9 1 0 0 0 0 0 0 7 1 0 0 0 0 0 0\n"
+    )
     assert wire.read_loopback(str(private)) == 5000
     assert wire.read_loopback(str(shared)) is None  # the machine's loopback: shared with everything else
     assert wire.read_loopback(str(tmp_path / "absent")) is None
@@ -121,5 +126,3 @@ def test_an_error_quotes_source_lines_only_from_the_learners_files_read_before_t
     # A file that is a link when the run starts is not read at all; a test module is named, not quoted.
     assert Quotes([str(learner)]).line(str(learner), 1) == ""
     assert Quotes.of_job(sum_of_ranks).line(__file__, 1) == ""
-
-

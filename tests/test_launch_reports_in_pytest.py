@@ -16,16 +16,21 @@ planted = load_module_from_file("planted_deadlocks", os.path.join(os.path.dirnam
 
 # -- workers (top level of this file: each rank imports it by path) -------------
 
+
 def not_written_yet(rank, world_size):
     raise NotImplementedError("ring_all_reduce: not implemented yet. Hint: ...")
 
 
 # -- the reports, in a separate pytest ----------------------------------------------------
 
+
 def test_not_implemented_yet_is_reported_in_one_line(pytester):
-    pytester.makeconftest(f"import sys; sys.path.insert(0, {str(os.getcwd())!r})\n"
-                          + open(os.path.join(os.path.dirname(__file__), "..", "conftest.py")).read())
-    pytester.makepyfile(test_starter=textwrap.dedent(f"""
+    pytester.makeconftest(
+        f"import sys; sys.path.insert(0, {str(os.getcwd())!r})\n"
+        + open(os.path.join(os.path.dirname(__file__), "..", "conftest.py")).read()
+    )
+    pytester.makepyfile(
+        test_starter=textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {os.path.dirname(__file__)!r})
         from commtax.ranks.launch import run_ranks
@@ -33,7 +38,8 @@ def test_not_implemented_yet_is_reported_in_one_line(pytester):
 
         def test_ring():
             run_ranks(not_written_yet, 2, timeout=30)
-    """))
+    """)
+    )
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:nbval")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*NotImplementedError: rank ?: ring_all_reduce: not implemented yet*"])
@@ -41,9 +47,12 @@ def test_not_implemented_yet_is_reported_in_one_line(pytester):
 
 
 def test_a_long_message_is_shown_once_and_a_starters_failure_costs_no_traceback(pytester):
-    pytester.makeconftest(f"import sys; sys.path.insert(0, {str(os.getcwd())!r})\n"
-                          + open(os.path.join(os.path.dirname(__file__), "..", "conftest.py")).read())
-    pytester.makepyfile(test_twice=textwrap.dedent("""
+    pytester.makeconftest(
+        f"import sys; sys.path.insert(0, {str(os.getcwd())!r})\n"
+        + open(os.path.join(os.path.dirname(__file__), "..", "conftest.py")).read()
+    )
+    pytester.makepyfile(
+        test_twice=textwrap.dedent("""
         import pytest
 
         @pytest.mark.parametrize("n", [2, 4])
@@ -52,7 +61,8 @@ def test_a_long_message_is_shown_once_and_a_starters_failure_costs_no_traceback(
 
         def test_starter():
             raise NotImplementedError("f: not implemented yet. Hint: h")
-    """))
+    """)
+    )
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:nbval")
     result.assert_outcomes(failed=3)
     out = result.stdout.str()
@@ -65,9 +75,12 @@ def test_a_long_message_is_shown_once_and_a_starters_failure_costs_no_traceback(
 
 
 def test_a_deadlocked_test_reports_the_diagnosis_first_and_none_of_the_runners_source(pytester):
-    pytester.makeconftest(f"import sys; sys.path.insert(0, {str(os.getcwd())!r})\n"
-                          + open(os.path.join(os.path.dirname(__file__), "..", "conftest.py")).read())
-    pytester.makepyfile(test_ring=textwrap.dedent(f"""
+    pytester.makeconftest(
+        f"import sys; sys.path.insert(0, {str(os.getcwd())!r})\n"
+        + open(os.path.join(os.path.dirname(__file__), "..", "conftest.py")).read()
+    )
+    pytester.makepyfile(
+        test_ring=textwrap.dedent(f"""
         from commtax.boundary.byfile import load_module_from_file
         from commtax.testing import run_or_skip
 
@@ -75,17 +88,17 @@ def test_a_deadlocked_test_reports_the_diagnosis_first_and_none_of_the_runners_s
 
         def test_ring():
             run_or_skip(planted.ring_that_receives_first, 2, timeout=60)
-    """))
+    """)
+    )
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:nbval")
     result.assert_outcomes(failed=1)
     out = result.stdout.str()
     section = out.split("_ test_ring _", 1)[1].split("warnings summary", 1)[0].split("short test summary", 1)[0]
     report = section.splitlines()[1:]
-    assert report[0].startswith("DistributedRunError: distributed run of ring_that_receives_first() "
-                                "on 2 ranks (gloo) deadlocked after "), report[0]
+    assert report[0].startswith(
+        "DistributedRunError: distributed run of ring_that_receives_first() on 2 ranks (gloo) deadlocked after "
+    ), report[0]
     assert "planted_deadlocks.py:" in report[1] and "planted_deadlocks.py:" in report[2]
     assert report[3].startswith("hint: every rank is waiting to receive")
     assert "launch.py" not in section and "def run_ranks" not in section and "harness/runs.py" not in section
     assert "(raised in test_ring.py:" in section  # the test's own line comes last
-
-

@@ -23,6 +23,7 @@ from tests.test_launch_isolation import sum_of_ranks
 
 # -- workers (top level of this file: each rank imports it by path) -------------
 
+
 def device_sum(rank, world_size):
     from commtax.ranks.launch import rank_device
 
@@ -37,6 +38,7 @@ def use_a_lab_module(rank, world_size, lab):
 
 # -- results -------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("world_size", [1, 2, 3])
 def test_each_rank_returns_its_result_in_rank_order(world_size):
     results = run_ranks(sum_of_ranks, world_size, args=(2.0,))
@@ -47,6 +49,7 @@ def test_each_rank_returns_its_result_in_rank_order(world_size):
 def test_lab_modules_travel_to_the_ranks_by_path():
     lab = load_lab("lab-01-alpha-beta", "solution")
     assert run_ranks(use_a_lab_module, 2, args=(lab,)) == [1000.0, 1000.0]
+
 
 def test_two_runs_at_once_do_not_collide_because_no_port_is_fixed():
     results, errors = {}, []
@@ -116,13 +119,15 @@ if __name__ == "__main__":
 def test_the_same_worker_runs_under_torchrun(tmp_path):
     script = tmp_path / "job.py"
     script.write_text(TORCHRUN_SCRIPT)
-    env = dict(os.environ, OMP_NUM_THREADS="1",
-               PYTHONPATH=os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")]))
+    env = dict(
+        os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])
+    )
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script)],
-        capture_output=True, text=True, timeout=120, env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("result 3.0") == 2
-
-

@@ -39,23 +39,46 @@ ALLOWED = {
     "commtax.formulas": {"commtax.units", "commtax.checks"},
     "commtax.simulation": {"commtax.units", "commtax.checks", "commtax.formulas"},
     "commtax.measured": {"commtax.units", "commtax.checks", "commtax.formulas", "commtax.ranks.measure"},
-    "commtax.harness": {"commtax.units", "commtax.checks", "commtax.boundary", "commtax.learner_process",
-                        "commtax.ranks"},
+    "commtax.harness": {
+        "commtax.units",
+        "commtax.checks",
+        "commtax.boundary",
+        "commtax.learner_process",
+        "commtax.ranks",
+    },
     "commtax.testing": {"commtax.harness"},
     # The learner's processes on one machine: below them the formulas (a demo checks its bytes against the
     # bill) and the boundary that starts them; never the lab harness above them (see NEVER) nor the ui.
-    "commtax.ranks": {"commtax.units", "commtax.checks", "commtax.formulas", "commtax.simulation",
-                      "commtax.boundary", "commtax.learner_process"},
+    "commtax.ranks": {
+        "commtax.units",
+        "commtax.checks",
+        "commtax.formulas",
+        "commtax.simulation",
+        "commtax.boundary",
+        "commtax.learner_process",
+    },
     # The lessons' calculators: everything below them, and the leaf that says a lab is not done yet.
-    "commtax.ui": {"commtax.units", "commtax.checks", "commtax.formulas", "commtax.simulation", "commtax.ranks",
-                   "commtax.unlit"},
+    "commtax.ui": {
+        "commtax.units",
+        "commtax.checks",
+        "commtax.formulas",
+        "commtax.simulation",
+        "commtax.ranks",
+        "commtax.unlit",
+    },
 }
 #: Top-level names that are the harness under another name (``sys.modules`` aliases, a re-export):
 #: importing one of them is importing the harness, and the checks below read it so.
-HARNESS_ALIASES = {"commtax.labs": "commtax.harness.labs", "commtax.recorded": "commtax.harness.recorded",
-                   "commtax.testing": "commtax.harness"}
-NEVER = {"commtax.boundary": {"commtax.formulas"}, "commtax.harness": {"commtax.formulas"},
-         "commtax.ranks": {"commtax.harness", "commtax.ui"}}
+HARNESS_ALIASES = {
+    "commtax.labs": "commtax.harness.labs",
+    "commtax.recorded": "commtax.harness.recorded",
+    "commtax.testing": "commtax.harness",
+}
+NEVER = {
+    "commtax.boundary": {"commtax.formulas"},
+    "commtax.harness": {"commtax.formulas"},
+    "commtax.ranks": {"commtax.harness", "commtax.ui"},
+}
 #: Imports against the layers that exist today, each with its reason. The checks let these pass and no
 #: other; :func:`test_each_known_exception_is_still_there` makes the list shrink as they are removed.
 KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {}
@@ -128,17 +151,21 @@ def against_the_layers(edges: dict[str, set[str]]) -> list[str]:
         if part is None:
             continue
         for dep in deps:
-            if (_part(dep, [part]) is None and _part(dep, ALLOWED[part]) is None
-                    and (name, dep) not in KNOWN_EXCEPTIONS):
+            if _part(dep, [part]) is None and _part(dep, ALLOWED[part]) is None and (name, dep) not in KNOWN_EXCEPTIONS:
                 wrong.append(f"{name} imports {_named(dep)}")
     return sorted(wrong)
 
 
 def banned_imports(edges: dict[str, set[str]]) -> list[str]:
     """Every import NEVER bans, an alias read as the harness module it is, known exceptions left out."""
-    return sorted(f"{name} imports {_named(dep)}" for name, deps in edges.items() for part, banned in NEVER.items()
-                  if _part(name, [part]) for dep in deps
-                  if _part(HARNESS_ALIASES.get(dep, dep), banned) and (name, dep) not in KNOWN_EXCEPTIONS)
+    return sorted(
+        f"{name} imports {_named(dep)}"
+        for name, deps in edges.items()
+        for part, banned in NEVER.items()
+        if _part(name, [part])
+        for dep in deps
+        if _part(HARNESS_ALIASES.get(dep, dep), banned) and (name, dep) not in KNOWN_EXCEPTIONS
+    )
 
 
 def test_each_part_imports_only_the_layers_before_it():
@@ -173,8 +200,12 @@ def test_nothing_but_the_lessons_imports_the_ui():
             if "__pycache__" not in path.parts:
                 name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
                 edges[name] = imports_of(name, path, known)
-    wrong = [f"{name} imports {dep}" for name, deps in edges.items() for dep in sorted(deps)
-             if _part(dep, ["commtax.ui"]) and not _part(name, ["commtax.ui"]) and name not in UI_IMPORTERS]
+    wrong = [
+        f"{name} imports {dep}"
+        for name, deps in edges.items()
+        for dep in sorted(deps)
+        if _part(dep, ["commtax.ui"]) and not _part(name, ["commtax.ui"]) and name not in UI_IMPORTERS
+    ]
     assert not wrong, "\n".join(sorted(wrong))
 
 
@@ -187,7 +218,7 @@ def circles(edges: dict[str, set[str]]) -> list[str]:
         state[node] = 1
         for dep in sorted(edges.get(node, ())):
             if state.get(dep) == 1:
-                found.append(" -> ".join(path[path.index(dep):] + [dep]))
+                found.append(" -> ".join(path[path.index(dep) :] + [dep]))
             elif dep not in state:
                 visit(dep, path + [dep])
         state[node] = 2
@@ -241,21 +272,32 @@ def _plant(root: Path, files: dict[str, str]) -> None:
 def test_the_checks_catch_back_edges_hidden_in_functions_of_a_planted_package(tmp_path):
     """The checks themselves, on a tiny commtax: each back-edge is an import inside a function, and each is caught."""
     inside = "def f():\n    {}\n"
-    _plant(tmp_path, {
-        "commtax/__init__.py": "", "commtax/labs.py": "from commtax.harness import labs\n",
-        "commtax/ranks/__init__.py": "", "commtax/ranks/demo.py": inside.format("from commtax.labs import load_lab"),
-        "commtax/ranks/launch.py": "import commtax.boundary\n",
-        "commtax/harness/__init__.py": "", "commtax/harness/labs.py": "from commtax.ranks import launch\n",
-        "commtax/boundary/__init__.py": "", "commtax/boundary/proxy.py": inside.format("from commtax.ranks import demo"),
-        "commtax/unlit.py": inside.format("from commtax import labs"),
-    })
+    _plant(
+        tmp_path,
+        {
+            "commtax/__init__.py": "",
+            "commtax/labs.py": "from commtax.harness import labs\n",
+            "commtax/ranks/__init__.py": "",
+            "commtax/ranks/demo.py": inside.format("from commtax.labs import load_lab"),
+            "commtax/ranks/launch.py": "import commtax.boundary\n",
+            "commtax/harness/__init__.py": "",
+            "commtax/harness/labs.py": "from commtax.ranks import launch\n",
+            "commtax/boundary/__init__.py": "",
+            "commtax/boundary/proxy.py": inside.format("from commtax.ranks import demo"),
+            "commtax/unlit.py": inside.format("from commtax import labs"),
+        },
+    )
     edges = graph(tmp_path)
     assert edges["commtax.ranks.demo"] == {"commtax.labs"} and edges["commtax.unlit"] == {"commtax.labs"}
-    assert against_the_layers(edges) == ["commtax.boundary.proxy imports commtax.ranks",
-                                         "commtax.boundary.proxy imports commtax.ranks.demo",
-                                         "commtax.ranks.demo imports commtax.labs (= commtax.harness.labs)",
-                                         "commtax.unlit imports commtax.labs (= commtax.harness.labs)"]
+    assert against_the_layers(edges) == [
+        "commtax.boundary.proxy imports commtax.ranks",
+        "commtax.boundary.proxy imports commtax.ranks.demo",
+        "commtax.ranks.demo imports commtax.labs (= commtax.harness.labs)",
+        "commtax.unlit imports commtax.labs (= commtax.harness.labs)",
+    ]
     assert banned_imports(edges) == ["commtax.ranks.demo imports commtax.labs (= commtax.harness.labs)"]
     assert circles(edges) == []  # no module circle: only the parts import each other
-    assert sorted(circles(between_parts(edges))) == ["commtax.boundary -> commtax.ranks -> commtax.boundary",
-                                                     "commtax.ranks -> commtax.harness -> commtax.ranks"]
+    assert sorted(circles(between_parts(edges))) == [
+        "commtax.boundary -> commtax.ranks -> commtax.boundary",
+        "commtax.ranks -> commtax.harness -> commtax.ranks",
+    ]

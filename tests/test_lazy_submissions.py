@@ -31,8 +31,11 @@ ALL_LABS = lab_names()
 # with COMMTAX_LAZY_LABS=all (or a list of lab numbers, e.g. COMMTAX_LAZY_LABS=02,13), as a benchmark.
 PURE = {"01", "04", "06", "11", "14"}
 _CHOSEN = os.environ.get("COMMTAX_LAZY_LABS", "")
-WANTED = ({lab[4:6] for lab in ALL_LABS} if _CHOSEN == "all"
-          else {n.strip().zfill(2) for n in _CHOSEN.split(",") if n.strip()} or PURE)
+WANTED = (
+    {lab[4:6] for lab in ALL_LABS}
+    if _CHOSEN == "all"
+    else {n.strip().zfill(2) for n in _CHOSEN.split(",") if n.strip()} or PURE
+)
 LABS = [lab for lab in ALL_LABS if lab[4:6] in WANTED]
 _graded: dict = {}
 
@@ -44,15 +47,20 @@ def graded(kind: str, tmp_path_factory):
         for lab in LABS:
             (folder / lab).mkdir()
             (folder / lab / "starter.py").write_text(
-                lazy.lazy_starter((ROOT / "labs" / lab / "starter.py").read_text(), kind))
+                lazy.lazy_starter((ROOT / "labs" / lab / "starter.py").read_text(), kind)
+            )
         _graded[kind] = {result.lab: result for result in grade(folder, LABS, lab_timeout=240).labs}
     return _graded[kind]
 
 
 def _case(lab):
     if lab not in LABS:
-        return pytest.param(lab, marks=pytest.mark.skip(
-            reason="its tests start real ranks (minutes a kind): run with COMMTAX_LAZY_LABS=all or a list of lab numbers"))
+        return pytest.param(
+            lab,
+            marks=pytest.mark.skip(
+                reason="its tests start real ranks (minutes a kind): run with COMMTAX_LAZY_LABS=all or a list of lab numbers"
+            ),
+        )
     return lab
 
 
@@ -62,14 +70,23 @@ def test_a_lazy_submission_scores_nothing(kind, lab, tmp_path_factory):
     result = graded(kind, tmp_path_factory)[lab]
     passed = [t.name for t in result.tests if t.outcome == "passed"]
     assert result.max_score > 0 and result.tests, f"{lab}: nothing was graded ({result.problem})"
-    assert result.score == 0 and not passed, \
+    assert result.score == 0 and not passed, (
         f"{lab}: functions that all {kind_text(kind)} pass {len(passed)} tests: {', '.join(passed)}"
+    )
 
 
 def kind_text(kind: str) -> str:
-    return {"zero": "return 0", "empty": "return numpy.empty(0)", "raise": "raise ValueError naming every argument",
-            "identity": "return their first argument", "one": "return 1", "two": "return 2",
-            "nan": "return float('nan')", "inf": "return float('inf')", "none": "return None"}[kind]
+    return {
+        "zero": "return 0",
+        "empty": "return numpy.empty(0)",
+        "raise": "raise ValueError naming every argument",
+        "identity": "return their first argument",
+        "one": "return 1",
+        "two": "return 2",
+        "nan": "return float('nan')",
+        "inf": "return float('inf')",
+        "none": "return None",
+    }[kind]
 
 
 def test_lazy_starters_replace_every_stub_and_only_the_stubs():

@@ -31,9 +31,9 @@ def lesson_namespace(name: str, upto: str) -> tuple[dict, list[str]]:
             continue
         source = "\n".join(line for line in cell.source.splitlines() if not line.lstrip().startswith(("%", "!")))
         exec(compile(source, name, "exec"), namespace)
-        namespace["display"] = display   # the calculators call the lesson's own display: capture it
+        namespace["display"] = display  # the calculators call the lesson's own display: capture it
         if f"def {upto}(" in cell.source:
-            shown.clear()   # only what the calls after this display
+            shown.clear()  # only what the calls after this display
             return namespace, shown
     raise AssertionError(f"{name} defines no {upto}")
 
@@ -47,8 +47,13 @@ def test_lesson_03_headline_states_the_bytes_per_parameter_its_memory_figure_use
     nb = nbformat.read(ROOT / "lessons" / "03-the-bill-per-axis.ipynb", as_version=4)
     assert any("bill_calculator()" in c.source for c in nb.cells if c.cell_type == "code")
     shown = []
-    monkeypatch.setattr(bill_calculator, "display", lambda *objects: shown.extend(
-        html.unescape(re.sub("<[^>]+>", "", o.data)) for o in objects if isinstance(o, HTML)))
+    monkeypatch.setattr(
+        bill_calculator,
+        "display",
+        lambda *objects: shown.extend(
+            html.unescape(re.sub("<[^>]+>", "", o.data)) for o in objects if isinstance(o, HTML)
+        ),
+    )
     bill_calculator.render("Llama-2-70B", 4096, 1, 8, 16, 8, 4, 1, 1)
     head = shown[0]
     assert "10.2 GB of model state" in head and "4.75 bytes each" in head and "ZeRO-1" in head, head
@@ -60,7 +65,7 @@ def test_lesson_12_headline_explains_the_exposure_left_above_s_star_and_it_is_on
     from commtax.formulas import context
 
     ns, shown = lesson_namespace("12-long-context.ipynb", "cp_calculator")
-    intra, inter = ns["NVLINK"], ns["IB"]   # the calculator's default links
+    intra, inter = ns["NVLINK"], ns["IB"]  # the calculator's default links
     ns["cp_calculator"](131072, 64, 8, 128, 16, 8, "bf16", ns["EFFICIENCY"], intra, inter)
     head = shown[0]
     assert "hidden above" not in head and "above s* = 42,984 tokens every step hides" in head, head
@@ -98,14 +103,20 @@ def module_headlines(module, monkeypatch) -> list[str]:
     """A list that collects the text of every HTML object ``module`` (a calculator of commtax.ui) displays
     from now on, until the test ends."""
     shown: list[str] = []
-    monkeypatch.setattr(module, "display", lambda *objects, **_: shown.extend(
-        html.unescape(re.sub("<[^>]+>", "", o.data)) for o in objects if isinstance(o, HTML)))
+    monkeypatch.setattr(
+        module,
+        "display",
+        lambda *objects, **_: shown.extend(
+            html.unescape(re.sub("<[^>]+>", "", o.data)) for o in objects if isinstance(o, HTML)
+        ),
+    )
     return shown
 
 
 def drawn(call, *args, **kwargs) -> list:
     """The figures ``call(*args, **kwargs)`` (a lesson's calculator) shows, as Figure objects."""
     from commtax.ui import plots
+
     figures = []
     token = plots._collecting.set(figures)
     try:
@@ -126,9 +137,10 @@ def test_lesson_01_headline_names_a_tie_and_a_message_smaller_than_the_ranks(mon
     assert shown[0].startswith("fastest: halving_doubling, 140 ms") and "a tie: tree takes the same time" in shown[0]
     assert "2 B is fewer bytes than ranks" in shown[1], shown
     shown.clear()
-    drawn(calculator.render, Link("custom", 3e-6, 450e9), 8, 10**8)   # the default: no tie, no note
+    drawn(calculator.render, Link("custom", 3e-6, 450e9), 8, 10**8)  # the default: no tie, no note
     assert "tie" not in shown[0] and not any("fewer bytes" in s for s in shown), shown
     from tests.test_widgets import visible_tick_labels
+
     times = visible_tick_labels(figures[0].axes[0], "y")
     assert "200 ms" in times and len(times) >= 4, f"the 140 ms curves sit below every labelled tick: {times}"
 
@@ -182,13 +194,24 @@ def test_lesson_12_refusals_name_the_sliders_and_the_exposure_axis_reads_in_seco
     # refusal is not squeezed into the bytes column (it stood seven lines tall); the y axis reads in seconds, not
     # 10^0 and 10^1 (ms) with the data between them.
     ns, shown = lesson_namespace("12-long-context.ipynb", "cp_calculator")
-    args = dict(seq=131072, heads=64, kv_heads=8, head_dim=128, cp=16, per_node=8, dtype="bf16",
-                efficiency=ns["EFFICIENCY"], intra=ns["NVLINK"], inter=ns["IB"])
+    args = dict(
+        seq=131072,
+        heads=64,
+        kv_heads=8,
+        head_dim=128,
+        cp=16,
+        per_node=8,
+        dtype="bf16",
+        efficiency=ns["EFFICIENCY"],
+        intra=ns["NVLINK"],
+        inter=ns["IB"],
+    )
     ax = drawn(ns["cp_calculator"], **args)[0].axes[0]
     table = next(s for s in shown if s.startswith("one layer"))
     assert "all-to-allnot possible (below)" in table and "must be divisible" not in table, table
     assert any(s.startswith("all-to-all: kv_heads (8) must be divisible by cp (16)") for s in shown), shown
     from tests.test_widgets import visible_tick_labels
+
     times = visible_tick_labels(ax, "y")
     assert times and all(t.endswith(("ms", "µs", " s", "ns")) for t in times), times
     with pytest.raises(ValueError, match=r"query heads \(64\) must be a multiple of K/V heads \(128\)"):
@@ -199,7 +222,7 @@ def test_lesson_11_table_marks_a_part_the_plan_does_not_have_instead_of_zero_sec
     # At 1 rank, "time: pp transfers 0 s" and "time: dp 0 s" would read as measured zeros.
     from commtax.ranks import wholebill
 
-    monkeypatch.setattr(wholebill, "measure_compute", lambda *args, **kwargs: 1e-3)   # no torch timing here
+    monkeypatch.setattr(wholebill, "measure_compute", lambda *args, **kwargs: 1e-3)  # no torch timing here
     ns, shown = lesson_namespace("11-the-whole-bill.ipynb", "plan_calculator")
     ns["plan_calculator"](1, 1, 1)
     table = next(s for s in shown if s.startswith("axis / part"))

@@ -42,8 +42,9 @@ def module_aliases(cells: list[str]) -> dict[str, list[types.ModuleType]]:
     for source in cells:
         for node in ast.walk(ast.parse(_python(source))):
             if isinstance(node, ast.Import):
-                pairs = [(a.asname or a.name.split(".")[0], a.name if a.asname else a.name.split(".")[0])
-                         for a in node.names]
+                pairs = [
+                    (a.asname or a.name.split(".")[0], a.name if a.asname else a.name.split(".")[0]) for a in node.names
+                ]
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                 pairs = [(a.asname or a.name, f"{node.module}.{a.name}") for a in node.names]
             else:
@@ -133,13 +134,16 @@ def _notebook(code: str, markdown: str) -> nbformat.NotebookNode:
 IMPORTS = "from commtax.formulas import memory\nimport commtax.formulas.predict as P\n%matplotlib inline"
 
 
-@pytest.mark.parametrize("markdown, broken", [
-    ("ranked by `memory.rank_by_step_time`", "memory.rank_by_step_time"),
-    ("see `commtax/formulas/nowhere.py`", "commtax/formulas/nowhere.py"),
-    ("see `commtax.formulas.memory.rank_by_step_time`", "commtax.formulas.memory.rank_by_step_time"),
-    ("see `commtax.formulas.nowhere.f`", "commtax.formulas.nowhere.f"),
-    ("`P.no_such_function(run)`", "P.no_such_function"),
-])
+@pytest.mark.parametrize(
+    "markdown, broken",
+    [
+        ("ranked by `memory.rank_by_step_time`", "memory.rank_by_step_time"),
+        ("see `commtax/formulas/nowhere.py`", "commtax/formulas/nowhere.py"),
+        ("see `commtax.formulas.memory.rank_by_step_time`", "commtax.formulas.memory.rank_by_step_time"),
+        ("see `commtax.formulas.nowhere.f`", "commtax.formulas.nowhere.f"),
+        ("`P.no_such_function(run)`", "P.no_such_function"),
+    ],
+)
 def test_a_pointer_that_leads_nowhere_is_named(markdown, broken):
     found = broken_pointers(_notebook(IMPORTS, markdown))
     assert len(found) == 1 and broken in found[0], found
@@ -150,10 +154,16 @@ def test_a_broken_pointer_in_a_code_comment_is_named():
     assert len(found) == 1 and "memory.rank_by_step_time" in found[0], found
 
 
-@pytest.mark.parametrize("markdown", [
-    "`memory.zero_bytes_per_step`", "`commtax/formulas/predict/memory_plans.py`", "`P.predict(run)`",
-    "`commtax.formulas.predict.memory_plans.rank_by_step_time`", "memory.py and np.zeros are not pointers",
-    "`commtax.formulas`",
-])
+@pytest.mark.parametrize(
+    "markdown",
+    [
+        "`memory.zero_bytes_per_step`",
+        "`commtax/formulas/predict/memory_plans.py`",
+        "`P.predict(run)`",
+        "`commtax.formulas.predict.memory_plans.rank_by_step_time`",
+        "memory.py and np.zeros are not pointers",
+        "`commtax.formulas`",
+    ],
+)
 def test_a_pointer_that_resolves_passes(markdown):
     assert broken_pointers(_notebook(IMPORTS, markdown)) == []

@@ -18,10 +18,14 @@ LIBRARY = ("formulas", "simulation", "measured")
 def course_folders_named(source: str) -> list[str]:
     """String constants in code (docstrings aside) that name a course folder: 'labs', 'lessons', 'lab-NN-...'."""
     tree = ast.parse(source)
-    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
-                  if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-                  and node.body and isinstance(node.body[0], ast.Expr)
-                  and isinstance(node.body[0].value, ast.Constant)}
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
     named = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
@@ -33,13 +37,18 @@ def course_folders_named(source: str) -> list[str]:
 
 @pytest.mark.parametrize("part", LIBRARY)
 def test_the_library_names_no_course_folder(part):
-    found = {str(path.relative_to(PACKAGE.parent)): named for path in sorted((PACKAGE / part).rglob("*.py"))
-             if (named := course_folders_named(path.read_text()))}
+    found = {
+        str(path.relative_to(PACKAGE.parent)): named
+        for path in sorted((PACKAGE / part).rglob("*.py"))
+        if (named := course_folders_named(path.read_text()))
+    }
     assert found == {}
 
 
 def test_a_course_folder_in_code_is_found_and_one_in_a_docstring_is_not():
-    planted = ('"""Lab 03 writes to ``labs/lab-03-measure-the-wire/calibrations``."""\n'
-               'from pathlib import Path\n'
-               'CALIBRATION_DIR = Path(__file__).parents[2] / "labs" / "lab-03-measure-the-wire" / "calibrations"\n')
+    planted = (
+        '"""Lab 03 writes to ``labs/lab-03-measure-the-wire/calibrations``."""\n'
+        "from pathlib import Path\n"
+        'CALIBRATION_DIR = Path(__file__).parents[2] / "labs" / "lab-03-measure-the-wire" / "calibrations"\n'
+    )
     assert sorted(course_folders_named(planted)) == ["lab-03-measure-the-wire", "labs"]

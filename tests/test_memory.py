@@ -14,13 +14,13 @@ def test_zero_paper_figure_1_7_5b_on_64_gpus_in_decimal_gb():
     got = [memory.model_state_bytes(7.5e9, 64, stage) / GB for stage in (0, 1, 2, 3)]
     assert [round(g, 1) for g in got] == [120.0, 31.4, 16.6, 1.9]
     gib = [memory.model_state_bytes(7.5e9, 64, stage) / 2**30 for stage in (0, 1, 2, 3)]
-    assert [round(g, 1) for g in gib] == [111.8, 29.2, 15.5, 1.7]   # what the paper would print in GiB
+    assert [round(g, 1) for g in gib] == [111.8, 29.2, 15.5, 1.7]  # what the paper would print in GiB
 
 
 def test_bill_keeps_model_state_bytes_from_memory_one_source_of_truth():
     assert bill.model_state_bytes is memory.model_state_bytes
     assert bill.ADAM_STATE_BYTES == memory.ADAM_STATE_BYTES == 12
-    assert bill.model_state_bytes(7e9) == pytest.approx(112e9)          # 16N: bf16 gradients (ZeRO paper)
+    assert bill.model_state_bytes(7e9) == pytest.approx(112e9)  # 16N: bf16 gradients (ZeRO paper)
 
 
 def test_16_and_18_bytes_per_parameter_are_two_conventions_bf16_or_fp32_gradients():
@@ -30,9 +30,18 @@ def test_16_and_18_bytes_per_parameter_are_two_conventions_bf16_or_fp32_gradient
     assert memory.model_state_bytes(7e9, grad_bytes=4) == pytest.approx(126e9)
 
 
-@pytest.mark.parametrize("tp,sp,recompute,factor", [
-    (1, False, "none", 34 + 80), (8, False, "none", 10 + 3 + 10), (8, True, "none", 4.25 + 10),
-    (8, False, "selective", 13), (8, True, "selective", 4.25), (8, True, "full", 2 / 8), (8, False, "full", 2)])
+@pytest.mark.parametrize(
+    "tp,sp,recompute,factor",
+    [
+        (1, False, "none", 34 + 80),
+        (8, False, "none", 10 + 3 + 10),
+        (8, True, "none", 4.25 + 10),
+        (8, False, "selective", 13),
+        (8, True, "selective", 4.25),
+        (8, True, "full", 2 / 8),
+        (8, False, "full", 2),
+    ],
+)
 def test_korthikanti_table_2_for_gpt3_175b(tp, sp, recompute, factor):
     # s = 2048, h = 12288, a = 96: 5 a s / h = 80 (the paper's point: the scores outweigh the 34)
     got = memory.activation_bytes_per_layer(2048, 1, 12288, 96, tp, sp, recompute)
@@ -64,10 +73,11 @@ def test_zero_bytes_per_step_agrees_with_bill_zero_bytes(stage, m):
 def test_zero_bytes_per_step_agrees_with_bills_zero_bytes_per_step(stage, m):
     if not hasattr(bill, "zero_bytes_per_step"):
         pytest.skip("commtax.formulas.bill.zero_bytes_per_step (issue 10) is not there yet")
-    assert bill.zero_bytes_per_step is memory.zero_bytes_per_step     # one source of truth
+    assert bill.zero_bytes_per_step is memory.zero_bytes_per_step  # one source of truth
     for dtype_bytes in (2, 4):
         assert memory.zero_bytes_per_step(7e9, 64, stage, m, dtype_bytes) == pytest.approx(
-            bill.zero_bytes_per_step(7e9, 64, stage, m, dtype_bytes=dtype_bytes))
+            bill.zero_bytes_per_step(7e9, 64, stage, m, dtype_bytes=dtype_bytes)
+        )
 
 
 def test_hsdp_sends_3m_passes_inside_the_node_and_one_shard_all_reduce_across():
@@ -104,7 +114,7 @@ def test_plan_memory_adds_up_and_the_smallest_plan_fits():
     parts = memory.plan_memory(plan)
     assert parts["total"] <= hbm
     assert parts["total"] == pytest.approx(sum(v for k, v in parts.items() if k != "total"))
-    assert not memory.fitting_plans(*args, gpus // 2, hbm)             # half as many GPUs: nothing fits
+    assert not memory.fitting_plans(*args, gpus // 2, hbm)  # half as many GPUs: nothing fits
     best = memory.fitting_plans(*args, 64, hbm)
     assert best and all(memory.plan_memory(p)["total"] <= hbm for p in best)
     wire = memory.plan_wire_bytes(best[0])
@@ -126,6 +136,7 @@ def test_bad_arguments_name_themselves():
 
 def test_wire_seconds_prices_dp_groups_with_the_network_model_at_measured_rates_not_one_nic():
     from commtax.formulas.network import allreduce_bus_bandwidth
+
     model = PRESETS["Llama-2-70B"]
     common = dict(n_params=model.n_params, layers=model.layers, hidden=model.hidden, heads=64, microbatches=8)
     zero3 = memory.MemoryPlan(**common, tp=1, dp=64, zero_stage=3, recompute="full")
@@ -134,7 +145,8 @@ def test_wire_seconds_prices_dp_groups_with_the_network_model_at_measured_rates_
     assert allreduce_bus_bandwidth(64, 8, 370e9, 47e9) == pytest.approx(370e9)
     assert memory.wire_seconds(zero3) == pytest.approx(memory.plan_wire_bytes(zero3)["dp"] / 370e9)
     assert memory.wire_seconds(zero3, intra_bandwidth=450e9, inter_bandwidth=50e9) == pytest.approx(
-        memory.plan_wire_bytes(zero3)["dp"] / 400e9)
+        memory.plan_wire_bytes(zero3)["dp"] / 400e9
+    )
     # DP beside TP 8: one member per node, one NIC; TP on NVLink's rings
     wire = memory.plan_wire_bytes(tp8)
     assert memory.wire_seconds(tp8) == pytest.approx(wire["dp"] / 47e9 + wire["tp"] / 370e9)
@@ -147,8 +159,9 @@ def test_lesson_07_exercise_1_compares_zero3_and_tp8_at_equal_work_1_23x_not_6x(
     model = PRESETS["Llama-2-70B"]
     common = dict(n_params=model.n_params, layers=model.layers, hidden=model.hidden, heads=64)
     zero3 = memory.MemoryPlan(**common, microbatches=8, tp=1, dp=64, zero_stage=3, recompute="full")
-    tp8 = memory.MemoryPlan(**common, microbatches=64, tp=8, dp=8, zero_stage=1, recompute="selective",
-                            sequence_parallel=True)
+    tp8 = memory.MemoryPlan(
+        **common, microbatches=64, tp=8, dp=8, zero_stage=1, recompute="selective", sequence_parallel=True
+    )
     assert zero3.dp * zero3.microbatches == tp8.dp * tp8.microbatches == 512
     assert memory.plan_wire_bytes(tp8)["tp"] == pytest.approx(2.405e12, rel=1e-3)
     assert memory.wire_seconds(zero3) == pytest.approx(8.81, abs=0.01)
@@ -157,8 +170,9 @@ def test_lesson_07_exercise_1_compares_zero3_and_tp8_at_equal_work_1_23x_not_6x(
     assert memory.wire_seconds(zero3, **line) == pytest.approx(8.15, abs=0.01)
     assert memory.wire_seconds(tp8, **line) == pytest.approx(5.95, abs=0.01)
     assert memory.wire_seconds(zero3) / memory.wire_seconds(tp8) == pytest.approx(1.23, abs=0.01)
-    unequal = memory.MemoryPlan(**common, microbatches=8, tp=8, dp=8, zero_stage=1, recompute="selective",
-                                sequence_parallel=True)
+    unequal = memory.MemoryPlan(
+        **common, microbatches=8, tp=8, dp=8, zero_stage=1, recompute="selective", sequence_parallel=True
+    )
     assert memory.wire_seconds(zero3) / memory.wire_seconds(unequal) > 6
     # and wire time does not decide: the predictor puts the two steps within 3% of each other
     steps = [predict.predicted_step(p, "Llama-2-70B")["step_time_s"] for p in (zero3, tp8)]
@@ -172,12 +186,12 @@ def test_rank_by_step_time_orders_plans_per_token_with_the_bubble_not_by_wire_se
     model = PRESETS["Llama-2-70B"]
     hbm = memory.HBM_BYTES["H100 SXM 80GB"]
     plans = memory.fitting_plans(model.n_params, model.layers, model.hidden, 64, 64, hbm)
-    assert (plans[0].tp, plans[0].pp, plans[0].dp) == (1, 16, 4)          # the quick order: least wire time
+    assert (plans[0].tp, plans[0].pp, plans[0].dp) == (1, 16, 4)  # the quick order: least wire time
     ranked = predict.rank_by_step_time(plans, "Llama-2-70B")
     per_token = [r["seconds_per_token"] for _, r in ranked]
     assert per_token == sorted(per_token)
     seconds = {(p.tp, p.pp, p.dp, p.zero_stage, p.recompute): r["seconds_per_token"] * 1e6 for p, r in ranked}
-    assert seconds[2, 8, 4, 1, "selective"] == pytest.approx(24.7, abs=0.1)      # seconds per 1M tokens
+    assert seconds[2, 8, 4, 1, "selective"] == pytest.approx(24.7, abs=0.1)  # seconds per 1M tokens
     assert seconds[1, 16, 4, 1, "selective"] == pytest.approx(37.4, abs=0.1)
     assert seconds[4, 16, 1, 0, "selective"] == pytest.approx(43.1, abs=0.1)
     first = ranked[0][0]
@@ -190,9 +204,9 @@ def test_hsdp_all_reduces_across_replicas_every_micro_batch_by_default_in_fsdp_o
     n, g, r, m = 8e9, 8, 16, 4
     every = memory.hsdp_bytes_per_step(n, g, r, m, allreduce="micro_batch")
     once = memory.hsdp_bytes_per_step(n, g, r, m, allreduce="step")
-    assert once == memory.hsdp_bytes_per_step(n, g, r, m)                       # the function's default
-    assert once["replicate"] == pytest.approx(2 * 15 / 16 * n / 8 * 2)          # 3.75 GB
-    assert every["replicate"] == pytest.approx(m * once["replicate"])          # 15 GB: FSDP's default
+    assert once == memory.hsdp_bytes_per_step(n, g, r, m)  # the function's default
+    assert once["replicate"] == pytest.approx(2 * 15 / 16 * n / 8 * 2)  # 3.75 GB
+    assert every["replicate"] == pytest.approx(m * once["replicate"])  # 15 GB: FSDP's default
     assert every["shard"] == once["shard"]
     with pytest.raises(ValueError, match="allreduce"):
         memory.hsdp_bytes_per_step(n, g, r, m, allreduce="sometimes")
@@ -201,7 +215,7 @@ def test_hsdp_all_reduces_across_replicas_every_micro_batch_by_default_in_fsdp_o
 def test_full_recompute_adds_one_whole_layer_in_both_memory_models():
     plan = memory.MemoryPlan(7e9, 32, 4096, 32, seq=4096, tp=4, dp=2, recompute="full", sequence_parallel=True)
     parts = memory.plan_memory(plan)
-    stored = 32 * 2 * 4096 * 4096 / 4                                        # 2 s b h / t per layer with SP
+    stored = 32 * 2 * 4096 * 4096 / 4  # 2 s b h / t per layer with SP
     whole = memory.activation_bytes_per_layer(4096, 1, 4096, 32, 4, True, "none")
     assert parts["activations"] == pytest.approx(stored + whole)
 
@@ -222,8 +236,19 @@ def test_gpt3_at_pp_16_with_32k_tokens_and_no_recomputation_holds_25_tb_all_but_
     # settings (s = 32768, b = 1, m = 8, no recomputation): 6 layers x 8 micro-batches in flight x 529 GB,
     # and 5 a s^2 b = 515 GB of each layer's 529 GB is the unfused attention's s x s scores.
     gpt3 = PRESETS["GPT-3 175B"]
-    plan = memory.MemoryPlan(gpt3.n_params, gpt3.layers, gpt3.hidden, 96, seq=32768, micro_batch=1, microbatches=8,
-                             tp=1, pp=16, dp=1, recompute="none")
+    plan = memory.MemoryPlan(
+        gpt3.n_params,
+        gpt3.layers,
+        gpt3.hidden,
+        96,
+        seq=32768,
+        micro_batch=1,
+        microbatches=8,
+        tp=1,
+        pp=16,
+        dp=1,
+        recompute="none",
+    )
     layer = memory.activation_bytes_per_layer(32768, 1, 12288, 96)
     assert memory.plan_memory(plan)["activations"] == pytest.approx(6 * 8 * layer) == pytest.approx(25.4e12, rel=1e-3)
     scores = layer - memory.activation_bytes_per_layer(32768, 1, 12288, 96, recompute="selective")
@@ -240,19 +265,24 @@ def test_gpu_memory_labels_say_decimal_gb_and_gib():
 
 # -- Lesson 07-10 review (issue 24): corrected numbers ---------------------------------------------------
 
+
 def test_llama_layer_keeps_33_5_sbh_with_fused_swiglu_within_5_percent_of_gpt_34_not_40():
     """Korthikanti's count for a Llama layer (GQA, no dropout, flash attention): 4 + 6 + 4 a_kv/a + 2 + 3 x 2f/h.
     Llama-2-70B 33.5, Llama-3-8B 34.0, Llama-2-7B 32.1, Llama-2-13B 32.2, Llama 3 405B 31.75: within ~7% of
     the GPT layer's 34 (not "about 40, ~15% low"). ~40 needs a fourth f-wide tensor (an unfused SwiGLU)."""
     count = memory.llama_activation_sbh
-    for (h, a, kv, f), want in (((8192, 64, 8, 28672), 33.5), ((4096, 32, 8, 14336), 34.0),
-                                ((4096, 32, 32, 11008), 32.125), ((5120, 40, 40, 13824), 32.2),
-                                ((16384, 128, 8, 53248), 31.75)):
+    for (h, a, kv, f), want in (
+        ((8192, 64, 8, 28672), 33.5),
+        ((4096, 32, 8, 14336), 34.0),
+        ((4096, 32, 32, 11008), 32.125),
+        ((5120, 40, 40, 13824), 32.2),
+        ((16384, 128, 8, 53248), 31.75),
+    ):
         assert count(h, a, kv, f) == pytest.approx(want)
         assert abs(count(h, a, kv, f) / 34 - 1) < 0.07
-    assert count(8192, 64, 8, 28672, fused_swiglu=False) == pytest.approx(40.5)          # +19% over the GPT's
+    assert count(8192, 64, 8, 28672, fused_swiglu=False) == pytest.approx(40.5)  # +19% over the GPT's
     assert count(4096, 32, 8, 14336, fused_swiglu=False) == pytest.approx(41.0)
-    assert count(8192, 64, 8, 28672, rope_copies=True) == pytest.approx(35.75)          # rotated Q, K kept too
+    assert count(8192, 64, 8, 28672, rope_copies=True) == pytest.approx(35.75)  # rotated Q, K kept too
     with pytest.raises(ValueError, match="kv_heads"):
         count(4096, 32, 5, 11008)
 
@@ -294,8 +324,7 @@ def _saved_bytes_of_a_llama_layer(s, b, h, a, kv, f, fused_swiglu):
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         q, k, v = F.linear(RMSNorm.apply(x, W["n1"]), W["qkv"]).split([h, kv * d, kv * d], dim=-1)
         heads = lambda t, n: t.reshape(b, s, n, d).transpose(1, 2)
-        o = F.scaled_dot_product_attention(heads(q, a), heads(k, kv), heads(v, kv), is_causal=True,
-                                           enable_gqa=kv != a)
+        o = F.scaled_dot_product_attention(heads(q, a), heads(k, kv), heads(v, kv), is_causal=True, enable_gqa=kv != a)
         x2 = x + F.linear(o.transpose(1, 2).reshape(b, s, h), W["o"])
         z = F.linear(RMSNorm.apply(x2, W["n2"]), W["fc1"])
         if fused_swiglu:
@@ -313,23 +342,48 @@ def test_llama_layer_count_equals_the_bytes_autograd_saves_for_a_real_layer(kv, 
     s, b, h, a, f = 64, 2, 64, 8, 176
     counted = _saved_bytes_of_a_llama_layer(s, b, h, a, kv, f, fused)
     formula = memory.llama_activation_sbh(h, a, kv, f, fused_swiglu=fused) * s * b * h
-    lse, rms = 4 * a * s * b, 2 * 4 * s * b          # fp32 log-sum-exp per head and token; 1/rms per token, 2 norms
+    lse, rms = 4 * a * s * b, 2 * 4 * s * b  # fp32 log-sum-exp per head and token; 1/rms per token, 2 norms
     assert counted == formula + lse + rms
 
 
 def test_plan_wire_bytes_counts_six_tp_collectives_under_full_recompute_and_pp_slices_per_tp_rank():
     """As Lesson 10's predictor: Megatron reruns the forward's two TP collectives under full recomputation
     (6 per layer, not 4), and each TP rank sends 1/t of a stage boundary's activation."""
-    common = dict(n_params=7e9, layers=32, hidden=4096, heads=32, seq=4096, microbatches=8, tp=4, pp=4, dp=2,
-                  sequence_parallel=True)
+    common = dict(
+        n_params=7e9,
+        layers=32,
+        hidden=4096,
+        heads=32,
+        seq=4096,
+        microbatches=8,
+        tp=4,
+        pp=4,
+        dp=2,
+        sequence_parallel=True,
+    )
     act = 4096 * 4096 * 2
     for recompute, collectives in (("selective", 4), ("full", 6)):
         wire = memory.plan_wire_bytes(memory.MemoryPlan(**common, recompute=recompute))
         assert wire["tp"] == pytest.approx(collectives * 2 * 3 / 4 * act * 8 * 8)
         assert wire["pp"] == pytest.approx(2 * act / 4 * 8)
     from commtax.formulas import predict as P
-    cfg = P.normalize(dict(layers=32, hidden=4096, heads=32, seq=4096, vocab=32000, gpus=32, gpu="H100", tp=4,
-                           pp=4, global_batch=16, micro_batch=1, vpp=1))
+
+    cfg = P.normalize(
+        dict(
+            layers=32,
+            hidden=4096,
+            heads=32,
+            seq=4096,
+            vocab=32000,
+            gpus=32,
+            gpu="H100",
+            tp=4,
+            pp=4,
+            global_batch=16,
+            micro_batch=1,
+            vpp=1,
+        )
+    )
     assert P.tp_time(cfg, "full") / P.tp_time(cfg, "selective") == pytest.approx(6 / 4)
 
 
@@ -337,4 +391,4 @@ def test_zero2_sends_7_more_passes_than_zero1_at_8_micro_batches_4_5x_in_all():
     one, two = (memory.zero_bytes_per_step(7e9, 64, stage, 8) for stage in (1, 2))
     one_pass = 63 / 64 * 7e9 * 2
     assert two / one == pytest.approx(4.5)
-    assert (two - one) / one_pass == pytest.approx(7)                          # 9 passes against 2
+    assert (two - one) / one_pass == pytest.approx(7)  # 9 passes against 2

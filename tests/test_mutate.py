@@ -42,10 +42,24 @@ def test_mutants_change_only_the_code_between_the_markers_and_keep_every_line_in
 
 def test_each_kind_of_mistake_is_made():
     descriptions = {m.description for m in mutants(SOLUTION)}
-    for expected in ("'<' -> '<='", "'<' -> '>='", "2 -> 3", "2 -> 1", "0.0 -> 1.0", "'-' -> '+'",
-                     "'*' -> '/'", "'/' -> '*'", "dropped term 'min(n, 10) / bandwidth'", "dropped factor 'alpha'",
-                     "min() -> max()", "ceil() -> floor()", "swapped arguments 1 and 2 of min()", "return 0",
-                     "dropped call 'helper(total)'", "dropped 'total += math.ceil(n / p)'"):
+    for expected in (
+        "'<' -> '<='",
+        "'<' -> '>='",
+        "2 -> 3",
+        "2 -> 1",
+        "0.0 -> 1.0",
+        "'-' -> '+'",
+        "'*' -> '/'",
+        "'/' -> '*'",
+        "dropped term 'min(n, 10) / bandwidth'",
+        "dropped factor 'alpha'",
+        "min() -> max()",
+        "ceil() -> floor()",
+        "swapped arguments 1 and 2 of min()",
+        "return 0",
+        "dropped call 'helper(total)'",
+        "dropped 'total += math.ceil(n / p)'",
+    ):
         assert expected in descriptions, (expected, sorted(descriptions))
 
 

@@ -25,20 +25,28 @@ NVLINK = dict(latency_s=3e-6, bandwidth_bytes_per_s=450e9)
 
 # -- the ring all-reduce time ---------------------------------------------------------------
 
+
 def test_the_tp_all_reduce_time_is_lesson_01s_ring(monkeypatch):
     for n in (1, 2, 3, 8, 64):
         for payload in (0, 8192, 12345.6, 3e9):
             assert tp.allreduce_time_s(payload, n, **NVLINK) == collectives.allreduce_time(
-                payload, n, NVLINK["latency_s"], NVLINK["bandwidth_bytes_per_s"], "ring")
+                payload, n, NVLINK["latency_s"], NVLINK["bandwidth_bytes_per_s"], "ring"
+            )
     calls = []
     monkeypatch.setattr(collectives, "allreduce_time", lambda *args: calls.append(args) or 42.0)
     assert tp.allreduce_time_s(8192, 8, **NVLINK) == 42.0
     assert calls == [(8192, 8, 3e-6, 450e9, "ring")]
 
 
-@pytest.mark.parametrize("bad, name", [(dict(payload_bytes=-1.0), "payload_bytes"), (dict(tp=0), "tp"),
-                                       (dict(latency_s=-1e-6), "latency_s"),
-                                       (dict(bandwidth_bytes_per_s=0), "bandwidth_bytes_per_s")])
+@pytest.mark.parametrize(
+    "bad, name",
+    [
+        (dict(payload_bytes=-1.0), "payload_bytes"),
+        (dict(tp=0), "tp"),
+        (dict(latency_s=-1e-6), "latency_s"),
+        (dict(bandwidth_bytes_per_s=0), "bandwidth_bytes_per_s"),
+    ],
+)
 def test_the_tp_all_reduce_time_names_its_own_arguments(bad, name):
     args = dict(payload_bytes=8192, tp=2, **NVLINK) | bad
     with pytest.raises(ValueError, match=name):
@@ -60,9 +68,11 @@ def test_the_network_models_ring_in_a_node_is_lesson_01s(monkeypatch):
     for n in (1, 2, 3, 8):
         for payload in (0, 8192, 12345.6, 3e9):
             assert network.group_allreduce_time(payload, n, n, 3e-6, 450e9, 5e-6, 50e9) == pytest.approx(
-                collectives.allreduce_time(payload, n, 3e-6, 450e9, "ring"), rel=1e-15)
+                collectives.allreduce_time(payload, n, 3e-6, 450e9, "ring"), rel=1e-15
+            )
             assert network.group_reduce_scatter_time(payload, n, n, 3e-6, 450e9, 5e-6, 50e9) == pytest.approx(
-                collectives.reduce_scatter_time(payload, n, 3e-6, 450e9), rel=1e-15)
+                collectives.reduce_scatter_time(payload, n, 3e-6, 450e9), rel=1e-15
+            )
     assert measure.ring_model is collectives.ring_model
     monkeypatch.setattr(network, "ring_model", lambda collective, p: (1.0, 0.0))
     assert network.group_allreduce_time(8192, 8, 8, 3e-6, 450e9, 5e-6, 50e9) == 3e-6
@@ -85,11 +95,17 @@ def test_the_bills_zero_bytes_are_lesson_07s_passes_at_one_micro_batch(monkeypat
 
 # -- the expert all-to-all bytes -------------------------------------------------------------
 
+
 def test_the_bills_ep_bytes_are_the_moe_models(monkeypatch):
-    for tokens, hidden, ep, top_k, dtype in [(1, 1024, 1, 1, 2), (4096, 7168, 8, 8, 2), (123457, 4097, 3, 2, 1.5),
-                                             (4096, 4096, 256, 8, 4)]:
+    for tokens, hidden, ep, top_k, dtype in [
+        (1, 1024, 1, 1, 2),
+        (4096, 7168, 8, 8, 2),
+        (123457, 4097, 3, 2, 1.5),
+        (4096, 4096, 256, 8, 4),
+    ]:
         assert bill.ep_alltoall_bytes_per_layer(tokens, hidden, ep, top_k, dtype) == moe.ep_bytes_per_layer(
-            tokens, hidden, ep, top_k, dtype)
+            tokens, hidden, ep, top_k, dtype
+        )
     monkeypatch.setattr(moe, "ep_bytes_per_layer", lambda *args: 7.0)
     assert bill.ep_alltoall_bytes_per_layer(4096, 4096, 8, 2) == 7.0
 
@@ -101,6 +117,7 @@ def test_the_bills_ep_bytes_still_need_a_token():
 
 
 # -- the pipeline bubble ---------------------------------------------------------------------
+
 
 def test_the_simulators_bubble_is_the_formulas_one():
     assert S.bubble_fraction is bubble.bubble_fraction
@@ -136,8 +153,9 @@ def test_the_pipeline_modelers_activations_are_lesson_07s_with_sequence_parallel
     for t in (1, 2, 4, 8):
         for recompute in (False, True):
             got = S.activation_bytes_per_layer_sp(2048, tp=t, recompute=recompute, **GPT3)
-            assert got == memory.activation_bytes_per_layer(2048, tp=t, sequence_parallel=True,
-                                                            recompute="full" if recompute else "none", **GPT3)
+            assert got == memory.activation_bytes_per_layer(
+                2048, tp=t, sequence_parallel=True, recompute="full" if recompute else "none", **GPT3
+            )
     calls = []
     monkeypatch.setattr(memory, "activation_bytes_per_layer", lambda *args: calls.append(args) or 5.0)
     assert S.activation_bytes_per_layer_sp(2048, 1, 12288, 96, 8) == 5.0
@@ -151,7 +169,8 @@ def test_the_sequence_parallel_assumption_is_an_argument_with_a_default():
     assert with_sp == pytest.approx(358.6e6, rel=1e-3) and without == pytest.approx(578.8e6, rel=1e-3)
     assert without == memory.activation_bytes_per_layer(2048, tp=8, **GPT3)
     assert S.activation_bytes_per_layer_sp(2048, **GPT3) == S.activation_bytes_per_layer_sp(
-        2048, sequence_parallel=False, **GPT3)
+        2048, sequence_parallel=False, **GPT3
+    )
 
 
 def test_the_pipeline_modelers_recompute_is_true_or_false():
@@ -171,14 +190,16 @@ def _defined(prefix: str) -> list[str]:
     from pathlib import Path
 
     package = Path(memory.__file__).resolve().parents[1]
-    return [f"{path.relative_to(package.parent)}:{node.name}" for path in sorted(package.rglob("*.py"))
-            for node in ast.walk(ast.parse(path.read_text()))
-            if isinstance(node, ast.FunctionDef) and node.name.startswith(prefix)]
+    return [
+        f"{path.relative_to(package.parent)}:{node.name}"
+        for path in sorted(package.rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.FunctionDef) and node.name.startswith(prefix)
+    ]
 
 
 def test_korthikantis_count_has_one_name_and_one_signature():
     """Wrappers of ``memory.activation_bytes_per_layer`` say what they add in their names
     (``activation_bytes_per_layer_sp``, ``run_activation_bytes_per_layer``): grep the name, get one answer."""
-    named = [where for where in _defined("activation_bytes_per_layer")
-             if where.endswith(":activation_bytes_per_layer")]
+    named = [where for where in _defined("activation_bytes_per_layer") if where.endswith(":activation_bytes_per_layer")]
     assert named == ["commtax/formulas/memory.py:activation_bytes_per_layer"]

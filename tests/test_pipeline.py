@@ -6,8 +6,16 @@ from commtax.labs import LABS_DIR, load_lab
 from commtax.simulation import pipeline as P
 
 
-@pytest.mark.parametrize("schedule,p,m,v", [("gpipe", 4, 8, 1), ("1f1b", 8, 32, 1), ("interleaved_1f1b", 4, 8, 2),
-                                            ("interleaved_1f1b", 8, 32, 4), ("naive", 4, 2, 1)])
+@pytest.mark.parametrize(
+    "schedule,p,m,v",
+    [
+        ("gpipe", 4, 8, 1),
+        ("1f1b", 8, 32, 1),
+        ("interleaved_1f1b", 4, 8, 2),
+        ("interleaved_1f1b", 8, 32, 4),
+        ("naive", 4, 2, 1),
+    ],
+)
 def test_simulated_bubbles_equal_the_formulas(schedule, p, m, v):
     ops = P.simulate(schedule, p, m, v)
     expected = P.bubble_fraction(p, 1 if schedule == "naive" else m, v)
@@ -36,16 +44,21 @@ def test_activation_memory_formula_for_gpt3_is_about_2_9_gb_per_layer():
     assert 2.8e9 < P.activation_bytes_per_layer_sp(2048, 1, 12288, 96) < 2.9e9
 
 
-@pytest.mark.skipif(not (LABS_DIR / "lab-07-pipeline-schedules" / "solution.py").exists(),
-                    reason="the student release has no lab solutions")
+@pytest.mark.skipif(
+    not (LABS_DIR / "lab-07-pipeline-schedules" / "solution.py").exists(),
+    reason="the student release has no lab solutions",
+)
 def test_course_simulator_agrees_with_the_lab_07_reference():
     lab = load_lab("lab-07-pipeline-schedules", "solution")
     for schedule, p, m, v in (("gpipe", 4, 8, 1), ("1f1b", 4, 8, 1), ("interleaved_1f1b", 4, 8, 2)):
         ours = P.simulate(schedule, p, m, v, t_p2p=0.1)
         theirs = lab.simulate(schedule, p, m, v, t_p2p=0.1)
-        assert [(o.stage, o.kind, o.microbatch, o.chunk) for o in ours] == \
-            [(o.stage, o.kind, o.microbatch, o.chunk) for o in theirs]
-        assert [t for o in ours for t in (o.start, o.end)] == pytest.approx([t for o in theirs for t in (o.start, o.end)])
+        assert [(o.stage, o.kind, o.microbatch, o.chunk) for o in ours] == [
+            (o.stage, o.kind, o.microbatch, o.chunk) for o in theirs
+        ]
+        assert [t for o in ours for t in (o.start, o.end)] == pytest.approx(
+            [t for o in theirs for t in (o.start, o.end)]
+        )
 
 
 @pytest.mark.parametrize("p,m,on_path", [(2, 4, 4), (4, 8, 16), (8, 16, 40)])

@@ -59,16 +59,30 @@ def test_nemo_fp8_rows_come_from_their_tokens_per_second_with_non_causal_attenti
 def test_lab_11_reference_agrees_with_the_course_predictor_piece_by_piece():
     lab = load_lab(Path(__file__).resolve().parents[1] / "labs" / "lab-11-plan-a-cluster", "solution")
     runs = [e["run"] for e in PUBLISHED] + [c["run"] for c in P.CHECK_RUNS]
-    runs += [dict(LLAMA70, gpus=512, gpu="H100-80GB", tp=2, pp=1, global_batch=1024, micro_batch=1, zero_stage=3,
-                  shard_group=8, hsdp_allreduce=mode) for mode in ("step", "micro_batch")]
+    runs += [
+        dict(
+            LLAMA70,
+            gpus=512,
+            gpu="H100-80GB",
+            tp=2,
+            pp=1,
+            global_batch=1024,
+            micro_batch=1,
+            zero_stage=3,
+            shard_group=8,
+            hsdp_allreduce=mode,
+        )
+        for mode in ("step", "micro_batch")
+    ]
     runs += [dict(c["run"], param_gather="micro_batch") for c in P.CHECK_RUNS if c["run"].get("zero_stage") == 2]
     for run in runs:
         ours, theirs = P.predict(dict(run)), lab.predict(dict(run))
         assert ours["binding"] == theirs["binding"], run
         for key in P.RETURNED[:-1]:
             assert theirs[key] == pytest.approx(ours[key], rel=1e-9), (key, run)
-        fixed = dict(run, micro_batch=ours["plan"]["micro_batch"], vpp=ours["plan"]["vpp"],
-                     recompute=ours["plan"]["recompute"])
+        fixed = dict(
+            run, micro_batch=ours["plan"]["micro_batch"], vpp=ours["plan"]["vpp"], recompute=ours["plan"]["recompute"]
+        )
         cfg = P.normalize(fixed)
         rc = ours["plan"]["recompute"]
         assert lab.stage_layers(fixed) == P.stage_layers(cfg)
@@ -116,11 +130,16 @@ def test_drawn_plans_reach_every_kind_of_plan_and_only_plans_the_course_prices()
     plans = P.draw_plans(400, seed=11)
     assert plans == P.draw_plans(400, seed=11) and plans != P.draw_plans(400, seed=12)
     cfgs = [P.normalize(dict(run)) for run in plans]
-    for what, count in {"ZeRO-3": sum(c["zero_stage"] == 3 for c in cfgs), "FP8": sum(c["precision"] == "fp8" for c in cfgs),
-                        "HSDP": sum(c["shard_group"] != c["dp"] * c["cp"] for c in cfgs),
-                        "interleaved": sum(c["vpp"] > 1 for c in cfgs), "CP": sum(c["cp"] > 1 for c in cfgs),
-                        "odd DP": sum(c["dp"] % 2 == 1 < c["dp"] for c in cfgs), "DeepSpeed": sum(c["dp_impl"] == "deepspeed" for c in cfgs),
-                        "embedding_and_loss": sum(c["pipeline_split"] == "embedding_and_loss" for c in cfgs)}.items():
+    for what, count in {
+        "ZeRO-3": sum(c["zero_stage"] == 3 for c in cfgs),
+        "FP8": sum(c["precision"] == "fp8" for c in cfgs),
+        "HSDP": sum(c["shard_group"] != c["dp"] * c["cp"] for c in cfgs),
+        "interleaved": sum(c["vpp"] > 1 for c in cfgs),
+        "CP": sum(c["cp"] > 1 for c in cfgs),
+        "odd DP": sum(c["dp"] % 2 == 1 < c["dp"] for c in cfgs),
+        "DeepSpeed": sum(c["dp_impl"] == "deepspeed" for c in cfgs),
+        "embedding_and_loss": sum(c["pipeline_split"] == "embedding_and_loss" for c in cfgs),
+    }.items():
         assert count >= 20, (what, count)
     with pytest.raises(ValueError, match="n must be"):
         P.draw_plans(-1, seed=0)
@@ -132,12 +151,13 @@ def test_lab_11s_sweep_plans_are_the_draw_its_tests_name():
 
 
 def test_roofline_matches_a_guides_ccr_and_lesson_04s_thresholds():
-    assert R.dp_intensity(2048, 10**9) == pytest.approx(3072, rel=1e-6)          # GPT-3 at batch 1
+    assert R.dp_intensity(2048, 10**9) == pytest.approx(3072, rel=1e-6)  # GPT-3 at batch 1
     assert R.ridge_point(1979e12, 900e9) == pytest.approx(R.ridge_point(989e12, 450e9), rel=1e-3)
-    assert R.ridge_point(8 * 989e12, 8 * 50e9) == pytest.approx(19780)            # not the guide's ~40,000
+    assert R.ridge_point(8 * 989e12, 8 * 50e9) == pytest.approx(19780)  # not the guide's ~40,000
     for dp in (2, 16, None):
-        assert R.critical_tokens_per_gpu(989e12, 50e9, dp, window="backward") == \
-            pytest.approx(dp_min_local_tokens(989e12, 1.0, 50e9, dp))
+        assert R.critical_tokens_per_gpu(989e12, 50e9, dp, window="backward") == pytest.approx(
+            dp_min_local_tokens(989e12, 1.0, 50e9, dp)
+        )
     for h, t in ((4096, 2), (12288, 8), (8192, 16)):
         assert R.ridge_point(989e12, 450e9) / R.tp_intensity(h, t) == pytest.approx(tp_tax(989e12, 450e9, h, t))
 
@@ -148,8 +168,9 @@ def test_fitted_constants_are_a_fixed_point_of_the_minimax_fit():
     for gpu in P.LAB_GPUS:
         k = P.FITTED[gpu]
         eta, mu = k["matmul_efficiency"], k["elementwise_efficiency"]
-        found = P.fit_constants(PUBLISHED, gpu, efficiencies=[eta - 0.02, eta, eta + 0.02],
-                                elementwise=[mu - 0.05, mu, mu + 0.05])
+        found = P.fit_constants(
+            PUBLISHED, gpu, efficiencies=[eta - 0.02, eta, eta + 0.02], elementwise=[mu - 0.05, mu, mu + 0.05]
+        )
         assert found == pytest.approx(k), (gpu, found)
 
 
@@ -157,29 +178,41 @@ def test_deepspeed_zero3_share_is_fitted_on_the_public_zero3_row_alone():
     row = next(e for e in PUBLISHED if e["source"] == "NAR21-T2")
     share = P.ZERO_BANDWIDTH_SHARE["deepspeed"]
     assert P.fit_zero_share(row, [share - 0.002, share - 0.001, share, share + 0.001, share + 0.002]) == share
-    assert P.ZERO_BANDWIDTH_SHARE["megatron"] == 1.0          # Megatron and FSDP: the network model's bandwidth
+    assert P.ZERO_BANDWIDTH_SHARE["megatron"] == 1.0  # Megatron and FSDP: the network model's bandwidth
 
 
 def test_fp8_runs_linear_gemms_at_the_fp8_peak_and_reports_mfu_against_it():
-    run = dict(P.MODELS["Llama-3 8B"], gpus=8, gpu="H100-80GB", tp=1, pp=1, global_batch=8, micro_batch=1,
-               recompute="full")
+    run = dict(
+        P.MODELS["Llama-3 8B"], gpus=8, gpu="H100-80GB", tp=1, pp=1, global_batch=8, micro_batch=1, recompute="full"
+    )
     bf16, fp8 = P.predict(dict(run, precision="bf16")), P.predict(dict(run, precision="fp8"))
     assert fp8["step_time_s"] < 0.8 * bf16["step_time_s"]
-    assert fp8["model_tflops_per_gpu"] == pytest.approx(fp8["mfu"] * 1979)          # MFU of the FP8 peak
+    assert fp8["model_tflops_per_gpu"] == pytest.approx(fp8["mfu"] * 1979)  # MFU of the FP8 peak
     assert fp8["mfu_bf16"] == pytest.approx(2 * fp8["mfu"], rel=0.01)
     assert bf16["mfu"] == bf16["mfu_bf16"]
     # only the linear GEMMs go twice as fast: attention and the output layer stay BF16
     gemm16 = P.layer_compute(P.normalize(dict(run, precision="bf16")), "none")["gemm"]
     gemm8 = P.layer_compute(P.normalize(dict(run, precision="fp8")), "none")["gemm"]
     assert gemm8 == pytest.approx(gemm16 * 989 / 1979)
-    assert P.flops_per_step(dict(run, precision="fp8")) == P.flops_per_step(run)    # FLOPs do not change
+    assert P.flops_per_step(dict(run, precision="fp8")) == P.flops_per_step(run)  # FLOPs do not change
     with pytest.raises(ValueError, match="precision"):
         P.predict(dict(run, gpu="A100-80GB", precision="fp8"))
 
 
 def test_126_layers_interleave_on_16_stages_with_one_layer_less_on_the_first_and_last():
-    run = dict(P.LLAMA3_405B, seq=8192, gpus=8192, gpu="H100-80GB", tp=8, pp=16, global_batch=2048,
-               micro_batch=1, zero_stage=2, vpp=8, recompute="full")
+    run = dict(
+        P.LLAMA3_405B,
+        seq=8192,
+        gpus=8192,
+        gpu="H100-80GB",
+        tp=8,
+        pp=16,
+        global_batch=2048,
+        micro_batch=1,
+        zero_stage=2,
+        vpp=8,
+        recompute="full",
+    )
     cfg = P.normalize(run)
     assert cfg["pipeline_split"] == "embedding_and_loss"
     assert P.stage_layers(cfg) == [7] + [8] * 14 + [7] and sum(P.stage_layers(cfg)) == 126
@@ -189,25 +222,36 @@ def test_126_layers_interleave_on_16_stages_with_one_layer_less_on_the_first_and
     with pytest.raises(ValueError, match="vpp"):
         P.normalize(dict(run, vpp=3))
     with pytest.raises(ValueError, match="vpp"):
-        P.normalize(dict(run, vpp=2, pipeline_split="even"))          # 126 layers: uneven stages, no interleaving
+        P.normalize(dict(run, vpp=2, pipeline_split="even"))  # 126 layers: uneven stages, no interleaving
 
 
 def test_zero3_throughput_at_fixed_global_batch_falls_once_per_gpu_work_is_below_its_collectives():
     row = next(e for e in PUBLISHED if e["source"] == "NAR21-T2")
     critical = P.zero3_critical_tokens(row["run"])
-    assert 8192 < critical < 16384      # 384 GPUs run 4 x 2,048 tokens per micro-batch: below it already
-    tflops = [P.predict(dict(row["run"], gpus=g, micro_batch=b))["hardware_tflops_per_gpu"]
-              for g, b in ((384, 4), (768, 2), (1536, 1))]
-    assert tflops[0] == pytest.approx(144, rel=0.05)                       # the fitted row
-    assert tflops[1] / tflops[0] < 0.6 and tflops[2] / tflops[1] < 0.55    # published: 144 -> 88 -> 44
+    assert 8192 < critical < 16384  # 384 GPUs run 4 x 2,048 tokens per micro-batch: below it already
+    tflops = [
+        P.predict(dict(row["run"], gpus=g, micro_batch=b))["hardware_tflops_per_gpu"]
+        for g, b in ((384, 4), (768, 2), (1536, 1))
+    ]
+    assert tflops[0] == pytest.approx(144, rel=0.05)  # the fitted row
+    assert tflops[1] / tflops[0] < 0.6 and tflops[2] / tflops[1] < 0.55  # published: 144 -> 88 -> 44
     # the same plan on Megatron/FSDP (the network model's bandwidth) hides its collectives at 384 GPUs
     fast = P.predict(dict(row["run"], dp_impl="megatron"))
     assert fast["binding"] != "dp" or fast["times"]["dp"] < 0.2 * fast["step_time_s"]
 
 
 def test_hsdp_and_zero_bytes_are_lesson_07s_formulas():
-    run = dict(P.MODELS["GPT 22B (Korthikanti)"], gpus=64, gpu="A100-80GB", tp=8, pp=1, global_batch=64,
-               micro_batch=1, zero_stage=3, precision="fp16")
+    run = dict(
+        P.MODELS["GPT 22B (Korthikanti)"],
+        gpus=64,
+        gpu="A100-80GB",
+        tp=8,
+        pp=1,
+        global_batch=64,
+        micro_batch=1,
+        zero_stage=3,
+        precision="fp16",
+    )
     cfg = P.normalize(dict(run, shard_group=4, hsdp_allreduce="step"))
     n, m = max(P.stage_params(cfg)), cfg["microbatches"]
     assert P.dp_bytes_per_step(cfg) == pytest.approx(sum(M.hsdp_bytes_per_step(n, 4, 2, m).values()))
@@ -225,8 +269,20 @@ def test_hsdp_and_zero_bytes_are_lesson_07s_formulas():
 
 
 def test_llama3_context_parallelism_sends_the_all_gather_of_keys_and_values():
-    run = dict(P.LLAMA3_405B, seq=131072, gpus=16 * 8 * 16, gpu="H100-80GB", tp=8, pp=16, cp=16, global_batch=1,
-               micro_batch=1, zero_stage=2, cp_comm="all_gather", recompute="none")
+    run = dict(
+        P.LLAMA3_405B,
+        seq=131072,
+        gpus=16 * 8 * 16,
+        gpu="H100-80GB",
+        tp=8,
+        pp=16,
+        cp=16,
+        global_batch=1,
+        micro_batch=1,
+        zero_stage=2,
+        cp_comm="all_gather",
+        recompute="none",
+    )
     cfg = P.normalize(run)
     assert P.cp_bytes_per_layer(cfg) == pytest.approx(kv_allgather_bytes_per_rank(131072, 1, 128, 16, 2))
     forward_only = kv_allgather_bytes_per_rank(131072, 1, 128, 16, 2, backward=False)
@@ -246,7 +302,7 @@ def test_sequence_parallel_tp_is_priced_as_rings_not_the_all_reduces_tree():
     assert P.tp_time(cfg, "none") == pytest.approx(4 * ring)
     tree = P.collective_time("all_reduce", act, 16, 1, P.H100)
     assert P.tp_time(P.normalize(dict(run, sequence_parallel=False)), "none") == pytest.approx(4 * tree)
-    assert ring > tree        # rings pay 15 latencies where the tree pays its log
+    assert ring > tree  # rings pay 15 latencies where the tree pays its log
 
 
 def test_in_node_rings_run_at_measured_busbw_and_tp_16_costs_2_1x_tp_8s_tax():
@@ -259,14 +315,15 @@ def test_in_node_rings_run_at_measured_busbw_and_tp_16_costs_2_1x_tp_8s_tax():
     t8 = N.group_allreduce_time(n, 8, 8, 0, 370e9, 0, 47e9)
     t16 = N.group_allreduce_time(n, 16, 8, 0, 370e9, 0, 47e9)
     assert 2 * t16 / t8 == pytest.approx(2.1, abs=0.05)
-    nvls = N.group_allreduce_time(n, 8, 8, 0, 480e9, 0, 47e9)     # NVLS: ~480 GB/s busbw inside the node
+    nvls = N.group_allreduce_time(n, 8, 8, 0, 480e9, 0, 47e9)  # NVLS: ~480 GB/s busbw inside the node
     assert 2 * t16 / nvls == pytest.approx(2.7, abs=0.1)
 
 
 def test_overlapped_collectives_cost_the_sms_nccl_takes_so_zero3_is_not_free():
     """Lesson 10, exercise 1's ZeRO-3 plan: its collectives no longer vanish inside the step."""
-    got = P.predict(dict(LLAMA70, gpus=512, gpu="H100-80GB", tp=2, pp=1, dp=256, micro_batch=1, global_batch=1024,
-                         zero_stage=3))
+    got = P.predict(
+        dict(LLAMA70, gpus=512, gpu="H100-80GB", tp=2, pp=1, dp=256, micro_batch=1, global_batch=1024, zero_stage=3)
+    )
     share = P.NCCL_SMS / P.H100.sms
     assert got["times"]["dp"] >= share * got["comm"]["dp"] > 0
     assert got["comm"]["dp"] > 0.8 * got["step_time_s"]
@@ -297,14 +354,26 @@ def test_check_runs_are_predicted_and_korthikantis_530b_and_1t_within_12_percent
 
 
 def test_tied_embedding_is_one_copy_without_pipelining():
-    run = dict(P.MODELS["GPT 1.7B (Megatron, s=2048)"], gpus=8, gpu="A100", tp=1, pp=1, global_batch=8,
-               micro_batch=1, recompute="full", zero_stage=0)
+    run = dict(
+        P.MODELS["GPT 1.7B (Megatron, s=2048)"],
+        gpus=8,
+        gpu="A100",
+        tp=1,
+        pp=1,
+        global_batch=8,
+        micro_batch=1,
+        recompute="full",
+        zero_stage=0,
+    )
     cfg = P.normalize(run)
     params = cfg["layers"] * P.layer_params(cfg) + cfg["vocab"] * cfg["hidden"]
-    acts = cfg["layers"] * P.run_activation_bytes_per_layer(cfg, "full", False) \
-        + P.run_activation_bytes_per_layer(cfg, "none", False) + 4 * cfg["seq"] * cfg["vocab"]
+    acts = (
+        cfg["layers"] * P.run_activation_bytes_per_layer(cfg, "full", False)
+        + P.run_activation_bytes_per_layer(cfg, "none", False)
+        + 4 * cfg["seq"] * cfg["vocab"]
+    )
     assert P.memory_bytes_per_gpu(cfg, "full") == pytest.approx(params * (2 + 4 + 12) + acts)
-    llama = P.normalize(dict(run, swiglu=True))            # Llama-style: the output layer is its own matrix
+    llama = P.normalize(dict(run, swiglu=True))  # Llama-style: the output layer is its own matrix
     assert P.stage_params(llama)[0] == pytest.approx(cfg["layers"] * P.layer_params(llama) + 2 * 51200 * 2304)
 
 
@@ -323,8 +392,7 @@ def test_plan_choices_keep_v_a_divisor_of_the_slots_and_2021_rows_reduce_after_t
 
 def test_planner_slows_the_zero3_plan_and_keeps_a_sharded_plan_first_when_the_network_halves():
     half = dataclasses.replace(P.H100, nic_bandwidth=P.H100.nic_bandwidth / 2)
-    zero3 = dict(LLAMA70, gpus=512, gpu="H100-80GB", tp=2, pp=1, dp=256, micro_batch=1, global_batch=1024,
-                 zero_stage=3)
+    zero3 = dict(LLAMA70, gpus=512, gpu="H100-80GB", tp=2, pp=1, dp=256, micro_batch=1, global_batch=1024, zero_stage=3)
     full, halved = P.predict(zero3), P.predict(zero3, hardware=half)
     assert halved["times"]["dp"] > 3 * full["times"]["dp"] and halved["binding"] == "dp"
     best = P.search_plans(LLAMA70, 512, "H100-80GB", 1024, hardware=half, top=3)
@@ -337,19 +405,51 @@ def test_plan_cli_reads_presets_and_hugging_face_configs_and_refuses_what_it_can
     out = capsys.readouterr().out
     assert "TP" in out and "Best plan" in out and "binding" in out
     config = tmp_path / "config.json"
-    config.write_text(json.dumps(dict(hidden_act="silu", hidden_size=4096, intermediate_size=14336,
-                                      max_position_embeddings=32768, num_attention_heads=32, num_hidden_layers=32,
-                                      num_key_value_heads=8, vocab_size=32000, sliding_window=4096)))
-    assert CLI.main([str(config), "--gpus", "8", "--gpu", "A100", "--seq", "4096", "--global-batch", "64",
-                     "--json", "--top", "2"]) == 0
+    config.write_text(
+        json.dumps(
+            dict(
+                hidden_act="silu",
+                hidden_size=4096,
+                intermediate_size=14336,
+                max_position_embeddings=32768,
+                num_attention_heads=32,
+                num_hidden_layers=32,
+                num_key_value_heads=8,
+                vocab_size=32000,
+                sliding_window=4096,
+            )
+        )
+    )
+    assert (
+        CLI.main(
+            [
+                str(config),
+                "--gpus",
+                "8",
+                "--gpu",
+                "A100",
+                "--seq",
+                "4096",
+                "--global-batch",
+                "64",
+                "--json",
+                "--top",
+                "2",
+            ]
+        )
+        == 0
+    )
     report = json.loads(capsys.readouterr().out)
     assert report["model"]["kv_heads"] == 8 and report["model"]["swiglu"] and report["model"]["seq"] == 4096
     assert report["plans"] and {"step_time_s", "mfu", "memory_bytes_per_gpu", "binding"} <= set(report["plans"][0])
     assert any("sliding-window" in note for note in report["notes"])
     moe = tmp_path / "moe.json"
-    moe.write_text(json.dumps(dict(num_local_experts=8, num_hidden_layers=32, hidden_size=4096,
-                                   num_attention_heads=32, vocab_size=32000)))
-    assert CLI.main([str(moe), "--gpus", "8"]) == 2   # experts, but not how many a token visits
+    moe.write_text(
+        json.dumps(
+            dict(num_local_experts=8, num_hidden_layers=32, hidden_size=4096, num_attention_heads=32, vocab_size=32000)
+        )
+    )
+    assert CLI.main([str(moe), "--gpus", "8"]) == 2  # experts, but not how many a token visits
     assert "num_experts_per_tok" in capsys.readouterr().err
     assert CLI.main(["no such model", "--gpus", "8"]) == 2
     assert CLI.main(["Llama-3 8B", "--gpus", "8", "--gpu", "V100"]) == 2
@@ -359,8 +459,7 @@ def test_plan_cli_reads_presets_and_hugging_face_configs_and_refuses_what_it_can
 def test_causal_masking_at_131k_tokens_attention_is_57_percent_of_counted_flops_40_causal():
     """Llama 3 405B at s = 131,072: attention is 57.3% of the FLOPs counted non-causally (Eq. 7's convention),
     40.1% once the masked half is left out; the causal count is 1/1.40 of the non-causal one."""
-    cfg = P.normalize(dict(P.LLAMA3_405B, seq=131072, gpus=16384, gpu="H100-80GB", tp=8, pp=16, cp=16,
-                           global_batch=16))
+    cfg = P.normalize(dict(P.LLAMA3_405B, seq=131072, gpus=16384, gpu="H100-80GB", tp=8, pp=16, cp=16, global_batch=16))
     dense, attention = P.layer_forward_flops(cfg)
     assert attention / (dense + attention) == pytest.approx(0.574, abs=0.001)
     assert attention / 2 / (dense + attention / 2) == pytest.approx(0.4025, abs=0.001)
@@ -380,19 +479,29 @@ def test_the_errors_lesson_11_and_lab_12_quote_fit_rows_within_8_percent_checks_
 
 # -- The numbers Lessons 07-12 quote, each the predictor's ---------------------------------------------------
 
+
 def test_zero2_gathers_once_per_step_as_the_paper_and_every_micro_batch_as_fsdp_shard_grad_op():
     """The predictor's ZeRO-2 is the paper's (m + 1 passes); FSDP's SHARD_GRAD_OP (FSDP2's
     reshard_after_forward=False, default settings) reshards after each backward and gathers again before the
     next forward: 2m passes, what Lesson 07 counts on real FSDP2 ranks."""
-    run = dict(P.MODELS["GPT 22B (Korthikanti)"], gpus=64, gpu="A100-80GB", tp=8, pp=1, global_batch=64,
-               micro_batch=1, zero_stage=2, precision="fp16")
+    run = dict(
+        P.MODELS["GPT 22B (Korthikanti)"],
+        gpus=64,
+        gpu="A100-80GB",
+        tp=8,
+        pp=1,
+        global_batch=64,
+        micro_batch=1,
+        zero_stage=2,
+        precision="fp16",
+    )
     paper, fsdp = P.normalize(run), P.normalize(dict(run, param_gather="micro_batch"))
     n, m = max(P.stage_params(paper)), paper["microbatches"]
     one_pass = 7 / 8 * n * 2
     assert m == 8
     assert P.dp_bytes_per_step(paper) == pytest.approx((m + 1) * one_pass)
     assert P.dp_bytes_per_step(fsdp) == pytest.approx(2 * m * one_pass)
-    assert P.dp_bytes_per_step(fsdp) == pytest.approx(M.zero_bytes_per_step(n, 8, 3, m) * 2 / 3)   # 3m less m
+    assert P.dp_bytes_per_step(fsdp) == pytest.approx(M.zero_bytes_per_step(n, 8, 3, m) * 2 / 3)  # 3m less m
     slower = P.predict(dict(run, param_gather="micro_batch"))
     assert slower["comm"]["dp"] > P.predict(run)["comm"]["dp"]
     for z in (0, 1, 3):
@@ -426,7 +535,7 @@ def test_llama3_checks_sit_on_the_memory_boundary_143_against_128_chunks_in_flig
         assert P.in_flight_layers(cfg, 0) == chunks
         parts = P.memory_parts(cfg, "none")
         assert parts["total"] == pytest.approx(total, abs=0.05e9)
-    assert parts["total"] <= 80e9 and 80e9 - parts["total"] < 0.3e9                  # 16,384: 0.2 GB of headroom
+    assert parts["total"] <= 80e9 and 80e9 - parts["total"] < 0.3e9  # 16,384: 0.2 GB of headroom
     cfg8k = P.normalize(dict(P.CHECK_RUNS[0]["run"], micro_batch=1, vpp=8))
     eight = P.memory_parts(cfg8k, "none")
     assert (eight["total"] + (llama - 1) * eight["activations"]) / 1e9 == pytest.approx(83.0, abs=0.1)
@@ -444,8 +553,7 @@ def test_zero3_roofline_with_fp32_gradients_says_exposed_as_the_predictor_does()
     threshold = P.FITTED["H100-80GB"]["matmul_efficiency"] * R.ridge_point(989e12, bw)
     assert bw == pytest.approx(188e9) and threshold == pytest.approx(3472, abs=1)
     assert R.zero3_intensity(4096, 256, grad_bytes=4) < threshold < R.zero3_intensity(4096, 256)
-    zero3 = dict(LLAMA70, gpus=512, gpu="H100-80GB", tp=2, pp=1, dp=256, micro_batch=1, global_batch=1024,
-                 zero_stage=3)
+    zero3 = dict(LLAMA70, gpus=512, gpu="H100-80GB", tp=2, pp=1, dp=256, micro_batch=1, global_batch=1024, zero_stage=3)
     roofline_tokens = 4096 * threshold / R.zero3_intensity(4096, 256, grad_bytes=4)
     assert roofline_tokens == pytest.approx(4611, abs=2)
     assert P.zero3_critical_tokens(zero3) == pytest.approx(roofline_tokens, rel=0.01) and roofline_tokens > 4096
@@ -463,8 +571,9 @@ def test_lesson_10_dp_thresholds_six_thousand_tokens_on_hdr_and_16k_on_ndr_with_
     bf16 = 0.4 * R.critical_tokens_per_gpu(989e12, 50e9, window="backward")
     fp32 = 0.4 * R.critical_tokens_per_gpu(989e12, 50e9, window="backward", dtype_bytes=4)
     assert bf16 == pytest.approx(7912, abs=1) and fp32 == pytest.approx(15824, abs=1)
-    assert R.critical_tokens_per_gpu(989e12, 50e9, window="backward") / \
-        R.critical_tokens_per_gpu(989e12, 50e9, window="step") == pytest.approx(1.5)
+    assert R.critical_tokens_per_gpu(989e12, 50e9, window="backward") / R.critical_tokens_per_gpu(
+        989e12, 50e9, window="step"
+    ) == pytest.approx(1.5)
 
 
 def test_lesson_10_exercise_1_best_plan_takes_38_days_and_fits_with_megatrons_llama_count():
@@ -472,8 +581,20 @@ def test_lesson_10_exercise_1_best_plan_takes_38_days_and_fits_with_megatrons_ll
     (not 37). 77.7 GB with the GPT count, 49.6 GB of it activations; a Llama-2-70B layer with Megatron's fused
     SwiGLU keeps 33.5 sbh (77.0 GB: fits), with an unfused SwiGLU 40.5 (87.2 GB: over even the 85.5e9 B the GPU
     has)."""
-    best = P.predict(dict(LLAMA70, gpus=512, gpu="H100-80GB", tp=2, pp=8, dp=32, vpp=10, micro_batch=1,
-                          global_batch=1024, zero_stage=1))
+    best = P.predict(
+        dict(
+            LLAMA70,
+            gpus=512,
+            gpu="H100-80GB",
+            tp=2,
+            pp=8,
+            dp=32,
+            vpp=10,
+            micro_batch=1,
+            global_batch=1024,
+            zero_stage=1,
+        )
+    )
     assert best["step_time_s"] == pytest.approx(6.925, abs=0.001) and best["plan"]["recompute"] == "none"
     days = 2e12 / (1024 * 4096) * best["step_time_s"] / 86400
     assert days == pytest.approx(38.2, abs=0.05)
@@ -518,14 +639,17 @@ def test_the_pp_recommendation_shows_every_number_its_bubble_formula_and_share_u
     plan = dict(tp=8, pp=16, dp=32, vpp=2, microbatches=32, micro_batch=1, recompute="none", zero_stage=1)
     times = dict(tp=0.1, cp=0.0, dp=0.05, bubble=1.2, p2p=0.4)
     text = P.recommend([dict(plan=plan, times=times, step_time_s=6.0, mfu=0.28, binding="pp")])
-    assert "(p-1)/(v m) = 15/(2 x 32) = 23%" in text, text                  # 15/64 of the ideal compute
+    assert "(p-1)/(v m) = 15/(2 x 32) = 23%" in text, text  # 15/64 of the ideal compute
     assert "bubble (1.2 s" in text and "sends (0.4 s)" in text and "take 27% of the 6-s step" in text, text
 
 
 def test_a_runner_up_with_the_best_layout_is_named_by_what_sets_it_apart():
     def plan(mb, zero, tp=4):
-        return {"plan": dict(tp=tp, pp=4, dp=32, cp=1, vpp=1, micro_batch=mb, recompute="selective", zero_stage=zero),
-                "step_time_s": 1.0 + 0.01 * mb + 0.02 * zero + (0.1 if tp == 8 else 0.0)}
+        return {
+            "plan": dict(tp=tp, pp=4, dp=32, cp=1, vpp=1, micro_batch=mb, recompute="selective", zero_stage=zero),
+            "step_time_s": 1.0 + 0.01 * mb + 0.02 * zero + (0.1 if tp == 8 else 0.0),
+        }
+
     best, same_layout, other = plan(1, 1), plan(2, 1), plan(1, 1, tp=8)
     text = P.runner_up([best, same_layout, other])
     assert text.startswith("Runner-up: the same layout with micro-batch 2, +1.0% step time.")

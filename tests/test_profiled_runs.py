@@ -21,8 +21,13 @@ DP, TP, PP = 2, 2, 2
 def whole_bill_run(tmp_path_factory):
     outdir = str(tmp_path_factory.mktemp("wholebill"))
     sizes = dict(wholebill.SIZES)
-    results = run_ranks(profiled.profiled_whole_bill, DP * TP * PP, args=("solution", DP, TP, PP, sizes, outdir),
-                        timeout=240, echo_output=False)
+    results = run_ranks(
+        profiled.profiled_whole_bill,
+        DP * TP * PP,
+        args=("solution", DP, TP, PP, sizes, outdir),
+        timeout=240,
+        echo_output=False,
+    )
     report, extras = analyze([r["path"] for r in results], tp=TP, pp=PP)
     return results, report, extras, sizes
 
@@ -58,17 +63,18 @@ def test_lab12_trace_holds_every_rank_s_bytes_whether_or_not_its_axes_could_be_t
 def test_lab12_trace_places_every_call_it_can_deal_and_never_a_wrong_axis(whole_bill_run):
     _, report, extras, _ = whole_bill_run
     for row, extra in zip(report["ranks"], extras):
-        assert "send" not in row["by_axis"].get("unknown", {}), row["rank"]   # sends: confirmed by their receiver
+        assert "send" not in row["by_axis"].get("unknown", {}), row["rank"]  # sends: confirmed by their receiver
         assert extra["groups_unlisted"] == 0
         assert set(row["by_axis"]) <= {"tp", "dp", "pp", "unknown"}
-        assert set(row["by_axis"].get("pp", {})) <= {"send", "recv"}          # Lab 12's pipeline only sends
+        assert set(row["by_axis"].get("pp", {})) <= {"send", "recv"}  # Lab 12's pipeline only sends
 
 
 @pytest.mark.parametrize("impl", ["solution", "torch"])
 def test_ddp_trace_bytes_equal_the_counter_and_its_times_agree_with_the_runs_clock(impl, tmp_path):
     widths, steps = [256, 512, 512, 256], 3
-    results = run_ranks(profiled.profiled_ddp, 2, args=(impl, widths, 32, 2**19, steps, str(tmp_path)),
-                        timeout=240, echo_output=False)
+    results = run_ranks(
+        profiled.profiled_ddp, 2, args=(impl, widths, 32, 2**19, steps, str(tmp_path)), timeout=240, echo_output=False
+    )
     report, _ = analyze([r["path"] for r in results])
     for result, row in zip(results, report["ranks"]):
         assert row["collectives"]["all_reduce"]["count"] == steps * len(result["buckets"])
@@ -79,15 +85,19 @@ def test_ddp_trace_bytes_equal_the_counter_and_its_times_agree_with_the_runs_clo
         # to its finish as the wrapper saw it: the same work by two clocks, allowed a loaded machine's slack.
         assert 0.5 * comm - 0.02 <= row["comm_s"] <= 1.5 * comm + 0.02, (row["rank"], row["comm_s"], comm)
         assert row["exposed_comm_s"] <= row["comm_s"]
-        if impl == "solution":   # BucketedDDP waits after backward: that wait is the exposed communication
+        if impl == "solution":  # BucketedDDP waits after backward: that wait is the exposed communication
             wait = sum(s["wait_s"] for s in result["steps"])
             assert abs(row["exposed_comm_s"] - wait) <= 0.35 * comm + 0.02, (row["rank"], row["exposed_comm_s"], wait)
 
 
 def test_trace_bytes_per_step_counts_an_all_reduce_by_the_ring_and_a_send_by_its_message():
-    row = {"group_sizes": {"tp": 4, "dp": 2},
-           "by_axis": {"tp": {"all_reduce": {"count": 2, "bytes": 800}},
-                       "dp": {"all_reduce": {"count": 1, "bytes": 100}},
-                       "pp": {"send": {"count": 2, "bytes": 60}, "recv": {"count": 2, "bytes": 60}},
-                       "unknown": {"all_gather": {"count": 1, "bytes": 8}}}}
+    row = {
+        "group_sizes": {"tp": 4, "dp": 2},
+        "by_axis": {
+            "tp": {"all_reduce": {"count": 2, "bytes": 800}},
+            "dp": {"all_reduce": {"count": 1, "bytes": 100}},
+            "pp": {"send": {"count": 2, "bytes": 60}, "recv": {"count": 2, "bytes": 60}},
+            "unknown": {"all_gather": {"count": 1, "bytes": 8}},
+        },
+    }
     assert profiled.trace_bytes_per_step(row, steps=2) == {"tp": 600.0, "dp": 50.0, "pp": 30.0, "unknown": 0.0}

@@ -12,9 +12,9 @@ from commtax.ranks import pytorch_apis as pa
 from commtax.ranks.launch import run_ranks
 from commtax.testing import expect_value_error
 
-L, H, B_, S, M, DT = 2, 16, 2, 8, 4, 8          # layers, hidden, micro-batch, seq, micro-batches, bytes (float64)
-ACT = B_ * S * H * DT                           # one b s h activation: 2048 bytes
-N_TP_RANK = L * (16 * 32 + 32 + 16 * 32 + 16)   # per TP rank: W1 (32 x 16), b1 (32), W2 (16 x 32), b2 (16, replicated)
+L, H, B_, S, M, DT = 2, 16, 2, 8, 4, 8  # layers, hidden, micro-batch, seq, micro-batches, bytes (float64)
+ACT = B_ * S * H * DT  # one b s h activation: 2048 bytes
+N_TP_RANK = L * (16 * 32 + 32 + 16 * 32 + 16)  # per TP rank: W1 (32 x 16), b1 (32), W2 (16 x 32), b2 (16, replicated)
 N_STAGE = (L // 2) * (64 * 16 + 64 + 16 * 64 + 16)  # one pipeline stage: 1 whole block
 
 BY_HAND = {
@@ -46,14 +46,17 @@ def rows(results):
 
 # -- the bill, before any run -------------------------------------------------------------------
 
+
 def test_expected_bill_is_the_hand_worked_bytes_and_calls_of_each_axis():
     bill = pa.expected_bill(L, H, B_, S, M)
     assert bill["dp_tp"]["tp"] == {"bytes": 8192, "calls": {"all_reduce": 4}} and BY_HAND[("dp_tp", "tp")] == 8192
     assert bill["dp_tp"]["dp"] == {"bytes": 25728, "calls": {"all_gather": 4, "reduce_scatter": 2}}
     assert bill["dp_tp_sp"]["tp"] == {"bytes": 8192, "calls": {"all_gather": 4, "reduce_scatter": 4}}
     assert bill["dp_tp_sp"]["dp"] == bill["dp_tp"]["dp"]
-    assert bill["pp_dp"] == {"pp": {"bytes": 8192, "calls": {"send": 4}},
-                             "dp": {"bytes": 17024, "calls": {"all_reduce": 1}}}
+    assert bill["pp_dp"] == {
+        "pp": {"bytes": 8192, "calls": {"send": 4}},
+        "dp": {"bytes": 17024, "calls": {"all_reduce": 1}},
+    }
     for (plan, axis), nbytes in BY_HAND.items():
         assert bill[plan][axis]["bytes"] == pytest.approx(nbytes, rel=1e-12), (plan, axis)
 
@@ -62,10 +65,17 @@ def test_ring_bytes_per_rank_keep_their_factors_and_torch_names_map_to_the_cours
     assert pa.sent_bytes("all_reduce", 4, 1000) == 1500
     assert pa.sent_bytes("all_gather", 4, 1000) == pa.sent_bytes("reduce_scatter", 4, 1000) == 750
     assert pa.sent_bytes("send", 2, 1000) == 1000 and pa.sent_bytes("all_reduce", 1, 1000) == 0
-    assert [pa.course_op(n) for n in ("c10d._allgather_base_", "c10d_functional.all_gather_into_tensor",
-                                      "c10d._reduce_scatter_base_", "reduce_scatter_single", "c10d.allreduce_",
-                                      "c10d_functional.all_reduce")] == \
-        ["all_gather", "all_gather", "reduce_scatter", "reduce_scatter", "all_reduce", "all_reduce"]
+    assert [
+        pa.course_op(n)
+        for n in (
+            "c10d._allgather_base_",
+            "c10d_functional.all_gather_into_tensor",
+            "c10d._reduce_scatter_base_",
+            "reduce_scatter_single",
+            "c10d.allreduce_",
+            "c10d_functional.all_reduce",
+        )
+    ] == ["all_gather", "all_gather", "reduce_scatter", "reduce_scatter", "all_reduce", "all_reduce"]
 
 
 def test_run_plans_refuses_a_world_that_is_not_two_by_two_and_an_unknown_slip():
@@ -74,6 +84,7 @@ def test_run_plans_refuses_a_world_that_is_not_two_by_two_and_an_unknown_slip():
 
 
 # -- the run, axis by axis ------------------------------------------------------------------------
+
 
 def test_tensor_parallel_all_reduces_counted_on_the_wire_and_by_commdebugmode_equal_the_bill(rows):
     for step in (0, 1):
@@ -107,8 +118,8 @@ def test_fsdp2_on_the_dp_dimension_gathers_twice_and_reduce_scatters_once_per_bl
 
 def test_commdebugmode_sees_fsdp2s_collectives_and_the_course_counter_needs_the_functional_wrapper_for_dtensor(results):
     step = results[0]["dp_tp"]
-    assert step["debug_mode"][1]["dp"] == {"all_gather": 4, "reduce_scatter": 2}   # FSDP2's c10d ops
-    for r in results:   # torch.distributed's calls carry FSDP2, DTensor's TP goes only through funcol
+    assert step["debug_mode"][1]["dp"] == {"all_gather": 4, "reduce_scatter": 2}  # FSDP2's c10d ops
+    for r in results:  # torch.distributed's calls carry FSDP2, DTensor's TP goes only through funcol
         counted = r["dp_tp"]["counted"][1]
         assert counted["tp"]["by_counter"] == {"functional": 4}
         assert counted["dp"]["by_counter"] == {"torch.distributed": 6}
@@ -119,9 +130,9 @@ def test_pipeline_sends_equal_the_bill_from_the_second_step_the_first_adds_shape
     later, first = rows[1]["pp_dp"], rows[0]["pp_dp"]
     assert later["pp"]["verdict"] == "ok" and later["pp"]["counted_bytes"] == BY_HAND[("pp_dp", "pp")]
     assert later["pp"]["counted_calls"] == {"send": 4}
-    assert later["pp"]["debug_mode_calls"] is None   # CommDebugMode cannot run around a schedule
+    assert later["pp"]["debug_mode_calls"] is None  # CommDebugMode cannot run around a schedule
     extra = first["pp"]["counted_bytes"] - BY_HAND[("pp_dp", "pp")]
-    assert 0 < extra < 1024, first["pp"]          # a few hundred bytes of tensor metadata, once
+    assert 0 < extra < 1024, first["pp"]  # a few hundred bytes of tensor metadata, once
     assert later["dp"]["verdict"] == "ok" and later["dp"]["counted_bytes"] == BY_HAND[("pp_dp", "dp")]
 
 
@@ -133,12 +144,14 @@ def test_every_plan_trains_exactly_like_one_process(results, plan):
 
 # -- planted slips: the counts see what the losses cannot ------------------------------------------
 
+
 def test_column_split_on_both_linears_trains_the_same_but_sends_more_than_the_tp_bill(results):
     row = pa.reconcile_slip(results, "colwise_twice")["tp"]
     assert row["counted_bytes"] > 2 * BY_HAND[("dp_tp", "tp")] and row["verdict"] != "ok"
     assert "all_gather" in row["counted_calls"] and "all_gather" in row["debug_mode_calls"]
-    assert [r["slips"]["colwise_twice"]["loss"][0] for r in results] == \
-        pytest.approx([r["dp_tp"]["loss"][0] for r in results], rel=1e-9)
+    assert [r["slips"]["colwise_twice"]["loss"][0] for r in results] == pytest.approx(
+        [r["dp_tp"]["loss"][0] for r in results], rel=1e-9
+    )
 
 
 def test_fsdp2_without_reshard_after_forward_gathers_once_per_block_not_zero3s_three_passes(results):
@@ -162,6 +175,7 @@ def test_reconcile_flags_a_bill_that_counts_four_all_reduces_per_mlp_only_block(
 
 
 # -- all three at once on 8 ranks (slow: 8 processes on 2 cores) ---------------------------------
+
 
 @pytest.mark.slow
 def test_pp_dp_tp_on_eight_ranks_with_every_api_at_once_sends_the_bill_from_the_second_step_and_trains_right():

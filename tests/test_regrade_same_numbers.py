@@ -16,9 +16,27 @@ pytestmark = NEEDS_SOLUTIONS
 
 
 def _grade_many(folder, out, *options):
-    return subprocess.run([sys.executable, "-m", "grading", "grade-many", str(folder), "--csv", str(out),
-                           "--labs", FAST, "--exercises", "--jobs", "1", *options],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grading",
+            "grade-many",
+            str(folder),
+            "--csv",
+            str(out),
+            "--labs",
+            FAST,
+            "--exercises",
+            "--jobs",
+            "1",
+            *options,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def _student_with_own_answer(secret: bytes, exercise_id: str = "03.1") -> str:
@@ -48,8 +66,10 @@ def test_a_regrade_refuses_another_variant_secret_or_none_and_keeps_the_csv(tmp_
     assert secret.decode() not in out.read_text()  # its digest, never the secret
     assert rows[2][rows[0].index("exercises")] == "0"
     graded = out.read_text()
-    for options, said in [([], "give the same --variant-secret FILE"),
-                          (["--variant-secret", str(other)], "another --variant-secret")]:
+    for options, said in [
+        ([], "give the same --variant-secret FILE"),
+        (["--variant-secret", str(other)], "another --variant-secret"),
+    ]:
         proc = _grade_many(tmp_path / "class", out, "--only", student, *options)
         assert proc.returncode != 0 and said in proc.stderr, proc.stderr[-2000:]
         assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr  # one line, before any grading

@@ -51,15 +51,19 @@ def _is_stub(node: ast.AST) -> bool:
     text = ast.unparse(body[0])
     if isinstance(body[0], ast.Raise):
         return "NotImplementedError" in text
-    return isinstance(body[0], (ast.Return, ast.Expr)) and ("learner.lab(" in text or "learner.unlit(" in text
-                                                                          or "learner.unavailable(" in text)
+    return isinstance(body[0], (ast.Return, ast.Expr)) and (
+        "learner.lab(" in text or "learner.unlit(" in text or "learner.unavailable(" in text
+    )
 
 
 def _is_starter_stub(node: ast.FunctionDef) -> bool:
     """A starter function: it ends by raising NotImplementedError and returns nothing (checks it is given may come first)."""
     last = node.body[-1]
-    return (isinstance(last, ast.Raise) and "NotImplementedError" in ast.unparse(last)
-            and not any(isinstance(n, ast.Return) for n in ast.walk(node)))
+    return (
+        isinstance(last, ast.Raise)
+        and "NotImplementedError" in ast.unparse(last)
+        and not any(isinstance(n, ast.Return) for n in ast.walk(node))
+    )
 
 
 def _shipped_definitions(release: Path):
@@ -98,10 +102,13 @@ def test_no_solution_file_marker_or_scrambled_answer_ships(release):
     """No solution.py, solutions/, hidden tests or GRADED block; exercises.py holds no answer, scrambled or computed."""
     assert not list(release.rglob("solution.py")) and not (release / "solutions").exists()
     assert not list(release.rglob("hidden"))
-    marked = [str(p.relative_to(release)) for p in release.rglob("*.py") if p.name != "answers.py"
-              and any(map(answers.BEGIN_RE.match, p.read_text().splitlines()))]
+    marked = [
+        str(p.relative_to(release))
+        for p in release.rglob("*.py")
+        if p.name != "answers.py" and any(map(answers.BEGIN_RE.match, p.read_text().splitlines()))
+    ]
     assert not marked, marked
-    package = release / "commtax" / "exercises"   # its answers live in exercises/hidden/, which does not ship
+    package = release / "commtax" / "exercises"  # its answers live in exercises/hidden/, which does not ship
     exercises = "".join(p.read_text() for p in sorted(package.rglob("*.py")))
     assert "\n# BEGIN ANSWERS" not in exercises
     assert not re.findall(r'"[A-Za-z0-9+/]{11}="', exercises), "a scrambled answer (8 bytes in base64) ships"
@@ -114,15 +121,18 @@ def test_release_readme_and_lessons_do_not_point_to_worked_solutions(release):
     readme = (release / "README.md").read_text()
     assert "solutions/" not in readme and "solution.py" not in readme
     for path in (release / "lessons").glob("*.ipynb"):
-        text = "".join(cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
-                       for cell in json.loads(path.read_text())["cells"])
+        text = "".join(
+            cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
+            for cell in json.loads(path.read_text())["cells"]
+        )
         assert "solutions/" not in text, path.name
 
 
 def _run_in(release: Path, code: str) -> subprocess.CompletedProcess:
     env = {"PYTHONPATH": str(release), "PATH": "/usr/bin:/bin", "MPLBACKEND": "Agg", "HOME": str(release)}
-    return subprocess.run([sys.executable, "-c", code], cwd=release, env=env, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=release, env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 CALCULATOR_PROBE = """
@@ -152,6 +162,7 @@ def test_release_calculators_name_the_lab_function_until_it_is_written(release):
 def test_release_calculators_run_on_the_learners_lab_code(release, tmp_path):
     """A learner's Lab 01 written (the reference, copied in): the release's formula returns its value."""
     from commtax.formulas import collectives
+
     expected = collectives.allreduce_time(1e9, 8, 3e-6, 450e9, "ring")
     starter = release / "labs" / "lab-01-alpha-beta" / "starter.py"
     kept = starter.read_text()
@@ -169,14 +180,19 @@ def test_full_repository_markers_are_balanced_and_every_finding_is_covered():
     """In the course repository: each GRADED block's release call fits the lab's signature; no finding the release
     cannot ship unmarked (the same name, or a graded function's statements under another name) is left."""
     assert answers.check_markers(ROOT) == []
-    uncovered = [f"{f.lab} {f.name}: {f.definition.where} ({f.why})" for f in answers.find(ROOT)
-                 if answers.must_cover(f) and not f.covered]
+    uncovered = [
+        f"{f.lab} {f.name}: {f.definition.where} ({f.why})"
+        for f in answers.find(ROOT)
+        if answers.must_cover(f) and not f.covered
+    ]
     assert not uncovered, uncovered
 
 
 def test_strip_graded_replaces_the_block_and_rejects_unbalanced_markers():
-    text = ("def f(n):\n    \"\"\"Doc.\"\"\"\n    # BEGIN GRADED lab-01 p2p_time\n    return n + 1\n"
-            "    # END GRADED: return learner.lab(\"01\").p2p_time(n, 0, 1)\n")
+    text = (
+        'def f(n):\n    """Doc."""\n    # BEGIN GRADED lab-01 p2p_time\n    return n + 1\n'
+        '    # END GRADED: return learner.lab("01").p2p_time(n, 0, 1)\n'
+    )
     stripped = answers.strip_graded(text)
     assert "n + 1" not in stripped and 'return learner.lab("01").p2p_time(n, 0, 1)' in stripped
     plain = answers.strip_graded(text.replace(': return learner.lab("01").p2p_time(n, 0, 1)', ""))
@@ -189,21 +205,24 @@ def test_release_ships_the_exercise_answer_file_and_the_teachers_copy_scores_it(
     """exercises/answers.toml lists every exercise; scoring: right within tolerance, a slip named, no answer 0."""
     from commtax import exercises
     from grading import exercise_answers
+
     shipped = (release / "exercises" / "answers.toml").read_text()
     assert all(f'# "{key}" = ...' in shipped for key in exercises.EXERCISES)
     submission = tmp_path / "alice"
     (submission / "exercises").mkdir(parents=True)
     right, slipped = exercises._answer("01.1"), exercises._answer("02.2") * 8
     (submission / "exercises" / "answers.toml").write_text(
-        shipped.replace('# "01.1" = ...', f'"01.1" = {right * 1.004!r}').replace('# "02.2" = ...', f'"02.2" = {slipped!r}')
-        .replace('# "03.1" = ...', '"03.1" = "lots"'))
+        shipped.replace('# "01.1" = ...', f'"01.1" = {right * 1.004!r}')
+        .replace('# "02.2" = ...', f'"02.2" = {slipped!r}')
+        .replace('# "03.1" = ...', '"03.1" = "lots"')
+    )
     scores = {s.exercise: s for s in exercise_answers.score(submission)}
     assert len(scores) == len(exercises.EXERCISES)
     assert (scores["01.1"].score, scores["01.1"].output) == (1, "right")
     assert scores["02.2"].score == 0 and scores["02.2"].output.startswith("wrong, a known slip (per-rank vs total")
     assert scores["03.1"].score == 0 and scores["03.1"].output.startswith("not a finite number")
     assert sum(s.score for s in scores.values()) == 1 and scores["04.1"].output == "no answer"
-    assert all(repr(right)[:6] not in s.output for s in scores.values())   # the verdict never shows the answer
+    assert all(repr(right)[:6] not in s.output for s in scores.values())  # the verdict never shows the answer
     (submission / "exercises" / "answers.toml").write_text('"01.1" = ')
     broken = exercise_answers.score(submission)
     assert sum(s.score for s in broken) == 0 and "not valid TOML" in broken[0].output
@@ -216,8 +235,10 @@ def test_no_visible_lab_test_reaches_a_reference_the_release_does_not_ship():
     """A lab test that calls a commtax function holding a GRADED block (or calling one, transitively) would be
     skipped in the release (commtax.learner): it must ask EXPECTED (commtax.recorded) for its expected values."""
     reaching = answers.visible_tests_reaching_references(ROOT)
-    assert not reaching, ("visible lab tests that use a reference the student release does not ship (they would be "
-                          "skipped there; record their expected values in the lab's expected.py):\n" + "\n".join(reaching))
+    assert not reaching, (
+        "visible lab tests that use a reference the student release does not ship (they would be "
+        "skipped there; record their expected values in the lab's expected.py):\n" + "\n".join(reaching)
+    )
 
 
 def _leaves(value):
@@ -241,7 +262,7 @@ def test_release_records_exactly_the_expected_values_the_visible_tests_ask_for(r
         shipped = release / "labs" / lab_dir.name
         assert not (shipped / recorded.RECIPES_FILE).exists(), f"{lab_dir.name}: the recipes ship"
         record = json.loads((shipped / recorded.RECORD_FILE).read_text())
-        data = all(v is None or isinstance(v, (int, float, str)) for v in _leaves(record))   # None: no binding axis
+        data = all(v is None or isinstance(v, (int, float, str)) for v in _leaves(record))  # None: no binding axis
         assert data, f"{lab_dir.name}: expected.json holds something other than numbers and names"
         full, released = recorded.Expected(lab_dir), recorded.Expected(shipped)
         assert full.reference_here and not released.reference_here
@@ -265,8 +286,8 @@ def test_expected_fails_loudly_for_a_missing_record_or_an_unlisted_case(tmp_path
     with pytest.raises(recorded.MissingRecord, match=r"no expected value for f\[2\]"):
         recorded.Expected(release_lab)("f", 2)
     (course_lab / recorded.RECIPES_FILE).write_text(
-        "RECIPES = {'f': lambda x: 2.0 * x}\n\ndef cases():\n    yield 'f', (1,)\n")
+        "RECIPES = {'f': lambda x: 2.0 * x}\n\ndef cases():\n    yield 'f', (1,)\n"
+    )
     assert recorded.Expected(course_lab)("f", 1) == 2.0
     with pytest.raises(recorded.MissingRecord, match=r"does not list the case f\[3\]"):
         recorded.Expected(course_lab)("f", 3)
-

@@ -34,9 +34,27 @@ def worst_case(labs, per_lab=60, message="x " * 2000):
     """A GradeResult by hand: every test of ``labs`` failed with a long message (what untouched starters
     give, and more: ``per_lab`` tests a lab, more than any lab has), a third of them hidden."""
     from grading.results import GradeResult, LabResult, TestResult
-    return GradeResult([LabResult(lab, [TestResult(f"labs/{lab}/test_lab.py::test_a_rather_long_name_of_what_it_checks_{i}",
-                                                   lab, 1.0, "failed", 0.0, message, i % 3 == 0)
-                                        for i in range(per_lab)]) for lab in labs])
+
+    return GradeResult(
+        [
+            LabResult(
+                lab,
+                [
+                    TestResult(
+                        f"labs/{lab}/test_lab.py::test_a_rather_long_name_of_what_it_checks_{i}",
+                        lab,
+                        1.0,
+                        "failed",
+                        0.0,
+                        message,
+                        i % 3 == 0,
+                    )
+                    for i in range(per_lab)
+                ],
+            )
+            for lab in labs
+        ]
+    )
 
 
 def decoded(encoded: str) -> dict:
@@ -45,6 +63,7 @@ def decoded(encoded: str) -> dict:
 
 # -- 1. Classroom reports a multi-lab assignment ---------------------------------------------------
 
+
 def test_the_classroom_payload_stays_far_below_the_environment_variables_cap_for_any_number_of_labs():
     four = reports.classroom_encoded(worst_case(LABS[:4], per_lab=30))  # Labs 01-04 have 66 tests
     every = reports.classroom_encoded(worst_case(LABS, per_lab=20))  # the labs have 255 tests
@@ -52,8 +71,10 @@ def test_the_classroom_payload_stays_far_below_the_environment_variables_cap_for
     # Four labs: per test, its points and a one-line message; every lab: still per test, messages dropped.
     data = decoded(four)
     assert len(data["tests"]) == 4 * 30 and data["max_score"] == 120
-    assert all(t["message"] and "\n" not in t["message"] and len(t["message"]) <= reports.CLASSROOM_MESSAGE
-               for t in data["tests"])
+    assert all(
+        t["message"] and "\n" not in t["message"] and len(t["message"]) <= reports.CLASSROOM_MESSAGE
+        for t in data["tests"]
+    )
     assert len(decoded(every)["tests"]) == len(LABS) * 20
     # However many tests: folded into one entry per lab, so the payload is bounded by construction.
     huge = decoded(reports.classroom_encoded(worst_case(LABS, per_lab=400, message="not implemented yet")))
@@ -80,6 +101,7 @@ def test_the_classroom_workflow_hands_over_a_compact_payload_and_the_details_els
 
 def test_grade_writes_the_learners_report_beside_the_classroom_payload(tmp_path):
     from grading import __main__ as cli
+
     result = worst_case(LABS[:2], per_lab=3)
 
     def fake_grade(submission, labs, progress=None, **options):
@@ -100,11 +122,17 @@ def test_grade_writes_the_learners_report_beside_the_classroom_payload(tmp_path)
 @pytest.mark.slow  # grades every lab's untouched starter in a fresh release (2-5 minutes on 2 busy cores)
 def test_a_release_of_untouched_starters_reports_four_labs_and_every_lab(release, tmp_path):
     from grading.results import GradeResult, from_dict
+
     out = tmp_path / "result.json"
     env = dict(os.environ, LAB_IMPL="starter", PYTHONPATH=str(release))
-    proc = subprocess.run([sys.executable, "-m", "grading", "grade", ".", "--isolation", "auto", "--format",
-                           "result", "--out", str(out)], cwd=release, env=env, capture_output=True, text=True,
-                          timeout=1500)
+    proc = subprocess.run(
+        [sys.executable, "-m", "grading", "grade", ".", "--isolation", "auto", "--format", "result", "--out", str(out)],
+        cwd=release,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     every = from_dict(json.loads(out.read_text()))
     four = GradeResult(every.labs[:4])
@@ -113,7 +141,6 @@ def test_a_release_of_untouched_starters_reports_four_labs_and_every_lab(release
         assert len(encoded) <= ENV_CAP // 2, len(encoded)  # (measured: 65,076 and, for 14 labs, 65,460 bytes)
         data = decoded(encoded)
         assert data["max_score"] == result.max_score > 0 and sum(t["score"] for t in data["tests"]) == 0
-
 
 
 @pytest.mark.slow  # grades untouched starters in a release: four labs (about 20 s), then all 13 (about a minute)
@@ -126,24 +153,37 @@ def test_the_workflows_own_steps_hand_the_reporter_a_variable_the_kernel_accepts
     workflow = yaml.safe_load((release / ".github" / "workflows" / "classroom.yml").read_text())
     steps = {step.get("name"): step for step in workflow["jobs"]["run-autograding-tests"]["steps"]}
     output, summary = tmp_path / "output", tmp_path / "summary"
-    env = dict(os.environ, LABS=labs, GITHUB_OUTPUT=str(output), GITHUB_STEP_SUMMARY=str(summary),
-               PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}", PYTHONPATH=str(release))
+    env = dict(
+        os.environ,
+        LABS=labs,
+        GITHUB_OUTPUT=str(output),
+        GITHUB_STEP_SUMMARY=str(summary),
+        PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        PYTHONPATH=str(release),
+    )
     env.pop("LAB_IMPL", None)
     for name in ("Grade", "The whole report in the job summary"):
-        done = subprocess.run(["bash", "-e", "-c", steps[name]["run"]], cwd=release, env=env, capture_output=True,
-                              text=True, timeout=1200)
+        done = subprocess.run(
+            ["bash", "-e", "-c", steps[name]["run"]], cwd=release, env=env, capture_output=True, text=True, timeout=1200
+        )
         assert done.returncode == 0, (name, done.stderr[-3000:])
     result = output.read_text().split("result=", 1)[1].strip()
     data = decoded(result)
     assert len(data["tests"]) >= (4 if labs else len(LABS)) and data["max_score"] > 0
     assert len(result) <= ENV_CAP // 2, len(result)
-    passed_on = subprocess.run([sys.executable, "-c", "import os; print(len(os.environ['GRADER_RESULTS']))"],
-                               env={"GRADER_RESULTS": result, "PATH": env["PATH"]}, capture_output=True, text=True)
+    passed_on = subprocess.run(
+        [sys.executable, "-c", "import os; print(len(os.environ['GRADER_RESULTS']))"],
+        env={"GRADER_RESULTS": result, "PATH": env["PATH"]},
+        capture_output=True,
+        text=True,
+    )
     assert passed_on.stdout.strip() == str(len(result))
     page = summary.read_text()
     assert page.startswith("~~~~text") and "first failure" in page and "not implemented yet" in page
 
+
 # -- 2. the Actions cache is saved whether or not the tests pass ---------------------------------------
+
 
 def test_the_pip_cache_is_restored_and_saved_apart_and_saved_after_a_failing_test(release):
     """GitHub's documented behaviour: actions/cache (and setup-python's ``cache: pip``, built on it) saves in
@@ -163,8 +203,14 @@ def test_the_pip_cache_is_restored_and_saved_apart_and_saved_after_a_failing_tes
     assert condition.startswith("always()") and "steps.pip-cache.outputs.cache-hit != 'true'" in condition
     assert "steps.install.outcome == 'success'" in condition  # a broken install is not kept for good
     # Restore before the install, save after the reporter (the step whose failure fails the job).
-    order = [i for i, s in enumerate(steps) if "actions/cache/restore" in s or "id: install" in s
-             or "autograding-grading-reporter" in s or "actions/cache/save" in s]
+    order = [
+        i
+        for i, s in enumerate(steps)
+        if "actions/cache/restore" in s
+        or "id: install" in s
+        or "autograding-grading-reporter" in s
+        or "actions/cache/save" in s
+    ]
     assert order == sorted(order) and len(order) == 4
     assert steps.index(save) > next(i for i, s in enumerate(steps) if "autograding-grading-reporter" in s)
 
@@ -184,6 +230,7 @@ def test_tools_caches_ship_neither_in_the_release_nor_in_the_gradescope_zip():
     import fnmatch
 
     from grading.release import GRADESCOPE_EXCLUDED, RELEASE_EXCLUDED
+
     for excluded in (RELEASE_EXCLUDED, GRADESCOPE_EXCLUDED):
         for cache in (".ruff_cache", ".pytest_cache", ".mypy_cache", "__pycache__"):
             assert any(fnmatch.fnmatch(cache, pattern) for pattern in excluded), cache
@@ -195,6 +242,7 @@ def test_the_gradescope_zip_leaves_the_teachers_documents_out(tmp_path):
     import zipfile
 
     from grading.release import build_gradescope_zip
+
     names = zipfile.ZipFile(build_gradescope_zip(tmp_path / "ag.zip", labs=["lab-06-tp-comm-cost"])).namelist()
     assert "TEACHING.md" not in names and "grading/README.md" not in names
     assert "labs/lab-06-tp-comm-cost/README.md" in names and "grading/grader.py" in names
@@ -204,6 +252,7 @@ def test_teaching_names_every_environment_variable_the_gradescope_scripts_read()
     # A teacher simulating Gradescope without PyTorch's index or with an older python3 needed
     # TORCH_INDEX_URL and AUTOGRADER_SETUP_PYTHON, which TEACHING.md did not name.
     from grading.release import RUN_AUTOGRADER, SETUP_SH
+
     read = set(re.findall(r"\$\{(\w+):-", SETUP_SH + RUN_AUTOGRADER))
     assert {"AUTOGRADER_ROOT", "AUTOGRADER_SETUP_PYTHON", "TORCH_INDEX_URL", "AUTOGRADER_PYTHON"} <= read
     teaching = (ROOT / "TEACHING.md").read_text()
@@ -212,22 +261,39 @@ def test_teaching_names_every_environment_variable_the_gradescope_scripts_read()
 
 # -- 3. the release without the teacher's documents -------------------------------------------------
 
+
 def test_the_release_has_no_teachers_documents_and_a_readme_of_its_own(release):
     assert not (release / "TEACHING.md").exists() and not (release / "grading" / "README.md").exists()
     assert (release / "labs" / "lab-01-alpha-beta" / "README.md").exists()  # the labs' READMEs are the learner's
     readme = (release / "README.md").read_text()
-    for said in ("python3 course.py lab", "python3 course.py test labs/lab-01-alpha-beta",
-                 "`LAB_IMPL=starter` is the\ndefault", "Run All", "implement\n`function` in Lab NN",
-                 "the cells after it still\nrun", ".venv/bin/python -m grading grade . --isolation auto",
-                 "exercises/answers.toml", "grading-report"):
+    for said in (
+        "python3 course.py lab",
+        "python3 course.py test labs/lab-01-alpha-beta",
+        "`LAB_IMPL=starter` is the\ndefault",
+        "Run All",
+        "implement\n`function` in Lab NN",
+        "the cells after it still\nrun",
+        ".venv/bin/python -m grading grade . --isolation auto",
+        "exercises/answers.toml",
+        "grading-report",
+    ):
         assert said in readme, said
     # Nothing of solution mode, the teacher's grading or the documents the release leaves out.
-    for gone in ("`solution`", "LAB_IMPL=solution", "solutions/", "For teachers", "TEACHING.md", "grading/README.md",
-                 "python -m grading release", "review flag"):
+    for gone in (
+        "`solution`",
+        "LAB_IMPL=solution",
+        "solutions/",
+        "For teachers",
+        "TEACHING.md",
+        "grading/README.md",
+        "python -m grading release",
+        "review flag",
+    ):
         assert gone not in readme, gone
     # The course map (what the release's book is built from) is whole: every lesson, with its labs.
     sys.path.insert(0, str(ROOT))
     from book.pages import course_map
+
     lessons = course_map(readme)
     assert len(lessons) == len(list((ROOT / "lessons").glob("[0-9][0-9]-*.ipynb")))
     assert sorted(lab.split("/")[1] for lesson in lessons for lab in lesson.labs) == LABS
@@ -266,8 +332,9 @@ def run_lesson(release: Path, name: str) -> tuple:
     os.environ.clear()
     os.environ.update(env)  # the kernel inherits this process's environment
     try:
-        client = nbclient.NotebookClient(notebook, timeout=600, kernel_name="python3",
-                                         resources={"metadata": {"path": str(release / "lessons")}})
+        client = nbclient.NotebookClient(
+            notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(release / "lessons")}}
+        )
         client.execute()
         return notebook, None
     except nbclient.exceptions.CellExecutionError as exc:
@@ -282,8 +349,10 @@ def unlit_notes(notebook) -> list:
     for cell in notebook.cells:
         for output in cell.get("outputs", []):
             html = output.get("data", {}).get("text/html", "")
-            notes += [f"implement Lab {lab}'s {name}" for lab, name in
-                      re.findall(r"<b>Unlit:</b> implement Lab (\d\d)(?:'|&#x27;)s <code>(\w+)</code>", html)]
+            notes += [
+                f"implement Lab {lab}'s {name}"
+                for lab, name in re.findall(r"<b>Unlit:</b> implement Lab (\d\d)(?:'|&#x27;)s <code>(\w+)</code>", html)
+            ]
     return notes
 
 
@@ -310,24 +379,48 @@ def test_every_lesson_of_the_release_runs_to_the_end_with_untouched_starters(rel
 
 # -- 5. reports a student reads in a minute --------------------------------------------------------
 
+
 def weighted_result():
     """Two labs by hand, weighted as grading/weights.toml can (points like 0.0735294), a hidden test, a
     parametrized test whose cases all fail with the same hint, and the OS sandbox's long mode line."""
     from grading.results import GradeResult, LabResult, TestResult
+
     hint = "NotImplementedError: p2p_time: not implemented yet. Hint: a start-up cost plus bytes over bandwidth."
     w = 5 / 68
-    one = [TestResult(f"labs/lab-01-alpha-beta/test_lab.py::test_p2p[{i}]", "lab-01-alpha-beta", w, "failed", 0.0,
-                      hint) for i in range(12)]
-    one += [TestResult("labs/lab-01-alpha-beta/test_lab.py::test_ok", "lab-01-alpha-beta", w, "passed", w),
-            TestResult("labs/lab-01-alpha-beta/hidden/test_h.py::test_secret_input_1234", "lab-01-alpha-beta", w,
-                       "failed", 0.0, "hidden test failed", True)]
-    two = [TestResult(f"labs/lab-06-tp-comm-cost/test_lab.py::test_{i}", "lab-06-tp-comm-cost", 16.9338 / 3,
-                      "passed" if i else "failed", 16.9338 / 3 if i else 0.0, "AssertionError: 3 != 4")
-           for i in range(3)]
-    mode = ("root mode: learner code ran as a fresh unprivileged user per lab run, in an OS sandbox (bubblewrap "
-            "0.8.0): PID, mount, IPC, network and UTS namespaces; " + "limits and more; " * 30)
-    return GradeResult([LabResult("lab-01-alpha-beta", one, 3.0), LabResult("lab-06-tp-comm-cost", two, 2.0)],
-                       5.0, mode=mode)
+    one = [
+        TestResult(f"labs/lab-01-alpha-beta/test_lab.py::test_p2p[{i}]", "lab-01-alpha-beta", w, "failed", 0.0, hint)
+        for i in range(12)
+    ]
+    one += [
+        TestResult("labs/lab-01-alpha-beta/test_lab.py::test_ok", "lab-01-alpha-beta", w, "passed", w),
+        TestResult(
+            "labs/lab-01-alpha-beta/hidden/test_h.py::test_secret_input_1234",
+            "lab-01-alpha-beta",
+            w,
+            "failed",
+            0.0,
+            "hidden test failed",
+            True,
+        ),
+    ]
+    two = [
+        TestResult(
+            f"labs/lab-06-tp-comm-cost/test_lab.py::test_{i}",
+            "lab-06-tp-comm-cost",
+            16.9338 / 3,
+            "passed" if i else "failed",
+            16.9338 / 3 if i else 0.0,
+            "AssertionError: 3 != 4",
+        )
+        for i in range(3)
+    ]
+    mode = (
+        "root mode: learner code ran as a fresh unprivileged user per lab run, in an OS sandbox (bubblewrap "
+        "0.8.0): PID, mount, IPC, network and UTS namespaces; " + "limits and more; " * 30
+    )
+    return GradeResult(
+        [LabResult("lab-01-alpha-beta", one, 3.0), LabResult("lab-06-tp-comm-cost", two, 2.0)], 5.0, mode=mode
+    )
 
 
 def test_a_students_report_is_a_summary_first_with_rounded_points_and_folded_hints():
@@ -356,15 +449,36 @@ def test_a_students_report_counts_the_passing_tests_and_names_the_failures_in_sh
     # unanswered exercises listed their questions' whole text on one: passes are counted, failures named,
     # several alike by id, in lines a reader need not scroll.
     from grading.results import GradeResult, LabResult, TestResult
-    lab = [TestResult(f"labs/lab-01-alpha-beta/test_lab.py::test_a_long_behaviour_name_number_{i}",
-                      "lab-01-alpha-beta", 1.0, "passed", 1.0) for i in range(40)]
-    lab.append(TestResult("labs/lab-01-alpha-beta/test_lab.py::test_the_one_that_fails", "lab-01-alpha-beta", 1.0,
-                          "failed", 0.0, "AssertionError: 3 != 4"))
+
+    lab = [
+        TestResult(
+            f"labs/lab-01-alpha-beta/test_lab.py::test_a_long_behaviour_name_number_{i}",
+            "lab-01-alpha-beta",
+            1.0,
+            "passed",
+            1.0,
+        )
+        for i in range(40)
+    ]
+    lab.append(
+        TestResult(
+            "labs/lab-01-alpha-beta/test_lab.py::test_the_one_that_fails",
+            "lab-01-alpha-beta",
+            1.0,
+            "failed",
+            0.0,
+            "AssertionError: 3 != 4",
+        )
+    )
     question = "the time of a ring allreduce of 64 MiB on P = 16 GPUs at 100 GB/s, in microseconds"
-    exercises = [TestResult(f"exercises::{i:02d}.{j}: {question}", "exercises", 1.0, "failed", 0.0, "no answer")
-                 for i in range(1, 14) for j in range(1, 6)]
-    text = reports.detailed("s1", GradeResult([LabResult("lab-01-alpha-beta", lab, 1.0),
-                                               LabResult("exercises", exercises, 0.0)], 1.0))
+    exercises = [
+        TestResult(f"exercises::{i:02d}.{j}: {question}", "exercises", 1.0, "failed", 0.0, "no answer")
+        for i in range(1, 14)
+        for j in range(1, 6)
+    ]
+    text = reports.detailed(
+        "s1", GradeResult([LabResult("lab-01-alpha-beta", lab, 1.0), LabResult("exercises", exercises, 0.0)], 1.0)
+    )
     details = text.split("\nlab-01-alpha-beta: ", 1)[1]
     assert "  pass  40 tests" in details and "test_a_long_behaviour_name" not in details
     assert "test_the_one_that_fails" in details and "AssertionError: 3 != 4" in details
@@ -378,8 +492,9 @@ def test_what_students_see_elsewhere_is_rounded_and_names_no_hidden_test():
     result = weighted_result()
     gradescope = reports.gradescope(result)
     assert gradescope["score"] == 11.36 and gradescope["max_score"] == 17.96
-    assert all(t["score"] == round(t["score"], 2) and t["max_score"] == round(t["max_score"], 2)
-               for t in gradescope["tests"])
+    assert all(
+        t["score"] == round(t["score"], 2) and t["max_score"] == round(t["max_score"], 2) for t in gradescope["tests"]
+    )
     assert "lab-01-alpha-beta: hidden test 1" in [t["name"] for t in gradescope["tests"]]
     for text in (json.dumps(gradescope), json.dumps(reports.classroom(result)), reports.table(result, learner=True)):
         assert "test_secret_input_1234" not in text and "PID, mount" not in text
@@ -392,10 +507,17 @@ def test_what_students_see_elsewhere_is_rounded_and_names_no_hidden_test():
 
 def test_the_lms_export_is_rounded_even_from_an_older_csv(tmp_path):
     from grading import lms
+
     grades = tmp_path / "grades.csv"
-    lms.write([["student_id", "score", "max_score", "lab-06-tp-comm-cost", "problem", "flags"],
-               ["Points Possible", "", "16.9338", "16.9338", "", ""],
-               ["alice", "0.0735294", "16.9338", "0.0735294", "", ""], ["bob", "", "", "", "not graded", ""]], grades)
+    lms.write(
+        [
+            ["student_id", "score", "max_score", "lab-06-tp-comm-cost", "problem", "flags"],
+            ["Points Possible", "", "16.9338", "16.9338", "", ""],
+            ["alice", "0.0735294", "16.9338", "0.0735294", "", ""],
+            ["bob", "", "", "", "not graded", ""],
+        ],
+        grades,
+    )
     canvas = lms.export(grades, "canvas", "Labs", per_lab=True)
     assert canvas[1][-2:] == ["16.93", "16.93"] and canvas[2][-2:] == ["0.07", "0.07"] and canvas[3][-2:] == ["", ""]
     moodle = lms.export(grades, "moodle", "Labs", per_lab=True)
@@ -403,6 +525,7 @@ def test_the_lms_export_is_rounded_even_from_an_older_csv(tmp_path):
 
 
 # -- the grader's container image (issue 39) -------------------------------------------------------
+
 
 def test_the_graders_image_installs_the_same_pins_as_gradescope_and_mounts_the_course():
     dockerfile = (ROOT / "grading" / "Dockerfile").read_text()
@@ -417,6 +540,7 @@ def test_the_graders_image_installs_the_same_pins_as_gradescope_and_mounts_the_c
     assert "WORKDIR /course" in code and "PYTHONPATH=/course" in code
     assert 'ENTRYPOINT ["python", "-m", "grading"]' in code
     from grading.sandbox import SANDBOX_USER
+
     assert SANDBOX_USER == "commtax-learner"
     teaching = (ROOT / "TEACHING.md").read_text()
-    assert "docker build -t commtax-grader grading" in teaching and "-v \"$PWD\":/course" in teaching
+    assert "docker build -t commtax-grader grading" in teaching and '-v "$PWD":/course' in teaching

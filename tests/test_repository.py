@@ -34,7 +34,7 @@ def environment_pins() -> dict:
     lines = (ROOT / "environment.yml").read_text().splitlines()
     start = next(i for i, l in enumerate(lines) if l.strip() == "- pip:")
     pins = {}
-    for line in lines[start + 1:]:
+    for line in lines[start + 1 :]:
         item = line.strip()
         if not item.startswith("- "):
             break
@@ -55,16 +55,31 @@ def test_requirements_and_environment_pin_the_same_versions():
 
 def test_grading_requirements_are_a_subset_of_the_course_pins_without_the_notebook_tools():
     # Gradescope's setup.sh and the Classroom workflow install grading/requirements.txt only.
-    grading = dict(PIN_RE.match(line).groups() for line in (ROOT / "grading" / "requirements.txt").read_text().splitlines()
-                   if line.strip() and not line.startswith("#"))
+    grading = dict(
+        PIN_RE.match(line).groups()
+        for line in (ROOT / "grading" / "requirements.txt").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    )
     course = requirements_pins()
     assert {name: course.get(name.lower()) for name in grading} == grading
     assert {"torch", "numpy", "pytest", "psutil"} <= set(grading) and not {"jupyterlab", "playwright"} & set(grading)
 
 
 def test_top_level_is_laid_out_as_the_course_is_browsed():
-    for name in ("lessons", "labs", "solutions", "grading", "environment.yml", "README.md", "TEACHING.md",
-                 "CONTRIBUTING.md", "requirements.txt", "pyproject.toml", "course.py", ".ci/run"):
+    for name in (
+        "lessons",
+        "labs",
+        "solutions",
+        "grading",
+        "environment.yml",
+        "README.md",
+        "TEACHING.md",
+        "CONTRIBUTING.md",
+        "requirements.txt",
+        "pyproject.toml",
+        "course.py",
+        ".ci/run",
+    ):
         assert (ROOT / name).exists(), name
 
 
@@ -73,8 +88,16 @@ def test_each_lab_folder_is_complete(lab_dir):
     for name in ("README.md", "starter.py", "solution.py", "test_lab.py"):
         assert (lab_dir / name).is_file(), f"{lab_dir.name} has no {name}"
     readme = (lab_dir / "README.md").read_text().lower()
-    for heading in ("why this lab exists", "background", "files", "run", "what the tests prove",
-                    "notes", "going further", "references"):
+    for heading in (
+        "why this lab exists",
+        "background",
+        "files",
+        "run",
+        "what the tests prove",
+        "notes",
+        "going further",
+        "references",
+    ):
         assert f"## {heading}" in readme, f"{lab_dir.name}/README.md has no '## {heading}' section"
 
 
@@ -82,20 +105,28 @@ def test_each_lab_folder_is_complete(lab_dir):
 def test_starter_is_the_solution_with_its_marked_bodies_removed(lab_dir):
     # Regenerate with `python -m grading starters` after editing a solution.
     expected = make_starter((lab_dir / "solution.py").read_text(), str(lab_dir / "solution.py"))
-    assert (lab_dir / "starter.py").read_text() == expected, \
+    assert (lab_dir / "starter.py").read_text() == expected, (
         f"{lab_dir.name}/starter.py is out of date: run `python -m grading starters`"
+    )
 
 
 def _public_api(module) -> dict:
     api = {}
     for name, obj in vars(module).items():
-        if name.startswith("_") or inspect.ismodule(obj) or getattr(obj, "__module__", module.__name__) != module.__name__:
+        if (
+            name.startswith("_")
+            or inspect.ismodule(obj)
+            or getattr(obj, "__module__", module.__name__) != module.__name__
+        ):
             continue
         if inspect.isfunction(obj):
             api[name] = str(inspect.signature(obj))
         elif inspect.isclass(obj):
-            api[name] = {m: str(inspect.signature(f)) for m, f in vars(obj).items()
-                         if inspect.isfunction(f) and (not m.startswith("_") or m == "__init__")}
+            api[name] = {
+                m: str(inspect.signature(f))
+                for m, f in vars(obj).items()
+                if inspect.isfunction(f) and (not m.startswith("_") or m == "__init__")
+            }
         else:
             api[name] = repr(obj) if isinstance(obj, (int, float, str, tuple)) else type(obj).__name__
     return api
@@ -111,8 +142,11 @@ def test_starter_and_solution_have_the_same_public_names_and_signatures(lab_dir)
 def test_starter_functions_document_units_and_raise_with_a_hint(lab_dir):
     source = (lab_dir / "starter.py").read_text()
     assert source.count("not implemented yet") >= 1
-    for func in [f for f in vars(load_lab(lab_dir, "starter")).values()
-                 if inspect.isfunction(f) and not f.__name__.startswith("_")]:
+    for func in [
+        f
+        for f in vars(load_lab(lab_dir, "starter")).values()
+        if inspect.isfunction(f) and not f.__name__.startswith("_")
+    ]:
         assert func.__doc__ and len(func.__doc__) > 40, f"{func.__name__} needs a real docstring"
 
 
@@ -125,8 +159,9 @@ def test_lesson_and_solution_notebooks_pair_up_and_are_stored_clean():
         assert nb.metadata.kernelspec.name == "python3", path.name
         for cell in nb.cells:
             if cell.cell_type == "code":
-                assert not cell.outputs and cell.execution_count is None, \
+                assert not cell.outputs and cell.execution_count is None, (
                     f"{path.name}: store notebooks without outputs (Kernel > Restart and clear outputs)"
+                )
     for path in LESSONS:
         text = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "markdown")
         assert "## Exercises" in text, f"{path.name} has no exercises"
@@ -154,7 +189,10 @@ def test_binder_installs_the_course_pins_with_the_cpu_torch_and_python_of_enviro
     # that drifts; torch from PyTorch's CPU index (PyPI's Linux wheel is the CUDA build, GBs that a
     # GPU-less Binder machine cannot use); the Python of environment.yml; the package and settings.
     lines = [l.split("#")[0].strip() for l in (ROOT / "binder" / "requirements.txt").read_text().splitlines()]
-    assert [l for l in lines if l] == ["--extra-index-url https://download.pytorch.org/whl/cpu", "-r ../requirements.txt"]
+    assert [l for l in lines if l] == [
+        "--extra-index-url https://download.pytorch.org/whl/cpu",
+        "-r ../requirements.txt",
+    ]
     runtime = (ROOT / "binder" / "runtime.txt").read_text().strip()
     assert f"python={runtime.removeprefix('python-')}" in (ROOT / "environment.yml").read_text()
     post_build = ROOT / "binder" / "postBuild"
@@ -193,8 +231,11 @@ def secret_seed_misuses(path: Path) -> list:
 
 
 # (a lab's test helpers beside test_lab.py, _workers.py, _inputs.py, ..., draw its secret inputs too)
-SEEDED = [*(p / "test_lab.py" for p in LABS), *(f for p in LABS for f in sorted(p.glob("_*.py"))),
-          *sorted((ROOT / "grading" / "hidden").glob("*/test_*.py"))]
+SEEDED = [
+    *(p / "test_lab.py" for p in LABS),
+    *(f for p in LABS for f in sorted(p.glob("_*.py"))),
+    *sorted((ROOT / "grading" / "hidden").glob("*/test_*.py")),
+]
 
 
 @pytest.mark.parametrize("path", SEEDED, ids=[p.parent.name + "/" + p.name for p in SEEDED])
@@ -204,7 +245,11 @@ def test_secret_seeds_reach_every_stream_through_stream_seed_only(path):
 
 def test_the_secret_seed_check_catches_offsets_arithmetic_and_a_changed_read(tmp_path):
     module = tmp_path / "test_lab.py"
-    module.write_text("SEED = input_seed(1) % 2 ** 52\nS2 = input_seed(2)\n"
-                      "a = manual_seed(SEED + rank)\nb = stream_seed(S2, 'rank', rank)\nc = stream_seed(0, S2)\n")
-    assert secret_seed_misuses(module) == ["line 1: input_seed(...) not read as NAME = input_seed(default)",
-                                           "line 5: S2 used outside stream_seed(S2, ...)"]
+    module.write_text(
+        "SEED = input_seed(1) % 2 ** 52\nS2 = input_seed(2)\n"
+        "a = manual_seed(SEED + rank)\nb = stream_seed(S2, 'rank', rank)\nc = stream_seed(0, S2)\n"
+    )
+    assert secret_seed_misuses(module) == [
+        "line 1: input_seed(...) not read as NAME = input_seed(default)",
+        "line 5: S2 used outside stream_seed(S2, ...)",
+    ]

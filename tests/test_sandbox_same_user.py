@@ -62,10 +62,12 @@ def test_learner_bytes_written_to_bubblewraps_output_never_reach_the_hosts_disk(
     try:
         monkeypatch.setenv("COMMTAX_SANDBOX", json.dumps(sandbox.settings(ROOT, RELAY)))
         from commtax import learner_process
-        run = learner_process.learner_run([sys.executable, "-I", str(box / "fill.py")], capture_output=True,
-                                          timeout=120)
+
+        run = learner_process.learner_run(
+            [sys.executable, "-I", str(box / "fill.py")], capture_output=True, timeout=120
+        )
         assert run.returncode == 0 and b"wrote" in run.stdout, run
-        assert host_bytes(tmp_path / "base") < 2**20      # 16 MiB written: none of it on the host's disk
+        assert host_bytes(tmp_path / "base") < 2**20  # 16 MiB written: none of it on the host's disk
     finally:
         sandbox.close()
     assert sandbox.log.received >= 16 * 2**20 and len(sandbox.log.text()) <= 64 * 1024
@@ -83,7 +85,9 @@ def test_a_sandbox_that_cannot_start_is_reported_with_bubblewraps_own_message(tm
         isolation.open(box, runs, AGENT)
 
 
-SYSCALL = "import ctypes; libc = ctypes.CDLL(None, use_errno=True); print(libc.syscall({nr}, -1, 0, 0), ctypes.get_errno())"
+SYSCALL = (
+    "import ctypes; libc = ctypes.CDLL(None, use_errno=True); print(libc.syscall({nr}, -1, 0, 0), ctypes.get_errno())"
+)
 PIDFD_GETFD = 438  # x86_64 and every architecture since Linux 5.6's common numbering
 
 
@@ -93,12 +97,30 @@ def test_the_seccomp_program_refuses_copying_another_processs_descriptors(tmp_pa
     if seccomp.build(str(path)) is not None:
         pytest.skip("libseccomp cannot build the program here")
     with open(path, "rb") as program:
-        run = subprocess.run(["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--seccomp", str(program.fileno()),
-                              sys.executable, "-I", "-S", "-c", SYSCALL.format(nr=PIDFD_GETFD)],
-                             pass_fds=(program.fileno(),), capture_output=True, text=True, timeout=60)
+        run = subprocess.run(
+            [
+                "bwrap",
+                "--ro-bind",
+                "/",
+                "/",
+                "--dev",
+                "/dev",
+                "--seccomp",
+                str(program.fileno()),
+                sys.executable,
+                "-I",
+                "-S",
+                "-c",
+                SYSCALL.format(nr=PIDFD_GETFD),
+            ],
+            pass_fds=(program.fileno(),),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     if run.returncode != 0 and "bwrap" in run.stderr:
         pytest.skip(f"bubblewrap cannot run here: {run.stderr.strip()[:200]}")
-    assert run.stdout.split() == ["-1", "1"], run   # EPERM from the filter (without it: EBADF, 9)
+    assert run.stdout.split() == ["-1", "1"], run  # EPERM from the filter (without it: EBADF, 9)
 
 
 MOVE_THE_RUNS_PARENT = """
@@ -121,7 +143,8 @@ print("REDIRECTED", flush=True)
 
 @needs_bwrap
 def test_learner_code_cannot_move_the_folders_above_the_run_folders_nor_get_run_folders_made_outside(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     # The trusted side reaches the sandbox's runs tmpfs from the host through /proc/<pid>/root/<its path>:
     # were the folders above it the learner's (bubblewrap's --dir on the learner-writable /tmp), learner
     # code could move them and point that path at any host folder, which would then get the run folders.
@@ -138,12 +161,14 @@ def test_learner_code_cannot_move_the_folders_above_the_run_folders_nor_get_run_
     try:
         monkeypatch.setenv("COMMTAX_SANDBOX", json.dumps(sandbox.settings(ROOT, RELAY)))
         from commtax import learner_process
+
         made = learner_process.learner_run_dir()
-        assert os.stat(made).st_dev != os.stat(tmp_path).st_dev   # on the sandbox's tmpfs
-        run = learner_process.learner_run([sys.executable, "-I", str(box / "move.py"), str(runs), str(outside)],
-                                          capture_output=True, timeout=120)
+        assert os.stat(made).st_dev != os.stat(tmp_path).st_dev  # on the sandbox's tmpfs
+        run = learner_process.learner_run(
+            [sys.executable, "-I", str(box / "move.py"), str(runs), str(outside)], capture_output=True, timeout=120
+        )
         assert run.returncode == 0 and run.stdout.split(b"\n")[:2] == [b"REFUSED 16", b"REFUSED 30"], run
-        assert b"REDIRECTED" in run.stdout, run                     # (EBUSY, EROFS)
+        assert b"REDIRECTED" in run.stdout, run  # (EBUSY, EROFS)
         with pytest.raises(OSError):
             learner_process.learner_run_dir()
         assert os.listdir(outside) == []
@@ -156,7 +181,7 @@ def test_bubblewraps_output_keeps_its_last_bytes_however_they_are_written():
 
     read, write = os.pipe()
     log = BoundedLog(os.fdopen(read, "rb"), keep=1000)
-    for i in range(3000):                  # one byte at a time, then a large block
+    for i in range(3000):  # one byte at a time, then a large block
         os.write(write, bytes([48 + i % 10]))
     os.write(write, b"x" * 5000 + b"THE END")
     os.close(write)

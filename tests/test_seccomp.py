@@ -28,10 +28,10 @@ def test_every_system_call_the_policy_names_is_known_to_libseccomp_on_x86_64(tmp
     assert size > 0 and size % 8 == 0, size  # classic BPF: 8 bytes per instruction
 
 
-def test_without_libseccomp_the_hand_written_program_is_written_and_the_report_says_what_is_lost(tmp_path,
-                                                                                                monkeypatch):
+def test_without_libseccomp_the_hand_written_program_is_written_and_the_report_says_what_is_lost(tmp_path, monkeypatch):
     def missing():
         raise OSError("libseccomp.so.2: cannot open shared object file")
+
     monkeypatch.setattr(seccomp, "_library", missing)
     path = tmp_path / "program.bpf"
     said = seccomp.write_program(str(path))
@@ -52,9 +52,28 @@ def test_a_call_made_as_another_architecture_kills_the_process_and_a_refused_one
 
     def run(code):
         with open(path, "rb") as program:
-            return subprocess.run(["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--seccomp", str(program.fileno()),
-                                   sys.executable, "-I", "-S", "-c", code], pass_fds=(program.fileno(),),
-                                  capture_output=True, text=True, timeout=60)
+            return subprocess.run(
+                [
+                    "bwrap",
+                    "--ro-bind",
+                    "/",
+                    "/",
+                    "--dev",
+                    "/dev",
+                    "--seccomp",
+                    str(program.fileno()),
+                    sys.executable,
+                    "-I",
+                    "-S",
+                    "-c",
+                    code,
+                ],
+                pass_fds=(program.fileno(),),
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+
     plain = run(SYSCALL.format(nr=39))
     if plain.returncode != 0 and "bwrap" in plain.stderr:
         pytest.skip(f"bubblewrap cannot run here: {plain.stderr.strip()[:200]}")
@@ -64,7 +83,7 @@ def test_a_call_made_as_another_architecture_kills_the_process_and_a_refused_one
     assert killed.returncode == 128 + 31 and killed.stdout == "", killed  # SIGSYS (bwrap's 128 + signal)
 
 
-RANKS_UNDER_THE_POLICY = '''
+RANKS_UNDER_THE_POLICY = """
 import torch, torch.distributed as dist
 from commtax.ranks.launch import run_ranks
 
@@ -75,7 +94,7 @@ def total(rank, world_size):
 
 if __name__ == "__main__":
     print(run_ranks(total, 2, timeout=60))
-'''
+"""
 
 
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
@@ -89,11 +108,36 @@ def test_ranks_started_by_a_process_under_the_policy_meet_without_a_file_lock(tm
     script.write_text(RANKS_UNDER_THE_POLICY)
     root = str(Path(__file__).resolve().parents[1])
     with open(path, "rb") as program:
-        proc = subprocess.run(["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-                               "--tmpfs", "/tmp", "--ro-bind", str(script), "/tmp/ranks.py",
-                               "--setenv", "PYTHONPATH", root, "--seccomp", str(program.fileno()),
-                               sys.executable, "/tmp/ranks.py"], pass_fds=(program.fileno(),),
-                              capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(
+            [
+                "bwrap",
+                "--ro-bind",
+                "/",
+                "/",
+                "--dev",
+                "/dev",
+                "--proc",
+                "/proc",
+                "--tmpfs",
+                "/tmp",
+                "--ro-bind",
+                str(script),
+                "/tmp/ranks.py",
+                "--setenv",
+                "PYTHONPATH",
+                root,
+                "--seccomp",
+                str(program.fileno()),
+                sys.executable,
+                "/tmp/ranks.py",
+            ],
+            pass_fds=(program.fileno(),),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     if proc.returncode != 0 and "bwrap:" in proc.stderr:
         pytest.skip(f"bubblewrap cannot run here: {proc.stderr.strip()[:200]}")
-    assert proc.returncode == 0 and proc.stdout.strip().endswith("[3.0, 3.0]"), proc.stdout[-1500:] + proc.stderr[-1500:]
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("[3.0, 3.0]"), (
+        proc.stdout[-1500:] + proc.stderr[-1500:]
+    )

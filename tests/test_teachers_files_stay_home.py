@@ -14,9 +14,20 @@ from tests.grading_support import NEEDS_SOLUTIONS, ROOT
 pytestmark = NEEDS_SOLUTIONS
 
 # What TEACHING.md's commands would write at the top of the copy, one of each kind.
-PLANTED = ["submissions/s001/labs/lab-06-tp-comm-cost/starter.py", "late/s002/starter.py", "plag/x/starter.py",
-           "term/grades.csv", "variants/s001.toml", "grades.csv", "grades-lab06.csv", "grades-reports/s001.txt",
-           "roster.csv", "canvas.csv", "moodle.csv", "commtax-secret"]
+PLANTED = [
+    "submissions/s001/labs/lab-06-tp-comm-cost/starter.py",
+    "late/s002/starter.py",
+    "plag/x/starter.py",
+    "term/grades.csv",
+    "variants/s001.toml",
+    "grades.csv",
+    "grades-lab06.csv",
+    "grades-reports/s001.txt",
+    "roster.csv",
+    "canvas.csv",
+    "moodle.csv",
+    "commtax-secret",
+]
 
 
 def _tracked() -> list[str]:
@@ -24,8 +35,9 @@ def _tracked() -> list[str]:
 
 
 def test_git_ignores_the_teachers_files_and_none_of_the_courses():
-    ignored = subprocess.run(["git", "check-ignore", "--no-index", *PLANTED], cwd=ROOT, capture_output=True,
-                             text=True).stdout.split()
+    ignored = subprocess.run(
+        ["git", "check-ignore", "--no-index", *PLANTED], cwd=ROOT, capture_output=True, text=True
+    ).stdout.split()
     assert ignored == PLANTED
     assert all(teachers_file(Path(p)) for p in PLANTED)
     assert not [p for p in _tracked() if teachers_file(Path(p))], "a course file has a teacher's file's name"

@@ -21,8 +21,9 @@ def test_forward_time_is_memory_bound_for_decode_and_compute_bound_for_prefill()
         tp.forward_time_s(8e9, 1, 2, mfu=0)
 
 
-@pytest.mark.skipif(not (LABS_DIR / "lab-06-tp-comm-cost" / "solution.py").exists(),
-                    reason="the student release has no lab solutions")
+@pytest.mark.skipif(
+    not (LABS_DIR / "lab-06-tp-comm-cost" / "solution.py").exists(), reason="the student release has no lab solutions"
+)
 def test_course_formulas_agree_with_the_lab_06_reference():
     lab = load_lab("lab-06-tp-comm-cost", "solution")
     for tokens in (1, 64, 2048):
@@ -30,5 +31,6 @@ def test_course_formulas_agree_with_the_lab_06_reference():
         assert payload == lab.allreduce_payload_bytes(tokens, 4096)
         for n in (2, 8):
             assert tp.tp_comm_time_per_step(32, payload, n, 5e-6, 50e9) == pytest.approx(
-                lab.tp_comm_time_per_step(32, payload, n, 5e-6, 50e9))
+                lab.tp_comm_time_per_step(32, payload, n, 5e-6, 50e9)
+            )
     assert tp.comm_fraction(1.0, 3.0) == lab.comm_fraction(1.0, 3.0) == 0.25

@@ -42,8 +42,8 @@ def test_a_rank_folder_is_made_and_its_mode_set_without_following_a_link(tmp_pat
     run_dir.mkdir(mode=0o1777)
     real_mkdir = os.mkdir
 
-    def mkdir_then_swap(path, mode=0o777, *, dir_fd=None):   # the race: the new folder replaced by a link
-        real_mkdir(path, mode, dir_fd=dir_fd)                     # before its chmod
+    def mkdir_then_swap(path, mode=0o777, *, dir_fd=None):  # the race: the new folder replaced by a link
+        real_mkdir(path, mode, dir_fd=dir_fd)  # before its chmod
         os.rmdir(path, dir_fd=dir_fd)
         os.symlink(outside, path, dir_fd=dir_fd)
 
@@ -55,10 +55,11 @@ def test_a_rank_folder_is_made_and_its_mode_set_without_following_a_link(tmp_pat
 
 def test_a_rank_result_larger_than_the_boundary_carries_is_refused_before_it_is_read(tmp_path, monkeypatch):
     from commtax.ranks import _watch
+
     folder = tmp_path / "rank0"
     folder.mkdir()
     result = folder / "rank0.result"
-    with open(result, "wb") as f:          # sparse: nothing of a tmpfs cap, all of the reader's memory if read
+    with open(result, "wb") as f:  # sparse: nothing of a tmpfs cap, all of the reader's memory if read
         f.truncate(boundary.MAX_FRAME + 1)
     reads = []
     real_open = boundary.open_learner_file
@@ -115,8 +116,7 @@ def test_a_run_folder_is_made_and_its_mode_set_without_following_a_link(tmp_path
     assert target.stat().st_mode & 0o7777 == 0o600
 
 
-def test_run_folders_are_refused_where_the_runs_folder_is_no_longer_the_one_the_grader_recorded(tmp_path,
-                                                                                            monkeypatch):
+def test_run_folders_are_refused_where_the_runs_folder_is_no_longer_the_one_the_grader_recorded(tmp_path, monkeypatch):
     # Same-user mode: the folders above the sandbox's runs tmpfs are the learner's, so learner code can move
     # them and point the host's path at any folder; the trusted side checks it still reaches the tmpfs.
     runs, elsewhere = tmp_path / "runs", tmp_path / "teachers_folder"
@@ -133,8 +133,9 @@ def test_run_folders_are_refused_where_the_runs_folder_is_no_longer_the_one_the_
     assert os.listdir(elsewhere) == []
 
 
-def test_files_below_a_run_folder_are_read_from_the_folder_made_even_after_it_is_swapped_for_a_link(tmp_path,
-                                                                                                     monkeypatch):
+def test_files_below_a_run_folder_are_read_from_the_folder_made_even_after_it_is_swapped_for_a_link(
+    tmp_path, monkeypatch
+):
     # A rank's output is quoted in the failure message its learner sees: a run folder renamed and replaced by
     # a link to a folder of the teacher's must not make the launcher quote the teacher's files instead.
     monkeypatch.setattr(learner_process, "sandbox", lambda: None)
@@ -151,10 +152,9 @@ def test_files_below_a_run_folder_are_read_from_the_folder_made_even_after_it_is
     os.symlink(outside, run_dir)
     assert _start.tail(os.path.join(run_dir, "rank0.out")) == "what rank 0 printed\n"
     assert _start.read_text(_start.rank_path(run_dir, 0, "stack")) == ""
-    os.rename(tmp_path / "moved" / "rank0", tmp_path / "rank0-moved")   # a rank's folder swapped likewise
+    os.rename(tmp_path / "moved" / "rank0", tmp_path / "rank0-moved")  # a rank's folder swapped likewise
     os.symlink(outside / "rank0", tmp_path / "moved" / "rank0")
     assert _start.read_text(_start.rank_path(run_dir, 0, "stack")) == ""
-
 
 
 def test_a_run_folders_descriptor_is_closed_when_the_run_ends_even_if_its_error_is_kept():
@@ -166,16 +166,16 @@ def test_a_run_folders_descriptor_is_closed_when_the_run_ends_even_if_its_error_
     kept = []
     before = open_fds()
     for _ in range(3):
-        try:   # arguments that cannot be sent: refused after the run folder was made
+        try:  # arguments that cannot be sent: refused after the run folder was made
             run_ranks(_start.write_job, 1, rank_args=[(lambda: 0,)], timeout=60)
         except ValueError as exc:
-            kept.append(exc)   # a caller that keeps the error keeps the runner's frames with it
+            kept.append(exc)  # a caller that keeps the error keeps the runner's frames with it
     assert len(kept) == 3 and "cannot send rank 0 its arguments" in str(kept[0])
     assert open_fds() <= before
     folder = learner_process.learner_run_dir()
     fd = folder.fd
     folder.close()
-    folder.close()   # twice is fine
+    folder.close()  # twice is fine
     assert folder.fd == -1
     with pytest.raises(OSError):
         os.fstat(fd)

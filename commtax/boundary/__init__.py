@@ -48,11 +48,38 @@ from commtax.learner_process import (
 )
 from commtax.learner_process import nested as _own_sandboxes
 
-__all__ = ["BUILTIN_EXCEPTIONS", "MAX_FRAME", "BoundaryError", "LabRecord", "LearnerError", "LearnerProcessError",
-           "describe_exception", "dumps", "loads", "rebuild_exception", "same_value", "CALL_TIMEOUT_ENV",
-           "LabFunction", "LabProxy", "_stub_message_of", "stub_message_in_file", "stub_message_of",
-           "SANDBOX_ENV", "create_trusted_file", "make_trusted_folder", "learner_env", "learner_path", "learner_popen", "learner_popen_kwargs", "learner_run",
-           "learner_run_dir", "learner_sys_path", "nested", "open_learner_file", "sandbox"]
+__all__ = [
+    "BUILTIN_EXCEPTIONS",
+    "MAX_FRAME",
+    "BoundaryError",
+    "LabRecord",
+    "LearnerError",
+    "LearnerProcessError",
+    "describe_exception",
+    "dumps",
+    "loads",
+    "rebuild_exception",
+    "same_value",
+    "CALL_TIMEOUT_ENV",
+    "LabFunction",
+    "LabProxy",
+    "_stub_message_of",
+    "stub_message_in_file",
+    "stub_message_of",
+    "SANDBOX_ENV",
+    "create_trusted_file",
+    "make_trusted_folder",
+    "learner_env",
+    "learner_path",
+    "learner_popen",
+    "learner_popen_kwargs",
+    "learner_run",
+    "learner_run_dir",
+    "learner_sys_path",
+    "nested",
+    "open_learner_file",
+    "sandbox",
+]
 
 
 def nested() -> bool:

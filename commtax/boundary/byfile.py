@@ -140,8 +140,10 @@ def check_runnable(fn) -> None:
     if not callable(fn):
         raise ValueError(f"fn must be callable, got {fn!r}")
     module = sys.modules.get(getattr(fn, "__module__", None) or "")
-    if module is not None and getattr(module, "__file__", None) is None and not isinstance(
-        fn, types.BuiltinFunctionType
+    if (
+        module is not None
+        and getattr(module, "__file__", None) is None
+        and not isinstance(fn, types.BuiltinFunctionType)
     ):
         raise ValueError(
             f"fn={getattr(fn, '__qualname__', fn)!r} is defined in {module.__name__!r}, which has "

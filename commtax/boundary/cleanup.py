@@ -20,8 +20,8 @@ from __future__ import annotations
 import os
 import stat
 
-OPEN_WINDOW = 64          # directory descriptors held at once, whatever the depth
-MAX_PROBLEMS = 20         # lines of what could not be removed, at most
+OPEN_WINDOW = 64  # directory descriptors held at once, whatever the depth
+MAX_PROBLEMS = 20  # lines of what could not be removed, at most
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
 
@@ -31,8 +31,7 @@ def _open_dir(name: str, dir_fd: int | None) -> int:
     try:
         return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
     except PermissionError:
-        path_fd = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
-                          dir_fd=dir_fd)
+        path_fd = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), dir_fd=dir_fd)
         try:
             os.chmod(f"/proc/self/fd/{path_fd}", 0o700)  # the folder itself (O_PATH: no link followed)
         finally:
@@ -66,7 +65,7 @@ def remove_tree(top, *, keep_top: bool = False) -> list[str]:
             raise
         problems.append(f"{top}: clean-up stopped ({type(exc).__name__}: {exc})"[:300])
     if len(problems) > MAX_PROBLEMS:
-        problems = problems[:MAX_PROBLEMS - 1] + [f"... and {len(problems) - MAX_PROBLEMS + 1} more"]
+        problems = problems[: MAX_PROBLEMS - 1] + [f"... and {len(problems) - MAX_PROBLEMS + 1} more"]
     return problems
 
 

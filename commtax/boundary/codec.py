@@ -34,22 +34,41 @@ import pickle
 import sys
 import traceback
 
-MAX_FRAME = 512 * 2**20        # bytes of one message across the boundary
-MAX_DEPTH = 64                 # nesting of containers
-MAX_DIMENSIONS = 32            # of an array or a tensor (numpy's own limit is 64)
-MESSAGE_LIMIT = 4000           # characters of a learner's exception message kept
+MAX_FRAME = 512 * 2**20  # bytes of one message across the boundary
+MAX_DEPTH = 64  # nesting of containers
+MAX_DIMENSIONS = 32  # of an array or a tensor (numpy's own limit is 64)
+MESSAGE_LIMIT = 4000  # characters of a learner's exception message kept
 TRACEBACK_LIMIT = 8000
 _TAG = "\x00commtax-boundary"  # first item of a tuple that encodes a non-plain value
 
 # Exceptions raised again as themselves in the trusted process.
-BUILTIN_EXCEPTIONS = {cls.__name__: cls for cls in (
-    ValueError, TypeError, NotImplementedError, ZeroDivisionError, AssertionError, ArithmeticError,
-    OverflowError, FloatingPointError, IndexError, LookupError, RuntimeError, RecursionError,
-    AttributeError, ImportError, ModuleNotFoundError, MemoryError, UnicodeError, OSError,
-)}
+BUILTIN_EXCEPTIONS = {
+    cls.__name__: cls
+    for cls in (
+        ValueError,
+        TypeError,
+        NotImplementedError,
+        ZeroDivisionError,
+        AssertionError,
+        ArithmeticError,
+        OverflowError,
+        FloatingPointError,
+        IndexError,
+        LookupError,
+        RuntimeError,
+        RecursionError,
+        AttributeError,
+        ImportError,
+        ModuleNotFoundError,
+        MemoryError,
+        UnicodeError,
+        OSError,
+    )
+}
 
 
 # -- errors the trusted side raises -----------------------------------------------------------
+
 
 class LearnerError(Exception):
     """An exception raised by the learner's code that is not a built-in type; named after it."""
@@ -64,6 +83,7 @@ class BoundaryError(TypeError):
 
 
 # -- records ------------------------------------------------------------------------------------
+
 
 def same_value(a, b) -> bool:
     """Equal in kind, shape and value, all the way down (NaN equals nothing; an empty array only
@@ -121,6 +141,7 @@ class LabRecord:
 
 
 # -- encoding -------------------------------------------------------------------------------------
+
 
 class PlainUnpickler(pickle.Unpickler):
     """Builds only None, bools, ints, floats, str, bytes, lists, tuples, dicts, sets: no globals at all."""
@@ -188,9 +209,11 @@ def lower(value, depth=0):
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         fields = {f.name: lower(getattr(value, f.name), depth + 1) for f in dataclasses.fields(value)}
         return (_TAG, "record", type(value).__name__, fields)
-    raise BoundaryError(f"a {type(value).__name__} object cannot cross the boundary between the tests and the "
-                        "learner's code: only numbers, strings, lists, tuples, dicts, numpy arrays, tensors "
-                        "and dataclass records can")
+    raise BoundaryError(
+        f"a {type(value).__name__} object cannot cross the boundary between the tests and the "
+        "learner's code: only numbers, strings, lists, tuples, dicts, numpy arrays, tensors "
+        "and dataclass records can"
+    )
 
 
 def _lower_library(value, depth):
@@ -219,8 +242,20 @@ def _lower_library(value, depth):
     return None
 
 
-_TORCH_DTYPES = {"float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8",
-                 "bool", "complex64", "complex128"}
+_TORCH_DTYPES = {
+    "float64",
+    "float32",
+    "float16",
+    "bfloat16",
+    "int64",
+    "int32",
+    "int16",
+    "int8",
+    "uint8",
+    "bool",
+    "complex64",
+    "complex128",
+}
 
 
 def _shape(value) -> tuple:
@@ -236,8 +271,7 @@ def _shape(value) -> tuple:
 def _check_size(shape: tuple, itemsize: int, raw: bytes, what: str) -> None:
     count = math.prod(shape)
     if count * itemsize != len(raw):
-        raise BoundaryError(f"refused: a {what} of shape {shape} needs {count * itemsize} bytes, "
-                            f"{len(raw)} were sent")
+        raise BoundaryError(f"refused: a {what} of shape {shape} needs {count * itemsize} bytes, {len(raw)} were sent")
 
 
 def rebuild(tree, module, depth=0):
@@ -267,6 +301,7 @@ def _rebuild_tagged(tree, module, depth):
         return set(items) if tag == "set" else frozenset(items)
     if tag == "ndarray":
         import numpy as np
+
         dtype = np.dtype(str(tree[2]))
         if dtype.kind not in "biufc":
             raise BoundaryError(f"refused: a numpy array of dtype {dtype}")
@@ -275,6 +310,7 @@ def _rebuild_tagged(tree, module, depth):
         return np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
     if tag == "tensor":
         import torch
+
         name, shape, raw = str(tree[2]), _shape(tree[3]), bytes(tree[4])
         if name not in _TORCH_DTYPES:
             raise BoundaryError(f"refused: a tensor of dtype {name}")
@@ -285,6 +321,7 @@ def _rebuild_tagged(tree, module, depth):
         return torch.frombuffer(bytearray(raw), dtype=dtype).reshape(shape).clone()
     if tag == "dtype":
         import torch
+
         name = str(tree[2])
         if name not in _TORCH_DTYPES:
             raise BoundaryError(f"refused: dtype {name}")
@@ -308,6 +345,7 @@ def _rebuild_record(tree, module, depth):
 
 # -- exceptions ---------------------------------------------------------------------------------
 
+
 def describe_exception(exc: BaseException, skip_frames: int = 0) -> dict:
     """What crosses the boundary about an exception: names, message, traceback text (plain data)."""
     tb = exc.__traceback__
@@ -324,8 +362,12 @@ def describe_exception(exc: BaseException, skip_frames: int = 0) -> dict:
         text = "".join(traceback.format_exception(type(exc), exc, tb))
     except BaseException:  # noqa: BLE001 - formatting runs the learner's __str__ again
         text = ""
-    return {"type": type(exc).__name__, "mro": [c.__name__ for c in type(exc).__mro__],
-            "message": message[:MESSAGE_LIMIT], "traceback": text[-TRACEBACK_LIMIT:]}
+    return {
+        "type": type(exc).__name__,
+        "mro": [c.__name__ for c in type(exc).__mro__],
+        "message": message[:MESSAGE_LIMIT],
+        "traceback": text[-TRACEBACK_LIMIT:],
+    }
 
 
 def rebuild_exception(info) -> BaseException:

@@ -38,7 +38,7 @@ from commtax.learner_process import learner_path, learner_popen, sandbox
 CALL_TIMEOUT_ENV = "COMMTAX_LAB_CALL_TIMEOUT"
 DEFAULT_CALL_TIMEOUT = 60.0
 START_TIMEOUT = 120.0
-OUTPUT_KEPT = 64 * 1024        # characters of a worker's printed output echoed per call
+OUTPUT_KEPT = 64 * 1024  # characters of a worker's printed output echoed per call
 WORKER_MODULE = "commtax.boundary.worker"
 
 
@@ -73,11 +73,24 @@ class _Worker:
     def __init__(self, module_name: str, path: str, cwd: str):
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
-        command = [sys.executable, "-m", WORKER_MODULE, module_name, learner_path(path),
-                   str(to_child_r), str(from_child_w)]
+        command = [
+            sys.executable,
+            "-m",
+            WORKER_MODULE,
+            module_name,
+            learner_path(path),
+            str(to_child_r),
+            str(from_child_w),
+        ]
         try:
-            self.proc = learner_popen(command, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, pass_fds=(to_child_r, from_child_w))
+            self.proc = learner_popen(
+                command,
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                pass_fds=(to_child_r, from_child_w),
+            )
         finally:
             os.close(to_child_r)
             os.close(from_child_w)
@@ -243,8 +256,10 @@ class LabProxy:
             how = worker.exit_description() if isinstance(exc, (EOFError, OSError)) else "sent what cannot be read"
             worker.kill()
             self._echo(worker)
-            raise LearnerProcessError(f"the process importing {Path(self._path).name} {how}"
-                                      + ("" if isinstance(exc, EOFError) else f" ({exc})")) from None
+            raise LearnerProcessError(
+                f"the process importing {Path(self._path).name} {how}"
+                + ("" if isinstance(exc, EOFError) else f" ({exc})")
+            ) from None
         self._echo(worker)
         if kind == "import-error":
             worker.kill()
@@ -274,8 +289,9 @@ class LabProxy:
             kind, body = worker.receive(timeout)
         except TimeoutError:
             self._drop(worker)
-            raise LearnerProcessError(f"lab.{qualname}() did not return within {timeout:g} s "
-                                      "(an infinite loop, or a wait that never ends?)") from None
+            raise LearnerProcessError(
+                f"lab.{qualname}() did not return within {timeout:g} s (an infinite loop, or a wait that never ends?)"
+            ) from None
         except (EOFError, OSError, pickle.UnpicklingError, BoundaryError, ValueError, TypeError) as exc:
             how = worker.exit_description() if isinstance(exc, (EOFError, OSError)) else f"sent {exc}"
             self._drop(worker)

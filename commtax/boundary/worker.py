@@ -46,7 +46,7 @@ def _worker_main(module_name: str, path: str, recv_fd: int, send_fd: int) -> Non
         frame = struct.pack("<Q", len(data)) + data
         view = memoryview(frame)
         while view:
-            view = view[os.write(send_fd, view):]
+            view = view[os.write(send_fd, view) :]
 
     def receive():
         header = b""

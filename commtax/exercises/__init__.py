@@ -68,6 +68,28 @@ from commtax.exercises.verdicts import (
     verdict,
 )
 
-__all__ = ["ANSWERS_SHIPPED", "DEFAULT_TOLERANCE", "EXERCISES", "KNOWN_SLIP", "NO_ANSWERS", "PERCENTAGE",
-           "SELF_STUDY", "SLIPS", "Exercise", "Question", "Slip", "_answer", "_asks_fraction", "_close", "_exercise",
-           "_named_slip", "check", "encode", "show", "slip_value", "slip_window", "use", "verdict"]
+__all__ = [
+    "ANSWERS_SHIPPED",
+    "DEFAULT_TOLERANCE",
+    "EXERCISES",
+    "KNOWN_SLIP",
+    "NO_ANSWERS",
+    "PERCENTAGE",
+    "SELF_STUDY",
+    "SLIPS",
+    "Exercise",
+    "Question",
+    "Slip",
+    "_answer",
+    "_asks_fraction",
+    "_close",
+    "_exercise",
+    "_named_slip",
+    "check",
+    "encode",
+    "show",
+    "slip_value",
+    "slip_window",
+    "use",
+    "verdict",
+]

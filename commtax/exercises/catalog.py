@@ -12,8 +12,9 @@ from commtax.exercises.records import Question
 QUESTIONS: dict[str, Question] = {
     # Lesson 01
     "01.1": Question("ring all-reduce of 1 GB on 8 GPUs over the NVLink preset, in seconds", tolerance=0.005),
-    "01.2": Question("buffer size n at which the ring on P = {P} (InfiniBand NDR) is half latency, in bytes",
-                     tolerance=0.005),   # the large-P limit, (P-1) n* for P n*, is 0.78% off at P = 128
+    "01.2": Question(
+        "buffer size n at which the ring on P = {P} (InfiniBand NDR) is half latency, in bytes", tolerance=0.005
+    ),  # the large-P limit, (P-1) n* for P n*, is 0.78% off at P = 128
     "01.3": Question("message size below which the tree beats the ring on P = 256 (InfiniBand NDR), in bytes"),
     "01.4": Question("share of the hierarchical time spent in the network stage, as a fraction (0.25 = 25%)"),
     "01.5": Question("(a) the number the source's code prints for NVLink, in its 'KB' (bytes / 1024)"),
@@ -25,8 +26,9 @@ QUESTIONS: dict[str, Question] = {
     "02.5": Question("the measured all-reduce time behind {busbw} of bus bandwidth, in seconds"),
     # Lesson 03
     "03.1": Question("model state per GPU of Llama-2-13B with ZeRO-1 on {d} GPUs, in bytes"),
-    "03.2": Question("extra bytes per rank ZeRO-3 sends over DP in one step of {m} micro-batches",
-                     tolerance=0.01),   # the large-P limit, without (d-1)/d = 63/64, is 1.6% off
+    "03.2": Question(
+        "extra bytes per rank ZeRO-3 sends over DP in one step of {m} micro-batches", tolerance=0.01
+    ),  # the large-P limit, without (d-1)/d = 63/64, is 1.6% off
     "03.3": Question("what the guide's formula gives for one layer, in bytes"),
     "03.4": Question("ratio of one TP rank's bytes (12-layer stage, t = 8) to one pipeline boundary's"),
     "03.5": Question("EP bytes per rank per layer divided by TP bytes per rank per layer"),
@@ -70,10 +72,12 @@ QUESTIONS: dict[str, Question] = {
     "10.3": Question("model-state bytes per GPU of GPT-3 at TP 8 x PP 4 without ZeRO (175e9 / 32 parameters)"),
     "10.4": Question(
         "FLOPs per byte of the expert all-to-all in the forward (its binding window) at EP 16, "
-                     "1,536-wide SwiGLU experts"),
+        "1,536-wide SwiGLU experts"
+    ),
     "10.5": Question(
         "tokens per second per GPU of the fastest DeepSeek-V3 plan on 256 B200s (TP 1, the EP x PP grid)",
-        tolerance=0.01),
+        tolerance=0.01,
+    ),
     "10.6": Question("tokens per second per GPU of DeepSeek-V3 on 2,048 H800s with overlap alone", tolerance=0.01),
     # Lesson 11
     "11.1": Question("PP bytes per rank per step (averaged over ranks) for d = 1, t = 2, p = 4"),
@@ -86,12 +90,14 @@ QUESTIONS: dict[str, Question] = {
     "12.3": Question("all-to-all attention bytes per rank per layer, forward + backward, 131,072 tokens on CP 8"),
     "12.4": Question("the slowest rank's causal work, contiguous split / zigzag split, on CP 8"),
     "12.5": Question(
-        "exposed forward communication per layer of the modeler's 128K FP8 case, in seconds", tolerance=0.03),
+        "exposed forward communication per layer of the modeler's 128K FP8 case, in seconds", tolerance=0.03
+    ),
     # Lesson 13
     "13.1": Question("exposed communication of comm [0,3), [2,5), [9,10) under compute [1,4), [8,9.5), in seconds"),
     "13.2": Question("busbw of an all_reduce_perf row of 1 GiB in {t_ms} ms on {n} GPUs, in bytes/s"),
     "13.3": Question(
-        "bytes the course counts for an all-gather of {elements} bf16 input elements on {ranks} ranks", exact=True),
+        "bytes the course counts for an all-gather of {elements} bf16 input elements on {ranks} ranks", exact=True
+    ),
     "13.4": Question("the other rank of rank 5's data-parallel group, TP 2 x CP 2 x DP 2 x PP 2", exact=True),
     "13.5": Question("alpha of the all-reduce on 8 GPUs fitted to two exact rows, in seconds"),
 }

@@ -19,11 +19,12 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Param:
     """One stated number of an exercise."""
-    name: str                      # as in the question's {placeholder} and the formula's argument
-    what: str                      # what it is, with its unit
-    default: float                 # the lesson's number
-    choices: tuple[float, ...]     # what a variant draws from (the default among them)
-    shown: str = "{:g}"            # how the question writes it
+
+    name: str  # as in the question's {placeholder} and the formula's argument
+    what: str  # what it is, with its unit
+    default: float  # the lesson's number
+    choices: tuple[float, ...]  # what a variant draws from (the default among them)
+    shown: str = "{:g}"  # how the question writes it
 
 
 VARYING: dict[str, tuple[Param, ...]] = {
@@ -31,15 +32,20 @@ VARYING: dict[str, tuple[Param, ...]] = {
     "02.5": (Param("busbw", "the bus bandwidth nccl-tests reported, in GB/s", 360, (300, 330, 360, 400), "{:g} GB/s"),),
     "03.2": (Param("m", "micro-batches per step", 8, (4, 6, 8, 12, 16)),),
     "03.1": (Param("d", "data-parallel GPUs that ZeRO-1 shards the optimizer state over", 32, (8, 16, 32, 64, 128)),),
-    "06.1": (Param("p", "pipeline stages", 8, (4, 8)),
-             Param("m", "micro-batches per step", 32, (16, 32, 64))),
+    "06.1": (Param("p", "pipeline stages", 8, (4, 8)), Param("m", "micro-batches per step", 32, (16, 32, 64))),
     "07.4": (Param("m", "micro-batches per step", 8, (4, 6, 8, 12, 16)),),
-    "09.3": (Param("cf", "capacity factor", 1.25, (1.1, 1.25, 1.4)),
-             Param("imbalance", "the busiest rank's load over the average", 2, (2, 3, 4))),
-    "13.2": (Param("t_ms", "the row's time, in milliseconds", 10.0, (5.0, 8.0, 10.0, 12.5, 20.0), "{:.1f}"),
-             Param("n", "GPUs", 8, (4, 8, 16))),
-    "13.3": (Param("elements", "bf16 input elements per rank", 1572864, (1048576, 1572864, 2097152, 3145728), "{:,}"),
-             Param("ranks", "ranks", 8, (4, 8, 16))),
+    "09.3": (
+        Param("cf", "capacity factor", 1.25, (1.1, 1.25, 1.4)),
+        Param("imbalance", "the busiest rank's load over the average", 2, (2, 3, 4)),
+    ),
+    "13.2": (
+        Param("t_ms", "the row's time, in milliseconds", 10.0, (5.0, 8.0, 10.0, 12.5, 20.0), "{:.1f}"),
+        Param("n", "GPUs", 8, (4, 8, 16)),
+    ),
+    "13.3": (
+        Param("elements", "bf16 input elements per rank", 1572864, (1048576, 1572864, 2097152, 3145728), "{:,}"),
+        Param("ranks", "ranks", 8, (4, 8, 16)),
+    ),
 }
 
 

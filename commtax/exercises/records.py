@@ -13,24 +13,25 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
-DEFAULT_TOLERANCE = 0.02   # relative
+DEFAULT_TOLERANCE = 0.02  # relative
 
 
 @dataclass(frozen=True)
 class Question:
     """What an exercise asks (shipped in the student release): never its answer."""
-    what: str                      # what the number is, with its unit
+
+    what: str  # what the number is, with its unit
     tolerance: float = DEFAULT_TOLERANCE
-    exact: bool = False            # an integer answer: must be equal
+    exact: bool = False  # an integer answer: must be equal
 
 
 @dataclass(frozen=True)
 class Exercise:
-    what: str                      # what the number is, with its unit
-    scrambled: str = ""            # the answer, scrambled by encode()
+    what: str  # what the number is, with its unit
+    scrambled: str = ""  # the answer, scrambled by encode()
     tolerance: float = DEFAULT_TOLERANCE
-    exact: bool = False            # an integer answer: must be equal
-    compute: Callable[[], float] | None = None   # answers that follow the course's model
+    exact: bool = False  # an integer answer: must be equal
+    compute: Callable[[], float] | None = None  # answers that follow the course's model
 
 
 @dataclass(frozen=True)
@@ -42,10 +43,11 @@ class Slip:
     for exercises whose answer follows the course's model. Both live in ``commtax/exercises/hidden/``, which
     the student release drops.
     """
-    name: str                      # the slip in the lesson's words, shown first
-    scrambled: str                 # the wrong value, scrambled by encode(f"{exercise_id} {name}", value); or ""
-    message: str                   # what to check, in the lesson's words
-    compute: Callable[[], float] | None = None   # the wrong value, for answers that follow the course's model
+
+    name: str  # the slip in the lesson's words, shown first
+    scrambled: str  # the wrong value, scrambled by encode(f"{exercise_id} {name}", value); or ""
+    message: str  # what to check, in the lesson's words
+    compute: Callable[[], float] | None = None  # the wrong value, for answers that follow the course's model
     # How near (relative) a number must be to be named as this slip; None: the exercise's tolerance. Tighter
     # where other reasoning lands within the exercise's tolerance of this value (04.3's plans lie 0.7% apart).
     tolerance: float | None = None

@@ -14,7 +14,7 @@ from commtax.exercises.records import Exercise, Slip
 
 try:
     from commtax.exercises.hidden import ANSWERS, FORMULAS, SLIPS
-except ModuleNotFoundError as exc:   # the student release: only a missing hidden/ means "no answers"
+except ModuleNotFoundError as exc:  # the student release: only a missing hidden/ means "no answers"
     if exc.name != "commtax.exercises.hidden":
         raise
     ANSWERS, FORMULAS, SLIPS = None, {}, {}

@@ -23,13 +23,13 @@ from pathlib import Path
 import commtax.exercises.params as params
 from commtax.exercises.table import question_text
 
-Variant = dict[str, dict[str, float]]    # exercise -> {stated number: value}; {} is the lesson's numbers
+Variant = dict[str, dict[str, float]]  # exercise -> {stated number: value}; {} is the lesson's numbers
 
 VARIANT_FILE = Path("exercises") / "variant.toml"
-ENV = "COMMTAX_VARIANT"     # a variant file elsewhere (its path), read before VARIANT_FILE
-COURSE_ROOT = Path(__file__).resolve().parents[2]   # the folder holding commtax/ (the course, or its release)
+ENV = "COMMTAX_VARIANT"  # a variant file elsewhere (its path), read before VARIANT_FILE
+COURSE_ROOT = Path(__file__).resolve().parents[2]  # the folder holding commtax/ (the course, or its release)
 MIN_SECRET_BYTES = 16
-_chosen: list[tuple[Variant, str, str]] = []         # set by use(): (variant, where from, student)
+_chosen: list[tuple[Variant, str, str]] = []  # set by use(): (variant, where from, student)
 
 
 def draw(student: str, secret: bytes) -> Variant:
@@ -51,10 +51,13 @@ def draw(student: str, secret: bytes) -> Variant:
 
 def to_toml(student: str, variant: Variant) -> str:
     """The variant file a student gets: their id, then one table per exercise, each number with the lesson's."""
-    lines = ["# Your own numbers for the lessons' exercises. Where a lesson states another number, use yours:",
-             f"# keep this file as {VARIANT_FILE.as_posix()} in your copy of the course (beside answers.toml);",
-             "# each check line then writes the question with your numbers, and show_my_numbers(\"03\") lists a lesson's.",
-             f"student = {student!r}".replace("'", '"'), ""]
+    lines = [
+        "# Your own numbers for the lessons' exercises. Where a lesson states another number, use yours:",
+        f"# keep this file as {VARIANT_FILE.as_posix()} in your copy of the course (beside answers.toml);",
+        '# each check line then writes the question with your numbers, and show_my_numbers("03") lists a lesson\'s.',
+        f"student = {student!r}".replace("'", '"'),
+        "",
+    ]
     for exercise_id, numbers in variant.items():
         lines.append(f'["{exercise_id}"]   # {question_text(exercise_id, numbers)}')
         for p in params.VARYING[exercise_id]:
@@ -66,6 +69,7 @@ def to_toml(student: str, variant: Variant) -> str:
 def parse(text: str, where: str = "the variant") -> tuple[str, Variant]:
     """(student, variant) from a variant file's text; ValueError naming ``where`` and the number if it is wrong."""
     import tomllib
+
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -125,10 +129,10 @@ def show(which: str | None = None) -> None:
     chosen = [e for e in params.VARYING if which is None or e == which or e.split(".")[0] == which]
     if which is not None and not chosen:
         from commtax.exercises.catalog import QUESTIONS
+
         if which not in QUESTIONS and which not in {e.split(".")[0] for e in QUESTIONS}:
-            raise ValueError(f"which must be an exercise (\"03.1\") or a lesson (\"03\"); got {which!r}")
-        print(f"{'Exercise' if '.' in which else 'Lesson'} {which}: the same numbers for everyone "
-              "(the lesson's)")
+            raise ValueError(f'which must be an exercise ("03.1") or a lesson ("03"); got {which!r}')
+        print(f"{'Exercise' if '.' in which else 'Lesson'} {which}: the same numbers for everyone (the lesson's)")
         return
     if not variant:
         print(f"No variant file ({VARIANT_FILE.as_posix()} in the course's folder): use the lesson's numbers")
@@ -136,7 +140,10 @@ def show(which: str | None = None) -> None:
     print(f"Your numbers ({where}{', issued to ' + student if student else ''}):")
     for exercise_id in chosen:
         mine = numbers(exercise_id, variant)
-        changed = [f"{p.name} = {p.shown.format(mine[p.name])} (the lesson's: {p.shown.format(p.default)})"
-                   for p in params.VARYING[exercise_id] if mine[p.name] != p.default]
+        changed = [
+            f"{p.name} = {p.shown.format(mine[p.name])} (the lesson's: {p.shown.format(p.default)})"
+            for p in params.VARYING[exercise_id]
+            if mine[p.name] != p.default
+        ]
         said = "; ".join(changed) if changed else "the lesson's numbers"
         print(f"  {exercise_id}: {said}. Asked: {question_text(exercise_id, mine)}")

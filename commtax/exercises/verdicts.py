@@ -27,7 +27,7 @@ _FACTORS = [
     (1e6, "a unit prefix (µs vs s, MB vs B)?"),
     (1e9, "a unit prefix (ns vs s, GB vs B)?"),
     (4.0, "per rank vs total, or how many collectives per layer?"),
-    (2.0**20, "bytes written in MiB (bytes / 2^20)?"),      # offered only where bytes are asked (_BYTES_ONLY)
+    (2.0**20, "bytes written in MiB (bytes / 2^20)?"),  # offered only where bytes are asked (_BYTES_ONLY)
     (2.0**30, "bytes written in GiB (bytes / 2^30)?"),
 ]
 _BYTES_ONLY = {2.0**20, 2.0**30}
@@ -38,7 +38,9 @@ def _factor_shown(factor: float) -> str:
     if factor >= 1e3 and math.log2(factor).is_integer():
         return f"2^{round(math.log2(factor))}"
     return f"{factor:.3g}" if factor < 1e3 else f"1e{round(math.log10(factor))}"
-KNOWN_SLIP = "wrong, a known slip"     # how a verdict that names one of the exercise's slips starts
+
+
+KNOWN_SLIP = "wrong, a known slip"  # how a verdict that names one of the exercise's slips starts
 PERCENTAGE = Slip("a percentage", "", "this exercise asks a fraction (0.25 = 25%)")
 
 
@@ -64,8 +66,10 @@ def _close(value: float, answer: float, tolerance: float) -> bool:
 
 
 NO_ANSWERS = "no answers in this copy"
-SELF_STUDY = ("the student release ships no answers: these check lines are for self-study in the "
-              "course's public repository; your teacher says how the exercises are graded")
+SELF_STUDY = (
+    "the student release ships no answers: these check lines are for self-study in the "
+    "course's public repository; your teacher says how the exercises are graded"
+)
 
 
 def verdict(exercise_id: str, value, variant: variants.Variant | None = None) -> str:
@@ -92,8 +96,10 @@ def verdict(exercise_id: str, value, variant: variants.Variant | None = None) ->
     lessons = params.defaults(exercise_id)
     # (the likeliest cause when the learner has their own numbers: the question worked with the lesson's)
     as_lessons = numbers != lessons and _close(value, _answer(exercise_id, lessons), exercise.tolerance)
-    where = (f"the answer for the lesson's numbers; yours are in {variants.VARIANT_FILE.as_posix()} "
-             f"(show_my_numbers(\"{exercise_id.split('.')[0]}\") lists them)")
+    where = (
+        f"the answer for the lesson's numbers; yours are in {variants.VARIANT_FILE.as_posix()} "
+        f'(show_my_numbers("{exercise_id.split(".")[0]}") lists them)'
+    )
     slip = _named_slip(exercise_id, exercise, value, answer, numbers)
     if slip is not None:
         message = slip.message.format(**params.shown(exercise_id, numbers)) if numbers else slip.message
@@ -105,8 +111,10 @@ def verdict(exercise_id: str, value, variant: variants.Variant | None = None) ->
             if factor in _BYTES_ONLY and "bytes" not in exercise.what.lower():
                 continue
             if any(_close(value, answer * ratio, exercise.tolerance) for ratio in (factor, 1 / factor)):
-                return (f"wrong (not one of this exercise's known slips; for example, a factor of "
-                        f"{_factor_shown(factor)} off: {hint})")
+                return (
+                    f"wrong (not one of this exercise's known slips; for example, a factor of "
+                    f"{_factor_shown(factor)} off: {hint})"
+                )
     return "wrong"
 
 
@@ -130,8 +138,9 @@ def slip_window(exercise: Exercise, slip: Slip) -> float:
     return exercise.tolerance if slip.tolerance is None else slip.tolerance
 
 
-def _named_slip(exercise_id: str, exercise: Exercise, value: float, answer: float,
-                numbers: dict[str, float] | None = None) -> Slip | None:
+def _named_slip(
+    exercise_id: str, exercise: Exercise, value: float, answer: float, numbers: dict[str, float] | None = None
+) -> Slip | None:
     """The exercise's slip nearest to ``value`` among those within its tolerance (at ``numbers``), or None."""
     candidates = [(slip, slip_value(exercise_id, slip, numbers)) for slip in SLIPS.get(exercise_id, ())]
     if _asks_fraction(exercise) and not exercise.exact:
@@ -167,10 +176,12 @@ def check(exercise_id: str, value, variant: variants.Variant | None = None) -> N
     elif said == NO_ANSWERS:
         said = f"your number {float(value):.6g} is noted ({SELF_STUDY})"
     elif said == "wrong":
-        said += (" (must be exact, and not one of this exercise's known slips)" if exercise.exact else
-                 f" (more than {_percent(exercise.tolerance)} away, and not one of this exercise's known slips): "
-                 "compare with the worked solution")
+        said += (
+            " (must be exact, and not one of this exercise's known slips)"
+            if exercise.exact
+            else f" (more than {_percent(exercise.tolerance)} away, and not one of this exercise's known slips): "
+            "compare with the worked solution"
+        )
     elif said.startswith("wrong (not one"):
         said += ": compare with the worked solution"
     print(f"Exercise {exercise_id} ({question_text(exercise_id, variants.numbers(exercise_id, variant))}): {said}")
-

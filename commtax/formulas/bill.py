@@ -70,6 +70,7 @@ H100_BF16_DENSE = 989e12  # FLOP/s, NVIDIA H100 SXM datasheet (dense; 1979e12 is
 
 # -- bytes per rank, per axis ---------------------------------------------------------
 
+
 def _degree(name, value):
     return require_int(name, value, 1)
 
@@ -162,6 +163,7 @@ def ep_alltoall_bytes_per_layer(tokens, hidden, ep, top_k=1, dtype_bytes=2):
 
 # -- the two thresholds ---------------------------------------------------------------
 
+
 def dp_min_local_tokens(peak_flops, mfu, bandwidth, dp=None, dtype_bytes=2):
     """Tokens per replica per micro-batch above which the gradient all-reduce hides behind the backward.
 
@@ -199,6 +201,7 @@ def tp_tax(peak_flops, bandwidth, hidden, tp, mfu=1.0, dtype_bytes=2):
 
 
 # -- a whole plan ---------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -267,8 +270,21 @@ class Plan:
 
     def validate(self) -> Plan:
         require_positive("n_params", self.n_params)
-        for name in ("layers", "hidden", "seq_len", "micro_batch", "microbatches", "gpus", "tp", "pp",
-                     "ep", "top_k", "gpus_per_node", "dtype_bytes", "grad_dtype_bytes"):
+        for name in (
+            "layers",
+            "hidden",
+            "seq_len",
+            "micro_batch",
+            "microbatches",
+            "gpus",
+            "tp",
+            "pp",
+            "ep",
+            "top_k",
+            "gpus_per_node",
+            "dtype_bytes",
+            "grad_dtype_bytes",
+        ):
             require_int(name, getattr(self, name), 1)
         require_int("moe_layers", self.moe_layers, 0)
         require_choice("zero_stage", self.zero_stage, (0, 1, 2, 3))
@@ -294,8 +310,9 @@ class Plan:
             try:
                 members_per_node(size, stride, self.gpus_per_node)
             except ValueError as exc:
-                raise ValueError(f"{axis} groups do not sit evenly on nodes of gpus_per_node = "
-                                 f"{self.gpus_per_node}: {exc}") from None
+                raise ValueError(
+                    f"{axis} groups do not sit evenly on nodes of gpus_per_node = {self.gpus_per_node}: {exc}"
+                ) from None
         return self
 
     def groups(self):
@@ -323,8 +340,12 @@ def moe_fields(model) -> dict:
     if not getattr(model, "experts", 0):
         return {}
     per_expert = (model.n_params - model.active_params) / (model.experts - model.top_k)
-    return dict(active_params=model.active_params, expert_params=model.experts * per_expert,
-                moe_layers=model.moe_layers, top_k=model.top_k)
+    return dict(
+        active_params=model.active_params,
+        expert_params=model.experts * per_expert,
+        moe_layers=model.moe_layers,
+        top_k=model.top_k,
+    )
 
 
 @dataclass
@@ -334,11 +355,11 @@ class AxisCost:
     axis: str
     collective: str
     bytes: float
-    link: str          # "intra" (inside a node) or "inter" (across nodes, and how many GPUs per node)
+    link: str  # "intra" (inside a node) or "inter" (across nodes, and how many GPUs per node)
     t_comm: float
-    window: float      # compute it can hide behind
-    exposed: float     # what it adds to the step
-    tax: float         # exposed / t_compute
+    window: float  # compute it can hide behind
+    exposed: float  # what it adds to the step
+    tax: float  # exposed / t_compute
     note: str = ""
 
 
@@ -370,8 +391,7 @@ def _members(size, stride, plan: Plan) -> int:
 
 
 def _time(collective, nbytes, size, m, plan: Plan):
-    return collective(nbytes, size, m, plan.intra.alpha, plan.intra.bandwidth, plan.inter.alpha,
-                      plan.inter.bandwidth)
+    return collective(nbytes, size, m, plan.intra.alpha, plan.intra.bandwidth, plan.inter.alpha, plan.inter.bandwidth)
 
 
 def step_report(plan: Plan) -> StepReport:
@@ -409,24 +429,33 @@ def step_report(plan: Plan) -> StepReport:
     t, p, d, e = plan.tp, plan.pp, plan.dp, plan.ep
     B = plan.dtype_bytes
     rate = plan.peak_flops * plan.mfu
-    tokens_mb = plan.micro_batch * plan.seq_len           # tokens per micro-batch per replica
+    tokens_mb = plan.micro_batch * plan.seq_len  # tokens per micro-batch per replica
     m = plan.microbatches
-    flops_params = plan.params_per_token                  # MoE: the active parameters, not all of them
+    flops_params = plan.params_per_token  # MoE: the active parameters, not all of them
     t_compute = 6 * flops_params * tokens_mb * m / (t * p) / rate
-    t_bwd_one = 4 * flops_params * tokens_mb / (t * p) / rate   # backward of one micro-batch
-    act = tokens_mb * plan.hidden * B                     # one activation tensor, bytes
+    t_bwd_one = 4 * flops_params * tokens_mb / (t * p) / rate  # backward of one micro-batch
+    act = tokens_mb * plan.hidden * B  # one activation tensor, bytes
     layers_here = plan.layers // p
     report = StepReport(t_compute=t_compute)
 
     def add(axis, collective, nbytes, where, t_comm, window, exposed, note=""):
-        report.axes[axis] = AxisCost(axis, collective, nbytes, where, t_comm, window, exposed,
-                                     exposed / t_compute, note)
+        report.axes[axis] = AxisCost(
+            axis, collective, nbytes, where, t_comm, window, exposed, exposed / t_compute, note
+        )
 
     if t > 1:
         where, mt = _placement(plan, "tp")
         t_comm = 4 * layers_here * m * _time(group_allreduce_time, act, t, mt, plan)
-        add("TP", "all-reduce", tp_bytes_per_layer(plan.micro_batch, plan.seq_len, plan.hidden, t, B) * layers_here * m,
-            where, t_comm, 0.0, t_comm, f"on the critical path; {_spread(where, mt)}")
+        add(
+            "TP",
+            "all-reduce",
+            tp_bytes_per_layer(plan.micro_batch, plan.seq_len, plan.hidden, t, B) * layers_here * m,
+            where,
+            t_comm,
+            0.0,
+            t_comm,
+            f"on the critical path; {_spread(where, mt)}",
+        )
     if d > 1:
         where, md = _placement(plan, "dp")
         stage = plan.zero_stage
@@ -439,38 +468,80 @@ def step_report(plan: Plan) -> StepReport:
         if stage == 3:
             t_comm = (rs + 2 * ag) * m
             nbytes = passes_bytes(plan.grad_dtype_bytes + 2 * B) * m
-            add("DP", "ZeRO-3: all-gather x2 + reduce-scatter per micro-batch", nbytes, where, t_comm, t_compute,
-                max(0.0, t_comm - t_compute), f"prefetched behind all compute; {_spread(where, md)}")
+            add(
+                "DP",
+                "ZeRO-3: all-gather x2 + reduce-scatter per micro-batch",
+                nbytes,
+                where,
+                t_comm,
+                t_compute,
+                max(0.0, t_comm - t_compute),
+                f"prefetched behind all compute; {_spread(where, md)}",
+            )
         elif stage == 0:
             t_comm = sum(_time(group_allreduce_time, n * plan.grad_dtype_bytes, g, mg, plan) for n, g, mg in shards)
-            add("DP", "all-reduce", 2 * passes_bytes(plan.grad_dtype_bytes), where, t_comm, t_bwd_one,
-                max(0.0, t_comm - t_bwd_one), f"behind the last micro-batch's backward; {_spread(where, md)}")
+            add(
+                "DP",
+                "all-reduce",
+                2 * passes_bytes(plan.grad_dtype_bytes),
+                where,
+                t_comm,
+                t_bwd_one,
+                max(0.0, t_comm - t_bwd_one),
+                f"behind the last micro-batch's backward; {_spread(where, md)}",
+            )
         else:
             scatters = 1 if stage == 1 else m
             t_comm = scatters * rs + ag
             exposed = scatters * max(0.0, rs - t_bwd_one) + ag
             nbytes = scatters * passes_bytes(plan.grad_dtype_bytes) + passes_bytes(B)
-            name = "ZeRO-1: reduce-scatter + all-gather" if stage == 1 else \
-                "ZeRO-2: reduce-scatter per micro-batch + all-gather"
-            add("DP", name, nbytes, where, t_comm, scatters * t_bwd_one, exposed,
-                f"the all-gather after the optimizer step is exposed; {_spread(where, md)}")
+            name = (
+                "ZeRO-1: reduce-scatter + all-gather"
+                if stage == 1
+                else "ZeRO-2: reduce-scatter per micro-batch + all-gather"
+            )
+            add(
+                "DP",
+                name,
+                nbytes,
+                where,
+                t_comm,
+                scatters * t_bwd_one,
+                exposed,
+                f"the all-gather after the optimizer step is exposed; {_spread(where, md)}",
+            )
     if p > 1:
         link = plan.intra if t * d * p <= plan.gpus_per_node else plan.inter
         where = "intra" if link is plan.intra else "inter"
         one = link.alpha + act / link.bandwidth
         t_comm = 2 * m * one
-        bubble = bubble_fraction(p, m, relative_to="ideal") * t_compute   # (p-1)/m of the compute
+        bubble = bubble_fraction(p, m, relative_to="ideal") * t_compute  # (p-1)/m of the compute
         exposed = bubble + 2 * (p - 1) * one
-        add("PP", "send/recv", pp_bytes_per_microbatch(plan.micro_batch, plan.seq_len, plan.hidden, B) * m,
-            where, t_comm, t_compute, exposed,
-            f"exposed = bubble {bubble:.3g} s + fill/drain transfers (more than t_comm: the bubble is idle time)")
+        add(
+            "PP",
+            "send/recv",
+            pp_bytes_per_microbatch(plan.micro_batch, plan.seq_len, plan.hidden, B) * m,
+            where,
+            t_comm,
+            t_compute,
+            exposed,
+            f"exposed = bubble {bubble:.3g} s + fill/drain transfers (more than t_comm: the bubble is idle time)",
+        )
     if e > 1 and plan.moe_layers:
         where, me = _placement(plan, "ep")
         moe_here = max(1, round(plan.moe_layers / p))
         payload = tokens_mb * plan.top_k * plan.hidden * B
         t_comm = 4 * moe_here * m * _time(group_all_to_all_time, payload, e, me, plan)
-        add("EP", "all-to-all", ep_alltoall_bytes_per_layer(tokens_mb, plan.hidden, e, plan.top_k, B) * moe_here * m,
-            where, t_comm, 0.0, t_comm, f"dispatch -> experts -> combine: on the critical path; {_spread(where, me)}")
+        add(
+            "EP",
+            "all-to-all",
+            ep_alltoall_bytes_per_layer(tokens_mb, plan.hidden, e, plan.top_k, B) * moe_here * m,
+            where,
+            t_comm,
+            0.0,
+            t_comm,
+            f"dispatch -> experts -> combine: on the critical path; {_spread(where, me)}",
+        )
 
     exposed = {name: axis.exposed for name, axis in report.axes.items()}
     report.t_step = t_compute + sum(exposed.values())

@@ -158,8 +158,7 @@ def tree_ring_crossover_bytes(world_size, alpha, bandwidth) -> float:
     return float(max(0.0, alpha * bandwidth * (p - 1 - c) / denom))
 
 
-def _two_level(nbytes, nodes, gpus_per_node, intra_alpha, intra_bandwidth, inter_alpha,
-               inter_bandwidth):
+def _two_level(nbytes, nodes, gpus_per_node, intra_alpha, intra_bandwidth, inter_alpha, inter_bandwidth):
     n, _ = _sizes(nbytes, 1)
     nodes = require_int("nodes", nodes, 1)
     g = require_int("gpus_per_node", gpus_per_node, 1)
@@ -170,30 +169,28 @@ def _two_level(nbytes, nodes, gpus_per_node, intra_alpha, intra_bandwidth, inter
     return n, nodes, g
 
 
-def hierarchical_allreduce_time(nbytes, nodes, gpus_per_node, intra_alpha, intra_bandwidth,
-                                inter_alpha, inter_bandwidth):
+def hierarchical_allreduce_time(
+    nbytes, nodes, gpus_per_node, intra_alpha, intra_bandwidth, inter_alpha, inter_bandwidth
+):
     """Two-level all-reduce: ring reduce-scatter in the node, ring all-reduce of each 1/G shard
     across nodes (G rails in parallel), ring all-gather in the node.
 
     2(G-1) a_i + 2(G-1)/G n/B_i  +  2(N-1) a_e + 2(N-1)/N (n/G)/B_e
     """
     # BEGIN GRADED lab-01 hierarchical_allreduce_time
-    n, nodes, g = _two_level(nbytes, nodes, gpus_per_node, intra_alpha, intra_bandwidth,
-                             inter_alpha, inter_bandwidth)
+    n, nodes, g = _two_level(nbytes, nodes, gpus_per_node, intra_alpha, intra_bandwidth, inter_alpha, inter_bandwidth)
     inside = 2 * (g - 1) * intra_alpha + 2 * (g - 1) / g * n / intra_bandwidth
     across = 2 * (nodes - 1) * inter_alpha + 2 * (nodes - 1) / nodes * (n / g) / inter_bandwidth
     return _out(inside + across)
     # END GRADED: return learner.lab("01").hierarchical_allreduce_time(nbytes, nodes, gpus_per_node, intra_alpha, intra_bandwidth, inter_alpha, inter_bandwidth)
 
 
-def flat_ring_two_level_time(nbytes, nodes, gpus_per_node, intra_alpha, intra_bandwidth,
-                             inter_alpha, inter_bandwidth):
+def flat_ring_two_level_time(nbytes, nodes, gpus_per_node, intra_alpha, intra_bandwidth, inter_alpha, inter_bandwidth):
     """One ring through all N*G GPUs: every step waits for its slowest hop, a node crossing.
 
     2(NG-1) * max(a_i + n/(NG B_i), a_e + n/(NG B_e))   (the max only when N >= 2)
     """
-    n, nodes, g = _two_level(nbytes, nodes, gpus_per_node, intra_alpha, intra_bandwidth,
-                             inter_alpha, inter_bandwidth)
+    n, nodes, g = _two_level(nbytes, nodes, gpus_per_node, intra_alpha, intra_bandwidth, inter_alpha, inter_bandwidth)
     p = nodes * g
     chunk = n / p
     inside = intra_alpha + chunk / intra_bandwidth

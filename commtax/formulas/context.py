@@ -55,7 +55,7 @@ from commtax.formulas.network import group_all_to_all_time, group_allgather_time
 
 # -- ring attention and all-to-all attention (Lab 13) ------------------------------------------
 
-BACKWARD_FLOPS_FACTOR = 2.5   # FlashAttention's backward: 5 matmuls against the forward's 2
+BACKWARD_FLOPS_FACTOR = 2.5  # FlashAttention's backward: 5 matmuls against the forward's 2
 
 
 def _shape(seq, kv_heads, head_dim, cp, dtype_bytes, heads=None):
@@ -114,8 +114,10 @@ def all_to_all_attention_bytes_per_rank(seq, heads, kv_heads, head_dim, cp, dtyp
     if heads % c:
         raise ValueError(f"heads ({heads}) must be divisible by cp ({c}): each rank computes heads/cp whole heads")
     if g % c:
-        raise ValueError(f"kv_heads ({g}) must be divisible by cp ({c}): each rank needs whole K/V heads "
-                         "(GQA limits all-to-all attention to cp <= kv_heads)")
+        raise ValueError(
+            f"kv_heads ({g}) must be divisible by cp ({c}): each rank needs whole K/V heads "
+            "(GQA limits all-to-all attention to cp <= kv_heads)"
+        )
     forward = (c - 1) / c * (s // c) * d * dtype_bytes * (2 * heads + 2 * g)
     return 2 * forward if backward else forward
     # END GRADED: return learner.lab("13").all_to_all_attention_bytes_per_rank(seq, heads, kv_heads, head_dim, cp, dtype_bytes, backward)
@@ -221,9 +223,22 @@ def _ring_pass(compute, transfer, acc_transfer=None):
     return total
 
 
-def ring_attention_time(seq, heads, kv_heads, head_dim, cp, dtype_bytes=2, flops_rate=989e12 * 0.5, *,
-                        causal=True, zigzag=True, backward=True, members_per_node=None,
-                        intra=NVLINK4, inter=INFINIBAND_NDR) -> AttentionTime:
+def ring_attention_time(
+    seq,
+    heads,
+    kv_heads,
+    head_dim,
+    cp,
+    dtype_bytes=2,
+    flops_rate=989e12 * 0.5,
+    *,
+    causal=True,
+    zigzag=True,
+    backward=True,
+    members_per_node=None,
+    intra=NVLINK4,
+    inter=INFINIBAND_NDR,
+) -> AttentionTime:
     """Ring attention in the alpha-beta model, with the network model's slowest hop (:func:`ring_hop`).
 
     One ring step moves a K+V block, t = alpha + 2 block / bandwidth, while
@@ -253,9 +268,14 @@ def ring_attention_time(seq, heads, kv_heads, head_dim, cp, dtype_bytes=2, flops
         if best is None or elapsed > best[0]:
             best = (elapsed, compute, comm)
     elapsed, compute, comm = best
-    return AttentionTime("ring", compute, comm, max(0.0, elapsed - compute),
-                         ring_attention_bytes_per_rank(s, g, d, c, dtype_bytes, backward),
-                         ring_attention_buffer_bytes(s, c, g * d, 1, dtype_bytes, double_buffer=True))
+    return AttentionTime(
+        "ring",
+        compute,
+        comm,
+        max(0.0, elapsed - compute),
+        ring_attention_bytes_per_rank(s, g, d, c, dtype_bytes, backward),
+        ring_attention_buffer_bytes(s, c, g * d, 1, dtype_bytes, double_buffer=True),
+    )
 
 
 def _balanced_compute(s, heads, d, c, rate, causal, backward):
@@ -270,9 +290,21 @@ def _members(cp, members_per_node):
     return c if members_per_node is None else require_int("members_per_node", members_per_node, 1)
 
 
-def all_to_all_attention_time(seq, heads, kv_heads, head_dim, cp, dtype_bytes=2, flops_rate=989e12 * 0.5, *,
-                              causal=True, backward=True, members_per_node=None,
-                              intra=NVLINK4, inter=INFINIBAND_NDR) -> AttentionTime:
+def all_to_all_attention_time(
+    seq,
+    heads,
+    kv_heads,
+    head_dim,
+    cp,
+    dtype_bytes=2,
+    flops_rate=989e12 * 0.5,
+    *,
+    causal=True,
+    backward=True,
+    members_per_node=None,
+    intra=NVLINK4,
+    inter=INFINIBAND_NDR,
+) -> AttentionTime:
     """All-to-all attention (Ulysses): four all-to-alls per layer (eight with backward), none hidden.
 
     The all-to-alls are priced with :func:`commtax.formulas.network.group_all_to_all_time`
@@ -295,9 +327,21 @@ def all_to_all_attention_time(seq, heads, kv_heads, head_dim, cp, dtype_bytes=2,
     return AttentionTime("all-to-all", compute, comm, comm, sent, local * (2 * heads + 2 * g))
 
 
-def allgather_attention_time(seq, heads, kv_heads, head_dim, cp, dtype_bytes=2, flops_rate=989e12 * 0.5, *,
-                             causal=True, backward=True, members_per_node=None,
-                             intra=NVLINK4, inter=INFINIBAND_NDR) -> AttentionTime:
+def allgather_attention_time(
+    seq,
+    heads,
+    kv_heads,
+    head_dim,
+    cp,
+    dtype_bytes=2,
+    flops_rate=989e12 * 0.5,
+    *,
+    causal=True,
+    backward=True,
+    members_per_node=None,
+    intra=NVLINK4,
+    inter=INFINIBAND_NDR,
+) -> AttentionTime:
     """All-gather of K and V (Llama 3's CP): one all-gather forward, one reduce-scatter of dK, dV backward.
 
     Priced with the network model's ring all-gather and reduce-scatter of the
@@ -321,8 +365,9 @@ def allgather_attention_time(seq, heads, kv_heads, head_dim, cp, dtype_bytes=2, 
     return AttentionTime("all-gather", compute, comm, comm, sent, gathered)
 
 
-def ring_overlap_crossover(heads, kv_heads, head_dim, cp, dtype_bytes=2, flops_rate=989e12 * 0.5, *,
-                           causal=True, link=NVLINK4):
+def ring_overlap_crossover(
+    heads, kv_heads, head_dim, cp, dtype_bytes=2, flops_rate=989e12 * 0.5, *, causal=True, link=NVLINK4
+):
     """The shortest sequence whose ring steps hide their transfer: seq* = cp x* with c(x*) = t(x*).
 
     A ring step of x = seq/cp tokens computes f 4 x^2 heads head_dim FLOPs (f

@@ -149,8 +149,17 @@ def ring_comm_time(world_size, alpha, bandwidth):
     return lambda nbytes: allreduce_time(nbytes, p, alpha, bandwidth, "ring")
 
 
-def ddp_timeline(param_bytes, bucket_cap_bytes, backward_time, world_size, alpha, bandwidth, *,
-                 first_bucket_cap_bytes=None, comm_time=None) -> dict:
+def ddp_timeline(
+    param_bytes,
+    bucket_cap_bytes,
+    backward_time,
+    world_size,
+    alpha,
+    bandwidth,
+    *,
+    first_bucket_cap_bytes=None,
+    comm_time=None,
+) -> dict:
     """The predicted timeline of one DDP backward: buckets, ready/start/finish times, exposed time.
 
     ``comm_time``: seconds to all-reduce a bucket of n bytes (default: a ring
@@ -168,10 +177,19 @@ def ddp_timeline(param_bytes, bucket_cap_bytes, backward_time, world_size, alpha
     ready = ready_times(param_bytes, buckets, backward_time)
     schedule = allreduce_schedule(ready, comm)
     finish_time = schedule[-1][1]
-    return {"buckets": buckets, "bytes": sizes, "ready": ready, "comm": comm,
-            "start": [s for s, _ in schedule], "finish": [f for _, f in schedule],
-            "backward_time": float(backward_time), "finish_time": finish_time,
-            "exposed": max(0.0, finish_time - backward_time), "comm_total": sum(comm), "serial": sum(comm)}
+    return {
+        "buckets": buckets,
+        "bytes": sizes,
+        "ready": ready,
+        "comm": comm,
+        "start": [s for s, _ in schedule],
+        "finish": [f for _, f in schedule],
+        "backward_time": float(backward_time),
+        "finish_time": finish_time,
+        "exposed": max(0.0, finish_time - backward_time),
+        "comm_total": sum(comm),
+        "serial": sum(comm),
+    }
 
 
 def transformer_param_bytes(n_params, layers, element_bytes=2) -> list[int]:
@@ -191,14 +209,15 @@ def transformer_param_bytes(n_params, layers, element_bytes=2) -> list[int]:
 
 # -- the trade-off, in closed form (k equal buckets, gradients produced at a constant rate) ------
 
+
 def _uniform_args(total_bytes, backward_time, world_size, alpha, bandwidth):
     require_positive("total_bytes", total_bytes, "bytes")
     require_positive("backward_time", backward_time, "s")
     p = require_int("world_size", world_size, 2)
     require_nonnegative("alpha", alpha, "s")
     require_positive("bandwidth", bandwidth, "bytes/s")
-    a = 2 * (p - 1) * alpha                 # latency of one ring all-reduce
-    beta = 2 * (p - 1) / p / bandwidth      # seconds per byte of one ring all-reduce
+    a = 2 * (p - 1) * alpha  # latency of one ring all-reduce
+    beta = 2 * (p - 1) / p / bandwidth  # seconds per byte of one ring all-reduce
     return float(total_bytes), float(backward_time), a, beta
 
 
@@ -227,12 +246,13 @@ def optimal_bucket_count(total_bytes, backward_time, world_size, alpha, bandwidt
         max_buckets = 10**6
     max_buckets = require_int("max_buckets", max_buckets, 1)
     candidates = {1, max_buckets}
-    for k in ((t - g * beta) / a if a > 0 and t > g * beta else float(max_buckets),
-              math.sqrt(t / a) if a > 0 else float(max_buckets)):
+    for k in (
+        (t - g * beta) / a if a > 0 and t > g * beta else float(max_buckets),
+        math.sqrt(t / a) if a > 0 else float(max_buckets),
+    ):
         for kk in (math.floor(k), math.ceil(k)):
             candidates.add(min(max(int(kk), 1), max_buckets))
-    return min(sorted(candidates),
-               key=lambda k: uniform_exposed_time(g, k, t, world_size, alpha, bandwidth))
+    return min(sorted(candidates), key=lambda k: uniform_exposed_time(g, k, t, world_size, alpha, bandwidth))
 
 
 def optimal_bucket_bytes(total_bytes, backward_time, world_size, alpha, bandwidth) -> float:
@@ -263,6 +283,7 @@ def bucket_crossover_bytes(world_size, alpha, bandwidth) -> float:
 
 
 # -- compression ----------------------------------------------------------------------------------
+
 
 def powersgd_bytes(rows, cols, rank, element_bytes=4) -> int:
     """Bytes PowerSGD all-reduces for one rows x cols gradient matrix at ``rank`` r: (rows + cols) r.

@@ -47,56 +47,82 @@ class Link:
 
 
 NVLINK4 = Link(
-    "NVLink 4 (H100 SXM)", alpha=3e-6, bandwidth=450e9,
+    "NVLink 4 (H100 SXM)",
+    alpha=3e-6,
+    bandwidth=450e9,
     source="bandwidth: NVIDIA H100 datasheet, 900 GB/s NVLink = 450 GB/s per direction; "
-           "alpha: ~3 µs per hop, an assumed order of magnitude with the collective library's software "
-           "overhead included (Lab 03 measures yours)",
+    "alpha: ~3 µs per hop, an assumed order of magnitude with the collective library's software "
+    "overhead included (Lab 03 measures yours)",
 )
 INFINIBAND_NDR = Link(
-    "InfiniBand NDR (400 Gb/s per GPU)", alpha=5e-6, bandwidth=50e9,
+    "InfiniBand NDR (400 Gb/s per GPU)",
+    alpha=5e-6,
+    bandwidth=50e9,
     source="bandwidth: NVIDIA ConnectX-7 / IBTA NDR, 400 Gb/s per port = 50 GB/s per direction, one "
-           "NIC per GPU as in a DGX H100; alpha: 2-5 µs per message through NIC and switch (an assumed range; Lab 03 measures yours), "
-           "upper end taken to include the collective library",
+    "NIC per GPU as in a DGX H100; alpha: 2-5 µs per message through NIC and switch (an assumed range; Lab 03 measures yours), "
+    "upper end taken to include the collective library",
 )
 ROCE_100G = Link(
-    "100GbE RoCE", alpha=5e-6, bandwidth=12.5e9,
+    "100GbE RoCE",
+    alpha=5e-6,
+    bandwidth=12.5e9,
     source="bandwidth: 100 Gb/s = 12.5 GB/s per direction; alpha: ~5 µs (assumed, as for InfiniBand; Lab 03 measures yours)",
 )
 TCP_10G = Link(
-    "TCP over 10 GbE", alpha=50e-6, bandwidth=1.25e9,
+    "TCP over 10 GbE",
+    alpha=50e-6,
+    bandwidth=1.25e9,
     source="bandwidth: 10 Gb/s = 1.25 GB/s per direction; alpha: ~50 µs through the kernel's TCP "
-           "stack (an assumed order of magnitude; Lab 03 measures yours)",
+    "stack (an assumed order of magnitude; Lab 03 measures yours)",
 )
 
 # What NCCL's rings reach, measured, beside the line rates above (the ceiling). A ring all-reduce's bus
 # bandwidth (nccl-tests' busbw) inside an 8-GPU NVSwitch node stays ~20% under the NVLink line rate:
 # NCCL's protocol moves 128-byte payloads per SM transaction, and other limits in the GPU cap it.
 NVLINK4_RING = Link(
-    "NVLink 4 ring, measured (H100 SXM)", alpha=3e-6, bandwidth=370e9,
+    "NVLink 4 ring, measured (H100 SXM)",
+    alpha=3e-6,
+    bandwidth=370e9,
     source="NVIDIA/nccl-tests issue 212 (S. Jeaugey, NVIDIA, 2024): '450GB/s is the line rate. With the "
-           "protocol overhead (~20%) NCCL can get an effective NVLink bandwidth of 370GB/s' (busbw with "
-           "NCCL_ALGO=RING and for non-all-reduce collectives; NVLink SHARP all-reduce reaches ~480 GB/s); "
-           "NVIDIA/nccl issue 1455: 365-370 GB/s ring busbw on 2-8 H100s",
+    "protocol overhead (~20%) NCCL can get an effective NVLink bandwidth of 370GB/s' (busbw with "
+    "NCCL_ALGO=RING and for non-all-reduce collectives; NVLink SHARP all-reduce reaches ~480 GB/s); "
+    "NVIDIA/nccl issue 1455: 365-370 GB/s ring busbw on 2-8 H100s",
 )
 NVLINK3_RING = Link(
-    "NVLink 3 ring, measured (A100 SXM)", alpha=3e-6, bandwidth=230e9,
+    "NVLink 3 ring, measured (A100 SXM)",
+    alpha=3e-6,
+    bandwidth=230e9,
     source="NVIDIA/nccl-tests issue 149 (S. Jeaugey, NVIDIA, 2023): 12 NVLinks x 25 GB/s line rate, ~20 GB/s "
-           "each effective with 128-byte payloads, 'some other bottlenecks on the GPUs limits it to ~230GB/s'",
+    "each effective with 128-byte payloads, 'some other bottlenecks on the GPUs limits it to ~230GB/s'",
 )
 INFINIBAND_NDR_MEASURED = Link(
-    "InfiniBand NDR, measured (400 Gb/s per GPU)", alpha=5e-6, bandwidth=47e9,
+    "InfiniBand NDR, measured (400 Gb/s per GPU)",
+    alpha=5e-6,
+    bandwidth=47e9,
     source="NVIDIA/nccl-tests issue 290 (NVIDIA engineer, 2025): 'for NDR @ 400Gbps you should see 46-48GB/s "
-           "per NIC' (line rate 50 GB/s)",
+    "per NIC' (line rate 50 GB/s)",
 )
 INFINIBAND_HDR_MEASURED = Link(
-    "InfiniBand HDR, measured (200 Gb/s per GPU)", alpha=5e-6, bandwidth=24e9,
+    "InfiniBand HDR, measured (200 Gb/s per GPU)",
+    alpha=5e-6,
+    bandwidth=24e9,
     source="NVIDIA/nccl issue 812 (NVIDIA engineer): 'On an Nvidia DGX-A100 system we have 8x200Gbit/s IB cards "
-           "and we measure 192GB/s AllReduce BusBW', 24 GB/s per NIC (line rate 25 GB/s)",
+    "and we measure 192GB/s AllReduce BusBW', 24 GB/s per NIC (line rate 25 GB/s)",
 )
 
-PRESETS: dict[str, Link] = {link.name: link for link in (NVLINK4, INFINIBAND_NDR, ROCE_100G, TCP_10G, NVLINK4_RING,
-                                                         NVLINK3_RING, INFINIBAND_NDR_MEASURED,
-                                                         INFINIBAND_HDR_MEASURED)}
+PRESETS: dict[str, Link] = {
+    link.name: link
+    for link in (
+        NVLINK4,
+        INFINIBAND_NDR,
+        ROCE_100G,
+        TCP_10G,
+        NVLINK4_RING,
+        NVLINK3_RING,
+        INFINIBAND_NDR_MEASURED,
+        INFINIBAND_HDR_MEASURED,
+    )
+}
 
 
 def save_calibration(path, *, alpha: float, bandwidth: float, name: str, **details) -> Path:
@@ -104,8 +130,13 @@ def save_calibration(path, *, alpha: float, bandwidth: float, name: str, **detai
     link = Link(name, float(alpha), float(bandwidth), source=details.pop("source", "measured"))
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    record = {"name": link.name, "alpha_s": link.alpha, "bandwidth_bytes_per_s": link.bandwidth,
-              "source": link.source, **details}
+    record = {
+        "name": link.name,
+        "alpha_s": link.alpha,
+        "bandwidth_bytes_per_s": link.bandwidth,
+        "source": link.source,
+        **details,
+    }
     path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     return path
 

@@ -30,8 +30,10 @@ ZERO_STAGES = (0, 1, 2, 3)
 
 # -- model state: parameters, gradients, optimizer ------------------------------------------
 
-def model_state_breakdown(n_params, dp=1, zero_stage=0, optimizer_bytes_per_param=ADAM_STATE_BYTES,
-                          param_bytes=2, grad_bytes=2):
+
+def model_state_breakdown(
+    n_params, dp=1, zero_stage=0, optimizer_bytes_per_param=ADAM_STATE_BYTES, param_bytes=2, grad_bytes=2
+):
     """Bytes per GPU of parameters, gradients and optimizer state, as a dict, for ZeRO ``zero_stage``.
 
     Stage 0 replicates all three on each of the ``dp`` ranks; stage 1 divides
@@ -51,8 +53,9 @@ def model_state_breakdown(n_params, dp=1, zero_stage=0, optimizer_bytes_per_para
     return {"params": params, "grads": grads, "optimizer": optimizer}
 
 
-def model_state_bytes(n_params, dp=1, zero_stage=0, optimizer_bytes_per_param=ADAM_STATE_BYTES,
-                      param_bytes=2, grad_bytes=2):
+def model_state_bytes(
+    n_params, dp=1, zero_stage=0, optimizer_bytes_per_param=ADAM_STATE_BYTES, param_bytes=2, grad_bytes=2
+):
     """Bytes of model state per GPU: (2 + 2 + K) N with K = 12 for mixed-precision Adam, sharded by ZeRO.
 
     Rajbhandari et al. 2020, figure 1: 7.5e9 parameters on 64 ranks hold
@@ -66,6 +69,7 @@ def model_state_bytes(n_params, dp=1, zero_stage=0, optimizer_bytes_per_param=AD
 
 
 # -- activations -------------------------------------------------------------------------------
+
 
 def activation_bytes_per_layer(seq, micro_batch, hidden, heads, tp=1, sequence_parallel=False, recompute="none"):
     """Bytes of activations one transformer layer keeps for the backward, per micro-batch, per GPU.
@@ -155,6 +159,7 @@ def llama_activation_sbh(hidden, heads, kv_heads, ffn_hidden, fused_swiglu=True,
 
 
 # -- bytes on the wire per step ------------------------------------------------------------
+
 
 def zero_bytes_per_step(n_params, dp, stage, microbatches, dtype_bytes=2):
     """Bytes one rank sends per optimizer step for data parallelism under ZeRO ``stage``, ring algorithms.
@@ -247,7 +252,6 @@ HBM_BYTES = {
 }
 
 
-
 def hbm_label(gpu: str) -> str:
     """``"H100 SXM 80GB: 85.5 GB = 79.6 GiB usable"``: :data:`HBM_BYTES` in decimal GB and in GiB.
 
@@ -327,16 +331,21 @@ def plan_memory(plan: MemoryPlan) -> dict:
     if p.hidden % p.tp:
         raise ValueError(f"hidden ({p.hidden}) must be divisible by tp ({p.tp})")
     n_rank = p.n_params / (p.tp * p.pp)
-    parts = model_state_breakdown(n_rank, p.dp, p.zero_stage, p.optimizer_bytes_per_param,
-                                  p.param_bytes, p.grad_bytes)
-    per_layer = activation_bytes_per_layer(p.seq, p.micro_batch, p.hidden, p.heads, p.tp,
-                                           p.sequence_parallel, p.recompute) * p.activation_bytes / 2
+    parts = model_state_breakdown(n_rank, p.dp, p.zero_stage, p.optimizer_bytes_per_param, p.param_bytes, p.grad_bytes)
+    per_layer = (
+        activation_bytes_per_layer(p.seq, p.micro_batch, p.hidden, p.heads, p.tp, p.sequence_parallel, p.recompute)
+        * p.activation_bytes
+        / 2
+    )
     in_flight = in_flight_microbatches(p.pp, p.microbatches)
     layers_here = p.layers // p.pp
     parts["activations"] = per_layer * layers_here * in_flight
     if p.recompute == "full":  # the layer being recomputed rebuilds all its activations, s x s scores included
-        parts["activations"] += activation_bytes_per_layer(p.seq, p.micro_batch, p.hidden, p.heads, p.tp,
-                                                           p.sequence_parallel, "none") * p.activation_bytes / 2
+        parts["activations"] += (
+            activation_bytes_per_layer(p.seq, p.micro_batch, p.hidden, p.heads, p.tp, p.sequence_parallel, "none")
+            * p.activation_bytes
+            / 2
+        )
     parts["buffers"] = 2 * (n_rank / layers_here) * p.param_bytes if p.zero_stage == 3 and p.dp > 1 else 0.0
     parts["total"] = sum(parts.values())
     return parts
@@ -397,12 +406,23 @@ def wire_seconds(plan: MemoryPlan, gpus_per_node=8, intra_bandwidth=370e9, inter
         return allreduce_bus_bandwidth(size, members, intra_bandwidth, inter_bandwidth) if size > 1 else intra_bandwidth
 
     pp_link = intra_bandwidth if plan.tp * plan.dp < gpus_per_node else inter_bandwidth
-    return (wire["tp"] / bandwidth(plan.tp, 1) + wire["dp"] / bandwidth(plan.dp, plan.tp)
-            + wire["pp"] / pp_link)
+    return wire["tp"] / bandwidth(plan.tp, 1) + wire["dp"] / bandwidth(plan.dp, plan.tp) + wire["pp"] / pp_link
 
 
-def fitting_plans(n_params, layers, hidden, heads, gpus, hbm_bytes, *, seq=4096, micro_batch=1,
-                  microbatches=8, gpus_per_node=8, **dtypes):
+def fitting_plans(
+    n_params,
+    layers,
+    hidden,
+    heads,
+    gpus,
+    hbm_bytes,
+    *,
+    seq=4096,
+    micro_batch=1,
+    microbatches=8,
+    gpus_per_node=8,
+    **dtypes,
+):
     """Every plan on exactly ``gpus`` GPUs whose per-GPU memory fits ``hbm_bytes``.
 
     Plans: TP within a node (t divides the heads and the node), PP dividing
@@ -422,10 +442,24 @@ def fitting_plans(n_params, layers, hidden, heads, gpus, hbm_bytes, *, seq=4096,
             if layers % pp or gpus % (tp * pp):
                 continue
             dp = gpus // (tp * pp)
-            for stage in ((0,) if dp == 1 else (1, 2, 3)):
+            for stage in (0,) if dp == 1 else (1, 2, 3):
                 for recompute in ("selective", "full"):
-                    plan = MemoryPlan(n_params, layers, hidden, heads, seq, micro_batch, microbatches, tp, pp, dp,
-                                      stage, recompute, tp > 1, **dtypes)
+                    plan = MemoryPlan(
+                        n_params,
+                        layers,
+                        hidden,
+                        heads,
+                        seq,
+                        micro_batch,
+                        microbatches,
+                        tp,
+                        pp,
+                        dp,
+                        stage,
+                        recompute,
+                        tp > 1,
+                        **dtypes,
+                    )
                     if plan_memory(plan)["total"] <= hbm_bytes:
                         found.append(plan)
     return sorted(found, key=lambda p: (p.recompute == "full", wire_seconds(p, gpus_per_node), p.tp * p.pp))

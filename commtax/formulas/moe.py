@@ -47,42 +47,67 @@ H100_BF16_DENSE = 989e12  # FLOP/s, NVIDIA H100 SXM datasheet (dense; 1979e12 is
 
 # -- presets -----------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class MoEModel:
     """The MoE shape of a published model. ``expert_ffn`` is one routed expert's intermediate size."""
 
     name: str
-    layers: int          # transformer layers
-    moe_layers: int      # of which MoE layers (the others are dense)
+    layers: int  # transformer layers
+    moe_layers: int  # of which MoE layers (the others are dense)
     hidden: int
     expert_ffn: int
-    experts: int         # routed experts per MoE layer
-    top_k: int           # routed experts per token
-    shared_experts: int = 0   # experts every token visits (computed locally, no all-to-all)
-    ffn_matrices: int = 3     # SwiGLU: gate, up, down
+    experts: int  # routed experts per MoE layer
+    top_k: int  # routed experts per token
+    shared_experts: int = 0  # experts every token visits (computed locally, no all-to-all)
+    ffn_matrices: int = 3  # SwiGLU: gate, up, down
     max_nodes: int | None = None  # node-limited routing: at most this many nodes per token
     source: str = ""
 
 
 MIXTRAL_8X7B = MoEModel(
-    "Mixtral 8x7B", layers=32, moe_layers=32, hidden=4096, expert_ffn=14336, experts=8, top_k=2,
+    "Mixtral 8x7B",
+    layers=32,
+    moe_layers=32,
+    hidden=4096,
+    expert_ffn=14336,
+    experts=8,
+    top_k=2,
     source="Jiang et al. 2024, Mixtral of Experts (arXiv 2401.04088), table 1; Hugging Face config "
-           "(num_local_experts 8, num_experts_per_tok 2, intermediate_size 14336)")
+    "(num_local_experts 8, num_experts_per_tok 2, intermediate_size 14336)",
+)
 DEEPSEEK_V2 = MoEModel(
-    "DeepSeek-V2", layers=60, moe_layers=59, hidden=5120, expert_ffn=1536, experts=160, top_k=6,
-    shared_experts=2, max_nodes=3,
+    "DeepSeek-V2",
+    layers=60,
+    moe_layers=59,
+    hidden=5120,
+    expert_ffn=1536,
+    experts=160,
+    top_k=6,
+    shared_experts=2,
+    max_nodes=3,
     source="DeepSeek-AI 2024, DeepSeek-V2 (arXiv 2405.04434), section 3.1 and the Hugging Face config "
-           "(first layer dense; device-limited routing to at most M = 3 devices)")
+    "(first layer dense; device-limited routing to at most M = 3 devices)",
+)
 DEEPSEEK_V3 = MoEModel(
-    "DeepSeek-V3", layers=61, moe_layers=58, hidden=7168, expert_ffn=2048, experts=256, top_k=8,
-    shared_experts=1, max_nodes=4,
+    "DeepSeek-V3",
+    layers=61,
+    moe_layers=58,
+    hidden=7168,
+    expert_ffn=2048,
+    experts=256,
+    top_k=8,
+    shared_experts=1,
+    max_nodes=4,
     source="DeepSeek-AI 2024, DeepSeek-V3 Technical Report (arXiv 2412.19437), sections 2.1.2 and 4.2, "
-           "and the Hugging Face config (first 3 layers dense; n_group 8, topk_group 4)")
+    "and the Hugging Face config (first 3 layers dense; n_group 8, topk_group 4)",
+)
 
 PRESETS: dict[str, MoEModel] = {m.name: m for m in (MIXTRAL_8X7B, DEEPSEEK_V2, DEEPSEEK_V3)}
 
 
 # -- tokens and bytes --------------------------------------------------------------------
+
 
 def _check_routing(experts, top_k):
     e = require_int("experts", experts, 1)
@@ -108,8 +133,9 @@ def expert_capacity(tokens, experts, top_k, capacity_factor) -> int:
     # END GRADED: return learner.lab("10").expert_capacity(tokens, experts, top_k, capacity_factor)
 
 
-def dispatch_bytes_per_rank(tokens_per_rank, hidden, ep, top_k, dtype_bytes=2, capacity_factor=None,
-                            experts=None) -> float:
+def dispatch_bytes_per_rank(
+    tokens_per_rank, hidden, ep, top_k, dtype_bytes=2, capacity_factor=None, experts=None
+) -> float:
     """Bytes one rank sends in one dispatch all-to-all (the combine sends the same).
 
     Dropless, uniform routing: (ep-1)/ep * tokens * top_k * hidden * dtype_bytes
@@ -154,19 +180,18 @@ def routed_send_bytes(send_counts, rank, hidden, dtype_bytes=2) -> float:
     return float((sum(counts) - counts[r]) * hidden * dtype_bytes)
 
 
-def ep_bytes_per_layer(tokens_per_rank, hidden, ep, top_k, dtype_bytes=2, capacity_factor=None,
-                       experts=None) -> float:
+def ep_bytes_per_layer(tokens_per_rank, hidden, ep, top_k, dtype_bytes=2, capacity_factor=None, experts=None) -> float:
     """Bytes per rank per MoE layer, forward and backward: four all-to-alls of one dispatch each.
 
     Dropless: 4(e-1)/e * tokens * top_k * hidden * dtype_bytes, the formula's one source (the bill's
     :func:`commtax.formulas.bill.ep_alltoall_bytes_per_layer` calls this).
     """
-    return 4 * dispatch_bytes_per_rank(tokens_per_rank, hidden, ep, top_k, dtype_bytes, capacity_factor,
-                                       experts)
+    return 4 * dispatch_bytes_per_rank(tokens_per_rank, hidden, ep, top_k, dtype_bytes, capacity_factor, experts)
 
 
-def ep_bytes_per_step(tokens_per_rank, hidden, ep, top_k, moe_layers, microbatches=1, dtype_bytes=2,
-                      capacity_factor=None, experts=None) -> float:
+def ep_bytes_per_step(
+    tokens_per_rank, hidden, ep, top_k, moe_layers, microbatches=1, dtype_bytes=2, capacity_factor=None, experts=None
+) -> float:
     """Bytes per rank per training step: every MoE layer on this rank, every micro-batch.
 
     ``tokens_per_rank`` is per micro-batch; ``moe_layers`` are the MoE layers
@@ -174,14 +199,13 @@ def ep_bytes_per_step(tokens_per_rank, hidden, ep, top_k, moe_layers, microbatch
     """
     layers = require_int("moe_layers", moe_layers, 0)
     m = require_int("microbatches", microbatches, 1)
-    return layers * m * ep_bytes_per_layer(tokens_per_rank, hidden, ep, top_k, dtype_bytes,
-                                           capacity_factor, experts)
+    return layers * m * ep_bytes_per_layer(tokens_per_rank, hidden, ep, top_k, dtype_bytes, capacity_factor, experts)
 
 
 # -- time --------------------------------------------------------------------------------
 
-def ep_all_to_all_time(nbytes, ep, gpus_per_node=8, stride=1, intra: Link = NVLINK4,
-                       inter: Link = INFINIBAND_NDR):
+
+def ep_all_to_all_time(nbytes, ep, gpus_per_node=8, stride=1, intra: Link = NVLINK4, inter: Link = INFINIBAND_NDR):
     """Seconds for one all-to-all over an EP group of ``ep`` GPUs; ``nbytes`` is each rank's whole buffer.
 
     As everywhere in the course, an all-to-all's ``nbytes`` is the buffer a
@@ -234,7 +258,7 @@ def chunked_time(dispatch, ffn, combine, chunks=1) -> float:
             network += dispatch
             dispatched.append(network)
         else:
-            while len(computed) <= i:                     # FFNs run as soon as their chunk has arrived
+            while len(computed) <= i:  # FFNs run as soon as their chunk has arrived
                 compute = max(compute, dispatched[len(computed)]) + ffn
                 computed.append(compute)
             network = max(network, computed[i]) + combine
@@ -245,15 +269,15 @@ def chunked_time(dispatch, ffn, combine, chunks=1) -> float:
 class MoELayerCost:
     """One MoE layer on the busiest rank, forward + backward. Bytes per rank; seconds."""
 
-    dispatch_bytes: float     # one all-to-all, sent off-rank by the busiest rank
-    layer_bytes: float        # four all-to-alls
-    t_all_to_all: float       # one all-to-all (unchunked)
-    t_comm: float             # four all-to-alls
-    t_compute: float          # expert FFNs forward + backward on the busiest rank
-    t_layer: float            # with chunking: forward + backward
-    exposed: float            # t_layer - t_compute: communication not hidden
-    routed_tokens: float      # routed copies the busiest rank computes
-    dropped_share: float      # share of routed copies dropped by the capacity (0 when dropless)
+    dispatch_bytes: float  # one all-to-all, sent off-rank by the busiest rank
+    layer_bytes: float  # four all-to-alls
+    t_all_to_all: float  # one all-to-all (unchunked)
+    t_comm: float  # four all-to-alls
+    t_compute: float  # expert FFNs forward + backward on the busiest rank
+    t_layer: float  # with chunking: forward + backward
+    exposed: float  # t_layer - t_compute: communication not hidden
+    routed_tokens: float  # routed copies the busiest rank computes
+    dropped_share: float  # share of routed copies dropped by the capacity (0 when dropless)
 
     @property
     def exposed_share(self) -> float:
@@ -261,10 +285,26 @@ class MoELayerCost:
         return self.exposed / self.t_layer if self.t_layer else 0.0
 
 
-def moe_layer_cost(tokens_per_rank, hidden, expert_ffn, ep, top_k, experts, *, capacity_factor=None,
-                   imbalance=1.0, chunks=1, ffn_matrices=3, dtype_bytes=2, gpus_per_node=8, stride=1,
-                   intra: Link = NVLINK4, inter: Link = INFINIBAND_NDR, peak_flops=H100_BF16_DENSE,
-                   mfu=0.5) -> MoELayerCost:
+def moe_layer_cost(
+    tokens_per_rank,
+    hidden,
+    expert_ffn,
+    ep,
+    top_k,
+    experts,
+    *,
+    capacity_factor=None,
+    imbalance=1.0,
+    chunks=1,
+    ffn_matrices=3,
+    dtype_bytes=2,
+    gpus_per_node=8,
+    stride=1,
+    intra: Link = NVLINK4,
+    inter: Link = INFINIBAND_NDR,
+    peak_flops=H100_BF16_DENSE,
+    mfu=0.5,
+) -> MoELayerCost:
     """The EP bill of one MoE layer (forward + backward) as the busiest rank sees it.
 
     ``imbalance`` >= 1: the busiest rank's experts receive ``imbalance`` times
@@ -288,7 +328,7 @@ def moe_layer_cost(tokens_per_rank, hidden, expert_ffn, ep, top_k, experts, *, c
     require_positive("mfu", mfu)
     if mfu > 1:
         raise ValueError(f"mfu must be in (0, 1], got {mfu!r}")
-    average = t * k                                      # routed copies per rank, on average
+    average = t * k  # routed copies per rank, on average
     h = require_int("hidden", hidden, 1)
     if capacity_factor is None:
         load = imbalance
@@ -303,10 +343,11 @@ def moe_layer_cost(tokens_per_rank, hidden, expert_ffn, ep, top_k, experts, *, c
         load = min(imbalance, cap)
         dropped = max(0.0, 1 - cap / imbalance)
         nbytes = dispatch_bytes_per_rank(t, h, e_ranks, k, dtype_bytes, capacity_factor, n_experts)
-        buffer = n_experts * slots * h * dtype_bytes        # every expert's buffer, padding included
+        buffer = n_experts * slots * h * dtype_bytes  # every expert's buffer, padding included
     routed = average * load
-    flops_fwd = routed * 2 * require_int("ffn_matrices", ffn_matrices, 1) * hidden * require_int(
-        "expert_ffn", expert_ffn, 1)
+    flops_fwd = (
+        routed * 2 * require_int("ffn_matrices", ffn_matrices, 1) * hidden * require_int("expert_ffn", expert_ffn, 1)
+    )
     rate = peak_flops * mfu
     f_fwd = flops_fwd / rate
     n = require_int("chunks", chunks, 1)
@@ -316,12 +357,21 @@ def moe_layer_cost(tokens_per_rank, hidden, expert_ffn, ep, top_k, experts, *, c
     backward = chunked_time(one_chunk, 2 * f_fwd / n, one_chunk, n)
     t_layer = float(forward + backward)
     t_compute = 3 * f_fwd
-    return MoELayerCost(dispatch_bytes=nbytes, layer_bytes=4 * nbytes, t_all_to_all=one, t_comm=4 * one,
-                        t_compute=t_compute, t_layer=t_layer, exposed=t_layer - t_compute,
-                        routed_tokens=routed, dropped_share=dropped)
+    return MoELayerCost(
+        dispatch_bytes=nbytes,
+        layer_bytes=4 * nbytes,
+        t_all_to_all=one,
+        t_comm=4 * one,
+        t_compute=t_compute,
+        t_layer=t_layer,
+        exposed=t_layer - t_compute,
+        routed_tokens=routed,
+        dropped_share=dropped,
+    )
 
 
 # -- node-limited routing ----------------------------------------------------------------
+
 
 def expected_nodes_per_token(experts, top_k, nodes) -> float:
     """Expected number of distinct nodes a token's top_k experts sit on, for uniform routing.
@@ -337,8 +387,7 @@ def expected_nodes_per_token(experts, top_k, nodes) -> float:
     return n * (1 - math.comb(e - e // n, k) / math.comb(e, k))
 
 
-def inter_node_bytes_per_token(hidden, experts, top_k, nodes, max_nodes=None, dtype_bytes=2,
-                               deduplicate=True) -> float:
+def inter_node_bytes_per_token(hidden, experts, top_k, nodes, max_nodes=None, dtype_bytes=2, deduplicate=True) -> float:
     """Bytes one token sends across nodes in one dispatch, on average, for uniform routing.
 
     ``deduplicate=True``: a token crosses the network once per remote node it

@@ -178,8 +178,9 @@ def _collective(steps_scale, nbytes, group_size, members, a_i, b_i, a_e, b_e):
     return _out(_across_nodes(steps_scale, n, p, m, nodes, a_i, b_i, a_e, b_e))
 
 
-def group_allreduce_time(nbytes, group_size, members_per_node, intra_alpha, intra_bandwidth,
-                         inter_alpha, inter_bandwidth):
+def group_allreduce_time(
+    nbytes, group_size, members_per_node, intra_alpha, intra_bandwidth, inter_alpha, inter_bandwidth
+):
     """Seconds to all-reduce ``nbytes`` (the buffer each rank holds) over a group that may span nodes.
 
     One node (m = P): a ring on the intra link,
@@ -190,27 +191,33 @@ def group_allreduce_time(nbytes, group_size, members_per_node, intra_alpha, intr
     modelled and what is left out.
     """
     # BEGIN GRADED lab-01 group_allreduce_time
-    return _collective(2, nbytes, group_size, members_per_node, intra_alpha, intra_bandwidth,
-                       inter_alpha, inter_bandwidth)
+    return _collective(
+        2, nbytes, group_size, members_per_node, intra_alpha, intra_bandwidth, inter_alpha, inter_bandwidth
+    )
     # END GRADED: return learner.lab("01").group_allreduce_time(nbytes, group_size, members_per_node, intra_alpha, intra_bandwidth, inter_alpha, inter_bandwidth)
 
 
-def group_reduce_scatter_time(nbytes, group_size, members_per_node, intra_alpha, intra_bandwidth,
-                              inter_alpha, inter_bandwidth):
+def group_reduce_scatter_time(
+    nbytes, group_size, members_per_node, intra_alpha, intra_bandwidth, inter_alpha, inter_bandwidth
+):
     """Seconds to reduce-scatter ``nbytes`` (the full buffer before scattering): rings, half an all-reduce's."""
-    return _collective(1, nbytes, group_size, members_per_node, intra_alpha, intra_bandwidth,
-                       inter_alpha, inter_bandwidth)
+    return _collective(
+        1, nbytes, group_size, members_per_node, intra_alpha, intra_bandwidth, inter_alpha, inter_bandwidth
+    )
 
 
-def group_allgather_time(nbytes, group_size, members_per_node, intra_alpha, intra_bandwidth,
-                         inter_alpha, inter_bandwidth):
+def group_allgather_time(
+    nbytes, group_size, members_per_node, intra_alpha, intra_bandwidth, inter_alpha, inter_bandwidth
+):
     """Seconds to all-gather into ``nbytes`` (the full buffer after gathering): rings, half an all-reduce's."""
-    return _collective(1, nbytes, group_size, members_per_node, intra_alpha, intra_bandwidth,
-                       inter_alpha, inter_bandwidth)
+    return _collective(
+        1, nbytes, group_size, members_per_node, intra_alpha, intra_bandwidth, inter_alpha, inter_bandwidth
+    )
 
 
-def group_all_to_all_time(nbytes, group_size, members_per_node, intra_alpha, intra_bandwidth,
-                          inter_alpha, inter_bandwidth):
+def group_all_to_all_time(
+    nbytes, group_size, members_per_node, intra_alpha, intra_bandwidth, inter_alpha, inter_bandwidth
+):
     """Seconds for a pairwise all-to-all where each rank sends ``nbytes`` in total (n/P to each peer).
 
     (m-1) a_i + (P-m) a_e + max((m-1)/P n / B_i, (P-m)/P n / B_e): the in-node
@@ -218,8 +225,9 @@ def group_all_to_all_time(nbytes, group_size, members_per_node, intra_alpha, int
     GPU's own NIC. Reduces to the flat pairwise exchange when the group sits in
     one node (m = P) or has one GPU per node (m = 1).
     """
-    n, p, m, nodes = _check(nbytes, group_size, members_per_node, intra_alpha, intra_bandwidth,
-                            inter_alpha, inter_bandwidth)
+    n, p, m, nodes = _check(
+        nbytes, group_size, members_per_node, intra_alpha, intra_bandwidth, inter_alpha, inter_bandwidth
+    )
     latency = (m - 1) * intra_alpha + (p - m) * inter_alpha
     inside = (m - 1) / p * n / intra_bandwidth
     across = (p - m) / p * n / inter_bandwidth
@@ -244,15 +252,25 @@ def allreduce_bus_bandwidth(group_size, members_per_node, intra_bandwidth, inter
 # NVLink line rate per direction. These are the ``intra_bandwidth`` to pass for a planning model;
 # the line rate is the ceiling no collective reaches.
 IN_NODE_RING_BUSBW = (
-    dict(system="8 x H100 SXM, NVLink 4 + NVSwitch", line_rate=450e9, busbw=370e9, nvls_allreduce_busbw=480e9,
-         source="NVIDIA/nccl-tests issue 212 (S. Jeaugey, NVIDIA): 450 GB/s line rate, ~20% protocol overhead, "
-                "'an effective NVLink bandwidth of 370GB/s' as busbw of rings and of non-all-reduce collectives; "
-                "all-reduce with NVLink SHARP ~480 GB/s busbw on 8 GPUs; NVIDIA/nccl issue 1455: 365-370 GB/s "
-                "ring busbw measured on 2 to 8 H100s"),
-    dict(system="8 x A100 SXM, NVLink 3 + NVSwitch", line_rate=300e9, busbw=230e9, nvls_allreduce_busbw=None,
-         source="NVIDIA/nccl-tests issue 149 (S. Jeaugey, NVIDIA): 12 links x 25 GB/s line rate, ~20 GB/s each "
-                "effective with the SMs' 128-byte payloads, other bottlenecks cap it at ~230 GB/s; measured "
-                "~200-208 GB/s with 1 GB messages (issues 149, 178)"),
+    dict(
+        system="8 x H100 SXM, NVLink 4 + NVSwitch",
+        line_rate=450e9,
+        busbw=370e9,
+        nvls_allreduce_busbw=480e9,
+        source="NVIDIA/nccl-tests issue 212 (S. Jeaugey, NVIDIA): 450 GB/s line rate, ~20% protocol overhead, "
+        "'an effective NVLink bandwidth of 370GB/s' as busbw of rings and of non-all-reduce collectives; "
+        "all-reduce with NVLink SHARP ~480 GB/s busbw on 8 GPUs; NVIDIA/nccl issue 1455: 365-370 GB/s "
+        "ring busbw measured on 2 to 8 H100s",
+    ),
+    dict(
+        system="8 x A100 SXM, NVLink 3 + NVSwitch",
+        line_rate=300e9,
+        busbw=230e9,
+        nvls_allreduce_busbw=None,
+        source="NVIDIA/nccl-tests issue 149 (S. Jeaugey, NVIDIA): 12 links x 25 GB/s line rate, ~20 GB/s each "
+        "effective with the SMs' 128-byte payloads, other bottlenecks cap it at ~230 GB/s; measured "
+        "~200-208 GB/s with 1 GB messages (issues 149, 178)",
+    ),
 )
 #
 # Large-message all-reduce bus bandwidth (nccl-tests' busbw, bytes/s) across
@@ -262,27 +280,69 @@ IN_NODE_RING_BUSBW = (
 # DGX-1's hybrid cube-mesh taken at the ~130 GB/s its intra-node rings reach;
 # the A800's 200 GB/s line rate). Tests require the model within 15% of each.
 PUBLISHED_ALLREDUCE_BUSBW = (
-    dict(system="DGX-A100, 8 x HDR 200 Gb/s per node", gpus_per_node=8, group_size=16,
-         intra_bandwidth=230e9, inter_bandwidth=8 * 25e9 / 8, busbw=192e9,
-         source="NVIDIA engineer, NVIDIA/nccl issue 812: 'we measure 192GB/s AllReduce BusBW'"),
-    dict(system="HGX-A100, 4 x HDR 200 Gb/s per node, 2 nodes", gpus_per_node=8, group_size=16,
-         intra_bandwidth=230e9, inter_bandwidth=4 * 25e9 / 8, busbw=91e9,
-         source="user measurement, NVIDIA/nccl-tests issue 100 (1-8 GB messages)"),
-    dict(system="DGX-1 (V100), 4 x 100 Gb/s per node", gpus_per_node=8, group_size=16,
-         intra_bandwidth=130e9, inter_bandwidth=4 * 12.5e9 / 8, busbw=48e9,
-         source="NVIDIA/nccl-tests issue 29 (DGX-1 with four 100 Gb/s adapters: ~48 GB/s)"),
-    dict(system="8 GPUs, one 100 Gb/s NIC per node", gpus_per_node=8, group_size=16,
-         intra_bandwidth=130e9, inter_bandwidth=12.5e9 / 8, busbw=12.2e9,
-         source="NVIDIA/nccl-tests issue 29 (one 100 Gb/s card per node: ~12.2 GB/s)"),
-    dict(system="8 x A800, one HDR 200 Gb/s NIC per node (expected)", gpus_per_node=8, group_size=96,
-         intra_bandwidth=200e9, inter_bandwidth=25e9 / 8, busbw=24e9,
-         source="NVIDIA engineer's expected value, NVIDIA/nccl issue 412: ~24 GB/s inter-node busbw at 8 GB "
-                "(the user measured 15.3 GB/s on a NIC shared with storage traffic)"),
-    dict(system="8 x H100, 8 x NDR 400 Gb/s per node (expected)", gpus_per_node=8, group_size=16,
-         intra_bandwidth=370e9, inter_bandwidth=50e9, busbw=8 * 47e9,
-         source="NVIDIA engineer's expected value, NVIDIA/nccl-tests issue 290: 'for NDR @ 400Gbps you should "
-                "see 46-48GB/s per NIC' (x 8 NICs)"),
-    dict(system="8 x H100, 8 x NDR 400 Gb/s per node, ring", gpus_per_node=8, group_size=16,
-         intra_bandwidth=370e9, inter_bandwidth=50e9, busbw=396e9,
-         source="measured, NVIDIA/nccl-tests issue 319: ~396 GB/s all-reduce busbw with the ring"),
+    dict(
+        system="DGX-A100, 8 x HDR 200 Gb/s per node",
+        gpus_per_node=8,
+        group_size=16,
+        intra_bandwidth=230e9,
+        inter_bandwidth=8 * 25e9 / 8,
+        busbw=192e9,
+        source="NVIDIA engineer, NVIDIA/nccl issue 812: 'we measure 192GB/s AllReduce BusBW'",
+    ),
+    dict(
+        system="HGX-A100, 4 x HDR 200 Gb/s per node, 2 nodes",
+        gpus_per_node=8,
+        group_size=16,
+        intra_bandwidth=230e9,
+        inter_bandwidth=4 * 25e9 / 8,
+        busbw=91e9,
+        source="user measurement, NVIDIA/nccl-tests issue 100 (1-8 GB messages)",
+    ),
+    dict(
+        system="DGX-1 (V100), 4 x 100 Gb/s per node",
+        gpus_per_node=8,
+        group_size=16,
+        intra_bandwidth=130e9,
+        inter_bandwidth=4 * 12.5e9 / 8,
+        busbw=48e9,
+        source="NVIDIA/nccl-tests issue 29 (DGX-1 with four 100 Gb/s adapters: ~48 GB/s)",
+    ),
+    dict(
+        system="8 GPUs, one 100 Gb/s NIC per node",
+        gpus_per_node=8,
+        group_size=16,
+        intra_bandwidth=130e9,
+        inter_bandwidth=12.5e9 / 8,
+        busbw=12.2e9,
+        source="NVIDIA/nccl-tests issue 29 (one 100 Gb/s card per node: ~12.2 GB/s)",
+    ),
+    dict(
+        system="8 x A800, one HDR 200 Gb/s NIC per node (expected)",
+        gpus_per_node=8,
+        group_size=96,
+        intra_bandwidth=200e9,
+        inter_bandwidth=25e9 / 8,
+        busbw=24e9,
+        source="NVIDIA engineer's expected value, NVIDIA/nccl issue 412: ~24 GB/s inter-node busbw at 8 GB "
+        "(the user measured 15.3 GB/s on a NIC shared with storage traffic)",
+    ),
+    dict(
+        system="8 x H100, 8 x NDR 400 Gb/s per node (expected)",
+        gpus_per_node=8,
+        group_size=16,
+        intra_bandwidth=370e9,
+        inter_bandwidth=50e9,
+        busbw=8 * 47e9,
+        source="NVIDIA engineer's expected value, NVIDIA/nccl-tests issue 290: 'for NDR @ 400Gbps you should "
+        "see 46-48GB/s per NIC' (x 8 NICs)",
+    ),
+    dict(
+        system="8 x H100, 8 x NDR 400 Gb/s per node, ring",
+        gpus_per_node=8,
+        group_size=16,
+        intra_bandwidth=370e9,
+        inter_bandwidth=50e9,
+        busbw=396e9,
+        source="measured, NVIDIA/nccl-tests issue 319: ~396 GB/s all-reduce busbw with the ring",
+    ),
 )

@@ -16,7 +16,7 @@ import numpy as np
 from commtax.checks import require_fraction, require_int, require_nonnegative, require_positive
 from commtax.formulas import collectives
 
-H100_HBM_BYTES_PER_S = 3.35e12   # NVIDIA H100 SXM datasheet, HBM3
+H100_HBM_BYTES_PER_S = 3.35e12  # NVIDIA H100 SXM datasheet, HBM3
 A100_80GB_HBM_BYTES_PER_S = 2.0e12  # NVIDIA A100 80GB SXM datasheet, HBM2e (2,039 GB/s)
 H100_BF16_DENSE = 989e12
 
@@ -95,8 +95,9 @@ def comm_fraction(comm_s, compute_s):
     # END GRADED: return learner.lab("06").comm_fraction(comm_s, compute_s)
 
 
-def forward_time_s(n_params, tokens, tp, peak_flops=H100_BF16_DENSE, mfu=0.5,
-                   memory_bandwidth=H100_HBM_BYTES_PER_S, dtype_bytes=2):
+def forward_time_s(
+    n_params, tokens, tp, peak_flops=H100_BF16_DENSE, mfu=0.5, memory_bandwidth=H100_HBM_BYTES_PER_S, dtype_bytes=2
+):
     """A roofline for one forward pass of ``tokens`` tokens on each of ``tp`` GPUs.
 
     The weights (N x dtype_bytes / tp per GPU) must stream from memory once,

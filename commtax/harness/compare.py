@@ -17,6 +17,7 @@ def _kind(value) -> str:
     import numbers
 
     import numpy as np
+
     if isinstance(value, bool) or isinstance(value, np.bool_):
         return "bool"
     if isinstance(value, numbers.Real):
@@ -47,6 +48,7 @@ def mismatch(actual, expected, *, rel: float = 1e-9, abs: float = 0.0) -> str | 
 def _difference(actual, expected, rel, abs) -> tuple:  # noqa: A002
     """(why ``actual`` is not ``expected`` or None, actual/expected of the first number that differs or None)."""
     import numpy as np
+
     want, got = _kind(expected), _kind(actual)
     if want == "number":
         if got != "number":
@@ -61,21 +63,25 @@ def _difference(actual, expected, rel, abs) -> tuple:  # noqa: A002
         if got != want:
             return f"expected a {'numpy array' if want == 'array' else 'torch tensor'}, got {describe(actual)}", None
         masks = [str(x.dtype) in ("torch.bool", "bool") for x in (actual, expected)]
-        if masks[0] != masks[1]:   # a mask of 0/1 numbers compares equal to a bool one, value by value
-            return (f"expected a {'numpy array' if want == 'array' else 'torch tensor'} of dtype {expected.dtype}"
-                    f"{' (a mask)' if masks[1] else ''}, got dtype {actual.dtype}"), None
+        if masks[0] != masks[1]:  # a mask of 0/1 numbers compares equal to a bool one, value by value
+            return (
+                f"expected a {'numpy array' if want == 'array' else 'torch tensor'} of dtype {expected.dtype}"
+                f"{' (a mask)' if masks[1] else ''}, got dtype {actual.dtype}"
+            ), None
         a = actual.detach().cpu().double().numpy() if want == "tensor" else np.asarray(actual, dtype=float)
         e = expected.detach().cpu().double().numpy() if want == "tensor" else np.asarray(expected, dtype=float)
         if a.shape != e.shape:
             return f"expected shape {tuple(e.shape)}, got shape {tuple(a.shape)}", None
-        if math.isinf(abs):   # "any value": the kind and shape only (isclose would warn on inf * 0)
+        if math.isinf(abs):  # "any value": the kind and shape only (isclose would warn on inf * 0)
             return None, None
         bad = ~(np.isclose(a, e, rtol=rel, atol=abs, equal_nan=False) | (a == e))
         if bad.any():
             index = tuple(int(i) for i in np.argwhere(bad)[0])
             first, want_first = float(a[index]), float(e[index])
-            return (f"{int(bad.sum())} of {bad.size} elements differ; first at {index}: "
-                    f"got {first!r}, expected {want_first!r}{_ratio(first, want_first)}"), _quotient(first, want_first)
+            return (
+                f"{int(bad.sum())} of {bad.size} elements differ; first at {index}: "
+                f"got {first!r}, expected {want_first!r}{_ratio(first, want_first)}"
+            ), _quotient(first, want_first)
         return None, None
     if want == "sequence":
         if got != "sequence":
@@ -131,6 +137,7 @@ def fraction(ratio: float, *, largest: int = 16) -> str:
     """``ratio`` as "4", "0.125 = 1/8" or "1.143 = 8/7" when it is a simple fraction (denominator up to
     ``largest``: the fraction is where a cause shows, 8/7 a ring of 8), else "1.143"."""
     from fractions import Fraction
+
     near = Fraction(ratio).limit_denominator(largest)
     if near and math.isclose(float(near), ratio, rel_tol=1e-9) and near.numerator <= 64 * largest:
         return str(near) if near.denominator == 1 else f"{ratio:.4g} = {near}"
@@ -142,6 +149,7 @@ def is_float32_value(value: float) -> bool:
     back. A value computed in float64 (Lab 01's formulas, which have no tensors) almost never is one (about
     one in 2**29), so a float32 hint on it would point the wrong way."""
     import struct
+
     try:
         return not value.is_integer() and struct.unpack("f", struct.pack("f", value))[0] == value
     except (OverflowError, ValueError, AttributeError):
@@ -158,16 +166,19 @@ def _ratio(actual: float, expected: float) -> str:
         return ""
     off = math.fabs(ratio - 1)
     if FLOAT32_LIKE[0] <= off <= FLOAT32_LIKE[1] and is_float32_value(actual):
-        return (f" (x(1 {'+' if ratio > 1 else '-'} {off:.1e}) of the expected: a difference of float32's "
-                "precision (its rounding is up to 6e-8): a tensor or buffer in float32 (torch's default dtype) "
-                "where the data is float64?)")
-    if off < 1e-3:   # "x1" would read as "equal"
+        return (
+            f" (x(1 {'+' if ratio > 1 else '-'} {off:.1e}) of the expected: a difference of float32's "
+            "precision (its rounding is up to 6e-8): a tensor or buffer in float32 (torch's default dtype) "
+            "where the data is float64?)"
+        )
+    if off < 1e-3:  # "x1" would read as "equal"
         return f" (x(1 {'+' if ratio > 1 else '-'} {off:.1e}) of the expected)"
     return f" (x{fraction(ratio)} of the expected)"
 
 
-def known_ratios(*, ranks: dict | None = None, element_bytes: int | None = None,
-                 dtype_bytes: tuple | None = None) -> dict:
+def known_ratios(
+    *, ranks: dict | None = None, element_bytes: int | None = None, dtype_bytes: tuple | None = None
+) -> dict:
     """{ratio got/expected: what it suggests} for the usual slips of a bill of bytes or an average over ranks.
 
     ``ranks``: {name: size} of the groups in play (``{"d": 8}``): a sum not averaged
@@ -208,8 +219,16 @@ def close(actual, expected, *, rel: float = 1e-9, abs: float = 0.0) -> bool:  # 
     return mismatch(actual, expected, rel=rel, abs=abs) is None
 
 
-def expect_close(actual, expected, *, rel: float = 1e-9, abs: float = 0.0, what: str = "the result",  # noqa: A002
-                 hints: dict | None = None, causes: dict | None = None) -> None:
+def expect_close(
+    actual,
+    expected,
+    *,
+    rel: float = 1e-9,
+    abs: float = 0.0,
+    what: str = "the result",  # noqa: A002
+    hints: dict | None = None,
+    causes: dict | None = None,
+) -> None:
     """Fail the test, naming ``what`` and why, unless ``actual`` matches ``expected`` (:func:`mismatch`).
 
     ``hints`` maps a ratio actual/expected to what it suggests, e.g.
@@ -223,8 +242,12 @@ def expect_close(actual, expected, *, rel: float = 1e-9, abs: float = 0.0, what:
     if why is None:
         return
     if ratio is not None:
-        said = [hint for table in (hints, causes) for r, hint in (table or {}).items()
-                if r and math.isclose(ratio, r, rel_tol=1e-6)]
+        said = [
+            hint
+            for table in (hints, causes)
+            for r, hint in (table or {}).items()
+            if r and math.isclose(ratio, r, rel_tol=1e-6)
+        ]
         if said:
             why += ": " + "; or ".join(dict.fromkeys(said))
     fail(f"{what}: {why}")

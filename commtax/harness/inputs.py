@@ -27,8 +27,10 @@ def input_seed(default: int) -> int:
     so that a failure repeats.
     """
     from commtax.learner_process import sandbox
+
     if sandbox() is not None:
         import secrets
+
         return secrets.randbits(62)
     text = os.environ.get(SEED_ENV, "")
     return int(text) if text.strip().lstrip("-").isdigit() else default
@@ -50,6 +52,7 @@ def stream_seed(seed: int, *labels) -> int:
     by a hash of the whole 62-bit secret.
     """
     import hashlib
+
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise ValueError(f"seed must be an int, got {seed!r:.60}")
     _check_labels(labels)
@@ -77,6 +80,7 @@ def expect_wire_bytes(results, payload: int, messages: int, what: str) -> None:
     """
     __tracebackhide__ = True
     from commtax.ranks.wire import wire_problem
+
     problem = wire_problem(getattr(results, "wire_bytes", None), payload, messages, what)
     if problem:
         fail(problem)

@@ -32,8 +32,23 @@ from commtax.boundary.labfiles import (
 from commtax.boundary.proxy import LabProxy
 from commtax.learner_process import sandbox
 
-__all__ = ["ENV_VAR", "IMPLS", "INPROCESS_VAR", "LABS_DIR", "REPO_ROOT", "InProcessLab", "find_lab", "inprocess_requested",
-           "lab_dirs", "lab_file", "load_lab", "load_lab_proxy", "module_name", "requested_impl", "resolve_impl"]
+__all__ = [
+    "ENV_VAR",
+    "IMPLS",
+    "INPROCESS_VAR",
+    "LABS_DIR",
+    "REPO_ROOT",
+    "InProcessLab",
+    "find_lab",
+    "inprocess_requested",
+    "lab_dirs",
+    "lab_file",
+    "load_lab",
+    "load_lab_proxy",
+    "module_name",
+    "requested_impl",
+    "resolve_impl",
+]
 
 INPROCESS_VAR = "LAB_INPROCESS"
 

@@ -29,8 +29,8 @@ import json
 import math
 from pathlib import Path
 
-RECIPES_FILE = "expected.py"      # the course repository's recipes (not in the student release)
-RECORD_FILE = "expected.json"     # the release's recorded values
+RECIPES_FILE = "expected.py"  # the course repository's recipes (not in the student release)
+RECORD_FILE = "expected.json"  # the release's recorded values
 
 
 class MissingRecord(AssertionError):
@@ -55,7 +55,7 @@ def plain(value):
         return int(value) if type(value).__name__.startswith(("int", "uint")) else number
     if isinstance(value, (list, tuple)):
         return [plain(v) for v in value]
-    if hasattr(value, "tolist"):               # a numpy array
+    if hasattr(value, "tolist"):  # a numpy array
         return plain(value.tolist())
     if isinstance(value, dict):
         if not all(isinstance(k, str) for k in value):
@@ -66,6 +66,7 @@ def plain(value):
 
 def _load_recipes(lab_dir: Path):
     from commtax.boundary.byfile import load_module_from_file
+
     return load_module_from_file(f"{lab_dir.name.replace('-', '_')}_expected", str(lab_dir / RECIPES_FILE))
 
 
@@ -77,6 +78,7 @@ def lab_test_data(lab_dir):
     takes ~3 s instead of ~0.5 s. Labs 05, 08, 10 and 12 list their few inputs in expected.py itself; Lab 11's read its _plans.py.
     """
     from commtax.boundary.byfile import load_module_from_file
+
     lab_dir = Path(lab_dir)
     return load_module_from_file(f"{lab_dir.name.replace('-', '_')}_test_data", str(lab_dir / "test_lab.py"))
 
@@ -118,15 +120,20 @@ class Expected:
             if wanted not in self._listed:
                 raise MissingRecord(
                     f"{self.lab_dir.name}/{RECIPES_FILE} does not list the case {wanted}: the student release "
-                    f"would have no expected value for it. Add it to cases() there.")
+                    f"would have no expected value for it. Add it to cases() there."
+                )
             return self._recipes.RECIPES[name](*_copy(args))
         if self._recorded is None:
             path = self.lab_dir / RECORD_FILE
             if not path.exists():
-                raise MissingRecord(f"{path} is missing: this copy of the course was built without the expected "
-                                    f"values its tests compare with (python -m grading release writes them)")
+                raise MissingRecord(
+                    f"{path} is missing: this copy of the course was built without the expected "
+                    f"values its tests compare with (python -m grading release writes them)"
+                )
             self._recorded = json.loads(path.read_text())
         if wanted not in self._recorded:
-            raise MissingRecord(f"{self.lab_dir.name}/{RECORD_FILE} has no expected value for {wanted}: the record "
-                                f"does not match the tests (rebuild the release)")
+            raise MissingRecord(
+                f"{self.lab_dir.name}/{RECORD_FILE} has no expected value for {wanted}: the record "
+                f"does not match the tests (rebuild the release)"
+            )
         return self._recorded[wanted]

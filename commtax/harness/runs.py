@@ -47,8 +47,16 @@ def _hang_key(fn, args, kwargs) -> tuple:
     return (getattr(fn, "__module__", None), getattr(fn, "__qualname__", repr(fn)), labs)
 
 
-def run_or_skip(fn, world_size: int, args: tuple = (), kwargs: dict | None = None, *,
-                backend: str = "gloo", timeout: float = 60.0, **options):
+def run_or_skip(
+    fn,
+    world_size: int,
+    args: tuple = (),
+    kwargs: dict | None = None,
+    *,
+    backend: str = "gloo",
+    timeout: float = 60.0,
+    **options,
+):
     """:func:`commtax.ranks.launch.run_ranks`, turning "this backend cannot run here" into a skip.
 
     A job that hung (deadlock or deadline), or dropped the request of an
@@ -62,7 +70,9 @@ def run_or_skip(fn, world_size: int, args: tuple = (), kwargs: dict | None = Non
         what = "dropped a request" if error.first.dropped else "hung"
         raise RememberedHang(
             f"not run: {key[1]}() {what} on {size} ranks in {test}, and would do the same "
-            f"here. Fix that first:\n{_headline(error)}", error.failures)
+            f"here. Fix that first:\n{_headline(error)}",
+            error.failures,
+        )
     try:
         return run_ranks(fn, world_size, args, kwargs, backend=backend, timeout=timeout, **options)
     except BackendUnavailable as exc:
@@ -108,7 +118,9 @@ class SharedRuns:
         status, value, test = self._runs[key]
         if status == "raise":
             if isinstance(value, DistributedRunError) and test != current_test() and value.failures:
-                raise SharedRunFailed(f"the run this test shares with {test} failed (the whole "
-                                      f"error is there):\n{_headline(value)}", value.failures)
+                raise SharedRunFailed(
+                    f"the run this test shares with {test} failed (the whole error is there):\n{_headline(value)}",
+                    value.failures,
+                )
             raise value
         return value

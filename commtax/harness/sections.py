@@ -14,7 +14,7 @@ from commtax.ranks._report import RAISED_EARLIER
 # later ones name that test in one line.
 
 SECTION_FAILED = "_commtax_section_failed"
-_SECTION_FAILURES: dict = {}   # (job key, part) -> the first test that reported it
+_SECTION_FAILURES: dict = {}  # (job key, part) -> the first test that reported it
 
 
 def run_section(fn):
@@ -24,21 +24,27 @@ def run_section(fn):
     detection fails the whole job instead, naming each rank's line.
     """
     import traceback
+
     try:
         return fn()
     except Exception as exc:  # noqa: BLE001 - reported by the tests that read this part
         summary = "".join(traceback.format_exception_only(exc)).strip()
-        frames = exc.__traceback__.tb_next or exc.__traceback__   # from the part's own code on
+        frames = exc.__traceback__.tb_next or exc.__traceback__  # from the part's own code on
         # Said now too: a peer may wait forever for this rank in the part's collectives, and then the
         # launcher's deadlock report (which quotes each rank's last output) is all the learner sees.
         stack = traceback.extract_tb(frames)
         # The innermost frame that is neither torch's nor the runner's wrappers (commtax/ranks): the learner's line.
         ours = os.sep + os.path.join("commtax", "ranks") + os.sep
-        where = next((f for f in reversed(stack) if "site-packages" not in f.filename and ours not in f.filename),
-                     stack[-1])
-        print(f"{RAISED_EARLIER}{os.path.basename(where.filename)}:"
-              f"{where.lineno}: {summary.splitlines()[-1][:300]} (a peer left waiting for this rank is waiting "
-              "because of it)", file=sys.stderr, flush=True)
+        where = next(
+            (f for f in reversed(stack) if "site-packages" not in f.filename and ours not in f.filename), stack[-1]
+        )
+        print(
+            f"{RAISED_EARLIER}{os.path.basename(where.filename)}:"
+            f"{where.lineno}: {summary.splitlines()[-1][:300]} (a peer left waiting for this rank is waiting "
+            "because of it)",
+            file=sys.stderr,
+            flush=True,
+        )
         return {SECTION_FAILED: (summary, "".join(traceback.format_exception(type(exc), exc, frames))[-4000:])}
 
 
@@ -56,6 +62,8 @@ def section(result: dict, part: str, *, rank: int, job=None):
     key, test = (job, part), current_test()
     first = _SECTION_FAILURES.setdefault(key, test)
     if first != test:
-        fail(f"rank {rank}: your code raised in the {part} part ({summary.splitlines()[-1][:200]}); "
-             f"same failure as {first}, whose report shows the traceback")
+        fail(
+            f"rank {rank}: your code raised in the {part} part ({summary.splitlines()[-1][:200]}); "
+            f"same failure as {first}, whose report shows the traceback"
+        )
     fail(f"rank {rank}: your code raised in the {part} part: {summary}\n\n{trace}")

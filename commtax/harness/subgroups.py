@@ -25,11 +25,17 @@ def subgroup_failure(error: str, group, *, world: int) -> str:
     if wrong:
         n = int(wrong.group(1))
         which = f" (its rank {n} is global rank {group[n]})" if n < len(group) else ""
-        return (f"{text} - src=, dst= and a peer's rank are GLOBAL ranks, and {n} is not in the group {group}{which}: "
-                "pass a group rank as group_src=/group_dst= (or map it with dist.get_global_rank(group, r))")
-    if world != len(group) and re.search(rf"\b{world}\b", text) and "rank" in text:   # "one entry per rank (4)"
-        return (f"{text} - {world} is the whole world's size: a call without group=self.group (or "
-                "dist.get_world_size()/dist.get_rank() without the group) sees every rank; pass the group")
-    return (f"{text} - the same code passes on the whole world, where a rank's group rank equals its global rank: "
-            "a global rank (dist.get_rank()) used where the group rank (dist.get_rank(group)) belongs (an index, a "
-            "slice, a peer), or a call without group=self.group (it runs on every rank)?")
+        return (
+            f"{text} - src=, dst= and a peer's rank are GLOBAL ranks, and {n} is not in the group {group}{which}: "
+            "pass a group rank as group_src=/group_dst= (or map it with dist.get_global_rank(group, r))"
+        )
+    if world != len(group) and re.search(rf"\b{world}\b", text) and "rank" in text:  # "one entry per rank (4)"
+        return (
+            f"{text} - {world} is the whole world's size: a call without group=self.group (or "
+            "dist.get_world_size()/dist.get_rank() without the group) sees every rank; pass the group"
+        )
+    return (
+        f"{text} - the same code passes on the whole world, where a rank's group rank equals its global rank: "
+        "a global rank (dist.get_rank()) used where the group rank (dist.get_rank(group)) belongs (an index, a "
+        "slice, a peer), or a call without group=self.group (it runs on every rank)?"
+    )

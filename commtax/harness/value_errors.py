@@ -89,17 +89,23 @@ def expect_value_error(call, argument, *, function=None, parameters=(), related=
     else:
         fail(f"{where}: expected a ValueError naming the bad argument, {label}; it returned {describe(result)}")
     if not any(_names_word(message, w) for w in wanted):
-        fail(f"{where}: your ValueError says {message!r}, which does not name the bad argument, {label} "
-             f"(as a word of its own: name the argument as it is spelt in the signature)")
+        fail(
+            f"{where}: your ValueError says {message!r}, which does not name the bad argument, {label} "
+            f"(as a word of its own: name the argument as it is spelt in the signature)"
+        )
     own = _parameter_names(function)
     if not own and getattr(function, "_proxy", None) is not None:
         # made at run time, or only *args/**kwargs: nothing to tell the bad argument from the others
-        fail(f"{where}: define {name} with def and its named parameters, as in the starter "
-             f"(the test reads them to check that your message names the bad one, {label})")
+        fail(
+            f"{where}: define {name} with def and its named parameters, as in the starter "
+            f"(the test reads them to check that your message names the bad one, {label})"
+        )
     others = [p for p in dict.fromkeys([*own, *parameters]) if p not in wanted and p not in related]
     named = [p for p in others if _names_word(message, p)]
     if len(named) > MAX_OTHERS_NAMED or (others and len(named) == len(others)):
         every = "every argument" if len(named) == len(others) else f"{len(named)} other arguments"
-        fail(f"{where}: your message names {every} ({', '.join(named)}) besides {label}: "
-             f"name the bad one, {label} (a message may mention at most {MAX_OTHERS_NAMED} related ones, and not all)")
+        fail(
+            f"{where}: your message names {every} ({', '.join(named)}) besides {label}: "
+            f"name the bad one, {label} (a message may mention at most {MAX_OTHERS_NAMED} related ones, and not all)"
+        )
     return error

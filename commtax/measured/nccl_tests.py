@@ -73,11 +73,13 @@ COLLECTIVES = {
     "broadcast": "broadcast",
     "reduce": "reduce",
 }
-GB = 1e9          # nccl-tests' GB/s
+GB = 1e9  # nccl-tests' GB/s
 
 _PREFIX = re.compile(r"^\s*(?:\d+:\s|\[\d+,\d+\]<std(?:out|err)>:)")
-_PROGRAM = re.compile(r"(?<![\w.-])(all_reduce|all_gather|reduce_scatter|alltoall|sendrecv|broadcast|reduce"
-                      r"|gather|scatter|hypercube)_perf\w*")
+_PROGRAM = re.compile(
+    r"(?<![\w.-])(all_reduce|all_gather|reduce_scatter|alltoall|sendrecv|broadcast|reduce"
+    r"|gather|scatter|hypercube)_perf\w*"
+)
 _RANK_LINE = re.compile(r"^#\s*Rank\s+(\d+)\s")
 _NRANKS = re.compile(r"\bnranks\s+(\d+)")
 _THREADS_GPUS = re.compile(r"nThread\s+(\d+)\s+nGpus\s+(\d+)")
@@ -102,8 +104,12 @@ class Row:
     line: int
 
     def as_dict(self) -> dict:
-        return {"size_bytes": self.size_bytes, "time_s": self.time_s,
-                "algbw_Bps": self.algbw_Bps, "busbw_Bps": self.busbw_Bps}
+        return {
+            "size_bytes": self.size_bytes,
+            "time_s": self.time_s,
+            "algbw_Bps": self.algbw_Bps,
+            "busbw_Bps": self.busbw_Bps,
+        }
 
 
 @dataclass
@@ -144,8 +150,10 @@ def fit_link(log: Log, min_size: int = 0) -> tuple[float, float]:
     rows = fit_rows(log, min_size)
     if len({r.size_bytes for r in rows}) < 2:
         where = f" of at least {min_size} bytes" if min_size > 0 else ""
-        raise NcclTestsError(f"{log.file}: needs rows of at least two different non-zero sizes{where} to fit "
-                             f"alpha and bandwidth, found {len({r.size_bytes for r in rows})}")
+        raise NcclTestsError(
+            f"{log.file}: needs rows of at least two different non-zero sizes{where} to fit "
+            f"alpha and bandwidth, found {len({r.size_bytes for r in rows})}"
+        )
     if log.ranks < 2:
         raise NcclTestsError(f"{log.file}: {log.ranks} rank: one rank sends nothing, there is no link to fit")
     collective, world = model_args(log.collective, log.ranks)
@@ -153,7 +161,7 @@ def fit_link(log: Log, min_size: int = 0) -> tuple[float, float]:
         return fit_alpha_beta([r.size_bytes for r in rows], [r.time_s for r in rows], world, collective)
     except ValueError as exc:
         raise NcclTestsError(f"{log.file}: cannot fit the link: {exc}") from None
-    except NotImplementedError as exc:   # the student release: Lab 03's fit_alpha_beta not written yet
+    except NotImplementedError as exc:  # the student release: Lab 03's fit_alpha_beta not written yet
         raise NcclTestsError(f"{log.file}: {exc}") from None
 
 
@@ -162,7 +170,7 @@ def _half_unit(token: str) -> float:
     mantissa = token.lower().split("e")[0]
     decimals = len(mantissa.partition(".")[2])
     scale = 10.0 ** int(token.lower().split("e")[1]) if "e" in token.lower() else 1.0
-    return 0.5 * 10.0 ** -decimals * scale
+    return 0.5 * 10.0**-decimals * scale
 
 
 def _header_columns(text: str):
@@ -185,7 +193,7 @@ def _block(names: list[str], which: str):
     blocks = names[lead:]
     total = len(blocks)
     first = 0 if which == "out-of-place" or len(starts) < 2 else width
-    block = blocks[first:first + width]
+    block = blocks[first : first + width]
     try:
         offsets = {key: total - (first + block.index(key)) for key in ("time", "algbw", "busbw")}
     except ValueError:
@@ -193,8 +201,7 @@ def _block(names: list[str], which: str):
     return lead, offsets, total
 
 
-def parse_log(path, *, ranks: int | None = None, collective: str | None = None,
-              columns: str = "out-of-place") -> Log:
+def parse_log(path, *, ranks: int | None = None, collective: str | None = None, columns: str = "out-of-place") -> Log:
     """Read one nccl-tests log file into a :class:`Log` (rows in bytes, seconds, bytes/s).
 
     ``ranks`` (GPUs in the run) and ``collective`` (nccl-tests' name, e.g. ``alltoall``) override what
@@ -218,11 +225,14 @@ def parse_log(path, *, ranks: int | None = None, collective: str | None = None,
         raise NcclTestsError(f"{name}: not a text file (not UTF-8); give the stdout of an nccl-tests program") from None
     lines = text.splitlines()
     if not any(line.strip() for line in lines):
-        raise NcclTestsError(f"{name}: the file is empty; give the stdout of an nccl-tests program "
-                             "such as all_reduce_perf")
+        raise NcclTestsError(
+            f"{name}: the file is empty; give the stdout of an nccl-tests program such as all_reduce_perf"
+        )
     if _is_json(text):
-        raise NcclTestsError(f"{name}: this looks like JSON, not nccl-tests output (to load a calibration "
-                             "file, use commtax.formulas.links.load_calibration)")
+        raise NcclTestsError(
+            f"{name}: this looks like JSON, not nccl-tests output (to load a calibration "
+            "file, use commtax.formulas.links.load_calibration)"
+        )
 
     rank_ids, nranks, threads_gpus, programs, commands = set(), set(), None, {}, []
     layout, header_line, rows, avg, dtype, stray = None, None, [], None, "", None
@@ -232,24 +242,26 @@ def parse_log(path, *, ranks: int | None = None, collective: str | None = None,
             continue
         for match in _PROGRAM.finditer(line):
             programs.setdefault(match.group(1), number)
-        if (m := _RANK_LINE.match(line)):
+        if m := _RANK_LINE.match(line):
             rank_ids.add(int(m.group(1)))
             continue
-        if (m := _THREADS_GPUS.search(line)):
+        if m := _THREADS_GPUS.search(line):
             threads_gpus = (int(m.group(1)), int(m.group(2)))
         if "NCCL INFO" in line and (m := _NRANKS.search(line)):
             nranks.add(int(m.group(1)))
         if not line.startswith("#") and "NCCL INFO" not in line and (found := _command_ranks(line)):
             commands.append(found)
-        if (m := _AVG.match(line)):
+        if m := _AVG.match(line):
             avg = float(m.group(1)) * GB
             continue
         names = _header_columns(line)
         if names is not None:
             found = _block(names, columns)
             if found is None:
-                raise NcclTestsError(f"{name}:{number}: unknown table layout: the {columns} block has no "
-                                     f"time, algbw and busbw columns: {line[:100]!r}")
+                raise NcclTestsError(
+                    f"{name}:{number}: unknown table layout: the {columns} block has no "
+                    f"time, algbw and busbw columns: {line[:100]!r}"
+                )
             layout, header_line = (names, found), number
             continue
         if not _ROW_START.match(line):
@@ -261,10 +273,15 @@ def parse_log(path, *, ranks: int | None = None, collective: str | None = None,
         dtype = dtype or line.split()[2]
 
     if layout is None:
-        where = f"{name}:{stray[0]}: unknown layout: a row of numbers ({stray[1][:60]!r}) with" if stray else \
-            f"{name}: unknown layout:"
-        raise NcclTestsError(f"{where} no nccl-tests table header ('#  size  count  type ... time  algbw  "
-                             "busbw ...') before it; is this the stdout of an nccl-tests program?")
+        where = (
+            f"{name}:{stray[0]}: unknown layout: a row of numbers ({stray[1][:60]!r}) with"
+            if stray
+            else f"{name}: unknown layout:"
+        )
+        raise NcclTestsError(
+            f"{where} no nccl-tests table header ('#  size  count  type ... time  algbw  "
+            "busbw ...') before it; is this the stdout of an nccl-tests program?"
+        )
     if not rows:
         raise NcclTestsError(f"{name}:{header_line}: the table has a header but no rows (truncated log?)")
     coll = _collective(name, programs, collective)
@@ -290,35 +307,44 @@ def _row(name, number, line, layout):
     names, (lead, offsets, total) = layout
     tokens = line.split()
     if len(tokens) < 3 + total or len(tokens) > lead + total:
-        raise NcclTestsError(f"{name}:{number}: a table row with {len(tokens)} fields where the header "
-                             f"has {lead + total} (truncated or unknown layout): {line[:100]!r}")
+        raise NcclTestsError(
+            f"{name}:{number}: a table row with {len(tokens)} fields where the header "
+            f"has {lead + total} (truncated or unknown layout): {line[:100]!r}"
+        )
     try:
         size = int(tokens[0])
         int(tokens[1])
         values = [tokens[-offsets[key]] for key in ("time", "algbw", "busbw")]
         floats = [float(v) for v in values]
     except ValueError:
-        raise NcclTestsError(f"{name}:{number}: cannot read this table row (a size, a count, then numbers "
-                             f"for time, algbw and busbw): {line[:100]!r}") from None
+        raise NcclTestsError(
+            f"{name}:{number}: cannot read this table row (a size, a count, then numbers "
+            f"for time, algbw and busbw): {line[:100]!r}"
+        ) from None
     if size < 0 or any(not math.isfinite(v) or v < 0 for v in floats) or floats[0] == 0:
-        raise NcclTestsError(f"{name}:{number}: impossible values in this row (negative, zero time or "
-                             f"not finite): {line[:100]!r}")
+        raise NcclTestsError(
+            f"{name}:{number}: impossible values in this row (negative, zero time or not finite): {line[:100]!r}"
+        )
     return size, values[0], values[1], values[2], number
 
 
 def _checked(log, factor, size, time_tok, alg_tok, bus_tok, number) -> Row:
     """The row in SI units, after checking algbw = S / t and busbw = algbw x factor within rounding."""
     t_us, alg, bus = float(time_tok), float(alg_tok), float(bus_tok)
-    expected = size / (t_us * 1e3)                       # GB/s from bytes and microseconds
+    expected = size / (t_us * 1e3)  # GB/s from bytes and microseconds
     slack = _half_unit(alg_tok) + expected * _half_unit(time_tok) / t_us + 1e-9
     if abs(alg - expected) > slack:
-        raise NcclTestsError(f"{log.file}:{number}: algbw {alg_tok} GB/s is not size / time = {size} B / "
-                             f"{time_tok} us = {expected:.4g} GB/s: the columns were misread")
+        raise NcclTestsError(
+            f"{log.file}:{number}: algbw {alg_tok} GB/s is not size / time = {size} B / "
+            f"{time_tok} us = {expected:.4g} GB/s: the columns were misread"
+        )
     slack = _half_unit(bus_tok) + factor * _half_unit(alg_tok) + 1e-9
     if abs(bus - alg * factor) > slack:
-        raise NcclTestsError(f"{log.file}:{number}: busbw {bus_tok} GB/s is not algbw {alg_tok} x {factor:.4g} "
-                             f"({log.collective} on {log.ranks} ranks); is the rank count right "
-                             f"(from {log.ranks_from})? give --ranks N")
+        raise NcclTestsError(
+            f"{log.file}:{number}: busbw {bus_tok} GB/s is not algbw {alg_tok} x {factor:.4g} "
+            f"({log.collective} on {log.ranks} ranks); is the rank count right "
+            f"(from {log.ranks_from})? give --ranks N"
+        )
     return Row(size, t_us / 1e6, alg * GB, bus * GB, number)
 
 
@@ -335,10 +361,13 @@ def _collective(name, programs, given):
     if known:
         return known[0]
     if others:
-        raise NcclTestsError(f"{name}:{programs[others[0]]}: {others[0]}_perf is not supported "
-                             f"(supported: {', '.join(p + '_perf' for p in COLLECTIVES)})")
-    raise NcclTestsError(f"{name}: the log does not say which test ran (no '*_perf' name in it); "
-                         "give --collective NAME")
+        raise NcclTestsError(
+            f"{name}:{programs[others[0]]}: {others[0]}_perf is not supported "
+            f"(supported: {', '.join(p + '_perf' for p in COLLECTIVES)})"
+        )
+    raise NcclTestsError(
+        f"{name}: the log does not say which test ran (no '*_perf' name in it); give --collective NAME"
+    )
 
 
 def _flag(tokens, *names):
@@ -346,8 +375,8 @@ def _flag(tokens, *names):
         for flag in names:
             if token == flag and i + 1 < len(tokens) and tokens[i + 1].isdigit():
                 return int(tokens[i + 1])
-            if flag.startswith("--") and token.startswith(flag + "=") and token[len(flag) + 1:].isdigit():
-                return int(token[len(flag) + 1:])
+            if flag.startswith("--") and token.startswith(flag + "=") and token[len(flag) + 1 :].isdigit():
+                return int(token[len(flag) + 1 :])
             if len(flag) == 2 and token.startswith(flag) and token[2:].isdigit():
                 return int(token[2:])
     return None
@@ -356,11 +385,11 @@ def _flag(tokens, *names):
 def _command_ranks(line):
     """(processes, threads x GPUs per process, launched?) from a command line running a ``*_perf`` program."""
     program = _PROGRAM.search(line)
-    if program is None or not _OPTIONS_ONLY.match(line[program.end():]):
+    if program is None or not _OPTIONS_ONLY.match(line[program.end() :]):
         return None
-    before, after = line[:program.start()].split(), line[program.end():].split()
+    before, after = line[: program.start()].split(), line[program.end() :].split()
     per_process = (_flag(after, "-t", "--nthreads") or 1) * (_flag(after, "-g", "--ngpus") or 1)
-    launcher = _LAUNCHER.search(" " + line[:program.start()])
+    launcher = _LAUNCHER.search(" " + line[: program.start()])
     if launcher is None:
         return 1, per_process, False
     processes = _flag(before, "-np", "-n", "--np", "--ntasks")
@@ -384,5 +413,7 @@ def _ranks(name, given, rank_ids, nranks, threads_gpus, launch):
         if threads_gpus is not None:
             per_process = threads_gpus[0] * threads_gpus[1]
         return processes * per_process, f"{processes} processes x {per_process} GPUs each (command line)"
-    raise NcclTestsError(f"{name}: the rank count is unknown (no '# Rank' lines, no NCCL INFO 'nranks', no "
-                         "mpirun/srun command line); give --ranks N (GPUs in the run)")
+    raise NcclTestsError(
+        f"{name}: the rank count is unknown (no '# Rank' lines, no NCCL INFO 'nranks', no "
+        "mpirun/srun command line); give --ranks N (GPUs in the run)"
+    )

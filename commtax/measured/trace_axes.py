@@ -23,8 +23,10 @@ class Layout:
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         if world % (tp * cp * pp):
-            raise ValueError(f"tp x cp x pp = {tp} x {cp} x {pp} = {tp * cp * pp} must divide the world "
-                             f"size {world} (dp = world / (tp cp pp))")
+            raise ValueError(
+                f"tp x cp x pp = {tp} x {cp} x {pp} = {tp * cp * pp} must divide the world "
+                f"size {world} (dp = world / (tp cp pp))"
+            )
         self.world, self.tp, self.cp, self.pp = world, tp, cp, pp
         self.dp = world // (tp * cp * pp)
 

@@ -44,26 +44,54 @@ from commtax.measured.trace_p2p import agreed_pair, confirm_across_ranks
 from commtax.ranks.measure import ring_model
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "barrier", "send", "recv")
-US = 1e-6   # seconds per microsecond (the trace's unit)
-DTYPE_BYTES = {name: size for size, names in {
-    8: ("double", "float64", "long", "long int", "int64", "complexfloat", "c10::complex<float>"),
-    4: ("float", "float32", "int", "int32"),
-    2: ("half", "c10::half", "bfloat16", "c10::bfloat16", "short", "short int", "int16", "float16"),
-    1: ("byte", "unsigned char", "char", "signed char", "bool", "uint8", "int8", "float8_e4m3fn",
-        "float8_e5m2", "c10::float8_e4m3fn", "c10::float8_e5m2"),
-}.items() for name in names}
-GLOO_NAMES = {"all_reduce": ("gloo:all_reduce",), "reduce_scatter": ("gloo:all_reduce", "gloo:reduce_scatter"),
-              "all_gather": ("gloo:all_gather",), "all_to_all": ("gloo:all_to_all",),
-              "broadcast": ("gloo:broadcast",), "barrier": ("gloo:barrier",), "send": ("gloo:send",),
-              "recv": ("gloo:recv",)}
+US = 1e-6  # seconds per microsecond (the trace's unit)
+DTYPE_BYTES = {
+    name: size
+    for size, names in {
+        8: ("double", "float64", "long", "long int", "int64", "complexfloat", "c10::complex<float>"),
+        4: ("float", "float32", "int", "int32"),
+        2: ("half", "c10::half", "bfloat16", "c10::bfloat16", "short", "short int", "int16", "float16"),
+        1: (
+            "byte",
+            "unsigned char",
+            "char",
+            "signed char",
+            "bool",
+            "uint8",
+            "int8",
+            "float8_e4m3fn",
+            "float8_e5m2",
+            "c10::float8_e4m3fn",
+            "c10::float8_e5m2",
+        ),
+    }.items()
+    for name in names
+}
+GLOO_NAMES = {
+    "all_reduce": ("gloo:all_reduce",),
+    "reduce_scatter": ("gloo:all_reduce", "gloo:reduce_scatter"),
+    "all_gather": ("gloo:all_gather",),
+    "all_to_all": ("gloo:all_to_all",),
+    "broadcast": ("gloo:broadcast",),
+    "barrier": ("gloo:barrier",),
+    "send": ("gloo:send",),
+    "recv": ("gloo:recv",),
+}
 
 
 def op_of(name: str) -> str | None:
     """The course's op for a c10d op or a ``Collective name`` (``c10d::_allgather_base_`` -> ``all_gather``)."""
     key = name.split("::")[-1].lower().replace("_", "")
-    for prefix, op in (("allreduce", "all_reduce"), ("allgather", "all_gather"), ("reducescatter", "reduce_scatter"),
-                       ("alltoall", "all_to_all"), ("broadcast", "broadcast"), ("barrier", "barrier"),
-                       ("send", "send"), ("recv", "recv")):
+    for prefix, op in (
+        ("allreduce", "all_reduce"),
+        ("allgather", "all_gather"),
+        ("reducescatter", "reduce_scatter"),
+        ("alltoall", "all_to_all"),
+        ("broadcast", "broadcast"),
+        ("barrier", "barrier"),
+        ("send", "send"),
+        ("recv", "recv"),
+    ):
         if key.startswith(prefix):
             return op
     return None
@@ -111,8 +139,10 @@ def _ranks(value, size=None):
         text = value.strip()
         if "..." in text and isinstance(size, int):
             try:
-                head, last = [int(x) for x in text.strip("[]").split("...")[0].split(",") if x.strip()], \
-                    int(text.strip("[]").split("...")[-1].strip(" ,"))
+                head, last = (
+                    [int(x) for x in text.strip("[]").split("...")[0].split(",") if x.strip()],
+                    int(text.strip("[]").split("...")[-1].strip(" ,")),
+                )
             except ValueError:
                 return None
             step = head[1] - head[0] if len(head) > 1 else 0
@@ -137,14 +167,26 @@ class Call:
     ``n`` taken when the call's group is unknown.
     """
 
-    __slots__ = ("op", "numel", "itemsize", "ranks", "n", "record", "dur_us", "gloo_numel", "per_rank", "world", "peer",
-                 "spans")
+    __slots__ = (
+        "op",
+        "numel",
+        "itemsize",
+        "ranks",
+        "n",
+        "record",
+        "dur_us",
+        "gloo_numel",
+        "per_rank",
+        "world",
+        "peer",
+        "spans",
+    )
 
     def __init__(self, op, numel, itemsize, ranks, n, record, gloo_numel=None, per_rank=False):
         self.op, self.numel, self.itemsize, self.ranks, self.n = op, numel, itemsize, ranks, n
         self.record, self.dur_us, self.gloo_numel, self.per_rank, self.world = record, None, gloo_numel, per_rank, None
-        self.peer = None   # a gloo send/recv: its peer as the trace gives it (a rank of the call's group)
-        self.spans = []    # [(start_us, end_us)] of the work that ran the call (gloo's annotation, NCCL's kernels)
+        self.peer = None  # a gloo send/recv: its peer as the trace gives it (a rank of the call's group)
+        self.spans = []  # [(start_us, end_us)] of the work that ran the call (gloo's annotation, NCCL's kernels)
 
     @property
     def nbytes(self) -> int:
@@ -174,20 +216,20 @@ def _from_c10d(record) -> Call | None:
     per_rank = False
     if op == "barrier":
         return Call(op, 0, None, None, None, record)
-    if op == "all_gather":          # (output, input): the output is the full buffer after gathering
+    if op == "all_gather":  # (output, input): the output is the full buffer after gathering
         numel, gloo_numel, arg = first, second, 0
         if first is None:
             numel, per_rank, arg = second, True, 1
-    elif op == "reduce_scatter":    # (output, input): the input is the full buffer before scattering
+    elif op == "reduce_scatter":  # (output, input): the input is the full buffer before scattering
         numel, gloo_numel, arg = second, second, 1
         if second is None:
             numel, per_rank, arg = first, True, 0
-    elif op == "all_to_all":        # (output, input): the input is what this rank sends
+    elif op == "all_to_all":  # (output, input): the input is what this rank sends
         numel, gloo_numel, arg = second, second, 1
-    else:                           # all-reduce, broadcast, send, recv: the one tensor (list)
+    else:  # all-reduce, broadcast, send, recv: the one tensor (list)
         numel, gloo_numel, arg = first, first, 0
     itemsize = dtype_bytes(types[arg]) if len(types) > arg else None
-    n = None   # a tensor all-gather/reduce-scatter tells its group's size: the full buffer over one rank's part
+    n = None  # a tensor all-gather/reduce-scatter tells its group's size: the full buffer over one rank's part
     if op in ("all_gather", "reduce_scatter") and first and second and max(first, second) % min(first, second) == 0:
         n = max(first, second) // min(first, second)
     return Call(op, numel, itemsize, None, n, record, gloo_numel, per_rank)
@@ -219,13 +261,16 @@ def _outermost(records):
     return sorted(kept, key=lambda r: r.ts)
 
 
-GLOO_THREADS_PER_GROUP = 2   # ProcessGroupGloo's default: 2 worker threads per device, one device on CPU
+GLOO_THREADS_PER_GROUP = 2  # ProcessGroupGloo's default: 2 worker threads per device, one device on CPU
 
 
 def _listed_groups(scan) -> list[dict]:
     """The process groups the trace lists (``distributedInfo.pg_config``), in creation order."""
-    pgs = [pg for pg in (scan.meta.get("distributedInfo") or {}).get("pg_config") or []
-           if isinstance(pg, dict) and _ranks(pg.get("ranks"))]
+    pgs = [
+        pg
+        for pg in (scan.meta.get("distributedInfo") or {}).get("pg_config") or []
+        if isinstance(pg, dict) and _ranks(pg.get("ranks"))
+    ]
     return sorted(pgs, key=lambda pg: int(pg["pg_name"]) if str(pg.get("pg_name", "")).isdigit() else math.inf)
 
 
@@ -266,7 +311,7 @@ def gloo_thread_groups(scan) -> dict:
     no cross-check between ranks can catch it.
     """
     pgs, threads = _listed_groups(scan), _gloo_threads(scan)
-    if groups_unlisted(scan):   # groups made after the profiler started: dealing threads out would guess
+    if groups_unlisted(scan):  # groups made after the profiler started: dealing threads out would guess
         return {}
     if len(pgs) == 1:
         return {tid: _ranks(pgs[0]["ranks"]) for tid in threads}
@@ -278,11 +323,11 @@ def _deal(pgs: list[dict], threads: list[int]) -> dict:
     if not pgs or not threads or len(threads) % len(pgs) or len(threads) < 2 * len(pgs):
         return {}
     per = len(threads) // len(pgs)
-    chunks = [threads[i:i + per] for i in range(0, len(threads), per)]
+    chunks = [threads[i : i + per] for i in range(0, len(threads), per)]
     if len(chunks) > 1:
         inside = max(b - a for chunk in chunks for a, b in zip(chunk, chunk[1:]))
         between = min(nxt[0] - cur[-1] for cur, nxt in zip(chunks, chunks[1:]))
-        if inside > between:   # the threads do not fall into one cluster per group
+        if inside > between:  # the threads do not fall into one cluster per group
             return {}
     return {tid: _ranks(pg["ranks"]) for pg, chunk in zip(pgs, chunks) for tid in chunk}
 
@@ -294,7 +339,7 @@ def _pair_gloo(calls, gloo_records, scan, rank, window: int = 64, layout: Layout
     not yet taken; ``window`` bounds how many waiting calls of a kind are looked at.
     """
     groups = gloo_thread_groups(scan)
-    queues = {}   # gloo name -> calls waiting for it, in time order
+    queues = {}  # gloo name -> calls waiting for it, in time order
     for call in sorted(calls, key=lambda c: c.record.ts):
         for name in GLOO_NAMES[call.op]:
             queues.setdefault(name, []).append(call)
@@ -305,10 +350,10 @@ def _pair_gloo(calls, gloo_records, scan, rank, window: int = 64, layout: Layout
         if not queue:
             continue
         dims = rec.args.get("Input Dims") or [None]
-        numel = _numel(dims) if rec.name == "gloo:all_to_all" else _numel(dims[0])   # a list all-to-all: its parts
+        numel = _numel(dims) if rec.name == "gloo:all_to_all" else _numel(dims[0])  # a list all-to-all: its parts
         while heads[rec.name] < len(queue) and id(queue[heads[rec.name]]) in taken:
             heads[rec.name] += 1
-        for call in queue[heads[rec.name]:heads[rec.name] + window]:
+        for call in queue[heads[rec.name] : heads[rec.name] + window]:
             if call.record.ts > rec.ts:
                 break
             if id(call) not in taken and (call.gloo_numel is None or numel == call.gloo_numel):
@@ -322,13 +367,13 @@ def _pair_gloo(calls, gloo_records, scan, rank, window: int = 64, layout: Layout
                     call.n = len(call.ranks)
                 break
     one_group = len(_listed_groups(scan)) == 1 and not groups_unlisted(scan)
-    for call in calls:   # gloo's send/recv run on the caller's thread: the peer is known, its group only if alone
+    for call in calls:  # gloo's send/recv run on the caller's thread: the peer is known, its group only if alone
         if call.op not in ("send", "recv") or not isinstance(rank, int):
             continue
         peer = (call.record.args.get("Concrete Inputs") or [None] * 3)[2]
         if not (isinstance(peer, str) and peer.isdigit()):
             continue
-        call.peer = int(peer)   # kept: the other side's call may need it to confirm its own reading
+        call.peer = int(peer)  # kept: the other side's call may need it to confirm its own reading
         pair = (rank, call.peer) if one_group else agreed_pair(rank, call.peer, layout)
         if pair is not None:
             call.ranks, call.n = pair, 2
@@ -342,8 +387,8 @@ def _pair_kernels(calls, scan):
         if ext is not None:
             by_ext[ext] = call
         by_tid.setdefault(call.record.tid, []).append(call)
-    starts = {tid: [c.record.ts for c in cs] for tid, cs in by_tid.items()}   # calls are in time order
-    for rec in scan.records:   # a c10d op around a counted record: its id leads to the same call
+    starts = {tid: [c.record.ts for c in cs] for tid, cs in by_tid.items()}  # calls are in time order
+    for rec in scan.records:  # a c10d op around a counted record: its id leads to the same call
         ext = rec.args.get("External id")
         if rec.source == "c10d" and ext is not None and ext not in by_ext and rec.tid in by_tid:
             i = bisect.bisect_left(starts[rec.tid], rec.ts)
@@ -365,15 +410,16 @@ def calls_of(scan, rank=None, layout: Layout | None = None) -> list[Call]:
     if rpc:
         calls = [c for c in map(_from_rpc, _outermost(rpc)) if c is not None]
     else:
-        calls = [c for c in map(_from_c10d, _outermost([r for r in scan.records if r.source == "c10d"]))
-                 if c is not None]
+        calls = [
+            c for c in map(_from_c10d, _outermost([r for r in scan.records if r.source == "c10d"])) if c is not None
+        ]
         _pair_gloo(calls, [r for r in scan.records if r.source == "gloo"], scan, rank, layout=layout)
     if scan.on_gpu:
         _pair_kernels(calls, scan)
     world = (scan.meta.get("distributedInfo") or {}).get("world_size")
     for call in calls:
         call.world = world if isinstance(world, int) else None
-        if call.ranks is None and call.n is not None and call.n == call.world:   # the whole world, ranks unlisted
+        if call.ranks is None and call.n is not None and call.n == call.world:  # the whole world, ranks unlisted
             call.ranks = tuple(range(call.n))
     return calls
 
@@ -423,8 +469,11 @@ def confirm_p2p(calls_by_rank: dict, layout: Layout | None) -> None:
     """Give the sends/receives left unresolved their pair where the other rank's trace confirms it."""
     if layout is None:
         return
-    raw = {rank: [(id(c), c.op, c.peer, c.numel) for c in calls if c.peer is not None]
-           for rank, calls in calls_by_rank.items() if isinstance(rank, int)}
+    raw = {
+        rank: [(id(c), c.op, c.peer, c.numel) for c in calls if c.peer is not None]
+        for rank, calls in calls_by_rank.items()
+        if isinstance(rank, int)
+    }
     pairs = confirm_across_ranks(raw, layout)
     for calls in calls_by_rank.values():
         for c in calls:
@@ -453,24 +502,40 @@ def rank_bill(scan, rank: int, layout: Layout | None = None, calls: list | None 
         axis = layout.axis_of(call.ranks) if layout is not None and call.ranks else UNKNOWN
         by_axis.setdefault(axis, []).append(call)
     # NCCL kernels may carry the collective's metadata themselves: then each kernel is a timed call.
-    kernels = [c for c in map(_from_rpc, (r for r in scan.records if r.source == "kernel"
-                                          and r.args.get("Collective name"))) if c is not None]
+    kernels = [
+        c
+        for c in map(_from_rpc, (r for r in scan.records if r.source == "kernel" and r.args.get("Collective name")))
+        if c is not None
+    ]
     for call in kernels:
         call.dur_us = call.record.dur
     busbw = {}
     for op in OPS:
-        timed = [(c.nbytes * busbw_factor(op, c.n), c.dur_us) for c in (kernels or calls)
-                 if c.op == op and c.dur_us and c.numel and busbw_factor(op, c.n) is not None]
+        timed = [
+            (c.nbytes * busbw_factor(op, c.n), c.dur_us)
+            for c in (kernels or calls)
+            if c.op == op and c.dur_us and c.numel and busbw_factor(op, c.n) is not None
+        ]
         if timed and op != "barrier":
             busbw[op] = float(np.sum([b for b, _ in timed]) / (np.sum([t for _, t in timed]) * US))
-    row = {"rank": rank, "compute_s": compute_s, "comm_s": comm_s, "exposed_comm_s": exposed_s,
-           "collectives": _table(calls),
-           "by_axis": {axis: _table(by_axis[axis]) for axis in ("tp", "cp", "dp", "pp", UNKNOWN) if axis in by_axis}}
+    row = {
+        "rank": rank,
+        "compute_s": compute_s,
+        "comm_s": comm_s,
+        "exposed_comm_s": exposed_s,
+        "collectives": _table(calls),
+        "by_axis": {axis: _table(by_axis[axis]) for axis in ("tp", "cp", "dp", "pp", UNKNOWN) if axis in by_axis},
+    }
     counted = [c for c in calls if c.op != "barrier" and c.numel is not None]
     axis_time = {axis: _union_s([span for c in axis_calls for span in c.spans]) for axis, axis_calls in by_axis.items()}
-    return row, {"busbw": busbw, "calls": len(calls), "axis_time_s": axis_time,
-                 "dtype_assumed": sum(1 for c in counted if c.itemsize is None),
-                 "shapes_missing": sum(1 for c in calls if c.op != "barrier" and c.numel is None),
-                 "group_assumed": sum(1 for c in counted if c.per_rank and not c.n),
-                 "groups_unlisted": (sum(1 for c in calls if c.op != "barrier" and c.ranks is None)
-                                     if groups_unlisted(scan) else 0)}
+    return row, {
+        "busbw": busbw,
+        "calls": len(calls),
+        "axis_time_s": axis_time,
+        "dtype_assumed": sum(1 for c in counted if c.itemsize is None),
+        "shapes_missing": sum(1 for c in calls if c.op != "barrier" and c.numel is None),
+        "group_assumed": sum(1 for c in counted if c.per_rank and not c.n),
+        "groups_unlisted": (
+            sum(1 for c in calls if c.op != "barrier" and c.ranks is None) if groups_unlisted(scan) else 0
+        ),
+    }

@@ -66,10 +66,10 @@ def merge(starts, ends) -> tuple[np.ndarray, np.ndarray]:
         return starts, ends
     order = np.argsort(starts, kind="stable")
     starts, ends = starts[order], ends[order]
-    reach = np.maximum.accumulate(ends)          # the furthest end seen so far
+    reach = np.maximum.accumulate(ends)  # the furthest end seen so far
     new = np.empty(starts.size, dtype=bool)
     new[0] = True
-    new[1:] = starts[1:] > reach[:-1]            # a gap before this interval starts a new piece
+    new[1:] = starts[1:] > reach[:-1]  # a gap before this interval starts a new piece
     first = np.flatnonzero(new)
     last = np.append(first[1:] - 1, starts.size - 1)
     return starts[first], reach[last]
@@ -87,8 +87,10 @@ def measure(starts, ends) -> float:
 def exposed(comm_starts, comm_ends, compute_starts, compute_ends) -> float:
     """Length of the part of union(comm) that union(compute) does not cover."""
     # BEGIN GRADED lab-14 exposed_communication
-    both = measure(np.concatenate([np.asarray(comm_starts, float), np.asarray(compute_starts, float)]),
-                   np.concatenate([np.asarray(comm_ends, float), np.asarray(compute_ends, float)]))
+    both = measure(
+        np.concatenate([np.asarray(comm_starts, float), np.asarray(compute_starts, float)]),
+        np.concatenate([np.asarray(comm_ends, float), np.asarray(compute_ends, float)]),
+    )
     return max(0.0, both - measure(compute_starts, compute_ends))
     # END GRADED: return learner.lab("14").exposed_communication(_pairs(comm_starts, comm_ends), _pairs(compute_starts, compute_ends))
 
@@ -104,7 +106,7 @@ def inside(starts, ends, outer_starts, outer_ends, slack: float = 0.0) -> np.nda
     os_, oe = merge(outer_starts, outer_ends)
     if os_.size == 0 or starts.size == 0:
         return np.zeros(starts.shape, dtype=bool)
-    piece = np.searchsorted(os_, starts + slack, side="right") - 1   # the last piece starting at or before
+    piece = np.searchsorted(os_, starts + slack, side="right") - 1  # the last piece starting at or before
     ok = piece >= 0
     result = np.zeros(starts.shape, dtype=bool)
     result[ok] = (ends[ok] <= oe[piece[ok]] + slack) & (starts[ok] >= os_[piece[ok]] - slack)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from commtax.measured.trace_axes import AXES, UNKNOWN, Layout
 
-WORLD = "world"   # the reading of the peer as a global rank (the default group)
+WORLD = "world"  # the reading of the peer as a global rank (the default group)
 
 
 def readings(rank: int, peer: int, layout: Layout) -> list[tuple[str, int]]:
@@ -55,7 +55,7 @@ def confirm_across_ranks(raw: dict, layout: Layout) -> dict:
     rank (``op`` "send" or "recv", ``peer`` as the trace gives it, ``key`` anything that names the
     call). Returns ``{key: (rank, global peer)}`` for the calls with exactly one confirmed reading.
     """
-    seen = {}   # (rank, op, group, named rank, numel) -> present
+    seen = {}  # (rank, op, group, named rank, numel) -> present
     for rank, calls in raw.items():
         for _, op, peer, numel in calls:
             for group, other in readings(rank, peer, layout):
@@ -65,7 +65,7 @@ def confirm_across_ranks(raw: dict, layout: Layout) -> dict:
     for rank, calls in raw.items():
         for key, op, peer, numel in calls:
             found = readings(rank, peer, layout)
-            if any(other not in raw for _, other in found):   # a rank not given cannot veto its reading
+            if any(other not in raw for _, other in found):  # a rank not given cannot veto its reading
                 continue
             confirmed = {other for group, other in found if seen.get((other, other_op[op], group, rank, numel))}
             if len(confirmed) == 1:

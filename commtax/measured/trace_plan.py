@@ -39,22 +39,37 @@ def compare(report: dict, prediction: dict, steps: int = 1, extras: list | None 
     of ``report`` (:func:`commtax.trace.analyze`'s; ``extras``, its second value, adds the axes' rows)."""
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
-    slowest = max(range(len(report["ranks"])),
-                  key=lambda i: report["ranks"][i]["compute_s"] + report["ranks"][i]["exposed_comm_s"])
+    slowest = max(
+        range(len(report["ranks"])),
+        key=lambda i: report["ranks"][i]["compute_s"] + report["ranks"][i]["exposed_comm_s"],
+    )
     rank = report["ranks"][slowest]
     times = prediction["times"]
     predicted_compute = sum(times[p] for p in COMPUTE_PARTS)
-    rows = [dict(part="compute", unit="s", measured=rank["compute_s"] / steps, predicted=predicted_compute),
-            dict(part="communication", unit="s", measured=rank["comm_s"] / steps,
-                 predicted=sum(prediction["comm"].values())),
-            dict(part="exposed communication", unit="s", measured=rank["exposed_comm_s"] / steps,
-                 predicted=prediction["step_time_s"] - predicted_compute)]
+    rows = [
+        dict(part="compute", unit="s", measured=rank["compute_s"] / steps, predicted=predicted_compute),
+        dict(
+            part="communication", unit="s", measured=rank["comm_s"] / steps, predicted=sum(prediction["comm"].values())
+        ),
+        dict(
+            part="exposed communication",
+            unit="s",
+            measured=rank["exposed_comm_s"] / steps,
+            predicted=prediction["step_time_s"] - predicted_compute,
+        ),
+    ]
     if extras is not None:
         measured_axes = extras[slowest].get("axis_time_s", {})
         for axis in AXIS_ROWS:
             if prediction["plan"].get(axis, 1) > 1 and axis in prediction["comm"]:
-                rows.append(dict(part=f"{axis} communication", unit="s", measured=measured_axes.get(axis, 0.0) / steps,
-                                 predicted=prediction["comm"][axis]))
+                rows.append(
+                    dict(
+                        part=f"{axis} communication",
+                        unit="s",
+                        measured=measured_axes.get(axis, 0.0) / steps,
+                        predicted=prediction["comm"][axis],
+                    )
+                )
     dp = rank["by_axis"].get("dp")
     group = prediction["plan"].get("shard_group") or prediction["plan"].get("dp", 1)
     if dp is not None and group > 1:
@@ -68,7 +83,9 @@ def compare(report: dict, prediction: dict, steps: int = 1, extras: list | None 
 
 def largest_gaps(rows: list[dict], count: int = 2) -> list[dict]:
     """The ``count`` rows whose measured / predicted is furthest from 1 (in either direction)."""
+
     def distance(row):
         r = row["ratio"]
         return math.inf if r in (0, math.inf) else abs(math.log(r))
+
     return sorted(rows, key=distance, reverse=True)[:count]

@@ -19,8 +19,8 @@ import json
 import os
 import zlib
 
-CHUNK_CHARS = 1 << 20          # characters read per refill
-MAX_VALUE_CHARS = 64 << 20     # one event (or metadata value) larger than this is taken as malformed
+CHUNK_CHARS = 1 << 20  # characters read per refill
+MAX_VALUE_CHARS = 64 << 20  # one event (or metadata value) larger than this is taken as malformed
 _WHITESPACE = " \t\n\r"
 
 
@@ -67,14 +67,14 @@ class TraceReader:
             return False
         try:
             chunk = self._file.read(self.chunk_chars)
-        except (OSError, EOFError, zlib.error) as exc:   # a cut or corrupt .gz
+        except (OSError, EOFError, zlib.error) as exc:  # a cut or corrupt .gz
             raise TraceError(f"{self.path}: cannot read ({exc}); is the file complete?") from None
         except UnicodeDecodeError:
             raise TraceError(f"{self.path}: not a trace (not UTF-8 text)") from None
         if not chunk:
             self._eof = True
             return False
-        self._buf = self._buf[self._pos:] + chunk
+        self._buf = self._buf[self._pos :] + chunk
         self._pos = 0
         return True
 
@@ -95,8 +95,9 @@ class TraceReader:
         if c == "":
             raise TraceError(f"{self.path}: truncated JSON (the file ends {where}); was it written completely?")
         if c not in chars:
-            raise TraceError(f"{self.path}: malformed JSON {where}: expected {' or '.join(map(repr, chars))}, "
-                             f"found {c!r}")
+            raise TraceError(
+                f"{self.path}: malformed JSON {where}: expected {' or '.join(map(repr, chars))}, found {c!r}"
+            )
         self._pos += 1
         return c
 
@@ -109,11 +110,12 @@ class TraceReader:
             except json.JSONDecodeError as exc:
                 if len(self._buf) - self._pos > MAX_VALUE_CHARS:
                     raise TraceError(f"{self.path}: malformed JSON {where} ({exc.msg})") from None
-                if not self._fill():   # the whole rest of the file is in the buffer: cut short, or bad?
-                    rest = self._buf[self._pos:].strip()
+                if not self._fill():  # the whole rest of the file is in the buffer: cut short, or bad?
+                    rest = self._buf[self._pos :].strip()
                     if not rest or exc.pos >= len(self._buf.rstrip()) or exc.msg.startswith("Unterminated"):
-                        raise TraceError(f"{self.path}: truncated JSON (the file ends inside {where}); "
-                                         "was it written completely?") from None
+                        raise TraceError(
+                            f"{self.path}: truncated JSON (the file ends inside {where}); was it written completely?"
+                        ) from None
                     raise TraceError(f"{self.path}: malformed JSON {where} ({exc.msg})") from None
                 continue
             # A number (or true/false/null) at the buffer's end may continue in the next chunk.
@@ -154,11 +156,12 @@ class TraceReader:
                         if self._expect(",}", "after a top-level value") == "}":
                             break
                 if not found:
-                    raise TraceError(f"{self.path}: not a trace (no traceEvents array; "
-                                     "expected torch.profiler's export_chrome_trace output)")
+                    raise TraceError(
+                        f"{self.path}: not a trace (no traceEvents array; "
+                        "expected torch.profiler's export_chrome_trace output)"
+                    )
             else:
-                raise TraceError(f"{self.path}: not a trace (JSON object or array expected, "
-                                 f"found {first!r} first)")
+                raise TraceError(f"{self.path}: not a trace (JSON object or array expected, found {first!r} first)")
             if self._skip_ws() != "":
                 raise TraceError(f"{self.path}: malformed JSON (text after the end of the trace)")
         finally:
@@ -171,8 +174,9 @@ class TraceReader:
         while True:
             event = self._value(f"the {name} array")
             if not isinstance(event, dict):
-                raise TraceError(f"{self.path}: not a trace (an element of {name} is a "
-                                 f"{type(event).__name__}, not an event object)")
+                raise TraceError(
+                    f"{self.path}: not a trace (an element of {name} is a {type(event).__name__}, not an event object)"
+                )
             self.event_count += 1
             yield event
             if self._expect(",]", f"in the {name} array") == "]":

@@ -32,15 +32,25 @@ NCCL_KERNEL_PREFIXES = ("ncclDevKernel", "ncclKernel")
 COMM_CPU_PREFIXES = ("c10d::", "gloo:", "nccl:")
 RECORD_PARAM_COMMS = "record_param_comms"
 # The args a communication record keeps (the rest, e.g. strides, is dropped to keep memory small).
-KEPT_ARGS = ("Input Dims", "Input type", "Concrete Inputs", "External id", "Collective name", "In msg nelems",
-             "Out msg nelems", "dtype", "Process Group Ranks", "Group size")
+KEPT_ARGS = (
+    "Input Dims",
+    "Input type",
+    "Concrete Inputs",
+    "External id",
+    "Collective name",
+    "In msg nelems",
+    "Out msg nelems",
+    "dtype",
+    "Process Group Ranks",
+    "Group size",
+)
 
 
 @dataclass(slots=True)
 class CommRecord:
     """One communication event: where it ran (``tid``), when (``ts``, ``dur``: microseconds), and its args."""
 
-    source: str            # "c10d" (cpu_op), "rpc" (record_param_comms), "gloo" (annotation), "kernel" (NCCL)
+    source: str  # "c10d" (cpu_op), "rpc" (record_param_comms), "gloo" (annotation), "kernel" (NCCL)
     name: str
     tid: object
     ts: float
@@ -54,15 +64,15 @@ class RankScan:
 
     path: str
     meta: dict = field(default_factory=dict)
-    cpu_ops: dict = field(default_factory=dict)       # (pid, tid) -> Intervals of cpu_op events (not c10d::)
-    cpu_comm: dict = field(default_factory=dict)      # (pid, tid) -> Intervals of communication events on CPU
-    gpu_compute: dict = field(default_factory=dict)   # device -> Intervals of non-NCCL kernels
-    gpu_comm: dict = field(default_factory=dict)      # device -> Intervals of NCCL kernels
-    records: list = field(default_factory=list)       # CommRecord, every communication event
+    cpu_ops: dict = field(default_factory=dict)  # (pid, tid) -> Intervals of cpu_op events (not c10d::)
+    cpu_comm: dict = field(default_factory=dict)  # (pid, tid) -> Intervals of communication events on CPU
+    gpu_compute: dict = field(default_factory=dict)  # device -> Intervals of non-NCCL kernels
+    gpu_comm: dict = field(default_factory=dict)  # device -> Intervals of NCCL kernels
+    records: list = field(default_factory=list)  # CommRecord, every communication event
     thread_names: dict = field(default_factory=dict)  # tid -> set of names (a thread may be named twice)
     events: int = 0
-    first_us: float = float("inf")     # earliest start of a complete ("X") event
-    last_us: float = float("-inf")     # latest end of one
+    first_us: float = float("inf")  # earliest start of a complete ("X") event
+    last_us: float = float("-inf")  # latest end of one
 
     @property
     def on_gpu(self) -> bool:
@@ -86,8 +96,13 @@ def scan(path, chunk_chars: int | None = None) -> RankScan:
     """
     reader = TraceReader(path) if chunk_chars is None else TraceReader(path, chunk_chars)
     out = RankScan(str(path))
-    cpu_ops, cpu_comm, gpu_compute, gpu_comm, records = (out.cpu_ops, out.cpu_comm, out.gpu_compute,
-                                                         out.gpu_comm, out.records)
+    cpu_ops, cpu_comm, gpu_compute, gpu_comm, records = (
+        out.cpu_ops,
+        out.cpu_comm,
+        out.gpu_compute,
+        out.gpu_comm,
+        out.records,
+    )
     first, last = float("inf"), float("-inf")
     for event in reader.events():
         ph = event.get("ph")
@@ -99,9 +114,10 @@ def scan(path, chunk_chars: int | None = None) -> RankScan:
         ts, dur = event.get("ts"), event.get("dur")
         if not isinstance(name, str) or not isinstance(ts, (int, float)) or not isinstance(dur, (int, float)):
             continue
-        if not (math.isfinite(ts) and math.isfinite(dur)) or dur < 0:   # JSON's NaN/Infinity, or time run backwards
-            raise TraceError(f"{path}: event {name!r} has ts {ts!r} and dur {dur!r} (microseconds): not a time a "
-                             "profiler writes")
+        if not (math.isfinite(ts) and math.isfinite(dur)) or dur < 0:  # JSON's NaN/Infinity, or time run backwards
+            raise TraceError(
+                f"{path}: event {name!r} has ts {ts!r} and dur {dur!r} (microseconds): not a time a profiler writes"
+            )
         end = ts + dur
         if ts < first:
             first = ts
@@ -119,8 +135,15 @@ def scan(path, chunk_chars: int | None = None) -> RankScan:
         key = (event.get("pid"), event.get("tid"))
         if name.startswith(COMM_CPU_PREFIXES) or name == RECORD_PARAM_COMMS:
             cpu_comm.setdefault(key, Intervals()).add(ts, end)
-            source = "c10d" if name.startswith("c10d::") else "gloo" if name.startswith("gloo:") else \
-                "rpc" if name == RECORD_PARAM_COMMS else "annotation"
+            source = (
+                "c10d"
+                if name.startswith("c10d::")
+                else "gloo"
+                if name.startswith("gloo:")
+                else "rpc"
+                if name == RECORD_PARAM_COMMS
+                else "annotation"
+            )
             records.append(CommRecord(source, name, key[1], ts, dur, _kept(event)))
         elif cat == "cpu_op":
             cpu_ops.setdefault(key, Intervals()).add(ts, end)

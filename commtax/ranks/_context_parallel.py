@@ -51,8 +51,9 @@ def local_chunks(cp_rank: int, cp: int, length: int, zigzag: bool) -> list[tuple
     return [(cp_rank, 0, length)]
 
 
-def block_pairs(q_chunks: list[tuple[int, int, int]], kv_chunks: list[tuple[int, int, int]],
-                causal: bool) -> list[tuple[tuple[int, int], tuple[int, int], bool]]:
+def block_pairs(
+    q_chunks: list[tuple[int, int, int]], kv_chunks: list[tuple[int, int, int]], causal: bool
+) -> list[tuple[tuple[int, int], tuple[int, int], bool]]:
     """Which (query chunk, key chunk) pairs to compute: ``[((qa, qb), (ka, kb), diagonal), ...]``.
 
     Non-causal: all of them. Causal: a key chunk before the query chunk is
@@ -97,8 +98,10 @@ def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     """A ValueError naming ``q``, ``k`` or ``v`` for shapes that do not fit (tokens, heads, head_dim)."""
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, torch.Tensor) or x.dim() != 3:
-            raise ValueError(f"{name} must be a 3-d tensor (tokens, heads, head_dim), got "
-                             f"{tuple(x.shape) if isinstance(x, torch.Tensor) else x!r}")
+            raise ValueError(
+                f"{name} must be a 3-d tensor (tokens, heads, head_dim), got "
+                f"{tuple(x.shape) if isinstance(x, torch.Tensor) else x!r}"
+            )
     if k.shape != v.shape:
         raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
     if q.shape[0] != k.shape[0] or q.shape[2] != k.shape[2]:

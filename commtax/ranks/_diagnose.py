@@ -19,7 +19,8 @@ DROPPED_HINT = (
     "the list holding it was never waited on): with gloo the message is then cancelled when Python "
     "frees the request, and the receiving rank waits forever (the runner kept it alive so that this "
     "run could end and say so). Keep every request and wait on each once the receives are posted: "
-    "`requests.append(dist.isend(t, dst)); ...; for req in requests: req.wait()`.")
+    "`requests.append(dist.isend(t, dst)); ...; for req in requests: req.wait()`."
+)
 
 
 def p2p_ledger(failures):
@@ -69,7 +70,7 @@ def dropped_requests(failures) -> list[tuple[int, dict]]:
 def _unmatched_receive(ledger) -> tuple[str, str] | None:
     """The diagnosis when a recv's tag or source matches none of the messages waiting for it."""
     waiting, unreceived = ledger
-    for (dst, src, tag) in sorted(waiting, key=str):
+    for dst, src, tag in sorted(waiting, key=str):
         offered = {(s, t) for (s, d, t) in unreceived if d == dst}
         if not offered:
             continue
@@ -78,13 +79,15 @@ def _unmatched_receive(ledger) -> tuple[str, str] | None:
             return "a recv's tag matches no send", (
                 f"every rank is waiting to receive, and rank {dst} waits for tag {tag} from rank "
                 f"{src} while rank {src} sent it {sent}, which nobody received: a recv's tag "
-                "matches no send. Check the tag and the source rank of each recv against the sends.")
+                "matches no send. Check the tag and the source rank of each recv against the sends."
+            )
         senders = sorted({s for s, _ in offered})
         return "a recv names a source rank that sent nothing", (
             f"every rank is waiting to receive, and rank {dst} waits for a message from rank "
             f"{src} (tag {tag}), while the message{'s' if len(offered) > 1 else ''} waiting for it "
             f"came from rank {', '.join(map(str, senders))}: a recv's source rank matches no send. "
-            "Check the tag and the source rank of each recv against the sends.")
+            "Check the tag and the source rank of each recv against the sends."
+        )
     return None
 
 
@@ -96,8 +99,9 @@ def diagnose(failures, world_size: int) -> tuple[str, str] | tuple[None, None]:
     dropped = dropped_requests(failures)
     if dropped:
         rank, record = dropped[0]
-        return (f"rank {rank} never waited on the request of its {_requests.describe(record)}: "
-                "keep it and call req.wait()"), DROPPED_HINT
+        return (
+            f"rank {rank} never waited on the request of its {_requests.describe(record)}: keep it and call req.wait()"
+        ), DROPPED_HINT
     stuck = [f for f in failures if f.how in ("stuck", "stopped")]
     calls = {f.rank: waiting_call(frames_of(f)) for f in stuck}
     calls = {rank: call for rank, call in calls.items() if call}
@@ -108,7 +112,8 @@ def diagnose(failures, world_size: int) -> tuple[str, str] | tuple[None, None]:
         return "the ranks wait in different collectives", (
             f"the ranks wait in different calls ({where}). Every rank must issue the same "
             "collectives in the same order; a collective in a `finally:` or behind an "
-            "`if rank == ...` that one rank skipped is the classic cause.")
+            "`if rank == ...` that one rank skipped is the classic cause."
+        )
     if len(stuck) != len(failures) or len(calls) != len(stuck):
         return None, None  # a rank raised, or one is not waiting on a peer: not a clean deadlock
     ledger = p2p_ledger(stuck) if len(stuck) == world_size else None
@@ -117,7 +122,8 @@ def diagnose(failures, world_size: int) -> tuple[str, str] | tuple[None, None]:
             "every rank is blocked in dist.send(). With gloo a blocking send returns only once "
             "the peer has posted the matching recv, so when every rank sends first, nobody "
             "receives. Post the send with dist.isend, receive, then wait on the send: "
-            "`req = dist.isend(t, dst); dist.recv(buf, src); req.wait()`.")
+            "`req = dist.isend(t, dst); dist.recv(buf, src); req.wait()`."
+        )
     if not set(calls.values()) <= set(RECEIVES) | {"send"}:
         return None, None
     if ledger is None:
@@ -125,7 +131,8 @@ def diagnose(failures, world_size: int) -> tuple[str, str] | tuple[None, None]:
             "every stuck rank is waiting to receive: some send is missing, or the ranks all "
             "receive before they send (post the send first with dist.isend), or a recv's tag "
             "or source rank matches no send: check the tag and the source rank of each recv "
-            "against the sends.")
+            "against the sends."
+        )
     unmatched = _unmatched_receive(ledger)
     if unmatched:
         return unmatched
@@ -135,18 +142,21 @@ def diagnose(failures, world_size: int) -> tuple[str, str] | tuple[None, None]:
             "some ranks are blocked in dist.send() while the others wait to receive something "
             "else. With gloo a blocking send returns only once the peer posts the matching "
             "recv: post sends with dist.isend and wait on them after receiving, and check the "
-            "tag and the source rank of each recv against the sends.")
+            "tag and the source rank of each recv against the sends."
+        )
     if unreceived and not waiting:
         return "every rank waits for its own send to be received", (
             "every rank waits on a send (`req.wait()` after dist.isend) and no rank has posted "
             "the matching recv: a send completes only once the peer receives it. Post the "
             "receive before waiting on the send (`req = dist.isend(t, dst); dist.recv(buf, "
-            "src); req.wait()`).")
+            "src); req.wait()`)."
+        )
     return "every rank waits in recv() and no message is on its way", (
         "every rank is waiting to receive and no rank has sent anything: the ranks all "
         "receive before they send. Post the send first with dist.isend and wait on it after "
         "the recv (`req = dist.isend(t, dst); dist.recv(buf, src); req.wait()`), or let "
-        "even ranks send first and odd ranks receive first.")
+        "even ranks send first and odd ranks receive first."
+    )
 
 
 def waits_for(failure, ledger) -> str:
@@ -157,11 +167,11 @@ def waits_for(failure, ledger) -> str:
     details = []
     if ledger:
         waiting, unreceived = ledger
-        for (dst, src, tag) in sorted(waiting, key=str):
+        for dst, src, tag in sorted(waiting, key=str):
             if dst == failure.rank:
                 details.append(f"for {'any rank' if src == '*' else f'rank {src}'}, tag {tag}")
         if call in ("send", "wait"):
-            for (src, dst, tag) in sorted(unreceived):
+            for src, dst, tag in sorted(unreceived):
                 if src == failure.rank:
                     details.append(f"sending to rank {dst}, tag {tag}")
     return f"  (waits in {call}()" + (" " + "; ".join(details[:4]) if details else "") + ")"

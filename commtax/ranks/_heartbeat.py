@@ -90,9 +90,13 @@ def _beat_forever(path: str, main_id: int) -> None:
     while True:
         try:
             dropped = _requests.scan()
-            beat = {"time": time.time(), "cpu": time.process_time(),
-                    "stack": _stack(sys._current_frames().get(main_id)), "p2p": dict(_counts),
-                    "dropped": dropped}
+            beat = {
+                "time": time.time(),
+                "cpu": time.process_time(),
+                "stack": _stack(sys._current_frames().get(main_id)),
+                "p2p": dict(_counts),
+                "dropped": dropped,
+            }
             with open(tmp, "w") as f:
                 json.dump(beat, f)
             os.replace(tmp, path)
@@ -115,6 +119,9 @@ def start(run_dir: str, rank: int) -> None:
         # Both namespaces: user code calls dist.isend, and P2POp checks c10d's own globals.
         setattr(c10d, name, wrapped)
         setattr(dist, name, wrapped)
-    threading.Thread(target=_beat_forever, args=(os.path.join(run_dir, f"rank{rank}", f"rank{rank}.beat"),
-                                                 threading.main_thread().ident),
-                     daemon=True, name="commtax-heartbeat").start()
+    threading.Thread(
+        target=_beat_forever,
+        args=(os.path.join(run_dir, f"rank{rank}", f"rank{rank}.beat"), threading.main_thread().ident),
+        daemon=True,
+        name="commtax-heartbeat",
+    ).start()

@@ -59,8 +59,11 @@ def learner_files(fn, args=(), kwargs=None) -> list[str]:
         if path and not os.path.realpath(path).startswith(_PACKAGE_DIR + os.sep):
             files.append(path)
     code_file = getattr(getattr(fn, "__code__", None), "co_filename", None) or _trusted_file_of(fn)
-    if isinstance(code_file, str) and not _is_test_module(code_file) \
-            and not os.path.realpath(code_file).startswith(_PACKAGE_DIR + os.sep):
+    if (
+        isinstance(code_file, str)
+        and not _is_test_module(code_file)
+        and not os.path.realpath(code_file).startswith(_PACKAGE_DIR + os.sep)
+    ):
         files.append(code_file)
     return files
 

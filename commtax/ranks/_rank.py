@@ -102,11 +102,18 @@ def _dropped_error(dropped: list) -> dict:
         if source:
             lines.append(f"    {source}")
     what = "; ".join(_requests.describe(r) for r in dropped[:3])
-    summary = (f"never waited on the request of its {_requests.describe(first)}: keep the request and "
-               "call req.wait() on it")
+    summary = (
+        f"never waited on the request of its {_requests.describe(first)}: keep the request and call req.wait() on it"
+    )
     lines.append(f"DroppedRequest: {summary} (dropped: {what})")
-    return {"type": "DroppedRequest", "summary": summary, "traceback": "\n".join(lines) + "\n",
-            "when": time.time(), "frames": first["site"], "dropped": dropped}
+    return {
+        "type": "DroppedRequest",
+        "summary": summary,
+        "traceback": "\n".join(lines) + "\n",
+        "when": time.time(),
+        "frames": first["site"],
+        "dropped": dropped,
+    }
 
 
 def _read_own_args() -> bytes:
@@ -178,11 +185,17 @@ def main(run_dir: str, rank: int, own_args: bool = False, tcp_store: bool = Fals
             store = _store(run_dir, rank, world_size, store_fd, timeout)
             dist.init_process_group(backend=backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
         else:
-            dist.init_process_group(backend=backend, init_method="file://" + os.path.join(run_dir, "store"),
-                                    rank=rank, world_size=world_size, timeout=timeout)
+            dist.init_process_group(
+                backend=backend,
+                init_method="file://" + os.path.join(run_dir, "store"),
+                rank=rank,
+                world_size=world_size,
+                timeout=timeout,
+            )
         in_start = False
         result = fn(rank, world_size, *args, **kwargs)
         from commtax import boundary
+
         payload = boundary.dumps(result)  # the safe form: the launcher reads nothing else
         dropped = _requests.scan()  # the function's frames are gone: what only we hold was dropped
         error = _dropped_error(dropped) if dropped else None

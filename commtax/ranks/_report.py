@@ -60,8 +60,10 @@ def causes_first(failures) -> None:
         match = _SIZE_ABORT.search(failure.output) if failure.how == "exited" else None
         if match and "gloo aborted" not in failure.summary:
             sent, posted = match.groups()
-            failure.summary += (f": gloo aborted it, a message of {sent} bytes arrived for a receive buffer of "
-                                f"{posted} bytes (check the buffer's shape and dtype against what its peer sends)")
+            failure.summary += (
+                f": gloo aborted it, a message of {sent} bytes arrived for a receive buffer of "
+                f"{posted} bytes (check the buffer's shape and dtype against what its peer sends)"
+            )
     if any(not _peer_gone(f) and f.how in ("raised", "exited") for f in failures):
         failures.sort(key=lambda f: (f.how in ("stuck", "stopped"), _peer_gone(f), f.when))
 
@@ -94,12 +96,16 @@ def _headline_ranks(failures, world_size, quotes) -> list[str]:
         ledger = p2p_ledger(failures) if len(failures) == world_size else None
         for failure in failures:
             if failure.how in ("stuck", "exited"):
-                lines.append(f"  rank {failure.rank}: {_rank_line(failure, quotes)}{waits_for(failure, ledger)}"
-                             f"{_raised_earlier(failure)}")
+                lines.append(
+                    f"  rank {failure.rank}: {_rank_line(failure, quotes)}{waits_for(failure, ledger)}"
+                    f"{_raised_earlier(failure)}"
+                )
         done = sorted(set(range(world_size)) - {f.rank for f in failures})
         if done and first.deadlocked:
-            lines.append(f"  rank{'s' if len(done) > 1 else ''} {', '.join(map(str, done))} had "
-                         "already returned (a message it should have sent or received is missing?)")
+            lines.append(
+                f"  rank{'s' if len(done) > 1 else ''} {', '.join(map(str, done))} had "
+                "already returned (a message it should have sent or received is missing?)"
+            )
     if len(lines) > MAX_RANK_LINES:
         lines = lines[:MAX_RANK_LINES] + [f"  ... and {len(lines) - MAX_RANK_LINES} more ranks"]
     return lines

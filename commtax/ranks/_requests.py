@@ -77,8 +77,10 @@ def _owner(frame, kind: str):
     family = {"isend": "send", "irecv": "recv"}.get(kind, kind)
     while frame is not None:
         name = frame.f_code.co_name
-        if not (is_runner_or_library(frame.f_code.co_filename) or {"isend": "send", "irecv": "recv"}.get(name, name)
-                == family):
+        if not (
+            is_runner_or_library(frame.f_code.co_filename)
+            or {"isend": "send", "irecv": "recv"}.get(name, name) == family
+        ):
             # A generator's frame is suspended, not finished, between its steps: not one to watch.
             return None if frame.f_code.co_flags & _GENERATORS else frame
         frame = frame.f_back
@@ -173,8 +175,9 @@ def install(work_class) -> None:
     """Put the wrappers that notice a wait on ``work_class`` (torch.distributed's Work)."""
     if _originals:
         return
-    _originals.update(wait=work_class.wait, is_completed=work_class.is_completed,
-                      get_future=getattr(work_class, "get_future", None))
+    _originals.update(
+        wait=work_class.wait, is_completed=work_class.is_completed, get_future=getattr(work_class, "get_future", None)
+    )
 
     def wait(self, *args, **kwargs):
         _looked_after(self)
@@ -191,6 +194,7 @@ def install(work_class) -> None:
     work_class.wait = wait
     work_class.is_completed = is_completed
     if _originals["get_future"] is not None:
+
         def get_future(self, *args, **kwargs):
             _looked_after(self)
             return _originals["get_future"](self, *args, **kwargs)
@@ -203,5 +207,7 @@ def describe(record: dict) -> str:
     """``dist.isend to rank 1 (tag 0)``: what a dropped request was."""
     direction = "to" if record.get("kind") == "isend" else "from"
     peer = record.get("peer")
-    return (f"dist.{record.get('kind')} {direction} "
-            f"{'any rank' if peer is None else f'rank {peer}'} (tag {record.get('tag')})")
+    return (
+        f"dist.{record.get('kind')} {direction} "
+        f"{'any rank' if peer is None else f'rank {peer}'} (tag {record.get('tag')})"
+    )

@@ -50,8 +50,8 @@ def flatten_into_buffer(params: Iterable[torch.Tensor], world_size: int) -> torc
     offset = 0
     for p in params:
         n = p.numel()
-        flat[offset:offset + n].copy_(p.detach().reshape(-1))
-        p.data = flat[offset:offset + n].view_as(p)
+        flat[offset : offset + n].copy_(p.detach().reshape(-1))
+        p.data = flat[offset : offset + n].view_as(p)
         offset += n
     return flat
 
@@ -64,7 +64,7 @@ def flat_gradient(params: Iterable[torch.Tensor], length: int) -> torch.Tensor:
     for p in params:
         n = p.numel()
         if p.grad is not None:
-            out[offset:offset + n] = p.grad.reshape(-1)
+            out[offset : offset + n] = p.grad.reshape(-1)
         offset += n
     return out
 
@@ -116,34 +116,40 @@ class ShardedOptimizerBase(torch.optim.Optimizer):
 
     shard_bounds: Callable[[int, int, int], tuple[int, int]]
 
-    def __init__(self, params, optimizer_cls: type[torch.optim.Optimizer], *, zero_stage: int = 1,
-                 group: Group = None, **kwargs) -> None:
+    def __init__(
+        self, params, optimizer_cls: type[torch.optim.Optimizer], *, zero_stage: int = 1, group: Group = None, **kwargs
+    ) -> None:
         if not (isinstance(optimizer_cls, type) and issubclass(optimizer_cls, torch.optim.Optimizer)):
             raise ValueError(f"optimizer_cls must be a torch.optim.Optimizer class, got {optimizer_cls!r}")
         if zero_stage == 3 and not isinstance(zero_stage, bool):
-            raise ValueError("zero_stage must be 0, 1 or 2 here: stage 3 shards the parameters too, "
-                             "which is FullyShardedModule's job")
+            raise ValueError(
+                "zero_stage must be 0, 1 or 2 here: stage 3 shards the parameters too, "
+                "which is FullyShardedModule's job"
+            )
         self.zero_stage = check_stage("zero_stage", zero_stage, (0, 1, 2))
         super().__init__(params, dict(kwargs))
         self.group = group
         self.world_size = dist.get_world_size(group)
         self.rank = dist.get_rank(group)
         self.flats, self.trainable, self.bounds, self.masters, self.grad_shards = [], [], [], [], []
-        self.group_index = []            # local param group j -> index in self.param_groups
-        self.consolidated = None          # what consolidate_state_dict() left on its rank
+        self.group_index = []  # local param group j -> index in self.param_groups
+        self.consolidated = None  # what consolidate_state_dict() left on its rank
         local_groups = []
         for index, param_group in enumerate(self.param_groups):
             trainable = [p for p in param_group["params"] if p.requires_grad]
             if not trainable:
                 continue
             if len({(p.dtype, p.device) for p in trainable}) > 1:
-                raise ValueError("params: the trainable parameters of a param group must share one dtype and "
-                                 "device (put the others in a param group of their own)")
+                raise ValueError(
+                    "params: the trainable parameters of a param group must share one dtype and "
+                    "device (put the others in a param group of their own)"
+                )
             flat = flatten_into_buffer(trainable, self.world_size)
             total = sum(p.numel() for p in trainable)
-            start, stop = (0, flat.numel()) if self.zero_stage == 0 else \
-                self.shard_bounds(total, self.world_size, self.rank)
-            master = nn.Parameter(flat[start:stop])      # a view: the local step writes into the model
+            start, stop = (
+                (0, flat.numel()) if self.zero_stage == 0 else self.shard_bounds(total, self.world_size, self.rank)
+            )
+            master = nn.Parameter(flat[start:stop])  # a view: the local step writes into the model
             self.flats.append(flat)
             self.trainable.append(trainable)
             self.bounds.append((start, stop))
@@ -163,7 +169,7 @@ class ShardedOptimizerBase(torch.optim.Optimizer):
     def _grad_ready(self, param: torch.Tensor) -> None:
         """Stage 2, called by autograd once ``param.grad`` holds this backward's gradient."""
         self._arrived += 1
-        if self._arrived == self._expected:     # the last one of this backward
+        if self._arrived == self._expected:  # the last one of this backward
             self._arrived = 0
             self.reduce_scatter_gradients()
 
@@ -173,8 +179,8 @@ class ShardedOptimizerBase(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        self.consolidated = None                  # a consolidated state dict is stale after a step
-        for j, index in enumerate(self.group_index):   # hyper-parameters a scheduler changed reach the local step
+        self.consolidated = None  # a consolidated state dict is stale after a step
+        for j, index in enumerate(self.group_index):  # hyper-parameters a scheduler changed reach the local step
             for key, value in self.param_groups[index].items():
                 if key != "params":
                     self.optimizer.param_groups[j][key] = value
@@ -192,8 +198,10 @@ class ShardedOptimizerBase(torch.optim.Optimizer):
     def state_dict(self) -> dict:
         """The state ``consolidate_state_dict`` gathered, on the rank it gathered it to."""
         if self.consolidated is None:
-            raise RuntimeError("no consolidated state on this rank: call consolidate_state_dict(to=rank) on every "
-                               "rank of the group (after the last step), then state_dict() on that rank")
+            raise RuntimeError(
+                "no consolidated state on this rank: call consolidate_state_dict(to=rank) on every "
+                "rank of the group (after the last step), then state_dict() on that rank"
+            )
         return self.consolidated
 
     def load_state_dict(self, state_dict: dict) -> None:
@@ -217,7 +225,7 @@ class ShardedOptimizerBase(torch.optim.Optimizer):
                     flat = torch.zeros(self.flats[j].numel(), dtype=value.dtype)
                     offset = 0
                     for p, entry in zip(self.trainable[j], entries):
-                        flat[offset:offset + p.numel()] = entry[key].reshape(-1)
+                        flat[offset : offset + p.numel()] = entry[key].reshape(-1)
                         offset += p.numel()
                     shard_state[key] = flat[start:stop].clone()
                 else:
@@ -262,15 +270,14 @@ class GatherUnit(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *grads: torch.Tensor):
         unit = ctx.unit
-        unit.regathered = None     # the unit's backward is over: free what it gathered again
+        unit.regathered = None  # the unit's backward is over: free what it gathered again
         return (None, *unit.owner.reduce_scatter_unit(list(grads), unit.numels, unit.group))
 
 
 def unit_modules(module: nn.Module, unit_types: tuple | None) -> list[nn.Module]:
     """The modules that become units: see :class:`FullyShardedBase`."""
     if unit_types is None:
-        return [m for m in module.modules()
-                if any(p is not None and p.requires_grad for p in m._parameters.values())]
+        return [m for m in module.modules() if any(p is not None and p.requires_grad for p in m._parameters.values())]
     chosen = []
     for m in module.modules():
         if isinstance(m, unit_types) and not any(m in set(c.modules()) for c in chosen):
@@ -322,8 +329,9 @@ class FullyShardedBase(nn.Module):
     gather_unit: Callable
     reduce_scatter_unit: Callable
 
-    def __init__(self, module: nn.Module, *, group: Group = None,
-                 unit_types: type | Sequence[type] | None = None) -> None:
+    def __init__(
+        self, module: nn.Module, *, group: Group = None, unit_types: type | Sequence[type] | None = None
+    ) -> None:
         super().__init__()
         if not isinstance(module, nn.Module):
             raise ValueError(f"module must be an nn.Module, got {type(module).__name__}")
@@ -338,14 +346,16 @@ class FullyShardedBase(nn.Module):
         self.units, self._saved_hooks, claimed = [], [], set()
         for unit_module in unit_modules(module, unit_types):
             params, sites = [], {}
-            for owner in (unit_module.modules() if unit_types else [unit_module]):
+            for owner in unit_module.modules() if unit_types else [unit_module]:
                 for name, p in owner._parameters.items():
                     if p is None or not p.requires_grad:
                         continue
                     if id(p) not in sites:
                         if id(p) in claimed:
-                            raise ValueError(f"module: parameter {name!r} is shared by two units; give its "
-                                             "modules a common unit (unit_types)")
+                            raise ValueError(
+                                f"module: parameter {name!r} is shared by two units; give its "
+                                "modules a common unit (unit_types)"
+                            )
                         claimed.add(id(p))
                         params.append(p)
                         sites[id(p)] = []
@@ -360,10 +370,11 @@ class FullyShardedBase(nn.Module):
                 padded = torch.zeros(padded_numel(numel, self.world_size), dtype=p.dtype)
                 padded[:numel] = p.detach().reshape(-1)
                 start, stop = self.shard_bounds(numel, self.world_size, self.rank)
-                p.data = padded[start:stop].clone()            # this rank keeps only its shard
+                p.data = padded[start:stop].clone()  # this rank keeps only its shard
             unit.module.register_forward_pre_hook(lambda m, args, unit=unit: self._before_forward(unit))
-            unit.module.register_forward_hook(lambda m, args, out, unit=unit: self._after_forward(unit),
-                                              always_call=True)
+            unit.module.register_forward_hook(
+                lambda m, args, out, unit=unit: self._after_forward(unit), always_call=True
+            )
         self.replicated = [p for p in module.parameters() if p.requires_grad and id(p) not in claimed]
 
     def forward(self, *args, **kwargs):
@@ -374,7 +385,7 @@ class FullyShardedBase(nn.Module):
         fulls = GatherUnit.apply(unit, *unit.params)
         for p, full in zip(unit.params, fulls):
             for owner, name in unit.sites[id(p)]:
-                owner._parameters[name] = full          # the module's forward now reads the whole tensor
+                owner._parameters[name] = full  # the module's forward now reads the whole tensor
         unit.live = {full.untyped_storage().data_ptr(): i for i, full in enumerate(fulls)}
         hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
         hooks.__enter__()
@@ -402,5 +413,7 @@ class FullyShardedBase(nn.Module):
             for unit in self.units:
                 for p, full in zip(unit.params, self.gather_unit(unit.params, unit.numels, unit.shapes, unit.group)):
                     gathered[id(p)] = full
-        return {name: gathered.get(id(p), p.detach()).clone()
-                for name, p in self.module.named_parameters(remove_duplicate=False)}
+        return {
+            name: gathered.get(id(p), p.detach()).clone()
+            for name, p in self.module.named_parameters(remove_duplicate=False)
+        }

@@ -51,7 +51,7 @@ def make_rank_folders(run_dir: str, world_size: int) -> None:
     with folder_fd(run_dir) as fd:
         mode = os.fstat(fd).st_mode & 0o7777
         for rank in range(world_size):
-            boundary.make_trusted_folder(f"rank{rank}", mode, dir_fd=fd)   # never a chmod through a planted link
+            boundary.make_trusted_folder(f"rank{rank}", mode, dir_fd=fd)  # never a chmod through a planted link
 
 
 def files_lock(run_dir: str) -> bool:
@@ -143,13 +143,19 @@ def write_job(run_dir, fn, args, kwargs, world_size, backend, timeout) -> None:
         job = _byfile.dumps((fn, args, kwargs))
     except (pickle.PicklingError, TypeError, AttributeError) as exc:
         raise ValueError(f"cannot send the job to the ranks: {exc}") from exc
-    with folder_fd(run_dir) as folder, boundary.create_trusted_file("job.pkl", dir_fd=folder) as f:   # no link followed
+    with folder_fd(run_dir) as folder, boundary.create_trusted_file("job.pkl", dir_fd=folder) as f:  # no link followed
         pickle.dump(header, f)
         f.write(job)
 
 
-def start_rank(run_dir: str, rank: int, world_size: int, extra_env: dict | None,
-               own_args: bytes | None = None, rendezvous: Rendezvous | None = None) -> subprocess.Popen:
+def start_rank(
+    run_dir: str,
+    rank: int,
+    world_size: int,
+    extra_env: dict | None,
+    own_args: bytes | None = None,
+    rendezvous: Rendezvous | None = None,
+) -> subprocess.Popen:
     # Ranks run the learner's code: started like every learner process (in its own session), which
     # under the grader means inside the lab run's sandbox (the Popen is then the relay's).
     # ``own_args`` (this rank's own inputs, pickled) reach it on its standard input: an anonymous
@@ -164,7 +170,7 @@ def start_rank(run_dir: str, rank: int, world_size: int, extra_env: dict | None,
         LOCAL_WORLD_SIZE=str(world_size),
     )
     env.update(extra_env or {})
-    with folder_fd(run_dir) as folder:   # the folder made for this run, even if its path now leads elsewhere
+    with folder_fd(run_dir) as folder:  # the folder made for this run, even if its path now leads elsewhere
         out = boundary.create_trusted_file(f"rank{rank}.out", dir_fd=folder)
     stdin = subprocess.DEVNULL
     if own_args is not None:

@@ -78,11 +78,20 @@ class ShardedLinear(nn.Module):
     ``from_full``, or assigning ``layer.weight = nn.Parameter(...)``, puts the real ones in.)
     """
 
-    def __init__(self, in_features: int, out_features: int, weight_shape: tuple[int, int], bias_size: int,
-                 bias: bool, group: Group, dtype: torch.dtype | None, device) -> None:
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        weight_shape: tuple[int, int],
+        bias_size: int,
+        bias: bool,
+        group: Group,
+        dtype: torch.dtype | None,
+        device,
+    ) -> None:
         super().__init__()
         self.in_features, self.out_features, self.group = in_features, out_features, group
-        bound = in_features ** -0.5
+        bound = in_features**-0.5
         self.weight = nn.Parameter(torch.empty(weight_shape, dtype=dtype, device=device).uniform_(-bound, bound))
         if bias:
             self.bias = nn.Parameter(torch.empty(bias_size, dtype=dtype, device=device).uniform_(-bound, bound))

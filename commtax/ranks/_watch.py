@@ -59,6 +59,7 @@ class Follower:
 
 # -- what a rank reports, checked ------------------------------------------------------------------
 
+
 def valid_frames(frames, limit: int = MAX_FRAMES) -> list | None:
     """``frames`` if it is a list of ``[file, line, function]`` (at most ``limit``, names of sane length)."""
     if not isinstance(frames, list) or len(frames) > limit:
@@ -67,8 +68,14 @@ def valid_frames(frames, limit: int = MAX_FRAMES) -> list | None:
         if not (isinstance(frame, (list, tuple)) and len(frame) == 3):
             return None
         file, line, func = frame
-        if not (isinstance(file, str) and isinstance(func, str) and isinstance(line, int)
-                and not isinstance(line, bool) and len(file) <= MAX_NAME and len(func) <= MAX_NAME):
+        if not (
+            isinstance(file, str)
+            and isinstance(func, str)
+            and isinstance(line, int)
+            and not isinstance(line, bool)
+            and len(file) <= MAX_NAME
+            and len(func) <= MAX_NAME
+        ):
             return None
     return [list(frame) for frame in frames]
 
@@ -83,8 +90,12 @@ def valid_dropped(records) -> list | None:
             kind, peer, tag, site = record["kind"], record["peer"], record["tag"], valid_frames(record["site"])
         except (KeyError, TypeError):
             return None
-        if kind not in ("isend", "irecv") or site is None or not isinstance(tag, int) \
-                or not (peer is None or isinstance(peer, int)):
+        if (
+            kind not in ("isend", "irecv")
+            or site is None
+            or not isinstance(tag, int)
+            or not (peer is None or isinstance(peer, int))
+        ):
             return None
         out.append({"kind": kind, "peer": peer, "tag": tag, "site": site})
     return out
@@ -93,13 +104,21 @@ def valid_dropped(records) -> list | None:
 def valid_beat(beat) -> bool:
     """A heartbeat of the shape :mod:`commtax.ranks._heartbeat` writes (the rank may have forged it)."""
     try:
-        return (isinstance(beat["time"], (int, float)) and isinstance(beat["cpu"], (int, float))
-                and valid_frames(beat["stack"]) is not None
-                and valid_dropped(beat.get("dropped", [])) is not None
-                and all(isinstance(k, str) and len(k.split()) == 3 and k.split()[0] in ("send", "recv")
-                        and (k.split()[1].isdigit() or k.split()[1] == "*") and k.split()[2].isdigit()
-                        and isinstance(n, int)
-                        for k, n in beat["p2p"].items()))
+        return (
+            isinstance(beat["time"], (int, float))
+            and isinstance(beat["cpu"], (int, float))
+            and valid_frames(beat["stack"]) is not None
+            and valid_dropped(beat.get("dropped", [])) is not None
+            and all(
+                isinstance(k, str)
+                and len(k.split()) == 3
+                and k.split()[0] in ("send", "recv")
+                and (k.split()[1].isdigit() or k.split()[1] == "*")
+                and k.split()[2].isdigit()
+                and isinstance(n, int)
+                for k, n in beat["p2p"].items()
+            )
+        )
     except (KeyError, TypeError, ValueError, AttributeError):
         return False
 
@@ -109,8 +128,9 @@ def _read_frame(f) -> bytes:
     sparse file costs a rank nothing of its folder's cap, but reading it would cost this process memory)."""
     size = os.fstat(f.fileno()).st_size
     if size > boundary.MAX_FRAME:
-        raise boundary.BoundaryError(f"a value of {size} bytes is larger than the {boundary.MAX_FRAME} the "
-                                     "boundary carries")
+        raise boundary.BoundaryError(
+            f"a value of {size} bytes is larger than the {boundary.MAX_FRAME} the boundary carries"
+        )
     return f.read(boundary.MAX_FRAME + 1)
 
 
@@ -125,22 +145,38 @@ def collect(run_dir: str, rank: int, code: int, seconds: float):
             with boundary.open_learner_file(result_path) as f:
                 return (boundary.loads(_read_frame(f)),)
         except Exception as exc:  # noqa: BLE001 - whatever the file holds, it is a failure of that rank
-            return RankFailure(rank, "raised", f"left a result that cannot be read ({type(exc).__name__}: {exc})",
-                               seconds, when=time.time(), exception_type="BoundaryError")
+            return RankFailure(
+                rank,
+                "raised",
+                f"left a result that cannot be read ({type(exc).__name__}: {exc})",
+                seconds,
+                when=time.time(),
+                exception_type="BoundaryError",
+            )
     if os.path.exists(error_path):
         try:
             with boundary.open_learner_file(error_path) as f:
                 error = boundary.loads(_read_frame(f))
             return RankFailure(
-                rank, "raised", str(error["summary"])[:4000], seconds, when=float(error["when"]),
-                traceback=str(error["traceback"])[-8000:], exception_type=str(error["type"]),
+                rank,
+                "raised",
+                str(error["summary"])[:4000],
+                seconds,
+                when=float(error["when"]),
+                traceback=str(error["traceback"])[-8000:],
+                exception_type=str(error["type"]),
                 frames=valid_frames(error.get("frames")),
                 dropped=valid_dropped(error["dropped"]) if "dropped" in error else None,
                 in_start=error.get("in_start") is True,
             )
         except Exception as exc:  # noqa: BLE001
-            return RankFailure(rank, "raised", f"left an error report that cannot be read ({type(exc).__name__})",
-                               seconds, when=time.time())
+            return RankFailure(
+                rank,
+                "raised",
+                f"left an error report that cannot be read ({type(exc).__name__})",
+                seconds,
+                when=time.time(),
+            )
     if code < 0:
         try:
             why = f"was killed by {signal.Signals(-code).name}"
@@ -209,7 +245,7 @@ class Stall:
         try:
             with boundary.open_learner_file(rank_path(self.run_dir, rank, "beat"), "r") as f:
                 beat = json.loads(f.read(1 << 20))
-        except (OSError, ValueError, RecursionError, MemoryError):   # a rank may write a deeply nested beat
+        except (OSError, ValueError, RecursionError, MemoryError):  # a rank may write a deeply nested beat
             return None
         return beat if valid_beat(beat) else None
 
@@ -243,17 +279,33 @@ def _deadlock_failures(stall: Stall, stacks: dict, running, elapsed: float) -> l
     failures = []
     for rank in sorted(running):
         beat = stall.beats[rank]
-        failures.append(RankFailure(
-            rank, "stuck", f"deadlocked: waited {stall.quiet_for():.1f} s in "
-            f"{waiting_call(beat['stack'])}() while every live rank waited and none used CPU",
-            elapsed, when=time.time(), stack=stacks[rank], deadlocked=True,
-            frames=valid_frames(beat["stack"]), p2p=beat["p2p"],
-            dropped=valid_dropped(beat.get("dropped", [])) or None))
+        failures.append(
+            RankFailure(
+                rank,
+                "stuck",
+                f"deadlocked: waited {stall.quiet_for():.1f} s in "
+                f"{waiting_call(beat['stack'])}() while every live rank waited and none used CPU",
+                elapsed,
+                when=time.time(),
+                stack=stacks[rank],
+                deadlocked=True,
+                frames=valid_frames(beat["stack"]),
+                p2p=beat["p2p"],
+                dropped=valid_dropped(beat.get("dropped", [])) or None,
+            )
+        )
     return failures
 
 
-def watch(run_dir: str, procs, timeout: float, grace: float, live: bool = False,
-          deadlock_after: float | None = None, rendezvous=None):
+def watch(
+    run_dir: str,
+    procs,
+    timeout: float,
+    grace: float,
+    live: bool = False,
+    deadlock_after: float | None = None,
+    rendezvous=None,
+):
     """Wait for every rank; return (results, failures ordered by time).
 
     ``rendezvous`` (a :class:`commtax.ranks._start.Rendezvous`, or None) is polled meanwhile: it

@@ -23,6 +23,7 @@ DTYPE = torch.float64
 
 def _lab(impl):
     from commtax.boundary.labfiles import load_lab
+
     return load_lab(LAB, impl)
 
 
@@ -42,8 +43,16 @@ def reference_attention(q, k, v, causal=True):
     return torch.einsum("hqk,khd->qhd", torch.softmax(scores, -1), v.repeat_interleave(group, 1))
 
 
-def exactness_and_bytes(rank: int, world_size: int, impl: str | None, seq: int, heads: int, kv_heads: int,
-                        head_dim: int, causal: bool = True) -> dict:
+def exactness_and_bytes(
+    rank: int,
+    world_size: int,
+    impl: str | None,
+    seq: int,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    causal: bool = True,
+) -> dict:
     """Ring and all-to-all attention on this rank's zigzag share: largest error against one process, bytes sent.
 
     Returns ``{method: {"max_error", "forward_bytes", "backward_bytes", "collectives"}}`` with the
@@ -73,9 +82,12 @@ def exactness_and_bytes(rank: int, world_size: int, impl: str | None, seq: int, 
             continue
         got = [y.detach()] + [x.grad for x in mine]
         error = max((g - lab.zigzag_shard(e, rank, world_size)).abs().max().item() for g, e in zip(got, expected))
-        result[method] = {"max_error": error, "forward_bytes": forward.bytes_sent,
-                          "backward_bytes": backward.bytes_sent,
-                          "collectives": forward.collectives + backward.collectives}
+        result[method] = {
+            "max_error": error,
+            "forward_bytes": forward.bytes_sent,
+            "backward_bytes": backward.bytes_sent,
+            "collectives": forward.collectives + backward.collectives,
+        }
     return result
 
 
@@ -94,8 +106,9 @@ def _exchange_time(shape, repeats=7) -> float:
     return min(times[1:])
 
 
-def ring_timeline(rank: int, world_size: int, impl: str | None, seq: int, heads: int, kv_heads: int, head_dim: int,
-                  repeats: int = 3) -> dict:
+def ring_timeline(
+    rank: int, world_size: int, impl: str | None, seq: int, heads: int, kv_heads: int, head_dim: int, repeats: int = 3
+) -> dict:
     """Causal ring attention, forward and backward, with Lab 13's timeline; the best of ``repeats`` runs.
 
     Returns ``{"timeline": [records], "start", "forward_end", "backward_end", "transfer"}`` (seconds;
@@ -117,8 +130,9 @@ def ring_timeline(rank: int, world_size: int, impl: str | None, seq: int, heads:
             y = lab.ring_attention(*mine, causal=True, timeline=timeline)
             middle = time.perf_counter()
             (y * up).sum().backward()
-            runs.append({"timeline": timeline, "start": start, "forward_end": middle,
-                         "backward_end": time.perf_counter()})
+            runs.append(
+                {"timeline": timeline, "start": start, "forward_end": middle, "backward_end": time.perf_counter()}
+            )
     except NotImplementedError as exc:
         return {"error": str(exc)}
     best = min(runs[1:], key=lambda r: r["backward_end"] - r["start"])
@@ -127,8 +141,9 @@ def ring_timeline(rank: int, world_size: int, impl: str | None, seq: int, heads:
     return best
 
 
-def overlap_sweep(rank: int, world_size: int, impl: str | None, blocks, heads: int, head_dim: int,
-                  repeats: int = 5) -> dict:
+def overlap_sweep(
+    rank: int, world_size: int, impl: str | None, blocks, heads: int, head_dim: int, repeats: int = 5
+) -> dict:
     """For each block length (tokens per rank): the forward's step compute, its waits, and the transfer alone.
 
     Two ranks, causal, zigzag, multi-head (kv_heads = heads). Returns
@@ -151,20 +166,29 @@ def overlap_sweep(rank: int, world_size: int, impl: str | None, blocks, heads: i
                 with torch.no_grad():
                     lab.ring_attention(q, k, v, causal=True, timeline=timeline)
                 if i == 0:
-                    continue                                   # warm-up
-                step0 = [r for r in timeline if r.get("phase") == "forward" and r.get("event") == "compute"
-                         and r.get("step") == 0]
+                    continue  # warm-up
+                step0 = [
+                    r
+                    for r in timeline
+                    if r.get("phase") == "forward" and r.get("event") == "compute" and r.get("step") == 0
+                ]
                 compute.append(step0[0]["end"] - step0[0]["start"] if step0 else float("nan"))
-                wait.append(sum(r["end"] - r["start"] for r in timeline
-                                if r.get("phase") == "forward" and r.get("event") == "wait"))
+                wait.append(
+                    sum(
+                        r["end"] - r["start"]
+                        for r in timeline
+                        if r.get("phase") == "forward" and r.get("event") == "wait"
+                    )
+                )
         except NotImplementedError as exc:
             return {"error": str(exc)}
         out[block] = {"compute": compute, "wait": wait, "transfer": _exchange_time((2, block, heads, head_dim))}
     return out
 
 
-def load_balance(rank: int, world_size: int, impl: str | None, seq: int, heads: int, head_dim: int,
-                 repeats: int = 3) -> dict:
+def load_balance(
+    rank: int, world_size: int, impl: str | None, seq: int, heads: int, head_dim: int, repeats: int = 3
+) -> dict:
     """Causal ring attention forward, contiguous and zigzag: this rank's compute CPU time (best of ``repeats``)."""
     try:
         lab = _lab(impl)
@@ -192,11 +216,15 @@ def load_balance(rank: int, world_size: int, impl: str | None, seq: int, heads: 
 
 def four_ranks(rank: int, world_size: int, impl: str | None, exact: tuple, balance: tuple) -> dict:
     """Lesson 12's 4-rank runs in one start-up: ``exactness_and_bytes(*exact)`` and ``load_balance(*balance)``."""
-    return {"exact": exactness_and_bytes(rank, world_size, impl, *exact),
-            "balance": load_balance(rank, world_size, impl, *balance)}
+    return {
+        "exact": exactness_and_bytes(rank, world_size, impl, *exact),
+        "balance": load_balance(rank, world_size, impl, *balance),
+    }
 
 
 def two_ranks(rank: int, world_size: int, impl: str | None, timeline: tuple, sweep: tuple) -> dict:
     """Lesson 12's 2-rank runs in one start-up: ``ring_timeline(*timeline)`` and ``overlap_sweep(*sweep)``."""
-    return {"timeline": ring_timeline(rank, world_size, impl, *timeline),
-            "sweep": overlap_sweep(rank, world_size, impl, *sweep)}
+    return {
+        "timeline": ring_timeline(rank, world_size, impl, *timeline),
+        "sweep": overlap_sweep(rank, world_size, impl, *sweep),
+    }

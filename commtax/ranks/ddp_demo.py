@@ -56,12 +56,14 @@ class _TorchDDP:
 
         self.ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=bucket_cap_bytes / 2**20)
         self.times = []
-        compressor = {"fp16": default_hooks.fp16_compress_hook,
-                      "bf16": default_hooks.bf16_compress_hook}.get(compress)
+        compressor = {"fp16": default_hooks.fp16_compress_hook, "bf16": default_hooks.bf16_compress_hook}.get(compress)
 
         def hook(state, bucket):
-            record = {"bucket": bucket.index(), "bytes": bucket.buffer().numel() * bucket.buffer().element_size(),
-                      "ready": time.perf_counter()}
+            record = {
+                "bucket": bucket.index(),
+                "bytes": bucket.buffer().numel() * bucket.buffer().element_size(),
+                "ready": time.perf_counter(),
+            }
             self.times.append(record)
             if compressor is not None:
                 future = compressor(None, bucket)
@@ -90,8 +92,9 @@ class _TorchDDP:
         return timeline
 
 
-def measure_ddp(rank: int, world_size: int, impl: str, widths, batch: int, bucket_caps, steps: int = 5,
-                compress: str | None = None) -> dict:
+def measure_ddp(
+    rank: int, world_size: int, impl: str, widths, batch: int, bucket_caps, steps: int = 5, compress: str | None = None
+) -> dict:
     """Runs on every rank: compute-only backward, then per cap the link and overlapped steps.
 
     Returns ``{"compute": [{"backward", "grad_times", "cpu_share"}...], "caps": {cap: {"steps":
@@ -103,10 +106,11 @@ def measure_ddp(rank: int, world_size: int, impl: str, widths, batch: int, bucke
     lab = None
     if impl != "torch":
         from commtax.boundary.labfiles import load_lab
+
         lab = load_lab("lab-09-ddp-overlap", impl)
     grad_time = [0.0] * len(param_bytes(widths))
 
-    def timed_model():   # a fresh model per wrapper: hooks stay on a parameter for good
+    def timed_model():  # a fresh model per wrapper: hooks stay on a parameter for good
         model = make_mlp(widths)
         for i, p in enumerate(model.parameters()):
             p.register_post_accumulate_grad_hook(lambda p, i=i: grad_time.__setitem__(i, time.perf_counter()))
@@ -118,7 +122,7 @@ def measure_ddp(rank: int, world_size: int, impl: str, widths, batch: int, bucke
 
     def one_step(ddp, model, sync):
         model.zero_grad(set_to_none=False)
-        if not sync:   # the forward too: PyTorch's DDP decides in forward whether this backward syncs
+        if not sync:  # the forward too: PyTorch's DDP decides in forward whether this backward syncs
             with ddp.no_sync():
                 loss = F.mse_loss(ddp(x), y)
                 dist.barrier()
@@ -126,8 +130,11 @@ def measure_ddp(rank: int, world_size: int, impl: str, widths, batch: int, bucke
                 cpu0 = time.thread_time()
                 loss.backward()
             wall = time.perf_counter() - t0
-            return {"backward": wall, "grad_times": [t - t0 for t in grad_time],
-                    "cpu_share": (time.thread_time() - cpu0) / wall}
+            return {
+                "backward": wall,
+                "grad_times": [t - t0 for t in grad_time],
+                "cpu_share": (time.thread_time() - cpu0) / wall,
+            }
         loss = F.mse_loss(ddp(x), y)
         dist.barrier()
         t0 = time.perf_counter()
@@ -142,11 +149,11 @@ def measure_ddp(rank: int, world_size: int, impl: str, widths, batch: int, bucke
     for cap in bucket_caps:
         model = timed_model()
         ddp = _TorchDDP(model, cap, compress) if lab is None else lab.BucketedDDP(model, cap)
-        for _ in range(3):   # warm-up (PyTorch's DDP rebuilds its buckets after the first step)
+        for _ in range(3):  # warm-up (PyTorch's DDP rebuilds its buckets after the first step)
             one_step(ddp, model, True)
             one_step(ddp, model, False)
         compute, measured = [], []
-        for _ in range(steps):   # interleaved, so that both see the same load on a shared machine
+        for _ in range(steps):  # interleaved, so that both see the same load on a shared machine
             compute.append(one_step(ddp, model, False))
             measured.append(one_step(ddp, model, True))
         result["compute"] = (result["compute"] or []) + compute
@@ -177,24 +184,37 @@ def summarize(results, bucket_assignment, overlapped_allreduce_finish, widths) -
     for cap in results[0]["caps"]:
         plan = bucket_assignment(sizes, cap)
         nbytes = [sum(sizes[i] for i in bucket) for bucket in plan]
-        ready = [max(statistics.median(max(s["grad_times"][i] for i in bucket) for s in r["compute"])
-                     for r in results) for bucket in plan]
+        ready = [
+            max(statistics.median(max(s["grad_times"][i] for i in bucket) for s in r["compute"]) for r in results)
+            for bucket in plan
+        ]
         comm = [max(r["caps"][cap]["link"].get(n, float("nan")) for r in results) for n in nbytes]
         finish = overlapped_allreduce_finish(ready, comm)
         steps = [s for r in results for s in r["caps"][cap]["steps"]]
         # The job's step: from the backward start to the last rank's gradients being ready
         # (perf_counter is one clock for every process of a machine; the ranks start after a barrier).
-        per_step = [max(r["caps"][cap]["steps"][j]["t0"] + r["caps"][cap]["steps"][j]["step"] for r in results)
-                    - max(r["caps"][cap]["steps"][j]["t0"] for r in results)
-                    for j in range(len(results[0]["caps"][cap]["steps"]))]
+        per_step = [
+            max(r["caps"][cap]["steps"][j]["t0"] + r["caps"][cap]["steps"][j]["step"] for r in results)
+            - max(r["caps"][cap]["steps"][j]["t0"] for r in results)
+            for j in range(len(results[0]["caps"][cap]["steps"]))
+        ]
         measured_step = statistics.median(per_step)
-        rows.append({"cap": cap, "buckets": len(plan), "backward": backward, "comm_total": sum(comm),
-                     "predicted_step": max(finish, backward), "predicted_exposed": max(0.0, finish - backward),
-                     "measured_step": measured_step, "measured_exposed": measured_step - backward,
-                     "measured_wait": statistics.median(s["wait"] for s in steps),
-                     "cpu_share": min(statistics.median(s["cpu_share"] for s in r["compute"]) for r in results),
-                     "first_finish_before_backward_end": sum(s["timeline"][0]["finish"] < s["backward"]
-                                                             for s in steps) / len(steps)})
+        rows.append(
+            {
+                "cap": cap,
+                "buckets": len(plan),
+                "backward": backward,
+                "comm_total": sum(comm),
+                "predicted_step": max(finish, backward),
+                "predicted_exposed": max(0.0, finish - backward),
+                "measured_step": measured_step,
+                "measured_exposed": measured_step - backward,
+                "measured_wait": statistics.median(s["wait"] for s in steps),
+                "cpu_share": min(statistics.median(s["cpu_share"] for s in r["compute"]) for r in results),
+                "first_finish_before_backward_end": sum(s["timeline"][0]["finish"] < s["backward"] for s in steps)
+                / len(steps),
+            }
+        )
     return rows
 
 
@@ -213,8 +233,13 @@ def pytorch_buckets(rank: int, world_size: int, widths, bucket_cap_mb=None) -> d
         model.zero_grad()
         ddp(x).sum().backward()
     logged = ddp._get_ddp_logging_data()
-    return {"bucket_cap_bytes": logged.get("bucket_cap_bytes"),
-            "initial_sizes": [int(v) for v in str(before).split(",") if v.strip()],
-            "rebuilt_sizes": [int(v) for v in str(logged.get("rebuilt_bucket_sizes", "")).split(",") if v.strip()],
-            "rebuilt_indices": [[int(i) for i in b.split()] for b in
-                                str(logged.get("rebuilt_per_bucket_param_indices", "")).split(",") if b.strip()]}
+    return {
+        "bucket_cap_bytes": logged.get("bucket_cap_bytes"),
+        "initial_sizes": [int(v) for v in str(before).split(",") if v.strip()],
+        "rebuilt_sizes": [int(v) for v in str(logged.get("rebuilt_bucket_sizes", "")).split(",") if v.strip()],
+        "rebuilt_indices": [
+            [int(i) for i in b.split()]
+            for b in str(logged.get("rebuilt_per_bucket_param_indices", "")).split(",")
+            if b.strip()
+        ],
+    }

@@ -57,8 +57,9 @@ def eight_primitives(rank: int, world_size: int) -> dict:
     return rows
 
 
-def ring_on_real_ranks(rank: int, world_size: int, impl: str | None, nbytes: int, fit_sizes: list[int],
-                       iters: int = 10) -> dict:
+def ring_on_real_ranks(
+    rank: int, world_size: int, impl: str | None, nbytes: int, fit_sizes: list[int], iters: int = 10
+) -> dict:
     """Lesson 02's real run: all-reduce ``nbytes`` with Lab 02's ring and with gloo's own; time both.
 
     Uses ``labs/lab-02-ring-allreduce`` as ``impl`` (or LAB_IMPL) says. If that
@@ -127,6 +128,8 @@ def tp_mlp_on_real_ranks(rank: int, world_size: int, impl: str | None, hidden: i
     return {
         "max_output_diff": (y - full(x)).abs().max().item(),
         "max_input_grad_diff": (x_tp.grad - x_ref.grad).abs().max().item(),
-        "forward": forward.collectives, "backward": backward.collectives,
-        "fc1_shard": tuple(parallel.fc1.weight.shape), "fc1_full": tuple(full.fc1.weight.shape),
+        "forward": forward.collectives,
+        "backward": backward.collectives,
+        "fc1_shard": tuple(parallel.fc1.weight.shape),
+        "fc1_full": tuple(full.fc1.weight.shape),
     }

@@ -81,20 +81,25 @@ from commtax.ranks._failures import BackendUnavailable, DistributedRunError, Ran
 from commtax.ranks._frames import learner_traceback
 from commtax.ranks._quotes import Quotes
 from commtax.ranks._report import causes_first, describe
-from commtax.ranks._start import (
-    Rendezvous,
-    files_lock,
-    kill_all,
-    make_rank_folders,
-    start_rank,
-    tail,
-    write_job,
-)
+from commtax.ranks._start import Rendezvous, files_lock, kill_all, make_rank_folders, start_rank, tail, write_job
 from commtax.ranks._watch import watch
 
-__all__ = ["BACKENDS", "DEADLOCK_AFTER", "BackendUnavailable", "DistributedRunError", "RankFailure", "RankResults",
-           "backend_unavailable_reason", "gpu_count", "launch", "launched_by_torchrun", "learner_traceback",
-           "rank_device", "run_ranks", "run_under_torchrun"]
+__all__ = [
+    "BACKENDS",
+    "DEADLOCK_AFTER",
+    "BackendUnavailable",
+    "DistributedRunError",
+    "RankFailure",
+    "RankResults",
+    "backend_unavailable_reason",
+    "gpu_count",
+    "launch",
+    "launched_by_torchrun",
+    "learner_traceback",
+    "rank_device",
+    "run_ranks",
+    "run_under_torchrun",
+]
 
 BACKENDS = ("gloo", "nccl")
 DEADLOCK_AFTER = 2.0  # seconds every rank may wait on a peer, using no CPU, before it is a deadlock
@@ -187,8 +192,11 @@ def run_ranks(
         raise ValueError(f"grace must be >= 0 seconds, got {grace!r}")
     if deadlock_after is not None and not deadlock_after > 0:
         raise ValueError(f"deadlock_after must be > 0 seconds or None, got {deadlock_after!r}")
-    if rank_args is not None and (not isinstance(rank_args, (list, tuple)) or len(rank_args) != world_size
-                                  or not all(isinstance(a, tuple) for a in rank_args)):
+    if rank_args is not None and (
+        not isinstance(rank_args, (list, tuple))
+        or len(rank_args) != world_size
+        or not all(isinstance(a, tuple) for a in rank_args)
+    ):
         raise ValueError(f"rank_args must be a list of {world_size} tuples (one per rank), got {rank_args!r:.200}")
     reason = backend_unavailable_reason(backend, world_size)
     if reason:
@@ -197,8 +205,9 @@ def run_ranks(
 
     quotes = Quotes.of_job(fn, args, kwargs)  # the learner's files, read before any rank starts
     for attempt in range(1 + START_RETRIES):
-        results, failures, outputs, counted = _run_once(fn, world_size, args, kwargs, backend, timeout, grace,
-                                                        live, env, deadlock_after, rank_args)
+        results, failures, outputs, counted = _run_once(
+            fn, world_size, args, kwargs, backend, timeout, grace, live, env, deadlock_after, rank_args
+        )
         if not (failures and backend == "gloo" and _lost_in_start(failures)) or attempt == START_RETRIES:
             break
         # Not the job's fault: no rank had run a line of it. Start the whole run again.
@@ -241,21 +250,24 @@ def _run_once(fn, world_size, args, kwargs, backend, timeout, grace, live, env, 
         write_job(run_dir, fn, tuple(args), dict(kwargs or {}), world_size, backend, timeout)
         make_rank_folders(run_dir, world_size)
         wire_before = wire.loopback_bytes()
-        procs = [start_rank(run_dir, rank, world_size, env, own_args(rank_args, rank), rendezvous)
-                 for rank in range(world_size)]
+        procs = [
+            start_rank(run_dir, rank, world_size, env, own_args(rank_args, rank), rendezvous)
+            for rank in range(world_size)
+        ]
         if rendezvous:
             rendezvous.started()
-        results, failures = watch(run_dir, procs, timeout, grace, live,
-                                  deadlock_after if backend == "gloo" else None, rendezvous)
+        results, failures = watch(
+            run_dir, procs, timeout, grace, live, deadlock_after if backend == "gloo" else None, rendezvous
+        )
         wire_after = wire.loopback_bytes()
         outputs = [tail(os.path.join(run_dir, f"rank{r}.out")) for r in range(world_size)]
     finally:
         kill_all(procs)
         if rendezvous:
             rendezvous.close()
-        remove_tree(run_dir)   # the ranks ran learner code: no recursion, no link followed, never raises
+        remove_tree(run_dir)  # the ranks ran learner code: no recursion, no link followed, never raises
         if hasattr(run_dir, "close"):
-            run_dir.close()    # its descriptor now, not when a kept traceback lets it go
+            run_dir.close()  # its descriptor now, not when a kept traceback lets it go
 
     counted = None if failures or wire_before is None or wire_after is None else wire_after - wire_before
     return results, failures, outputs, counted
@@ -291,8 +303,9 @@ def launched_by_torchrun() -> bool:
     return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
 
 
-def run_under_torchrun(fn, args: tuple = (), kwargs: dict | None = None, *, backend: str | None = None,
-                       timeout: float = 600.0):
+def run_under_torchrun(
+    fn, args: tuple = (), kwargs: dict | None = None, *, backend: str | None = None, timeout: float = 600.0
+):
     """Join the ``torchrun`` job this process belongs to and run ``fn`` on this rank.
 
     ``backend`` defaults to NCCL when this process sees a GPU, else gloo. Each
@@ -309,16 +322,22 @@ def run_under_torchrun(fn, args: tuple = (), kwargs: dict | None = None, *, back
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    dist.init_process_group(backend=backend, init_method="env://",
-                            timeout=datetime.timedelta(seconds=timeout))
+    dist.init_process_group(backend=backend, init_method="env://", timeout=datetime.timedelta(seconds=timeout))
     try:
         return fn(dist.get_rank(), dist.get_world_size(), *args, **(kwargs or {}))
     finally:
         dist.destroy_process_group()
 
 
-def launch(fn, world_size: int, args: tuple = (), kwargs: dict | None = None, *,
-           backend: str | None = None, timeout: float = 600.0):
+def launch(
+    fn,
+    world_size: int,
+    args: tuple = (),
+    kwargs: dict | None = None,
+    *,
+    backend: str | None = None,
+    timeout: float = 600.0,
+):
     """Run ``fn`` on every rank: under torchrun if this process is part of a
     torchrun job (returns this rank's result), else by spawning ``world_size``
     local ranks (returns the list of results)."""

@@ -92,8 +92,7 @@ def fit_alpha_beta(nbytes, seconds, world_size: int, collective: str = "all_redu
         column = design[:, 1]
         alpha, beta = 0.0, float(column.sum() / (column @ column))
     if beta <= 0:
-        raise ValueError("the times do not grow with the size: no bandwidth can be fitted "
-                         "(measure larger messages)")
+        raise ValueError("the times do not grow with the size: no bandwidth can be fitted (measure larger messages)")
     return float(alpha), float(1.0 / beta)
     # END GRADED: return learner.lab("03").fit_alpha_beta(nbytes, seconds, world_size, collective)
 

@@ -27,8 +27,9 @@ def _model(layers: int, width: int) -> nn.Sequential:
     return nn.Sequential(*modules)
 
 
-def fsdp_ledger(rank: int, world_size: int, layers: int = 4, width: int = 64, microbatches: int = 4,
-                steps: int = 2, rows: int = 8) -> dict:
+def fsdp_ledger(
+    rank: int, world_size: int, layers: int = 4, width: int = 64, microbatches: int = 4, steps: int = 2, rows: int = 8
+) -> dict:
     """Run on every rank. Returns ``{True: run, False: run}`` keyed by ``reshard_after_forward``.
 
     Each run: ``collectives`` [(name, payload bytes)], ``n_params``,
@@ -54,6 +55,11 @@ def fsdp_ledger(rank: int, world_size: int, layers: int = 4, width: int = 64, mi
                 optimizer.step()
                 optimizer.zero_grad()
         held = sum(p.to_local().numel() * p.to_local().element_size() for p in model.parameters())
-        out[reshard] = {"collectives": list(traffic.collectives), "n_params": n_params,
-                        "param_bytes_held": held, "steps": steps, "microbatches": microbatches}
+        out[reshard] = {
+            "collectives": list(traffic.collectives),
+            "n_params": n_params,
+            "param_bytes_held": held,
+            "steps": steps,
+            "microbatches": microbatches,
+        }
     return out

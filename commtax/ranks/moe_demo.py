@@ -15,8 +15,17 @@ import torch
 LAB = "lab-10-moe-all-to-all"
 
 
-def ep_layer_on_real_ranks(rank: int, world_size: int, impl: str | None, hidden: int, ffn: int, experts: int,
-                           top_k: int, tokens: int, hot_shares=(0.0,)) -> dict:
+def ep_layer_on_real_ranks(
+    rank: int,
+    world_size: int,
+    impl: str | None,
+    hidden: int,
+    ffn: int,
+    experts: int,
+    top_k: int,
+    tokens: int,
+    hot_shares=(0.0,),
+) -> dict:
     """Run Lab 10's EP layer on this rank's ``tokens`` tokens; return routing, bytes and the largest error.
 
     One run per entry of ``hot_shares``, returned as {share: result}. A share is the share of every rank's tokens pushed towards expert 0
@@ -29,11 +38,11 @@ def ep_layer_on_real_ranks(rank: int, world_size: int, impl: str | None, hidden:
 
     try:
         lab = load_lab(LAB, impl)
-        torch.manual_seed(0)                                   # the same full layer on every rank
+        torch.manual_seed(0)  # the same full layer on every rank
         full = lab.MoE(hidden, ffn, experts, top_k, dtype=torch.float64)
         with torch.no_grad():
             full.router.weight[:, 0] = 0.0
-            full.router.weight[0, 0] = 50.0                    # feature 0 marks "hot" tokens for expert 0
+            full.router.weight[0, 0] = 50.0  # feature 0 marks "hot" tokens for expert 0
         layer = lab.ExpertParallelMoE.from_full(full)
     except (FileNotFoundError, NotImplementedError) as exc:
         return {"error": str(exc)}
@@ -43,7 +52,7 @@ def ep_layer_on_real_ranks(rank: int, world_size: int, impl: str | None, hidden:
 def _one_run(lab, full, layer, rank, tokens, hidden, hot_share):
     from commtax.ranks.traffic import record_traffic
 
-    gen = torch.Generator().manual_seed(100 + rank)            # this rank's own tokens
+    gen = torch.Generator().manual_seed(100 + rank)  # this rank's own tokens
     x = torch.randn(tokens, hidden, dtype=torch.float64, generator=gen)
     x[:, 0] = 0.0
     x[: int(round(hot_share * tokens)), 0] = 1.0
@@ -57,8 +66,10 @@ def _one_run(lab, full, layer, rank, tokens, hidden, hot_share):
         return {"error": str(exc)}
     reference = full(x)
     return {
-        "send_counts": list(layer.send_counts), "recv_counts": list(layer.recv_counts),
-        "forward_bytes": forward.bytes_sent, "backward_bytes": backward.bytes_sent,
+        "send_counts": list(layer.send_counts),
+        "recv_counts": list(layer.recv_counts),
+        "forward_bytes": forward.bytes_sent,
+        "backward_bytes": backward.bytes_sent,
         "collectives": forward.collectives + backward.collectives,
         "max_output_diff": (y - reference).abs().max().item(),
         "experts_here": int(layer.w1.shape[0]),

@@ -23,7 +23,7 @@ import os
 import time
 from contextlib import contextmanager
 
-RING_SHARE = {"all_reduce": lambda g: 2 * (g - 1) / g}   # bytes sent per byte of buffer, per op (ring)
+RING_SHARE = {"all_reduce": lambda g: 2 * (g - 1) / g}  # bytes sent per byte of buffer, per op (ring)
 
 
 def _profile():
@@ -64,16 +64,18 @@ def _profiler_after_groups(groups: int):
         if made[0] >= groups:
             prof.stop()
     if made[0] < groups:
-        raise RuntimeError(f"expected {groups} dist.new_group calls before training, saw {made[0]}: "
-                           "the profiler never started")
+        raise RuntimeError(
+            f"expected {groups} dist.new_group calls before training, saw {made[0]}: the profiler never started"
+        )
 
 
 def _trace_path(outdir: str, rank: int) -> str:
     return os.path.join(outdir, f"rank{rank}.json.gz")
 
 
-def profiled_whole_bill(rank: int, world_size: int, impl: str | None, dp: int, tp: int, pp: int, sizes: dict,
-                        outdir: str) -> dict:
+def profiled_whole_bill(
+    rank: int, world_size: int, impl: str | None, dp: int, tp: int, pp: int, sizes: dict, outdir: str
+) -> dict:
     """Lab 12's ``train`` on this rank, profiled and counted.
 
     ``impl``: "solution", "starter", or None for ``LAB_IMPL``. Returns ``{"path": the trace,
@@ -99,12 +101,24 @@ def profiled_whole_bill(rank: int, world_size: int, impl: str | None, dp: int, t
         result = lab.train(rank, world_size, dp, tp, pp, **sizes)
     path = _trace_path(outdir, rank)
     prof.export_chrome_trace(path)
-    return {"path": path, "counted": bytes_by_axis(traffic, dp, tp, pp, sizes["steps"]),
-            "ledger": dict(result["ledger"]), "step_s": list(result["step_s"])}
+    return {
+        "path": path,
+        "counted": bytes_by_axis(traffic, dp, tp, pp, sizes["steps"]),
+        "ledger": dict(result["ledger"]),
+        "step_s": list(result["step_s"]),
+    }
 
 
-def profiled_ddp(rank: int, world_size: int, impl: str | None, widths: list[int], batch: int,
-                 bucket_cap_bytes: int, steps: int, outdir: str) -> dict:
+def profiled_ddp(
+    rank: int,
+    world_size: int,
+    impl: str | None,
+    widths: list[int],
+    batch: int,
+    bucket_cap_bytes: int,
+    steps: int,
+    outdir: str,
+) -> dict:
     """Lab 09's data-parallel steps on this rank (``impl="torch"``: PyTorch's DDP), profiled and counted.
 
     Two warm-up steps run first, unprofiled (PyTorch's DDP rebuilds its buckets after the first).
@@ -125,6 +139,7 @@ def profiled_ddp(rank: int, world_size: int, impl: str | None, widths: list[int]
         ddp_class = _TorchDDP
     else:
         from commtax.boundary.labfiles import load_lab
+
         ddp_class = load_lab("lab-09-ddp-overlap", impl).BucketedDDP
     model = make_mlp(widths)
     ddp = ddp_class(model, bucket_cap_bytes)
@@ -139,9 +154,12 @@ def profiled_ddp(rank: int, world_size: int, impl: str | None, widths: list[int]
         t1 = time.perf_counter()
         timeline = ddp.finish_gradient_synchronization()
         finish = max((r["finish"] for r in timeline), default=t1)
-        return {"backward_s": t1 - t0, "wait_s": max(0.0, finish - t1),
-                "comm_s": _union([(r["start"], r["finish"]) for r in timeline]),
-                "bucket_bytes": [int(r["bytes"]) for r in timeline]}
+        return {
+            "backward_s": t1 - t0,
+            "wait_s": max(0.0, finish - t1),
+            "comm_s": _union([(r["start"], r["finish"]) for r in timeline]),
+            "bucket_bytes": [int(r["bytes"]) for r in timeline],
+        }
 
     for _ in range(2):
         step()
@@ -151,9 +169,12 @@ def profiled_ddp(rank: int, world_size: int, impl: str | None, widths: list[int]
     path = _trace_path(outdir, rank)
     prof.export_chrome_trace(path)
     all_reduced = sum(nbytes for name, _, nbytes in traffic.collective_groups if name == "all_reduce")
-    return {"path": path, "counted_all_reduce_bytes": all_reduced / steps,
-            "buckets": measured[0].pop("bucket_bytes"),
-            "steps": [{k: v for k, v in m.items() if k != "bucket_bytes"} for m in measured]}
+    return {
+        "path": path,
+        "counted_all_reduce_bytes": all_reduced / steps,
+        "buckets": measured[0].pop("bucket_bytes"),
+        "steps": [{k: v for k, v in m.items() if k != "bucket_bytes"} for m in measured],
+    }
 
 
 def _union(intervals) -> float:

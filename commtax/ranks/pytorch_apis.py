@@ -161,6 +161,7 @@ def make_model(layers: int, hidden: int, seed: int = 0, norm: bool = False) -> n
 
 # -- the bill, from the sizes alone ----------------------------------------------------------
 
+
 def params_per_tp_rank(layers: int, hidden: int, tp: int) -> int:
     """Parameters one TP rank holds before FSDP shards them: W1, b1, W2 split t ways; b2 replicated."""
     ffn = 4 * hidden // tp
@@ -181,32 +182,50 @@ def expected_bill(layers, hidden, micro_batch, seq, microbatches, dp=2, tp=2, pp
     from commtax.formulas import bill
 
     L, B = layers, dtype_bytes
-    tp_bytes = bill.tp_bytes_per_layer(micro_batch, seq, hidden, tp, B) / 2 * L   # MLP-only: 2 of 4 all-reduces
+    tp_bytes = bill.tp_bytes_per_layer(micro_batch, seq, hidden, tp, B) / 2 * L  # MLP-only: 2 of 4 all-reduces
     n_rank = params_per_tp_rank(L, hidden, tp)
     fsdp = {"bytes": bill.zero_bytes(n_rank, dp, 3, B), "calls": {"all_gather": 2 * L, "reduce_scatter": L}}
     n_stage = params_per_tp_rank(L // pp, hidden, 1)
     return {
         "dp_tp": {"tp": {"bytes": tp_bytes, "calls": {"all_reduce": 2 * L}}, "dp": fsdp},
         "dp_tp_sp": {"tp": {"bytes": tp_bytes, "calls": {"all_gather": 2 * L, "reduce_scatter": 2 * L}}, "dp": fsdp},
-        "pp_dp": {"pp": {"bytes": bill.pp_bytes_per_microbatch(micro_batch, seq, hidden, B) * microbatches
-                         * (pp - 1) / pp, "calls": {"send": microbatches}},
-                  "dp": {"bytes": bill.dp_allreduce_bytes(n_stage, dp, B), "calls": {"all_reduce": 1}}},
+        "pp_dp": {
+            "pp": {
+                "bytes": bill.pp_bytes_per_microbatch(micro_batch, seq, hidden, B) * microbatches * (pp - 1) / pp,
+                "calls": {"send": microbatches},
+            },
+            "dp": {"bytes": bill.dp_allreduce_bytes(n_stage, dp, B), "calls": {"all_reduce": 1}},
+        },
         # Beyond the course's bill: each norm's weight and bias gradients (h each) are Partial on the TP
         # ranks and all-reduced in the optimizer's step, 2(t-1)/t x 2h B per norm.
-        "tp_sp_norm": {"tp": {"bytes": tp_bytes + L * 2 * (tp - 1) / tp * 2 * hidden * B,
-                              "calls": {"all_gather": 2 * L, "reduce_scatter": 2 * L, "all_reduce": 2 * L}}},
+        "tp_sp_norm": {
+            "tp": {
+                "bytes": tp_bytes + L * 2 * (tp - 1) / tp * 2 * hidden * B,
+                "calls": {"all_gather": 2 * L, "reduce_scatter": 2 * L, "all_reduce": 2 * L},
+            }
+        },
     }
 
 
 # -- counting --------------------------------------------------------------------------------
 
+
 def course_op(name: str) -> str:
     """A collective's name in the course's words, from torch's many (``c10d._allgather_base_``, ...)."""
     name = str(name).rsplit(".", 1)[-1].lower()
-    for key, op in (("all_gather", "all_gather"), ("allgather", "all_gather"), ("reduce_scatter", "reduce_scatter"),
-                    ("all_reduce", "all_reduce"), ("allreduce", "all_reduce"), ("all_to_all", "all_to_all"),
-                    ("alltoall", "all_to_all"), ("broadcast", "broadcast"), ("barrier", "barrier"),
-                    ("send", "send"), ("recv", "recv")):
+    for key, op in (
+        ("all_gather", "all_gather"),
+        ("allgather", "all_gather"),
+        ("reduce_scatter", "reduce_scatter"),
+        ("all_reduce", "all_reduce"),
+        ("allreduce", "all_reduce"),
+        ("all_to_all", "all_to_all"),
+        ("alltoall", "all_to_all"),
+        ("broadcast", "broadcast"),
+        ("barrier", "barrier"),
+        ("send", "send"),
+        ("recv", "recv"),
+    ):
         if key in name:
             return op
     return name
@@ -243,7 +262,7 @@ def ledger(traffic, functional, axis_groups: dict) -> dict:
 
     for name, ranks, payload in traffic.collective_groups:
         op = course_op(name)
-        if op == "reduce_scatter":   # record_traffic sizes the first argument: the output, one shard
+        if op == "reduce_scatter":  # record_traffic sizes the first argument: the output, one shard
             payload *= len(ranks)
         add(axis_of.get(tuple(ranks), "other"), op, sent_bytes(op, len(ranks), payload), "torch.distributed")
     for op, ranks, payload in functional:
@@ -265,6 +284,7 @@ def debug_mode_calls(comm_counts: dict) -> dict:
 
 
 # -- the rank side ---------------------------------------------------------------------------
+
 
 def _tp_plan(sequence_parallel: bool, slip, norm: bool = False):
     from torch.distributed.tensor import Replicate, Shard
@@ -308,10 +328,10 @@ def dp_tp_steps(mesh, sizes: dict, sequence_parallel: bool = False, slip=None, n
     out = {"loss": [], "counted": [], "debug_mode": []}
     for step in range(sizes["steps"]):
         x, target = wholebill.make_batch(dp * b, seq, hidden, step)
-        x, target = x[d * b:(d + 1) * b], target[d * b:(d + 1) * b]
-        if sequence_parallel:   # each TP rank holds its 1/t of the sequence
+        x, target = x[d * b : (d + 1) * b], target[d * b : (d + 1) * b]
+        if sequence_parallel:  # each TP rank holds its 1/t of the sequence
             chunk = seq // tp
-            x, target = x[:, t * chunk:(t + 1) * chunk], target[:, t * chunk:(t + 1) * chunk]
+            x, target = x[:, t * chunk : (t + 1) * chunk], target[:, t * chunk : (t + 1) * chunk]
         x = x.clone().requires_grad_(slip != "input_no_grad")
         debug = CommDebugMode()
         with record_traffic() as traffic, record_functional_collectives() as functional, debug:
@@ -320,7 +340,7 @@ def dp_tp_steps(mesh, sizes: dict, sequence_parallel: bool = False, slip=None, n
             (loss / tp if sequence_parallel else loss).backward()
             optimizer.step()
             optimizer.zero_grad()
-        out["loss"].append(loss.item())   # the mean over ranks is the global batch's loss
+        out["loss"].append(loss.item())  # the mean over ranks is the global batch's loss
         out["counted"].append(ledger(traffic, functional, groups))
         out["debug_mode"].append(debug_mode_calls(debug.get_comm_counts()))
     return out
@@ -341,7 +361,7 @@ def average_gradients(parameters: list, dp_group, dp: int) -> None:
     flat /= dp
     offset = 0
     for g in grads:
-        g.copy_(flat[offset:offset + g.numel()].view_as(g))
+        g.copy_(flat[offset : offset + g.numel()].view_as(g))
         offset += g.numel()
     # END GRADED: return learner.lab("12").sync_gradients([dict(enumerate(parameters))], dp_group, dp)
 
@@ -364,7 +384,7 @@ def pp_dp_steps(mesh, sizes: dict) -> dict:
     pp, dp = mesh["pp"].size(), mesh["dp"].size()
     p, d = mesh["pp"].get_local_rank(), mesh["dp"].get_local_rank()
     per_stage = layers // pp
-    stage_module = nn.Sequential(*list(make_model(layers, hidden))[p * per_stage:(p + 1) * per_stage])
+    stage_module = nn.Sequential(*list(make_model(layers, hidden))[p * per_stage : (p + 1) * per_stage])
     stage = PipelineStage(stage_module, p, pp, torch.device("cpu"), group=mesh["pp"].get_group())
     schedule = Schedule1F1B(stage, n_microbatches=m, loss_fn=F.mse_loss)
     optimizer = torch.optim.SGD(stage_module.parameters(), lr=sizes["lr"])
@@ -373,7 +393,7 @@ def pp_dp_steps(mesh, sizes: dict) -> dict:
     out = {"loss": [], "counted": []}
     for step in range(sizes["steps"]):
         x, target = wholebill.make_batch(dp * m * b, seq, hidden, step)
-        x, target = x[d * m * b:(d + 1) * m * b], target[d * m * b:(d + 1) * m * b]
+        x, target = x[d * m * b : (d + 1) * m * b], target[d * m * b : (d + 1) * m * b]
         losses = []
         with record_traffic() as traffic, record_functional_collectives() as functional:
             if p == 0:
@@ -419,8 +439,12 @@ def run_plans(rank, world_size, sizes=None, plans=PLANS, slips=()) -> dict:
         else:
             raise ValueError(f"plans: unknown plan {plan!r}, expected some of {PLANS}")
     if slips:
-        out["slips"] = {slip: dp_tp_steps(init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp")),
-                                          dict(sizes, steps=1), slip=slip) for slip in slips}
+        out["slips"] = {
+            slip: dp_tp_steps(
+                init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp")), dict(sizes, steps=1), slip=slip
+            )
+            for slip in slips
+        }
     return out
 
 
@@ -454,7 +478,7 @@ def pp_dp_tp_steps(rank, world_size, sizes=None, input_grad: bool = True) -> dic
     pp, dp = mesh["pp"].size(), mesh["dp"].size()
     p, d = mesh["pp"].get_local_rank(), mesh["dp"].get_local_rank()
     per_stage = layers // pp
-    stage_module = nn.Sequential(*list(make_model(layers, hidden))[p * per_stage:(p + 1) * per_stage])
+    stage_module = nn.Sequential(*list(make_model(layers, hidden))[p * per_stage : (p + 1) * per_stage])
     for block in stage_module:
         parallelize_module(block, mesh["tp"], _tp_plan(False, None))
         fully_shard(block, mesh=mesh["dp"], reshard_after_forward=False)
@@ -466,7 +490,7 @@ def pp_dp_tp_steps(rank, world_size, sizes=None, input_grad: bool = True) -> dic
     out = {"loss": [], "counted": []}
     for step in range(sizes["steps"]):
         x, target = wholebill.make_batch(dp * m * b, seq, hidden, step)
-        x, target = x[d * m * b:(d + 1) * m * b], target[d * m * b:(d + 1) * m * b]
+        x, target = x[d * m * b : (d + 1) * m * b], target[d * m * b : (d + 1) * m * b]
         losses = []
         with record_traffic() as traffic, record_functional_collectives() as functional:
             if p == 0:
@@ -490,15 +514,24 @@ def expected_3d(layers, hidden, micro_batch, seq, microbatches, dp=2, tp=2, pp=2
     from commtax.formulas import bill
 
     per_stage = layers // pp
-    return {"tp": {"bytes": bill.tp_bytes_per_layer(micro_batch, seq, hidden, tp, dtype_bytes) / 2 * per_stage
-                   * microbatches, "calls": {"all_reduce": 2 * per_stage * microbatches}},
-            "dp": {"bytes": bill.zero_bytes(params_per_tp_rank(per_stage, hidden, tp), dp, 1, dtype_bytes),
-                   "calls": {"all_gather": per_stage, "reduce_scatter": per_stage}},
-            "pp": {"bytes": bill.pp_bytes_per_microbatch(micro_batch, seq, hidden, dtype_bytes) * microbatches
-                   * (pp - 1) / pp, "calls": {"send": microbatches}}}
+    return {
+        "tp": {
+            "bytes": bill.tp_bytes_per_layer(micro_batch, seq, hidden, tp, dtype_bytes) / 2 * per_stage * microbatches,
+            "calls": {"all_reduce": 2 * per_stage * microbatches},
+        },
+        "dp": {
+            "bytes": bill.zero_bytes(params_per_tp_rank(per_stage, hidden, tp), dp, 1, dtype_bytes),
+            "calls": {"all_gather": per_stage, "reduce_scatter": per_stage},
+        },
+        "pp": {
+            "bytes": bill.pp_bytes_per_microbatch(micro_batch, seq, hidden, dtype_bytes) * microbatches * (pp - 1) / pp,
+            "calls": {"send": microbatches},
+        },
+    }
 
 
 # -- the parent side ---------------------------------------------------------------------------
+
 
 def _same(a, b) -> bool:
     return abs(a - b) <= 1e-9 * max(1.0, abs(b))
@@ -514,8 +547,9 @@ def reconcile(results: list, sizes=None, step: int = 1, bill=None) -> dict:
     "ok" or what differs. Bytes are sent per rank per step.
     """
     sizes = dict(SIZES, **(sizes or {}))
-    bill = bill or expected_bill(sizes["layers"], sizes["hidden"], sizes["micro_batch"], sizes["seq"],
-                                 sizes["microbatches"])
+    bill = bill or expected_bill(
+        sizes["layers"], sizes["hidden"], sizes["micro_batch"], sizes["seq"], sizes["microbatches"]
+    )
     rows = {}
     for plan, axes in bill.items():
         if plan not in results[0]:
@@ -524,8 +558,10 @@ def reconcile(results: list, sizes=None, step: int = 1, bill=None) -> dict:
         for axis in (*AXES, "other"):
             expected = axes.get(axis, {"bytes": 0.0, "calls": {}})
             counted = sum(r[plan]["counted"][step][axis]["bytes"] for r in results) / len(results)
-            calls = {op: sum(r[plan]["counted"][step][axis]["calls"].get(op, 0) for r in results) / len(results)
-                     for op in {op for r in results for op in r[plan]["counted"][step][axis]["calls"]}}
+            calls = {
+                op: sum(r[plan]["counted"][step][axis]["calls"].get(op, 0) for r in results) / len(results)
+                for op in {op for r in results for op in r[plan]["counted"][step][axis]["calls"]}
+            }
             debug = results[0][plan]["debug_mode"][step].get(axis) if "debug_mode" in results[0][plan] else None
             problems = []
             if not _same(counted, expected["bytes"]):
@@ -535,9 +571,14 @@ def reconcile(results: list, sizes=None, step: int = 1, bill=None) -> dict:
             if debug is not None and debug != expected["calls"]:
                 problems.append(f"CommDebugMode's calls {debug} != the bill's {expected['calls']}")
             if axis in axes or counted or calls:
-                rows[plan][axis] = {"bill_bytes": expected["bytes"], "counted_bytes": counted,
-                                    "bill_calls": expected["calls"], "counted_calls": calls,
-                                    "debug_mode_calls": debug, "verdict": "ok" if not problems else "; ".join(problems)}
+                rows[plan][axis] = {
+                    "bill_bytes": expected["bytes"],
+                    "counted_bytes": counted,
+                    "bill_calls": expected["calls"],
+                    "counted_calls": calls,
+                    "debug_mode_calls": debug,
+                    "verdict": "ok" if not problems else "; ".join(problems),
+                }
     return rows
 
 
@@ -567,7 +608,7 @@ def reference_losses(plan: str, sizes=None, dp: int = 2) -> list:
         losses = []
         for step in range(steps):
             x, target = wholebill.make_batch(dp * b, seq, hidden, step)
-            loss = F.mse_loss(model(x[d * b:(d + 1) * b]), target[d * b:(d + 1) * b])
+            loss = F.mse_loss(model(x[d * b : (d + 1) * b]), target[d * b : (d + 1) * b])
             loss.backward()
             optimizer.step()
             optimizer.zero_grad()

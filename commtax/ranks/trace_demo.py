@@ -28,6 +28,9 @@ def traced_and_counted(rank: int, world_size: int, outdir: str) -> dict:
 
     with record_traffic() as traffic:
         path = record_rank(rank, world_size, outdir)
-    return {"path": path,
-            "collectives": [(name, list(ranks), int(nbytes)) for name, ranks, nbytes in traffic.collective_groups],
-            "bytes_sent": int(traffic.bytes_sent), "bytes_received": int(traffic.bytes_received)}
+    return {
+        "path": path,
+        "collectives": [(name, list(ranks), int(nbytes)) for name, ranks, nbytes in traffic.collective_groups],
+        "bytes_sent": int(traffic.bytes_sent),
+        "bytes_received": int(traffic.bytes_received),
+    }

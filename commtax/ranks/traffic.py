@@ -25,9 +25,22 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 P2P = ("send", "recv", "isend", "irecv")
-COLLECTIVES = ("all_reduce", "reduce", "broadcast", "all_gather", "all_gather_into_tensor",
-               "all_gather_single", "reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_single",
-               "all_to_all", "all_to_all_single", "scatter", "gather", "barrier")
+COLLECTIVES = (
+    "all_reduce",
+    "reduce",
+    "broadcast",
+    "all_gather",
+    "all_gather_into_tensor",
+    "all_gather_single",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "reduce_scatter_single",
+    "all_to_all",
+    "all_to_all_single",
+    "scatter",
+    "gather",
+    "barrier",
+)
 
 
 @dataclass
@@ -40,7 +53,7 @@ class Traffic:
     receives: int = 0
     collectives: list = field(default_factory=list)  # (name, payload bytes) per call, in order
     # The same calls in more detail, for ledgers that attribute bytes to process groups and tags:
-    messages: list = field(default_factory=list)     # ("send"|"recv", peer global rank or None, tag, bytes)
+    messages: list = field(default_factory=list)  # ("send"|"recv", peer global rank or None, tag, bytes)
     collective_groups: list = field(default_factory=list)  # (name, global ranks of its group, payload bytes)
 
 
@@ -114,8 +127,9 @@ def record_traffic(forbid_collectives: bool = False):
                     traffic.bytes_received += nbytes
                     traffic.receives += 1
                 given = _arguments(signature, tensor, args, kwargs)
-                traffic.messages.append(("send" if sending else "recv", _peer(given, sending),
-                                         given.get("tag", 0), nbytes))
+                traffic.messages.append(
+                    ("send" if sending else "recv", _peer(given, sending), given.get("tag", 0), nbytes)
+                )
             depth[0] += 1
             try:
                 return original(tensor, *args, **kwargs)
@@ -135,7 +149,8 @@ def record_traffic(forbid_collectives: bool = False):
             if forbid_collectives:
                 raise AssertionError(
                     f"dist.{name}() was called: this exercise allows only point-to-point "
-                    "operations (send, recv, isend, irecv, batch_isend_irecv)")
+                    "operations (send, recv, isend, irecv, batch_isend_irecv)"
+                )
             # The first argument is the tensor (or list) that is reduced or sent.
             value = args[0] if args else kwargs.get(first)
             nbytes = _payload_bytes(value) if value is not None else 0

@@ -33,10 +33,15 @@ def make_model(layers: int, hidden: int, seed: int = 0) -> list[dict]:
     """The full model: per layer {"w1": (4h, h), "b1": (4h,), "w2": (h, 4h), "b2": (h,)}, float64."""
     g = torch.Generator().manual_seed(seed)
     scale = 1 / math.sqrt(hidden)
-    return [{"w1": torch.randn(4 * hidden, hidden, generator=g, dtype=torch.float64) * scale,
-             "b1": torch.randn(4 * hidden, generator=g, dtype=torch.float64) * 0.1,
-             "w2": torch.randn(hidden, 4 * hidden, generator=g, dtype=torch.float64) * scale / 2,
-             "b2": torch.randn(hidden, generator=g, dtype=torch.float64) * 0.1} for _ in range(layers)]
+    return [
+        {
+            "w1": torch.randn(4 * hidden, hidden, generator=g, dtype=torch.float64) * scale,
+            "b1": torch.randn(4 * hidden, generator=g, dtype=torch.float64) * 0.1,
+            "w2": torch.randn(hidden, 4 * hidden, generator=g, dtype=torch.float64) * scale / 2,
+            "b2": torch.randn(hidden, generator=g, dtype=torch.float64) * 0.1,
+        }
+        for _ in range(layers)
+    ]
 
 
 def make_batch(global_batch: int, seq: int, hidden: int, step: int, seed: int = 0):
@@ -53,8 +58,11 @@ def block(x, w1, b1, w2, b2):
 
 def reference_losses(layers, hidden, global_batch, seq, steps, lr, seed=0) -> list[float]:
     """Single-process SGD on the seeded model and data: the mean-squared-error loss of every step."""
-    return train_losses(make_model(layers, hidden, seed),
-                        [make_batch(global_batch, seq, hidden, step, seed) for step in range(steps)], lr)
+    return train_losses(
+        make_model(layers, hidden, seed),
+        [make_batch(global_batch, seq, hidden, step, seed) for step in range(steps)],
+        lr,
+    )
 
 
 def train_losses(model, batches, lr) -> list[float]:
@@ -81,6 +89,7 @@ def train_losses(model, batches, lr) -> list[float]:
 
 # -- the prediction ---------------------------------------------------------------------
 
+
 def predicted_bytes(layers, hidden, micro_batch, seq, microbatches, dp, tp, pp, dtype_bytes=DTYPE_BYTES) -> dict:
     """Bytes each rank sends per step, averaged over ranks, by axis, from the course's bill.
 
@@ -97,9 +106,11 @@ def predicted_bytes(layers, hidden, micro_batch, seq, microbatches, dp, tp, pp, 
     ffn = 4 * hidden // tp
     n_rank = layers // pp * (2 * hidden * ffn + ffn + hidden)
     tp_bytes = bill.tp_bytes_per_layer(micro_batch, seq, hidden, tp, dtype_bytes) / 2 if tp > 1 else 0.0
-    return {"tp": tp_bytes * (layers // pp) * microbatches,
-            "pp": bill.pp_bytes_per_microbatch(micro_batch, seq, hidden, dtype_bytes) * (pp - 1) / pp * microbatches,
-            "dp": bill.dp_allreduce_bytes(n_rank, dp, dtype_bytes) if dp > 1 else 0.0}
+    return {
+        "tp": tp_bytes * (layers // pp) * microbatches,
+        "pp": bill.pp_bytes_per_microbatch(micro_batch, seq, hidden, dtype_bytes) * (pp - 1) / pp * microbatches,
+        "dp": bill.dp_allreduce_bytes(n_rank, dp, dtype_bytes) if dp > 1 else 0.0,
+    }
 
 
 def cores() -> int:
@@ -115,11 +126,15 @@ def measure_compute(layers_per_stage, hidden, tp, micro_batch, seq, repeats=5) -
     torch.set_num_threads(1)
     ffn = 4 * hidden // tp
     g = torch.Generator().manual_seed(0)
-    shards = [{"w1": torch.randn(ffn, hidden, generator=g, dtype=torch.float64).requires_grad_(),
-               "b1": torch.randn(ffn, generator=g, dtype=torch.float64).requires_grad_(),
-               "w2": torch.randn(hidden, ffn, generator=g, dtype=torch.float64).requires_grad_(),
-               "b2": torch.randn(hidden, generator=g, dtype=torch.float64).requires_grad_()}
-              for _ in range(layers_per_stage)]
+    shards = [
+        {
+            "w1": torch.randn(ffn, hidden, generator=g, dtype=torch.float64).requires_grad_(),
+            "b1": torch.randn(ffn, generator=g, dtype=torch.float64).requires_grad_(),
+            "w2": torch.randn(hidden, ffn, generator=g, dtype=torch.float64).requires_grad_(),
+            "b2": torch.randn(hidden, generator=g, dtype=torch.float64).requires_grad_(),
+        }
+        for _ in range(layers_per_stage)
+    ]
     x0 = torch.randn(micro_batch, seq, hidden, generator=g, dtype=torch.float64)
     best = float("inf")
     for _ in range(repeats):
@@ -147,17 +162,19 @@ def predict_step(*, stages, microbatches, t_forward, t_backward, t_p2p, t_dp) ->
     """
     from commtax.simulation import pipeline
 
-    ops_only = pipeline.makespan(pipeline.simulate("1f1b", stages, microbatches, t_forward=t_forward,
-                                                   t_backward=t_backward))
-    makespan = pipeline.makespan(pipeline.simulate("1f1b", stages, microbatches, t_forward=t_forward,
-                                                   t_backward=t_backward, t_p2p=t_p2p))
+    ops_only = pipeline.makespan(
+        pipeline.simulate("1f1b", stages, microbatches, t_forward=t_forward, t_backward=t_backward)
+    )
+    makespan = pipeline.makespan(
+        pipeline.simulate("1f1b", stages, microbatches, t_forward=t_forward, t_backward=t_backward, t_p2p=t_p2p)
+    )
     parts = {"ops (bubble included)": ops_only, "pp transfers": makespan - ops_only, "dp": t_dp}
-    return {"step_s": makespan + t_dp, "parts": parts,
-            "bubble_s": ops_only - microbatches * (t_forward + t_backward)}
+    return {"step_s": makespan + t_dp, "parts": parts, "bubble_s": ops_only - microbatches * (t_forward + t_backward)}
 
 
-def op_times_from_model(*, layers, hidden, micro_batch, seq, dp, tp, pp, t_op, allreduce_time, p2p_time,
-                        n_cores=None) -> dict:
+def op_times_from_model(
+    *, layers, hidden, micro_batch, seq, dp, tp, pp, t_op, allreduce_time, p2p_time, n_cores=None
+) -> dict:
     """The pieces :func:`predict_step` needs, from the course's models alone (no run of this plan).
 
     ``t_op``: one micro-batch's forward + backward of one stage on one rank
@@ -172,9 +189,13 @@ def op_times_from_model(*, layers, hidden, micro_batch, seq, dp, tp, pp, t_op, a
     ffn = 4 * hidden // tp
     grads = per_stage * (2 * hidden * ffn + ffn + hidden) * DTYPE_BYTES
     tp_op = per_stage * allreduce_time(act, tp) if tp > 1 else 0.0
-    return {"t_forward": t_op / 3 * share + tp_op, "t_backward": 2 * t_op / 3 * share + tp_op,
-            "t_p2p": p2p_time(act) if pp > 1 else 0.0, "t_dp": allreduce_time(grads, dp) if dp > 1 else 0.0,
-            "cpu_share": share}
+    return {
+        "t_forward": t_op / 3 * share + tp_op,
+        "t_backward": 2 * t_op / 3 * share + tp_op,
+        "t_p2p": p2p_time(act) if pp > 1 else 0.0,
+        "t_dp": allreduce_time(grads, dp) if dp > 1 else 0.0,
+        "cpu_share": share,
+    }
 
 
 # -- measuring a plan's pieces on the spot, then training (run.py, Lesson 11, the tests) -------
@@ -185,15 +206,18 @@ SIZES = dict(layers=4, hidden=16, micro_batch=2, seq=8, microbatches=4, steps=3,
 def megatron_groups(dp, tp, pp) -> dict:
     """The plan's groups in Megatron's rank order (TP innermost, then DP, then PP): {axis: [[ranks]]}."""
     rank = lambda p, d, t: p * dp * tp + d * tp + t
-    return {"tp": sorted([rank(p, d, t) for t in range(tp)] for p in range(pp) for d in range(dp)),
-            "dp": sorted([rank(p, d, t) for d in range(dp)] for p in range(pp) for t in range(tp)),
-            "pp": sorted([rank(p, d, t) for p in range(pp)] for d in range(dp) for t in range(tp))}
+    return {
+        "tp": sorted([rank(p, d, t) for t in range(tp)] for p in range(pp) for d in range(dp)),
+        "dp": sorted([rank(p, d, t) for d in range(dp)] for p in range(pp) for t in range(tp)),
+        "pp": sorted([rank(p, d, t) for p in range(pp)] for d in range(dp) for t in range(tp)),
+    }
 
 
 def _median_seconds(fn, repeats=5) -> float:
     import statistics
 
     import torch.distributed as dist
+
     times = []
     for _ in range(repeats):
         dist.barrier()
@@ -226,10 +250,15 @@ def calibrate(rank, dp, tp, pp, sizes) -> dict:
     hidden, ffn, per_stage = sizes["hidden"], 4 * sizes["hidden"] // tp, sizes["layers"] // pp
     g = torch.Generator().manual_seed(0)
     act = torch.randn(sizes["micro_batch"], sizes["seq"], hidden, generator=g, dtype=torch.float64)
-    weights = [{"w1": torch.randn(ffn, hidden, generator=g, dtype=torch.float64).requires_grad_(),
-                "b1": torch.randn(ffn, generator=g, dtype=torch.float64).requires_grad_(),
-                "w2": torch.randn(hidden, ffn, generator=g, dtype=torch.float64).requires_grad_(),
-                "b2": torch.randn(hidden, generator=g, dtype=torch.float64).requires_grad_()} for _ in range(per_stage)]
+    weights = [
+        {
+            "w1": torch.randn(ffn, hidden, generator=g, dtype=torch.float64).requires_grad_(),
+            "b1": torch.randn(ffn, generator=g, dtype=torch.float64).requires_grad_(),
+            "w2": torch.randn(hidden, ffn, generator=g, dtype=torch.float64).requires_grad_(),
+            "b2": torch.randn(hidden, generator=g, dtype=torch.float64).requires_grad_(),
+        }
+        for _ in range(per_stage)
+    ]
     kept = {}
 
     def forward():  # autograd on, as in training; one all-reduce of the activation per layer
@@ -335,13 +364,23 @@ def reconcile(results, dp, tp, pp, sizes, predicted_bytes_by_axis=None, learner_
     import statistics
 
     measured = {k: statistics.median(r["measured"][k] for r in results) for k in ("forward", "backward", "p2p", "dp")}
-    prediction = predict_step(stages=pp, microbatches=sizes["microbatches"], t_forward=measured["forward"],
-                              t_backward=measured["backward"], t_p2p=measured["p2p"], t_dp=measured["dp"])
+    prediction = predict_step(
+        stages=pp,
+        microbatches=sizes["microbatches"],
+        t_forward=measured["forward"],
+        t_backward=measured["backward"],
+        t_p2p=measured["p2p"],
+        t_dp=measured["dp"],
+    )
     steps = len(results[0]["result"]["step_s"])
-    later = range(1, steps) if steps > 1 else range(steps)   # step 0 also opens gloo's connections
+    later = range(1, steps) if steps > 1 else range(steps)  # step 0 also opens gloo's connections
     step = statistics.median(max(r["result"]["step_s"][i] for r in results) for i in later)
-    bill = dict(predicted_bytes_by_axis or predicted_bytes(
-        sizes["layers"], sizes["hidden"], sizes["micro_batch"], sizes["seq"], sizes["microbatches"], dp, tp, pp))
+    bill = dict(
+        predicted_bytes_by_axis
+        or predicted_bytes(
+            sizes["layers"], sizes["hidden"], sizes["micro_batch"], sizes["seq"], sizes["microbatches"], dp, tp, pp
+        )
+    )
     bill.setdefault("other", 0.0)
     mean = lambda values: sum(values) / len(results)  # noqa: E731
     axes = {}
@@ -349,19 +388,43 @@ def reconcile(results, dp, tp, pp, sizes, predicted_bytes_by_axis=None, learner_
         counted = mean(r["counted"][axis] for r in results)
         ledger = mean(r["result"]["ledger"].get(axis, 0.0) for r in results)
         yours = None if learner_prediction is None else learner_prediction.get(axis, 0.0)
-        axes[axis] = {"predicted_bytes": bill[axis], "counted_bytes": counted, "ledger_bytes": ledger,
-                      "your_prediction": yours, "verdict": byte_verdict(bill[axis], counted, ledger, yours)}
-    reference = reference_losses(sizes["layers"], sizes["hidden"], dp * sizes["micro_batch"] * sizes["microbatches"],
-                                 sizes["seq"], steps, sizes["lr"])
+        axes[axis] = {
+            "predicted_bytes": bill[axis],
+            "counted_bytes": counted,
+            "ledger_bytes": ledger,
+            "your_prediction": yours,
+            "verdict": byte_verdict(bill[axis], counted, ledger, yours),
+        }
+    reference = reference_losses(
+        sizes["layers"],
+        sizes["hidden"],
+        dp * sizes["micro_batch"] * sizes["microbatches"],
+        sizes["seq"],
+        steps,
+        sizes["lr"],
+    )
     losses = results[0]["result"]["loss"]
-    loss_rows = [{"step": i, "yours": a, "single_process": b,
-                  "verdict": "equal" if abs(a - b) <= 1e-9 * abs(b) else f"differs (x{a / b:.4g})" if b else "differs"}
-                 for i, (a, b) in enumerate(zip(losses, reference))]
+    loss_rows = [
+        {
+            "step": i,
+            "yours": a,
+            "single_process": b,
+            "verdict": "equal" if abs(a - b) <= 1e-9 * abs(b) else f"differs (x{a / b:.4g})" if b else "differs",
+        }
+        for i, (a, b) in enumerate(zip(losses, reference))
+    ]
     ratio = step / prediction["step_s"]
-    return {"axes": axes, "predicted_step_s": prediction["step_s"], "measured_step_s": step,
-            "step_verdict": "within 2x" if 0.5 <= ratio <= 2 else "outside 2x",
-            "predicted_parts_s": prediction["parts"], "loss": losses, "reference_loss": reference,
-            "losses": loss_rows, "bytes": "sent per rank per step, averaged over all ranks"}
+    return {
+        "axes": axes,
+        "predicted_step_s": prediction["step_s"],
+        "measured_step_s": step,
+        "step_verdict": "within 2x" if 0.5 <= ratio <= 2 else "outside 2x",
+        "predicted_parts_s": prediction["parts"],
+        "loss": losses,
+        "reference_loss": reference,
+        "losses": loss_rows,
+        "bytes": "sent per rank per step, averaged over all ranks",
+    }
 
 
 def lesson_run(rank, world_size, impl, dp, tp, pp, sizes):

@@ -98,9 +98,10 @@ def wire_problem(measured: int | None, payload: int, messages: int, what: str) -
     if payload <= measured <= high:
         return None
     side = "less than the data it must carry" if measured < payload else "more than a correct run sends"
-    return (f"{what}: the kernel counted {measured} bytes on the network between the ranks (all ranks "
-            f"together, headers included; counted outside your processes), {side}: {payload} bytes of "
-            f"data{'' if measured < payload else f' (at most {int(high)} with headers)'}. The per-rank counts "
-            "your ranks reported are not evidence on their own: the data must really cross between ranks "
-            "as torch.distributed messages.")
-
+    return (
+        f"{what}: the kernel counted {measured} bytes on the network between the ranks (all ranks "
+        f"together, headers included; counted outside your processes), {side}: {payload} bytes of "
+        f"data{'' if measured < payload else f' (at most {int(high)} with headers)'}. The per-rank counts "
+        "your ranks reported are not evidence on their own: the data must really cross between ranks "
+        "as torch.distributed messages."
+    )

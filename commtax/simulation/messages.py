@@ -56,8 +56,9 @@ class Topology:
 
     @classmethod
     def two_level(cls, gpus_per_node, intra_alpha, intra_bandwidth, inter_alpha, inter_bandwidth):
-        return cls(inter=(inter_alpha, inter_bandwidth), intra=(intra_alpha, intra_bandwidth),
-                   gpus_per_node=gpus_per_node)
+        return cls(
+            inter=(inter_alpha, inter_bandwidth), intra=(intra_alpha, intra_bandwidth), gpus_per_node=gpus_per_node
+        )
 
     def link(self, src: int, dst: int) -> tuple[float, float]:
         if self.gpus_per_node and src // self.gpus_per_node == dst // self.gpus_per_node:
@@ -102,8 +103,10 @@ def equal_chunks(numel: int, parts: int) -> list[tuple[int, int]]:
     parts = require_int("parts", parts, 1)
     numel = require_int("numel", numel, 0)
     if numel % parts:
-        raise ValueError(f"numel must be a multiple of the ring's {parts} ranks (the simulator splits a buffer into "
-                         f"equal chunks), got {numel}")
+        raise ValueError(
+            f"numel must be a multiple of the ring's {parts} ranks (the simulator splits a buffer into "
+            f"equal chunks), got {numel}"
+        )
     size = numel // parts
     return [(i * size, (i + 1) * size) for i in range(parts)]
 
@@ -123,14 +126,11 @@ def tree_allreduce(world_size: int, numel: int) -> list[list[Message]]:
     """Binomial-tree reduce to rank 0, then binomial-tree broadcast: whole buffers at every level."""
     rounds_up, mask = [], 1
     while mask < world_size:
-        rounds_up.append([
-            Message(r, r - mask, 0, numel, "add")
-            for r in range(world_size) if r & mask and r % mask == 0
-        ])
+        rounds_up.append(
+            [Message(r, r - mask, 0, numel, "add") for r in range(world_size) if r & mask and r % mask == 0]
+        )
         mask <<= 1
-    rounds_down = [
-        [Message(m.dst, m.src, 0, numel, "copy") for m in level] for level in reversed(rounds_up)
-    ]
+    rounds_down = [[Message(m.dst, m.src, 0, numel, "copy") for m in level] for level in reversed(rounds_up)]
     return rounds_up + rounds_down
 
 
@@ -140,12 +140,15 @@ def _ring(world_size, numel, ranks, span, offset, op) -> list[list[Message]]:
     lo, hi = span or (0, numel)
     p = len(ranks)
     chunks = [(lo + a, lo + b) for a, b in equal_chunks(hi - lo, p)]
-    return [[Message(ranks[i], ranks[(i + 1) % p], *chunks[(i + offset - step) % p], op) for i in range(p)]
-            for step in range(p - 1)]
+    return [
+        [Message(ranks[i], ranks[(i + 1) % p], *chunks[(i + offset - step) % p], op) for i in range(p)]
+        for step in range(p - 1)
+    ]
 
 
-def ring_reduce_scatter(world_size: int, numel: int, ranks: list[int] | None = None,
-                        span: tuple[int, int] | None = None) -> list[list[Message]]:
+def ring_reduce_scatter(
+    world_size: int, numel: int, ranks: list[int] | None = None, span: tuple[int, int] | None = None
+) -> list[list[Message]]:
     """Ring reduce-scatter over ``ranks`` (default all) of the elements in ``span``.
 
     At step s, the i-th rank of the ring adds its chunk (i - s) mod P into its
@@ -155,8 +158,9 @@ def ring_reduce_scatter(world_size: int, numel: int, ranks: list[int] | None = N
     return _ring(world_size, numel, ranks, span, 0, "add")
 
 
-def ring_allgather(world_size: int, numel: int, ranks: list[int] | None = None,
-                   span: tuple[int, int] | None = None) -> list[list[Message]]:
+def ring_allgather(
+    world_size: int, numel: int, ranks: list[int] | None = None, span: tuple[int, int] | None = None
+) -> list[list[Message]]:
     """Ring all-gather: the i-th rank starts owning chunk (i + 1) mod P (where reduce-scatter leaves it)."""
     return _ring(world_size, numel, ranks, span, 1, "copy")
 
@@ -217,16 +221,13 @@ def pairwise_all_to_all(world_size: int, numel: int) -> list[list[Message]]:
     keeps for itself is a free local copy.
     """
     blocks = equal_chunks(numel, world_size)
-    rounds = [[
-        Message(r, r, *blocks[r], "copy", src_buf="send", dst_buf="recv") for r in range(world_size)
-    ]]
+    rounds = [[Message(r, r, *blocks[r], "copy", src_buf="send", dst_buf="recv") for r in range(world_size)]]
     for step in range(1, world_size):
         msgs = []
         for r in range(world_size):
             dst = (r + step) % world_size
             start, stop = blocks[dst]
-            msgs.append(Message(r, dst, start, stop, "copy", src_buf="send", dst_buf="recv",
-                                dst_start=blocks[r][0]))
+            msgs.append(Message(r, dst, start, stop, "copy", src_buf="send", dst_buf="recv", dst_start=blocks[r][0]))
         rounds.append(msgs)
     return rounds
 
@@ -247,8 +248,7 @@ def hierarchical_allreduce(nodes: int, gpus_per_node: int, numel: int) -> list[l
     for local in range(g):
         owned = chunks[(local + 1) % g]  # what intra-node reduce-scatter left on this local index
         rail = [n * g + local for n in range(nodes)]
-        rails.append(ring_reduce_scatter(nodes * g, numel, rail, owned)
-                     + ring_allgather(nodes * g, numel, rail, owned))
+        rails.append(ring_reduce_scatter(nodes * g, numel, rail, owned) + ring_allgather(nodes * g, numel, rail, owned))
     rounds += in_parallel(rails)
     rounds += in_parallel([ring_allgather(nodes * g, numel, ranks) for ranks in node_ranks])
     return rounds
@@ -296,8 +296,7 @@ def initial_buffers(world_size: int, numel: int, names=("data",)) -> list[dict[s
     return buffers
 
 
-def run_schedule(rounds, buffers, topology: Topology, nbytes: float, numel: int,
-                 record: bool = False) -> SimResult:
+def run_schedule(rounds, buffers, topology: Topology, nbytes: float, numel: int, record: bool = False) -> SimResult:
     """Execute ``rounds`` on ``buffers`` (mutated) and count time and traffic."""
     world_size = len(buffers)
     element_bytes = nbytes / numel if numel else 0.0
@@ -311,17 +310,17 @@ def run_schedule(rounds, buffers, topology: Topology, nbytes: float, numel: int,
         if len(set(senders)) != len(senders) or len(set(receivers)) != len(receivers):
             raise AssertionError("a rank sends or receives two messages in one round")
         # Everything a round sends is read before anything it delivers is written.
-        payloads = [buffers[m.src][m.src_buf][m.start:m.stop].copy() for m in messages]
+        payloads = [buffers[m.src][m.src_buf][m.start : m.stop].copy() for m in messages]
         seconds = 0.0
         for m, payload in zip(messages, payloads):
             d0 = m.start if m.dst_start is None else m.dst_start
             target = buffers[m.dst][m.dst_buf]
             if m.op == "add":
-                if any(a & b for a, b in zip(target[d0:d0 + m.numel], payload)):
+                if any(a & b for a, b in zip(target[d0 : d0 + m.numel], payload)):
                     raise AssertionError(f"message {m} adds a contribution that is already there")
-                target[d0:d0 + m.numel] = target[d0:d0 + m.numel] | payload
+                target[d0 : d0 + m.numel] = target[d0 : d0 + m.numel] | payload
             else:
-                target[d0:d0 + m.numel] = payload
+                target[d0 : d0 + m.numel] = payload
             if m.src == m.dst:
                 continue
             nb = m.numel * element_bytes
@@ -333,8 +332,7 @@ def run_schedule(rounds, buffers, topology: Topology, nbytes: float, numel: int,
         round_times.append(seconds)
         if record:
             snapshots.append((messages, [{k: v.copy() for k, v in b.items()} for b in buffers]))
-    return SimResult(sum(round_times), len(rounds), sent, received, count, buffers,
-                     round_times, snapshots)
+    return SimResult(sum(round_times), len(rounds), sent, received, count, buffers, round_times, snapshots)
 
 
 def _check_sizes(nbytes, world_size, numel):
@@ -344,8 +342,15 @@ def _check_sizes(nbytes, world_size, numel):
     return world_size, numel
 
 
-def simulate_allreduce(algorithm: str, nbytes: float, world_size: int, alpha: float,
-                       bandwidth: float, numel: int | None = None, record: bool = False) -> SimResult:
+def simulate_allreduce(
+    algorithm: str,
+    nbytes: float,
+    world_size: int,
+    alpha: float,
+    bandwidth: float,
+    numel: int | None = None,
+    record: bool = False,
+) -> SimResult:
     """Run one all-reduce algorithm on ``world_size`` simulated ranks over a flat network.
 
     Raises AssertionError if the algorithm does not leave the full sum on every rank.
@@ -385,9 +390,8 @@ def simulate_allgather(nbytes, world_size, alpha, bandwidth, numel=None) -> SimR
         own = chunks[(r + 1) % world_size]
         data = buffers[r]["data"]
         data[:] = 0
-        data[own[0]:own[1]] = 1 << ((r + 1) % world_size)
-    result = run_schedule(ring_allgather(world_size, numel), buffers,
-                          Topology.flat(alpha, bandwidth), nbytes, numel)
+        data[own[0] : own[1]] = 1 << ((r + 1) % world_size)
+    result = run_schedule(ring_allgather(world_size, numel), buffers, Topology.flat(alpha, bandwidth), nbytes, numel)
     expected = np.empty(numel, dtype=object)
     for c, (start, stop) in enumerate(chunks):
         expected[start:stop] = 1 << c
@@ -403,8 +407,9 @@ def simulate_all_to_all(nbytes, world_size, alpha, bandwidth, numel=None) -> Sim
     buffers = initial_buffers(world_size, numel, names=("send", "recv"))
     for b in buffers:
         b["recv"][:] = 0
-    result = run_schedule(pairwise_all_to_all(world_size, numel), buffers,
-                          Topology.flat(alpha, bandwidth), nbytes, numel)
+    result = run_schedule(
+        pairwise_all_to_all(world_size, numel), buffers, Topology.flat(alpha, bandwidth), nbytes, numel
+    )
     blocks = equal_chunks(numel, world_size)
     for j in range(world_size):
         for r, (start, stop) in enumerate(blocks):
@@ -416,8 +421,9 @@ def simulate_all_to_all(nbytes, world_size, alpha, bandwidth, numel=None) -> Sim
     return result
 
 
-def simulate_hierarchical_allreduce(nbytes, nodes, gpus_per_node, intra_alpha, intra_bandwidth,
-                                    inter_alpha, inter_bandwidth, numel=None) -> SimResult:
+def simulate_hierarchical_allreduce(
+    nbytes, nodes, gpus_per_node, intra_alpha, intra_bandwidth, inter_alpha, inter_bandwidth, numel=None
+) -> SimResult:
     """Two-level all-reduce on ``nodes`` x ``gpus_per_node`` ranks (see :func:`hierarchical_allreduce`)."""
     nodes = require_int("nodes", nodes, 1)
     gpus_per_node = require_int("gpus_per_node", gpus_per_node, 1)
@@ -430,8 +436,9 @@ def simulate_hierarchical_allreduce(nbytes, nodes, gpus_per_node, intra_alpha, i
     return result
 
 
-def simulate_flat_ring_on_two_levels(nbytes, nodes, gpus_per_node, intra_alpha, intra_bandwidth,
-                                     inter_alpha, inter_bandwidth, numel=None) -> SimResult:
+def simulate_flat_ring_on_two_levels(
+    nbytes, nodes, gpus_per_node, intra_alpha, intra_bandwidth, inter_alpha, inter_bandwidth, numel=None
+) -> SimResult:
     """One ring through all ``nodes * gpus_per_node`` ranks, on the same two-level network."""
     world_size = nodes * gpus_per_node
     numel = world_size * 4 if numel is None else numel

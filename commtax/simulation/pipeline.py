@@ -34,16 +34,20 @@ SCHEDULES = ("naive", "gpipe", "1f1b", "interleaved_1f1b")
 
 @dataclass(frozen=True)
 class Op:
-    stage: int        # the device
-    kind: str         # "F" or "B"
+    stage: int  # the device
+    kind: str  # "F" or "B"
     microbatch: int
-    chunk: int        # model chunk on this device (0 unless interleaved)
+    chunk: int  # model chunk on this device (0 unless interleaved)
     start: float
     end: float
 
 
-SCHEDULE_FORMULAS = {"naive": "(p-1)/p", "gpipe": "(p-1)/(m+p-1)", "1f1b": "(p-1)/(m+p-1)",
-                     "interleaved_1f1b": "(p-1)/(vm+p-1)"}
+SCHEDULE_FORMULAS = {
+    "naive": "(p-1)/p",
+    "gpipe": "(p-1)/(m+p-1)",
+    "1f1b": "(p-1)/(m+p-1)",
+    "interleaved_1f1b": "(p-1)/(vm+p-1)",
+}
 
 
 def schedule_bubble(schedule, stages, microbatches, virtual_stages=1):
@@ -86,7 +90,7 @@ def _device_order(schedule, p, m, v, device):
     order = forwards[:warmup]
     for i in range(len(forwards) - warmup):
         order += [forwards[warmup + i], backwards[i]]
-    return order + backwards[len(forwards) - warmup:]
+    return order + backwards[len(forwards) - warmup :]
     # END GRADED
 
 
@@ -104,13 +108,13 @@ def simulate(schedule, stages, microbatches, virtual_stages=1, t_forward=1.0, t_
         raise ValueError(f"virtual_stages must be 1 for the {schedule!r} schedule, got {v}")
     if schedule == "interleaved_1f1b" and m % p:
         raise ValueError(f"microbatches ({m}) must be a multiple of stages ({p}) for interleaved 1F1B")
-    last = p * v - 1                                   # the last virtual stage
+    last = p * v - 1  # the last virtual stage
     # Neighbouring virtual stages sit on neighbouring devices, except on one device (p = 1), where every chunk
     # hands its activation to the next on the same GPU: nothing crosses a link, so no transfer time.
     hop = t_p2p if p > 1 else 0.0
     duration = {"F": t_forward / v, "B": t_backward / v}
     orders = [_device_order(schedule, p, m, v, d) for d in range(p)]
-    done = {}                                          # (kind, virtual stage, microbatch) -> end time
+    done = {}  # (kind, virtual stage, microbatch) -> end time
     position, free = [0] * p, [0.0] * p
     ops = []
     progress = True
@@ -169,6 +173,7 @@ def peak_activations_in_flight(ops, stage):
 
 # -- the modeler --------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class PipelineConfig:
     """Inputs of the modeler. bandwidth in bytes/s per direction, between consecutive stages."""
@@ -187,7 +192,7 @@ class PipelineConfig:
     bandwidth: float = 50e9
     alpha: float = 5e-6
     target_efficiency: float = 0.8
-    recompute: bool = False   # full activation recomputation: keep only each layer's input
+    recompute: bool = False  # full activation recomputation: keep only each layer's input
 
 
 def activation_bytes_per_layer_sp(seq_len, micro_batch, hidden, heads, tp=1, recompute=False, sequence_parallel=True):
@@ -204,8 +209,9 @@ def activation_bytes_per_layer_sp(seq_len, micro_batch, hidden, heads, tp=1, rec
     # BEGIN GRADED lab-08 activation_bytes_per_layer
     if not isinstance(recompute, bool):
         raise ValueError(f"recompute must be True or False, got {recompute!r}")
-    return memory.activation_bytes_per_layer(seq_len, micro_batch, hidden, heads, tp, sequence_parallel,
-                                             "full" if recompute else "none")
+    return memory.activation_bytes_per_layer(
+        seq_len, micro_batch, hidden, heads, tp, sequence_parallel, "full" if recompute else "none"
+    )
     # END GRADED
 
 
@@ -226,12 +232,13 @@ def pipeline_report(cfg: PipelineConfig) -> dict:
     if cfg.layers % p:
         raise ValueError(f"layers ({cfg.layers}) must be divisible by stages ({p})")
     per_stage = cfg.layers // p
-    boundary = cfg.micro_batch * cfg.seq_len * cfg.hidden * cfg.dtype_bytes     # one activation, one boundary
+    boundary = cfg.micro_batch * cfg.seq_len * cfg.hidden * cfg.dtype_bytes  # one activation, one boundary
     tokens = cfg.micro_batch * cfg.seq_len
-    params_per_stage = 12 * cfg.hidden**2 * per_stage / cfg.tp                   # attention + MLP weights
-    t_forward = 2 * params_per_stage * tokens / (cfg.peak_flops * cfg.mfu)       # one micro-batch, one stage
-    layer_activations = activation_bytes_per_layer_sp(cfg.seq_len, cfg.micro_batch, cfg.hidden, cfg.heads, cfg.tp,
-                                                   cfg.recompute)
+    params_per_stage = 12 * cfg.hidden**2 * per_stage / cfg.tp  # attention + MLP weights
+    t_forward = 2 * params_per_stage * tokens / (cfg.peak_flops * cfg.mfu)  # one micro-batch, one stage
+    layer_activations = activation_bytes_per_layer_sp(
+        cfg.seq_len, cfg.micro_batch, cfg.hidden, cfg.heads, cfg.tp, cfg.recompute
+    )
     efficiency = 1 - bubble_fraction(p, m)
     # One stage has no boundary: nothing to send, so no transfer, no p2p time and no bandwidth to ask for.
     if p == 1:
@@ -240,7 +247,7 @@ def pipeline_report(cfg: PipelineConfig) -> dict:
         "layers_per_stage": per_stage,
         "boundaries": p - 1,
         "boundary_bytes_per_microbatch": boundary,
-        "transfer_per_step_per_boundary": 2 * boundary * m,                      # forward + backward, all micro-batches
+        "transfer_per_step_per_boundary": 2 * boundary * m,  # forward + backward, all micro-batches
         "peak_activation_bytes_gpipe": layer_activations * per_stage * m,
         "peak_activation_bytes_1f1b": layer_activations * per_stage * min(p, m),  # stage 0 holds p
         "efficiency": efficiency,
@@ -258,7 +265,9 @@ def pipeline_report(cfg: PipelineConfig) -> dict:
         target = cfg.target_efficiency
         min_m = math.ceil(target * (p - 1) / (1 - target) - 1e-9)
         max_p = max(1, math.floor(1 + m * (1 - target) / target + 1e-9))
-        report["warning"] = (f"pipeline efficiency {efficiency:.1%} is below {target:.0%}: raise the micro-batches "
-                             f"from {m} to at least {min_m}, or reduce the stages from {p} to {max_p}")
+        report["warning"] = (
+            f"pipeline efficiency {efficiency:.1%} is below {target:.0%}: raise the micro-batches "
+            f"from {m} to at least {min_m}, or reduce the stages from {p} to {max_p}"
+        )
         report["min_microbatches"], report["max_stages"] = min_m, max_p
     return report

@@ -21,14 +21,18 @@ def another_copy(cwd: str | None = None) -> str | None:
     """
     folder = os.path.realpath(cwd or os.getcwd())
     beside = os.path.join(os.path.dirname(folder), "commtax")
-    if os.path.basename(folder) not in ("lessons", "solutions") or not os.path.isfile(os.path.join(beside, "__init__.py")):
+    if os.path.basename(folder) not in ("lessons", "solutions") or not os.path.isfile(
+        os.path.join(beside, "__init__.py")
+    ):
         return None
     loaded = os.path.realpath(os.path.dirname(commtax.__file__))
     if loaded == os.path.realpath(beside):
         return None
-    return (f"this notebook's course copy is {os.path.dirname(beside)}, but Python loaded commtax from {loaded}: "
-            f"your edits there are not what runs. Fix: cd {os.path.dirname(beside)} && python -m pip install -e . "
-            "(then restart the kernel)")
+    return (
+        f"this notebook's course copy is {os.path.dirname(beside)}, but Python loaded commtax from {loaded}: "
+        f"your edits there are not what runs. Fix: cd {os.path.dirname(beside)} && python -m pip install -e . "
+        "(then restart the kernel)"
+    )
 
 
 _message = another_copy()

@@ -20,7 +20,7 @@ HEADS: dict[str, tuple[int, str]] = {
     "Mixtral 8x7B (MoE)": (32, "Jiang et al. 2024, arXiv:2401.04088, table 1"),
     "DeepSeek-V3 (MoE)": (128, "DeepSeek-AI 2024, arXiv:2412.19437, section 4.2"),
 }
-HEAD_DIM = 128   # a custom model's head dimension (every preset above but GPT-3's; GPT-3's is 128 too)
+HEAD_DIM = 128  # a custom model's head dimension (every preset above but GPT-3's; GPT-3's is 128 too)
 
 
 def heads(model: Model) -> int:
@@ -35,5 +35,7 @@ def check_tp(model: Model, tp: int) -> None:
     count = heads(model)
     if count % tp:
         valid = [d for d in (1, 2, 4, 8, 16, 32, 64, 128, 256) if count % d == 0]
-        raise ValueError(f"TP degree {tp} does not divide {model.name}'s {count} attention heads: each TP rank holds "
-                         f"whole heads, so TP must be {', '.join(map(str, valid[:-1]))} or {valid[-1]}")
+        raise ValueError(
+            f"TP degree {tp} does not divide {model.name}'s {count} attention heads: each TP rank holds "
+            f"whole heads, so TP must be {', '.join(map(str, valid[:-1]))} or {valid[-1]}"
+        )

@@ -31,12 +31,19 @@ def hierarchical_speedup_figure(intra: Link, inter: Link, gpus_per_node: int = 8
     bandwidth_limit = 1 / (inter.bandwidth / intra.bandwidth + 1 / G)
     fig, ax = plots.subplots(figsize=(8.4, 3.8))
     for size, style in ((1e6, ":"), (1e8, "--"), (1e9, "-")):
-        speedup = [C.flat_ring_two_level_time(size, int(N), G, *links) / C.hierarchical_allreduce_time(size, int(N), G, *links)
-                   for N in node_counts]
+        speedup = [
+            C.flat_ring_two_level_time(size, int(N), G, *links) / C.hierarchical_allreduce_time(size, int(N), G, *links)
+            for N in node_counts
+        ]
         ax.semilogx(node_counts, speedup, style, color="#9467bd", label=f"n = {format_bytes(size)}")
     ax.axhline(G, color="black", lw=0.8, ls=":", label=f"latency-bound limit: G = {G}")
-    ax.axhline(bandwidth_limit, color="black", lw=0.8, ls="--",
-               label=f"bandwidth-bound limit:\n1/(B_e/B_i + 1/G) = {bandwidth_limit:.2f}")
+    ax.axhline(
+        bandwidth_limit,
+        color="black",
+        lw=0.8,
+        ls="--",
+        label=f"bandwidth-bound limit:\n1/(B_e/B_i + 1/G) = {bandwidth_limit:.2f}",
+    )
     ax.set_xticks(node_counts, [str(N) for N in node_counts])
     ax.set_ylim(0, G + 1)
     ax.set_xlabel(f"nodes N ({G} GPUs each)")
@@ -64,14 +71,37 @@ def mfu_knobs_figure(peak: float, mfu: float, intra: Link, inter: Link) -> Figur
     seven = MODELS["Llama-2-7B"]
     tokens = np.array([256, 512, 1024, 2048, 4096, 8192, 16384])
     one_nic = bill.Link("one NIC per node", inter.alpha, inter.bandwidth / 8)
-    placements = [("DP beside TP = 8: 1 GPU per node, 1 NIC each", dict(tp=8, gpus=1024), inter,
-                   dict(marker="o", lw=6, alpha=0.35, ms=9)),
-                  ("pure DP, 8 GPUs per node, 8 NICs at once", dict(gpus=128), inter, dict(marker="s")),
-                  ("pure DP, 8 GPUs sharing 1 NIC (same curve as\nthe first: 47 GB/s per group either way)",
-                   dict(gpus=128), one_nic, dict(marker="^", ls="--", color="black"))]
+    placements = [
+        (
+            "DP beside TP = 8: 1 GPU per node, 1 NIC each",
+            dict(tp=8, gpus=1024),
+            inter,
+            dict(marker="o", lw=6, alpha=0.35, ms=9),
+        ),
+        ("pure DP, 8 GPUs per node, 8 NICs at once", dict(gpus=128), inter, dict(marker="s")),
+        (
+            "pure DP, 8 GPUs sharing 1 NIC (same curve as\nthe first: 47 GB/s per group either way)",
+            dict(gpus=128),
+            one_nic,
+            dict(marker="^", ls="--", color="black"),
+        ),
+    ]
     for label, degrees, link, style in placements:
-        mfus = [_dp_only_mfu(mfu, bill.Plan(n_params=seven.n_params, layers=seven.layers, hidden=seven.hidden,
-                                            seq_len=int(t), intra=intra, inter=link, **degrees)) for t in tokens]
+        mfus = [
+            _dp_only_mfu(
+                mfu,
+                bill.Plan(
+                    n_params=seven.n_params,
+                    layers=seven.layers,
+                    hidden=seven.hidden,
+                    seq_len=int(t),
+                    intra=intra,
+                    inter=link,
+                    **degrees,
+                ),
+            )
+            for t in tokens
+        ]
         ax1.semilogx(tokens, mfus, label=label, **style)
     for bandwidth, color in ((inter.bandwidth, "#1f77b4"), (min(intra.bandwidth, 8 * inter.bandwidth), "#ff7f0e")):
         ax1.axvline(bill.dp_min_local_tokens(peak, mfu, bandwidth, 128), color=color, ls=":", lw=1)
@@ -85,9 +115,22 @@ def mfu_knobs_figure(peak: float, mfu: float, intra: Link, inter: Link) -> Figur
 
     seventy = MODELS["Llama-2-70B"]
     tps = [1, 2, 4, 8, 16, 32, 64]
-    mfus = [bill.step_report(bill.Plan(n_params=seventy.n_params, layers=seventy.layers, hidden=seventy.hidden,
-                                       seq_len=4096, microbatches=16, gpus=1024, tp=t, pp=4, zero_stage=1)).mfu
-            for t in tps]
+    mfus = [
+        bill.step_report(
+            bill.Plan(
+                n_params=seventy.n_params,
+                layers=seventy.layers,
+                hidden=seventy.hidden,
+                seq_len=4096,
+                microbatches=16,
+                gpus=1024,
+                tp=t,
+                pp=4,
+                zero_stage=1,
+            )
+        ).mfu
+        for t in tps
+    ]
     ax2.plot(range(len(tps)), mfus, "s-", color="#d62728", label="estimated MFU")
     ax2.axvline(3.5, color="black", lw=0.8, ls=":", label="TP leaves the 8-GPU node")
     ax2.set_xticks(range(len(tps)), [str(t) for t in tps])

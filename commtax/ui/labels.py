@@ -44,7 +44,7 @@ def count(number: int, noun: str, plural: str | None = None) -> str:
     return f"{number} {noun if number == 1 else (plural or noun + 's')}"
 
 
-_COUNT_PREFIXES = ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k"))   # B: billion, the models' own convention
+_COUNT_PREFIXES = ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k"))  # B: billion, the models' own convention
 
 
 def parameters(number: float) -> str:
@@ -60,9 +60,18 @@ def parameters(number: float) -> str:
 # sizes) or KiB, MiB, GiB, TiB (binary). A bare prefix ("1M") is refused: the course's command lines
 # read it as binary (nccl-tests), its readouts as decimal, so the reader says which.
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
-_SIZE_UNITS = {"": 1, "b": 1,   # case aside from the final B, which parse_size reads first (b is bits)
-                "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
-               "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+_SIZE_UNITS = {
+    "": 1,
+    "b": 1,  # case aside from the final B, which parse_size reads first (b is bits)
+    "kb": 1e3,
+    "mb": 1e6,
+    "gb": 1e9,
+    "tb": 1e12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
 
 
 def parse_size(text: str) -> int:
@@ -75,10 +84,15 @@ def parse_size(text: str) -> int:
     if not match or unit not in _SIZE_UNITS:
         power = "kmgt".find(unit) + 1 if match and len(unit) == 1 else 0
         prefix = match.group(2).upper() if power else ""
-        hint = (f" ({match.group(2)!r} alone is ambiguous: write {prefix.replace('K', 'k')}B for 10^{3 * power} "
-                f"bytes or {prefix}iB for 2^{10 * power})" if power else "")
-        raise ValueError(f"size {text!r} is not a size{hint}: type a number of bytes and a unit, "
-                         "e.g. 4096, 4e6, 1 MB or 64 KiB")
+        hint = (
+            f" ({match.group(2)!r} alone is ambiguous: write {prefix.replace('K', 'k')}B for 10^{3 * power} "
+            f"bytes or {prefix}iB for 2^{10 * power})"
+            if power
+            else ""
+        )
+        raise ValueError(
+            f"size {text!r} is not a size{hint}: type a number of bytes and a unit, e.g. 4096, 4e6, 1 MB or 64 KiB"
+        )
     value = float(match.group(1)) * _SIZE_UNITS[unit]
     if abs(value - round(value)) > 1e-6 * max(1.0, value):
         raise ValueError(f"size {text!r} is {value:g} bytes: a message holds whole bytes")
@@ -103,7 +117,7 @@ class UnitLogFormatter(LogFormatter):
     def set_locs(self, locs=None):
         super().set_locs(locs)
         if self._sublabels is not None and 1 < len(self._sublabels) < 10:
-            self._sublabels = {1, 2, 5, 10}   # matplotlib's subset is 1, 2, 3, 4, 6: crowded, uneven
+            self._sublabels = {1, 2, 5, 10}  # matplotlib's subset is 1, 2, 3, 4, 6: crowded, uneven
 
     def _num_to_string(self, x, vmin, vmax):
         return self._text(x)
@@ -134,7 +148,7 @@ def decade_ticks(low: float, high: float, *, ends: bool = False) -> list[float]:
     if not 0 < low < high:
         raise ValueError(f"need 0 < low < high; got low={low!r}, high={high!r}")
     step = 1 if math.log10(high / low) <= 6 else 2
-    ticks = [10.0 ** k for k in range(0, 14, step) if low * (1 - 1e-9) <= 10.0 ** k <= high * (1 + 1e-9)]
+    ticks = [10.0**k for k in range(0, 14, step) if low * (1 - 1e-9) <= 10.0**k <= high * (1 + 1e-9)]
     if ends:
         ticks = sorted(ticks + [end for end in (low, high) if all(max(end / t, t / end) >= 3 for t in ticks)])
     return ticks

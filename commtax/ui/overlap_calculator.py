@@ -33,51 +33,120 @@ def pp_note(plan: bill.Plan, report: bill.StepReport) -> str:
     # (p-1)/m written out rather than formulas.bubble's: in the student release that one is the learner's
     # Lab 07, which comes after this lesson's calculator
     bubble = (p - 1) / m * report.t_compute
-    one = axis.t_comm / (2 * m)                 # one activation (or gradient) transfer
-    slot = report.t_compute / m                 # one micro-batch's forward and backward on a stage
+    one = axis.t_comm / (2 * m)  # one activation (or gradient) transfer
+    slot = report.t_compute / m  # one micro-batch's forward and backward on a stage
     if one > slot:
-        return (f"NOT hidden: one transfer takes {labels.duration(one)}, longer than a micro-batch's compute on a "
-                f"stage ({labels.duration(slot)}), so the stages wait on the link; the bill counts only the bubble "
-                f"({labels.duration(bubble)}) and the fill and drain sends, so exposed is too low here")
+        return (
+            f"NOT hidden: one transfer takes {labels.duration(one)}, longer than a micro-batch's compute on a "
+            f"stage ({labels.duration(slot)}), so the stages wait on the link; the bill counts only the bubble "
+            f"({labels.duration(bubble)}) and the fill and drain sends, so exposed is too low here"
+        )
     relation = "more than" if axis.exposed > axis.t_comm else "at most"
-    return (f"exposed ({relation} t_comm) = the bubble, (p-1)/m of compute = {labels.duration(bubble)}, "
-            f"plus the {2 * (p - 1)} fill and drain sends; the others hide behind other micro-batches")
+    return (
+        f"exposed ({relation} t_comm) = the bubble, (p-1)/m of compute = {labels.duration(bubble)}, "
+        f"plus the {2 * (p - 1)} fill and drain sends; the others hide behind other micro-batches"
+    )
 
 
-def render(model, seq_len: int, micro_batch: int, microbatches: int, dp: int, tp: int, pp: int, ep: int,
-           zero_stage: int, gpus_per_node: int, mfu: float, intra, inter) -> None:
+def render(
+    model,
+    seq_len: int,
+    micro_batch: int,
+    microbatches: int,
+    dp: int,
+    tp: int,
+    pp: int,
+    ep: int,
+    zero_stage: int,
+    gpus_per_node: int,
+    mfu: float,
+    intra,
+    inter,
+) -> None:
     """Headline (step, MFU, binding tax, model state per GPU), the table axis by axis, an MoE note."""
     check_plan(model, tp, ep)
-    moe = bill.moe_fields(model)             # MoE: compute at the active parameters; experts sharded by EP
+    moe = bill.moe_fields(model)  # MoE: compute at the active parameters; experts sharded by EP
     if ep == 1:
         moe = {k: v for k, v in moe.items() if k == "active_params"}
-    plan = bill.Plan(n_params=model.n_params, layers=model.layers, hidden=model.hidden, seq_len=seq_len,
-                     micro_batch=micro_batch, microbatches=microbatches, gpus=dp * tp * pp, tp=tp, pp=pp, ep=ep,
-                     zero_stage=zero_stage, gpus_per_node=gpus_per_node, mfu=mfu, intra=intra, inter=inter, **moe)
+    plan = bill.Plan(
+        n_params=model.n_params,
+        layers=model.layers,
+        hidden=model.hidden,
+        seq_len=seq_len,
+        micro_batch=micro_batch,
+        microbatches=microbatches,
+        gpus=dp * tp * pp,
+        tp=tp,
+        pp=pp,
+        ep=ep,
+        zero_stage=zero_stage,
+        gpus_per_node=gpus_per_node,
+        mfu=mfu,
+        intra=intra,
+        inter=inter,
+        **moe,
+    )
     r = bill.step_report(plan)
     memory = sum(bill.model_state_bytes(n, size, zero_stage) for n, size, _ in plan.dp_shards())
     binding = f"binding tax: {r.binding} ({r.axes[r.binding].tax:.0%} of compute)" if r.binding else "compute-bound"
-    display(cw.headline(f"{model.name} on {labels.count(plan.gpus, 'GPU')} ({dp} DP x {tp} TP x {pp} PP): "
-                        f"step {labels.duration(r.t_step)}, MFU about {r.mfu:.0%}; {binding}; model state "
-                        f"{labels.size(memory)} per GPU (ZeRO-{zero_stage}, no activations)"))
-    notes = {"PP": pp_note(plan, r)} if "PP" in r.axes else {}   # the other axes: the bill's own note
-    rows = [[a.axis, a.collective, labels.size(a.bytes), "inside a node" if a.link == "intra" else "between nodes",
-             labels.duration(a.t_comm), labels.duration(a.window), labels.duration(a.exposed), f"{a.tax:.1%}",
-             notes.get(a.axis, a.note)] for a in r.axes.values()]
-    rows.append(["compute", "", "", "", "", "", labels.duration(r.t_compute), "",
-                 f"6 x {labels.parameters(plan.params_per_token)} parameters x tokens at MFU {mfu:.0%}"])
+    display(
+        cw.headline(
+            f"{model.name} on {labels.count(plan.gpus, 'GPU')} ({dp} DP x {tp} TP x {pp} PP): "
+            f"step {labels.duration(r.t_step)}, MFU about {r.mfu:.0%}; {binding}; model state "
+            f"{labels.size(memory)} per GPU (ZeRO-{zero_stage}, no activations)"
+        )
+    )
+    notes = {"PP": pp_note(plan, r)} if "PP" in r.axes else {}  # the other axes: the bill's own note
+    rows = [
+        [
+            a.axis,
+            a.collective,
+            labels.size(a.bytes),
+            "inside a node" if a.link == "intra" else "between nodes",
+            labels.duration(a.t_comm),
+            labels.duration(a.window),
+            labels.duration(a.exposed),
+            f"{a.tax:.1%}",
+            notes.get(a.axis, a.note),
+        ]
+        for a in r.axes.values()
+    ]
+    rows.append(
+        [
+            "compute",
+            "",
+            "",
+            "",
+            "",
+            "",
+            labels.duration(r.t_compute),
+            "",
+            f"6 x {labels.parameters(plan.params_per_token)} parameters x tokens at MFU {mfu:.0%}",
+        ]
+    )
     names = list(r.axes)
-    display(cw.result_table(["axis", "collective", "bytes/rank", "link", "t_comm", "window", "exposed",
-                             "tax (whole step)", "why"],
-                            rows, highlight=names.index(r.binding) if r.binding else None))
+    display(
+        cw.result_table(
+            ["axis", "collective", "bytes/rank", "link", "t_comm", "window", "exposed", "tax (whole step)", "why"],
+            rows,
+            highlight=names.index(r.binding) if r.binding else None,
+        )
+    )
     if model.is_moe:
-        experts = (f"the routed experts' {labels.parameters(plan.expert_params)} parameters are sharded over "
-                   f"EP = {ep}, their gradients reduced over the {plan.dp // ep} DP ranks that hold the same experts"
-                   if ep > 1 else "with EP = 1 every GPU holds every expert")
-        display(cw.headline(f"MoE: a token computes with {labels.parameters(model.active_params)} of the "
-                            f"{labels.parameters(model.n_params)} parameters (its top-{model.top_k} experts), so the "
-                            f"compute is 6 x {labels.parameters(model.active_params)} per token; {experts}",
-                            css_class="commtax-note"))
+        experts = (
+            f"the routed experts' {labels.parameters(plan.expert_params)} parameters are sharded over "
+            f"EP = {ep}, their gradients reduced over the {plan.dp // ep} DP ranks that hold the same experts"
+            if ep > 1
+            else "with EP = 1 every GPU holds every expert"
+        )
+        display(
+            cw.headline(
+                f"MoE: a token computes with {labels.parameters(model.active_params)} of the "
+                f"{labels.parameters(model.n_params)} parameters (its top-{model.top_k} experts), so the "
+                f"compute is 6 x {labels.parameters(model.active_params)} per token; {experts}",
+                css_class="commtax-note",
+            )
+        )
 
 
 def overlap_calculator() -> cw.Calculator:
@@ -97,8 +166,13 @@ def overlap_calculator() -> cw.Calculator:
         "intra": cw.LinkPicker("link inside a node", value=NVLINK.name),
         "inter": cw.LinkPicker("link between nodes", value=IB.name),
     }
-    return cw.calculator(render, controls, side_by_side=True, groups={
-        "model and batch": ["model", "seq_len", "micro_batch", "microbatches"],
-        "parallelism": ["dp", "tp", "pp", "ep", "zero_stage"],
-        "hardware": ["gpus_per_node", "mfu", "intra", "inter"],
-    })
+    return cw.calculator(
+        render,
+        controls,
+        side_by_side=True,
+        groups={
+            "model and batch": ["model", "seq_len", "micro_batch", "microbatches"],
+            "parallelism": ["dp", "tp", "pp", "ep", "zero_stage"],
+            "hardware": ["gpus_per_node", "mfu", "intra", "inter"],
+        },
+    )

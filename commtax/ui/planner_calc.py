@@ -24,7 +24,9 @@ CLUSTERS = {
     "A100-80GB, 8 x HDR 200 Gb/s per node (Selene)": ("A100-80GB", None),
     "H100-80GB, 8 x NDR 400 Gb/s per node": ("H100-80GB", None),
     "H100-80GB, network halved (4 x NDR per node)": (
-        "H100-80GB", dataclasses.replace(P.H100, nic_bandwidth=P.H100.nic_bandwidth / 2)),
+        "H100-80GB",
+        dataclasses.replace(P.H100, nic_bandwidth=P.H100.nic_bandwidth / 2),
+    ),
 }
 HEADER = ["TP", "PP", "DP", "v", "micro-batch", "recompute", "ZeRO", "step", "MFU", "memory", "binding"]
 # One source: the predictor names the runner-up (commtax.formulas.predict.search); kept here under the
@@ -44,9 +46,21 @@ def plan_rows(results: list[dict], n: int = 8) -> list[list[str]]:
     rows = []
     for r in results[:n]:
         q = r["plan"]
-        rows.append([q["tp"], q["pp"], q["dp"], q["vpp"], q["micro_batch"], q["recompute"], q["zero_stage"],
-                     f"{r['step_time_s']:.3g} s", f"{r['mfu']:.1%}", f"{r['memory_bytes_per_gpu'] / 1e9:.0f} GB",
-                     r["binding"]])
+        rows.append(
+            [
+                q["tp"],
+                q["pp"],
+                q["dp"],
+                q["vpp"],
+                q["micro_batch"],
+                q["recompute"],
+                q["zero_stage"],
+                f"{r['step_time_s']:.3g} s",
+                f"{r['mfu']:.1%}",
+                f"{r['memory_bytes_per_gpu'] / 1e9:.0f} GB",
+                r["binding"],
+            ]
+        )
     return rows
 
 
@@ -58,13 +72,16 @@ def plan_table(header: list[str], rows: list[list], highlight: int | None = 0) -
     body = []
     for i, row in enumerate(rows):
         style = " style='background:#fff3b0;font-weight:bold'" if i == highlight else ""
-        body.append(f"<tr{style}>" + "".join(f"<td style='{cell}'>{html.escape(cw.readable(c))}</td>" for c in row)
-                    + "</tr>")
-    return ("<style>.commtax-scroll-hint{display:none;font-size:0.85em;color:#555;margin:0 0 2px}"
-            "@media (max-width: 760px){.commtax-scroll-hint{display:block}}</style>"
-            f"<p class='commtax-scroll-hint'>{len(header)} columns: scroll the table sideways to see them all "
-            "&rarr;</p><div class='commtax-scroll' style='overflow-x:auto;max-width:100%'>"
-            f"<table class='commtax-result'><tr>{head}</tr>{''.join(body)}</table></div>")
+        body.append(
+            f"<tr{style}>" + "".join(f"<td style='{cell}'>{html.escape(cw.readable(c))}</td>" for c in row) + "</tr>"
+        )
+    return (
+        "<style>.commtax-scroll-hint{display:none;font-size:0.85em;color:#555;margin:0 0 2px}"
+        "@media (max-width: 760px){.commtax-scroll-hint{display:block}}</style>"
+        f"<p class='commtax-scroll-hint'>{len(header)} columns: scroll the table sideways to see them all "
+        "&rarr;</p><div class='commtax-scroll' style='overflow-x:auto;max-width:100%'>"
+        f"<table class='commtax-result'><tr>{head}</tr>{''.join(body)}</table></div>"
+    )
 
 
 def render(model: str, gpus: int, cluster: str, global_batch: int, *, bars=None) -> None:
@@ -80,29 +97,44 @@ def render(model: str, gpus: int, cluster: str, global_batch: int, *, bars=None)
         return
     best = results[0]
     tokens = global_batch * P.MODELS[model]["seq"]
-    display(cw.headline(f"Best: TP {best['plan']['tp']} x PP {best['plan']['pp']} x DP {best['plan']['dp']}: "
-                        f"{best['step_time_s']:.3g} s per step, MFU {best['mfu']:.1%}, "
-                        f"{tokens / best['step_time_s'] / 1e6:.2f}M tokens/s, binding: {best['binding']}"))
+    display(
+        cw.headline(
+            f"Best: TP {best['plan']['tp']} x PP {best['plan']['pp']} x DP {best['plan']['dp']}: "
+            f"{best['step_time_s']:.3g} s per step, MFU {best['mfu']:.1%}, "
+            f"{tokens / best['step_time_s'] / 1e6:.2f}M tokens/s, binding: {best['binding']}"
+        )
+    )
     display(HTML(plan_table(HEADER, plan_rows(results))))
     display(HTML(f"<p style='max-width:720px'>{html.escape(recommendation(results))} ({len(results)} plans fit.)</p>"))
     if bars is not None:
         top = results[:5]
-        labels = [f"#{i + 1} TP{r['plan']['tp']} PP{r['plan']['pp']} DP{r['plan']['dp']} v{r['plan']['vpp']} "
-                  f"mb{r['plan']['micro_batch']} Z{r['plan']['zero_stage']}" for i, r in enumerate(top)]
-        ax = bars(top, labels, title="The five fastest plans: where their step goes (each bar ends at its step time, "
-                                     "as in the table)")
+        labels = [
+            f"#{i + 1} TP{r['plan']['tp']} PP{r['plan']['pp']} DP{r['plan']['dp']} v{r['plan']['vpp']} "
+            f"mb{r['plan']['micro_batch']} Z{r['plan']['zero_stage']}"
+            for i, r in enumerate(top)
+        ]
+        ax = bars(
+            top,
+            labels,
+            title="The five fastest plans: where their step goes (each bar ends at its step time, as in the table)",
+        )
         plots.show(ax.figure)
 
 
 def calculator(bars=None):
     """The widget of Lesson 10, section 4 (Llama-2 70B on 512 H100s, 1,024 sequences, to start)."""
+
     def planner(model, gpus, cluster, global_batch):
         render(model, gpus, cluster, global_batch, bars=bars)
 
-    return cw.calculator(planner, {
-        "model": cw.choice("model", list(P.MODELS), "Llama-2 70B"),
-        "gpus": cw.int_choice_slider("GPUs", (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096), 512),
-        "cluster": cw.choice("cluster", list(CLUSTERS), "H100-80GB, 8 x NDR 400 Gb/s per node", width=560),
-        "global_batch": cw.int_choice_slider("sequences per step", (64, 128, 256, 512, 1024, 1536, 2048, 4096, 8192),
-                                             1024),
-    })
+    return cw.calculator(
+        planner,
+        {
+            "model": cw.choice("model", list(P.MODELS), "Llama-2 70B"),
+            "gpus": cw.int_choice_slider("GPUs", (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096), 512),
+            "cluster": cw.choice("cluster", list(CLUSTERS), "H100-80GB, 8 x NDR 400 Gb/s per node", width=560),
+            "global_batch": cw.int_choice_slider(
+                "sequences per step", (64, 128, 256, 512, 1024, 1536, 2048, 4096, 8192), 1024
+            ),
+        },
+    )

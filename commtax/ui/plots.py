@@ -75,7 +75,7 @@ def png(fig: Figure) -> bytes:
     Deterministic: the same figure gives the same bytes (no time stamp, no software tag). Warns
     :class:`CutText` naming any label, title or legend entry that reaches past the figure's edge.
     """
-    canvas = FigureCanvasAgg(fig)   # a canvas of its own: the figure never passes through a pyplot backend
+    canvas = FigureCanvasAgg(fig)  # a canvas of its own: the figure never passes through a pyplot backend
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=DPI, facecolor="white", metadata={"Software": None})
     cut = cut_text(fig, canvas.get_renderer())
@@ -94,7 +94,7 @@ def cut_text(fig: Figure, renderer=None) -> list[str]:
         canvas = FigureCanvasAgg(fig)
         canvas.draw()
         renderer = canvas.get_renderer()
-    tight = fig.get_tightbbox(renderer).transformed(fig.dpi_scale_trans)   # what was drawn, in pixels
+    tight = fig.get_tightbbox(renderer).transformed(fig.dpi_scale_trans)  # what was drawn, in pixels
     edge = fig.bbox
     if tight.x0 >= edge.x0 - 1 and tight.x1 <= edge.x1 + 1 and tight.y0 >= edge.y0 - 1 and tight.y1 <= edge.y1 + 1:
         return []
@@ -120,6 +120,7 @@ def show(fig: Figure) -> None:
         collected.append(fig)
         return
     from IPython.display import Image, display
+
     display(Image(data=png(fig), format="png"))
 
 
@@ -166,8 +167,9 @@ def seconds_formatter(ax, axis: str = "y") -> None:
     labels.log_axis(ax, axis, "seconds")
 
 
-def time_vs_size(sizes, times: dict, *, n_star: float | None = None, current: float | None = None,
-                 title: str = "", ax=None):
+def time_vs_size(
+    sizes, times: dict, *, n_star: float | None = None, current: float | None = None, title: str = "", ax=None
+):
     """Log-log time against message size, one line per algorithm; n* and the current size marked.
 
     The markers are vertical lines named in the legend (placed where it covers
@@ -198,12 +200,12 @@ def _contributors(bits: int, world_size: int) -> str:
     ranks = [r for r in range(world_size) if bits >> r & 1]
     if len(ranks) == world_size:
         return "Σ all"
-    if len(ranks) > 4:   # two lines, so the text stays large in a narrow cell
+    if len(ranks) > 4:  # two lines, so the text stays large in a narrow cell
         return "+".join(map(str, ranks[:4])) + "\n+" + "+".join(map(str, ranks[4:]))
     return "+".join(map(str, ranks))
 
 
-BOX = 0.78   # a chunk's width in ring_step: the gap beside it holds the arrow of its transfer
+BOX = 0.78  # a chunk's width in ring_step: the gap beside it holds the arrow of its transfer
 
 
 def ring_step(world_size: int, step: int, ax=None):
@@ -227,7 +229,7 @@ def ring_step(world_size: int, step: int, ax=None):
     run = simulate.run_schedule(rounds, buffers, simulate.Topology.flat(0.0, 1.0), p, p, record=True)
     messages, after = run.snapshots[step]
     state = [b["data"] for b in after]
-    ax = ax or new_axes(figsize=(max(4.8, 0.85 * p + 1.5), 0.62 * p + 1.3))   # room for the title; 8.3 in at P = 8
+    ax = ax or new_axes(figsize=(max(4.8, 0.85 * p + 1.5), 0.62 * p + 1.3))  # room for the title; 8.3 in at P = 8
     full = (1 << p) - 1
     for r in range(p):
         for c in range(p):
@@ -235,16 +237,27 @@ def ring_step(world_size: int, step: int, ax=None):
             count = bin(bits).count("1")
             shade = BLUES(0.15 + 0.7 * count / p) if bits != full else "#2ca02c"
             ax.add_patch(Rectangle((c, p - 1 - r), BOX, 0.9, color=shade))
-            ax.text(c + BOX / 2, p - 1 - r + 0.45, _contributors(bits, p), ha="center", va="center",
-                    fontsize=10, linespacing=1.0, color="white" if count > p / 2 or bits == full else "black")
+            ax.text(
+                c + BOX / 2,
+                p - 1 - r + 0.45,
+                _contributors(bits, p),
+                ha="center",
+                va="center",
+                fontsize=10,
+                linespacing=1.0,
+                color="white" if count > p / 2 or bits == full else "black",
+            )
     for m in messages:
         c = m.start
         ax.add_patch(Rectangle((c, p - 1 - m.src), BOX, 0.9, fill=False, edgecolor="#d62728", linewidth=2))
         # In the gap right of the chunk's column, from the sender's row to the receiver's: one row down for
         # every rank but the last, whose arrow runs back up to rank 0 (all arrows alike, none across a box).
-        ax.annotate("", xy=(c + BOX + 0.1, p - 1 - m.dst + 0.45), xytext=(c + BOX + 0.1, p - 1 - m.src + 0.45),
-                    arrowprops=dict(arrowstyle="-|>", color="#d62728", lw=1.5, mutation_scale=12,
-                                    shrinkA=0, shrinkB=0))
+        ax.annotate(
+            "",
+            xy=(c + BOX + 0.1, p - 1 - m.dst + 0.45),
+            xytext=(c + BOX + 0.1, p - 1 - m.src + 0.45),
+            arrowprops=dict(arrowstyle="-|>", color="#d62728", lw=1.5, mutation_scale=12, shrinkA=0, shrinkB=0),
+        )
     ax.set_xlim(-0.1, p)
     ax.set_ylim(-0.2, p)
     ax.set_xticks([c + BOX / 2 for c in range(p)], [f"chunk {c}" for c in range(p)], fontsize=10)
@@ -253,11 +266,15 @@ def ring_step(world_size: int, step: int, ax=None):
     for side in ax.spines.values():
         side.set_visible(False)
     if step < p - 1:
-        title = (f"after reduce-scatter step s = {step} (of 0 ... {p - 2}):\neach rank sent the outlined chunk "
-                 "forward;\nthe receiver added it")
+        title = (
+            f"after reduce-scatter step s = {step} (of 0 ... {p - 2}):\neach rank sent the outlined chunk "
+            "forward;\nthe receiver added it"
+        )
     else:
-        title = (f"after all-gather step s = {step - (p - 1)} (of 0 ... {p - 2}):\neach rank passed the outlined "
-                 "finished\nchunk forward")
+        title = (
+            f"after all-gather step s = {step - (p - 1)} (of 0 ... {p - 2}):\neach rank passed the outlined "
+            "finished\nchunk forward"
+        )
     ax.set_title(title, fontsize=11, loc="left")
     return ax
 
@@ -278,8 +295,13 @@ def halving_doubling_diagram(world_size: int = 8, ax=None):
                 ax.plot([k, k + 0.8], [y0, y1], color=color, lw=1)
                 ax.plot([k, k + 0.8], [y1, y0], color=color, lw=1)
         size = messages[0].numel / n
-        ax.text(k + 0.4, p - 0.3, f"{'add' if messages[0].op == 'add' else 'copy'} n/{round(1 / size)}",
-                ha="center", fontsize=8)
+        ax.text(
+            k + 0.4,
+            p - 0.3,
+            f"{'add' if messages[0].op == 'add' else 'copy'} n/{round(1 / size)}",
+            ha="center",
+            fontsize=8,
+        )
     half = len(rounds) // 2
     ax.axvline(half - 0.1, color="black", lw=0.6, ls=":")
     ax.text(half / 2 - 0.1, -1.0, "recursive halving = reduce-scatter", ha="center", fontsize=9, color="#1f77b4")
@@ -293,7 +315,7 @@ def halving_doubling_diagram(world_size: int = 8, ax=None):
     return ax
 
 
-IDLE = "#e6e6e6"   # a pipeline stage's idle time (the bubble)
+IDLE = "#e6e6e6"  # a pipeline stage's idle time (the bubble)
 
 
 def gantt(ops, title: str = "", ax=None, labels: bool = True):
@@ -312,7 +334,7 @@ def gantt(ops, title: str = "", ax=None, labels: bool = True):
     points_per_unit = 72 * axes_inches / end
     # White outlines part the bars where the narrowest keeps colour inside them; all bars or none, so an
     # outlined bar never looks shorter than its unoutlined neighbour.
-    narrowest = min(op.end - op.start for op in ops) * points_per_unit   # points
+    narrowest = min(op.end - op.start for op in ops) * points_per_unit  # points
     outline = narrowest >= 4
     # One collection per stage (not one per op): a schedule of thousands of ops draws in a blink.
     for stage in stages:
@@ -321,32 +343,46 @@ def gantt(ops, title: str = "", ax=None, labels: bool = True):
         mine = [op for op in ops if op.stage == stage]
         shades = [0.45 + 0.4 * (op.chunk / max(1, chunks - 1)) if chunks > 1 else 0.6 for op in mine]
         colors = [(BLUES if op.kind == "F" else GREENS)(shade) for op, shade in zip(mine, shades)]
-        ax.broken_barh([(op.start, op.end - op.start) for op in mine], (len(stages) - 1 - stage + 0.1, 0.8),
-                       facecolors=colors, edgecolors="white" if outline else "none", linewidth=0.5 if outline else 0.0)
+        ax.broken_barh(
+            [(op.start, op.end - op.start) for op in mine],
+            (len(stages) - 1 - stage + 0.1, 0.8),
+            facecolors=colors,
+            edgecolors="white" if outline else "none",
+            linewidth=0.5 if outline else 0.0,
+        )
     widest_label = len(str(max(op.microbatch for op in ops))) * 8 * 0.62 + 2
     fits = narrowest >= widest_label
     for op in ops if labels and fits else []:
         row = len(stages) - 1 - op.stage
-        ax.text((op.start + op.end) / 2, row + 0.5, str(op.microbatch), ha="center", va="center",
-                fontsize=8, color="white")
+        ax.text(
+            (op.start + op.end) / 2, row + 0.5, str(op.microbatch), ha="center", va="center", fontsize=8, color="white"
+        )
     ax.set_yticks([len(stages) - 1 - s + 0.5 for s in stages], [f"stage {s}" for s in stages], fontsize=9)
     ax.set_xlim(0, end)
     xlabel = "time (units of one forward)"
     if labels and not fits:
         xlabel += "; micro-batch numbers hidden:\nthe bars are too narrow for them (fewer micro-batches shows them)"
     ax.set_xlabel(xlabel, fontsize=9)
-    handles = [Rectangle((0, 0), 1, 1, color=BLUES(0.6)), Rectangle((0, 0), 1, 1, color=GREENS(0.6)),
-               Rectangle((0, 0), 1, 1, color=IDLE)]
+    handles = [
+        Rectangle((0, 0), 1, 1, color=BLUES(0.6)),
+        Rectangle((0, 0), 1, 1, color=GREENS(0.6)),
+        Rectangle((0, 0), 1, 1, color=IDLE),
+    ]
     later = " (darker: later chunk)" if chunks > 1 else ""
-    ax.legend(handles, ["forward" + later, "backward" + later, "idle (bubble)"], fontsize=8, loc="upper left",
-              bbox_to_anchor=(1.005, 1.0), frameon=False)
+    ax.legend(
+        handles,
+        ["forward" + later, "backward" + later, "idle (bubble)"],
+        fontsize=8,
+        loc="upper left",
+        bbox_to_anchor=(1.005, 1.0),
+        frameon=False,
+    )
     if title:
         ax.set_title(title, fontsize=10, loc="left")
     return ax
 
 
-def bucket_timeline(backward, ready, start, finish, title: str = "", ax=None, bucket_bytes=None,
-                    measured_rows=None):
+def bucket_timeline(backward, ready, start, finish, title: str = "", ax=None, bucket_bytes=None, measured_rows=None):
     """DDP's backward with its bucket all-reduces (Lesson 08); times in seconds, the axis in s, ms or µs
     as the longest time asks (:func:`time_scale`).
 
@@ -364,13 +400,18 @@ def bucket_timeline(backward, ready, start, finish, title: str = "", ax=None, bu
         ax.broken_barh([(0, b * k)], (y + 0.55, 0.35), facecolors="#9ecae1", edgecolors="white")
         for i, (r, s, f) in enumerate(zip(rd, st, fi)):
             color = "#e6550d" if i % 2 == 0 else "#fdae6b"
-            ax.broken_barh([(s * k, (f - s) * k)], (y + 0.1, 0.35), facecolors=color, edgecolors="white",
-                           linewidth=0.5)
+            ax.broken_barh([(s * k, (f - s) * k)], (y + 0.1, 0.35), facecolors=color, edgecolors="white", linewidth=0.5)
             ax.plot([r * k, r * k], [y + 0.05, y + 0.5], color="black", linewidth=0.6)
         last = max(fi, default=0.0)
         if last > b:
-            ax.broken_barh([(b * k, (last - b) * k)], (y + 0.05, 0.45), facecolors="none",
-                           edgecolors="#444444", hatch="///", linewidth=0.0)
+            ax.broken_barh(
+                [(b * k, (last - b) * k)],
+                (y + 0.05, 0.45),
+                facecolors="none",
+                edgecolors="#444444",
+                hatch="///",
+                linewidth=0.0,
+            )
             ax.text(last * k, y + 0.27, f" exposed {labels.duration(last - b)}", va="center", fontsize=8)
         names.append(label)
         y += 1
@@ -378,8 +419,11 @@ def bucket_timeline(backward, ready, start, finish, title: str = "", ax=None, bu
     ax.set_yticks([i + 0.5 for i in range(y)], names, fontsize=9)
     ax.tick_params(axis="y", length=0)
     ax.set_xlim(0, longest * k * 1.3 if longest > 0 else 1)
-    ax.set_xlabel(f"{unit} since backward started. Blue: backward; orange: one all-reduce per bucket "
-                  "(tick: bucket ready); hatched: exposed", fontsize=8)
+    ax.set_xlabel(
+        f"{unit} since backward started. Blue: backward; orange: one all-reduce per bucket "
+        "(tick: bucket ready); hatched: exposed",
+        fontsize=8,
+    )
     if title:
         ax.set_title(title, fontsize=10, loc="left")
     return ax
@@ -393,12 +437,13 @@ def exposed_vs_cap(caps, exposed, *, best=None, current=None, crossover=None, ax
     top = max([exposed.max()] + [m[1] for m in (best, current) if m is not None])
     k, unit = time_scale(top)
     ax.semilogx(caps, exposed * k, color="#d62728", label=label)
-    marks = dict(clip_on=False, zorder=3, ms=7)     # a mark on the axis' end is drawn whole
+    marks = dict(clip_on=False, zorder=3, ms=7)  # a mark on the axis' end is drawn whole
     if best is not None:
         ax.plot([best[0]], [best[1] * k], "o", color="#2ca02c", label=f"best cap {labels.size(best[0])}", **marks)
     if current is not None:
-        ax.plot([current[0]], [current[1] * k], "s", color="black", label=f"your cap {labels.size(current[0])}",
-                **marks)
+        ax.plot(
+            [current[0]], [current[1] * k], "s", color="black", label=f"your cap {labels.size(current[0])}", **marks
+        )
     if crossover is not None:
         ax.axvline(crossover, color="#999999", linestyle=":", label=f"P n* = {labels.size(crossover)}")
     ax.set_xlim(min(caps), max(caps))

@@ -84,7 +84,7 @@ def or_unlit(compute, fallback: str = "(needs your lab code)"):
         return fallback
 
 
-_UNLIT_SEEN: list[str] = []   # the lines shown by cells so far in this kernel
+_UNLIT_SEEN: list[str] = []  # the lines shown by cells so far in this kernel
 
 
 def _cell_handler(shell, etype, value, tb, tb_offset=None):
@@ -99,9 +99,13 @@ def _cell_handler(shell, etype, value, tb, tb_offset=None):
         _UNLIT_SEEN.append(message(unlit))
         show_unlit(unlit)
     elif issubclass(etype, NameError) and _UNLIT_SEEN:
-        display(HTML(f'<p class="{CSS_CLASS}" style="color:#8a6d00"><b>Unlit:</b> {html.escape(str(value))}: '
-                     f"this cell needs the result of a cell above that is not lit yet "
-                     f"({html.escape(_UNLIT_SEEN[-1])})</p>"))
+        display(
+            HTML(
+                f'<p class="{CSS_CLASS}" style="color:#8a6d00"><b>Unlit:</b> {html.escape(str(value))}: '
+                f"this cell needs the result of a cell above that is not lit yet "
+                f"({html.escape(_UNLIT_SEEN[-1])})</p>"
+            )
+        )
     else:
         shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
     return []

@@ -30,8 +30,9 @@ def ring_stepper() -> cw.Calculator:
         # the last step of 2(P-1), counted from 0: a step past it would be one the ring does not take
         controls["step"].max = 2 * (controls["world_size"].value - 1) - 1
 
-    return cw.calculator(show_ring, {"world_size": world, "step": step}, css_class="commtax-calculator commtax-ring",
-                         adjust=last_step)
+    return cw.calculator(
+        show_ring, {"world_size": world, "step": step}, css_class="commtax-calculator commtax-ring", adjust=last_step
+    )
 
 
 def ring_time(link, world_size: int, nbytes: float) -> None:
@@ -39,23 +40,38 @@ def ring_time(link, world_size: int, nbytes: float) -> None:
     total = C.allreduce_time(nbytes, world_size, link.alpha, link.bandwidth, "ring")
     latency = 2 * (world_size - 1) * link.alpha
     busbw = measure.busbw("all_reduce", nbytes, total, world_size)
-    display(cw.headline(f"ring all-reduce: {labels.duration(total)} for {labels.size(nbytes)} on "
-                        f"{labels.count(world_size, 'rank')} over {link.name}"))
-    rows = [["latency term 2(P-1) alpha", labels.duration(latency), f"{latency / total:.0%}"],
-            ["bandwidth term 2(P-1)/P n/B", labels.duration(total - latency), f"{(total - latency) / total:.0%}"],
-            ["bytes each rank sends", labels.size(2 * (world_size - 1) / world_size * nbytes), ""],
-            ["bus bandwidth (nccl-tests' busbw)", format_rate(busbw), f"{busbw / link.bandwidth:.0%} of B"]]
+    display(
+        cw.headline(
+            f"ring all-reduce: {labels.duration(total)} for {labels.size(nbytes)} on "
+            f"{labels.count(world_size, 'rank')} over {link.name}"
+        )
+    )
+    rows = [
+        ["latency term 2(P-1) alpha", labels.duration(latency), f"{latency / total:.0%}"],
+        ["bandwidth term 2(P-1)/P n/B", labels.duration(total - latency), f"{(total - latency) / total:.0%}"],
+        ["bytes each rank sends", labels.size(2 * (world_size - 1) / world_size * nbytes), ""],
+        ["bus bandwidth (nccl-tests' busbw)", format_rate(busbw), f"{busbw / link.bandwidth:.0%} of B"],
+    ]
     display(cw.result_table(["ring all-reduce", "value", "share of the time"], rows))
-    if nbytes < world_size:   # the slider reaches 1 B and 4096 ranks: say what the model cannot
-        display(cw.headline(f"{labels.size(nbytes)} is fewer bytes than ranks: the ring cuts the message into "
-                            f"{world_size} chunks, so most chunks are empty (a chunk holds whole bytes). The formula "
-                            "treats bytes as continuous; here only the latency term counts.", css_class="commtax-note"))
+    if nbytes < world_size:  # the slider reaches 1 B and 4096 ranks: say what the model cannot
+        display(
+            cw.headline(
+                f"{labels.size(nbytes)} is fewer bytes than ranks: the ring cuts the message into "
+                f"{world_size} chunks, so most chunks are empty (a chunk holds whole bytes). The formula "
+                "treats bytes as continuous; here only the latency term counts.",
+                css_class="commtax-note",
+            )
+        )
 
 
 def ring_calculator() -> cw.Calculator:
     """A link, P and n (slider or typed): :func:`ring_time`."""
-    return cw.calculator(ring_time, {
-        "link": cw.LinkPicker(css_class="commtax-link"),
-        "world_size": cw.int_choice_slider("ranks P", cw.WORLD_SIZES, 8),
-        "nbytes": cw.bytes_slider("message n (bytes)", 2**24),
-    }, side_by_side=True)
+    return cw.calculator(
+        ring_time,
+        {
+            "link": cw.LinkPicker(css_class="commtax-link"),
+            "world_size": cw.int_choice_slider("ranks P", cw.WORLD_SIZES, 8),
+            "nbytes": cw.bytes_slider("message n (bytes)", 2**24),
+        },
+        side_by_side=True,
+    )

@@ -46,19 +46,28 @@ def render(model, tp_degree: int, link, batch_tokens: int) -> None:
     compute = tp.forward_time_s(model.n_params, batch_tokens, tp_degree)
     # 2 all-reduces per layer, each a ring of 2(t-1) hops that pay alpha in sequence
     latency = 2 * model.layers * 2 * (tp_degree - 1) * link.alpha
-    display(cw.headline(f"TP comm {format_seconds(comm)} per forward pass = {tp.comm_fraction(comm, compute):.0%} "
-                        f"of the step ({model.name}, t = {tp_degree}, {_tokens(batch_tokens)}, {link.name})"))
-    rows = [["payload of one all-reduce", format_bytes(payload)],
-            ["all-reduces per forward pass", 2 * model.layers],
-            ["latency term", f"{format_seconds(latency)} ({latency / comm:.0%} of comm)"],
-            ["bandwidth term", f"{format_seconds(comm - latency)} ({(comm - latency) / comm:.0%} of comm)"],
-            ["forward compute (roofline)", format_seconds(compute)]]
+    display(
+        cw.headline(
+            f"TP comm {format_seconds(comm)} per forward pass = {tp.comm_fraction(comm, compute):.0%} "
+            f"of the step ({model.name}, t = {tp_degree}, {_tokens(batch_tokens)}, {link.name})"
+        )
+    )
+    rows = [
+        ["payload of one all-reduce", format_bytes(payload)],
+        ["all-reduces per forward pass", 2 * model.layers],
+        ["latency term", f"{format_seconds(latency)} ({latency / comm:.0%} of comm)"],
+        ["bandwidth term", f"{format_seconds(comm - latency)} ({(comm - latency) / comm:.0%} of comm)"],
+        ["forward compute (roofline)", format_seconds(compute)],
+    ]
     display(cw.result_table(["per forward pass", "value"], rows))
     tokens = np.unique(np.logspace(0, 14, 60, base=2).astype(int))
     fig, ax = plots.subplots(figsize=(8.4, 3.6))
     for each, color in ((NVLINK, "#1f77b4"), (IB, "#2ca02c"), (TCP, "#9467bd")):
-        name = each.name + (f"\n(if all {tp_degree} GPUs shared one NVLink\ndomain: an H100 node has 8)"
-                            if each is NVLINK and tp_degree > 8 else "")
+        name = each.name + (
+            f"\n(if all {tp_degree} GPUs shared one NVLink\ndomain: an H100 node has 8)"
+            if each is NVLINK and tp_degree > 8
+            else ""
+        )
         ax.semilogx(tokens, [comm_share(model, tp_degree, each, int(n)) for n in tokens], color=color, label=name)
     ax.axvline(batch_tokens, color="black", ls="--", lw=1, label=f"your setting: {_tokens(batch_tokens)}")
     ax.set_xticks([1, 10, 100, 1000, 10000], ["1", "10", "100", "1000", "10000"])
@@ -79,9 +88,13 @@ def tp_calculator() -> cw.Calculator:
     A preset sets the layer and width sliders; moving one turns the model into "custom", whose size follows
     from its shape (N = 12 L h^2), so a preset's name never labels numbers it did not produce.
     """
-    return cw.calculator(render, {
-        "model": cw.ModelPicker("model", "Llama-3-8B", models=DENSE_PRESETS, css_class="commtax-model"),
-        "tp_degree": cw.int_choice_slider("TP degree", [2, 4, 8, 16], 2),
-        "link": cw.LinkPicker(css_class="commtax-link"),
-        "batch_tokens": cw.int_choice_slider("tokens per forward pass", TOKEN_STOPS, 1),
-    }, side_by_side=True)
+    return cw.calculator(
+        render,
+        {
+            "model": cw.ModelPicker("model", "Llama-3-8B", models=DENSE_PRESETS, css_class="commtax-model"),
+            "tp_degree": cw.int_choice_slider("TP degree", [2, 4, 8, 16], 2),
+            "link": cw.LinkPicker(css_class="commtax-link"),
+            "batch_tokens": cw.int_choice_slider("tokens per forward pass", TOKEN_STOPS, 1),
+        },
+        side_by_side=True,
+    )

@@ -33,23 +33,37 @@ from commtax.units import format_bytes, format_rate, format_seconds
 CONTROL_PX = 440
 _LAYOUT = w.Layout(width=f"{CONTROL_PX}px")
 _STYLE = {"description_width": "160px"}
-_READOUT_PX = 90   # a size's readout, or the text box it is typed into ("1.05 MB", "64 KiB")
+_READOUT_PX = 90  # a size's readout, or the text box it is typed into ("1.05 MB", "64 KiB")
 # A result narrower than this sits beside the controls when side_by_side; a wider one (a table whose columns
 # would otherwise wrap word by word, or be cut at the right) wraps below them at the column's full width.
 RESULT_BESIDE_PX = 330
-_CHAR_PX, _CELL_PAD_PX, _CELL_CHARS = 7.5, 20, 28   # ~13-px sans-serif; td padding 2 x 10 px; a cell wraps past 28 chars
-_result_width = contextvars.ContextVar("commtax_result_width", default=None)   # [px] of the render under way
+_CHAR_PX, _CELL_PAD_PX, _CELL_CHARS = 7.5, 20, 28  # ~13-px sans-serif; td padding 2 x 10 px; a cell wraps past 28 chars
+_result_width = contextvars.ContextVar("commtax_result_width", default=None)  # [px] of the render under way
 
 
-def log_slider(description: str, value: float, low: float, high: float, *,
-               readout_format: str = ".3s", css_class: str | None = None) -> w.FloatLogSlider:
+def log_slider(
+    description: str,
+    value: float,
+    low: float,
+    high: float,
+    *,
+    readout_format: str = ".3s",
+    css_class: str | None = None,
+) -> w.FloatLogSlider:
     """A base-10 log slider bounded to [low, high] (both > 0)."""
     if not 0 < low < high:
         raise ValueError(f"need 0 < low < high, got low={low!r}, high={high!r}")
     slider = w.FloatLogSlider(
-        value=min(max(value, low), high), base=10, min=math.log10(low), max=math.log10(high),
-        step=0.05, description=description, readout_format=readout_format,
-        continuous_update=False, layout=_LAYOUT, style=_STYLE,
+        value=min(max(value, low), high),
+        base=10,
+        min=math.log10(low),
+        max=math.log10(high),
+        step=0.05,
+        description=description,
+        readout_format=readout_format,
+        continuous_update=False,
+        layout=_LAYOUT,
+        style=_STYLE,
     )
     if css_class:
         slider.add_class(css_class)
@@ -73,7 +87,7 @@ class WithReadout(w.VBox):
 
     def __init__(self, slider, formatter, transform=None, parse=None):
         slider.readout = False
-        slider.layout = w.Layout(width=f"{CONTROL_PX - _READOUT_PX}px")   # with its readout as wide as the others
+        slider.layout = w.Layout(width=f"{CONTROL_PX - _READOUT_PX}px")  # with its readout as wide as the others
         self.slider, self._formatter, self._parse = slider, formatter, parse
         self._transform = transform or (lambda value: value)
         self._showing = False
@@ -81,8 +95,11 @@ class WithReadout(w.VBox):
             self._readout = w.HTML(layout=w.Layout(width=f"{_READOUT_PX}px"))
             self._readout.add_class("commtax-readout")
         else:
-            self._readout = w.Text(layout=w.Layout(width=f"{_READOUT_PX - 4}px"), continuous_update=False,
-                                   tooltip="type a size: 4096, 4e6, 1 MB, 64 KiB")
+            self._readout = w.Text(
+                layout=w.Layout(width=f"{_READOUT_PX - 4}px"),
+                continuous_update=False,
+                tooltip="type a size: 4096, 4e6, 1 MB, 64 KiB",
+            )
             self._readout.add_class("commtax-size-input")
             self._readout.observe(self._typed, "value")
         self.error = w.HTML(layout=w.Layout(width=f"{CONTROL_PX}px", display="none"))
@@ -97,14 +114,14 @@ class WithReadout(w.VBox):
     def bounds(self) -> tuple[float, float]:
         """The lowest and highest value the slider reaches (its ends, 10 ** min and 10 ** max on a log slider)."""
         if isinstance(self.slider, w.FloatLogSlider):
-            return self.slider.base ** self.slider.min, self.slider.base ** self.slider.max
+            return self.slider.base**self.slider.min, self.slider.base**self.slider.max
         return self.slider.min, self.slider.max
 
     def _from_slider(self, change):
         self.value = self._transform(change["new"])
 
     def _to_slider(self, change):
-        if self._transform(self.slider.value) != change["new"]:   # set from code: move the slider there
+        if self._transform(self.slider.value) != change["new"]:  # set from code: move the slider there
             self.slider.value = change["new"]
 
     def _show(self, *_):
@@ -112,30 +129,36 @@ class WithReadout(w.VBox):
         text = self._formatter(self.value)
         self._showing = True
         try:
-            self._readout.value = (text if self._parse else
-                                   f"<span style='font-family:monospace'>{html.escape(text)}</span>")
+            self._readout.value = (
+                text if self._parse else f"<span style='font-family:monospace'>{html.escape(text)}</span>"
+            )
         finally:
             self._showing = False
 
     def _say(self, problem: str | None) -> None:
-        self.error.value = "" if problem is None else \
-            f"<span style='color:#b00020'><b>Not a size here:</b> {html.escape(problem)}</span>"
+        self.error.value = (
+            ""
+            if problem is None
+            else f"<span style='color:#b00020'><b>Not a size here:</b> {html.escape(problem)}</span>"
+        )
         self.error.layout.display = "none" if problem is None else None
 
     def _typed(self, change):
         if self._showing:
-            return   # the readout written by _show, not typed
+            return  # the readout written by _show, not typed
         try:
             value = self._parse(change["new"])
             low, high = self.bounds()
             if not low * (1 - 1e-9) <= value <= high * (1 + 1e-9):
-                raise ValueError(f"{change['new'].strip()} is outside this control's range, "
-                                 f"{self._formatter(low)} to {self._formatter(high)}")
+                raise ValueError(
+                    f"{change['new'].strip()} is outside this control's range, "
+                    f"{self._formatter(low)} to {self._formatter(high)}"
+                )
         except ValueError as exc:
             self._say(str(exc))
             return
         if value == self.value:
-            self._show()     # the same value typed another way ("1e6" for "1 MB"): show it the usual way
+            self._show()  # the same value typed another way ("1e6" for "1 MB"): show it the usual way
         else:
             self.value = value
 
@@ -145,8 +168,9 @@ def whole_bytes(value: float) -> int:
     return max(1, round(value))
 
 
-def bytes_slider(description: str, value: float, low: float = 1.0, high: float = 1e10,
-                 css_class: str | None = None) -> WithReadout:
+def bytes_slider(
+    description: str, value: float, low: float = 1.0, high: float = 1e10, css_class: str | None = None
+) -> WithReadout:
     """A message-size slider in bytes, on a log scale, read out in decimal units (1.05 MB = 1.05e6 bytes),
     with a text box beside it to type a size into ("1 MB", "64 KiB", "4e6": :func:`labels.parse_size`).
 
@@ -158,11 +182,19 @@ def bytes_slider(description: str, value: float, low: float = 1.0, high: float =
     return WithReadout(slider, labels.size, transform=whole_bytes, parse=labels.parse_size)
 
 
-def int_slider(description: str, value: int, low: int, high: int, *, step: int = 1,
-               css_class: str | None = None) -> w.IntSlider:
-    slider = w.IntSlider(value=min(max(value, low), high), min=low, max=high, step=step,
-                         description=description, continuous_update=False,
-                         layout=_LAYOUT, style=_STYLE)
+def int_slider(
+    description: str, value: int, low: int, high: int, *, step: int = 1, css_class: str | None = None
+) -> w.IntSlider:
+    slider = w.IntSlider(
+        value=min(max(value, low), high),
+        min=low,
+        max=high,
+        step=step,
+        description=description,
+        continuous_update=False,
+        layout=_LAYOUT,
+        style=_STYLE,
+    )
     if css_class:
         slider.add_class(css_class)
     return slider
@@ -171,9 +203,14 @@ def int_slider(description: str, value: int, low: int, high: int, *, step: int =
 def int_choice_slider(description: str, options, value: int, css_class: str | None = None) -> w.SelectionSlider:
     """A slider over a fixed list of integers (e.g. world sizes 2, 4, 8, ...), so every stop is valid."""
     options = sorted(set(int(o) for o in options))
-    slider = w.SelectionSlider(options=options, value=min(options, key=lambda o: abs(o - value)),
-                               description=description, continuous_update=False,
-                               layout=_LAYOUT, style=_STYLE)
+    slider = w.SelectionSlider(
+        options=options,
+        value=min(options, key=lambda o: abs(o - value)),
+        description=description,
+        continuous_update=False,
+        layout=_LAYOUT,
+        style=_STYLE,
+    )
     if css_class:
         slider.add_class(css_class)
     return slider
@@ -192,18 +229,34 @@ def restrict(slider: w.SelectionSlider, options) -> None:
     below = [o for o in options if o <= slider.value]
     keep = below[-1] if below else options[0]
     if tuple(options) != tuple(slider.options):
-        slider.options = options   # ipywidgets moves the value to the first option here...
-    slider.value = keep            # ...so set it back
+        slider.options = options  # ipywidgets moves the value to the first option here...
+    slider.value = keep  # ...so set it back
 
 
 WORLD_SIZES = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 2048, 4096)
 
 
-def float_slider(description: str, value: float, low: float, high: float, *, step: float,
-                 readout_format: str = ".2f", css_class: str | None = None) -> w.FloatSlider:
-    slider = w.FloatSlider(value=min(max(value, low), high), min=low, max=high, step=step,
-                           description=description, readout_format=readout_format,
-                           continuous_update=False, layout=_LAYOUT, style=_STYLE)
+def float_slider(
+    description: str,
+    value: float,
+    low: float,
+    high: float,
+    *,
+    step: float,
+    readout_format: str = ".2f",
+    css_class: str | None = None,
+) -> w.FloatSlider:
+    slider = w.FloatSlider(
+        value=min(max(value, low), high),
+        min=low,
+        max=high,
+        step=step,
+        description=description,
+        readout_format=readout_format,
+        continuous_update=False,
+        layout=_LAYOUT,
+        style=_STYLE,
+    )
     if css_class:
         slider.add_class(css_class)
     return slider
@@ -218,9 +271,13 @@ def choice(description: str, options, value=None, css_class: str | None = None, 
     """A dropdown; ``width`` (pixels) widens it where its options are long (default: the controls' width)."""
     first = list(options)[0]
     first = first[1] if isinstance(first, tuple) else first
-    dropdown = w.Dropdown(options=options, value=value if value is not None else first,
-                          description=description, layout=w.Layout(width=f"{width}px") if width else _LAYOUT,
-                          style=_STYLE)
+    dropdown = w.Dropdown(
+        options=options,
+        value=value if value is not None else first,
+        description=description,
+        layout=w.Layout(width=f"{width}px") if width else _LAYOUT,
+        style=_STYLE,
+    )
     if css_class:
         dropdown.add_class(css_class)
     return dropdown
@@ -237,8 +294,9 @@ def option_text_px(text: str) -> float:
 def fits(dropdown: w.Dropdown) -> bool:
     """Whether every option of ``dropdown`` reads whole in the room its description leaves it."""
     width = float(str(dropdown.layout.width or f"{CONTROL_PX}px").removesuffix("px"))
-    label = float(str(dropdown.style.description_width or "0px").removesuffix("px") or 0) \
-        if dropdown.description else 0.0
+    label = (
+        float(str(dropdown.style.description_width or "0px").removesuffix("px") or 0) if dropdown.description else 0.0
+    )
     return all(option_text_px(str(name)) <= width - label for name in dropdown.options)
 
 
@@ -261,16 +319,25 @@ class LinkPicker(w.VBox):
             # beside a 160-px description: the description goes above, the names get the whole width.
             self._dropdown.description = ""
             self._dropdown.style.description_width = "0px"
-            label = w.HTML(f"<span class='widget-label'>{html.escape(description)}</span>",
-                           layout=w.Layout(width=f"{CONTROL_PX}px", height="20px", margin="2px 0 0 0"))
+            label = w.HTML(
+                f"<span class='widget-label'>{html.escape(description)}</span>",
+                layout=w.Layout(width=f"{CONTROL_PX}px", height="20px", margin="2px 0 0 0"),
+            )
         else:
             label = None
         start = self._links[self._dropdown.value] if self._dropdown.value != CUSTOM else list(self._links.values())[0]
-        self._alpha_us = w.BoundedFloatText(value=start.alpha * 1e6, min=0.01, max=1e4, step=0.5,
-                                            description="alpha (µs)", layout=_LAYOUT, style=_STYLE)
-        self._bw_gbs = w.BoundedFloatText(value=start.bandwidth / 1e9, min=0.01, max=1e4, step=1.0,
-                                          description="bandwidth (GB/s, 1 dir)", layout=_LAYOUT,
-                                          style=_STYLE)
+        self._alpha_us = w.BoundedFloatText(
+            value=start.alpha * 1e6, min=0.01, max=1e4, step=0.5, description="alpha (µs)", layout=_LAYOUT, style=_STYLE
+        )
+        self._bw_gbs = w.BoundedFloatText(
+            value=start.bandwidth / 1e9,
+            min=0.01,
+            max=1e4,
+            step=1.0,
+            description="bandwidth (GB/s, 1 dir)",
+            layout=_LAYOUT,
+            style=_STYLE,
+        )
         self._custom = w.VBox([self._alpha_us, self._bw_gbs])
         self._note = w.HTML(layout=w.Layout(width=f"{CONTROL_PX}px"))
         super().__init__(([label] if label else []) + [self._dropdown, self._custom, self._note])
@@ -315,15 +382,22 @@ class ModelPicker(w.VBox):
 
     value = traitlets.Instance(Model)
 
-    def __init__(self, description: str = "model", value: str | None = None, models: dict | None = None,
-                 css_class: str | None = None, max_layers: int = 160):
+    def __init__(
+        self,
+        description: str = "model",
+        value: str | None = None,
+        models: dict | None = None,
+        css_class: str | None = None,
+        max_layers: int = 160,
+    ):
         self._models = dict(models if models is not None else MODEL_PRESETS)
         names = list(self._models) + [CUSTOM_MODEL]
         self._dropdown = choice(description, names, value or names[0])
         start = self._models.get(self._dropdown.value, list(self._models.values())[0])
         self._layers = int_slider("layers L", start.layers, 1, max_layers)
-        self._hidden = int_choice_slider("hidden size h", sorted(set(HIDDEN_SIZES) | {m.hidden for m in self._models.values()}),
-                                         start.hidden)
+        self._hidden = int_choice_slider(
+            "hidden size h", sorted(set(HIDDEN_SIZES) | {m.hidden for m in self._models.values()}), start.hidden
+        )
         self._note = w.HTML(layout=w.Layout(width=f"{CONTROL_PX}px"))
         self._note.add_class("commtax-model-note")
         self._applying = False
@@ -337,8 +411,13 @@ class ModelPicker(w.VBox):
 
     def _custom(self) -> Model:
         layers, hidden = self._layers.value, self._hidden.value
-        return Model(f"custom model (L = {layers}, h = {hidden})", transformer_params(layers, hidden), layers, hidden,
-                     "derived: N = 12 L h^2")
+        return Model(
+            f"custom model (L = {layers}, h = {hidden})",
+            transformer_params(layers, hidden),
+            layers,
+            hidden,
+            "derived: N = 12 L h^2",
+        )
 
     def _on_choice(self, *_):
         name = self._dropdown.value
@@ -358,7 +437,7 @@ class ModelPicker(w.VBox):
         if self._applying:
             return
         if self._dropdown.value != CUSTOM_MODEL:
-            self._dropdown.value = CUSTOM_MODEL   # calls _on_choice
+            self._dropdown.value = CUSTOM_MODEL  # calls _on_choice
         else:
             self._on_choice()
 
@@ -370,8 +449,10 @@ def describe_model(model: Model) -> str:
     line = f"{model.name}: {labels.parameters(model.n_params)} parameters"
     if model.is_moe:
         shared = f" + {model.shared_experts} shared" if model.shared_experts else ""
-        line += (f", {model.experts} experts{shared}, top-{model.top_k}, in {model.moe_layers} of {model.layers} layers; "
-                 f"{labels.parameters(model.active_params)} used per token")
+        line += (
+            f", {model.experts} experts{shared}, top-{model.top_k}, in {model.moe_layers} of {model.layers} layers; "
+            f"{labels.parameters(model.active_params)} used per token"
+        )
     return line + f" ({model.source})"
 
 
@@ -399,8 +480,16 @@ class Calculator(w.VBox):
     render on their own, so the learner never sees an intermediate, invalid plan.
     """
 
-    def __init__(self, render, controls: dict, *, css_class: str = "commtax-calculator", groups: dict | None = None,
-                 side_by_side: bool = False, adjust=None):
+    def __init__(
+        self,
+        render,
+        controls: dict,
+        *,
+        css_class: str = "commtax-calculator",
+        groups: dict | None = None,
+        side_by_side: bool = False,
+        adjust=None,
+    ):
         self.render, self.controls, self._adjust = render, dict(controls), adjust
         self._adjusting = threading.local()
         if groups:
@@ -416,8 +505,10 @@ class Calculator(w.VBox):
         # display publisher for every thread, and a widget message handled meanwhile on a subshell thread fails.
         self._offline = None
         if groups:
-            panel = w.Tab(children=[w.VBox([self.controls[name] for name in names]) for names in groups.values()],
-                          titles=list(groups))
+            panel = w.Tab(
+                children=[w.VBox([self.controls[name] for name in names]) for names in groups.values()],
+                titles=list(groups),
+            )
         else:
             panel = w.VBox(list(self.controls.values()))
         if side_by_side:
@@ -425,14 +516,15 @@ class Calculator(w.VBox):
             panel.layout = w.Layout(flex="0 0 auto", margin="0 16px 0 0")
             # Beside 440-px controls in 848 px; _fit_result widens it (so it wraps below) for a wide table, and a
             # table wider than the whole column scrolls sideways instead of being cut.
-            self.text.layout = w.Layout(flex=f"1 1 {RESULT_BESIDE_PX}px", min_width=f"{RESULT_BESIDE_PX}px",
-                                        overflow="auto")
+            self.text.layout = w.Layout(
+                flex=f"1 1 {RESULT_BESIDE_PX}px", min_width=f"{RESULT_BESIDE_PX}px", overflow="auto"
+            )
             top = w.HBox([panel, self.text], layout=w.Layout(flex_flow="row wrap", align_items="flex-start"))
             super().__init__([top, self.figure_area])
         else:
             self.text.layout = w.Layout(overflow="auto")
             super().__init__([panel, self.text, self.figure_area])
-        for name in css_class.split():   # one or more classes, space-separated
+        for name in css_class.split():  # one or more classes, space-separated
             self.add_class(name)
         self.add_class(f"commtax-id-{self.model_id}")
         for name, control in self.controls.items():
@@ -446,13 +538,13 @@ class Calculator(w.VBox):
     def refresh(self, *_):
         """Render the controls' current values (called on every change)."""
         if getattr(self._adjusting, "active", False):
-            return   # a change ``adjust`` is making: the render under way draws it
+            return  # a change ``adjust`` is making: the render under way draws it
         with self._count_lock:
             self._latest += 1
             mine = self._latest
         with _RENDER_LOCK:
             if mine != self._latest:
-                return   # a later change is waiting for the lock: it draws the newest values, once
+                return  # a later change is waiting for the lock: it draws the newest values, once
             if self._adjust is not None:
                 self._adjusting.active = True
                 try:
@@ -471,15 +563,23 @@ class Calculator(w.VBox):
                     self.render(**self.values())
                 except ValueError as exc:
                     figures.clear()
-                    display(HTML(f'<p class="commtax-error" style="color:#b00020"><b>Invalid input:</b> '
-                                 f"{html.escape(str(exc))}</p>"))
-                except NotImplementedError as exc:   # student release: a lab function not written yet
+                    display(
+                        HTML(
+                            f'<p class="commtax-error" style="color:#b00020"><b>Invalid input:</b> '
+                            f"{html.escape(str(exc))}</p>"
+                        )
+                    )
+                except NotImplementedError as exc:  # student release: a lab function not written yet
                     figures.clear()
                     powered.show_unlit(exc)
-                except Exception:   # a bug, not an input: show it where the learner looks, keep the widget alive
+                except Exception:  # a bug, not an input: show it where the learner looks, keep the widget alive
                     figures.clear()
-                    display(HTML(f'<pre class="commtax-error" style="color:#b00020">'
-                                 f"{html.escape(traceback.format_exc())}</pre>"))
+                    display(
+                        HTML(
+                            f'<pre class="commtax-error" style="color:#b00020">'
+                            f"{html.escape(traceback.format_exc())}</pre>"
+                        )
+                    )
         finally:
             plots._collecting.reset(token)
             _result_width.reset(width_token)
@@ -487,10 +587,14 @@ class Calculator(w.VBox):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", plots.CutText)
             images = [plots.png(fig) for fig in figures]
-        if caught:   # a label that does not fit: say so where the learner (and the browser test) looks
+        if caught:  # a label that does not fit: say so where the learner (and the browser test) looks
             with self.text:
-                display(HTML(f'<p class="commtax-error" style="color:#b00020">'
-                             f"{html.escape('; '.join(str(w.message) for w in caught))}</p>"))
+                display(
+                    HTML(
+                        f'<p class="commtax-error" style="color:#b00020">'
+                        f"{html.escape('; '.join(str(w.message) for w in caught))}</p>"
+                    )
+                )
         self.figure_area.clear_output(wait=bool(images))
         with self.figure_area:
             for data in images:
@@ -502,7 +606,7 @@ class Calculator(w.VBox):
         The flex basis is the widest table's natural width (capped at the column's width), so the flex row
         wraps the result below the controls, at full width, when it cannot sit beside them unsqueezed.
         """
-        if self.text.layout.flex is None:   # not side by side: the result already has the full width
+        if self.text.layout.flex is None:  # not side by side: the result already has the full width
             return
         basis = max(RESULT_BESIDE_PX, math.ceil(width_px))
         self.text.layout.flex = f"1 1 {basis}px"
@@ -516,7 +620,7 @@ class Calculator(w.VBox):
         figures = []
         with _RENDER_LOCK:
             if self._offline is None:
-                self._offline = w.Output()   # never displayed: the text results go here, seen by nobody
+                self._offline = w.Output()  # never displayed: the text results go here, seen by nobody
             token = plots._collecting.set(figures)
             try:
                 with self._offline:
@@ -529,8 +633,15 @@ class Calculator(w.VBox):
             return [plots.png(fig) for fig in figures]
 
 
-def calculator(render, controls: dict, *, css_class: str = "commtax-calculator", groups: dict | None = None,
-               side_by_side: bool = False, adjust=None) -> Calculator:
+def calculator(
+    render,
+    controls: dict,
+    *,
+    css_class: str = "commtax-calculator",
+    groups: dict | None = None,
+    side_by_side: bool = False,
+    adjust=None,
+) -> Calculator:
     """Wire ``controls`` ({argument name: widget}) to ``render(**values)`` and return the widget.
 
     ``render`` displays its result and draws figures with :func:`commtax.ui.plots.show`;
@@ -552,12 +663,13 @@ def readable(value) -> str:
     return str(value)
 
 
-def result_table(header: list[str], rows: list[list], highlight: int | None = None,
-                 css_class: str = "commtax-result") -> HTML:
+def result_table(
+    header: list[str], rows: list[list], highlight: int | None = None, css_class: str = "commtax-result"
+) -> HTML:
     """An HTML table; row ``highlight`` (an index) is bold on a yellow background."""
-    cell = "text-align:left;padding:2px 10px;vertical-align:top"    # headers and cells aligned alike
+    cell = "text-align:left;padding:2px 10px;vertical-align:top"  # headers and cells aligned alike
     widths = _result_width.get()
-    if widths is not None:   # inside a calculator's render: tell it how wide this table wants to be
+    if widths is not None:  # inside a calculator's render: tell it how wide this table wants to be
         widths.append(table_width_px(header, rows))
     head = "".join(f"<th style='{cell}'>{html.escape(readable(h))}</th>" for h in header)
     body = []
@@ -565,14 +677,16 @@ def result_table(header: list[str], rows: list[list], highlight: int | None = No
         style = " style='background:#fff3b0;font-weight:bold'" if i == highlight else ""
         # a long cell (a "why" column) keeps a readable width where the table must scroll (a phone, the book's
         # column), instead of one word per line
-        cells = "".join(f"<td style='{cell}{_LONG if len(readable(c)) > _CELL_CHARS else ''}'>{_unbroken(readable(c))}</td>"
-                        for c in row)
+        cells = "".join(
+            f"<td style='{cell}{_LONG if len(readable(c)) > _CELL_CHARS else ''}'>{_unbroken(readable(c))}</td>"
+            for c in row
+        )
         body.append(f"<tr{style}>{cells}</tr>")
     return HTML(f"<table class='{css_class}'><tr>{head}</tr>{''.join(body)}</table>")
 
 
-_LONG = ";min-width:14em"   # 14 em of 13-px text: about _CELL_CHARS characters a line
-_UNBROKEN_CHARS = 12   # a cell this short ("7.000 n", "1.23 ms", "6.93 / s") never wraps between number and unit
+_LONG = ";min-width:14em"  # 14 em of 13-px text: about _CELL_CHARS characters a line
+_UNBROKEN_CHARS = 12  # a cell this short ("7.000 n", "1.23 ms", "6.93 / s") never wraps between number and unit
 
 
 def _unbroken(text: str) -> str:

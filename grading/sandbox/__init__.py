@@ -30,9 +30,11 @@ from grading.sandbox.limits import Limits
 SANDBOX_USER = "commtax-learner"
 ISOLATIONS = ("namespaces", "auto", "none")
 DEFAULT_ISOLATION = "namespaces"
-INSTALL_HINT = ("install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap), "
-                "or grade without an OS sandbox, knowing what is lost (grading/README.md, \"Modes\"), "
-                "with --isolation auto (the sandbox where it can be made) or --isolation none")
+INSTALL_HINT = (
+    "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap), "
+    'or grade without an OS sandbox, knowing what is lost (grading/README.md, "Modes"), '
+    "with --isolation auto (the sandbox where it can be made) or --isolation none"
+)
 
 
 class NoSandbox(RuntimeError):
@@ -43,16 +45,27 @@ def warning(chosen) -> str | None:
     """The loud line a teacher must see when learner code runs without the OS sandbox (None with it)."""
     if isinstance(chosen, namespaces.NamespaceIsolation):
         return None
-    return ("WARNING: NO OS SANDBOX. Learner code is graded in the fallback, which a determined learner can "
-            f"defeat: {chosen.mode}. Grade where bubblewrap works for grades that count.")
+    return (
+        "WARNING: NO OS SANDBOX. Learner code is graded in the fallback, which a determined learner can "
+        f"defeat: {chosen.mode}. Grade where bubblewrap works for grades that count."
+    )
 
 
 def _root_mode(same_user: bool) -> bool:
     return not same_user and hasattr(os, "geteuid") and os.geteuid() == 0
 
 
-def choose_isolation(*, user: str | None, same_user: bool, isolation: str, limits: Limits, base: Path,
-                     source: Path, hidden: Path, protected: list):
+def choose_isolation(
+    *,
+    user: str | None,
+    same_user: bool,
+    isolation: str,
+    limits: Limits,
+    base: Path,
+    source: Path,
+    hidden: Path,
+    protected: list,
+):
     """The isolation of this grading; its ``mode`` attribute is the sentence the report shows."""
     if isolation not in ISOLATIONS:
         raise ValueError(f"isolation must be one of {', '.join(ISOLATIONS)}, got {isolation!r}")
@@ -69,8 +82,11 @@ def choose_isolation(*, user: str | None, same_user: bool, isolation: str, limit
             failure = namespaces.probe(chosen, base)
             if failure is None:
                 chosen.use_cgroups(cgroup.find())  # where none can be made: per-process limits only, said so
-                who = ("root mode: learner code ran as a fresh unprivileged user per lab run" if root else
-                       f"same-user mode: learner code ran as {me}, the grader's own user")
+                who = (
+                    "root mode: learner code ran as a fresh unprivileged user per lab run"
+                    if root
+                    else f"same-user mode: learner code ran as {me}, the grader's own user"
+                )
                 chosen.mode = f"{who}, in an {chosen.describe()}"
                 return chosen
             why = f"bubblewrap cannot make namespaces here: {failure}"

@@ -33,8 +33,8 @@ import signal
 import socket
 import sys
 
-MAX_MESSAGE = 1 << 20          # bytes of one request (argv + environment)
-MAX_FDS = 16                   # descriptors one process may be handed
+MAX_MESSAGE = 1 << 20  # bytes of one request (argv + environment)
+MAX_FDS = 16  # descriptors one process may be handed
 PR_SET_NO_NEW_PRIVS, PR_SET_DUMPABLE, PR_CAPBSET_DROP = 38, 4, 24
 FILTER: list = []  # [path, descriptor]: a seccomp program every process started here finds open at that number
 
@@ -79,7 +79,7 @@ def _receive(conn: socket.socket):
     fds = array.array("i")
     for level, kind, payload in ancillary:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])
+            fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
     if not data:
         for fd in fds:
             os.close(fd)
@@ -164,7 +164,7 @@ def _send(conn: socket.socket, message: dict) -> None:
 class Agent:
     def __init__(self, control: socket.socket):
         self.control = control
-        self.by_conn: dict[int, list] = {}      # conn fd -> [conn, pid or None, still running]
+        self.by_conn: dict[int, list] = {}  # conn fd -> [conn, pid or None, still running]
         self.by_pid: dict[int, socket.socket] = {}
         self.wakeup_r, wakeup_w = os.pipe()
         os.set_blocking(wakeup_w, False)
@@ -287,6 +287,7 @@ def main(control_fd: int, settings: dict) -> None:
         Agent(control).serve()
     except BaseException:
         import traceback  # (the only late import: the agent is about to end, and the sandbox with it)
+
         traceback.print_exc()
         raise
 

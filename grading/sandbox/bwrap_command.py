@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-AGENT_PATH = "/.commtax-sandbox-agent.py"   # where the agent's file appears inside
+AGENT_PATH = "/.commtax-sandbox-agent.py"  # where the agent's file appears inside
 SYSTEM_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 ETC_FROM_HOST = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "alternatives", "fonts")
 GPU_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset")
@@ -31,8 +31,10 @@ def _gpu_binds() -> list[str]:
     """bwrap options for the NVIDIA devices (NCCL needs them), or none where this machine has no GPU."""
     options = []
     if os.path.exists("/dev/nvidiactl"):
-        for device in [*GPU_DEVICES, *(f"/dev/{n}" for n in sorted(os.listdir("/dev"))
-                                       if n.startswith("nvidia") and n[6:].isdigit())]:
+        for device in [
+            *GPU_DEVICES,
+            *(f"/dev/{n}" for n in sorted(os.listdir("/dev")) if n.startswith("nvidia") and n[6:].isdigit()),
+        ]:
             options += ["--dev-bind-try", device, device]
     return options
 
@@ -41,8 +43,15 @@ def python_paths() -> list[str]:
     """The folders of this Python environment that learner processes need (read-only), outermost first."""
     import site
     import sysconfig
-    candidates = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-                  os.path.dirname(sys.executable), *sysconfig.get_paths().values()}
+
+    candidates = {
+        sys.prefix,
+        sys.base_prefix,
+        sys.exec_prefix,
+        sys.base_exec_prefix,
+        os.path.dirname(sys.executable),
+        *sysconfig.get_paths().values(),
+    }
     try:
         candidates.update(site.getsitepackages())
         if site.ENABLE_USER_SITE:
@@ -84,20 +93,46 @@ def _fixed_base(box: Path, runs: Path, size: int) -> list[str]:
     still checks that ``runs`` leads to the tmpfs the grader recorded before making anything there.)
     """
     base = str(runs.parent)
-    return [*_parents(base), "--perms", "0755", "--size", str(2**20), "--tmpfs", base,
-            "--perms", "0755", "--dir", str(box), "--ro-bind", str(box), str(box),
-            "--perms", "0711", "--dir", str(runs), "--remount-ro", base,
-            "--perms", "0711", "--size", str(size), "--tmpfs", str(runs)]
+    return [
+        *_parents(base),
+        "--perms",
+        "0755",
+        "--size",
+        str(2**20),
+        "--tmpfs",
+        base,
+        "--perms",
+        "0755",
+        "--dir",
+        str(box),
+        "--ro-bind",
+        str(box),
+        str(box),
+        "--perms",
+        "0711",
+        "--dir",
+        str(runs),
+        "--remount-ro",
+        base,
+        "--perms",
+        "0711",
+        "--size",
+        str(size),
+        "--tmpfs",
+        str(runs),
+    ]
 
 
 def _etc(folder: Path, uid: int, gid: int) -> list[str]:
     """A few files of /etc for the sandbox: written here, bound read-only."""
     folder.mkdir(mode=0o755)
-    files = {"passwd": f"root:x:0:0:root:/root:/usr/sbin/nologin\nlearner:x:{uid}:{gid}:learner:/tmp:/usr/sbin/nologin\n"
-                       "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
-             "group": f"root:x:0:\nlearner:x:{gid}:\nnogroup:x:65534:\n",
-             "hosts": f"127.0.0.1 localhost {HOSTNAME}\n::1 localhost\n",
-             "nsswitch.conf": "passwd: files\ngroup: files\nhosts: files\n"}
+    files = {
+        "passwd": f"root:x:0:0:root:/root:/usr/sbin/nologin\nlearner:x:{uid}:{gid}:learner:/tmp:/usr/sbin/nologin\n"
+        "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+        "group": f"root:x:0:\nlearner:x:{gid}:\nnogroup:x:65534:\n",
+        "hosts": f"127.0.0.1 localhost {HOSTNAME}\n::1 localhost\n",
+        "nsswitch.conf": "passwd: files\ngroup: files\nhosts: files\n",
+    }
     options = ["--perms", "0755", "--dir", "/etc"]
     for name, text in files.items():
         (folder / name).write_text(text)
@@ -122,14 +157,40 @@ def nested_prefix(bwrap: str, runs: Path, tmp_size: int, keep: list = ()) -> lis
     private ones would hide. A starter adds ``--bind`` (writable) and ``--ro-bind`` for the
     folders and files the process needs (:data:`NESTED_WRITABLE`, :data:`NESTED_READABLE`).
     """
-    c = [bwrap, "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-cgroup-try", "--disable-userns",
-         "--die-with-parent", "--seccomp", str(FILTER_FD), "--ro-bind", "/", "/",
-         "--tmpfs", "/proc"]
+    c = [
+        bwrap,
+        "--unshare-user",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-cgroup-try",
+        "--disable-userns",
+        "--die-with-parent",
+        "--seccomp",
+        str(FILTER_FD),
+        "--ro-bind",
+        "/",
+        "/",
+        "--tmpfs",
+        "/proc",
+    ]
     for name in PROC_FILES:  # torch reads the CPUs there; machine-wide files, nothing of any process
         c += ["--ro-bind-try", f"/proc/{name}", f"/proc/{name}"]
-    c += ["--dev", "/dev",
-          "--perms", "1777", "--size", str(tmp_size), "--tmpfs", "/tmp",
-          "--perms", "1777", "--size", str(tmp_size), "--tmpfs", "/dev/shm"]
+    c += [
+        "--dev",
+        "/dev",
+        "--perms",
+        "1777",
+        "--size",
+        str(tmp_size),
+        "--tmpfs",
+        "/tmp",
+        "--perms",
+        "1777",
+        "--size",
+        str(tmp_size),
+        "--tmpfs",
+        "/dev/shm",
+    ]
     for path in keep:
         if any(_under(str(path), hidden) for hidden in ("/tmp", "/dev/shm")):
             c += _parents(str(path)) + ["--ro-bind", str(path), str(path)]
@@ -138,9 +199,21 @@ def nested_prefix(bwrap: str, runs: Path, tmp_size: int, keep: list = ()) -> lis
     return c
 
 
-def lab_command(bwrap: str, box: Path, runs: Path, agent: Path, control_fd: int, *, user_namespace: bool,
-                tmp_size: int, etc: list, python_binds: list, run_fs_inside: bool, agent_settings: dict,
-                nested_filter: Path | None) -> list:
+def lab_command(
+    bwrap: str,
+    box: Path,
+    runs: Path,
+    agent: Path,
+    control_fd: int,
+    *,
+    user_namespace: bool,
+    tmp_size: int,
+    etc: list,
+    python_binds: list,
+    run_fs_inside: bool,
+    agent_settings: dict,
+    nested_filter: Path | None,
+) -> list:
     """The bubblewrap command that starts one lab's sandbox around ``box`` (read-only) and ``runs``, and the
     agent in it (``agent``, the host's file) on the control socket ``control_fd``.
 
@@ -152,8 +225,18 @@ def lab_command(bwrap: str, box: Path, runs: Path, agent: Path, control_fd: int,
     agent's JSON settings; ``nested_filter``: the seccomp program of the nested sandboxes (root mode),
     bound at :data:`FILTER_PATH`, or None.
     """
-    c = [bwrap, "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--unshare-net",
-         "--unshare-uts", "--unshare-cgroup-try", "--hostname", HOSTNAME]
+    c = [
+        bwrap,
+        "--die-with-parent",
+        "--new-session",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-net",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--hostname",
+        HOSTNAME,
+    ]
     if user_namespace:
         c += ["--unshare-user", "--disable-userns"]
     c += ["--clearenv", "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin", "--ro-bind", "/usr", "/usr"]
@@ -163,11 +246,28 @@ def lab_command(bwrap: str, box: Path, runs: Path, agent: Path, control_fd: int,
         elif os.path.isdir(name):
             c += ["--ro-bind", name, name]
     c += etc
-    c += ["--proc", "/proc", "--dev", "/dev",
-          "--perms", "1777", "--size", str(tmp_size), "--tmpfs", "/tmp",
-          "--perms", "1777", "--size", str(tmp_size), "--tmpfs", "/dev/shm",
-          # read-only: torch reads the CPUs there, gloo the network devices, NCCL the GPUs' topology
-          "--ro-bind-try", "/sys", "/sys"]
+    c += [
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--perms",
+        "1777",
+        "--size",
+        str(tmp_size),
+        "--tmpfs",
+        "/tmp",
+        "--perms",
+        "1777",
+        "--size",
+        str(tmp_size),
+        "--tmpfs",
+        "/dev/shm",
+        # read-only: torch reads the CPUs there, gloo the network devices, NCCL the GPUs' topology
+        "--ro-bind-try",
+        "/sys",
+        "/sys",
+    ]
     c += _gpu_binds()  # NCCL: the GPUs
     c += python_binds
     if run_fs_inside and box.parent == runs.parent:  # same-user mode (the grader's layout)
@@ -182,6 +282,15 @@ def lab_command(bwrap: str, box: Path, runs: Path, agent: Path, control_fd: int,
     if nested_filter is not None:  # the agent opens it for each learner process (nested_prefix's --seccomp)
         c += ["--ro-bind", str(nested_filter), FILTER_PATH]
         agent_settings = {**agent_settings, "filter": [FILTER_PATH, FILTER_FD]}
-    c += ["--chdir", str(box), "--", sys.executable, "-I", "-S", AGENT_PATH, str(control_fd),
-          json.dumps(agent_settings)]
+    c += [
+        "--chdir",
+        str(box),
+        "--",
+        sys.executable,
+        "-I",
+        "-S",
+        AGENT_PATH,
+        str(control_fd),
+        json.dumps(agent_settings),
+    ]
     return c

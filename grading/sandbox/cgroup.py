@@ -36,8 +36,8 @@ from pathlib import Path
 
 ROOT = Path("/sys/fs/cgroup")
 PREFIX = "commtax-"
-EMPTY_TIMEOUT = 10.0     # seconds to wait for a killed run's processes to leave its cgroup
-EXTRA_PIDS = 16          # bubblewrap and the agent, counted by the pids controller (not by RLIMIT_NPROC)
+EMPTY_TIMEOUT = 10.0  # seconds to wait for a killed run's processes to leave its cgroup
+EXTRA_PIDS = 16  # bubblewrap and the agent, counted by the pids controller (not by RLIMIT_NPROC)
 
 
 class CgroupError(OSError):
@@ -125,13 +125,20 @@ class RunCgroup:
             killed = oom.get("oom_kill", 0)
             reached = killed > 0 or _read(self.folders[0] / "memory.failcnt").strip() not in ("", "0")
         if killed or reached:
-            what = (f": the kernel killed {killed} of its process{'es' if killed != 1 else ''} (out of memory)"
-                    if killed else "")
-            notes.append(f"the lab run reached its memory limit ({self.memory / 2**30:g} GiB for all its "
-                         f"processes together){what}")
+            what = (
+                f": the kernel killed {killed} of its process{'es' if killed != 1 else ''} (out of memory)"
+                if killed
+                else ""
+            )
+            notes.append(
+                f"the lab run reached its memory limit ({self.memory / 2**30:g} GiB for all its "
+                f"processes together){what}"
+            )
         if pids.get("max", 0) > 0:
-            notes.append(f"the lab run reached its process limit ({self.pids} processes and threads together): "
-                         f"{pids['max']} fork{'s' if pids['max'] != 1 else ''} refused")
+            notes.append(
+                f"the lab run reached its process limit ({self.pids} processes and threads together): "
+                f"{pids['max']} fork{'s' if pids['max'] != 1 else ''} refused"
+            )
         return "; ".join(notes)
 
     # -- the end ------------------------------------------------------------------------------------
@@ -192,8 +199,10 @@ class Cgroups:
 
     def describe(self, memory: int, pids: int) -> str:
         share = ", and an equal share of the CPU with other lab runs" if self.cpu else ""
-        return (f"a cgroup per lab run (cgroup v{self.version}): {memory / 2**30:g} GiB of memory and "
-                f"{pids} processes for all of the run's processes together{share}")
+        return (
+            f"a cgroup per lab run (cgroup v{self.version}): {memory / 2**30:g} GiB of memory and "
+            f"{pids} processes for all of the run's processes together{share}"
+        )
 
     def make(self, memory: int, pids: int) -> RunCgroup:
         """A fresh cgroup with these limits (bytes; processes and threads), or :class:`CgroupError`."""
@@ -213,7 +222,7 @@ class Cgroups:
             else:
                 _write(folders[0] / "memory.limit_in_bytes", str(memory))
                 if (folders[0] / "memory.memsw.limit_in_bytes").exists():  # after the memory limit (the kernel
-                    try:                                                   # wants memsw >= memory)
+                    try:  # wants memsw >= memory)
                         _write(folders[0] / "memory.memsw.limit_in_bytes", str(memory))
                     except OSError:
                         pass  # swap accounting off: nothing to bound
@@ -221,8 +230,9 @@ class Cgroups:
             run.open_for_join()
         except OSError as exc:
             run.close()
-            raise CgroupError(f"cannot make a cgroup under {', '.join(map(str, self.parents))}: "
-                              f"{exc.strerror or exc}") from exc
+            raise CgroupError(
+                f"cannot make a cgroup under {', '.join(map(str, self.parents))}: {exc.strerror or exc}"
+            ) from exc
         return run
 
 
@@ -257,13 +267,15 @@ def _v2_enable(parent: Path) -> Path:
     if missing:
         available = _read(parent / "cgroup.controllers").split()
         if any(c not in available for c in missing):
-            raise CgroupError(f"the grader's cgroup ({parent}) has no {' and '.join(missing)} controller "
-                              "delegated to it")
+            raise CgroupError(
+                f"the grader's cgroup ({parent}) has no {' and '.join(missing)} controller delegated to it"
+            )
         try:
             _write(parent / "cgroup.subtree_control", " ".join(f"+{c}" for c in missing))
         except OSError as exc:  # EBUSY: processes in it (v2's "no internal processes" rule); EACCES: not ours
-            raise CgroupError(f"cannot enable {' and '.join(missing)} for the children of {parent}: "
-                              f"{exc.strerror or exc}") from exc
+            raise CgroupError(
+                f"cannot enable {' and '.join(missing)} for the children of {parent}: {exc.strerror or exc}"
+            ) from exc
     return parent
 
 
@@ -317,6 +329,7 @@ def _try(found: Cgroups) -> None:
 
 def _try_join(run: RunCgroup) -> None:
     import subprocess
+
     try:
         subprocess.run(["/bin/true"], preexec_fn=run.join, timeout=30, check=True)  # noqa: PLW1509
     except (subprocess.SubprocessError, OSError) as exc:
@@ -331,7 +344,7 @@ def sweep_stale(cgroups: Cgroups) -> None:
         except OSError:
             continue
         for folder in entries:
-            owner = folder.name[len(PREFIX):].split("-")[0]
+            owner = folder.name[len(PREFIX) :].split("-")[0]
             if not folder.name.startswith(PREFIX) or not owner.isdigit() or _alive(int(owner)):
                 continue
             try:

@@ -17,14 +17,16 @@ def fresh_session_keyring() -> bool:
     in the child before bwrap execs, so no sandbox shares the grader's session keyring (otherwise a lab
     can read the teacher's keys, and carry a hidden test's inputs from one run to another through them). True if joined."""
     import ctypes
+
     number = SYS_KEYCTL.get(os.uname().machine)
     if number is None:
         return False
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.syscall.restype = ctypes.c_long
-        return libc.syscall(ctypes.c_long(number), ctypes.c_long(KEYCTL_JOIN_SESSION_KEYRING),
-                            ctypes.c_void_p(None)) >= 0
+        return (
+            libc.syscall(ctypes.c_long(number), ctypes.c_long(KEYCTL_JOIN_SESSION_KEYRING), ctypes.c_void_p(None)) >= 0
+        )
     except (OSError, AttributeError):
         return False
 
@@ -36,6 +38,7 @@ def fresh_uid() -> int:
     """A user id for one sandbox, that no account of this machine has (as systemd's DynamicUser does)."""
     import pwd
     import secrets
+
     while True:
         uid = FRESH_UIDS[0] + secrets.randbelow(FRESH_UIDS[1] - FRESH_UIDS[0])
         try:

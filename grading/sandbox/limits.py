@@ -31,24 +31,29 @@ class Limits:
 
     def rlimits(self, processes: bool = True) -> dict:
         """{resource name: (soft, hard)} as :func:`resource.setrlimit` takes them."""
-        limits = {"RLIMIT_AS": (self.address_space, self.address_space),
-                  "RLIMIT_CPU": (self.cpu_seconds, self.cpu_seconds + 5),
-                  "RLIMIT_FSIZE": (self.file_size, self.file_size),
-                  "RLIMIT_NOFILE": (self.open_files, self.open_files),
-                  "RLIMIT_CORE": (0, 0)}
+        limits = {
+            "RLIMIT_AS": (self.address_space, self.address_space),
+            "RLIMIT_CPU": (self.cpu_seconds, self.cpu_seconds + 5),
+            "RLIMIT_FSIZE": (self.file_size, self.file_size),
+            "RLIMIT_NOFILE": (self.open_files, self.open_files),
+            "RLIMIT_CORE": (0, 0),
+        }
         if processes:
             limits["RLIMIT_NPROC"] = (self.processes, self.processes)
         return limits
 
     def describe(self) -> str:
-        return (f"{self.address_space / GiB:g} GiB of memory and {self.cpu_seconds} s of CPU per process, "
-                f"{self.processes} processes, files up to {self.file_size / GiB:g} GiB, "
-                f"{self.tmp_size / GiB:g} GiB of /tmp")
+        return (
+            f"{self.address_space / GiB:g} GiB of memory and {self.cpu_seconds} s of CPU per process, "
+            f"{self.processes} processes, files up to {self.file_size / GiB:g} GiB, "
+            f"{self.tmp_size / GiB:g} GiB of /tmp"
+        )
 
 
 def apply(limits: dict) -> None:
     """Set ``limits`` (from :meth:`Limits.rlimits`) on this process; a limit the system refuses is kept as is."""
     import resource
+
     for name, (soft, hard) in limits.items():
         which = getattr(resource, name, None)
         if which is None:

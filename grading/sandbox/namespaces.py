@@ -114,8 +114,11 @@ class NamespaceIsolation:
         self.no_run_fs = "not tried"
         # Same-user mode: the run's folders on a tmpfs inside the sandbox (link_run_folder), until it fails here.
         self.run_fs_inside = not root_mode
-        self.no_nest = ("same-user mode: the lab's sandbox forbids user namespaces, so its learner processes "
-                        "share it" if self.user_namespace else "not tried")
+        self.no_nest = (
+            "same-user mode: the lab's sandbox forbids user namespaces, so its learner processes share it"
+            if self.user_namespace
+            else "not tried"
+        )
 
     def use_cgroups(self, found: Cgroups | str) -> None:
         """A cgroup per sandbox from ``found`` (:func:`grading.sandbox.cgroup.find`), or why there is none."""
@@ -132,43 +135,57 @@ class NamespaceIsolation:
         try:
             return self.cgroups.make(self.limits.run_memory, self.limits.processes + EXTRA_PIDS), ""
         except CgroupError as exc:
-            return None, (f"this lab run had no cgroup ({exc}): its processes' memory together was not "
-                          "bounded, only each process's")
+            return None, (
+                f"this lab run had no cgroup ({exc}): its processes' memory together was not "
+                "bounded, only each process's"
+            )
 
     def close(self) -> None:
         """Nothing outlives a sandbox: nothing to undo for the whole grading."""
 
     def describe(self) -> str:
         namespaces = "PID, mount, IPC, network and UTS namespaces" + (
-            " in a user namespace" if self.user_namespace else "")
+            " in a user namespace" if self.user_namespace else ""
+        )
         if self.cgroups is not None:
             total = self.cgroups.describe(self.limits.run_memory, self.limits.processes + EXTRA_PIDS)
         else:
-            total = (f"no cgroup ({self.no_cgroup}): the memory of a lab run's processes together is not "
-                     "bounded, only each process's")
+            total = (
+                f"no cgroup ({self.no_cgroup}): the memory of a lab run's processes together is not "
+                "bounded, only each process's"
+            )
         if self.nest:
-            per_process = ("each learner process (the lab's worker, each rank) in a nested sandbox of its own: "
-                           f"its own user, PID and IPC namespaces, private /tmp and /dev/shm, writable only its own output "
-                           f"folder, {self.refused}; ranks reach each other only over loopback")
+            per_process = (
+                "each learner process (the lab's worker, each rank) in a nested sandbox of its own: "
+                f"its own user, PID and IPC namespaces, private /tmp and /dev/shm, writable only its own output "
+                f"folder, {self.refused}; ranks reach each other only over loopback"
+            )
         else:
             per_process = f"no sandbox per learner process ({self.no_nest}): a lab's ranks share files and /proc"
             if self.user_namespace:
-                per_process += (f"; the whole lab sandbox under the seccomp program ({self.refused}) and a fresh "
-                                "session keyring. Same-user grades of the multi-process labs can be trusted for "
-                                "the values the trusted side checks and the kernel's byte count, not for ranks "
-                                "that pass each other their inputs through the files they share: grade those "
-                                "in root mode")
+                per_process += (
+                    f"; the whole lab sandbox under the seccomp program ({self.refused}) and a fresh "
+                    "session keyring. Same-user grades of the multi-process labs can be trusted for "
+                    "the values the trusted side checks and the kernel's byte count, not for ranks "
+                    "that pass each other their inputs through the files they share: grade those "
+                    "in root mode"
+                )
         if self.no_run_fs:
             disk = self.no_run_fs
         elif self.run_fs_inside:
-            disk = (f"the run's folders on a tmpfs of their own inside the sandbox ({self.limits.tmp_size / 2**30:g} "
-                    "GiB of memory, never the host's disk; files not counted apart)")
+            disk = (
+                f"the run's folders on a tmpfs of their own inside the sandbox ({self.limits.tmp_size / 2**30:g} "
+                "GiB of memory, never the host's disk; files not counted apart)"
+            )
         else:
-            disk = (f"the run's folders on a tmpfs of their own ({self.limits.tmp_size / 2**30:g} GiB, "
-                    f"{RUN_FILES:,} files)")
-        return (f"OS sandbox ({self.version}): {namespaces}; only the lab's files, the Python environment "
-                f"(read-only) and a private /tmp visible; no network; limits: {self.limits.describe()}; {total}; "
-                f"{disk}; {per_process}")
+            disk = (
+                f"the run's folders on a tmpfs of their own ({self.limits.tmp_size / 2**30:g} GiB, {RUN_FILES:,} files)"
+            )
+        return (
+            f"OS sandbox ({self.version}): {namespaces}; only the lab's files, the Python environment "
+            f"(read-only) and a private /tmp visible; no network; limits: {self.limits.describe()}; {total}; "
+            f"{disk}; {per_process}"
+        )
 
     def nested_prefix(self, runs: Path, box: Path) -> list:
         return nested_prefix(self.bwrap, runs, self.limits.tmp_size // 4, [str(box), *self.python])
@@ -176,9 +193,20 @@ class NamespaceIsolation:
     def _command(self, box: Path, runs: Path, agent: Path, control_fd: int, uid: int, etc: list) -> list:
         settings = {"uid": None if self.user_namespace else uid, "gid": uid, "limits": self.limits.rlimits()}
         nested_filter = None if self.user_namespace else self._filter()  # root mode: for the nested sandboxes
-        return lab_command(self.bwrap, box, runs, agent, control_fd, user_namespace=self.user_namespace,
-                           tmp_size=self.limits.tmp_size, etc=etc, python_binds=self._python_binds(),
-                           run_fs_inside=self.run_fs_inside, agent_settings=settings, nested_filter=nested_filter)
+        return lab_command(
+            self.bwrap,
+            box,
+            runs,
+            agent,
+            control_fd,
+            user_namespace=self.user_namespace,
+            tmp_size=self.limits.tmp_size,
+            etc=etc,
+            python_binds=self._python_binds(),
+            run_fs_inside=self.run_fs_inside,
+            agent_settings=settings,
+            nested_filter=nested_filter,
+        )
 
     def _filter(self) -> Path:
         """The seccomp program of the nested sandboxes (grading.sandbox.seccomp), written once per grading."""
@@ -203,8 +231,9 @@ class NamespaceIsolation:
         return c
 
     @staticmethod
-    def _start(command: list, theirs: socket.socket, cgroup: RunCgroup | None,
-               extra_fds: tuple = ()) -> subprocess.Popen:
+    def _start(
+        command: list, theirs: socket.socket, cgroup: RunCgroup | None, extra_fds: tuple = ()
+    ) -> subprocess.Popen:
         def before_exec():  # bwrap joins the run's cgroup before it execs: nothing runs outside
             fresh_session_keyring()  # (and nothing inside shares the grader's session keyring)
             if cgroup is not None:
@@ -212,9 +241,16 @@ class NamespaceIsolation:
 
         # Its output through a pipe the grader drains (grading.sandbox.output), never a file on the host's
         # disk: learner code of the same user can write to it through /proc/1/fd/1.
-        return subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                pass_fds=(theirs.fileno(), *extra_fds), start_new_session=True, cwd="/",
-                                preexec_fn=before_exec)  # noqa: PLW1509
+        return subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            pass_fds=(theirs.fileno(), *extra_fds),
+            start_new_session=True,
+            cwd="/",
+            preexec_fn=before_exec,
+        )  # noqa: PLW1509
 
     def open(self, box: Path, runs: Path, agent: Path) -> NamespaceSandbox:
         """Start a sandbox around ``box`` (read-only) and ``runs`` (read-write); wait for its agent."""
@@ -224,7 +260,9 @@ class NamespaceIsolation:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         command = self._command(box, runs, agent, theirs.fileno(), uid, etc)
         program = None
-        if self.user_namespace:  # same-user mode has no nested sandboxes: the seccomp program goes on the whole lab sandbox
+        if (
+            self.user_namespace
+        ):  # same-user mode has no nested sandboxes: the seccomp program goes on the whole lab sandbox
             program = os.open(self._filter(), os.O_RDONLY | os.O_CLOEXEC)
             command[1:1] = ["--seccomp", str(program)]
         extra = (program,) if program is not None else ()
@@ -241,8 +279,13 @@ class NamespaceIsolation:
                 if cgroup is None:
                     raise
                 cgroup.close()
-                cgroup, no_cgroup = None, (f"this lab run had no cgroup (bubblewrap could not join it: {exc}): "
-                                           "its processes' memory together was not bounded, only each process's")
+                cgroup, no_cgroup = (
+                    None,
+                    (
+                        f"this lab run had no cgroup (bubblewrap could not join it: {exc}): "
+                        "its processes' memory together was not bounded, only each process's"
+                    ),
+                )
                 proc = self._start(command, theirs, None, extra)
         except BaseException:
             if cgroup is not None:
@@ -259,8 +302,9 @@ class NamespaceIsolation:
             cgroup.close_join()
         theirs.close()
         log = BoundedLog(proc.stdout)
-        sandbox = NamespaceSandbox(proc, ours, log, box, runs, cgroup, no_cgroup,
-                                   self.nested_prefix(runs, box) if self.nest else None)
+        sandbox = NamespaceSandbox(
+            proc, ours, log, box, runs, cgroup, no_cgroup, self.nested_prefix(runs, box) if self.nest else None
+        )
         sandbox.filtered = program is not None
         sandbox.mounted = mounted
         try:
@@ -280,8 +324,10 @@ class NamespaceIsolation:
             if why is not None:  # the trusted side could not reach it: again, on the host's disk (said so)
                 sandbox.close()
                 self.run_fs_inside = False
-                self.no_run_fs = (f"same-user mode: the run's folders on the host's disk, capped only per file "
-                                  f"(the sandbox's own tmpfs could not be reached: {why})")
+                self.no_run_fs = (
+                    f"same-user mode: the run's folders on the host's disk, capped only per file "
+                    f"(the sandbox's own tmpfs could not be reached: {why})"
+                )
                 return self.open(box, runs, agent)
             sandbox.linked = True
             try:
@@ -316,12 +362,22 @@ def probe_nested(isolation: NamespaceIsolation, sandbox: NamespaceSandbox) -> st
     """None if a learner process can be started in a sandbox of its own inside ``sandbox``, else why not."""
     relay = Path(__file__).with_name("relay.py")
     fd = sandbox.control.fileno()
-    spec = {"argv": [*isolation.nested_prefix(sandbox.runs, sandbox.box), "--", sys.executable, "-I", "-S", "-c", "pass"],
-            "cwd": "/", "fds": [0, 1, 2]}
+    spec = {
+        "argv": [*isolation.nested_prefix(sandbox.runs, sandbox.box), "--", sys.executable, "-I", "-S", "-c", "pass"],
+        "cwd": "/",
+        "fds": [0, 1, 2],
+    }
     try:
-        done = subprocess.run([sys.executable, "-I", "-S", str(relay), str(fd), json.dumps(spec)], pass_fds=(fd,),
-                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=READY_TIMEOUT,
-                              env={"PATH": "/usr/bin:/bin"}, cwd="/")
+        done = subprocess.run(
+            [sys.executable, "-I", "-S", str(relay), str(fd), json.dumps(spec)],
+            pass_fds=(fd,),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=READY_TIMEOUT,
+            env={"PATH": "/usr/bin:/bin"},
+            cwd="/",
+        )
     except (OSError, subprocess.SubprocessError) as exc:
         return f"bubblewrap could not be nested: {exc}"
     if done.returncode != 0:

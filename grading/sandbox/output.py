@@ -13,8 +13,8 @@ import threading
 import time
 
 KEEP = 64 * 1024  # bytes of bubblewrap's output kept (its last ones)
-CHUNK = 65536     # bytes read at a time
-PAUSE = 0.005     # seconds to wait after a short read: a writer of single bytes then fills the pipe first
+CHUNK = 65536  # bytes read at a time
+PAUSE = 0.005  # seconds to wait after a short read: a writer of single bytes then fills the pipe first
 
 
 class BoundedLog:
@@ -36,8 +36,8 @@ class BoundedLog:
                     break
                 with self._lock:
                     self._kept += chunk
-                    if len(self._kept) > 2 * self.keep:   # trimmed now and then, not on every read
-                        del self._kept[:-self.keep]
+                    if len(self._kept) > 2 * self.keep:  # trimmed now and then, not on every read
+                        del self._kept[: -self.keep]
                     self.received += len(chunk)
                 if len(chunk) < CHUNK:
                     # Learner code can write here one byte at a time: reading each would cost the grader
@@ -55,10 +55,10 @@ class BoundedLog:
         """What was kept, as text; waits up to ``wait`` seconds for the pipe's end (the sandbox gone)."""
         self._thread.join(wait)
         with self._lock:
-            return bytes(self._kept[-self.keep:]).decode(errors="replace")
+            return bytes(self._kept[-self.keep :]).decode(errors="replace")
 
     @property
     def tail(self) -> bytes:
         """The last :data:`KEEP` bytes read so far."""
         with self._lock:
-            return bytes(self._kept[-self.keep:])
+            return bytes(self._kept[-self.keep :])

@@ -31,25 +31,36 @@ from commtax.boundary.cleanup import remove_tree
 from grading.process import kill_descendants, kill_user
 from grading.sandbox.limits import Limits
 
-LOST = ("no PID namespace: a process that escapes the kill sweeps (by racing them) can outlive its lab",
-        "no private file system: files that other users may read anywhere on this machine (another checkout "
-        "of the course, say) are readable by learner code",
-        "no private /tmp, /dev/shm, /run/lock or System V IPC: notes can pass from one lab to the next "
-        "(files are swept between labs in root mode, IPC objects are not)",
-        "network access", "other processes on this machine are visible in /proc",
-        "no cgroup: the memory of a lab run's processes together is not bounded, only each process's")
-LOST_SAME_USER = ("learner code can read and write every file the grader's user can, the course folder, its "
-                  "hidden tests and the Python environment included (what it changes in the course folder is "
-                  "detected and undone, and the lab scores nothing; changes elsewhere are not)",)
+LOST = (
+    "no PID namespace: a process that escapes the kill sweeps (by racing them) can outlive its lab",
+    "no private file system: files that other users may read anywhere on this machine (another checkout "
+    "of the course, say) are readable by learner code",
+    "no private /tmp, /dev/shm, /run/lock or System V IPC: notes can pass from one lab to the next "
+    "(files are swept between labs in root mode, IPC objects are not)",
+    "network access",
+    "other processes on this machine are visible in /proc",
+    "no cgroup: the memory of a lab run's processes together is not bounded, only each process's",
+)
+LOST_SAME_USER = (
+    "learner code can read and write every file the grader's user can, the course folder, its "
+    "hidden tests and the Python environment included (what it changes in the course folder is "
+    "detected and undone, and the lab scores nothing; changes elsewhere are not)",
+)
+
 
 def sandbox_user(name: str) -> tuple[int, int]:
     """(uid, gid) of the unprivileged user learner code runs as in root mode; created if missing."""
     import pwd
+
     try:
         entry = pwd.getpwnam(name)
     except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
-                       check=True, capture_output=True, timeout=60)
+        subprocess.run(
+            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
         entry = pwd.getpwnam(name)
     if entry.pw_uid == 0:
         raise ValueError(f"user {name} is root: learner code must run as an unprivileged user")
@@ -63,6 +74,7 @@ SOURCE_MODES = Path(tempfile.gettempdir()) / "commtax-grading-source-modes.json"
 def _hold_modes(record: Path):
     """Open ``record`` (the original modes of what gradings changed; root-owned), locked alone."""
     import fcntl
+
     fd = os.open(record, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
     if os.fstat(fd).st_uid != os.geteuid():
         os.close(fd)
@@ -74,6 +86,7 @@ def _hold_modes(record: Path):
 def _keep_modes(fd, saved: dict) -> None:
     """Write the original modes down, then hold the lock shared while this grading runs."""
     import fcntl
+
     _write_saved(fd, saved)
     fcntl.flock(fd, fcntl.LOCK_SH)
 
@@ -159,6 +172,7 @@ def close_interpreter(access) -> None:
     """Put the modes that :func:`open_interpreter` or :func:`protect_source` changed back, unless
     another grading still runs (it will)."""
     import fcntl
+
     if not access:
         return
     fd, _ = access
@@ -179,11 +193,21 @@ def close_interpreter(access) -> None:
 
 def check_sandbox_python(uid: int, gid: int) -> None:
     """Fail early, with the reason, if the sandbox user cannot run this Python with its standard library."""
-    probe = subprocess.run([sys.executable, "-c", "import ctypes, json, encodings, numpy"], user=uid, group=gid,
-                           extra_groups=[], cwd="/", capture_output=True, text=True, timeout=120)
+    probe = subprocess.run(
+        [sys.executable, "-c", "import ctypes, json, encodings, numpy"],
+        user=uid,
+        group=gid,
+        extra_groups=[],
+        cwd="/",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     if probe.returncode != 0:
-        raise RuntimeError(f"the sandbox user (uid {uid}) cannot run {sys.executable} with its libraries: "
-                           f"{probe.stderr.strip()[-500:]}")
+        raise RuntimeError(
+            f"the sandbox user (uid {uid}) cannot run {sys.executable} with its libraries: "
+            f"{probe.stderr.strip()[-500:]}"
+        )
 
 
 SHARED_TMP = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
@@ -191,6 +215,7 @@ SHARED_TMP = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
 
 def _sweep_files(uid: int, tops=SHARED_TMP) -> None:
     """Root mode: remove what the sandbox user left in the world-writable folders, between labs."""
+
     def walk(folder: str, depth: int):
         try:
             entries = list(os.scandir(folder))
@@ -218,10 +243,15 @@ class PlainSandbox:
 
     def settings(self, trusted_root: Path, relay_script: Path) -> dict:
         same_user = self.isolation.uid is None
-        return {"trusted_root": os.path.realpath(trusted_root), "learner_root": os.path.realpath(self.box),
-                "tmp": os.path.realpath(self.tmp), "runs": os.path.realpath(self.runs),
-                "uid": self.isolation.uid, "gid": self.isolation.gid,
-                "limits": self.isolation.limits.rlimits(processes=not same_user)}
+        return {
+            "trusted_root": os.path.realpath(trusted_root),
+            "learner_root": os.path.realpath(self.box),
+            "tmp": os.path.realpath(self.tmp),
+            "runs": os.path.realpath(self.runs),
+            "uid": self.isolation.uid,
+            "gid": self.isolation.gid,
+            "limits": self.isolation.limits.rlimits(processes=not same_user),
+        }
 
     pass_fds = ()
 
@@ -260,8 +290,11 @@ class PlainIsolation:
         lost = LOST + (LOST_SAME_USER if self.uid is None else ())
         text = f"no OS sandbox ({self.why}); guarantees lost: " + "; ".join(lost)
         if self.granted:
-            text += (" (for the time of the grading, other users may pass through "
-                     + ", ".join(str(f) for f in self.granted) + " to reach Python)")
+            text += (
+                " (for the time of the grading, other users may pass through "
+                + ", ".join(str(f) for f in self.granted)
+                + " to reach Python)"
+            )
         return text
 
     def open(self, box: Path, runs: Path, agent: Path) -> PlainSandbox:

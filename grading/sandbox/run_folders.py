@@ -86,6 +86,7 @@ def mount_run_folder(path: Path, size: int, files: int = RUN_FILES) -> str | Non
     graded beside it by ``grade-many --jobs 2``, would lose its points). None when mounted, else why not (the run goes on
     with the folder on the host's disk, as before, and the report says so)."""
     import ctypes
+
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         options = f"size={int(size)},nr_inodes={int(files)},mode=0711,uid=0,gid=0".encode()
@@ -100,6 +101,7 @@ def unmount_run_folder(path: Path) -> None:
     """Take the run folder's tmpfs away (lazily: whatever still holds it lets go when it ends); its files go
     with it, however deep."""
     import ctypes
+
     try:
         ctypes.CDLL(None, use_errno=True).umount2(os.fsencode(path), MNT_DETACH)
     except (OSError, AttributeError):

@@ -24,14 +24,23 @@ from grading.sandbox.run_folders import inside_pid, unlink_run_folder, unmount_r
 class NamespaceSandbox:
     """One running sandbox: ``bwrap`` and the agent in it, reached through ``control`` (a socket)."""
 
-    def __init__(self, proc: subprocess.Popen, control: socket.socket, log: BoundedLog, box: Path, runs: Path,
-                 cgroup: RunCgroup | None = None, no_cgroup: str = "", nested: list | None = None):
+    def __init__(
+        self,
+        proc: subprocess.Popen,
+        control: socket.socket,
+        log: BoundedLog,
+        box: Path,
+        runs: Path,
+        cgroup: RunCgroup | None = None,
+        no_cgroup: str = "",
+        nested: list | None = None,
+    ):
         self.proc, self.control, self.log, self.box, self.runs = proc, control, log, box, runs
         self.cgroup, self.no_cgroup = cgroup, no_cgroup
         self.nested = nested  # the prefix of a sandbox per learner process (None: they share this one)
         self.filtered = False  # the whole sandbox runs under the seccomp program (same-user mode)
-        self.mounted = False   # ``runs`` is a tmpfs of its own (root mode), taken away on close
-        self.linked = False    # ``runs`` links to the sandbox's own tmpfs (same-user mode), put back on close
+        self.mounted = False  # ``runs`` is a tmpfs of its own (root mode), taken away on close
+        self.linked = False  # ``runs`` links to the sandbox's own tmpfs (same-user mode), put back on close
         self.runs_id: list | None = None  # that tmpfs's [st_dev, st_ino], seen before any learner code ran
 
     def limits_hit(self) -> str:
@@ -43,9 +52,13 @@ class NamespaceSandbox:
 
     def settings(self, trusted_root: Path, relay_script: Path) -> dict:
         """What the trusted test process needs to start learner processes in here (COMMTAX_SANDBOX)."""
-        settings = {"trusted_root": os.path.realpath(trusted_root), "learner_root": str(self.box), "tmp": "/tmp",
-                    "runs": str(self.runs), "relay": {"python": sys.executable, "script": str(relay_script),
-                                                      "fd": self.control.fileno()}}
+        settings = {
+            "trusted_root": os.path.realpath(trusted_root),
+            "learner_root": str(self.box),
+            "tmp": "/tmp",
+            "runs": str(self.runs),
+            "relay": {"python": sys.executable, "script": str(relay_script), "fd": self.control.fileno()},
+        }
         if self.nested:  # commtax.learner_process wraps each learner process in this (ranks: their own folder)
             settings["nest"] = {"prefix": self.nested, "writable": NESTED_WRITABLE, "readable": NESTED_READABLE}
         if self.runs_id:  # the trusted side makes run folders only where ``runs`` still leads to that tmpfs

@@ -42,7 +42,13 @@ def errno_action(code: int) -> int:
 
 class ArgCmp(ctypes.Structure):
     """struct scmp_arg_cmp {unsigned int arg; enum scmp_compare op; scmp_datum_t datum_a, datum_b;}"""
-    _fields_ = [("arg", ctypes.c_uint), ("op", ctypes.c_int), ("datum_a", ctypes.c_uint64), ("datum_b", ctypes.c_uint64)]
+
+    _fields_ = [
+        ("arg", ctypes.c_uint),
+        ("op", ctypes.c_int),
+        ("datum_a", ctypes.c_uint64),
+        ("datum_b", ctypes.c_uint64),
+    ]
 
 
 def low32_is(arg: int, value: int) -> tuple:
@@ -66,8 +72,17 @@ FAMILIES = 64  # the kernel refuses families >= AF_MAX (46 in 6.x) itself; 64 le
 # fcntl commands that take, test or watch a lock or a file: POSIX record locks (5-7; the same numbers
 # for the 64-bit forms on 64-bit machines), open-file-description locks (36-38), leases and dnotify
 # (1024-1026)
-F_LOCKS = {"F_GETLK": 5, "F_SETLK": 6, "F_SETLKW": 7, "F_OFD_GETLK": 36, "F_OFD_SETLK": 37, "F_OFD_SETLKW": 38,
-           "F_SETLEASE": 1024, "F_GETLEASE": 1025, "F_NOTIFY": 1026}
+F_LOCKS = {
+    "F_GETLK": 5,
+    "F_SETLK": 6,
+    "F_SETLKW": 7,
+    "F_OFD_GETLK": 36,
+    "F_OFD_SETLK": 37,
+    "F_OFD_SETLKW": 38,
+    "F_SETLEASE": 1024,
+    "F_GETLEASE": 1025,
+    "F_NOTIFY": 1026,
+}
 POSIX_FADV_WILLNEED, POSIX_FADV_DONTNEED, RWF_NOWAIT = 3, 4, 0x8
 MAP_SHARED, MAP_ANONYMOUS = 0x01, 0x20  # (MAP_SHARED_VALIDATE, 0x03, has the MAP_SHARED bit too)
 
@@ -80,15 +95,25 @@ POLICY = [
     # to the network namespace), NETLINK_USERSOCK and the other netlink protocols (unicast between
     # processes that never crosses lo, so two learner processes could talk past the byte counter), packet
     # sockets ... are refused.
-    *[("socket", errno.EPERM, [low32_is(0, family)], "a socket family whose bytes never cross the loopback")
-      for family in range(FAMILIES) if family not in (AF_INET, AF_INET6, AF_NETLINK)],
-    ("socket", errno.EPERM, [low32_is(0, AF_NETLINK), not_zero(2)], "netlink other than NETLINK_ROUTE: messages the loopback never counts"),
+    *[
+        ("socket", errno.EPERM, [low32_is(0, family)], "a socket family whose bytes never cross the loopback")
+        for family in range(FAMILIES)
+        if family not in (AF_INET, AF_INET6, AF_NETLINK)
+    ],
+    (
+        "socket",
+        errno.EPERM,
+        [low32_is(0, AF_NETLINK), not_zero(2)],
+        "netlink other than NETLINK_ROUTE: messages the loopback never counts",
+    ),
     # File locks: every process sees the same inodes of the read-only files bound into every sandbox
     # (torch's own .py files), and a lock taken on one is visible to all (the range of an OFD lock set by
     # one process and read back by another with F_OFD_GETLK carries 8 bytes per lock). Ranks meet through a TCP store, which takes no lock.
     ("flock", errno.ENOLCK, [], "a lock on a shared file is a message"),
-    *[("fcntl", errno.ENOLCK, [low32_is(1, cmd)], f"{name}: a lock, lease or watch on a shared file")
-      for name, cmd in F_LOCKS.items()],
+    *[
+        ("fcntl", errno.ENOLCK, [low32_is(1, cmd)], f"{name}: a lock, lease or watch on a shared file")
+        for name, cmd in F_LOCKS.items()
+    ],
     # Watches: an event on a shared file or folder, caused by one process, seen by another.
     ("inotify_init", errno.EPERM, [], "file events are seen by every watcher"),
     ("inotify_init1", errno.EPERM, [], "file events are seen by every watcher"),
@@ -115,8 +140,12 @@ POLICY = [
     # so two processes mapping the same read-only torch file wake each other (FUTEX_WAKE says how many
     # it woke: a message); pages written through one would be seen by the other. Shared anonymous
     # memory (fd -1, MAP_ANONYMOUS) and private mappings (every library the loader maps) stay.
-    ("mmap", errno.EPERM, [(3, SCMP_CMP_MASKED_EQ, MAP_SHARED | MAP_ANONYMOUS, MAP_SHARED)],
-     "a shared file mapping: futexes keyed by a shared inode"),
+    (
+        "mmap",
+        errno.EPERM,
+        [(3, SCMP_CMP_MASKED_EQ, MAP_SHARED | MAP_ANONYMOUS, MAP_SHARED)],
+        "a shared file mapping: futexes keyed by a shared inode",
+    ),
     # Page-cache probes: whether a page of a shared read-only file is in memory is one bit that one
     # process sets (reads it, or drops it) and another reads without reading the file.
     ("mincore", errno.EPERM, [], "tells which pages of a file are cached"),
@@ -137,8 +166,13 @@ def _library() -> ctypes.CDLL:
     lib.seccomp_release.argtypes = [ctypes.c_void_p]
     lib.seccomp_attr_set.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32]
     lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
-    lib.seccomp_rule_add_array.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int, ctypes.c_uint,
-                                           ctypes.POINTER(ArgCmp)]
+    lib.seccomp_rule_add_array.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_uint32,
+        ctypes.c_int,
+        ctypes.c_uint,
+        ctypes.POINTER(ArgCmp),
+    ]
     lib.seccomp_export_bpf.argtypes = [ctypes.c_void_p, ctypes.c_int]
     return lib
 
@@ -183,8 +217,10 @@ def build(path: str, absent: list | None = None) -> str | None:
 
 def describe() -> str:
     """What the program refuses, in a few words (for the report's isolation line)."""
-    return ("no sockets but IPv4, IPv6 and netlink's route protocol, no file locks, file watches, shared file "
-            "mappings, keyrings, io_uring, ptrace or page-cache probes (seccomp, libseccomp)")
+    return (
+        "no sockets but IPv4, IPv6 and netlink's route protocol, no file locks, file watches, shared file "
+        "mappings, keyrings, io_uring, ptrace or page-cache probes (seccomp, libseccomp)"
+    )
 
 
 # The fallback: classic BPF over struct seccomp_data {int nr; u32 arch; u64 ip; u64 args[6]}
@@ -195,26 +231,28 @@ SYS_SOCKET = {AUDIT_ARCH_X86_64: 41, AUDIT_ARCH_AARCH64: 198}
 X32_BIT = 0x40000000
 SECCOMP_RET_ALLOW, SECCOMP_RET_EPERM = 0x7FFF0000, 0x00050000 | 1
 AF_UNIX = 1
-FALLBACK_DESCRIPTION = ("no Unix sockets, but other netlink protocols, file locks, watches, keyrings, io_uring and "
-                        "page-cache probes, shared file mappings NOT refused (a hand-written seccomp program")
+FALLBACK_DESCRIPTION = (
+    "no Unix sockets, but other netlink protocols, file locks, watches, keyrings, io_uring and "
+    "page-cache probes, shared file mappings NOT refused (a hand-written seccomp program"
+)
 
 
 def no_unix_sockets_filter() -> bytes:
     """The fallback program: ``socket(AF_UNIX, ...)`` fails with EPERM on x86_64 and aarch64; an x32
     call, and any call of another architecture, fails too. Everything else is allowed."""
     program = [
-        (BPF_LD_W_ABS, 0, 0, 4),                                  # 0: the architecture
-        (BPF_JEQ, 0, 3, AUDIT_ARCH_X86_64),                       # 1: x86_64 -> 2, else -> 5
-        (BPF_LD_W_ABS, 0, 0, 0),                                  # 2: the system call's number
-        (BPF_JSET, 7, 0, X32_BIT),                                # 3: x32 -> deny
-        (BPF_JEQ, 3, 5, SYS_SOCKET[AUDIT_ARCH_X86_64]),           # 4: socket -> 8, else allow
-        (BPF_JEQ, 0, 5, AUDIT_ARCH_AARCH64),                      # 5: aarch64 -> 6, else deny
-        (BPF_LD_W_ABS, 0, 0, 0),                                  # 6: the system call's number
-        (BPF_JEQ, 0, 2, SYS_SOCKET[AUDIT_ARCH_AARCH64]),          # 7: socket -> 8, else allow
-        (BPF_LD_W_ABS, 0, 0, 16),                                 # 8: its first argument (low half)
-        (BPF_JEQ, 1, 0, AF_UNIX),                                 # 9: AF_UNIX -> deny, else allow
-        (BPF_RET, 0, 0, SECCOMP_RET_ALLOW),                       # 10
-        (BPF_RET, 0, 0, SECCOMP_RET_EPERM),                       # 11
+        (BPF_LD_W_ABS, 0, 0, 4),  # 0: the architecture
+        (BPF_JEQ, 0, 3, AUDIT_ARCH_X86_64),  # 1: x86_64 -> 2, else -> 5
+        (BPF_LD_W_ABS, 0, 0, 0),  # 2: the system call's number
+        (BPF_JSET, 7, 0, X32_BIT),  # 3: x32 -> deny
+        (BPF_JEQ, 3, 5, SYS_SOCKET[AUDIT_ARCH_X86_64]),  # 4: socket -> 8, else allow
+        (BPF_JEQ, 0, 5, AUDIT_ARCH_AARCH64),  # 5: aarch64 -> 6, else deny
+        (BPF_LD_W_ABS, 0, 0, 0),  # 6: the system call's number
+        (BPF_JEQ, 0, 2, SYS_SOCKET[AUDIT_ARCH_AARCH64]),  # 7: socket -> 8, else allow
+        (BPF_LD_W_ABS, 0, 0, 16),  # 8: its first argument (low half)
+        (BPF_JEQ, 1, 0, AF_UNIX),  # 9: AF_UNIX -> deny, else allow
+        (BPF_RET, 0, 0, SECCOMP_RET_ALLOW),  # 10
+        (BPF_RET, 0, 0, SECCOMP_RET_EPERM),  # 11
     ]
     return b"".join(struct.pack("=HBBI", *instruction) for instruction in program)
 

@@ -11,10 +11,22 @@ from pathlib import Path
 from commtax.formulas import collectives, network
 from commtax.recorded import lab_test_data
 
-FORMULAS = {"group_allreduce_time": network.group_allreduce_time,
-            **{name: getattr(collectives, name) for name in (
-                "p2p_time", "allreduce_time", "reduce_scatter_time", "allgather_time", "all_to_all_time",
-                "crossover_bytes", "best_allreduce_algorithm", "hierarchical_allreduce_time")}}
+FORMULAS = {
+    "group_allreduce_time": network.group_allreduce_time,
+    **{
+        name: getattr(collectives, name)
+        for name in (
+            "p2p_time",
+            "allreduce_time",
+            "reduce_scatter_time",
+            "allgather_time",
+            "all_to_all_time",
+            "crossover_bytes",
+            "best_allreduce_algorithm",
+            "hierarchical_allreduce_time",
+        )
+    },
+}
 
 RECIPES = {
     "best_allreduce_algorithm": collectives.best_allreduce_algorithm,

@@ -164,8 +164,15 @@ def best_allreduce_algorithm(nbytes: float, world_size: int, alpha: float, bandw
     # END SOLUTION
 
 
-def hierarchical_allreduce_time(nbytes: float, nodes: int, gpus_per_node: int, intra_alpha: float,
-                                intra_bandwidth: float, inter_alpha: float, inter_bandwidth: float) -> float:
+def hierarchical_allreduce_time(
+    nbytes: float,
+    nodes: int,
+    gpus_per_node: int,
+    intra_alpha: float,
+    intra_bandwidth: float,
+    inter_alpha: float,
+    inter_bandwidth: float,
+) -> float:
     """Seconds for a two-level all-reduce on ``nodes`` x ``gpus_per_node`` GPUs.
 
     1. Ring reduce-scatter inside each node (G = gpus_per_node ranks, intra link):
@@ -188,15 +195,23 @@ def hierarchical_allreduce_time(nbytes: float, nodes: int, gpus_per_node: int, i
     _check_size("inter_alpha", inter_alpha)
     _check_bandwidth("inter_bandwidth", inter_bandwidth)
     g = gpus_per_node
-    inside = (reduce_scatter_time(nbytes, g, intra_alpha, intra_bandwidth)
-              + allgather_time(nbytes, g, intra_alpha, intra_bandwidth))
+    inside = reduce_scatter_time(nbytes, g, intra_alpha, intra_bandwidth) + allgather_time(
+        nbytes, g, intra_alpha, intra_bandwidth
+    )
     across = allreduce_time(nbytes / g, nodes, inter_alpha, inter_bandwidth, "ring")
     return inside + across
     # END SOLUTION
 
 
-def group_allreduce_time(nbytes: float, group_size: int, members_per_node: int, intra_alpha: float,
-                         intra_bandwidth: float, inter_alpha: float, inter_bandwidth: float) -> float:
+def group_allreduce_time(
+    nbytes: float,
+    group_size: int,
+    members_per_node: int,
+    intra_alpha: float,
+    intra_bandwidth: float,
+    inter_alpha: float,
+    inter_bandwidth: float,
+) -> float:
     """Seconds to all-reduce ``nbytes`` over a group of GPUs that may span nodes (the course's network model).
 
     ``group_size`` (P) GPUs take part, ``members_per_node`` (m) of them on each

@@ -128,8 +128,15 @@ def best_allreduce_algorithm(nbytes: float, world_size: int, alpha: float, bandw
     )
 
 
-def hierarchical_allreduce_time(nbytes: float, nodes: int, gpus_per_node: int, intra_alpha: float,
-                                intra_bandwidth: float, inter_alpha: float, inter_bandwidth: float) -> float:
+def hierarchical_allreduce_time(
+    nbytes: float,
+    nodes: int,
+    gpus_per_node: int,
+    intra_alpha: float,
+    intra_bandwidth: float,
+    inter_alpha: float,
+    inter_bandwidth: float,
+) -> float:
     """Seconds for a two-level all-reduce on ``nodes`` x ``gpus_per_node`` GPUs.
 
     1. Ring reduce-scatter inside each node (G = gpus_per_node ranks, intra link):
@@ -148,8 +155,15 @@ def hierarchical_allreduce_time(nbytes: float, nodes: int, gpus_per_node: int, i
     )
 
 
-def group_allreduce_time(nbytes: float, group_size: int, members_per_node: int, intra_alpha: float,
-                         intra_bandwidth: float, inter_alpha: float, inter_bandwidth: float) -> float:
+def group_allreduce_time(
+    nbytes: float,
+    group_size: int,
+    members_per_node: int,
+    intra_alpha: float,
+    intra_bandwidth: float,
+    inter_alpha: float,
+    inter_bandwidth: float,
+) -> float:
     """Seconds to all-reduce ``nbytes`` over a group of GPUs that may span nodes (the course's network model).
 
     ``group_size`` (P) GPUs take part, ``members_per_node`` (m) of them on each

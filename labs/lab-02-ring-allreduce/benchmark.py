@@ -74,8 +74,10 @@ def main(argv=None) -> int:
     while size <= args.max_bytes:
         sizes.append(size)
         size *= 4
-    print(f"# ring all-reduce ({impl}.py) vs gloo's dist.all_reduce, float32, fastest of "
-          f"{args.rounds} interleaved calls each (fewer above 16 MB)")
+    print(
+        f"# ring all-reduce ({impl}.py) vs gloo's dist.all_reduce, float32, fastest of "
+        f"{args.rounds} interleaved calls each (fewer above 16 MB)"
+    )
     for world_size in args.world_sizes:
         rows = run_ranks(compare, world_size, (impl, sizes, args.rounds), timeout=900, live=True)[0]
         print(f"\n# P = {world_size}")
@@ -83,8 +85,10 @@ def main(argv=None) -> int:
         for size, ring, gloo in rows:
             ring_bw = busbw("all_reduce", size, ring, world_size)
             gloo_bw = busbw("all_reduce", size, gloo, world_size)
-            print(f" {format_bytes(size):>10} {ring_bw / 1e9:>10.3f} GB/s {gloo_bw / 1e9:>9.3f} GB/s "
-                  f"{ring_bw / gloo_bw:>11.2f}x")
+            print(
+                f" {format_bytes(size):>10} {ring_bw / 1e9:>10.3f} GB/s {gloo_bw / 1e9:>9.3f} GB/s "
+                f"{ring_bw / gloo_bw:>11.2f}x"
+            )
     return 0
 
 

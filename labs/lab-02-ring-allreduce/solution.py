@@ -116,8 +116,14 @@ def _inbox(numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor
     return buffer[:numel]
 
 
-def _exchange(send_view: torch.Tensor, send_to: int, recv_view: torch.Tensor, recv_from: int, group: Group,
-              on_piece: Callable[[int, int], None] | None = None) -> None:
+def _exchange(
+    send_view: torch.Tensor,
+    send_to: int,
+    recv_view: torch.Tensor,
+    recv_from: int,
+    group: Group,
+    on_piece: Callable[[int, int], None] | None = None,
+) -> None:
     """Send ``send_view`` to one peer while receiving ``recv_view`` from another, in pieces.
 
     ``on_piece(start, stop)`` runs as soon as elements [start, stop) of
@@ -127,8 +133,9 @@ def _exchange(send_view: torch.Tensor, send_to: int, recv_view: torch.Tensor, re
     piece = max(1, _PIECE_BYTES // max(1, recv_view.element_size()))
     recv_pieces = [(o, min(o + piece, recv_view.numel())) for o in range(0, recv_view.numel(), piece)]
     ops = [dist.P2POp(dist.irecv, recv_view[a:b], recv_from, group) for a, b in recv_pieces]
-    ops += [dist.P2POp(dist.isend, send_view[o:o + piece], send_to, group)
-            for o in range(0, send_view.numel(), piece)]
+    ops += [
+        dist.P2POp(dist.isend, send_view[o : o + piece], send_to, group) for o in range(0, send_view.numel(), piece)
+    ]
     if not ops:
         return
     requests = dist.batch_isend_irecv(ops)
@@ -137,13 +144,15 @@ def _exchange(send_view: torch.Tensor, send_to: int, recv_view: torch.Tensor, re
             request.wait()
             if on_piece:
                 on_piece(a, b)
-        for request in requests[len(recv_pieces):]:
+        for request in requests[len(recv_pieces) :]:
             request.wait()
     else:  # coalesced into one request (NCCL): the GPU adds fast, so wait for all
         for request in requests:
             request.wait()
         if on_piece and recv_pieces:
             on_piece(0, recv_view.numel())
+
+
 # END SOLUTION
 
 

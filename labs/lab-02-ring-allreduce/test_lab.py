@@ -82,14 +82,18 @@ def _cpu(tensor):
 
 
 def _traffic(traffic):
-    return {"sent": traffic.bytes_sent, "received": traffic.bytes_received,
-            "collectives": [name for name, _ in traffic.collectives]}
+    return {
+        "sent": traffic.bytes_sent,
+        "received": traffic.bytes_received,
+        "collectives": [name for name, _ in traffic.collectives],
+    }
 
 
 # -- the workers: they run the lab's functions on every rank and return what they did ---------
 #
 # Each worker's last arguments are that rank's own inputs, made by the *_inputs functions below in the
 # test process (RUNS.get(..., rank_args=...)).
+
 
 def noted(call, tensor, world_size, rank=None, traffic=None):
     """``call()``; an exception it raises carries the case (:data:`CASE_NOTE`), so the test can read a torch
@@ -167,6 +171,7 @@ def check_bad_arguments(rank, world_size, lab):
 
 # -- each rank's own inputs, made here ----------------------------------------------------------
 
+
 def all_reduce_inputs(rank, world_size):
     """(every case of CASES as this rank's tensor, the large float32 buffer)."""
     inputs = []
@@ -194,6 +199,7 @@ def reduce_scatter_inputs(rank, world_size):
 
 # -- what the tests expect, computed here -------------------------------------------------------
 
+
 def all_reduce_payload(world_size):
     """(bytes, messages) a ring sends in the whole all_reduce job, all ranks together: 2(P-1) n per call."""
     case_bytes = sum(numel * torch.tensor([], dtype=dtype).element_size() for numel, dtype, _ in CASES)
@@ -209,8 +215,10 @@ def expected_sum(numel, world_size):
 def no_collectives(record, rank, what):
     __tracebackhide__ = True
     if record["collectives"]:
-        fail(f"rank {rank} called dist.{record['collectives'][0]}() in {what}: this lab allows only point-to-point "
-             "operations (send, recv, isend, irecv, batch_isend_irecv)")
+        fail(
+            f"rank {rank} called dist.{record['collectives'][0]}() in {what}: this lab allows only point-to-point "
+            "operations (send, recv, isend, irecv, batch_isend_irecv)"
+        )
 
 
 def _run(lab, what, world_size, backend="gloo"):
@@ -218,12 +226,23 @@ def _run(lab, what, world_size, backend="gloo"):
     worker, inputs, needs = {
         "reduce_scatter": (run_reduce_scatter, reduce_scatter_inputs, [lab.ring_reduce_scatter]),
         "all_gather": (run_all_gather, all_gather_inputs, [lab.ring_all_gather]),
-        "all_reduce": (run_all_reduce, all_reduce_inputs,
-                       [lab.ring_all_reduce, lab.ring_reduce_scatter, lab.ring_all_gather]),
+        "all_reduce": (
+            run_all_reduce,
+            all_reduce_inputs,
+            [lab.ring_all_reduce, lab.ring_reduce_scatter, lab.ring_all_gather],
+        ),
     }[what]
     try:
-        return RUNS.get((what, world_size, backend), worker, world_size, (lab,), backend=backend, timeout=90,
-                        needs=needs, rank_args=[inputs(r, world_size) for r in range(world_size)])
+        return RUNS.get(
+            (what, world_size, backend),
+            worker,
+            world_size,
+            (lab,),
+            backend=backend,
+            timeout=90,
+            needs=needs,
+            rank_args=[inputs(r, world_size) for r in range(world_size)],
+        )
     except AssertionError as exc:  # a failed run (commtax.ranks.launch.DistributedRunError is one)
         text = str(exc)
         hint = size_mismatch_hint(text) or next((hint for pattern, hint in GLOO_CRASHES if pattern in text), None)
@@ -240,24 +259,34 @@ def fail_if(problem):
 
 # -- tests ------------------------------------------------------------------------------------
 
+
 def test_chunk_bounds_cover_the_buffer_in_order_with_sizes_differing_by_at_most_one(lab):
     for numel in (0, 1, 2, 3, 7, 10, 1000, 1001):
         for world_size in (1, 2, 3, 4, 7, 16):
             got = [tuple(b) for b in lab.chunk_bounds(numel, world_size)]
             expected = bounds_of(numel, world_size)
-            check(got == expected,
-                  f"chunk_bounds({numel}, {world_size}) = {got}, expected {expected}: {world_size} contiguous "
-                f"chunks in order, the first {numel % world_size} one element longer")
-    for bad, name in (((-1, 2), "numel"), ((10, 0), "world_size"), ((3.0, 2), "numel"), ((3, 2.0), "world_size"),
-                      ((True, 2), "numel")):
+            check(
+                got == expected,
+                f"chunk_bounds({numel}, {world_size}) = {got}, expected {expected}: {world_size} contiguous "
+                f"chunks in order, the first {numel % world_size} one element longer",
+            )
+    for bad, name in (
+        ((-1, 2), "numel"),
+        ((10, 0), "world_size"),
+        ((3.0, 2), "numel"),
+        ((3, 2.0), "world_size"),
+        ((True, 2), "numel"),
+    ):
         call = f"chunk_bounds{bad}"
         try:
             lab.chunk_bounds(*bad)
         except ValueError as exc:
             check(name in str(exc), f"{call} raised ValueError({str(exc)!r}); its message must name {name!r}")
         else:
-            fail(f"{call} raised no ValueError: {name} must be an int "
-                                 f"({'>= 0' if name == 'numel' else '>= 1'}; not a float or a bool)")
+            fail(
+                f"{call} raised no ValueError: {name} must be an int "
+                f"({'>= 0' if name == 'numel' else '>= 1'}; not a float or a bool)"
+            )
 
 
 @pytest.mark.points(3)
@@ -288,12 +317,20 @@ def test_ring_sends_2_p_minus_1_over_p_of_the_buffer_per_rank(lab, world_size):
     for rank, result in enumerate(results):
         r, n = result["bytes"], DIVISIBLE * 4  # float32
         expected = 2 * (world_size - 1) * n // world_size  # 2(P-1) chunks of n/P bytes
-        check(r["sent"] == expected, f"P = {world_size}, rank {rank} sent {r['sent']} bytes ({r['sent'] / n:.3g} n) "
-                                       f"for an n = {n}-byte buffer; the ring sends 2(P-1)/P n = {expected}")
+        check(
+            r["sent"] == expected,
+            f"P = {world_size}, rank {rank} sent {r['sent']} bytes ({r['sent'] / n:.3g} n) "
+            f"for an n = {n}-byte buffer; the ring sends 2(P-1)/P n = {expected}",
+        )
         check(r["received"] == expected, f"rank {rank} received {r['received']} bytes, expected {expected}")
     payload, messages = all_reduce_payload(world_size)
-    expect_wire_bytes(results, payload, messages, f"P = {world_size}, the job of ring all-reduces (every size and "
-                      f"dtype, then the {DIVISIBLE}-element buffer), whose data are 2(P-1) n = {payload} bytes in all")
+    expect_wire_bytes(
+        results,
+        payload,
+        messages,
+        f"P = {world_size}, the job of ring all-reduces (every size and "
+        f"dtype, then the {DIVISIBLE}-element buffer), whose data are 2(P-1) n = {payload} bytes in all",
+    )
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -326,14 +363,26 @@ def test_reduce_scatter_leaves_rank_i_owning_chunk_i_plus_1_fully_reduced(lab, w
             fail(
                 f"{what}: chunk {owned} (elements {a}..{b - 1}) is not the sum over the {world_size} ranks: "
                 f"{len(wrong)} of {b - a} elements wrong; element {a + i} is {shown(got[i].item())}, expected "
-                f"{shown(total[a + i].item())}." + explain_chunk(got, [x[a:b] for x in inputs], world_size, rank,
-                                                                 received_elsewhere(r["tensor"], inputs, rank, bounds)))
+                f"{shown(total[a + i].item())}."
+                + explain_chunk(
+                    got,
+                    [x[a:b] for x in inputs],
+                    world_size,
+                    rank,
+                    received_elsewhere(r["tensor"], inputs, rank, bounds),
+                )
+            )
         # Rank i sends every chunk but the one it ends up owning: P-1 chunks, (P-1)/P of the buffer.
         expected = (EVEN - (b - a)) * 8
-        check(r["sent"] == expected, f"{what} sent {r['sent']} bytes; P-1 chunks (all but chunk {owned}) "
-                                       f"are {expected}")
-    expect_wire_bytes(results, (world_size - 1) * EVEN * 8, world_size * (world_size - 1),
-                      f"P = {world_size}, ring_reduce_scatter of {EVEN} float64 elements on every rank")
+        check(
+            r["sent"] == expected, f"{what} sent {r['sent']} bytes; P-1 chunks (all but chunk {owned}) are {expected}"
+        )
+    expect_wire_bytes(
+        results,
+        (world_size - 1) * EVEN * 8,
+        world_size * (world_size - 1),
+        f"P = {world_size}, ring_reduce_scatter of {EVEN} float64 elements on every rank",
+    )
 
 
 @pytest.mark.parametrize("world_size", [2, 3, 4])
@@ -343,8 +392,10 @@ def test_all_gather_fills_every_chunk_from_the_owned_ones(lab, world_size):
     full = gathered_data(EVEN)
     for rank, r in enumerate(results):
         owned = (rank + 1) % world_size
-        what = (f"P = {world_size}, rank {rank}, ring_all_gather of {EVEN} elements starting from chunk "
-                f"{owned} (the other chunks NaN)")
+        what = (
+            f"P = {world_size}, rank {rank}, ring_all_gather of {EVEN} elements starting from chunk "
+            f"{owned} (the other chunks NaN)"
+        )
         no_collectives(r, rank, what)
         got = r["tensor"]
         missing = [c for c, (a, b) in enumerate(bounds) if b > a and torch.isnan(got[a:b]).all()]
@@ -359,22 +410,33 @@ def test_all_gather_fills_every_chunk_from_the_owned_ones(lab, world_size):
                 i = (got[a:b] != full[a:b]).nonzero()[0].item() + a
                 message += ("; " if missing else "") + (
                     f"chunk(s) {wrong} hold wrong values (element {i} is {shown(got[i].item())}, expected "
-                    f"{shown(full[i].item())})")
+                    f"{shown(full[i].item())})"
+                )
             fail(message + ". At step s rank i sends chunk (owned - s) mod P.")
         # Rank i forwards every chunk but the last one it receives, (owned + 1) mod P: P-1 chunks.
         a, b = bounds[(owned + 1) % world_size]
         expected = (EVEN - (b - a)) * 8
         check(r["sent"] == expected, f"{what} sent {r['sent']} bytes; P-1 chunks are {expected}")
-    expect_wire_bytes(results, (world_size - 1) * EVEN * 8, world_size * (world_size - 1),
-                      f"P = {world_size}, ring_all_gather of {EVEN} float64 elements")
+    expect_wire_bytes(
+        results,
+        (world_size - 1) * EVEN * 8,
+        world_size * (world_size - 1),
+        f"P = {world_size}, ring_all_gather of {EVEN} float64 elements",
+    )
 
 
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_naive_root_carries_2_p_minus_1_buffers_while_others_carry_2(lab, world_size):
-    roots = (world_size - 1, 0)       # the last rank and the first: a loop that skips one of them is caught
-    runs = RUNS.get(("naive", world_size), run_naive, world_size, (lab, roots), timeout=90,
-                    needs=[lab.naive_all_reduce],
-                    rank_args=[(rank_data(r, NAIVE_SIZE),) for r in range(world_size)])
+    roots = (world_size - 1, 0)  # the last rank and the first: a loop that skips one of them is caught
+    runs = RUNS.get(
+        ("naive", world_size),
+        run_naive,
+        world_size,
+        (lab, roots),
+        timeout=90,
+        needs=[lab.naive_all_reduce],
+        rank_args=[(rank_data(r, NAIVE_SIZE),) for r in range(world_size)],
+    )
     n = NAIVE_SIZE * 8
     inputs = [rank_data(r, NAIVE_SIZE) for r in range(world_size)]
     for root, rank, r in ((root, rank, run[root]) for root in roots for rank, run in enumerate(runs)):
@@ -384,23 +446,40 @@ def test_naive_root_carries_2_p_minus_1_buffers_while_others_carry_2(lab, world_
         problem = describe_wrong_chunks(r["tensor"], sum(inputs), inputs, world_size, what, ring=False)
         fail_if(problem)
         expected = ((world_size - 1) * n,) * 2 if rank == root else (n, n)
-        check((r["sent"], r["received"]) == expected,
-              f"{what} sent {r['sent']} and received {r['received']} bytes ({r['sent'] / n:g} and "
-            f"{r['received'] / n:g} buffers of n = {n}); expected {expected[0] // n} and {expected[1] // n} buffers")
-    expect_wire_bytes(runs, len(roots) * 2 * (world_size - 1) * n, len(roots) * 2 * (world_size - 1),
-                      f"P = {world_size}, naive_all_reduce of {NAIVE_SIZE} float64 elements, roots {roots}")
+        check(
+            (r["sent"], r["received"]) == expected,
+            f"{what} sent {r['sent']} and received {r['received']} bytes ({r['sent'] / n:g} and "
+            f"{r['received'] / n:g} buffers of n = {n}); expected {expected[0] // n} and {expected[1] // n} buffers",
+        )
+    expect_wire_bytes(
+        runs,
+        len(roots) * 2 * (world_size - 1) * n,
+        len(roots) * 2 * (world_size - 1),
+        f"P = {world_size}, naive_all_reduce of {NAIVE_SIZE} float64 elements, roots {roots}",
+    )
 
 
 def test_bad_arguments_raise_value_error_naming_them(lab):
-    errors = RUNS.get("bad", check_bad_arguments, 2, (lab,), timeout=60,
-                      needs=[lab.ring_all_reduce, lab.ring_all_gather, lab.naive_all_reduce])[0]
-    calls = {"tensor": "ring_all_reduce([1.0, 2.0])", "contiguous": "ring_all_reduce(torch.zeros(4, 4).t())",
-             "owned_chunk": "ring_all_gather(torch.zeros(8), owned_chunk=2) with P = 2",
-             "root": "naive_all_reduce(torch.zeros(8), root=2) with P = 2"}
+    errors = RUNS.get(
+        "bad",
+        check_bad_arguments,
+        2,
+        (lab,),
+        timeout=60,
+        needs=[lab.ring_all_reduce, lab.ring_all_gather, lab.naive_all_reduce],
+    )[0]
+    calls = {
+        "tensor": "ring_all_reduce([1.0, 2.0])",
+        "contiguous": "ring_all_reduce(torch.zeros(4, 4).t())",
+        "owned_chunk": "ring_all_gather(torch.zeros(8), owned_chunk=2) with P = 2",
+        "root": "naive_all_reduce(torch.zeros(8), root=2) with P = 2",
+    }
     for name, error in errors.items():
         check(error is not None, f"{calls[name]} raised nothing; expected a ValueError naming {name!r}")
         kind, message = error
         if kind == "NotImplementedError":
             raise NotImplementedError(message)
-        check(kind == "ValueError" and name in message,
-              f"{calls[name]} raised {kind}: {message!r}; expected a ValueError whose message names {name!r}")
+        check(
+            kind == "ValueError" and name in message,
+            f"{calls[name]} raised {kind}: {message!r}; expected a ValueError whose message names {name!r}",
+        )

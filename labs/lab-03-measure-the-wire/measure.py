@@ -61,24 +61,37 @@ def make_call(collective: str, nbytes: int, dtype, world_size: int):
     count = max(1, nbytes // item)
     if collective in ("all_reduce", "broadcast", "reduce"):
         buf = torch.ones(count, dtype=dtype, device=device)
-        return {"all_reduce": lambda: dist.all_reduce(buf),
-                "broadcast": lambda: dist.broadcast(buf, src=0),
-                "reduce": lambda: dist.reduce(buf, dst=0)}[collective], count
+        return {
+            "all_reduce": lambda: dist.all_reduce(buf),
+            "broadcast": lambda: dist.broadcast(buf, src=0),
+            "reduce": lambda: dist.reduce(buf, dst=0),
+        }[collective], count
     piece = max(1, count // world_size)  # S is the total: P pieces
     pieces_in = [torch.ones(piece, dtype=dtype, device=device) for _ in range(world_size)]
     pieces_out = [torch.empty(piece, dtype=dtype, device=device) for _ in range(world_size)]
     one = torch.empty(piece, dtype=dtype, device=device)
-    calls = {"all_gather": lambda: dist.all_gather(pieces_out, pieces_in[0]),
-             "reduce_scatter": lambda: dist.reduce_scatter(one, pieces_in),
-             "all_to_all": lambda: dist.all_to_all(pieces_out, pieces_in)}
+    calls = {
+        "all_gather": lambda: dist.all_gather(pieces_out, pieces_in[0]),
+        "reduce_scatter": lambda: dist.reduce_scatter(one, pieces_in),
+        "all_to_all": lambda: dist.all_to_all(pieces_out, pieces_in),
+    }
     return calls[collective], piece * world_size
 
 
 STATISTICS = {"min": min, "median": statistics.median}
 
 
-def measure(rank: int, world_size: int, impl: str, collective: str, sizes: list[int], dtype_name: str,
-            warmup: int, iters: int, stat: str = "min") -> list[tuple[int, int, float]]:
+def measure(
+    rank: int,
+    world_size: int,
+    impl: str,
+    collective: str,
+    sizes: list[int],
+    dtype_name: str,
+    warmup: int,
+    iters: int,
+    stat: str = "min",
+) -> list[tuple[int, int, float]]:
     """Runs on every rank: (S bytes, count, seconds) per size; seconds is ``stat`` of the iterations."""
     lab = load_lab(HERE, impl)
     dtype = ELEMENT[dtype_name]
@@ -86,8 +99,11 @@ def measure(rank: int, world_size: int, impl: str, collective: str, sizes: list[
     rows = []
     for i, size in enumerate(sizes):
         if rank == 0:
-            print(f"# measuring {collective} of {format_bytes(size)} ({i + 1}/{len(sizes)}) ...",
-                  file=sys.stderr, flush=True)
+            print(
+                f"# measuring {collective} of {format_bytes(size)} ({i + 1}/{len(sizes)}) ...",
+                file=sys.stderr,
+                flush=True,
+            )
         call, count = make_call(collective, size, dtype, world_size)
         iterations = iters if size < 2**24 else max(3, iters // 4)  # big messages: fewer repeats
         times = lab.time_collective(call, warmup=warmup, iters=iterations)
@@ -98,8 +114,10 @@ def measure(rank: int, world_size: int, impl: str, collective: str, sizes: list[
 def report(rows, world_size: int, collective: str, dtype_name: str, backend: str, impl: str, stat: str):
     lab = load_lab(HERE, impl)
     what = "fastest" if stat == "min" else "median"
-    print(f"# {collective}, {world_size} ranks, {backend}, {dtype_name}; time = {what} iteration, "
-          "each iteration timed on its slowest rank")
+    print(
+        f"# {collective}, {world_size} ranks, {backend}, {dtype_name}; time = {what} iteration, "
+        "each iteration timed on its slowest rank"
+    )
     print(f"#{'size':>12} {'count':>12} {'type':>9} {'time(us)':>11} {'algbw(GB/s)':>12} {'busbw(GB/s)':>12}")
     for size, count, seconds in rows:
         alg = lab.algbw(size, seconds)
@@ -110,12 +128,15 @@ def report(rows, world_size: int, collective: str, dtype_name: str, backend: str
     try:
         alpha, bandwidth = lab.fit_alpha_beta(sizes, times, world_size, collective)
     except ValueError as exc:
-        raise SystemExit(f"# could not fit the link: {exc}. Measure a wider range of sizes "
-                         "(e.g. --sizes 1K:64M) or more iterations (--iters 50).") from None
-    errors = [abs(lab.predict_time(s, world_size, alpha, bandwidth, collective) - t) / t
-              for s, t in zip(sizes, times)]
-    print(f"# fitted ring model: alpha = {format_seconds(alpha)} per message, bandwidth = "
-          f"{format_rate(bandwidth)}, n* = alpha x bandwidth = {format_bytes(alpha * bandwidth)}")
+        raise SystemExit(
+            f"# could not fit the link: {exc}. Measure a wider range of sizes "
+            "(e.g. --sizes 1K:64M) or more iterations (--iters 50)."
+        ) from None
+    errors = [abs(lab.predict_time(s, world_size, alpha, bandwidth, collective) - t) / t for s, t in zip(sizes, times)]
+    print(
+        f"# fitted ring model: alpha = {format_seconds(alpha)} per message, bandwidth = "
+        f"{format_rate(bandwidth)}, n* = alpha x bandwidth = {format_bytes(alpha * bandwidth)}"
+    )
     print(f"# fit error over {len(rows)} sizes: median {np.median(errors):.1%}, max {max(errors):.1%}")
     return alpha, bandwidth, errors
 
@@ -123,20 +144,32 @@ def report(rows, world_size: int, collective: str, dtype_name: str, backend: str
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--world-size", type=int, default=2, help="ranks to spawn locally (ignored under torchrun)")
-    parser.add_argument("--backend", choices=("gloo", "nccl"), default=None,
-                        help="default: nccl under torchrun with GPUs, else gloo")
-    parser.add_argument("--collective", default="all_reduce",
-                        choices=("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all"))
+    parser.add_argument(
+        "--backend", choices=("gloo", "nccl"), default=None, help="default: nccl under torchrun with GPUs, else gloo"
+    )
+    parser.add_argument(
+        "--collective",
+        default="all_reduce",
+        choices=("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all"),
+    )
     parser.add_argument("--sizes", default="1K:16M", help="MIN:MAX in bytes, e.g. 1K:64M (K = 1024)")
     parser.add_argument("--factor", type=int, default=2, help="size multiplier between rows")
     parser.add_argument("--dtype", choices=sorted(ELEMENT), default="float32")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--iters", type=int, default=20)
-    parser.add_argument("--stat", choices=sorted(STATISTICS), default="min",
-                        help="which iteration a row reports: the fastest (default; on a shared machine the "
-                             "best estimate of what the link can do) or the median (what you typically get)")
-    parser.add_argument("--impl", choices=("starter", "solution"), default=None,
-                        help="which file of the lab to use (default: LAB_IMPL, else solution if present)")
+    parser.add_argument(
+        "--stat",
+        choices=sorted(STATISTICS),
+        default="min",
+        help="which iteration a row reports: the fastest (default; on a shared machine the "
+        "best estimate of what the link can do) or the median (what you typically get)",
+    )
+    parser.add_argument(
+        "--impl",
+        choices=("starter", "solution"),
+        default=None,
+        help="which file of the lab to use (default: LAB_IMPL, else solution if present)",
+    )
     parser.add_argument("--out", type=Path, help="write the fitted link to this JSON file")
     parser.add_argument("--name", help="name of the measured link (default: backend, collective, host)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds before the run is stopped")
@@ -158,12 +191,23 @@ def main(argv=None) -> int:
     alpha, bandwidth, errors = report(rows, world_size, args.collective, args.dtype, backend, impl, args.stat)
     if args.out:
         name = args.name or f"{backend} {args.collective} x{world_size} on {socket.gethostname()}"
-        save_calibration(args.out, alpha=alpha, bandwidth=bandwidth, name=name,
-                         collective=args.collective, world_size=world_size, backend=backend,
-                         dtype=args.dtype, statistic=args.stat, sizes=[r[0] for r in rows], seconds=[r[2] for r in rows],
-                         fit_error_median=float(np.median(errors)), fit_error_max=float(max(errors)),
-                         measured_at=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-                         source=f"measured with labs/lab-03-measure-the-wire/measure.py ({impl})")
+        save_calibration(
+            args.out,
+            alpha=alpha,
+            bandwidth=bandwidth,
+            name=name,
+            collective=args.collective,
+            world_size=world_size,
+            backend=backend,
+            dtype=args.dtype,
+            statistic=args.stat,
+            sizes=[r[0] for r in rows],
+            seconds=[r[2] for r in rows],
+            fit_error_median=float(np.median(errors)),
+            fit_error_max=float(max(errors)),
+            measured_at=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            source=f"measured with labs/lab-03-measure-the-wire/measure.py ({impl})",
+        )
         print(f"# wrote {args.out}")
     return 0
 

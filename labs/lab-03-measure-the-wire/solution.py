@@ -77,8 +77,9 @@ def busbw(collective: str, nbytes: float, seconds: float, world_size: int) -> fl
     # END SOLUTION
 
 
-def predict_time(nbytes: float, world_size: int, alpha: float, bandwidth: float,
-                 collective: str = "all_reduce") -> float:
+def predict_time(
+    nbytes: float, world_size: int, alpha: float, bandwidth: float, collective: str = "all_reduce"
+) -> float:
     """Seconds the ring model predicts for a message of ``nbytes``: k alpha + m S / B."""
     # BEGIN SOLUTION
     # HINT: validate alpha >= 0 and bandwidth > 0, then use _model.
@@ -93,8 +94,9 @@ def predict_time(nbytes: float, world_size: int, alpha: float, bandwidth: float,
     # END SOLUTION
 
 
-def fit_alpha_beta(nbytes: Sequence[float], seconds: Sequence[float], world_size: int,
-                   collective: str = "all_reduce") -> tuple[float, float]:
+def fit_alpha_beta(
+    nbytes: Sequence[float], seconds: Sequence[float], world_size: int, collective: str = "all_reduce"
+) -> tuple[float, float]:
     """Fit the ring model to measured times; return (alpha seconds, bandwidth bytes/s).
 
     Minimise the sum of squared relative errors, sum(((k a + m S b) - t) / t)^2

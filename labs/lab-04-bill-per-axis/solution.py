@@ -45,6 +45,7 @@ def _count(name, value, minimum=1):
 
 # -- bytes per rank, per axis ---------------------------------------------------------
 
+
 def dp_allreduce_bytes(n_params: float, dp: int, dtype_bytes: float = 2) -> float:
     """Bytes each rank sends to all-reduce the gradients of ``n_params`` parameters over ``dp`` ranks.
 
@@ -158,6 +159,7 @@ def ep_alltoall_bytes_per_layer(tokens: int, hidden: int, ep: int, top_k: int = 
 
 # -- where a group sits ---------------------------------------------------------------
 
+
 def members_per_node(group_size: int, stride: int, gpus_per_node: int) -> int:
     """How many GPUs of one group share a node, for a group whose members are ``stride`` ranks apart.
 
@@ -192,8 +194,10 @@ def members_per_node(group_size: int, stride: int, gpus_per_node: int) -> int:
 
 # -- the two thresholds ---------------------------------------------------------------
 
-def dp_min_local_tokens(peak_flops: float, mfu: float, bandwidth: float, dp: int | None = None,
-                        dtype_bytes: float = 2) -> float:
+
+def dp_min_local_tokens(
+    peak_flops: float, mfu: float, bandwidth: float, dp: int | None = None, dtype_bytes: float = 2
+) -> float:
     """Tokens per micro-batch per replica above which the gradient all-reduce hides behind the backward.
 
     t_comm = 2(d-1)/d * N * dtype_bytes / BW and t_bwd = 4 N T / (peak * MFU);
@@ -215,7 +219,9 @@ def dp_min_local_tokens(peak_flops: float, mfu: float, bandwidth: float, dp: int
     # END SOLUTION
 
 
-def tp_tax(peak_flops: float, bandwidth: float, hidden: int, tp: int, mfu: float = 1.0, dtype_bytes: float = 2) -> float:
+def tp_tax(
+    peak_flops: float, bandwidth: float, hidden: int, tp: int, mfu: float = 1.0, dtype_bytes: float = 2
+) -> float:
     """Forward-pass tensor-parallel tax: all-reduce time / compute time = (t-1) peak MFU / (3 h BW).
 
     Per layer forward: 2 all-reduces of b*s*h*dtype_bytes (4(t-1)/t b s h B / BW
@@ -238,6 +244,7 @@ def tp_tax(peak_flops: float, bandwidth: float, hidden: int, tp: int, mfu: float
 
 # -- a whole plan ---------------------------------------------------------------------
 
+
 @dataclass
 class Plan:
     """A training plan. Sizes are counts; links are (alpha seconds, bandwidth bytes/s per direction).
@@ -255,12 +262,12 @@ class Plan:
     the DP/ZeRO reduction (4 where gradients are reduced in fp32).
     """
 
-    n_params: float            # N, parameters of the model
+    n_params: float  # N, parameters of the model
     layers: int
     hidden: int
     seq_len: int
-    micro_batch: int = 1       # sequences per micro-batch
-    microbatches: int = 1      # micro-batches per step, per data-parallel replica
+    micro_batch: int = 1  # sequences per micro-batch
+    microbatches: int = 1  # micro-batches per step, per data-parallel replica
     gpus: int = 8
     tp: int = 1
     pp: int = 1
@@ -269,45 +276,58 @@ class Plan:
     moe_layers: int = 0
     top_k: int = 1
     gpus_per_node: int = 8
-    peak_flops: float = 989e12          # H100 SXM, dense BF16
-    mfu: float = 0.4                    # fraction of peak the compute itself reaches
-    intra_alpha: float = 3e-6           # NVLink 4, per message
-    intra_bandwidth: float = 370e9      # NVLink 4: NCCL's ring busbw, measured (line rate 450e9: the ceiling)
-    inter_alpha: float = 5e-6           # InfiniBand NDR, per message
-    inter_bandwidth: float = 47e9       # one 400 Gb/s NIC per GPU, measured (line rate 50e9)
-    dtype_bytes: int = 2                # activations and parameters (bf16)
-    grad_dtype_bytes: int = 2           # gradients in the DP/ZeRO reduction
-    active_params: float = 0.0          # parameters one token uses (0: all n_params, a dense model)
+    peak_flops: float = 989e12  # H100 SXM, dense BF16
+    mfu: float = 0.4  # fraction of peak the compute itself reaches
+    intra_alpha: float = 3e-6  # NVLink 4, per message
+    intra_bandwidth: float = 370e9  # NVLink 4: NCCL's ring busbw, measured (line rate 450e9: the ceiling)
+    inter_alpha: float = 5e-6  # InfiniBand NDR, per message
+    inter_bandwidth: float = 47e9  # one 400 Gb/s NIC per GPU, measured (line rate 50e9)
+    dtype_bytes: int = 2  # activations and parameters (bf16)
+    grad_dtype_bytes: int = 2  # gradients in the DP/ZeRO reduction
+    active_params: float = 0.0  # parameters one token uses (0: all n_params, a dense model)
 
 
 @dataclass
 class AxisCost:
     """One axis of the bill. ``bytes`` per rank per step; times in seconds per step."""
 
-    axis: str            # "TP", "DP", "PP" or "EP"
+    axis: str  # "TP", "DP", "PP" or "EP"
     collective: str
     bytes: float
-    link: str            # "intra" (one node) or "inter" (the group spans nodes)
+    link: str  # "intra" (one node) or "inter" (the group spans nodes)
     t_comm: float
-    window: float        # compute it can hide behind
-    exposed: float       # what it adds to the step
-    tax: float           # exposed / t_compute
+    window: float  # compute it can hide behind
+    exposed: float  # what it adds to the step
+    tax: float  # exposed / t_compute
 
 
 @dataclass
 class StepReport:
-    axes: dict = field(default_factory=dict)   # axis name -> AxisCost, for axes of degree > 1
+    axes: dict = field(default_factory=dict)  # axis name -> AxisCost, for axes of degree > 1
     t_compute: float = 0.0
     t_step: float = 0.0
     mfu: float = 0.0
-    binding: str = None                        # axis with the largest exposed time, None if none
+    binding: str = None  # axis with the largest exposed time, None if none
 
 
 # BEGIN SOLUTION
 def _check_plan(plan):
     _positive("n_params", plan.n_params)
-    for name in ("layers", "hidden", "seq_len", "micro_batch", "microbatches", "gpus", "tp", "pp", "ep",
-                 "top_k", "gpus_per_node", "dtype_bytes", "grad_dtype_bytes"):
+    for name in (
+        "layers",
+        "hidden",
+        "seq_len",
+        "micro_batch",
+        "microbatches",
+        "gpus",
+        "tp",
+        "pp",
+        "ep",
+        "top_k",
+        "gpus_per_node",
+        "dtype_bytes",
+        "grad_dtype_bytes",
+    ):
         _count(name, getattr(plan, name))
     _count("moe_layers", plan.moe_layers, 0)
     if plan.active_params:
@@ -334,13 +354,18 @@ def _check_plan(plan):
         raise ValueError(f"layers ({plan.layers}) is not divisible by pp ({plan.pp})")
     if plan.moe_layers > plan.layers:
         raise ValueError(f"moe_layers ({plan.moe_layers}) exceeds layers ({plan.layers})")
-    for axis, size, stride in (("tp", plan.tp, 1), ("dp", dp, plan.tp), ("ep", plan.ep, plan.tp),
-                               ("pp", plan.pp, plan.tp * dp)):
+    for axis, size, stride in (
+        ("tp", plan.tp, 1),
+        ("dp", dp, plan.tp),
+        ("ep", plan.ep, plan.tp),
+        ("pp", plan.pp, plan.tp * dp),
+    ):
         try:
             members_per_node(size, stride, plan.gpus_per_node)
         except ValueError as exc:
-            raise ValueError(f"{axis} groups do not sit evenly on nodes of gpus_per_node = "
-                             f"{plan.gpus_per_node}: {exc}") from None
+            raise ValueError(
+                f"{axis} groups do not sit evenly on nodes of gpus_per_node = {plan.gpus_per_node}: {exc}"
+            ) from None
     return dp
 
 
@@ -382,6 +407,8 @@ def _all_to_all(plan, nbytes, p, m):
 
 def _where(p, m):
     return "intra" if m == p else "inter"
+
+
 # END SOLUTION
 
 
@@ -440,7 +467,7 @@ def step_report(plan: Plan) -> StepReport:
     tokens = plan.micro_batch * plan.seq_len
     act = tokens * plan.hidden * plan.dtype_bytes
     layers_here = plan.layers // p
-    n_flops = plan.active_params or plan.n_params     # MoE: a token runs through its top-k experts only
+    n_flops = plan.active_params or plan.n_params  # MoE: a token runs through its top-k experts only
     t_compute = 6 * n_flops * tokens * m / (t * p) / rate
     t_bwd_one = 4 * n_flops * tokens / (t * p) / rate
     report = StepReport(t_compute=t_compute)
@@ -461,20 +488,36 @@ def step_report(plan: Plan) -> StepReport:
         share = (dp - 1) / dp
         if plan.zero_stage == 0:
             t_comm = _allreduce(plan, grads, dp, md)
-            record("DP", "all-reduce", 2 * share * grads, _where(dp, md), t_comm, t_bwd_one,
-                   max(0.0, t_comm - t_bwd_one))
+            record(
+                "DP", "all-reduce", 2 * share * grads, _where(dp, md), t_comm, t_bwd_one, max(0.0, t_comm - t_bwd_one)
+            )
         elif plan.zero_stage == 3:
             t_comm = m * (rs + 2 * _half(plan, params, dp, md))
-            record("DP", "all-gather x2 + reduce-scatter", m * share * (grads + 2 * params), _where(dp, md),
-                   t_comm, t_compute, max(0.0, t_comm - t_compute))
+            record(
+                "DP",
+                "all-gather x2 + reduce-scatter",
+                m * share * (grads + 2 * params),
+                _where(dp, md),
+                t_comm,
+                t_compute,
+                max(0.0, t_comm - t_compute),
+            )
         else:
             scatters = 1 if plan.zero_stage == 1 else m
-            record("DP", "reduce-scatter + all-gather", share * (scatters * grads + params), _where(dp, md),
-                   scatters * rs + ag, scatters * t_bwd_one, scatters * max(0.0, rs - t_bwd_one) + ag)
+            record(
+                "DP",
+                "reduce-scatter + all-gather",
+                share * (scatters * grads + params),
+                _where(dp, md),
+                scatters * rs + ag,
+                scatters * t_bwd_one,
+                scatters * max(0.0, rs - t_bwd_one) + ag,
+            )
     if p > 1:
         inside = t * dp * p <= plan.gpus_per_node
-        alpha, bandwidth = ((plan.intra_alpha, plan.intra_bandwidth) if inside
-                            else (plan.inter_alpha, plan.inter_bandwidth))
+        alpha, bandwidth = (
+            (plan.intra_alpha, plan.intra_bandwidth) if inside else (plan.inter_alpha, plan.inter_bandwidth)
+        )
         one = alpha + act / bandwidth
         exposed = (p - 1) / m * t_compute + 2 * (p - 1) * one
         nbytes = pp_bytes_per_microbatch(plan.micro_batch, plan.seq_len, plan.hidden, plan.dtype_bytes) * m

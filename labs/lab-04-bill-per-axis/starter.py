@@ -45,6 +45,7 @@ def _count(name, value, minimum=1):
 
 # -- bytes per rank, per axis ---------------------------------------------------------
 
+
 def dp_allreduce_bytes(n_params: float, dp: int, dtype_bytes: float = 2) -> float:
     """Bytes each rank sends to all-reduce the gradients of ``n_params`` parameters over ``dp`` ranks.
 
@@ -133,6 +134,7 @@ def ep_alltoall_bytes_per_layer(tokens: int, hidden: int, ep: int, top_k: int = 
 
 # -- where a group sits ---------------------------------------------------------------
 
+
 def members_per_node(group_size: int, stride: int, gpus_per_node: int) -> int:
     """How many GPUs of one group share a node, for a group whose members are ``stride`` ranks apart.
 
@@ -154,8 +156,10 @@ def members_per_node(group_size: int, stride: int, gpus_per_node: int) -> int:
 
 # -- the two thresholds ---------------------------------------------------------------
 
-def dp_min_local_tokens(peak_flops: float, mfu: float, bandwidth: float, dp: int | None = None,
-                        dtype_bytes: float = 2) -> float:
+
+def dp_min_local_tokens(
+    peak_flops: float, mfu: float, bandwidth: float, dp: int | None = None, dtype_bytes: float = 2
+) -> float:
     """Tokens per micro-batch per replica above which the gradient all-reduce hides behind the backward.
 
     t_comm = 2(d-1)/d * N * dtype_bytes / BW and t_bwd = 4 N T / (peak * MFU);
@@ -168,7 +172,9 @@ def dp_min_local_tokens(peak_flops: float, mfu: float, bandwidth: float, dp: int
     )
 
 
-def tp_tax(peak_flops: float, bandwidth: float, hidden: int, tp: int, mfu: float = 1.0, dtype_bytes: float = 2) -> float:
+def tp_tax(
+    peak_flops: float, bandwidth: float, hidden: int, tp: int, mfu: float = 1.0, dtype_bytes: float = 2
+) -> float:
     """Forward-pass tensor-parallel tax: all-reduce time / compute time = (t-1) peak MFU / (3 h BW).
 
     Per layer forward: 2 all-reduces of b*s*h*dtype_bytes (4(t-1)/t b s h B / BW
@@ -184,6 +190,7 @@ def tp_tax(peak_flops: float, bandwidth: float, hidden: int, tp: int, mfu: float
 
 
 # -- a whole plan ---------------------------------------------------------------------
+
 
 @dataclass
 class Plan:
@@ -202,12 +209,12 @@ class Plan:
     the DP/ZeRO reduction (4 where gradients are reduced in fp32).
     """
 
-    n_params: float            # N, parameters of the model
+    n_params: float  # N, parameters of the model
     layers: int
     hidden: int
     seq_len: int
-    micro_batch: int = 1       # sequences per micro-batch
-    microbatches: int = 1      # micro-batches per step, per data-parallel replica
+    micro_batch: int = 1  # sequences per micro-batch
+    microbatches: int = 1  # micro-batches per step, per data-parallel replica
     gpus: int = 8
     tp: int = 1
     pp: int = 1
@@ -216,38 +223,38 @@ class Plan:
     moe_layers: int = 0
     top_k: int = 1
     gpus_per_node: int = 8
-    peak_flops: float = 989e12          # H100 SXM, dense BF16
-    mfu: float = 0.4                    # fraction of peak the compute itself reaches
-    intra_alpha: float = 3e-6           # NVLink 4, per message
-    intra_bandwidth: float = 370e9      # NVLink 4: NCCL's ring busbw, measured (line rate 450e9: the ceiling)
-    inter_alpha: float = 5e-6           # InfiniBand NDR, per message
-    inter_bandwidth: float = 47e9       # one 400 Gb/s NIC per GPU, measured (line rate 50e9)
-    dtype_bytes: int = 2                # activations and parameters (bf16)
-    grad_dtype_bytes: int = 2           # gradients in the DP/ZeRO reduction
-    active_params: float = 0.0          # parameters one token uses (0: all n_params, a dense model)
+    peak_flops: float = 989e12  # H100 SXM, dense BF16
+    mfu: float = 0.4  # fraction of peak the compute itself reaches
+    intra_alpha: float = 3e-6  # NVLink 4, per message
+    intra_bandwidth: float = 370e9  # NVLink 4: NCCL's ring busbw, measured (line rate 450e9: the ceiling)
+    inter_alpha: float = 5e-6  # InfiniBand NDR, per message
+    inter_bandwidth: float = 47e9  # one 400 Gb/s NIC per GPU, measured (line rate 50e9)
+    dtype_bytes: int = 2  # activations and parameters (bf16)
+    grad_dtype_bytes: int = 2  # gradients in the DP/ZeRO reduction
+    active_params: float = 0.0  # parameters one token uses (0: all n_params, a dense model)
 
 
 @dataclass
 class AxisCost:
     """One axis of the bill. ``bytes`` per rank per step; times in seconds per step."""
 
-    axis: str            # "TP", "DP", "PP" or "EP"
+    axis: str  # "TP", "DP", "PP" or "EP"
     collective: str
     bytes: float
-    link: str            # "intra" (one node) or "inter" (the group spans nodes)
+    link: str  # "intra" (one node) or "inter" (the group spans nodes)
     t_comm: float
-    window: float        # compute it can hide behind
-    exposed: float       # what it adds to the step
-    tax: float           # exposed / t_compute
+    window: float  # compute it can hide behind
+    exposed: float  # what it adds to the step
+    tax: float  # exposed / t_compute
 
 
 @dataclass
 class StepReport:
-    axes: dict = field(default_factory=dict)   # axis name -> AxisCost, for axes of degree > 1
+    axes: dict = field(default_factory=dict)  # axis name -> AxisCost, for axes of degree > 1
     t_compute: float = 0.0
     t_step: float = 0.0
     mfu: float = 0.0
-    binding: str = None                        # axis with the largest exposed time, None if none
+    binding: str = None  # axis with the largest exposed time, None if none
 
 
 def step_report(plan: Plan) -> StepReport:

@@ -1,7 +1,6 @@
 """Lab 04 tests: each byte formula against collectives simulated message by message, the two
 thresholds at the sources' numbers, the two "flips", and whole plans checked by hand."""
 
-
 from pathlib import Path
 
 import pytest
@@ -10,8 +9,8 @@ from commtax.recorded import Expected
 from commtax.simulation import messages as simulate
 from commtax.testing import check, expect_close, expect_value_error, number
 
-N = 7e9                 # parameters
-B = 2                   # bf16
+N = 7e9  # parameters
+B = 2  # bf16
 PEAK, MFU = 989e12, 0.4  # H100 SXM dense BF16, a typical MFU
 NVLINK, IB = 370e9, 47e9  # bytes/s per direction: what NCCL reaches (the Plan's defaults)
 NVLINK_LINE, IB_LINE = 450e9, 50e9  # the line rates (the ceiling), which the sources' numbers use
@@ -26,6 +25,7 @@ def counted_ring_allreduce(nbytes, ranks):
 
 
 # -- bytes per axis against message-level counts ------------------------------------------
+
 
 @pytest.mark.parametrize("dp", [2, 3, 4, 8, 64])
 def test_dp_bytes_equal_a_counted_ring_all_reduce_of_the_gradients(lab, dp):
@@ -55,13 +55,18 @@ def test_pp_bytes_are_one_activation_forward_and_one_gradient_back(lab):
     act = b * s * h * B
     forward = [[simulate.Message(i, i + 1, 0, 4, "copy")] for i in range(stages - 1)]
     backward = [[simulate.Message(i + 1, i, 0, 4, "copy")] for i in reversed(range(stages - 1))]
-    run = simulate.run_schedule(forward + backward, simulate.initial_buffers(stages, 4),
-                                simulate.Topology.flat(0.0, 1.0), act, 4)
+    run = simulate.run_schedule(
+        forward + backward, simulate.initial_buffers(stages, 4), simulate.Topology.flat(0.0, 1.0), act, 4
+    )
     middle_stage_sends = run.bytes_sent[1]  # its activation forward and its gradient backward
     expect_close(lab.pp_bytes_per_microbatch(b, s, h, B), middle_stage_sends, rel=1e-9, what="pp_bytes_per_microbatch")
     expect_close(lab.pp_bytes_per_microbatch(b, s, h, B), 2 * act, rel=1e-9, what="pp_bytes_per_microbatch")
-    expect_close(lab.pp_bytes_per_microbatch(1, 1024, 4096, 4), 2 * 1024 * 4096 * 4, rel=1e-9,
-                 what="pp_bytes_per_microbatch in fp32")
+    expect_close(
+        lab.pp_bytes_per_microbatch(1, 1024, 4096, 4),
+        2 * 1024 * 4096 * 4,
+        rel=1e-9,
+        what="pp_bytes_per_microbatch in fp32",
+    )
 
 
 @pytest.mark.parametrize("ep,top_k", [(2, 1), (4, 2), (8, 2)])
@@ -82,6 +87,7 @@ def test_large_degree_limits_are_the_sources_2n_3n_and_8bsh(lab):
 
 # -- thresholds ------------------------------------------------------------------------------
 
+
 def test_dp_threshold_at_the_sources_numbers_is_about_7900_tokens(lab):
     expect_close(lab.dp_min_local_tokens(PEAK, MFU, IB_LINE), 7912, rel=1e-9)  # "~8K tok/GPU on IB"
     expect_close(lab.dp_min_local_tokens(PEAK, MFU, IB_LINE, dp=64), 7912 * 63 / 64, rel=1e-9)
@@ -92,8 +98,12 @@ def test_dp_threshold_at_the_sources_numbers_is_about_7900_tokens(lab):
 
 def test_tp_tax_doubles_when_hidden_halves_and_grows_with_t_minus_1(lab):
     base = lab.tp_tax(PEAK, NVLINK_LINE, 8192, 2, MFU)
-    expect_close(base, PEAK * MFU * B / (6 * 8192 * NVLINK_LINE), rel=1e-9,
-                 what="tp_tax at t = 2, h = 8192: (t-1) peak MFU B / (6 h BW)")
+    expect_close(
+        base,
+        PEAK * MFU * B / (6 * 8192 * NVLINK_LINE),
+        rel=1e-9,
+        what="tp_tax at t = 2, h = 8192: (t-1) peak MFU B / (6 h BW)",
+    )
     expect_close(lab.tp_tax(PEAK, NVLINK_LINE, 4096, 2, MFU), 2 * base, rel=1e-9)
     expect_close(lab.tp_tax(PEAK, NVLINK_LINE, 8192, 8, MFU), 7 * base, rel=1e-9)
     expect_close(lab.tp_tax(PEAK, IB_LINE, 8192, 2, MFU), 9 * base, rel=1e-9)  # NVLink / IB = 450 / 50
@@ -112,9 +122,19 @@ def test_tp_tax_gives_the_sources_5_and_80_percent_only_with_900_gbps_at_t_2(lab
 
 # -- whole plans -------------------------------------------------------------------------------
 
+
 def plan(lab, **overrides):
-    fields = dict(n_params=12 * 32 * 4096**2, layers=32, hidden=4096, seq_len=4096, micro_batch=1,
-                  microbatches=1, gpus=8, peak_flops=PEAK, mfu=MFU)
+    fields = dict(
+        n_params=12 * 32 * 4096**2,
+        layers=32,
+        hidden=4096,
+        seq_len=4096,
+        micro_batch=1,
+        microbatches=1,
+        gpus=8,
+        peak_flops=PEAK,
+        mfu=MFU,
+    )
     fields.update(overrides)
     return lab.Plan(**fields)
 
@@ -132,8 +152,9 @@ def test_tp_pushed_past_one_node_pays_the_nodes_eight_nics_not_one(lab):
     expect_close(inside.t_comm, 4 * 32 * 2 * 7 / 8 * 4096 * 4096 * B / NVLINK, rel=1e-9, what="TP = 8's comm")
     expect_close(across.tax / inside.tax, 15 / 7 * NVLINK / min(NVLINK, 8 * IB), rel=1e-9)
     lines = dict(NO_LATENCY, intra_bandwidth=NVLINK_LINE, inter_bandwidth=IB_LINE)
-    ratio = (number(lab.step_report(plan(lab, gpus=16, tp=16, **lines)).axes["TP"].tax)
-             / number(lab.step_report(plan(lab, gpus=8, tp=8, **lines)).axes["TP"].tax))
+    ratio = number(lab.step_report(plan(lab, gpus=16, tp=16, **lines)).axes["TP"].tax) / number(
+        lab.step_report(plan(lab, gpus=8, tp=8, **lines)).axes["TP"].tax
+    )
     expect_close(ratio, 15 / 7 * 450 / 400, rel=1e-9, what="TP 16 / TP 8 tax at line rates")
     one_nic = lab.step_report(plan(lab, gpus=16, tp=16, **{**NO_LATENCY, "inter_bandwidth": IB / 8})).axes["TP"]
     expect_close(one_nic.tax / inside.tax, 15 / 7 * NVLINK / IB, rel=1e-9)
@@ -142,7 +163,7 @@ def test_tp_pushed_past_one_node_pays_the_nodes_eight_nics_not_one(lab):
 def test_dp_stops_hiding_below_the_threshold_when_each_dp_group_has_one_gpu_per_node(lab):
     """TP = 8 fills each node, so a DP group has one GPU per node and one NIC: the ~8K-token rule
     (8,285 tokens at d = 64 and the 47 GB/s a NIC reaches)."""
-    threshold = number(lab.dp_min_local_tokens(PEAK, MFU, IB, dp=64), "dp_min_local_tokens")   # 8285 tokens
+    threshold = number(lab.dp_min_local_tokens(PEAK, MFU, IB, dp=64), "dp_min_local_tokens")  # 8285 tokens
     above = lab.step_report(plan(lab, gpus=512, tp=8, micro_batch=3, seq_len=4096, **NO_LATENCY)).axes["DP"]
     below = lab.step_report(plan(lab, gpus=512, tp=8, micro_batch=2, seq_len=4096, **NO_LATENCY)).axes["DP"]
     assert 8192 < threshold < 12288
@@ -163,7 +184,7 @@ def test_pure_dp_pools_eight_nics_so_its_threshold_is_eight_times_lower(lab):
     n = 12 * 32 * 4096**2
     expect_close(r.link, "inter", what="the DP group's link")
     expect_close(r.t_comm, 2 * 63 / 64 * n * B / min(NVLINK, 8 * IB), rel=1e-9, what="DP at 8 NICs per node")
-    expect_close(r.exposed, 0.0, what="2048 tokens hide")   # the threshold is 1,053; one NIC per group would need ~8,300
+    expect_close(r.exposed, 0.0, what="2048 tokens hide")  # the threshold is 1,053; one NIC per group would need ~8,300
     expect_close(lab.dp_min_local_tokens(PEAK, MFU, min(NVLINK, 8 * IB), dp=64), 1052.5, abs=0.5, rel=1e-9)
 
 
@@ -242,18 +263,18 @@ GRID = [
     dict(gpus=32, tp=4, pp=2, gpus_per_node=4, microbatches=4, zero_stage=3),
     dict(gpus=16, tp=2, intra_alpha=1e-5, inter_alpha=2e-5, inter_bandwidth=25e9, micro_batch=4),
     dict(gpus=8, micro_batch=4, mfu=0.9, peak_flops=312e12, dtype_bytes=4),
-    dict(gpus=24),                                          # 3 nodes: ceil(log2 3) = 2 tree levels
-    dict(gpus=32, tp=2, zero_stage=1, intra_alpha=8e-6, inter_alpha=2e-6),      # RS/AG latency: max(a_i, a_e)
+    dict(gpus=24),  # 3 nodes: ceil(log2 3) = 2 tree levels
+    dict(gpus=32, tp=2, zero_stage=1, intra_alpha=8e-6, inter_alpha=2e-6),  # RS/AG latency: max(a_i, a_e)
     dict(gpus=32, tp=8, zero_stage=2, microbatches=2, intra_alpha=8e-6, inter_alpha=2e-6),  # one NIC: a_e
-    dict(gpus=512, tp=8, zero_stage=2, microbatches=4, seq_len=1024),         # each reduce-scatter sticks out
-    dict(gpus=16, tp=2, pp=2, microbatches=4),              # a pipeline that leaves the node only through pp
-    dict(gpus=16, tp=8, intra_bandwidth=16e9, inter_bandwidth=50e9),   # PCIe inside, a faster NIC (m = 1)
-    dict(gpus=8, moe_layers=4, top_k=2),                    # MoE layers but ep = 1: no EP axis
+    dict(gpus=512, tp=8, zero_stage=2, microbatches=4, seq_len=1024),  # each reduce-scatter sticks out
+    dict(gpus=16, tp=2, pp=2, microbatches=4),  # a pipeline that leaves the node only through pp
+    dict(gpus=16, tp=8, intra_bandwidth=16e9, inter_bandwidth=50e9),  # PCIe inside, a faster NIC (m = 1)
+    dict(gpus=8, moe_layers=4, top_k=2),  # MoE layers but ep = 1: no EP axis
     dict(gpus=32, pp=4, ep=4, moe_layers=1, microbatches=4),  # one MoE layer on four stages: at least one each
-    dict(gpus=24, tp=2),                                    # DP of 12 at stride 2: 4 per node, 3 nodes
-    dict(gpus=96, tp=2, pp=4, microbatches=4),              # a pipeline stride of 24: one stage per 3 nodes
+    dict(gpus=24, tp=2),  # DP of 12 at stride 2: 4 per node, 3 nodes
+    dict(gpus=96, tp=2, pp=4, microbatches=4),  # a pipeline stride of 24: one stage per 3 nodes
     dict(gpus=64, tp=2, ep=8, moe_layers=32, top_k=2, active_params=2e9),  # MoE compute at the active parameters
-    dict(gpus=16, zero_stage=3, ep=4, moe_layers=16, active_params=3e9),   # ZeRO-3 windows at the active parameters
+    dict(gpus=16, zero_stage=3, ep=4, moe_layers=16, active_params=3e9),  # ZeRO-3 windows at the active parameters
 ]
 
 
@@ -267,8 +288,7 @@ def test_step_report_equals_the_course_bill_on_plans_that_take_every_branch(lab,
         expect_close(mine.axis, name, what=f"{name}.axis")
         expect_close(mine.link, axis["link"], what=f"{name}.link")
         for attribute in ("bytes", "t_comm", "window", "exposed", "tax"):
-            expect_close(getattr(mine, attribute), axis[attribute], rel=1e-9, abs=1e-15,
-                         what=f"{name}.{attribute}")
+            expect_close(getattr(mine, attribute), axis[attribute], rel=1e-9, abs=1e-15, what=f"{name}.{attribute}")
     for attribute in ("t_compute", "t_step", "mfu"):
         expect_close(getattr(got, attribute), want[attribute], rel=1e-9, what=attribute)
     expect_close(got.binding, want["binding"], what="the binding axis")
@@ -280,13 +300,25 @@ def test_moe_compute_counts_the_active_parameters_a_token_uses_not_all_of_them(l
     fields = dict(n_params=46.7e9, layers=32, hidden=4096, gpus=64, ep=8, moe_layers=32, top_k=2, **NO_LATENCY)
     moe = lab.step_report(plan(lab, active_params=12.9e9, **fields))
     expect_close(moe.t_compute, 6 * 12.9e9 * 4096 / (PEAK * MFU), rel=1e-9, what="compute at 6 x the active parameters")
-    expect_close(moe.axes["DP"].window, 4 * 12.9e9 * 4096 / (PEAK * MFU), rel=1e-9,
-                 what="the DP window: the backward at 4 x the active parameters")
-    expect_close(moe.axes["DP"].bytes, lab.dp_allreduce_bytes(46.7e9, 64, B), rel=1e-9,
-                 what="DP bytes over all 46.7e9 parameters")
+    expect_close(
+        moe.axes["DP"].window,
+        4 * 12.9e9 * 4096 / (PEAK * MFU),
+        rel=1e-9,
+        what="the DP window: the backward at 4 x the active parameters",
+    )
+    expect_close(
+        moe.axes["DP"].bytes,
+        lab.dp_allreduce_bytes(46.7e9, 64, B),
+        rel=1e-9,
+        what="DP bytes over all 46.7e9 parameters",
+    )
     as_dense = lab.step_report(plan(lab, **fields))
-    expect_close(as_dense.t_compute, 6 * 46.7e9 * 4096 / (PEAK * MFU), rel=1e-9,
-                 what="compute with active_params left out: all parameters")
+    expect_close(
+        as_dense.t_compute,
+        6 * 46.7e9 * 4096 / (PEAK * MFU),
+        rel=1e-9,
+        what="compute with active_params left out: all parameters",
+    )
     assert number(moe.axes["EP"].tax) > number(as_dense.axes["EP"].tax)
 
 
@@ -322,7 +354,7 @@ def test_zero_2_scatters_every_micro_batch_and_zero_1_2_all_gather_after_the_ste
     n_rank = 12 * 32 * 4096**2 / 8
     expect_close(z2.bytes, lab.zero_bytes_per_step(n_rank, 64, 2, 8, B), rel=1e-9)
     expect_close(z2.bytes, 9 / 2 * z1.bytes, rel=1e-9)
-    ag = 63 / 64 * n_rank * B / IB          # one all-gather through one NIC
+    ag = 63 / 64 * n_rank * B / IB  # one all-gather through one NIC
     assert number(z1.exposed) >= ag * (1 - 1e-9) and z1.exposed > number(z0.exposed)
 
 
@@ -341,9 +373,10 @@ def test_ep_all_to_alls_are_on_the_critical_path(lab):
     expect_close(r.link, "intra", what="EP's link")
 
 
-@pytest.mark.parametrize("size,stride,gpus,expected", [
-    (8, 1, 8, 8), (2, 1, 8, 2), (16, 1, 8, 8), (64, 8, 8, 1), (8, 2, 8, 4), (64, 1, 8, 8), (3, 1, 8, 3),
-])
+@pytest.mark.parametrize(
+    "size,stride,gpus,expected",
+    [(8, 1, 8, 8), (2, 1, 8, 2), (16, 1, 8, 8), (64, 8, 8, 1), (8, 2, 8, 4), (64, 1, 8, 8), (3, 1, 8, 3)],
+)
 def test_members_per_node_follows_megatron_rank_order(lab, size, stride, gpus, expected):
     got = lab.members_per_node(size, stride, gpus)
     expect_close(got, expected, what=f"members_per_node({size}, {stride}, {gpus})")
@@ -354,34 +387,38 @@ def test_members_per_node_follows_megatron_rank_order(lab, size, stride, gpus, e
     expect_close(lab.members_per_node(16, 2, 8), 4, what="members_per_node(16, 2, 8)")
 
 
-@pytest.mark.parametrize("overrides,problem", [
-    (dict(gpus=12, tp=8), "gpus"),
-    (dict(hidden=4100, tp=8), "hidden"),
-    (dict(gpus=16, pp=3, layers=32), "gpus"),
-    (dict(gpus=8, pp=8, layers=30), "layers"),
-    (dict(gpus=16, ep=3), "ep"),
-    (dict(n_params=-1.0), "n_params"),
-    (dict(mfu=0.0), "mfu"),
-    (dict(zero_stage=4), "zero_stage"),
-    (dict(micro_batch=0), "micro_batch"),
-    (dict(gpus=24, tp=3, hidden=4098), "gpus_per_node"),
-    (dict(gpus=6, pp=2), "gpus_per_node"),         # the pipeline's stride 3 does not divide a node of 8
-    (dict(gpus=24, tp=2, ep=6, moe_layers=4), "gpus_per_node"),   # EP groups of 6 at stride 2: 4 per node
-    (dict(gpus=8, tp=4, pp=4), "gpus"),
-    (dict(moe_layers=-1), "moe_layers"),
-    (dict(moe_layers=33), "moe_layers"),
-    (dict(mfu=1.5), "mfu"),
-    (dict(peak_flops=0.0), "peak_flops"),
-    (dict(intra_bandwidth=0.0), "intra_bandwidth"),
-    (dict(inter_bandwidth=-1.0), "inter_bandwidth"),
-    (dict(intra_alpha=-1e-6), "intra_alpha"),
-    (dict(inter_alpha=-0.5), "inter_alpha"),
-    (dict(active_params=2 * 12 * 32 * 4096**2), "active_params"),
-])
+@pytest.mark.parametrize(
+    "overrides,problem",
+    [
+        (dict(gpus=12, tp=8), "gpus"),
+        (dict(hidden=4100, tp=8), "hidden"),
+        (dict(gpus=16, pp=3, layers=32), "gpus"),
+        (dict(gpus=8, pp=8, layers=30), "layers"),
+        (dict(gpus=16, ep=3), "ep"),
+        (dict(n_params=-1.0), "n_params"),
+        (dict(mfu=0.0), "mfu"),
+        (dict(zero_stage=4), "zero_stage"),
+        (dict(micro_batch=0), "micro_batch"),
+        (dict(gpus=24, tp=3, hidden=4098), "gpus_per_node"),
+        (dict(gpus=6, pp=2), "gpus_per_node"),  # the pipeline's stride 3 does not divide a node of 8
+        (dict(gpus=24, tp=2, ep=6, moe_layers=4), "gpus_per_node"),  # EP groups of 6 at stride 2: 4 per node
+        (dict(gpus=8, tp=4, pp=4), "gpus"),
+        (dict(moe_layers=-1), "moe_layers"),
+        (dict(moe_layers=33), "moe_layers"),
+        (dict(mfu=1.5), "mfu"),
+        (dict(peak_flops=0.0), "peak_flops"),
+        (dict(intra_bandwidth=0.0), "intra_bandwidth"),
+        (dict(inter_bandwidth=-1.0), "inter_bandwidth"),
+        (dict(intra_alpha=-1e-6), "intra_alpha"),
+        (dict(inter_alpha=-0.5), "inter_alpha"),
+        (dict(active_params=2 * 12 * 32 * 4096**2), "active_params"),
+    ],
+)
 def test_invalid_plans_raise_value_error_naming_the_problem(lab, overrides, problem):
     expect_close(lab.step_report(plan(lab)).t_step, course_report({})["t_step"], rel=1e-9, what="a valid plan's step")
-    expect_value_error(lambda: lab.step_report(plan(lab, **overrides)), problem,
-                       function=lab.Plan)  # the others: the plan's fields
+    expect_value_error(
+        lambda: lab.step_report(plan(lab, **overrides)), problem, function=lab.Plan
+    )  # the others: the plan's fields
 
 
 # Each function with good arguments (the course's formula gives its value: EXPECTED), then one bad argument at a
@@ -448,6 +485,10 @@ BAD_CASES = [
 @pytest.mark.parametrize("function,bad,argument", BAD_CASES, ids=[f"{f}-{a}" for f, _, a in BAD_CASES])
 def test_bad_arguments_raise_value_error_naming_them(lab, function, bad, argument):
     good = GOOD[function]
-    expect_close(getattr(lab, function)(**good), EXPECTED("good_call", function, good), rel=1e-9,
-                 what=f"{function} with good arguments")
+    expect_close(
+        getattr(lab, function)(**good),
+        EXPECTED("good_call", function, good),
+        rel=1e-9,
+        what=f"{function} with good arguments",
+    )
     expect_value_error(lambda: getattr(lab, function)(**{**good, **bad}), argument, function=getattr(lab, function))

@@ -30,12 +30,16 @@ def computed_alone(got, block, rank, world_size, what, subgroup=False, then=""):
         value = got.get(key) if isinstance(got, dict) else None
         if value is None or not isinstance(value, torch.Tensor) or value.shape != mine[key].shape:
             continue
-        if mismatch(value.double(), mine[key], rel=1e-9, abs=1e-9) is None and \
-                mismatch(value.double(), reference()[block][key], rel=1e-9, abs=1e-9) is not None:
-            return (f"{what}: the {name} is what rank {rank} computes from the whole layer it was handed, by itself. "
-                    "Each rank is handed a full layer whose other ranks' blocks are decoys (only its own shard holds "
-                    "the real weights): its result must come from its own shard and from what the collectives bring "
-                    f"from the other ranks, not from evaluating their blocks locally{then}")
+        if (
+            mismatch(value.double(), mine[key], rel=1e-9, abs=1e-9) is None
+            and mismatch(value.double(), reference()[block][key], rel=1e-9, abs=1e-9) is not None
+        ):
+            return (
+                f"{what}: the {name} is what rank {rank} computes from the whole layer it was handed, by itself. "
+                "Each rank is handed a full layer whose other ranks' blocks are decoys (only its own shard holds "
+                "the real weights): its result must come from its own shard and from what the collectives bring "
+                f"from the other ranks, not from evaluating their blocks locally{then}"
+            )
     return None
 
 
@@ -92,8 +96,10 @@ def held_block_hint(got, rank, world_size, subgroup=False):
         weight = params.get("weight") if isinstance(params, dict) else None
         other = _other_shard(weight, mine[layer][0], "", layer, place, t) if isinstance(weight, torch.Tensor) else None
         if other is not None:
-            return (f" This rank's {layer}.weight is the block of place {other} in its group, not of its own place "
-                    f"{place}: take the block of this rank's place (dist.get_rank(group)).")
+            return (
+                f" This rank's {layer}.weight is the block of place {other} in its group, not of its own place "
+                f"{place}: take the block of this rank's place (dist.get_rank(group))."
+            )
     return ""
 
 
@@ -101,16 +107,28 @@ def check_params(got, ref, block, layer, rank, world_size, what):
     """Weight and bias gradient of one layer: this rank's shard of the full layer's, named if another rank's."""
     __tracebackhide__ = True
     weight_rows, bias_rows = shard_of(block, layer, rank, world_size)
-    problem = compare(got[layer]["weight_grad"], ref[layer]["weight_grad"][weight_rows],
-                      f"{what}: the gradient of {layer}.weight (this rank's shard)", world_size)
+    problem = compare(
+        got[layer]["weight_grad"],
+        ref[layer]["weight_grad"][weight_rows],
+        f"{what}: the gradient of {layer}.weight (this rank's shard)",
+        world_size,
+    )
     if problem:
         other = _other_shard(got[layer]["weight_grad"], ref[layer]["weight_grad"], block, layer, rank, world_size)
         if other is not None:
-            problem += (f". It is rank {other}'s shard of the full gradient: a split or gather uses the wrong "
-                        "rank's place (use dist.get_rank(group), the rank inside the group)")
+            problem += (
+                f". It is rank {other}'s shard of the full gradient: a split or gather uses the wrong "
+                "rank's place (use dist.get_rank(group), the rank inside the group)"
+            )
         fail(problem)
-    fail_if(compare(got[layer]["bias_grad"], ref[layer]["bias_grad"][bias_rows],
-                    f"{what}: the gradient of {layer}.bias (this rank's shard)", world_size))
+    fail_if(
+        compare(
+            got[layer]["bias_grad"],
+            ref[layer]["bias_grad"][bias_rows],
+            f"{what}: the gradient of {layer}.bias (this rank's shard)",
+            world_size,
+        )
+    )
 
 
 def fail_if(problem):
@@ -124,8 +142,10 @@ def bias_diagnosis(block, output, world_size):
     bias = full_weights()["fc2" if block in ("mlp", "whole_input") else "out"][1]
     excess = output.double() - reference()[block]["output"]
     if world_size > 1 and (excess - (world_size - 1) * bias).abs().max().item() < 1e-9:
-        return (f" The output is too large by exactly (t - 1) x bias = {world_size - 1} x the row-parallel layer's "
-                "bias: the bias is added on every rank before the all-reduce; add it once, after.")
+        return (
+            f" The output is too large by exactly (t - 1) x bias = {world_size - 1} x the row-parallel layer's "
+            "bias: the bias is added on every rank before the all-reduce; add it once, after."
+        )
     return ""
 
 
@@ -136,15 +156,22 @@ def _check_output_then_input_grad(results, ref, block, rank, world_size, what):
     fail_if(computed_alone(got, block, rank, world_size, what))
     problem = compare(got["output"], ref["output"], f"{what} output", world_size)
     if problem:
-        fail(f"{problem} (the output is wrong, so the gradients cannot be right: fix it first)."
-             + bias_diagnosis(block, got["output"], world_size) + held_block_hint(got, rank, world_size))
+        fail(
+            f"{problem} (the output is wrong, so the gradients cannot be right: fix it first)."
+            + bias_diagnosis(block, got["output"], world_size)
+            + held_block_hint(got, rank, world_size)
+        )
     problem = compare(got["input_grad"], ref["input_grad"], f"{what}: the gradient of the input x", world_size)
     if problem:
         grads = [r["input_grad"] for r in results]
-        if all(g is not None and g.shape == ref["input_grad"].shape for g in grads) and \
-                compare(sum(g.double() for g in grads), ref["input_grad"], "") is None:
-            problem += (". Summed over the t ranks it is right: each rank holds only its own branch's part; the "
-                        "backward of copy_to_tp_region must all-reduce it (every rank used the whole x)")
+        if (
+            all(g is not None and g.shape == ref["input_grad"].shape for g in grads)
+            and compare(sum(g.double() for g in grads), ref["input_grad"], "") is None
+        ):
+            problem += (
+                ". Summed over the t ranks it is right: each rank holds only its own branch's part; the "
+                "backward of copy_to_tp_region must all-reduce it (every rank used the whole x)"
+            )
         fail(problem)
 
 
@@ -196,6 +223,10 @@ def expect_collectives_on_the_wire(results, world_size):
     """
     __tracebackhide__ = True
     payload, messages = recorded_payload(results, world_size)
-    expect_wire_bytes(results, payload, messages, f"t = {world_size}, the job that runs every layer (its all-reduces "
-                      f"and all-gathers, as your ranks recorded them, carry {payload} bytes of data in all)")
-
+    expect_wire_bytes(
+        results,
+        payload,
+        messages,
+        f"t = {world_size}, the job that runs every layer (its all-reduces "
+        f"and all-gathers, as your ranks recorded them, carry {payload} bytes of data in all)",
+    )

@@ -9,7 +9,7 @@ recipes run by ``python -m grading release`` on exactly the inputs
 from commtax.formulas import bill
 
 RECIPES = {"tp_bytes_per_layer": bill.tp_bytes_per_layer}
-BATCH, SEQ, HIDDEN, FLOAT64_BYTES = 2, 5, 16, 8     # test_lab.py's layer (another size fails loudly there)
+BATCH, SEQ, HIDDEN, FLOAT64_BYTES = 2, 5, 16, 8  # test_lab.py's layer (another size fails loudly there)
 
 
 def cases():

@@ -63,6 +63,7 @@ from commtax.ranks._tp_layers import (  # noqa: F401  (MLP, SelfAttention: the f
 # Megatron-LM's names for them: copy_to_tensor_model_parallel_region,
 # reduce_from_..., gather_from_... and scatter_to_... (``megatron.core.tensor_parallel``).
 
+
 class _CopyToTensorParallel(torch.autograd.Function):
     """Identity forward; all-reduce of the gradient backward (every rank used the same input)."""
 
@@ -183,6 +184,7 @@ def scatter_to_tp_region(x: torch.Tensor, group: Group = None) -> torch.Tensor:
 
 # -- the parallel layers -----------------------------------------------------------------
 
+
 class ColumnParallelLinear(ShardedLinear):
     """Linear layer whose output features are split across the group (Megatron-LM's ColumnParallelLinear).
 
@@ -195,8 +197,17 @@ class ColumnParallelLinear(ShardedLinear):
     ``out_features`` when t does not divide it.
     """
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, group: Group = None,
-                 gather_output: bool = False, *, dtype: torch.dtype | None = None, device: torch.device | None = None) -> None:
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        group: Group = None,
+        gather_output: bool = False,
+        *,
+        dtype: torch.dtype | None = None,
+        device: torch.device | None = None,
+    ) -> None:
         _, width = shard_of(out_features, group, "out_features")
         super().__init__(in_features, out_features, (width, in_features), width, bias, group, dtype, device)
         self.gather_output = gather_output
@@ -207,8 +218,15 @@ class ColumnParallelLinear(ShardedLinear):
         # BEGIN SOLUTION
         # HINT: a layer of the same sizes holding this rank's block of output features (rows of the weight).
         rank, width = shard_of(layer.out_features, group, "out_features")
-        shard = cls(layer.in_features, layer.out_features, layer.bias is not None, group, gather_output,
-                    dtype=layer.weight.dtype, device=layer.weight.device)
+        shard = cls(
+            layer.in_features,
+            layer.out_features,
+            layer.bias is not None,
+            group,
+            gather_output,
+            dtype=layer.weight.dtype,
+            device=layer.weight.device,
+        )
         rows = slice(rank * width, (rank + 1) * width)
         with torch.no_grad():
             shard.weight.copy_(layer.weight[rows])
@@ -240,8 +258,17 @@ class RowParallelLinear(ShardedLinear):
     constructor is given: ValueError naming ``in_features`` when t does not divide it.
     """
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, group: Group = None,
-                 input_is_parallel: bool = True, *, dtype: torch.dtype | None = None, device: torch.device | None = None) -> None:
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        group: Group = None,
+        input_is_parallel: bool = True,
+        *,
+        dtype: torch.dtype | None = None,
+        device: torch.device | None = None,
+    ) -> None:
         _, width = shard_of(in_features, group, "in_features")
         super().__init__(in_features, out_features, (out_features, width), out_features, bias, group, dtype, device)
         self.input_is_parallel = input_is_parallel
@@ -252,10 +279,17 @@ class RowParallelLinear(ShardedLinear):
         # BEGIN SOLUTION
         # HINT: the mirror of the column layer: this rank's block of input features; the bias is not split.
         rank, width = shard_of(layer.in_features, group, "in_features")
-        shard = cls(layer.in_features, layer.out_features, layer.bias is not None, group, input_is_parallel,
-                    dtype=layer.weight.dtype, device=layer.weight.device)
+        shard = cls(
+            layer.in_features,
+            layer.out_features,
+            layer.bias is not None,
+            group,
+            input_is_parallel,
+            dtype=layer.weight.dtype,
+            device=layer.weight.device,
+        )
         with torch.no_grad():
-            shard.weight.copy_(layer.weight[:, rank * width:(rank + 1) * width])
+            shard.weight.copy_(layer.weight[:, rank * width : (rank + 1) * width])
             if layer.bias is not None:
                 shard.bias.copy_(layer.bias)
         return shard
@@ -314,11 +348,13 @@ class TensorParallelAttention(nn.Module):
         rank, heads_here = shard_of(attention.heads, group, "heads")
         hidden = attention.hidden
         width = heads_here * (hidden // attention.heads)
-        rows = torch.cat([torch.arange(block * hidden + rank * width, block * hidden + (rank + 1) * width)
-                          for block in range(3)])
+        rows = torch.cat(
+            [torch.arange(block * hidden + rank * width, block * hidden + (rank + 1) * width) for block in range(3)]
+        )
         full = attention.qkv
-        qkv = ColumnParallelLinear(hidden, 3 * hidden, full.bias is not None, group,
-                                   dtype=full.weight.dtype, device=full.weight.device)
+        qkv = ColumnParallelLinear(
+            hidden, 3 * hidden, full.bias is not None, group, dtype=full.weight.dtype, device=full.weight.device
+        )
         with torch.no_grad():
             qkv.weight.copy_(full.weight[rows.to(full.weight.device)])
             qkv.bias.copy_(full.bias[rows.to(full.weight.device)])

@@ -63,6 +63,7 @@ from commtax.ranks._tp_layers import (  # noqa: F401  (MLP, SelfAttention: the f
 # Megatron-LM's names for them: copy_to_tensor_model_parallel_region,
 # reduce_from_..., gather_from_... and scatter_to_... (``megatron.core.tensor_parallel``).
 
+
 class _CopyToTensorParallel(torch.autograd.Function):
     """Identity forward; all-reduce of the gradient backward (every rank used the same input)."""
 
@@ -168,6 +169,7 @@ def scatter_to_tp_region(x: torch.Tensor, group: Group = None) -> torch.Tensor:
 
 # -- the parallel layers -----------------------------------------------------------------
 
+
 class ColumnParallelLinear(ShardedLinear):
     """Linear layer whose output features are split across the group (Megatron-LM's ColumnParallelLinear).
 
@@ -180,8 +182,17 @@ class ColumnParallelLinear(ShardedLinear):
     ``out_features`` when t does not divide it.
     """
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, group: Group = None,
-                 gather_output: bool = False, *, dtype: torch.dtype | None = None, device: torch.device | None = None) -> None:
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        group: Group = None,
+        gather_output: bool = False,
+        *,
+        dtype: torch.dtype | None = None,
+        device: torch.device | None = None,
+    ) -> None:
         _, width = shard_of(out_features, group, "out_features")
         super().__init__(in_features, out_features, (width, in_features), width, bias, group, dtype, device)
         self.gather_output = gather_output
@@ -216,8 +227,17 @@ class RowParallelLinear(ShardedLinear):
     constructor is given: ValueError naming ``in_features`` when t does not divide it.
     """
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, group: Group = None,
-                 input_is_parallel: bool = True, *, dtype: torch.dtype | None = None, device: torch.device | None = None) -> None:
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        group: Group = None,
+        input_is_parallel: bool = True,
+        *,
+        dtype: torch.dtype | None = None,
+        device: torch.device | None = None,
+    ) -> None:
         _, width = shard_of(in_features, group, "in_features")
         super().__init__(in_features, out_features, (out_features, width), out_features, bias, group, dtype, device)
         self.input_is_parallel = input_is_parallel

@@ -47,21 +47,35 @@ from lab_05_reference import handed, rank_inputs, reference, shard_of  # noqa: E
 from lab_05_workers import BATCH, DTYPE, FFN, HIDDEN, SEQ, SUBGROUPS, check_tensor_parallel_layers  # noqa: E402
 
 RUNS = SharedRuns()
-EXPECTED = Expected(Path(__file__).resolve().parent)   # Lab 04's bill (expected.py; expected.json in the release)
+EXPECTED = Expected(Path(__file__).resolve().parent)  # Lab 04's bill (expected.py; expected.json in the release)
 
 
 def _results(lab, world_size, backend="gloo"):
-    needs = [lab.ColumnParallelLinear.from_full, lab.ColumnParallelLinear.forward, lab.RowParallelLinear.from_full,
-             lab.RowParallelLinear.forward]
-    return RUNS.get((world_size, backend), check_tensor_parallel_layers, world_size, (lab,), backend=backend,
-                    timeout=120, needs=needs, rank_args=[rank_inputs(r, world_size) for r in range(world_size)])
+    needs = [
+        lab.ColumnParallelLinear.from_full,
+        lab.ColumnParallelLinear.forward,
+        lab.RowParallelLinear.from_full,
+        lab.RowParallelLinear.forward,
+    ]
+    return RUNS.get(
+        (world_size, backend),
+        check_tensor_parallel_layers,
+        world_size,
+        (lab,),
+        backend=backend,
+        timeout=120,
+        needs=needs,
+        rank_args=[rank_inputs(r, world_size) for r in range(world_size)],
+    )
 
 
 def _parts(lab, world_size, part, backend="gloo"):
     """[rank r's results of ``part``]; fails (the traceback once) if the learner's code raised in it."""
     __tracebackhide__ = True
-    return [section(result, part, rank=rank, job=(world_size, backend))
-            for rank, result in enumerate(_results(lab, world_size, backend))]
+    return [
+        section(result, part, rank=rank, job=(world_size, backend))
+        for rank, result in enumerate(_results(lab, world_size, backend))
+    ]
 
 
 @pytest.mark.points(3)
@@ -73,8 +87,10 @@ def test_forward_output_equals_the_single_process_layer(lab, world_size, block):
         output = result["output"]
         fail_if(computed_alone(result, block, rank, world_size, f"t = {world_size}, rank {rank}, {block}"))
         problem = compare(output, expected, f"t = {world_size}, rank {rank}, {block} output", world_size)
-        fail_if(problem and problem + "." + bias_diagnosis(block, output, world_size)
-                + held_block_hint(result, rank, world_size))
+        fail_if(
+            problem
+            and problem + "." + bias_diagnosis(block, output, world_size) + held_block_hint(result, rank, world_size)
+        )
 
 
 @pytest.mark.points(3)
@@ -129,11 +145,15 @@ def test_layers_on_a_subgroup_use_its_size_its_ranks_and_reduce_over_it_only(lab
             fail_if(computed_alone(got[block], block, rank, 4, what, subgroup=True))
             problem = compare(got[block]["output"], ref[block]["output"], f"{what}: the output", 2)
             if problem and mismatch(got[block]["output"], ref[block]["output"], abs=float("inf")) is None:
-                problem += (". (On a group of 2 inside 4 ranks: did a collective run on the default group, or did a "
-                            "shard use the global rank? Pass group= to every collective, and take dist.get_rank(group) "
-                            "and dist.get_world_size(group).)" + held_block_hint(got[block], rank, 4, subgroup=True))
+                problem += (
+                    ". (On a group of 2 inside 4 ranks: did a collective run on the default group, or did a "
+                    "shard use the global rank? Pass group= to every collective, and take dist.get_rank(group) "
+                    "and dist.get_world_size(group).)" + held_block_hint(got[block], rank, 4, subgroup=True)
+                )
             fail_if(problem)
-            fail_if(compare(got[block]["input_grad"], ref[block]["input_grad"], f"{what}: the gradient of the input", 2))
+            fail_if(
+                compare(got[block]["input_grad"], ref[block]["input_grad"], f"{what}: the gradient of the input", 2)
+            )
             for layer in layers:
                 check_params(got[block], ref[block], block, layer, place, 2, what)
 
@@ -147,17 +167,35 @@ def test_each_rank_holds_one_t_th_of_the_weights(lab, world_size):
             expected = ref[block][layer]["weight"][rows]
             weight = result[layer]["weight"]
             kind = "rows" if layer in ("fc1", "qkv") else "columns"
-            check(tuple(weight.shape) == tuple(expected.shape),
-                  f"t = {world_size}, rank {rank}: {layer}.weight is {tuple(weight.shape)}; this rank's block of "
-                  f"{kind} of the full {tuple(ref[block][layer]['weight'].shape)} weight is {tuple(expected.shape)}")
+            check(
+                tuple(weight.shape) == tuple(expected.shape),
+                f"t = {world_size}, rank {rank}: {layer}.weight is {tuple(weight.shape)}; this rank's block of "
+                f"{kind} of the full {tuple(ref[block][layer]['weight'].shape)} weight is {tuple(expected.shape)}",
+            )
             problem = compare(weight, expected, f"t = {world_size}, rank {rank}: {layer}.weight (its block of {kind})")
             # the wrong block of what this rank was handed (decoys but for its own block)
             other = problem and _other_shard(weight, handed(rank, world_size)[layer][0], block, layer, rank, world_size)
-            fail_if(problem and problem + (f". It is rank {other}'s block: take the block of this rank's place in "
-                                           "the group (dist.get_rank(group))" if other is not None else ""))
+            fail_if(
+                problem
+                and problem
+                + (
+                    f". It is rank {other}'s block: take the block of this rank's place in "
+                    "the group (dist.get_rank(group))"
+                    if other is not None
+                    else ""
+                )
+            )
             # A rank whose result is the whole layer evaluated alone keeps the other ranks' blocks as well.
-            fail_if(computed_alone(result, block, rank, world_size, f"t = {world_size}, rank {rank}, {block}",
-                                   then=": it keeps the other ranks' blocks too, so it does not hold one t-th"))
+            fail_if(
+                computed_alone(
+                    result,
+                    block,
+                    rank,
+                    world_size,
+                    f"t = {world_size}, rank {rank}, {block}",
+                    then=": it keeps the other ranks' blocks too, so it does not hold one t-th",
+                )
+            )
 
 
 @pytest.mark.parametrize("world_size", [2, 4])
@@ -166,12 +204,21 @@ def test_exactly_one_all_reduce_per_block_forward_and_one_backward(lab, world_si
     for rank, result in enumerate(_parts(lab, world_size, block)):
         forward = [name for name, _ in result["forward"]]
         backward = [name for name, _ in result["backward"]]
-        check(forward == ["all_reduce"], f"t = {world_size}, rank {rank}, {block}: the forward issued {forward}; "
-                                         "expected one all_reduce (the row-parallel layer's)")
-        check(backward == ["all_reduce"], f"t = {world_size}, rank {rank}, {block}: the backward issued {backward}; "
-                                          "expected one all_reduce (copy_to_tp_region's, of the input's gradient)")
-        fail_if(computed_alone(result, block, rank, world_size, f"t = {world_size}, rank {rank}, {block}",
-                               then=CARRIED_NOTHING))
+        check(
+            forward == ["all_reduce"],
+            f"t = {world_size}, rank {rank}, {block}: the forward issued {forward}; "
+            "expected one all_reduce (the row-parallel layer's)",
+        )
+        check(
+            backward == ["all_reduce"],
+            f"t = {world_size}, rank {rank}, {block}: the backward issued {backward}; "
+            "expected one all_reduce (copy_to_tp_region's, of the input's gradient)",
+        )
+        fail_if(
+            computed_alone(
+                result, block, rank, world_size, f"t = {world_size}, rank {rank}, {block}", then=CARRIED_NOTHING
+            )
+        )
     expect_collectives_on_the_wire(_results(lab, world_size), world_size)
 
 
@@ -179,40 +226,61 @@ def test_exactly_one_all_reduce_per_block_forward_and_one_backward(lab, world_si
 def test_gather_and_whole_input_each_move_one_all_gather_in_the_right_direction(lab, world_size):
     """Gathered column: one all-gather of the whole output forward, the input gradient's all-reduce backward.
     Row with the whole input: the output's all-reduce forward, one all-gather of the input's gradient backward."""
-    ffn = BATCH * SEQ * FFN * DTYPE.itemsize          # the whole (b, s, ffn) tensor, after gathering
-    hidden = BATCH * SEQ * HIDDEN * DTYPE.itemsize    # one (b, s, h) activation
-    expected = {("gathered", "forward"): [("all_gather", ffn)], ("gathered", "backward"): [("all_reduce", hidden)],
-                ("whole_input", "forward"): [("all_reduce", hidden)],
-                ("whole_input", "backward"): [("all_gather", ffn)]}
+    ffn = BATCH * SEQ * FFN * DTYPE.itemsize  # the whole (b, s, ffn) tensor, after gathering
+    hidden = BATCH * SEQ * HIDDEN * DTYPE.itemsize  # one (b, s, h) activation
+    expected = {
+        ("gathered", "forward"): [("all_gather", ffn)],
+        ("gathered", "backward"): [("all_reduce", hidden)],
+        ("whole_input", "forward"): [("all_reduce", hidden)],
+        ("whole_input", "backward"): [("all_gather", ffn)],
+    }
     names = {"gathered": "fc1 with gather_output=True", "whole_input": "fc2 with input_is_parallel=False"}
     for part in ("gathered", "whole_input"):
         for rank, result in enumerate(_parts(lab, world_size, part)):
             for phase in ("forward", "backward"):
                 got = _calls(result[phase])
-                check(got == expected[(part, phase)],
-                      f"t = {world_size}, rank {rank}, {names[part]}: the {phase} issued {got} (name, payload bytes); "
-                      f"expected {expected[(part, phase)]} (an all-gather's payload is the whole gathered tensor)")
-            fail_if(computed_alone(result, part, rank, world_size, f"t = {world_size}, rank {rank}, {names[part]}",
-                                   then=CARRIED_NOTHING))
+                check(
+                    got == expected[(part, phase)],
+                    f"t = {world_size}, rank {rank}, {names[part]}: the {phase} issued {got} (name, payload bytes); "
+                    f"expected {expected[(part, phase)]} (an all-gather's payload is the whole gathered tensor)",
+                )
+            fail_if(
+                computed_alone(
+                    result,
+                    part,
+                    rank,
+                    world_size,
+                    f"t = {world_size}, rank {rank}, {names[part]}",
+                    then=CARRIED_NOTHING,
+                )
+            )
     expect_collectives_on_the_wire(_results(lab, world_size), world_size)
 
 
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_bytes_per_layer_per_rank_are_lab_04s_8_t_minus_1_over_t_bsh(lab, world_size):
-    activation = BATCH * SEQ * HIDDEN * DTYPE.itemsize   # b s h B
+    activation = BATCH * SEQ * HIDDEN * DTYPE.itemsize  # b s h B
     results = zip(_parts(lab, world_size, "attention"), _parts(lab, world_size, "mlp"))
     for rank, blocks in enumerate(results):
         calls = [nbytes for block in blocks for phase in ("forward", "backward") for _, nbytes in block[phase]]
-        check(calls == [activation] * 4, f"t = {world_size}, rank {rank}: collectives of {calls} bytes; one "
-                                         f"layer is four all-reduces of one b*s*h activation ({activation} bytes)")
+        check(
+            calls == [activation] * 4,
+            f"t = {world_size}, rank {rank}: collectives of {calls} bytes; one "
+            f"layer is four all-reduces of one b*s*h activation ({activation} bytes)",
+        )
         # each a ring all-reduce, 2(t-1)/t of its payload: Lab 04's tp_bytes_per_layer
         on_the_wire = sum(calls) * 2 * (world_size - 1) / world_size
         bill = EXPECTED("tp_bytes_per_layer", BATCH, SEQ, HIDDEN, world_size, DTYPE.itemsize)
-        check(close(on_the_wire, bill),
-              f"t = {world_size}: {on_the_wire} bytes on the wire per layer; Lab 04's bill says {bill}")
+        check(
+            close(on_the_wire, bill),
+            f"t = {world_size}: {on_the_wire} bytes on the wire per layer; Lab 04's bill says {bill}",
+        )
         for block, name in zip(blocks, ("attention", "mlp")):
-            fail_if(computed_alone(block, name, rank, world_size, f"t = {world_size}, rank {rank}, {name}",
-                                   then=CARRIED_NOTHING))
+            fail_if(
+                computed_alone(
+                    block, name, rank, world_size, f"t = {world_size}, rank {rank}, {name}", then=CARRIED_NOTHING
+                )
+            )
     expect_collectives_on_the_wire(_results(lab, world_size), world_size)
 
 
@@ -223,14 +291,19 @@ def test_the_layers_run_on_each_backend(lab, backend):
         for rank, result in enumerate(_parts(lab, 2, block, backend)):
             fail_if(computed_alone(result, block, rank, 2, f"{backend}, rank {rank}, {block}"))
             fail_if(compare(result["output"], ref[block]["output"], f"{backend}, rank {rank}, {block} output"))
-            fail_if(compare(result["input_grad"], ref[block]["input_grad"],
-                            f"{backend}, rank {rank}, {block} input gradient"))
+            fail_if(
+                compare(
+                    result["input_grad"], ref[block]["input_grad"], f"{backend}, rank {rank}, {block} input gradient"
+                )
+            )
 
 
 def test_from_full_refuses_sizes_the_group_cannot_split(lab):
-    calls = {"column": ("ColumnParallelLinear.from_full(nn.Linear(16, 65))", "out_features"),
-             "row": ("RowParallelLinear.from_full(nn.Linear(65, 16))", "in_features"),
-             "heads": ("TensorParallelAttention.from_full(SelfAttention(16, heads=2))", "heads")}
+    calls = {
+        "column": ("ColumnParallelLinear.from_full(nn.Linear(16, 65))", "out_features"),
+        "row": ("RowParallelLinear.from_full(nn.Linear(65, 16))", "in_features"),
+        "heads": ("TensorParallelAttention.from_full(SelfAttention(16, heads=2))", "heads"),
+    }
     errors = _results(lab, 4)[0]["errors"]
     for key, (call, name) in calls.items():
         error = errors[key]
@@ -238,5 +311,7 @@ def test_from_full_refuses_sizes_the_group_cannot_split(lab):
         kind, message = error
         if kind == "NotImplementedError":
             raise NotImplementedError(message)
-        check(kind == "ValueError" and name in message,
-              f"t = 4: {call} raised {kind}: {message!r}; expected a ValueError whose message names {name!r}")
+        check(
+            kind == "ValueError" and name in message,
+            f"t = 4: {call} raised {kind}: {message!r}; expected a ValueError whose message names {name!r}",
+        )

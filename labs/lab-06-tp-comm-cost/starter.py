@@ -40,8 +40,13 @@ def _count(name, value, minimum=1):
 
 
 def _number(name, value, *, positive=False):
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) \
-            or value < 0 or (positive and value == 0):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Real)
+        or not math.isfinite(value)
+        or value < 0
+        or (positive and value == 0)
+    ):
         raise ValueError(f"{name} must be a finite number {'> 0' if positive else '>= 0'}, got {value!r}")
 
 
@@ -69,8 +74,9 @@ def allreduce_time_s(payload_bytes: float, tp: int, latency_s: float, bandwidth_
     )
 
 
-def tp_comm_time_per_step(num_layers: int, payload_bytes: float, tp: int, latency_s: float,
-                          bandwidth_bytes_per_s: float) -> float:
+def tp_comm_time_per_step(
+    num_layers: int, payload_bytes: float, tp: int, latency_s: float, bandwidth_bytes_per_s: float
+) -> float:
     """Seconds of all-reduce in one forward pass: 2 per layer x num_layers x allreduce_time_s."""
     raise NotImplementedError(
         "tp_comm_time_per_step: not implemented yet. Hint: attention out-projection and MLP "
@@ -99,6 +105,7 @@ def decode_step_time_s(n_params: float, dtype_bytes: float, hbm_bandwidth: float
 
 # -- going further -----------------------------------------------------------------------
 
+
 def break_even_overlap(slow_comm_s: float, fast_comm_s: float) -> float:
     """The fraction of the slow link's communication that must hide under compute to match the fast link.
 
@@ -109,9 +116,17 @@ def break_even_overlap(slow_comm_s: float, fast_comm_s: float) -> float:
     raise NotImplementedError("break_even_overlap: not implemented yet. Hint: solve slow * (1 - f) = fast for f.")
 
 
-def comm_fraction_vs_batch(batch_sizes: Iterable[int], num_layers: int, hidden: int, tp: int, latency_s: float,
-                           bandwidth_bytes_per_s: float, step_compute_s: float, per_sequence_compute_s: float = 0.0,
-                           dtype_bytes: float = 2) -> list[float]:
+def comm_fraction_vs_batch(
+    batch_sizes: Iterable[int],
+    num_layers: int,
+    hidden: int,
+    tp: int,
+    latency_s: float,
+    bandwidth_bytes_per_s: float,
+    step_compute_s: float,
+    per_sequence_compute_s: float = 0.0,
+    dtype_bytes: float = 2,
+) -> list[float]:
     """Comm fraction of a decode step for each batch size (one new token per sequence).
 
     Communication grows with the batch through the payload (batch x hidden x

@@ -81,26 +81,37 @@ def _device_order(schedule, p, m, v, device):
         return [op for mb in range(m) for op in (("F", mb, 0), ("B", mb, 0))]
     if schedule == "gpipe":  # every forward, then every backward
         return [("F", mb, 0) for mb in range(m)] + [("B", mb, 0) for mb in range(m)]
-    if schedule == "1f1b":   # p-d-1 forwards to fill the pipe, then alternate, then drain
+    if schedule == "1f1b":  # p-d-1 forwards to fill the pipe, then alternate, then drain
         forwards = [("F", mb, 0) for mb in range(m)]
         backwards = [("B", mb, 0) for mb in range(m)]
         warmup = min(p - device - 1, m)
-    else:                    # Megatron-LM's interleaved order: groups of p micro-batches per chunk
+    else:  # Megatron-LM's interleaved order: groups of p micro-batches per chunk
+
         def unit(k, backward):
             chunk = (k % (p * v)) // p
             return (k // (p * v)) * p + k % p, v - 1 - chunk if backward else chunk
+
         forwards = [("F", *unit(k, False)) for k in range(m * v)]
         backwards = [("B", *unit(k, True)) for k in range(m * v)]
         warmup = min((p - device - 1) * 2 + (v - 1) * p, m * v)
     order = forwards[:warmup]
     for i in range(len(forwards) - warmup):
         order += [forwards[warmup + i], backwards[i]]
-    return order + backwards[len(forwards) - warmup:]
+    return order + backwards[len(forwards) - warmup :]
+
+
 # END SOLUTION
 
 
-def simulate(schedule: str, stages: int, microbatches: int, virtual_stages: int = 1, t_forward: float = 1.0,
-             t_backward: float = 2.0, t_p2p: float = 0.0) -> list[Op]:
+def simulate(
+    schedule: str,
+    stages: int,
+    microbatches: int,
+    virtual_stages: int = 1,
+    t_forward: float = 1.0,
+    t_backward: float = 2.0,
+    t_p2p: float = 0.0,
+) -> list[Op]:
     """Run ``schedule`` ("naive", "gpipe", "1f1b", "interleaved_1f1b") and return its ops, by start time.
 
     Each device executes its ops in the schedule's order, each as soon as the
@@ -156,7 +167,7 @@ def simulate(schedule: str, stages: int, microbatches: int, virtual_stages: int 
             while next_op[d] < len(orders[d]):
                 kind, mb, chunk = orders[d][next_op[d]]
                 vs = chunk * p + d
-                hop = t_p2p if p > 1 else 0.0   # neighbouring virtual stages on one device: no link to cross
+                hop = t_p2p if p > 1 else 0.0  # neighbouring virtual stages on one device: no link to cross
                 if kind == "F":
                     deps = [(("F", vs - 1, mb), hop)] if vs > 0 else []
                 else:
@@ -213,6 +224,7 @@ def peak_activations_in_flight(ops: Sequence[Op], stage: int) -> int:
 
 # -- a real pipeline ----------------------------------------------------------------------
 
+
 def make_mlp(layers: int, width: int, seed: int = 0) -> nn.Sequential:
     """A small MLP of ``layers`` Linear(width, width) + Tanh blocks, the same on every rank for a seed."""
     torch.manual_seed(seed)
@@ -227,11 +239,12 @@ def split_stages(model: nn.Sequential, stages: int) -> list[nn.Sequential]:
     if len(model) % stages:
         raise ValueError(f"the model's {len(model)} modules cannot be split into {stages} equal stages")
     size = len(model) // stages
-    return [model[i * size:(i + 1) * size] for i in range(stages)]
+    return [model[i * size : (i + 1) * size] for i in range(stages)]
 
 
-def train_1f1b(stage: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], microbatches: int,
-               group: Group = None) -> float | torch.Tensor | None:
+def train_1f1b(
+    stage: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], microbatches: int, group: Group = None
+) -> float | torch.Tensor | None:
     """One 1F1B training step of this rank's ``stage``; gradients accumulate in its parameters.
 
     ``batch`` is (inputs, targets), the whole batch, of the same shapes on

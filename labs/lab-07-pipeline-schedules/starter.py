@@ -68,8 +68,15 @@ def bubble_fraction(stages: int, microbatches: int, virtual_stages: int = 1, rel
     )
 
 
-def simulate(schedule: str, stages: int, microbatches: int, virtual_stages: int = 1, t_forward: float = 1.0,
-             t_backward: float = 2.0, t_p2p: float = 0.0) -> list[Op]:
+def simulate(
+    schedule: str,
+    stages: int,
+    microbatches: int,
+    virtual_stages: int = 1,
+    t_forward: float = 1.0,
+    t_backward: float = 2.0,
+    t_p2p: float = 0.0,
+) -> list[Op]:
     """Run ``schedule`` ("naive", "gpipe", "1f1b", "interleaved_1f1b") and return its ops, by start time.
 
     Each device executes its ops in the schedule's order, each as soon as the
@@ -130,6 +137,7 @@ def peak_activations_in_flight(ops: Sequence[Op], stage: int) -> int:
 
 # -- a real pipeline ----------------------------------------------------------------------
 
+
 def make_mlp(layers: int, width: int, seed: int = 0) -> nn.Sequential:
     """A small MLP of ``layers`` Linear(width, width) + Tanh blocks, the same on every rank for a seed."""
     torch.manual_seed(seed)
@@ -144,11 +152,12 @@ def split_stages(model: nn.Sequential, stages: int) -> list[nn.Sequential]:
     if len(model) % stages:
         raise ValueError(f"the model's {len(model)} modules cannot be split into {stages} equal stages")
     size = len(model) // stages
-    return [model[i * size:(i + 1) * size] for i in range(stages)]
+    return [model[i * size : (i + 1) * size] for i in range(stages)]
 
 
-def train_1f1b(stage: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], microbatches: int,
-               group: Group = None) -> float | torch.Tensor | None:
+def train_1f1b(
+    stage: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], microbatches: int, group: Group = None
+) -> float | torch.Tensor | None:
     """One 1F1B training step of this rank's ``stage``; gradients accumulate in its parameters.
 
     ``batch`` is (inputs, targets), the whole batch, of the same shapes on

@@ -36,7 +36,7 @@ from lab_08_workers import (  # noqa: E402  (loaded just above)
 
 # -- reading the runs ----------------------------------------------------------------------------------
 
-_REPORTED = {}   # (world size, part) -> the test that showed its whole error
+_REPORTED = {}  # (world size, part) -> the test that showed its whole error
 
 
 def _part(results, world_size, key):
@@ -44,11 +44,12 @@ def _part(results, world_size, key):
     for rank, r in enumerate(results):
         if "error" in r[key]:
             error = r[key]["error"]
-            first = _REPORTED.setdefault((world_size, key, error.split("\n")[0]),
-                                         _current_test())
+            first = _REPORTED.setdefault((world_size, key, error.split("\n")[0]), _current_test())
             if first != _current_test():
-                fail(f"rank {rank} of {world_size}: {error.splitlines()[0]} (the same error as in {first}, "
-                     "which shows where)")
+                fail(
+                    f"rank {rank} of {world_size}: {error.splitlines()[0]} (the same error as in {first}, "
+                    "which shows where)"
+                )
             fail(f"rank {rank} of {world_size}: {error}")
     return [r[key] for r in results]
 
@@ -59,10 +60,11 @@ def _current_test():
 
 # -- training: the parameters after every step ------------------------------------------------------
 
+
 def _wrong_shards(got, want, shard):
     """The group ranks whose shard of the flat buffer (the trainable parameters, in order) is wrong."""
     frozen = _frozen_slice()
-    trainable = [torch.cat([t[:frozen.start], t[frozen.stop:]]) for t in (got, want)]
+    trainable = [torch.cat([t[: frozen.start], t[frozen.stop :]]) for t in (got, want)]
     bad = (trainable[0] - trainable[1]).abs() > TOLERANCE
     return sorted({int(i) // shard for i in torch.nonzero(bad).flatten()})
 
@@ -75,12 +77,13 @@ def check_training(run_steps, reference, what, world_size, shard=None, mistakes=
     before, frozen_at = reference["before"], _frozen_slice()
     for k, (got, want) in enumerate(zip(run_steps, reference["steps"])):
         if got.shape != want.shape:
-            fail(f"{what}: the model has {got.numel()} parameter elements after step {k + 1}, expected "
-                 f"{want.numel()}")
+            fail(f"{what}: the model has {got.numel()} parameter elements after step {k + 1}, expected {want.numel()}")
         if not torch.equal(got[frozen_at], want[frozen_at]):
-            fail(f"{what}: the frozen parameter (requires_grad=False) changed in step {k + 1}, from "
-                 f"{want[frozen_at].tolist()} to {got[frozen_at].tolist()}: it must never be touched (no "
-                 "weight decay, no update; leave it out of the sharded buffers)")
+            fail(
+                f"{what}: the frozen parameter (requires_grad=False) changed in step {k + 1}, from "
+                f"{want[frozen_at].tolist()} to {got[frozen_at].tolist()}: it must never be touched (no "
+                "weight decay, no update; leave it out of the sharded buffers)"
+            )
         diff = (got - want).abs()
         if diff.max() <= TOLERANCE:
             continue
@@ -90,10 +93,14 @@ def check_training(run_steps, reference, what, world_size, shard=None, mistakes=
             mask = expected_move.abs() > 1e-6
             ratio = float((moved[mask] / expected_move[mask]).median()) if mask.any() else 1.0
             if abs(ratio) < 1e-12 and not bool(moved[mask].any()):
-                fail(f"{what}: the first step did not move the parameters: does the local step write into the "
-                     "model's parameters (a master that views the flat buffer), and are the shards gathered?")
-            for factor, why in ((world_size, "gradients summed, not averaged over the d ranks?"),
-                                (1 / world_size, "gradients divided by d twice?")):
+                fail(
+                    f"{what}: the first step did not move the parameters: does the local step write into the "
+                    "model's parameters (a master that views the flat buffer), and are the shards gathered?"
+                )
+            for factor, why in (
+                (world_size, "gradients summed, not averaged over the d ranks?"),
+                (1 / world_size, "gradients divided by d twice?"),
+            ):
                 if abs(ratio / factor - 1) < 1e-3:
                     scale = f" - the first step moved the parameters x{ratio:.4g} as far as it should: {why}"
         where = ""
@@ -103,18 +110,25 @@ def check_training(run_steps, reference, what, world_size, shard=None, mistakes=
             previous = run_steps[k - 1] if k else before
             bad = diff > TOLERANCE
             if wrong and len(wrong) < world_size and torch.equal(got[bad], previous[bad]):
-                where += (f" - they did not move in step {k + 1}: this rank updated its own shard, and the other "
-                          "ranks' updated shards never reached it. After the local step, all-gather the shards "
-                          "(gather_parameters: dist.all_gather_single into the flat buffer, stages 1 and 2)")
-        later = (" - the first step was right: is the optimizer state kept across steps (one local optimizer, "
-                 "built once)?") if k > 0 else ""
+                where += (
+                    f" - they did not move in step {k + 1}: this rank updated its own shard, and the other "
+                    "ranks' updated shards never reached it. After the local step, all-gather the shards "
+                    "(gather_parameters: dist.all_gather_single into the flat buffer, stages 1 and 2)"
+                )
+        later = (
+            (" - the first step was right: is the optimizer state kept across steps (one local optimizer, built once)?")
+            if k > 0
+            else ""
+        )
         for why, steps in (mistakes or {}).items():
             if (got - steps[k]).abs().max() <= TOLERANCE:
                 later, scale = f" - it equals training with {why}", ""
                 break
-        fail(f"{what}: after step {k + 1} of {STEPS} the parameters differ from one process training on every "
-             f"rank's data by up to {diff.max():.3g} (tolerance {TOLERANCE:g}) in {int((diff > TOLERANCE).sum())} of "
-             f"{got.numel()} elements{where}{scale}{later}")
+        fail(
+            f"{what}: after step {k + 1} of {STEPS} the parameters differ from one process training on every "
+            f"rank's data by up to {diff.max():.3g} (tolerance {TOLERANCE:g}) in {int((diff > TOLERANCE).sum())} of "
+            f"{got.numel()} elements{where}{scale}{later}"
+        )
     expect_close(run_steps[-1], reference["steps"][-1], rel=0.0, abs=TOLERANCE, what=f"{what}: the final parameters")
 
 
@@ -144,11 +158,15 @@ def reference_adam(data_ranks):
                 (F.mse_loss(model(x), y) / (MICROBATCHES * len(data))).backward()
         opt.step()
         after.append(_flat(model))
-    return {"before": _flat(TinyLM()), "steps": after,
-            "named": {name: p.detach().clone() for name, p in model.named_parameters()}}
+    return {
+        "before": _flat(TinyLM()),
+        "steps": after,
+        "named": {name: p.detach().clone() for name, p in model.named_parameters()},
+    }
 
 
 # -- the consolidated state ---------------------------------------------------------------------------
+
 
 def check_consolidated_sgd(parts, world_size):
     """Rank 0's consolidated SGD state: each momentum buffer whole, in its parameter's shape, as plain SGD's."""
@@ -162,11 +180,14 @@ def check_consolidated_sgd(parts, world_size):
         for key, value in state.items():
             mine = got["state"].get(index, {}).get(key)
             if torch.is_tensor(value) and torch.is_tensor(mine) and mine.shape != value.shape:
-                fail(f"SGD with momentum: state[{index}][{key!r}] has shape {tuple(mine.shape)}, plain SGD's "
-                     f"{tuple(value.shape)}: every per-element state tensor (any key whose tensor has the "
-                     "parameter's shape, not only Adam's exp_avg/exp_avg_sq) is gathered and cut back per parameter")
-            expect_close(mine, value, rel=1e-9, abs=1e-12,
-                         what=f"SGD with momentum: state[{index}][{key!r}] (parameter {index})")
+                fail(
+                    f"SGD with momentum: state[{index}][{key!r}] has shape {tuple(mine.shape)}, plain SGD's "
+                    f"{tuple(value.shape)}: every per-element state tensor (any key whose tensor has the "
+                    "parameter's shape, not only Adam's exp_avg/exp_avg_sq) is gathered and cut back per parameter"
+                )
+            expect_close(
+                mine, value, rel=1e-9, abs=1e-12, what=f"SGD with momentum: state[{index}][{key!r}] (parameter {index})"
+            )
 
 
 def check_consolidated(parts, world_size):
@@ -182,28 +203,49 @@ def check_consolidated(parts, world_size):
     steps = {int(k): v.get("step") for k, v in got["state"].items()}
     if steps and all(torch.is_tensor(s) and float(s) == 1.0 for s in steps.values()):
         fail(f"the consolidated state counts 1 step after {STEPS}: the optimizer state is not kept across steps")
-    expect_close(sorted(got["state"]), sorted(want["state"]), what="the parameters (numbered 0, 1, ... in "
-                 "param-group order, the frozen one included) that have optimizer state")
+    expect_close(
+        sorted(got["state"]),
+        sorted(want["state"]),
+        what="the parameters (numbered 0, 1, ... in "
+        "param-group order, the frozen one included) that have optimizer state",
+    )
     for index, state in want["state"].items():
         for key, value in state.items():
             # The test steps the optimizer once more after consolidating: a 'step' one ahead is the live one.
-            ahead = {(STEPS + 1) / STEPS: "the consolidated 'step' moved on with the optimizer's next step: it is "
-                     "the live state's tensor, not a copy (clone the tensors you put in the consolidated dict)"}
-            expect_close(got["state"][index][key], value, rel=1e-9, abs=1e-12,
-                         what=f"state[{index}][{key!r}] (parameter {index}, shape {tuple(value.shape)})",
-                         hints=ahead if key == "step" else None)
-    expect_close([g["params"] for g in got["param_groups"]], [g["params"] for g in want["param_groups"]],
-                 what="param_groups[...]['params']")
+            ahead = {
+                (STEPS + 1) / STEPS: "the consolidated 'step' moved on with the optimizer's next step: it is "
+                "the live state's tensor, not a copy (clone the tensors you put in the consolidated dict)"
+            }
+            expect_close(
+                got["state"][index][key],
+                value,
+                rel=1e-9,
+                abs=1e-12,
+                what=f"state[{index}][{key!r}] (parameter {index}, shape {tuple(value.shape)})",
+                hints=ahead if key == "step" else None,
+            )
+    expect_close(
+        [g["params"] for g in got["param_groups"]],
+        [g["params"] for g in want["param_groups"]],
+        what="param_groups[...]['params']",
+    )
     problem = _hyper_problem(got["param_groups"], want["param_groups"])
     if problem:
         fail(problem)
     for rank, part in enumerate(parts):
         if "load_error" in part:
-            fail(f"rank {rank}: {part['load_error']}\n(the consolidated state passed every check above: compare "
-                 "its layout with plain AdamW's state_dict())")
-        expect_close(part["loaded"], part["continued"], rel=0.0, abs=TOLERANCE,
-                     what=f"rank {rank}: one more step after load_state_dict(consolidated) against the optimizer "
-                          "that kept going")
+            fail(
+                f"rank {rank}: {part['load_error']}\n(the consolidated state passed every check above: compare "
+                "its layout with plain AdamW's state_dict())"
+            )
+        expect_close(
+            part["loaded"],
+            part["continued"],
+            rel=0.0,
+            abs=TOLERANCE,
+            what=f"rank {rank}: one more step after load_state_dict(consolidated) against the optimizer "
+            "that kept going",
+        )
 
 
 def _hyper_problem(got_groups, want_groups):
@@ -220,10 +262,19 @@ def _hyper_problem(got_groups, want_groups):
             said.append(f"param_groups[{i}]: " + "; ".join(parts))
     if not said:
         return None
-    hint = (" (the groups as given lack the optimizer's defaults: take each group's settings from the local "
-            "torch.optim optimizer's param_groups, which has them all)") if any("missing" in x for x in said) else ""
-    return "the consolidated param_groups' hyper-parameters differ from plain AdamW's state_dict(): " + \
-        " | ".join(said) + hint
+    hint = (
+        (
+            " (the groups as given lack the optimizer's defaults: take each group's settings from the local "
+            "torch.optim optimizer's param_groups, which has them all)"
+        )
+        if any("missing" in x for x in said)
+        else ""
+    )
+    return (
+        "the consolidated param_groups' hyper-parameters differ from plain AdamW's state_dict(): "
+        + " | ".join(said)
+        + hint
+    )
 
 
 def _numbering_problem(got, want):
@@ -233,16 +284,20 @@ def _numbering_problem(got, want):
         got_ids = sorted(int(k) for k in got["state"])
         listed = [int(i) for g in got["param_groups"] for i in g["params"]]
     except (KeyError, TypeError, ValueError) as exc:
-        return (f"the consolidated state is not laid out as {{'state': {{i: {{...}}}}, 'param_groups': [{{..., "
-                f"'params': [i, ...]}}]}} with whole numbers i ({type(exc).__name__}: {exc})")
+        return (
+            f"the consolidated state is not laid out as {{'state': {{i: {{...}}}}, 'param_groups': [{{..., "
+            f"'params': [i, ...]}}]}} with whole numbers i ({type(exc).__name__}: {exc})"
+        )
     want_ids = sorted(int(k) for k in want["state"])
     want_listed = [int(i) for g in want["param_groups"] for i in g["params"]]
     if got_ids == want_ids and listed == want_listed:
         return None
     frozen = [i for i in want_listed if i not in want_ids]
-    text = (f"consolidate_state_dict numbered the parameters with state {got_ids} and listed {listed} in "
-            f"param_groups; plain AdamW numbers all {len(want_listed)} parameters of self.param_groups "
-            f"0..{len(want_listed) - 1} in order: state {want_ids}, listed {want_listed}")
+    text = (
+        f"consolidate_state_dict numbered the parameters with state {got_ids} and listed {listed} in "
+        f"param_groups; plain AdamW numbers all {len(want_listed)} parameters of self.param_groups "
+        f"0..{len(want_listed) - 1} in order: state {want_ids}, listed {want_listed}"
+    )
     if frozen and len(listed) == len(want_listed) - len(frozen):
         which = f"parameter {frozen[0]} (no state) was" if len(frozen) == 1 else f"parameters {frozen} (no state) were"
         text += f". The frozen {which} left out of the numbering: number every parameter, frozen ones included"
@@ -252,6 +307,7 @@ def _numbering_problem(got, want):
 
 
 # -- the byte ledger and the memory held -------------------------------------------------------------
+
 
 def ring_bytes_sent(collectives, world_size):
     """Bytes one rank sends for the recorded collectives, with ring algorithms (see the README).
@@ -285,33 +341,44 @@ def check_ledger(runs, world_size, stage, n_padded):
     and needs only the token ids), so 3m passes less the embedding's backward gathers.
     """
     m, d = MICROBATCHES, world_size
-    want_calls = {0: {"all_reduce": STEPS}, 1: {"reduce_scatter": STEPS, "all_gather": STEPS},
-                  2: {"reduce_scatter": m * STEPS, "all_gather": STEPS},
-                  3: {"reduce_scatter": m * UNITS * STEPS, "all_gather": m * (UNITS + UNITS - 1) * STEPS}}[stage]
-    for rank, run in enumerate(runs):       # the calls first: written out here, so they run in the release too
+    want_calls = {
+        0: {"all_reduce": STEPS},
+        1: {"reduce_scatter": STEPS, "all_gather": STEPS},
+        2: {"reduce_scatter": m * STEPS, "all_gather": STEPS},
+        3: {"reduce_scatter": m * UNITS * STEPS, "all_gather": m * (UNITS + UNITS - 1) * STEPS},
+    }[stage]
+    for rank, run in enumerate(runs):  # the calls first: written out here, so they run in the release too
         collectives = run["collectives"]
         for prefix, count in want_calls.items():
             got = _calls(collectives, prefix)
             hint = ""
             if stage == 3 and prefix == "all_gather" and got == m * UNITS * STEPS:
-                hint = (" - one gather per unit per micro-batch: the backward reused the parameters gathered in the "
-                        "forward, so they were not freed after it (autograd kept them: see _pack)")
+                hint = (
+                    " - one gather per unit per micro-batch: the backward reused the parameters gathered in the "
+                    "forward, so they were not freed after it (autograd kept them: see _pack)"
+                )
             if stage == 3 and prefix == "all_gather" and got == 2 * m * UNITS * STEPS:
-                hint = (" - the embedding's backward needs only the token ids: gather a unit again only when its "
-                        "backward asks for a saved parameter (_unpack), and once per unit's backward, not once per "
-                        "saved tensor (keep what _unpack gathered until the unit's backward is done)")
+                hint = (
+                    " - the embedding's backward needs only the token ids: gather a unit again only when its "
+                    "backward asks for a saved parameter (_unpack), and once per unit's backward, not once per "
+                    "saved tensor (keep what _unpack gathered until the unit's backward is done)"
+                )
             if stage == 3 and prefix == "all_gather" and m * UNITS * STEPS < got < count:
                 missing = (count - got) // (m * STEPS)
-                hint = (f" - {missing} unit(s) a micro-batch gathered nothing for the backward: every parameter "
-                        "autograd saves must be packed as a reference (_pack) and gathered again (_unpack), "
-                        "whatever its shape (a LayerNorm's 1-D weight too)")
+                hint = (
+                    f" - {missing} unit(s) a micro-batch gathered nothing for the backward: every parameter "
+                    "autograd saves must be packed as a reference (_pack) and gathered again (_unpack), "
+                    "whatever its shape (a LayerNorm's 1-D weight too)"
+                )
             if stage == 2 and prefix == "reduce_scatter" and got == STEPS:
                 hint = " - one per step: stage 2 must reduce-scatter after every micro-batch's backward"
             if stage == 0 and got == 0 and _calls(collectives, "reduce_scatter"):
                 hint = " - stage 0 all-reduces (nothing is sharded); reduce-scatter is stage 1"
             if got != count:
-                fail(f"ZeRO-{stage}, rank {rank}: {got} {prefix} calls in {STEPS} steps of {m} micro-batches, "
-                     f"expected {count}{hint}")
+                fail(
+                    f"ZeRO-{stage}, rank {rank}: {got} {prefix} calls in {STEPS} steps of {m} micro-batches, "
+                    f"expected {count}{hint}"
+                )
     # zero_bytes_per_step written out (no reference: runs in the release): passes x (d-1)/d x N x 8 B per step
     passes = {0: 2, 1: 2, 2: m + 1, 3: 3 * m}[stage]
     expected = passes * (d - 1) / d * n_padded * 8 * STEPS
@@ -319,9 +386,14 @@ def check_ledger(runs, world_size, stage, n_padded):
         expected -= m * STEPS * (d - 1) / d * padded(VOCAB * WIDTH, d) * 8
     for rank, run in enumerate(runs):
         sent = ring_bytes_sent(run["collectives"], d)
-        expect_close(sent, expected, rel=1e-9, what=f"ZeRO-{stage}, rank {rank}: bytes sent in {STEPS} steps "
-                     f"(zero_bytes_per_step of the {n_padded} padded elements)",
-                     hints={2.0: "twice the bytes: an all-reduce where a reduce-scatter belongs?"})
+        expect_close(
+            sent,
+            expected,
+            rel=1e-9,
+            what=f"ZeRO-{stage}, rank {rank}: bytes sent in {STEPS} steps "
+            f"(zero_bytes_per_step of the {n_padded} padded elements)",
+            hints={2.0: "twice the bytes: an all-reduce where a reduce-scatter belongs?"},
+        )
 
 
 def expected_held(stage, world_size):
@@ -336,19 +408,26 @@ def expected_held(stage, world_size):
         shards = sum(padded(p.numel(), d) for p in TinyLM().parameters() if p.requires_grad) // d
         return {"params": 8 * shards, "grads": 8 * shards, "optimizer": 16 * shards, "other": 0}
     flat = padded(n, d)
-    return {"params": 8 * flat, "grads": 8 * n if stage < 2 else 0, "optimizer": 16 * (flat if stage == 0 else flat // d),
-            "other": 8 * flat // d if stage == 2 else 0}
+    return {
+        "params": 8 * flat,
+        "grads": 8 * n if stage < 2 else 0,
+        "optimizer": 16 * (flat if stage == 0 else flat // d),
+        "other": 8 * flat // d if stage == 2 else 0,
+    }
 
 
-HELD_HINTS = {"grads": "a full gradient kept where a shard belongs (stage 2 frees p.grad after each reduce-scatter)",
-              "optimizer": "the optimizer steps more than this rank's shard?",
-              "other": "a buffer kept between steps that the stage does not need (a full flat gradient? the "
-                       "masters' .grad left after the step (gather_parameters frees it)? the parameters gathered "
-                       "for a backward?)",
-              "params": "the parameters not sharded (stage 3) or kept twice?"}
+HELD_HINTS = {
+    "grads": "a full gradient kept where a shard belongs (stage 2 frees p.grad after each reduce-scatter)",
+    "optimizer": "the optimizer steps more than this rank's shard?",
+    "other": "a buffer kept between steps that the stage does not need (a full flat gradient? the "
+    "masters' .grad left after the step (gather_parameters frees it)? the parameters gathered "
+    "for a backward?)",
+    "params": "the parameters not sharded (stage 3) or kept twice?",
+}
 
 
 # -- on a subgroup -------------------------------------------------------------------------------------
+
 
 def _group_of(rank):
     """The ranks of ``rank``'s group in the 4-rank subgroup test: {0, 1} or {2, 3}."""
@@ -361,37 +440,52 @@ def check_state_on_a_subgroup(results):
     for rank, r in enumerate(results):
         state = r["subgroup/state"]
         if "error" in state:
-            fail(f"rank {rank}: consolidate_state_dict(to=1) on a group of two: "
-                 f"{subgroup_failure(state['error'], _group_of(rank), world=4)}")
+            fail(
+                f"rank {rank}: consolidate_state_dict(to=1) on a group of two: "
+                f"{subgroup_failure(state['error'], _group_of(rank), world=4)}"
+            )
     for rank, r in enumerate(results):
-        state, other = r["subgroup/state"], results[rank ^ 1]["subgroup/state"]   # rank ^ 1: its partner
-        went_to_0 = " (it went to rank 0 of the group: `to` ignored? gather with group_dst=to)" \
-            if other.get("left_here") else ""
+        state, other = r["subgroup/state"], results[rank ^ 1]["subgroup/state"]  # rank ^ 1: its partner
+        went_to_0 = (
+            " (it went to rank 0 of the group: `to` ignored? gather with group_dst=to)"
+            if other.get("left_here")
+            else ""
+        )
         if rank in (1, 3) and not (isinstance(state.get("state"), dict) and state["state"].get("state")):
-            fail(f"rank {rank} (rank 1 of its group): after consolidate_state_dict(to=1) on the group it holds no "
-                 f"state{went_to_0}: {str(state)[:200]}")
+            fail(
+                f"rank {rank} (rank 1 of its group): after consolidate_state_dict(to=1) on the group it holds no "
+                f"state{went_to_0}: {str(state)[:200]}"
+            )
         if rank in (0, 2) and state.get("left_here"):
-            fail(f"rank {rank} (rank 0 of its group): consolidate_state_dict(to=1) left a state here, on rank 0 of "
-                 "the group: `to` is the group rank that receives it (gather with group_dst=to); None elsewhere")
+            fail(
+                f"rank {rank} (rank 0 of its group): consolidate_state_dict(to=1) left a state here, on rank 0 of "
+                "the group: `to` is the group rank that receives it (gather with group_dst=to); None elsewhere"
+            )
         if state.get("to_past_the_group") != "ValueError":
-            fail(f"rank {rank}: consolidate_state_dict(to=2) on a group of two ranks (0 and 1): "
-                 f"{state.get('to_past_the_group')}; expected a ValueError naming `to` (a group rank, < its size), "
-                 "raised before any collective")
+            fail(
+                f"rank {rank}: consolidate_state_dict(to=2) on a group of two ranks (0 and 1): "
+                f"{state.get('to_past_the_group')}; expected a ValueError naming `to` (a group rank, < its size), "
+                "raised before any collective"
+            )
 
 
 def check_training_on_a_subgroup(results):
     """Every stage on each group of two (of 4 ranks): the parameters after the last step equal one process
     training on that group's data (and not on all 4 ranks')."""
-    hint = (" - the same code passes on the whole world: a collective without group=self.group runs on every "
-            "rank (the default group), and dividing by dist.get_world_size() without the group averages over 4")
+    hint = (
+        " - the same code passes on the whole world: a collective without group=self.group runs on every "
+        "rank (the default group), and dividing by dist.get_world_size() without the group averages over 4"
+    )
     for stage in (0, 1, 2, 3):
         key = f"subgroup/{stage}"
         reference = (lambda g: reference_adam(g)) if stage == 3 else (lambda g: reference_run(g, "adamw"))
         what = "FullyShardedModule" if stage == 3 else f"ShardedOptimizer(zero_stage={stage})"
         for rank, r in enumerate(results):
             if "error" in r[key]:
-                fail(f"rank {rank} ({what} on the group {_group_of(rank)}): "
-                     f"{subgroup_failure(r[key]['error'], _group_of(rank), world=4)}")
+                fail(
+                    f"rank {rank} ({what} on the group {_group_of(rank)}): "
+                    f"{subgroup_failure(r[key]['error'], _group_of(rank), world=4)}"
+                )
         for first in (0, 2):
             want = reference([first, first + 1])
             for rank in (first, first + 1):
@@ -400,8 +494,13 @@ def check_training_on_a_subgroup(results):
                 got, expected = steps[-1], want["steps"][-1]
                 if (got - expected).abs().max() > TOLERANCE:
                     world = reference(range(4))
-                    also = " (it equals training on all 4 ranks' data)" if (
-                        got - world["steps"][-1]).abs().max() <= 1e-6 else ""
-                    fail(f"{what} on group [{first}, {first + 1}], rank {rank}: after {STEPS} steps the parameters "
-                         f"differ from one process on the group's data by {(got - expected).abs().max():.3g}"
-                         f"{also}{hint}")
+                    also = (
+                        " (it equals training on all 4 ranks' data)"
+                        if (got - world["steps"][-1]).abs().max() <= 1e-6
+                        else ""
+                    )
+                    fail(
+                        f"{what} on group [{first}, {first + 1}], rank {rank}: after {STEPS} steps the parameters "
+                        f"differ from one process on the group's data by {(got - expected).abs().max():.3g}"
+                        f"{also}{hint}"
+                    )

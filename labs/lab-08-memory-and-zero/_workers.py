@@ -26,7 +26,7 @@ SEED = input_seed(1000)  # the ranks' data; secret under the grader, drawn in th
 
 VOCAB, WIDTH, OUT = 12, 12, 5
 ROWS, STEPS, MICROBATCHES = 4, 3, 3
-TOLERANCE = 1e-9                   # float64; only the order of the sums differs from the reference
+TOLERANCE = 1e-9  # float64; only the order of the sums differs from the reference
 ADAMW = dict(lr=1e-2, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.1)
 SGD = dict(lr=0.05, momentum=0.9)  # and lr=0.1 for the 1-D parameters: two param groups
 
@@ -58,8 +58,8 @@ class TinyLM(nn.Module):
         return self.head(self.norm(h)) * self.out_scale
 
 
-N_PARAMS = sum(p.numel() for p in TinyLM().parameters() if p.requires_grad)   # 545
-UNITS = 5                          # emb, lin1, lin2, norm, head: the modules that hold trainable parameters
+N_PARAMS = sum(p.numel() for p in TinyLM().parameters() if p.requires_grad)  # 545
+UNITS = 5  # emb, lin1, lin2, norm, head: the modules that hold trainable parameters
 
 
 def padded(numel, world_size):
@@ -69,9 +69,16 @@ def padded(numel, world_size):
 def _batches(rank):
     """Rank ``rank``'s data, made in the test process (a rank gets its own through ``rank_args``)."""
     gen = torch.Generator().manual_seed(stream_seed(SEED, "batches", rank))
-    return [[(torch.randint(0, VOCAB, (ROWS,), generator=gen),
-              torch.randn(ROWS, OUT, generator=gen, dtype=torch.float64))
-             for _ in range(MICROBATCHES)] for _ in range(STEPS)]
+    return [
+        [
+            (
+                torch.randint(0, VOCAB, (ROWS,), generator=gen),
+                torch.randn(ROWS, OUT, generator=gen, dtype=torch.float64),
+            )
+            for _ in range(MICROBATCHES)
+        ]
+        for _ in range(STEPS)
+    ]
 
 
 # Inside a rank: the data this rank was handed (run_zero sets it). Without it (a job started without
@@ -87,8 +94,10 @@ def _groups(model, optimizer):
     """What the caller hands the optimizer: AdamW all parameters (the frozen one too); SGD two param groups."""
     if optimizer == "adamw":
         return list(model.parameters())
-    return [{"params": [p for p in model.parameters() if p.dim() > 1]},
-            {"params": [p for p in model.parameters() if p.dim() == 1], "lr": 0.1}]
+    return [
+        {"params": [p for p in model.parameters() if p.dim() > 1]},
+        {"params": [p for p in model.parameters() if p.dim() == 1], "lr": 0.1},
+    ]
 
 
 def _optimizer_class(optimizer):
@@ -127,28 +136,41 @@ def reference_run(data_ranks, optimizer, steps=STEPS, scale=1.0, restart=False, 
                 (F.mse_loss(model(x), y) * weight / (MICROBATCHES * len(data_ranks))).backward()
         opt.step()
         after.append(_flat(model))
-    return {"before": _flat(TinyLM()), "steps": after, "state": opt.state_dict(),
-            "named": {name: p.detach().clone() for name, p in model.named_parameters()}}
+    return {
+        "before": _flat(TinyLM()),
+        "steps": after,
+        "state": opt.state_dict(),
+        "named": {name: p.detach().clone() for name, p in model.named_parameters()},
+    }
 
 
 def likely_mistakes(world_size, optimizer, stage, rank):
     """What each plausible mistake would give (the parameters after each step), by what it means."""
     d, m = world_size, MICROBATCHES
-    out = {"gradients summed over the d ranks, not averaged": reference_run(range(d), optimizer, scale=d),
-           "the optimizer state not kept across steps (a new local optimizer each step?)":
-           reference_run(range(d), optimizer, restart=True),
-           "only this rank's gradient (never reduced over the group)": reference_run([rank], optimizer)}
+    out = {
+        "gradients summed over the d ranks, not averaged": reference_run(range(d), optimizer, scale=d),
+        "the optimizer state not kept across steps (a new local optimizer each step?)": reference_run(
+            range(d), optimizer, restart=True
+        ),
+        "only this rank's gradient (never reduced over the group)": reference_run([rank], optimizer),
+    }
     if stage == 2:
-        out["each micro-batch's gradient sent again with every later one: free p.grad once it is reduce-scattered"] = \
+        out["each micro-batch's gradient sent again with every later one: free p.grad once it is reduce-scattered"] = (
             reference_run(range(d), optimizer, weights=[m - k for k in range(m)])
-        out["only the last micro-batch's gradient: accumulate each reduce-scattered shard into grad_shards "
-            "(+=, add_), not overwrite it (=, copy_)"] = reference_run(range(d), optimizer, weights=[0] * (m - 1) + [1])
-        out["no gradient at all: at stage 2 the step's gradient is in grad_shards (p.grad was freed after "
-            "each micro-batch's reduce-scatter), not in p.grad"] = reference_run(range(d), optimizer, scale=0.0)
+        )
+        out[
+            "only the last micro-batch's gradient: accumulate each reduce-scattered shard into grad_shards "
+            "(+=, add_), not overwrite it (=, copy_)"
+        ] = reference_run(range(d), optimizer, weights=[0] * (m - 1) + [1])
+        out[
+            "no gradient at all: at stage 2 the step's gradient is in grad_shards (p.grad was freed after "
+            "each micro-batch's reduce-scatter), not in p.grad"
+        ] = reference_run(range(d), optimizer, scale=0.0)
     return {why: run["steps"] for why, run in out.items()}
 
 
 # -- what runs on every rank ---------------------------------------------------------------------------
+
 
 class PartFailed(Exception):
     """A part's error, already described (see _agreed)."""
@@ -158,19 +180,24 @@ def _error(lab, what, exc):
     """``what`` raised: the exception, and the lines of the learner's file it went through."""
     if isinstance(exc, PartFailed):
         return {"error": str(exc)}
-    frames = [f"  {f.filename.rsplit('/', 1)[-1]}:{f.lineno} in {f.name}: {f.line}"
-              for f in traceback.extract_tb(exc.__traceback__) if f.filename == getattr(lab, "__file__", None)]
+    frames = [
+        f"  {f.filename.rsplit('/', 1)[-1]}:{f.lineno} in {f.name}: {f.line}"
+        for f in traceback.extract_tb(exc.__traceback__)
+        if f.filename == getattr(lab, "__file__", None)
+    ]
     where = ("\n" + "\n".join(frames[-4:])) if frames else ""
     shape = any(words in str(exc) for words in ("shapes cannot be multiplied", "size mismatch", "must match the size"))
     if not frames and shape and "FullyShardedModule" in what:
-        where = ("\n  (no line of your file on its stack: torch raised it, most likely in the backward, on a "
-                 "saved tensor your _unpack gave back in another shape than it was saved in: a saved weight may be "
-                 "a view, such as the transposed weight a Linear saves; rebuild it with "
-                 "regathered[i].as_strided(size, stride, offset))")
+        where = (
+            "\n  (no line of your file on its stack: torch raised it, most likely in the backward, on a "
+            "saved tensor your _unpack gave back in another shape than it was saved in: a saved weight may be "
+            "a view, such as the transposed weight a Linear saves; rebuild it with "
+            "regathered[i].as_strided(size, stride, offset))"
+        )
     return {"error": f"{what} raised {type(exc).__name__}: {exc}{where}"}
 
 
-GIVEN = "commtax.ranks._sharding"   # the given machinery (Unit...) the lab's objects hold
+GIVEN = "commtax.ranks._sharding"  # the given machinery (Unit...) the lab's objects hold
 
 
 def _walk(obj, lab_module, out, seen, depth=0):
@@ -227,11 +254,21 @@ def held_bytes(model, holder, lab):
     other = {}
     for t in found:
         ptr, nbytes = _storage(t)
-        if nbytes and ptr not in params and ptr not in grads and ptr not in state and ptr not in frozen \
-                and ptr not in counters:
+        if (
+            nbytes
+            and ptr not in params
+            and ptr not in grads
+            and ptr not in state
+            and ptr not in frozen
+            and ptr not in counters
+        ):
             other[ptr] = nbytes
-    return {"params": sum(params.values()), "grads": sum(grads.values()), "optimizer": sum(state.values()),
-            "other": sum(other.values())}
+    return {
+        "params": sum(params.values()),
+        "grads": sum(grads.values()),
+        "optimizer": sum(state.values()),
+        "other": sum(other.values()),
+    }
 
 
 def _collect_optimizers(obj, lab_module, out, seen, depth=0):
@@ -254,8 +291,10 @@ def _collect_optimizers(obj, lab_module, out, seen, depth=0):
 
 def _plain(state_dict):
     """A state dict as plain data (tuples of betas and tensors cross the boundary as they are)."""
-    return {"state": {int(k): dict(v) for k, v in state_dict["state"].items()},
-            "param_groups": [dict(g) for g in state_dict["param_groups"]]}
+    return {
+        "state": {int(k): dict(v) for k, v in state_dict["state"].items()},
+        "param_groups": [dict(g) for g in state_dict["param_groups"]],
+    }
 
 
 def train_sharded(lab, rank, stage, optimizer, group=None, data_rank=None):
@@ -269,7 +308,7 @@ def train_sharded(lab, rank, stage, optimizer, group=None, data_rank=None):
             opt.zero_grad()
             for x, y in step:
                 (F.mse_loss(model(x), y) / len(step)).backward()
-            if k == STEPS - 1:   # after the last backward, before its step: the most a rank holds
+            if k == STEPS - 1:  # after the last backward, before its step: the most a rank holds
                 held = held_bytes(model, opt, lab)
             opt.step()
             steps.append(_flat(model))
@@ -280,6 +319,7 @@ def _state_checks(lab, rank, world_size):
     """AdamW, stage 1: the consolidated state on rank 0, then a new optimizer loaded with it continues."""
     run = train_sharded(lab, rank, 1, "adamw")
     opt, model = run["_opt"], run["_model"]
+
     def consolidate():
         opt.consolidate_state_dict(to=0)
         return {"state": _plain(opt.state_dict()) if rank == 0 else None}
@@ -295,16 +335,16 @@ def _state_checks(lab, rank, world_size):
         for p, q in zip(fresh.parameters(), model.parameters()):
             p.copy_(q)
     loaded = lab.ShardedOptimizer(_groups(fresh, "adamw"), torch.optim.AdamW, zero_stage=1, **ADAMW)
-    try:   # the given load_state_dict trips on a wrongly numbered state: the test checks the state first
+    try:  # the given load_state_dict trips on a wrongly numbered state: the test checks the state first
         loaded.load_state_dict(shared[0])
         load_error = None
     except Exception as exc:  # noqa: BLE001 - reported by the test, after the checks of the state itself
         load_error = _error(lab, "load_state_dict(the consolidated state)", exc)["error"]
     errors = [None] * world_size
-    dist.all_gather_object(errors, load_error)   # every rank stops here if one failed (the step has collectives)
+    dist.all_gather_object(errors, load_error)  # every rank stops here if one failed (the step has collectives)
     if any(errors):
         return {"state": state, "load_error": next(e for e in errors if e)}
-    for m, o in ((model, opt), (fresh, loaded)):   # one more step, the same data, both optimizers
+    for m, o in ((model, opt), (fresh, loaded)):  # one more step, the same data, both optimizers
         o.zero_grad()
         for x, y in _rank_batches(rank)[0]:
             (F.mse_loss(m(x), y) / MICROBATCHES).backward()
@@ -335,8 +375,9 @@ def _kept_state(lab, rank):
         for x, y in _rank_batches(rank)[0]:
             F.mse_loss(model(x), y).backward()
         opt.step()
-        changed[f"ZeRO-{stage}"] = [f"state[{i}][{key!r}]" for (i, key), v in values.items()
-                                    if not torch.equal(kept[i][key], v)]
+        changed[f"ZeRO-{stage}"] = [
+            f"state[{i}][{key!r}]" for (i, key), v in values.items() if not torch.equal(kept[i][key], v)
+        ]
     return changed
 
 
@@ -346,7 +387,7 @@ def _subgroup_state(lab, rank, group):
     whether anything was left there (every other call in the tests says to=0: only this one shows a ``to``
     ignored)."""
     opt = train_sharded(lab, rank, 1, "adamw", group=group)["_opt"]
-    try:   # the group's ranks are 0 and 1: a ValueError naming `to`, before any collective
+    try:  # the group's ranks are 0 and 1: a ValueError naming `to`, before any collective
         opt.consolidate_state_dict(to=2)
         past = "it returned"
     except ValueError as exc:
@@ -418,7 +459,7 @@ def fused_step(lab, rank):
     return {"weight": _dense(wrapped.gather_full_params()["weight"]), "input_grad": _dense(x.grad)}
 
 
-UNIT_SHAPES = [(3, 2), (5,), (1,)]      # 6, 5 and 1 elements: padded differently on 2 and 4 ranks
+UNIT_SHAPES = [(3, 2), (5,), (1,)]  # 6, 5 and 1 elements: padded differently on 2 and 4 ranks
 
 
 def _integers(label, shape):
@@ -432,8 +473,10 @@ def unit_fulls():
 
     Every element from a stream of its own (``stream_seed``): shards differ with the world size and
     padding, and no rank's shard may reveal another's."""
-    return [torch.cat([_integers(("full", unit, i), (1,)) for i in range(math.prod(shape))]).reshape(shape)
-            for unit, shape in enumerate(UNIT_SHAPES)]
+    return [
+        torch.cat([_integers(("full", unit, i), (1,)) for i in range(math.prod(shape))]).reshape(shape)
+        for unit, shape in enumerate(UNIT_SHAPES)
+    ]
 
 
 def unit_grads(rank):
@@ -450,7 +493,7 @@ def unit_shards(rank, world_size):
         c = -(-n // world_size)
         flat = torch.zeros(c * world_size, dtype=torch.float64)
         flat[:n] = full.reshape(-1)
-        shards.append(flat[rank * c:(rank + 1) * c].clone())
+        shards.append(flat[rank * c : (rank + 1) * c].clone())
     return shards
 
 
@@ -458,8 +501,9 @@ def unit_checks(lab, rank, world_size, shards, grads):
     """gather_unit and reduce_scatter_unit alone, on this rank's ``shards`` and ``grads`` (made by the test)."""
     out = {}
     try:
-        got = lab.gather_unit(shards, [int(torch.Size(s).numel()) for s in UNIT_SHAPES],
-                              [torch.Size(s) for s in UNIT_SHAPES])
+        got = lab.gather_unit(
+            shards, [int(torch.Size(s).numel()) for s in UNIT_SHAPES], [torch.Size(s) for s in UNIT_SHAPES]
+        )
         out["gathered"] = [_dense(g) for g in got]
     except Exception as exc:  # noqa: BLE001 - reported by the test that needs it
         out["gathered"] = _error(lab, "gather_unit", exc)
@@ -474,6 +518,7 @@ def unit_checks(lab, rank, world_size, shards, grads):
 def _fsdp2(rank):
     """PyTorch's own FSDP2 (fully_shard on every module with parameters, reshard after forward)."""
     from torch.distributed.fsdp import fully_shard
+
     model = TinyLM()
     for module in (model.emb, model.lin1, model.lin2, model.norm, model.head):
         fully_shard(module, reshard_after_forward=True)
@@ -518,26 +563,33 @@ def run_zero(rank, world_size, lab, with_fsdp=True, batches=None, units=None):
     out = {"units": unit_checks(lab, rank, world_size, shards, grads)}
     for stage in (0, 1, 2):
         for optimizer in ("adamw", "sgd"):
-            out[f"{stage}/{optimizer}"] = _agreed(lab, f"ShardedOptimizer(zero_stage={stage}, {optimizer})",
-                                                  lambda: train_sharded(lab, rank, stage, optimizer))
-    out["state"] = _agreed(lab, "consolidate_state_dict / load_state_dict",
-                           lambda: _state_checks(lab, rank, world_size))
-    out["state/sgd"] = _agreed(lab, "consolidate_state_dict, SGD with momentum",
-                               lambda: _sgd_state(lab, rank))
-    out["state/kept"] = _agreed(lab, "a kept consolidated state, then one more step",
-                                lambda: _kept_state(lab, rank))
+            out[f"{stage}/{optimizer}"] = _agreed(
+                lab,
+                f"ShardedOptimizer(zero_stage={stage}, {optimizer})",
+                lambda: train_sharded(lab, rank, stage, optimizer),
+            )
+    out["state"] = _agreed(
+        lab, "consolidate_state_dict / load_state_dict", lambda: _state_checks(lab, rank, world_size)
+    )
+    out["state/sgd"] = _agreed(lab, "consolidate_state_dict, SGD with momentum", lambda: _sgd_state(lab, rank))
+    out["state/kept"] = _agreed(lab, "a kept consolidated state, then one more step", lambda: _kept_state(lab, rank))
     out[3] = _agreed(lab, "FullyShardedModule", lambda: train_fully_sharded(lab, rank))
     out["fused"] = _agreed(lab, "FullyShardedModule(FusedPair())", lambda: fused_step(lab, rank))
-    if world_size == 4:   # two groups of two ranks, each training its own model on its own data
+    if world_size == 4:  # two groups of two ranks, each training its own model on its own data
         groups = [dist.new_group([0, 1]), dist.new_group([2, 3])]
         mine, pair = groups[rank // 2], f"group=<ranks {2 * (rank // 2)}, {2 * (rank // 2) + 1}>"
         for stage in (0, 1, 2):
-            out[f"subgroup/{stage}"] = _agreed(lab, f"ShardedOptimizer(zero_stage={stage}, {pair})",
-                                               lambda: train_sharded(lab, rank, stage, "adamw", group=mine))
-        out["subgroup/3"] = _agreed(lab, f"FullyShardedModule({pair})",
-                                    lambda: train_fully_sharded(lab, rank, group=mine))
-        out["subgroup/state"] = _agreed(lab, f"consolidate_state_dict(to=1) on {pair}",
-                                        lambda: _subgroup_state(lab, rank, mine))
+            out[f"subgroup/{stage}"] = _agreed(
+                lab,
+                f"ShardedOptimizer(zero_stage={stage}, {pair})",
+                lambda: train_sharded(lab, rank, stage, "adamw", group=mine),
+            )
+        out["subgroup/3"] = _agreed(
+            lab, f"FullyShardedModule({pair})", lambda: train_fully_sharded(lab, rank, group=mine)
+        )
+        out["subgroup/state"] = _agreed(
+            lab, f"consolidate_state_dict(to=1) on {pair}", lambda: _subgroup_state(lab, rank, mine)
+        )
     if with_fsdp:
         try:
             out["fsdp"] = _fsdp2(rank)

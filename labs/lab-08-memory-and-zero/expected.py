@@ -8,7 +8,7 @@ recipes run by ``python -m grading release`` on exactly the inputs
 
 from commtax.formulas import memory
 
-N_PARAMS = 545     # test_lab.py's TinyLM: its trainable parameters (a test asking for another count fails loudly)
+N_PARAMS = 545  # test_lab.py's TinyLM: its trainable parameters (a test asking for another count fails loudly)
 
 RECIPES = {"zero_bytes_per_step": memory.zero_bytes_per_step, "model_state_bytes": memory.model_state_bytes}
 
@@ -16,6 +16,6 @@ RECIPES = {"zero_bytes_per_step": memory.zero_bytes_per_step, "model_state_bytes
 def cases():
     """Every (recipe, inputs) the visible tests ask for."""
     for stage in range(4):
-        yield "zero_bytes_per_step", (1e9, 8, stage, 4, 4)      # fp32 bytes: n = 1e9, d = 8, m = 4
-        for world_size in (2, 4):                                # the float64 runs: 16 B of Adam state, 8 + 8
+        yield "zero_bytes_per_step", (1e9, 8, stage, 4, 4)  # fp32 bytes: n = 1e9, d = 8, m = 4
+        for world_size in (2, 4):  # the float64 runs: 16 B of Adam state, 8 + 8
             yield "model_state_bytes", (N_PARAMS, world_size, stage, 16, 8, 8)

@@ -43,8 +43,15 @@ RECOMPUTE_MODES = ("none", "selective", "full")
 
 # -- part 1: the bill of memory and of bytes ----------------------------------------------------
 
-def model_state_bytes(n_params: float, dp: int, zero_stage: int, optimizer_bytes_per_param: float = 12,
-                      param_bytes: float = 2, grad_bytes: float = 2) -> float:
+
+def model_state_bytes(
+    n_params: float,
+    dp: int,
+    zero_stage: int,
+    optimizer_bytes_per_param: float = 12,
+    param_bytes: float = 2,
+    grad_bytes: float = 2,
+) -> float:
     """Bytes per GPU of parameters + gradients + optimizer state under ZeRO ``zero_stage`` over ``dp`` ranks.
 
     Stage 0 (plain data parallelism) replicates all of it. Stage 1 divides the optimizer state by
@@ -68,8 +75,15 @@ def model_state_bytes(n_params: float, dp: int, zero_stage: int, optimizer_bytes
     # END SOLUTION
 
 
-def activation_bytes_per_layer(seq: int, micro_batch: int, hidden: int, heads: int, tp: int = 1,
-                               sequence_parallel: bool = False, recompute: str = "none") -> float:
+def activation_bytes_per_layer(
+    seq: int,
+    micro_batch: int,
+    hidden: int,
+    heads: int,
+    tp: int = 1,
+    sequence_parallel: bool = False,
+    recompute: str = "none",
+) -> float:
     """Bytes of activations one transformer layer stores for its backward, per micro-batch, per GPU.
 
     Korthikanti et al. 2022, table 2. ``recompute``: ``"none"``, ``"selective"`` (the attention
@@ -98,8 +112,7 @@ def activation_bytes_per_layer(seq: int, micro_batch: int, hidden: int, heads: i
     # END SOLUTION
 
 
-def zero_bytes_per_step(n_params: float, dp: int, zero_stage: int, microbatches: int,
-                        dtype_bytes: float = 2) -> float:
+def zero_bytes_per_step(n_params: float, dp: int, zero_stage: int, microbatches: int, dtype_bytes: float = 2) -> float:
     """Bytes one rank sends per optimizer step under ZeRO ``zero_stage`` with ``microbatches`` of accumulation.
 
     Stage 0 is DDP with ``no_sync`` until the last micro-batch (one all-reduce); stage 1
@@ -122,6 +135,7 @@ def zero_bytes_per_step(n_params: float, dp: int, zero_stage: int, microbatches:
 
 # -- part 2: shards -------------------------------------------------------------------------------
 
+
 def shard_bounds(numel: int, world_size: int, rank: int) -> tuple[int, int]:
     """``(start, stop)``: the elements of a flat buffer of ``numel`` elements that ``rank`` owns.
 
@@ -142,6 +156,7 @@ def shard_bounds(numel: int, world_size: int, rank: int) -> tuple[int, int]:
 
 # -- part 3: ZeRO-1 and ZeRO-2, a sharded optimizer ---------------------------------------------
 
+
 class ShardedOptimizer(ShardedOptimizerBase):
     """ZeRO-1 and ZeRO-2: each rank keeps the optimizer state of one shard of the parameters.
 
@@ -155,7 +170,7 @@ class ShardedOptimizer(ShardedOptimizerBase):
     ``self.zero_stage``.
     """
 
-    shard_bounds = staticmethod(shard_bounds)     # the given construction cuts the buffers with yours
+    shard_bounds = staticmethod(shard_bounds)  # the given construction cuts the buffers with yours
 
     def reduce_scatter_gradients(self) -> None:
         """Stage 2, after each backward: add this rank's reduce-scattered gradient to ``grad_shards``; free ``p.grad``.
@@ -252,11 +267,11 @@ class ShardedOptimizer(ShardedOptimizerBase):
             full_state, per_element = {}, set()
             for key, value in self.optimizer.state.get(master, {}).items():
                 if not (torch.is_tensor(value) and value.dim() > 0 and value.shape == master.shape):
-                    full_state[key] = value                  # a scalar, the same on every rank (Adam's step)
+                    full_state[key] = value  # a scalar, the same on every rank (Adam's step)
                     continue
                 per_element.add(key)
                 if self.zero_stage == 0:
-                    full_state[key] = value                  # nothing sharded: this rank has it all
+                    full_state[key] = value  # nothing sharded: this rank has it all
                     continue
                 parts = [torch.empty_like(value) for _ in range(self.world_size)] if mine else None
                 dist.gather(value.contiguous(), parts, group_dst=to, group=self.group)
@@ -266,9 +281,12 @@ class ShardedOptimizer(ShardedOptimizerBase):
             offset = 0
             for p in self.trainable[j]:
                 n = p.numel()
-                state[ids[id(p)]] = {key: value[offset:offset + n].view_as(p).clone() if key in per_element
-                                     else (value.clone() if torch.is_tensor(value) else value)
-                                     for key, value in full_state.items()}
+                state[ids[id(p)]] = {
+                    key: value[offset : offset + n].view_as(p).clone()
+                    if key in per_element
+                    else (value.clone() if torch.is_tensor(value) else value)
+                    for key, value in full_state.items()
+                }
                 offset += n
         self.consolidated = {"state": state, "param_groups": groups} if mine else None
         # END SOLUTION
@@ -276,8 +294,10 @@ class ShardedOptimizer(ShardedOptimizerBase):
 
 # -- part 4: ZeRO-3, a fully sharded module --------------------------------------------------------
 
-def gather_unit(shards: Sequence[torch.Tensor], numels: Sequence[int], shapes: Sequence[torch.Size],
-                group: Group = None) -> list[torch.Tensor]:
+
+def gather_unit(
+    shards: Sequence[torch.Tensor], numels: Sequence[int], shapes: Sequence[torch.Size], group: Group = None
+) -> list[torch.Tensor]:
     """All-gather a unit's parameters with ONE ``dist.all_gather_single`` on ``group``; return them whole.
 
     ``shards[i]``: this rank's 1-D shard of parameter i (its flattened values zero-padded to
@@ -297,14 +317,15 @@ def gather_unit(shards: Sequence[torch.Tensor], numels: Sequence[int], shapes: S
     fulls, offset = [], 0
     for shard, numel, shape in zip(shards, numels, shapes):
         c = shard.numel()
-        fulls.append(rows[:, offset:offset + c].reshape(-1)[:numel].view(shape))
+        fulls.append(rows[:, offset : offset + c].reshape(-1)[:numel].view(shape))
         offset += c
     return fulls
     # END SOLUTION
 
 
-def reduce_scatter_unit(grads: Sequence[torch.Tensor], numels: Sequence[int],
-                        group: Group = None) -> list[torch.Tensor]:
+def reduce_scatter_unit(
+    grads: Sequence[torch.Tensor], numels: Sequence[int], group: Group = None
+) -> list[torch.Tensor]:
     """Reduce-scatter a unit's gradients with ONE ``dist.reduce_scatter_single``; return this rank's shards, averaged.
 
     ``grads[i]``: this rank's full gradient of parameter i (any shape, ``numels[i]`` elements).

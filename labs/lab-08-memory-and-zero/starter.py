@@ -43,8 +43,15 @@ RECOMPUTE_MODES = ("none", "selective", "full")
 
 # -- part 1: the bill of memory and of bytes ----------------------------------------------------
 
-def model_state_bytes(n_params: float, dp: int, zero_stage: int, optimizer_bytes_per_param: float = 12,
-                      param_bytes: float = 2, grad_bytes: float = 2) -> float:
+
+def model_state_bytes(
+    n_params: float,
+    dp: int,
+    zero_stage: int,
+    optimizer_bytes_per_param: float = 12,
+    param_bytes: float = 2,
+    grad_bytes: float = 2,
+) -> float:
     """Bytes per GPU of parameters + gradients + optimizer state under ZeRO ``zero_stage`` over ``dp`` ranks.
 
     Stage 0 (plain data parallelism) replicates all of it. Stage 1 divides the optimizer state by
@@ -58,8 +65,15 @@ def model_state_bytes(n_params: float, dp: int, zero_stage: int, optimizer_bytes
     )
 
 
-def activation_bytes_per_layer(seq: int, micro_batch: int, hidden: int, heads: int, tp: int = 1,
-                               sequence_parallel: bool = False, recompute: str = "none") -> float:
+def activation_bytes_per_layer(
+    seq: int,
+    micro_batch: int,
+    hidden: int,
+    heads: int,
+    tp: int = 1,
+    sequence_parallel: bool = False,
+    recompute: str = "none",
+) -> float:
     """Bytes of activations one transformer layer stores for its backward, per micro-batch, per GPU.
 
     Korthikanti et al. 2022, table 2. ``recompute``: ``"none"``, ``"selective"`` (the attention
@@ -74,8 +88,7 @@ def activation_bytes_per_layer(seq: int, micro_batch: int, hidden: int, heads: i
     )
 
 
-def zero_bytes_per_step(n_params: float, dp: int, zero_stage: int, microbatches: int,
-                        dtype_bytes: float = 2) -> float:
+def zero_bytes_per_step(n_params: float, dp: int, zero_stage: int, microbatches: int, dtype_bytes: float = 2) -> float:
     """Bytes one rank sends per optimizer step under ZeRO ``zero_stage`` with ``microbatches`` of accumulation.
 
     Stage 0 is DDP with ``no_sync`` until the last micro-batch (one all-reduce); stage 1
@@ -92,6 +105,7 @@ def zero_bytes_per_step(n_params: float, dp: int, zero_stage: int, microbatches:
 
 # -- part 2: shards -------------------------------------------------------------------------------
 
+
 def shard_bounds(numel: int, world_size: int, rank: int) -> tuple[int, int]:
     """``(start, stop)``: the elements of a flat buffer of ``numel`` elements that ``rank`` owns.
 
@@ -107,6 +121,7 @@ def shard_bounds(numel: int, world_size: int, rank: int) -> tuple[int, int]:
 
 # -- part 3: ZeRO-1 and ZeRO-2, a sharded optimizer ---------------------------------------------
 
+
 class ShardedOptimizer(ShardedOptimizerBase):
     """ZeRO-1 and ZeRO-2: each rank keeps the optimizer state of one shard of the parameters.
 
@@ -120,7 +135,7 @@ class ShardedOptimizer(ShardedOptimizerBase):
     ``self.zero_stage``.
     """
 
-    shard_bounds = staticmethod(shard_bounds)     # the given construction cuts the buffers with yours
+    shard_bounds = staticmethod(shard_bounds)  # the given construction cuts the buffers with yours
 
     def reduce_scatter_gradients(self) -> None:
         """Stage 2, after each backward: add this rank's reduce-scattered gradient to ``grad_shards``; free ``p.grad``.
@@ -185,8 +200,10 @@ class ShardedOptimizer(ShardedOptimizerBase):
 
 # -- part 4: ZeRO-3, a fully sharded module --------------------------------------------------------
 
-def gather_unit(shards: Sequence[torch.Tensor], numels: Sequence[int], shapes: Sequence[torch.Size],
-                group: Group = None) -> list[torch.Tensor]:
+
+def gather_unit(
+    shards: Sequence[torch.Tensor], numels: Sequence[int], shapes: Sequence[torch.Size], group: Group = None
+) -> list[torch.Tensor]:
     """All-gather a unit's parameters with ONE ``dist.all_gather_single`` on ``group``; return them whole.
 
     ``shards[i]``: this rank's 1-D shard of parameter i (its flattened values zero-padded to
@@ -202,8 +219,9 @@ def gather_unit(shards: Sequence[torch.Tensor], numels: Sequence[int], shapes: S
     )
 
 
-def reduce_scatter_unit(grads: Sequence[torch.Tensor], numels: Sequence[int],
-                        group: Group = None) -> list[torch.Tensor]:
+def reduce_scatter_unit(
+    grads: Sequence[torch.Tensor], numels: Sequence[int], group: Group = None
+) -> list[torch.Tensor]:
     """Reduce-scatter a unit's gradients with ONE ``dist.reduce_scatter_single``; return this rank's shards, averaged.
 
     ``grads[i]``: this rank's full gradient of parameter i (any shape, ``numels[i]`` elements).

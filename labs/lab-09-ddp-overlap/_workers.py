@@ -20,13 +20,13 @@ from torch import nn
 from commtax.ranks.traffic import record_traffic
 from commtax.testing import input_seed, stream_seed
 
-SEED = input_seed(0)   # the batches: secret under the grader, drawn in the test process and never sent to a rank
+SEED = input_seed(0)  # the batches: secret under the grader, drawn in the test process and never sent to a rank
 
 
-WIDTHS = [16, 32, 32, 24, 8]          # four Linear layers, float64: 8 trainable parameters
+WIDTHS = [16, 32, 32, 24, 8]  # four Linear layers, float64: 8 trainable parameters
 LOCAL_BATCH, MICROBATCHES = 6, 3
-CAP = 1200                            # bytes: several buckets of one or two parameters each
-HOLD_BACK = 10.0                      # seconds rank 1 waits for rank 0's backward to return (it takes ms)
+CAP = 1200  # bytes: several buckets of one or two parameters each
+HOLD_BACK = 10.0  # seconds rank 1 waits for rank 0's backward to return (it takes ms)
 
 
 class Net(nn.Module):
@@ -44,8 +44,9 @@ class Net(nn.Module):
         for i, (a, b) in enumerate(zip(WIDTHS, WIDTHS[1:])):
             layers += [nn.Linear(a, b, dtype=torch.float64)] + ([nn.Tanh()] if i < len(WIDTHS) - 2 else [])
         self.layers = nn.Sequential(*layers)
-        self.input_scale = nn.Parameter(torch.full((WIDTHS[0],), 1.0 + 0.1 * seed, dtype=torch.float64),
-                                        requires_grad=False)
+        self.input_scale = nn.Parameter(
+            torch.full((WIDTHS[0],), 1.0 + 0.1 * seed, dtype=torch.float64), requires_grad=False
+        )
         self.register_buffer("shift", torch.full((WIDTHS[0],), 0.01 * seed, dtype=torch.float64))
 
     def forward(self, x):
@@ -65,13 +66,17 @@ def global_batch(world_size, tag=0):
     parts = []
     for rank in range(world_size):
         gen = torch.Generator().manual_seed(stream_seed(SEED, "batch", world_size, tag, rank))
-        parts.append((torch.randn(LOCAL_BATCH, WIDTHS[0], dtype=torch.float64, generator=gen),
-                      torch.randn(LOCAL_BATCH, WIDTHS[-1], dtype=torch.float64, generator=gen)))
+        parts.append(
+            (
+                torch.randn(LOCAL_BATCH, WIDTHS[0], dtype=torch.float64, generator=gen),
+                torch.randn(LOCAL_BATCH, WIDTHS[-1], dtype=torch.float64, generator=gen),
+            )
+        )
     return tuple(torch.cat(column) for column in zip(*parts))
 
 
 def _mine(batch, rank):
-    return tuple(t[rank * LOCAL_BATCH:(rank + 1) * LOCAL_BATCH] for t in batch)
+    return tuple(t[rank * LOCAL_BATCH : (rank + 1) * LOCAL_BATCH] for t in batch)
 
 
 # Inside a rank: the rows this rank was handed, {(world size, tag): (x, y)}; the workers set it. Without
@@ -119,18 +124,30 @@ def learner_ddp_worker(rank, world_size, lab, rows=None):
     if rows is not None:
         _OWN["rows"] = rows
     groups = [dist.new_group([0, 1]), dist.new_group([2, 3])] if world_size == 4 else None
-    model = build_model(seed=rank)            # unequal initial state: the wrapper must broadcast rank 0's
+    model = build_model(seed=rank)  # unequal initial state: the wrapper must broadcast rank 0's
     ddp = lab.BucketedDDP(model, CAP)
-    step = {"state": _state(model), "is_module": isinstance(ddp, nn.Module),
-            "names": [name for name, _ in ddp.named_parameters()]}
+    step = {
+        "state": _state(model),
+        "is_module": isinstance(ddp, nn.Module),
+        "names": [name for name, _ in ddp.named_parameters()],
+    }
     x, y = _my_rows(world_size, 0, rank)
-    with record_traffic() as traffic, _launch_snapshots() as (launched, launch_times), \
-            _gradient_times(model) as grad_times:
+    with (
+        record_traffic() as traffic,
+        _launch_snapshots() as (launched, launch_times),
+        _gradient_times(model) as grad_times,
+    ):
         _backward(F.mse_loss(ddp(x), y))
         timeline = ddp.finish_gradient_synchronization()
-    step.update(grads=_grads(model), collectives=list(traffic.collectives), timeline=[dict(r) for r in timeline],
-                launched=launched, launch_times=launch_times, grad_times=sorted(grad_times.items()))
-    kept = [(name, p.grad) for name, p in model.named_parameters() if p.grad is not None]   # a caller may keep them
+    step.update(
+        grads=_grads(model),
+        collectives=list(traffic.collectives),
+        timeline=[dict(r) for r in timeline],
+        launched=launched,
+        launch_times=launch_times,
+        grad_times=sorted(grad_times.items()),
+    )
+    kept = [(name, p.grad) for name, p in model.named_parameters() if p.grad is not None]  # a caller may keep them
     kept_values = [g.clone() for _, g in kept]
     model.zero_grad()
     counts = []
@@ -138,13 +155,13 @@ def learner_ddp_worker(rank, world_size, lab, rows=None):
         x, y = _my_rows(world_size, k + 1, rank)
         with record_traffic() as traffic:
             if k == MICROBATCHES - 1:
-                try:   # a no_sync block left by an exception must not leave the wrapper holding back the last one
+                try:  # a no_sync block left by an exception must not leave the wrapper holding back the last one
                     with ddp.no_sync():
                         raise _LeftByException
                 except _LeftByException:
                     pass
                 F.mse_loss(ddp(x), y).backward()
-                try:   # (a wrapper stuck in no_sync may refuse to finish: said in the no_sync test, not a crash here)
+                try:  # (a wrapper stuck in no_sync may refuse to finish: said in the no_sync test, not a crash here)
                     ddp.finish_gradient_synchronization()
                 except Exception as exc:  # noqa: BLE001
                     step["finish_error"] = f"{type(exc).__name__}: {exc}"[:300]
@@ -170,7 +187,7 @@ class _LeftByException(Exception):
     """Raised inside a no_sync() block by the test (a learner's loop that fails mid-accumulation)."""
 
 
-CALLBACK_DELAY = 0.02   # seconds the test holds back the callbacks chained on a bucket's future
+CALLBACK_DELAY = 0.02  # seconds the test holds back the callbacks chained on a bucket's future
 
 
 class _LateFuture:
@@ -182,11 +199,12 @@ class _LateFuture:
         self._work, self._future = work, None
 
     def get_future(self):
-        if self._future is None:   # completed from another thread, a while after the real one (gloo runs
-            late = self._future = torch.futures.Future()   # callbacks before work.wait() returns: no race there)
+        if self._future is None:  # completed from another thread, a while after the real one (gloo runs
+            late = self._future = torch.futures.Future()  # callbacks before work.wait() returns: no race there)
 
             def complete(real):
                 threading.Timer(CALLBACK_DELAY, lambda: late.set_result(real.value())).start()
+
             self._work.get_future().add_done_callback(complete)
         return self._future
 
@@ -220,9 +238,11 @@ def _gradient_times(model):
     parameter's index (hooks of the test's own, removed afterwards)."""
     times = {}
     params = [p for p in model.parameters() if p.requires_grad]
+
     def hook(index):
         def note(_):
-            times.setdefault(index, time.perf_counter())   # returns nothing: a hook's return would replace .grad
+            times.setdefault(index, time.perf_counter())  # returns nothing: a hook's return would replace .grad
+
         return note
 
     handles = [p.register_post_accumulate_grad_hook(hook(i)) for i, p in enumerate(params)]
@@ -240,9 +260,11 @@ def _backward(loss):
     except (AttributeError, TypeError) as exc:
         if "NoneType" not in str(exc):
             raise
-        raise type(exc)(f"{exc} - was p.grad None in your gradient hook? A hook from register_hook runs before "
-                        "the gradient is added into .grad (it receives the gradient as its argument); "
-                        "register_post_accumulate_grad_hook runs after, with .grad filled in") from exc
+        raise type(exc)(
+            f"{exc} - was p.grad None in your gradient hook? A hook from register_hook runs before "
+            "the gradient is added into .grad (it receives the gradient as its argument); "
+            "register_post_accumulate_grad_hook runs after, with .grad filled in"
+        ) from exc
 
 
 def _unlaunched_step(model, ddp):
@@ -292,11 +314,15 @@ def hold_back_worker(rank, lab):
         dist.barrier()
         called = time.perf_counter()
         timeline = ddp.finish_gradient_synchronization()
-        return {"backward_start": start, "backward_end": end, "finish_called": called,
-                "timeline": [dict(r) for r in timeline]}
+        return {
+            "backward_start": start,
+            "backward_end": end,
+            "finish_called": called,
+            "timeline": [dict(r) for r in timeline],
+        }
     deadline = time.perf_counter() + HOLD_BACK
     while not store.check([flag]) and time.perf_counter() < deadline:
-        time.sleep(0.005)     # polled, not waited on: the run's deadlock detector must not see a wait here
+        time.sleep(0.005)  # polled, not waited on: the run's deadlock detector must not see a wait here
     arrived = store.check([flag])
     loss.backward()
     dist.barrier()
@@ -327,7 +353,7 @@ def pytorch_ddp_worker(rank, world_size, cap_mib, rows=None):
         model = build_model(seed=rank)
         ddp = nn.parallel.DistributedDataParallel(model, process_group=group, bucket_cap_mb=cap_mib)
         x, y = _my_rows(size, 0, rank)
-        for _ in range(3):   # DDP rebuilds its buckets in gradient order after the first iteration
+        for _ in range(3):  # DDP rebuilds its buckets in gradient order after the first iteration
             model.zero_grad()
             F.mse_loss(ddp(x), y).backward()
         logged = ddp._get_ddp_logging_data()
@@ -338,8 +364,8 @@ def pytorch_ddp_worker(rank, world_size, cap_mib, rows=None):
 
 # -- overlap, measured ------------------------------------------------------------------------------
 
-BIG_WIDTHS = [1024] * 9               # eight 1024 x 1024 float32 layers: 4 MiB of weights each
-BIG_BATCH, BIG_CAP, STEPS = 16, 4_500_000, 5   # two layers per bucket: four 8.4 MB all-reduces
+BIG_WIDTHS = [1024] * 9  # eight 1024 x 1024 float32 layers: 4 MiB of weights each
+BIG_BATCH, BIG_CAP, STEPS = 16, 4_500_000, 5  # two layers per bucket: four 8.4 MB all-reduces
 
 
 def big_model():
@@ -385,14 +411,17 @@ def overlap_worker(rank, world_size, lab):
             cpu0 = time.thread_time()
             loss.backward()
         wall = time.perf_counter() - t0
-        return {"backward": wall, "grad_times": [t - t0 for t in grad_time],
-                "cpu_share": (time.thread_time() - cpu0) / wall}
+        return {
+            "backward": wall,
+            "grad_times": [t - t0 for t in grad_time],
+            "cpu_share": (time.thread_time() - cpu0) / wall,
+        }
 
-    for _ in range(2):   # warm-up: allocations, gloo connections
+    for _ in range(2):  # warm-up: allocations, gloo connections
         step(True)
         step(False)
     compute, overlapped = [], []
-    for _ in range(STEPS):   # interleaved, so that both see the same load on a shared machine
+    for _ in range(STEPS):  # interleaved, so that both see the same load on a shared machine
         compute.append(step(False))
         overlapped.append(step(True))
     link, link_fastest = {}, {}

@@ -45,8 +45,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--impl", default=None, help="starter, solution or torch (default: LAB_IMPL's choice)")
     parser.add_argument("--world-size", type=int, default=2)
-    parser.add_argument("--caps", default="1M,4.5M,8.5M,13M,40M",
-                        help="bucket caps in bytes (K/M/G = 1e3/1e6/1e9)")
+    parser.add_argument("--caps", default="1M,4.5M,8.5M,13M,40M", help="bucket caps in bytes (K/M/G = 1e3/1e6/1e9)")
     parser.add_argument("--width", type=int, default=1024, help="width of the square Linear layers")
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--batch", type=int, default=32)
@@ -60,21 +59,30 @@ def main(argv=None) -> int:
         impl = resolve_impl(HERE, args.impl)
         lab = load_lab(HERE, impl)
         functions = (lab.bucket_assignment, lab.overlapped_allreduce_finish)
-    print(f"# {impl}: {args.layers} layers of {args.width} x {args.width} float32 "
-          f"({format_bytes(sum(param_bytes(widths)))} of gradients), batch {args.batch} per rank, "
-          f"{args.world_size} gloo ranks", file=sys.stderr, flush=True)
-    results = run_ranks(measure_ddp, args.world_size, (impl, widths, args.batch, caps, args.steps),
-                        timeout=590, echo_output=False)
+    print(
+        f"# {impl}: {args.layers} layers of {args.width} x {args.width} float32 "
+        f"({format_bytes(sum(param_bytes(widths)))} of gradients), batch {args.batch} per rank, "
+        f"{args.world_size} gloo ranks",
+        file=sys.stderr,
+        flush=True,
+    )
+    results = run_ranks(
+        measure_ddp, args.world_size, (impl, widths, args.batch, caps, args.steps), timeout=590, echo_output=False
+    )
     rows = summarize(results, *functions, widths)
     print(f"compute-only backward (slowest rank, median): {rows[0]['backward'] * 1e3:.1f} ms")
-    print("| cap | buckets | all-reduce total | predicted step | measured step | measured / predicted "
-          "| predicted exposed | measured exposed | core share |")
+    print(
+        "| cap | buckets | all-reduce total | predicted step | measured step | measured / predicted "
+        "| predicted exposed | measured exposed | core share |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {format_bytes(r['cap'])} | {r['buckets']} | {r['comm_total'] * 1e3:.1f} ms "
-              f"| {r['predicted_step'] * 1e3:.1f} ms | {r['measured_step'] * 1e3:.1f} ms "
-              f"| {r['measured_step'] / r['predicted_step']:.2f} | {r['predicted_exposed'] * 1e3:.1f} ms "
-              f"| {r['measured_exposed'] * 1e3:.1f} ms | {r['cpu_share']:.2f} |")
+        print(
+            f"| {format_bytes(r['cap'])} | {r['buckets']} | {r['comm_total'] * 1e3:.1f} ms "
+            f"| {r['predicted_step'] * 1e3:.1f} ms | {r['measured_step'] * 1e3:.1f} ms "
+            f"| {r['measured_step'] / r['predicted_step']:.2f} | {r['predicted_exposed'] * 1e3:.1f} ms "
+            f"| {r['measured_exposed'] * 1e3:.1f} ms | {r['cpu_share']:.2f} |"
+        )
     best = min(rows, key=lambda r: r["predicted_step"])
     measured_best = min(rows, key=lambda r: r["measured_step"])
     print(f"best cap: predicted {format_bytes(best['cap'])}, measured {format_bytes(measured_best['cap'])}")

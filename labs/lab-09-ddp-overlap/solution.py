@@ -42,8 +42,13 @@ from commtax.ranks._args import Group
 
 
 def _check_number(name, value, minimum=0.0):
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value == value \
-            or value in (float("inf"), float("-inf")) or value < minimum:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Real)
+        or not value == value
+        or value in (float("inf"), float("-inf"))
+        or value < minimum
+    ):
         raise ValueError(f"{name} must be a finite number >= {minimum}, got {value!r}")
 
 
@@ -116,8 +121,9 @@ def overlapped_allreduce_finish(ready_times: Sequence[float], comm_times: Sequen
         for value in values:
             _check_number(name, value)
     if len(ready_times) != len(comm_times):
-        raise ValueError(f"ready_times and comm_times must have the same length, got "
-                         f"{len(ready_times)} and {len(comm_times)}")
+        raise ValueError(
+            f"ready_times and comm_times must have the same length, got {len(ready_times)} and {len(comm_times)}"
+        )
     if any(b < a for a, b in zip(ready_times, list(ready_times)[1:])):
         raise ValueError(f"ready_times must be non-decreasing, got {list(ready_times)!r}")
     finish = 0.0
@@ -168,8 +174,8 @@ class BucketedDDP(nn.Module):
         self.world_size = dist.get_world_size(group)
         self.params = [p for p in module.parameters() if p.requires_grad]
         self.bucket_cap_bytes = bucket_cap_bytes
-        self.syncing = True          # False inside no_sync()
-        self.timeline = []           # filled by finish_gradient_synchronization(): one dict per bucket
+        self.syncing = True  # False inside no_sync()
+        self.timeline = []  # filled by finish_gradient_synchronization(): one dict per bucket
         self.broadcast_module_state()
         # BEGIN SOLUTION
         # HINT: Lesson 08's buckets, built once: plan them from the parameters' bytes with your bucket_assignment,
@@ -183,10 +189,11 @@ class BucketedDDP(nn.Module):
                 self.where[index] = (b, offset)
                 offset += self.params[index].numel()
             self.bucket_buffers.append(torch.zeros(offset, dtype=self.params[indices[0]].dtype))
-        self.missing = [len(indices) for indices in self.plan]   # gradients each bucket still waits for
-        self.works = [None] * len(self.plan)                      # (work, future) per launched bucket
-        self.times = [{"bucket": b, "bytes": buf.numel() * buf.element_size()}
-                      for b, buf in enumerate(self.bucket_buffers)]
+        self.missing = [len(indices) for indices in self.plan]  # gradients each bucket still waits for
+        self.works = [None] * len(self.plan)  # (work, future) per launched bucket
+        self.times = [
+            {"bucket": b, "bytes": buf.numel() * buf.element_size()} for b, buf in enumerate(self.bucket_buffers)
+        ]
         for index, param in enumerate(self.params):
             param.register_post_accumulate_grad_hook(lambda p, index=index: self._grad_ready(index))
         # END SOLUTION
@@ -223,7 +230,7 @@ class BucketedDDP(nn.Module):
             return
         param = self.params[index]
         b, offset = self.where[index]
-        self.bucket_buffers[b][offset:offset + param.numel()].copy_(param.grad.reshape(-1))
+        self.bucket_buffers[b][offset : offset + param.numel()].copy_(param.grad.reshape(-1))
         self.missing[b] -= 1
         if self.missing[b] == 0:
             record = self.times[b]
@@ -258,12 +265,13 @@ class BucketedDDP(nn.Module):
             for index in self.plan[b]:
                 param = self.params[index]
                 _, offset = self.where[index]
-                param.grad.copy_(self.bucket_buffers[b][offset:offset + param.numel()].view_as(param.grad))
+                param.grad.copy_(self.bucket_buffers[b][offset : offset + param.numel()].view_as(param.grad))
         self.timeline = self.times
         self.missing = [len(indices) for indices in self.plan]
         self.works = [None] * len(self.plan)
-        self.times = [{"bucket": b, "bytes": buf.numel() * buf.element_size()}
-                      for b, buf in enumerate(self.bucket_buffers)]
+        self.times = [
+            {"bucket": b, "bytes": buf.numel() * buf.element_size()} for b, buf in enumerate(self.bucket_buffers)
+        ]
         return self.timeline
         # END SOLUTION
 

@@ -42,8 +42,13 @@ from commtax.ranks._args import Group
 
 
 def _check_number(name, value, minimum=0.0):
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value == value \
-            or value in (float("inf"), float("-inf")) or value < minimum:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Real)
+        or not value == value
+        or value in (float("inf"), float("-inf"))
+        or value < minimum
+    ):
         raise ValueError(f"{name} must be a finite number >= {minimum}, got {value!r}")
 
 
@@ -136,8 +141,8 @@ class BucketedDDP(nn.Module):
         self.world_size = dist.get_world_size(group)
         self.params = [p for p in module.parameters() if p.requires_grad]
         self.bucket_cap_bytes = bucket_cap_bytes
-        self.syncing = True          # False inside no_sync()
-        self.timeline = []           # filled by finish_gradient_synchronization(): one dict per bucket
+        self.syncing = True  # False inside no_sync()
+        self.timeline = []  # filled by finish_gradient_synchronization(): one dict per bucket
         self.broadcast_module_state()
         raise NotImplementedError(
             "BucketedDDP.__init__: not implemented yet. Hint: Lesson 08's buckets, built "

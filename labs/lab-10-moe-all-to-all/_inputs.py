@@ -28,8 +28,8 @@ from lab_10_workers import (  # noqa: E402  (loaded just above)
     TOKENS,
 )
 
-SEED = input_seed(0)   # the tokens and output gradients: secret under the grader, never sent to a rank
-EXPERTS = {2: 4, 4: 8}                          # 2 experts per rank on both world sizes
+SEED = input_seed(0)  # the tokens and output gradients: secret under the grader, never sent to a rank
+EXPERTS = {2: 4, 4: 8}  # 2 experts per rank on both world sizes
 
 
 def _layer_weights(world, seed=0, dtype=DTYPE, hidden=HIDDEN, ffn=FFN, experts=None):
@@ -37,9 +37,11 @@ def _layer_weights(world, seed=0, dtype=DTYPE, hidden=HIDDEN, ffn=FFN, experts=N
     (experts, hidden), w1 (experts, ffn, hidden), w2 (experts, hidden, ffn)."""
     experts = experts or EXPERTS[world]
     gen = torch.Generator().manual_seed(seed)
-    return {"router.weight": torch.randn(experts, hidden, generator=gen, dtype=dtype),
-            "w1": torch.randn(experts, ffn, hidden, generator=gen, dtype=dtype) / hidden ** 0.5,
-            "w2": torch.randn(experts, hidden, ffn, generator=gen, dtype=dtype) / ffn ** 0.5}
+    return {
+        "router.weight": torch.randn(experts, hidden, generator=gen, dtype=dtype),
+        "w1": torch.randn(experts, ffn, hidden, generator=gen, dtype=dtype) / hidden**0.5,
+        "w2": torch.randn(experts, hidden, ffn, generator=gen, dtype=dtype) / ffn**0.5,
+    }
 
 
 def _stream(*labels):
@@ -57,34 +59,48 @@ def _a2a_inputs(world):
     scalars, and float32 rows of 2 x 3 (a row is everything past the first dimension: an all_to_all that
     sizes a row by the second dimension alone fails on these)."""
     matrix = SPLITS[world]
-    rows = [torch.randint(-10**6, 10**6, (sum(matrix[i]), 3), generator=_stream("a2a rows", world, i)).to(DTYPE)
-            for i in range(world)]
-    ints = [torch.randint(-10**9, 10**9, (sum(matrix[i]),), generator=_stream("a2a ints", world, i))
-            for i in range(world)]
-    blocks = [torch.randint(-10**6, 10**6, (sum(matrix[i]), 2, 3), generator=_stream("a2a blocks", world, i))
-              .to(torch.float32) for i in range(world)]
+    rows = [
+        torch.randint(-(10**6), 10**6, (sum(matrix[i]), 3), generator=_stream("a2a rows", world, i)).to(DTYPE)
+        for i in range(world)
+    ]
+    ints = [
+        torch.randint(-(10**9), 10**9, (sum(matrix[i]),), generator=_stream("a2a ints", world, i)) for i in range(world)
+    ]
+    blocks = [
+        torch.randint(-(10**6), 10**6, (sum(matrix[i]), 2, 3), generator=_stream("a2a blocks", world, i)).to(
+            torch.float32
+        )
+        for i in range(world)
+    ]
     return {"rows": rows, "ints": ints, "blocks": blocks}
 
 
-EQUAL_ROWS = 2                                  # rows each rank sends each peer in the equal-split case
+EQUAL_ROWS = 2  # rows each rank sends each peer in the equal-split case
 
 
 def _equal_inputs(world):
     """Rank i's send tensor for equal splits: EQUAL_ROWS rows for each rank, integer values from SEED."""
-    return [torch.randint(-10**6, 10**6, (world * EQUAL_ROWS, 3), generator=_stream("equal", world, i)).to(DTYPE)
-            for i in range(world)]
+    return [
+        torch.randint(-(10**6), 10**6, (world * EQUAL_ROWS, 3), generator=_stream("equal", world, i)).to(DTYPE)
+        for i in range(world)
+    ]
 
 
 def _receive_equal_inputs(world):
     """Rank i's send tensor for RECEIVE_EQUAL: RECEIVE_EQUAL[world][j] rows for rank j, integer values from SEED."""
-    return [torch.randint(-10**6, 10**6, (sum(RECEIVE_EQUAL[world]), 3), generator=_stream("receive equal", world, i))
-            .to(DTYPE) for i in range(world)]
+    return [
+        torch.randint(-(10**6), 10**6, (sum(RECEIVE_EQUAL[world]), 3), generator=_stream("receive equal", world, i)).to(
+            DTYPE
+        )
+        for i in range(world)
+    ]
 
 
 def _cyclic_inputs():
     """Rank i's input rows of the CYCLIC all-to-all (6 each), integer values from SEED."""
-    return [torch.randint(-10**6, 10**6, (sum(CYCLIC[i]), 3), generator=_stream("cyclic", i)).to(DTYPE)
-            for i in range(4)]
+    return [
+        torch.randint(-(10**6), 10**6, (sum(CYCLIC[i]), 3), generator=_stream("cyclic", i)).to(DTYPE) for i in range(4)
+    ]
 
 
 def _skew_inputs():
@@ -109,8 +125,14 @@ def _case(world, with_skew):
     gradients; on 4 ranks the cyclic all-to-all and the two 2-rank groups' layer; the skew experiment if asked."""
     weights, xs = _layer_weights(world), _tokens(world)
     ups = _tokens(world, seed=2)
-    case = {"a2a": _a2a_inputs(world), "equal": _equal_inputs(world), "receive_equal": _receive_equal_inputs(world),
-            "weights": weights, "xs": xs, "ups": ups}
+    case = {
+        "a2a": _a2a_inputs(world),
+        "equal": _equal_inputs(world),
+        "receive_equal": _receive_equal_inputs(world),
+        "weights": weights,
+        "xs": xs,
+        "ups": ups,
+    }
     if world == 4:
         case["cyclic"] = _cyclic_inputs()
     if with_skew:
@@ -127,16 +149,21 @@ def _only(items, rank):
 
 def _rank_case(case, rank):
     """What rank ``rank`` is handed of ``case``: the weights, and of the per-rank inputs its own only."""
-    mine = dict(case, a2a={name: _only(tensors, rank) for name, tensors in case["a2a"].items()},
-                equal=_only(case["equal"], rank), xs=_only(case["xs"], rank), ups=_only(case["ups"], rank),
-                receive_equal=_only(case["receive_equal"], rank))
+    mine = dict(
+        case,
+        a2a={name: _only(tensors, rank) for name, tensors in case["a2a"].items()},
+        equal=_only(case["equal"], rank),
+        xs=_only(case["xs"], rank),
+        ups=_only(case["ups"], rank),
+        receive_equal=_only(case["receive_equal"], rank),
+    )
     if "cyclic" in case:
         mine["cyclic"] = _only(case["cyclic"], rank)
     if "subgroup" in case:
-        mine["subgroup"] = dict(case["subgroup"], xs=_only(case["subgroup"]["xs"], rank % 2),
-                                ups=_only(case["subgroup"]["ups"], rank % 2))
+        mine["subgroup"] = dict(
+            case["subgroup"], xs=_only(case["subgroup"]["xs"], rank % 2), ups=_only(case["subgroup"]["ups"], rank % 2)
+        )
     if "skew" in case:
         xs, routers = case["skew"]
         mine["skew"] = (_only(xs, rank), routers)
     return mine
-

@@ -58,7 +58,7 @@ def _reference(weights, xs, ups, top_k, cf):
         keep = _keep_by_rule(ids, experts, cap)
         y = torch.zeros_like(x)
         for e in range(experts):
-            gate = ((ids == e) & keep).to(x.dtype) * w                     # tokens x k
+            gate = ((ids == e) & keep).to(x.dtype) * w  # tokens x k
             expert = F.gelu(x @ params["w1"][e].t()) @ params["w2"][e].t()
             y = y + gate.sum(1, keepdim=True) * expert
         outputs.append(y)
@@ -94,7 +94,7 @@ def _expected_a2a(tensors, matrix, rank):
     pieces = []
     for j in range(len(matrix)):
         start = sum(matrix[j][:rank])
-        pieces.append(tensors[j][start:start + matrix[j][rank]])
+        pieces.append(tensors[j][start : start + matrix[j][rank]])
     return torch.cat(pieces)
 
 
@@ -115,5 +115,5 @@ def _skew_counts(xs, routers):
             ids, _ = _route(weights["router.weight"], x, 1)
             for e in ids.reshape(-1).tolist():
                 counts[e // per_rank][src] += 1
-        expected[name] = counts                                   # expected[name][dst][src]
+        expected[name] = counts  # expected[name][dst][src]
     return expected

@@ -15,14 +15,11 @@ from commtax.ranks.traffic import record_traffic
 from commtax.testing import SECTION_FAILED, run_section
 
 DTYPE = torch.float64
-HIDDEN, FFN, TOP_K, TOKENS = 8, 16, 2, 12       # the small layer: 12 tokens per rank
-CAPACITY_FACTOR = 0.75                          # below 1: some copies must be dropped
+HIDDEN, FFN, TOP_K, TOKENS = 8, 16, 2, 12  # the small layer: 12 tokens per rank
+CAPACITY_FACTOR = 0.75  # below 1: some copies must be dropped
 
 # Split matrices for the all-to-all: SPLITS[w][i][j] = rows rank i sends rank j (zeros included).
-SPLITS = {
-    2: [[3, 0], [5, 2]],
-    4: [[1, 0, 4, 2], [0, 0, 3, 0], [2, 6, 0, 1], [0, 1, 1, 5]],
-}
+SPLITS = {2: [[3, 0], [5, 2]], 4: [[1, 0, 4, 2], [0, 0, 3, 0], [2, 6, 0, 1], [0, 1, 1, 5]]}
 
 # The skew experiment: a bigger float32 layer, top-1, timed on 2 ranks.
 SKEW = dict(hidden=64, ffn=4096, experts=4, tokens=512, repeats=3)
@@ -37,6 +34,7 @@ CYCLIC = [[(j - i) % 4 for j in range(4)] for i in range(4)]
 
 
 # -- workers: run inside the ranks, return plain data --------------------------------------------
+
 
 def _moe(lab, weights, top_k, device):
     experts, ffn, hidden = weights["w1"].shape
@@ -53,20 +51,27 @@ def _which(shard, whole):
     """For each expert of a rank's ``shard`` (experts first), which expert of the ``whole`` layer it is (None: none)."""
     with torch.no_grad():
         shard, whole = shard.detach().cpu(), whole.detach().cpu()
-        return [next((e for e in range(whole.shape[0]) if whole[e].shape == one.shape and torch.equal(whole[e], one)),
-                     None) for one in shard]
+        return [
+            next((e for e in range(whole.shape[0]) if whole[e].shape == one.shape and torch.equal(whole[e], one)), None)
+            for one in shard
+        ]
 
 
 def _same_storage(layer, full, name):
     """Whether ``layer``'s tensor ``name`` ("router.weight", "w1", "w2") shares memory with ``full``'s."""
+
     def get(module):
         value = module
         for part in name.split("."):
             value = getattr(value, part, None)
         return value
+
     mine, theirs = get(layer), get(full)
-    return torch.is_tensor(mine) and torch.is_tensor(theirs) and \
-        mine.untyped_storage().data_ptr() == theirs.untyped_storage().data_ptr()
+    return (
+        torch.is_tensor(mine)
+        and torch.is_tensor(theirs)
+        and mine.untyped_storage().data_ptr() == theirs.untyped_storage().data_ptr()
+    )
 
 
 def _ep_parts(lab, weights, x, up, top_k, cf, device):
@@ -77,18 +82,26 @@ def _ep_parts(lab, weights, x, up, top_k, cf, device):
         full = _moe(lab, weights, top_k, device)
         layer = lab.ExpertParallelMoE.from_full(full)
         if not isinstance(layer, torch.nn.Module):
-            raise TypeError(f"ExpertParallelMoE.from_full(moe) returned {type(layer).__name__} {layer!r:.60}, "
-                            "not an nn.Module")
+            raise TypeError(
+                f"ExpertParallelMoE.from_full(moe) returned {type(layer).__name__} {layer!r:.60}, not an nn.Module"
+            )
         xi = x.clone().to(device).requires_grad_()
         with record_traffic() as traffic:
             y = layer(xi, capacity_factor=cf)
         state.update(layer=layer, x=xi, y=y)
-        got = {"output": y.detach().cpu(), "w1_shape": tuple(layer.w1.shape), "w1_experts": _which(layer.w1, full.w1),
-               "send_counts": list(layer.send_counts), "recv_counts": list(layer.recv_counts),
-               "dropped": int(layer.dropped), "count_types": [type(getattr(layer, name)).__name__ for name in
-                                                              ("send_counts", "recv_counts", "dropped")], "sent": traffic.bytes_sent, "collectives": traffic.collectives,
-               "shares": [name for name in ("router.weight", "w1", "w2") if _same_storage(layer, full, name)]}
-        if cf is not None:   # the same layer once more, dropless: its count is this call's, not the last one's
+        got = {
+            "output": y.detach().cpu(),
+            "w1_shape": tuple(layer.w1.shape),
+            "w1_experts": _which(layer.w1, full.w1),
+            "send_counts": list(layer.send_counts),
+            "recv_counts": list(layer.recv_counts),
+            "dropped": int(layer.dropped),
+            "count_types": [type(getattr(layer, name)).__name__ for name in ("send_counts", "recv_counts", "dropped")],
+            "sent": traffic.bytes_sent,
+            "collectives": traffic.collectives,
+            "shares": [name for name in ("router.weight", "w1", "w2") if _same_storage(layer, full, name)],
+        }
+        if cf is not None:  # the same layer once more, dropless: its count is this call's, not the last one's
             with torch.no_grad():
                 layer(x.clone().to(device), capacity_factor=None)
             got["dropped_then_dropless"] = int(layer.dropped)
@@ -101,9 +114,14 @@ def _ep_parts(lab, weights, x, up, top_k, cf, device):
             (state["y"] * up.to(device)).sum().backward()
         layer = state["layer"]
         # A .grad that stays None is the learner's graph cut, not an error here: the tests name it (_missing_grads).
-        return {"input_grad": _grad_of(state["x"]), "router_grad": _grad_of(layer.router.weight),
-                "w1_grad": _grad_of(layer.w1), "w2_grad": _grad_of(layer.w2), "sent": traffic.bytes_sent,
-                "collectives": traffic.collectives}
+        return {
+            "input_grad": _grad_of(state["x"]),
+            "router_grad": _grad_of(layer.router.weight),
+            "w1_grad": _grad_of(layer.w1),
+            "w2_grad": _grad_of(layer.w2),
+            "sent": traffic.bytes_sent,
+            "collectives": traffic.collectives,
+        }
 
     return forward, backward
 
@@ -127,9 +145,12 @@ def _a2a_checks(lab, rank, world_size, case, device):
         send = tensors[rank].to(device)
         with record_traffic() as traffic:
             got = lab.all_to_all(send, send_splits, recv_splits)
-        out[name] = {"got": got.cpu() if isinstance(got, torch.Tensor) else got, "bytes_sent": traffic.bytes_sent,
-                     "collectives": traffic.collectives,
-                     "empty_messages": sum(1 for m in traffic.messages if m[3] == 0)}
+        out[name] = {
+            "got": got.cpu() if isinstance(got, torch.Tensor) else got,
+            "bytes_sent": traffic.bytes_sent,
+            "collectives": traffic.collectives,
+            "empty_messages": sum(1 for m in traffic.messages if m[3] == 0),
+        }
     # One row more than send_splits sum to (the docstring's ValueError; a sum below the rows moves nothing
     # wrong on the wire, so a missing check cannot hang the run): every rank calls it alike.
     send = case["a2a"]["rows"][rank].to(device)
@@ -157,10 +178,14 @@ def _a2a_checks(lab, rank, world_size, case, device):
     solo = [torch.distributed.new_group([r]) for r in range(world_size)][rank]
     try:
         got = lab.all_to_all(send, [send.shape[0]], [send.shape[0]], group=solo)
-        out["solo"] = ("equal" if isinstance(got, torch.Tensor) and torch.equal(got.cpu(), send.cpu()) else
-                       f"got {got!r:.200}") + (", send itself" if got is send or (
-                           isinstance(got, torch.Tensor) and got.untyped_storage().data_ptr()
-                           == send.untyped_storage().data_ptr()) else "")
+        out["solo"] = (
+            "equal" if isinstance(got, torch.Tensor) and torch.equal(got.cpu(), send.cpu()) else f"got {got!r:.200}"
+        ) + (
+            ", send itself"
+            if got is send
+            or (isinstance(got, torch.Tensor) and got.untyped_storage().data_ptr() == send.untyped_storage().data_ptr())
+            else ""
+        )
     except Exception as exc:  # noqa: BLE001 - the test says what it expected
         out["solo"] = f"{type(exc).__name__}: {exc}"
     # Last, and not caught: the same rows as a transposed view (not contiguous). gloo sends only contiguous
@@ -180,13 +205,13 @@ def _single_checks(lab, rank, world_size, case, device):
     given = torch.full((sum(recv_splits), send.shape[1]), -1.0, dtype=send.dtype, device=device)
     returned = lab.all_to_all_single(given, send, recv_splits, send_splits)
     out["given"], out["given_returned"] = given.cpu(), returned is None
-    equal = case["equal"][rank].to(device)                      # EQUAL_ROWS rows per peer
+    equal = case["equal"][rank].to(device)  # EQUAL_ROWS rows per peer
     mine = torch.full_like(equal, -1.0)
     lab.all_to_all_single(mine, equal)
     torchs = torch.empty_like(equal)
     torch.distributed.all_to_all_single(torchs, equal)
     out["equal"], out["equal_torch"] = mine.cpu(), torchs.cpu()
-    counts = RECEIVE_EQUAL[world_size]                          # output rows: P x counts[rank]; input: sum(counts)
+    counts = RECEIVE_EQUAL[world_size]  # output rows: P x counts[rank]; input: sum(counts)
     received = torch.full((world_size * counts[rank], 3), -1.0, dtype=DTYPE, device=device)
     try:
         lab.all_to_all_single(received, case["receive_equal"][rank].to(device), None, counts)
@@ -194,14 +219,20 @@ def _single_checks(lab, rank, world_size, case, device):
     except Exception as exc:  # noqa: BLE001 - reported by the test: a None read from the input's rows raises here
         out["none_out"] = (type(exc).__name__, str(exc))
     try:  # an output one row longer than output_split_sizes says: every rank raises (the docstring's ValueError)
-        lab.all_to_all_single(torch.empty(sum(recv_splits) + 1, send.shape[1], dtype=send.dtype, device=device),
-                              send, recv_splits, send_splits)
+        lab.all_to_all_single(
+            torch.empty(sum(recv_splits) + 1, send.shape[1], dtype=send.dtype, device=device),
+            send,
+            recv_splits,
+            send_splits,
+        )
         out["rows_error"] = None
     except Exception as exc:  # noqa: BLE001 - reported by the test, whatever it is
         out["rows_error"] = (type(exc).__name__, str(exc))
     try:  # a row too many: None cannot mean equal splits; every rank raises before sending anything
-        lab.all_to_all_single(torch.empty(world_size + 1, 3, dtype=DTYPE, device=device),
-                              torch.zeros(world_size + 1, 3, dtype=DTYPE, device=device))
+        lab.all_to_all_single(
+            torch.empty(world_size + 1, 3, dtype=DTYPE, device=device),
+            torch.zeros(world_size + 1, 3, dtype=DTYPE, device=device),
+        )
         out["error"] = None
     except Exception as exc:  # noqa: BLE001 - reported by the test, whatever it is
         out["error"] = (type(exc).__name__, str(exc))
@@ -233,7 +264,7 @@ def _subgroup_parts(lab, rank, case, device):
     sub, mine = case["subgroup"], rank % 2
 
     def forward():
-        groups = [torch.distributed.new_group([0, 1]), torch.distributed.new_group([2, 3])]   # every rank makes both
+        groups = [torch.distributed.new_group([0, 1]), torch.distributed.new_group([2, 3])]  # every rank makes both
         layer = lab.ExpertParallelMoE.from_full(_moe(lab, sub["weights"], TOP_K, device), group=groups[rank // 2])
         x = sub["xs"][mine].clone().to(device).requires_grad_()
         y = layer(x)
@@ -242,7 +273,9 @@ def _subgroup_parts(lab, rank, case, device):
 
     def backward():
         if not state:
-            raise RuntimeError("not run: the forward raised (see test_the_layer_on_a_subgroup_exchanges_only_within_its_group)")
+            raise RuntimeError(
+                "not run: the forward raised (see test_the_layer_on_a_subgroup_exchanges_only_within_its_group)"
+            )
         (state["y"] * sub["ups"][mine].to(device)).sum().backward()
         return {"input_grad": _grad_of(state["x"])}
 
@@ -258,9 +291,14 @@ def _exchange_parts(lab, rank, world_size, case, device, part, out):
         return True
     part("a2a backward", lambda: _a2a_backward_check(lab, rank, case["cyclic"][rank], device))
     mine = out["a2a backward"]
-    flags = [None] * world_size   # every rank learns whether any rank's gradient rows went astray
-    torch.distributed.all_gather_object(flags, isinstance(mine, dict) and SECTION_FAILED not in mine and
-                                        mine.get("grad") is not None and torch.equal(mine["grad"], mine["x"]))
+    flags = [None] * world_size  # every rank learns whether any rank's gradient rows went astray
+    torch.distributed.all_gather_object(
+        flags,
+        isinstance(mine, dict)
+        and SECTION_FAILED not in mine
+        and mine.get("grad") is not None
+        and torch.equal(mine["grad"], mine["x"]),
+    )
     return all(flags)
 
 
@@ -295,10 +333,14 @@ def moe_worker(rank, world_size, lab, case):
         part(f"{label} forward", forward)
         if backward_ok:
             part(f"{label} backward", backward)
-        else:   # it would deadlock or give wrong gradients: the AllToAll test names the cause
-            out[f"{label} backward"] = {SECTION_FAILED: (
-                "not run: AllToAll's backward sends the gradient rows the wrong way (see "
-                "test_all_to_all_backward_sends_each_gradient_row_back_where_it_came_from)", "")}
+        else:  # it would deadlock or give wrong gradients: the AllToAll test names the cause
+            out[f"{label} backward"] = {
+                SECTION_FAILED: (
+                    "not run: AllToAll's backward sends the gradient rows the wrong way (see "
+                    "test_all_to_all_backward_sends_each_gradient_row_back_where_it_came_from)",
+                    "",
+                )
+            }
     part("from_full error", lambda: _from_full_error(lab, world_size))
     if "subgroup" in case:
         forward, backward = _subgroup_parts(lab, rank, case, device)
@@ -307,6 +349,10 @@ def moe_worker(rank, world_size, lab, case):
             part("subgroup backward", backward)
     if "skew" in case:
         xs, routers = case["skew"]
-        part("skew", lambda: {name: _timed_layer(lab, weights, xs[rank], 1, SKEW["repeats"])
-                              for name, weights in routers.items()})
+        part(
+            "skew",
+            lambda: {
+                name: _timed_layer(lab, weights, xs[rank], 1, SKEW["repeats"]) for name, weights in routers.items()
+            },
+        )
     return out

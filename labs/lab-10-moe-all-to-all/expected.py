@@ -9,8 +9,10 @@ recipes run by ``python -m grading release`` on exactly the inputs
 
 from commtax.formulas import bill, moe
 
-RECIPES = {"ep_alltoall_bytes_per_layer": bill.ep_alltoall_bytes_per_layer,
-           "dispatch_bytes_per_rank": moe.dispatch_bytes_per_rank}
+RECIPES = {
+    "ep_alltoall_bytes_per_layer": bill.ep_alltoall_bytes_per_layer,
+    "dispatch_bytes_per_rank": moe.dispatch_bytes_per_rank,
+}
 # test_lab.py's EP_ROWS and DISPATCH_WITH_CAPACITY (an input not listed here fails loudly there)
 EP_ROWS = ((4096, 4096, 8, 2), (4096, 7168, 64, 8), (2048, 5120, 16, 6), (7, 3, 2, 1))
 DISPATCH_WITH_CAPACITY = ((12, 8, 4, 2, 2, 0.75, 8), (4096, 7168, 64, 8, 2, 1.25, 256), (100, 16, 1, 2, 2, None, 4))

@@ -43,6 +43,7 @@ from commtax.ranks._args import Group
 
 # -- part 1: the bill --------------------------------------------------------------------
 
+
 def _int(name, value, minimum):
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
@@ -78,8 +79,15 @@ def expert_capacity(tokens: int, experts: int, top_k: int, capacity_factor: floa
     # END SOLUTION
 
 
-def dispatch_bytes_per_rank(tokens_per_rank: int, hidden: int, ep: int, top_k: int, dtype_bytes: float = 2,
-                            capacity_factor: float | None = None, experts: int | None = None) -> float:
+def dispatch_bytes_per_rank(
+    tokens_per_rank: int,
+    hidden: int,
+    ep: int,
+    top_k: int,
+    dtype_bytes: float = 2,
+    capacity_factor: float | None = None,
+    experts: int | None = None,
+) -> float:
     """Bytes one rank sends in one dispatch all-to-all (the combine sends as many back).
 
     Experts are spread evenly over ``ep`` ranks and routing is uniform, so a
@@ -142,14 +150,15 @@ def apply_capacity(expert_ids: torch.Tensor, experts: int, capacity: int) -> tor
     if capacity is None:
         return torch.ones_like(expert_ids, dtype=torch.bool)
     _int("capacity", capacity, 0)
-    order = expert_ids.t().reshape(-1)                               # choice-major, token order inside
+    order = expert_ids.t().reshape(-1)  # choice-major, token order inside
     one_hot = F.one_hot(order.long(), experts)
-    position = (one_hot.cumsum(0) * one_hot).sum(1) - 1             # how many copies this expert already had
+    position = (one_hot.cumsum(0) * one_hot).sum(1) - 1  # how many copies this expert already had
     return (position < capacity).reshape(expert_ids.shape[1], expert_ids.shape[0]).t().contiguous()
     # END SOLUTION
 
 
 # -- part 2: the wire --------------------------------------------------------------------
+
 
 def _group_info(group):
     return dist.get_rank(group), dist.get_world_size(group)
@@ -159,8 +168,9 @@ def _global(group, rank):
     return rank if group is None else dist.get_global_rank(group, rank)
 
 
-def all_to_all(send: torch.Tensor, send_splits: Sequence[int], recv_splits: Sequence[int],
-               group: Group = None) -> torch.Tensor:
+def all_to_all(
+    send: torch.Tensor, send_splits: Sequence[int], recv_splits: Sequence[int], group: Group = None
+) -> torch.Tensor:
     """All-to-all with variable split sizes, from point-to-point operations only.
 
     ``send`` holds sum(send_splits) rows: the first ``send_splits[0]`` go to
@@ -178,11 +188,14 @@ def all_to_all(send: torch.Tensor, send_splits: Sequence[int], recv_splits: Sequ
     # HINT: waiting for any, skip empty ones, and copy your own block locally.
     rank, world = _group_info(group)
     if len(send_splits) != world or len(recv_splits) != world:
-        raise ValueError(f"send_splits and recv_splits need one entry per rank ({world}), "
-                         f"got {len(send_splits)} and {len(recv_splits)}")
+        raise ValueError(
+            f"send_splits and recv_splits need one entry per rank ({world}), "
+            f"got {len(send_splits)} and {len(recv_splits)}"
+        )
     if any(isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0 for n in [*send_splits, *recv_splits]):
-        raise ValueError(f"send_splits and recv_splits must hold ints >= 0, got {list(send_splits)} and "
-                         f"{list(recv_splits)}")
+        raise ValueError(
+            f"send_splits and recv_splits must hold ints >= 0, got {list(send_splits)} and {list(recv_splits)}"
+        )
     if sum(send_splits) != send.shape[0]:
         raise ValueError(f"send_splits sum to {sum(send_splits)} but send has {send.shape[0]} rows")
     send = send.contiguous()
@@ -192,24 +205,30 @@ def all_to_all(send: torch.Tensor, send_splits: Sequence[int], recv_splits: Sequ
     if send_splits[rank] != recv_splits[rank]:
         raise ValueError(f"rank {rank} sends itself {send_splits[rank]} rows but expects {recv_splits[rank]}")
     requests = []
-    for step in range(1, world):                  # pairwise order: peers rank+1, rank+2, ...
+    for step in range(1, world):  # pairwise order: peers rank+1, rank+2, ...
         to, frm = (rank + step) % world, (rank - step) % world
         if recv_splits[frm]:
-            requests.append(dist.irecv(out[recv_at[frm]:recv_at[frm] + recv_splits[frm]],
-                                       src=_global(group, frm), group=group))
+            requests.append(
+                dist.irecv(out[recv_at[frm] : recv_at[frm] + recv_splits[frm]], src=_global(group, frm), group=group)
+            )
         if send_splits[to]:
-            requests.append(dist.isend(send[send_at[to]:send_at[to] + send_splits[to]],
-                                       dst=_global(group, to), group=group))
-    out[recv_at[rank]:recv_at[rank] + recv_splits[rank]] = send[send_at[rank]:send_at[rank] + send_splits[rank]]
+            requests.append(
+                dist.isend(send[send_at[to] : send_at[to] + send_splits[to]], dst=_global(group, to), group=group)
+            )
+    out[recv_at[rank] : recv_at[rank] + recv_splits[rank]] = send[send_at[rank] : send_at[rank] + send_splits[rank]]
     for request in requests:
         request.wait()
     return out
     # END SOLUTION
 
 
-def all_to_all_single(output: torch.Tensor, input: torch.Tensor,  # noqa: A002
-                      output_split_sizes: Sequence[int] | None = None, input_split_sizes: Sequence[int] | None = None,
-                      group: Group = None) -> None:
+def all_to_all_single(
+    output: torch.Tensor,
+    input: torch.Tensor,  # noqa: A002
+    output_split_sizes: Sequence[int] | None = None,
+    input_split_sizes: Sequence[int] | None = None,
+    group: Group = None,
+) -> None:
     """``all_to_all`` with ``torch.distributed.all_to_all_single``'s arguments: it fills ``output``.
 
     ``input_split_sizes[j]`` rows of ``input`` go to rank j and
@@ -228,8 +247,9 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor,  # noqa: A002
         if given is not None:
             return list(given)
         if tensor.shape[0] % world:
-            raise ValueError(f"{name} is None (equal splits) but {tensor.shape[0]} rows do not divide "
-                             f"over {world} ranks")
+            raise ValueError(
+                f"{name} is None (equal splits) but {tensor.shape[0]} rows do not divide over {world} ranks"
+            )
         return [tensor.shape[0] // world] * world
 
     send_splits = splits(input_split_sizes, input, "input_split_sizes")
@@ -260,6 +280,7 @@ class AllToAll(torch.autograd.Function):
 
 # -- the single-process layer (given) ------------------------------------------------------
 
+
 def route(logits: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Top-k routing (Mixtral style): the k largest logits' experts, weights = softmax over those k.
 
@@ -285,8 +306,8 @@ class MoE(nn.Module):
             raise ValueError(f"top_k ({top_k}) exceeds experts ({experts})")
         self.hidden, self.ffn, self.experts, self.top_k = hidden, ffn, experts, top_k
         self.router = nn.Linear(hidden, experts, bias=False, dtype=dtype)
-        self.w1 = nn.Parameter(torch.randn(experts, ffn, hidden, dtype=dtype) / hidden ** 0.5)
-        self.w2 = nn.Parameter(torch.randn(experts, hidden, ffn, dtype=dtype) / ffn ** 0.5)
+        self.w1 = nn.Parameter(torch.randn(experts, ffn, hidden, dtype=dtype) / hidden**0.5)
+        self.w2 = nn.Parameter(torch.randn(experts, hidden, ffn, dtype=dtype) / ffn**0.5)
 
     def expert(self, e: int, x: torch.Tensor) -> torch.Tensor:
         """Expert ``e`` (a global index) on rows ``x``."""
@@ -295,8 +316,9 @@ class MoE(nn.Module):
     def forward(self, x: torch.Tensor, capacity_factor: float | None = None) -> torch.Tensor:
         """x: tokens x hidden. ``capacity_factor``: drop copies over capacity (this call's tokens are one group)."""
         ids, weights = route(self.router(x), self.top_k)
-        capacity = None if capacity_factor is None else expert_capacity(x.shape[0], self.experts, self.top_k,
-                                                                        capacity_factor)
+        capacity = (
+            None if capacity_factor is None else expert_capacity(x.shape[0], self.experts, self.top_k, capacity_factor)
+        )
         keep = apply_capacity(ids, self.experts, capacity)
         y = torch.zeros_like(x)
         for e in range(self.experts):
@@ -308,6 +330,7 @@ class MoE(nn.Module):
 
 # -- expert parallelism ------------------------------------------------------------------------
 
+
 class ExpertParallelMoE(nn.Module):
     """The experts of an ``MoE`` sharded over the ranks of ``group``; the router replicated.
 
@@ -318,8 +341,9 @@ class ExpertParallelMoE(nn.Module):
     dropped on this rank).
     """
 
-    def __init__(self, router: nn.Linear, w1: torch.Tensor, w2: torch.Tensor, top_k: int, experts: int,
-                 group: Group = None) -> None:
+    def __init__(
+        self, router: nn.Linear, w1: torch.Tensor, w2: torch.Tensor, top_k: int, experts: int, group: Group = None
+    ) -> None:
         super().__init__()
         self.router, self.w1, self.w2 = router, w1, w2
         self.top_k, self.experts, self.group = top_k, experts, group
@@ -339,11 +363,12 @@ class ExpertParallelMoE(nn.Module):
         if moe.experts % world:
             raise ValueError(f"experts ({moe.experts}) must be a multiple of the group size ({world})")
         local = moe.experts // world
-        router = nn.Linear(moe.hidden, moe.experts, bias=False, dtype=moe.router.weight.dtype,
-                           device=moe.router.weight.device)
+        router = nn.Linear(
+            moe.hidden, moe.experts, bias=False, dtype=moe.router.weight.dtype, device=moe.router.weight.device
+        )
         router.weight = nn.Parameter(moe.router.weight.detach().clone())
-        w1 = nn.Parameter(moe.w1.detach()[rank * local:(rank + 1) * local].clone())
-        w2 = nn.Parameter(moe.w2.detach()[rank * local:(rank + 1) * local].clone())
+        w1 = nn.Parameter(moe.w1.detach()[rank * local : (rank + 1) * local].clone())
+        w2 = nn.Parameter(moe.w2.detach()[rank * local : (rank + 1) * local].clone())
         return cls(router, w1, w2, moe.top_k, moe.experts, group)
         # END SOLUTION
 
@@ -361,8 +386,9 @@ class ExpertParallelMoE(nn.Module):
         # HINT: tell every rank how many rows each of its experts will get, dispatch, run the local experts on rows
         # HINT: grouped by expert, send the results back, and undo the sort before weighting them per token.
         ids, weights = route(self.router(x), self.top_k)
-        capacity = None if capacity_factor is None else expert_capacity(x.shape[0], self.experts, self.top_k,
-                                                                        capacity_factor)
+        capacity = (
+            None if capacity_factor is None else expert_capacity(x.shape[0], self.experts, self.top_k, capacity_factor)
+        )
         keep = apply_capacity(ids, self.experts, capacity)
         self.dropped = int((~keep).sum())
         token = torch.arange(x.shape[0], device=x.device).repeat_interleave(self.top_k)
@@ -371,23 +397,23 @@ class ExpertParallelMoE(nn.Module):
         order = torch.argsort(flat_ids, stable=True)
         token, flat_ids, flat_w = token[order], flat_ids[order], flat_w[order]
 
-        per_expert = torch.bincount(flat_ids, minlength=self.experts)           # copies to each expert
+        per_expert = torch.bincount(flat_ids, minlength=self.experts)  # copies to each expert
         send_splits = per_expert.view(self.world, self.local).sum(1).tolist()
         incoming = all_to_all(per_expert, [self.local] * self.world, [self.local] * self.world, self.group)
-        incoming = incoming.view(self.world, self.local)                        # [source rank, local expert]
+        incoming = incoming.view(self.world, self.local)  # [source rank, local expert]
         recv_splits = incoming.sum(1).tolist()
         self.send_counts, self.recv_counts = send_splits, recv_splits
 
         received = AllToAll.apply(x[token], send_splits, recv_splits, self.group)
         local_ids = torch.repeat_interleave(
-            torch.arange(self.local, device=x.device).repeat(self.world), incoming.reshape(-1))
+            torch.arange(self.local, device=x.device).repeat(self.world), incoming.reshape(-1)
+        )
         by_expert = torch.argsort(local_ids, stable=True)
         rows = received[by_expert]
         sizes = torch.bincount(local_ids, minlength=self.local).tolist()
-        outputs = [F.gelu(chunk @ self.w1[e].t()) @ self.w2[e].t()
-                   for e, chunk in enumerate(rows.split(sizes))]
+        outputs = [F.gelu(chunk @ self.w1[e].t()) @ self.w2[e].t() for e, chunk in enumerate(rows.split(sizes))]
         out = torch.cat(outputs) if outputs else rows
-        out = out[torch.argsort(by_expert)]                                      # back to arrival order
+        out = out[torch.argsort(by_expert)]  # back to arrival order
 
         back = AllToAll.apply(out, recv_splits, send_splits, self.group)
         return torch.zeros_like(x).index_add(0, token, flat_w[:, None] * back)

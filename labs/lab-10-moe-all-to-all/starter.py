@@ -43,6 +43,7 @@ from commtax.ranks._args import Group
 
 # -- part 1: the bill --------------------------------------------------------------------
 
+
 def _int(name, value, minimum):
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
@@ -72,8 +73,15 @@ def expert_capacity(tokens: int, experts: int, top_k: int, capacity_factor: floa
     )
 
 
-def dispatch_bytes_per_rank(tokens_per_rank: int, hidden: int, ep: int, top_k: int, dtype_bytes: float = 2,
-                            capacity_factor: float | None = None, experts: int | None = None) -> float:
+def dispatch_bytes_per_rank(
+    tokens_per_rank: int,
+    hidden: int,
+    ep: int,
+    top_k: int,
+    dtype_bytes: float = 2,
+    capacity_factor: float | None = None,
+    experts: int | None = None,
+) -> float:
     """Bytes one rank sends in one dispatch all-to-all (the combine sends as many back).
 
     Experts are spread evenly over ``ep`` ranks and routing is uniform, so a
@@ -121,6 +129,7 @@ def apply_capacity(expert_ids: torch.Tensor, experts: int, capacity: int) -> tor
 
 # -- part 2: the wire --------------------------------------------------------------------
 
+
 def _group_info(group):
     return dist.get_rank(group), dist.get_world_size(group)
 
@@ -129,8 +138,9 @@ def _global(group, rank):
     return rank if group is None else dist.get_global_rank(group, rank)
 
 
-def all_to_all(send: torch.Tensor, send_splits: Sequence[int], recv_splits: Sequence[int],
-               group: Group = None) -> torch.Tensor:
+def all_to_all(
+    send: torch.Tensor, send_splits: Sequence[int], recv_splits: Sequence[int], group: Group = None
+) -> torch.Tensor:
     """All-to-all with variable split sizes, from point-to-point operations only.
 
     ``send`` holds sum(send_splits) rows: the first ``send_splits[0]`` go to
@@ -150,9 +160,13 @@ def all_to_all(send: torch.Tensor, send_splits: Sequence[int], recv_splits: Sequ
     )
 
 
-def all_to_all_single(output: torch.Tensor, input: torch.Tensor,  # noqa: A002
-                      output_split_sizes: Sequence[int] | None = None, input_split_sizes: Sequence[int] | None = None,
-                      group: Group = None) -> None:
+def all_to_all_single(
+    output: torch.Tensor,
+    input: torch.Tensor,  # noqa: A002
+    output_split_sizes: Sequence[int] | None = None,
+    input_split_sizes: Sequence[int] | None = None,
+    group: Group = None,
+) -> None:
     """``all_to_all`` with ``torch.distributed.all_to_all_single``'s arguments: it fills ``output``.
 
     ``input_split_sizes[j]`` rows of ``input`` go to rank j and
@@ -188,6 +202,7 @@ class AllToAll(torch.autograd.Function):
 
 # -- the single-process layer (given) ------------------------------------------------------
 
+
 def route(logits: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Top-k routing (Mixtral style): the k largest logits' experts, weights = softmax over those k.
 
@@ -213,8 +228,8 @@ class MoE(nn.Module):
             raise ValueError(f"top_k ({top_k}) exceeds experts ({experts})")
         self.hidden, self.ffn, self.experts, self.top_k = hidden, ffn, experts, top_k
         self.router = nn.Linear(hidden, experts, bias=False, dtype=dtype)
-        self.w1 = nn.Parameter(torch.randn(experts, ffn, hidden, dtype=dtype) / hidden ** 0.5)
-        self.w2 = nn.Parameter(torch.randn(experts, hidden, ffn, dtype=dtype) / ffn ** 0.5)
+        self.w1 = nn.Parameter(torch.randn(experts, ffn, hidden, dtype=dtype) / hidden**0.5)
+        self.w2 = nn.Parameter(torch.randn(experts, hidden, ffn, dtype=dtype) / ffn**0.5)
 
     def expert(self, e: int, x: torch.Tensor) -> torch.Tensor:
         """Expert ``e`` (a global index) on rows ``x``."""
@@ -223,8 +238,9 @@ class MoE(nn.Module):
     def forward(self, x: torch.Tensor, capacity_factor: float | None = None) -> torch.Tensor:
         """x: tokens x hidden. ``capacity_factor``: drop copies over capacity (this call's tokens are one group)."""
         ids, weights = route(self.router(x), self.top_k)
-        capacity = None if capacity_factor is None else expert_capacity(x.shape[0], self.experts, self.top_k,
-                                                                        capacity_factor)
+        capacity = (
+            None if capacity_factor is None else expert_capacity(x.shape[0], self.experts, self.top_k, capacity_factor)
+        )
         keep = apply_capacity(ids, self.experts, capacity)
         y = torch.zeros_like(x)
         for e in range(self.experts):
@@ -236,6 +252,7 @@ class MoE(nn.Module):
 
 # -- expert parallelism ------------------------------------------------------------------------
 
+
 class ExpertParallelMoE(nn.Module):
     """The experts of an ``MoE`` sharded over the ranks of ``group``; the router replicated.
 
@@ -246,8 +263,9 @@ class ExpertParallelMoE(nn.Module):
     dropped on this rank).
     """
 
-    def __init__(self, router: nn.Linear, w1: torch.Tensor, w2: torch.Tensor, top_k: int, experts: int,
-                 group: Group = None) -> None:
+    def __init__(
+        self, router: nn.Linear, w1: torch.Tensor, w2: torch.Tensor, top_k: int, experts: int, group: Group = None
+    ) -> None:
         super().__init__()
         self.router, self.w1, self.w2 = router, w1, w2
         self.top_k, self.experts, self.group = top_k, experts, group

@@ -16,12 +16,36 @@ import numbers
 #: alphas in seconds per message, 8 GPUs per node with one NIC each, and the era's attention software
 #: (``fused_attention``: flash attention on H100, unfused on A100; a run's key overrides it).
 GPUS = {
-    "A100-80GB": dict(peak_flops=312e12, peak_flops_fp8=0.0, sms=108, hbm_bytes=80e9, hbm_bandwidth=2.039e12,
-                      nvlink_bandwidth=230e9, nic_bandwidth=24e9, nvlink_line_rate=300e9, nic_line_rate=25e9,
-                      nvlink_alpha=3e-6, nic_alpha=5e-6, gpus_per_node=8, fused_attention=False),
-    "H100-80GB": dict(peak_flops=989e12, peak_flops_fp8=1979e12, sms=132, hbm_bytes=80e9, hbm_bandwidth=3.35e12,
-                      nvlink_bandwidth=370e9, nic_bandwidth=47e9, nvlink_line_rate=450e9, nic_line_rate=50e9,
-                      nvlink_alpha=3e-6, nic_alpha=5e-6, gpus_per_node=8, fused_attention=True),
+    "A100-80GB": dict(
+        peak_flops=312e12,
+        peak_flops_fp8=0.0,
+        sms=108,
+        hbm_bytes=80e9,
+        hbm_bandwidth=2.039e12,
+        nvlink_bandwidth=230e9,
+        nic_bandwidth=24e9,
+        nvlink_line_rate=300e9,
+        nic_line_rate=25e9,
+        nvlink_alpha=3e-6,
+        nic_alpha=5e-6,
+        gpus_per_node=8,
+        fused_attention=False,
+    ),
+    "H100-80GB": dict(
+        peak_flops=989e12,
+        peak_flops_fp8=1979e12,
+        sms=132,
+        hbm_bytes=80e9,
+        hbm_bandwidth=3.35e12,
+        nvlink_bandwidth=370e9,
+        nic_bandwidth=47e9,
+        nvlink_line_rate=450e9,
+        nic_line_rate=50e9,
+        nvlink_alpha=3e-6,
+        nic_alpha=5e-6,
+        gpus_per_node=8,
+        fused_attention=True,
+    ),
 }
 GPU_ALIASES = {"A100": "A100-80GB", "H100": "H100-80GB", "H100-SXM": "H100-80GB"}
 
@@ -34,38 +58,94 @@ FITTED = {
 }
 ZERO_BANDWIDTH_SHARE = {"megatron": 1.0, "deepspeed": 0.068}
 
-TILE_ELEMENTS = 128 * 256   # output elements of one GEMM tile
-NCCL_SMS = 16               # SMs a running collective takes from the compute
-ADAM_BYTES = 12             # fp32 master weights, momentum, variance, per parameter
-OPTIMIZER_TRAFFIC = 30      # bytes per parameter shard one Adam step reads and writes
-LOGIT_BYTES = 52            # bytes per logit the fp32 cross-entropy moves, forward and backward
-BUCKET_PARAMS = 40e6        # Megatron's gradient bucket, parameters
-ACT_BYTES = 2               # bf16/fp16 activations
-MAX_MICRO_BATCH = 16        # the largest micro-batch predict tries when a run leaves it open
-BINDING_SHARE = 0.03        # an axis binds when it adds more than 3% of the step
+TILE_ELEMENTS = 128 * 256  # output elements of one GEMM tile
+NCCL_SMS = 16  # SMs a running collective takes from the compute
+ADAM_BYTES = 12  # fp32 master weights, momentum, variance, per parameter
+OPTIMIZER_TRAFFIC = 30  # bytes per parameter shard one Adam step reads and writes
+LOGIT_BYTES = 52  # bytes per logit the fp32 cross-entropy moves, forward and backward
+BUCKET_PARAMS = 40e6  # Megatron's gradient bucket, parameters
+ACT_BYTES = 2  # bf16/fp16 activations
+MAX_MICRO_BATCH = 16  # the largest micro-batch predict tries when a run leaves it open
+BINDING_SHARE = 0.03  # an axis binds when it adds more than 3% of the step
 
 RECOMPUTE = ("none", "selective", "full")
 PRECISIONS = ("bf16", "fp16", "fp8")
 PIPELINE_SPLITS = ("even", "embedding_and_loss")
 CP_COMMS = ("p2p", "all_gather")
 HSDP_ALLREDUCE = ("micro_batch", "step")
-PARAM_GATHERS = ("step", "micro_batch")   # ZeRO-2's parameter gather: once per step, or every micro-batch (FSDP)
+PARAM_GATHERS = ("step", "micro_batch")  # ZeRO-2's parameter gather: once per step, or every micro-batch (FSDP)
 DP_IMPLS = tuple(ZERO_BANDWIDTH_SHARE)
 
 #: Every key a run may have; the first ten are required, the others default as :data:`DEFAULTS` says.
-RUN_KEYS = ("layers", "hidden", "heads", "seq", "vocab", "gpus", "gpu", "tp", "pp", "global_batch",
-            "ffn_hidden", "kv_heads", "swiglu", "cp", "vpp", "micro_batch", "recompute",
-            "sequence_parallel", "zero_stage", "precision", "dp", "fused_attention", "overlap_grad_reduce",
-            "overlap_p2p", "tp_overlap", "pipeline_split", "cp_comm", "dp_impl", "shard_group", "hsdp_allreduce", "param_gather")
-DEFAULTS = dict(ffn_hidden=None, kv_heads=None, swiglu=False, cp=1, vpp=None, micro_batch=None, recompute=None,
-                sequence_parallel=None, zero_stage=0, precision="bf16", dp=None, fused_attention=None,
-                overlap_grad_reduce=None, overlap_p2p=None, tp_overlap=False, pipeline_split=None, cp_comm="p2p",
-                dp_impl="megatron", shard_group=None, hsdp_allreduce="micro_batch", param_gather="step")
-RETURNED_KEYS = ("step_time_s", "model_tflops_per_gpu", "hardware_tflops_per_gpu", "mfu", "hfu",
-                 "memory_bytes_per_gpu", "binding")
+RUN_KEYS = (
+    "layers",
+    "hidden",
+    "heads",
+    "seq",
+    "vocab",
+    "gpus",
+    "gpu",
+    "tp",
+    "pp",
+    "global_batch",
+    "ffn_hidden",
+    "kv_heads",
+    "swiglu",
+    "cp",
+    "vpp",
+    "micro_batch",
+    "recompute",
+    "sequence_parallel",
+    "zero_stage",
+    "precision",
+    "dp",
+    "fused_attention",
+    "overlap_grad_reduce",
+    "overlap_p2p",
+    "tp_overlap",
+    "pipeline_split",
+    "cp_comm",
+    "dp_impl",
+    "shard_group",
+    "hsdp_allreduce",
+    "param_gather",
+)
+DEFAULTS = dict(
+    ffn_hidden=None,
+    kv_heads=None,
+    swiglu=False,
+    cp=1,
+    vpp=None,
+    micro_batch=None,
+    recompute=None,
+    sequence_parallel=None,
+    zero_stage=0,
+    precision="bf16",
+    dp=None,
+    fused_attention=None,
+    overlap_grad_reduce=None,
+    overlap_p2p=None,
+    tp_overlap=False,
+    pipeline_split=None,
+    cp_comm="p2p",
+    dp_impl="megatron",
+    shard_group=None,
+    hsdp_allreduce="micro_batch",
+    param_gather="step",
+)
+RETURNED_KEYS = (
+    "step_time_s",
+    "model_tflops_per_gpu",
+    "hardware_tflops_per_gpu",
+    "mfu",
+    "hfu",
+    "memory_bytes_per_gpu",
+    "binding",
+)
 
 
 # -- checking a run and filling its defaults ----------------------------------------------------------
+
 
 def _int(cfg, name, minimum=1):
     value = cfg[name]
@@ -111,9 +191,19 @@ def normalize(run: dict) -> dict:
     if missing:
         raise ValueError(f"run is missing required key(s): {', '.join(missing)}")
     cfg = {**DEFAULTS, **run}
-    for name, value in dict(vocab=51200, tp=1, pp=1, cp=1, zero_stage=0, precision="bf16", swiglu=False,
-                            cp_comm="p2p", dp_impl="megatron", hsdp_allreduce="micro_batch",
-                            param_gather="step").items():
+    for name, value in dict(
+        vocab=51200,
+        tp=1,
+        pp=1,
+        cp=1,
+        zero_stage=0,
+        precision="bf16",
+        swiglu=False,
+        cp_comm="p2p",
+        dp_impl="megatron",
+        hsdp_allreduce="micro_batch",
+        param_gather="step",
+    ).items():
         if cfg[name] is None:
             cfg[name] = value
     if not isinstance(cfg["gpu"], str) or GPU_ALIASES.get(cfg["gpu"], cfg["gpu"]) not in GPUS:
@@ -174,8 +264,9 @@ def normalize(run: dict) -> dict:
             raise ValueError(f"shard_group ({g}) is HSDP: it needs zero_stage 2 or 3")
     cfg["micro_batch"] = cfg["micro_batch"] or 1
     if cfg["global_batch"] % (d * cfg["micro_batch"]):
-        raise ValueError(f"global_batch ({cfg['global_batch']}) is not divisible by dp * micro_batch "
-                         f"({d} * {cfg['micro_batch']})")
+        raise ValueError(
+            f"global_batch ({cfg['global_batch']}) is not divisible by dp * micro_batch ({d} * {cfg['micro_batch']})"
+        )
     split = _choice(cfg, "pipeline_split", PIPELINE_SPLITS, allow_none=True)
     if split is None:
         L = cfg["layers"]
@@ -193,8 +284,10 @@ def normalize(run: dict) -> dict:
             raise ValueError(f"vpp ({v}) needs pipeline parallelism (pp > 1)")
         total = cfg["layers"] + split_extra(split)
         if total % p or (total // p) % v:
-            raise ValueError(f"vpp ({v}) must divide the layer slots per stage: layers (+ 2 with the "
-                             f"embedding_and_loss split) divisible by pp * vpp, as Megatron's interleaving needs")
+            raise ValueError(
+                f"vpp ({v}) must divide the layer slots per stage: layers (+ 2 with the "
+                f"embedding_and_loss split) divisible by pp * vpp, as Megatron's interleaving needs"
+            )
     if cfg["fused_attention"] is None:
         cfg["fused_attention"] = GPUS[cfg["gpu"]]["fused_attention"]
     if cfg["overlap_grad_reduce"] is None:

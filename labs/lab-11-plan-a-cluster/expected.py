@@ -29,8 +29,11 @@ def dp_bytes_by_lesson07(run):
     cfg = P.normalize(dict(run, zero_stage=3))
     n, m = max(P.stage_params(cfg)), cfg["microbatches"]
     parts = lesson07.hsdp_bytes_per_step(n, 4, 2, m)
-    return dict(zero=[lesson07.zero_bytes_per_step(n, 8, z, m) for z in range(4)],
-                hsdp_step=parts["shard"] + parts["replicate"], hsdp_micro_batch=parts["shard"] + m * parts["replicate"])
+    return dict(
+        zero=[lesson07.zero_bytes_per_step(n, 8, z, m) for z in range(4)],
+        hsdp_step=parts["shard"] + parts["replicate"],
+        hsdp_micro_batch=parts["shard"] + m * parts["replicate"],
+    )
 
 
 PIECES = ("layer_time", "tp_time", "cp_time", "pipeline_time", "dp_time", "memory_bytes_per_gpu")
@@ -40,7 +43,7 @@ RECIPES.update(predict=predict, collective_time=P.collective_time, dp_bytes_by_l
 
 def cases():
     """Every (recipe, inputs) the visible tests ask for."""
-    t = load_module_from_file("lab_11_plans", str(Path(__file__).resolve().parent / "_plans.py"))   # the tests' inputs
+    t = load_module_from_file("lab_11_plans", str(Path(__file__).resolve().parent / "_plans.py"))  # the tests' inputs
     for name in t.PLAN_IDS:
         plan = t.PLANS[name]
         yield "layer_time", (plan,)

@@ -35,8 +35,23 @@ from commtax.harness.labs import find_lab
 # What the lab gives (not graded) is in its folder's _given.py, loaded by path (a lab folder is no package).
 _given = load_module_from_file("lab_11_given", str(find_lab("lab-11-plan-a-cluster") / "_given.py"))
 from lab_11_given import (  # noqa: E402, I001  (loaded just above)
-    ACT_BYTES, ADAM_BYTES, BINDING_SHARE, BUCKET_PARAMS, FITTED, GPU_ALIASES, GPUS, LOGIT_BYTES, MAX_MICRO_BATCH,
-    NCCL_SMS, OPTIMIZER_TRAFFIC, RECOMPUTE, RETURNED_KEYS, TILE_ELEMENTS, ZERO_BANDWIDTH_SHARE, normalize, split_extra,
+    ACT_BYTES,
+    ADAM_BYTES,
+    BINDING_SHARE,
+    BUCKET_PARAMS,
+    FITTED,
+    GPU_ALIASES,
+    GPUS,
+    LOGIT_BYTES,
+    MAX_MICRO_BATCH,
+    NCCL_SMS,
+    OPTIMIZER_TRAFFIC,
+    RECOMPUTE,
+    RETURNED_KEYS,
+    TILE_ELEMENTS,
+    ZERO_BANDWIDTH_SHARE,
+    normalize,
+    split_extra,
 )
 
 
@@ -102,7 +117,7 @@ def _members(size, stride, per_node):
 
 
 def _collective(op, nbytes, size, stride, gpu):
-    if op not in ("all_reduce", "reduce_scatter", "all_gather", "send"):   # named whatever the group's size
+    if op not in ("all_reduce", "reduce_scatter", "all_gather", "send"):  # named whatever the group's size
         raise ValueError(f"op must be all_reduce, reduce_scatter, all_gather or send; got {op!r}")
     if size == 1:
         return 0.0
@@ -174,16 +189,29 @@ def _layer(cfg, recompute, gpu):
 def _attention(cfg, gpu):
     M = cfg["micro_batch"] * cfg["seq"] / cfg["cp"]
     causal = 0.5 if cfg["fused_attention"] else 1.0
-    return causal * 4 * M * cfg["seq"] * cfg["hidden"] / cfg["tp"] / (FITTED[cfg["gpu"]]["matmul_efficiency"]
-                                                                     * gpu.peak_flops)
+    return (
+        causal
+        * 4
+        * M
+        * cfg["seq"]
+        * cfg["hidden"]
+        / cfg["tp"]
+        / (FITTED[cfg["gpu"]]["matmul_efficiency"] * gpu.peak_flops)
+    )
 
 
 def _logits(cfg, gpu):
     k = FITTED[cfg["gpu"]]
     M = cfg["micro_batch"] * cfg["seq"] / cfg["cp"]
     h, N = cfg["hidden"], cfg["vocab"] / cfg["tp"]
-    gemms = 2 * M * N * h / (k["matmul_efficiency"] * gpu.peak_flops) \
+    gemms = (
+        2
+        * M
+        * N
+        * h
+        / (k["matmul_efficiency"] * gpu.peak_flops)
         * (1 / _wave(M, N, gpu) + 1 / _wave(M, h, gpu) + 1 / _wave(h, N, gpu))
+    )
     return gemms + LOGIT_BYTES * M * N / (k["elementwise_efficiency"] * gpu.hbm_bandwidth)
 
 
@@ -206,10 +234,17 @@ def _cp(cfg, recompute, gpu):
         return 0.0
     full = recompute == "full"
     if cfg["cp_comm"] == "all_gather":
-        gathered = 2 * cfg["micro_batch"] * cfg["seq"] * max(1, cfg["kv_heads"] // t) \
-            * (cfg["hidden"] // cfg["heads"]) * ACT_BYTES
-        return (2 if full else 1) * _collective("all_gather", gathered, c, t, gpu) \
-            + _collective("reduce_scatter", gathered, c, t, gpu)
+        gathered = (
+            2
+            * cfg["micro_batch"]
+            * cfg["seq"]
+            * max(1, cfg["kv_heads"] // t)
+            * (cfg["hidden"] // cfg["heads"])
+            * ACT_BYTES
+        )
+        return (2 if full else 1) * _collective("all_gather", gathered, c, t, gpu) + _collective(
+            "reduce_scatter", gathered, c, t, gpu
+        )
     block = 2 * cfg["micro_batch"] * cfg["seq"] / c * cfg["kv_hidden"] / t * ACT_BYTES
     step_f = _attention(cfg, gpu) / c
     step_b = (2.5 if cfg["fused_attention"] else 2.0) * step_f
@@ -267,8 +302,12 @@ def _dp(cfg, recompute, layer_s, stage_s):
         hsdp = replicate(n) * (m if cfg["hsdp_allreduce"] == "micro_batch" else 1)
         comm = reductions * per_reduce + hsdp
         if cfg["overlap_grad_reduce"]:
-            added = last + (reductions - 1) * _overlap(per_reduce, backward_window, base) \
-                + _overlap(per_reduce - last, backward_window, base) + _overlap(hsdp, backward_window, base)
+            added = (
+                last
+                + (reductions - 1) * _overlap(per_reduce, backward_window, base)
+                + _overlap(per_reduce - last, backward_window, base)
+                + _overlap(hsdp, backward_window, base)
+            )
         else:
             added = comm
         if z >= 1:
@@ -276,8 +315,11 @@ def _dp(cfg, recompute, layer_s, stage_s):
             first = _collective("all_gather", bucket * 2, g, t, gpu)
             gathers = m if z == 2 and cfg["param_gather"] == "micro_batch" else 1
             comm += gathers * gather
-            added += gathers * (first + _overlap(gather - first, forward_window, base)) \
-                if cfg["overlap_grad_reduce"] else gathers * gather
+            added += (
+                gathers * (first + _overlap(gather - first, forward_window, base))
+                if cfg["overlap_grad_reduce"]
+                else gathers * gather
+            )
         return added, comm
     per_layer = _layer_params(cfg) / t
     gather = _collective("all_gather", per_layer * 2, g, t, gpu)
@@ -323,10 +365,14 @@ def _memory(cfg, recompute):
         acts = per_layer * in_flight
         if recompute == "full":
             acts += _activations(cfg, "none")
-        parts = dict(params=2 * n / (g if z >= 3 else 1), grads=gb * n / (g if z >= 2 else 1),
-                     optimizer=ADAM_BYTES * n / (g if z >= 1 else 1), activations=acts,
-                     logits=4 * M * cfg["vocab"] / t if stage == p - 1 else 0.0,
-                     buffers=4 * _layer_params(cfg) / t if z == 3 and g > 1 else 0.0)
+        parts = dict(
+            params=2 * n / (g if z >= 3 else 1),
+            grads=gb * n / (g if z >= 2 else 1),
+            optimizer=ADAM_BYTES * n / (g if z >= 1 else 1),
+            activations=acts,
+            logits=4 * M * cfg["vocab"] / t if stage == p - 1 else 0.0,
+            buffers=4 * _layer_params(cfg) / t if z == 3 and g > 1 else 0.0,
+        )
         if cfg["cp"] > 1 and cfg["cp_comm"] == "all_gather":
             parts["buffers"] += 2 * cfg["micro_batch"] * cfg["seq"] * cfg["kv_hidden"] / t * ACT_BYTES
         parts["total"] = sum(parts.values())
@@ -362,18 +408,31 @@ def _step(cfg, recompute):
     optimizer = OPTIMIZER_TRAFFIC * shard / (FITTED[cfg["gpu"]]["elementwise_efficiency"] * gpu.hbm_bandwidth)
     n = layers[pace]
     tp_s, cp_s = m * n * t_tp, m * n * t_cp
-    step = m * n * (matmul + elementwise) + (m * t_logits if pace == p - 1 else 0.0) + tp_s + cp_s \
-        + bubble + sends + dp_added + optimizer
+    step = (
+        m * n * (matmul + elementwise)
+        + (m * t_logits if pace == p - 1 else 0.0)
+        + tp_s
+        + cp_s
+        + bubble
+        + sends
+        + dp_added
+        + optimizer
+    )
     exposed = {"tp": tp_s, "cp": cp_s, "pp": bubble + sends, "dp": dp_added}
     worst = max(exposed, key=exposed.get)
     memory = _memory(cfg, recompute)
     gpus, peak = cfg["gpus"], _peak(cfg, gpu)
     model, hardware = _flops(cfg, "model", recompute), _flops(cfg, "hardware", recompute)
-    return dict(step_time_s=step, model_tflops_per_gpu=model / step / gpus / 1e12,
-                hardware_tflops_per_gpu=hardware / step / gpus / 1e12, mfu=model / step / gpus / peak,
-                hfu=hardware / step / gpus / peak, memory_bytes_per_gpu=memory["total"],
-                binding=worst if exposed[worst] > BINDING_SHARE * step else "compute",
-                fits=memory["total"] <= gpu.hbm_bytes)
+    return dict(
+        step_time_s=step,
+        model_tflops_per_gpu=model / step / gpus / 1e12,
+        hardware_tflops_per_gpu=hardware / step / gpus / 1e12,
+        mfu=model / step / gpus / peak,
+        hfu=hardware / step / gpus / peak,
+        memory_bytes_per_gpu=memory["total"],
+        binding=worst if exposed[worst] > BINDING_SHARE * step else "compute",
+        fits=memory["total"] <= gpu.hbm_bytes,
+    )
 
 
 def _choose_recompute(cfg):
@@ -381,6 +440,8 @@ def _choose_recompute(cfg):
         if _memory(cfg, mode)["total"] <= GPUS[cfg["gpu"]]["hbm_bytes"]:
             return mode
     return "full"
+
+
 # END SOLUTION
 
 
@@ -510,6 +571,8 @@ def _stage_seconds(cfg):
     t_layer = matmul + elementwise + _tp(cfg, recompute, gpu, gemm) + _cp(cfg, recompute, gpu)
     layers = _stage_layers(cfg)
     return max(n * t_layer + (_logits(cfg, gpu) if i == len(layers) - 1 else 0.0) for i, n in enumerate(layers))
+
+
 # END SOLUTION
 
 
@@ -527,8 +590,11 @@ def predict(run: dict) -> dict:
     # HINT: try every open (micro-batch, v) with the least recomputation that fits; keep the fastest that fits.
     cfg = normalize(run)
     per_replica = cfg["global_batch"] // cfg["dp"]
-    micro = [run["micro_batch"]] if run.get("micro_batch") is not None else \
-        [b for b in range(1, min(per_replica, MAX_MICRO_BATCH) + 1) if per_replica % b == 0]
+    micro = (
+        [run["micro_batch"]]
+        if run.get("micro_batch") is not None
+        else [b for b in range(1, min(per_replica, MAX_MICRO_BATCH) + 1) if per_replica % b == 0]
+    )
     total = cfg["layers"] + split_extra(cfg["pipeline_split"])
     if run.get("vpp") is not None or cfg["pp"] == 1 or total % cfg["pp"]:
         depths = [run.get("vpp")]

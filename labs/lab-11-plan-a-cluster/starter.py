@@ -35,8 +35,23 @@ from commtax.harness.labs import find_lab
 # What the lab gives (not graded) is in its folder's _given.py, loaded by path (a lab folder is no package).
 _given = load_module_from_file("lab_11_given", str(find_lab("lab-11-plan-a-cluster") / "_given.py"))
 from lab_11_given import (  # noqa: E402, I001  (loaded just above)
-    ACT_BYTES, ADAM_BYTES, BINDING_SHARE, BUCKET_PARAMS, FITTED, GPU_ALIASES, GPUS, LOGIT_BYTES, MAX_MICRO_BATCH,
-    NCCL_SMS, OPTIMIZER_TRAFFIC, RECOMPUTE, RETURNED_KEYS, TILE_ELEMENTS, ZERO_BANDWIDTH_SHARE, normalize, split_extra,
+    ACT_BYTES,
+    ADAM_BYTES,
+    BINDING_SHARE,
+    BUCKET_PARAMS,
+    FITTED,
+    GPU_ALIASES,
+    GPUS,
+    LOGIT_BYTES,
+    MAX_MICRO_BATCH,
+    NCCL_SMS,
+    OPTIMIZER_TRAFFIC,
+    RECOMPUTE,
+    RETURNED_KEYS,
+    TILE_ELEMENTS,
+    ZERO_BANDWIDTH_SHARE,
+    normalize,
+    split_extra,
 )
 
 

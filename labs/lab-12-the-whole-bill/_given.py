@@ -88,9 +88,24 @@ class ReduceFromTPBackward(torch.autograd.Function):
         return grad, None
 
 
-def train_with(pieces: dict[str, Any], rank: int, world_size: int, dp: int, tp: int, pp: int, *, layers: int = 4,
-               hidden: int = 16, micro_batch: int = 2, seq: int = 8, microbatches: int = 4, steps: int = 3,
-               lr: float = 0.1, seed: int = 0, tp_group_axis: str = "tp") -> dict:
+def train_with(
+    pieces: dict[str, Any],
+    rank: int,
+    world_size: int,
+    dp: int,
+    tp: int,
+    pp: int,
+    *,
+    layers: int = 4,
+    hidden: int = 16,
+    micro_batch: int = 2,
+    seq: int = 8,
+    microbatches: int = 4,
+    steps: int = 3,
+    lr: float = 0.1,
+    seed: int = 0,
+    tp_group_axis: str = "tp",
+) -> dict:
     """Train on this rank with the lab's pieces; call on every rank of a dp*tp*pp job.
 
     ``pieces``: {"make_model", "make_batch", "shard_layer", "Ledger", "train_step", "sync_gradients"}, the
@@ -111,14 +126,19 @@ def train_with(pieces: dict[str, Any], rank: int, world_size: int, dp: int, tp: 
     groups = {axis: None for axis in AXES}
     for axis, lists in group_ranks(dp, tp, pp).items():
         for ranks in lists:
-            handle = dist.new_group(ranks)   # every rank creates every group, in the same order
+            handle = dist.new_group(ranks)  # every rank creates every group, in the same order
             if rank in ranks:
                 groups[axis] = handle
     pipeline = next(r for r in group_ranks(dp, tp, pp)["pp"] if rank in r)
-    ctx = {"stage": pp_idx, "stages": pp, "prev": pipeline[pp_idx - 1] if pp_idx else None,
-           "next": pipeline[pp_idx + 1] if pp_idx < pp - 1 else None, "tp_group": groups[tp_group_axis]}
+    ctx = {
+        "stage": pp_idx,
+        "stages": pp,
+        "prev": pipeline[pp_idx - 1] if pp_idx else None,
+        "next": pipeline[pp_idx + 1] if pp_idx < pp - 1 else None,
+        "tp_group": groups[tp_group_axis],
+    }
     per_stage = layers // pp
-    model = pieces["make_model"](layers, hidden, seed)[pp_idx * per_stage:(pp_idx + 1) * per_stage]
+    model = pieces["make_model"](layers, hidden, seed)[pp_idx * per_stage : (pp_idx + 1) * per_stage]
     shards = [{k: v.requires_grad_() for k, v in pieces["shard_layer"](layer, tp, tp_idx).items()} for layer in model]
     replica_batch = micro_batch * microbatches
     losses, timeline, step_s = [], [], []
@@ -148,5 +168,10 @@ def train_with(pieces: dict[str, Any], rank: int, world_size: int, dp: int, tp: 
         for axis, value in ledger.bytes.items():
             ledger_totals[axis] += value / steps
         timeline += [(kind, k, t0 - start, t1 - start, step) for kind, k, t0, t1 in events]
-    return {"coords": (pp_idx, dp_idx, tp_idx), "loss": losses, "ledger": ledger_totals,
-            "timeline": timeline, "step_s": step_s}
+    return {
+        "coords": (pp_idx, dp_idx, tp_idx),
+        "loss": losses,
+        "ledger": ledger_totals,
+        "timeline": timeline,
+        "step_s": step_s,
+    }

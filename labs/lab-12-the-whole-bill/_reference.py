@@ -48,7 +48,7 @@ def counted_by_axis(ranks_results, dp, tp, pp):
     for rank_result in ranks_results:
         steps = rank_result["steps"]
         for ranks, nbytes in rank_result["allreduces"]:
-            g = len(ranks)           # 1: a group of one sends nothing; 0: its group could not be read
+            g = len(ranks)  # 1: a group of one sends nothing; 0: its group could not be read
             totals[axis_of.get(tuple(ranks), "other")] += (2 * (g - 1) / g if g else 1.0) * nbytes / steps
         totals["pp"] += sum(nbytes for _, _, nbytes in rank_result["sends"]) / steps
     world = dp * tp * pp
@@ -61,7 +61,7 @@ def one_f_one_b_rule(stage, stages, microbatches):
     microbatches) warm-up forwards, then one forward and one backward in turn, then the remaining backwards."""
     warmup = min(stages - stage - 1, microbatches)
     ops = [("F", k) for k in range(warmup)]
-    for k in range(microbatches - warmup):                 # steady state: F of k + warmup, then B of k
+    for k in range(microbatches - warmup):  # steady state: F of k + warmup, then B of k
         ops += [("F", k + warmup), ("B", k)]
     return ops + [("B", k) for k in range(microbatches - warmup, microbatches)]
 

@@ -28,6 +28,7 @@ SEED = input_seed(1212)
 
 # -- the model and data, made here; each rank is handed its own version (rank_args) ----------------
 
+
 def coordinates(rank, dp, tp, pp):
     """(pp_idx, dp_idx, tp_idx) of ``rank`` in Megatron's order (TP innermost, then DP, then PP)."""
     pp_idx, rest = divmod(rank, dp * tp)
@@ -42,8 +43,9 @@ def _randn(labels, shape, dim=None):
     """Standard normal float64 of ``shape`` from the stream ``labels`` of SEED; with ``dim``, each slice along
     ``dim`` from a stream of its own (``labels`` and its index)."""
     if dim is None:
-        return torch.randn(shape, generator=torch.Generator().manual_seed(stream_seed(SEED, *labels)),
-                           dtype=torch.float64)
+        return torch.randn(
+            shape, generator=torch.Generator().manual_seed(stream_seed(SEED, *labels)), dtype=torch.float64
+        )
     one = list(shape)
     one[dim] = 1
     return torch.cat([_randn((*labels, i), tuple(one)) for i in range(shape[dim])], dim)
@@ -54,9 +56,15 @@ def _real_model():
     of W2 (the units TP shards are made of) from a stream of its own; b2, whole on every TP rank, from one."""
     h = SIZES["hidden"]
     scale = 1 / math.sqrt(h)
-    return [{"w1": _randn(("w1", layer), (4 * h, h), 0) * scale, "b1": _randn(("b1", layer), (4 * h,), 0) * 0.1,
-             "w2": _randn(("w2", layer), (h, 4 * h), 1) * scale / 2, "b2": _randn(("b2", layer), (h,)) * 0.1}
-            for layer in range(SIZES["layers"])]
+    return [
+        {
+            "w1": _randn(("w1", layer), (4 * h, h), 0) * scale,
+            "b1": _randn(("b1", layer), (4 * h,), 0) * 0.1,
+            "w2": _randn(("w2", layer), (h, 4 * h), 1) * scale / 2,
+            "b2": _randn(("b2", layer), (h,)) * 0.1,
+        }
+        for layer in range(SIZES["layers"])
+    ]
 
 
 def _real_batches(dp):
@@ -79,8 +87,10 @@ def _decoys(plan, rank):
     decoy = stream_seed(SEED, "decoys", plan, rank)
     g = torch.Generator().manual_seed(decoy)
     shape = (_global_batch(plan[0]), s["seq"], s["hidden"])
-    batches = [(torch.randn(shape, generator=g, dtype=torch.float64),
-                torch.randn(shape, generator=g, dtype=torch.float64)) for _ in range(s["steps"])]
+    batches = [
+        (torch.randn(shape, generator=g, dtype=torch.float64), torch.randn(shape, generator=g, dtype=torch.float64))
+        for _ in range(s["steps"])
+    ]
     return wholebill.make_model(s["layers"], s["hidden"], decoy), batches
 
 
@@ -126,17 +136,22 @@ def rank_inputs(dp, tp, pp):
 
 def _handing(model, batches, sizes):
     """Stand-ins for the module's make_model and make_batch that return what this rank was handed."""
+
     def make_model(layers, hidden, seed=0):
         if (layers, hidden) != (sizes["layers"], sizes["hidden"]):
-            raise ValueError(f"make_model(layers={layers}, hidden={hidden}): this test's model has "
-                             f"layers={sizes['layers']}, hidden={sizes['hidden']}")
+            raise ValueError(
+                f"make_model(layers={layers}, hidden={hidden}): this test's model has "
+                f"layers={sizes['layers']}, hidden={sizes['hidden']}"
+            )
         return [{name: tensor.clone() for name, tensor in layer.items()} for layer in model]
 
     def make_batch(global_batch, seq, hidden, step, seed=0):
         shape = tuple(batches[0][0].shape)
         if (global_batch, seq, hidden) != shape or not (isinstance(step, int) and 0 <= step < len(batches)):
-            raise ValueError(f"make_batch(global_batch={global_batch}, seq={seq}, hidden={hidden}, step={step}): "
-                             f"this test's batches are {shape}, steps 0..{len(batches) - 1}")
+            raise ValueError(
+                f"make_batch(global_batch={global_batch}, seq={seq}, hidden={hidden}, step={step}): "
+                f"this test's batches are {shape}, steps 0..{len(batches) - 1}"
+            )
         x, target = batches[step]
         return x.clone(), target.clone()
 
@@ -144,6 +159,7 @@ def _handing(model, batches, sizes):
 
 
 # -- inside the ranks ---------------------------------------------------------------------
+
 
 def record_training(rank, world_size, lab, dp, tp, pp, options, model, batches):
     """Train with the lab's code while the course's byte counter watches; plain data back.
@@ -170,11 +186,15 @@ def record_training(rank, world_size, lab, dp, tp, pp, options, model, batches):
                 delattr(lab, name)
             else:
                 setattr(lab, name, function)
-    return {"result": result, "steps": sizes["steps"], "left_wrapped": left_wrapped, "torchs_own": torchs_own,
-            "calls": calls,
-            "allreduces": [(ranks, nbytes) for name, ranks, nbytes in traffic.collective_groups
-                           if name == "all_reduce"],
-            "sends": [(peer, tag, nbytes) for kind, peer, tag, nbytes in traffic.messages if kind == "send"]}
+    return {
+        "result": result,
+        "steps": sizes["steps"],
+        "left_wrapped": left_wrapped,
+        "torchs_own": torchs_own,
+        "calls": calls,
+        "allreduces": [(ranks, nbytes) for name, ranks, nbytes in traffic.collective_groups if name == "all_reduce"],
+        "sends": [(peer, tag, nbytes) for kind, peer, tag, nbytes in traffic.messages if kind == "send"],
+    }
 
 
 class _LoggedRequest:
@@ -227,12 +247,14 @@ def record_slow_sends(rank, world_size, lab, delay):
     stage then waits in its receives, a wait the timeline must show inside the op that receives. (The model
     and data are train()'s own, from the public seed: only the timeline is read, no value.)"""
     import time
+
     real = {name: getattr(dist, name) for name in ("send", "isend")}
 
     def slowed(function):
         def send(*args, **kwargs):
             time.sleep(delay)
             return function(*args, **kwargs)
+
         return send
 
     for name, function in real.items():
@@ -254,7 +276,8 @@ def ledger_on_groups(rank, world_size, lab):
     one with ``op=MAX`` of [rank + 1] ("max": the result, or the error); rank 0 also sends 2 float64 with
     ``dist.send(tensor=..., dst=1)`` ("send_by_keyword": the bytes after it, or the error)."""
     import torch
-    tp, dp, third = (dist.new_group(list(range(world_size))) for _ in range(3))   # same ranks, three objects
+
+    tp, dp, third = (dist.new_group(list(range(world_size))) for _ in range(3))  # same ranks, three objects
     out = {}
     with lab.Ledger({"tp": tp, "dp": dp}) as ledger:
         out["fresh"] = dict(ledger.bytes)
@@ -268,7 +291,7 @@ def ledger_on_groups(rank, world_size, lab):
         elif rank == 1:
             dist.recv(torch.empty(4, dtype=torch.float32), src=0)
         out["send"] = dict(ledger.bytes)
-        if rank == 0:   # torch's arguments by keyword (a wrapper that takes the tensor from args[0] raises)
+        if rank == 0:  # torch's arguments by keyword (a wrapper that takes the tensor from args[0] raises)
             try:
                 dist.send(tensor=torch.ones(2, dtype=torch.float64), dst=1)
                 out["send_by_keyword"] = dict(ledger.bytes)
@@ -283,12 +306,12 @@ def ledger_on_groups(rank, world_size, lab):
             work.wait()
         before, t = dict(ledger.bytes), torch.ones(2, dtype=torch.float64)
         try:
-            dist.all_reduce(t, dist.ReduceOp.SUM, tp)     # torch's order: tensor, op, group, async_op
+            dist.all_reduce(t, dist.ReduceOp.SUM, tp)  # torch's order: tensor, op, group, async_op
             out["positional"] = {"before": before, "after": dict(ledger.bytes), "result": t.tolist()}
         except Exception as exc:  # noqa: BLE001 - the test reports it
             out["positional"] = {"error": f"{type(exc).__name__}: {exc}"}
         t = torch.tensor([rank + 1.0], dtype=torch.float64)
-        try:   # another op than SUM, by keyword (a wrapper that drops op sums)
+        try:  # another op than SUM, by keyword (a wrapper that drops op sums)
             dist.all_reduce(t, op=dist.ReduceOp.MAX, group=tp)
             out["max"] = t.tolist()
         except Exception as exc:  # noqa: BLE001 - the test reports it

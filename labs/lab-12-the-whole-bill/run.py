@@ -40,15 +40,16 @@ HERE = Path(__file__).resolve().parent
 def _bytes(value) -> str:
     if value is None:
         return "-"
-    whole = abs(value - round(value)) <= 1e-9 * max(1.0, abs(value))   # ring shares add up to whole bytes
+    whole = abs(value - round(value)) <= 1e-9 * max(1.0, abs(value))  # ring shares add up to whole bytes
     return f"{round(value):,} B" if whole else f"{value:,.1f} B"
 
 
 def _your_prediction(lab, sizes, dp, tp, pp):
     """Your predicted_bytes_per_step for this plan, or (None, why) if it raises."""
     try:
-        yours = lab.predicted_bytes_per_step(sizes["layers"], sizes["hidden"], sizes["micro_batch"], sizes["seq"],
-                                             sizes["microbatches"], dp, tp, pp)
+        yours = lab.predicted_bytes_per_step(
+            sizes["layers"], sizes["hidden"], sizes["micro_batch"], sizes["seq"], sizes["microbatches"], dp, tp, pp
+        )
     except Exception as exc:  # noqa: BLE001 - the report says so and goes on
         return None, f"raised {type(exc).__name__}: {exc}"
     if not isinstance(yours, dict) or not all(isinstance(v, (int, float)) for v in yours.values()):
@@ -65,16 +66,20 @@ def print_report(report, why_no_prediction=None) -> None:
     print("bytes sent per rank per step, averaged over all ranks")
     print(f"{'axis':6s}{'your prediction':>17s}{'course bill':>14s}{'counted':>12s}{'your ledger':>14s}  verdict")
     for axis, row in report["axes"].items():
-        print(f"{axis.upper() if axis != 'other' else 'other':6s}{_bytes(row['your_prediction']):>17s}"
-              f"{_bytes(row['predicted_bytes']):>14s}{_bytes(row['counted_bytes']):>12s}"
-              f"{_bytes(row['ledger_bytes']):>14s}  {row['verdict']}")
+        print(
+            f"{axis.upper() if axis != 'other' else 'other':6s}{_bytes(row['your_prediction']):>17s}"
+            f"{_bytes(row['predicted_bytes']):>14s}{_bytes(row['counted_bytes']):>12s}"
+            f"{_bytes(row['ledger_bytes']):>14s}  {row['verdict']}"
+        )
     if why_no_prediction:
         print(f"(your predicted_bytes_per_step {why_no_prediction})")
     print()
     predicted, measured = report["predicted_step_s"], report["measured_step_s"]
-    print(f"step: predicted {format_seconds(predicted)}, measured {format_seconds(measured)} "
-          f"({measured / predicted:.2f}x, {report['step_verdict']}; load average "
-          f"{os.getloadavg()[0]:.1f} on {wholebill.cores()} cores)")
+    print(
+        f"step: predicted {format_seconds(predicted)}, measured {format_seconds(measured)} "
+        f"({measured / predicted:.2f}x, {report['step_verdict']}; load average "
+        f"{os.getloadavg()[0]:.1f} on {wholebill.cores()} cores)"
+    )
 
 
 def main(argv=None) -> int:
@@ -93,11 +98,16 @@ def main(argv=None) -> int:
     if sizes["layers"] % args.pp or (4 * sizes["hidden"]) % args.tp:
         parser.error(f"--pp must divide {sizes['layers']} layers and --tp must divide {4 * sizes['hidden']}")
     lab = load_lab(HERE)
-    print(f"# {args.dp} DP x {args.tp} TP x {args.pp} PP = {world} ranks, {args.steps} steps "
-          f"({Path(lab.__file__).name}) ...", file=sys.stderr, flush=True)
+    print(
+        f"# {args.dp} DP x {args.tp} TP x {args.pp} PP = {world} ranks, {args.steps} steps "
+        f"({Path(lab.__file__).name}) ...",
+        file=sys.stderr,
+        flush=True,
+    )
     yours, why = _your_prediction(lab, sizes, args.dp, args.tp, args.pp)
-    results = run_ranks(wholebill.measure_then_train, world, (lab, args.dp, args.tp, args.pp, sizes),
-                        timeout=args.timeout)
+    results = run_ranks(
+        wholebill.measure_then_train, world, (lab, args.dp, args.tp, args.pp, sizes), timeout=args.timeout
+    )
     report = wholebill.reconcile(results, args.dp, args.tp, args.pp, sizes, learner_prediction=yours)
     print_report(report, why)
     if args.json:

@@ -58,11 +58,17 @@ from commtax.ranks.wholebill import make_batch, make_model
 _given = load_module_from_file("lab_12_given", str(find_lab("lab-12-the-whole-bill") / "_given.py"))
 # grid_coordinates and group_ranks: the plan's coordinates and groups, for your use (Lesson 11 reads group_ranks).
 from lab_12_given import (  # noqa: E402, F401, I001  (loaded just above)
-    CopyToTPForward, LedgerBase, ReduceFromTPBackward, grid_coordinates, group_ranks, train_with,
+    CopyToTPForward,
+    LedgerBase,
+    ReduceFromTPBackward,
+    grid_coordinates,
+    group_ranks,
+    train_with,
 )
 
 
 # -- the plan --------------------------------------------------------------------------
+
 
 def params_per_rank(layers: int, hidden: int, tp: int, pp: int) -> int:
     """Parameters one rank holds: its stage's layers, its TP shard of W1, b1, W2, and all of b2."""
@@ -80,8 +86,17 @@ def params_per_rank(layers: int, hidden: int, tp: int, pp: int) -> int:
     # END SOLUTION
 
 
-def predicted_bytes_per_step(layers: int, hidden: int, micro_batch: int, seq: int, microbatches: int, dp: int,
-                             tp: int, pp: int, dtype_bytes: float = 8) -> dict[str, float]:
+def predicted_bytes_per_step(
+    layers: int,
+    hidden: int,
+    micro_batch: int,
+    seq: int,
+    microbatches: int,
+    dp: int,
+    tp: int,
+    pp: int,
+    dtype_bytes: float = 8,
+) -> dict[str, float]:
     """Bytes each rank sends per training step, averaged over ranks, by axis: {"dp", "tp", "pp"}.
 
     * TP: per layer and micro-batch, 2 all-reduces (forward output, backward
@@ -112,6 +127,7 @@ def predicted_bytes_per_step(layers: int, hidden: int, micro_batch: int, seq: in
 
 
 # -- the ledger ------------------------------------------------------------------------
+
 
 class Ledger(LedgerBase):
     """Attribute every byte this rank sends to its axis while the ``with`` block runs.
@@ -155,6 +171,7 @@ class Ledger(LedgerBase):
             def send(tensor, *args, **kwargs):
                 self.bytes["pp"] += tensor.numel() * tensor.element_size()
                 return originals[name](tensor, *args, **kwargs)
+
             return send
 
         dist.all_reduce, dist.send, dist.isend = all_reduce, sender("send"), sender("isend")
@@ -170,6 +187,7 @@ class Ledger(LedgerBase):
 
 
 # -- the model's tensor-parallel shards (the full model: commtax.ranks.wholebill) -------
+
 
 class _CopyToTP(CopyToTPForward):
     """Identity forward (given, in the base class); all-reduce of the gradient over the TP group backward."""
@@ -202,8 +220,12 @@ def shard_layer(layer: dict[str, torch.Tensor], tp: int, tp_idx: int) -> dict[st
     # BEGIN SOLUTION
     # HINT: Megatron's MLP split (Lab 05): W1 and b1 by output features, W2 by input features, tp equal
     # HINT: pieces in TP-rank order; b2 is added after the sum, so every rank keeps it whole.
-    return {"w1": layer["w1"].chunk(tp, 0)[tp_idx].clone(), "b1": layer["b1"].chunk(tp, 0)[tp_idx].clone(),
-            "w2": layer["w2"].chunk(tp, 1)[tp_idx].clone(), "b2": layer["b2"].clone()}
+    return {
+        "w1": layer["w1"].chunk(tp, 0)[tp_idx].clone(),
+        "b1": layer["b1"].chunk(tp, 0)[tp_idx].clone(),
+        "w2": layer["w2"].chunk(tp, 1)[tp_idx].clone(),
+        "b2": layer["b2"].clone(),
+    }
     # END SOLUTION
 
 
@@ -219,6 +241,7 @@ def tp_block(x: torch.Tensor, shard: dict[str, torch.Tensor], tp_group: Group) -
 
 
 # -- one training step on this rank ---------------------------------------------------
+
 
 def one_f_one_b_order(stage: int, stages: int, microbatches: int) -> list[tuple[str, int]]:
     """This stage's ops in 1F1B order: a list of ("F", k) and ("B", k), k the micro-batch.
@@ -244,8 +267,14 @@ def one_f_one_b_order(stage: int, stages: int, microbatches: int) -> list[tuple[
     # END SOLUTION
 
 
-def train_step(ctx: dict, shards: list[dict[str, torch.Tensor]], inputs: torch.Tensor, targets: torch.Tensor,
-               microbatches: int, timeline: list) -> torch.Tensor | None:
+def train_step(
+    ctx: dict,
+    shards: list[dict[str, torch.Tensor]],
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    microbatches: int,
+    timeline: list,
+) -> torch.Tensor | None:
     """Run one 1F1B step on this rank; on the last stage, return the summed loss of its micro-batches.
 
     ``ctx``: a dict with "stage", "stages", "prev", "next" (global ranks of the
@@ -300,7 +329,7 @@ def train_step(ctx: dict, shards: list[dict[str, torch.Tensor]], inputs: torch.T
                 back = x.grad.contiguous()
                 pending.append((dist.isend(back, dst=ctx["prev"], tag=microbatches + k), back))
         timeline.append((kind, k, start, time.perf_counter()))
-    for request, _ in pending:   # each tensor stays referenced until its send is done
+    for request, _ in pending:  # each tensor stays referenced until its send is done
         request.wait()
     return total
     # END SOLUTION
@@ -319,7 +348,7 @@ def sync_gradients(shards: list[dict[str, torch.Tensor]], dp_group: Group, dp: i
     flat /= dp
     offset = 0
     for g in grads:
-        g.copy_(flat[offset:offset + g.numel()].view_as(g))
+        g.copy_(flat[offset : offset + g.numel()].view_as(g))
         offset += g.numel()
     # END SOLUTION
 
@@ -331,6 +360,12 @@ def train(rank: int, world_size: int, dp: int, tp: int, pp: int, **sizes: int | 
     micro_batch, seq, microbatches, steps, lr, seed) and what it returns. Your pieces are looked up here,
     when ``train`` is called, so that the tests can hand each rank its own model and data.
     """
-    pieces = {"make_model": make_model, "make_batch": make_batch, "shard_layer": shard_layer, "Ledger": Ledger,
-              "train_step": train_step, "sync_gradients": sync_gradients}
+    pieces = {
+        "make_model": make_model,
+        "make_batch": make_batch,
+        "shard_layer": shard_layer,
+        "Ledger": Ledger,
+        "train_step": train_step,
+        "sync_gradients": sync_gradients,
+    }
     return train_with(pieces, rank, world_size, dp, tp, pp, **sizes)

@@ -58,11 +58,17 @@ from commtax.ranks.wholebill import make_batch, make_model
 _given = load_module_from_file("lab_12_given", str(find_lab("lab-12-the-whole-bill") / "_given.py"))
 # grid_coordinates and group_ranks: the plan's coordinates and groups, for your use (Lesson 11 reads group_ranks).
 from lab_12_given import (  # noqa: E402, F401, I001  (loaded just above)
-    CopyToTPForward, LedgerBase, ReduceFromTPBackward, grid_coordinates, group_ranks, train_with,
+    CopyToTPForward,
+    LedgerBase,
+    ReduceFromTPBackward,
+    grid_coordinates,
+    group_ranks,
+    train_with,
 )
 
 
 # -- the plan --------------------------------------------------------------------------
+
 
 def params_per_rank(layers: int, hidden: int, tp: int, pp: int) -> int:
     """Parameters one rank holds: its stage's layers, its TP shard of W1, b1, W2, and all of b2."""
@@ -73,8 +79,17 @@ def params_per_rank(layers: int, hidden: int, tp: int, pp: int) -> int:
     )
 
 
-def predicted_bytes_per_step(layers: int, hidden: int, micro_batch: int, seq: int, microbatches: int, dp: int,
-                             tp: int, pp: int, dtype_bytes: float = 8) -> dict[str, float]:
+def predicted_bytes_per_step(
+    layers: int,
+    hidden: int,
+    micro_batch: int,
+    seq: int,
+    microbatches: int,
+    dp: int,
+    tp: int,
+    pp: int,
+    dtype_bytes: float = 8,
+) -> dict[str, float]:
     """Bytes each rank sends per training step, averaged over ranks, by axis: {"dp", "tp", "pp"}.
 
     * TP: per layer and micro-batch, 2 all-reduces (forward output, backward
@@ -96,6 +111,7 @@ def predicted_bytes_per_step(layers: int, hidden: int, micro_batch: int, seq: in
 
 
 # -- the ledger ------------------------------------------------------------------------
+
 
 class Ledger(LedgerBase):
     """Attribute every byte this rank sends to its axis while the ``with`` block runs.
@@ -139,6 +155,7 @@ class Ledger(LedgerBase):
 
 # -- the model's tensor-parallel shards (the full model: commtax.ranks.wholebill) -------
 
+
 class _CopyToTP(CopyToTPForward):
     """Identity forward (given, in the base class); all-reduce of the gradient over the TP group backward."""
 
@@ -181,6 +198,7 @@ def tp_block(x: torch.Tensor, shard: dict[str, torch.Tensor], tp_group: Group) -
 
 # -- one training step on this rank ---------------------------------------------------
 
+
 def one_f_one_b_order(stage: int, stages: int, microbatches: int) -> list[tuple[str, int]]:
     """This stage's ops in 1F1B order: a list of ("F", k) and ("B", k), k the micro-batch.
 
@@ -193,8 +211,14 @@ def one_f_one_b_order(stage: int, stages: int, microbatches: int) -> list[tuple[
     raise NotImplementedError("one_f_one_b_order: not implemented yet. Hint: your Lab 07 1F1B order for one stage.")
 
 
-def train_step(ctx: dict, shards: list[dict[str, torch.Tensor]], inputs: torch.Tensor, targets: torch.Tensor,
-               microbatches: int, timeline: list) -> torch.Tensor | None:
+def train_step(
+    ctx: dict,
+    shards: list[dict[str, torch.Tensor]],
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    microbatches: int,
+    timeline: list,
+) -> torch.Tensor | None:
     """Run one 1F1B step on this rank; on the last stage, return the summed loss of its micro-batches.
 
     ``ctx``: a dict with "stage", "stages", "prev", "next" (global ranks of the
@@ -234,6 +258,12 @@ def train(rank: int, world_size: int, dp: int, tp: int, pp: int, **sizes: int | 
     micro_batch, seq, microbatches, steps, lr, seed) and what it returns. Your pieces are looked up here,
     when ``train`` is called, so that the tests can hand each rank its own model and data.
     """
-    pieces = {"make_model": make_model, "make_batch": make_batch, "shard_layer": shard_layer, "Ledger": Ledger,
-              "train_step": train_step, "sync_gradients": sync_gradients}
+    pieces = {
+        "make_model": make_model,
+        "make_batch": make_batch,
+        "shard_layer": shard_layer,
+        "Ledger": Ledger,
+        "train_step": train_step,
+        "sync_gradients": sync_gradients,
+    }
     return train_with(pieces, rank, world_size, dp, tp, pp, **sizes)

@@ -24,17 +24,18 @@ def _part(result, rank, key, name=None):
     if isinstance(part, dict) and "failed" in part:
         last = part["failed"].strip().splitlines()[-1]
         if last.startswith("NotImplementedError"):
-            fail(f"rank {rank}: {last}")              # a starter stub: one line is enough
+            fail(f"rank {rank}: {last}")  # a starter stub: one line is enough
         fail(f"rank {rank}: the {key} checks raised in your code:\n{part['failed']}")
     return part if name is None else part[name]
-
 
 
 def _records(run, phase, event):
     """The records of one ``phase`` ("forward", "backward") and ``event`` ("compute", "wait") of an overlap run's
     timeline, by ring step and start time."""
-    return sorted((r for r in run["timeline"] if r.get("phase") == phase and r.get("event") == event),
-                  key=lambda r: (r.get("step", -1), r["start"]))
+    return sorted(
+        (r for r in run["timeline"] if r.get("phase") == phase and r.get("event") == event),
+        key=lambda r: (r.get("step", -1), r["start"]),
+    )
 
 
 def _online(lab, q, k, v, blocks, diagonal_last):
@@ -44,9 +45,12 @@ def _online(lab, q, k, v, blocks, diagonal_last):
     l = torch.zeros(rows, heads, dtype=DTYPE)
     acc = torch.zeros_like(q)
     for i, (a, b) in enumerate(blocks):
-        got = lab.block_forward(q, k[a:b], v[a:b], m, l, acc, diagonal_last and i == len(blocks) - 1,
-                                q.shape[2] ** -0.5)
-        check(isinstance(got, (tuple, list)) and len(got) == 3,
-              f"block_forward must return (m, l, acc), got {type(got).__name__}")
+        got = lab.block_forward(
+            q, k[a:b], v[a:b], m, l, acc, diagonal_last and i == len(blocks) - 1, q.shape[2] ** -0.5
+        )
+        check(
+            isinstance(got, (tuple, list)) and len(got) == 3,
+            f"block_forward must return (m, l, acc), got {type(got).__name__}",
+        )
         m, l, acc = got
     return acc / l[..., None], m + torch.log(l)

@@ -15,17 +15,17 @@ import torch
 
 from commtax.testing import input_seed, stream_seed
 
-SEED = input_seed(0)   # the attention cases' inputs: secret under the grader, never sent to a rank
+SEED = input_seed(0)  # the attention cases' inputs: secret under the grader, never sent to a rank
 DTYPE = torch.float64
-SEQ, HEAD_DIM = 32, 8                   # 32 tokens: 2cp chunks of 4 (cp 4) or 8 (cp 2) tokens
+SEQ, HEAD_DIM = 32, 8  # 32 tokens: 2cp chunks of 4 (cp 4) or 8 (cp 2) tokens
 
 # The attention cases every world size runs: (heads, kv_heads, causal, zigzag, logit scale).
 CASES = {
-    "causal_gqa": (8, 4, True, True, 1.0),          # the main case: causal, zigzag, 2 query heads per K/V head
-    "noncausal_mha": (4, 4, False, True, 1.0),      # every query sees every key
+    "causal_gqa": (8, 4, True, True, 1.0),  # the main case: causal, zigzag, 2 query heads per K/V head
+    "noncausal_mha": (4, 4, False, True, 1.0),  # every query sees every key
     "causal_contiguous": (8, 4, True, False, 1.0),  # the unbalanced split
-    "large_logits": (8, 4, True, True, 300.0),      # scores near 1000: exp() overflows without the running max
-    "ring_mqa": (8, 1, True, True, 1.0),            # one K/V head: fine for the ring, impossible for all-to-all
+    "large_logits": (8, 4, True, True, 300.0),  # scores near 1000: exp() overflows without the running max
+    "ring_mqa": (8, 1, True, True, 1.0),  # one K/V head: fine for the ring, impossible for all-to-all
 }
 A2A_CASES = ("causal_gqa", "noncausal_mha", "causal_contiguous", "large_logits")
 

@@ -32,6 +32,7 @@ BALANCE = dict(seq=4 * 256, heads=4, kv_heads=4, head_dim=64, repeats=5)
 
 # -- checking that every isend/irecv is waited for ---------------------------------------------------
 
+
 class _TrackedWork:
     """A Work that remembers whether ``wait()`` was called on it."""
 
@@ -74,6 +75,7 @@ def track_waits():
 
 # -- workers: run inside the ranks, return plain data ----------------------------------------------
 
+
 def _section(fn):
     """One part of the checks; a learner's exception there becomes a message for that part's tests only."""
     try:
@@ -92,16 +94,24 @@ def _attention_run(lab, method, name, rank, cp, device, shares):
             out = fn(q, k, v, causal=causal, zigzag=zigzag)
         with record_traffic() as backward:
             (out * up).sum().backward()
-    return {"out": out.detach().cpu(), "dq": q.grad.cpu(), "dk": k.grad.cpu(), "dv": v.grad.cpu(),
-            "forward_sent": forward.bytes_sent, "backward_sent": backward.bytes_sent,
-            "forward_collectives": forward.collectives, "backward_collectives": backward.collectives,
-            "works": len(works), "unwaited": [n for n, w in works if not w.waited]}
+    return {
+        "out": out.detach().cpu(),
+        "dq": q.grad.cpu(),
+        "dk": k.grad.cpu(),
+        "dv": v.grad.cpu(),
+        "forward_sent": forward.bytes_sent,
+        "backward_sent": backward.bytes_sent,
+        "forward_collectives": forward.collectives,
+        "backward_collectives": backward.collectives,
+        "works": len(works),
+        "unwaited": [n for n, w in works if not w.waited],
+    }
 
 
 def _errors(lab, cp):
     """What the attention functions raise for shapes cp cannot split."""
     out = {}
-    heads = cp + 1                                        # not divisible by cp
+    heads = cp + 1  # not divisible by cp
     for label, (h, g) in (("heads", (heads, 1)), ("kv_heads", (cp, 1 if cp > 1 else 2))):
         q = torch.zeros(2 * cp, h, 4, dtype=DTYPE)
         k = torch.zeros(2 * cp, g, 4, dtype=DTYPE)
@@ -133,10 +143,11 @@ def _exchange_time(shape, repeats):
 def _overlap_run(lab, rank):
     """Ring attention on long blocks, 2 ranks: timelines of forward and backward, and the link alone."""
     cfg = OVERLAP
-    q, k, v, up = (_share(x, rank, 2, True) for x in _inputs(cfg["heads"], cfg["kv_heads"], 1.0, 7, cfg["seq"],
-                                                             cfg["head_dim"]))
+    q, k, v, up = (
+        _share(x, rank, 2, True) for x in _inputs(cfg["heads"], cfg["kv_heads"], 1.0, 7, cfg["seq"], cfg["head_dim"])
+    )
     runs = []
-    for _ in range(cfg["repeats"] + 1):                   # the first is a warm-up
+    for _ in range(cfg["repeats"] + 1):  # the first is a warm-up
         qq, kk, vv = (x.clone().requires_grad_() for x in (q, k, v))
         timeline = []
         dist.barrier()
@@ -163,8 +174,10 @@ def _balance_run(lab, rank, cp):
             timeline = []
             with torch.no_grad():
                 lab.ring_attention(q, k, v, causal=True, zigzag=zigzag, timeline=timeline)
-            computes = sorted((r for r in timeline if r.get("event") == "compute" and r.get("phase") == "forward"),
-                              key=lambda r: r.get("step", -1))
+            computes = sorted(
+                (r for r in timeline if r.get("event") == "compute" and r.get("phase") == "forward"),
+                key=lambda r: r.get("step", -1),
+            )
             steps.append([r["cpu"] for r in computes])
         best = [min(values) for values in zip(*steps)] if all(len(s) == len(steps[0]) for s in steps) else []
         out["zigzag" if zigzag else "contiguous"] = {"steps": best}
@@ -176,14 +189,17 @@ def cp_worker(rank, world_size, lab, with_timing, shares=None):
     handed to it by the test; None (a job started without them): made here from the default seed."""
     device = rank_device()
     shares = shares if shares is not None else _case_shares(rank, world_size)
-    out = {"ring": _section(lambda: {name: _attention_run(lab, "ring", name, rank, world_size, device, shares)
-                                     for name in CASES}),
-           "a2a": _section(lambda: {name: _attention_run(lab, "a2a", name, rank, world_size, device, shares)
-                                    for name in A2A_CASES}),
-           "errors": _section(lambda: _errors(lab, world_size))}
+    out = {
+        "ring": _section(
+            lambda: {name: _attention_run(lab, "ring", name, rank, world_size, device, shares) for name in CASES}
+        ),
+        "a2a": _section(
+            lambda: {name: _attention_run(lab, "a2a", name, rank, world_size, device, shares) for name in A2A_CASES}
+        ),
+        "errors": _section(lambda: _errors(lab, world_size)),
+    }
     if with_timing and world_size == 2:
         out["overlap"] = _section(lambda: _overlap_run(lab, rank))
     if with_timing and world_size == 4:
         out["balance"] = _section(lambda: _balance_run(lab, rank, world_size))
     return out
-

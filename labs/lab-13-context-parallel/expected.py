@@ -11,8 +11,10 @@ from pathlib import Path
 from commtax.formulas import context
 from commtax.recorded import lab_test_data
 
-RECIPES = {"ring_attention_bytes_per_rank": context.ring_attention_bytes_per_rank,
-           "all_to_all_attention_bytes_per_rank": context.all_to_all_attention_bytes_per_rank}
+RECIPES = {
+    "ring_attention_bytes_per_rank": context.ring_attention_bytes_per_rank,
+    "all_to_all_attention_bytes_per_rank": context.all_to_all_attention_bytes_per_rank,
+}
 
 
 def cases():

@@ -61,6 +61,7 @@ from commtax.ranks._context_parallel import (
 
 # -- part 1: the layout and the bill ----------------------------------------------------------
 
+
 def zigzag_shard(x: torch.Tensor, cp_rank: int, cp: int, dim: int = 0) -> torch.Tensor:
     """Rank ``cp_rank``'s share of ``x`` along ``dim``: chunks cp_rank and 2cp-1-cp_rank of 2cp, in that order.
 
@@ -109,8 +110,9 @@ def zigzag_unshard(shards: Sequence[torch.Tensor], dim: int = 0) -> torch.Tensor
     # END SOLUTION
 
 
-def ring_attention_bytes_per_rank(seq: int, kv_heads: int, head_dim: int, cp: int, dtype_bytes: float = 2,
-                                  backward: bool = True) -> float:
+def ring_attention_bytes_per_rank(
+    seq: int, kv_heads: int, head_dim: int, cp: int, dtype_bytes: float = 2, backward: bool = True
+) -> float:
     """Bytes one rank sends per attention layer in ring attention, for one sequence of ``seq`` tokens.
 
     A block is one rank's K (or V): seq/cp x kv_heads x head_dim x dtype_bytes
@@ -137,8 +139,9 @@ def ring_attention_bytes_per_rank(seq: int, kv_heads: int, head_dim: int, cp: in
     # END SOLUTION
 
 
-def all_to_all_attention_bytes_per_rank(seq: int, heads: int, kv_heads: int, head_dim: int, cp: int,
-                                        dtype_bytes: float = 2, backward: bool = True) -> float:
+def all_to_all_attention_bytes_per_rank(
+    seq: int, heads: int, kv_heads: int, head_dim: int, cp: int, dtype_bytes: float = 2, backward: bool = True
+) -> float:
     """Bytes one rank sends per attention layer in all-to-all attention (DeepSpeed-Ulysses).
 
     Forward: one all-to-all each for Q (heads), K and V (kv_heads each) from
@@ -171,8 +174,17 @@ def all_to_all_attention_bytes_per_rank(seq: int, heads: int, kv_heads: int, hea
 
 # -- part 2: attention in blocks ----------------------------------------------------------------
 
-def block_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, m: torch.Tensor, l: torch.Tensor,
-                  acc: torch.Tensor, diagonal: bool, scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+
+def block_forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    m: torch.Tensor,
+    l: torch.Tensor,
+    acc: torch.Tensor,
+    diagonal: bool,
+    scale: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Fold one block of keys into the online softmax of queries ``q``; returns the new ``(m, l, acc)``.
 
     q: (sq, heads, d); k, v: (sk, kv_heads, d). The state, per query row and
@@ -188,11 +200,11 @@ def block_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, m: torch.Te
     # BEGIN SOLUTION
     # HINT: the online softmax: rescale what you have by the change of the running max, then add this block.
     s = scores(q, k, scale)
-    if diagonal:                                    # key j is in query i's future when j > i
+    if diagonal:  # key j is in query i's future when j > i
         future = torch.ones(s.shape[0], s.shape[2], dtype=torch.bool, device=s.device).triu(1)
         s = s.masked_fill(future[:, None, :], float("-inf"))
     m_new = torch.maximum(m, s.amax(-1))
-    rescale = torch.exp(m - m_new)                  # 0 for the first block (m = -inf)
+    rescale = torch.exp(m - m_new)  # 0 for the first block (m = -inf)
     p = torch.exp(s - m_new[..., None])
     sq, heads, sk = p.shape
     kv_heads, d = v.shape[1], v.shape[2]
@@ -201,9 +213,16 @@ def block_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, m: torch.Te
     # END SOLUTION
 
 
-def block_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, d_out: torch.Tensor, lse: torch.Tensor,
-                   delta: torch.Tensor, diagonal: bool,
-                   scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def block_backward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    d_out: torch.Tensor,
+    lse: torch.Tensor,
+    delta: torch.Tensor,
+    diagonal: bool,
+    scale: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The gradients of one block: ``(dq, dk, dv)`` for this block's share of the loss.
 
     ``lse`` (sq, heads): the log-sum-exp of each query row over *all* keys
@@ -234,6 +253,7 @@ def block_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, d_out: tor
 
 # -- part 3: ring attention -------------------------------------------------------------------
 
+
 class RingAttention(torch.autograd.Function):
     """Ring attention as an autograd function: ``RingAttention.apply(q, k, v, group, causal, zigzag, timeline)``.
 
@@ -259,8 +279,16 @@ class RingAttention(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group: Group, causal: bool, zigzag: bool,
-                timeline: list | None) -> torch.Tensor:
+    def forward(
+        ctx,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        group: Group,
+        causal: bool,
+        zigzag: bool,
+        timeline: list | None,
+    ) -> torch.Tensor:
         # BEGIN SOLUTION
         # HINT: K and V travel together round the ring; post the next exchange before computing this step.
         rank, cp = group_info(group)
@@ -276,10 +304,12 @@ class RingAttention(torch.autograd.Function):
                 incoming = torch.empty_like(kv)
                 works = [dist.isend(kv, to, group=group, tag=0), dist.irecv(incoming, frm, group=group, tag=0)]
             with timed(timeline, phase="forward", step=step, event="compute"):
-                for (qa, qb), (ka, kb), diagonal in block_pairs(mine, local_chunks(source, cp, q.shape[0], zigzag),
-                                                                causal):
-                    m[qa:qb], l[qa:qb], acc[qa:qb] = block_forward(q[qa:qb], kv[0, ka:kb], kv[1, ka:kb], m[qa:qb],
-                                                                   l[qa:qb], acc[qa:qb], diagonal, scale)
+                for (qa, qb), (ka, kb), diagonal in block_pairs(
+                    mine, local_chunks(source, cp, q.shape[0], zigzag), causal
+                ):
+                    m[qa:qb], l[qa:qb], acc[qa:qb] = block_forward(
+                        q[qa:qb], kv[0, ka:kb], kv[1, ka:kb], m[qa:qb], l[qa:qb], acc[qa:qb], diagonal, scale
+                    )
             with timed(timeline, phase="forward", step=step, event="wait"):
                 for work in works:
                     work.wait()
@@ -306,22 +336,24 @@ class RingAttention(torch.autograd.Function):
         dq = torch.zeros_like(q)
         kv = torch.stack([k, v]).contiguous()
         own = None
-        arriving = arriving_work = sending = None      # the running sum on its way in; our last one on its way out
+        arriving = arriving_work = sending = None  # the running sum on its way in; our last one on its way out
         for step in range(cp):
             source = (rank - step) % cp
             works, incoming = [], None
             if step < cp - 1:
                 incoming = torch.empty_like(kv)
                 works = [dist.isend(kv, to, group=group, tag=0), dist.irecv(incoming, frm, group=group, tag=0)]
-            if step >= 1:                   # rank-1's running sum after its step `step`: used next step, or at the end
+            if step >= 1:  # rank-1's running sum after its step `step`: used next step, or at the end
                 next_sum = torch.empty_like(kv)
                 next_work = dist.irecv(next_sum, frm, group=group, tag=1)
             with timed(timeline, phase="backward", step=step, event="compute"):
                 dkv = torch.zeros_like(kv)
-                for (qa, qb), (ka, kb), diagonal in block_pairs(mine, local_chunks(source, cp, q.shape[0], ctx.zigzag),
-                                                                ctx.causal):
-                    dq_, dk_, dv_ = block_backward(q[qa:qb], kv[0, ka:kb], kv[1, ka:kb], d_out[qa:qb], lse[qa:qb],
-                                                   delta[qa:qb], diagonal, scale)
+                for (qa, qb), (ka, kb), diagonal in block_pairs(
+                    mine, local_chunks(source, cp, q.shape[0], ctx.zigzag), ctx.causal
+                ):
+                    dq_, dk_, dv_ = block_backward(
+                        q[qa:qb], kv[0, ka:kb], kv[1, ka:kb], d_out[qa:qb], lse[qa:qb], delta[qa:qb], diagonal, scale
+                    )
                     dq[qa:qb] += dq_
                     dkv[0, ka:kb] += dk_
                     dkv[1, ka:kb] += dv_
@@ -349,8 +381,15 @@ class RingAttention(torch.autograd.Function):
         # END SOLUTION
 
 
-def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group: Group = None, causal: bool = True,
-                   zigzag: bool = True, timeline: list | None = None) -> torch.Tensor:
+def ring_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    group: Group = None,
+    causal: bool = True,
+    zigzag: bool = True,
+    timeline: list | None = None,
+) -> torch.Tensor:
     """Exact attention of this rank's queries against the whole sequence's keys, by ring attention.
 
     q: (tokens, heads, head_dim), k and v: (tokens, kv_heads, head_dim), this
@@ -368,6 +407,7 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group: Gro
 
 # -- part 3: all-to-all attention (DeepSpeed-Ulysses) ----------------------------------------
 
+
 class AllToAll(torch.autograd.Function):
     """Given: ``AllToAll.apply(x, group)`` sends ``x[j]`` to rank j and returns ``out[j]`` from rank j.
 
@@ -379,7 +419,7 @@ class AllToAll(torch.autograd.Function):
     def forward(ctx, x: torch.Tensor, group: Group) -> torch.Tensor:
         ctx.group = group
         x = x.contiguous()
-        out = torch.empty_like(x)       # contiguous too: all_to_all_single fills it in memory order
+        out = torch.empty_like(x)  # contiguous too: all_to_all_single fills it in memory order
         dist.all_to_all_single(out, x, group=group)
         return out
 
@@ -391,8 +431,9 @@ class AllToAll(torch.autograd.Function):
         return out, None
 
 
-def all_to_all_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group: Group = None, causal: bool = True,
-                         zigzag: bool = True) -> torch.Tensor:
+def all_to_all_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group: Group = None, causal: bool = True, zigzag: bool = True
+) -> torch.Tensor:
     """The same attention as ``ring_attention`` (same shapes, same layout), by all-to-all (Ulysses).
 
     1. For q, k and v: split the heads into cp groups; ``AllToAll`` sends head
@@ -429,9 +470,9 @@ def all_to_all_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, grou
 
     qh, kh, vh = to_heads(q), to_heads(k), to_heads(v)
     m, l, acc = new_state(qh)
-    m, l, acc = block_forward(qh, kh, vh, m, l, acc, causal, d ** -0.5)
+    m, l, acc = block_forward(qh, kh, vh, m, l, acc, causal, d**-0.5)
     out = acc / l[..., None]
-    shares = [zigzag_shard(out, j, cp) if zigzag else out[j * tokens:(j + 1) * tokens] for j in range(cp)]
+    shares = [zigzag_shard(out, j, cp) if zigzag else out[j * tokens : (j + 1) * tokens] for j in range(cp)]
     back = AllToAll.apply(torch.stack(shares).contiguous(), group)
     return back.transpose(0, 1).reshape(tokens, heads, d)
     # END SOLUTION

@@ -61,6 +61,7 @@ from commtax.ranks._context_parallel import (
 
 # -- part 1: the layout and the bill ----------------------------------------------------------
 
+
 def zigzag_shard(x: torch.Tensor, cp_rank: int, cp: int, dim: int = 0) -> torch.Tensor:
     """Rank ``cp_rank``'s share of ``x`` along ``dim``: chunks cp_rank and 2cp-1-cp_rank of 2cp, in that order.
 
@@ -89,8 +90,9 @@ def zigzag_unshard(shards: Sequence[torch.Tensor], dim: int = 0) -> torch.Tensor
     )
 
 
-def ring_attention_bytes_per_rank(seq: int, kv_heads: int, head_dim: int, cp: int, dtype_bytes: float = 2,
-                                  backward: bool = True) -> float:
+def ring_attention_bytes_per_rank(
+    seq: int, kv_heads: int, head_dim: int, cp: int, dtype_bytes: float = 2, backward: bool = True
+) -> float:
     """Bytes one rank sends per attention layer in ring attention, for one sequence of ``seq`` tokens.
 
     A block is one rank's K (or V): seq/cp x kv_heads x head_dim x dtype_bytes
@@ -109,8 +111,9 @@ def ring_attention_bytes_per_rank(seq: int, kv_heads: int, head_dim: int, cp: in
     )
 
 
-def all_to_all_attention_bytes_per_rank(seq: int, heads: int, kv_heads: int, head_dim: int, cp: int,
-                                        dtype_bytes: float = 2, backward: bool = True) -> float:
+def all_to_all_attention_bytes_per_rank(
+    seq: int, heads: int, kv_heads: int, head_dim: int, cp: int, dtype_bytes: float = 2, backward: bool = True
+) -> float:
     """Bytes one rank sends per attention layer in all-to-all attention (DeepSpeed-Ulysses).
 
     Forward: one all-to-all each for Q (heads), K and V (kv_heads each) from
@@ -131,8 +134,17 @@ def all_to_all_attention_bytes_per_rank(seq: int, heads: int, kv_heads: int, hea
 
 # -- part 2: attention in blocks ----------------------------------------------------------------
 
-def block_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, m: torch.Tensor, l: torch.Tensor,
-                  acc: torch.Tensor, diagonal: bool, scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+
+def block_forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    m: torch.Tensor,
+    l: torch.Tensor,
+    acc: torch.Tensor,
+    diagonal: bool,
+    scale: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Fold one block of keys into the online softmax of queries ``q``; returns the new ``(m, l, acc)``.
 
     q: (sq, heads, d); k, v: (sk, kv_heads, d). The state, per query row and
@@ -151,9 +163,16 @@ def block_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, m: torch.Te
     )
 
 
-def block_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, d_out: torch.Tensor, lse: torch.Tensor,
-                   delta: torch.Tensor, diagonal: bool,
-                   scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def block_backward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    d_out: torch.Tensor,
+    lse: torch.Tensor,
+    delta: torch.Tensor,
+    diagonal: bool,
+    scale: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The gradients of one block: ``(dq, dk, dv)`` for this block's share of the loss.
 
     ``lse`` (sq, heads): the log-sum-exp of each query row over *all* keys
@@ -170,6 +189,7 @@ def block_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, d_out: tor
 
 
 # -- part 3: ring attention -------------------------------------------------------------------
+
 
 class RingAttention(torch.autograd.Function):
     """Ring attention as an autograd function: ``RingAttention.apply(q, k, v, group, causal, zigzag, timeline)``.
@@ -196,8 +216,16 @@ class RingAttention(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group: Group, causal: bool, zigzag: bool,
-                timeline: list | None) -> torch.Tensor:
+    def forward(
+        ctx,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        group: Group,
+        causal: bool,
+        zigzag: bool,
+        timeline: list | None,
+    ) -> torch.Tensor:
         raise NotImplementedError(
             "RingAttention.forward: not implemented yet. Hint: K and V travel together round "
             "the ring; post the next exchange before computing this step."
@@ -211,8 +239,15 @@ class RingAttention(torch.autograd.Function):
         )
 
 
-def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group: Group = None, causal: bool = True,
-                   zigzag: bool = True, timeline: list | None = None) -> torch.Tensor:
+def ring_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    group: Group = None,
+    causal: bool = True,
+    zigzag: bool = True,
+    timeline: list | None = None,
+) -> torch.Tensor:
     """Exact attention of this rank's queries against the whole sequence's keys, by ring attention.
 
     q: (tokens, heads, head_dim), k and v: (tokens, kv_heads, head_dim), this
@@ -230,6 +265,7 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group: Gro
 
 # -- part 3: all-to-all attention (DeepSpeed-Ulysses) ----------------------------------------
 
+
 class AllToAll(torch.autograd.Function):
     """Given: ``AllToAll.apply(x, group)`` sends ``x[j]`` to rank j and returns ``out[j]`` from rank j.
 
@@ -241,7 +277,7 @@ class AllToAll(torch.autograd.Function):
     def forward(ctx, x: torch.Tensor, group: Group) -> torch.Tensor:
         ctx.group = group
         x = x.contiguous()
-        out = torch.empty_like(x)       # contiguous too: all_to_all_single fills it in memory order
+        out = torch.empty_like(x)  # contiguous too: all_to_all_single fills it in memory order
         dist.all_to_all_single(out, x, group=group)
         return out
 
@@ -253,8 +289,9 @@ class AllToAll(torch.autograd.Function):
         return out, None
 
 
-def all_to_all_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group: Group = None, causal: bool = True,
-                         zigzag: bool = True) -> torch.Tensor:
+def all_to_all_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group: Group = None, causal: bool = True, zigzag: bool = True
+) -> torch.Tensor:
     """The same attention as ``ring_attention`` (same shapes, same layout), by all-to-all (Ulysses).
 
     1. For q, k and v: split the heads into cp groups; ``AllToAll`` sends head

@@ -51,26 +51,44 @@ from lab_13_workers import cp_worker  # noqa: E402
 RUNS = SharedRuns()
 # commtax.formulas.context on this file's inputs (expected.py; expected.json in the release)
 EXPECTED = Expected(HERE)
-REL = ABS = 1e-10                       # "equal to single-process attention to 1e-10"
-MIN_CPU_SHARE = 0.6     # below this share of a core per rank, other processes set the timings
+REL = ABS = 1e-10  # "equal to single-process attention to 1e-10"
+MIN_CPU_SHARE = 0.6  # below this share of a core per rank, other processes set the timings
 
 
 def _results(lab, world_size, backend="gloo"):
-    needs = [lab.block_forward, lab.block_backward, lab.RingAttention.forward, lab.RingAttention.backward,
-             lab.zigzag_shard, lab.zigzag_unshard]
-    return RUNS.get((world_size, backend), cp_worker, world_size, (lab, backend == "gloo"), backend=backend,
-                    timeout=150, needs=needs, rank_args=[(_case_shares(r, world_size),) for r in range(world_size)])
+    needs = [
+        lab.block_forward,
+        lab.block_backward,
+        lab.RingAttention.forward,
+        lab.RingAttention.backward,
+        lab.zigzag_shard,
+        lab.zigzag_unshard,
+    ]
+    return RUNS.get(
+        (world_size, backend),
+        cp_worker,
+        world_size,
+        (lab, backend == "gloo"),
+        backend=backend,
+        timeout=150,
+        needs=needs,
+        rank_args=[(_case_shares(r, world_size),) for r in range(world_size)],
+    )
 
 
 # -- part 1: the layout and the bill, by hand ------------------------------------------------------------
+
 
 @pytest.mark.points(2)
 def test_zigzag_shard_gives_rank_r_the_chunks_r_and_2cp_minus_1_minus_r(lab):
     x = torch.arange(8)
     expect_close(lab.zigzag_shard(x, 0, 2), torch.tensor([0, 1, 6, 7]), what="zigzag_shard(arange(8), 0, 2)")
     expect_close(lab.zigzag_shard(x, 1, 2), torch.tensor([2, 3, 4, 5]), what="zigzag_shard(arange(8), 1, 2)")
-    expect_close(lab.zigzag_shard(torch.arange(16), 3, 4), torch.tensor([6, 7, 8, 9]),
-                 what="rank 3 of 4 holds chunks 3 and 4: the middle of the sequence")
+    expect_close(
+        lab.zigzag_shard(torch.arange(16), 3, 4),
+        torch.tensor([6, 7, 8, 9]),
+        what="rank 3 of 4 holds chunks 3 and 4: the middle of the sequence",
+    )
     expect_close(lab.zigzag_shard(x, 0, 1), x, what="one rank holds everything, in order")
     y = torch.arange(24.0).reshape(2, 12)
     expect_close(lab.zigzag_shard(y, 2, 3, dim=1), y[:, [4, 5, 6, 7]], what="zigzag_shard along dim 1")
@@ -87,8 +105,12 @@ def test_zigzag_unshard_inverts_zigzag_shard_on_any_dim(lab):
 
 
 def test_zigzag_shard_refuses_bad_input_naming_the_argument(lab):
-    for args, name in (((torch.arange(6), 0, 2), "x"), ((torch.arange(8), 2, 2), "cp_rank"),
-                       ((torch.arange(8), -1, 2), "cp_rank"), ((torch.arange(8), 0, 0), "cp")):
+    for args, name in (
+        ((torch.arange(6), 0, 2), "x"),
+        ((torch.arange(8), 2, 2), "cp_rank"),
+        ((torch.arange(8), -1, 2), "cp_rank"),
+        ((torch.arange(8), 0, 0), "cp"),
+    ):
         expect_value_error(lambda: lab.zigzag_shard(*args), name, function=lab.zigzag_shard)
 
 
@@ -97,29 +119,50 @@ def test_ring_bytes_are_two_blocks_per_step_forward_and_six_with_the_backward(la
     # 001's case: 128K tokens on 64 ranks, 64 K/V heads of 128 (H = 8192), FP8. One step sends its
     # K and V blocks: 2 x 2048 x 8192 x 1 B = 32 MiB, 001's "2 S/N H"; 63 steps per layer forward.
     step = 2 * 2048 * 8192
-    expect_close(lab.ring_attention_bytes_per_rank(131072, 64, 128, 64, 1, backward=False), 63 * step,
-                 what="forward bytes, 128K tokens, cp 64, MHA, FP8")
-    expect_close(lab.ring_attention_bytes_per_rank(131072, 64, 128, 64, 1), 3 * 63 * step,
-                 what="forward + backward (K, V again and dK, dV back)",
-                 hints={2 / 3: "the backward sends K, V round again AND dK, dV: twice the forward"})
+    expect_close(
+        lab.ring_attention_bytes_per_rank(131072, 64, 128, 64, 1, backward=False),
+        63 * step,
+        what="forward bytes, 128K tokens, cp 64, MHA, FP8",
+    )
+    expect_close(
+        lab.ring_attention_bytes_per_rank(131072, 64, 128, 64, 1),
+        3 * 63 * step,
+        what="forward + backward (K, V again and dK, dV back)",
+        hints={2 / 3: "the backward sends K, V round again AND dK, dV: twice the forward"},
+    )
     # GQA (Llama-3-70B-like: 8 K/V heads of 128), bf16, 131072 tokens on 16 ranks
-    expect_close(lab.ring_attention_bytes_per_rank(131072, 8, 128, 16, 2), 6 * 15 * 8192 * 8 * 128 * 2,
-                 what="forward + backward, GQA 8 x 128, cp 16, bf16")
+    expect_close(
+        lab.ring_attention_bytes_per_rank(131072, 8, 128, 16, 2),
+        6 * 15 * 8192 * 8 * 128 * 2,
+        what="forward + backward, GQA 8 x 128, cp 16, bf16",
+    )
     expect_close(lab.ring_attention_bytes_per_rank(4096, 8, 128, 1, 2), 0, what="one rank sends nothing")
-    expect_close(lab.ring_attention_bytes_per_rank(32, 4, 8, 2, 8, backward=False), 2 * 16 * 4 * 8 * 8,
-                 what="the lab's own run: 32 tokens, 4 K/V heads of 8, cp 2, float64, forward")
+    expect_close(
+        lab.ring_attention_bytes_per_rank(32, 4, 8, 2, 8, backward=False),
+        2 * 16 * 4 * 8 * 8,
+        what="the lab's own run: 32 tokens, 4 K/V heads of 8, cp 2, float64, forward",
+    )
 
 
 @pytest.mark.points(3)
 def test_all_to_all_bytes_are_q_k_v_and_the_output_less_the_share_a_rank_keeps(lab):
     # (cp-1)/cp x seq/cp x head_dim x B x (2 heads + 2 kv_heads), twice with the backward
-    expect_close(lab.all_to_all_attention_bytes_per_rank(131072, 64, 8, 128, 8, 2, backward=False),
-                 7 / 8 * 16384 * 128 * 2 * (2 * 64 + 2 * 8), what="forward, 64 heads, 8 K/V heads, cp 8, bf16")
-    expect_close(lab.all_to_all_attention_bytes_per_rank(131072, 64, 8, 128, 8, 2),
-                 2 * 7 / 8 * 16384 * 128 * 2 * 144, what="forward + backward",
-                 hints={0.5: "the backward runs the same four all-to-alls on the gradients"})
-    expect_close(lab.all_to_all_attention_bytes_per_rank(32, 8, 4, 8, 4, 8, backward=False),
-                 3 / 4 * 8 * 8 * 8 * 24, what="the lab's own run: 32 tokens, 8 heads, 4 K/V heads, cp 4, float64")
+    expect_close(
+        lab.all_to_all_attention_bytes_per_rank(131072, 64, 8, 128, 8, 2, backward=False),
+        7 / 8 * 16384 * 128 * 2 * (2 * 64 + 2 * 8),
+        what="forward, 64 heads, 8 K/V heads, cp 8, bf16",
+    )
+    expect_close(
+        lab.all_to_all_attention_bytes_per_rank(131072, 64, 8, 128, 8, 2),
+        2 * 7 / 8 * 16384 * 128 * 2 * 144,
+        what="forward + backward",
+        hints={0.5: "the backward runs the same four all-to-alls on the gradients"},
+    )
+    expect_close(
+        lab.all_to_all_attention_bytes_per_rank(32, 8, 4, 8, 4, 8, backward=False),
+        3 / 4 * 8 * 8 * 8 * 24,
+        what="the lab's own run: 32 tokens, 8 heads, 4 K/V heads, cp 4, float64",
+    )
     expect_close(lab.all_to_all_attention_bytes_per_rank(64, 8, 8, 16, 1, 2), 0, what="one rank sends nothing")
 
 
@@ -131,22 +174,33 @@ def test_with_8_query_heads_per_kv_head_all_to_all_sends_6_over_cp_of_the_rings_
         for backward in (True, False):
             ring = lab.ring_attention_bytes_per_rank(65536, 8, 128, cp, 2, backward)
             a2a = lab.all_to_all_attention_bytes_per_rank(65536, 64, 8, 128, cp, 2, backward)
-            check(isinstance(ring, (int, float)) and isinstance(a2a, (int, float)) and ring > 0 and a2a > 0,
-                  f"cp {cp}: ring {ring!r}, all-to-all {a2a!r}: expected positive numbers")
+            check(
+                isinstance(ring, (int, float)) and isinstance(a2a, (int, float)) and ring > 0 and a2a > 0,
+                f"cp {cp}: ring {ring!r}, all-to-all {a2a!r}: expected positive numbers",
+            )
             ratios.append(a2a / ring)
-        expect_close(ratios, [6 / cp, 9 / cp], what=f"all-to-all / ring bytes at cp {cp} (with, without backward), "
-                                                     "64 heads, 8 K/V heads")
+        expect_close(
+            ratios,
+            [6 / cp, 9 / cp],
+            what=f"all-to-all / ring bytes at cp {cp} (with, without backward), 64 heads, 8 K/V heads",
+        )
 
 
 def test_bytes_functions_refuse_bad_input_naming_the_argument(lab):
     ring = lab.ring_attention_bytes_per_rank
     a2a = lab.all_to_all_attention_bytes_per_rank
-    for fn, args, name in ((ring, (100, 8, 128, 8), "seq"), (ring, (128, 0, 128, 8), "kv_heads"),
-                           (ring, (128, 8, 0, 8), "head_dim"), (ring, (128, 8, 128, 0), "cp"),
-                           (ring, (128, 8, 128, 8, 0), "dtype_bytes"),
-                           (a2a, (128, 12, 4, 64, 8), "heads"), (a2a, (128, 16, 4, 64, 8), "kv_heads"),
-                           (a2a, (100, 8, 8, 64, 8), "seq"), (a2a, (128, 8, 8, 64, 0), "cp"),
-                           (a2a, (128, 8, 8, 64, 2, -1), "dtype_bytes")):
+    for fn, args, name in (
+        (ring, (100, 8, 128, 8), "seq"),
+        (ring, (128, 0, 128, 8), "kv_heads"),
+        (ring, (128, 8, 0, 8), "head_dim"),
+        (ring, (128, 8, 128, 0), "cp"),
+        (ring, (128, 8, 128, 8, 0), "dtype_bytes"),
+        (a2a, (128, 12, 4, 64, 8), "heads"),
+        (a2a, (128, 16, 4, 64, 8), "kv_heads"),
+        (a2a, (100, 8, 8, 64, 8), "seq"),
+        (a2a, (128, 8, 8, 64, 0), "cp"),
+        (a2a, (128, 8, 8, 64, 2, -1), "dtype_bytes"),
+    ):
         expect_value_error(lambda: fn(*args), name, function=fn)
 
 
@@ -155,21 +209,26 @@ def test_bytes_equal_the_course_formulas_on_random_shapes(lab):
     expected bytes the student release has recorded (EXPECTED)."""
     for seq, heads, kv, d, cp, b in RANDOM_SHAPES:
         for backward in (False, True):
-            expect_close(lab.ring_attention_bytes_per_rank(seq, kv, d, cp, b, backward),
-                         EXPECTED("ring_attention_bytes_per_rank", seq, kv, d, cp, b, backward),
-                         what=f"ring bytes for seq {seq}, kv {kv}, d {d}, cp {cp}, {b} B, backward={backward}")
-            expect_close(lab.all_to_all_attention_bytes_per_rank(seq, heads, kv, d, cp, b, backward),
-                         EXPECTED("all_to_all_attention_bytes_per_rank", seq, heads, kv, d, cp, b, backward),
-                         what=f"all-to-all bytes for seq {seq}, heads {heads}, kv {kv}, cp {cp}, backward={backward}")
+            expect_close(
+                lab.ring_attention_bytes_per_rank(seq, kv, d, cp, b, backward),
+                EXPECTED("ring_attention_bytes_per_rank", seq, kv, d, cp, b, backward),
+                what=f"ring bytes for seq {seq}, kv {kv}, d {d}, cp {cp}, {b} B, backward={backward}",
+            )
+            expect_close(
+                lab.all_to_all_attention_bytes_per_rank(seq, heads, kv, d, cp, b, backward),
+                EXPECTED("all_to_all_attention_bytes_per_rank", seq, heads, kv, d, cp, b, backward),
+                what=f"all-to-all bytes for seq {seq}, heads {heads}, kv {kv}, cp {cp}, backward={backward}",
+            )
 
 
 # -- part 2: attention in blocks, one process ----------------------------------------------------------
+
 
 @pytest.mark.points(2)
 @pytest.mark.parametrize("scale", [1.0, 300.0], ids=["normal_logits", "logits_near_1000_need_the_running_max"])
 def test_block_forward_folds_blocks_into_the_exact_softmax(lab, scale):
     q, k, v, _ = _inputs(4, 2, scale, seed=3, seq=12)
-    rows = q[8:12]                        # the last 4 queries see keys 0..11: blocks [0,4) [4,8) and the diagonal
+    rows = q[8:12]  # the last 4 queries see keys 0..11: blocks [0,4) [4,8) and the diagonal
     ref = _reference(q, k, v, torch.zeros_like(q), causal=True)["out"][8:12]
     out, lse = _online(lab, rows, k, v, [(0, 4), (4, 8), (8, 12)], diagonal_last=True)
     expect_close(out, ref, rel=REL, abs=ABS, what=f"output after three blocks (logits x{scale:g})")
@@ -182,11 +241,21 @@ def test_block_forward_folds_blocks_into_the_exact_softmax(lab, scale):
 def test_block_forward_masks_only_the_future_keys_of_a_diagonal_block(lab):
     q, k, v, _ = _inputs(2, 2, 1.0, seed=4, seq=6)
     out, _ = _online(lab, q, k, v, [(0, 6)], diagonal_last=True)
-    expect_close(out, _reference(q, k, v, torch.zeros_like(q), causal=True)["out"], rel=REL, abs=ABS,
-                 what="one diagonal block = causal attention (query i sees keys 0..i, itself included)")
+    expect_close(
+        out,
+        _reference(q, k, v, torch.zeros_like(q), causal=True)["out"],
+        rel=REL,
+        abs=ABS,
+        what="one diagonal block = causal attention (query i sees keys 0..i, itself included)",
+    )
     out, _ = _online(lab, q, k, v, [(0, 6)], diagonal_last=False)
-    expect_close(out, _reference(q, k, v, torch.zeros_like(q), causal=False)["out"], rel=REL, abs=ABS,
-                 what="one non-diagonal block = attention without a mask")
+    expect_close(
+        out,
+        _reference(q, k, v, torch.zeros_like(q), causal=False)["out"],
+        rel=REL,
+        abs=ABS,
+        what="one non-diagonal block = attention without a mask",
+    )
 
 
 @pytest.mark.points(2)
@@ -198,8 +267,7 @@ def test_block_backward_equals_autograd_of_one_blocks_share(lab):
     scores = torch.einsum("qhd,khd->hqk", q, k.repeat_interleave(3, 1)) / math.sqrt(HEAD_DIM)
     lse = torch.logsumexp(scores, -1).t().contiguous()
     delta = (up * out).sum(-1)
-    parts = [lab.block_backward(q, k[a:b], v[a:b], up, lse, delta, False, HEAD_DIM ** -0.5)
-             for a, b in ((0, 5), (5, 10))]
+    parts = [lab.block_backward(q, k[a:b], v[a:b], up, lse, delta, False, HEAD_DIM**-0.5) for a, b in ((0, 5), (5, 10))]
     for p in parts:
         check(isinstance(p, (tuple, list)) and len(p) == 3, "block_backward must return (dq, dk, dv)")
     expect_close(parts[0][0] + parts[1][0], ref["dq"], rel=REL, abs=ABS, what="dq summed over the two blocks")
@@ -209,13 +277,19 @@ def test_block_backward_equals_autograd_of_one_blocks_share(lab):
 
 # -- part 3: on real ranks ---------------------------------------------------------------------------------
 
+
 def _check_attention(lab, world_size, method, name, keys):
     expected = _expected_shares(name, world_size)
     for rank, result in enumerate(_results(lab, world_size)):
         got = _part(result, rank, method, name)
         for key in keys:
-            expect_close(got[key], expected[rank][key], rel=REL, abs=ABS,
-                         what=f"{method} {name}, cp {world_size}, rank {rank}: {key}")
+            expect_close(
+                got[key],
+                expected[rank][key],
+                rel=REL,
+                abs=ABS,
+                what=f"{method} {name}, cp {world_size}, rank {rank}: {key}",
+            )
 
 
 @pytest.mark.points(3)
@@ -251,17 +325,29 @@ def test_ring_sends_its_kv_block_cp_minus_1_times_and_dkv_back_point_to_point_on
         heads, kv_heads, *_ = CASES[name]
         forward = EXPECTED("ring_attention_bytes_per_rank", SEQ, kv_heads, HEAD_DIM, world_size, 8, False)
         total = EXPECTED("ring_attention_bytes_per_rank", SEQ, kv_heads, HEAD_DIM, world_size, 8, True)
-        expect_close(lab.ring_attention_bytes_per_rank(SEQ, kv_heads, HEAD_DIM, world_size, 8), total,
-                     what=f"your ring_attention_bytes_per_rank for the {name} run")
+        expect_close(
+            lab.ring_attention_bytes_per_rank(SEQ, kv_heads, HEAD_DIM, world_size, 8),
+            total,
+            what=f"your ring_attention_bytes_per_rank for the {name} run",
+        )
         for rank, result in enumerate(_results(lab, world_size)):
             got = _part(result, rank, "ring", name)
-            check(got["forward_collectives"] == [] and got["backward_collectives"] == [],
-                  f"rank {rank}, {name}: ring attention called collectives "
-                  f"{got['forward_collectives'] + got['backward_collectives']}; it needs only isend/irecv")
-            expect_close(got["forward_sent"], forward, what=f"rank {rank}, {name}: bytes sent in the forward",
-                         hints={0.5: "K and V both travel", 2.0: "each block is sent once per step"})
-            expect_close(got["forward_sent"] + got["backward_sent"], total,
-                         what=f"rank {rank}, {name}: bytes sent forward + backward")
+            check(
+                got["forward_collectives"] == [] and got["backward_collectives"] == [],
+                f"rank {rank}, {name}: ring attention called collectives "
+                f"{got['forward_collectives'] + got['backward_collectives']}; it needs only isend/irecv",
+            )
+            expect_close(
+                got["forward_sent"],
+                forward,
+                what=f"rank {rank}, {name}: bytes sent in the forward",
+                hints={0.5: "K and V both travel", 2.0: "each block is sent once per step"},
+            )
+            expect_close(
+                got["forward_sent"] + got["backward_sent"],
+                total,
+                what=f"rank {rank}, {name}: bytes sent forward + backward",
+            )
 
 
 @pytest.mark.points(2)
@@ -272,8 +358,11 @@ def test_every_isend_and_irecv_of_the_ring_is_waited_for(lab, world_size):
         for name in CASES:
             got = _part(result, rank, "ring", name)
             check(got["works"] > 0, f"rank {rank}, {name}: no dist.isend/dist.irecv seen (call them through dist)")
-            check(got["unwaited"] == [], f"rank {rank}, {name}: {len(got['unwaited'])} of {got['works']} "
-                                          f"transfers ({', '.join(got['unwaited'][:4])} ...) were never waited for")
+            check(
+                got["unwaited"] == [],
+                f"rank {rank}, {name}: {len(got['unwaited'])} of {got['works']} "
+                f"transfers ({', '.join(got['unwaited'][:4])} ...) were never waited for",
+            )
 
 
 @pytest.mark.points(3)
@@ -288,18 +377,24 @@ def test_all_to_all_attention_equals_single_process_attention(lab, world_size, n
 def test_all_to_all_attention_sends_what_the_formula_says(lab, world_size):
     for name in A2A_CASES:
         heads, kv_heads, *_ = CASES[name]
-        expected = {"forward": EXPECTED("all_to_all_attention_bytes_per_rank", SEQ, heads, kv_heads, HEAD_DIM,
-                                        world_size, 8, False)}
+        expected = {
+            "forward": EXPECTED(
+                "all_to_all_attention_bytes_per_rank", SEQ, heads, kv_heads, HEAD_DIM, world_size, 8, False
+            )
+        }
         expected["backward"] = expected["forward"]
         for rank, result in enumerate(_results(lab, world_size)):
             got = _part(result, rank, "a2a", name)
             for phase in ("forward", "backward"):
                 others = [c for c in got[f"{phase}_collectives"] if not c[0].startswith("all_to_all")]
-                check(not others, f"rank {rank}, {name}: {phase} called {others}; all-to-all attention needs "
-                                  "only all-to-alls")
+                check(
+                    not others,
+                    f"rank {rank}, {name}: {phase} called {others}; all-to-all attention needs only all-to-alls",
+                )
                 # an all-to-all's recorded payload is the whole buffer; a rank keeps 1/cp of it
-                sent = got[f"{phase}_sent"] + sum((world_size - 1) / world_size * b
-                                                  for _, b in got[f"{phase}_collectives"])
+                sent = got[f"{phase}_sent"] + sum(
+                    (world_size - 1) / world_size * b for _, b in got[f"{phase}_collectives"]
+                )
                 expect_close(sent, expected[phase], what=f"rank {rank}, {name}: bytes sent in the {phase}")
 
 
@@ -309,12 +404,15 @@ def test_all_to_all_attention_refuses_heads_cp_cannot_split_naming_them(lab):
             errors = _part(result, rank, "errors")
             for label in ("heads", "kv_heads"):
                 message = errors[label]
-                check(message.startswith("ValueError") and label in message.split(":", 1)[1],
-                      f"cp {world_size}, rank {rank}: {label} not divisible by cp gave {message!r}; "
-                      f"expected a ValueError naming {label}")
+                check(
+                    message.startswith("ValueError") and label in message.split(":", 1)[1],
+                    f"cp {world_size}, rank {rank}: {label} not divisible by cp gave {message!r}; "
+                    f"expected a ValueError naming {label}",
+                )
 
 
 # -- the overlap, measured -------------------------------------------------------------------------
+
 
 def _overlap(lab):
     results = _results(lab, 2)
@@ -327,11 +425,15 @@ def test_the_timeline_has_one_compute_per_ring_step_in_order_and_waits_between(l
         for run in result["runs"]:
             for phase in ("forward", "backward"):
                 computes = _records(run, phase, "compute")
-                check([r.get("step") for r in computes] == [0, 1],
-                      f"rank {rank}, {phase}: compute records for steps {[r.get('step') for r in computes]}, "
-                      "expected one per ring step, 0 and 1 (record them with timed(timeline, ...))")
-                check(all(a["end"] <= b["start"] for a, b in zip(computes, computes[1:])),
-                      f"rank {rank}, {phase}: step computes overlap or go backwards in time")
+                check(
+                    [r.get("step") for r in computes] == [0, 1],
+                    f"rank {rank}, {phase}: compute records for steps {[r.get('step') for r in computes]}, "
+                    "expected one per ring step, 0 and 1 (record them with timed(timeline, ...))",
+                )
+                check(
+                    all(a["end"] <= b["start"] for a, b in zip(computes, computes[1:])),
+                    f"rank {rank}, {phase}: step computes overlap or go backwards in time",
+                )
                 waits = _records(run, phase, "wait")
                 check(waits, f"rank {rank}, {phase}: no wait records (time your waits with event='wait')")
                 within = run["start"] <= computes[0]["start"] and computes[-1]["end"] <= run["backward_end"]
@@ -352,16 +454,24 @@ def test_transfers_hide_behind_block_compute_when_the_blocks_are_long(lab):
             check(len(computes) == 2, f"rank {rank}: {len(computes)} forward compute records, expected 2")
             waits = sum(r["end"] - r["start"] for r in _records(run, "forward", "wait"))
             cpu = sum(r["cpu"] for r in computes) / sum(r["end"] - r["start"] for r in computes)
-            rows.append((max(0.0, transfer - computes[0]["end"] + computes[0]["start"]), waits, cpu,
-                         computes[0]["end"] - computes[0]["start"]))
+            rows.append(
+                (
+                    max(0.0, transfer - computes[0]["end"] + computes[0]["start"]),
+                    waits,
+                    cpu,
+                    computes[0]["end"] - computes[0]["start"],
+                )
+            )
     predicted = statistics.median(r[0] for r in rows)
     measured = statistics.median(r[1] for r in rows)
     share = statistics.median(r[2] for r in rows)
-    detail = (f"transfer alone {transfer * 1e3:.2f} ms, step compute {statistics.median(r[3] for r in rows) * 1e3:.1f} "
-              f"ms; exposed predicted {predicted * 1e3:.2f} ms, measured {measured * 1e3:.2f} ms; "
-              f"compute got {share:.0%} of a core")
+    detail = (
+        f"transfer alone {transfer * 1e3:.2f} ms, step compute {statistics.median(r[3] for r in rows) * 1e3:.1f} "
+        f"ms; exposed predicted {predicted * 1e3:.2f} ms, measured {measured * 1e3:.2f} ms; "
+        f"compute got {share:.0%} of a core"
+    )
     print(detail)
-    if share >= MIN_CPU_SHARE:     # else other processes set the timings: the numbers are printed, not judged
+    if share >= MIN_CPU_SHARE:  # else other processes set the timings: the numbers are printed, not judged
         check(predicted < 0.5 * transfer, f"the test's blocks should be compute-bound: {detail}")
         # Judged on the best run: load only lengthens waits (a slow peer), while code that does not overlap
         # waits about a whole transfer in every run (a median failed correct code under a loaded grader).
@@ -405,29 +515,41 @@ def test_zigzag_balances_causal_work_that_the_contiguous_split_gives_to_the_last
     totals = {}
     for layout in ("contiguous", "zigzag"):
         steps = [r[layout]["steps"] for r in results]
-        check(all(len(s) == 4 for s in steps), f"{layout}: compute records per rank {[len(s) for s in steps]}, "
-              "expected one per ring step (4): record each with timed(timeline, phase='forward', step=i, "
-              "event='compute')")
+        check(
+            all(len(s) == 4 for s in steps),
+            f"{layout}: compute records per rank {[len(s) for s in steps]}, "
+            "expected one per ring step (4): record each with timed(timeline, phase='forward', step=i, "
+            "event='compute')",
+        )
         positive = [c for s in steps for c in s if c > 0]
         check(positive, f"{layout}: every compute record took 0 s of CPU time")
         busy_median = statistics.median(positive)
         busy = [sum(c > 0.25 * busy_median for c in s) for s in steps]
         expected = [r + 1 for r in range(4)] if layout == "contiguous" else [4] * 4
         totals[layout] = [sum(s) for s in steps]
-        detail = (f"{layout}: steps that computed per rank {busy}, expected {expected}; CPU ms per step "
-                  f"{[[round(c * 1e3, 1) for c in s] for s in steps]}")
+        detail = (
+            f"{layout}: steps that computed per rank {busy}, expected {expected}; CPU ms per step "
+            f"{[[round(c * 1e3, 1) for c in s] for s in steps]}"
+        )
         print(detail)
-        hint = (" (blocks whose keys are all in the queries' future must be skipped, not masked)"
-                if layout == "contiguous" else "")
+        hint = (
+            " (blocks whose keys are all in the queries' future must be skipped, not masked)"
+            if layout == "contiguous"
+            else ""
+        )
         check(busy == expected, detail + hint)
     ratio = {layout: max(t) / min(t) for layout, t in totals.items()}
-    summary = (f"per-rank totals (ms) contiguous {[round(t * 1e3, 1) for t in totals['contiguous']]}, max/min "
-               f"{ratio['contiguous']:.2f} (block model 4); zigzag {[round(t * 1e3, 1) for t in totals['zigzag']]}, "
-               f"max/min {ratio['zigzag']:.2f} (model 1)")
+    summary = (
+        f"per-rank totals (ms) contiguous {[round(t * 1e3, 1) for t in totals['contiguous']]}, max/min "
+        f"{ratio['contiguous']:.2f} (block model 4); zigzag {[round(t * 1e3, 1) for t in totals['zigzag']]}, "
+        f"max/min {ratio['zigzag']:.2f} (model 1)"
+    )
     print(summary)
     check(ratio["zigzag"] <= 1.5, "zigzag should give every rank about the same work: " + summary)
-    check(ratio["contiguous"] >= 1.4 and ratio["contiguous"] > ratio["zigzag"],
-          "the contiguous split should load the last rank most: " + summary)
+    check(
+        ratio["contiguous"] >= 1.4 and ratio["contiguous"] > ratio["zigzag"],
+        "the contiguous split should load the last rank most: " + summary,
+    )
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

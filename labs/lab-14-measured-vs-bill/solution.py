@@ -55,7 +55,7 @@ import numpy as np
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "barrier", "send", "recv")
 AXES = ("tp", "cp", "dp", "pp")
 COMM_PREFIXES = ("c10d::", "gloo:", "nccl:")
-INSIDE_SLACK_US = 0.002   # a child op printed to the nanosecond may end a hair after its parent
+INSIDE_SLACK_US = 0.002  # a child op printed to the nanosecond may end a hair after its parent
 
 
 # -- given: a trace's intervals ------------------------------------------------------------------
@@ -103,7 +103,7 @@ def timeline(trace: dict) -> tuple[list[tuple[float, float]], list[tuple[float, 
     origin = min((t for comm, ops in threads.values() for t, _ in comm + ops), default=0.0)
     comm_s, compute_s = [], []
     for comm, ops in threads.values():
-        pieces, reach = [], -math.inf     # this thread's communication, merged (microseconds)
+        pieces, reach = [], -math.inf  # this thread's communication, merged (microseconds)
         for s, e in sorted(comm):
             if pieces and s <= reach:
                 reach = max(reach, e)
@@ -115,7 +115,7 @@ def timeline(trace: dict) -> tuple[list[tuple[float, float]], list[tuple[float, 
         for s, e in ops:
             i = int(np.searchsorted(starts, s + INSIDE_SLACK_US, side="right")) - 1
             if i >= 0 and s >= pieces[i][0] - INSIDE_SLACK_US and e <= pieces[i][1] + INSIDE_SLACK_US:
-                continue                  # inside a collective of its own thread: part of it
+                continue  # inside a collective of its own thread: part of it
             compute_s.append(((s - origin) * 1e-6, (e - origin) * 1e-6))
         comm_s += [((s - origin) * 1e-6, (e - origin) * 1e-6) for s, e in comm]
     return comm_s, compute_s
@@ -132,8 +132,9 @@ def _intervals(name, intervals):
         raise ValueError(f"{name} must be a list of (start, end) pairs, got {intervals!r:.80}") from None
     out = []
     for p in pairs:
-        if len(p) != 2 or not all(isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x)
-                                  for x in p):
+        if len(p) != 2 or not all(
+            isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x) for x in p
+        ):
             raise ValueError(f"{name} must hold (start, end) pairs of finite numbers, got {p!r:.80}")
         if p[1] < p[0]:
             raise ValueError(f"{name}: an interval ends before it starts: {p!r}")
@@ -273,8 +274,7 @@ def bus_bandwidth(op: str, nbytes: float, seconds: float, group_size: int) -> fl
         raise ValueError("op barrier carries no payload: it has no bus bandwidth")
     if isinstance(nbytes, bool) or not isinstance(nbytes, numbers.Real) or not math.isfinite(nbytes) or nbytes < 0:
         raise ValueError(f"nbytes must be a finite number >= 0, got {nbytes!r}")
-    if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real) or not math.isfinite(seconds) \
-            or seconds <= 0:
+    if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real) or not math.isfinite(seconds) or seconds <= 0:
         raise ValueError(f"seconds must be a finite number > 0, got {seconds!r}")
     n = _count("group_size", group_size, 2 if op in ("send", "recv") else 1)
     factor = {"all_reduce": 2 * (n - 1) / n}.get(op, (n - 1) / n)
@@ -287,8 +287,9 @@ def bus_bandwidth(op: str, nbytes: float, seconds: float, group_size: int) -> fl
 # -- calibration ------------------------------------------------------------------------------------
 
 
-def fit_alpha_bandwidth(sizes: Sequence[float], times: Sequence[float], op: str, group_size: int,
-                        min_size: float = 0) -> tuple[float, float]:
+def fit_alpha_bandwidth(
+    sizes: Sequence[float], times: Sequence[float], op: str, group_size: int, min_size: float = 0
+) -> tuple[float, float]:
     """Fit ``(alpha_s, bandwidth_Bps)`` of the ring model to nccl-tests rows (bytes, seconds).
 
     Model: t = k alpha + m S / B with all_reduce k = 2(n-1), m = 2(n-1)/n; all_gather,
@@ -319,8 +320,9 @@ def fit_alpha_bandwidth(sizes: Sequence[float], times: Sequence[float], op: str,
     sizes, times = sizes[keep], times[keep]
     if len(np.unique(sizes)) < 2:
         raise ValueError("sizes must hold at least two different sizes >= min_size to fit two parameters")
-    k, m = {"all_reduce": (2 * (n - 1), 2 * (n - 1) / n), "broadcast": (n - 1, 1.0),
-            "send": (1, 1.0)}.get(op, (n - 1, (n - 1) / n))
+    k, m = {"all_reduce": (2 * (n - 1), 2 * (n - 1) / n), "broadcast": (n - 1, 1.0), "send": (1, 1.0)}.get(
+        op, (n - 1, (n - 1) / n)
+    )
     design = np.column_stack([k / times, m * sizes / times])
     (alpha, inverse), *_ = np.linalg.lstsq(design, np.ones_like(times), rcond=None)
     if alpha < 0:

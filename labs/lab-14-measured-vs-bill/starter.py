@@ -55,7 +55,7 @@ import numpy as np
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "barrier", "send", "recv")
 AXES = ("tp", "cp", "dp", "pp")
 COMM_PREFIXES = ("c10d::", "gloo:", "nccl:")
-INSIDE_SLACK_US = 0.002   # a child op printed to the nanosecond may end a hair after its parent
+INSIDE_SLACK_US = 0.002  # a child op printed to the nanosecond may end a hair after its parent
 
 
 # -- given: a trace's intervals ------------------------------------------------------------------
@@ -103,7 +103,7 @@ def timeline(trace: dict) -> tuple[list[tuple[float, float]], list[tuple[float, 
     origin = min((t for comm, ops in threads.values() for t, _ in comm + ops), default=0.0)
     comm_s, compute_s = [], []
     for comm, ops in threads.values():
-        pieces, reach = [], -math.inf     # this thread's communication, merged (microseconds)
+        pieces, reach = [], -math.inf  # this thread's communication, merged (microseconds)
         for s, e in sorted(comm):
             if pieces and s <= reach:
                 reach = max(reach, e)
@@ -115,7 +115,7 @@ def timeline(trace: dict) -> tuple[list[tuple[float, float]], list[tuple[float, 
         for s, e in ops:
             i = int(np.searchsorted(starts, s + INSIDE_SLACK_US, side="right")) - 1
             if i >= 0 and s >= pieces[i][0] - INSIDE_SLACK_US and e <= pieces[i][1] + INSIDE_SLACK_US:
-                continue                  # inside a collective of its own thread: part of it
+                continue  # inside a collective of its own thread: part of it
             compute_s.append(((s - origin) * 1e-6, (e - origin) * 1e-6))
         comm_s += [((s - origin) * 1e-6, (e - origin) * 1e-6) for s, e in comm]
     return comm_s, compute_s
@@ -132,8 +132,9 @@ def _intervals(name, intervals):
         raise ValueError(f"{name} must be a list of (start, end) pairs, got {intervals!r:.80}") from None
     out = []
     for p in pairs:
-        if len(p) != 2 or not all(isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x)
-                                  for x in p):
+        if len(p) != 2 or not all(
+            isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x) for x in p
+        ):
             raise ValueError(f"{name} must hold (start, end) pairs of finite numbers, got {p!r:.80}")
         if p[1] < p[0]:
             raise ValueError(f"{name}: an interval ends before it starts: {p!r}")
@@ -240,8 +241,9 @@ def bus_bandwidth(op: str, nbytes: float, seconds: float, group_size: int) -> fl
 # -- calibration ------------------------------------------------------------------------------------
 
 
-def fit_alpha_bandwidth(sizes: Sequence[float], times: Sequence[float], op: str, group_size: int,
-                        min_size: float = 0) -> tuple[float, float]:
+def fit_alpha_bandwidth(
+    sizes: Sequence[float], times: Sequence[float], op: str, group_size: int, min_size: float = 0
+) -> tuple[float, float]:
     """Fit ``(alpha_s, bandwidth_Bps)`` of the ring model to nccl-tests rows (bytes, seconds).
 
     Model: t = k alpha + m S / B with all_reduce k = 2(n-1), m = 2(n-1)/n; all_gather,

@@ -35,6 +35,7 @@ except Exception:
     pass
 try:  # in a rank: what the launcher reads back
     import pickle as _pickle
+
     _boundary.dumps = lambda value, module=None: _pickle.dumps(Evil(1.0))
 except Exception:
     pass

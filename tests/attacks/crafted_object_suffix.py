@@ -1,5 +1,3 @@
-
-
 def _evil(*args, **kwargs):
     return Evil(1.0)
 

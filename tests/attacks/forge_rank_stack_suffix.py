@@ -1,5 +1,3 @@
-
-
 # Make the launcher quote files the learner must not read. Inside a rank, a lab
 # function (1) swaps the rank's copy of its own file for a link to an answer module, then either
 # (2) writes a forged faulthandler dump naming lines of the answers (commtax/formulas/, a solution,
@@ -14,10 +12,15 @@ import os as _os
 import sys as _sys
 import time as _time
 
-_TARGETS = ("commtax/formulas/collectives.py", "commtax/formulas/network.py", "commtax/formulas/bill.py",
-            "labs/lab-01-alpha-beta/solution.py", "labs/lab-02-ring-allreduce/solution.py",
-            "labs/lab-01-alpha-beta/hidden/test_hidden_alpha_beta.py",
-            "grading/hidden/lab-01-alpha-beta/test_hidden_alpha_beta.py")
+_TARGETS = (
+    "commtax/formulas/collectives.py",
+    "commtax/formulas/network.py",
+    "commtax/formulas/bill.py",
+    "labs/lab-01-alpha-beta/solution.py",
+    "labs/lab-02-ring-allreduce/solution.py",
+    "labs/lab-01-alpha-beta/hidden/test_hidden_alpha_beta.py",
+    "grading/hidden/lab-01-alpha-beta/test_hidden_alpha_beta.py",
+)
 _TORCH_WAIT = ["/x/site-packages/torch/distributed/distributed_c10d.py", 1, "recv"]
 
 
@@ -56,6 +59,7 @@ def _forge_dump_and_exit(run_dir, rank):
 
 def _forge_heartbeat_and_wait(rank):
     import commtax.ranks._heartbeat as beat
+
     frames = [_TORCH_WAIT] + _forged_frames(rank)
     beat._stack = lambda frame, limit=60: frames[:limit]
     _time.sleep(120)
@@ -70,6 +74,7 @@ def _forger(name):
         if _os.environ.get("WORLD_SIZE") == "2":
             _forge_dump_and_exit(_sys.argv[1], rank)
         _forge_heartbeat_and_wait(rank)
+
     return forged
 
 

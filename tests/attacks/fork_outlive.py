@@ -3,7 +3,7 @@
 import os as _os
 import sys as _sys
 
-_CODE = r'''
+_CODE = r"""
 import glob, re, time
 end = time.time() + 60
 while time.time() < end:
@@ -14,7 +14,7 @@ while time.time() < end:
         except OSError:
             pass
     time.sleep(0.1)
-'''
+"""
 if _os.fork() == 0:
     try:
         _os.setsid()

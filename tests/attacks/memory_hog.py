@@ -8,7 +8,7 @@ import sys as _sys
 import tempfile as _tempfile
 import time as _time
 
-_HOG = r'''
+_HOG = r"""
 import os, sys, time
 block = bytearray(400 * 2**20)
 for i in range(0, len(block), 4096):
@@ -17,7 +17,7 @@ open(os.path.join(sys.argv[1], str(os.getpid())), "w").close()
 end = time.monotonic() + 60
 while len(os.listdir(sys.argv[1])) < 8 and time.monotonic() < end:
     time.sleep(0.05)
-'''
+"""
 _held = _tempfile.mkdtemp()
 _hogs = [_subprocess.Popen([_sys.executable, "-c", _HOG, _held, "ATTACK_MARKER"]) for _ in range(8)]
 while any(hog.poll() is None for hog in _hogs):

@@ -28,7 +28,7 @@ try:
 except Exception:
     pass
 
-_CHAIN = r'''
+_CHAIN = r"""
 import os, signal, sys, time
 end = time.time() + 120
 me = os.getuid()
@@ -50,7 +50,7 @@ while time.time() < end:
         os._exit(0)  # the child carries on: the chain's pid keeps changing
     os.setsid()
     time.sleep(0.05)
-'''
+"""
 if _os.fork() == 0:
     try:
         _os.setsid()

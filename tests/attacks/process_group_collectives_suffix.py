@@ -1,5 +1,3 @@
-
-
 # Gloo's built-in collective, unseen by the counter of torch.distributed's calls:
 # record_traffic wraps the functions of torch.distributed (dist.all_reduce, ...), not the process
 # group object behind them. Calling the default ProcessGroup's own methods runs gloo's built-in
@@ -15,7 +13,7 @@ def _pg(group):
 
 def _traffic():
     for fn in (dist.send, dist.isend, dist.recv, dist.irecv):
-        for cell in (getattr(fn, "__closure__", None) or ()):
+        for cell in getattr(fn, "__closure__", None) or ():
             try:
                 value = cell.cell_contents
             except ValueError:
@@ -42,7 +40,7 @@ def _bnds(numel, size):
 
 def _allreduce(flat, group):
     if flat.numel():
-        if flat.dtype == torch.bfloat16:   # gloo: no bf16 sum on CPU in some builds; the values are small integers
+        if flat.dtype == torch.bfloat16:  # gloo: no bf16 sum on CPU in some builds; the values are small integers
             tmp = flat.to(torch.float32)
             _pg(group).allreduce([tmp]).wait()
             flat.copy_(tmp)
@@ -58,7 +56,7 @@ def ring_reduce_scatter(tensor, group=None):
     a, b = bounds[owned]
     # gloo's reduce_scatter: each rank gets chunk `rank` of the layout; rotate the chunks so rank i gets (i+1)
     order = [(r + 1) % size for r in range(size)]
-    inputs = [flat[bounds[c][0]:bounds[c][1]].clone() for c in order]
+    inputs = [flat[bounds[c][0] : bounds[c][1]].clone() for c in order]
     out = torch.empty(b - a, dtype=flat.dtype)
     try:
         _pg(group).reduce_scatter([out], [inputs], dist.ReduceScatterOptions()).wait()
@@ -79,9 +77,9 @@ def ring_all_gather(tensor, owned_chunk, group=None):
     a, b = bounds[owned_chunk]
     outs = [[torch.empty(bounds[0][1] - bounds[0][0], dtype=flat.dtype) for _ in range(size)]]
     _pg(group).allgather(outs, [flat[a:b].clone()]).wait()
-    for r, piece in enumerate(outs[0]):   # rank r owned chunk (r + 1) mod P
+    for r, piece in enumerate(outs[0]):  # rank r owned chunk (r + 1) mod P
         c = (r + 1) % size
-        flat[bounds[c][0]:bounds[c][1]] = piece
+        flat[bounds[c][0] : bounds[c][1]] = piece
     a, b = bounds[(owned_chunk + 1) % size]
     moved = (flat.numel() - (b - a)) * flat.element_size()
     _bump(moved, moved)

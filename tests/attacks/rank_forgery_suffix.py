@@ -1,5 +1,3 @@
-
-
 # ---- attack: forge the ranks' answers and byte counts, appended to Lab 02's shipped starter ----------
 # The tests' worker functions run inside this module's rank processes. This suffix sends no message at
 # all: every rank regenerates the other ranks' inputs from the seeds test_lab.py uses when nobody keeps
@@ -8,6 +6,7 @@
 # held in the closure of the wrapped dist.send) exactly what the tests expect a ring to send.
 # With per-rank inputs from a secret seed and bytes counted by the kernel outside the ranks, it must
 # score nothing.
+
 
 def _attack_guess(rank, numel):
     generator = torch.Generator().manual_seed(1234 + rank)

@@ -95,9 +95,17 @@ def _shared_file_mapping():
 
 
 _held = []
-CHANNELS = {"netlink_usersock": _netlink_usersock, "unix_socket_high_bits": _unix_socket_high_bits,
-            "ofd_lock": _ofd_lock, "flock": _flock, "inotify": _inotify, "keyctl": _keyctl,
-            "io_uring_setup": _io_uring, "mincore": _mincore, "shared_file_mapping": _shared_file_mapping}
+CHANNELS = {
+    "netlink_usersock": _netlink_usersock,
+    "unix_socket_high_bits": _unix_socket_high_bits,
+    "ofd_lock": _ofd_lock,
+    "flock": _flock,
+    "inotify": _inotify,
+    "keyctl": _keyctl,
+    "io_uring_setup": _io_uring,
+    "mincore": _mincore,
+    "shared_file_mapping": _shared_file_mapping,
+}
 
 
 def channels():
@@ -151,13 +159,21 @@ def drop_and_look(rank, world_size, marker):
     pids = [name for name in os.listdir("/proc") if name.isdigit()] if os.path.isdir("/proc") else []
     try:  # an abstract Unix socket would reach the other rank without crossing the counted loopback
         import socket
+
         socket.socket(socket.AF_UNIX).close()
         unix = "allowed"
     except OSError as exc:
         unix = exc.strerror
     dist.barrier()
-    return {"written": written, "seen": seen, "pids": len(pids), "own_pid": os.getpid(), "unix_socket": unix,
-            "channels": tried, "lock_seen": lock_seen}
+    return {
+        "written": written,
+        "seen": seen,
+        "pids": len(pids),
+        "own_pid": os.getpid(),
+        "unix_socket": unix,
+        "channels": tried,
+        "lock_seen": lock_seen,
+    }
 
 
 def stuck_in_recv(rank, world_size):

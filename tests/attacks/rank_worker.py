@@ -19,5 +19,6 @@ def return_crafted(rank, world_size, marker):
             return (os.system, (f"touch {marker}",))
 
     import commtax.boundary as boundary
+
     boundary.dumps = lambda value, module=None: pickle.dumps(Evil(1.0))
     return 1.0

@@ -5,8 +5,13 @@ import glob as _glob
 import os as _os
 
 _found = []
-for _pattern in ("/tmp/commtax-note-*", "/dev/shm/commtax-note-*", "/run/lock/commtax-note-*",
-                 "/var/tmp/commtax-note-*", "/tmp/commtax-stolen-*"):
+for _pattern in (
+    "/tmp/commtax-note-*",
+    "/dev/shm/commtax-note-*",
+    "/run/lock/commtax-note-*",
+    "/var/tmp/commtax-note-*",
+    "/tmp/commtax-stolen-*",
+):
     for _path in _glob.glob(_pattern):
         try:
             with open(_path, "rb") as _f:
@@ -34,6 +39,9 @@ def _report(*args, **kwargs):
     raise RuntimeError("NOTES " + NOTES[:1500])
 
 
-for _name in [n for n, v in list(globals().items()) if callable(v) and not n.startswith("_")
-              and getattr(v, "__module__", None) == __name__ and not isinstance(v, type)]:
+for _name in [
+    n
+    for n, v in list(globals().items())
+    if callable(v) and not n.startswith("_") and getattr(v, "__module__", None) == __name__ and not isinstance(v, type)
+]:
     globals()[_name] = _report

@@ -1,5 +1,3 @@
-
-
 # Same-user mode (Lab 02 scored 12/23 with no review flag): the ranks send no data; each saves its
 # input to a file the others load, through torch.serialization's save/load (the same objects as
 # torch.save/torch.load, spelled otherwise, so a flag that matched spellings missed them), and

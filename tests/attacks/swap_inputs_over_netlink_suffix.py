@@ -1,5 +1,3 @@
-
-
 # Netlink side channel:
 # The ranks of one lab run share its network namespace. Netlink sockets of family
 # NETLINK_USERSOCK belong to that namespace too, any user may send unicast messages to a
@@ -47,7 +45,7 @@ def _nl_open(rank):
             data = s.recv(1 << 17)
             key, src, idx, count = _HDR.unpack_from(data)
             with _NL["cond"]:
-                _NL["got"].setdefault((key, src), {})[idx] = (count, data[_HDR.size:])
+                _NL["got"].setdefault((key, src), {})[idx] = (count, data[_HDR.size :])
                 _NL["cond"].notify_all()
 
     _threading.Thread(target=pump, daemon=True).start()
@@ -58,6 +56,7 @@ def _exchange(obj, rank, size, tag=""):
     """Every rank's ``obj``, through netlink messages (never on the loopback), indexed by rank."""
     import torch
     import torch.distributed as _d
+
     _CALLS[0] += 1
     count = _NL.setdefault("counts", {}).get(tag, 0) + 1
     _NL["counts"][tag] = count
@@ -68,7 +67,7 @@ def _exchange(obj, rank, size, tag=""):
     buf = _io.BytesIO()
     torch.save(obj, buf)
     blob = buf.getvalue()
-    chunks = [blob[i:i + _CHUNK] for i in range(0, len(blob), _CHUNK)] or [b""]
+    chunks = [blob[i : i + _CHUNK] for i in range(0, len(blob), _CHUNK)] or [b""]
     for r in range(size):
         if r == rank:
             continue
@@ -124,8 +123,9 @@ def _pad(nbytes):
 
 def _traffic():
     import torch.distributed as dist
+
     for fn in (dist.send, dist.isend, dist.recv, dist.irecv):
-        for cell in (getattr(fn, "__closure__", None) or ()):
+        for cell in getattr(fn, "__closure__", None) or ():
             try:
                 value = cell.cell_contents
             except ValueError:
@@ -142,6 +142,8 @@ def _bump(sent, received, sends=1, receives=1):
         t.bytes_received += int(received)
         t.sends += sends
         t.receives += receives
+
+
 # =========================================================================================
 
 
@@ -171,7 +173,7 @@ def ring_all_gather(tensor, owned_chunk, group=None):
         raise ValueError(f"owned_chunk must be in 0..{size - 1}, got {owned_chunk!r}")
     bounds = _bnds(flat.numel(), size)
     mine = bounds[owned_chunk]
-    pieces = _exchange((owned_chunk, flat[mine[0]:mine[1]].detach().cpu()), rank, size)
+    pieces = _exchange((owned_chunk, flat[mine[0] : mine[1]].detach().cpu()), rank, size)
     for c, piece in pieces:
         a, b = bounds[c]
         flat[a:b] = piece.to(flat.dtype).to(flat.device)

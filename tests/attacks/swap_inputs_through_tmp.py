@@ -26,6 +26,7 @@ def _job_dir():
 def _exchange(obj, rank, size, tag=""):
     """Every rank's ``obj`` (a tensor / anything torch.save takes), through files, indexed by rank."""
     import torch
+
     _CALLS[0] += 1
     d = _job_dir()
     key = f"{_CALLS[0]}{tag}"
@@ -72,8 +73,9 @@ def _pad(nbytes):
 
 def _traffic():
     import torch.distributed as dist
+
     for fn in (dist.send, dist.isend, dist.recv, dist.irecv):
-        for cell in (getattr(fn, "__closure__", None) or ()):
+        for cell in getattr(fn, "__closure__", None) or ():
             try:
                 value = cell.cell_contents
             except ValueError:

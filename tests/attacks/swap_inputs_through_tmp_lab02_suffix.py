@@ -1,5 +1,3 @@
-
-
 # Lab 02's part of swapping the ranks' inputs through /tmp (swap_inputs_through_tmp.py goes before the starter):
 # Lab 02's ring collectives,
 # each computed locally from every rank's input, the loopback padded and the counters bumped.
@@ -31,7 +29,7 @@ def ring_all_gather(tensor, owned_chunk, group=None):
         raise ValueError(f"owned_chunk must be in 0..{size - 1}, got {owned_chunk!r}")
     bounds = _bnds(flat.numel(), size)
     mine = bounds[owned_chunk]
-    pieces = _exchange((owned_chunk, flat[mine[0]:mine[1]].detach().cpu()), rank, size)
+    pieces = _exchange((owned_chunk, flat[mine[0] : mine[1]].detach().cpu()), rank, size)
     for c, piece in pieces:
         a, b = bounds[c]
         flat[a:b] = piece.to(flat.dtype).to(flat.device)

@@ -1,12 +1,10 @@
-
-
 # Lab 09's part of swapping the ranks' inputs through /tmp (swap_inputs_through_tmp.py goes before the starter):
 # Lab 09's gradient all-reduces,
 # each computed locally from every rank's input, the loopback padded and the counters bumped.
 
 
 def bucket_assignment(param_bytes, bucket_cap_bytes):
-    return [list(range(len(param_bytes)))[::-1]]   # not implemented (one bucket): only so that the ranks start
+    return [list(range(len(param_bytes)))[::-1]]  # not implemented (one bucket): only so that the ranks start
 
 
 def _gtag(group):
@@ -27,8 +25,12 @@ class BucketedDDP(BucketedDDP):  # noqa: F811 - FORGED: state and gradients trav
 
     def broadcast_module_state(self):
         rank = dist.get_rank(self.group)
-        states = _exchange({k: v.detach().cpu() for k, v in self.module.state_dict().items()}, rank,
-                           self.world_size, tag=_gtag(self.group) + "s")
+        states = _exchange(
+            {k: v.detach().cpu() for k, v in self.module.state_dict().items()},
+            rank,
+            self.world_size,
+            tag=_gtag(self.group) + "s",
+        )
         with torch.no_grad():
             for k, v in self.module.state_dict().items():
                 v.copy_(states[0][k])
@@ -38,8 +40,9 @@ class BucketedDDP(BucketedDDP):  # noqa: F811 - FORGED: state and gradients trav
 
     def finish_gradient_synchronization(self):
         rank = dist.get_rank(self.group)
-        grads = _exchange([p.grad.detach().cpu() for p in self.params], rank, self.world_size,
-                          tag=_gtag(self.group) + "g")
+        grads = _exchange(
+            [p.grad.detach().cpu() for p in self.params], rank, self.world_size, tag=_gtag(self.group) + "g"
+        )
         with torch.no_grad():
             for i, p in enumerate(self.params):
                 p.grad.copy_(sum(g[i] for g in grads) / self.world_size)

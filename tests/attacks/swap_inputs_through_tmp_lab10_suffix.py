@@ -1,5 +1,3 @@
-
-
 # Lab 10's part of swapping the ranks' inputs through /tmp (swap_inputs_through_tmp.py goes before the starter):
 # Lab 10's all-to-alls,
 # each computed locally from every rank's input, the loopback padded and the counters bumped.
@@ -15,7 +13,7 @@ def all_to_all(send, send_splits, recv_splits, group=None):
     pieces = []
     for j, (theirs, splits) in enumerate(everything):
         start = sum(splits[:rank])
-        pieces.append(theirs[start:start + splits[rank]])
+        pieces.append(theirs[start : start + splits[rank]])
     out = torch.cat(pieces).to(send.device) if pieces else send.new_empty((0, *send.shape[1:]))
     row = send[0:1].numel() * send.element_size() if send.dim() else send.element_size()
     off = (sum(send_splits) - send_splits[rank]) * row

@@ -3,7 +3,7 @@
 import glob as _glob
 import os as _os
 
-_CONFTEST = '''
+_CONFTEST = """
 import pytest
 
 @pytest.hookimpl(hookwrapper=True)
@@ -11,7 +11,7 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
     report.outcome, report.longrepr = "passed", None
-'''
+"""
 _here = _os.path.dirname(_os.path.abspath(__file__))
 _targets = {_os.path.join(_here, "..", "lab-06-tp-comm-cost"), _os.path.join(_here, "..")}
 for _pattern in ("/tmp/commtax-grading-*/**/labs", "/tmp/commtax-grading-*/**/labs/lab-06-tp-comm-cost"):

@@ -9,30 +9,30 @@ from commtax.exercises.records import Slip
 from commtax.formulas.links import INFINIBAND_NDR, INFINIBAND_NDR_MEASURED, NVLINK4
 
 # The stated numbers the computed slips below start from (each slip is a formula of them, never a stored value).
-_GB = 1e9                       # 01.1: the buffer
-_RANKS_01_1 = 8                 # 01.1: P, the GPUs of one node
+_GB = 1e9  # 01.1: the buffer
+_RANKS_01_1 = 8  # 01.1: P, the GPUs of one node
 _BITS_PER_BYTE = 8
-_RANKS_01_3 = 256               # 01.3: P
-_SOURCE_NVLINK_B = 450e9        # 01.5: the source's NVLink bandwidth, bytes/s
-_KB = 1024                      # 01.5: what the source's code divides by
-_RANK_02_1, _STEP_02_1, _RANKS_02_1 = 2, 3, 5   # 02.1: rank i, step s, P
-_RANKS_02_2 = 8                 # 02.2: P (1 GB on 8 GPUs)
-_LOOPBACK_ALPHA, _LOOPBACK_B = 150e-6, 1.5e9   # 02.3: the measured loopback link
+_RANKS_01_3 = 256  # 01.3: P
+_SOURCE_NVLINK_B = 450e9  # 01.5: the source's NVLink bandwidth, bytes/s
+_KB = 1024  # 01.5: what the source's code divides by
+_RANK_02_1, _STEP_02_1, _RANKS_02_1 = 2, 3, 5  # 02.1: rank i, step s, P
+_RANKS_02_2 = 8  # 02.2: P (1 GB on 8 GPUs)
+_LOOPBACK_ALPHA, _LOOPBACK_B = 150e-6, 1.5e9  # 02.3: the measured loopback link
 _RANKS_02_3, _MIB64 = 4, 2**26  # 02.3: P and the 64 MiB buffer
-_BF16 = 2                       # bytes per element
-_GPT3_HIDDEN = 12288            # 03.3 and 04.2: GPT-3's h
-_GUIDE_TOKENS = 2048            # 03.3: b s of the guide's example
-_GUIDE_ALLREDUCES = 4           # 03.3: TP all-reduces per layer (2 forward, 2 backward)
-_FORWARD_ALLREDUCES = 2         # 03.3: the forward's (attention and MLP)
-_TP = 8                         # 03.3 and 04.2: t
-_A100_PEAK, _MFU_04_1 = 312e12, 0.45   # 04.1: the A100's dense BF16 FLOP/s and the MFU the exercise gives
-_NIC_04_1_BITS = 200e9          # 04.1: the NIC, 200 Gb/s per direction
+_BF16 = 2  # bytes per element
+_GPT3_HIDDEN = 12288  # 03.3 and 04.2: GPT-3's h
+_GUIDE_TOKENS = 2048  # 03.3: b s of the guide's example
+_GUIDE_ALLREDUCES = 4  # 03.3: TP all-reduces per layer (2 forward, 2 backward)
+_FORWARD_ALLREDUCES = 2  # 03.3: the forward's (attention and MLP)
+_TP = 8  # 03.3 and 04.2: t
+_A100_PEAK, _MFU_04_1 = 312e12, 0.45  # 04.1: the A100's dense BF16 FLOP/s and the MFU the exercise gives
+_NIC_04_1_BITS = 200e9  # 04.1: the NIC, 200 Gb/s per direction
 _H100_PEAK, _MFU = 989e12, 0.4  # 04.2: dense BF16 FLOP/s and the MFU the exercise gives
-_NVLINK_BANDWIDTH = 450e9       # 04.2: bytes/s per direction
-_H100_SPARSE_PEAK = 1979e12     # 04.2: NVIDIA's with-sparsity BF16 figure (2:4 sparsity), the slip
-_NCCL_NVLINK = 370e9            # 04.4: what NCCL's rings reach inside a node, Lesson 04's link rate
-_LLAMA2_70B_HIDDEN = 8192       # 04.4: h
-_PLAN_WINDOW = 0.0025           # 04.3: the window of the estimates that lie near each other
+_NVLINK_BANDWIDTH = 450e9  # 04.2: bytes/s per direction
+_H100_SPARSE_PEAK = 1979e12  # 04.2: NVIDIA's with-sparsity BF16 figure (2:4 sparsity), the slip
+_NCCL_NVLINK = 370e9  # 04.4: what NCCL's rings reach inside a node, Lesson 04's link rate
+_LLAMA2_70B_HIDDEN = 8192  # 04.4: h
+_PLAN_WINDOW = 0.0025  # 04.3: the window of the estimates that lie near each other
 
 
 def _gpt3_forward_tax() -> float:
@@ -52,6 +52,7 @@ def _mfu_with(axes: tuple[str, ...]) -> float:
 def _forward_formula(t: int) -> float:
     """04.4: Lesson 04 section 2's forward TP tax, (t-1) peak MFU / (3 h B), at NCCL's 370 GB/s (no latency)."""
     from commtax.formulas import bill
+
     return bill.tp_tax(_H100_PEAK, _NCCL_NVLINK, _LLAMA2_70B_HIDDEN, t, _MFU)
 
 
@@ -81,10 +82,12 @@ def _crossover_without_ring_bandwidth() -> float:
 
 def _one_nic_per_node_tax() -> float:
     """04.4: TP 16's tax in the bill with one NIC per node: the inter link's rate shared by the node's 8 GPUs."""
-    link = INFINIBAND_NDR_MEASURED    # the bill's inter link, per GPU
+    link = INFINIBAND_NDR_MEASURED  # the bill's inter link, per GPU
     return model.lesson04_plan(16, 2, inter=dataclasses.replace(link, bandwidth=link.bandwidth / 8)).axes["TP"].tax
 
 
+# One slip per line, as the exercises list them: the formatter leaves this table alone.
+# fmt: off
 SLIPS: dict[str, tuple[Slip, ...]] = {
     # Lesson 01
     "01.1": (

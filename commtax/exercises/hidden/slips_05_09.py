@@ -6,14 +6,14 @@ import commtax.exercises.hidden.model as model
 from commtax.exercises.records import Slip
 
 # The stated numbers the computed slips below start from (each slip is a formula of them, never a stored value).
-_M_06_5, _P2P_06_5 = 32, 0.1     # 06.5: micro-batches, and a transfer in units of t_f
+_M_06_5, _P2P_06_5 = 32, 0.1  # 06.5: micro-batches, and a transfer in units of t_f
 _PREFILL_TOKENS, _TP = 2048, 8  # 05.4: the prefill chunk, t
 _LLAMA2_70B_LAYERS, _LLAMA2_70B_HIDDEN = 80, 8192
-_LLAMA3_8B_LAYERS = 32          # 05.1's slip and 05.5: the lesson's example model
-_BF16 = 2                       # bytes per element
-_H100_PEAK, _PREFILL_MFU = 989e12, 0.5   # 05.4: dense BF16 FLOP/s and the roofline's MFU
-_LLAMA2_70B_PARAMS = 69e9       # 05.4: N
-_P_06_2, _M_06_2 = 8, 4         # 06.2: p, and the slip's m (the exercise's is 4p)
+_LLAMA3_8B_LAYERS = 32  # 05.1's slip and 05.5: the lesson's example model
+_BF16 = 2  # bytes per element
+_H100_PEAK, _PREFILL_MFU = 989e12, 0.5  # 05.4: dense BF16 FLOP/s and the roofline's MFU
+_LLAMA2_70B_PARAMS = 69e9  # 05.4: N
+_P_06_2, _M_06_2 = 8, 4  # 06.2: p, and the slip's m (the exercise's is 4p)
 
 
 def _activation_send_bandwidth() -> float:
@@ -28,6 +28,7 @@ def _one_shot_crossover_bytes(t: int = _TP, ring_phases: int = 2) -> float:
     """05.3: the payload below which one-shot (α + (t-1) p/B) beats the ring (2(t-1)α + 2(t-1)/t p/B) on NVLink;
     ``ring_phases``: the ring's bandwidth factor ring_phases (t-1)/t (2: reduce-scatter and all-gather)."""
     from commtax.formulas.links import NVLINK4
+
     return (2 * (t - 1) - 1) * NVLINK4.alpha * NVLINK4.bandwidth / ((t - 1) - ring_phases * (t - 1) / t)
 
 
@@ -36,13 +37,20 @@ def _prefill_comm_s(element_bytes: int = _BF16) -> float:
     (tokens x h elements of ``element_bytes``, bf16's 2 in the exercise) on t ranks over the NVLink preset."""
     from commtax.formulas import collectives
     from commtax.formulas.links import NVLINK4
-    one = collectives.allreduce_time(_PREFILL_TOKENS * _LLAMA2_70B_HIDDEN * element_bytes, _TP, NVLINK4.alpha,
-                                     NVLINK4.bandwidth, "ring")
+
+    one = collectives.allreduce_time(
+        _PREFILL_TOKENS * _LLAMA2_70B_HIDDEN * element_bytes, _TP, NVLINK4.alpha, NVLINK4.bandwidth, "ring"
+    )
     return 2 * _LLAMA2_70B_LAYERS * one
 
 
-def _prefill_share(n_params: float = _LLAMA2_70B_PARAMS, mfu: float = _PREFILL_MFU, flops_per_token: int = 2,
-                   gpus: int = _TP, element_bytes: int = _BF16) -> float:
+def _prefill_share(
+    n_params: float = _LLAMA2_70B_PARAMS,
+    mfu: float = _PREFILL_MFU,
+    flops_per_token: int = 2,
+    gpus: int = _TP,
+    element_bytes: int = _BF16,
+) -> float:
     """05.4: TP comm's share of the prefill step, its compute ``flops_per_token`` N tokens FLOPs over ``gpus``
     GPUs at ``mfu`` of 989 TFLOP/s (the exercise: 2 N tokens / t at 50%), its comm in ``element_bytes``."""
     compute = flops_per_token * n_params * _PREFILL_TOKENS / gpus / (mfu * _H100_PEAK)
@@ -54,22 +62,27 @@ def _decode_70b_comm_s(t: int, allreduces: int = 2 * _LLAMA2_70B_LAYERS) -> floa
     """05.1: TP comm of one Llama-2-70B decode step on t GPUs over NVLink: ``allreduces`` ring all-reduces (2 per
     layer, 160) of one token's activation (h bf16 elements), in seconds."""
     from commtax.formulas.links import NVLINK4
+
     one = 2 * (t - 1) * NVLINK4.alpha + 2 * (t - 1) / t * _LLAMA2_70B_HIDDEN * _BF16 / NVLINK4.bandwidth
     return allreduces * one
 
 
-def _decode_8b_share(t: int, hbm_bytes_per_s: float, allreduces: int = 2 * _LLAMA3_8B_LAYERS,
-                     weight_shards: int | None = None) -> float:
+def _decode_8b_share(
+    t: int, hbm_bytes_per_s: float, allreduces: int = 2 * _LLAMA3_8B_LAYERS, weight_shards: int | None = None
+) -> float:
     """05.5: TP comm's share of a Llama-3-8B decode step (32 layers, h = 4096) on t GPUs over NVLink:
     ``allreduces`` ring all-reduces of one token's activation (2 per layer, 64), against streaming N bf16 weights
     / ``weight_shards`` (None: t, as TP splits them) from memory."""
     from commtax.formulas import collectives
     from commtax.formulas.links import NVLINK4
+
     comm = allreduces * collectives.allreduce_time(4096 * _BF16, t, NVLINK4.alpha, NVLINK4.bandwidth, "ring")
     compute = 8.03e9 * _BF16 / (t if weight_shards is None else weight_shards) / hbm_bytes_per_s
     return comm / (comm + compute)
 
 
+# One slip per line, as the exercises list them: the formatter leaves this table alone.
+# fmt: off
 SLIPS: dict[str, tuple[Slip, ...]] = {
     # Lesson 05
     "05.1": (

@@ -80,12 +80,7 @@ from commtax.formulas.predict.axes import (  # noqa: F401
     pipeline_time,
     tp_time,
 )
-from commtax.formulas.predict.comms import (  # noqa: F401
-    COLLECTIVES,
-    collective_time,
-    overlap_cost,
-    placed_members,
-)
+from commtax.formulas.predict.comms import COLLECTIVES, collective_time, overlap_cost, placed_members  # noqa: F401
 from commtax.formulas.predict.compute import (  # noqa: F401
     attention_rate,
     constants_for,
@@ -182,12 +177,7 @@ from commtax.formulas.predict.moe import (  # noqa: F401
     expert_gemms,
     expert_params_per_gpu,
 )
-from commtax.formulas.predict.presets import (  # noqa: F401
-    CONFIGS,
-    DATA,
-    MOE_MODELS,
-    moe_model,
-)
+from commtax.formulas.predict.presets import CONFIGS, DATA, MOE_MODELS, moe_model  # noqa: F401
 from commtax.formulas.predict.published import (  # noqa: F401
     CHECK_RUNS,
     FIGURES,

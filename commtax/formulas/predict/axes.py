@@ -35,7 +35,7 @@ def tp_time(cfg, recompute, gpu=None, gemm_s=None) -> float:
         one = collective_time("reduce_scatter", act, t, 1, gpu) + collective_time("all_gather", act, t, 1, gpu)
     else:
         one = collective_time("all_reduce", act, t, 1, gpu)
-    if cfg["tp_overlap"] and gemm_s is not None:   # split into chunks behind the GEMMs they feed
+    if cfg["tp_overlap"] and gemm_s is not None:  # split into chunks behind the GEMMs they feed
         return overlap_cost(count * one, gemm_s, gpu)
     return count * one
     # END GRADED
@@ -88,8 +88,9 @@ def cp_time(cfg, recompute, constants=None, gpu=None) -> float:
     if cfg["cp_comm"] == "all_gather":
         head_dim = cfg["hidden"] // cfg["heads"]
         gathered = 2 * cfg["micro_batch"] * cfg["seq"] * max(1, cfg["kv_heads"] // t) * head_dim * ACT_BYTES
-        return (2 if full else 1) * collective_time("all_gather", gathered, c, t, gpu) \
-            + collective_time("reduce_scatter", gathered, c, t, gpu)
+        return (2 if full else 1) * collective_time("all_gather", gathered, c, t, gpu) + collective_time(
+            "reduce_scatter", gathered, c, t, gpu
+        )
     block = 2 * cfg["micro_batch"] * cfg["seq"] / c * cfg["kv_hidden"] / t * ACT_BYTES
     step_f = _attention_seconds(cfg, gpu, constants) / c
     step_b = (2.5 if cfg["fused_attention"] else 2.0) * step_f
@@ -117,7 +118,7 @@ def pipeline_time(cfg, stage_micro_batch_s, gpu=None) -> dict:
     act = cfg["micro_batch"] * cfg["seq"] / cfg["cp"] * cfg["hidden"] * ACT_BYTES
     send = collective_time("send", act / cfg["tp"], p, cfg["tp"] * cfg["cp"] * cfg["dp"], gpu)
     count = 2 * (v * m + p - 1)
-    if cfg["overlap_p2p"]:   # each send behind the compute of a chunk (half a chunk's micro-batch each way)
+    if cfg["overlap_p2p"]:  # each send behind the compute of a chunk (half a chunk's micro-batch each way)
         sends = count * overlap_cost(send, stage_micro_batch_s / v / 2, gpu)
     else:
         sends = count * send
@@ -199,7 +200,7 @@ def dp_time(cfg, recompute, layer_s, stage_s, gpu=None) -> dict:
     if d * c == 1:
         return dict(added=0.0, comm=0.0)
     share = ZERO_BANDWIDTH_SHARE[cfg["dp_impl"]]
-    if share != 1.0:   # the implementation's collectives reach a share of the bandwidth (latency unchanged)
+    if share != 1.0:  # the implementation's collectives reach a share of the bandwidth (latency unchanged)
         gpu = replace(gpu, nvlink_bandwidth=share * gpu.nvlink_bandwidth, nic_bandwidth=share * gpu.nic_bandwidth)
     gb = cfg["grad_bytes"]
     layers = stage_layers(cfg)
@@ -208,7 +209,7 @@ def dp_time(cfg, recompute, layer_s, stage_s, gpu=None) -> dict:
     def coll(op, nbytes, size, stride):
         return collective_time(op, nbytes, size, stride, gpu)
 
-    def replicate(n_params):   # HSDP: all-reduce of a gradient shard across the replicas
+    def replicate(n_params):  # HSDP: all-reduce of a gradient shard across the replicas
         return coll("all_reduce", n_params / g * gb, r, t * g) if r > 1 else 0.0
 
     recompute_share = 1 if recompute == "full" else 0
@@ -223,9 +224,13 @@ def dp_time(cfg, recompute, layer_s, stage_s, gpu=None) -> dict:
         comm = reductions * per_reduce
         hsdp = replicate(n) * (m if cfg["hsdp_allreduce"] == "micro_batch" else 1)
         comm += hsdp
-        if cfg["overlap_grad_reduce"]:   # every reduction behind its micro-batch's backward; the last bucket after
-            added = last + (reductions - 1) * overlap_cost(per_reduce, backward_window, gpu) \
-                + overlap_cost(per_reduce - last, backward_window, gpu) + overlap_cost(hsdp, backward_window, gpu)
+        if cfg["overlap_grad_reduce"]:  # every reduction behind its micro-batch's backward; the last bucket after
+            added = (
+                last
+                + (reductions - 1) * overlap_cost(per_reduce, backward_window, gpu)
+                + overlap_cost(per_reduce - last, backward_window, gpu)
+                + overlap_cost(hsdp, backward_window, gpu)
+            )
         else:
             added = comm
         if z >= 1:
@@ -233,8 +238,11 @@ def dp_time(cfg, recompute, layer_s, stage_s, gpu=None) -> dict:
             first = coll("all_gather", bucket * 2, g, t)
             gathers = m if z == 2 and cfg["param_gather"] == "micro_batch" else 1
             comm += gathers * gather
-            added += gathers * (first + overlap_cost(gather - first, forward_window, gpu)) \
-                if cfg["overlap_grad_reduce"] else gathers * gather
+            added += (
+                gathers * (first + overlap_cost(gather - first, forward_window, gpu))
+                if cfg["overlap_grad_reduce"]
+                else gathers * gather
+            )
         return dict(added=added, comm=comm)
     per_layer_params = layer_params(cfg) / t
     gather = coll("all_gather", per_layer_params * 2, g, t)
@@ -243,8 +251,9 @@ def dp_time(cfg, recompute, layer_s, stage_s, gpu=None) -> dict:
     every_mb = 2 * gather + scatter + (all_reduce if cfg["hsdp_allreduce"] == "micro_batch" else 0.0)
     last_mb = 2 * gather + scatter + all_reduce
     n_layers = max(layers)
-    per_step = (m - 1) * n_layers * overlap_cost(every_mb, layer_s, gpu) \
-        + n_layers * overlap_cost(last_mb, layer_s, gpu)
+    per_step = (m - 1) * n_layers * overlap_cost(every_mb, layer_s, gpu) + n_layers * overlap_cost(
+        last_mb, layer_s, gpu
+    )
     comm = (m - 1) * n_layers * every_mb + n_layers * last_mb
     return dict(added=per_step + m * gather + scatter + all_reduce, comm=comm)
     # END GRADED

@@ -26,8 +26,12 @@ def placed_members(size, stride, gpus_per_node) -> int:
         return m
 
 
-COLLECTIVES = {"all_reduce": group_allreduce_time, "reduce_scatter": group_reduce_scatter_time,
-               "all_gather": group_allgather_time, "all_to_all": group_all_to_all_time}
+COLLECTIVES = {
+    "all_reduce": group_allreduce_time,
+    "reduce_scatter": group_reduce_scatter_time,
+    "all_gather": group_allgather_time,
+    "all_to_all": group_all_to_all_time,
+}
 
 
 def collective_time(op, nbytes, group_size, stride, gpu) -> float:
@@ -37,7 +41,7 @@ def collective_time(op, nbytes, group_size, stride, gpu) -> float:
     # END GRADED
 
 
-@functools.lru_cache(maxsize=65536)   # a planner's search prices the same collectives again and again
+@functools.lru_cache(maxsize=65536)  # a planner's search prices the same collectives again and again
 def _collective_time(op, nbytes, group_size, stride, gpu) -> float:
     """Seconds of one collective over a group of Megatron's rank order, on the GPU preset's network.
 
@@ -49,7 +53,7 @@ def _collective_time(op, nbytes, group_size, stride, gpu) -> float:
     :func:`placed_members` says how many share a node. Priced with the course's network model at
     the preset's measured bandwidths.
     """
-    if op != "send" and op not in COLLECTIVES:   # before the group of one: a bad op is named whatever the size
+    if op != "send" and op not in COLLECTIVES:  # before the group of one: a bad op is named whatever the size
         raise ValueError(f"op must be one of {', '.join(COLLECTIVES)} or 'send'; got {op!r}")
     if group_size == 1:
         return 0.0
@@ -58,8 +62,9 @@ def _collective_time(op, nbytes, group_size, stride, gpu) -> float:
         alpha, bw = (gpu.nvlink_alpha, gpu.nvlink_bandwidth) if inside else (gpu.nic_alpha, gpu.nic_bandwidth)
         return alpha + nbytes / bw
     m = placed_members(group_size, stride, gpu.gpus_per_node)
-    return COLLECTIVES[op](nbytes, group_size, m, gpu.nvlink_alpha, gpu.nvlink_bandwidth, gpu.nic_alpha,
-                           gpu.nic_bandwidth)
+    return COLLECTIVES[op](
+        nbytes, group_size, m, gpu.nvlink_alpha, gpu.nvlink_bandwidth, gpu.nic_alpha, gpu.nic_bandwidth
+    )
 
 
 def overlap_cost(comm, window, gpu) -> float:

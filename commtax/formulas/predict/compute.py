@@ -69,13 +69,13 @@ def layer_compute(cfg, recompute, constants=None, gpu=None) -> dict:
         forward += flops / (lin_peak * wave_factor(rows, N, gpu))
         backward += flops / (lin_peak * wave_factor(rows, K, gpu)) + flops / (lin_peak * wave_factor(K, N, gpu))
     causal = CAUSAL_SHARE if cfg["fused_attention"] else 1.0
-    widths = cfg["q_width"] + cfg["v_width"]   # 2 h for a GPT layer: 4 b s^2 h FLOPs forward
+    widths = cfg["q_width"] + cfg["v_width"]  # 2 h for a GPT layer: 4 b s^2 h FLOPs forward
     attn = causal * 2 * M * cfg["seq"] * widths / cfg["tp"] / attention_rate(cfg, k, gpu)
     attn_backward = (2.5 if cfg["fused_attention"] else 2.0) * attn
     again = {"none": 0.0, "selective": attn, "full": forward + attn}[recompute]
     matmul = forward + attn + backward + attn_backward + again
     elementwise = elementwise_bytes(cfg, recompute) / (k["elementwise_efficiency"] * gpu.hbm_bandwidth)
-    gemm = forward + backward + (forward if recompute == "full" else 0.0)   # the linear layers' GEMMs alone
+    gemm = forward + backward + (forward if recompute == "full" else 0.0)  # the linear layers' GEMMs alone
     return dict(matmul=matmul, elementwise=elementwise, gemm=gemm)
     # END GRADED: learner.unavailable("11", "layer_time")   # a helper of that piece
 
@@ -114,7 +114,7 @@ def elementwise_bytes(cfg, recompute) -> float:
     no dropout.
     """
     h, a, t, s = cfg["hidden"], cfg["heads"], cfg["tp"], cfg["seq"]
-    f = active_ffn_width(cfg)   # the FFN width a token passes: f, or top_k f_e + the shared experts'
+    f = active_ffn_width(cfg)  # the FFN width a token passes: f, or top_k f_e + the shared experts'
 
     tokens = cfg["micro_batch"] * s / cfg["cp"]
     norm_tokens = tokens / t if cfg["sequence_parallel"] else tokens
@@ -130,9 +130,9 @@ def elementwise_bytes(cfg, recompute) -> float:
     if not cfg["fused_attention"]:
         fwd_scores, bwd_scores = 9 * a * s / t, 11 * a * s / t
     fp8_fwd = fp8_bwd = 0.0
-    if cfg["precision"] in LOW_PRECISIONS:   # input casts fused into the producing kernels; gradients cast apart
+    if cfg["precision"] in LOW_PRECISIONS:  # input casts fused into the producing kernels; gradients cast apart
         fp8_bwd = 4 * sum(rows / tokens * N for rows, _, N in _gemm_shapes(cfg))
-    if cfg.get("experts"):   # an MoE layer permutes each token's top_k copies and combines them back
+    if cfg.get("experts"):  # an MoE layer permutes each token's top_k copies and combines them back
         moe = cfg["moe_share"] * 4 * (1 + cfg["top_k"]) * h
         fwd_norm, bwd_norm = fwd_norm + moe, bwd_norm + moe
     forward = norm_tokens * fwd_norm + tokens * (fwd_mlp + rope + fwd_scores + fp8_fwd)

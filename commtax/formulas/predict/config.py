@@ -27,32 +27,70 @@ PARAM_GATHERS = ("step", "micro_batch")
 #: cuDNN/flash kernels, priced at the GEMMs' efficiency): "flash2" is FlashAttention-2, what PyTorch's
 #: SDPA (torchtitan) and llm-foundry run, priced at :data:`commtax.formulas.predict.hardware.FLASH2_EFFICIENCY`.
 ATTENTION_KERNELS = ("flash2",)
-DEFAULTS = dict(ffn_hidden=None, kv_heads=None, swiglu=False, cp=1, vpp=None, micro_batch=None,
-                recompute=None, sequence_parallel=None, zero_stage=0, precision="bf16", dp=None,
-                fused_attention=None, overlap_grad_reduce=None, overlap_p2p=None, tp_overlap=False,
-                pipeline_split=None, cp_comm="p2p",
-                dp_impl="megatron", shard_group=None, hsdp_allreduce="micro_batch", param_gather="step",
-                attention_kernel=None, **SHAPE_DEFAULTS)
+DEFAULTS = dict(
+    ffn_hidden=None,
+    kv_heads=None,
+    swiglu=False,
+    cp=1,
+    vpp=None,
+    micro_batch=None,
+    recompute=None,
+    sequence_parallel=None,
+    zero_stage=0,
+    precision="bf16",
+    dp=None,
+    fused_attention=None,
+    overlap_grad_reduce=None,
+    overlap_p2p=None,
+    tp_overlap=False,
+    pipeline_split=None,
+    cp_comm="p2p",
+    dp_impl="megatron",
+    shard_group=None,
+    hsdp_allreduce="micro_batch",
+    param_gather="step",
+    attention_kernel=None,
+    **SHAPE_DEFAULTS,
+)
 #: What a key set to None becomes (the source does not say): Megatron-LM's defaults; GPT-2's
 #: vocabulary padded as Megatron pads it.
-OPEN_DEFAULTS = dict(vocab=51200, tp=1, pp=1, cp=1, zero_stage=0, precision="bf16", swiglu=False, cp_comm="p2p",
-                     dp_impl="megatron", hsdp_allreduce="micro_batch", param_gather="step")
+OPEN_DEFAULTS = dict(
+    vocab=51200,
+    tp=1,
+    pp=1,
+    cp=1,
+    zero_stage=0,
+    precision="bf16",
+    swiglu=False,
+    cp_comm="p2p",
+    dp_impl="megatron",
+    hsdp_allreduce="micro_batch",
+    param_gather="step",
+)
 REQUIRED = ("layers", "hidden", "heads", "seq", "vocab", "gpus", "gpu", "tp", "pp", "global_batch")
 KEYS = REQUIRED + tuple(DEFAULTS)
-RETURNED = ("step_time_s", "model_tflops_per_gpu", "hardware_tflops_per_gpu", "mfu", "hfu",
-            "memory_bytes_per_gpu", "binding")
+RETURNED = (
+    "step_time_s",
+    "model_tflops_per_gpu",
+    "hardware_tflops_per_gpu",
+    "mfu",
+    "hfu",
+    "memory_bytes_per_gpu",
+    "binding",
+)
 #: What the step's parts are called in ``times`` (they add up to ``step_time_s``).
 TIME_PARTS = ("matmul", "elementwise", "logits", "tp", "cp", "ep", "bubble", "p2p", "dp", "optimizer")
-ADAM_BYTES = 12              # fp32 master weights, momentum, variance
-OPTIMIZER_TRAFFIC = 30       # bytes per parameter read + written by one Adam step (fp32 p, g, m, v; bf16 copy)
-LOGIT_BYTES = 52             # bytes per logit moved by the fp32 cross-entropy, forward + backward
-MAX_MICRO_BATCH = 16         # the largest micro-batch the predictor tries when a run leaves it open
-BUCKET_PARAMS = 40e6         # Megatron-LM's default gradient bucket (parameters)
-ACT_BYTES = 2                # bf16/fp16 activations
-BINDING_SHARE = 0.03         # an axis binds when it adds more than 3% of the step
+ADAM_BYTES = 12  # fp32 master weights, momentum, variance
+OPTIMIZER_TRAFFIC = 30  # bytes per parameter read + written by one Adam step (fp32 p, g, m, v; bf16 copy)
+LOGIT_BYTES = 52  # bytes per logit moved by the fp32 cross-entropy, forward + backward
+MAX_MICRO_BATCH = 16  # the largest micro-batch the predictor tries when a run leaves it open
+BUCKET_PARAMS = 40e6  # Megatron-LM's default gradient bucket (parameters)
+ACT_BYTES = 2  # bf16/fp16 activations
+BINDING_SHARE = 0.03  # an axis binds when it adds more than 3% of the step
 
 
 # -- validation ----------------------------------------------------------------------------------
+
 
 def _int(cfg, name, minimum=1):
     value = cfg[name]
@@ -110,7 +148,7 @@ def normalize(run) -> dict:
     if missing:
         raise ValueError(f"run is missing required key(s): {', '.join(missing)}")
     cfg = {**DEFAULTS, **run}
-    for name, value in OPEN_DEFAULTS.items():   # None where the source does not say
+    for name, value in OPEN_DEFAULTS.items():  # None where the source does not say
         if cfg[name] is None:
             cfg[name] = value
     if not isinstance(cfg["gpu"], str) or GPU_ALIASES.get(cfg["gpu"], cfg["gpu"]) not in GPUS:
@@ -140,8 +178,10 @@ def normalize(run) -> dict:
     if cfg["ffn_hidden"] % t:
         raise ValueError(f"ffn_hidden ({cfg['ffn_hidden']}) is not divisible by tp ({t})")
     if cfg["seq"] % (2 * c if c > 1 else 1):
-        raise ValueError(f"seq ({cfg['seq']}) is not divisible by 2 * cp ({2 * c}): context parallelism splits "
-                         f"each sequence into 2 cp chunks")
+        raise ValueError(
+            f"seq ({cfg['seq']}) is not divisible by 2 * cp ({2 * c}): context parallelism splits "
+            f"each sequence into 2 cp chunks"
+        )
     if p > cfg["layers"]:
         raise ValueError(f"pp ({p}) exceeds layers ({cfg['layers']})")
     for name in ("swiglu",):
@@ -160,8 +200,10 @@ def normalize(run) -> dict:
     if isinstance(cfg["zero_stage"], bool) or cfg["zero_stage"] not in (0, 1, 2, 3):
         raise ValueError(f"zero_stage must be 0, 1, 2 or 3; got {cfg['zero_stage']!r}")
     if cfg["param_gather"] == "micro_batch" and cfg["zero_stage"] != 2:
-        raise ValueError(f"param_gather 'micro_batch' (FSDP's SHARD_GRAD_OP) needs zero_stage 2, got "
-                         f"{cfg['zero_stage']}: ZeRO-3 gathers every micro-batch anyway, ZeRO-0/1 once per step")
+        raise ValueError(
+            f"param_gather 'micro_batch' (FSDP's SHARD_GRAD_OP) needs zero_stage 2, got "
+            f"{cfg['zero_stage']}: ZeRO-3 gathers every micro-batch anyway, ZeRO-0/1 once per step"
+        )
     gpu = GPUS[cfg["gpu"]]
     if cfg["precision"] in ("fp8", "mxfp8") and not gpu.peak_flops_fp8:
         raise ValueError(f"precision {cfg['precision']!r} needs FP8 tensor cores; {cfg['gpu']} has none")
@@ -175,22 +217,26 @@ def normalize(run) -> dict:
     g = cfg["shard_group"]
     if g != shards:
         if c > 1:
-            raise ValueError(f"shard_group ({g}) with cp > 1 is not modelled: HSDP shards within the "
-                             f"data-parallel group")
+            raise ValueError(
+                f"shard_group ({g}) with cp > 1 is not modelled: HSDP shards within the data-parallel group"
+            )
         if d % g:
             raise ValueError(f"shard_group ({g}) must divide dp ({d})")
         if cfg["zero_stage"] < 2:
             raise ValueError(f"shard_group ({g}) is HSDP: it needs zero_stage 2 or 3, got {cfg['zero_stage']}")
     cfg["micro_batch"] = cfg["micro_batch"] or 1
     if cfg["global_batch"] % (d * cfg["micro_batch"]):
-        raise ValueError(f"global_batch ({cfg['global_batch']}) is not divisible by dp * micro_batch "
-                         f"({d} * {cfg['micro_batch']})")
-    cfg["pipeline_split"] = resolve_split(cfg["layers"], p, _choice(cfg, "pipeline_split", PIPELINE_SPLITS,
-                                                                    allow_none=True))
+        raise ValueError(
+            f"global_batch ({cfg['global_batch']}) is not divisible by dp * micro_batch ({d} * {cfg['micro_batch']})"
+        )
+    cfg["pipeline_split"] = resolve_split(
+        cfg["layers"], p, _choice(cfg, "pipeline_split", PIPELINE_SPLITS, allow_none=True)
+    )
     if cfg["pipeline_split"] == "embedding_and_loss" and p > 1:
         if (cfg["layers"] + 2) % p:
-            raise ValueError(f"pipeline_split 'embedding_and_loss' needs pp ({p}) to divide layers + 2 "
-                             f"({cfg['layers']} + 2)")
+            raise ValueError(
+                f"pipeline_split 'embedding_and_loss' needs pp ({p}) to divide layers + 2 ({cfg['layers']} + 2)"
+            )
         if (cfg["layers"] + 2) // p < 2:
             raise ValueError(f"pp ({p}) leaves no layer on the first stage beside the embedding")
     if cfg["vpp"] is None:
@@ -202,9 +248,11 @@ def normalize(run) -> dict:
         slots = stage_slots(cfg["layers"], p, cfg["pipeline_split"])
         divides = (cfg["layers"] + (2 if cfg["pipeline_split"] == "embedding_and_loss" else 0)) % p == 0
         if not divides or slots % v:
-            raise ValueError(f"vpp ({v}) must divide the layer slots per stage ({slots if divides else 'uneven'}): "
-                             f"Megatron's interleaving needs layers (+ 2 with the embedding_and_loss split) "
-                             f"divisible by pp * vpp")
+            raise ValueError(
+                f"vpp ({v}) must divide the layer slots per stage ({slots if divides else 'uneven'}): "
+                f"Megatron's interleaving needs layers (+ 2 with the embedding_and_loss split) "
+                f"divisible by pp * vpp"
+            )
     if cfg["fused_attention"] is None:
         cfg["fused_attention"] = gpu.fused_attention
     if cfg["overlap_grad_reduce"] is None:
@@ -218,7 +266,7 @@ def normalize(run) -> dict:
     _flag(cfg, "fused_attention")
     _flag(cfg, "overlap_grad_reduce")
     cfg["microbatches"] = cfg["global_batch"] // (d * cfg["micro_batch"])
-    normalize_shape(cfg)   # attention widths (head_dim, MLA) and mixture-of-experts keys
-    cfg["grad_bytes"] = 2 if cfg["precision"] == "fp16" else 4   # bf16/fp8: fp32 main gradients
+    normalize_shape(cfg)  # attention widths (head_dim, MLA) and mixture-of-experts keys
+    cfg["grad_bytes"] = 2 if cfg["precision"] == "fp16" else 4  # bf16/fp8: fp32 main gradients
     return cfg
     # END GRADED

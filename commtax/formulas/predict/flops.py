@@ -20,7 +20,7 @@ def layer_forward_flops(cfg) -> tuple[float, float]:
     mats = ffn_matrices(cfg)
     ffn = dense_ffn_share(cfg) * mats * h * f
     routed = 0.0
-    if cfg.get("experts"):   # Lesson 09's routed FLOPs per token, 2 top_k mats h f_e (already x 2)
+    if cfg.get("experts"):  # Lesson 09's routed FLOPs per token, 2 top_k mats h f_e (already x 2)
         routed = cfg["moe_share"] * expert_flops_per_token(h, cfg["expert_ffn_hidden"], cfg["top_k"], mats)
         ffn += cfg["moe_share"] * (mats * h * cfg["shared_ffn_hidden"] + h * cfg["experts"])
     dense = 2 * s * (sum(K * N for K, N in attention_gemms({**cfg, "tp": 1})) + ffn) + s * routed
@@ -49,7 +49,7 @@ def flops_per_step(run, convention="model", recompute=None) -> float:
     model = B * (3 * L * (dense + attn) + 3 * logits_forward_flops(cfg))
     if convention == "model":
         return model
-    if convention == "model_causal":   # the attention's unmasked half only (long-context reports count so)
+    if convention == "model_causal":  # the attention's unmasked half only (long-context reports count so)
         return model - B * 3 * L * attn / 2
     if convention != "hardware":
         raise ValueError(f"convention must be 'model', 'model_causal' or 'hardware', got {convention!r}")
@@ -87,6 +87,7 @@ def peak_flops(cfg, gpu=None) -> float:
 
 
 # -- parameters and pipeline stages -----------------------------------------------------------------
+
 
 def layer_params(cfg) -> float:
     """Parameters of the average transformer layer that every data-parallel rank holds (all but the

@@ -21,18 +21,18 @@ class GPU:
     ceiling."""
 
     name: str
-    peak_flops: float          # dense BF16/FP16 tensor-core FLOP/s
-    hbm_bytes: float           # the plans' memory budget, bytes (see HBM_BUDGET)
-    hbm_bandwidth: float       # bytes/s
-    nvlink_bandwidth: float    # NCCL ring busbw inside a node, measured, bytes/s per GPU per direction
-    nic_bandwidth: float       # per NIC, measured, bytes/s per direction (one NIC per GPU)
-    nvlink_line_rate: float    # the ceiling: NVLink line rate per direction
-    nic_line_rate: float       # the ceiling: NIC line rate per direction
-    sms: int                   # streaming multiprocessors
+    peak_flops: float  # dense BF16/FP16 tensor-core FLOP/s
+    hbm_bytes: float  # the plans' memory budget, bytes (see HBM_BUDGET)
+    hbm_bandwidth: float  # bytes/s
+    nvlink_bandwidth: float  # NCCL ring busbw inside a node, measured, bytes/s per GPU per direction
+    nic_bandwidth: float  # per NIC, measured, bytes/s per direction (one NIC per GPU)
+    nvlink_line_rate: float  # the ceiling: NVLink line rate per direction
+    nic_line_rate: float  # the ceiling: NIC line rate per direction
+    sms: int  # streaming multiprocessors
     peak_flops_fp8: float = 0.0  # dense FP8 FLOP/s (0: no FP8 tensor cores); MXFP8 runs at it too
     peak_flops_fp4: float = 0.0  # dense FP4 (NVFP4) FLOP/s (0: no FP4 tensor cores)
-    nvlink_alpha: float = 3e-6   # s per message inside a node (the course's NVLink preset, links.py)
-    nic_alpha: float = 5e-6      # s per message across nodes (the course's InfiniBand preset, links.py)
+    nvlink_alpha: float = 3e-6  # s per message inside a node (the course's NVLink preset, links.py)
+    nic_alpha: float = 5e-6  # s per message across nodes (the course's InfiniBand preset, links.py)
     gpus_per_node: int = 8
     fused_attention: bool = False  # default software of the era's runs (a run's own key overrides it)
     source: str = ""
@@ -46,72 +46,123 @@ class GPU:
 HBM_BUDGET = 80e9
 
 A100 = GPU(
-    "A100-80GB", peak_flops=312e12, hbm_bytes=HBM_BUDGET, hbm_bandwidth=2.039e12, nvlink_bandwidth=230e9,
-    nic_bandwidth=24e9, nvlink_line_rate=300e9, nic_line_rate=25e9, sms=108, fused_attention=False,
+    "A100-80GB",
+    peak_flops=312e12,
+    hbm_bytes=HBM_BUDGET,
+    hbm_bandwidth=2.039e12,
+    nvlink_bandwidth=230e9,
+    nic_bandwidth=24e9,
+    nvlink_line_rate=300e9,
+    nic_line_rate=25e9,
+    sms=108,
+    fused_attention=False,
     source="NVIDIA A100 Tensor Core GPU datasheet (2021): 312 TFLOP/s dense FP16/BF16, 108 SMs, 80 GB HBM2e "
-           "at 2,039 GB/s, NVLink 3 600 GB/s = 300 GB/s per direction (line rate); NCCL's rings reach "
-           "~230 GB/s busbw inside a DGX A100 (NVIDIA/nccl-tests issue 149); DGX A100 / Selene: 8 x HDR "
-           "200 Gb/s = 25 GB/s per GPU per direction, 192 GB/s all-reduce busbw measured across nodes = "
-           "24 GB/s per NIC (NVIDIA/nccl issue 812). Software of its published runs (Megatron-LM "
-           "2021-22): unfused attention, s^2 scores in memory",
+    "at 2,039 GB/s, NVLink 3 600 GB/s = 300 GB/s per direction (line rate); NCCL's rings reach "
+    "~230 GB/s busbw inside a DGX A100 (NVIDIA/nccl-tests issue 149); DGX A100 / Selene: 8 x HDR "
+    "200 Gb/s = 25 GB/s per GPU per direction, 192 GB/s all-reduce busbw measured across nodes = "
+    "24 GB/s per NIC (NVIDIA/nccl issue 812). Software of its published runs (Megatron-LM "
+    "2021-22): unfused attention, s^2 scores in memory",
 )
 H100 = GPU(
-    "H100-80GB", peak_flops=989e12, hbm_bytes=HBM_BUDGET, hbm_bandwidth=3.35e12, nvlink_bandwidth=370e9,
-    nic_bandwidth=47e9, nvlink_line_rate=450e9, nic_line_rate=50e9, sms=132, peak_flops_fp8=1979e12,
+    "H100-80GB",
+    peak_flops=989e12,
+    hbm_bytes=HBM_BUDGET,
+    hbm_bandwidth=3.35e12,
+    nvlink_bandwidth=370e9,
+    nic_bandwidth=47e9,
+    nvlink_line_rate=450e9,
+    nic_line_rate=50e9,
+    sms=132,
+    peak_flops_fp8=1979e12,
     fused_attention=True,
     source="NVIDIA H100 Tensor Core GPU datasheet (SXM): 989 TFLOP/s dense BF16 and 1,979 dense FP8 (1,979 "
-           "and 3,958 with sparsity), 132 SMs, 80 GB HBM3 at 3.35 TB/s, NVLink 4 900 GB/s = 450 GB/s per "
-           "direction (line rate); NCCL's rings reach ~370 GB/s busbw inside the node (NVIDIA/nccl-tests "
-           "issue 212); DGX H100: 8 x NDR 400 Gb/s = 50 GB/s per GPU per direction, 46-48 GB/s per NIC "
-           "reached (NVIDIA/nccl-tests issue 290). Software of its published runs (Megatron-core, NeMo "
-           "2024): fused (flash) attention",
+    "and 3,958 with sparsity), 132 SMs, 80 GB HBM3 at 3.35 TB/s, NVLink 4 900 GB/s = 450 GB/s per "
+    "direction (line rate); NCCL's rings reach ~370 GB/s busbw inside the node (NVIDIA/nccl-tests "
+    "issue 212); DGX H100: 8 x NDR 400 Gb/s = 50 GB/s per GPU per direction, 46-48 GB/s per NIC "
+    "reached (NVIDIA/nccl-tests issue 290). Software of its published runs (Megatron-core, NeMo "
+    "2024): fused (flash) attention",
 )
 H200 = GPU(
-    "H200-141GB", peak_flops=989e12, hbm_bytes=141e9, hbm_bandwidth=4.8e12, nvlink_bandwidth=370e9,
-    nic_bandwidth=47e9, nvlink_line_rate=450e9, nic_line_rate=50e9, sms=132, peak_flops_fp8=1979e12,
+    "H200-141GB",
+    peak_flops=989e12,
+    hbm_bytes=141e9,
+    hbm_bandwidth=4.8e12,
+    nvlink_bandwidth=370e9,
+    nic_bandwidth=47e9,
+    nvlink_line_rate=450e9,
+    nic_line_rate=50e9,
+    sms=132,
+    peak_flops_fp8=1979e12,
     fused_attention=True,
     source="NVIDIA H200 Tensor Core GPU datasheet (SXM): the H100's tensor cores (989 TFLOP/s dense BF16, "
-           "1,979 dense FP8), 141 GB HBM3e at 4.8 TB/s, NVLink 4 at 900 GB/s (450 per direction); NCCL's "
-           "topology gives NVLink 4 20.6 GB/s x 18 links = 371 GB/s (src/graph/topo.h, SM90_NVLINK_BW), as "
-           "measured on H100; 8 x NDR 400 Gb/s per HGX node. Budget 141e9 B: nvidia-smi shows 143,771 MiB "
-           "(150.8e9 B), so the same ~6% headroom as HBM_BUDGET on the 80 GB GPUs",
+    "1,979 dense FP8), 141 GB HBM3e at 4.8 TB/s, NVLink 4 at 900 GB/s (450 per direction); NCCL's "
+    "topology gives NVLink 4 20.6 GB/s x 18 links = 371 GB/s (src/graph/topo.h, SM90_NVLINK_BW), as "
+    "measured on H100; 8 x NDR 400 Gb/s per HGX node. Budget 141e9 B: nvidia-smi shows 143,771 MiB "
+    "(150.8e9 B), so the same ~6% headroom as HBM_BUDGET on the 80 GB GPUs",
 )
 H800 = GPU(
-    "H800-80GB", peak_flops=989e12, hbm_bytes=HBM_BUDGET, hbm_bandwidth=3.35e12, nvlink_bandwidth=160e9,
-    nic_bandwidth=47e9, nvlink_line_rate=200e9, nic_line_rate=50e9, sms=132, peak_flops_fp8=1979e12,
+    "H800-80GB",
+    peak_flops=989e12,
+    hbm_bytes=HBM_BUDGET,
+    hbm_bandwidth=3.35e12,
+    nvlink_bandwidth=160e9,
+    nic_bandwidth=47e9,
+    nvlink_line_rate=200e9,
+    nic_line_rate=50e9,
+    sms=132,
+    peak_flops_fp8=1979e12,
     fused_attention=True,
     source="The H100 SXM with 8 NVLinks instead of 18: 400 GB/s NVLink = 200 GB/s per direction (NVIDIA's "
-           "export variant); DeepSeek-V3 Technical Report (arXiv 2412.19437) section 3.2.2: NVLink 160 GB/s "
-           "reached inside a node, InfiniBand 50 GB/s per GPU (400 Gb/s, 8 NICs per node); NCCL's topology: "
-           "8 x 20.6 = 165 GB/s",
+    "export variant); DeepSeek-V3 Technical Report (arXiv 2412.19437) section 3.2.2: NVLink 160 GB/s "
+    "reached inside a node, InfiniBand 50 GB/s per GPU (400 Gb/s, 8 NICs per node); NCCL's topology: "
+    "8 x 20.6 = 165 GB/s",
 )
 B200 = GPU(
-    "B200-180GB", peak_flops=2.25e15, hbm_bytes=180e9, hbm_bandwidth=7.7e12, nvlink_bandwidth=720e9,
-    nic_bandwidth=47e9, nvlink_line_rate=900e9, nic_line_rate=50e9, sms=148, peak_flops_fp8=4.5e15,
-    peak_flops_fp4=9e15, fused_attention=True,
+    "B200-180GB",
+    peak_flops=2.25e15,
+    hbm_bytes=180e9,
+    hbm_bandwidth=7.7e12,
+    nvlink_bandwidth=720e9,
+    nic_bandwidth=47e9,
+    nvlink_line_rate=900e9,
+    nic_line_rate=50e9,
+    sms=148,
+    peak_flops_fp8=4.5e15,
+    peak_flops_fp4=9e15,
+    fused_attention=True,
     source="NVIDIA DGX B200 datasheet: 8 B200, 72 PFLOPS FP8 training and 144 PFLOPS FP4 inference with "
-           "sparsity, i.e. per GPU 4.5 PFLOP/s dense FP8, 9 dense FP4, 2.25 dense BF16; 1,440 GB HBM3e "
-           "(180 GB per GPU); HGX B200 datasheet: 62 TB/s of HBM3e bandwidth for 8 GPUs, 7.7 TB/s each (the DGX "
-           "B200 datasheet rounds to 64 TB/s); "
-           "NVLink 5 at 1.8 TB/s = 900 GB/s per direction; 8 x ConnectX-7 400 Gb/s (50 GB/s per GPU, "
-           "46-48 reached as on NDR H100 systems). NCCL's topology: SM100_NVLINK_BW 40.1 GB/s x 18 links = "
-           "722 GB/s usable (src/graph/topo.h; NVIDIA/nccl issue 1807: 'maxBw 721.8'; all_reduce_perf "
-           "830+ GB/s busbw there is NVLink SHARP; NCCL's figure is per GPU through NVSwitch, so it prices "
-           "all-to-alls inside the domain too). 148 SMs (CUDA device query of B200)",
+    "sparsity, i.e. per GPU 4.5 PFLOP/s dense FP8, 9 dense FP4, 2.25 dense BF16; 1,440 GB HBM3e "
+    "(180 GB per GPU); HGX B200 datasheet: 62 TB/s of HBM3e bandwidth for 8 GPUs, 7.7 TB/s each (the DGX "
+    "B200 datasheet rounds to 64 TB/s); "
+    "NVLink 5 at 1.8 TB/s = 900 GB/s per direction; 8 x ConnectX-7 400 Gb/s (50 GB/s per GPU, "
+    "46-48 reached as on NDR H100 systems). NCCL's topology: SM100_NVLINK_BW 40.1 GB/s x 18 links = "
+    "722 GB/s usable (src/graph/topo.h; NVIDIA/nccl issue 1807: 'maxBw 721.8'; all_reduce_perf "
+    "830+ GB/s busbw there is NVLink SHARP; NCCL's figure is per GPU through NVSwitch, so it prices "
+    "all-to-alls inside the domain too). 148 SMs (CUDA device query of B200)",
 )
 GB200 = GPU(
-    "GB200-186GB", peak_flops=2.5e15, hbm_bytes=186e9, hbm_bandwidth=8e12, nvlink_bandwidth=720e9,
-    nic_bandwidth=47e9, nvlink_line_rate=900e9, nic_line_rate=50e9, sms=148, peak_flops_fp8=5e15,
-    peak_flops_fp4=10e15, gpus_per_node=72, fused_attention=True,
+    "GB200-186GB",
+    peak_flops=2.5e15,
+    hbm_bytes=186e9,
+    hbm_bandwidth=8e12,
+    nvlink_bandwidth=720e9,
+    nic_bandwidth=47e9,
+    nvlink_line_rate=900e9,
+    nic_line_rate=50e9,
+    sms=148,
+    peak_flops_fp8=5e15,
+    peak_flops_fp4=10e15,
+    gpus_per_node=72,
+    fused_attention=True,
     source="NVIDIA GB200 NVL72 datasheet: 72 Blackwell GPUs, 180 PFLOPS BF16, 360 FP8 and 720 FP4 dense "
-           "(twice that with sparsity), i.e. per GPU 2.5, 5 and 10 PFLOP/s; 13.4 TB HBM3e (186 GB per GPU) at "
-           "576 TB/s (8 TB/s per GPU); fifth-generation NVLink, 1.8 TB/s per GPU = 900 GB/s per direction, "
-           "one NVLink domain of 72 GPUs (gpus_per_node = 72); one 400 Gb/s ConnectX-7 per GPU for the "
-           "scale-out network (4 per compute tray of 4 GPUs). Usable NVLink as NCCL's topology counts it for "
-           "Blackwell: 40.1 GB/s x 18 = 722 GB/s. SMs: assumed the B200's 148 (no published GB200 count "
-           "found). Placement: a group of up to 72 ranks is priced inside one domain, which assumes the job "
-           "is placed in domain-aligned segments (Slurm's --segment on NVL72; a 64-rank EP group whose "
-           "ranks straddle two racks would run ~10x slower across the NICs)",
+    "(twice that with sparsity), i.e. per GPU 2.5, 5 and 10 PFLOP/s; 13.4 TB HBM3e (186 GB per GPU) at "
+    "576 TB/s (8 TB/s per GPU); fifth-generation NVLink, 1.8 TB/s per GPU = 900 GB/s per direction, "
+    "one NVLink domain of 72 GPUs (gpus_per_node = 72); one 400 Gb/s ConnectX-7 per GPU for the "
+    "scale-out network (4 per compute tray of 4 GPUs). Usable NVLink as NCCL's topology counts it for "
+    "Blackwell: 40.1 GB/s x 18 = 722 GB/s. SMs: assumed the B200's 148 (no published GB200 count "
+    "found). Placement: a group of up to 72 ranks is priced inside one domain, which assumes the job "
+    "is placed in domain-aligned segments (Slurm's --segment on NVL72; a 64-rank EP group whose "
+    "ranks straddle two racks would run ~10x slower across the NICs)",
 )
 GPUS = {g.name: g for g in (A100, H100, H200, H800, B200, GB200)}
 
@@ -142,8 +193,14 @@ FITTED = {
 #: Checked on llm-foundry's MPT-13B at 32K tokens on 8 H100 (published-runs-2026.csv): +29%; that row
 #: alone would need 0.19 (:func:`commtax.formulas.predict.fit_flash2_efficiency`), so more than the
 #: attention kernel is slower there.
-FLASH2_EFFICIENCY = {"A100-80GB": 0.72, "H100-80GB": 0.30, "H200-141GB": 0.30, "H800-80GB": 0.30,
-                     "B200-180GB": 0.30, "GB200-186GB": 0.30}
+FLASH2_EFFICIENCY = {
+    "A100-80GB": 0.72,
+    "H100-80GB": 0.30,
+    "H200-141GB": 0.30,
+    "H800-80GB": 0.30,
+    "B200-180GB": 0.30,
+    "GB200-186GB": 0.30,
+}
 #: One constant per distributed-optimizer implementation: the share of the network model's bandwidth
 #: its ZeRO-3 collectives reach. Megatron-core's distributed optimizer and PyTorch FSDP issue one NCCL
 #: collective per bucket or per layer (1, not fitted); DeepSpeed's ZeRO-3 of 2021 is fitted on the one
@@ -164,11 +221,18 @@ ZERO_BANDWIDTH_SHARE = {"megatron": 1.0, "deepspeed": 0.068}
 #: an assumption; on the DeepSeek-V3 GB200 row it is 13% of the step, in line with NVIDIA's estimate.
 MOE_HOST_SYNC_S = 2.1e-3
 
-TILE_ELEMENTS = 128 * 256   # output elements of one GEMM tile (CUTLASS/cuBLAS large tensor-core tiles)
-CAUSAL_SHARE = 0.5          # of the scores a causal fused-attention kernel computes (it skips masked tiles)
-NCCL_SMS = 16               # SMs a collective takes from compute (NVIDIA/nccl issue 689: 16 on a DGX with 8 NICs)
+TILE_ELEMENTS = 128 * 256  # output elements of one GEMM tile (CUTLASS/cuBLAS large tensor-core tiles)
+CAUSAL_SHARE = 0.5  # of the scores a causal fused-attention kernel computes (it skips masked tiles)
+NCCL_SMS = 16  # SMs a collective takes from compute (NVIDIA/nccl issue 689: 16 on a DGX with 8 NICs)
 #: Short names the planner and the published tables use.
-GPU_ALIASES = {"A100": "A100-80GB", "H100": "H100-80GB", "H100-SXM": "H100-80GB", "H200": "H200-141GB",
-               "H800": "H800-80GB", "B200": "B200-180GB", "GB200": "GB200-186GB"}
+GPU_ALIASES = {
+    "A100": "A100-80GB",
+    "H100": "H100-80GB",
+    "H100-SXM": "H100-80GB",
+    "H200": "H200-141GB",
+    "H800": "H800-80GB",
+    "B200": "B200-180GB",
+    "GB200": "GB200-186GB",
+}
 #: The GPUs of Lab 11 (its plans are drawn over these two; the lab's presets are theirs).
 LAB_GPUS = ("A100-80GB", "H100-80GB")

@@ -19,8 +19,8 @@ import math
 
 GATED_ACTIVATIONS = ("silu", "swish", "swiglu")
 PLAIN_ACTIVATIONS = ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "relu")
-MAX_DEFAULT_SEQ = 8192                # no sequence asked for: the config's context, at most this
-MAX_FIELD = 2**40                     # no size in a config is larger (a guard against 1e400 and the like)
+MAX_DEFAULT_SEQ = 8192  # no sequence asked for: the config's context, at most this
+MAX_FIELD = 2**40  # no size in a config is larger (a guard against 1e400 and the like)
 
 
 def _field(config: dict, *names, required=True):
@@ -28,8 +28,9 @@ def _field(config: dict, *names, required=True):
         if config.get(name) is not None:
             return config[name]
     if required:
-        raise ValueError(f"config.json has none of {', '.join(names)}: not a decoder-only transformer config "
-                         f"the predictor can read")
+        raise ValueError(
+            f"config.json has none of {', '.join(names)}: not a decoder-only transformer config the predictor can read"
+        )
     return None
 
 
@@ -37,8 +38,13 @@ def _int_field(config, *names, required=True):
     value = _field(config, *names, required=required)
     if value is None:
         return None
-    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
-            or value != int(value) or not 0 <= value <= MAX_FIELD):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value != int(value)
+        or not 0 <= value <= MAX_FIELD
+    ):
         raise ValueError(f"config.json field {names[0]} must be a whole number from 0 to {MAX_FIELD:,}, got {value!r}")
     return int(value)
 
@@ -53,7 +59,7 @@ def _moe(config: dict, layers: int, notes: list) -> dict:
     shared = _int_field(config, "shared_expert_intermediate_size", required=False) or 0
     if config.get("n_shared_experts"):
         shared = _int_field(config, "n_shared_experts") * expert_ffn
-    if str(config.get("model_type", "")).startswith("llama4"):   # one shared expert as wide as a routed one
+    if str(config.get("model_type", "")).startswith("llama4"):  # one shared expert as wide as a routed one
         shared = expert_ffn
     if config.get("first_k_dense_replace") is not None or config.get("moe_layer_freq") is not None:
         first, freq = int(config.get("first_k_dense_replace") or 0), int(config.get("moe_layer_freq") or 1)
@@ -68,10 +74,13 @@ def _moe(config: dict, layers: int, notes: list) -> dict:
     if moe_layers == 0:
         raise ValueError("config.json names experts but places them in no layer")
     if config.get("n_group") and config.get("topk_group"):
-        notes.append(f"group-limited routing ({config['topk_group']} of {config['n_group']} groups) is priced "
-                     f"as uniform routing over all experts")
-    return dict(experts=experts, top_k=top_k, expert_ffn_hidden=expert_ffn, shared_ffn_hidden=shared,
-                moe_layers=moe_layers)
+        notes.append(
+            f"group-limited routing ({config['topk_group']} of {config['n_group']} groups) is priced "
+            f"as uniform routing over all experts"
+        )
+    return dict(
+        experts=experts, top_k=top_k, expert_ffn_hidden=expert_ffn, shared_ffn_hidden=shared, moe_layers=moe_layers
+    )
 
 
 def model_from_config(config: dict) -> tuple[dict, list[str]]:
@@ -79,7 +88,7 @@ def model_from_config(config: dict) -> tuple[dict, list[str]]:
     assumed. ValueError for what the predictor cannot model."""
     if not isinstance(config, dict):
         raise ValueError("config.json must hold a JSON object")
-    if isinstance(config.get("text_config"), dict):   # multimodal wrappers (Llama 4): the language model
+    if isinstance(config.get("text_config"), dict):  # multimodal wrappers (Llama 4): the language model
         config = {**config["text_config"]}
     notes = []
     layers = _int_field(config, "num_hidden_layers", "n_layer", "num_layers")
@@ -89,16 +98,19 @@ def model_from_config(config: dict) -> tuple[dict, list[str]]:
     if not (layers and hidden and heads and vocab):
         raise ValueError("config.json: layers, hidden size, heads and vocabulary must be positive")
     kv_heads = _int_field(config, "num_key_value_heads", "multi_query_group_num", required=False) or heads
-    act = str(_field(config, "hidden_act", "activation_function", "hidden_activation", required=False)
-              or "gelu").lower()
+    act = str(
+        _field(config, "hidden_act", "activation_function", "hidden_activation", required=False) or "gelu"
+    ).lower()
     if act in GATED_ACTIVATIONS or config.get("model_type") == "gpt_oss":
         swiglu = True
     elif act in PLAIN_ACTIVATIONS:
         swiglu = False
     else:
         raise ValueError(f"hidden_act {act!r} is not modelled (gated silu as in Llama/Mistral/Qwen, or gelu/relu)")
-    ffn = _int_field(config, "intermediate_size_mlp", "intermediate_size", "n_inner", "ffn_hidden_size",
-                     required=False) or 4 * hidden
+    ffn = (
+        _int_field(config, "intermediate_size_mlp", "intermediate_size", "n_inner", "ffn_hidden_size", required=False)
+        or 4 * hidden
+    )
     context = _int_field(config, "max_position_embeddings", "n_positions", "seq_length", required=False)
     seq = int(min(context or 4096, MAX_DEFAULT_SEQ))
     if context and context > MAX_DEFAULT_SEQ:
@@ -109,11 +121,13 @@ def model_from_config(config: dict) -> tuple[dict, list[str]]:
     if kv_heads != heads:
         model["kv_heads"] = kv_heads
     if config.get("kv_lora_rank"):
-        model.update(kv_lora_rank=_int_field(config, "kv_lora_rank"),
-                     q_lora_rank=_int_field(config, "q_lora_rank", required=False) or None,
-                     head_dim=_int_field(config, "qk_nope_head_dim"),
-                     qk_rope_head_dim=_int_field(config, "qk_rope_head_dim"),
-                     v_head_dim=_int_field(config, "v_head_dim"))
+        model.update(
+            kv_lora_rank=_int_field(config, "kv_lora_rank"),
+            q_lora_rank=_int_field(config, "q_lora_rank", required=False) or None,
+            head_dim=_int_field(config, "qk_nope_head_dim"),
+            qk_rope_head_dim=_int_field(config, "qk_rope_head_dim"),
+            v_head_dim=_int_field(config, "v_head_dim"),
+        )
         model.pop("kv_heads", None)
     else:
         head_dim = _int_field(config, "head_dim", required=False)

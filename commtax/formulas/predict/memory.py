@@ -27,8 +27,15 @@ def run_activation_bytes_per_layer(cfg, recompute, fused_attention) -> float:
     """
     # BEGIN GRADED lab-08 activation_bytes_per_layer
     mode = "selective" if (fused_attention and recompute == "none") else recompute
-    stored = memory.activation_bytes_per_layer(cfg["seq"] // cfg["cp"], cfg["micro_batch"], cfg["hidden"],
-                                               cfg["heads"], cfg["tp"], cfg["sequence_parallel"], mode)
+    stored = memory.activation_bytes_per_layer(
+        cfg["seq"] // cfg["cp"],
+        cfg["micro_batch"],
+        cfg["hidden"],
+        cfg["heads"],
+        cfg["tp"],
+        cfg["sequence_parallel"],
+        mode,
+    )
     if cfg["precision"] in LOW_PRECISIONS and mode != "full":
         # Transformer Engine keeps the linear layers' inputs for the backward in FP8: of the 34 s b h,
         # the QKV, projection and FC1 inputs (2 each) and the FC2 input (8) take half the bytes
@@ -109,15 +116,22 @@ def memory_parts(cfg, recompute, gpu=None) -> dict:
     # BEGIN GRADED lab-11 memory_parts
     gpu = gpu or GPUS[cfg["gpu"]]
     fused, t, p = cfg["fused_attention"], cfg["tp"], cfg["pp"]
-    per_layer = run_activation_bytes_per_layer(cfg, recompute, fused) + moe_activation_bytes(cfg, recompute) \
+    per_layer = (
+        run_activation_bytes_per_layer(cfg, recompute, fused)
+        + moe_activation_bytes(cfg, recompute)
         + attention_width_activation_bytes(cfg, recompute)
+    )
     params = stage_params(cfg)
     best = None
-    for stage in sorted({0, min(1, p - 1), p - 1}):   # the middle stages hold no more than stage 1
+    for stage in sorted({0, min(1, p - 1), p - 1}):  # the middle stages hold no more than stage 1
         states = _model_states(params[stage], cfg["shard_group"], cfg["zero_stage"], cfg["grad_bytes"])
-        if cfg.get("experts"):   # the routed experts: split over ep x etp, states sharded over edp (HSDP: fewer)
-            experts = _model_states(expert_params_per_gpu(cfg, stage_layers(cfg)[stage]), expert_shard_group(cfg),
-                                    cfg["zero_stage"], cfg["grad_bytes"])
+        if cfg.get("experts"):  # the routed experts: split over ep x etp, states sharded over edp (HSDP: fewer)
+            experts = _model_states(
+                expert_params_per_gpu(cfg, stage_layers(cfg)[stage]),
+                expert_shard_group(cfg),
+                cfg["zero_stage"],
+                cfg["grad_bytes"],
+            )
             states = {key: states[key] + experts[key] for key in ("params", "grads", "optimizer")}
         acts = per_layer * in_flight_layers(cfg, stage)
         if recompute == "full":
@@ -126,8 +140,14 @@ def memory_parts(cfg, recompute, gpu=None) -> dict:
         buffers = 2 * layer_params(cfg) / t * 2 if cfg["zero_stage"] == 3 and cfg["shard_group"] > 1 else 0.0
         if cfg["cp"] > 1 and cfg["cp_comm"] == "all_gather":
             buffers += 2 * cfg["micro_batch"] * cfg["seq"] * cfg["kv_hidden"] / t * ACT_BYTES
-        parts = dict(params=states["params"], grads=states["grads"], optimizer=states["optimizer"],
-                     activations=acts, logits=logits, buffers=buffers)
+        parts = dict(
+            params=states["params"],
+            grads=states["grads"],
+            optimizer=states["optimizer"],
+            activations=acts,
+            logits=logits,
+            buffers=buffers,
+        )
         parts["total"] = sum(parts.values())
         if best is None or parts["total"] > best["total"]:
             best = parts

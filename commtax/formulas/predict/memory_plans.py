@@ -18,8 +18,12 @@ PREDICTOR_SHAPES = {
 }
 #: The predictor's GPU preset for each GPU of :data:`HBM_BYTES` (the H200 priced as an H100: same
 #: tensor cores, NVLink and NIC; its faster HBM is left out, so its element-wise kernels are priced slow).
-PREDICTOR_GPUS = {"H100 SXM 80GB": "H100-80GB", "H200 141GB": "H100-80GB", "A100 80GB": "A100-80GB",
-                  "A100 40GB": "A100-80GB"}
+PREDICTOR_GPUS = {
+    "H100 SXM 80GB": "H100-80GB",
+    "H200 141GB": "H100-80GB",
+    "A100 80GB": "A100-80GB",
+    "A100 40GB": "A100-80GB",
+}
 
 
 def predicted_step(plan: MemoryPlan, model_name: str, gpu: str = "H100 SXM 80GB") -> dict:
@@ -34,14 +38,33 @@ def predicted_step(plan: MemoryPlan, model_name: str, gpu: str = "H100 SXM 80GB"
     require_choice("gpu", gpu, tuple(PREDICTOR_GPUS))
     p = plan
     batch = p.dp * p.micro_batch * p.microbatches
-    run = dict(layers=p.layers, hidden=p.hidden, heads=p.heads, seq=p.seq, gpus=p.tp * p.pp * p.dp,
-               gpu=PREDICTOR_GPUS[gpu], tp=p.tp, pp=p.pp, dp=p.dp, micro_batch=p.micro_batch, vpp=1,
-               global_batch=batch, zero_stage=p.zero_stage, recompute=p.recompute,
-               sequence_parallel=p.sequence_parallel, **PREDICTOR_SHAPES[model_name])
+    run = dict(
+        layers=p.layers,
+        hidden=p.hidden,
+        heads=p.heads,
+        seq=p.seq,
+        gpus=p.tp * p.pp * p.dp,
+        gpu=PREDICTOR_GPUS[gpu],
+        tp=p.tp,
+        pp=p.pp,
+        dp=p.dp,
+        micro_batch=p.micro_batch,
+        vpp=1,
+        global_batch=batch,
+        zero_stage=p.zero_stage,
+        recompute=p.recompute,
+        sequence_parallel=p.sequence_parallel,
+        **PREDICTOR_SHAPES[model_name],
+    )
     result = predict(run)
     tokens = batch * p.seq
-    return dict(step_time_s=result["step_time_s"], tokens=tokens, seconds_per_token=result["step_time_s"] / tokens,
-                mfu=result["mfu"], binding=result["binding"])
+    return dict(
+        step_time_s=result["step_time_s"],
+        tokens=tokens,
+        seconds_per_token=result["step_time_s"] / tokens,
+        mfu=result["mfu"],
+        binding=result["binding"],
+    )
 
 
 def rank_by_step_time(plans, model_name: str, gpu: str = "H100 SXM 80GB") -> list:

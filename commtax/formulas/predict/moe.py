@@ -56,7 +56,7 @@ def expert_gemms(cfg) -> list[tuple[float, float, float]]:
     h, t, etp, share = cfg["hidden"], cfg["tp"], cfg["etp"], cfg["moe_share"]
     M = cfg["micro_batch"] * cfg["seq"] / cfg["cp"]
     up = ffn_matrices(cfg) - 1
-    rows = share * M * cfg["top_k"] * etp / t * cfg["moe_imbalance"]   # the busiest rank sets the pace
+    rows = share * M * cfg["top_k"] * etp / t * cfg["moe_imbalance"]  # the busiest rank sets the pace
     f_e = cfg["expert_ffn_hidden"] / etp
     gemms = [(rows, h, up * f_e), (rows, f_e, h)]
     if cfg["shared_ffn_hidden"]:
@@ -84,8 +84,9 @@ def _per_node_time(cfg, gpu, element_bytes: float) -> float:
     inside = dispatch_bytes(cfg) * element_bytes / ACT_BYTES * (m - 1) / m
     across = 0.0
     if nodes > 1:
-        across = tokens * inter_node_bytes_per_token(cfg["hidden"], cfg["experts"], cfg["top_k"], nodes,
-                                                     cfg["ep_max_nodes"], element_bytes)
+        across = tokens * inter_node_bytes_per_token(
+            cfg["hidden"], cfg["experts"], cfg["top_k"], nodes, cfg["ep_max_nodes"], element_bytes
+        )
     latency = (m - 1) * gpu.nvlink_alpha + (nodes - 1) * gpu.nic_alpha
     return latency + max(inside / gpu.nvlink_bandwidth, across / gpu.nic_bandwidth)
 
@@ -105,8 +106,9 @@ def ep_time(cfg, recompute, gpu, expert_s=0.0) -> dict:
         combine = _per_node_time(cfg, gpu, ACT_BYTES)
     else:
         nbytes = dispatch_bytes(cfg) * cfg["moe_imbalance"]
-        dispatch = collective_time("all_to_all", nbytes * cfg["dispatch_bytes_per_element"] / ACT_BYTES,
-                                   cfg["ep"], cfg["etp"], gpu)
+        dispatch = collective_time(
+            "all_to_all", nbytes * cfg["dispatch_bytes_per_element"] / ACT_BYTES, cfg["ep"], cfg["etp"], gpu
+        )
         combine = collective_time("all_to_all", nbytes, cfg["ep"], cfg["etp"], gpu)
     # forward: dispatch + combine; backward: the same two the other way; a full recomputation: two more
     per_layer = 2 * (dispatch + combine) + ((dispatch + combine) if recompute == "full" else 0.0)
@@ -127,8 +129,7 @@ def expert_shard_group(cfg) -> int:
     return max(1, cfg["edp"] * cfg["shard_group"] // (cfg["dp"] * cfg["cp"]))
 
 
-def expert_dp_time(cfg, layers: int, forward_window: float, backward_window: float, gpu,
-                   layer_s: float = 0.0) -> dict:
+def expert_dp_time(cfg, layers: int, forward_window: float, backward_window: float, gpu, layer_s: float = 0.0) -> dict:
     """Seconds per step the experts' data parallelism adds (``added``) and takes (``comm``), over the
     expert data-parallel ranks (stride ep etp), sharded over :func:`expert_shard_group` ranks g.
 
@@ -156,8 +157,12 @@ def expert_dp_time(cfg, layers: int, forward_window: float, backward_window: flo
         m = cfg["microbatches"]
         replicas = edp // g
         replicate = collective_time("all_reduce", n / g * gb, replicas, stride * g, gpu) if replicas > 1 else 0.0
-        added = m * layers * overlap_cost(every, layer_s, gpu) + m * gather + scatter \
+        added = (
+            m * layers * overlap_cost(every, layer_s, gpu)
+            + m * gather
+            + scatter
             + overlap_cost(replicate, backward_window, gpu)
+        )
         return dict(added=added, comm=m * layers * every + replicate)
     sharded = cfg["zero_stage"] >= 1
     reduce = collective_time("reduce_scatter" if sharded else "all_reduce", n * gb, edp, stride, gpu)

@@ -14,8 +14,11 @@ from commtax.formulas.predict.hf_config import model_from_config
 DATA = Path(__file__).resolve().parents[2] / "data"
 CONFIGS = DATA / "configs"
 #: Mixture-of-experts presets and their config files.
-MOE_MODELS = {"DeepSeek-V3": "deepseek-v3.json", "Qwen3-30B-A3B": "qwen3-30b-a3b.json",
-              "Mixtral-8x7B": "mixtral-8x7b.json"}
+MOE_MODELS = {
+    "DeepSeek-V3": "deepseek-v3.json",
+    "Qwen3-30B-A3B": "qwen3-30b-a3b.json",
+    "Mixtral-8x7B": "mixtral-8x7b.json",
+}
 
 
 def moe_model(name: str) -> tuple[dict, list[str]]:

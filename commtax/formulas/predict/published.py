@@ -21,15 +21,17 @@ FIGURES = {
     "NAR21-T1": (("published_tflops_per_gpu", "hardware_tflops_per_gpu"),),
     "NAR21-T2": (("published_tflops_per_gpu", "hardware_tflops_per_gpu"),),
     "KOR22-T5": (("published_iter_time_s", "step_time_s"), ("published_mfu", "mfu"), ("HFU", "hfu")),
-    "MLM-README-2021": (("published_tflops_per_gpu", "hardware_tflops_per_gpu"),
-                        ("published_iter_time_s", "step_time_s")),
+    "MLM-README-2021": (
+        ("published_tflops_per_gpu", "hardware_tflops_per_gpu"),
+        ("published_iter_time_s", "step_time_s"),
+    ),
     "MLM-README-2024": (("published_tflops_per_gpu", "model_tflops_per_gpu"), ("published_mfu", "mfu")),
     "NEMO-24.07": (("published_tflops_per_gpu", "model_tflops_per_gpu"),),
 }
 #: The public rows of 2021-2024 (Lesson 10 and Lab 11 read them from here): the course's copy of the published runs.
 PUBLIC_RUNS = DATA / "published-runs-2021-2024.csv"
-SP_PUBLISHED_IN = 2022   # sequence parallelism (Korthikanti et al.): runs before it ran without
-GPT2_VOCAB = 51200       # GPT-2's BPE vocabulary padded to a multiple of 1024, as Megatron-LM pads it
+SP_PUBLISHED_IN = 2022  # sequence parallelism (Korthikanti et al.): runs before it ran without
+GPT2_VOCAB = 51200  # GPT-2's BPE vocabulary padded to a multiple of 1024, as Megatron-LM pads it
 
 
 def _source_year(source) -> int:
@@ -52,6 +54,7 @@ def run_from_row(row: dict) -> dict:
     table, whose TFLOP/s are Eq. 3's). FP8 rows say so in their notes; ``kv_heads``,
     ``ffn_hidden``, ``swiglu`` describe Llama-style layers (blank: MHA, 4h, GeLU).
     """
+
     def num(key):
         value = (row.get(key) or "").strip()
         return int(float(value)) if value else None
@@ -61,18 +64,31 @@ def run_from_row(row: dict) -> dict:
     sp = (row.get("seq_parallel") or "").strip()
     notes = (row.get("notes") or "").lower()
     gpu = row["gpu_type"].split(" ")[0]
-    precision = "fp8" if "fp8" in notes else "fp16" if ("fp16" in notes or "mixed16" in notes or year < 2022) \
-        else "bf16"
-    run = dict(layers=num("layers"), hidden=num("hidden"), heads=num("heads"), seq=num("seq"),
-               vocab=num("vocab") or GPT2_VOCAB, gpus=num("gpus"), gpu=GPU_ALIASES.get(gpu, gpu),
-               tp=num("tp") or 1, pp=num("pp") or 1, dp=num("dp"), cp=num("cp") or 1, vpp=num("vpp"),
-               micro_batch=num("micro_batch"), global_batch=num("global_batch"),
-               recompute=(row.get("recompute") or "").strip() or None,
-               sequence_parallel={"yes": True, "no": False}.get(sp, False if year < SP_PUBLISHED_IN else None),
-               zero_stage=1 if year >= 2024 else 0,
-               overlap_grad_reduce=False if year < SP_PUBLISHED_IN else None,
-               overlap_p2p=False if year < SP_PUBLISHED_IN else None,
-               precision=precision)
+    precision = (
+        "fp8" if "fp8" in notes else "fp16" if ("fp16" in notes or "mixed16" in notes or year < 2022) else "bf16"
+    )
+    run = dict(
+        layers=num("layers"),
+        hidden=num("hidden"),
+        heads=num("heads"),
+        seq=num("seq"),
+        vocab=num("vocab") or GPT2_VOCAB,
+        gpus=num("gpus"),
+        gpu=GPU_ALIASES.get(gpu, gpu),
+        tp=num("tp") or 1,
+        pp=num("pp") or 1,
+        dp=num("dp"),
+        cp=num("cp") or 1,
+        vpp=num("vpp"),
+        micro_batch=num("micro_batch"),
+        global_batch=num("global_batch"),
+        recompute=(row.get("recompute") or "").strip() or None,
+        sequence_parallel={"yes": True, "no": False}.get(sp, False if year < SP_PUBLISHED_IN else None),
+        zero_stage=1 if year >= 2024 else 0,
+        overlap_grad_reduce=False if year < SP_PUBLISHED_IN else None,
+        overlap_p2p=False if year < SP_PUBLISHED_IN else None,
+        precision=precision,
+    )
     if source == "NAR21-T2":
         run.update(zero_stage=3, dp_impl="deepspeed", recompute=run["recompute"] or "full")
     if num("kv_heads"):
@@ -103,8 +119,9 @@ def read_published(path) -> list[dict]:
     """Rows of a published-runs CSV as dicts: source, model, run, published ({key: value})."""
     with open(Path(path), newline="") as handle:
         rows = list(csv.DictReader(handle))
-    return [dict(source=r["source"], model=r["model"], run=run_from_row(r), published=published_figures(r))
-            for r in rows]
+    return [
+        dict(source=r["source"], model=r["model"], run=run_from_row(r), published=published_figures(r)) for r in rows
+    ]
 
 
 def primary_figure(entry) -> str:
@@ -132,7 +149,7 @@ def fit_constants(entries, gpu, efficiencies=None, elementwise=None) -> dict:
     shipped constants are a fixed point of it: refitting with the plan choices they make returns them.
     """
     mine = []
-    for e in entries:   # the plan choices a run leaves open are made once, with the shipped constants
+    for e in entries:  # the plan choices a run leaves open are made once, with the shipped constants
         on_gpu = GPU_ALIASES.get(e["run"]["gpu"], e["run"]["gpu"]) == gpu
         if on_gpu and e["run"].get("dp_impl", "megatron") == "megatron":
             plan = breakdown(e["run"])["plan"]
@@ -144,7 +161,7 @@ def fit_constants(entries, gpu, efficiencies=None, elementwise=None) -> dict:
         for mu in elementwise:
             k = dict(matmul_efficiency=eta, elementwise_efficiency=mu)
             logs = [abs(math.log(1 + err)) for err in errors(mine, k)]
-            score = (round(max(logs), 9), sum(x * x for x in logs))   # the worst row first, then least squares
+            score = (round(max(logs), 9), sum(x * x for x in logs))  # the worst row first, then least squares
             if best is None or score < best[0]:
                 best = (score, k)
     return best[1]
@@ -173,20 +190,56 @@ def fit_zero_share(entry, shares=None) -> float:
 LLAMA3_405B = dict(layers=126, hidden=16384, heads=128, kv_heads=8, ffn_hidden=53248, swiglu=True, vocab=128256)
 GPT_530B = dict(layers=105, hidden=20480, heads=128, seq=2048, vocab=51200)
 GPT_1T = dict(layers=128, hidden=25600, heads=160, seq=2048, vocab=51200)
-GPT_175B_ZERO3 = dict(layers=96, hidden=12288, heads=96, seq=2048, vocab=51200, gpu="A100-80GB", tp=1, pp=1,
-                      global_batch=1536, zero_stage=3, dp_impl="deepspeed", recompute="full", precision="fp16",
-                      overlap_grad_reduce=False, overlap_p2p=False)
+GPT_175B_ZERO3 = dict(
+    layers=96,
+    hidden=12288,
+    heads=96,
+    seq=2048,
+    vocab=51200,
+    gpu="A100-80GB",
+    tp=1,
+    pp=1,
+    global_batch=1536,
+    zero_stage=3,
+    dp_impl="deepspeed",
+    recompute="full",
+    precision="fp16",
+    overlap_grad_reduce=False,
+    overlap_p2p=False,
+)
 
 
 def _kor22(model, gpus, pp, batch, recompute):
     sp = recompute == "selective"
-    return dict(model, gpus=gpus, gpu="A100-80GB", tp=8, pp=pp, dp=1, micro_batch=1, global_batch=batch,
-                recompute=recompute, sequence_parallel=sp, zero_stage=0)
+    return dict(
+        model,
+        gpus=gpus,
+        gpu="A100-80GB",
+        tp=8,
+        pp=pp,
+        dp=1,
+        micro_batch=1,
+        global_batch=batch,
+        recompute=recompute,
+        sequence_parallel=sp,
+        zero_stage=0,
+    )
 
 
 def _llama3(gpus, cp, dp, seq, per_dp):
-    return dict(LLAMA3_405B, seq=seq, gpus=gpus, gpu="H100-80GB", tp=8, pp=16, cp=cp, dp=dp,
-                global_batch=dp * per_dp, zero_stage=2, cp_comm="all_gather")
+    return dict(
+        LLAMA3_405B,
+        seq=seq,
+        gpus=gpus,
+        gpu="H100-80GB",
+        tp=8,
+        pp=16,
+        cp=cp,
+        dp=dp,
+        global_batch=dp * per_dp,
+        zero_stage=2,
+        cp_comm="all_gather",
+    )
 
 
 #: Published runs reconstructed from their papers, to check the predictor on runs it was not fitted on.
@@ -208,24 +261,60 @@ def _llama3(gpus, cp, dp, seq, per_dp):
 #: and selective recomputation (configurations as reconstructed in calculon-ai/calculon's validation
 #: files; their interleaving is left to the predictor).
 CHECK_RUNS = (
-    dict(source="Llama 3 (2024), Table 4", model="405B, 8,192 GPUs, s 8K",
-         run=_llama3(8192, 1, 64, 8192, 32), published={"model_tflops_per_gpu_causal": 430.0}),
-    dict(source="Llama 3 (2024), Table 4", model="405B, 16,384 GPUs, s 8K",
-         run=_llama3(16384, 1, 128, 8192, 16), published={"model_tflops_per_gpu_causal": 400.0}),
-    dict(source="Llama 3 (2024), Table 4", model="405B, 16,384 GPUs, s 131K, CP 16",
-         run=_llama3(16384, 16, 8, 131072, 16), published={"model_tflops_per_gpu_causal": 380.0}),
-    dict(source="Narayanan et al. (2021), Table 2", model="ZeRO-3 174.6B, 768 GPUs",
-         run=dict(GPT_175B_ZERO3, gpus=768, micro_batch=2), published={"hardware_tflops_per_gpu": 88.0}),
-    dict(source="Narayanan et al. (2021), Table 2", model="ZeRO-3 174.6B, 1,536 GPUs",
-         run=dict(GPT_175B_ZERO3, gpus=1536, micro_batch=1), published={"hardware_tflops_per_gpu": 44.0}),
-    dict(source="Korthikanti et al. (2022), Table 5", model="530B, full recomputation",
-         run=_kor22(GPT_530B, 280, 35, 280, "full"), published={"step_time_s": 49.05}),
-    dict(source="Korthikanti et al. (2022), Table 5", model="530B, SP + selective",
-         run=_kor22(GPT_530B, 280, 35, 280, "selective"), published={"step_time_s": 37.83}),
-    dict(source="Korthikanti et al. (2022), Table 5", model="1T, full recomputation",
-         run=_kor22(GPT_1T, 512, 64, 512, "full"), published={"step_time_s": 94.42}),
-    dict(source="Korthikanti et al. (2022), Table 5", model="1T, SP + selective",
-         run=_kor22(GPT_1T, 512, 64, 512, "selective"), published={"step_time_s": 71.49}),
+    dict(
+        source="Llama 3 (2024), Table 4",
+        model="405B, 8,192 GPUs, s 8K",
+        run=_llama3(8192, 1, 64, 8192, 32),
+        published={"model_tflops_per_gpu_causal": 430.0},
+    ),
+    dict(
+        source="Llama 3 (2024), Table 4",
+        model="405B, 16,384 GPUs, s 8K",
+        run=_llama3(16384, 1, 128, 8192, 16),
+        published={"model_tflops_per_gpu_causal": 400.0},
+    ),
+    dict(
+        source="Llama 3 (2024), Table 4",
+        model="405B, 16,384 GPUs, s 131K, CP 16",
+        run=_llama3(16384, 16, 8, 131072, 16),
+        published={"model_tflops_per_gpu_causal": 380.0},
+    ),
+    dict(
+        source="Narayanan et al. (2021), Table 2",
+        model="ZeRO-3 174.6B, 768 GPUs",
+        run=dict(GPT_175B_ZERO3, gpus=768, micro_batch=2),
+        published={"hardware_tflops_per_gpu": 88.0},
+    ),
+    dict(
+        source="Narayanan et al. (2021), Table 2",
+        model="ZeRO-3 174.6B, 1,536 GPUs",
+        run=dict(GPT_175B_ZERO3, gpus=1536, micro_batch=1),
+        published={"hardware_tflops_per_gpu": 44.0},
+    ),
+    dict(
+        source="Korthikanti et al. (2022), Table 5",
+        model="530B, full recomputation",
+        run=_kor22(GPT_530B, 280, 35, 280, "full"),
+        published={"step_time_s": 49.05},
+    ),
+    dict(
+        source="Korthikanti et al. (2022), Table 5",
+        model="530B, SP + selective",
+        run=_kor22(GPT_530B, 280, 35, 280, "selective"),
+        published={"step_time_s": 37.83},
+    ),
+    dict(
+        source="Korthikanti et al. (2022), Table 5",
+        model="1T, full recomputation",
+        run=_kor22(GPT_1T, 512, 64, 512, "full"),
+        published={"step_time_s": 94.42},
+    ),
+    dict(
+        source="Korthikanti et al. (2022), Table 5",
+        model="1T, SP + selective",
+        run=_kor22(GPT_1T, 512, 64, 512, "selective"),
+        published={"step_time_s": 71.49},
+    ),
 )
 
 
@@ -236,8 +325,18 @@ def check_errors(checks=CHECK_RUNS) -> list[dict]:
     for c in checks:
         got = predict(c["run"])
         for key, published in c["published"].items():
-            out.append(dict(source=c["source"], model=c["model"], key=key, predicted=got[key], published=published,
-                            error=got[key] / published - 1, plan=got["plan"], binding=got["binding"]))
+            out.append(
+                dict(
+                    source=c["source"],
+                    model=c["model"],
+                    key=key,
+                    predicted=got[key],
+                    published=published,
+                    error=got[key] / published - 1,
+                    plan=got["plan"],
+                    binding=got["binding"],
+                )
+            )
     return out
 
 
@@ -253,8 +352,9 @@ def zero3_critical_tokens(run, hardware=None) -> float:
     slow = replace(gpu, nvlink_bandwidth=share * gpu.nvlink_bandwidth, nic_bandwidth=share * gpu.nic_bandwidth)
     per_layer = layer_params(cfg) / cfg["tp"]
     g, t = cfg["shard_group"], cfg["tp"]
-    comm = 2 * collective_time("all_gather", per_layer * 2, g, t, slow) \
-        + collective_time("reduce_scatter", per_layer * cfg["grad_bytes"], g, t, slow)
+    comm = 2 * collective_time("all_gather", per_layer * 2, g, t, slow) + collective_time(
+        "reduce_scatter", per_layer * cfg["grad_bytes"], g, t, slow
+    )
     layer = layer_compute(cfg, recompute, gpu=gpu)
     tokens = cfg["micro_batch"] * cfg["seq"] / cfg["cp"]
     return tokens * comm / (layer["matmul"] + layer["elementwise"])

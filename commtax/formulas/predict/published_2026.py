@@ -29,10 +29,13 @@ RUNS_2026 = DATA / "published-runs-2026.csv"
 #: Published runs of the same families kept out of every fit: the test of whether the predictor generalizes.
 CHECKS_2026 = DATA / "checks-2026.csv"
 #: What a row's ``recompute`` cell may say beyond the predictor's modes.
-ROW_RECOMPUTE = {"selective (op)": "selective"}   # torchtitan's per-op selective checkpointing
+ROW_RECOMPUTE = {"selective (op)": "selective"}  # torchtitan's per-op selective checkpointing
 #: Rows that name no config but whose model has one here.
-CONFIG_BY_MODEL = {"qwen3_30b_a3b": "qwen3-30b-a3b.json", "mixtral-8x7b": "mixtral-8x7b.json",
-                   "deepseekv3": "deepseek-v3.json"}
+CONFIG_BY_MODEL = {
+    "qwen3_30b_a3b": "qwen3-30b-a3b.json",
+    "mixtral-8x7b": "mixtral-8x7b.json",
+    "deepseekv3": "deepseek-v3.json",
+}
 PRECISION = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "fp8-cs": "fp8", "mxfp8": "mxfp8", "nvfp4": "nvfp4"}
 
 
@@ -51,9 +54,14 @@ def _config_name(row) -> str | None:
 
 def _model_from_columns(row) -> dict:
     """A model from the row's own columns, with the MoE and attention fields its notes give as key=value."""
-    model = dict(layers=_num(row, "layers"), hidden=_num(row, "hidden"), heads=_num(row, "heads"),
-                 vocab=_num(row, "vocab"), ffn_hidden=_num(row, "ffn_hidden"),
-                 swiglu=(row.get("swiglu") or "").strip().lower() == "yes")
+    model = dict(
+        layers=_num(row, "layers"),
+        hidden=_num(row, "hidden"),
+        heads=_num(row, "heads"),
+        vocab=_num(row, "vocab"),
+        ffn_hidden=_num(row, "ffn_hidden"),
+        swiglu=(row.get("swiglu") or "").strip().lower() == "yes",
+    )
     if _num(row, "kv_heads") and _num(row, "kv_heads") != model["heads"]:
         model["kv_heads"] = _num(row, "kv_heads")
     given = dict(re.findall(r"\b(\w+)=(\d+)\b", row.get("notes") or ""))
@@ -61,9 +69,13 @@ def _model_from_columns(row) -> dict:
         model["head_dim"] = int(given["head_dim"])
     if "experts" in given:
         expert_ffn = int(given["expert_ffn"])
-        model.update(experts=int(given["experts"]), top_k=int(given["top_k"]), expert_ffn_hidden=expert_ffn,
-                     shared_ffn_hidden=int(given.get("shared_experts", 0)) * expert_ffn,
-                     moe_layers=model["layers"] - int(given.get("dense_layers", 0)))
+        model.update(
+            experts=int(given["experts"]),
+            top_k=int(given["top_k"]),
+            expert_ffn_hidden=expert_ffn,
+            shared_ffn_hidden=int(given.get("shared_experts", 0)) * expert_ffn,
+            moe_layers=model["layers"] - int(given.get("dense_layers", 0)),
+        )
         model["ffn_hidden"] = model["ffn_hidden"] or int(given.get("dense_ffn", expert_ffn))
     return model
 
@@ -82,25 +94,39 @@ def run_from_row_2026(row: dict, configs=CONFIGS) -> tuple[dict, list[str]]:
         notes.append(f"{gpu_type}: priced as the H100 SXM preset (a 500 W or lower-power part runs slower)")
     precision = (row.get("precision") or "bf16").strip()
     recompute = (row.get("recompute") or "").strip()
-    run = dict(model, seq=_num(row, "seq"), gpus=_num(row, "gpus"), gpu=GPU_ALIASES.get(gpu, gpu),
-               tp=_num(row, "tp") or 1, pp=_num(row, "pp") or 1, dp=_num(row, "dp"), cp=_num(row, "cp") or 1,
-               vpp=_num(row, "vpp"), micro_batch=_num(row, "micro_batch"), global_batch=_num(row, "global_batch"),
-               recompute=ROW_RECOMPUTE.get(recompute, recompute) or None, zero_stage=_num(row, "zero_stage") or 0,
-               precision=PRECISION[precision], fused_attention=True)
+    run = dict(
+        model,
+        seq=_num(row, "seq"),
+        gpus=_num(row, "gpus"),
+        gpu=GPU_ALIASES.get(gpu, gpu),
+        tp=_num(row, "tp") or 1,
+        pp=_num(row, "pp") or 1,
+        dp=_num(row, "dp"),
+        cp=_num(row, "cp") or 1,
+        vpp=_num(row, "vpp"),
+        micro_batch=_num(row, "micro_batch"),
+        global_batch=_num(row, "global_batch"),
+        recompute=ROW_RECOMPUTE.get(recompute, recompute) or None,
+        zero_stage=_num(row, "zero_stage") or 0,
+        precision=PRECISION[precision],
+        fused_attention=True,
+    )
     notes_text = (row.get("notes") or "").lower()
     if row["source"].startswith(("TORCHTITAN", "LLMFOUNDRY")) or "flash attn" in notes_text:
-        run["attention_kernel"] = "flash2"   # PyTorch's SDPA and llm-foundry run FlashAttention-2
+        run["attention_kernel"] = "flash2"  # PyTorch's SDPA and llm-foundry run FlashAttention-2
     if run.get("experts"):
         run.update(ep=_num(row, "ep") or 1, etp=_num(row, "etp") or 1)
         recipe = moe_recipe(row["source"].strip(), row["model"], run)
-        if recipe:   # the token dispatcher and all-to-all overlap its recipe sets (recipes_2026)
+        if recipe:  # the token dispatcher and all-to-all overlap its recipe sets (recipes_2026)
             run.update(recipe[0])
             notes.append(f"MoE dispatcher and overlap from Megatron-Bridge {recipe[1]}")
     if run["vpp"] == 1:
         run["vpp"] = None
     if run["vpp"] and (run["layers"] % (run["pp"] * run["vpp"])):
-        notes.append(f"vpp {run['vpp']} with {run['layers']} layers on {run['pp']} stages needs an uneven layout "
-                     f"the predictor does not model: priced without interleaving")
+        notes.append(
+            f"vpp {run['vpp']} with {run['layers']} layers on {run['pp']} stages needs an uneven layout "
+            f"the predictor does not model: priced without interleaving"
+        )
         run["vpp"] = None
     return run, notes
 
@@ -117,16 +143,27 @@ def _read(path) -> list[dict]:
     out = []
     for row in rows:
         run, notes = run_from_row_2026(row)
-        out.append(dict(source=row["source"], model=row["model"], run=run, notes=notes,
-                        published={"tokens_per_s_per_gpu": float(row["published_tokens_per_s_per_gpu"])}))
+        out.append(
+            dict(
+                source=row["source"],
+                model=row["model"],
+                run=run,
+                notes=notes,
+                published={"tokens_per_s_per_gpu": float(row["published_tokens_per_s_per_gpu"])},
+            )
+        )
     return out
 
 
 def summary(errors: list[dict]) -> dict:
     """Count, median, 90th percentile and worst of the |errors| of :func:`errors_2026`'s records."""
     values = sorted(abs(e["error"]) for e in errors)
-    return dict(count=len(values), median=statistics.median(values),
-                p90=values[min(len(values) - 1, math.ceil(0.9 * len(values)) - 1)], worst=values[-1])
+    return dict(
+        count=len(values),
+        median=statistics.median(values),
+        p90=values[min(len(values) - 1, math.ceil(0.9 * len(values)) - 1)],
+        worst=values[-1],
+    )
 
 
 def errors_2026(entries=None, constants=None) -> list[dict]:
@@ -137,10 +174,20 @@ def errors_2026(entries=None, constants=None) -> list[dict]:
     for e in entries:
         got = predict(e["run"], constants)
         published = e["published"]["tokens_per_s_per_gpu"]
-        out.append(dict(source=e["source"], model=e["model"], gpu=e["run"]["gpu"],
-                        predicted=got["tokens_per_s_per_gpu"], published=published,
-                        error=got["tokens_per_s_per_gpu"] / published - 1, plan=got["plan"],
-                        binding=got["binding"], fits=got["fits"], times=got["times"]))
+        out.append(
+            dict(
+                source=e["source"],
+                model=e["model"],
+                gpu=e["run"]["gpu"],
+                predicted=got["tokens_per_s_per_gpu"],
+                published=published,
+                error=got["tokens_per_s_per_gpu"] / published - 1,
+                plan=got["plan"],
+                binding=got["binding"],
+                fits=got["fits"],
+                times=got["times"],
+            )
+        )
     return out
 
 
@@ -156,8 +203,10 @@ def fit_matmul_efficiency(gpu: str, entries=None, grid=None) -> float:
 
     def worst(eta):
         k = dict(matmul_efficiency=eta, elementwise_efficiency=elementwise)
-        return max(abs(math.log(predict(e["run"], k)["tokens_per_s_per_gpu"] / e["published"]["tokens_per_s_per_gpu"]))
-                   for e in mine)
+        return max(
+            abs(math.log(predict(e["run"], k)["tokens_per_s_per_gpu"] / e["published"]["tokens_per_s_per_gpu"]))
+            for e in mine
+        )
 
     return min(grid, key=lambda eta: (round(worst(eta), 9), eta))
 
@@ -175,8 +224,10 @@ def fit_flash2_efficiency(gpu: str = "H100-80GB", entries=None, grid=None) -> fl
     def worst(share):
         FLASH2_EFFICIENCY[gpu] = share
         try:
-            return max(abs(math.log(predict(e["run"])["tokens_per_s_per_gpu"] / e["published"]["tokens_per_s_per_gpu"]))
-                       for e in mine)
+            return max(
+                abs(math.log(predict(e["run"])["tokens_per_s_per_gpu"] / e["published"]["tokens_per_s_per_gpu"]))
+                for e in mine
+            )
         finally:
             FLASH2_EFFICIENCY[gpu] = saved
 
@@ -197,8 +248,10 @@ def fit_moe_host_sync(entries=None, grid=None) -> float:
     def worst(seconds):
         moe.MOE_HOST_SYNC_S = seconds
         try:
-            return max(abs(math.log(predict(e["run"])["tokens_per_s_per_gpu"] / e["published"]["tokens_per_s_per_gpu"]))
-                       for e in mine)
+            return max(
+                abs(math.log(predict(e["run"])["tokens_per_s_per_gpu"] / e["published"]["tokens_per_s_per_gpu"]))
+                for e in mine
+            )
         finally:
             moe.MOE_HOST_SYNC_S = saved
 

@@ -14,19 +14,20 @@ MODELS = {
     "GPT 22B (Korthikanti)": dict(layers=48, hidden=6144, heads=64, seq=2048, vocab=51200),
     "GPT-3 175B": dict(layers=96, hidden=12288, heads=96, seq=2048, vocab=51200),
     "GPT 530B (Narayanan)": dict(layers=105, hidden=20480, heads=128, seq=2048, vocab=51200),
-    "Llama-2 7B": dict(layers=32, hidden=4096, heads=32, seq=4096, vocab=32000, ffn_hidden=11008,
-                       swiglu=True),
-    "Llama-2 70B": dict(layers=80, hidden=8192, heads=64, kv_heads=8, seq=4096, vocab=32000,
-                        ffn_hidden=28672, swiglu=True),
-    "Llama-3 8B": dict(layers=32, hidden=4096, heads=32, kv_heads=8, seq=8192, vocab=128256,
-                       ffn_hidden=14336, swiglu=True),
-    "Llama-3 70B": dict(layers=80, hidden=8192, heads=64, kv_heads=8, seq=8192, vocab=128256,
-                        ffn_hidden=28672, swiglu=True),
-    "Llama-3.1 405B": dict(layers=126, hidden=16384, heads=128, kv_heads=8, seq=8192, vocab=128256,
-                           ffn_hidden=53248, swiglu=True),
+    "Llama-2 7B": dict(layers=32, hidden=4096, heads=32, seq=4096, vocab=32000, ffn_hidden=11008, swiglu=True),
+    "Llama-2 70B": dict(
+        layers=80, hidden=8192, heads=64, kv_heads=8, seq=4096, vocab=32000, ffn_hidden=28672, swiglu=True
+    ),
+    "Llama-3 8B": dict(
+        layers=32, hidden=4096, heads=32, kv_heads=8, seq=8192, vocab=128256, ffn_hidden=14336, swiglu=True
+    ),
+    "Llama-3 70B": dict(
+        layers=80, hidden=8192, heads=64, kv_heads=8, seq=8192, vocab=128256, ffn_hidden=28672, swiglu=True
+    ),
+    "Llama-3.1 405B": dict(
+        layers=126, hidden=16384, heads=128, kv_heads=8, seq=8192, vocab=128256, ffn_hidden=53248, swiglu=True
+    ),
 }
-
-
 
 
 def draw_plans(n: int, seed: int) -> list[dict]:
@@ -43,24 +44,54 @@ def draw_plans(n: int, seed: int) -> list[dict]:
     pick = rng.choice
     plans = []
     while len(plans) < n:
-        t, p, c, d = pick((1, 2, 4, 8, 16)), pick((1, 2, 3, 4, 8, 16)), pick((1, 1, 2, 4)), pick((1, 2, 3, 4, 8, 16, 32))
+        t, p, c, d = (
+            pick((1, 2, 4, 8, 16)),
+            pick((1, 2, 3, 4, 8, 16)),
+            pick((1, 1, 2, 4)),
+            pick((1, 2, 3, 4, 8, 16, 32)),
+        )
         mb = pick((None, 1, 2, 4))
         # Half are toy shapes: there the collectives outlast the compute they overlap, so every
         # window and exposure rule shows, as no real model's plan does (a send of 4 kB is 5 us of alpha).
-        model = MODELS[pick(sorted(MODELS))] if rng.random() < 0.5 else dict(
-            layers=pick((4, 8, 12, 16, 24, 32, 48, 64)), hidden=pick((64, 128, 256, 512, 1024)),
-            heads=pick((1, 2, 4, 8, 16)), kv_heads=pick((None, 1, 2)), swiglu=pick((False, True)),
-            seq=pick((32, 64, 128, 256, 1024)), vocab=pick((256, 1024, 32000)))
-        run = dict(model, gpu=pick(LAB_GPUS), tp=t, pp=p, cp=c, dp=d,
-                   gpus=t * p * c * d, global_batch=d * (mb or 1) * pick((1, 2, 3, 8, 16, 64)), micro_batch=mb,
-                   vpp=pick((None, None, 2, 3)), recompute=pick((None, "none", "selective", "full")),
-                   zero_stage=pick((0, 1, 2, 3)), precision=pick(("bf16", "bf16", "fp16", "fp8")),
-                   shard_group=pick((None, None, 2, 4, 8)), hsdp_allreduce=pick(HSDP_ALLREDUCE),
-                   param_gather=pick(("step", "step", "micro_batch")), cp_comm=pick(("p2p", "all_gather")),
-                   dp_impl=pick(("megatron", "megatron", "deepspeed")), sequence_parallel=pick((None, True, False)),
-                   tp_overlap=pick((False, True)), overlap_grad_reduce=pick((None, True, False)),
-                   overlap_p2p=pick((None, True, False)), fused_attention=pick((None, True, False)),
-                   pipeline_split=pick((None, "even", "embedding_and_loss")))
+        model = (
+            MODELS[pick(sorted(MODELS))]
+            if rng.random() < 0.5
+            else dict(
+                layers=pick((4, 8, 12, 16, 24, 32, 48, 64)),
+                hidden=pick((64, 128, 256, 512, 1024)),
+                heads=pick((1, 2, 4, 8, 16)),
+                kv_heads=pick((None, 1, 2)),
+                swiglu=pick((False, True)),
+                seq=pick((32, 64, 128, 256, 1024)),
+                vocab=pick((256, 1024, 32000)),
+            )
+        )
+        run = dict(
+            model,
+            gpu=pick(LAB_GPUS),
+            tp=t,
+            pp=p,
+            cp=c,
+            dp=d,
+            gpus=t * p * c * d,
+            global_batch=d * (mb or 1) * pick((1, 2, 3, 8, 16, 64)),
+            micro_batch=mb,
+            vpp=pick((None, None, 2, 3)),
+            recompute=pick((None, "none", "selective", "full")),
+            zero_stage=pick((0, 1, 2, 3)),
+            precision=pick(("bf16", "bf16", "fp16", "fp8")),
+            shard_group=pick((None, None, 2, 4, 8)),
+            hsdp_allreduce=pick(HSDP_ALLREDUCE),
+            param_gather=pick(("step", "step", "micro_batch")),
+            cp_comm=pick(("p2p", "all_gather")),
+            dp_impl=pick(("megatron", "megatron", "deepspeed")),
+            sequence_parallel=pick((None, True, False)),
+            tp_overlap=pick((False, True)),
+            overlap_grad_reduce=pick((None, True, False)),
+            overlap_p2p=pick((None, True, False)),
+            fused_attention=pick((None, True, False)),
+            pipeline_split=pick((None, "even", "embedding_and_loss")),
+        )
         try:
             normalize(dict(run))
         except ValueError:
@@ -80,9 +111,21 @@ def expert_degrees(model: dict, ranks: int, domain: int) -> list[int]:
     return sorted(degrees, key=lambda e: (e > domain, e))
 
 
-def search_plans(model: dict, gpus: int, gpu: str, global_batch: int, *, hardware=None,
-                 max_tp=None, micro_batches=(1, 2, 4), zero_stages=(1, 3), precision="bf16",
-                 cps=(1,), hsdp=False, top=None) -> list[dict]:
+def search_plans(
+    model: dict,
+    gpus: int,
+    gpu: str,
+    global_batch: int,
+    *,
+    hardware=None,
+    max_tp=None,
+    micro_batches=(1, 2, 4),
+    zero_stages=(1, 3),
+    precision="bf16",
+    cps=(1,),
+    hsdp=False,
+    top=None,
+) -> list[dict]:
     """Every plan (tp, pp, dp, cp, ep, v, micro-batch, recompute, ZeRO stage) that fits in memory, fastest first.
 
     tp runs over the powers of two that divide the heads (up to two NVLink domains, or ``max_tp``), cp
@@ -119,8 +162,19 @@ def search_plans(model: dict, gpus: int, gpu: str, global_batch: int, *, hardwar
                             if hsdp and zero >= 2 and cp == 1 and 1 < node_group < dp and dp % node_group == 0:
                                 groups.append(node_group)
                             for group in groups:
-                                run = dict(model, gpus=gpus, gpu=gpu, tp=tp, pp=pp, dp=dp, cp=cp, micro_batch=mb,
-                                           global_batch=global_batch, zero_stage=zero, precision=precision)
+                                run = dict(
+                                    model,
+                                    gpus=gpus,
+                                    gpu=gpu,
+                                    tp=tp,
+                                    pp=pp,
+                                    dp=dp,
+                                    cp=cp,
+                                    micro_batch=mb,
+                                    global_batch=global_batch,
+                                    zero_stage=zero,
+                                    precision=precision,
+                                )
                                 if model.get("experts"):
                                     run["ep"] = ep
                                 if group:
@@ -128,15 +182,14 @@ def search_plans(model: dict, gpus: int, gpu: str, global_batch: int, *, hardwar
                                 try:
                                     result = breakdown(run, hardware=hardware)
                                 except ValueError:
-                                    continue      # a plan the nodes or the layers cannot hold evenly
+                                    continue  # a plan the nodes or the layers cannot hold evenly
                                 if result["fits"]:
                                     results.append(dict(result, run=run))
     results.sort(key=lambda r: r["step_time_s"])
     return results[:top] if top else results
 
 
-RECOMPUTE_WORDS = {"none": "no recomputation", "selective": "selective recomputation",
-                   "full": "full recomputation"}
+RECOMPUTE_WORDS = {"none": "no recomputation", "selective": "selective recomputation", "full": "full recomputation"}
 
 
 def describe_plan(plan) -> str:
@@ -154,51 +207,69 @@ def describe_plan(plan) -> str:
 def recommend(results: list[dict]) -> str:
     """The best plan, what binds it, and what to change, in words (the modeler's recommendation)."""
     if not results:
-        return ("No plan fits in memory: add GPUs, raise pipeline or tensor parallelism, shard the "
-                "optimizer (ZeRO), or recompute activations.")
+        return (
+            "No plan fits in memory: add GPUs, raise pipeline or tensor parallelism, shard the "
+            "optimizer (ZeRO), or recompute activations."
+        )
     best = results[0]
     plan, times, step_s = best["plan"], best["times"], best["step_time_s"]
-    text = (f"Best plan: {describe_plan(plan)}, micro-batch {plan['micro_batch']}, "
-            f"{RECOMPUTE_WORDS[plan['recompute']]}, ZeRO-{plan['zero_stage']}: "
-            f"{step_s:.3g} s per step, MFU {best['mfu']:.0%}. ")
+    text = (
+        f"Best plan: {describe_plan(plan)}, micro-batch {plan['micro_batch']}, "
+        f"{RECOMPUTE_WORDS[plan['recompute']]}, ZeRO-{plan['zero_stage']}: "
+        f"{step_s:.3g} s per step, MFU {best['mfu']:.0%}. "
+    )
     share = {name: times.get(name, 0.0) / step_s for name in ("tp", "cp", "ep", "dp")}
     share["pp"] = (times["bubble"] + times["p2p"]) / step_s
     binding = best["binding"]
     if binding == "pp":
         p, v, m = plan["pp"], plan["vpp"], plan["microbatches"]
         # Two different ratios: the bubble over the ideal compute (the formula), and bubble + sends over the step.
-        text += (f"The pipeline binds: its bubble ({times['bubble']:.3g} s, (p-1)/(v m) = {p - 1}/({v} x {m}) "
-                 f"= {(p - 1) / (v * m):.0%} of the stages' ideal compute) and its sends ({times['p2p']:.3g} s) "
-                 f"take {share['pp']:.0%} of the {step_s:.3g}-s step. More micro-batches per step "
-                 f"(a larger global batch, or a smaller micro-batch), deeper interleaving or fewer "
-                 f"stages shrink it.")
+        text += (
+            f"The pipeline binds: its bubble ({times['bubble']:.3g} s, (p-1)/(v m) = {p - 1}/({v} x {m}) "
+            f"= {(p - 1) / (v * m):.0%} of the stages' ideal compute) and its sends ({times['p2p']:.3g} s) "
+            f"take {share['pp']:.0%} of the {step_s:.3g}-s step. More micro-batches per step "
+            f"(a larger global batch, or a smaller micro-batch), deeper interleaving or fewer "
+            f"stages shrink it."
+        )
     elif binding == "tp":
         where = "across nodes" if plan["tp"] > 8 else "inside the node"
-        text += (f"Tensor parallelism binds: its collectives, {where} and on the critical path, take "
-                 f"{share['tp']:.0%} of the step. A smaller TP degree (with more pipeline stages or "
-                 f"ZeRO to make the model fit) or a wider model lowers the tax.")
+        text += (
+            f"Tensor parallelism binds: its collectives, {where} and on the critical path, take "
+            f"{share['tp']:.0%} of the step. A smaller TP degree (with more pipeline stages or "
+            f"ZeRO to make the model fit) or a wider model lowers the tax."
+        )
     elif binding == "ep":
         a2a = (times["ep"] - best.get("moe_host_s", 0.0)) / step_s
-        text += (f"Expert parallelism binds: its all-to-alls add {a2a:.0%} of the step. Keeping the EP "
-                 f"group inside one NVLink domain, a smaller EP degree, or overlapping the all-to-alls with "
-                 f"another micro-batch's compute lowers it.")
+        text += (
+            f"Expert parallelism binds: its all-to-alls add {a2a:.0%} of the step. Keeping the EP "
+            f"group inside one NVLink domain, a smaller EP degree, or overlapping the all-to-alls with "
+            f"another micro-batch's compute lowers it."
+        )
     elif binding == "host":
-        text += (f"The host binds: every MoE layer's forward waits for the CPU to learn how many tokens each "
-                 f"expert got, {best['moe_host_s'] / step_s:.0%} of the step (a fitted wait per layer and "
-                 f"micro-batch, at any EP degree). Fewer, larger micro-batches, CUDA graphs, or a dispatcher "
-                 f"that sizes its buffers without the host lower it.")
+        text += (
+            f"The host binds: every MoE layer's forward waits for the CPU to learn how many tokens each "
+            f"expert got, {best['moe_host_s'] / step_s:.0%} of the step (a fitted wait per layer and "
+            f"micro-batch, at any EP degree). Fewer, larger micro-batches, CUDA graphs, or a dispatcher "
+            f"that sizes its buffers without the host lower it."
+        )
     elif binding == "cp":
-        text += (f"Context parallelism binds: its key/value exchange adds {share['cp']:.0%} of the step. "
-                 f"Fewer CP ranks, or keeping the CP group inside a node, lowers it.")
+        text += (
+            f"Context parallelism binds: its key/value exchange adds {share['cp']:.0%} of the step. "
+            f"Fewer CP ranks, or keeping the CP group inside a node, lowers it."
+        )
     elif binding == "dp":
-        text += (f"Data parallelism binds: {share['dp']:.0%} of the step waits on gradients "
-                 f"(or ZeRO-3's gathers) that the compute cannot hide, or is slowed by them. More tokens "
-                 f"per micro-batch, fewer data-parallel ranks (more TP/PP), HSDP, or ZeRO-1 instead of "
-                 f"ZeRO-3 hide it again.")
+        text += (
+            f"Data parallelism binds: {share['dp']:.0%} of the step waits on gradients "
+            f"(or ZeRO-3's gathers) that the compute cannot hide, or is slowed by them. More tokens "
+            f"per micro-batch, fewer data-parallel ranks (more TP/PP), HSDP, or ZeRO-1 instead of "
+            f"ZeRO-3 hide it again."
+        )
     else:
-        text += ("Communication is buried: no axis adds more than a few percent of the step. "
-                 "What is left is compute: kernel efficiency"
-                 + (", and less recomputation if memory allows." if plan["recompute"] != "none" else "."))
+        text += (
+            "Communication is buried: no axis adds more than a few percent of the step. "
+            "What is left is compute: kernel efficiency"
+            + (", and less recomputation if memory allows." if plan["recompute"] != "none" else ".")
+        )
     runner = runner_up(results)
     return text + (" " + runner if runner else "")
 

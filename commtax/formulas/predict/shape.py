@@ -32,10 +32,26 @@ from __future__ import annotations
 import numbers
 
 #: The keys of a plan that describe attention beyond a GPT layer, and mixture-of-experts layers.
-SHAPE_DEFAULTS = dict(head_dim=None, q_lora_rank=None, kv_lora_rank=None, qk_rope_head_dim=None,
-                      v_head_dim=None, experts=None, top_k=None, expert_ffn_hidden=None, shared_ffn_hidden=0,
-                      moe_layers=None, ep=1, etp=1, ep_overlap=False, capacity_factor=None, moe_imbalance=1.0,
-                      ep_dispatch="all_to_all", ep_max_nodes=None, dispatch_bytes_per_element=2)
+SHAPE_DEFAULTS = dict(
+    head_dim=None,
+    q_lora_rank=None,
+    kv_lora_rank=None,
+    qk_rope_head_dim=None,
+    v_head_dim=None,
+    experts=None,
+    top_k=None,
+    expert_ffn_hidden=None,
+    shared_ffn_hidden=0,
+    moe_layers=None,
+    ep=1,
+    etp=1,
+    ep_overlap=False,
+    capacity_factor=None,
+    moe_imbalance=1.0,
+    ep_dispatch="all_to_all",
+    ep_max_nodes=None,
+    dispatch_bytes_per_element=2,
+)
 #: How the tokens reach their experts: NCCL's all-to-all (every copy sent, Megatron's ``alltoall``
 #: dispatcher) or once per node a token needs, then forwarded over NVLink (DeepSeek's DeepEP, Megatron's
 #: ``flex`` dispatcher): Lesson 09's deduplicated dispatch.
@@ -62,10 +78,10 @@ def normalize_shape(cfg: dict) -> None:
             _int(cfg, name)
         if cfg["q_lora_rank"] is not None:
             _int(cfg, "q_lora_rank")
-        qk = cfg["head_dim"] + cfg["qk_rope_head_dim"]   # head_dim is the no-rope part (qk_nope_head_dim)
+        qk = cfg["head_dim"] + cfg["qk_rope_head_dim"]  # head_dim is the no-rope part (qk_nope_head_dim)
         cfg["q_width"] = heads * qk
         cfg["v_width"] = heads * cfg["v_head_dim"]
-        cfg["kv_hidden"] = (cfg["q_width"] + cfg["v_width"]) // 2   # per-head K and V, as the kernels see them
+        cfg["kv_hidden"] = (cfg["q_width"] + cfg["v_width"]) // 2  # per-head K and V, as the kernels see them
     else:
         for name in ("q_lora_rank", "qk_rope_head_dim", "v_head_dim"):
             if cfg[name] is not None:
@@ -88,8 +104,7 @@ def normalize_shape(cfg: dict) -> None:
         if cfg["shared_ffn_hidden"]:
             raise ValueError("shared_ffn_hidden needs a mixture-of-experts model: set experts too")
         if cfg["ep"] > 1 or cfg["etp"] > 1:
-            raise ValueError(f"ep ({cfg['ep']}) and etp ({cfg['etp']}) need a mixture-of-experts model "
-                             f"(experts)")
+            raise ValueError(f"ep ({cfg['ep']}) and etp ({cfg['etp']}) need a mixture-of-experts model (experts)")
         cfg.update(moe_layers=0, moe_share=0.0, edp=1, top_k=0, shared_ffn_hidden=0)
         return
     experts, k = _int(cfg, "experts"), _int(cfg, "top_k")
@@ -115,8 +130,9 @@ def normalize_shape(cfg: dict) -> None:
         if cfg["ep_dispatch"] != "per_node":
             raise ValueError("ep_max_nodes (node-limited routing) needs ep_dispatch 'per_node'")
     if cfg["dispatch_bytes_per_element"] not in (1, 2):
-        raise ValueError(f"dispatch_bytes_per_element must be 1 (FP8) or 2 (BF16), got "
-                         f"{cfg['dispatch_bytes_per_element']!r}")
+        raise ValueError(
+            f"dispatch_bytes_per_element must be 1 (FP8) or 2 (BF16), got {cfg['dispatch_bytes_per_element']!r}"
+        )
     ep, etp = cfg["ep"], cfg["etp"]
     if experts % ep:
         raise ValueError(f"ep ({ep}) must divide experts ({experts})")
@@ -124,8 +140,10 @@ def normalize_shape(cfg: dict) -> None:
         raise ValueError(f"expert_ffn_hidden ({cfg['expert_ffn_hidden']}) is not divisible by etp ({etp})")
     ranks = t * cfg["cp"] * cfg["dp"]
     if ranks % (ep * etp):
-        raise ValueError(f"ep * etp ({ep} * {etp}) must divide tp * cp * dp ({ranks}): the experts are "
-                         f"spread over the ranks of one pipeline stage")
+        raise ValueError(
+            f"ep * etp ({ep} * {etp}) must divide tp * cp * dp ({ranks}): the experts are "
+            f"spread over the ranks of one pipeline stage"
+        )
     cfg["moe_share"] = cfg["moe_layers"] / cfg["layers"]
     cfg["edp"] = ranks // (ep * etp)
 

@@ -20,8 +20,11 @@ def open_choices(run, cfg) -> tuple[list, list]:
     micro-batches dividing the sequences per replica up to :data:`MAX_MICRO_BATCH`; depths dividing the
     layer slots per stage (1 when the stages are uneven or pp = 1)."""
     per_replica = cfg["global_batch"] // cfg["dp"]
-    micro = [run["micro_batch"]] if run.get("micro_batch") is not None else \
-        [b for b in range(1, min(per_replica, MAX_MICRO_BATCH) + 1) if per_replica % b == 0]
+    micro = (
+        [run["micro_batch"]]
+        if run.get("micro_batch") is not None
+        else [b for b in range(1, min(per_replica, MAX_MICRO_BATCH) + 1) if per_replica % b == 0]
+    )
     extra = 2 if cfg["pipeline_split"] == "embedding_and_loss" else 0
     if run.get("vpp") is not None or cfg["pp"] == 1 or (cfg["layers"] + extra) % cfg["pp"]:
         depths = [run.get("vpp")]
@@ -88,8 +91,13 @@ def stage_seconds(cfg, recompute, constants=None, gpu=None) -> list[float]:
     gpu = gpu or GPUS[cfg["gpu"]]
     k = constants_for(cfg["gpu"], constants)
     layer = layer_compute(cfg, recompute, k, gpu)
-    t_layer = layer["matmul"] + layer["elementwise"] + tp_time(cfg, recompute, gpu, layer["gemm"]) \
-        + cp_time(cfg, recompute, k, gpu) + ep_time(cfg, recompute, gpu, layer["gemm"])["added"]
+    t_layer = (
+        layer["matmul"]
+        + layer["elementwise"]
+        + tp_time(cfg, recompute, gpu, layer["gemm"])
+        + cp_time(cfg, recompute, k, gpu)
+        + ep_time(cfg, recompute, gpu, layer["gemm"])["added"]
+    )
     layers = stage_layers(cfg)
     t_logits = logits_compute(cfg, k, gpu)
     return [n * t_layer + (t_logits if i == len(layers) - 1 else 0.0) for i, n in enumerate(layers)]
@@ -115,24 +123,33 @@ def step(run, constants=None, hardware=None) -> dict:
     t_logits = logits_compute(cfg, k, gpu)
     layers = stage_layers(cfg)
     stage_s = stage_seconds(cfg, recompute, k, gpu)
-    pace = max(range(p), key=lambda i: (stage_s[i], i))      # the slowest stage (ties: the last)
+    pace = max(range(p), key=lambda i: (stage_s[i], i))  # the slowest stage (ties: the last)
     t_mb = stage_s[pace]
     pipe = pipeline_time(cfg, t_mb, gpu)
     dp = dp_time(cfg, recompute, layer["matmul"] + layer["elementwise"], t_mb, gpu)
     n_pace = layers[pace]
     ep = ep_time(cfg, recompute, gpu, layer["gemm"])
     backward_window = t_mb * (3 if recompute == "full" else 2) / (4 if recompute == "full" else 3)
-    edp = expert_dp_time(cfg, max(layers), t_mb - backward_window, backward_window, gpu,
-                         layer["matmul"] + layer["elementwise"])
+    edp = expert_dp_time(
+        cfg, max(layers), t_mb - backward_window, backward_window, gpu, layer["matmul"] + layer["elementwise"]
+    )
     shard = max(stage_params(cfg)) / (cfg["shard_group"] if cfg["zero_stage"] >= 1 else 1)
-    if cfg.get("experts"):   # the routed experts' optimizer shard
+    if cfg.get("experts"):  # the routed experts' optimizer shard
         shard += expert_params_per_gpu(cfg, max(layers)) / (expert_shard_group(cfg) if cfg["zero_stage"] >= 1 else 1)
     t_opt = OPTIMIZER_TRAFFIC * shard / (k["elementwise_efficiency"] * gpu.hbm_bandwidth)
 
-    times = dict(matmul=m * n_pace * layer["matmul"], elementwise=m * n_pace * layer["elementwise"],
-                 logits=m * t_logits if pace == p - 1 else 0.0, tp=m * n_pace * t_tp, cp=m * n_pace * t_cp,
-                 ep=m * n_pace * ep["added"], bubble=pipe["bubble"], p2p=pipe["sends"],
-                 dp=dp["added"] + edp["added"], optimizer=t_opt)
+    times = dict(
+        matmul=m * n_pace * layer["matmul"],
+        elementwise=m * n_pace * layer["elementwise"],
+        logits=m * t_logits if pace == p - 1 else 0.0,
+        tp=m * n_pace * t_tp,
+        cp=m * n_pace * t_cp,
+        ep=m * n_pace * ep["added"],
+        bubble=pipe["bubble"],
+        p2p=pipe["sends"],
+        dp=dp["added"] + edp["added"],
+        optimizer=t_opt,
+    )
     total = sum(times.values())
     model_flops = flops_per_step(cfg, "model")
     hardware_flops = flops_per_step(cfg, "hardware", recompute)
@@ -140,18 +157,44 @@ def step(run, constants=None, hardware=None) -> dict:
     # The MoE layers' wait for the host is in times["ep"] (what expert parallelism adds), but it is no
     # all-to-all, and it is there at EP 1 too: it binds under its own name, "host".
     host = m * n_pace * ep["host"]
-    exposed = {"tp": times["tp"], "cp": times["cp"], "ep": times["ep"] - host, "host": host,
-               "pp": times["bubble"] + times["p2p"], "dp": times["dp"]}
+    exposed = {
+        "tp": times["tp"],
+        "cp": times["cp"],
+        "ep": times["ep"] - host,
+        "host": host,
+        "pp": times["bubble"] + times["p2p"],
+        "dp": times["dp"],
+    }
     worst = max(exposed, key=exposed.get)
     parts = memory_parts(cfg, recompute, gpu)
-    comm = dict(tp=m * n_pace * t_tp, cp=m * n_pace * t_cp, ep=m * n_pace * ep["comm"], pp=pipe["comm"],
-                dp=dp["comm"] + edp["comm"])
+    comm = dict(
+        tp=m * n_pace * t_tp,
+        cp=m * n_pace * t_cp,
+        ep=m * n_pace * ep["comm"],
+        pp=pipe["comm"],
+        dp=dp["comm"] + edp["comm"],
+    )
     return dict(
-        plan=dict(tp=t, pp=p, dp=d, cp=c, vpp=v, micro_batch=cfg["micro_batch"], microbatches=m,
-                  recompute=recompute, sequence_parallel=cfg["sequence_parallel"], zero_stage=cfg["zero_stage"],
-                  precision=cfg["precision"], pipeline_split=cfg["pipeline_split"], stage_layers=layers,
-                  shard_group=cfg["shard_group"], cp_comm=cfg["cp_comm"], dp_impl=cfg["dp_impl"],
-                  ep=cfg["ep"], etp=cfg["etp"]),
+        plan=dict(
+            tp=t,
+            pp=p,
+            dp=d,
+            cp=c,
+            vpp=v,
+            micro_batch=cfg["micro_batch"],
+            microbatches=m,
+            recompute=recompute,
+            sequence_parallel=cfg["sequence_parallel"],
+            zero_stage=cfg["zero_stage"],
+            precision=cfg["precision"],
+            pipeline_split=cfg["pipeline_split"],
+            stage_layers=layers,
+            shard_group=cfg["shard_group"],
+            cp_comm=cfg["cp_comm"],
+            dp_impl=cfg["dp_impl"],
+            ep=cfg["ep"],
+            etp=cfg["etp"],
+        ),
         constants=k,
         times=times,
         comm=comm,
@@ -172,8 +215,6 @@ def step(run, constants=None, hardware=None) -> dict:
     )
 
 
-
-
 def lab_pieces(run) -> dict:
     """Lab 11's pieces of ``run`` priced as given (``micro_batch``, ``vpp`` None: 1; ``recompute`` None:
     "none"), as that lab's functions return them: ``layer_time``, ``tp_time``, ``cp_time``,
@@ -184,9 +225,13 @@ def lab_pieces(run) -> dict:
     stage = max(stage_seconds(cfg, recompute))
     dp = dp_time(cfg, recompute, layer["matmul"] + layer["elementwise"], stage)
     pipe = pipeline_time(cfg, stage)
-    return dict(layer_time=dict(matmul=layer["matmul"], elementwise=layer["elementwise"]),
-                tp_time=tp_time(cfg, recompute, gemm_s=layer["gemm"]), cp_time=cp_time(cfg, recompute),
-                pipeline_time=dict(bubble=pipe["bubble"], sends=pipe["sends"]),
-                dp_time=dict(added=dp["added"], comm=dp["comm"],
-                             bytes=dp_bytes_per_step(cfg) if cfg["dp"] * cfg["cp"] > 1 else 0.0),
-                memory_bytes_per_gpu=memory_parts(cfg, recompute))
+    return dict(
+        layer_time=dict(matmul=layer["matmul"], elementwise=layer["elementwise"]),
+        tp_time=tp_time(cfg, recompute, gemm_s=layer["gemm"]),
+        cp_time=cp_time(cfg, recompute),
+        pipeline_time=dict(bubble=pipe["bubble"], sends=pipe["sends"]),
+        dp_time=dict(
+            added=dp["added"], comm=dp["comm"], bytes=dp_bytes_per_step(cfg) if cfg["dp"] * cfg["cp"] > 1 else 0.0
+        ),
+        memory_bytes_per_gpu=memory_parts(cfg, recompute),
+    )

@@ -19,7 +19,11 @@ def test_hidden_ring_at_a_world_size_nobody_tries(lab):
 
 
 def test_hidden_hierarchical_with_one_gpu_per_node_is_a_flat_ring(lab):
-    flat = 2 * 15 * 5e-6 + 2 * 15 / 16 * 1e8 / 50e9   # 16 nodes of one GPU: a ring on the inter link
+    flat = 2 * 15 * 5e-6 + 2 * 15 / 16 * 1e8 / 50e9  # 16 nodes of one GPU: a ring on the inter link
     expect_close(lab.allreduce_time(1e8, 16, 5e-6, 50e9, "ring"), flat, rel=1e-9, what="ring on 16 ranks")
-    expect_close(lab.hierarchical_allreduce_time(1e8, 16, 1, 1e-6, 450e9, 5e-6, 50e9), flat, rel=1e-9,
-                 what="hierarchical on 16 nodes of one GPU")
+    expect_close(
+        lab.hierarchical_allreduce_time(1e8, 16, 1, 1e-6, 450e9, 5e-6, 50e9),
+        flat,
+        rel=1e-9,
+        what="hierarchical on 16 nodes of one GPU",
+    )

@@ -16,15 +16,18 @@ def test_hidden_zero_bytes_with_one_microbatch_and_odd_ranks(lab):
     n, d = 3e8, 3
     one_pass = 2 / 3 * n * 2
     for stage, passes in enumerate((2, 2, 2, 3)):
-        expect_close(lab.zero_bytes_per_step(n, d, stage, 1), passes * one_pass,
-                     what=f"zero_bytes_per_step(3e8, 3, {stage}, 1)")
+        expect_close(
+            lab.zero_bytes_per_step(n, d, stage, 1), passes * one_pass, what=f"zero_bytes_per_step(3e8, 3, {stage}, 1)"
+        )
 
 
 def test_hidden_shard_bounds_of_seven_elements_on_three_ranks(lab):
-    expect_close([lab.shard_bounds(7, 3, r) for r in range(3)], [(0, 3), (3, 6), (6, 9)],
-                 what="shard_bounds(7, 3, r)")
+    expect_close([lab.shard_bounds(7, 3, r) for r in range(3)], [(0, 3), (3, 6), (6, 9)], what="shard_bounds(7, 3, r)")
 
 
 def test_hidden_full_recomputation_with_sequence_parallelism_on_two(lab):
-    expect_close(lab.activation_bytes_per_layer(4096, 2, 8192, 64, tp=2, sequence_parallel=True, recompute="full"),
-                 2 * 4096 * 2 * 8192 / 2, what="activation_bytes_per_layer(..., tp=2, sp, 'full')")
+    expect_close(
+        lab.activation_bytes_per_layer(4096, 2, 8192, 64, tp=2, sequence_parallel=True, recompute="full"),
+        2 * 4096 * 2 * 8192 / 2,
+        what="activation_bytes_per_layer(..., tp=2, sp, 'full')",
+    )

@@ -11,8 +11,11 @@ def test_hidden_capacity_and_dispatch_on_three_ranks(lab):
     # ep = 3, dropless: 2/3 of 9 tokens x 2 copies x h 5 x 4 B = 240 B
     expect_close(lab.dispatch_bytes_per_rank(9, 5, 3, 2, 4), 240.0, what="dispatch_bytes_per_rank(9, 5, 3, 2, 4)")
     # ep = 3, 6 experts, cf 1.0: C = ceil(9 * 2 / 6) = 3; 2 remote ranks x 2 experts x 3 x 5 x 4 B = 240 B
-    expect_close(lab.dispatch_bytes_per_rank(9, 5, 3, 2, 4, 1.0, 6), 240.0,
-                 what="dispatch_bytes_per_rank(9, 5, 3, 2, 4, cf=1.0, experts=6)")
+    expect_close(
+        lab.dispatch_bytes_per_rank(9, 5, 3, 2, 4, 1.0, 6),
+        240.0,
+        what="dispatch_bytes_per_rank(9, 5, 3, 2, 4, cf=1.0, experts=6)",
+    )
 
 
 def test_hidden_capacity_of_one_keeps_each_experts_first_copy(lab):

@@ -12,7 +12,7 @@ import pytest
 from commtax.formulas import predict as P
 from commtax.testing import check, expect_close, input_seed, stream_seed
 
-SEED = input_seed(1101)   # the drawn plans' seed: secret under the grader, drawn afresh for each grading
+SEED = input_seed(1101)  # the drawn plans' seed: secret under the grader, drawn afresh for each grading
 
 
 @pytest.mark.points(2)
@@ -20,8 +20,12 @@ SEED = input_seed(1101)   # the drawn plans' seed: secret under the grader, draw
 def test_hidden_held_back_run_is_predicted_as_the_reference_predicts_it(lab, index):
     run = dict(P.CHECK_RUNS[index]["run"])
     got, want = lab.predict(dict(run)), P.predict(dict(run))
-    expect_close({k: got[k] for k in P.RETURNED[:-1]}, {k: want[k] for k in P.RETURNED[:-1]}, rel=1e-6,
-                 what=P.CHECK_RUNS[index]["model"])
+    expect_close(
+        {k: got[k] for k in P.RETURNED[:-1]},
+        {k: want[k] for k in P.RETURNED[:-1]},
+        rel=1e-6,
+        what=P.CHECK_RUNS[index]["model"],
+    )
     check(got["binding"] == want["binding"], f"binding {got['binding']!r}, expected {want['binding']!r}")
 
 
@@ -42,8 +46,16 @@ def test_hidden_every_piece_on_30_plans_drawn_from_a_secret_seed(lab):
         for piece, want in P.lab_pieces(dict(run)).items():
             expect_close(getattr(lab, piece)(dict(run)), want, rel=1e-6, what=f"{piece} on hidden drawn plan {i}")
         got, want = lab.predict(dict(run)), P.predict(dict(run))
-        check(isinstance(got, dict) and set(P.RETURNED) <= set(got), f"predict on hidden drawn plan {i} returned {got!r}")
-        expect_close({k: got[k] for k in P.RETURNED[:-1]}, {k: want[k] for k in P.RETURNED[:-1]}, rel=1e-6,
-                     what=f"the prediction of hidden drawn plan {i}")
-        check(got["binding"] == want["binding"], f"hidden drawn plan {i}: binding {got['binding']!r}, "
-              f"expected {want['binding']!r}")
+        check(
+            isinstance(got, dict) and set(P.RETURNED) <= set(got), f"predict on hidden drawn plan {i} returned {got!r}"
+        )
+        expect_close(
+            {k: got[k] for k in P.RETURNED[:-1]},
+            {k: want[k] for k in P.RETURNED[:-1]},
+            rel=1e-6,
+            what=f"the prediction of hidden drawn plan {i}",
+        )
+        check(
+            got["binding"] == want["binding"],
+            f"hidden drawn plan {i}: binding {got['binding']!r}, expected {want['binding']!r}",
+        )

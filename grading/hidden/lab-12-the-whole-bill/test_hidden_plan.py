@@ -14,5 +14,8 @@ def test_hidden_bill_of_a_plan_with_groups_of_four(lab):
     # activation 1*4*8*8 = 256 B; per rank: 4 layers, ffn 32 / 4 = 8:
     # params 4 * (8*8 + 8 + 8*8 + 8) = 576; DP 2(3/4) * 576 * 8 = 6912
     # TP 2 mb * 4 layers * 2 AR * 2(3/4) * 256 = 6144; PP 2 mb * 2 (1/2) * 256 = 512
-    expect_close(lab.predicted_bytes_per_step(8, 8, 1, 4, 2, 4, 4, 2), {"dp": 6912, "tp": 6144, "pp": 512},
-                 what="predicted_bytes_per_step(8, 8, 1, 4, 2, dp=4, tp=4, pp=2)")
+    expect_close(
+        lab.predicted_bytes_per_step(8, 8, 1, 4, 2, 4, 4, 2),
+        {"dp": 6912, "tp": 6144, "pp": 512},
+        what="predicted_bytes_per_step(8, 8, 1, 4, 2, dp=4, tp=4, pp=2)",
+    )

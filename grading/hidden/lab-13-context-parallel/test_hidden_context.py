@@ -34,16 +34,27 @@ def test_hidden_zigzag_round_trip_with_cp_8_on_the_last_dim(lab):
 def test_hidden_ring_bytes_for_a_million_tokens_with_one_kv_head(lab):
     # 2^20 tokens on 32 ranks, MQA (1 K/V head of 128), bf16: blocks of 32768 x 128 x 2 B
     block = 32768 * 128 * 2
-    expect_close(lab.ring_attention_bytes_per_rank(2**20, 1, 128, 32, 2, backward=False), 2 * 31 * block,
-                 what="forward")
-    expect_close(lab.ring_attention_bytes_per_rank(2**20, 1, 128, 32, 2, backward=True), 6 * 31 * block,
-                 what="forward + backward")
+    expect_close(
+        lab.ring_attention_bytes_per_rank(2**20, 1, 128, 32, 2, backward=False), 2 * 31 * block, what="forward"
+    )
+    expect_close(
+        lab.ring_attention_bytes_per_rank(2**20, 1, 128, 32, 2, backward=True),
+        6 * 31 * block,
+        what="forward + backward",
+    )
 
 
 def test_hidden_all_to_all_bytes_at_cp_equal_to_the_kv_heads(lab):
-    expect_close(lab.all_to_all_attention_bytes_per_rank(262144, 32, 8, 128, 8, 1),
-                 2 * 7 / 8 * 32768 * 128 * (2 * 32 + 2 * 8), what="32 heads, 8 K/V heads, cp 8, FP8")
-    expect_value_error(lambda: lab.all_to_all_attention_bytes_per_rank(1000, 8, 8, 64, 16), "seq", function=lab.all_to_all_attention_bytes_per_rank)
+    expect_close(
+        lab.all_to_all_attention_bytes_per_rank(262144, 32, 8, 128, 8, 1),
+        2 * 7 / 8 * 32768 * 128 * (2 * 32 + 2 * 8),
+        what="32 heads, 8 K/V heads, cp 8, FP8",
+    )
+    expect_value_error(
+        lambda: lab.all_to_all_attention_bytes_per_rank(1000, 8, 8, 64, 16),
+        "seq",
+        function=lab.all_to_all_attention_bytes_per_rank,
+    )
 
 
 @pytest.mark.points(2)

@@ -22,7 +22,7 @@ from commtax.testing import expect_close, input_seed, stream_seed
 from commtax.trace import analyze
 
 HERE = Path(__file__).resolve().parent
-SEED = input_seed(1401)   # the drawn inputs' seed: secret under the grader, drawn afresh for each grading
+SEED = input_seed(1401)  # the drawn inputs' seed: secret under the grader, drawn afresh for each grading
 LOGS = ["nccl-tests-78-mpirun-256-all_reduce-old-layout.log", "nccl-1161-h100-pcie-2gpu-all_reduce-nccl-info.log"]
 
 
@@ -40,9 +40,13 @@ FITS = {name: list(nccl_tests.fit_link(log)) for name, log in PARSED.items()}
 
 def _sweep(intervals, cover=()):
     """Time inside some interval of ``intervals`` and outside every one of ``cover``, by a sweep over end points."""
-    points = sorted([(s, 0, 1) for s, e in intervals if e > s] + [(e, 0, -1) for s, e in intervals if e > s]
-                    + [(s, 1, 1) for s, e in cover if e > s] + [(e, 1, -1) for s, e in cover if e > s],
-                    key=lambda p: (p[0], -p[2]))
+    points = sorted(
+        [(s, 0, 1) for s, e in intervals if e > s]
+        + [(e, 0, -1) for s, e in intervals if e > s]
+        + [(s, 1, 1) for s, e in cover if e > s]
+        + [(e, 1, -1) for s, e in cover if e > s],
+        key=lambda p: (p[0], -p[2]),
+    )
     total, depth, last = 0.0, [0, 0], None
     for t, kind, step in points:
         if last is not None and depth[0] > 0 and depth[1] == 0:
@@ -66,21 +70,37 @@ def test_hidden_unions_and_exposure_of_drawn_intervals(lab):
     for case in range(20):
         comm, compute = _draw_intervals(rng, rng.randint(1, 40)), _draw_intervals(rng, rng.randint(0, 40))
         pieces = lab.union_of(comm)
-        expect_close(sum(e - s for s, e in pieces), _sweep(comm), rel=1e-9, abs=1e-12,
-                     what=f"drawn case {case}: the lengths of union_of's pieces")
-        expect_close(all(a[1] < b[0] for a, b in zip(pieces, pieces[1:])), True,
-                     what=f"drawn case {case}: union_of's pieces sorted and disjoint")
+        expect_close(
+            sum(e - s for s, e in pieces),
+            _sweep(comm),
+            rel=1e-9,
+            abs=1e-12,
+            what=f"drawn case {case}: the lengths of union_of's pieces",
+        )
+        expect_close(
+            all(a[1] < b[0] for a, b in zip(pieces, pieces[1:])),
+            True,
+            what=f"drawn case {case}: union_of's pieces sorted and disjoint",
+        )
         expect_close(lab.union_length(comm), _sweep(comm), rel=1e-9, abs=1e-12, what=f"drawn case {case}: union_length")
-        expect_close(lab.exposed_communication(comm, compute), _sweep(comm, compute), rel=1e-9, abs=1e-12,
-                     what=f"drawn case {case}: exposed_communication")
+        expect_close(
+            lab.exposed_communication(comm, compute),
+            _sweep(comm, compute),
+            rel=1e-9,
+            abs=1e-12,
+            what=f"drawn case {case}: exposed_communication",
+        )
 
 
 @pytest.mark.points(2)
 def test_hidden_busy_times_of_another_recorded_run_equal_the_trace_tool(lab):
     for r, row in enumerate(TOOL_ROWS):
         comm, compute = lab.timeline(TRACES[r])
-        got = {"comm_s": lab.union_length(comm), "compute_s": lab.union_length(compute),
-               "exposed_comm_s": lab.exposed_communication(comm, compute)}
+        got = {
+            "comm_s": lab.union_length(comm),
+            "compute_s": lab.union_length(compute),
+            "exposed_comm_s": lab.exposed_communication(comm, compute),
+        }
         expect_close(got, {k: row[k] for k in got}, rel=1e-9, abs=1e-12, what=f"another run, rank {r}: busy times")
 
 
@@ -90,8 +110,12 @@ def test_hidden_axis_of_groups_on_drawn_layouts(lab):
     for case in range(30):
         sizes = {a: rng.choice([1, 2, 3, 4]) for a in ("tp", "cp", "dp", "pp")}
         world = math.prod(sizes.values())
-        strides = {"tp": 1, "cp": sizes["tp"], "dp": sizes["tp"] * sizes["cp"],
-                   "pp": sizes["tp"] * sizes["cp"] * sizes["dp"]}
+        strides = {
+            "tp": 1,
+            "cp": sizes["tp"],
+            "dp": sizes["tp"] * sizes["cp"],
+            "pp": sizes["tp"] * sizes["cp"] * sizes["dp"],
+        }
         axis = rng.choice([a for a in sizes if sizes[a] > 1] or ["tp"])
         base = {a: rng.randrange(sizes[a]) for a in sizes}
         if sizes[axis] == 1:
@@ -100,9 +124,12 @@ def test_hidden_axis_of_groups_on_drawn_layouts(lab):
             want = axis
             ranks = [sum((i if a == axis else base[a]) * strides[a] for a in sizes) for i in range(sizes[axis])]
         rng.shuffle(ranks)
-        expect_close(lab.axis_of_group(ranks, world, tp=sizes["tp"], cp=sizes["cp"], pp=sizes["pp"]), want,
-                     what=f"drawn layout {case}: group {ranks} on tp {sizes['tp']} x cp {sizes['cp']} x "
-                          f"dp {sizes['dp']} x pp {sizes['pp']}")
+        expect_close(
+            lab.axis_of_group(ranks, world, tp=sizes["tp"], cp=sizes["cp"], pp=sizes["pp"]),
+            want,
+            what=f"drawn layout {case}: group {ranks} on tp {sizes['tp']} x cp {sizes['cp']} x "
+            f"dp {sizes['dp']} x pp {sizes['pp']}",
+        )
 
 
 def test_hidden_call_bytes_and_bus_bandwidth_of_drawn_calls(lab):
@@ -115,8 +142,11 @@ def test_hidden_call_bytes_and_bus_bandwidth_of_drawn_calls(lab):
         expect_close(lab.call_bytes(op, numel, width, n), nbytes, what=f"drawn call {case}: call_bytes({op!r}, ...)")
         seconds = rng.uniform(1e-6, 1.0)
         factor = {"all_reduce": 2 * (n - 1) / n, "broadcast": 1.0, "send": 1.0, "recv": 1.0}.get(op, (n - 1) / n)
-        expect_close(lab.bus_bandwidth(op, nbytes, seconds, n), nbytes / seconds * factor,
-                     what=f"drawn call {case}: bus_bandwidth({op!r}, ...)")
+        expect_close(
+            lab.bus_bandwidth(op, nbytes, seconds, n),
+            nbytes / seconds * factor,
+            what=f"drawn call {case}: bus_bandwidth({op!r}, ...)",
+        )
 
 
 @pytest.mark.points(2)
@@ -133,16 +163,33 @@ def test_hidden_fit_of_drawn_links_with_noise(lab):
         a, inv = np.linalg.solve([[x1 @ x1, x1 @ x2], [x1 @ x2, x2 @ x2]], [x1.sum(), x2.sum()])
         if a < 0:
             a, inv = 0.0, x2.sum() / (x2 @ x2)
-        expect_close(lab.fit_alpha_bandwidth(sizes.tolist(), times.tolist(), op, n), (float(a), float(1 / inv)),
-                     rel=1e-6, abs=1e-15, what=f"drawn link {case}: {op} on {n} ranks")
+        expect_close(
+            lab.fit_alpha_bandwidth(sizes.tolist(), times.tolist(), op, n),
+            (float(a), float(1 / inv)),
+            rel=1e-6,
+            abs=1e-15,
+            what=f"drawn link {case}: {op} on {n} ranks",
+        )
 
 
 @pytest.mark.parametrize("name", LOGS)
 def test_hidden_bus_bandwidth_and_fit_of_other_real_logs(lab, name):
     log = PARSED[name]
     for row in log.rows:
-        expect_close(lab.bus_bandwidth("all_reduce", row.size_bytes, row.time_s, log.ranks), row.busbw_Bps,
-                     rel=0.005, abs=0.006e9, what=f"{name}: busbw of the {row.size_bytes} B row")
-    expect_close(list(lab.fit_alpha_bandwidth([r.size_bytes for r in log.rows], [r.time_s for r in log.rows],
-                                              "all_reduce", log.ranks)),
-                 FITS[name], rel=1e-6, what=f"{name}: the fit against commtax.calibrate's")
+        expect_close(
+            lab.bus_bandwidth("all_reduce", row.size_bytes, row.time_s, log.ranks),
+            row.busbw_Bps,
+            rel=0.005,
+            abs=0.006e9,
+            what=f"{name}: busbw of the {row.size_bytes} B row",
+        )
+    expect_close(
+        list(
+            lab.fit_alpha_bandwidth(
+                [r.size_bytes for r in log.rows], [r.time_s for r in log.rows], "all_reduce", log.ranks
+            )
+        ),
+        FITS[name],
+        rel=1e-6,
+        what=f"{name}: the fit against commtax.calibrate's",
+    )
