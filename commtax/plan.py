@@ -324,6 +324,11 @@ def predict_flags(plan_args: str) -> tuple[dict, dict]:
 def _evaluate(model, notes, args, hardware) -> int:
     run = fixed_run(model, args)
     result = P.predict(run, hardware=hardware)
+    if args.zero == 3 and args.pp > 1 and result["plan"]["zero_stage"] == 1:
+        notes.append(
+            "--zero 3 with --pp > 1 is priced as ZeRO-1: PyTorch's pipeline schedule keeps a stage's parameters "
+            "gathered and its gradients unsharded until the last micro-batch (one gather, one reduce-scatter a step)"
+        )
     record = fixed_record(result, run)
     if args.json:
         print(

@@ -581,7 +581,7 @@ def test_zero3_gathers_the_experts_every_layer_and_micro_batch_as_it_does_the_de
         gpus=256,
         gpu="B200",
         tp=1,
-        pp=8,
+        pp=1,
         ep=1,
         global_batch=4096,
         recompute="full",
