@@ -120,9 +120,7 @@ def run_from_row_2026(row: dict, configs=CONFIGS) -> tuple[dict, list[str]]:
         if recipe:  # the token dispatcher and all-to-all overlap its recipe sets (recipes_2026)
             run.update(recipe[0])
             notes.append(f"MoE dispatcher and overlap from Megatron-Bridge {recipe[1]}")
-    if run["vpp"] == 1:
-        run["vpp"] = None
-    if run["vpp"] and (run["layers"] % (run["pp"] * run["vpp"])):
+    if run["vpp"] and run["vpp"] > 1 and (run["layers"] % (run["pp"] * run["vpp"])):
         notes.append(
             f"vpp {run['vpp']} with {run['layers']} layers on {run['pp']} stages needs an uneven layout "
             f"the predictor does not model: priced without interleaving"
