@@ -326,8 +326,9 @@ def _evaluate(model, notes, args, hardware) -> int:
     result = P.predict(run, hardware=hardware)
     if args.zero == 3 and args.pp > 1 and result["plan"]["zero_stage"] == 1:
         notes.append(
-            "--zero 3 with --pp > 1 is priced as ZeRO-1: PyTorch's pipeline schedule keeps a stage's parameters "
-            "gathered and its gradients unsharded until the last micro-batch (one gather, one reduce-scatter a step)"
+            "--zero 3 --dp-impl pytorch with --pp > 1 is priced as ZeRO-1: PyTorch's pipeline schedule keeps a "
+            "stage's parameters gathered and its gradients unsharded until the last micro-batch (one gather, one "
+            "reduce-scatter a step)"
         )
     record = fixed_record(result, run)
     if args.json:

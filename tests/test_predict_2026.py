@@ -1,5 +1,5 @@
 """The predictor on the clusters of 2026: mixture-of-experts models, Blackwell and NVL72, MXFP8/NVFP4,
-and any plan evaluated from the command line (issue 36)."""
+and any plan evaluated from the command line."""
 
 from __future__ import annotations
 
@@ -346,7 +346,7 @@ def test_pytorch_stacks_run_flash_attention_2_slower_than_megatrons_kernels_on_h
 
 def test_every_held_out_run_is_predicted_and_the_errors_do_not_grow():
     """The 59 runs of checks-2026.csv were never fitted on. Today: median |error| 15.4%, 90th percentile
-    41%, short of issue 36's 10% / 25% (Lesson 10 says where and why); this pins that it gets no worse."""
+    41%, short of the 10% / 25% aimed at (Lesson 10 says where and why); this pins that it gets no worse."""
     errors = P.errors_2026(P.read_runs_2026(P.CHECKS_2026))
     stats = P.summary(errors)
     assert stats["count"] == 59
@@ -581,7 +581,7 @@ def test_zero3_gathers_the_experts_every_layer_and_micro_batch_as_it_does_the_de
         gpus=256,
         gpu="B200",
         tp=1,
-        pp=1,
+        pp=8,
         ep=1,
         global_batch=4096,
         recompute="full",

@@ -56,7 +56,7 @@ FITTED = {
     "A100-80GB": dict(matmul_efficiency=0.72, elementwise_efficiency=0.65),
     "H100-80GB": dict(matmul_efficiency=0.66, elementwise_efficiency=0.30),
 }
-ZERO_BANDWIDTH_SHARE = {"megatron": 1.0, "deepspeed": 0.068}
+ZERO_BANDWIDTH_SHARE = {"megatron": 1.0, "deepspeed": 0.068, "pytorch": 1.0}
 
 TILE_ELEMENTS = 128 * 256  # output elements of one GEMM tile
 NCCL_SMS = 16  # SMs a running collective takes from the compute
@@ -262,7 +262,7 @@ def normalize(run: dict) -> dict:
             raise ValueError(f"shard_group ({g}) must divide dp ({d})")
         if cfg["zero_stage"] < 2:
             raise ValueError(f"shard_group ({g}) is HSDP: it needs zero_stage 2 or 3")
-    if cfg["zero_stage"] == 3 and cfg["pp"] > 1 and g == d * c:
+    if cfg["dp_impl"] == "pytorch" and cfg["zero_stage"] == 3 and cfg["pp"] > 1 and g == d * c:
         cfg["zero_stage"] = 1  # PyTorch's pipeline schedule keeps FSDP's parameters gathered until the last backward
     cfg["micro_batch"] = cfg["micro_batch"] or 1
     if cfg["global_batch"] % (d * cfg["micro_batch"]):

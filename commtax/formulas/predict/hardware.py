@@ -204,8 +204,10 @@ FLASH2_EFFICIENCY = {
 #: One constant per distributed-optimizer implementation: the share of the network model's bandwidth
 #: its ZeRO-3 collectives reach. Megatron-core's distributed optimizer and PyTorch FSDP issue one NCCL
 #: collective per bucket or per layer (1, not fitted); DeepSpeed's ZeRO-3 of 2021 is fitted on the one
-#: public ZeRO-3 row (Narayanan et al. 2021, Table 2, 384 GPUs).
-ZERO_BANDWIDTH_SHARE = {"megatron": 1.0, "deepspeed": 0.068}
+#: public ZeRO-3 row (Narayanan et al. 2021, Table 2, 384 GPUs). ``"pytorch"`` is PyTorch FSDP (torchtitan's
+#: FSDP2, llm-foundry's FSDP1): Megatron's bandwidth, and beside a pipeline its ZeRO-3 runs as ZeRO-1
+#: (:func:`commtax.formulas.predict.config.normalize`).
+ZERO_BANDWIDTH_SHARE = {"megatron": 1.0, "deepspeed": 0.068, "pytorch": 1.0}
 
 #: Seconds one mixture-of-experts layer's forward pass leaves the GPU idle while the host catches up, one
 #: micro-batch (its backward included). Megatron's dropless MoE layers copy each expert's token count to the

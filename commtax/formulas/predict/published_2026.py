@@ -114,6 +114,8 @@ def run_from_row_2026(row: dict, configs=CONFIGS) -> tuple[dict, list[str]]:
     notes_text = (row.get("notes") or "").lower()
     if row["source"].startswith(("TORCHTITAN", "LLMFOUNDRY")) or "flash attn" in notes_text:
         run["attention_kernel"] = "flash2"  # PyTorch's SDPA and llm-foundry run FlashAttention-2
+    if row["source"].startswith(("TORCHTITAN", "LLMFOUNDRY")):
+        run["dp_impl"] = "pytorch"  # FSDP: beside a pipeline, its ZeRO-3 runs as ZeRO-1
     if run.get("experts"):
         run.update(ep=_num(row, "ep") or 1, etp=_num(row, "etp") or 1)
         recipe = moe_recipe(row["source"].strip(), row["model"], run)

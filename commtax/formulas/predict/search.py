@@ -155,7 +155,7 @@ def search_plans(
                         if global_batch % (dp * mb):
                             continue
                         for zero in zero_stages:
-                            if zero and dp * cp == 1 or zero == 3 and pp > 1:  # ZeRO-3 beside PP runs as ZeRO-1
+                            if zero and dp * cp == 1:
                                 continue
                             groups = [None]
                             node_group = preset.gpus_per_node // tp if tp < preset.gpus_per_node else 1
