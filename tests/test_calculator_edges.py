@@ -73,7 +73,7 @@ def test_the_pipeline_modeler_on_several_stages_keeps_its_numbers():
 
 
 def test_context_calculator_at_cp_1_draws_nothing_and_lists_no_buffer():
-    # CP 1 splits nothing: no exposure to draw (the log plot used to show 0 as 100 ns), no ring hop to explain,
+    # CP 1 splits nothing: no exposure to draw (a log plot would show 0 as 100 ns), no ring hop to explain,
     # no communication buffer to hold.
     shown = context_calc.summary(131072, 64, 8, 128, 1, 8, "bf16", 0.5)
     assert shown["curves"] == {} and shown["s_star"] is None and shown["plot_note"]

@@ -1,5 +1,5 @@
-"""A teacher's term with the course (issue 22): Gradescope's layout and limits, the gradebook's exports and
-regrades, and a grader that stops cleanly (issue 21).
+"""A teacher's term with the course: Gradescope's layout and limits, the gradebook's exports and regrades, and a
+grader that stops cleanly.
 
 Most tests here build results by hand and grade nothing; the two that run the grader use the fast pure-
 function Lab 06 (a few seconds each); the Gradescope set-up simulation builds a fresh environment and is
@@ -64,7 +64,7 @@ def made(*labs) -> "GradeResult":  # noqa: F821  (grading.results, imported wher
     )
 
 
-# -- the timing channel out of the hidden tests (issue 21) -------------------------------------------
+# -- the timing channel out of the hidden tests ------------------------------------------------------
 
 
 def test_learners_never_see_how_long_the_hidden_tests_took_or_why_their_run_stopped():

@@ -172,8 +172,8 @@ def test_under_a_variant_each_slip_is_still_named_in_the_learners_numbers(exerci
 
 @pytest.mark.parametrize("m", params.VARYING["03.2"][0].choices)
 def test_03_2_in_elements_is_named_at_every_learners_m(m):
-    """ZeRO-3's extra passes over DP, (3m - 2) of (d-1)/d N, counted in parameters instead of bf16 bytes (review
-    40e: the lesson's m = 8 got 'a factor of 2: per rank vs total?'), at each m a variant draws."""
+    """ZeRO-3's extra passes over DP, (3m - 2) of (d-1)/d N, counted in parameters instead of bf16 bytes, is
+    named at each m a variant draws (at the lesson's m = 8 it is x1/2, which is not per rank vs total)."""
     elements = (3 * m - 2) * 63 / 64 * 7e9
     said = exercises.verdict("03.2", elements, {"03.2": {"m": m}})
     assert said.startswith(f"{exercises.KNOWN_SLIP} (elements, not bytes):"), (m, said)

@@ -250,7 +250,8 @@ IMPORTS = (
     "import torch\nimport torch.distributed as dist\nimport numpy as np\n"
     "import torch.nn.functional as F\n\n\ndef f(x, p, t):\n"
 )
-# One line of a function each: what the brief of issue 21's flags names, and what the attacks use.
+# One line of a function each: the constructs a flag exists for (what a lab's code has no need of), and what the
+# attacks use.
 CONSTRUCTS = [
     ("    import marshal, base64, zlib, threading, builtins, importlib", "imports marshal"),
     ("    return open(p).read()", "opens a file"),

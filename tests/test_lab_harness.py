@@ -171,7 +171,7 @@ def test_a_ratio_with_a_known_cause_is_named_only_where_the_test_states_its_cont
     assert _failure(lambda: expect_close(1.6, 1.0, causes=known_ratios(ranks={"d": 8}, element_bytes=8))).endswith(
         "got 1.6, expected 1.0 (x1.6 = 8/5 of the expected)"
     )
-    # float32 rounding on float64 data is told as such (it used to read "x1 of the expected"); a float64-sized
+    # float32 rounding on float64 data is told as such (not as "x1 of the expected"); a float64-sized
     # difference is not blamed on float32.
     import numpy as np
 
@@ -183,7 +183,7 @@ def test_a_ratio_with_a_known_cause_is_named_only_where_the_test_states_its_cont
 
 def test_a_failure_on_a_subgroup_says_whether_a_group_rank_went_global_or_a_call_missed_the_group():
     # What torch and the labs raise on the group [2, 3] of 4 ranks (tests/test_lab09_planted_bugs.py runs the
-    # first for real). The hint used to be "a collective without group=self.group" for all three.
+    # first for real): each gets its own hint, not "a collective without group=self.group" for all three.
     from commtax.testing import subgroup_failure
 
     src = subgroup_failure(

@@ -1,7 +1,7 @@
 """The numbers a lesson's calculator headline and text state are the numbers its formula gives.
 
 Each test runs a lesson's code cells (no kernel) up to its calculator, calls the calculator's function with
-a state where a headline once read wrong, and reads the headline text it displays.
+a state where a headline could read wrong, and reads the headline text it displays.
 """
 
 import html
@@ -40,7 +40,7 @@ def lesson_namespace(name: str, upto: str) -> tuple[dict, list[str]]:
 
 def test_lesson_03_headline_states_the_bytes_per_parameter_its_memory_figure_uses(monkeypatch):
     # Default: Llama-2-70B, 16 DP x 8 TP x 4 PP, ZeRO-1: 10.2 GB is 2.16e9 parameters at 4 + 12/16 = 4.75 B,
-    # not at the "16 bytes per parameter" the headline used to print beside it.
+    # not at plain DP's 16 bytes per parameter: the headline states the 4.75.
     # the lesson's calculator: one line in the notebook, its code in commtax.ui
     from commtax.ui import bill_calculator
 
@@ -80,7 +80,7 @@ def test_lesson_12_headline_explains_the_exposure_left_above_s_star_and_it_is_on
 
 @pytest.mark.parametrize("imbalance", [1.0, 8.0])
 def test_lesson_09_imbalance_marker_stays_off_the_axis_spines_at_both_ends_of_its_slider(monkeypatch, imbalance):
-    # The dashed "your imbalance" line used to sit on the left spine at 1 and on the right one at 8 (EP 8).
+    # At the slider's ends (1, and 8 = EP) the dashed "your imbalance" line stays inside the axes, not on a spine.
     from commtax.ui import plots
     from commtax.ui import widgets as cw
 

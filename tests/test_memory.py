@@ -71,8 +71,6 @@ def test_zero_bytes_per_step_agrees_with_bill_zero_bytes(stage, m):
 @pytest.mark.parametrize("stage", [0, 1, 2, 3])
 @pytest.mark.parametrize("m", [1, 3, 8])
 def test_zero_bytes_per_step_agrees_with_bills_zero_bytes_per_step(stage, m):
-    if not hasattr(bill, "zero_bytes_per_step"):
-        pytest.skip("commtax.formulas.bill.zero_bytes_per_step (issue 10) is not there yet")
     assert bill.zero_bytes_per_step is memory.zero_bytes_per_step  # one source of truth
     for dtype_bytes in (2, 4):
         assert memory.zero_bytes_per_step(7e9, 64, stage, m, dtype_bytes) == pytest.approx(
@@ -263,7 +261,7 @@ def test_gpu_memory_labels_say_decimal_gb_and_gib():
         memory.hbm_label("H100 80GB")
 
 
-# -- Lesson 07-10 review (issue 24): corrected numbers ---------------------------------------------------
+# -- the numbers Lessons 07-10 quote: a Llama layer's activations, a plan's wire bytes, ZeRO-2's passes ---
 
 
 def test_llama_layer_keeps_33_5_sbh_with_fused_swiglu_within_5_percent_of_gpt_34_not_40():

@@ -34,7 +34,7 @@ def test_one_gpu_per_node_moves_its_bytes_at_one_nics_bandwidth():
 
 
 def test_eight_gpus_per_node_pool_their_nics_so_busbw_does_not_fall_with_nodes():
-    """The flat one-NIC ring the course used to price gave 50 GB/s; rails give the node's 400 GB/s."""
+    """A flat ring through one NIC would give 50 GB/s; rails give the node's 400 GB/s."""
     for nodes in (2, 4, 16, 128):
         busbw = N.allreduce_bus_bandwidth(8 * nodes, 8, B_I, B_E)
         assert busbw == pytest.approx(8 * B_E)

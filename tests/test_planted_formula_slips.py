@@ -2,7 +2,7 @@
 
 A value off by a known factor says which factor (a pipeline's bytes not averaged over pp, the ring
 factor left out, dtype_bytes ignored, the bubble without its virtual stages); a count slip and each
-pure-function slip that once passed every visible test now fail in the test that names it; and with
+pure-function slip a learner can make fail in the visible test that names it; and with
 ``-x`` the first failure is the piece's own test, not a whole step that uses it.
 """
 
@@ -19,8 +19,8 @@ pytestmark = pytest.mark.skipif(
 
 
 def test_a_pipelines_bytes_not_averaged_over_pp_are_named_as_such_not_as_counted_twice(tmp_path):
-    # Lab 12: the PP bill without its average over the pp ranks is x pp; on 2 stages the hint used to say
-    # only "each all-reduce (or send) counted twice?".
+    # Lab 12: the PP bill without its average over the pp ranks is x pp; on 2 stages that is x2, which the hint
+    # must name as the missing average, not only as "each all-reduce (or send) counted twice?".
     lab, broken = _lab_mutant(
         tmp_path,
         LAB12,
@@ -36,7 +36,7 @@ def test_a_pipelines_bytes_not_averaged_over_pp_are_named_as_such_not_as_counted
 
 
 def test_a_dp_bill_without_the_ring_factor_is_named_with_the_groups_size(tmp_path):
-    # Lab 11: (g-1)/g left out of the ZeRO passes: x8/7 on a ring of 8 (it used to print "x1.143" alone).
+    # Lab 11: (g-1)/g left out of the ZeRO passes: x8/7 on a ring of 8, named with g (not "x1.143" alone).
     lab, broken = _lab_mutant(tmp_path, LAB11, "no_ring", "    ring = (g - 1) / g\n", "    ring = 1.0\n")
     message = _fails(
         lab.test_dp_time_what_the_axis_adds_its_collectives_and_bytes, broken, "Llama 8B FP8 on 8 H100s, CP 2 ring"
@@ -63,8 +63,8 @@ def test_a_byte_count_that_ignores_dtype_bytes_is_named(tmp_path):
 
 
 def test_a_piece_of_the_predictor_fails_first_in_its_own_test_when_run_with_x(tmp_path):
-    # Lab 11, the bubble p/(v m) in place of (p-1)/(v m): with -x the first failure used to be a stage_layers
-    # test that also priced the whole step; the whole steps now have their own test after the pieces'.
+    # Lab 11, the bubble p/(v m) in place of (p-1)/(v m): with -x the first failure must be the piece's own
+    # test, not one that also prices the whole step (the whole steps have their own test after the pieces').
     run = run_planted(
         tmp_path,
         LAB11,
@@ -102,8 +102,8 @@ def test_a_piece_of_the_predictor_fails_first_in_its_own_test_when_run_with_x(tm
         ),
         (
             LAB11,
-            "        [b for b in range(1, min(per_replica, MAX_MICRO_BATCH) + 1) if per_replica % b == 0]",
-            "        [b for b in range(1, min(per_replica, MAX_MICRO_BATCH)) if per_replica % b == 0]",
+            "else [b for b in range(1, min(per_replica, MAX_MICRO_BATCH) + 1) if per_replica % b == 0]",
+            "else [b for b in range(1, min(per_replica, MAX_MICRO_BATCH)) if per_replica % b == 0]",
             "test_predict_chooses_the_micro_batch_and_interleaving_a_run_leaves_open",
             "both ends included): got 0.0235",
         ),
@@ -111,7 +111,7 @@ def test_a_piece_of_the_predictor_fails_first_in_its_own_test_when_run_with_x(tm
     ids=["lab11_extra_layers_last", "lab12_b2_split", "lab09_links_side_by_side", "lab11_micro_batch_16_left_out"],
 )
 def test_a_count_slip_in_a_lab_formula_is_named_in_its_failure(tmp_path, lab_dir, old, new, test, named):
-    # Each slip used to fail with numbers only, or (the micro-batch of 16 left out) to pass: the failure names it.
+    # Numbers alone would not say which count slipped: each slip fails, and its failure names it.
     lab, broken = _lab_mutant(tmp_path, lab_dir, f"slip_{tmp_path.name}", old, new)
     assert named in _fails(getattr(lab, test), broken)
 
@@ -174,8 +174,8 @@ DP3_TP4 = ("all_reduce", 1e9, 3, 4, "H100-80GB")
         ),
         (
             LAB11,
-            "if z == 3 and g > 1 else 0.0)",
-            "if z == 3 else 0.0)",
+            "if z == 3 and g > 1 else 0.0,",
+            "if z == 3 else 0.0,",
             CONVENTION,
             "ZeRO-3 with one data-parallel rank",
             "['buffers']: got 100689920",
@@ -282,10 +282,8 @@ DP3_TP4 = ("all_reduce", 1e9, 3, 4, "H100-80GB")
         "lab12_warmup_without_min",
     ],
 )
-def test_a_pure_function_slip_that_once_passed_every_visible_test_fails_naming_it(
-    tmp_path, lab_dir, old, new, test, args, named
-):
-    # Each slip passed every visible test until the test named here was added or sharpened.
+def test_a_pure_function_slip_fails_the_visible_test_that_names_it(tmp_path, lab_dir, old, new, test, args, named):
+    # Each slip is caught by one visible test, the one named here, which must also say what the slip is.
     lab, broken = _lab_mutant(tmp_path, lab_dir, f"pure_slip_{tmp_path.name}", old, new)
     if test == CONVENTION:  # the convention's name as Lab 11's tests spell it, found by its first words
         args = (next(name for name in lab.CONVENTIONS if name.startswith(args)),)
