@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from commtax.boundary.byfile import load_module_from_file
-from commtax.testing import SECTION_FAILED, SharedRunFailed, fail, mismatch, subgroup_failure
+from commtax.testing import SECTION_FAILED, SharedRunFailed, check, expect_close, fail, mismatch, subgroup_failure
 
 HERE = Path(__file__).resolve().parent
 load_module_from_file("lab_10_workers", str(HERE / "_workers.py"))
@@ -324,3 +324,116 @@ def _subgroup_backward_problem(got, input_grad, rank):
         if problem
         else None
     )
+
+
+# -- part 1: the bill ------------------------------------------------------------------------------
+
+DISPATCH_ARGS = ("tokens_per_rank", "hidden", "ep", "top_k", "dtype_bytes", "capacity_factor", "experts")
+
+
+def expect_dispatch(lab, args, want, hints=None, **kwargs):
+    """``lab.dispatch_bytes_per_rank(*args, **kwargs)`` is ``want`` bytes; the message names every argument."""
+    __tracebackhide__ = True
+    named = [f"{name}={value}" for name, value in zip(DISPATCH_ARGS, args)]
+    named += [f"{name}={value}" for name, value in kwargs.items()]
+    got = lab.dispatch_bytes_per_rank(*args, **kwargs)
+    expect_close(got, want, what=f"dispatch_bytes_per_rank({', '.join(named)})", hints=hints)
+
+
+def expect_capacity(lab, ids, experts, capacity, what, given=None):
+    """``lab.apply_capacity(given or ids, experts, capacity)`` keeps exactly what the rule keeps of ``ids``.
+
+    ``given``: the same ids in another integer dtype; a RuntimeError on them (F.one_hot and scatter take int64
+    only) fails naming the conversion."""
+    __tracebackhide__ = True
+    try:
+        kept = lab.apply_capacity(ids if given is None else given, experts, capacity)
+    except RuntimeError as exc:
+        if given is None:
+            raise
+        fail(
+            f"apply_capacity of {given.dtype} expert ids raised RuntimeError: {exc}: ids may be any integer dtype "
+            "(F.one_hot and scatter want int64: convert with .long())"
+        )
+    fail_if(_capacity_problem(kept, ids, experts, capacity, what))
+
+
+# -- part 2: on real ranks -------------------------------------------------------------------------
+
+
+def expect_point_to_point_traffic(entry, tensors, matrix, rank, name):
+    """One all-to-all's record on ``rank`` (``entry``): no collective, each off-rank row sent once, no empty message."""
+    __tracebackhide__ = True
+    why = f"rank {rank} called collectives {entry['collectives']}: build the all-to-all from dist.isend / dist.irecv"
+    check(entry["collectives"] == [], why)
+    off_rank = sum(matrix[rank]) - matrix[rank][rank]
+    row = tensors[rank][0:1].numel() * tensors[rank].element_size()
+    hints = {}
+    if off_rank and matrix[rank][rank]:
+        hints = {sum(matrix[rank]) / off_rank: "its rows to itself were sent too: copy them locally"}
+    what = f"rank {rank}, {name}: bytes sent (its off-rank rows, {off_rank} x {row} B)"
+    expect_close(entry["bytes_sent"], off_rank * row, rel=0.0, hints=hints, what=what)
+    check(
+        entry["empty_messages"] == 0,
+        f"rank {rank}, {name}: {entry['empty_messages']} sends or receives "
+        f"of 0 rows (splits {matrix}): an empty split sends nothing (the docstring), and each message "
+        "costs a latency: skip it",
+    )
+
+
+def _single_refusal_problem(result, rank, world_size):
+    """None if all_to_all_single refused both impossible calls with a ValueError naming the split sizes."""
+    error = result["error"]
+    if not (error is not None and error[0] == "ValueError" and "split_sizes" in error[1]):
+        return (
+            f"rank {rank}: all_to_all_single on {world_size + 1} rows with no splits (they cannot be equal) "
+            f"raised {error}; expected a ValueError naming input_split_sizes or output_split_sizes"
+        )
+    error = result["rows_error"]
+    if not (error is not None and error[0] == "ValueError" and "output_split_sizes" in error[1]):
+        return (
+            f"rank {rank}: all_to_all_single into an output one row longer than sum(output_split_sizes) raised "
+            f"{error}; expected a ValueError naming output_split_sizes (the docstring: output must have "
+            "sum(output_split_sizes) rows)"
+        )
+    return None
+
+
+def _shard_problem(got, rank, shape):
+    """None if ``rank``'s layer holds its own experts' weights (``shape``: experts / ep, ffn, hidden), copied."""
+    if tuple(got["w1_shape"]) != shape:
+        return f"rank {rank}: w1 shard {got['w1_shape']}, expected {shape} (experts / ep, ffn, hidden)"
+    if got["shares"]:
+        return (
+            f"rank {rank}: the layer's {', '.join(got['shares'])} share memory with the full "
+            "MoE's: from_full must copy (.detach().clone()), or training the shard changes the model it came from"
+        )
+    mine = list(range(rank * shape[0], (rank + 1) * shape[0]))
+    if got["w1_experts"] != mine:
+        return (
+            f"rank {rank}: its w1 holds the experts {got['w1_experts']} of the full "
+            f"layer; expected {mine}: rank r holds the contiguous block r * experts/ep ... (r+1) * experts/ep - 1 "
+            "(the numbering the router's expert ids, the split counts and the regrouping rely on)"
+        )
+    return None
+
+
+def _count_types_problem(got, rank, mode):
+    """None if send_counts, recv_counts and dropped came back as a list, a list and an int."""
+    if got["count_types"] == ["list", "list", "int"]:
+        return None
+    return (
+        f"rank {rank}, {mode}: send_counts, recv_counts and "
+        f"dropped are {', '.join(got['count_types'])}; the docstring says lists of ints and an int (.tolist(), "
+        "int(...)): plain numbers a caller can print, compare and send as they are"
+    )
+
+
+def _dropped_hints(dropped, tokens_hit):
+    """Hints for a count of dropped copies: ``tokens_hit`` tokens lost at least one of the ``dropped`` copies."""
+    if not dropped or tokens_hit == dropped:
+        return None
+    return {
+        tokens_hit / dropped: f"{tokens_hit} is the tokens that lost a copy: count the "
+        "copies (a token routed to top_k experts can lose more than one)"
+    }

@@ -167,3 +167,55 @@ def _rank_case(case, rank):
         xs, routers = case["skew"]
         mine["skew"] = (_only(xs, rank), routers)
     return mine
+
+
+# -- part 1's cases: pure functions, no ranks (public: nothing here depends on SEED) -----------------------
+
+#: (expert_capacity's arguments: tokens, experts, top_k, capacity_factor; the slots; hints of a slip's ratio)
+CAPACITY_CASES = (
+    ((4096, 8, 2, 1.25), 1280, {}),  # 1.25 * 4096 * 2 / 8 exactly
+    ((4096, 8, 2, 1.0), 1024, {}),
+    ((10, 4, 1, 1.0), 3, {2 / 3: "2.5 rounded down: the capacity is the ceiling"}),
+    (
+        (100, 1, 1, 1.1),
+        110,
+        {111 / 110: "1.1 * 100 is 110.00000000000001 in binary: round the product to 9 decimals before the ceiling"},
+    ),
+    ((12, 8, 2, 0.75), 3, {2 / 3: "2.25 rounded down: the capacity is the ceiling"}),
+    ((0, 8, 2, 1.25), 0, {}),
+)
+
+#: (expert_capacity's keyword arguments it must refuse, the argument its ValueError names)
+BAD_CAPACITY = (
+    (dict(tokens=16, experts=4, top_k=5, capacity_factor=1.0), "top_k"),
+    (dict(tokens=-1, experts=4, top_k=1, capacity_factor=1.0), "tokens"),
+    (dict(tokens=16, experts=0, top_k=1, capacity_factor=1.0), "experts"),
+    (dict(tokens=16, experts=4, top_k=1, capacity_factor=0.0), "capacity_factor"),
+    (dict(tokens=16, experts=4, top_k=1, capacity_factor=float("nan")), "capacity_factor"),
+)
+
+#: (dispatch_bytes_per_rank's positional and keyword arguments it must refuse, the argument its ValueError names)
+BAD_DISPATCH = (
+    ((10, 8, 0, 1), {}, "ep"),
+    ((10, 8, 2, 3), {"experts": 2}, "top_k"),
+    ((10, 8, 2, 0), {}, "top_k"),
+    ((10, 0, 2, 1), {}, "hidden"),
+    ((-5, 8, 2, 1), {}, "tokens_per_rank"),
+    ((10, 8, 3, 1), {"experts": 8}, "experts"),
+    ((10, 8, 2, 1), {"capacity_factor": -1.0}, "capacity_factor"),
+    # experts left out with a capacity: it is ep = 1, fewer than top_k = 2
+    ((100, 16, 1, 2), {"capacity_factor": 1.0}, "top_k"),
+    ((100, 16, 1, 2), {"experts": 1}, "top_k"),
+    # the bytes per element, which no other test checks
+    ((10, 8, 2, 1), {"dtype_bytes": 0}, "dtype_bytes"),
+    ((10, 8, 2, 1), {"dtype_bytes": -2}, "dtype_bytes"),
+    ((10, 8, 2, 1), {"dtype_bytes": float("nan")}, "dtype_bytes"),
+)
+
+#: (tokens, experts, top_k, capacity) of the drawn routings apply_capacity is checked on
+CAPACITY_DRAWS = ((12, 4, 2, 3), (40, 8, 2, 6), (30, 4, 1, 5), (16, 8, 4, 0), (9, 3, 3, 9))
+
+
+def _drawn_routing(tokens, experts, top_k, generator):
+    """[tokens, top_k] expert ids, distinct within each token (as top-k gives), drawn with ``generator``."""
+    return torch.stack([torch.randperm(experts, generator=generator)[:top_k] for _ in range(tokens)])

@@ -117,3 +117,48 @@ def _skew_counts(xs, routers):
                 counts[e // per_rank][src] += 1
         expected[name] = counts  # expected[name][dst][src]
     return expected
+
+
+def _own_block(matrix, rank):
+    """The rows of ``rank``'s all-to-all output that it sends itself (split ``matrix[i][j]``: rows i sends j)."""
+    start = sum(matrix[j][rank] for j in range(rank))
+    return slice(start, start + matrix[rank][rank])
+
+
+def _forward_bytes(sent, rank, world, experts, row, count_bytes):
+    """(counts, dispatch, combine): bytes rank ``rank`` sends in the layer's forward, given ``sent[i][j]``, the
+    copies rank i routes to rank j: the per-expert counts (``count_bytes`` each) to every other rank, the rows it
+    routes off-rank, and the rows it sends back; ``row``: one token's bytes."""
+    counts = (world - 1) * (experts // world) * count_bytes
+    received = [sent[j][rank] for j in range(world)]
+    return counts, (sum(sent[rank]) - sent[rank][rank]) * row, (sum(received) - received[rank]) * row
+
+
+def _backward_bytes(sent, rank, world, row):
+    """(dispatch, combine): bytes rank ``rank`` sends in the backward: the gradients of the rows it received
+    (the dispatch's) and of the rows it sent back (the combine's), each off-rank row once."""
+    dispatch = (sum(sent[rank]) - sent[rank][rank]) * row
+    combine = (sum(sent[j][rank] for j in range(world)) - sent[rank][rank]) * row
+    return dispatch, combine
+
+
+def _skew_timing(cpu, loads):
+    """The skewed run's busiest rank, predicted from t = t_fixed + per_copy * copies computed.
+
+    ``cpu[name][rank]``: a rank's CPU seconds in the run with the ``name`` router ("balanced", "skewed");
+    ``loads[name][rank]``: the copies it computed. t_fixed is what the idle rank of the skewed run spends (it
+    routes, sorts and exchanges, but computes no expert rows); per_copy comes from the balanced run; the skewed
+    run's busiest rank is then predicted, not fitted. Returns (measured, predicted, t_fixed, detail) in seconds.
+    """
+    busiest = {name: max(load) for name, load in loads.items()}
+    t_fixed = cpu["skewed"][loads["skewed"].index(0)]
+    hot = loads["balanced"].index(busiest["balanced"])
+    per_copy = (cpu["balanced"][hot] - t_fixed) / busiest["balanced"]
+    predicted = t_fixed + per_copy * busiest["skewed"]
+    measured = max(cpu["skewed"])
+    detail = (
+        f"busiest rank's CPU time: balanced {cpu['balanced'][hot] * 1e3:.1f} ms for {busiest['balanced']} "
+        f"copies, skewed {measured * 1e3:.1f} ms for {busiest['skewed']}; fixed part {t_fixed * 1e3:.1f} ms, "
+        f"so {predicted * 1e3:.1f} ms predicted (ratio {measured / predicted:.2f})"
+    )
+    return measured, predicted, t_fixed, detail

@@ -22,7 +22,7 @@ import torch
 from commtax.boundary.byfile import load_module_from_file
 from commtax.ranks.launch import DistributedRunError
 from commtax.recorded import Expected
-from commtax.testing import BACKENDS, SharedRuns, check, expect_close, expect_value_error, fail, section
+from commtax.testing import BACKENDS, SharedRuns, check, expect_close, expect_value_error, section
 
 # Beside this file, loaded by path (lab folders are not packages; the ranks load _workers.py the same way): the
 # rank side (_workers.py: the layer's configuration, what every rank runs), the inputs made in this process
@@ -37,20 +37,47 @@ from lab_10_checks import (  # noqa: E402  (loaded just above)
     _a2a_backward_problem,
     _a2a_error_problem,
     _a2a_problem,
-    _capacity_problem,
+    _count_types_problem,
     _dispatch_hints,
+    _dropped_hints,
     _missing_grads,
     _none_split_problem,
     _output_problem,
     _send_counts_problem,
+    _shard_problem,
+    _single_refusal_problem,
     _subgroup_backward_problem,
     _subgroup_output_problem,
     compare,
+    expect_capacity,
+    expect_dispatch,
+    expect_point_to_point_traffic,
     fail_if,
     note_an_abort,
 )
-from lab_10_inputs import EQUAL_ROWS, EXPERTS, _case, _rank_case, _skew_inputs  # noqa: E402
-from lab_10_reference import _capacity, _expected_a2a, _expected_layer, _routing_counts, _skew_counts  # noqa: E402
+from lab_10_inputs import (  # noqa: E402
+    BAD_CAPACITY,
+    BAD_DISPATCH,
+    CAPACITY_CASES,
+    CAPACITY_DRAWS,
+    EQUAL_ROWS,
+    EXPERTS,
+    _case,
+    _drawn_routing,
+    _rank_case,
+    _skew_inputs,
+)
+from lab_10_reference import (  # noqa: E402
+    _backward_bytes,
+    _capacity,
+    _expected_a2a,
+    _expected_layer,
+    _forward_bytes,
+    _own_block,
+    _routing_counts,
+    _skew_counts,
+    _skew_timing,
+)
 from lab_10_workers import (  # noqa: E402
     CAPACITY_FACTOR,
     DTYPE,
@@ -104,127 +131,53 @@ def _parts(lab, world_size, part, backend="gloo"):
 
 @pytest.mark.points(3)
 def test_expert_capacity_is_the_ceiling_of_cf_times_the_average_load(lab):
-    cases = (
-        ((4096, 8, 2, 1.25), 1280, {}),  # 1.25 * 4096 * 2 / 8 exactly
-        ((4096, 8, 2, 1.0), 1024, {}),
-        ((10, 4, 1, 1.0), 3, {2 / 3: "2.5 rounded down: the capacity is the ceiling"}),
-        (
-            (100, 1, 1, 1.1),
-            110,
-            {
-                111 / 110: "1.1 * 100 is 110.00000000000001 in binary: round the product "
-                "to 9 decimals before the ceiling"
-            },
-        ),
-        ((12, 8, 2, 0.75), 3, {2 / 3: "2.25 rounded down: the capacity is the ceiling"}),
-        ((0, 8, 2, 1.25), 0, {}),
-    )
-    for args, expected, hints in cases:
+    for args, expected, hints in CAPACITY_CASES:
         got = lab.expert_capacity(*args)
         expect_close(got, expected, rel=0.0, what=f"expert_capacity{args}", hints={**CAPACITY_HINTS, **hints})
         check(
             isinstance(got, int) and not isinstance(got, bool),
-            f"expert_capacity{args} returned "
-            f"{type(got).__name__} {got!r}: the docstring says an int (slots: it sizes buffers and is compared "
-            "with counts; math.ceil gives one)",
+            f"expert_capacity{args} returned {type(got).__name__} {got!r}: the docstring says an int (slots: it "
+            "sizes buffers and is compared with counts; math.ceil gives one)",
         )
 
 
 def test_expert_capacity_refuses_bad_input_naming_the_argument(lab):
-    for kwargs, name in (
-        (dict(tokens=16, experts=4, top_k=5, capacity_factor=1.0), "top_k"),
-        (dict(tokens=-1, experts=4, top_k=1, capacity_factor=1.0), "tokens"),
-        (dict(tokens=16, experts=0, top_k=1, capacity_factor=1.0), "experts"),
-        (dict(tokens=16, experts=4, top_k=1, capacity_factor=0.0), "capacity_factor"),
-        (dict(tokens=16, experts=4, top_k=1, capacity_factor=float("nan")), "capacity_factor"),
-    ):
+    for kwargs, name in BAD_CAPACITY:
         expect_value_error(lambda: lab.expert_capacity(**kwargs), name, function=lab.expert_capacity)
 
 
 @pytest.mark.points(3)
 def test_dispatch_bytes_are_the_off_rank_share_of_routed_copies(lab):
     # Mixtral 8x7B shapes: 4096 tokens on a rank, h = 4096, top-2, EP = 8, bf16: 58,720,256 B.
-    expect_close(
-        lab.dispatch_bytes_per_rank(4096, 4096, 8, 2),
-        7 / 8 * 4096 * 2 * 4096 * 2,
-        what="dispatch_bytes_per_rank(4096, 4096, ep=8, top_k=2)",
-        hints=_dispatch_hints(8),
-    )
-    expect_close(
-        lab.dispatch_bytes_per_rank(10, 8, 2, 1, dtype_bytes=4),
-        160.0,
-        what="dispatch_bytes_per_rank(10, 8, ep=2, top_k=1, dtype_bytes=4)",
-        hints=_dispatch_hints(2),
-    )
+    expect_dispatch(lab, (4096, 4096, 8, 2), 7 / 8 * 4096 * 2 * 4096 * 2, hints=_dispatch_hints(8))
+    expect_dispatch(lab, (10, 8, 2, 1), 160.0, hints=_dispatch_hints(2), dtype_bytes=4)
     # one rank keeps everything (dropless: the expert count does not matter, so none is needed)
-    expect_close(
-        lab.dispatch_bytes_per_rank(100, 16, 1, 2), 0.0, what="dispatch_bytes_per_rank(100, 16, ep=1, top_k=2)"
-    )
-    expect_close(
-        lab.dispatch_bytes_per_rank(100, 16, 1, 2, experts=4),
-        0.0,
-        what="dispatch_bytes_per_rank(100, 16, ep=1, top_k=2, experts=4)",
-    )
+    expect_dispatch(lab, (100, 16, 1, 2), 0.0)
+    expect_dispatch(lab, (100, 16, 1, 2), 0.0, experts=4)
 
 
 def test_padded_dispatch_sends_every_remote_buffer_whole(lab):
     # 8 experts on 4 ranks, 12 tokens, top-2, cf 0.75: C = 3 slots; 3 remote ranks x 2 experts x 3 x 8 x 2.
-    expect_close(
-        lab.dispatch_bytes_per_rank(12, 8, 4, 2, 2, capacity_factor=0.75, experts=8),
-        288.0,
-        what="dispatch_bytes_per_rank(12, 8, ep=4, top_k=2, cf=0.75, experts=8)",
-        hints={
-            4 / 3: "every expert's buffer counted: the ones on this rank stay local",
-            0.5: "one expert per rank? experts / ep buffers go to each remote rank",
-        },
-    )
+    hints = {
+        4 / 3: "every expert's buffer counted: the ones on this rank stay local",
+        0.5: "one expert per rank? experts / ep buffers go to each remote rank",
+    }
+    expect_dispatch(lab, (12, 8, 4, 2, 2), 288.0, hints=hints, capacity_factor=0.75, experts=8)
     # DeepSeek-V3-like: 256 experts on 64 ranks, 4096 tokens, top-8, cf 1.25, h 7168:
     # C = ceil(1.25 * 4096 * 8 / 256) = 160 slots; 63 ranks x 4 experts x 160 x 7168 x 2 bytes.
-    expect_close(
-        lab.dispatch_bytes_per_rank(4096, 7168, 64, 8, 2, 1.25, 256),
-        63 * 4 * 160 * 7168 * 2.0,
-        what="dispatch_bytes_per_rank(4096, 7168, ep=64, top_k=8, cf=1.25, experts=256)",
-    )
+    expect_dispatch(lab, (4096, 7168, 64, 8, 2, 1.25, 256), 63 * 4 * 160 * 7168 * 2.0)
     # cf = 1 and experts divide the load evenly: padding adds nothing over the uniform dropless figure
-    expect_close(
-        lab.dispatch_bytes_per_rank(64, 8, 4, 2, 2, 1.0, 8),
-        3 / 4 * 64 * 2 * 8 * 2,
-        what="dispatch_bytes_per_rank(64, 8, ep=4, top_k=2, cf=1.0, experts=8)",
-    )
-    # with a capacity and no expert count, one expert per rank: C = ceil(1.0 * 10 * 1 / 2) = 5 slots
-    expect_close(
-        lab.dispatch_bytes_per_rank(10, 8, 2, 1, 2, capacity_factor=1.0),
-        1 * 1 * 5 * 8 * 2.0,
-        what="dispatch_bytes_per_rank(10, 8, ep=2, top_k=1, cf=1.0): experts defaults to ep",
-    )
-    expect_close(
-        lab.dispatch_bytes_per_rank(64, 8, 4, 2, 2, experts=8),
-        3 / 4 * 64 * 2 * 8 * 2,
-        what="dispatch_bytes_per_rank(64, 8, ep=4, top_k=2, experts=8): experts given, dropless",
-        hints=_dispatch_hints(4),
-    )
+    expect_dispatch(lab, (64, 8, 4, 2, 2, 1.0, 8), 3 / 4 * 64 * 2 * 8 * 2)
+    # with a capacity and no expert count, experts defaults to ep, one per rank: C = ceil(1.0 * 10 * 1 / 2) = 5 slots
+    expect_dispatch(lab, (10, 8, 2, 1, 2), 1 * 1 * 5 * 8 * 2.0, capacity_factor=1.0)
+    # experts given, dropless
+    expect_dispatch(lab, (64, 8, 4, 2, 2), 3 / 4 * 64 * 2 * 8 * 2, hints=_dispatch_hints(4), experts=8)
 
 
 def test_dispatch_bytes_refuse_bad_input_naming_the_argument(lab):
-    for args, kwargs, name in (
-        ((10, 8, 0, 1), {}, "ep"),
-        ((10, 8, 2, 3), {"experts": 2}, "top_k"),
-        ((10, 8, 2, 0), {}, "top_k"),
-        ((10, 0, 2, 1), {}, "hidden"),
-        ((-5, 8, 2, 1), {}, "tokens_per_rank"),
-        ((10, 8, 3, 1), {"experts": 8}, "experts"),
-        ((10, 8, 2, 1), {"capacity_factor": -1.0}, "capacity_factor"),
-        # experts left out with a capacity: it is ep = 1, fewer than top_k = 2
-        ((100, 16, 1, 2), {"capacity_factor": 1.0}, "top_k"),
-        ((100, 16, 1, 2), {"experts": 1}, "top_k"),
-        # the bytes per element, which no other test checks
-        ((10, 8, 2, 1), {"dtype_bytes": 0}, "dtype_bytes"),
-        ((10, 8, 2, 1), {"dtype_bytes": -2}, "dtype_bytes"),
-        ((10, 8, 2, 1), {"dtype_bytes": float("nan")}, "dtype_bytes"),
-    ):
-        expect_value_error(
-            lambda: lab.dispatch_bytes_per_rank(*args, **kwargs), name, function=lab.dispatch_bytes_per_rank
-        )
+    for args, kwargs, name in BAD_DISPATCH:
+        bad = lambda: lab.dispatch_bytes_per_rank(*args, **kwargs)  # noqa: E731
+        expect_value_error(bad, name, function=lab.dispatch_bytes_per_rank)
 
 
 EP_ROWS = ((4096, 4096, 8, 2), (4096, 7168, 64, 8), (2048, 5120, 16, 6), (7, 3, 2, 1))
@@ -255,39 +208,21 @@ def test_lab_04s_ep_row_is_four_dispatches_of_this_lab(lab):
 @pytest.mark.points(3)
 def test_capacity_drops_exactly_the_copies_the_rule_drops(lab):
     gen = torch.Generator().manual_seed(3)
-    for tokens, experts, top_k, capacity in ((12, 4, 2, 3), (40, 8, 2, 6), (30, 4, 1, 5), (16, 8, 4, 0), (9, 3, 3, 9)):
-        # distinct choices per token, as top-k gives
-        ids = torch.stack([torch.randperm(experts, generator=gen)[:top_k] for _ in range(tokens)])
-        fail_if(
-            _capacity_problem(
-                lab.apply_capacity(ids, experts, capacity),
-                ids,
-                experts,
-                capacity,
-                f"apply_capacity on {tokens} tokens, {experts} experts, top-{top_k}, capacity {capacity}",
-            )
-        )
+    for tokens, experts, top_k, capacity in CAPACITY_DRAWS:
+        ids = _drawn_routing(tokens, experts, top_k, gen)
+        what = f"apply_capacity on {tokens} tokens, {experts} experts, top-{top_k}, capacity {capacity}"
+        expect_capacity(lab, ids, experts, capacity, what)
     ids = torch.tensor([[0, 1], [0, 1], [0, 1]])  # hand-checked: the third token loses expert 0
-    fail_if(_capacity_problem(lab.apply_capacity(ids, 2, 2), ids, 2, 2, f"apply_capacity({ids.tolist()}, 2, 2)"))
+    expect_capacity(lab, ids, 2, 2, f"apply_capacity({ids.tolist()}, 2, 2)")
     ids = torch.tensor([[1, 0], [0, 1]])  # first choices first: token 1's expert 0 wins
-    fail_if(_capacity_problem(lab.apply_capacity(ids, 2, 1), ids, 2, 1, f"apply_capacity({ids.tolist()}, 2, 1)"))
-    fail_if(_capacity_problem(lab.apply_capacity(ids, 2, None), ids, 2, None, "apply_capacity(ids, 2, None)"))
-    small = ids.to(torch.int32)  # ids of another integer dtype (F.one_hot takes int64 only)
-    try:
-        kept = lab.apply_capacity(small, 2, 1)
-    except RuntimeError as exc:
-        fail(
-            f"apply_capacity of int32 expert ids raised RuntimeError: {exc}: ids may be any integer dtype "
-            "(F.one_hot and scatter want int64: convert with .long())"
-        )
-    fail_if(_capacity_problem(kept, ids, 2, 1, f"apply_capacity({ids.tolist()} as int32, 2, 1)"))
+    expect_capacity(lab, ids, 2, 1, f"apply_capacity({ids.tolist()}, 2, 1)")
+    expect_capacity(lab, ids, 2, None, "apply_capacity(ids, 2, None)")
+    # ids of another integer dtype (F.one_hot takes int64 only)
+    expect_capacity(lab, ids, 2, 1, f"apply_capacity({ids.tolist()} as int32, 2, 1)", given=ids.to(torch.int32))
     expect_value_error(lambda: lab.apply_capacity(ids, 2, -1), "capacity", function=lab.apply_capacity)
-    expect_value_error(
-        lambda: lab.apply_capacity(ids, 2, 1.5), "capacity", function=lab.apply_capacity
-    )  # slots: an int
-    expect_value_error(
-        lambda: lab.apply_capacity(ids[:, 0], 2, 1), "expert_ids", function=lab.apply_capacity
-    )  # tokens x top_k
+    expect_value_error(lambda: lab.apply_capacity(ids, 2, 1.5), "capacity", function=lab.apply_capacity)  # an int
+    # tokens x top_k
+    expect_value_error(lambda: lab.apply_capacity(ids[:, 0], 2, 1), "expert_ids", function=lab.apply_capacity)
 
 
 # -- part 2: on real ranks -----------------------------------------------------------------------
@@ -298,28 +233,14 @@ def test_capacity_drops_exactly_the_copies_the_rule_drops(lab):
 def test_all_to_all_equals_all_to_all_single_with_uneven_and_empty_splits(lab, world_size):
     inputs, matrix = _case(world_size, with_skew=False)["a2a"], SPLITS[world_size]
     for rank, result in enumerate(_parts(lab, world_size, "a2a")):
+        own = _own_block(matrix, rank)
         for name, tensors in inputs.items():
-            expected = _expected_a2a(tensors, matrix, rank)
-            start = sum(matrix[j][rank] for j in range(rank))
-            fail_if(
-                _a2a_problem(
-                    result[name]["got"],
-                    expected,
-                    tensors[rank],
-                    f"rank {rank}, {name}, splits {matrix}: all_to_all's result",
-                    slice(start, start + matrix[rank][rank]),
-                )
-            )
+            what = f"rank {rank}, {name}, splits {matrix}: all_to_all's result"
+            fail_if(_a2a_problem(result[name]["got"], _expected_a2a(tensors, matrix, rank), tensors[rank], what, own))
         fail_if(_a2a_error_problem(result, matrix, rank, world_size))  # splits that cannot fit; a group of one
-        fail_if(
-            _a2a_problem(
-                result["strided"],
-                _expected_a2a(inputs["rows"], matrix, rank),
-                inputs["rows"][rank],
-                f"rank {rank}, a transposed view of the rows (not contiguous): all_to_all's result",
-                slice(start, start + matrix[rank][rank]),
-            )
-        )
+        rows = inputs["rows"]
+        what = f"rank {rank}, a transposed view of the rows (not contiguous): all_to_all's result"
+        fail_if(_a2a_problem(result["strided"], _expected_a2a(rows, matrix, rank), rows[rank], what, own))
 
 
 @pytest.mark.parametrize("world_size", [2, 4])
@@ -327,32 +248,7 @@ def test_all_to_all_uses_point_to_point_only_and_sends_each_row_once(lab, world_
     inputs, matrix = _case(world_size, with_skew=False)["a2a"], SPLITS[world_size]
     for rank, result in enumerate(_parts(lab, world_size, "a2a")):
         for name, tensors in inputs.items():
-            entry = result[name]
-            check(
-                entry["collectives"] == [],
-                f"rank {rank} called collectives {entry['collectives']}: "
-                "build the all-to-all from dist.isend / dist.irecv",
-            )
-            off_rank = sum(matrix[rank]) - matrix[rank][rank]
-            row = tensors[rank][0:1].numel() * tensors[rank].element_size()
-            hints = (
-                {sum(matrix[rank]) / off_rank: "its rows to itself were sent too: copy them locally"}
-                if off_rank and matrix[rank][rank]
-                else {}
-            )
-            expect_close(
-                entry["bytes_sent"],
-                off_rank * row,
-                rel=0.0,
-                hints=hints,
-                what=f"rank {rank}, {name}: bytes sent (its off-rank rows, {off_rank} x {row} B)",
-            )
-            check(
-                entry["empty_messages"] == 0,
-                f"rank {rank}, {name}: {entry['empty_messages']} sends or receives "
-                f"of 0 rows (splits {matrix}): an empty split sends nothing (the docstring), and each message "
-                "costs a latency: skip it",
-            )
+            expect_point_to_point_traffic(result[name], tensors, matrix, rank, name)
 
 
 @pytest.mark.points(2)
@@ -362,48 +258,20 @@ def test_all_to_all_single_takes_torchs_argument_order_and_none_means_equal_spli
     torch.distributed.all_to_all_single does; with the split lists left out, equal splits."""
     matrix, case = SPLITS[world_size], _case(world_size, with_skew=False)
     rows, equal = case["a2a"]["rows"], case["equal"]
+    even = [[EQUAL_ROWS] * world_size for _ in range(world_size)]
     for rank, result in enumerate(_parts(lab, world_size, "single")):
-        fail_if(
-            _a2a_problem(
-                result["given"],
-                _expected_a2a(rows, matrix, rank),
-                rows[rank],
-                f"rank {rank}: all_to_all_single(output, input, output_split_sizes, input_split_sizes) left in output",
-            )
-        )
-        check(
-            result["given_returned"],
-            f"rank {rank}: all_to_all_single returned something; torch's returns None (the result is in output)",
-        )
-        even = [[EQUAL_ROWS] * world_size for _ in range(world_size)]
-        fail_if(
-            _a2a_problem(
-                result["equal"],
-                _expected_a2a(equal, even, rank),
-                equal[rank],
-                f"rank {rank}: all_to_all_single(output, input) (None: {EQUAL_ROWS} rows per rank)",
-            )
-        )
-        check(
-            torch.equal(result["equal_torch"], _expected_a2a(equal, even, rank)),
-            "torch.distributed.all_to_all_single disagrees with the test's expectation",
-        )
-        fail_if(
-            _none_split_problem(result["none_out"], case["receive_equal"], RECEIVE_EQUAL[world_size], rank, world_size)
-        )
-        error = result["error"]
-        check(
-            error is not None and error[0] == "ValueError" and "split_sizes" in error[1],
-            f"rank {rank}: all_to_all_single on {world_size + 1} rows with no splits (they cannot be equal) "
-            f"raised {error}; expected a ValueError naming input_split_sizes or output_split_sizes",
-        )
-        error = result["rows_error"]
-        check(
-            error is not None and error[0] == "ValueError" and "output_split_sizes" in error[1],
-            f"rank {rank}: all_to_all_single into an output one row longer than sum(output_split_sizes) raised "
-            f"{error}; expected a ValueError naming output_split_sizes (the docstring: output must have "
-            "sum(output_split_sizes) rows)",
-        )
+        what = f"rank {rank}: all_to_all_single(output, input, output_split_sizes, input_split_sizes) left in output"
+        fail_if(_a2a_problem(result["given"], _expected_a2a(rows, matrix, rank), rows[rank], what))
+        why = f"rank {rank}: all_to_all_single returned something; torch's returns None (the result is in output)"
+        check(result["given_returned"], why)
+        expected = _expected_a2a(equal, even, rank)
+        what = f"rank {rank}: all_to_all_single(output, input) (None: {EQUAL_ROWS} rows per rank)"
+        fail_if(_a2a_problem(result["equal"], expected, equal[rank], what))
+        why = "torch.distributed.all_to_all_single disagrees with the test's expectation"
+        check(torch.equal(result["equal_torch"], expected), why)
+        receive_equal = case["receive_equal"]
+        fail_if(_none_split_problem(result["none_out"], receive_equal, RECEIVE_EQUAL[world_size], rank, world_size))
+        fail_if(_single_refusal_problem(result, rank, world_size))
 
 
 def test_all_to_all_backward_sends_each_gradient_row_back_where_it_came_from(lab):
@@ -440,44 +308,18 @@ def test_expert_and_router_gradients_equal_the_single_process_moe(lab, world_siz
         fail_if(_missing_grads(got, rank, mode))
         mine = slice(rank * local, (rank + 1) * local)
         for name in ("w1", "w2"):
-            fail_if(
-                compare(
-                    got[f"{name}_grad"],
-                    grads[name][mine],
-                    f"rank {rank}, {mode}: the {name} gradient of experts {mine.start}..{mine.stop - 1}",
-                )
-            )
+            what = f"rank {rank}, {mode}: the {name} gradient of experts {mine.start}..{mine.stop - 1}"
+            fail_if(compare(got[f"{name}_grad"], grads[name][mine], what))
     # the router is replicated: each rank's gradient covers its own tokens; they sum to the full one
-    fail_if(
-        compare(
-            sum(got["router_grad"] for got in results),
-            grads["router.weight"],
-            f"{mode}: the router gradient summed over the ranks",
-        )
-    )
+    what = f"{mode}: the router gradient summed over the ranks"
+    fail_if(compare(sum(got["router_grad"] for got in results), grads["router.weight"], what))
 
 
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_each_rank_holds_only_its_experts(lab, world_size):
+    shape = (EXPERTS[world_size] // world_size, FFN, HIDDEN)
     for rank, got in enumerate(_parts(lab, world_size, "dropless forward")):
-        shape = (EXPERTS[world_size] // world_size, FFN, HIDDEN)
-        check(
-            tuple(got["w1_shape"]) == shape,
-            f"rank {rank}: w1 shard {got['w1_shape']}, expected {shape} (experts / ep, ffn, hidden)",
-        )
-        check(
-            not got["shares"],
-            f"rank {rank}: the layer's {', '.join(got['shares'])} share memory with the full "
-            "MoE's: from_full must copy (.detach().clone()), or training the shard changes the model it came from",
-        )
-        local = shape[0]
-        mine = list(range(rank * local, (rank + 1) * local))
-        check(
-            got["w1_experts"] == mine,
-            f"rank {rank}: its w1 holds the experts {got['w1_experts']} of the full "
-            f"layer; expected {mine}: rank r holds the contiguous block r * experts/ep ... (r+1) * experts/ep - 1 "
-            "(the numbering the router's expert ids, the split counts and the regrouping rely on)",
-        )
+        fail_if(_shard_problem(got, rank, shape))
     for rank, error in enumerate(_parts(lab, world_size, "from_full error")):
         check(
             "experts" in error,
@@ -494,41 +336,21 @@ def test_bytes_each_rank_sends_equal_its_routing_times_hidden(lab, world_size, m
     _, _, _, keeps = _expected_layer(_case(world_size, with_skew=False), mode)
     sent = [_routing_counts(ids, keep, experts, world_size) for ids, keep in keeps]  # sent[i][j]
     row = HIDDEN * DTYPE.itemsize
-    counts = (world_size - 1) * (experts // world_size) * COUNT_BYTES  # the per-expert counts, int64
     undropped = [_routing_counts(ids, torch.ones_like(keep), experts, world_size) for ids, keep in keeps]
     for rank, got in enumerate(_parts(lab, world_size, f"{mode} forward")):
-        check(
-            got["count_types"] == ["list", "list", "int"],
-            f"rank {rank}, {mode}: send_counts, recv_counts and "
-            f"dropped are {', '.join(got['count_types'])}; the docstring says lists of ints and an int (.tolist(), "
-            "int(...)): plain numbers a caller can print, compare and send as they are",
-        )
+        fail_if(_count_types_problem(got, rank, mode))
         fail_if(_send_counts_problem(got["send_counts"], sent, undropped, rank, mode, mode == "capacity"))
         received = [sent[j][rank] for j in range(world_size)]
-        check(
-            got["recv_counts"] == received,
-            f"rank {rank}, {mode}: recv_counts {got['recv_counts']}, expected "
-            f"{received} (copies each rank routes to this one)",
-        )
-        dispatch = (sum(sent[rank]) - sent[rank][rank]) * row  # rows this rank routes off-rank
-        combine = (sum(received) - received[rank]) * row  # rows it sends back
-        expect_close(
-            got["sent"],
-            counts + dispatch + combine,
-            rel=0.0,
-            what=f"rank {rank}, {mode}: forward bytes sent (counts {counts} + dispatch {dispatch} + combine {combine})",
-        )
+        why = f"rank {rank}, {mode}: recv_counts {got['recv_counts']}, expected {received} (copies each rank routes to this one)"
+        check(got["recv_counts"] == received, why)
+        counts, dispatch, combine = _forward_bytes(sent, rank, world_size, experts, row, COUNT_BYTES)
+        what = f"rank {rank}, {mode}: forward bytes sent (counts {counts} + dispatch {dispatch} + combine {combine})"
+        expect_close(got["sent"], counts + dispatch + combine, rel=0.0, what=what)
         check(got["collectives"] == [], f"rank {rank} called collectives {got['collectives']} in the forward")
     for rank, got in enumerate(_parts(lab, world_size, f"{mode} backward")):
-        dispatch = (sum(sent[rank]) - sent[rank][rank]) * row
-        combine = (sum(sent[j][rank] for j in range(world_size)) - sent[rank][rank]) * row
-        expect_close(
-            got["sent"],
-            dispatch + combine,
-            rel=0.0,
-            what=f"rank {rank}, {mode}: backward bytes sent (the combine's and the dispatch's gradients, "
-            f"{combine} + {dispatch})",
-        )
+        dispatch, combine = _backward_bytes(sent, rank, world_size, row)
+        what = f"rank {rank}, {mode}: backward bytes sent (the combine's and the dispatch's gradients, "
+        expect_close(got["sent"], dispatch + combine, rel=0.0, what=what + f"{combine} + {dispatch})")
         check(got["collectives"] == [], f"rank {rank} called collectives {got['collectives']} in the backward")
 
 
@@ -538,32 +360,17 @@ def test_capacity_in_the_layer_drops_what_the_rule_drops(lab, world_size):
     dropped = [int((~keep).sum()) for _, keep in keeps]
     assert sum(dropped) > 0, "the test's capacity factor should drop something"
     capacity = _capacity(TOKENS, EXPERTS[world_size], TOP_K, CAPACITY_FACTOR)
-    for rank, (with_cap, dropless) in enumerate(
-        zip(_parts(lab, world_size, "capacity forward"), _parts(lab, world_size, "dropless forward"))
-    ):
+    runs = zip(_parts(lab, world_size, "capacity forward"), _parts(lab, world_size, "dropless forward"))
+    for rank, (with_cap, dropless) in enumerate(runs):
         tokens_hit = int((~keeps[rank][1]).any(dim=1).sum())  # tokens that lost at least one copy
-        expect_close(
-            with_cap["dropped"],
-            dropped[rank],
-            rel=0.0,
-            what=f"rank {rank}: copies dropped with cf {CAPACITY_FACTOR} (capacity {capacity} per expert)",
-            hints={
-                tokens_hit / dropped[rank]: f"{tokens_hit} is the tokens that lost a copy: count the "
-                "copies (a token routed to top_k experts can lose more than one)"
-            }
-            if dropped[rank] and tokens_hit != dropped[rank]
-            else None,
-        )
+        hints = _dropped_hints(dropped[rank], tokens_hit)
+        what = f"rank {rank}: copies dropped with cf {CAPACITY_FACTOR} (capacity {capacity} per expert)"
+        expect_close(with_cap["dropped"], dropped[rank], rel=0.0, what=what, hints=hints)
         expect_close(dropless["dropped"], 0, rel=0.0, what=f"rank {rank}: copies dropped with no capacity")
         if dropped[rank]:
-            expect_close(
-                with_cap["dropped_then_dropless"],
-                0,
-                rel=0.0,
-                what=f"rank {rank}: the dropped count of a "
-                f"dropless call on a layer whose last call (cf {CAPACITY_FACTOR}) dropped {dropped[rank]}: "
-                "every call sets it, 0 when nothing is dropped",
-            )
+            what = f"rank {rank}: the dropped count of a dropless call on a layer whose last call (cf "
+            what += f"{CAPACITY_FACTOR}) dropped {dropped[rank]}: every call sets it, 0 when nothing is dropped"
+            expect_close(with_cap["dropped_then_dropless"], 0, rel=0.0, what=what)
 
 
 @pytest.mark.points(3)
@@ -573,28 +380,17 @@ def test_a_skewed_router_loads_the_busiest_rank_and_its_time_as_predicted(lab):
     results = [{"skew": r} for r in _parts(lab, 2, "skew")]
     for rank, result in enumerate(results):
         for name in routers:
+            got = result["skew"][name]["recv_counts"]
             check(
-                result["skew"][name]["recv_counts"] == expected[name][rank],
-                f"rank {rank}, {name} router: received {result['skew'][name]['recv_counts']}, "
-                f"expected {expected[name][rank]}",
+                got == expected[name][rank],
+                f"rank {rank}, {name} router: received {got}, expected {expected[name][rank]}",
             )
-    busiest = {name: max(sum(c) for c in expected[name]) for name in routers}
-    assert busiest["skewed"] == 2 * SKEW["tokens"], "the skewed router sends every token to rank 0"
-    # Time model: t = t_fixed + per_copy * copies computed. t_fixed is what the idle rank of the skewed
-    # run spends (it routes, sorts and exchanges, but computes no expert rows); per_copy comes from the
-    # balanced run; the skewed run's busiest rank is then predicted, not fitted.
-    cpu = {name: [r["skew"][name]["cpu"] for r in results] for name in routers}
     loads = {name: [sum(c) for c in expected[name]] for name in routers}
-    t_fixed = cpu["skewed"][loads["skewed"].index(0)]
-    hot = loads["balanced"].index(busiest["balanced"])
-    per_copy = (cpu["balanced"][hot] - t_fixed) / busiest["balanced"]
-    predicted = t_fixed + per_copy * busiest["skewed"]
-    measured = max(cpu["skewed"])
-    detail = (
-        f"busiest rank's CPU time: balanced {cpu['balanced'][hot] * 1e3:.1f} ms for {busiest['balanced']} "
-        f"copies, skewed {measured * 1e3:.1f} ms for {busiest['skewed']}; fixed part {t_fixed * 1e3:.1f} ms, "
-        f"so {predicted * 1e3:.1f} ms predicted (ratio {measured / predicted:.2f})"
-    )
+    assert max(loads["skewed"]) == 2 * SKEW["tokens"], "the skewed router sends every token to rank 0"
+    # Time model (_skew_timing): t = t_fixed + per_copy * copies computed, t_fixed from the skewed run's idle
+    # rank, per_copy from the balanced run: the skewed run's busiest rank is predicted, not fitted.
+    cpu = {name: [r["skew"][name]["cpu"] for r in results] for name in routers}
+    measured, predicted, t_fixed, detail = _skew_timing(cpu, loads)
     # Against the idle rank of the same run, not the balanced run: in the balanced run both ranks compute at
     # once, and where they share a core (hyper-threads) or the machine is busy each copy costs up to twice as
     # much CPU time as when one rank computes alone (seen once: balanced 58.5 ms for 550 copies, skewed
