@@ -2,36 +2,60 @@
 
 Pure functions, no ranks. The data ship with the lab (``data/``): four PyTorch profiler traces of a
 4-rank gloo run (``commtax.trace_record``; see ``data/README.md``) and three nccl-tests logs that
-people published. Every expected value is computed here, independently of your code: busy times by
+people published. Every expected value is computed independently of your code (``_reference.py``, beside
+this file; ``_checks.py`` reads the data and names the slips): busy times by
 a sweep over the intervals' end points (and ``python3 -m commtax.trace``'s report, through
 ``EXPECTED``), bytes from the sizes of the script that recorded the traces, bus bandwidth from the
 logs' own printed columns, the fit from the course's calibration (``python3 -m commtax.calibrate``,
 through ``EXPECTED``) and from known links. Typical slips fail with a message naming them.
 """
 
-import gzip
-import json
 import math
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from commtax import trace_record as recording
-from commtax.measured import nccl_tests
+from commtax.boundary.byfile import load_module_from_file
 from commtax.recorded import Expected
 from commtax.testing import check, expect_close, expect_value_error, fail, number
 
 HERE = Path(__file__).resolve().parent
+# Beside this file, loaded by path (lab folders are not packages).
+for _name in ("reference", "checks"):
+    load_module_from_file(f"lab_14_{_name}", str(HERE / f"_{_name}.py"))
+from lab_14_checks import (  # noqa: E402  (loaded just above)
+    MEGATRON_PAIRS,
+    fail_if_a_known_exposure_slip,
+    fail_if_absolute_fit,
+    fail_if_algbw_column,
+    fail_if_algorithm_bandwidth,
+    fail_if_per_rank_bytes,
+    fail_unless_megatron_order,
+    log,
+    plain_timeline,
+    trace,
+)
+from lab_14_reference import (  # noqa: E402
+    BUSBW_FACTORS_8,
+    call_shape,
+    model,
+    ordinary_alpha,
+    own_fit,
+    recorded_bytes_per_op,
+    sweep_busy_times,
+    sweep_length,
+    tensor_calls,
+)
+
 EXPECTED = Expected(HERE)
-DATA = HERE / "data"
-TRACES = [f"rank{r}.json.gz" for r in range(4)]
+TRACES = [f"rank{r}.json.gz" for r in range(4)]  # data/traces (expected.py lists the same inputs from here)
 #: (log, ranks (None: the log says), nccl-tests' collective (None: the log says), the course's op, fit from bytes)
 LOGS = [
     ("cscs-alps-gh200-srun-2x4-all_reduce.log", None, None, "all_reduce", 8 * 2**20),
     ("nccl-1435-all_gather-single-node-2gpu.log", None, None, "all_gather", 0),
     ("nccl-tests-78-alltoall-empty-redop.log", 64, "alltoall", "all_to_all", 0),
 ]
+LOG_IDS = [entry[0].split(".")[0] for entry in LOGS]
 OP_OF = {
     "all_reduce": "all_reduce",
     "all_gather": "all_gather",
@@ -42,88 +66,14 @@ OP_OF = {
 }
 
 
-# -- the test's own computations ------------------------------------------------------------------
-
-
-def sweep_length(intervals):
-    """Measure of a union by a sweep over end points (+1 at a start, -1 at an end): independent of a merge."""
-    points = sorted(
-        [(s, 1) for s, e in intervals if e > s] + [(e, -1) for s, e in intervals if e > s], key=lambda p: (p[0], -p[1])
-    )
-    total, depth, since = 0.0, 0, None
-    for t, step in points:
-        if depth == 0 and step == 1:
-            since = t
-        depth += step
-        if depth == 0:
-            total += t - since
-    return total
-
-
-def sweep_exposed(comm, compute):
-    """Time where some communication runs and no compute does, by the same sweep over both lists."""
-    points = sorted(
-        [(s, "c", 1) for s, e in comm if e > s]
-        + [(e, "c", -1) for s, e in comm if e > s]
-        + [(s, "k", 1) for s, e in compute if e > s]
-        + [(e, "k", -1) for s, e in compute if e > s],
-        key=lambda p: (p[0], -p[2]),
-    )
-    total, depth, last = 0.0, {"c": 0, "k": 0}, None
-    for t, kind, step in points:
-        if last is not None and depth["c"] > 0 and depth["k"] == 0:
-            total += t - last
-        depth[kind] += step
-        last = t
-    return total
-
-
-def trace(name):
-    with gzip.open(DATA / "traces" / name, "rt") as f:
-        return json.load(f)
-
-
-def plain_timeline(lab, name):
-    comm, compute = lab.timeline(trace(name))  # read here: your process may not see this test's files
-    return [tuple(p) for p in comm], [tuple(p) for p in compute]
-
-
-def own_fit(sizes, times, k, m):
-    """Least squares on relative errors, alpha clamped at 0: the normal equations, solved here."""
-    x1, x2 = k / np.asarray(times), m * np.asarray(sizes) / np.asarray(times)
-    a = np.array([[x1 @ x1, x1 @ x2], [x1 @ x2, x2 @ x2]])
-    alpha, inverse = np.linalg.solve(a, [x1.sum(), x2.sum()])
-    if alpha < 0:
-        alpha, inverse = 0.0, x2.sum() / (x2 @ x2)
-    return float(alpha), float(1 / inverse)
-
-
-def model(op, n):
-    """(k, m) of the ring model of ``op`` on ``n`` ranks."""
-    if op == "all_reduce":
-        return 2 * (n - 1), 2 * (n - 1) / n
-    if op == "broadcast":
-        return n - 1, 1.0
-    if op == "send":
-        return 1, 1.0
-    return n - 1, (n - 1) / n
-
-
-def log(name, ranks, collective):
-    return nccl_tests.parse_log(DATA / "nccl-tests" / name, ranks=ranks, collective=collective)
-
-
 # -- intervals ----------------------------------------------------------------------------------
 
 
 @pytest.mark.points(2)
 def test_union_of_merges_overlapping_nested_and_touching_intervals(lab):
     got = lab.union_of([(0.0, 2.0), (1.0, 3.0), (5.0, 9.0), (6.0, 7.0), (9.0, 10.0), (12.0, 13.0)])
-    expect_close(
-        got,
-        [(0.0, 3.0), (5.0, 10.0), (12.0, 13.0)],
-        what="union_of: overlapping (0-2, 1-3), nested (6-7 in 5-9), touching (9-10 after 5-9)",
-    )
+    what = "union_of: overlapping (0-2, 1-3), nested (6-7 in 5-9), touching (9-10 after 5-9)"
+    expect_close(got, [(0.0, 3.0), (5.0, 10.0), (12.0, 13.0)], what=what)
     expect_close(lab.union_of([(4.0, 5.0)]), [(4.0, 5.0)], what="union_of one interval")
     expect_close(lab.union_of([]), [], what="union_of([])")
 
@@ -152,55 +102,29 @@ def test_exposed_communication_is_the_comm_union_minus_the_compute_union(lab):
     # comm 0-4 and 3-6 (two streams, union 0-6), compute 1-2 and 5-8: exposed 0-1, 2-5 = 4 s
     comm, compute = [(0.0, 4.0), (3.0, 6.0)], [(1.0, 2.0), (5.0, 8.0)]
     got = number(lab.exposed_communication(comm, compute), "exposed_communication")
-    slips = {
-        7.0 - 1.0 - 3.0: "the sum of comm durations minus the sum of compute durations",
-        6.0 - 4.0: "|union(comm)| - |union(compute)|, a difference of lengths",
-        7.0 - 2.0: "the sum of comm durations minus the overlap",
-        7.0: "the sum of comm durations (nothing hidden, overlaps counted twice)",
-    }
-    for value, slip in slips.items():
-        if math.isclose(got, value) and not math.isclose(value, 4.0):
-            fail(
-                f"exposed_communication returned {got}: that is {slip}. Exposed communication is the measure "
-                "of the SET union(comm) minus union(compute): the parts of the communication no compute "
-                "covers (here 0-1 and 2-5: 4 s)."
-            )
+    fail_if_a_known_exposure_slip(got)
     expect_close(got, 4.0, what="exposed_communication: comm 0-4, 3-6; compute 1-2, 5-8")
     # compute longer than comm elsewhere: a difference of lengths would be negative
-    expect_close(
-        lab.exposed_communication([(0.0, 1.0)], [(5.0, 15.0)]),
-        1.0,
-        what="comm 0-1 with compute 5-15 elsewhere (nothing hidden)",
-    )
+    got = lab.exposed_communication([(0.0, 1.0)], [(5.0, 15.0)])
+    expect_close(got, 1.0, what="comm 0-1 with compute 5-15 elsewhere (nothing hidden)")
 
 
 def test_exposed_communication_is_zero_under_compute_and_everything_without_it(lab):
-    expect_close(
-        lab.exposed_communication([(2.0, 3.0), (2.5, 3.5)], [(0.0, 10.0)]), 0.0, what="comm wholly under compute"
-    )
-    expect_close(
-        lab.exposed_communication([(2.0, 3.0), (2.5, 3.5)], []),
-        1.5,
-        what="comm 2-3, 2.5-3.5 without compute (the union, 1.5 s)",
-    )
+    comm = [(2.0, 3.0), (2.5, 3.5)]
+    expect_close(lab.exposed_communication(comm, [(0.0, 10.0)]), 0.0, what="comm wholly under compute")
+    expect_close(lab.exposed_communication(comm, []), 1.5, what="comm 2-3, 2.5-3.5 without compute (the union, 1.5 s)")
     expect_close(lab.exposed_communication([], [(0.0, 1.0)]), 0.0, what="no communication")
 
 
 def test_interval_functions_refuse_bad_input_naming_the_argument(lab):
     expect_close(lab.union_length([(0.0, 1.0)]), 1.0, what="union_length([(0, 1)])")
+    f, g = lab.union_of, lab.exposed_communication
     expect_value_error(
-        lambda: lab.union_of([(2.0, 1.0)]),
-        "intervals",
-        function=lab.union_of,
-        what="union_of with an interval that ends before it starts",
+        lambda: f([(2.0, 1.0)]), "intervals", function=f, what="union_of, an interval ending before it starts"
     )
-    expect_value_error(
-        lambda: lab.union_of([(0.0, math.nan)]), "intervals", function=lab.union_of, what="union_of with a NaN"
-    )
-    expect_value_error(lambda: lab.exposed_communication([(1.0, 0.0)], []), "comm", function=lab.exposed_communication)
-    expect_value_error(
-        lambda: lab.exposed_communication([], [(0.0, 1.0, 2.0)]), "compute", function=lab.exposed_communication
-    )
+    expect_value_error(lambda: f([(0.0, math.nan)]), "intervals", function=f, what="union_of with a NaN")
+    expect_value_error(lambda: g([(1.0, 0.0)], []), "comm", function=g)
+    expect_value_error(lambda: g([], [(0.0, 1.0, 2.0)]), "compute", function=g)
 
 
 @pytest.mark.points(3)
@@ -224,12 +148,13 @@ def test_busy_times_of_a_recorded_gloo_trace_equal_the_sweep_and_the_trace_tool(
             f"{name}: union_length(comm) = {got['comm_s']:.6f} s is the sum of the {len(comm)} durations; the "
             f"union is {sweep_length(comm):.6f} s (gloo's threads and the calling thread overlap)"
         )
-    mine = {
-        "comm_s": sweep_length(comm),
-        "compute_s": sweep_length(compute),
-        "exposed_comm_s": sweep_exposed(comm, compute),
-    }
-    expect_close(got, mine, rel=1e-9, abs=1e-12, what=f"{name}: busy times against a sweep over the end points")
+    expect_close(
+        got,
+        sweep_busy_times(comm, compute),
+        rel=1e-9,
+        abs=1e-12,
+        what=f"{name}: busy times against a sweep over the end points",
+    )
     expect_close(got, tool, rel=1e-9, abs=1e-12, what=f"{name}: busy times against python3 -m commtax.trace")
 
 
@@ -239,31 +164,11 @@ def test_busy_times_of_a_recorded_gloo_trace_equal_the_sweep_and_the_trace_tool(
 @pytest.mark.points(3)
 def test_axis_of_group_follows_megatron_order_tp_fastest_then_cp_dp_pp(lab):
     # 16 ranks, tp 2 x cp 2 x dp 2 x pp 2: rank = t + 2 (c + 2 (d + 2 p))
-    cases = {
-        (0, 1): "tp",
-        (6, 7): "tp",
-        (0, 2): "cp",
-        (9, 11): "cp",
-        (0, 4): "dp",
-        (10, 14): "dp",
-        (0, 8): "pp",
-        (5, 13): "pp",
-    }
-    for ranks, axis in cases.items():
-        got = lab.axis_of_group(list(ranks), 16, tp=2, cp=2, pp=2)
-        if got != axis:
-            order = {"tp": "t", "cp": "c", "dp": "d", "pp": "p"}
-            fail(
-                f"axis_of_group({list(ranks)}, 16, tp=2, cp=2, pp=2) = {got!r}, expected {axis!r}: wrong rank "
-                "order? Megatron numbers tp fastest, then cp, then dp, then pp: rank = t + tp (c + cp (d + dp p)) "
-                f"(rank {ranks[1]} differs from rank {ranks[0]} in {order[axis]} only)"
-            )
+    for ranks, axis in MEGATRON_PAIRS.items():
+        fail_unless_megatron_order(lab.axis_of_group(list(ranks), 16, tp=2, cp=2, pp=2), ranks, axis)
     # tp 4, pp 2 on 16 ranks: dp = 2
-    expect_close(
-        [lab.axis_of_group(g, 16, tp=4, pp=2) for g in ([0, 1, 2, 3], [0, 4], [3, 7], [1, 9], [4, 12])],
-        ["tp", "dp", "dp", "pp", "pp"],
-        what="axis_of_group on 16 ranks, tp 4, pp 2 (dp 2)",
-    )
+    got = [lab.axis_of_group(g, 16, tp=4, pp=2) for g in ([0, 1, 2, 3], [0, 4], [3, 7], [1, 9], [4, 12])]
+    expect_close(got, ["tp", "dp", "dp", "pp", "pp"], what="axis_of_group on 16 ranks, tp 4, pp 2 (dp 2)")
 
 
 def test_axis_of_group_is_unknown_for_mixed_groups_and_single_ranks(lab):
@@ -290,26 +195,17 @@ def test_axis_of_group_maps_the_recorded_runs_process_groups(lab, name):
     check(len(groups) == 3, f"{name} lists {len(groups)} process groups, expected 3 (world, its TP, its DP)")
     for ranks in groups:  # commtax.trace_record: TP groups {0,1},{2,3}, DP groups {0,2},{1,3}, tp 2
         want = "unknown" if len(ranks) == world else "tp" if ranks[1] - ranks[0] == 1 else "dp"
-        expect_close(
-            lab.axis_of_group(list(ranks), world, tp=2),
-            want,
-            what=f"{name}: group {list(ranks)} on {world} ranks with tp 2",
-        )
+        got = lab.axis_of_group(list(ranks), world, tp=2)
+        expect_close(got, want, what=f"{name}: group {list(ranks)} on {world} ranks with tp 2")
 
 
 def test_axis_of_group_refuses_bad_input_naming_the_argument(lab):
     expect_close(lab.axis_of_group([0, 1], 8, tp=2, pp=2), "tp", what="axis_of_group([0, 1], 8, tp=2, pp=2)")
     f = lab.axis_of_group
     expect_value_error(lambda: f([0, 8], 8, tp=2), "ranks", function=f, what="rank 8 of 8")
-    expect_value_error(
-        lambda: f([0, 1], 8, tp=3), "world_size", function=f, related=("tp",), what="tp 3 does not divide 8 ranks"
-    )
-    expect_value_error(
-        lambda: f([0, 1], 8, cp=3), "world_size", function=f, related=("cp",), what="cp 3 does not divide 8 ranks"
-    )
-    expect_value_error(
-        lambda: f([0, 1], 8, pp=3), "world_size", function=f, related=("pp",), what="pp 3 does not divide 8 ranks"
-    )
+    for axis in ("tp", "cp", "pp"):
+        what = f"{axis} 3 does not divide 8 ranks"
+        expect_value_error(lambda: f([0, 1], 8, **{axis: 3}), "world_size", function=f, related=(axis,), what=what)
     expect_value_error(lambda: f([-1, 1], 8), "ranks", function=f, what="rank -1")
     expect_value_error(lambda: f([0, 1], 8, tp=0), "tp", function=f)
     expect_value_error(lambda: f([0, 1], 8, cp=-1), "cp", function=f)
@@ -321,25 +217,11 @@ def test_axis_of_group_refuses_bad_input_naming_the_argument(lab):
 
 @pytest.mark.points(3)
 def test_call_bytes_counts_the_full_buffer_of_all_gather_and_reduce_scatter(lab):
-    got = lab.call_bytes("all_gather", 4096, 4, 4)
-    if got == 4096 * 4:
-        fail(
-            "call_bytes('all_gather', 4096, 4, 4) = 16384: that is one rank's part (per-rank bytes). An "
-            "all-gather's input is the rank's part; the course counts the full buffer after gathering, "
-            "n parts: 4 x 16384 = 65536 B"
-        )
-    expect_close(got, 65536, what="call_bytes('all_gather', 4096 floats in, 4 ranks)")
+    fail_if_per_rank_bytes(lab)
+    expect_close(
+        lab.call_bytes("all_gather", 4096, 4, 4), 65536, what="call_bytes('all_gather', 4096 floats in, 4 ranks)"
+    )
     got = lab.call_bytes("reduce_scatter", 8192, 4, 4)
-    if got == 8192 * 4 * 4:
-        fail(
-            "call_bytes('reduce_scatter', 8192, 4, 4) = 131072: the input of a reduce-scatter is already the "
-            "full buffer before scattering (32768 B); multiplying by the group size counts every rank's total"
-        )
-    if got == 8192 * 4 // 4:
-        fail(
-            "call_bytes('reduce_scatter', 8192, 4, 4) = 8192: that is the part each rank keeps; the course "
-            "counts the full buffer before scattering, 32768 B"
-        )
     expect_close(got, 32768, what="call_bytes('reduce_scatter', 8192 floats in, 4 ranks)")
     expect_close(
         [
@@ -356,67 +238,18 @@ def test_call_bytes_counts_the_full_buffer_of_all_gather_and_reduce_scatter(lab)
     )
 
 
-def _tensor_calls(events):
-    """(op, input numel, dtype bytes) of the tensor-form c10d calls the recording script made."""
-    found = []
-    for e in events:
-        name, args = e.get("name", ""), e.get("args") or {}
-        dims = args.get("Input Dims") or []
-        op, arg = {
-            "c10d::allreduce_": ("all_reduce", 0),
-            "c10d::_allgather_base_": ("all_gather", 1),
-            "c10d::_reduce_scatter_base_": ("reduce_scatter", 1),
-            "c10d::alltoall_base_": ("all_to_all", 1),
-            "c10d::broadcast_": ("broadcast", 0),
-            "c10d::send": ("send", 0),
-            "c10d::recv_": ("recv", 0),
-        }.get(name, (None, None))
-        if op is None or e.get("ph") != "X":
-            continue
-        shape = dims[arg][0] if dims[arg] and isinstance(dims[arg][0], list) else dims[arg]
-        found.append((op, math.prod(shape)))
-    return found
-
-
 @pytest.mark.points(2)
 def test_call_bytes_of_the_recorded_calls_equal_the_recording_scripts_sizes(lab):
-    r = recording
-    calls = _tensor_calls(trace("rank0.json.gz")["traceEvents"])
-    want = {
-        "all_reduce": r.STEPS
-        * 4
-        * (
-            r.ALL_REDUCE_NUMEL
-            + r.ALL_REDUCE_ASYNC_NUMEL
-            + r.TP_ALL_REDUCE_NUMEL
-            + r.DP_ALL_REDUCE_NUMEL
-            + 2 * r.DOUBLE_ALL_REDUCE_NUMEL
-        ),
-        "all_gather": r.STEPS * 4 * r.ALL_GATHER_NUMEL,
-        "reduce_scatter": r.STEPS * 4 * r.REDUCE_SCATTER_NUMEL,
-        "all_to_all": r.STEPS * 4 * r.ALL_TO_ALL_NUMEL,
-        "broadcast": r.STEPS * 4 * r.BROADCAST_NUMEL,
-        "send": r.STEPS * 4 * r.SEND_NUMEL,
-        "recv": r.STEPS * 4 * r.SEND_NUMEL,
-    }
+    want = recorded_bytes_per_op()
     got = dict.fromkeys(want, 0)
-    for op, numel in calls:
-        width = 8 if op == "all_reduce" and numel == r.DOUBLE_ALL_REDUCE_NUMEL else 4
-        got[op] += lab.call_bytes(
-            op,
-            numel,
-            width,
-            4 if numel not in (r.TP_ALL_REDUCE_NUMEL, r.DP_ALL_REDUCE_NUMEL) or op != "all_reduce" else 2,
-        )
-    expect_close(
-        got,
-        want,
-        what="bytes per op of rank 0's tensor-form calls (commtax/trace_record.py's sizes)",
-        hints={
-            0.25: "the all-gather counted as one rank's part (per-rank, not the full buffer)?",
-            4.0: "the reduce-scatter's full input multiplied by the group size again?",
-        },
-    )
+    for op, numel in tensor_calls(trace("rank0.json.gz")["traceEvents"]):
+        got[op] += lab.call_bytes(op, numel, *call_shape(op, numel))
+    hints = {
+        0.25: "the all-gather counted as one rank's part (per-rank, not the full buffer)?",
+        4.0: "the reduce-scatter's full input multiplied by the group size again?",
+    }
+    what = "bytes per op of rank 0's tensor-form calls (commtax/trace_record.py's sizes)"
+    expect_close(got, want, what=what, hints=hints)
 
 
 def test_call_bytes_refuses_bad_input_naming_the_argument(lab):
@@ -432,51 +265,31 @@ def test_call_bytes_refuses_bad_input_naming_the_argument(lab):
 @pytest.mark.points(3)
 def test_bus_bandwidth_applies_nccl_tests_factor_per_op(lab):
     # 1 GB in 10 ms: algbw 100 GB/s
-    factors = {
-        "all_reduce": 2 * 7 / 8,
-        "all_gather": 7 / 8,
-        "reduce_scatter": 7 / 8,
-        "all_to_all": 7 / 8,
-        "broadcast": 1.0,
-        "send": 1.0,
-        "recv": 1.0,
-    }
-    for op, factor in factors.items():
+    for op, factor in BUSBW_FACTORS_8.items():
         got = number(lab.bus_bandwidth(op, 1e9, 0.01, 8), f"bus_bandwidth({op!r}, 1e9, 0.01, 8)")
-        if factor != 1.0 and math.isclose(got, 1e11):
-            fail(
-                f"bus_bandwidth({op!r}, 1 GB, 10 ms, 8 ranks) = {got:.4g} B/s: that is the algorithm bandwidth "
-                f"(bytes / time), not the bus bandwidth: multiply by nccl-tests' factor for {op} ({factor:.4g})"
-            )
+        fail_if_algorithm_bandwidth(got, op, factor)
         expect_close(got, 1e11 * factor, what=f"bus_bandwidth({op!r}, 1 GB, 10 ms, 8 ranks)")
     expect_close(lab.bus_bandwidth("all_reduce", 4e6, 1e-3, 2), 4e9, what="all_reduce on 2 ranks (factor 1)")
     expect_close(lab.bus_bandwidth("all_gather", 4e6, 1e-3, 2), 2e9, what="all_gather on 2 ranks (factor 1/2)")
 
 
 @pytest.mark.points(2)
-@pytest.mark.parametrize("name,ranks,collective,op,min_size", LOGS, ids=[entry[0].split(".")[0] for entry in LOGS])
+@pytest.mark.parametrize("name,ranks,collective,op,min_size", LOGS, ids=LOG_IDS)
 def test_bus_bandwidth_reproduces_the_busbw_column_of_a_real_nccl_tests_log(lab, name, ranks, collective, op, min_size):
     parsed = log(name, ranks, collective)
-    check(
-        OP_OF[parsed.collective] == op and len(parsed.rows) >= 2,
-        f"{name}: read as {parsed.collective} with {len(parsed.rows)} rows",
-    )
+    read = f"{name}: read as {parsed.collective} with {len(parsed.rows)} rows"
+    check(OP_OF[parsed.collective] == op and len(parsed.rows) >= 2, read)
     n = parsed.ranks
     for row in parsed.rows:
         if row.size_bytes == 0:
             continue
         got = number(lab.bus_bandwidth(op, row.size_bytes, row.time_s, n), f"bus_bandwidth on {name}")
         exact = row.size_bytes / row.time_s * model(op, n)[1]
-        if row.algbw_Bps != row.busbw_Bps and math.isclose(got, row.size_bytes / row.time_s, rel_tol=1e-9):
-            fail(
-                f"{name}, {row.size_bytes} B in {row.time_s * 1e6:.4g} us on {n} ranks: you returned the algbw "
-                f"column ({row.algbw_Bps / 1e9:.2f} GB/s), the log's busbw is {row.busbw_Bps / 1e9:.2f} GB/s"
-            )
+        fail_if_algbw_column(got, row, name, n)
         expect_close(got, exact, rel=1e-9, what=f"{name}: bus_bandwidth of the {row.size_bytes} B row")
         if row.busbw_Bps >= 0.1e9:  # the printed column, to its rounding (two decimals; times to 4-5 digits)
-            expect_close(
-                got, row.busbw_Bps, rel=0.005, abs=0.006e9, what=f"{name}: the {row.size_bytes} B row's printed busbw"
-            )
+            what = f"{name}: the {row.size_bytes} B row's printed busbw"
+            expect_close(got, row.busbw_Bps, rel=0.005, abs=0.006e9, what=what)
 
 
 def test_bus_bandwidth_refuses_bad_input_naming_the_argument(lab):
@@ -504,16 +317,12 @@ def test_fit_recovers_a_known_link_from_noiseless_rows(lab, op, n):
     k, m = model(op, n)
     sizes = [2**i for i in range(10, 31, 2)]
     times = [k * alpha + m * s / bandwidth for s in sizes]
-    expect_close(
-        lab.fit_alpha_bandwidth(sizes, times, op, n),
-        (alpha, bandwidth),
-        rel=1e-6,
-        what=f"fit_alpha_bandwidth of exact {op} rows on {n} ranks (alpha 7 us, 40 GB/s)",
-        hints={
-            m: "the bandwidth fitted for the algorithm bandwidth (the busbw factor m left out)?",
-            1 / m: "the busbw factor applied twice?",
-        },
-    )
+    hints = {
+        m: "the bandwidth fitted for the algorithm bandwidth (the busbw factor m left out)?",
+        1 / m: "the busbw factor applied twice?",
+    }
+    what = f"fit_alpha_bandwidth of exact {op} rows on {n} ranks (alpha 7 us, 40 GB/s)"
+    expect_close(lab.fit_alpha_bandwidth(sizes, times, op, n), (alpha, bandwidth), rel=1e-6, what=what, hints=hints)
 
 
 @pytest.mark.points(2)
@@ -523,91 +332,55 @@ def test_fit_weighs_relative_errors_and_clamps_a_negative_alpha(lab):
     times = [(14 * 5e-6 + 1.75 * s / 50e9) * f for s, f in zip(sizes, noise)]
     want = own_fit(sizes, times, 14, 1.75)
     got = lab.fit_alpha_bandwidth(sizes, times, "all_reduce", 8)
-    x = np.column_stack([np.full(len(sizes), 14.0), 1.75 * np.asarray(sizes)])
-    (a_abs, inv_abs), *_ = np.linalg.lstsq(x, np.asarray(times), rcond=None)
-    if math.isclose(got[0], max(a_abs, 0.0), rel_tol=1e-6, abs_tol=1e-12) and not math.isclose(got[0], want[0]):
-        fail(
-            f"fit_alpha_bandwidth gave alpha {got[0]:.3g} s, the ordinary least-squares fit of the times: the "
-            "largest messages decide it alone. Minimise the RELATIVE errors ((model - t) / t)^2: divide each "
-            f"row by its time (expected alpha {want[0]:.4g} s, bandwidth {want[1]:.4g} B/s)"
-        )
+    fail_if_absolute_fit(got, want, ordinary_alpha(sizes, times, 14, 1.75))
     expect_close(got, want, rel=1e-6, what="fit_alpha_bandwidth of noisy all_reduce rows on 8 ranks")
     # times that fall below the line at small sizes: the unconstrained alpha is negative, so alpha = 0
     sizes = [1e3, 1e6, 1e9]
     times = [1e3 / 10e9, 1e6 / 10e9, 1.2e9 / 10e9]
     alpha, bandwidth = own_fit(sizes, times, 1, 1.0)
     check(alpha == 0.0, "test set-up: alpha should clamp")
-    expect_close(
-        lab.fit_alpha_bandwidth(sizes, times, "send", 2),
-        (0.0, bandwidth),
-        rel=1e-9,
-        abs=1e-15,
-        what="a fit whose best alpha is negative: alpha 0, the bandwidth refitted alone",
-    )
+    what = "a fit whose best alpha is negative: alpha 0, the bandwidth refitted alone"
+    expect_close(lab.fit_alpha_bandwidth(sizes, times, "send", 2), (0.0, bandwidth), rel=1e-9, abs=1e-15, what=what)
 
 
 @pytest.mark.points(2)
-@pytest.mark.parametrize("name,ranks,collective,op,min_size", LOGS, ids=[entry[0].split(".")[0] for entry in LOGS])
+@pytest.mark.parametrize("name,ranks,collective,op,min_size", LOGS, ids=LOG_IDS)
 def test_fit_of_a_real_nccl_tests_log_equals_the_course_calibration(lab, name, ranks, collective, op, min_size):
     parsed = log(name, ranks, collective)
     sizes, times = [r.size_bytes for r in parsed.rows], [r.time_s for r in parsed.rows]
     got = lab.fit_alpha_bandwidth(sizes, times, op, parsed.ranks, min_size=min_size)
-    expect_close(
-        list(got),
-        EXPECTED("calibration", name, ranks, collective, min_size),
-        rel=1e-6,
-        what=f"fit_alpha_bandwidth of {name} from {min_size} B (python3 -m commtax.calibrate nccl-tests)",
-    )
+    want = EXPECTED("calibration", name, ranks, collective, min_size)
+    what = f"fit_alpha_bandwidth of {name} from {min_size} B (python3 -m commtax.calibrate nccl-tests)"
+    expect_close(list(got), want, rel=1e-6, what=what)
     largest = max(parsed.rows, key=lambda r: r.size_bytes)
-    expect_close(
-        got[1],
-        largest.busbw_Bps,
-        rel=0.25,
-        what=f"{name}: the fitted bandwidth against the largest row's busbw (the rows tend to it)",
-    )
+    what = f"{name}: the fitted bandwidth against the largest row's busbw (the rows tend to it)"
+    expect_close(got[1], largest.busbw_Bps, rel=0.25, what=what)
 
 
 def test_fit_leaves_out_size_0_rows_and_rows_below_min_size(lab):
     k, m = model("all_gather", 4)
     sizes = [0, 16, 1024, 2**20, 2**24, 2**28]
     times = [1e-6, 3e-6] + [k * 4e-6 + m * s / 20e9 for s in sizes[2:]]  # the 0 and 16 B rows off the line
-    expect_close(
-        lab.fit_alpha_bandwidth(sizes, times, "all_gather", 4, min_size=1024),
-        (4e-6, 20e9),
-        rel=1e-6,
-        what="fit from 1024 B up (the 16 B row off the line left out)",
-    )
-    expect_close(
-        lab.fit_alpha_bandwidth([1, 1e6], [1e-6 + 1 / 1e10, 1e-6 + 1e6 / 1e10], "send", 2),
-        (1e-6, 1e10),
-        rel=1e-6,
-        what="fit of a 1-byte and a 1 MB send row (1 byte is a size: kept)",
-    )
+    got = lab.fit_alpha_bandwidth(sizes, times, "all_gather", 4, min_size=1024)
+    expect_close(got, (4e-6, 20e9), rel=1e-6, what="fit from 1024 B up (the 16 B row off the line left out)")
+    got = lab.fit_alpha_bandwidth([1, 1e6], [1e-6 + 1 / 1e10, 1e-6 + 1e6 / 1e10], "send", 2)
+    expect_close(got, (1e-6, 1e10), rel=1e-6, what="fit of a 1-byte and a 1 MB send row (1 byte is a size: kept)")
     want = own_fit(sizes[1:], times[1:], k, m)
-    expect_close(
-        lab.fit_alpha_bandwidth(sizes, times, "all_gather", 4),
-        want,
-        rel=1e-6,
-        what="fit of every row but the size-0 one (no bandwidth in a 0-byte row)",
-    )
+    what = "fit of every row but the size-0 one (no bandwidth in a 0-byte row)"
+    expect_close(lab.fit_alpha_bandwidth(sizes, times, "all_gather", 4), want, rel=1e-6, what=what)
 
 
 def test_fit_refuses_bad_input_naming_the_argument(lab):
-    expect_close(
-        lab.fit_alpha_bandwidth([1e3, 1e6], [1.1e-6, 1.01e-4], "send", 2),
-        (1e-6, 1e10),
-        rel=1e-6,
-        what="fit_alpha_bandwidth of two exact send rows",
-    )
+    got = lab.fit_alpha_bandwidth([1e3, 1e6], [1.1e-6, 1.01e-4], "send", 2)
+    expect_close(got, (1e-6, 1e10), rel=1e-6, what="fit_alpha_bandwidth of two exact send rows")
     f = lab.fit_alpha_bandwidth
     expect_value_error(lambda: f([1e3, 1e3], [1e-5, 1e-5], "send", 2), "sizes", function=f, what="one size twice")
     expect_value_error(lambda: f([-1.0, 1e6], [1e-5, 1e-4], "send", 2), "sizes", function=f, what="a negative size")
     expect_value_error(lambda: f([math.nan, 1e6], [1e-5, 1e-4], "send", 2), "sizes", function=f, what="a NaN size")
     expect_value_error(lambda: f([1e3, 1e6], [math.nan, 1e-4], "send", 2), "times", function=f, what="a NaN time")
     expect_value_error(lambda: f([1e3, 1e6], [1e-5, 0.0], "send", 2), "times", function=f)
-    expect_value_error(
-        lambda: f([1e3, 1e6], [1e-5], "send", 2), "times", function=f, related=("sizes",), what="two sizes, one time"
-    )
+    what = "two sizes, one time"
+    expect_value_error(lambda: f([1e3, 1e6], [1e-5], "send", 2), "times", function=f, related=("sizes",), what=what)
     expect_value_error(lambda: f([1e3, 1e6], [1e-5, 1e-4], "barrier", 2), "op", function=f)
     expect_value_error(lambda: f([1e3, 1e6], [1e-5, 1e-4], "all_reduce", 1), "group_size", function=f)
     expect_value_error(lambda: f([1e3, 1e6], [1e-5, 1e-4], "all_reduce", 2, min_size=-1), "min_size", function=f)
