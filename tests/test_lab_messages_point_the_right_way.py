@@ -1,4 +1,4 @@
-"""Labs 01, 02, 06 and 07 name the real slip (issue 40): mistakes planted in copies of the references, and the
+"""Labs 01, 02, 06 and 07 name the real slip: mistakes planted in copies of the references, and the
 helpers that read the evidence, fed what each slip leaves behind.
 
 * Lab 01 has no tensors: a formula slip that is off by float32's rounding in its 1-byte case is not blamed on
@@ -75,8 +75,8 @@ def test_the_float32_hint_needs_a_float32_value_not_only_a_difference_of_its_siz
 
 def test_a_lab01_formula_slip_is_reported_at_its_worst_case_without_a_float32_hint(tmp_path):
     # The ring's bandwidth term times P (a total where the per-rank bytes belong): 5e-6 off at 1 byte, where
-    # the latency hides it (a float32-sized difference), x2 at 1 GB. The 1-byte case used to come first,
-    # blamed on float32.
+    # the latency hides it (a float32-sized difference), x2 at 1 GB. The 1 GB case is the one reported: the
+    # 1-byte case alone would read as float32's rounding.
     run = _planted().run_planted(
         tmp_path,
         LAB01,
@@ -426,7 +426,7 @@ def test_a_bubble_with_the_definitions_swapped_in_a_planted_lab_is_told_so(tmp_p
 
 def test_a_planted_simulate_that_raises_on_a_valid_order_fails_in_a_few_lines_naming_it(tmp_path):
     # Interleaved backwards not reversed through the chunks: the order cannot proceed, and the reference's
-    # simulate says so with a ValueError. It used to open with ~45 lines of the harness's frames.
+    # simulate says so with a ValueError, shown in a few lines, not behind ~45 lines of the harness's frames.
     run = _planted().run_planted(
         tmp_path, LAB07, "v - 1 - chunk if backward else chunk", "chunk", "-k", "interleaved_order", "-x"
     )

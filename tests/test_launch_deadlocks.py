@@ -135,7 +135,7 @@ def test_a_planted_deadlock_fails_in_seconds_naming_each_ranks_line_and_the_caus
 
 def test_a_stuck_rank_is_summed_up_by_the_learners_line_not_a_wrapper_around_the_call():
     # Lab 12: a test's counter and the learner's ledger both wrap dist.all_reduce; the line that
-    # matters is the learner's call (it was summarised as the test's wrapper, test_lab.py:43).
+    # matters is the learner's call, not the test's wrapper around it (test_lab.py:43).
     with pytest.raises(DistributedRunError) as info:
         run_ranks(count_all_reduces_then_run, 2, args=(planted,), timeout=LONG_DEADLINE)
     worker = "reduce_on_rank_0_broadcast_elsewhere_through_a_ledger"
@@ -148,7 +148,8 @@ def test_a_stuck_rank_is_summed_up_by_the_learners_line_not_a_wrapper_around_the
 
 @pytest.mark.parametrize("worker", ["ring_that_drops_its_send_request", "all_to_all_that_waits_only_on_its_receives"])
 def test_an_isend_whose_request_is_dropped_fails_in_seconds_naming_its_line_and_req_wait(worker):
-    # With gloo a dropped request cancels its message: the peer used to wait for the whole deadline.
+    # With gloo a dropped request cancels its message: unless the launcher notices, the peer waits for the whole
+    # deadline.
     start, within = time.monotonic(), DETECTED_WITHIN * load_factor()  # start-up stretches with the load
     with pytest.raises(DistributedRunError) as info:
         run_ranks(getattr(planted, worker), 3, timeout=max(LONG_DEADLINE, 2 * within))

@@ -158,7 +158,7 @@ def test_lesson_02_ring_time_says_when_the_message_has_fewer_bytes_than_ranks(mo
 
 
 def test_lesson_05_share_curves_are_drawn_below_the_figures_top_edge():
-    # A curve near 100% (TCP, 99.7%) must not run along the top spine (at ylim 1.0 it was practically invisible).
+    # A curve near 100% (TCP, 99.7%) must not run along the top spine (at ylim 1.0 it would be practically invisible).
     from commtax.formulas.links import PRESETS
     from commtax.formulas.models import Model, transformer_params
     from commtax.ui import tp_calculator  # the lesson's one line, tp_calculator(), draws with render
