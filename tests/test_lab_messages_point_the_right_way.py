@@ -198,18 +198,18 @@ def test_a_rank_notes_the_receives_it_posted_when_torch_says_two_lengths_differ(
 
 def test_a_receive_slice_sized_in_bytes_is_told_bytes_vs_elements_not_a_different_chunk():
     t = _lab02_tests()
-    # M3: buf[: (rb - ra) * element_size()] with buf of the largest chunk's 2 elements: rank 0's receive of
-    # chunk 1 (1 element) is 8 long, cut to 2, the length of the other chunk.
+    # A receive slice in bytes, buf[: (rb - ra) * element_size()], with buf of the largest chunk's 2 elements:
+    # rank 0's receive of chunk 1 (1 element) is 8 long, cut to 2, the length of the other chunk.
     clipped = t.size_mismatch_hint(_mismatch(t, 1, 2, (3, 8, 2), rank=0, posted=[2]))
     assert "Bytes vs elements?" in clipped, clipped
     assert "rank 0 received chunk 1 (1 element(s), reduce-scatter step 0) into a slice of 2 elements" in clipped
     assert "Received into a different chunk?" not in clipped, clipped
-    # M3b: the buffer in bytes too: the receive slice is 1 x 8 = 8 elements, with or without the receive note.
+    # The buffer sized in bytes as well: the receive slice is 1 x 8 = 8 elements, with or without the receive note.
     for text in (_mismatch(t, 1, 8, (1, 8, 2), rank=1, posted=[8]), _mismatch(t, 1, 8, (1, 8, 2))):
         told = t.size_mismatch_hint(text)
         assert told is not None and "Bytes vs elements?" in told and "different chunk" not in told, told
         assert "8 = 1 x 8" in told, told
-    # The receive into the chunk that was sent (M1): the receive had the right length, the add went astray.
+    # A receive into the chunk that was sent (not the one due): the receive had the right length, the add went astray.
     astray = t.size_mismatch_hint(_mismatch(t, 1, 2, (3, 8, 2), rank=1, posted=[2]))
     assert "Received into a different chunk?" in astray and "Bytes" not in astray, astray
 
