@@ -7,7 +7,8 @@ How a grade is made (see grading/README.md for the teacher's view):
    subreaper, and reads its **own copy** of the course into memory
    (:mod:`grading.course`). Of the submission only the ``starter.py`` files are
    taken (:mod:`grading.submission`: no links, regular files, at most 1 MB), and
-   parsed, never run, for the teacher's review flags (:mod:`grading.flags`).
+   parsed, never run, for the teacher's review flags (:mod:`grading.flags`;
+   both in :mod:`grading.submitted`).
 2. It chooses how learner code runs (:mod:`grading.sandbox`): as whom (root
    mode: an unprivileged user; same-user mode) and in what (an OS sandbox per
    lab run made with bubblewrap, or the fallback, whose lost guarantees the
@@ -23,16 +24,16 @@ How a grade is made (see grading/README.md for the teacher's view):
 5. The pytest process reports each test's outcome through a signed pipe
    (:mod:`grading.pytest_run`, :mod:`grading.collector`). Before the lab is
    scored the grader checks that neither the lab's trusted tree nor its own
-   files changed (:mod:`grading.integrity`); then a test that did not report
-   passing earns nothing; where NCCL has no GPUs, every NCCL test is left out
+   files changed (:mod:`grading.integrity`); then (:mod:`grading.scoring`) a test
+   that did not report passing earns nothing; where NCCL has no GPUs, every NCCL test is left out
    of both score and maximum (for every submission, so the maximum is the same
    for all); any other skip counts as a failure.
-   Messages are sanitized (:mod:`grading.sanitize`).
+   Messages are sanitized (:mod:`grading.sanitize`). A full disk on the grading
+   machine is its own, never the student's 0 (:mod:`grading.full_disk`).
 """
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import secrets
@@ -54,6 +55,7 @@ from grading.course import (
     write_learner_tree,
     write_trusted_tree,
 )
+from grading.full_disk import MACHINE_ERRNOS, MACHINE_PAUSE, MACHINE_RETRIES, MachineProblem, machine_problem
 from grading.process import Stopped, become_subreaper, kill_descendants, make_undumpable, stop_on_signals
 from grading.pytest_run import collect, run_pytest
 from grading.results import GradeResult, LabResult, TestResult
@@ -62,13 +64,9 @@ from grading.sandbox.limits import Limits
 from grading.sandbox.namespaces import SandboxError
 from grading.sandbox.plain import close_interpreter, open_interpreter, sandbox_user
 from grading.sanitize import clean
-from grading.submission import SubmissionError, read_exercise_answers, read_starter
-
-try:
-    from grading import flags as review_flags
-except ImportError:  # the student release ships without it: a learner must not learn how to avoid the flags
-    review_flags = None
-
+from grading.scoring import gpus_missing, partial_result, reported, score_lab, void_results
+from grading.submission import SubmissionError
+from grading.submitted import flag_starters, grade_exercises, starter_of
 
 __all__ = [
     "GradeResult",
@@ -91,85 +89,6 @@ __all__ = [
 ]
 
 
-# -- reading the submission ---------------------------------------------------------------------
-
-
-def starter_of(submission: Path | None, lab: str, source: Path = SOURCE_ROOT) -> bytes | None:
-    """The bytes of the starter to grade for ``lab``: the learner's, or the shipped one (``submission`` None).
-
-    Raises :class:`grading.submission.SubmissionError` for a starter that is refused.
-    """
-    if submission is None:
-        return (source / "labs" / lab / "starter.py").read_bytes()
-    return read_starter(Path(submission), lab)
-
-
-# -- scoring ------------------------------------------------------------------------------------
-
-
-def gpus_missing() -> str | None:
-    """Why NCCL tests cannot run here (None if they can)."""
-    from commtax.ranks.launch import backend_unavailable_reason
-
-    try:
-        return backend_unavailable_reason("nccl", 2)
-    except Exception as exc:  # pragma: no cover
-        return str(exc)
-
-
-def score_lab(lab: str, expected: list, records: list, problem: str, no_gpu: str | None = None) -> list:
-    """Turn the lab's verified records into scored results, test by test, in collection order."""
-    reported = {r["nodeid"]: r for r in records if r.get("kind") == "result"}
-    results = []
-    for item in expected:
-        nodeid, points, hidden = item["nodeid"], item["points"], item["hidden"]
-        record = reported.get(nodeid)
-        if item["nccl"] and no_gpu:
-            # No GPU here: an NCCL test is out of score and maximum for everyone, whether the lab ran, was
-            # missing or timed out, so the maximum is the same for every submission (issue 22).
-            results.append(
-                TestResult(
-                    nodeid,
-                    lab,
-                    points,
-                    "neutral",
-                    0.0,
-                    f"skipped, no points either way: {no_gpu}",
-                    hidden,
-                    float(record.get("duration", 0.0)) if record else 0.0,
-                )
-            )
-            continue
-        if record is None:
-            why = problem or "the test process ended before this test reported"
-            # A hidden test says only that it failed: why it did not run (a time-out, a crash) is a bit
-            # the learner's code could choose from the hidden tests' inputs.
-            message = "hidden test failed" if hidden else clean(f"not run: {why}")
-            results.append(TestResult(nodeid, lab, points, "failed", 0.0, message, hidden))
-            continue
-        message = "" if hidden else clean(record.get("message", ""))
-        outcome, duration = record["outcome"], float(record.get("duration", 0.0))
-        if outcome == "passed":
-            results.append(TestResult(nodeid, lab, points, "passed", points, "", hidden, duration))
-        else:
-            if outcome == "skipped":
-                message = f"skipped ({message})" if message else "skipped"
-            if hidden:
-                message = "hidden test failed" if outcome != "skipped" else "hidden test skipped"
-            results.append(TestResult(nodeid, lab, points, "failed", 0.0, message, hidden, duration))
-    return results
-
-
-def _void(tests: list, why: str) -> list:
-    """Every test of a lab failed, for ``why`` (the lab's result cannot be trusted)."""
-    return [
-        TestResult(
-            t.nodeid, t.lab, t.points, "failed" if t.outcome != "neutral" else "neutral", 0.0, why, t.hidden, t.duration
-        )
-        for t in tests
-    ]
-
-
 # -- one lab run --------------------------------------------------------------------------------
 
 
@@ -188,27 +107,6 @@ def _ignored_in_tree(relative: str) -> bool:
         or "__pycache__" in relative
         or relative.endswith(".pyc")
     )
-
-
-MACHINE_ERRNOS = {errno.ENOSPC, errno.EDQUOT}  # the grading machine's disk (or quota), not the student's code
-MACHINE_RETRIES, MACHINE_PAUSE = 2, 10.0  # a part that met one is graded again, this many times, this long apart
-LOW_DISK, LOW_FILES = 64 * 2**20, 2_000  # free bytes and inodes below which a failed part is the machine's
-
-
-class MachineProblem(RuntimeError):
-    """The grader itself met a full disk or quota: the lab is "not graded (machine)", never the student's 0."""
-
-
-def _machine_problem(base: Path) -> str:
-    """Why the grader's own file system cannot be trusted to have graded fairly now ("" if it can)."""
-    try:
-        fs = os.statvfs(base)
-    except OSError:
-        return ""
-    free = fs.f_bavail * fs.f_frsize
-    if free < LOW_DISK or (fs.f_files and fs.f_favail < LOW_FILES):
-        return f"the grading machine's disk is full ({free // 2**20} MiB, {fs.f_favail} files free)"
-    return ""
 
 
 def _grade_part(base: Path, course: dict, lab: str, starter: bytes, part: str, timeout: float, isolation):
@@ -424,76 +322,8 @@ def _grade(
     return result
 
 
-def flag_starters(starters: dict, source: Path = SOURCE_ROOT) -> dict:
-    """{lab: its review flags} (:mod:`grading.flags`): each learner's starter scanned as text, with what
-    the lab's shipped starter imports allowed; sanitized, for the teacher's reports only."""
-    flagged = {}
-    for lab, starter in starters.items():
-        if starter is None or review_flags is None:
-            continue
-        try:
-            allowed = review_flags.allowed_imports((Path(source) / "labs" / lab / "starter.py").read_bytes())
-            found = review_flags.scan(starter, lab, allowed)
-        except Exception as exc:  # noqa: BLE001 - a flag, never a grading stopped by the scan
-            found = [f"line 0: the review scan failed ({type(exc).__name__}): read the file"]
-        flagged[lab] = [clean(f, limit=200, lines=1) for f in found]
-    return flagged
-
-
-def grade_exercises(submission: Path | None) -> LabResult:
-    """The ``exercises`` entry: one test per exercise of :mod:`commtax.exercises`, scored by
-    :func:`grading.exercise_answers.score_answers` from the submission's ``exercises/answers.toml``
-    (read like a starter: no links, a regular file, capped). Only verdicts are shown, never answers."""
-    from grading.exercise_answers import ANSWERS_FILE, parse_answers, score_answers
-
-    start, answers, problem = time.monotonic(), {}, ""
-    try:
-        data = read_exercise_answers(Path(submission)) if submission is not None else None
-        if data is None:
-            problem = f"no {ANSWERS_FILE} in the submission"
-        else:  # under a size and depth guard, never raising (issue 38: 20,000 deep raised RecursionError)
-            answers, problem = parse_answers(data)
-    except SubmissionError as exc:
-        problem = str(exc)
-    except OSError as exc:
-        problem = f"{ANSWERS_FILE} could not be read: {exc.strerror or exc}"
-    try:
-        scored = score_answers(answers, problem)
-    except Exception as exc:  # noqa: BLE001 - a value the scoring did not expect: that file's problem only
-        problem = f"{ANSWERS_FILE} could not be scored ({type(exc).__name__}): refused"
-        scored = score_answers({}, problem)
-    tests = [
-        TestResult(
-            f"exercises::{s.exercise}: {s.what}",
-            "exercises",
-            float(s.max_score),
-            "passed" if s.score == s.max_score else "failed",
-            float(s.score),
-            clean(s.output),
-        )
-        for s in scored
-    ]
-    missing = problem.startswith("no ")  # like a missing lab: not a problem to flag in the CSV
-    return LabResult("exercises", tests, time.monotonic() - start, "" if missing else clean(problem))
-
-
 def _to_stderr(message: str) -> None:
     print(f"[grading] {message}", file=sys.stderr, flush=True)
-
-
-def _partial(result: GradeResult, expected: dict, labs: list, no_gpu, start: float) -> GradeResult:
-    """The labs graded so far, and the others as failed "not graded" (so the maximum is already the whole
-    one), marked incomplete: what autograde writes as labs finish."""
-    done = {lab.lab for lab in result.labs}
-    why = "not graded: grading stopped before this lab (most likely the autograder's time limit)"
-    rest = [LabResult(lab, score_lab(lab, expected[lab], [], why, no_gpu), 0.0, why) for lab in labs if lab not in done]
-    return GradeResult(
-        labs=[*result.labs, *rest],
-        seconds=time.monotonic() - start,
-        error=result.error,
-        mode=result.mode,
-        incomplete=f"{len(done)} of {len(labs)} labs graded when these results were written",
-    )
 
 
 def _grade_labs(
@@ -523,7 +353,7 @@ def _grade_labs(
     _report_leftovers(remove_tree(collect_tree))
     no_gpu = gpus_missing()
     if on_lab:
-        on_lab(_partial(result, expected, labs, no_gpu, start))
+        on_lab(partial_result(result, expected, labs, no_gpu, start))
     for lab in labs:
         if progress:
             progress(f"grading {lab} ...")
@@ -551,7 +381,7 @@ def _grade_labs(
                 )
             )
         if on_lab:
-            on_lab(_partial(result, expected, labs, no_gpu, start))
+            on_lab(partial_result(result, expected, labs, no_gpu, start))
 
 
 def _grade_lab(
@@ -573,7 +403,7 @@ def _grade_lab(
                     records, problem, took, altered, limit_hit = _grade_part(
                         base, course, lab, starter, part, min(lab_timeout, remaining), chosen
                     )
-                    machine = _machine_problem(base) if problem else ""
+                    machine = machine_problem(base) if problem else ""
                 except MachineProblem as exc:
                     records, problem, took, altered, limit_hit, machine = [], str(exc), 0.0, [], False, str(exc)
                 if not machine or attempt == MACHINE_RETRIES or remaining - took <= 5 + MACHINE_PAUSE:
@@ -597,8 +427,7 @@ def _grade_lab(
             changed += altered
         scored = score_lab(lab, mine, records, problem, no_gpu)
         if problem and (
-            limit_hit
-            or any(t.message.startswith("not run") or (t.hidden and not _reported(t, records)) for t in scored)
+            limit_hit or any(t.message.startswith("not run") or (t.hidden and not reported(t, records)) for t in scored)
         ):
             # (a part whose tests all reported needs no excuse, unless it hit a limit)
             problems[part].append(problem)
@@ -613,7 +442,7 @@ def _grade_lab(
             "so this lab scores nothing"
         )
         result.error = clean(f"{lab}: {why}")
-        return LabResult(lab, _void(tests, why), seconds["visible"] + seconds["hidden"], why, seconds["hidden"])
+        return LabResult(lab, void_results(tests, why), seconds["visible"] + seconds["hidden"], why, seconds["hidden"])
     return LabResult(
         lab,
         tests,
@@ -622,7 +451,3 @@ def _grade_lab(
         seconds["hidden"],
         clean("; ".join(problems["hidden"])),
     )
-
-
-def _reported(test, records: list) -> bool:
-    return any(r.get("kind") == "result" and r.get("nodeid") == test.nodeid for r in records)
