@@ -108,6 +108,10 @@ sent per rank per step, both counters and the bill alike: TP 8,192 (4 all-reduce
 all-gathers + 4 reduce-scatters; with SP norms 8,704: + 4 all-reduces), FSDP2 25,728 (4 all-gathers
 + 2 reduce-scatters), PP 8,192 (4 sends), DP beside PP 17,024 (1 all-reduce); 2 x 2 x 2: TP 16,384,
 FSDP2 8,576, PP 8,192.
+
+The run's sizes and model are in :mod:`commtax.ranks.api_model`, the bill in :mod:`commtax.ranks.api_bill`,
+the counting in :mod:`commtax.ranks.api_counts`, the parent side in :mod:`commtax.ranks.api_reconcile`;
+this module holds the rank side and names them all.
 """
 
 from __future__ import annotations
@@ -117,170 +121,36 @@ import torch.nn.functional as F
 from torch import nn
 
 from commtax.ranks import wholebill
+from commtax.ranks.api_bill import expected_3d, expected_bill, params_per_tp_rank
+from commtax.ranks.api_counts import course_op, debug_mode_calls, ledger, sent_bytes
+from commtax.ranks.api_model import AXES, DTYPE_BYTES, PLANS, SIZES, SLIPS, Block, make_model
+from commtax.ranks.api_reconcile import reconcile, reconcile_slip, reference_losses, run_losses
 
-DTYPE_BYTES = 8  # float64
-#: The run's sizes: 2 blocks of hidden 16 (64 inside), micro-batches of 2 sequences of 8 tokens,
-#: 4 micro-batches in the pipeline, 2 steps, SGD.
-SIZES = dict(layers=2, hidden=16, micro_batch=2, seq=8, microbatches=4, steps=2, lr=0.1)
-AXES = ("tp", "dp", "pp")
-#: Deliberate departures from the plan, to show that the counts see them (see the module's docstring).
-SLIPS = ("colwise_twice", "fsdp_no_reshard", "input_no_grad")
-PLANS = ("dp_tp", "dp_tp_sp", "pp_dp", "tp_sp_norm")
-
-
-class Block(nn.Module):
-    """One residual MLP block, Lab 12's: x + down(gelu(up(x))), up: h -> 4h, down: 4h -> h.
-
-    ``norm=True``: a pre-norm block, x + down(gelu(up(LayerNorm(x)))), for sequence parallelism's
-    ``SequenceParallel`` style (the "tp_sp_norm" plan; Lab 12's model has no norm).
-    """
-
-    def __init__(self, hidden: int, norm: bool = False):
-        super().__init__()
-        self.norm = nn.LayerNorm(hidden, dtype=torch.float64) if norm else nn.Identity()
-        self.up = nn.Linear(hidden, 4 * hidden, dtype=torch.float64)
-        self.down = nn.Linear(4 * hidden, hidden, dtype=torch.float64)
-
-    def forward(self, x):
-        return x + self.down(F.gelu(self.up(self.norm(x))))
-
-
-def make_model(layers: int, hidden: int, seed: int = 0, norm: bool = False) -> nn.Sequential:
-    """Lab 12's model (``wholebill.make_model``'s weights) as an ``nn.Sequential`` of :class:`Block`."""
-    blocks = []
-    for weights in wholebill.make_model(layers, hidden, seed):
-        block = Block(hidden, norm)
-        with torch.no_grad():
-            block.up.weight.copy_(weights["w1"])
-            block.up.bias.copy_(weights["b1"])
-            block.down.weight.copy_(weights["w2"])
-            block.down.bias.copy_(weights["b2"])
-        blocks.append(block)
-    return nn.Sequential(*blocks)
-
-
-# -- the bill, from the sizes alone ----------------------------------------------------------
-
-
-def params_per_tp_rank(layers: int, hidden: int, tp: int) -> int:
-    """Parameters one TP rank holds before FSDP shards them: W1, b1, W2 split t ways; b2 replicated."""
-    ffn = 4 * hidden // tp
-    return layers * (2 * hidden * ffn + ffn + hidden)
-
-
-def expected_bill(layers, hidden, micro_batch, seq, microbatches, dp=2, tp=2, pp=2, dtype_bytes=DTYPE_BYTES) -> dict:
-    """What one training step should send, per plan, from :mod:`commtax.formulas.bill`: bytes per rank and calls.
-
-    Returns ``{plan: {axis: {"bytes": bytes a rank sends per step (mean over ranks),
-    "calls": {op: calls per rank per step}}}}`` for the plans :func:`run_plans` runs:
-    ``"dp_tp"`` (FSDP2 x TP, one micro-batch of ``micro_batch`` sequences per DP rank),
-    ``"dp_tp_sp"`` (the same with sequence parallelism), ``"pp_dp"`` (a ``pp``-stage 1F1B
-    pipeline of ``microbatches`` micro-batches beside DP) and ``"tp_sp_norm"`` (sequence parallelism
-    with a ``SequenceParallel`` LayerNorm per block: the bill's TP bytes plus the norms' gradient
-    all-reduces, which the course's bill leaves out). See the module's docstring.
-    """
-    from commtax.formulas import bill
-
-    L, B = layers, dtype_bytes
-    tp_bytes = bill.tp_bytes_per_layer(micro_batch, seq, hidden, tp, B) / 2 * L  # MLP-only: 2 of 4 all-reduces
-    n_rank = params_per_tp_rank(L, hidden, tp)
-    fsdp = {"bytes": bill.zero_bytes(n_rank, dp, 3, B), "calls": {"all_gather": 2 * L, "reduce_scatter": L}}
-    n_stage = params_per_tp_rank(L // pp, hidden, 1)
-    return {
-        "dp_tp": {"tp": {"bytes": tp_bytes, "calls": {"all_reduce": 2 * L}}, "dp": fsdp},
-        "dp_tp_sp": {"tp": {"bytes": tp_bytes, "calls": {"all_gather": 2 * L, "reduce_scatter": 2 * L}}, "dp": fsdp},
-        "pp_dp": {
-            "pp": {
-                "bytes": bill.pp_bytes_per_microbatch(micro_batch, seq, hidden, B) * microbatches * (pp - 1) / pp,
-                "calls": {"send": microbatches},
-            },
-            "dp": {"bytes": bill.dp_allreduce_bytes(n_stage, dp, B), "calls": {"all_reduce": 1}},
-        },
-        # Beyond the course's bill: each norm's weight and bias gradients (h each) are Partial on the TP
-        # ranks and all-reduced in the optimizer's step, 2(t-1)/t x 2h B per norm.
-        "tp_sp_norm": {
-            "tp": {
-                "bytes": tp_bytes + L * 2 * (tp - 1) / tp * 2 * hidden * B,
-                "calls": {"all_gather": 2 * L, "reduce_scatter": 2 * L, "all_reduce": 2 * L},
-            }
-        },
-    }
-
-
-# -- counting --------------------------------------------------------------------------------
-
-
-def course_op(name: str) -> str:
-    """A collective's name in the course's words, from torch's many (``c10d._allgather_base_``, ...)."""
-    name = str(name).rsplit(".", 1)[-1].lower()
-    for key, op in (
-        ("all_gather", "all_gather"),
-        ("allgather", "all_gather"),
-        ("reduce_scatter", "reduce_scatter"),
-        ("all_reduce", "all_reduce"),
-        ("allreduce", "all_reduce"),
-        ("all_to_all", "all_to_all"),
-        ("alltoall", "all_to_all"),
-        ("broadcast", "broadcast"),
-        ("barrier", "barrier"),
-        ("send", "send"),
-        ("recv", "recv"),
-    ):
-        if key in name:
-            return op
-    return name
-
-
-def sent_bytes(op: str, group_size: int, payload: float) -> float:
-    """Bytes one rank sends for a collective on ``group_size`` ranks (payload in the course's convention), ring."""
-    g = group_size
-    if g <= 1:
-        return 0.0
-    if op == "all_reduce":
-        return 2 * (g - 1) / g * payload
-    if op in ("all_gather", "reduce_scatter", "all_to_all", "broadcast"):
-        return (g - 1) / g * payload
-    return float(payload)
-
-
-def ledger(traffic, functional, axis_groups: dict) -> dict:
-    """The byte counter's view of one step: ``{axis: {"bytes": sent by this rank, "calls": {op: n},
-    "by_counter": {"torch.distributed" or "functional": calls}}}``.
-
-    ``traffic``: a :class:`commtax.ranks.traffic.Traffic` (``torch.distributed`` calls: FSDP2,
-    sends); ``functional``: :func:`~commtax.ranks.funcol_traffic.record_functional_collectives`'
-    list (DTensor). ``axis_groups``: {axis: global ranks of this rank's group on that axis}. A
-    collective on no axis's group goes to "other"; point-to-point sends to "pp".
-    """
-    axis_of = {tuple(ranks): axis for axis, ranks in axis_groups.items()}
-    out = {axis: {"bytes": 0.0, "calls": {}, "by_counter": {}} for axis in (*AXES, "other")}
-
-    def add(axis, op, nbytes, counter):
-        out[axis]["bytes"] += nbytes
-        out[axis]["calls"][op] = out[axis]["calls"].get(op, 0) + 1
-        out[axis]["by_counter"][counter] = out[axis]["by_counter"].get(counter, 0) + 1
-
-    for name, ranks, payload in traffic.collective_groups:
-        op = course_op(name)
-        if op == "reduce_scatter":  # record_traffic sizes the first argument: the output, one shard
-            payload *= len(ranks)
-        add(axis_of.get(tuple(ranks), "other"), op, sent_bytes(op, len(ranks), payload), "torch.distributed")
-    for op, ranks, payload in functional:
-        add(axis_of.get(tuple(ranks), "other"), op, sent_bytes(op, len(ranks), payload), "functional")
-    for kind, _peer, _tag, nbytes in traffic.messages:
-        if kind == "send":
-            add("pp", "send", float(nbytes), "torch.distributed")
-    return out
-
-
-def debug_mode_calls(comm_counts: dict) -> dict:
-    """``CommDebugMode.get_comm_counts()`` by axis: functional collectives are DTensor's (TP), the rest FSDP2's (DP)."""
-    out = {"tp": {}, "dp": {}}
-    for op, n in comm_counts.items():
-        axis = "tp" if "_c10d_functional" in str(op) or str(op).startswith("c10d_functional") else "dp"
-        name = course_op(op)
-        out[axis][name] = out[axis].get(name, 0) + n
-    return out
+__all__ = [
+    "AXES",
+    "DTYPE_BYTES",
+    "PLANS",
+    "SIZES",
+    "SLIPS",
+    "Block",
+    "average_gradients",
+    "course_op",
+    "debug_mode_calls",
+    "dp_tp_steps",
+    "expected_3d",
+    "expected_bill",
+    "ledger",
+    "make_model",
+    "params_per_tp_rank",
+    "pp_dp_steps",
+    "pp_dp_tp_steps",
+    "reconcile",
+    "reconcile_slip",
+    "reference_losses",
+    "run_losses",
+    "run_plans",
+    "sent_bytes",
+]
 
 
 # -- the rank side ---------------------------------------------------------------------------
@@ -502,123 +372,3 @@ def pp_dp_tp_steps(rank, world_size, sizes=None, input_grad: bool = True) -> dic
         out["loss"].append(sum(float(v) for v in losses) / m if losses else None)
         out["counted"].append(ledger(traffic, functional, groups))
     return out
-
-
-def expected_3d(layers, hidden, micro_batch, seq, microbatches, dp=2, tp=2, pp=2, dtype_bytes=DTYPE_BYTES) -> dict:
-    """The bill of :func:`pp_dp_tp_steps`'s step, per axis: ``{axis: {"bytes", "calls"}}`` (per rank, mean over ranks).
-
-    TP: 2 all-reduces per block and micro-batch, ``bill.tp_bytes_per_layer / 2`` each block of a stage
-    and micro-batch. DP: ``bill.zero_bytes(N_rank, d, 1)`` (one gather, one reduce-scatter per block).
-    PP: ``bill.pp_bytes_per_microbatch`` per micro-batch, (p-1)/p of it per rank.
-    """
-    from commtax.formulas import bill
-
-    per_stage = layers // pp
-    return {
-        "tp": {
-            "bytes": bill.tp_bytes_per_layer(micro_batch, seq, hidden, tp, dtype_bytes) / 2 * per_stage * microbatches,
-            "calls": {"all_reduce": 2 * per_stage * microbatches},
-        },
-        "dp": {
-            "bytes": bill.zero_bytes(params_per_tp_rank(per_stage, hidden, tp), dp, 1, dtype_bytes),
-            "calls": {"all_gather": per_stage, "reduce_scatter": per_stage},
-        },
-        "pp": {
-            "bytes": bill.pp_bytes_per_microbatch(micro_batch, seq, hidden, dtype_bytes) * microbatches * (pp - 1) / pp,
-            "calls": {"send": microbatches},
-        },
-    }
-
-
-# -- the parent side ---------------------------------------------------------------------------
-
-
-def _same(a, b) -> bool:
-    return abs(a - b) <= 1e-9 * max(1.0, abs(b))
-
-
-def reconcile(results: list, sizes=None, step: int = 1, bill=None) -> dict:
-    """The bill beside the two counts, per plan and axis, for one step (``step``; 0 is the first).
-
-    ``results``: what :func:`run_plans` returned on every rank. ``bill``: :func:`expected_bill`'s
-    dict (default: computed from ``sizes``). Per plan and axis: ``bill_bytes``, ``counted_bytes``
-    (byte counter, mean over ranks), ``bill_calls``, ``counted_calls`` (rank 0's),
-    ``debug_mode_calls`` (CommDebugMode's, rank 0's; None where it cannot run), and ``verdict``:
-    "ok" or what differs. Bytes are sent per rank per step.
-    """
-    sizes = dict(SIZES, **(sizes or {}))
-    bill = bill or expected_bill(
-        sizes["layers"], sizes["hidden"], sizes["micro_batch"], sizes["seq"], sizes["microbatches"]
-    )
-    rows = {}
-    for plan, axes in bill.items():
-        if plan not in results[0]:
-            continue
-        rows[plan] = {}
-        for axis in (*AXES, "other"):
-            expected = axes.get(axis, {"bytes": 0.0, "calls": {}})
-            counted = sum(r[plan]["counted"][step][axis]["bytes"] for r in results) / len(results)
-            calls = {
-                op: sum(r[plan]["counted"][step][axis]["calls"].get(op, 0) for r in results) / len(results)
-                for op in {op for r in results for op in r[plan]["counted"][step][axis]["calls"]}
-            }
-            debug = results[0][plan]["debug_mode"][step].get(axis) if "debug_mode" in results[0][plan] else None
-            problems = []
-            if not _same(counted, expected["bytes"]):
-                problems.append(f"counted {counted:g} B, the bill {expected['bytes']:g} B")
-            if calls != {op: float(n) for op, n in expected["calls"].items()}:
-                problems.append(f"calls {calls} != the bill's {expected['calls']}")
-            if debug is not None and debug != expected["calls"]:
-                problems.append(f"CommDebugMode's calls {debug} != the bill's {expected['calls']}")
-            if axis in axes or counted or calls:
-                rows[plan][axis] = {
-                    "bill_bytes": expected["bytes"],
-                    "counted_bytes": counted,
-                    "bill_calls": expected["calls"],
-                    "counted_calls": calls,
-                    "debug_mode_calls": debug,
-                    "verdict": "ok" if not problems else "; ".join(problems),
-                }
-    return rows
-
-
-def reconcile_slip(results: list, slip: str, sizes=None) -> dict:
-    """:func:`reconcile` of a slip's run (``run_plans(slips=...)``, one step) against the "dp_tp" plan's bill."""
-    sizes = dict(SIZES, **(sizes or {}))
-    bill = expected_bill(sizes["layers"], sizes["hidden"], sizes["micro_batch"], sizes["seq"], sizes["microbatches"])
-    runs = [{"dp_tp": r["slips"][slip]} for r in results]
-    return reconcile(runs, sizes, step=0, bill={"dp_tp": bill["dp_tp"]})["dp_tp"]
-
-
-def reference_losses(plan: str, sizes=None, dp: int = 2) -> list:
-    """Single-process training's loss per step for ``plan``'s global batch (``wholebill.reference_losses``).
-
-    "tp_sp_norm" (no DP synchronisation): the mean over the ``dp`` replicas of single-process
-    training of the pre-norm model on each replica's own rows.
-    """
-    sizes = dict(SIZES, **(sizes or {}))
-    layers, hidden, b, seq, steps, lr = (sizes[k] for k in ("layers", "hidden", "micro_batch", "seq", "steps", "lr"))
-    if plan != "tp_sp_norm":
-        batch = dp * b * (sizes["microbatches"] if plan == "pp_dp" else 1)
-        return wholebill.reference_losses(layers, hidden, batch, seq, steps, lr)
-    per_replica = []
-    for d in range(dp):
-        model = make_model(layers, hidden, norm=True)
-        optimizer = torch.optim.SGD(model.parameters(), lr=lr)
-        losses = []
-        for step in range(steps):
-            x, target = wholebill.make_batch(dp * b, seq, hidden, step)
-            loss = F.mse_loss(model(x[d * b : (d + 1) * b]), target[d * b : (d + 1) * b])
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad()
-            losses.append(loss.item())
-        per_replica.append(losses)
-    return [sum(values) / dp for values in zip(*per_replica)]
-
-
-def run_losses(results: list, plan: str) -> list:
-    """The run's loss per step: the mean of the ranks' losses (every rank's share of the global batch is equal)."""
-    values = [[v for v in r[plan]["loss"]] for r in results]
-    values = [[v for v in step if v is not None] for step in zip(*values)]
-    return [sum(step) / len(step) for step in values]
