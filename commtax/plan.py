@@ -3,7 +3,7 @@
     python3 -m commtax.plan CONFIG --gpus N --gpu H100 [--global-batch B] [--seq S] [--json]
     python3 -m commtax.plan CONFIG --gpus N --gpu B200 --tp T --pp P [--cp C] [--ep E] [--etp ET]
         [--vpp V] [--micro-batch B] --global-batch G --seq S --precision mxfp8 [--zero 1]
-        [--recompute selective] [--dp-impl megatron] [--calibration FILE] [--json]
+        [--recompute selective] [--dp-impl megatron] [--bf16-grads] [--calibration FILE] [--json]
 
 ``CONFIG`` is a model preset (``Llama-3 70B``, ``GPT-3 175B``, ``DeepSeek-V3``, ``Qwen3-30B-A3B``,
 ``Mixtral-8x7B``, ...; case and spaces do not matter) or the path of a Hugging Face ``config.json``,
@@ -134,6 +134,7 @@ def fixed_run(model: dict, args) -> dict:
         precision=args.precision,
         zero_stage=args.zero,
         dp_impl=args.dp_impl,
+        grad_reduce_in_fp32=False if args.bf16_grads else None,
         micro_batch=args.micro_batch,
         vpp=args.vpp,
         recompute=args.recompute,
@@ -252,7 +253,17 @@ def _parser() -> argparse.ArgumentParser:
     fixed.add_argument("--micro-batch", type=int, help="sequences per micro-batch (default: the predictor's choice)")
     fixed.add_argument("--zero", type=int, default=1, choices=(0, 1, 2, 3), help="ZeRO stage (default 1)")
     fixed.add_argument("--recompute", choices=P.RECOMPUTE, help="default: the least that fits")
-    fixed.add_argument("--dp-impl", default="megatron", choices=P.DP_IMPLS)
+    fixed.add_argument(
+        "--dp-impl",
+        default="megatron",
+        choices=P.DP_IMPLS,
+        help="megatron (its distributed optimizer), deepspeed, pytorch (FSDP: beside --pp its ZeRO-3 runs as ZeRO-1)",
+    )
+    fixed.add_argument(
+        "--bf16-grads",
+        action="store_true",
+        help="keep and reduce the gradients in BF16 (Megatron's grad_reduce_in_fp32=False; default fp32)",
+    )
     parser.add_argument("--calibration", help="a measured link file (Lab 03, commtax.calibrate) for the network")
     parser.add_argument("--calibration-nvlink", help="a measured link file for the NVLink domain")
     return parser
@@ -345,7 +356,7 @@ def _evaluate(model, notes, args, hardware) -> int:
     print(
         f"{args.config} on {args.gpus:,} x {run['gpu']}, {args.global_batch:,} x {model['seq']:,} tokens per step, "
         f"{q['precision']}: {P.describe_plan(q)}, micro-batch {q['micro_batch']}, "
-        f"{P.RECOMPUTE_WORDS[q['recompute']]}, ZeRO-{q['zero_stage']}"
+        f"{P.RECOMPUTE_WORDS[q['recompute']]}, ZeRO-{q['zero_stage']}" + (", BF16 gradients" if args.bf16_grads else "")
     )
     for note in notes:
         print(f"note: {note}")

@@ -41,6 +41,7 @@ DEFAULTS = dict(
     dp=None,
     fused_attention=None,
     overlap_grad_reduce=None,
+    grad_reduce_in_fp32=None,
     overlap_p2p=None,
     tp_overlap=False,
     pipeline_split=None,
@@ -134,7 +135,9 @@ def normalize(run) -> dict:
     Filled in (what Megatron-LM's published configurations do): :data:`OPEN_DEFAULTS` for keys set
     to None; ``dp`` = gpus / (tp pp cp); ``ffn_hidden`` = 4 h; ``kv_heads`` = heads;
     ``sequence_parallel`` = on when tp > 1; ``fused_attention`` = the GPU preset's;
-    ``overlap_grad_reduce`` = True; ``pipeline_split`` by :func:`resolve_split`;
+    ``overlap_grad_reduce`` = True; ``grad_reduce_in_fp32`` = True but for fp16 (Megatron's
+    ``--accumulate-allreduce-grads-in-fp32``; False: the gradients are kept and reduced in 16 bits, as
+    NeMo's performance recipes of 2025 ran); ``pipeline_split`` by :func:`resolve_split`;
     ``shard_group`` = the whole data-parallel group (no HSDP). ``micro_batch`` and ``vpp`` left open
     become 1 here and ``recompute`` stays None: :func:`breakdown` chooses them.
     """
@@ -274,6 +277,9 @@ def normalize(run) -> dict:
     _flag(cfg, "overlap_grad_reduce")
     cfg["microbatches"] = cfg["global_batch"] // (d * cfg["micro_batch"])
     normalize_shape(cfg)  # attention widths (head_dim, MLA) and mixture-of-experts keys
-    cfg["grad_bytes"] = 2 if cfg["precision"] == "fp16" else 4  # bf16/fp8: fp32 main gradients
+    if cfg["grad_reduce_in_fp32"] is None:  # Megatron's default: fp32 main gradients for bf16 and fp8, fp16 for fp16
+        cfg["grad_reduce_in_fp32"] = cfg["precision"] != "fp16"
+    _flag(cfg, "grad_reduce_in_fp32")
+    cfg["grad_bytes"] = 4 if cfg["grad_reduce_in_fp32"] else 2  # kept and reduced in fp32, or in 16 bits
     return cfg
     # END GRADED

@@ -116,6 +116,12 @@ def run_from_row_2026(row: dict, configs=CONFIGS) -> tuple[dict, list[str]]:
         run["attention_kernel"] = "flash2"  # PyTorch's SDPA and llm-foundry run FlashAttention-2
     if row["source"].startswith(("TORCHTITAN", "LLMFOUNDRY")):
         run["dp_impl"] = "pytorch"  # FSDP: beside a pipeline, its ZeRO-3 runs as ZeRO-1
+    if row["source"].startswith("NEMOFW"):
+        # NeMo 2.0's performance recipes keep and reduce the gradients in BF16 from January 2025 (NVIDIA/NeMo
+        # 78f445f, "callbacks and bf16 grad": grad_reduce_in_fp32 = False in each recipe's performance
+        # optimizations, later in scripts/performance/helpers.py for every precision): the 25.02, 25.04 and
+        # 25.07 containers. Megatron Bridge's (25.09 on) keep Megatron's fp32 default (bf16_mixed()).
+        run["grad_reduce_in_fp32"] = False
     if run.get("experts"):
         run.update(ep=_num(row, "ep") or 1, etp=_num(row, "etp") or 1)
         recipe = moe_recipe(row["source"].strip(), row["model"], run)
