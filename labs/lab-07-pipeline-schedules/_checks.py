@@ -1,7 +1,7 @@
 """Lab 07's checks: the lab's results read as plain data, and what a mismatch says about its cause.
 
 ``test_lab.py`` reads as the spec; this file holds the reading of the lab's ``Op`` records into this file's own
-tuples (and the records of plain numbers sent back to the lab), ``simulate`` (the lab's simulation, checked for
+tuples (and the records of plain numbers sent back to the lab), ``simulated_ops`` (the lab's simulation, checked for
 shape, a raise on valid arguments told in one line), the bubble comparison that names a swapped definition,
 the order and dependency checks of a simulated schedule, and the hints of the real pipeline's failures (a
 gradient left None, a loss scaled by m). Expected values come from ``_reference.py``.
@@ -18,13 +18,7 @@ from commtax.testing import check, close, expect_close, fail
 HERE = Path(__file__).resolve().parent
 load_module_from_file("lab_07_workers", str(HERE / "_workers.py"))
 load_module_from_file("lab_07_reference", str(HERE / "_reference.py"))
-from lab_07_reference import (  # noqa: E402  (loaded just above)
-    bubble_ideal,
-    bubble_total,
-    earliest_start,
-    expected_order,
-    idle_share,
-)
+from lab_07_reference import bubble_ideal, bubble_total, earliest_start, idle_share  # noqa: E402  (loaded just above)
 from lab_07_workers import MICROBATCHES  # noqa: E402
 
 UNIFORM = dict(t_forward=1.0, t_backward=2.0)  # equal stage times; backward twice the forward
@@ -36,7 +30,7 @@ def read_op(op):
     return Op(int(op.stage), str(op.kind), int(op.microbatch), int(op.chunk), float(op.start), float(op.end))
 
 
-def simulate(lab, schedule, p, m, v=1, **times):
+def simulated_ops(lab, schedule, p, m, v=1, **times):
     """The lab's simulation as plain ops, checked for shape. The arguments are valid: an exception from the
     lab's simulate fails the test with its first line and where to look (:func:`raised_on_valid`)."""
     __tracebackhide__ = True
@@ -126,29 +120,28 @@ def expect_bubble(got, p, m, v=1, relative_to="total", what=""):
 # -- the simulator against the formula -------------------------------------------------------
 
 
-def check_order(ops, schedule, p, m, v=1):
-    """Each device's (kind, micro-batch, chunk) sequence, in time order, against the README's rule."""
-    for device in range(p):
-        got = [
-            (op.kind, op.microbatch, op.chunk)
-            for op in sorted((o for o in ops if o.stage == device), key=lambda o: o.start)
-        ]
-        want = expected_order(schedule, p, m, v, device)
-        for k, (g, w) in enumerate(zip(got, want)):
-            if g != w:
-                warmup = ""
-                if schedule in ("1f1b", "interleaved_1f1b"):
-                    if schedule == "1f1b":
-                        rule, count = "min(p-d-1, m)", min(p - device - 1, m)
-                    else:
-                        rule, count = "min(2(p-d-1) + (v-1)p, m v)", min(2 * (p - device - 1) + (v - 1) * p, m * v)
-                    warmup = f" Device {device} warms up with {rule} = {count} forwards."
-                fail(
-                    f"{schedule}, p = {p}, m = {m}, v = {v}: device {device}'s op {k} (counting from 0) is "
-                    f"{_name(g, v)}; the schedule's order has {_name(w, v)} there.{warmup} Expected ops "
-                    f"{max(0, k - 3)}..{k}: {', '.join(_name(o, v) for o in want[max(0, k - 3) : k + 1])}"
-                )
-        check(len(got) == len(want), f"device {device} runs {len(got)} ops, expected {len(want)}")
+def check_device_order(ops, want, schedule, p, m, v, device):
+    """Device ``device``'s (kind, micro-batch, chunk) sequence in ``ops``, in time order, against ``want``."""
+    __tracebackhide__ = True
+    got = [
+        (op.kind, op.microbatch, op.chunk)
+        for op in sorted((o for o in ops if o.stage == device), key=lambda o: o.start)
+    ]
+    for k, (g, w) in enumerate(zip(got, want)):
+        if g != w:
+            warmup = ""
+            if schedule in ("1f1b", "interleaved_1f1b"):
+                if schedule == "1f1b":
+                    rule, count = "min(p-d-1, m)", min(p - device - 1, m)
+                else:
+                    rule, count = "min(2(p-d-1) + (v-1)p, m v)", min(2 * (p - device - 1) + (v - 1) * p, m * v)
+                warmup = f" Device {device} warms up with {rule} = {count} forwards."
+            fail(
+                f"{schedule}, p = {p}, m = {m}, v = {v}: device {device}'s op {k} (counting from 0) is "
+                f"{_name(g, v)}; the schedule's order has {_name(w, v)} there.{warmup} Expected ops "
+                f"{max(0, k - 3)}..{k}: {', '.join(_name(o, v) for o in want[max(0, k - 3) : k + 1])}"
+            )
+    check(len(got) == len(want), f"device {device} runs {len(got)} ops, expected {len(want)}")
 
 
 def check_bubble(ops, schedule, p, m, v=1):

@@ -1,5 +1,6 @@
-"""Lab 07's expected values, computed here independently of the lab: the bubble formulas, each schedule's op
-order by the README's rules, and single-process training on the real pipeline's batch.
+"""Lab 07's expected values, computed here independently of the lab: the bubble formulas, when an op may start,
+and single-process training on the real pipeline's batch (each schedule's op order by the README's rules is
+``test_lab.py``'s ``expected_order``).
 
 ``test_lab.py`` reads as the spec. Only the test process imports this file: ``SEED`` (the real pipeline's
 batch, secret under the grader) never reaches a rank whole; each rank is handed its part (:func:`rank_batch`).
@@ -41,27 +42,6 @@ def idle_share(ops):
     """1 - busy / (devices x makespan), computed here from the ops."""
     devices = len({op.stage for op in ops})
     return 1 - sum(op.end - op.start for op in ops) / (devices * makespan_of(ops))
-
-
-def expected_order(schedule, p, m, v, device):
-    """Device ``device``'s ops as (kind, microbatch, chunk), by the rules in the README."""
-    if schedule == "naive":
-        return [op for mb in range(m) for op in (("F", mb, 0), ("B", mb, 0))]
-    if schedule == "gpipe":
-        return [("F", mb, 0) for mb in range(m)] + [("B", mb, 0) for mb in range(m)]
-    if schedule == "1f1b":
-        forwards = [("F", mb, 0) for mb in range(m)]
-        backwards = [("B", mb, 0) for mb in range(m)]
-        warmup = min(p - device - 1, m)
-    else:
-        group = p * v  # k-th forward: micro-batch (k // pv) p + k % p, chunk (k % pv) // p; backward: chunk v-1-that
-        forwards = [("F", k // group * p + k % p, k % group // p) for k in range(m * v)]
-        backwards = [("B", k // group * p + k % p, v - 1 - k % group // p) for k in range(m * v)]
-        warmup = min(2 * (p - device - 1) + (v - 1) * p, m * v)
-    order = forwards[:warmup]
-    for i, forward in enumerate(forwards[warmup:]):
-        order += [forward, backwards[i]]
-    return order + backwards[len(forwards) - warmup :]
 
 
 def earliest_start(op, end, free, p, v, t_p2p):

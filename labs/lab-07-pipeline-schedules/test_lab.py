@@ -31,14 +31,14 @@ from lab_07_checks import (  # noqa: E402  (loaded just above)
     Op,
     check_bubble,
     check_dependencies_and_one_op_per_device,
-    check_order,
+    check_device_order,
     expect_bubble,
     expect_pipeline_loss,
     expect_stage_grads,
     grad_is_none_hint,
     plain,
-    simulate,
 )
+from lab_07_checks import simulated_ops as simulate  # noqa: E402  (not named simulate there: the lab's function)
 from lab_07_reference import (  # noqa: E402
     bubble_ideal,
     bubble_total,
@@ -50,6 +50,37 @@ from lab_07_reference import (  # noqa: E402
 from lab_07_workers import BATCH, LAYERS, MICROBATCHES, WIDTH, check_real_pipeline  # noqa: E402
 
 RUNS = SharedRuns()
+
+
+# -- each schedule's order, by the README's rules -------------------------------------------------------
+
+
+def expected_order(schedule, p, m, v, device):
+    """Device ``device``'s ops as (kind, microbatch, chunk), by the rules in the README."""
+    if schedule == "naive":
+        return [op for mb in range(m) for op in (("F", mb, 0), ("B", mb, 0))]
+    if schedule == "gpipe":
+        return [("F", mb, 0) for mb in range(m)] + [("B", mb, 0) for mb in range(m)]
+    if schedule == "1f1b":
+        forwards = [("F", mb, 0) for mb in range(m)]
+        backwards = [("B", mb, 0) for mb in range(m)]
+        warmup = min(p - device - 1, m)
+    else:
+        group = p * v  # k-th forward: micro-batch (k // pv) p + k % p, chunk (k % pv) // p; backward: chunk v-1-that
+        forwards = [("F", k // group * p + k % p, k % group // p) for k in range(m * v)]
+        backwards = [("B", k // group * p + k % p, v - 1 - k % group // p) for k in range(m * v)]
+        warmup = min(2 * (p - device - 1) + (v - 1) * p, m * v)
+    order = forwards[:warmup]
+    for i, forward in enumerate(forwards[warmup:]):
+        order += [forward, backwards[i]]
+    return order + backwards[len(forwards) - warmup :]
+
+
+def check_order(ops, schedule, p, m, v=1):
+    """Each device's (kind, micro-batch, chunk) sequence, in time order, against the README's rule."""
+    __tracebackhide__ = True
+    for device in range(p):
+        check_device_order(ops, expected_order(schedule, p, m, v, device), schedule, p, m, v, device)
 
 
 # -- the formula ---------------------------------------------------------------------------
