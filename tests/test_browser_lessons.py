@@ -170,8 +170,8 @@ SCENARIOS = {
                     expect={"zero_stage": 3, "microbatches": 128},
                     check=no_error,
                 ),
-                # a 10 MB/s link between nodes: the PP row says its transfers no longer hide (it said "exposed > t_comm"
-                # beside exposed 40.5 s of 215 s of transfers)
+                # a 10 MB/s link between nodes: the PP row says its transfers no longer hide (and not "exposed > t_comm",
+                # which would be false beside exposed 40.5 s of 215 s of transfers)
                 Step(
                     "10 MB/s between nodes",
                     [select("inter", "custom..."), fill("inter", 1, "0.01")],

@@ -105,8 +105,8 @@ def test_keeping_the_gathered_parameters_for_the_backward_is_caught_by_the_ledge
 
 @pytest.mark.slow  # one 2-rank job (30 s at load 10 on 2 cores); the check below runs without ranks
 def test_a_consolidated_state_that_skips_the_frozen_parameter_is_named_before_loading_it(tmp_path):
-    # The numbering leaves the frozen parameter out: the given load_state_dict used to crash on it (an IndexError
-    # in code the learner did not write); the state itself is checked first and the numbering named.
+    # The numbering leaves the frozen parameter out: the given load_state_dict would crash on it (an IndexError
+    # in code the learner did not write), so the state itself is checked first and the numbering named.
     broken = mutant(
         tmp_path,
         "numbering",

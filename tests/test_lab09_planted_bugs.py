@@ -120,7 +120,7 @@ def test_a_broadcast_from_global_rank_0_on_a_subgroup_is_told_to_use_group_src(t
 @pytest.mark.slow  # one 2-rank job (10-20 s on 2 busy cores)
 def test_a_bucket_plan_made_from_elements_not_bytes_shows_both_lists_and_names_the_unit(tmp_path: Path, monkeypatch):
     # The wrapper plans its buckets from numel() (elements) against a cap in bytes: 8x fuller buckets, fewer
-    # all-reduces. The message used to be "expected 4 items, got 2", neither list shown.
+    # all-reduces. "expected 4 items, got 2" alone would not say why: the message shows both lists.
     broken = mutant(
         tmp_path,
         "elements",
@@ -144,7 +144,7 @@ def test_a_bucket_plan_made_from_elements_not_bytes_shows_both_lists_and_names_t
 @pytest.mark.slow  # one 4-rank job (19 s at load 7 on 2 cores)
 def test_a_bucket_divided_by_the_worlds_size_on_a_subgroup_is_named(tmp_path: Path):
     # On the group {0, 1} of 4 ranks the average is over 2: dividing by dist.get_world_size() (4) halves the
-    # gradients. The hint used to be "divided by d twice?".
+    # gradients. The hint names the world's size, not "divided by d twice?".
     broken = mutant(
         tmp_path,
         "world_size",

@@ -1,4 +1,4 @@
-"""The student release ships no answers (issue 22): no graded implementation, no exercise answer.
+"""The student release ships no answers: no graded implementation, no exercise answer.
 
 One release is built for the module (about 15 s) and walked: every function a
 lab's tests call and the learner writes must be absent from every shipped

@@ -1,4 +1,4 @@
-"""A term a teacher can run (issue 39): a Classroom workflow that reports any number of labs, a cache kept
+"""A term a teacher can run: a Classroom workflow that reports any number of labs, a cache kept
 after a failing run, a release without the teacher's documents whose lessons run top to bottom, and reports
 a student reads in a minute.
 
@@ -524,7 +524,7 @@ def test_the_lms_export_is_rounded_even_from_an_older_csv(tmp_path):
     assert moodle[1][-2:] == ["0.07", "0.07"]
 
 
-# -- the grader's container image (issue 39) -------------------------------------------------------
+# -- the grader's container image ------------------------------------------------------------------
 
 
 def test_the_graders_image_installs_the_same_pins_as_gradescope_and_mounts_the_course():

@@ -279,7 +279,8 @@ def _hyper_problem(got_groups, want_groups):
 
 def _numbering_problem(got, want):
     """None if the consolidated state numbers and lists the parameters as plain AdamW's state_dict() does; else
-    what differs, in consolidate_state_dict's terms (a wrong numbering used to crash in the given load_state_dict)."""
+    what differs, in consolidate_state_dict's terms (checked before loading: the given load_state_dict would crash on a
+    wrong numbering, in code the learner did not write)."""
     try:
         got_ids = sorted(int(k) for k in got["state"])
         listed = [int(i) for g in got["param_groups"] for i in g["params"]]
