@@ -1,4 +1,4 @@
-"""The grader holds when a whole class shares one machine, and in same-user mode (issue 38).
+"""The grader holds when a whole class shares one machine, and in same-user mode.
 
 Non-attack tests of the grader's own robustness: clean-up that cannot raise, learner files parsed under a
 guard, ... The attacks themselves (tests/attacks/) are graded here too, with the helpers of
@@ -54,7 +54,7 @@ def test_a_3000_deep_chain_of_folders_is_removed_without_recursion(tmp_path):
     top = tmp_path / "rank0"
     top.mkdir()
     _chain(top, 3000)
-    with pytest.raises(RecursionError):  # what the grader met before (issue 38)
+    with pytest.raises(RecursionError):  # what a recursive removal meets on such a tree
         shutil.rmtree(top, ignore_errors=True)
     assert remove_tree(top) == [] and not top.exists()
 
@@ -88,7 +88,7 @@ def test_a_folder_closed_by_its_owner_is_opened_and_removed(tmp_path):
 
 
 def test_the_grader_removes_no_folder_with_shutil_rmtree():
-    # Every removal of a folder learner code could write goes through remove_tree (issue 38).
+    # Every removal of a folder learner code could write goes through remove_tree (no recursion, retries).
     import ast
 
     for path in [ROOT / "grading" / "grader.py", *sorted((ROOT / "grading" / "sandbox").glob("*.py"))]:
@@ -147,11 +147,11 @@ def test_a_deep_chain_in_a_lab_run_folder_stops_no_grading_and_leaves_nothing(tm
 
 # -- 2. learner files parsed by the trusted side, under a guard ---------------------------------
 
-DEEP_TOML = b'"01.1" = ' + b"[" * 20_000 + b"]" * 20_000 + b"\n"  # 40 kB (issue 38)
+DEEP_TOML = b'"01.1" = ' + b"[" * 20_000 + b"]" * 20_000 + b"\n"  # 40 kB, deeper than tomllib's recursion goes
 
 
 def test_answers_nested_20000_deep_are_refused_for_that_student_and_the_grading_goes_on(tmp_path):
-    # Before: tomllib raised RecursionError in the grader, so no lab was graded (Gradescope: 0, no tests).
+    # tomllib raises RecursionError on it: unguarded, the grader would grade no lab (Gradescope: 0, no tests).
     from grading.grader import grade_exercises
 
     (tmp_path / "exercises").mkdir()
