@@ -237,7 +237,7 @@ def test_every_exercise_answer_is_scrambled_and_asserted_by_its_solution_and_che
 def test_exercise_verdicts_name_the_slip_without_revealing_the_answer(capsys):
     answer = exercises._answer("02.2")  # a byte count, per rank
     assert exercises.verdict("02.2", answer * 1.01) == "right"
-    # Each exercise's own slips (issue 40), then a round factor only as an example.
+    # Each exercise's own slips first, then a round factor only as an example.
     assert exercises.verdict("02.2", answer * 2).startswith("wrong, a known slip (sent and received)")
     assert exercises.verdict("02.2", answer / 2).startswith("wrong, a known slip (one phase)")
     assert exercises.verdict("02.2", answer * 8).startswith("wrong, a known slip (per-rank vs total")
@@ -310,8 +310,8 @@ def test_times_are_shown_in_the_unit_their_magnitude_asks_for():
 
 
 def test_a_wide_result_table_wraps_below_the_controls_and_a_narrow_one_stays_beside():
-    # Lesson 04's overlap table (9 columns) was cut at the right of a 330-px column beside the controls:
-    # a table wider than that now sets the result's flex basis to its width, so it wraps below the controls
+    # Lesson 04's overlap table (9 columns) would be cut at the right of a 330-px column beside the controls:
+    # a table wider than that sets the result's flex basis to its width, so it wraps below the controls
     # (848-px column at 1280 x 800), and scrolls sideways rather than being cut where even that is too narrow.
     wide = ["axis", "collective", "bytes/rank", "link", "t_comm", "window", "exposed", "tax", "why"]
     row = [
@@ -355,7 +355,7 @@ def visible_tick_labels(ax, axis="y") -> list[str]:
 
 def test_one_rounding_rule_for_a_size_in_the_slider_the_legend_and_the_axis_ends():
     # Lesson 08: the slider and headline read "131 kB", the legend "your cap 130 kB"; the headline's
-    # best cap "4.29 GB" was "4.3 GB" on the axis' end (two digits there, three elsewhere).
+    # best cap "4.29 GB" must read the same on the axis' end (not "4.3 GB": three digits everywhere).
     from commtax.units import format_bytes
 
     cap = cw.bytes_slider("cap", 64 * 1024, 64 * 1024, 4 * 2**30)
@@ -420,8 +420,8 @@ def test_a_pipeline_without_bubble_draws_no_grey_between_its_rows_and_its_bars_e
 
 @pytest.mark.parametrize("world_size, step", [(2, 1), (4, 2)])
 def test_ring_step_arrows_run_beside_the_chunks_one_row_down_or_back_up_to_rank_0(world_size, step):
-    # Lesson 02 at P = 2: rank 1 -> 0 was a long curve drawn across rank 1's box, rank 0 -> 1 a tiny
-    # arrowhead squeezed between the boxes. Every arrow now runs in the gap beside its chunk, row centre to row centre.
+    # Lesson 02 at P = 2: rank 1 -> 0 must not be a long curve drawn across rank 1's box, nor rank 0 -> 1 a tiny
+    # arrowhead squeezed between the boxes. Every arrow runs in the gap beside its chunk, row centre to row centre.
     from matplotlib.patches import Rectangle
     from matplotlib.text import Annotation
 
@@ -565,7 +565,7 @@ def test_lesson_04_pp_row_on_a_slow_link_says_its_transfers_do_not_hide_never_ex
 
 
 def test_lesson_04_dropdowns_show_every_option_whole():
-    # Issue 40: "InfiniBand NDR, measured (400 Gb/s per GPU)" was cut in the 280 px beside its description
+    # A long option ("InfiniBand NDR, measured (400 Gb/s per GPU)") must not be cut in the 280 px beside its description
     from commtax.ui import overlap_calculator
 
     calc = overlap_calculator.overlap_calculator()
