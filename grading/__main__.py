@@ -19,20 +19,18 @@ import dataclasses
 import json
 import os
 import stat
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 import traceback
 from pathlib import Path
 
 from grading import reports, starters, weights
+from grading.grade_jobs import default_jobs, grade_in_child, grade_one, grade_options, stop_children, use_variant
 from grading.grader import DEFAULT_ISOLATION, ISOLATIONS, SANDBOX_USER, SOURCE_ROOT, NoSandbox, grade, lab_names
+from grading.grades_csv import check_same_variant_secret, row_and_report, variant_record, write_csv
 from grading.process import Stopped, stop_on_signals
-from grading.results import from_dict
-from grading.sanitize import clean
-from grading.submission import SubmissionError, check_folder, unwrap_top_folder
+from grading.submission import unwrap_top_folder
 
 
 def _progress(message: str) -> None:
@@ -50,8 +48,8 @@ def _write(path: Path | None, text: str) -> None:
 def cmd_grade(args) -> int:
     submission = Path(args.submission) if args.submission else None
     scale = _weights(args)
-    _use_variant(args, submission)
-    raw = grade(submission, args.labs, progress=_progress, **_options(args))
+    use_variant(args, submission)
+    raw = grade(submission, args.labs, progress=_progress, **grade_options(args))
     result = weights.apply(raw, scale)
     if args.format == "table":
         _write(args.out, reports.table(result))
@@ -77,137 +75,6 @@ def _weights(args) -> dict:
         raise SystemExit(f"[grading] {exc}") from None
 
 
-def _use_variant(args, submission: Path | None) -> None:
-    """--variant-secret: score the exercises against the submission's own numbers (grading/variants.py)."""
-    if getattr(args, "variant_secret", None):
-        from grading import exercise_answers, variants
-
-        try:
-            exercise_answers.use_variant(variants.variant_of(args.variant_secret, submission))
-        except ValueError as exc:
-            raise SubmissionError(str(exc)) from None
-
-
-def _options(args) -> dict:
-    return dict(
-        lab_timeout=args.lab_timeout,
-        total_timeout=args.total_timeout,
-        user=args.user,
-        same_user=args.same_user,
-        isolation=args.isolation,
-        exercises=args.exercises,
-    )
-
-
-def _grade_one(path: Path, labs: list, args):
-    """(GradeResult or None, the reason it could not be graded): one submission never stops the others."""
-    try:
-        check_folder(path)
-        _use_variant(args, path)
-        return grade(path, labs, **_options(args)), ""
-    except (SubmissionError, ValueError) as exc:
-        return None, clean(str(exc), limit=300)
-    except NoSandbox:
-        raise  # the machine's problem, not this submission's: stop before grading anyone
-    except Exception as exc:  # noqa: BLE001 - a row with the reason, and the next submission
-        traceback.print_exc()
-        return None, clean(f"the grader failed on this submission: {type(exc).__name__}: {exc}", limit=300)
-
-
-GIB = 2**30
-CORES_PER_JOB = 2  # a lab's pytest process, the learner's worker, and ranks (up to 4) while a test runs
-MEMORY_PER_JOB = 4 * GIB  # torch in the test process, the worker and each rank
-
-
-def default_jobs() -> int:
-    """Submissions to grade at once: one per CORES_PER_JOB cores and MEMORY_PER_JOB available, at least 1."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    try:
-        available = next(
-            int(line.split()[1]) * 1024 for line in open("/proc/meminfo") if line.startswith("MemAvailable:")
-        )
-    except (OSError, StopIteration, ValueError):
-        available = MEMORY_PER_JOB
-    return max(1, min(cores // CORES_PER_JOB, available // MEMORY_PER_JOB))
-
-
-def _grade_in_child(path: Path, labs: list, args):
-    """Like :func:`_grade_one`, in a grader process of its own (its own subreaper, sandboxes and clean-ups,
-    so one submission's kill sweeps never touch another's). NoSandbox (exit code 2) stops everything."""
-    try:
-        check_folder(path)
-    except (SubmissionError, ValueError) as exc:
-        return None, clean(str(exc), limit=300)
-    with tempfile.TemporaryDirectory(prefix="grade-many-") as folder:
-        out = Path(folder) / "result.json"
-        command = [
-            sys.executable,
-            "-m",
-            "grading",
-            "grade",
-            str(path),
-            "--labs",
-            *labs,
-            "--format",
-            "result",
-            "--out",
-            str(out),
-            "--lab-timeout",
-            str(args.lab_timeout),
-            "--total-timeout",
-            str(args.total_timeout),
-            "--isolation",
-            args.isolation,
-        ]
-        command += (["--user", args.user] if args.user else []) + (["--same-user"] if args.same_user else [])
-        command += ["--exercises"] if args.exercises else []
-        command += ["--variant-secret", str(args.variant_secret)] if getattr(args, "variant_secret", None) else []
-        proc = subprocess.Popen(
-            command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, errors="replace", cwd=SOURCE_ROOT
-        )
-        with _CHILDREN_LOCK:
-            _CHILDREN.add(proc)
-        try:
-            _, stderr = proc.communicate(timeout=args.total_timeout + 120)
-        except subprocess.TimeoutExpired:
-            _stop_child(proc)
-            return None, f"the grader did not finish within {args.total_timeout + 120:.0f} s"
-        finally:
-            with _CHILDREN_LOCK:
-                _CHILDREN.discard(proc)
-        if proc.returncode == 2 and "refused" in stderr:
-            raise NoSandbox(stderr.strip().splitlines()[-1])
-        if proc.returncode != 0 or not out.exists():
-            return None, clean(f"the grader failed on this submission: {stderr.strip()[-300:]}", limit=300)
-        return from_dict(json.loads(out.read_text())), ""
-
-
-_CHILDREN: set = set()  # grade-many's grader processes now running (parallel mode)
-_CHILDREN_LOCK = threading.Lock()
-
-
-def _stop_child(proc: subprocess.Popen, grace: float = 60.0) -> None:
-    """SIGTERM a child grader (it kills its sandboxes and removes its trees), then SIGKILL after ``grace``."""
-    if proc.poll() is not None:
-        return
-    proc.terminate()
-    try:
-        proc.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
-def _stop_children() -> None:
-    with _CHILDREN_LOCK:
-        running = list(_CHILDREN)
-    for proc in running:
-        if proc.poll() is None:
-            proc.terminate()
-    for proc in running:
-        _stop_child(proc)
-
-
 def _previous_rows(out: Path, columns: list, only: list) -> dict:
     """The rows of an earlier ``grade-many`` CSV, by student id, for ``--only`` to keep; it must exist and
     have the same columns."""
@@ -225,43 +92,6 @@ def _previous_rows(out: Path, columns: list, only: list) -> dict:
     return {row[0]: row for row in rows[2:] if row}
 
 
-VARIANT_RECORD = "exercises scored with the variant secret of digest "  # the Points Possible row's problem cell
-
-
-def _variant_record(args) -> str:
-    """What the CSV's Points Possible row says of the exercises' numbers: the digest of ``--variant-secret``
-    (never the secret; grading/variants.py), or "" (the lesson's numbers, or no exercises)."""
-    if not (args.exercises and getattr(args, "variant_secret", None)):
-        return ""
-    from grading import variants
-
-    try:
-        return VARIANT_RECORD + variants.fingerprint(variants.load_secret(args.variant_secret))
-    except ValueError as exc:
-        raise SystemExit(f"[grading] --variant-secret: {exc}") from None
-
-
-def _check_same_variant_secret(out: Path, recorded: str, record: str) -> None:
-    """--only: the exercises of a regrade are scored against the same numbers as everyone else's, or not at all."""
-    if recorded == record:
-        return
-    if not record:
-        raise SystemExit(
-            f"[grading] --only: {out} was graded with --variant-secret (digest "
-            f"{recorded.removeprefix(VARIANT_RECORD)}); give the same --variant-secret FILE"
-        )
-    if recorded:
-        raise SystemExit(
-            f"[grading] --only: {out} was graded with another --variant-secret (digest "
-            f"{recorded.removeprefix(VARIANT_RECORD)}, this one's {record.removeprefix(VARIANT_RECORD)});"
-            " give the first run's secret file"
-        )
-    raise SystemExit(
-        f"[grading] --only: {out} records no --variant-secret (its exercises were scored against the "
-        "lesson's numbers); leave --variant-secret out, or grade the whole class again with it"
-    )
-
-
 def cmd_grade_many(args) -> int:
     """Grade every sub-folder of FOLDER: a CSV (student id, totals, per lab; a second header row of maxima),
     and a report per student in CSV-reports/ beside it. The CSV is rewritten after each student.
@@ -274,7 +104,7 @@ def cmd_grade_many(args) -> int:
     columns = [*labs, "exercises"] if args.exercises else labs
     scale = _weights(args)
     out = Path(args.csv)
-    numbers = _variant_record(args)  # which numbers the exercises are scored against
+    numbers = variant_record(args)  # which numbers the exercises are scored against
     rows, first = {}, None
     everyone = [p.name for p in submissions]
     if args.only:
@@ -285,7 +115,7 @@ def cmd_grade_many(args) -> int:
         with open(out, newline="") as f:
             maxima = list(csv.reader(f))[1]
         maxima += [""] * (len(reports.csv_header(columns)) - len(maxima))  # (a CSV from before the flags column)
-        _check_same_variant_secret(out, maxima[len(columns) + 3], numbers)
+        check_same_variant_secret(out, maxima[len(columns) + 3], numbers)
         submissions = [p for p in submissions if p.name in args.only]
     if hasattr(os, "geteuid") and os.geteuid() == 0 and not args.same_user:
         # Root mode: one learner's code must not read another learner's submission.
@@ -301,13 +131,13 @@ def cmd_grade_many(args) -> int:
     def record(path: Path, result, problem: str) -> None:
         nonlocal first, done
         with lock:
-            rows[path.name], text = _row_and_report(path, columns, result, problem, scale)
+            rows[path.name], text = row_and_report(path, columns, result, problem, scale)
             if first is None and result is not None:
                 first = weights.apply(result, scale)  # every student has the same maxima
             (reports_dir / f"{path.name}.txt").write_text(text, errors="replace")
             head = reports.csv_maxima(columns, first) if first is not None or not args.only else maxima
             head[len(columns) + 3] = numbers  # under "problem" in the Points Possible row
-            _write_csv(out, [reports.csv_header(columns), head, *[rows[name] for name in order if name in rows]])
+            write_csv(out, [reports.csv_header(columns), head, *[rows[name] for name in order if name in rows]])
             done += 1
             elapsed = time.monotonic() - start
             left = elapsed / done * (len(submissions) - done)  # the pace so far (parallel jobs included)
@@ -320,20 +150,20 @@ def cmd_grade_many(args) -> int:
     if jobs == 1 or len(submissions) == 1:
         for path in submissions:
             _progress(f"grading {path.name} ...")
-            record(path, *_grade_one(path, labs, args))
+            record(path, *grade_one(path, labs, args))
     else:
         from concurrent.futures import ThreadPoolExecutor, as_completed
 
         _progress(f"grading {len(submissions)} submissions, {jobs} at a time, each by its own grader process")
         with ThreadPoolExecutor(max_workers=jobs) as pool:
-            futures = {pool.submit(_grade_in_child, path, labs, args): path for path in submissions}
+            futures = {pool.submit(grade_in_child, path, labs, args): path for path in submissions}
             try:
                 for future in as_completed(futures):
                     record(futures[future], *future.result())
             except (NoSandbox, Stopped):
                 for future in futures:
                     future.cancel()
-                _stop_children()  # each child kills its sandboxes and removes its trees
+                stop_children()  # each child kills its sandboxes and removes its trees
                 pool.shutdown(wait=True, cancel_futures=True)
                 raise
     print(
@@ -342,25 +172,6 @@ def cmd_grade_many(args) -> int:
         + f") and a report each in {reports_dir}"
     )
     return 0
-
-
-def _row_and_report(path: Path, labs: list, result, problem: str, scale: dict):
-    """(the CSV row, the report text) of one submission."""
-    if result is None:
-        return (
-            [path.name, "", "", *["" for _ in labs], problem, ""],
-            f"student: {clean(path.name, limit=200, lines=1)}\n\nnot graded: {problem}\n",
-        )
-    result = weights.apply(result, scale)
-    return reports.csv_rows(path.name, result), reports.detailed(path.name, result)
-
-
-def _write_csv(path: Path, rows: list) -> None:
-    """Write the whole CSV again (atomically): a stopped run leaves every student graded so far."""
-    partial = path.with_name(path.name + ".partial")
-    with open(partial, "w", newline="") as f:
-        csv.writer(f).writerows(rows)
-    os.replace(partial, path)
 
 
 def cmd_export(args) -> int:
@@ -415,7 +226,7 @@ def cmd_autograde(args) -> int:
         submission, note = unwrap_top_folder(root / "submission")
         if note:
             _progress(note)
-        result = grade(submission, args.labs, progress=_progress, on_lab=on_lab, **_options(args))
+        result = grade(submission, args.labs, progress=_progress, on_lab=on_lab, **grade_options(args))
         payload = with_note(reports.gradescope(weights.apply(result, scale)))
         print(reports.table(weights.apply(result, scale)))  # the teacher's view, in Gradescope's hidden stdout
     except Stopped as stop:
