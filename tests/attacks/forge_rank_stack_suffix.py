@@ -5,8 +5,8 @@
 # describes an "exited" rank from that dump (on 2 ranks), or (3) forges its heartbeat with the same
 # frames under a torch.distributed wait and sleeps, so that the deadlock detector reports it (on 3
 # ranks; the runner then remembers the hang). Outside a rank (the tests' worker) every function
-# just fails. Before the fix, the launcher resolved those names and quoted lines of
-# commtax/formulas/collectives.py into the report. Two functions are left as stubs so that the
+# just fails. A launcher that resolved those names would quote lines of
+# commtax/formulas/collectives.py into the report; it must not. Two functions are left as stubs so that the
 # tests needing them fail without starting ranks: two runs are enough, and they cost the suite less.
 import os as _os
 import sys as _sys

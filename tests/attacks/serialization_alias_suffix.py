@@ -1,7 +1,7 @@
-# Same-user mode (Lab 02 scored 12/23 with no review flag): the ranks send no data; each saves its
-# input to a file the others load, through torch.serialization's save/load (the same objects as
-# torch.save/torch.load, spelled otherwise, so a flag that matched spellings missed them), and
-# torch.jit's. The review flags resolve names to objects.
+# Same-user mode (where the file system is shared, this would pass Lab 02's tests unflagged): the ranks
+# send no data; each saves its input to a file the others load, through torch.serialization's save/load
+# (the same objects as torch.save/torch.load, spelled otherwise, so a flag that matched spellings would
+# miss them), and torch.jit's. The review flags resolve names to objects.
 import torch.serialization as _ser
 from torch.serialization import load as _fetch
 
