@@ -1,0 +1,77 @@
+"""The predictor on the published runs of 2026: Blackwell's precisions and fitted matmul efficiency, the
+recipes' MoE dispatchers, FlashAttention-2 in the PyTorch stacks, and the held-out runs' errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from commtax.formulas import predict as P
+from commtax.plan import load_model
+
+
+def test_blackwell_precisions_run_the_linear_layers_at_their_peak():
+    model, _ = load_model("Llama-3 8B")
+    run = dict(model, gpus=8, gpu="B200", tp=1, pp=1, global_batch=64, micro_batch=1, recompute="none")
+    times = {p: P.step(dict(run, precision=p))["times"]["matmul"] for p in ("bf16", "mxfp8", "nvfp4")}
+    assert times["bf16"] > times["mxfp8"] > times["nvfp4"]
+    with pytest.raises(ValueError, match="precision 'nvfp4'"):
+        P.normalize(dict(run, gpu="H100", precision="nvfp4"))
+    with pytest.raises(ValueError, match="precision 'mxfp8'"):
+        P.normalize(dict(run, gpu="H100", precision="mxfp8"))
+
+
+def test_blackwell_matmul_efficiency_is_fitted_on_the_dense_rows():
+    for gpu in ("B200-180GB", "GB200-186GB"):
+        eta = P.FITTED[gpu]["matmul_efficiency"]
+        assert P.fit_matmul_efficiency(gpu, grid=[eta - 0.01, eta, eta + 0.01]) == eta
+
+
+def test_the_2026_runs_are_all_predicted_and_megatrons_moe_runs_on_blackwell_within_10_percent():
+    rows = P.errors_2026()
+    assert len(rows) == 8 and all(r["fits"] for r in rows)
+    blackwell_moe = [r for r in rows if "MoE" in r["model"] and r["gpu"] in ("B200-180GB", "GB200-186GB")]
+    assert len(blackwell_moe) == 3
+    assert all(abs(r["error"]) < 0.10 for r in blackwell_moe), [(r["model"], r["error"]) for r in blackwell_moe]
+
+
+def test_pytorch_stacks_run_flash_attention_2_slower_than_megatrons_kernels_on_h100():
+    rows = {e["source"]: e for e in P.read_runs_2026()}
+    mpt = rows["LLMFOUNDRY"]["run"]
+    assert mpt["attention_kernel"] == "flash2" and mpt["fused_attention"]
+    flash2 = P.predict(mpt)["times"]["matmul"]
+    megatron = P.predict(dict(mpt, attention_kernel=None))["times"]["matmul"]
+    assert flash2 > 1.3 * megatron  # 32K tokens: attention is over a third of the executed FLOPs
+    titan = P.errors_2026([rows["TORCHTITAN-2404"]])[0]
+    assert abs(titan["error"]) < 0.10, titan["error"]  # A100: FlashAttention-2 at its paper's 72% of peak
+
+
+def test_every_held_out_run_is_predicted_and_the_errors_do_not_grow():
+    """The 59 runs of checks-2026.csv were never fitted on. Today: median |error| 15.4%, 90th percentile
+    41%, short of the 10% / 25% aimed at (Lesson 10 says where and why); this pins that it gets no worse."""
+    errors = P.errors_2026(P.read_runs_2026(P.CHECKS_2026))
+    stats = P.summary(errors)
+    assert stats["count"] == 59
+    assert stats["median"] < 0.16 and stats["p90"] < 0.43, stats
+
+
+def _row(source, model, **columns):
+    return next(
+        r
+        for r in P.read_runs_2026(P.CHECKS_2026)
+        if r["source"] == source
+        and r["model"].startswith(model)
+        and all(r["run"].get(k) == v for k, v in columns.items())
+    )
+
+
+def test_published_moe_runs_take_their_recipes_dispatcher_and_overlap():
+    """Megatron Bridge v0.4.2's DeepSeek-V3 B200 MXFP8 recipe runs DeepEP with the all-to-all overlap; its
+    Qwen3-235B H100 recipe the alltoall dispatcher with the overlap; its B200 one neither."""
+    deepseek = _row("MBRIDGE-26.04.01", "DeepSeekV3", gpu="B200-180GB")["run"]
+    assert (deepseek["ep_dispatch"], deepseek["ep_overlap"]) == ("per_node", True)
+    qwen_h100 = _row("MBRIDGE-26.04.01", "Qwen3_235B", gpu="H100-80GB")["run"]
+    assert "ep_dispatch" not in qwen_h100 and qwen_h100["ep_overlap"] is True
+    qwen_b200 = _row("MBRIDGE-26.04.01", "Qwen3_235B", gpu="B200-180GB")["run"]
+    assert "ep_dispatch" not in qwen_b200 and "ep_overlap" not in qwen_b200
+    # a deduplicated dispatch across nodes costs less than a plain all-to-all
+    assert P.predict(deepseek)["times"]["ep"] < P.predict(dict(deepseek, ep_dispatch="all_to_all"))["times"]["ep"]
