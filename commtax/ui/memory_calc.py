@@ -38,7 +38,7 @@ PRECISION_OPTIONS = [
 ]
 RECOMPUTE_OPTIONS = [("none", "none"), ("selective (or FlashAttention)", "selective"), ("full", "full")]
 #: A dropdown's room: 160 px of description, then ~7.5 px per character of its longest option (13-px
-#: sans-serif, the measure commtax.ui.widgets sizes tables with) and 40 px of arrow and padding.
+#: sans-serif, the measure commtax.ui.tables sizes tables with) and 40 px of arrow and padding.
 LABEL_PX, CHAR_PX, ARROW_PX, CONTROL_PX = 160, 7.5, 40, 440
 
 
