@@ -139,7 +139,7 @@ def test_lesson_01_headline_names_a_tie_and_a_message_smaller_than_the_ranks(mon
     shown.clear()
     drawn(calculator.render, Link("custom", 3e-6, 450e9), 8, 10**8)  # the default: no tie, no note
     assert "tie" not in shown[0] and not any("fewer bytes" in s for s in shown), shown
-    from tests.test_widgets import visible_tick_labels
+    from tests.widgets_support import visible_tick_labels
 
     times = visible_tick_labels(figures[0].axes[0], "y")
     assert "200 ms" in times and len(times) >= 4, f"the 140 ms curves sit below every labelled tick: {times}"
@@ -210,7 +210,7 @@ def test_lesson_12_refusals_name_the_sliders_and_the_exposure_axis_reads_in_seco
     table = next(s for s in shown if s.startswith("one layer"))
     assert "all-to-allnot possible (below)" in table and "must be divisible" not in table, table
     assert any(s.startswith("all-to-all: kv_heads (8) must be divisible by cp (16)") for s in shown), shown
-    from tests.test_widgets import visible_tick_labels
+    from tests.widgets_support import visible_tick_labels
 
     times = visible_tick_labels(ax, "y")
     assert times and all(t.endswith(("ms", "µs", " s", "ns")) for t in times), times

@@ -40,7 +40,7 @@ solutions in ``solutions/`` anyway), so that printing the tables does not spoil
 an exercise. The student release (``python -m grading release``) ships none: it
 leaves out ``hidden/`` (every folder named ``hidden``), and there :func:`check`
 says the check lines are for self-study in the course's public repository.
-``tests/test_widgets.py`` and the solution notebooks check that every stored
+``tests/test_exercise_answers_are_checked_in_their_lessons.py`` and the solution notebooks check that every stored
 answer agrees with the worked solutions. To change an answer:
 ``python -m commtax.exercises encode 01.1 VALUE`` prints the new entry; a slip's
 value is scrambled with the exercise and the slip's name as the key:
