@@ -48,10 +48,11 @@ def eq8(B, s, L, h, V):
     return 72 * B * L * s * h**2 * (1 + s / (3 * h) + V / (12 * h * L))
 
 
-#: (recompute, FLOP convention, the paper's formula, what) for a GPT layer's FLOPs per iteration
+FULL_RECOMPUTE_HINT = {0.75: "full recomputation adds one more forward of every layer"}
+#: (recompute, FLOP convention, the paper's formula, what, hints) for a GPT layer's FLOPs per iteration
 GPT_FLOPS = (
     (None, "model", eq7, "model FLOPs (Eq. 7)", None),
-    ("full", "hardware", eq3, "hardware FLOPs with full recomputation (Eq. 3)", 0.75),
+    ("full", "hardware", eq3, "hardware FLOPs with full recomputation (Eq. 3)", FULL_RECOMPUTE_HINT),
     ("selective", "hardware", eq8, "hardware FLOPs with selective recomputation (Eq. 8)", None),
     ("none", "hardware", eq7, "hardware FLOPs without recomputation (= model FLOPs)", None),
 )
@@ -116,11 +117,26 @@ def collective_time_or_fail(lab, args, refused, why):
 # -- the pipeline's stages -------------------------------------------------------------------------------------
 
 
-def whole_numbers(got) -> bool:
-    """Whether ``got`` is a list or tuple of integers (not bools)."""
-    return isinstance(got, (list, tuple)) and all(
-        isinstance(n, numbers.Integral) and not isinstance(n, bool) for n in got
-    )
+def fail_if_extra_layers_last(got):
+    """Fail naming the slip when 98 layers on 8 stages (even split) put the 2 extra layers on the last stages."""
+    __tracebackhide__ = True
+    if isinstance(got, (list, tuple)) and list(got) == [12] * 6 + [13, 13]:
+        fail(
+            f"98 layers on 8 stages, even: got {list(got)}: the extra layers on the LAST stages; the README's "
+            "rule gives them to the first L mod p stages: [13, 13, 12, ...]"
+        )
+
+
+def fail_unless_whole_numbers(got, run):
+    """Fail unless stage_layers' ``got`` for ``run`` is a list or tuple of integers (not bools, not floats)."""
+    __tracebackhide__ = True
+    if not (
+        isinstance(got, (list, tuple)) and all(isinstance(n, numbers.Integral) and not isinstance(n, bool) for n in got)
+    ):
+        fail(
+            f"stage_layers({run['layers']} layers on {run['pp']} stages) returned {got!r}: a list of integers "
+            "(layers are whole; use // where / gives a float)"
+        )
 
 
 # -- the layer's pieces ----------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from commtax.boundary.byfile import load_module_from_file
-from commtax.testing import check, expect_close, expect_value_error, fail, known_ratios
+from commtax.testing import check, expect_close, expect_value_error, known_ratios
 
 HERE = Path(__file__).resolve().parent
 # Beside this file, loaded by path (lab folders are not packages): the plans and runs these tests price, by
@@ -79,7 +79,8 @@ from lab_11_checks import (  # noqa: E402, I001  (loaded just above)
     llama_flops_per_step,
     published_errors,
     sweep_what,
-    whole_numbers,
+    fail_if_extra_layers_last,
+    fail_unless_whole_numbers,
 )
 
 
@@ -91,14 +92,9 @@ def test_flops_model_are_korthikanti_eq7_and_hardware_eq3_eq8_for_gpt_layers(lab
     for L, h, a, B in ((48, 6144, 64, 4), (96, 12288, 96, 64), (24, 2304, 24, 512)):
         run = dict(GPT, layers=L, hidden=h, heads=a, gpus=8, tp=8 if a % 8 == 0 else 1, pp=1, dp=None, global_batch=B)
         run["gpus"] = run["tp"]
-        for recompute, convention, paper, what, full_ratio in GPT_FLOPS:
-            expect_close(
-                lab.flops_per_step(dict(run) if recompute is None else dict(run, recompute=recompute), convention),
-                paper(B, 2048, L, h, 51200),
-                rel=1e-9,
-                what=f"{what}, L={L}, h={h}",
-                hints=full_ratio and {full_ratio: "full recomputation adds one more forward of every layer"},
-            )
+        for recompute, convention, paper, what, hints in GPT_FLOPS:
+            got = lab.flops_per_step(dict(run) if recompute is None else dict(run, recompute=recompute), convention)
+            expect_close(got, paper(B, 2048, L, h, 51200), rel=1e-9, what=f"{what}, L={L}, h={h}", hints=hints)
     bad_convention = lambda: lab.flops_per_step(dict(run, recompute="full"), "hardwar")  # noqa: E731
     expect_value_error(bad_convention, "convention", function=lab.flops_per_step)
 
@@ -126,24 +122,19 @@ def test_flops_reproduce_korthikantis_22b_mfu_and_hfu_from_its_1_10_s(lab):
 
 @pytest.mark.parametrize("op,nbytes,size,stride,gpu", COLLECTIVES, ids=COLLECTIVE_IDS)
 def test_collective_time_is_the_course_network_model_at_measured_bandwidths(lab, op, nbytes, size, stride, gpu):
+    got = lab.collective_time(op, nbytes, size, stride, gpu)
+    want = EXPECTED("collective_time", op, nbytes, size, stride, gpu)
+    hints = {370 / 450: "in-node rings reach the measured 370 GB/s, not the 450 GB/s line rate"}
     expect_close(
-        lab.collective_time(op, nbytes, size, stride, gpu),
-        EXPECTED("collective_time", op, nbytes, size, stride, gpu),
-        rel=1e-9,
-        what=f"{op} of {nbytes:.0e} B over {size} GPUs at stride {stride} on {gpu}",
-        hints={370 / 450: "in-node rings reach the measured 370 GB/s, not the 450 GB/s line rate"},
+        got, want, rel=1e-9, what=f"{op} of {nbytes:.0e} B over {size} GPUs at stride {stride} on {gpu}", hints=hints
     )
 
 
 def test_collective_time_of_a_group_of_one_is_free_and_an_unknown_operation_is_named(lab):
     got, want = lab.collective_time(*EIGHT_GPUS), EXPECTED("collective_time", *EIGHT_GPUS)
     expect_close(got, want, rel=1e-9, what="all-reduce over 8 GPUs")
-    aliased = collective_time_or_fail(  # a KeyError from a lookup of GPUS alone, named
-        lab,
-        ("all_reduce", 1e6, 8, 1, "H100"),
-        Exception,
-        'a run may name its GPU by an alias (GPU_ALIASES maps "H100" to "H100-80GB"): look the name up there first',
-    )
+    why = 'a run may name its GPU by an alias (GPU_ALIASES maps "H100" to "H100-80GB"): look the name up there first'
+    aliased = collective_time_or_fail(lab, ("all_reduce", 1e6, 8, 1, "H100"), Exception, why)  # a KeyError, named
     what = 'all-reduce over 8 GPUs named by the alias "H100" (GPU_ALIASES, as a run may)'
     expect_close(aliased, EXPECTED("collective_time", "all_reduce", 1e6, 8, 1, "H100-80GB"), rel=1e-9, what=what)
     expect_close(lab.collective_time("all_gather", 1e7, 1, 1, "A100-80GB"), 0.0, what="a collective of one GPU")
@@ -163,11 +154,7 @@ def test_stage_layers_split_evenly_and_give_the_extra_layers_to_the_first_stages
     got = lab.stage_layers(dict(GPT_175B, gpus=64, tp=8, pp=8, global_batch=64))
     expect_close(got, [12] * 8, what="96 layers on 8 stages")
     got = lab.stage_layers(dict(GPT_175B, layers=98, gpus=64, tp=8, pp=8, global_batch=64, pipeline_split="even"))
-    if isinstance(got, (list, tuple)) and list(got) == [12] * 6 + [13, 13]:
-        fail(
-            f"98 layers on 8 stages, even: got {list(got)}: the extra layers on the LAST stages; the README's "
-            "rule gives them to the first L mod p stages: [13, 13, 12, ...]"
-        )
+    fail_if_extra_layers_last(got)
     expect_close(got, [13, 13] + [12] * 6, what="98 layers on 8 stages, even")
     expect_close(lab.stage_layers(dict(GPT_175B, gpus=8, tp=8, pp=1, global_batch=8)), [96], what="no pipeline")
     # Without a pipeline the split has no first and last stage to take the embedding and the loss from.
@@ -184,16 +171,9 @@ def test_stage_layers_126_layers_interleave_on_16_stages_with_one_less_on_the_fi
 
 def test_stage_layers_are_whole_numbers(lab):
     # (L + 2) / p gives the right counts as floats (31.0) when p divides L + 2: a layer is not divisible.
-    for run in (
-        dict(LLAMA_405B_V8),
-        dict(GPT_175B, layers=98, gpus=64, tp=8, pp=8, global_batch=64, pipeline_split="even"),
-    ):
-        got = lab.stage_layers(run)
-        if not whole_numbers(got):
-            fail(
-                f"stage_layers({run['layers']} layers on {run['pp']} stages) returned {got!r}: a list of integers "
-                "(layers are whole; use // where / gives a float)"
-            )
+    even = dict(GPT_175B, layers=98, gpus=64, tp=8, pp=8, global_batch=64, pipeline_split="even")
+    for run in (dict(LLAMA_405B_V8), even):
+        fail_unless_whole_numbers(lab.stage_layers(run), run)
 
 
 # -- 4-6. a layer: compute, TP, CP -----------------------------------------------------------------------
