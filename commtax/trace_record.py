@@ -4,7 +4,7 @@ Four gloo ranks (started by :func:`commtax.ranks.launch.run_ranks`) each run :da
 matmuls and collectives of known sizes under ``torch.profiler.profile(activities=[CPU],
 record_shapes=True)`` and write ``OUTDIR/rank{R}.json.gz`` with ``export_chrome_trace``. The
 sizes are the constants of :mod:`commtax.ranks.trace_steps` (the script the ranks run, named again
-below), so a test can compute, without reading the trace, what ``python3 -m commtax.trace`` must report (``tests/test_trace.py`` does). The process groups
+below), so a test can compute, without reading the trace, what ``python3 -m commtax.trace`` must report (``tests/test_trace_reads_recorded_and_streamed_traces.py`` does). The process groups
 follow Megatron's order for ``--tp 2`` on 4 ranks: tensor-parallel groups {0, 1} and {2, 3},
 data-parallel groups {0, 2} and {1, 3}.
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import sys
 
-# The recorded steps and their sizes (the constants tests/test_trace.py and Lab 14 compute from) run on the
+# The recorded steps and their sizes (the constants tests/test_trace_reads_recorded_and_streamed_traces.py and Lab 14 compute from) run on the
 # ranks, so they live in commtax.ranks.trace_steps; here under their old names.
 from commtax.ranks.trace_steps import (
     ALL_GATHER_LIST_NUMEL,
