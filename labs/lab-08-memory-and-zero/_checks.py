@@ -3,7 +3,7 @@ state against plain AdamW's, the byte ledger against zero_bytes_per_step, the me
 
 ``test_lab.py`` reads as the spec; this file holds how a result is compared and what a difference
 suggests. Everything here runs in the test process, on the plain data the ranks returned
-(``_workers.py``'s ``run_zero``); the references are ``_workers.py``'s ``reference_run`` and
+(``_workers.py``'s ``run_zero``); the references are ``_reference.py``'s ``reference_run`` and
 :func:`reference_adam` below.
 """
 
@@ -16,9 +16,9 @@ import torch.nn.functional as F
 from commtax.boundary.byfile import load_module_from_file
 from commtax.testing import expect_close, fail, subgroup_failure
 
-# Lab folders are not packages: the rank side is loaded by path, as test_lab.py and the ranks do.
-load_module_from_file("lab_08_workers", str(Path(__file__).resolve().parent / "_workers.py"))
-from lab_08_workers import (  # noqa: E402  (loaded just above)
+# Lab folders are not packages: the reference is loaded by path, as test_lab.py and the ranks do.
+load_module_from_file("lab_08_reference", str(Path(__file__).resolve().parent / "_reference.py"))
+from lab_08_reference import (  # noqa: E402  (loaded just above)
     ADAMW,
     MICROBATCHES,
     N_PARAMS,

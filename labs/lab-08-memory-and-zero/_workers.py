@@ -19,19 +19,11 @@ from commtax.boundary.byfile import load_module_from_file
 from commtax.ranks.traffic import record_traffic
 
 load_module_from_file("lab_08_reference", str(Path(__file__).resolve().parent / "_reference.py"))
-# F401: test_lab.py and _checks.py import N_PARAMS, TOLERANCE, UNITS, VOCAB, WIDTH, padded, reference_run,
-# likely_mistakes and unit_fulls from here (from _reference.py would do as well)
-from lab_08_reference import (  # noqa: E402, F401  (loaded just above)
+from lab_08_reference import (  # noqa: E402  (loaded just above)
     ADAMW,
     MICROBATCHES,
-    N_PARAMS,
-    SGD,
     STEPS,
-    TOLERANCE,
     UNIT_SHAPES,
-    UNITS,
-    VOCAB,
-    WIDTH,
     FusedPair,
     TinyLM,
     _batches,
@@ -39,10 +31,6 @@ from lab_08_reference import (  # noqa: E402, F401  (loaded just above)
     _groups,
     _optimizer_class,
     fused_batch,
-    likely_mistakes,
-    padded,
-    reference_run,
-    unit_fulls,
     unit_grads,
     unit_shards,
 )

@@ -24,9 +24,10 @@ from commtax.recorded import Expected
 from commtax.testing import SharedRuns, expect_close, expect_value_error, fail, known_ratios
 
 # The harness is beside this file, loaded by path (lab folders are not packages; the ranks load _workers.py
-# the same way): _workers.py the rank side (the model, the data, the one-process reference, what every rank
-# runs), _checks.py how a result is compared with the reference and what a difference suggests.
+# the same way): _reference.py the model, the data and the one-process reference, _workers.py what every
+# rank runs, _checks.py how a result is compared with the reference and what a difference suggests.
 _here = Path(__file__).resolve().parent
+load_module_from_file("lab_08_reference", str(_here / "_reference.py"))
 load_module_from_file("lab_08_workers", str(_here / "_workers.py"))
 load_module_from_file("lab_08_checks", str(_here / "_checks.py"))
 from lab_08_checks import (  # noqa: E402  (loaded just above)
@@ -42,7 +43,7 @@ from lab_08_checks import (  # noqa: E402  (loaded just above)
     expected_held,
     reference_adam,
 )
-from lab_08_workers import (  # noqa: E402
+from lab_08_reference import (  # noqa: E402
     N_PARAMS,
     TOLERANCE,
     UNIT_SHAPES,
@@ -53,11 +54,11 @@ from lab_08_workers import (  # noqa: E402
     likely_mistakes,
     padded,
     reference_run,
-    run_zero,
     unit_fulls,
     unit_grads,
     unit_shards,
 )
+from lab_08_workers import run_zero  # noqa: E402
 
 RUNS = SharedRuns()
 # Lesson 07's formulas on this file's inputs (expected.py; expected.json in the release)
