@@ -1,8 +1,8 @@
 """Lesson 07's memory calculator: what one GPU holds for a plan (model states, activations, ZeRO-3's gathered
 layers) against its memory, the bytes it sends per step, and the smallest cluster that fits.
 
-Moved out of the notebook (issue 40): the lesson keeps one line. Its dropdowns are as wide as their longest
-option needs (:func:`dropdown_px`), so no option text is cut ("bf16 weights, fp32 gradients (Megatron: 18 B)").
+It lives here, not in the notebook, so the lesson keeps one line of code. Its dropdowns are as wide as their
+longest option needs (:func:`dropdown_px`), so no option text is cut ("bf16 weights, fp32 gradients (Megatron: 18 B)").
 """
 
 from __future__ import annotations
