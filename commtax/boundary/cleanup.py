@@ -2,7 +2,7 @@
 
 ``shutil.rmtree(..., ignore_errors=True)`` recurses once per level of folders, so a rank that made a
 3,000-deep chain of folders (0.4 s of work) makes it raise ``RecursionError``, which ``ignore_errors``
-does not catch: the grading stopped there, and the files stayed on the disk (issue 38). Its path-based
+does not catch: the grading would stop there and leave the files on the disk. Its path-based
 fallback also fails on paths longer than ``PATH_MAX``, which such a chain makes at once.
 
 :func:`remove_tree` walks with directory descriptors (``openat``/``unlinkat`` relative to the folder
