@@ -85,6 +85,6 @@ __all__ = [
 def nested() -> bool:
     """Whether the lab's learner processes cannot meet through a lock on a shared file, so ranks must meet
     over TCP (:class:`commtax.ranks._start.Rendezvous`): each has a sandbox of its own (root mode), or the
-    lab's sandbox runs under the seccomp program that refuses file locks (same-user mode, issue 38)."""
+    lab's sandbox runs under the seccomp program that refuses file locks (same-user mode)."""
     box = sandbox()
     return _own_sandboxes() or bool(box and box.get("relay") and box.get("filtered"))
