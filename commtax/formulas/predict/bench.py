@@ -1,9 +1,9 @@
 """Speed of the planner (a benchmark, not a test): ``python3 -m commtax.formulas.predict.bench``.
 
-Targets (issue 36, on a 2-core machine): one fixed plan in under 2 s (the CLI's whole run, Python's
-start-up included, is measured by ``time python3 -m commtax.plan ...``; this measures the prediction), a
-search of a 1,024-GPU mixture-of-experts plan space in under 30 s (the CLI's search, same options). Prints each time and its share of
-the target.
+Targets on a 2-core machine: one fixed plan in under 2 s (the CLI's whole run, Python's start-up included, is
+measured by ``time python3 -m commtax.plan ...``; this measures the prediction), a search of a 1,024-GPU
+mixture-of-experts plan space in under 30 s (the CLI's search, same options). Prints each time and its share of the
+target.
 """
 
 from __future__ import annotations
