@@ -98,7 +98,7 @@ def equal_chunks(numel: int, parts: int) -> list[tuple[int, int]]:
     ``nbytes / numel`` bytes), so it can always pick a ``numel`` that every ring
     divides: every lesson and test does. A ``numel`` that ``parts`` does not
     divide raises ValueError: splitting a real buffer of any length is Lab 02's
-    ``chunk_bounds``, which the student release must not ship (issue 38).
+    ``chunk_bounds``, and a release that shipped it here would hand learners that lab's answer.
     """
     parts = require_int("parts", parts, 1)
     numel = require_int("numel", numel, 0)
