@@ -158,7 +158,7 @@ def _grade_part_once(base: Path, course: dict, lab: str, starter: bytes, part: s
             sandbox.close()
         kill_descendants()  # the relays, and anything a lab's process left behind
         for folder in (secret, box, runs):
-            # Never shutil.rmtree: a deep chain of folders made it raise RecursionError (issue 38).
+            # Never shutil.rmtree: a deep chain of folders makes it raise RecursionError and stop the grading.
             _report_leftovers(remove_tree(folder))
 
 
