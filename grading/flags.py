@@ -151,8 +151,8 @@ _FLAGGED_OBJECTS: dict = {}
 
 def flagged_objects() -> dict:
     """{id(object): (object, reason)} of every :data:`DOTTED` name that resolves here: an alias of one
-    (``torch.serialization.load`` is ``torch.load``) is the same object, whatever its spelling (issue 38:
-    a Lab 02 that moved its data through ``torch.serialization.save/load`` scored 12/23 with no flag)."""
+    (``torch.serialization.load`` is ``torch.load``) is the same object, whatever its spelling, so
+    a Lab 02 that moves its data through ``torch.serialization.save/load`` cannot score points unflagged."""
     if not _FLAGGED_OBJECTS:
         for name, reason in DOTTED.items():
             value = _resolve(name)
