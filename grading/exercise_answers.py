@@ -115,7 +115,7 @@ def nesting_depth(text: str) -> int:
 def parse_answers(data: bytes | str) -> tuple[dict[str, object], str]:
     """({exercise: value}, "") from a learner's answers file, or ({}, why not): refused past
     :data:`MAX_BYTES` or :data:`MAX_NESTING` levels (checked before the parser sees it: a file nested
-    20,000 deep made ``tomllib`` raise RecursionError in the grader, issue 38), never raising
+    20,000 deep makes ``tomllib`` raise RecursionError in the grader), never raising
     (a RecursionError, a MemoryError or any other failure of the parser is the reason given)."""
     import tomllib  # Python 3.11+, imported here so the module loads where grading needs no exercises
 
