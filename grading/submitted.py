@@ -55,7 +55,7 @@ def grade_exercises(submission: Path | None) -> LabResult:
         data = read_exercise_answers(Path(submission)) if submission is not None else None
         if data is None:
             problem = f"no {ANSWERS_FILE} in the submission"
-        else:  # under a size and depth guard, never raising (issue 38: 20,000 deep raised RecursionError)
+        else:  # under a size and depth guard, never raising (20,000 levels deep would raise RecursionError)
             answers, problem = parse_answers(data)
     except SubmissionError as exc:
         problem = str(exc)
