@@ -32,7 +32,7 @@ def score_lab(lab: str, expected: list, records: list, problem: str, no_gpu: str
         record = reported.get(nodeid)
         if item["nccl"] and no_gpu:
             # No GPU here: an NCCL test is out of score and maximum for everyone, whether the lab ran, was
-            # missing or timed out, so the maximum is the same for every submission (issue 22).
+            # missing or timed out, so every submission is scored out of the same maximum.
             results.append(
                 TestResult(
                     nodeid,
