@@ -2,7 +2,7 @@
 
 A lab grades a function when its tests call it (``lab.NAME`` in ``test_lab.py``,
 its hidden tests or its helper scripts) and ``solution.py`` defines it. The
-release must not ship an implementation of any of them (issue 22). Three parts:
+release must not ship an implementation of any of them: a learner would find the answer there. Three parts:
 
 * :func:`find` (``python -m grading.answers find``): for every lab, the graded
   names, and every function of a shipped module (``commtax/``, ``grading/``,
