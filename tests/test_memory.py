@@ -230,9 +230,9 @@ def test_in_flight_micro_batches_are_what_the_1f1b_simulator_holds_on_every_stag
 
 
 def test_gpt3_at_pp_16_with_32k_tokens_and_no_recomputation_holds_25_tb_all_but_2_percent_attention_scores():
-    # Issue 20's "25.4 TB of activations per GPU" for GPT-3 175B at TP 1 x PP 16 x DP 1 is right for its
-    # settings (s = 32768, b = 1, m = 8, no recomputation): 6 layers x 8 micro-batches in flight x 529 GB,
-    # and 5 a s^2 b = 515 GB of each layer's 529 GB is the unfused attention's s x s scores.
+    # Lesson 07's "25.4 TB of activations per GPU" for GPT-3 175B at TP 1 x PP 16 x DP 1 looks like a slip but
+    # is right for its settings (s = 32768, b = 1, m = 8, no recomputation): 6 layers x 8 micro-batches in flight
+    # x 529 GB, and 5 a s^2 b = 515 GB of each layer's 529 GB is the unfused attention's s x s scores.
     gpt3 = PRESETS["GPT-3 175B"]
     plan = memory.MemoryPlan(
         gpt3.n_params,
