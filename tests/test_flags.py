@@ -375,8 +375,8 @@ def test_the_scanner_never_imports_or_runs_the_file(tmp_path):
 
 
 def test_a_flagged_function_is_flagged_under_any_name_that_resolves_to_it():
-    # Issue 38: a Lab 02 moving its data through torch.serialization.save/load (torch.save and torch.load
-    # themselves) scored 12/23 with no flag: the flags matched spellings. Now names resolve to objects.
+    # A Lab 02 moving its data through torch.serialization.save/load (torch.save and torch.load themselves)
+    # must be flagged: matching spellings alone would miss it, so names are resolved to the objects they name.
     import torch  # noqa: F401 - as in the grader, which imports it before it scans
 
     text = (
