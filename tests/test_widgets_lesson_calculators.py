@@ -87,7 +87,7 @@ def test_the_ring_calculator_writes_a_sub_nanosecond_term_in_picoseconds():
 
 
 def test_the_ring_stepper_counts_steps_from_0_like_the_text():
-    # Issue 40: Lesson 02's text numbers steps s = 0 ... P-2, its widget counted them from 1
+    # Lesson 02's text numbers steps s = 0 ... P-2: a widget counting them from 1 would contradict it
     from commtax.ui import ring_calculators
 
     calc = ring_calculators.ring_stepper()
@@ -115,7 +115,7 @@ def test_lesson_headlines_name_small_models_in_millions_and_one_gpu_in_the_singu
 
 
 def test_lesson_03_refuses_a_tp_degree_that_does_not_divide_the_heads(monkeypatch):
-    # Issue 40: Lesson 03 priced TP 64 for the 32-head Llama-2-7B
+    # TP 64 cannot split the 32 heads of Llama-2-7B: Lesson 03 must refuse it, not price it
     from commtax.ui import bill_calculator
 
     with pytest.raises(ValueError, match="TP degree 64 does not divide Llama-2-7B's 32 attention heads"):
@@ -138,7 +138,8 @@ def test_lesson_03_refuses_a_tp_degree_that_does_not_divide_the_heads(monkeypatc
 
 
 def test_lesson_04_pp_row_on_a_slow_link_says_its_transfers_do_not_hide_never_exposed_above_t_comm():
-    # Issue 40: on a 10 MB/s link the PP row showed exposed 40.5 s of 215 s of transfers beside "exposed > t_comm"
+    # On a 10 MB/s link the PP row's transfers (215 s) cannot hide: it must say so, not print "exposed > t_comm" beside
+    # an exposed time smaller than them (40.5 s)
     from commtax.ui import overlap_calculator
 
     nvlink = overlap_calculator.NVLINK
