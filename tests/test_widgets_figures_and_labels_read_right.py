@@ -14,7 +14,7 @@ from tests.widgets_support import visible_tick_labels
 
 
 def test_labels_pick_the_unit_from_the_magnitude_and_the_noun_from_the_count():
-    # Issue 40: "0.00389 ns", "0.00329B parameters", "1 ranks"
+    # Never "0.00389 ns", "0.00329B parameters" or "1 ranks": a small value gets a smaller unit, one thing the singular
     labels = plots.labels
     assert [labels.duration(t) for t in (3.889e-12, 2e-13, 5e-9, 0.0123)] == ["3.89 ps", "200 fs", "5 ns", "12.3 ms"]
     assert [labels.parameters(n) for n in (3.29e6, 6.74e9, 1.2e12, 512)] == ["3.29M", "6.74B", "1.2T", "512"]
@@ -23,7 +23,8 @@ def test_labels_pick_the_unit_from_the_magnitude_and_the_noun_from_the_count():
 
 
 def test_times_are_shown_in_the_unit_their_magnitude_asks_for():
-    # Issue 20: "exposed 2.8e+04 ms", "28000 s" and a ms axis up to 35,000 in Lesson 08; "us" in Lesson 09.
+    # Readouts such as "exposed 2.8e+04 ms" or "28000 s", a ms axis up to 35,000, or "us" for microseconds are hard
+    # to read: a time is written in the unit its magnitude asks for, with µs for microseconds.
     from commtax.units import format_seconds
 
     assert [format_seconds(t) for t in (28000, 12.5, 0.0123, 1.5e-6, 3.89e-12)] == [
@@ -134,7 +135,8 @@ def test_result_tables_say_yes_or_no_and_align_headers_with_cells():
 
 
 def test_a_result_table_keeps_short_values_on_one_line_and_long_notes_readably_wide():
-    # Issue 40, the book on a phone: "7.000 n" split over two lines; Lesson 04's "why" column one word a line
+    # On a phone's width a short value ("7.000 n") must not break over two lines, nor a long note (Lesson 04's "why"
+    # column) shrink to one word a line
     note = "the all-gather after the optimizer step is exposed"
     table = cw.result_table(["axis", "bytes", "why"], [["DP", "7.000 n", note]]).data
     assert "<span style='white-space:nowrap'>7.000 n</span>" in table
