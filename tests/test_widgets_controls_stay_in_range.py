@@ -65,7 +65,7 @@ def test_a_size_slider_holds_whole_bytes_and_reads_them_out():
     "typed, nbytes", [("1 MB", 10**6), ("64 KiB", 65536), ("4e6", 4 * 10**6), ("512", 512), (" 1.5 GB ", 1_500_000_000)]
 )
 def test_a_size_typed_beside_the_slider_sets_the_value_exactly_and_moves_the_slider(typed, nbytes):
-    # Issue 40: a 10-decade log slider 170 px wide could not be set to "1 MB" but with arrow keys.
+    # A 10-decade log slider 170 px wide cannot be dragged to exactly "1 MB": typing the size must set it.
     control = cw.bytes_slider("n", 1e8)
     control._readout.value = typed  # what the learner types, then Enter
     assert control.value == nbytes and control.slider.value == nbytes
