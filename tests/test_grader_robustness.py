@@ -129,8 +129,8 @@ def test_a_grading_tree_still_held_by_a_dying_sandbox_is_removed_on_a_later_try(
 
 @pytest.mark.slow  # (minutes on 2 cores) CI: the two tests above, and that the grader calls no rmtree
 def test_a_deep_chain_in_a_lab_run_folder_stops_no_grading_and_leaves_nothing(tmp_path):
-    # Issue 38: a rank's 3,000-deep chain of folders (tests/attacks/deep_tree.py) made the grader's clean-up
-    # raise RecursionError: the submission's later labs were never graded and the files stayed on the disk.
+    # A rank's 3,000-deep chain of folders (tests/attacks/deep_tree.py) must not make the grader's clean-up raise
+    # RecursionError: the submission's later labs would go ungraded and the files would stay on the disk.
     if not HAS_SOLUTIONS:
         pytest.skip("the student release has no solutions to grade with")
     tg = _test_grading()
@@ -189,8 +189,8 @@ def test_every_parse_of_a_learner_answers_file_is_guarded(tmp_path):
 
 
 def test_the_release_ships_no_pipeline_schedule_order():
-    # Issue 38: commtax/simulation/pipeline.py shipped the naive, GPipe, 1F1B and interleaved-1F1B orders
-    # (_device_order, the core of Lab 07's simulate) outside any GRADED block.
+    # commtax/simulation/pipeline.py must not ship the naive, GPipe, 1F1B and interleaved-1F1B orders
+    # (_device_order, the core of Lab 07's simulate) outside a GRADED block: the release would hold Lab 07's answer.
     from grading.answers import strip_graded
 
     text = strip_graded((ROOT / "commtax" / "simulation" / "pipeline.py").read_text())
@@ -288,8 +288,8 @@ def _run_in_sandbox(root_mode: bool, tmp_path: Path) -> dict:
 
 
 def test_same_user_mode_runs_the_lab_sandbox_under_the_seccomp_program(tmp_path):
-    # Issue 38: same-user mode had no seccomp program (no sandbox per process there) and shared the grader's
-    # session keyring: a lab read the teacher's keyring. Now both calls are refused in the lab's sandbox.
+    # Same-user mode has no sandbox per process, so the lab's sandbox must run under the seccomp program, and it
+    # must not share the grader's session keyring, or a lab could read the teacher's: both calls are refused there.
     seen = _run_in_sandbox(False, tmp_path)
     assert seen["unix"] == "errno-1" and seen["keyring"] == "errno-1", seen
 
@@ -359,10 +359,10 @@ print("error", error)
 
 
 def test_same_user_mode_caps_a_lab_runs_folders_in_the_sandbox_never_on_the_hosts_disk(tmp_path):
-    # Issue 38: in same-user mode a lab run's folders (the only host folder learner code can write) sat on the
-    # host's disk, capped per file only: a student's ranks filling them filled the disk a classmate's grading
-    # writes to. Now they are a size-capped tmpfs inside the sandbox, which the trusted side reaches at the
-    # same path (through the sandbox's /proc/<pid>/root): the writes stop at the cap, in the sandbox's memory.
+    # In same-user mode a lab run's folders (the only host folder learner code can write) must not sit on the
+    # host's disk, capped per file only: a student's ranks filling them would fill the disk a classmate's grading
+    # writes to. They are a size-capped tmpfs inside the sandbox, which the trusted side reaches at the same path
+    # (through the sandbox's /proc/<pid>/root): the writes stop at the cap, in the sandbox's memory.
     import json
     import subprocess
     import sys
@@ -422,10 +422,10 @@ def test_same_user_mode_caps_a_lab_runs_folders_in_the_sandbox_never_on_the_host
 
 @pytest.mark.slow  # (minutes on 2 cores) CI: the test above, on the sandbox alone
 def test_a_student_filling_the_run_folders_in_same_user_mode_writes_nothing_to_the_hosts_disk(tmp_path):
-    # Issue 38: tests/attacks/fill_run_folder.py's ranks fill their rank folders. In same-user mode those sat on
-    # the host's disk, where a classmate's grading writes (grade-many --jobs 2: correct labs lost their points).
-    # Now no file of theirs ever appears on the host's file system (watched while the grading runs, links not
-    # followed), and the lab graded after theirs gets full marks.
+    # tests/attacks/fill_run_folder.py's ranks fill their rank folders. On the host's disk, where a classmate's
+    # grading writes (grade-many --jobs 2), that would cost correct labs their points. So no file of theirs may
+    # appear on the host's file system (watched while the grading runs, links not followed), and the lab graded
+    # after theirs gets full marks.
     import glob
     import threading
     import time
@@ -465,8 +465,8 @@ def test_a_student_filling_the_run_folders_in_same_user_mode_writes_nothing_to_t
 
 
 def test_a_full_disk_on_the_grader_is_not_graded_machine_and_retried_never_the_students_zero(tmp_path, monkeypatch):
-    # Issue 38: a grader meeting ENOSPC gave correct classmates 0 points, blaming their code. Now the lab is
-    # graded again; if the disk stays full, it is "not graded (machine)", said as such, and grading goes on.
+    # A grader meeting ENOSPC must not give correct classmates 0 points, blaming their code: the lab is graded
+    # again; if the disk stays full, it is "not graded (machine)", said as such, and grading goes on.
     if not HAS_SOLUTIONS:
         pytest.skip("the student release has no solutions to grade with")
     import errno
@@ -502,8 +502,8 @@ def test_a_full_disk_on_the_grader_is_not_graded_machine_and_retried_never_the_s
 
 
 def test_the_release_ships_no_chunking_of_lab_02():
-    # Issue 38: commtax/simulation/messages.py shipped Lab 02's chunk_bounds (any length, the first
-    # numel % P chunks one longer). The simulator now cuts equal chunks only, and refuses the rest.
+    # commtax/simulation/messages.py must not ship Lab 02's chunk_bounds (any length, the first numel % P chunks
+    # one longer): the simulator cuts equal chunks only, and refuses the rest.
     from commtax.simulation import messages
 
     assert not hasattr(messages, "chunk_bounds")
