@@ -128,7 +128,7 @@ def _grade_part_once(base: Path, course: dict, lab: str, starter: bytes, part: s
     secret = base / secrets.token_hex(16)  # only the grader's user can open it
     work = secret / "course"
     # Neutral names: learner code sees these paths (__file__, argv), and a name saying "hidden" would let
-    # it behave differently under the hidden tests (a timing channel out of them; red-team attack a08b).
+    # it behave differently under the hidden tests (a timing channel out of them).
     box = base / f"sandbox-{lab}-{secrets.token_hex(4)}"
     runs = base / f"runs-{lab}-{secrets.token_hex(4)}"
     sandbox = None
