@@ -276,6 +276,30 @@ def _check_args(args) -> None:
             raise ValueError(f"--{flag.replace('_', '-')} must be from 1 to {limit:,}, got {value}")
     if (args.tp is None) != (args.pp is None):
         raise ValueError("give both --tp and --pp to evaluate one plan, or neither to search")
+    if args.tp is None:  # a search chooses these itself: a flag given for one plan would be ignored
+        given = [flag for flag, value, default in _one_plan_flags(args) if value != default]
+        if given:
+            verb = "describes" if len(given) == 1 else "describe"
+            raise ValueError(f"{', '.join(given)} {verb} one plan: give --tp and --pp too (a search chooses them)")
+    if args.bf16_grads and args.precision == "fp16":
+        raise ValueError("--bf16-grads: an fp16 run keeps 16-bit gradients already")
+
+
+def _one_plan_flags(args):
+    """(flag, value, default) of the flags that only describe one plan."""
+    return [
+        ("--cp", args.cp, 1),
+        ("--ep", args.ep, 1),
+        ("--etp", args.etp, 1),
+        ("--ep-dispatch", args.ep_dispatch, "all_to_all"),
+        ("--ep-overlap", args.ep_overlap, False),
+        ("--vpp", args.vpp, None),
+        ("--micro-batch", args.micro_batch, None),
+        ("--zero", args.zero, 1),
+        ("--recompute", args.recompute, None),
+        ("--dp-impl", args.dp_impl, "megatron"),
+        ("--bf16-grads", args.bf16_grads, False),
+    ]
 
 
 def main(argv=None) -> int:
@@ -338,8 +362,8 @@ def _evaluate(model, notes, args, hardware) -> int:
     if args.zero == 3 and args.pp > 1 and result["plan"]["zero_stage"] == 1:
         notes.append(
             "--zero 3 --dp-impl pytorch with --pp > 1 is priced as ZeRO-1: PyTorch's pipeline schedule keeps a "
-            "stage's parameters gathered and its gradients unsharded until the last micro-batch (one gather, one "
-            "reduce-scatter a step)"
+            "stage's gradients unsharded and its parameters gathered until the last micro-batch (as torchtitan "
+            "runs it: one gather, one reduce-scatter a step)"
         )
     record = fixed_record(result, run)
     if args.json:
@@ -421,7 +445,7 @@ def _show_search(model, notes, args, results) -> int:
     print(P.recommend(results))
     print(
         "Predictions from Lesson 10's predictor: the 2021-2024 public rows within 8% (median ~3%); 59 published "
-        "runs of 2024-2026 held out from the fit (MoE, Blackwell, FSDP) within a median ~15%, 90th percentile "
+        "runs of 2024-2026 held out from the fit (MoE, Blackwell, FSDP) within a median ~14%, 90th percentile "
         "~40% (commtax/data/checks-2026.md): rank plans with it, then measure."
     )
     return 0

@@ -32,12 +32,12 @@ def test_a_grad_dtype_that_is_not_a_flag_is_refused_by_name():
         P.normalize(dict(RUN, grad_reduce_in_fp32="bf16"))
 
 
-def test_nemo_2025_rows_reduce_in_bf16_and_megatron_bridge_rows_in_fp32():
+def test_nvidias_2025_performance_rows_reduce_in_bf16_and_nemo_2024_rows_in_fp32():
     rows = P.read_runs_2026(P.CHECKS_2026) + P.read_runs_2026()
-    nemo = [r for r in rows if r["source"].startswith("NEMOFW")]
-    bridge = [r for r in rows if r["source"].startswith("MBRIDGE")]
-    assert nemo and all(r["run"]["grad_reduce_in_fp32"] is False for r in nemo)
-    assert bridge and all("grad_reduce_in_fp32" not in r["run"] for r in bridge)
+    bf16 = [r for r in rows if r["source"].startswith(("NEMOFW", "MBRIDGE"))]
+    nemo_2024 = [r for r in rows if r["source"].startswith("NEMO-")]
+    assert bf16 and all(r["run"]["grad_reduce_in_fp32"] is False for r in bf16)
+    assert nemo_2024 and all("grad_reduce_in_fp32" not in r["run"] for r in nemo_2024)
 
 
 def test_the_cli_takes_bf16_grads_and_says_so(capsys):
@@ -49,3 +49,11 @@ def test_the_cli_takes_bf16_grads_and_says_so(capsys):
     assert records[1]["memory"]["grads"] == pytest.approx(records[0]["memory"]["grads"] / 2)
     cli.main(["Llama-3 70B", *flags.split(), "--bf16-grads"])
     assert "BF16 gradients" in capsys.readouterr().out.splitlines()[0]
+
+
+def test_the_cli_refuses_bf16_grads_where_they_change_nothing(capsys):
+    assert cli.main(["Llama-3 70B", "--gpus", "64", "--bf16-grads"]) == 2  # a search: one-plan flags refused
+    assert "--bf16-grads describes one plan" in capsys.readouterr().err
+    flags = "--gpus 64 --gpu A100 --tp 8 --pp 1 --global-batch 64 --precision fp16 --bf16-grads"
+    assert cli.main(["Llama-3 70B", *flags.split()]) == 2
+    assert "fp16 run keeps 16-bit gradients" in capsys.readouterr().err

@@ -46,12 +46,13 @@ def test_pytorch_stacks_run_flash_attention_2_slower_than_megatrons_kernels_on_h
 
 
 def test_every_held_out_run_is_predicted_and_the_errors_do_not_grow():
-    """The 59 runs of checks-2026.csv were never fitted on. Today: median |error| 15.4%, 90th percentile
-    41%, short of the 10% / 25% aimed at (Lesson 10 says where and why); this pins that it gets no worse."""
+    """The 59 runs of checks-2026.csv were never fitted on. Today: median |error| 14.0%, 90th percentile
+    40% (nearest rank), short of the 10% / 25% aimed at (Lesson 10 says where and why); this pins that it gets
+    no worse."""
     errors = P.errors_2026(P.read_runs_2026(P.CHECKS_2026))
     stats = P.summary(errors)
     assert stats["count"] == 59
-    assert stats["median"] < 0.16 and stats["p90"] < 0.43, stats
+    assert stats["median"] < 0.145 and stats["p90"] < 0.41, stats
 
 
 def _row(source, model, **columns):

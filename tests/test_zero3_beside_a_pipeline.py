@@ -3,6 +3,8 @@ schedule runs it: the stage's parameters stay gathered and its gradients unshard
 micro-batch's backward (torch.distributed.pipelining, stage.py), so a step moves ZeRO-1's bytes. ZeRO-3
 as the paper defines it (the other implementations) still regathers every layer every micro-batch."""
 
+import pytest
+
 from commtax import plan as cli
 from commtax.formulas import predict as P
 
@@ -47,3 +49,13 @@ def test_the_cli_says_why_its_zero3_plan_reads_zero1(capsys):
 def test_published_pytorch_stacks_run_as_pytorch():
     rows = [r for r in P.read_runs_2026(P.CHECKS_2026) if r["source"].startswith(("TORCHTITAN", "LLMFOUNDRY"))]
     assert rows and all(r["run"]["dp_impl"] == "pytorch" for r in rows)
+
+
+def test_pytorchs_hsdp_beside_a_pipeline_is_refused_not_priced_as_zero3():
+    with pytest.raises(ValueError, match=r"shard_group \(8\) with dp_impl 'pytorch'.*not modelled"):
+        P.normalize(_run(gpus=1024, zero_stage=3, dp_impl="pytorch", shard_group=8))
+
+
+def test_one_plan_flags_in_a_search_are_refused_by_name(capsys):
+    assert cli.main(["Llama-3 70B", "--gpus", "64", "--zero", "3", "--vpp", "2"]) == 2
+    assert "--vpp, --zero describe one plan" in capsys.readouterr().err

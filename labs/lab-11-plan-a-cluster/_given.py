@@ -262,7 +262,9 @@ def normalize(run: dict) -> dict:
             raise ValueError(f"shard_group ({g}) must divide dp ({d})")
         if cfg["zero_stage"] < 2:
             raise ValueError(f"shard_group ({g}) is HSDP: it needs zero_stage 2 or 3")
-    if cfg["dp_impl"] == "pytorch" and cfg["zero_stage"] == 3 and cfg["pp"] > 1 and g == d * c:
+    if cfg["dp_impl"] == "pytorch" and cfg["zero_stage"] == 3 and cfg["pp"] > 1 and g != d * c:
+        raise ValueError(f"shard_group ({g}) with dp_impl 'pytorch', zero_stage 3 and pp > 1 is not modelled")
+    if cfg["dp_impl"] == "pytorch" and cfg["zero_stage"] == 3 and cfg["pp"] > 1:
         cfg["zero_stage"] = 1  # PyTorch's pipeline schedule keeps FSDP's parameters gathered until the last backward
     cfg["micro_batch"] = cfg["micro_batch"] or 1
     if cfg["global_batch"] % (d * cfg["micro_batch"]):

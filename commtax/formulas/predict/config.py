@@ -227,11 +227,16 @@ def normalize(run) -> dict:
             raise ValueError(f"shard_group ({g}) must divide dp ({d})")
         if cfg["zero_stage"] < 2:
             raise ValueError(f"shard_group ({g}) is HSDP: it needs zero_stage 2 or 3, got {cfg['zero_stage']}")
-    if cfg["dp_impl"] == "pytorch" and cfg["zero_stage"] == 3 and p > 1 and g == shards:
+    if cfg["dp_impl"] == "pytorch" and cfg["zero_stage"] == 3 and p > 1 and g != shards:
+        raise ValueError(
+            f"shard_group ({g}) with dp_impl 'pytorch', zero_stage 3 and pp > 1 is not modelled: PyTorch's "
+            f"pipeline schedule holds the gradients unsharded until the last micro-batch (use shard_group None)"
+        )
+    if cfg["dp_impl"] == "pytorch" and cfg["zero_stage"] == 3 and p > 1:
         # PyTorch's ZeRO-3 beside a pipeline runs as ZeRO-1: its pipeline schedule (torch.distributed.pipelining,
-        # stage.py) keeps an FSDP stage's parameters gathered and its gradients unsharded until the last
-        # micro-batch's backward (torchtitan also keeps them gathered after the forward when PP is on): one
-        # gather and one reduce-scatter per step, ZeRO-1's bytes and memory. (ZeRO-3 as the paper defines it
+        # stage.py) keeps an FSDP stage's gradients unsharded, and its parameters gathered after each backward,
+        # until the last micro-batch; torchtitan does not reshard them after the forward either when PP is on:
+        # one gather and one reduce-scatter per step, ZeRO-1's bytes and memory. (ZeRO-3 as the paper defines it
         # regathers every micro-batch; DeepSpeed runs no ZeRO-3 beside its pipeline.)
         cfg["zero_stage"] = 1
     cfg["micro_batch"] = cfg["micro_batch"] or 1

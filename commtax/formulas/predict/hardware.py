@@ -181,7 +181,7 @@ FITTED = {
     # whatever else those runs did; elementwise_efficiency is the H100's, not fitted (one row fits one
     # constant). The MoE rows are left out of the fit: they check it.
     "B200-180GB": dict(matmul_efficiency=0.68, elementwise_efficiency=0.30),
-    "GB200-186GB": dict(matmul_efficiency=0.76, elementwise_efficiency=0.30),
+    "GB200-186GB": dict(matmul_efficiency=0.75, elementwise_efficiency=0.30),
 }
 #: FlashAttention-2's share of the dense BF16 peak at long sequences, forward and backward together, for
 #: the stacks that run it (``attention_kernel="flash2"``: PyTorch's SDPA in torchtitan, llm-foundry).

@@ -19,6 +19,7 @@ import statistics
 from pathlib import Path
 
 import commtax.formulas.predict.moe as moe
+from commtax.formulas.predict.config import normalize
 from commtax.formulas.predict.hardware import FITTED, FLASH2_EFFICIENCY, GPU_ALIASES
 from commtax.formulas.predict.hf_config import model_from_config
 from commtax.formulas.predict.presets import CONFIGS, DATA
@@ -116,11 +117,13 @@ def run_from_row_2026(row: dict, configs=CONFIGS) -> tuple[dict, list[str]]:
         run["attention_kernel"] = "flash2"  # PyTorch's SDPA and llm-foundry run FlashAttention-2
     if row["source"].startswith(("TORCHTITAN", "LLMFOUNDRY")):
         run["dp_impl"] = "pytorch"  # FSDP: beside a pipeline, its ZeRO-3 runs as ZeRO-1
-    if row["source"].startswith("NEMOFW"):
-        # NeMo 2.0's performance recipes keep and reduce the gradients in BF16 from January 2025 (NVIDIA/NeMo
-        # 78f445f, "callbacks and bf16 grad": grad_reduce_in_fp32 = False in each recipe's performance
-        # optimizations, later in scripts/performance/helpers.py for every precision): the 25.02, 25.04 and
-        # 25.07 containers. Megatron Bridge's (25.09 on) keep Megatron's fp32 default (bf16_mixed()).
+    if row["source"].startswith(("NEMOFW", "MBRIDGE")):
+        # The published tables' performance configs keep and reduce the gradients in BF16. NeMo 2.0's from
+        # January 2025 (NVIDIA/NeMo 78f445f, "callbacks and bf16 grad": grad_reduce_in_fp32 = False in each
+        # recipe's performance optimizations, later scripts/performance/helpers.py for every precision): the
+        # 25.02 to 25.07 containers. Megatron Bridge's from its first (v0.1.0rc3, the 25.09 era:
+        # scripts/performance/configs/*_llm_pretrain.yaml; v0.2.0-v0.5.0: set_*_common_configs in
+        # scripts/performance/configs/*/*_llm_pretrain.py). NeMo 24.07 predates them: Megatron's fp32 default.
         run["grad_reduce_in_fp32"] = False
     if run.get("experts"):
         run.update(ep=_num(row, "ep") or 1, etp=_num(row, "etp") or 1)
@@ -128,13 +131,25 @@ def run_from_row_2026(row: dict, configs=CONFIGS) -> tuple[dict, list[str]]:
         if recipe:  # the token dispatcher and all-to-all overlap its recipe sets (recipes_2026)
             run.update(recipe[0])
             notes.append(f"MoE dispatcher and overlap from Megatron-Bridge {recipe[1]}")
-    if run["vpp"] and run["vpp"] > 1 and (run["layers"] % (run["pp"] * run["vpp"])):
+    if run["vpp"] and run["vpp"] > 1 and not _layout_fits(run):
         notes.append(
             f"vpp {run['vpp']} with {run['layers']} layers on {run['pp']} stages needs an uneven layout "
             f"the predictor does not model: priced without interleaving"
         )
         run["vpp"] = None
     return run, notes
+
+
+def _layout_fits(run) -> bool:
+    """Whether the predictor can lay out ``run``'s published interleaving depth: evenly, or with the embedding
+    and the loss counted as a layer slot each (Megatron's uneven split, :func:`config.resolve_split`)."""
+    try:
+        normalize(dict(run, micro_batch=run["micro_batch"] or 1))
+    except ValueError as exc:
+        if "vpp" in str(exc):
+            return False
+        raise
+    return True
 
 
 def read_runs_2026(path=RUNS_2026) -> list[dict]:
