@@ -53,7 +53,11 @@ def run_pytest(work: Path, args: list[str], timeout: float, extra_env: dict | No
     os.write(key_write, key)
     os.close(key_write)
     tag = uuid.uuid4().hex
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("COMMTAX_GRADING", "PYTEST_"))}
+    # LAB_INPROCESS is a learner's debugging switch: left set in a teacher's shell it would fail every test
+    # (the lab fixture refuses it under the grader), so the graded run never inherits it.
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("COMMTAX_GRADING", "PYTEST_")) and k != "LAB_INPROCESS"
+    }
     env.update(
         {
             "LAB_IMPL": "starter",

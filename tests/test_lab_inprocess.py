@@ -67,3 +67,15 @@ def test_lab_inprocess_is_refused_under_the_grader_and_a_bad_value_is_named(lab_
     monkeypatch.setenv("LAB_INPROCESS", "yes")
     with pytest.raises(ValueError, match="LAB_INPROCESS must be 1"):
         load_lab_proxy(lab_dir, "solution")
+
+
+def test_a_lab_inprocess_left_set_in_the_teachers_shell_does_not_reach_the_graded_run(tmp_path, monkeypatch):
+    # The lab fixture refuses LAB_INPROCESS under the grader; inherited by the graded run, it would fail every
+    # test of every student. The grader's test process never gets it.
+    from tests.grading_support import FAST, HAS_SOLUTIONS, grade, lab_result, reference, submission
+
+    if not HAS_SOLUTIONS:
+        pytest.skip("the student release has no solutions to grade with")
+    monkeypatch.setenv("LAB_INPROCESS", "1")
+    graded = lab_result(grade(submission(tmp_path, lab_06_tp_comm_cost=reference(FAST)), [FAST]), FAST)
+    assert graded.score == graded.max_score > 0, graded.first_failure()
