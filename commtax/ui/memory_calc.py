@@ -155,7 +155,8 @@ def render(
                     f"TP {p.tp} x PP {p.pp} x DP {p.dp}, ZeRO-{p.zero_stage}, {p.recompute} recompute",
                     format_bytes(memory.plan_memory(p)["total"]),
                     f"{predicted['tokens'] / 1e6:.3g}M",
-                    format_seconds(predicted["step_time_s"]),
+                    format_seconds(predicted["step_time_s"])
+                    + ("" if predicted["fits"] else " (over Lesson 10's 80 GB budget)"),
                     f"{predicted['seconds_per_token'] * 1e6:.2f} s",
                     format_seconds(memory.wire_seconds(p)),
                 ]

@@ -32,7 +32,10 @@ def predicted_step(plan: MemoryPlan, model_name: str, gpu: str = "H100 SXM 80GB"
     The plan as it stands (1F1B without interleaving, its micro-batch, recomputation and ZeRO stage;
     global batch dp x m x b sequences) for the preset ``model_name`` (:data:`PREDICTOR_SHAPES`) on
     ``gpu`` (:data:`PREDICTOR_GPUS`): compute, TP, the pipeline bubble and what DP adds, at the
-    measured link rates. Uses bf16; the plan's own precisions are not passed on.
+    measured link rates. Uses bf16 GEMMs; the gradients in the plan's width (``grad_bytes`` 4: fp32, else
+    kept and reduced in bf16), so both lessons count the same bytes. ``fits``: whether the predictor's memory
+    model fits the plan in its own budget (80e9 bytes, with headroom: Lesson 10), which is stricter than the
+    HBM Lesson 07's plans are checked against.
     """
     require_choice("model_name", model_name, tuple(PREDICTOR_SHAPES))
     require_choice("gpu", gpu, tuple(PREDICTOR_GPUS))
@@ -54,6 +57,7 @@ def predicted_step(plan: MemoryPlan, model_name: str, gpu: str = "H100 SXM 80GB"
         zero_stage=p.zero_stage,
         recompute=p.recompute,
         sequence_parallel=p.sequence_parallel,
+        grad_reduce_in_fp32=p.grad_bytes >= 4,
         **PREDICTOR_SHAPES[model_name],
     )
     result = predict(run)
@@ -64,6 +68,7 @@ def predicted_step(plan: MemoryPlan, model_name: str, gpu: str = "H100 SXM 80GB"
         seconds_per_token=result["step_time_s"] / tokens,
         mfu=result["mfu"],
         binding=result["binding"],
+        fits=result["fits"],
     )
 
 
