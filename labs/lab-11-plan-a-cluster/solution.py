@@ -245,7 +245,9 @@ def _cp(cfg, recompute, gpu):
         return (2 if full else 1) * _collective("all_gather", gathered, c, t, gpu) + _collective(
             "reduce_scatter", gathered, c, t, gpu
         )
-    block = 2 * cfg["micro_batch"] * cfg["seq"] / c * cfg["kv_hidden"] / t * ACT_BYTES
+    # K and V of this rank's heads, at least one head each (replicated where tp exceeds the K, V heads)
+    kv_width = max(cfg["kv_hidden"] / t, cfg["kv_hidden"] / cfg["kv_heads"])
+    block = 2 * cfg["micro_batch"] * cfg["seq"] / c * kv_width * ACT_BYTES
     step_f = _attention(cfg, gpu) / c
     step_b = (2.5 if cfg["fused_attention"] else 2.0) * step_f
     forward = (c - 1) * _overlap(_collective("send", block, c, t, gpu), step_f, gpu)

@@ -91,7 +91,9 @@ def cp_time(cfg, recompute, constants=None, gpu=None) -> float:
         return (2 if full else 1) * collective_time("all_gather", gathered, c, t, gpu) + collective_time(
             "reduce_scatter", gathered, c, t, gpu
         )
-    block = 2 * cfg["micro_batch"] * cfg["seq"] / c * cfg["kv_hidden"] / t * ACT_BYTES
+    # K and V of this rank's heads, at least one head each (replicated where tp exceeds the K, V heads)
+    kv_width = max(cfg["kv_hidden"] / t, cfg["kv_hidden"] / cfg["kv_heads"])
+    block = 2 * cfg["micro_batch"] * cfg["seq"] / c * kv_width * ACT_BYTES
     step_f = _attention_seconds(cfg, gpu, constants) / c
     step_b = (2.5 if cfg["fused_attention"] else 2.0) * step_f
     send_f = collective_time("send", block, c, t, gpu)
