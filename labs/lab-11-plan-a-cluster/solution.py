@@ -376,7 +376,8 @@ def _memory(cfg, recompute):
             buffers=4 * _layer_params(cfg) / t if z == 3 and g > 1 else 0.0,
         )
         if cfg["cp"] > 1 and cfg["cp_comm"] == "all_gather":
-            parts["buffers"] += 2 * cfg["micro_batch"] * cfg["seq"] * cfg["kv_hidden"] / t * ACT_BYTES
+            kv_width = max(cfg["kv_hidden"] / t, cfg["kv_hidden"] / cfg["kv_heads"])  # at least one head a rank
+            parts["buffers"] += 2 * cfg["micro_batch"] * cfg["seq"] * kv_width * ACT_BYTES
         parts["total"] = sum(parts.values())
         if best is None or parts["total"] > best["total"]:
             best = parts

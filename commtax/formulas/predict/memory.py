@@ -139,7 +139,8 @@ def memory_parts(cfg, recompute, gpu=None) -> dict:
         logits = 4 * cfg["seq"] // cfg["cp"] * cfg["micro_batch"] * cfg["vocab"] / t if stage == p - 1 else 0.0
         buffers = 2 * layer_params(cfg) / t * 2 if cfg["zero_stage"] == 3 and cfg["shard_group"] > 1 else 0.0
         if cfg["cp"] > 1 and cfg["cp_comm"] == "all_gather":
-            buffers += 2 * cfg["micro_batch"] * cfg["seq"] * cfg["kv_hidden"] / t * ACT_BYTES
+            kv_width = max(cfg["kv_hidden"] / t, cfg["kv_hidden"] / cfg["kv_heads"])  # at least one head a rank
+            buffers += 2 * cfg["micro_batch"] * cfg["seq"] * kv_width * ACT_BYTES
         parts = dict(
             params=states["params"],
             grads=states["grads"],
