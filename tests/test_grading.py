@@ -77,11 +77,15 @@ def test_a_hanging_lab_and_a_deadlocking_ring_time_out_while_the_others_are_grad
     deadline = min(120, round(12 * max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))))
     result = grade(folder, ["lab-01-alpha-beta", "lab-02-ring-allreduce", FAST], lab_timeout=deadline)
     assert lab_result(result, "lab-01-alpha-beta").score == lab_result(result, "lab-01-alpha-beta").max_score
-    for lab in ("lab-02-ring-allreduce", FAST):
-        graded = lab_result(result, lab)
-        assert graded.problem == f"timed out after {deadline} s"
-        assert f"timed out after {deadline} s" in reports.table(result)
-    assert lab_result(result, FAST).score == 0
+    hanging = lab_result(result, FAST)
+    assert hanging.problem == f"timed out after {deadline} s" and hanging.score == 0
+    assert f"timed out after {deadline} s" in reports.table(result)
+    # The deadlocked ring times out, or (on a loaded machine, where the lab's deadline grows) the launcher's
+    # own rank deadline stops it first and its tests fail naming the stuck ranks: the ring's points are lost
+    # either way (its pure-function tests, run before, keep theirs).
+    ring = lab_result(result, "lab-02-ring-allreduce")
+    assert ring.score < ring.max_score
+    assert ring.problem == f"timed out after {deadline} s" or ring.first_failure(), ring
     time.sleep(0.5)
     assert grading_processes() == [], "a process of the grading run is still alive"
 
