@@ -137,7 +137,7 @@ def normalize(run) -> dict:
     ``sequence_parallel`` = on when tp > 1; ``fused_attention`` = the GPU preset's;
     ``overlap_grad_reduce`` = True; ``grad_reduce_in_fp32`` = True but for fp16 (Megatron's
     ``--accumulate-allreduce-grads-in-fp32``; False: the gradients are kept and reduced in 16 bits, as
-    NeMo's performance recipes of 2025 ran); ``pipeline_split`` by :func:`resolve_split`;
+    the performance configurations behind NVIDIA's 2025-2026 tables ran); ``pipeline_split`` by :func:`resolve_split`;
     ``shard_group`` = the whole data-parallel group (no HSDP). ``micro_batch`` and ``vpp`` left open
     become 1 here and ``recompute`` stays None: :func:`breakdown` chooses them.
     """

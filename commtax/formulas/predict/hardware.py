@@ -177,7 +177,8 @@ FITTED = {
     "H200-141GB": dict(matmul_efficiency=0.66, elementwise_efficiency=0.30),
     "H800-80GB": dict(matmul_efficiency=0.66, elementwise_efficiency=0.30),
     # matmul_efficiency fitted on the one dense row of each in published-runs-2026.csv (Megatron Bridge,
-    # FP8: Llama 3 8B on 8 B200, Llama 3 70B on 64 GB200; :func:`fit_matmul_efficiency`), so it absorbs
+    # FP8, BF16 gradients as its performance configs ran: Llama 3 8B on 8 B200, Llama 3 70B on 64 GB200;
+    # :func:`fit_matmul_efficiency`), so it absorbs
     # whatever else those runs did; elementwise_efficiency is the H100's, not fitted (one row fits one
     # constant). The MoE rows are left out of the fit: they check it.
     "B200-180GB": dict(matmul_efficiency=0.68, elementwise_efficiency=0.30),
