@@ -158,9 +158,9 @@ def test_a_broken_pointer_in_a_code_comment_is_named():
     "markdown",
     [
         "`memory.zero_bytes_per_step`",
-        "`commtax/formulas/predict/memory_plans.py`",
+        "`commtax/formulas/plans.py`",
         "`P.predict(run)`",
-        "`commtax.formulas.predict.memory_plans.rank_by_step_time`",
+        "`commtax.formulas.plans.rank_by_step_time`",
         "memory.py and np.zeros are not pointers",
         "`commtax.formulas`",
     ],

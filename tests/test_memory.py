@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from commtax.formulas import bill, context, memory, predict
+from commtax.formulas import bill, context, memory, plans
 from commtax.formulas.models import PRESETS
 
 GB = 1e9
@@ -106,16 +106,16 @@ def test_sequence_parallel_transfer_times_are_microseconds_times_1000():
 def test_plan_memory_adds_up_and_the_smallest_plan_fits():
     model = PRESETS["Llama-2-70B"]
     hbm = memory.HBM_BYTES["H100 SXM 80GB"]
-    args = (model.n_params, model.layers, model.hidden, memory.HEADS[model.name])
-    gpus, plan = memory.smallest_plan(*args, hbm)
+    args = (model.n_params, model.layers, model.hidden, plans.HEADS[model.name])
+    gpus, plan = plans.smallest_plan(*args, hbm)
     assert plan.tp * plan.pp * plan.dp == gpus
-    parts = memory.plan_memory(plan)
+    parts = plans.plan_memory(plan)
     assert parts["total"] <= hbm
     assert parts["total"] == pytest.approx(sum(v for k, v in parts.items() if k != "total"))
-    assert not memory.fitting_plans(*args, gpus // 2, hbm)  # half as many GPUs: nothing fits
-    best = memory.fitting_plans(*args, 64, hbm)
-    assert best and all(memory.plan_memory(p)["total"] <= hbm for p in best)
-    wire = memory.plan_wire_bytes(best[0])
+    assert not plans.fitting_plans(*args, gpus // 2, hbm)  # half as many GPUs: nothing fits
+    best = plans.fitting_plans(*args, 64, hbm)
+    assert best and all(plans.plan_memory(p)["total"] <= hbm for p in best)
+    wire = plans.plan_wire_bytes(best[0])
     assert wire["total"] == pytest.approx(wire["dp"] + wire["tp"] + wire["pp"])
 
 
@@ -129,7 +129,7 @@ def test_bad_arguments_name_themselves():
     with pytest.raises(ValueError, match="microbatches"):
         memory.zero_bytes_per_step(1e9, 8, 2, 0)
     with pytest.raises(ValueError, match="layers"):
-        memory.plan_memory(memory.MemoryPlan(7e9, 30, 4096, 32, pp=4))
+        plans.plan_memory(plans.MemoryPlan(7e9, 30, 4096, 32, pp=4))
 
 
 def test_wire_seconds_prices_dp_groups_with_the_network_model_at_measured_rates_not_one_nic():
@@ -137,17 +137,17 @@ def test_wire_seconds_prices_dp_groups_with_the_network_model_at_measured_rates_
 
     model = PRESETS["Llama-2-70B"]
     common = dict(n_params=model.n_params, layers=model.layers, hidden=model.hidden, heads=64, microbatches=8)
-    zero3 = memory.MemoryPlan(**common, tp=1, dp=64, zero_stage=3, recompute="full")
-    tp8 = memory.MemoryPlan(**common, tp=8, dp=8, zero_stage=1, recompute="selective", sequence_parallel=True)
+    zero3 = plans.MemoryPlan(**common, tp=1, dp=64, zero_stage=3, recompute="full")
+    tp8 = plans.MemoryPlan(**common, tp=8, dp=8, zero_stage=1, recompute="selective", sequence_parallel=True)
     # pure DP: 8 members per node, rings across 8 rails at min(370, 8 x 47) = 370 GB/s (line rates: 400)
     assert allreduce_bus_bandwidth(64, 8, 370e9, 47e9) == pytest.approx(370e9)
-    assert memory.wire_seconds(zero3) == pytest.approx(memory.plan_wire_bytes(zero3)["dp"] / 370e9)
-    assert memory.wire_seconds(zero3, intra_bandwidth=450e9, inter_bandwidth=50e9) == pytest.approx(
-        memory.plan_wire_bytes(zero3)["dp"] / 400e9
+    assert plans.wire_seconds(zero3) == pytest.approx(plans.plan_wire_bytes(zero3)["dp"] / 370e9)
+    assert plans.wire_seconds(zero3, intra_bandwidth=450e9, inter_bandwidth=50e9) == pytest.approx(
+        plans.plan_wire_bytes(zero3)["dp"] / 400e9
     )
     # DP beside TP 8: one member per node, one NIC; TP on NVLink's rings
-    wire = memory.plan_wire_bytes(tp8)
-    assert memory.wire_seconds(tp8) == pytest.approx(wire["dp"] / 47e9 + wire["tp"] / 370e9)
+    wire = plans.plan_wire_bytes(tp8)
+    assert plans.wire_seconds(tp8) == pytest.approx(wire["dp"] / 47e9 + wire["tp"] / 370e9)
 
 
 def test_lesson_07_exercise_1_compares_zero3_and_tp8_at_equal_work_1_23x_not_6x():
@@ -156,24 +156,24 @@ def test_lesson_07_exercise_1_compares_zero3_and_tp8_at_equal_work_1_23x_not_6x(
     5.95 s against 8.15 s, 1.37x). With m = 8 for TP the ratio was ~6x for an eighth of the work."""
     model = PRESETS["Llama-2-70B"]
     common = dict(n_params=model.n_params, layers=model.layers, hidden=model.hidden, heads=64)
-    zero3 = memory.MemoryPlan(**common, microbatches=8, tp=1, dp=64, zero_stage=3, recompute="full")
-    tp8 = memory.MemoryPlan(
+    zero3 = plans.MemoryPlan(**common, microbatches=8, tp=1, dp=64, zero_stage=3, recompute="full")
+    tp8 = plans.MemoryPlan(
         **common, microbatches=64, tp=8, dp=8, zero_stage=1, recompute="selective", sequence_parallel=True
     )
     assert zero3.dp * zero3.microbatches == tp8.dp * tp8.microbatches == 512
-    assert memory.plan_wire_bytes(tp8)["tp"] == pytest.approx(2.405e12, rel=1e-3)
-    assert memory.wire_seconds(zero3) == pytest.approx(8.81, abs=0.01)
-    assert memory.wire_seconds(tp8) == pytest.approx(7.14, abs=0.01)
+    assert plans.plan_wire_bytes(tp8)["tp"] == pytest.approx(2.405e12, rel=1e-3)
+    assert plans.wire_seconds(zero3) == pytest.approx(8.81, abs=0.01)
+    assert plans.wire_seconds(tp8) == pytest.approx(7.14, abs=0.01)
     line = dict(intra_bandwidth=450e9, inter_bandwidth=50e9)
-    assert memory.wire_seconds(zero3, **line) == pytest.approx(8.15, abs=0.01)
-    assert memory.wire_seconds(tp8, **line) == pytest.approx(5.95, abs=0.01)
-    assert memory.wire_seconds(zero3) / memory.wire_seconds(tp8) == pytest.approx(1.23, abs=0.01)
-    unequal = memory.MemoryPlan(
+    assert plans.wire_seconds(zero3, **line) == pytest.approx(8.15, abs=0.01)
+    assert plans.wire_seconds(tp8, **line) == pytest.approx(5.95, abs=0.01)
+    assert plans.wire_seconds(zero3) / plans.wire_seconds(tp8) == pytest.approx(1.23, abs=0.01)
+    unequal = plans.MemoryPlan(
         **common, microbatches=8, tp=8, dp=8, zero_stage=1, recompute="selective", sequence_parallel=True
     )
-    assert memory.wire_seconds(zero3) / memory.wire_seconds(unequal) > 6
+    assert plans.wire_seconds(zero3) / plans.wire_seconds(unequal) > 6
     # and wire time does not decide: the predictor puts the two steps within 3% of each other
-    steps = [predict.predicted_step(p, "Llama-2-70B")["step_time_s"] for p in (zero3, tp8)]
+    steps = [plans.predicted_step(p, "Llama-2-70B")["step_time_s"] for p in (zero3, tp8)]
     assert steps[0] / steps[1] == pytest.approx(1.0, abs=0.03)
 
 
@@ -183,9 +183,9 @@ def test_rank_by_step_time_orders_plans_per_token_with_the_bubble_not_by_wire_se
     PP 16 x DP 1 (a quarter of the tokens per step) slower still."""
     model = PRESETS["Llama-2-70B"]
     hbm = memory.HBM_BYTES["H100 SXM 80GB"]
-    plans = memory.fitting_plans(model.n_params, model.layers, model.hidden, 64, 64, hbm)
-    assert (plans[0].tp, plans[0].pp, plans[0].dp) == (1, 16, 4)  # the quick order: least wire time
-    ranked = predict.rank_by_step_time(plans, "Llama-2-70B")
+    fitting = plans.fitting_plans(model.n_params, model.layers, model.hidden, 64, 64, hbm)
+    assert (fitting[0].tp, fitting[0].pp, fitting[0].dp) == (1, 16, 4)  # the quick order: least wire time
+    ranked = plans.rank_by_step_time(fitting, "Llama-2-70B")
     per_token = [r["seconds_per_token"] for _, r in ranked]
     assert per_token == sorted(per_token)
     seconds = {(p.tp, p.pp, p.dp, p.zero_stage, p.recompute): r["seconds_per_token"] * 1e6 for p, r in ranked}
@@ -195,7 +195,7 @@ def test_rank_by_step_time_orders_plans_per_token_with_the_bubble_not_by_wire_se
     first = ranked[0][0]
     assert (first.tp, first.pp, first.dp, first.zero_stage) == (2, 1, 32, 3)
     with pytest.raises(ValueError, match="model_name"):
-        predict.predicted_step(plans[0], "Llama-9")
+        plans.predicted_step(fitting[0], "Llama-9")
 
 
 def test_hsdp_all_reduces_across_replicas_every_micro_batch_by_default_in_fsdp_or_once_per_step():
@@ -211,8 +211,8 @@ def test_hsdp_all_reduces_across_replicas_every_micro_batch_by_default_in_fsdp_o
 
 
 def test_full_recompute_adds_one_whole_layer_in_both_memory_models():
-    plan = memory.MemoryPlan(7e9, 32, 4096, 32, seq=4096, tp=4, dp=2, recompute="full", sequence_parallel=True)
-    parts = memory.plan_memory(plan)
+    plan = plans.MemoryPlan(7e9, 32, 4096, 32, seq=4096, tp=4, dp=2, recompute="full", sequence_parallel=True)
+    parts = plans.plan_memory(plan)
     stored = 32 * 2 * 4096 * 4096 / 4  # 2 s b h / t per layer with SP
     whole = memory.activation_bytes_per_layer(4096, 1, 4096, 32, 4, True, "none")
     assert parts["activations"] == pytest.approx(stored + whole)
@@ -234,7 +234,7 @@ def test_gpt3_at_pp_16_with_32k_tokens_and_no_recomputation_holds_25_tb_all_but_
     # is right for its settings (s = 32768, b = 1, m = 8, no recomputation): 6 layers x 8 micro-batches in flight
     # x 529 GB, and 5 a s^2 b = 515 GB of each layer's 529 GB is the unfused attention's s x s scores.
     gpt3 = PRESETS["GPT-3 175B"]
-    plan = memory.MemoryPlan(
+    plan = plans.MemoryPlan(
         gpt3.n_params,
         gpt3.layers,
         gpt3.hidden,
@@ -248,10 +248,10 @@ def test_gpt3_at_pp_16_with_32k_tokens_and_no_recomputation_holds_25_tb_all_but_
         recompute="none",
     )
     layer = memory.activation_bytes_per_layer(32768, 1, 12288, 96)
-    assert memory.plan_memory(plan)["activations"] == pytest.approx(6 * 8 * layer) == pytest.approx(25.4e12, rel=1e-3)
+    assert plans.plan_memory(plan)["activations"] == pytest.approx(6 * 8 * layer) == pytest.approx(25.4e12, rel=1e-3)
     scores = layer - memory.activation_bytes_per_layer(32768, 1, 12288, 96, recompute="selective")
     assert scores == 5 * 96 * 32768**2 and scores / layer > 0.97
-    assert memory.plan_memory(dataclasses.replace(plan, recompute="selective"))["activations"] < 0.7e12
+    assert plans.plan_memory(dataclasses.replace(plan, recompute="selective"))["activations"] < 0.7e12
 
 
 def test_gpu_memory_labels_say_decimal_gb_and_gib():
@@ -361,7 +361,7 @@ def test_plan_wire_bytes_counts_six_tp_collectives_under_full_recompute_and_pp_s
     )
     act = 4096 * 4096 * 2
     for recompute, collectives in (("selective", 4), ("full", 6)):
-        wire = memory.plan_wire_bytes(memory.MemoryPlan(**common, recompute=recompute))
+        wire = plans.plan_wire_bytes(plans.MemoryPlan(**common, recompute=recompute))
         assert wire["tp"] == pytest.approx(collectives * 2 * 3 / 4 * act * 8 * 8)
         assert wire["pp"] == pytest.approx(2 * act / 4 * 8)
     from commtax.formulas import predict as P

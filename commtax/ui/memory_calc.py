@@ -12,7 +12,7 @@ import html
 from IPython.display import HTML, display
 from matplotlib.ticker import MaxNLocator
 
-from commtax.formulas import memory, predict
+from commtax.formulas import memory, plans
 from commtax.formulas.models import PRESETS
 from commtax.ui import plots
 from commtax.ui import widgets as cw
@@ -72,8 +72,8 @@ def render(
     """The calculator's render: headline, notes, the smallest cluster that fits, and the two bar charts."""
     m = PRESETS[model]
     param_bytes, grad_bytes = PRECISIONS[precision]
-    heads = memory.HEADS[model]
-    plan = memory.MemoryPlan(
+    heads = plans.HEADS[model]
+    plan = plans.MemoryPlan(
         m.n_params,
         m.layers,
         m.hidden,
@@ -91,7 +91,7 @@ def render(
         grad_bytes,
         OPTIMIZERS[optimizer],
     )
-    parts, wire, hbm = memory.plan_memory(plan), memory.plan_wire_bytes(plan), memory.HBM_BYTES[gpu]
+    parts, wire, hbm = plans.plan_memory(plan), plans.plan_wire_bytes(plan), memory.HBM_BYTES[gpu]
     fits = parts["total"] <= hbm
     display(
         cw.headline(
@@ -142,29 +142,29 @@ def render(
         grad_bytes=grad_bytes,
         optimizer_bytes_per_param=OPTIMIZERS[optimizer],
     )
-    best = memory.smallest_plan(m.n_params, m.layers, m.hidden, heads, hbm, **options)
+    best = plans.smallest_plan(m.n_params, m.layers, m.hidden, heads, hbm, **options)
     if best is None:
         display(cw.headline("No plan up to 4096 GPUs fits these settings.", "commtax-note"))
     else:
         g = best[0]
-        fitting = memory.fitting_plans(m.n_params, m.layers, m.hidden, heads, g, hbm, **options)
+        fitting = plans.fitting_plans(m.n_params, m.layers, m.hidden, heads, g, hbm, **options)
         rows = []
-        for p, predicted in predict.rank_by_step_time(fitting, model, gpu)[:5]:
+        for p, predicted in plans.rank_by_step_time(fitting, model, gpu)[:5]:
             rows.append(
                 [
                     f"TP {p.tp} x PP {p.pp} x DP {p.dp}, ZeRO-{p.zero_stage}, {p.recompute} recompute",
-                    format_bytes(memory.plan_memory(p)["total"]),
+                    format_bytes(plans.plan_memory(p)["total"]),
                     f"{predicted['tokens'] / 1e6:.3g}M",
                     format_seconds(predicted["step_time_s"])
                     + ("" if predicted["fits"] else " (over Lesson 10's 80 GB budget)"),
                     f"{predicted['seconds_per_token'] * 1e6:.2f} s",
-                    format_seconds(memory.wire_seconds(p)),
+                    format_seconds(plans.wire_seconds(p)),
                 ]
             )
-        plans = f"{len(fitting)} plan{'' if len(fitting) == 1 else 's'}"
+        counted = f"{len(fitting)} plan{'' if len(fitting) == 1 else 's'}"
         display(
             cw.headline(
-                f"Smallest cluster that fits: {g} GPUs, {plans}"
+                f"Smallest cluster that fits: {g} GPUs, {counted}"
                 "; the fastest per token first (Lesson 10's predictor, bf16):",
                 "commtax-note",
             )
@@ -210,7 +210,7 @@ def render(
 def controls() -> dict:
     """The calculator's controls (Llama-2-70B on TP 8 x DP 8, ZeRO-1, to start)."""
     return dict(
-        model=_choice("model", [n for n in PRESETS if n in memory.HEADS], "Llama-2-70B"),
+        model=_choice("model", [n for n in PRESETS if n in plans.HEADS], "Llama-2-70B"),
         gpu=_choice("GPU", list(memory.HBM_BYTES), "H100 SXM 80GB"),
         precision=_choice("params and grads", PRECISION_OPTIONS, "bf16"),
         optimizer=_choice("optimizer state", list(OPTIMIZERS)),

@@ -64,8 +64,8 @@ Where each piece is defined (this package re-exports them all, so ``P.predict`` 
   :func:`elementwise_bytes`, :func:`wave_factor`; ``hardware.py``: the GPUs and :data:`FITTED`;
 * ``axes.py``: :func:`tp_time`, :func:`cp_time`, :func:`pipeline_time`, :func:`dp_time` and their bytes;
   ``comms.py``: :func:`collective_time`, :func:`overlap_cost`; ``moe.py``: :func:`ep_time`;
-* ``memory.py``: :func:`memory_parts`, :func:`run_activation_bytes_per_layer`; ``memory_plans.py``:
-  Lesson 07's plans priced by the predictor (:func:`predicted_step`, :func:`rank_by_step_time`);
+* ``memory.py``: :func:`memory_parts`, :func:`run_activation_bytes_per_layer` (Lesson 07's plans priced by
+  the predictor are in :mod:`commtax.formulas.plans`);
 * ``search.py``: :func:`search_plans`, :func:`recommend`; ``published.py``, ``published_2026.py``:
   the published runs and :func:`fit_constants`; ``presets.py``, ``hf_config.py``: models.
 """
@@ -163,12 +163,6 @@ from commtax.formulas.predict.memory import (  # noqa: F401
     memory_parts,
     moe_activation_bytes,
     run_activation_bytes_per_layer,
-)
-from commtax.formulas.predict.memory_plans import (  # noqa: F401
-    PREDICTOR_GPUS,
-    PREDICTOR_SHAPES,
-    predicted_step,
-    rank_by_step_time,
 )
 from commtax.formulas.predict.moe import (  # noqa: F401
     dispatch_bytes,
