@@ -1,10 +1,10 @@
 """Lab 02 tests: your ring on real processes, against sums computed here and byte counters.
 
 Each distributed job runs on P real ranks (gloo on CPU; NCCL only where there
-is a GPU per rank). The inputs are made here, in the test process, and each
+is a GPU per rank). The inputs are made in the test process (``_reference.py``), and each
 rank is handed only its own (``rank_args``): under the grader they come from a
 secret seed, so no rank can work out another's input; the right sum needs the
-data to travel. The ranks only *run* your functions, under
+data to travel. The ranks only *run* your functions (``_workers.py``), under
 ``commtax.ranks.traffic.record_traffic`` (which counts the bytes every rank
 sends and notes any built-in collective), and return what they got: result
 tensors and byte counts. Every expected value is computed in the test process
@@ -18,34 +18,24 @@ Inputs are small integers, so every sum is exact in float64, float32 and
 bfloat16 alike (|sum| <= 200 < 256) and results are compared exactly.
 """
 
-import re
 from pathlib import Path
 
 import pytest
 import torch
 
 from commtax.boundary.byfile import load_module_from_file
-from commtax.ranks.launch import rank_device
-from commtax.ranks.traffic import record_traffic
-from commtax.testing import BACKENDS, SharedRuns, check, expect_wire_bytes, fail, input_seed, stream_seed
+from commtax.testing import BACKENDS, SharedRuns, check, expect_wire_bytes, fail
 
-SIZES = [0, 1, 2, 3, 5, 7, 64, 1000, 4099]  # elements: empty, fewer than P, uneven, larger
-DTYPES = [torch.float64, torch.float32, torch.bfloat16]
-DIVISIBLE = 2 * 3 * 4 * 5 * 1000  # elements every P in the tests divides evenly
-# The reduce-scatter and all-gather tests use equal chunks, so that a step that sends the wrong chunk
-# delivers wrong values the test can point at (with unequal chunks the sizes of the two ends' messages
-# differ and gloo aborts); the all-reduce test covers unequal and empty chunks.
-EVEN = 1200  # elements: P = 2, 3 and 4 divide it
-NAIVE_SIZE = 6000
-
-# Lab folders are not packages: the readers of the evidence (_checks.py) are loaded by path, here and on the
-# ranks alike. tests/ reads some of these names from this module.
-load_module_from_file("lab_02_checks", str(Path(__file__).resolve().parent / "_checks.py"))
-from lab_02_checks import (  # noqa: E402  (loaded just above)
+# Beside this file, loaded by path (lab folders are not packages; the ranks load _workers.py the same way): what
+# every rank runs (_workers.py), the cases, each rank's secret inputs and the bytes a ring sends, made here
+# (_reference.py), and the readers of the evidence (_checks.py). tests/ reads some of these names from this module.
+HERE = Path(__file__).resolve().parent
+for _name in ("checks", "workers", "reference"):
+    load_module_from_file(f"lab_02_{_name}", str(HERE / f"_{_name}.py"))
+from lab_02_checks import (  # noqa: E402, F401  (loaded just above; CASE_NOTE, RECEIVES_NOTE: read by tests/)
     CASE_NOTE,
     GLOO_CRASHES,
     RECEIVES_NOTE,
-    SIZE_MISMATCHES,
     bounds_of,
     describe_wrong_chunks,
     explain_chunk,
@@ -53,163 +43,28 @@ from lab_02_checks import (  # noqa: E402  (loaded just above)
     shown,
     size_mismatch_hint,
 )
+from lab_02_reference import (  # noqa: E402
+    CASES,
+    DIVISIBLE,
+    EVEN,
+    NAIVE_SIZE,
+    all_gather_inputs,
+    all_reduce_inputs,
+    all_reduce_payload,
+    gathered_data,
+    rank_data,
+    reduce_scatter_inputs,
+)
+from lab_02_workers import (  # noqa: E402, F401  (noted: read by tests/)
+    check_bad_arguments,
+    noted,
+    run_all_gather,
+    run_all_reduce,
+    run_naive,
+    run_reduce_scatter,
+)
 
 RUNS = SharedRuns()
-SEED = input_seed(1234)  # secret under the grader; drawn in this (trusted) process, never sent to a rank
-
-
-# The all-reduce cases, in the order the ranks run them: (elements, dtype, shape or None).
-CASES = [(numel, dtype, None) for numel in SIZES for dtype in DTYPES] + [(15, torch.float64, (3, 5))]
-
-
-def rank_data(rank, numel, dtype=torch.float64, device="cpu"):
-    """Integer-valued data in [-50, 50), different on each rank: every sum of P <= 4 of them is exact.
-
-    Made in the test process only: a rank receives its own (``rank_args``), never the seed; each rank's
-    stream has a seed of its own (``stream_seed``), so one rank's data says nothing of another's.
-    """
-    g = torch.Generator().manual_seed(stream_seed(SEED, "rank", rank))
-    return torch.randint(-50, 50, (numel,), generator=g).to(dtype=dtype, device=device)
-
-
-def gathered_data(numel):
-    """What the all-gather check should end with everywhere (any deterministic vector will do)."""
-    return rank_data(99, numel)
-
-
-def _cpu(tensor):
-    return tensor.detach().cpu()
-
-
-def _traffic(traffic):
-    return {
-        "sent": traffic.bytes_sent,
-        "received": traffic.bytes_received,
-        "collectives": [name for name, _ in traffic.collectives],
-    }
-
-
-# -- the workers: they run the lab's functions on every rank and return what they did ---------
-#
-# Each worker's last arguments are that rank's own inputs, made by the *_inputs functions below in the
-# test process (RUNS.get(..., rank_args=...)).
-
-
-def noted(call, tensor, world_size, rank=None, traffic=None):
-    """``call()``; an exception it raises carries the case (:data:`CASE_NOTE`), so the test can read a torch
-    size mismatch against this case's chunks (:func:`size_mismatch_hint`). A size mismatch also carries the
-    lengths, in elements, of the receives this rank had posted (:data:`RECEIVES_NOTE`, from ``traffic``, the
-    call's :class:`~commtax.ranks.traffic.Traffic`): a receive slice sized in bytes shows there."""
-    try:
-        return call()
-    except Exception as exc:
-        exc.add_note(CASE_NOTE.format(tensor.numel(), tensor.element_size(), world_size))
-        if traffic is not None and any(re.search(p, str(exc)) for p in SIZE_MISMATCHES):
-            posted = [n // tensor.element_size() for kind, _, _, n in traffic.messages if kind == "recv"]
-            exc.add_note(RECEIVES_NOTE.format(rank, ", ".join(map(str, posted))))
-        raise
-
-
-def run_reduce_scatter(rank, world_size, lab, mine):
-    mine = mine.to(rank_device())
-    with record_traffic() as traffic:
-        owned = noted(lambda: lab.ring_reduce_scatter(mine), mine, world_size, rank, traffic)
-    return {"owned": owned if isinstance(owned, int) else repr(owned), "tensor": _cpu(mine), **_traffic(traffic)}
-
-
-def run_all_gather(rank, world_size, lab, buffer):
-    """``buffer``: only the chunk this rank owns in the reduce-scatter's layout is right; the rest is NaN."""
-    owned = (rank + 1) % world_size
-    buffer = buffer.to(rank_device())
-    with record_traffic() as traffic:
-        lab.ring_all_gather(buffer, owned)
-    return {"tensor": _cpu(buffer), **_traffic(traffic)}
-
-
-def run_all_reduce(rank, world_size, lab, inputs, big):
-    """Every size and dtype (``inputs``, one per case of CASES), a 3x5 matrix, and a large buffer for the byte count."""
-    device = rank_device()
-    cases = []
-    for mine in inputs:  # every size and dtype; then a matrix: any shape, reduced in place
-        mine = mine.to(device)
-        with record_traffic() as traffic:
-            returned = noted(lambda mine=mine: lab.ring_all_reduce(mine), mine, world_size, rank, traffic)
-        cases.append({"tensor": _cpu(mine), "returned_input": returned is mine, **_traffic(traffic)})
-    big = big.to(device)  # the byte count: whole chunks for every P
-    with record_traffic() as traffic:
-        noted(lambda: lab.ring_all_reduce(big), big, world_size, rank, traffic)
-    return {"cases": cases, "bytes": {"tensor": _cpu(big), **_traffic(traffic)}}
-
-
-def run_naive(rank, world_size, lab, roots, data):
-    """One naive all-reduce per root on this rank's own input, in one start-up: {root: what it ended with and sent}."""
-    out = {}
-    for root in roots:
-        mine = data.clone().to(rank_device())
-        with record_traffic() as traffic:
-            returned = lab.naive_all_reduce(mine, root=root)
-        out[root] = {"tensor": _cpu(mine), "returned_input": returned is mine, **_traffic(traffic)}
-    return out
-
-
-def check_bad_arguments(rank, world_size, lab):
-    """Each bad call on every rank alike; the error each raised (type and message), or None."""
-    errors = {}
-    for name, call in {
-        "tensor": lambda: lab.ring_all_reduce([1.0, 2.0]),
-        "contiguous": lambda: lab.ring_all_reduce(torch.zeros(4, 4).t()),
-        "owned_chunk": lambda: lab.ring_all_gather(torch.zeros(8), world_size),
-        "root": lambda: lab.naive_all_reduce(torch.zeros(8), root=world_size),
-    }.items():
-        try:
-            call()
-            errors[name] = None
-        except Exception as exc:  # noqa: BLE001 - reported by the test, whatever it is
-            errors[name] = (type(exc).__name__, str(exc))
-    return errors
-
-
-# -- each rank's own inputs, made here ----------------------------------------------------------
-
-
-def all_reduce_inputs(rank, world_size):
-    """(every case of CASES as this rank's tensor, the large float32 buffer)."""
-    inputs = []
-    for numel, dtype, shape in CASES:
-        mine = rank_data(rank, numel, dtype)
-        inputs.append(mine.reshape(shape) if shape else mine)
-    return (inputs, rank_data(rank, DIVISIBLE, torch.float32))
-
-
-def all_gather_inputs(rank, world_size):
-    """A buffer holding only the chunk this rank owns, (rank + 1) mod P, the others NaN.
-
-    The owned index is the README's convention, not what your reduce-scatter
-    returns: this checks the all-gather on its own.
-    """
-    start, stop = bounds_of(EVEN, world_size)[(rank + 1) % world_size]
-    buffer = torch.full((EVEN,), float("nan"), dtype=torch.float64)
-    buffer[start:stop] = gathered_data(EVEN)[start:stop]
-    return (buffer,)
-
-
-def reduce_scatter_inputs(rank, world_size):
-    return (rank_data(rank, EVEN),)
-
-
-# -- what the tests expect, computed here -------------------------------------------------------
-
-
-def all_reduce_payload(world_size):
-    """(bytes, messages) a ring sends in the whole all_reduce job, all ranks together: 2(P-1) n per call."""
-    case_bytes = sum(numel * torch.tensor([], dtype=dtype).element_size() for numel, dtype, _ in CASES)
-    calls = len(CASES) + 1
-    return 2 * (world_size - 1) * (case_bytes + DIVISIBLE * 4), calls * 2 * world_size * (world_size - 1)
-
-
-def expected_sum(numel, world_size):
-    """The all-reduce of every rank's input: their sum, added up in this process (float64, exact)."""
-    return sum(rank_data(r, numel) for r in range(world_size))
 
 
 def no_collectives(record, rank, what):
