@@ -4,7 +4,7 @@
 its values look like (a chunk received into another chunk, copied instead of added, a rank's data missing),
 and what a failed run's words mean (a torch size mismatch read against the case's chunks: chunks counted in
 bytes, or a chunk received into another; gloo's crashes). The notes a rank adds to its exception
-(:data:`CASE_NOTE`, :data:`RECEIVES_NOTE`) are written by ``test_lab.noted`` on the rank and read here.
+(:data:`CASE_NOTE`, :data:`RECEIVES_NOTE`) are written by ``_workers.noted`` on the rank and read here.
 Everything else here runs in the test process.
 """
 
