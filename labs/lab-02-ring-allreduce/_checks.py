@@ -21,7 +21,7 @@ def bounds_of(numel, world_size):
     return list(zip(starts, starts[1:]))
 
 
-# What a rank adds to its exception (test_lab.noted): the case, and the receives it had posted.
+# What a rank adds to its exception (_workers.noted): the case, and the receives it had posted.
 CASE_NOTE = "(the case: {} elements of {} bytes each on {} ranks)"
 RECEIVES_NOTE = "(rank {} had posted receives of these lengths, in elements, in order: [{}])"
 
