@@ -214,8 +214,7 @@ def smallest_plan(n_params, layers, hidden, heads, hbm_bytes, *, max_gpus=4096, 
     """The fewest GPUs (a power of two) on which the model fits, and the first plan there; None if none.
 
     Returns ``(gpus, plan)``, the plan first in :func:`fitting_plans`' quick order; ``options`` as
-    :func:`fitting_plans`. Rank every plan there with
-    :func:`rank_by_step_time`.
+    :func:`fitting_plans`. Rank every plan there with :func:`rank_by_step_time`.
     """
     gpus = 1
     while gpus <= max_gpus:
@@ -226,7 +225,7 @@ def smallest_plan(n_params, layers, hidden, heads, hbm_bytes, *, max_gpus=4096, 
     return None
 
 
-#: What Lesson 10's predictor needs beyond layers, hidden and heads for the model presets above (model
+#: What Lesson 10's predictor needs beyond layers, hidden and heads for the model presets of :data:`HEADS` (model
 #: cards: Llama 2 and 3 use SwiGLU FFNs and, at 70B and for Llama 3, 8 key/value heads; GPT-3 a 4h GeLU
 #: FFN). Names as in :mod:`commtax.formulas.models`.
 PREDICTOR_SHAPES = {
@@ -236,7 +235,7 @@ PREDICTOR_SHAPES = {
     "Llama-2-70B": dict(vocab=32000, ffn_hidden=28672, kv_heads=8, swiglu=True),
     "GPT-3 175B": dict(vocab=51200),
 }
-#: The predictor's GPU preset for each GPU of :data:`HBM_BYTES` (the H200 priced as an H100: same
+#: The predictor's GPU preset for each GPU of :data:`commtax.formulas.memory.HBM_BYTES` (the H200 priced as an H100: same
 #: tensor cores, NVLink and NIC; its faster HBM is left out, so its element-wise kernels are priced slow).
 PREDICTOR_GPUS = {
     "H100 SXM 80GB": "H100-80GB",
