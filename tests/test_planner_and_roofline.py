@@ -114,3 +114,9 @@ def test_a_runner_up_with_the_best_layout_is_named_by_what_sets_it_apart():
     assert "The fastest other layout: TP 8 x PP 4 x DP 32" in text
     assert P.runner_up([best, other]).startswith("Runner-up: TP 8 x PP 4 x DP 32, +9.7%")
     assert P.runner_up([best]) == ""
+
+
+def test_a_search_on_a_model_missing_a_key_names_the_key_instead_of_finding_no_plan():
+    model = {k: v for k, v in P.MODELS["Llama-3 70B"].items() if k != "vocab"}
+    with pytest.raises(ValueError, match="model is missing required key.*vocab"):
+        P.search_plans(model, 64, "H100-80GB", 512)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from commtax.formulas.predict.config import HSDP_ALLREDUCE, normalize
+from commtax.formulas.predict.config import HSDP_ALLREDUCE, REQUIRED, normalize
 from commtax.formulas.predict.hardware import GPU_ALIASES, GPUS, LAB_GPUS
 from commtax.formulas.predict.step import _divisors, breakdown
 
@@ -137,6 +137,10 @@ def search_plans(
     NVLink domain (domain / tp of them) and replicated across domains. Each result is :func:`predict`'s
     record plus ``run``. ``hardware`` overrides the preset.
     """
+    # The model's shape must be whole: a missing key would make every plan fail, and the search find none.
+    missing = [k for k in REQUIRED if k not in ("gpus", "gpu", "tp", "pp", "global_batch") and k not in model]
+    if missing:
+        raise ValueError(f"model is missing required key(s): {', '.join(missing)}")
     preset = hardware or GPUS[GPU_ALIASES.get(gpu, gpu)]
     max_tp = max_tp or 2 * preset.gpus_per_node
     results = []
