@@ -163,14 +163,16 @@ def _grade_part_once(base: Path, course: dict, lab: str, starter: bytes, part: s
 
 
 def _remove_after_kill(tree) -> list[str]:
-    """:func:`remove_tree` of a grading's tree, tried again a few times over ~4 s while anything is left: a
-    sandbox killed a moment ago (a stop, a time-out) can still be letting go of its folders, or writing one
-    last file, as it dies (under load this left the tree behind). What stays after that is reported."""
+    """:func:`remove_tree` of a grading's tree, tried again over ~16 s while anything is left, sweeping this
+    grader's descendants before each try: a sandbox killed a moment ago (a stop, a time-out) can still be
+    letting go of its folders, or writing one last file, as it dies (under CI load a stopped grading left its
+    tree behind, twice, with 4 s of tries). What stays after that is reported."""
     left = remove_tree(tree)
-    for pause in (0.2, 0.5, 1.0, 2.0):
+    for pause in (0.2, 0.5, 1.0, 2.0, 4.0, 8.0):
         if not left:
             break
         time.sleep(pause)
+        kill_descendants()
         left = remove_tree(tree)
     return left
 

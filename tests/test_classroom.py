@@ -175,7 +175,8 @@ def test_sigterm_kills_every_sandbox_and_removes_the_graders_temporary_tree(tmp_
         assert proc.returncode == 128 + signal.SIGTERM and "stopped by SIGTERM" in err, err[-2000:]
         # (The fallback's records of original modes stay, emptied, for the next grading: grading/sandbox/plain.py.)
         left = [p for p in tmp.iterdir() if not (p.name.startswith("commtax-grading-") and p.suffix == ".json")]
-        assert not left, "the grader's 0700 temporary tree was left behind"
+        inside = sorted(str(q.relative_to(tmp)) for p in left for q in [p, *p.rglob("*")])[:20]
+        assert not left, f"the grader's 0700 temporary tree was left behind: {inside}; stderr: {err[-1500:]}"
         assert not [p.pid for p in started if running(p, psutil)], "a process of the grading outlived it"
         assert {str(p): p.stat().st_mode for p in [ROOT, *ROOT.iterdir()] if not p.is_symlink()} == modes
     finally:

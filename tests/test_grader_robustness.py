@@ -122,9 +122,12 @@ def test_a_grading_tree_still_held_by_a_dying_sandbox_is_removed_on_a_later_try(
         tries.append(top)
         return ["sandbox-1: Directory not empty"] if len(tries) < 3 else remove_tree(top)
 
+    sweeps = []
     monkeypatch.setattr(grader, "remove_tree", remove_later)
     monkeypatch.setattr(grader.time, "sleep", lambda seconds: None)
+    monkeypatch.setattr(grader, "kill_descendants", lambda: sweeps.append(1))  # (never this test's own children)
     assert grader._remove_after_kill(tree) == [] and len(tries) == 3 and not tree.exists()
+    assert len(sweeps) == 2  # a late child is swept before each new try
 
 
 @pytest.mark.slow  # (minutes on 2 cores) CI: the two tests above, and that the grader calls no rmtree
