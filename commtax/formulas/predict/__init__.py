@@ -139,6 +139,7 @@ from commtax.formulas.predict.hardware import (  # noqa: F401
     GPU_ALIASES,
     GPUS,
     H100,
+    H100_500W,
     H200,
     H800,
     HBM_BUDGET,
@@ -146,6 +147,7 @@ from commtax.formulas.predict.hardware import (  # noqa: F401
     MOE_HOST_SYNC_S,
     NCCL_SMS,
     TILE_ELEMENTS,
+    TRITON_FLASH_SHARE,
     ZERO_BANDWIDTH_SHARE,
 )
 from commtax.formulas.predict.hf_config import (  # noqa: F401
@@ -202,6 +204,7 @@ from commtax.formulas.predict.published_2026 import (  # noqa: F401
     fit_flash2_efficiency,
     fit_matmul_efficiency,
     fit_moe_host_sync,
+    fit_triton_flash_share,
     read_runs_2026,
     run_from_row_2026,
     summary,

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from commtax.formulas.predict.config import LOGIT_BYTES, LOW_PRECISIONS
 from commtax.formulas.predict.flops import peak_flops
-from commtax.formulas.predict.hardware import CAUSAL_SHARE, FITTED, FLASH2_EFFICIENCY, GPUS, TILE_ELEMENTS
+from commtax.formulas.predict.hardware import (
+    CAUSAL_SHARE,
+    FITTED,
+    FLASH2_EFFICIENCY,
+    GPUS,
+    TILE_ELEMENTS,
+    TRITON_FLASH_SHARE,
+)
 from commtax.formulas.predict.moe import expert_gemms
 from commtax.formulas.predict.shape import active_ffn_width, attention_gemms, dense_ffn_share
 
@@ -34,9 +41,12 @@ def _gemm_shapes(cfg):
 def attention_rate(cfg, constants, gpu) -> float:
     """FLOP/s of the attention's matmuls (BF16): the GEMMs' efficiency x the BF16 peak for Megatron's
     fused kernels (and for unfused attention), FlashAttention-2's measured share of the peak for
-    ``attention_kernel="flash2"`` (:data:`FLASH2_EFFICIENCY`)."""
+    ``attention_kernel="flash2"`` (:data:`FLASH2_EFFICIENCY`), and :data:`TRITON_FLASH_SHARE` of that for
+    ``"triton_flash"``."""
     if cfg.get("attention_kernel") == "flash2":
         return FLASH2_EFFICIENCY[gpu.name] * gpu.peak_flops
+    if cfg.get("attention_kernel") == "triton_flash":
+        return TRITON_FLASH_SHARE * FLASH2_EFFICIENCY[gpu.name] * gpu.peak_flops
     return constants["matmul_efficiency"] * gpu.peak_flops
 
 

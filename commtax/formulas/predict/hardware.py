@@ -82,6 +82,26 @@ H100 = GPU(
     "reached (NVIDIA/nccl-tests issue 290). Software of its published runs (Megatron-core, NeMo "
     "2024): fused (flash) attention",
 )
+H100_500W = GPU(
+    "H100-96GB-500W",
+    peak_flops=912e12,
+    hbm_bytes=96e9,
+    hbm_bandwidth=2.4e12,
+    nvlink_bandwidth=370e9,
+    nic_bandwidth=47e9,
+    nvlink_line_rate=450e9,
+    nic_line_rate=50e9,
+    sms=132,
+    peak_flops_fp8=1825e12,
+    fused_attention=True,
+    source="The H100s of torchtitan's published benchmarks (pytorch/torchtitan benchmarks/"
+    "llama3_h100_202412_torchtitan.md, Hardware: Meta's Grand Teton hosts, 8 H100 on NVLink, 96 GB HBM2e at "
+    "2.4 TB/s peak per GPU, 400 Gb/s RDMA per GPU, run at the default 500 W power limit, not the 700 W TDP). Its "
+    "footnote: the peak of this lower-TDP SXM H100 is 'between SXM and NVL' and not known exactly. Taken here "
+    "as the midpoint of NVIDIA's two datasheet figures, dense: H100 SXM 989.5 and H100 NVL (400 W) 835.5 "
+    "TFLOP/s BF16 -> 912; FP8 1,979 and 1,670.5 -> 1,825 (the true figure lies within 8% of it). NVLink, "
+    "NICs and SMs as the H100 SXM preset. Budget 96e9 B, the nominal 96 GB, as 80e9 is on the 80 GB parts",
+)
 H200 = GPU(
     "H200-141GB",
     peak_flops=989e12,
@@ -164,7 +184,7 @@ GB200 = GPU(
     "is placed in domain-aligned segments (Slurm's --segment on NVL72; a 64-rank EP group whose "
     "ranks straddle two racks would run ~10x slower across the NICs)",
 )
-GPUS = {g.name: g for g in (A100, H100, H200, H800, B200, GB200)}
+GPUS = {g.name: g for g in (A100, H100, H100_500W, H200, H800, B200, GB200)}
 
 #: The constants fitted to published runs, two per GPU type, on the public rows of
 #: ``published-runs.csv`` (:func:`fit_constants`; Lesson 10 reruns the fit):
@@ -173,7 +193,9 @@ GPUS = {g.name: g for g in (A100, H100, H200, H800, B200, GB200)}
 FITTED = {
     "A100-80GB": dict(matmul_efficiency=0.72, elementwise_efficiency=0.65),
     "H100-80GB": dict(matmul_efficiency=0.66, elementwise_efficiency=0.30),
-    # Not fitted: the H100's tensor cores and kernels (no published H200 or H800 run in the fit set).
+    # Not fitted: the H100's tensor cores and kernels (no published run on these in the fit set). The 500 W
+    # part's slower clock is in its preset's peak, so the share of that peak a GEMM reaches is the H100's.
+    "H100-96GB-500W": dict(matmul_efficiency=0.66, elementwise_efficiency=0.30),
     "H200-141GB": dict(matmul_efficiency=0.66, elementwise_efficiency=0.30),
     "H800-80GB": dict(matmul_efficiency=0.66, elementwise_efficiency=0.30),
     # matmul_efficiency fitted on the one dense row of each in published-runs-2026.csv (Megatron Bridge,
@@ -191,17 +213,23 @@ FITTED = {
 #: Figs. 5-6: FlashAttention-2 reaches ~330-370 TFLOP/s forward and ~250-300 backward at 8K-16K tokens,
 #: head dimension 128, causal; weighted 1 : 2.5 as the predictor weighs forward and backward). The other
 #: GPUs: the H100's, an assumption (FlashAttention-2 runs the pre-Hopper instructions on them too).
-#: Checked on llm-foundry's MPT-13B at 32K tokens on 8 H100 (published-runs-2026.csv): +29%; that row
-#: alone would need 0.19 (:func:`commtax.formulas.predict.fit_flash2_efficiency`), so more than the
-#: attention kernel is slower there.
 FLASH2_EFFICIENCY = {
     "A100-80GB": 0.72,
     "H100-80GB": 0.30,
+    "H100-96GB-500W": 0.30,
     "H200-141GB": 0.30,
     "H800-80GB": 0.30,
     "B200-180GB": 0.30,
     "GB200-186GB": 0.30,
 }
+#: The Triton FlashAttention kernel's speed as a share of FlashAttention-2's (``attention_kernel="triton_flash"``:
+#: llm-foundry's ``attn_impl: triton``, the default of the script that ran its published benchmark tables,
+#: scripts/train/benchmarking/submit_benchmarks.py at b2a43a1 and 5e85bd6, never overridden by sweep.sh).
+#: Fitted (:func:`commtax.formulas.predict.published_2026.fit_triton_flash_share`, 0.01 grid) on the one fit
+#: row that runs it, llm-foundry's MPT-13B at 32K tokens on 8 H100; one share for every GPU, an assumption
+#: that the A100 rows of checks-2026.csv test. Dao's FlashAttention-2 paper (arXiv 2307.08691, section 4.1)
+#: finds FlashAttention-2 1.3-2.5x as fast as the Triton kernel on A100: a share of 0.40-0.77.
+TRITON_FLASH_SHARE = 0.64
 #: One constant per distributed-optimizer implementation: the share of the network model's bandwidth
 #: its ZeRO-3 collectives reach. Megatron-core's distributed optimizer and PyTorch FSDP issue one NCCL
 #: collective per bucket or per layer (1, not fitted); DeepSpeed's ZeRO-3 of 2021 is fitted on the one
@@ -232,6 +260,7 @@ GPU_ALIASES = {
     "A100": "A100-80GB",
     "H100": "H100-80GB",
     "H100-SXM": "H100-80GB",
+    "H100-500W": "H100-96GB-500W",
     "H200": "H200-141GB",
     "H800": "H800-80GB",
     "B200": "B200-180GB",

@@ -18,6 +18,7 @@ import re
 import statistics
 from pathlib import Path
 
+import commtax.formulas.predict.compute as compute
 import commtax.formulas.predict.moe as moe
 from commtax.formulas.predict.config import normalize
 from commtax.formulas.predict.hardware import FITTED, FLASH2_EFFICIENCY, GPU_ALIASES
@@ -91,8 +92,9 @@ def run_from_row_2026(row: dict, configs=CONFIGS) -> tuple[dict, list[str]]:
         model = _model_from_columns(row)
     gpu_type = row["gpu_type"].strip()
     gpu = gpu_type.split(" ")[0]
-    if gpu == "H100" and "HBM2e" in gpu_type:
-        notes.append(f"{gpu_type}: priced as the H100 SXM preset (a 500 W or lower-power part runs slower)")
+    if gpu == "H100" and "HBM2e" in gpu_type:  # torchtitan's Grand Teton H100s, run at 500 W
+        gpu = "H100-500W"
+        notes.append(f"{gpu_type}: priced as the H100-96GB-500W preset (HBM2e, 500 W power limit)")
     precision = (row.get("precision") or "bf16").strip()
     recompute = (row.get("recompute") or "").strip()
     run = dict(
@@ -112,9 +114,12 @@ def run_from_row_2026(row: dict, configs=CONFIGS) -> tuple[dict, list[str]]:
         precision=PRECISION[precision],
         fused_attention=True,
     )
-    notes_text = (row.get("notes") or "").lower()
-    if row["source"].startswith(("TORCHTITAN", "LLMFOUNDRY")) or "flash attn" in notes_text:
-        run["attention_kernel"] = "flash2"  # PyTorch's SDPA and llm-foundry run FlashAttention-2
+    if row["source"].startswith("TORCHTITAN"):
+        run["attention_kernel"] = "flash2"  # PyTorch's SDPA runs FlashAttention-2
+    if row["source"].startswith("LLMFOUNDRY"):
+        # Its benchmark tables ran attn_impl "triton", submit_benchmarks.py's default, which sweep.sh never
+        # overrides (mosaicml/llm-foundry scripts/train/benchmarking at b2a43a1 and 5e85bd6)
+        run["attention_kernel"] = "triton_flash"
     if row["source"].startswith(("TORCHTITAN", "LLMFOUNDRY")):
         run["dp_impl"] = "pytorch"  # FSDP: beside a pipeline, its ZeRO-3 runs as ZeRO-1
     if row["source"].startswith(("NEMOFW", "MBRIDGE")):
@@ -251,6 +256,30 @@ def fit_flash2_efficiency(gpu: str = "H100-80GB", entries=None, grid=None) -> fl
             )
         finally:
             FLASH2_EFFICIENCY[gpu] = saved
+
+    return min(grid, key=lambda share: (round(worst(share), 9), share))
+
+
+def fit_triton_flash_share(entries=None, grid=None) -> float:
+    """The Triton FlashAttention kernel's share of FlashAttention-2's speed (:data:`TRITON_FLASH_SHARE`) whose
+    worst |log(predicted / published)| over the 2026 rows running it is smallest (ties: the smaller); ValueError
+    if none does."""
+    entries = read_runs_2026() if entries is None else entries
+    mine = [e for e in entries if e["run"].get("attention_kernel") == "triton_flash"]
+    if not mine:
+        raise ValueError("the 2026 runs have no row that runs the Triton FlashAttention kernel")
+    grid = grid if grid is not None else [x / 100 for x in range(30, 101)]
+    saved = compute.TRITON_FLASH_SHARE
+
+    def worst(share):
+        compute.TRITON_FLASH_SHARE = share
+        try:
+            return max(
+                abs(math.log(predict(e["run"])["tokens_per_s_per_gpu"] / e["published"]["tokens_per_s_per_gpu"]))
+                for e in mine
+            )
+        finally:
+            compute.TRITON_FLASH_SHARE = saved
 
     return min(grid, key=lambda share: (round(worst(share), 9), share))
 
