@@ -3,7 +3,8 @@
     python3 -m commtax.plan CONFIG --gpus N --gpu H100 [--global-batch B] [--seq S] [--json]
     python3 -m commtax.plan CONFIG --gpus N --gpu B200 --tp T --pp P [--cp C] [--ep E] [--etp ET]
         [--vpp V] [--micro-batch B] --global-batch G --seq S --precision mxfp8 [--zero 1]
-        [--recompute selective] [--dp-impl megatron] [--bf16-grads] [--calibration FILE] [--json]
+        [--recompute selective] [--dp-impl megatron] [--bf16-grads] [--attention-kernel flash2]
+        [--calibration FILE] [--json]
 
 ``CONFIG`` is a model preset (``Llama-3 70B``, ``GPT-3 175B``, ``DeepSeek-V3``, ``Qwen3-30B-A3B``,
 ``Mixtral-8x7B``, ...; case and spaces do not matter) or the path of a Hugging Face ``config.json``,
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import shlex
 import sys
 from dataclasses import replace
@@ -135,6 +137,7 @@ def fixed_run(model: dict, args) -> dict:
         zero_stage=args.zero,
         dp_impl=args.dp_impl,
         grad_reduce_in_fp32=False if args.bf16_grads else None,
+        attention_kernel=None if args.attention_kernel == "te" else args.attention_kernel,
         micro_batch=args.micro_batch,
         vpp=args.vpp,
         recompute=args.recompute,
@@ -264,6 +267,13 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="keep and reduce the gradients in BF16 (Megatron's grad_reduce_in_fp32=False; default fp32)",
     )
+    fixed.add_argument(
+        "--attention-kernel",
+        default="te",
+        choices=("te",) + P.ATTENTION_KERNELS,
+        help="te (Transformer Engine's fused attention, Megatron's stacks), flash2 (FlashAttention-2: "
+        "PyTorch's SDPA, torchtitan), triton_flash (llm-foundry's Triton kernel)",
+    )
     parser.add_argument("--calibration", help="a measured link file (Lab 03, commtax.calibrate) for the network")
     parser.add_argument("--calibration-nvlink", help="a measured link file for the NVLink domain")
     return parser
@@ -299,6 +309,7 @@ def _one_plan_flags(args):
         ("--recompute", args.recompute, None),
         ("--dp-impl", args.dp_impl, "megatron"),
         ("--bf16-grads", args.bf16_grads, False),
+        ("--attention-kernel", args.attention_kernel, "te"),
     ]
 
 
@@ -445,11 +456,15 @@ def _show_search(model, notes, args, results) -> int:
     print(P.recommend(results))
     print(
         "Predictions from Lesson 10's predictor: the 2021-2024 public rows within 8% (median ~3%); 59 published "
-        "runs of 2024-2026 held out from the fit (MoE, Blackwell, FSDP) within a median ~14%, 90th percentile "
-        "~40% (commtax/data/checks-2026.md): rank plans with it, then measure."
+        "runs of 2024-2026 held out from the fit (MoE, Blackwell, FSDP) within a median ~11%, 90th percentile "
+        "~28% (commtax/data/checks-2026.md): rank plans with it, then measure."
     )
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except BrokenPipeError:  # the reader stopped early (``| head``): end quietly, as a Unix tool does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's docs: no second error at exit
+        sys.exit(1)

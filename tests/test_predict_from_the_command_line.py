@@ -166,6 +166,24 @@ def test_the_cli_runs_as_a_module():
     assert "tokens/s per GPU" in done.stdout and "ep" in done.stdout
 
 
+def test_the_cli_prices_a_torchtitan_plan_as_the_held_out_rows_are(capsys):
+    row = next(r for r in P.read_runs_2026(P.CHECKS_2026) if r["model"] == "Llama 3.1 8B FSDP8 compile Float8")
+    argv = ["Llama-3 8B", "--gpus", "8", "--gpu", "H100-500W", "--tp", "1", "--pp", "1", "--global-batch", "16"]
+    argv += ["--micro-batch", "2", "--seq", "8192", "--zero", "3", "--recompute", "selective", "--dp-impl", "pytorch"]
+    argv += ["--precision", "fp8"]
+    assert main([*argv, "--attention-kernel", "flash2", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["tokens_per_s_per_gpu"] == pytest.approx(P.predict(row["run"])["tokens_per_s_per_gpu"], rel=1e-9)
+    assert main([*argv, "--json"]) == 0  # Transformer Engine's attention, at the GEMMs' efficiency: faster
+    assert json.loads(capsys.readouterr().out)["tokens_per_s_per_gpu"] > 1.05 * got["tokens_per_s_per_gpu"]
+
+
+def test_the_cli_stops_quietly_when_its_reader_closes_the_pipe():
+    argv = [sys.executable, "-m", "commtax.plan", "Llama-3 8B", "--gpus", "64"]
+    done = subprocess.run(f"{' '.join(map(repr, argv))} | head -c 1", shell=True, capture_output=True, text=True)
+    assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
+
+
 @pytest.mark.parametrize(
     "argv, words",
     [
@@ -178,6 +196,7 @@ def test_the_cli_runs_as_a_module():
         (["no-such-model", "--gpus", "8"], "neither a preset"),
         (["Qwen3-30B-A3B", "--gpus", "8", "--tp", "1", "--pp", "1", "--ep", "3"], "ep (3) must divide experts"),
         (["Llama-3 8B", "--gpus", "0"], "--gpus must be from 1"),
+        (["Llama-3 8B", "--gpus", "8", "--attention-kernel", "flash2"], "--attention-kernel describes one plan"),
     ],
 )
 def test_the_cli_refuses_bad_plans_in_one_line(argv, words, capsys):

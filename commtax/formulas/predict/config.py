@@ -270,6 +270,12 @@ def normalize(run) -> dict:
                 f"Megatron's interleaving needs layers (+ 2 with the embedding_and_loss split) "
                 f"divisible by pp * vpp"
             )
+    if cfg["attention_kernel"] is not None:  # FlashAttention kernels are fused: no s x s scores in memory
+        if cfg["fused_attention"] is False:
+            raise ValueError(
+                f"attention_kernel {cfg['attention_kernel']!r} is a fused kernel: fused_attention must not be False"
+            )
+        cfg["fused_attention"] = True
     if cfg["fused_attention"] is None:
         cfg["fused_attention"] = gpu.fused_attention
     if cfg["overlap_grad_reduce"] is None:
