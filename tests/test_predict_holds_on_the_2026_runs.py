@@ -99,3 +99,15 @@ def test_published_moe_runs_take_their_recipes_dispatcher_and_overlap():
     assert "ep_dispatch" not in qwen_b200 and "ep_overlap" not in qwen_b200
     # a deduplicated dispatch across nodes costs less than a plain all-to-all
     assert P.predict(deepseek)["times"]["ep"] < P.predict(dict(deepseek, ep_dispatch="all_to_all"))["times"]["ep"]
+
+
+def test_a_flash_attention_kernel_is_fused_and_cannot_be_asked_to_keep_the_scores():
+    model, _ = load_model("Llama-3 8B")
+    run = dict(model, gpus=8, gpu="A100", tp=1, pp=1, global_batch=16, micro_batch=1, recompute="none")
+    assert P.normalize(run)["fused_attention"] is False  # the A100 preset: Megatron-LM 2021-22's unfused kernels
+    for kernel in P.ATTENTION_KERNELS:
+        assert P.normalize(dict(run, attention_kernel=kernel))["fused_attention"] is True
+        with pytest.raises(ValueError, match="attention_kernel .* fused_attention"):
+            P.normalize(dict(run, attention_kernel=kernel, fused_attention=False))
+    with pytest.raises(ValueError, match="attention_kernel must be one of"):
+        P.normalize(dict(run, attention_kernel="cudnn"))
