@@ -14,9 +14,12 @@ axis, and the predictor's recommendation in words (an MoE model's expert-paralle
 too: degrees that divide the experts, inside the NVLink domain first). With ``--tp`` and ``--pp`` it
 evaluates that one plan: step time, tokens per second per GPU, MFU, memory per GPU, whether it fits,
 what binds, and the step's time by part. GPU names take short aliases (A100, H100, H100-500W: the
-500 W HBM2e H100 of torchtitan's benchmarks, H200, H800, B200, GB200). ``--calibration`` takes a link file that Lab 03 or ``python3 -m commtax.calibrate`` writes and
-prices the network with it (its bandwidth for the links between NVLink domains; the
-NVLink domain keeps the preset's). What the predictor cannot model gets one line saying so.
+500 W HBM2e H100 of torchtitan's benchmarks, H200, H800, B200, GB200). ``--attention-kernel`` prices the
+attention as a PyTorch stack runs it (``flash2``: FlashAttention-2, torchtitan's SDPA; ``triton_flash``:
+llm-foundry's Triton kernel; default ``te``, Transformer Engine's, as Megatron runs it). ``--calibration``
+takes a link file that Lab 03 or ``python3 -m commtax.calibrate`` writes and prices the network with it (its
+bandwidth for the links between NVLink domains; the NVLink domain keeps the preset's). What the predictor
+cannot model gets one line saying so.
 """
 
 from __future__ import annotations

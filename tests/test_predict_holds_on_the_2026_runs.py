@@ -57,12 +57,35 @@ def test_llm_foundrys_runs_take_the_triton_kernel_at_its_fitted_share_of_flash_a
     assert abs(P.errors_2026([rows["LLMFOUNDRY"]])[0]["error"]) < 0.02
 
 
+def test_llm_foundrys_large_scale_rows_ran_flash_attention_2_and_its_8_gpu_rows_the_triton_kernel():
+    kernels = {r["model"]: r["run"].get("attention_kernel") for r in P.read_runs_2026(P.CHECKS_2026)}
+    assert kernels["MPT-70b 512xh100 s2048"] == kernels["MPT-7b 512xh100 s2048"] == "flash2"  # sweep.py: flash
+    assert kernels["MPT-30b 8xh100 s8192"] == kernels["MPT-13b 8xa100 s32768"] == "triton_flash"
+
+
+def test_a_fresh_check_set_of_llm_foundrys_sequence_sweep_holds_the_triton_share():
+    """15 rows of llm-foundry's 8-GPU tables, 4K to 64K tokens, added after the share was fitted: priced as
+    FlashAttention-2 they were +13% median, +41% at the 90th percentile; with the Triton kernel 5.5% and 25%."""
+    rows = P.read_runs_2026(P.CHECKS_2026_FRESH)
+    assert len(rows) == 15 and all(r["run"]["attention_kernel"] == "triton_flash" for r in rows)
+    stats = P.summary(P.errors_2026(rows))
+    assert stats["median"] < 0.06 and stats["p90"] < 0.25, stats
+    as_flash2 = [dict(r, run=dict(r["run"], attention_kernel="flash2")) for r in rows]
+    assert P.summary(P.errors_2026(as_flash2))["median"] > 0.12
+
+
 def test_torchtitans_hbm2e_h100s_take_the_500_watt_preset():
     titan = [r for r in P.read_runs_2026(P.CHECKS_2026) if r["source"].startswith("TORCHTITAN")]
     on_500w = [r for r in titan if r["run"]["gpu"] == "H100-96GB-500W"]
     assert len(on_500w) == 11 and all("500 W" in " ".join(r["notes"]) for r in on_500w)
-    sxm, slow = P.GPUS["H100-80GB"], P.GPUS["H100-96GB-500W"]
-    assert 835.5e12 < slow.peak_flops < sxm.peak_flops and slow.hbm_bandwidth == 2.4e12
+    slow = P.GPUS["H100-96GB-500W"]
+    # between the datasheet's SXM and NVL figures (the midpoint), BF16 and FP8 alike; HBM2e as published
+    assert slow.peak_flops == pytest.approx((989.5e12 + 835.5e12) / 2, rel=1e-3)
+    assert slow.peak_flops_fp8 == pytest.approx((1979e12 + 1670.5e12) / 2, rel=1e-3)
+    assert slow.hbm_bandwidth == 2.4e12 and slow.hbm_bytes > 91.2e9  # torchtitan's 84.9 GiB run fits
+    # the same tensor cores and kernels: the clock is in the peak, so the shares of it are the H100's
+    assert P.FITTED["H100-96GB-500W"] == P.FITTED["H100-80GB"]
+    assert P.FLASH2_EFFICIENCY["H100-96GB-500W"] == P.FLASH2_EFFICIENCY["H100-80GB"]
     run = dict(on_500w[0]["run"])
     assert P.predict(run)["tokens_per_s_per_gpu"] < P.predict(dict(run, gpu="H100"))["tokens_per_s_per_gpu"]
     assert P.normalize(dict(run, gpu="H100-500W"))["gpu"] == "H100-96GB-500W"

@@ -196,6 +196,7 @@ from commtax.formulas.predict.published import (  # noqa: F401
 )
 from commtax.formulas.predict.published_2026 import (  # noqa: F401
     CHECKS_2026,
+    CHECKS_2026_FRESH,
     CONFIG_BY_MODEL,
     PRECISION,
     ROW_RECOMPUTE,

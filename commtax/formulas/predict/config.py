@@ -26,8 +26,8 @@ PARAM_GATHERS = ("step", "micro_batch")
 #: The fused attention kernel, when it is not the one Megatron's stacks run (None: Transformer Engine's
 #: cuDNN/flash kernels, priced at the GEMMs' efficiency): "flash2" is FlashAttention-2, what PyTorch's
 #: SDPA (torchtitan) runs, priced at :data:`commtax.formulas.predict.hardware.FLASH2_EFFICIENCY`;
-#: "triton_flash" is the Triton FlashAttention kernel llm-foundry's benchmarks ran (``attn_impl: triton``), at
-#: :data:`commtax.formulas.predict.hardware.TRITON_FLASH_SHARE` of FlashAttention-2's speed.
+#: "triton_flash" is the Triton FlashAttention kernel most of llm-foundry's benchmarks ran (``attn_impl: triton``),
+#: at :data:`commtax.formulas.predict.hardware.TRITON_FLASH_SHARE` of FlashAttention-2's speed.
 ATTENTION_KERNELS = ("flash2", "triton_flash")
 DEFAULTS = dict(
     ffn_hidden=None,

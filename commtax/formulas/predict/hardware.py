@@ -94,13 +94,16 @@ H100_500W = GPU(
     sms=132,
     peak_flops_fp8=1825e12,
     fused_attention=True,
-    source="The H100s of torchtitan's published benchmarks (pytorch/torchtitan benchmarks/"
-    "llama3_h100_202412_torchtitan.md, Hardware: Meta's Grand Teton hosts, 8 H100 on NVLink, 96 GB HBM2e at "
-    "2.4 TB/s peak per GPU, 400 Gb/s RDMA per GPU, run at the default 500 W power limit, not the 700 W TDP). Its "
+    source="The H100s of torchtitan's benchmark hosts (pytorch/torchtitan benchmarks/"
+    "llama3_h100_202412_torchtitan.md, Hardware: Grand Teton hosts, 8 H100 on NVLink, 96 GB HBM2e at 2.4 TB/s "
+    "peak per GPU, 400 Gb/s RDMA per GPU, run at the default 500 W power limit, not the 700 W TDP). Its "
     "footnote: the peak of this lower-TDP SXM H100 is 'between SXM and NVL' and not known exactly. Taken here "
-    "as the midpoint of NVIDIA's two datasheet figures, dense: H100 SXM 989.5 and H100 NVL (400 W) 835.5 "
-    "TFLOP/s BF16 -> 912; FP8 1,979 and 1,670.5 -> 1,825 (the true figure lies within 8% of it). NVLink, "
-    "NICs and SMs as the H100 SXM preset. Budget 96e9 B, the nominal 96 GB, as 80e9 is on the 80 GB parts",
+    "as the midpoint of the NVIDIA H100 Tensor Core GPU datasheet's two columns (H100 SXM, and H100 NVL as the "
+    "single 94 GB card of the later datasheet, 350-400 W), sparsity figures halved: BF16 989.5 and 835.5 "
+    "TFLOP/s dense -> 912; FP8 1,979 and 1,670.5 -> 1,825 (the true figure lies within 9% of it). NVLink, "
+    "NICs and SMs as the H100 SXM preset. Budget 96e9 B, the nominal 96 GB, as 80e9 is on the 80 GB parts "
+    "(torchtitan's largest run on them reports 84.9 GiB = 91.2e9 B). The planner's MFU on it is against "
+    "912 TFLOP/s; torchtitan's published MFU is against the SXM's 989",
 )
 H200 = GPU(
     "H200-141GB",
@@ -223,12 +226,18 @@ FLASH2_EFFICIENCY = {
     "GB200-186GB": 0.30,
 }
 #: The Triton FlashAttention kernel's speed as a share of FlashAttention-2's (``attention_kernel="triton_flash"``:
-#: llm-foundry's ``attn_impl: triton``, the default of the script that ran its published benchmark tables,
-#: scripts/train/benchmarking/submit_benchmarks.py at b2a43a1 and 5e85bd6, never overridden by sweep.sh).
+#: llm-foundry's ``attn_impl: triton``, Tri Dao's experimental ``flash_attn_triton.py`` on ``triton_pre_mlir``,
+#: the default of every version of its scripts/train/benchmarking/submit_benchmarks.py and of the MPT yamls;
+#: its 8-GPU benchmark tables, b2a43a1, ran it. Its large-scale H100 table, 5e85bd6, came with sweep.py, which
+#: passes ``--attn_impl flash`` (FlashAttention-2) for 7b and 70b: those rows say so in their notes.)
 #: Fitted (:func:`commtax.formulas.predict.published_2026.fit_triton_flash_share`, 0.01 grid) on the one fit
-#: row that runs it, llm-foundry's MPT-13B at 32K tokens on 8 H100; one share for every GPU, an assumption
-#: that the A100 rows of checks-2026.csv test. Dao's FlashAttention-2 paper (arXiv 2307.08691, section 4.1)
-#: finds FlashAttention-2 1.3-2.5x as fast as the Triton kernel on A100: a share of 0.40-0.77.
+#: row that runs it, llm-foundry's MPT-13B at 32K tokens on 8 H100: with one row it absorbs that row's whole
+#: residual (0.64 x 0.30 = 0.19 of the H100's peak), whatever else is slow there besides the kernel. One share
+#: for every GPU, an assumption that the A100 rows of checks-2026.csv and checks-2026-fresh.csv test; it
+#: overshoots at 4K-8K tokens (-5% to -10%) and undershoots on A100 at 32K-64K (+9% to +25%; on H100 -2% to 0%),
+#: so the real ratio varies with sequence length and GPU. A loose bound only: Dao's FlashAttention-2 paper (arXiv
+#: 2307.08691, section 4.1) finds FlashAttention-2 1.3-2.5x as fast as a Triton kernel (OpenAI's, a different
+#: one) on A100, a share of 0.40-0.77.
 TRITON_FLASH_SHARE = 0.64
 #: One constant per distributed-optimizer implementation: the share of the network model's bandwidth
 #: its ZeRO-3 collectives reach. Megatron-core's distributed optimizer and PyTorch FSDP issue one NCCL

@@ -30,6 +30,9 @@ from commtax.formulas.predict.step import predict
 RUNS_2026 = DATA / "published-runs-2026.csv"
 #: Published runs of the same families kept out of every fit: the test of whether the predictor generalizes.
 CHECKS_2026 = DATA / "checks-2026.csv"
+#: Published runs added on 2026-12-07, after the last change to the predictor, and scored once: a fresh check
+#: (checks-2026.csv has guided which effects were modelled; checks-2026.md says how).
+CHECKS_2026_FRESH = DATA / "checks-2026-fresh.csv"
 #: What a row's ``recompute`` cell may say beyond the predictor's modes.
 ROW_RECOMPUTE = {"selective (op)": "selective"}  # torchtitan's per-op selective checkpointing
 #: Rows that name no config but whose model has one here.
@@ -117,9 +120,11 @@ def run_from_row_2026(row: dict, configs=CONFIGS) -> tuple[dict, list[str]]:
     if row["source"].startswith("TORCHTITAN"):
         run["attention_kernel"] = "flash2"  # PyTorch's SDPA runs FlashAttention-2
     if row["source"].startswith("LLMFOUNDRY"):
-        # Its benchmark tables ran attn_impl "triton", submit_benchmarks.py's default, which sweep.sh never
-        # overrides (mosaicml/llm-foundry scripts/train/benchmarking at b2a43a1 and 5e85bd6)
-        run["attention_kernel"] = "triton_flash"
+        # The attn_impl its notes name; else "triton", the default of every version of llm-foundry's
+        # scripts/train/benchmarking/submit_benchmarks.py and of the MPT yamls (its 8-GPU tables, b2a43a1).
+        # The large-scale H100 table came with sweep.py (5e85bd6): "flash" (FlashAttention-2) for 7b and 70b.
+        impl = re.search(r"attn_impl (\w+)", row.get("notes") or "")
+        run["attention_kernel"] = "flash2" if impl and impl.group(1) == "flash" else "triton_flash"
     if row["source"].startswith(("TORCHTITAN", "LLMFOUNDRY")):
         run["dp_impl"] = "pytorch"  # FSDP: beside a pipeline, its ZeRO-3 runs as ZeRO-1
     if row["source"].startswith(("NEMOFW", "MBRIDGE")):
