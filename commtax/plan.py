@@ -16,7 +16,8 @@ evaluates that one plan: step time, tokens per second per GPU, MFU, memory per G
 what binds, and the step's time by part. GPU names take short aliases (A100, H100, H100-500W: the
 500 W HBM2e H100 of torchtitan's benchmarks, H200, H800, B200, GB200). ``--attention-kernel`` prices the
 attention as a PyTorch stack runs it (``flash2``: FlashAttention-2, torchtitan's SDPA; ``triton_flash``:
-llm-foundry's Triton kernel; default ``te``, Transformer Engine's, as Megatron runs it). ``--calibration``
+llm-foundry's Triton kernel; default ``preset``, the GPU preset's software: Transformer Engine's fused kernel on
+H100 and later, Megatron-LM 2021-22's unfused attention on the A100), in a search too. ``--calibration``
 takes a link file that Lab 03 or ``python3 -m commtax.calibrate`` writes and prices the network with it (its
 bandwidth for the links between NVLink domains; the NVLink domain keeps the preset's). What the predictor
 cannot model gets one line saying so.
@@ -24,7 +25,6 @@ cannot model gets one line saying so.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -36,6 +36,7 @@ from pathlib import Path
 from commtax.formulas import predict as P
 from commtax.formulas.links import load_calibration
 from commtax.formulas.predict.hf_config import model_from_config
+from commtax.plan_args import build_parser, check_args
 
 DEFAULT_TOKENS_PER_STEP = 4 * 2**20  # ~4M tokens per step when --global-batch is left out
 
@@ -140,7 +141,7 @@ def fixed_run(model: dict, args) -> dict:
         zero_stage=args.zero,
         dp_impl=args.dp_impl,
         grad_reduce_in_fp32=False if args.bf16_grads else None,
-        attention_kernel=None if args.attention_kernel == "te" else args.attention_kernel,
+        attention_kernel=None if args.attention_kernel == "preset" else args.attention_kernel,
         micro_batch=args.micro_batch,
         vpp=args.vpp,
         recompute=args.recompute,
@@ -204,127 +205,21 @@ def zero_label(r: dict) -> str:
     return f"{r['zero_stage']}" + (f"/h{r['shard_group']}" if hsdp else "")
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that says what is wrong in one line (``--help`` still prints the usage)."""
-
-    def error(self, message):
-        raise ValueError(f"{message} (python3 -m commtax.plan --help lists the options)")
-
-
-#: The largest values the tool takes: beyond them a plan is a typo, not a cluster.
-LIMITS = dict(
-    gpus=2**20,
-    seq=2**24,
-    global_batch=2**30,
-    tp=2**10,
-    pp=2**10,
-    cp=2**10,
-    ep=2**12,
-    etp=2**10,
-    vpp=2**10,
-    micro_batch=2**16,
-    top=10**4,
-)
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python3 -m commtax.plan", description=__doc__.split("\n\n")[0])
-    parser.add_argument("config", help="a model preset name or a Hugging Face config.json (dense or MoE)")
-    parser.add_argument("--gpus", type=int, required=True, help="number of GPUs")
-    parser.add_argument("--gpu", default="H100", help=f"GPU: {', '.join(P.GPU_ALIASES)} (or a preset's full name)")
-    parser.add_argument("--global-batch", type=int, help="sequences per step (default: ~4M tokens)")
-    parser.add_argument("--seq", type=int, help="tokens per sequence (default: the config's, at most 8,192)")
-    parser.add_argument("--precision", default="bf16", choices=P.PRECISIONS)
-    parser.add_argument("--top", type=int, default=8, help="how many plans to show (search)")
-    parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    fixed = parser.add_argument_group("one plan (give --tp and --pp to evaluate it instead of searching)")
-    fixed.add_argument("--tp", type=int)
-    fixed.add_argument("--pp", type=int)
-    fixed.add_argument("--cp", type=int, default=1)
-    fixed.add_argument("--ep", type=int, default=1, help="expert parallelism (MoE)")
-    fixed.add_argument("--etp", type=int, default=1, help="expert tensor parallelism (MoE)")
-    fixed.add_argument(
-        "--ep-dispatch",
-        default="all_to_all",
-        choices=P.EP_DISPATCHES,
-        help="MoE token dispatcher: all_to_all (Megatron's alltoall: every copy of a token to its "
-        "expert's rank) or per_node (DeepEP/HybridEP: once per remote node, NVLink inside)",
-    )
-    fixed.add_argument(
-        "--ep-overlap",
-        action="store_true",
-        help="the all-to-alls overlap another micro-batch's compute (Megatron's moe_a2a_overlap)",
-    )
-    fixed.add_argument("--vpp", type=int, help="interleaved chunks per stage (default: the predictor's choice)")
-    fixed.add_argument("--micro-batch", type=int, help="sequences per micro-batch (default: the predictor's choice)")
-    fixed.add_argument("--zero", type=int, default=1, choices=(0, 1, 2, 3), help="ZeRO stage (default 1)")
-    fixed.add_argument("--recompute", choices=P.RECOMPUTE, help="default: the least that fits")
-    fixed.add_argument(
-        "--dp-impl",
-        default="megatron",
-        choices=P.DP_IMPLS,
-        help="megatron (its distributed optimizer), deepspeed, pytorch (FSDP: beside --pp its ZeRO-3 runs as ZeRO-1)",
-    )
-    fixed.add_argument(
-        "--bf16-grads",
-        action="store_true",
-        help="keep and reduce the gradients in BF16 (Megatron's grad_reduce_in_fp32=False; default fp32)",
-    )
-    fixed.add_argument(
-        "--attention-kernel",
-        default="te",
-        choices=("te",) + P.ATTENTION_KERNELS,
-        help="te (Transformer Engine's fused attention, Megatron's stacks), flash2 (FlashAttention-2: "
-        "PyTorch's SDPA, torchtitan), triton_flash (llm-foundry's Triton kernel)",
-    )
-    parser.add_argument("--calibration", help="a measured link file (Lab 03, commtax.calibrate) for the network")
-    parser.add_argument("--calibration-nvlink", help="a measured link file for the NVLink domain")
-    return parser
-
-
-def _check_args(args) -> None:
-    for flag, limit in LIMITS.items():
-        value = getattr(args, flag)
-        if value is not None and not 1 <= value <= limit:
-            raise ValueError(f"--{flag.replace('_', '-')} must be from 1 to {limit:,}, got {value}")
-    if (args.tp is None) != (args.pp is None):
-        raise ValueError("give both --tp and --pp to evaluate one plan, or neither to search")
-    if args.tp is None:  # a search chooses these itself: a flag given for one plan would be ignored
-        given = [flag for flag, value, default in _one_plan_flags(args) if value != default]
-        if given:
-            verb = "describes" if len(given) == 1 else "describe"
-            raise ValueError(f"{', '.join(given)} {verb} one plan: give --tp and --pp too (a search chooses them)")
-    if args.bf16_grads and args.precision == "fp16":
-        raise ValueError("--bf16-grads: an fp16 run keeps 16-bit gradients already")
-
-
-def _one_plan_flags(args):
-    """(flag, value, default) of the flags that only describe one plan."""
-    return [
-        ("--cp", args.cp, 1),
-        ("--ep", args.ep, 1),
-        ("--etp", args.etp, 1),
-        ("--ep-dispatch", args.ep_dispatch, "all_to_all"),
-        ("--ep-overlap", args.ep_overlap, False),
-        ("--vpp", args.vpp, None),
-        ("--micro-batch", args.micro_batch, None),
-        ("--zero", args.zero, 1),
-        ("--recompute", args.recompute, None),
-        ("--dp-impl", args.dp_impl, "megatron"),
-        ("--bf16-grads", args.bf16_grads, False),
-        ("--attention-kernel", args.attention_kernel, "te"),
-    ]
+def _kernel_words(args) -> str:
+    """What the report's first line says of ``--attention-kernel`` ("" for the preset's)."""
+    names = {"flash2": "FlashAttention-2", "triton_flash": "llm-foundry's Triton attention"}
+    return f", {names[args.attention_kernel]}" if args.attention_kernel in names else ""
 
 
 def main(argv=None) -> int:
     try:
-        args = _parser().parse_args(argv)
+        args = build_parser().parse_args(argv)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     chosen_batch = args.global_batch is None
     try:
-        _check_args(args)
+        check_args(args)
         model, notes = load_model(args.config)
         if args.seq is not None:
             model["seq"] = args.seq
@@ -333,6 +228,8 @@ def main(argv=None) -> int:
         if args.global_batch is None:
             args.global_batch = default_global_batch(model["seq"], args.gpus)
             notes.append(f"--global-batch left out: {args.global_batch:,} sequences (~4M tokens per step)")
+        if args.attention_kernel != "preset":  # the stack's kernel, for one plan or a search
+            model["attention_kernel"] = args.attention_kernel
         if args.tp is not None:
             return _evaluate(model, notes, args, hardware)
         results = plan(model, args.gpus, args.gpu, args.global_batch, args.precision, args.top, hardware)
@@ -354,10 +251,10 @@ def predict_flags(plan_args: str) -> tuple[dict, dict]:
     """(run, prediction) of the one plan the planner's flags in ``plan_args`` (a string, as typed)
     describe; ValueError if they do not (``commtax.trace --plan`` uses it)."""
     try:
-        args = _parser().parse_args(shlex.split(plan_args))
+        args = build_parser().parse_args(shlex.split(plan_args))
     except ValueError as exc:
         raise ValueError(f"--plan: {exc}") from None
-    _check_args(args)
+    check_args(args)
     if args.tp is None:
         raise ValueError("--plan needs a fixed plan: give --tp and --pp among its flags")
     model, _ = load_model(args.config)
@@ -394,7 +291,9 @@ def _evaluate(model, notes, args, hardware) -> int:
     print(
         f"{args.config} on {args.gpus:,} x {run['gpu']}, {args.global_batch:,} x {model['seq']:,} tokens per step, "
         f"{q['precision']}: {P.describe_plan(q)}, micro-batch {q['micro_batch']}, "
-        f"{P.RECOMPUTE_WORDS[q['recompute']]}, ZeRO-{q['zero_stage']}" + (", BF16 gradients" if args.bf16_grads else "")
+        f"{P.RECOMPUTE_WORDS[q['recompute']]}, ZeRO-{q['zero_stage']}"
+        + (", BF16 gradients" if args.bf16_grads else "")
+        + _kernel_words(args)
     )
     for note in notes:
         print(f"note: {note}")
@@ -439,7 +338,7 @@ def _show_search(model, notes, args, results) -> int:
         f"{args.config}: {model['layers']} layers, h {model['hidden']}, {model['heads']} heads"
         f"{', ' + str(model['kv_heads']) + ' KV heads' if 'kv_heads' in model else ''}{experts}, "
         f"seq {model['seq']:,}, on {args.gpus:,} x {gpu_name(args.gpu)}, {batch:,} sequences "
-        f"({tokens / 1e6:.1f}M tokens) per step, {args.precision}"
+        f"({tokens / 1e6:.1f}M tokens) per step, {args.precision}{_kernel_words(args)}"
     )
     for note in notes:
         print(f"note: {note}")

@@ -4,6 +4,8 @@ runs' errors."""
 
 from __future__ import annotations
 
+import csv
+
 import pytest
 
 from commtax.formulas import predict as P
@@ -61,15 +63,19 @@ def test_llm_foundrys_large_scale_rows_ran_flash_attention_2_and_its_8_gpu_rows_
     kernels = {r["model"]: r["run"].get("attention_kernel") for r in P.read_runs_2026(P.CHECKS_2026)}
     assert kernels["MPT-70b 512xh100 s2048"] == kernels["MPT-7b 512xh100 s2048"] == "flash2"  # sweep.py: flash
     assert kernels["MPT-30b 8xh100 s8192"] == kernels["MPT-13b 8xa100 s32768"] == "triton_flash"
+    row = next(r for r in csv.DictReader(open(P.CHECKS_2026)) if r["model"] == "MPT-30b 8xh100 s8192")
+    with pytest.raises(ValueError, match="attn_impl 'torch' is none of flash, triton"):
+        P.run_from_row_2026(dict(row, notes=row["notes"].replace("attn_impl triton", "attn_impl torch")))
 
 
 def test_a_fresh_check_set_of_llm_foundrys_sequence_sweep_holds_the_triton_share():
-    """15 rows of llm-foundry's 8-GPU tables, 4K to 64K tokens, added after the share was fitted: priced as
-    FlashAttention-2 they were +13% median, +41% at the 90th percentile; with the Triton kernel 5.5% and 25%."""
+    """The rest of the fit row's sweep (15 rows of llm-foundry's 8-GPU tables, 4K to 64K tokens), a within-family
+    check: priced as FlashAttention-2 they were 13.2% median, 40.8% at the 90th percentile; with the Triton kernel
+    5.5% and 24.8%. Pinned with a margin: the 90th percentile moves steeply with the share (26.1% at 0.65)."""
     rows = P.read_runs_2026(P.CHECKS_2026_FRESH)
     assert len(rows) == 15 and all(r["run"]["attention_kernel"] == "triton_flash" for r in rows)
     stats = P.summary(P.errors_2026(rows))
-    assert stats["median"] < 0.06 and stats["p90"] < 0.25, stats
+    assert stats["median"] < 0.08 and stats["p90"] < 0.30, stats
     as_flash2 = [dict(r, run=dict(r["run"], attention_kernel="flash2")) for r in rows]
     assert P.summary(P.errors_2026(as_flash2))["median"] > 0.12
 

@@ -227,15 +227,17 @@ FLASH2_EFFICIENCY = {
 }
 #: The Triton FlashAttention kernel's speed as a share of FlashAttention-2's (``attention_kernel="triton_flash"``:
 #: llm-foundry's ``attn_impl: triton``, Tri Dao's experimental ``flash_attn_triton.py`` on ``triton_pre_mlir``,
-#: the default of every version of its scripts/train/benchmarking/submit_benchmarks.py and of the MPT yamls;
-#: its 8-GPU benchmark tables, b2a43a1, ran it. Its large-scale H100 table, 5e85bd6, came with sweep.py, which
-#: passes ``--attn_impl flash`` (FlashAttention-2) for 7b and 70b: those rows say so in their notes.)
+#: the default of its scripts/train/benchmarking/submit_benchmarks.py and of the MPT yamls when its benchmark
+#: tables were run, 300cc5c to 5e85bd6 (both switched to ``flash`` in March 2024, 7f0fdae and c26309d); its
+#: 8-GPU tables, b2a43a1, ran it. Its large-scale H100 table, 5e85bd6, came with sweep.py, which passes
+#: ``--attn_impl flash`` (FlashAttention-2) for 7b and 70b: those rows say so in their notes.)
 #: Fitted (:func:`commtax.formulas.predict.published_2026.fit_triton_flash_share`, 0.01 grid) on the one fit
 #: row that runs it, llm-foundry's MPT-13B at 32K tokens on 8 H100: with one row it absorbs that row's whole
 #: residual (0.64 x 0.30 = 0.19 of the H100's peak), whatever else is slow there besides the kernel. One share
-#: for every GPU, an assumption that the A100 rows of checks-2026.csv and checks-2026-fresh.csv test; it
-#: overshoots at 4K-8K tokens (-5% to -10%) and undershoots on A100 at 32K-64K (+9% to +25%; on H100 -2% to 0%),
-#: so the real ratio varies with sequence length and GPU. A loose bound only: Dao's FlashAttention-2 paper (arXiv
+#: for every GPU, an assumption that the A100 rows of checks-2026.csv test (and checks-2026-fresh.csv, the rest
+#: of the fit row's sweep). It undershoots on A100 at 32K-64K tokens (+9% to +25%; on H100 -1.5% to +0.3%), and
+#: MPT-7B and 13B at 4K-8K tokens land at -5% to -10% (partly there before the kernel was priced), so the real
+#: ratio varies with sequence length and GPU. A loose bound only: Dao's FlashAttention-2 paper (arXiv
 #: 2307.08691, section 4.1) finds FlashAttention-2 1.3-2.5x as fast as a Triton kernel (OpenAI's, a different
 #: one) on A100, a share of 0.40-0.77.
 TRITON_FLASH_SHARE = 0.64

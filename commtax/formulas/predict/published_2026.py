@@ -30,8 +30,8 @@ from commtax.formulas.predict.step import predict
 RUNS_2026 = DATA / "published-runs-2026.csv"
 #: Published runs of the same families kept out of every fit: the test of whether the predictor generalizes.
 CHECKS_2026 = DATA / "checks-2026.csv"
-#: Published runs added on 2026-12-07, after the last change to the predictor, and scored once: a fresh check
-#: (checks-2026.csv has guided which effects were modelled; checks-2026.md says how).
+#: The rest of the llm-foundry fit row's sweep, added on 2026-12-07 after its attention kernel was priced: a
+#: within-family check of that change (checks-2026.csv has guided which effects were modelled; checks-2026.md).
 CHECKS_2026_FRESH = DATA / "checks-2026-fresh.csv"
 #: What a row's ``recompute`` cell may say beyond the predictor's modes.
 ROW_RECOMPUTE = {"selective (op)": "selective"}  # torchtitan's per-op selective checkpointing
@@ -41,6 +41,9 @@ CONFIG_BY_MODEL = {
     "mixtral-8x7b": "mixtral-8x7b.json",
     "deepseekv3": "deepseek-v3.json",
 }
+#: llm-foundry's ``attn_impl`` values and the predictor's kernels: ``flash`` is FlashAttention-2 (flash-attn 2.x),
+#: ``triton`` its Triton FlashAttention kernel.
+LLMFOUNDRY_KERNELS = {"flash": "flash2", "triton": "triton_flash"}
 PRECISION = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "fp8-cs": "fp8", "mxfp8": "mxfp8", "nvfp4": "nvfp4"}
 
 
@@ -120,11 +123,14 @@ def run_from_row_2026(row: dict, configs=CONFIGS) -> tuple[dict, list[str]]:
     if row["source"].startswith("TORCHTITAN"):
         run["attention_kernel"] = "flash2"  # PyTorch's SDPA runs FlashAttention-2
     if row["source"].startswith("LLMFOUNDRY"):
-        # The attn_impl its notes name; else "triton", the default of every version of llm-foundry's
-        # scripts/train/benchmarking/submit_benchmarks.py and of the MPT yamls (its 8-GPU tables, b2a43a1).
-        # The large-scale H100 table came with sweep.py (5e85bd6): "flash" (FlashAttention-2) for 7b and 70b.
+        # The attn_impl its notes name. The fit row's notes (published-runs-2026.csv, as shared) name none: it
+        # comes from the 8-GPU tables (b2a43a1), run with "triton", the default of llm-foundry's
+        # scripts/train/benchmarking/submit_benchmarks.py and of the MPT yamls until March 2024.
         impl = re.search(r"attn_impl (\w+)", row.get("notes") or "")
-        run["attention_kernel"] = "flash2" if impl and impl.group(1) == "flash" else "triton_flash"
+        name = impl.group(1) if impl else "triton"
+        if name not in LLMFOUNDRY_KERNELS:
+            raise ValueError(f"row {row['model']!r}: attn_impl {name!r} is none of {', '.join(LLMFOUNDRY_KERNELS)}")
+        run["attention_kernel"] = LLMFOUNDRY_KERNELS[name]
     if row["source"].startswith(("TORCHTITAN", "LLMFOUNDRY")):
         run["dp_impl"] = "pytorch"  # FSDP: beside a pipeline, its ZeRO-3 runs as ZeRO-1
     if row["source"].startswith(("NEMOFW", "MBRIDGE")):
