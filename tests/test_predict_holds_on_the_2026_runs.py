@@ -140,3 +140,11 @@ def test_a_flash_attention_kernel_is_fused_and_cannot_be_asked_to_keep_the_score
             P.normalize(dict(run, attention_kernel=kernel, fused_attention=False))
     with pytest.raises(ValueError, match="attention_kernel must be one of"):
         P.normalize(dict(run, attention_kernel="cudnn"))
+
+
+def test_a_fit_leaves_the_shipped_constants_in_place():
+    before = [r["error"] for r in P.errors_2026()]
+    P.fit_triton_flash_share(grid=[0.3, 1.0])
+    P.fit_moe_host_sync(grid=[0.0, 5e-3])
+    P.fit_flash2_efficiency("A100-80GB", grid=[0.2, 0.9])
+    assert [r["error"] for r in P.errors_2026()] == before

@@ -248,6 +248,36 @@ def fit_matmul_efficiency(gpu: str, entries=None, grid=None) -> float:
     return min(grid, key=lambda eta: (round(worst(eta), 9), eta))
 
 
+def _worst_log_error(entries) -> float:
+    """The largest |log(predicted / published)| over ``entries``, with the constants installed now."""
+    return max(
+        abs(math.log(predict(e["run"])["tokens_per_s_per_gpu"] / e["published"]["tokens_per_s_per_gpu"]))
+        for e in entries
+    )
+
+
+def _best_setting(entries, grid, holder, key) -> float:
+    """The value of ``grid`` that, set as ``holder``'s ``key`` (a module's attribute or a dict's item), gives
+    the smallest worst |log error| over ``entries`` (ties: the smaller); the shipped value is put back."""
+    is_dict = isinstance(holder, dict)
+    saved = holder[key] if is_dict else getattr(holder, key)
+
+    def put(value):
+        if is_dict:
+            holder[key] = value
+        else:
+            setattr(holder, key, value)
+
+    def worst(value):
+        put(value)
+        try:
+            return _worst_log_error(entries)
+        finally:
+            put(saved)
+
+    return min(grid, key=lambda value: (round(worst(value), 9), value))
+
+
 def fit_flash2_efficiency(gpu: str = "H100-80GB", entries=None, grid=None) -> float:
     """FlashAttention-2's share of ``gpu``'s BF16 peak that best predicts the 2026 rows running it on that
     GPU (worst |log error| first); ValueError if none does."""
@@ -256,19 +286,7 @@ def fit_flash2_efficiency(gpu: str = "H100-80GB", entries=None, grid=None) -> fl
     if not mine:
         raise ValueError(f"gpu {gpu!r} has no 2026 row that runs FlashAttention-2")
     grid = grid if grid is not None else [x / 100 for x in range(15, 81)]
-    saved = FLASH2_EFFICIENCY[gpu]
-
-    def worst(share):
-        FLASH2_EFFICIENCY[gpu] = share
-        try:
-            return max(
-                abs(math.log(predict(e["run"])["tokens_per_s_per_gpu"] / e["published"]["tokens_per_s_per_gpu"]))
-                for e in mine
-            )
-        finally:
-            FLASH2_EFFICIENCY[gpu] = saved
-
-    return min(grid, key=lambda share: (round(worst(share), 9), share))
+    return _best_setting(mine, grid, FLASH2_EFFICIENCY, gpu)
 
 
 def fit_triton_flash_share(entries=None, grid=None) -> float:
@@ -280,19 +298,7 @@ def fit_triton_flash_share(entries=None, grid=None) -> float:
     if not mine:
         raise ValueError("the 2026 runs have no row that runs the Triton FlashAttention kernel")
     grid = grid if grid is not None else [x / 100 for x in range(30, 101)]
-    saved = compute.TRITON_FLASH_SHARE
-
-    def worst(share):
-        compute.TRITON_FLASH_SHARE = share
-        try:
-            return max(
-                abs(math.log(predict(e["run"])["tokens_per_s_per_gpu"] / e["published"]["tokens_per_s_per_gpu"]))
-                for e in mine
-            )
-        finally:
-            compute.TRITON_FLASH_SHARE = saved
-
-    return min(grid, key=lambda share: (round(worst(share), 9), share))
+    return _best_setting(mine, grid, compute, "TRITON_FLASH_SHARE")
 
 
 def fit_moe_host_sync(entries=None, grid=None) -> float:
@@ -304,16 +310,4 @@ def fit_moe_host_sync(entries=None, grid=None) -> float:
     if not mine:
         raise ValueError("the 2026 runs have no mixture-of-experts row to fit on")
     grid = grid if grid is not None else [x / 10_000 for x in range(0, 51)]
-    saved = moe.MOE_HOST_SYNC_S
-
-    def worst(seconds):
-        moe.MOE_HOST_SYNC_S = seconds
-        try:
-            return max(
-                abs(math.log(predict(e["run"])["tokens_per_s_per_gpu"] / e["published"]["tokens_per_s_per_gpu"]))
-                for e in mine
-            )
-        finally:
-            moe.MOE_HOST_SYNC_S = saved
-
-    return min(grid, key=lambda seconds: (round(worst(seconds), 9), seconds))
+    return _best_setting(mine, grid, moe, "MOE_HOST_SYNC_S")
