@@ -320,25 +320,42 @@ def test_the_releases_contributing_gives_the_conventions_and_names_only_what_the
 LESSONS = sorted(p.name for p in (ROOT / "lessons").glob("[0-9][0-9]-*.ipynb"))
 
 
-def run_lesson(release: Path, name: str) -> tuple:
+#: Seconds one cell may take (the course's own lessons run under nbval's 180); well inside pytest's 600 per
+#: test, so a kernel that never answers is retried once, in a fresh kernel, before the test fails.
+CELL_TIMEOUT_S = 180
+
+
+def run_lesson(release: Path, name: str, attempts: int = 2) -> tuple:
     """Execute ``lessons/name`` of the release as Run All does (nbclient stops at a cell whose reply is an
-    error, as JupyterLab's Run All does), with the shipped starters; (the notebook, the error or None)."""
+    error, as JupyterLab's Run All does), with the shipped starters; (the notebook, the error or None).
+
+    A cell that gets no reply in :data:`CELL_TIMEOUT_S`, or a kernel that dies, is retried from the top in
+    a fresh kernel, ``attempts`` times in all: on a busy machine a kernel has sat idle for ten minutes
+    without answering, which says nothing about the lesson."""
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
-    notebook = nbformat.read(release / "lessons" / name, as_version=4)
     env = {k: v for k, v in os.environ.items() if k not in ("LAB_IMPL", "PYTHONPATH")}
     env.update(PYTHONPATH=str(release), MPLBACKEND="Agg")  # the release's commtax, not the course's
     old = dict(os.environ)
     os.environ.clear()
     os.environ.update(env)  # the kernel inherits this process's environment
     try:
-        client = nbclient.NotebookClient(
-            notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(release / "lessons")}}
-        )
-        client.execute()
-        return notebook, None
-    except nbclient.exceptions.CellExecutionError as exc:
-        return notebook, exc
+        for attempt in range(1, attempts + 1):
+            notebook = nbformat.read(release / "lessons" / name, as_version=4)
+            client = nbclient.NotebookClient(
+                notebook,
+                timeout=CELL_TIMEOUT_S,
+                kernel_name="python3",
+                resources={"metadata": {"path": str(release / "lessons")}},
+            )
+            try:
+                client.execute()
+                return notebook, None
+            except (nbclient.exceptions.CellTimeoutError, nbclient.exceptions.DeadKernelError):
+                if attempt == attempts:
+                    raise
+            except nbclient.exceptions.CellExecutionError as exc:
+                return notebook, exc
     finally:
         os.environ.clear()
         os.environ.update(old)
