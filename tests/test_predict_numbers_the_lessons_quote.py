@@ -145,3 +145,20 @@ def test_llama3_405b_cp16_has_128_query_heads_and_one_gpu_per_node():
     cp_run = next(c for c in P.CHECK_RUNS if "CP 16" in c["model"])["run"]
     assert cp_run["tp"] == 8 and cp_run["cp"] == 16
     assert N.members_per_node(16, cp_run["tp"], 8) == 1
+
+
+def test_lesson_10_deepseek_v3_ep_lives_in_the_nvl72_domain_and_in_the_b200_node():
+    """Lesson 10, 5.2 ("Reading it"): EP 64 adds under a third of the step inside an NVL72 domain and three
+    quarters across 8-GPU B200 nodes; EP 8 runs three times faster there, and its layers' waits for the host
+    (15% of the step) outweigh its all-to-alls (12%), so the host binds."""
+    deepseek, _ = P.moe_model("DeepSeek-V3")
+    base = dict(deepseek, seq=4096, micro_batch=1, zero_stage=1, gpus=256, tp=1, global_batch=4096, precision="mxfp8")
+    nvl72 = P.predict(dict(base, gpu="GB200", pp=4, ep=64))
+    across = P.predict(dict(base, gpu="B200", pp=4, ep=64))
+    inside = P.predict(dict(base, gpu="B200", pp=8, ep=8))
+    assert nvl72["times"]["ep"] / nvl72["step_time_s"] < 1 / 3
+    assert 0.7 < across["times"]["ep"] / across["step_time_s"] < 0.8  # about three quarters
+    assert round(inside["tokens_per_s_per_gpu"] / across["tokens_per_s_per_gpu"]) == 3
+    host = inside["moe_host_s"] / inside["step_time_s"]
+    all_to_alls = (inside["times"]["ep"] - inside["moe_host_s"]) / inside["step_time_s"]
+    assert (round(all_to_alls, 2), round(host, 2)) == (0.12, 0.15) and inside["binding"] == "host"

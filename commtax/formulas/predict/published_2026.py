@@ -21,7 +21,7 @@ from pathlib import Path
 import commtax.formulas.predict.compute as compute
 import commtax.formulas.predict.moe as moe
 from commtax.formulas.predict.config import normalize
-from commtax.formulas.predict.hardware import FITTED, FLASH2_EFFICIENCY, GPU_ALIASES
+from commtax.formulas.predict.hardware import FITTED, FLASH2_EFFICIENCY, GPU_ALIASES, GPUS
 from commtax.formulas.predict.hf_config import model_from_config
 from commtax.formulas.predict.presets import CONFIGS, DATA
 from commtax.formulas.predict.recipes_2026 import moe_recipe
@@ -229,12 +229,16 @@ def errors_2026(entries=None, constants=None) -> list[dict]:
 
 
 def fit_matmul_efficiency(gpu: str, entries=None, grid=None) -> float:
-    """The ``matmul_efficiency`` of ``gpu`` whose worst |log(predicted / published)| over the dense 2026
-    rows on that GPU is smallest (the element-wise efficiency kept); ValueError if it has none."""
+    """The ``matmul_efficiency`` of ``gpu``'s chip whose worst |log(predicted / published)| over the dense
+    2026 rows on that chip's presets (B200 and GB200 together: :attr:`GPU.chip`) is smallest (the
+    element-wise efficiency kept); ValueError if there is none."""
     entries = read_runs_2026() if entries is None else entries
-    mine = [e for e in entries if e["run"]["gpu"] == gpu and not e["run"].get("experts")]
+    if gpu not in GPUS:
+        raise ValueError(f"gpu {gpu!r} is none of {', '.join(GPUS)}")
+    chip = [name for name, g in GPUS.items() if g.chip == GPUS[gpu].chip]
+    mine = [e for e in entries if e["run"]["gpu"] in chip and not e["run"].get("experts")]
     if not mine:
-        raise ValueError(f"gpu {gpu!r} has no dense row in the 2026 runs to fit on")
+        raise ValueError(f"gpu {gpu!r}: no dense row of the 2026 runs is on its chip ({', '.join(chip)})")
     grid = grid if grid is not None else [x / 100 for x in range(50, 96)]
     elementwise = FITTED[gpu]["elementwise_efficiency"]
 
