@@ -37,8 +37,23 @@ def test_b200_and_gb200_share_one_matmul_efficiency_fitted_on_both_dense_rows():
     }
     assert P.fit_matmul_efficiency("B200-180GB", [dense["B200-180GB"]], grid) == 0.68
     assert P.fit_matmul_efficiency("B200-180GB", [dense["GB200-186GB"]], grid) == 0.75
+    assert P.fit_matmul_efficiency("GB200", grid=grid) == eta  # the planner's short names too
     with pytest.raises(ValueError, match="gpu 'B300'"):
         P.fit_matmul_efficiency("B300")
+    with pytest.raises(ValueError, match="grid"):
+        P.fit_matmul_efficiency("B200", grid=[0.0])
+
+
+def test_presets_of_one_chip_share_their_constants():
+    """A preset differing from another only in memory, power limit or links (H200, H800 and the 500 W part
+    are H100s; GB200's GPUs are B200s) reaches the same share of its own peak."""
+    by_chip = {}
+    for name, gpu in P.GPUS.items():
+        by_chip.setdefault(gpu.chip, []).append(name)
+    assert sorted(map(len, by_chip.values())) == [1, 2, 4]
+    for names in by_chip.values():
+        assert len({repr(P.FITTED[n]) for n in names}) == 1, names
+        assert len({P.FLASH2_EFFICIENCY[n] for n in names}) == 1, names
 
 
 def test_the_2026_runs_are_all_predicted_and_megatrons_moe_runs_on_blackwell_within_10_percent():

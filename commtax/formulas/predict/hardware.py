@@ -37,8 +37,13 @@ class GPU:
     fused_attention: bool = False  # default software of the era's runs (a run's own key overrides it)
     source: str = ""
     #: The GPU silicon, shared by presets that differ only in memory, power limit or links (the H200 and
-    #: H800 are H100s; a GB200 superchip's GPUs are B200s): they share the share of the peak a kernel reaches.
+    #: H800 are H100s; a GB200 superchip's GPUs are B200s): a kernel reaches the same share of each one's
+    #: peak, so they share their fitted constants. Left out, a preset is a chip of its own.
     chip: str = ""
+
+    def __post_init__(self):
+        if not self.chip:
+            object.__setattr__(self, "chip", self.name)
 
 
 #: The plans' memory budget: 80e9 bytes on both 80 GB GPUs, deliberately below what programs can
@@ -199,8 +204,9 @@ GB200 = GPU(
 )
 GPUS = {g.name: g for g in (A100, H100, H100_500W, H200, H800, B200, GB200)}
 
-#: The constants fitted to published runs, two per GPU type, on the public rows of
-#: ``published-runs.csv`` (:func:`fit_constants`; Lesson 10 reruns the fit):
+#: The constants fitted to published runs, two per chip: the A100's and the H100's on the public rows of
+#: ``published-runs-2021-2024.csv`` (:func:`fit_constants`; Lesson 10 reruns the fit), the B200's on the
+#: 2026 rows (:func:`fit_matmul_efficiency`); presets of one chip share them (:attr:`GPU.chip`):
 #: ``matmul_efficiency``: the fraction of the dense peak a GEMM reaches once it fills many waves;
 #: ``elementwise_efficiency``: the fraction of the HBM bandwidth the memory-bound kernels reach.
 FITTED = {
@@ -211,13 +217,14 @@ FITTED = {
     "H100-96GB-500W": dict(matmul_efficiency=0.66, elementwise_efficiency=0.30),
     "H200-141GB": dict(matmul_efficiency=0.66, elementwise_efficiency=0.30),
     "H800-80GB": dict(matmul_efficiency=0.66, elementwise_efficiency=0.30),
-    # One matmul_efficiency for the B200 chip (a GB200's GPUs are B200s, run at a higher power limit: the
-    # faster clock is in the GB200 preset's peak, 2.5 against 2.25 PFLOP/s BF16), fitted on the two dense
-    # Blackwell rows of published-runs-2026.csv together (Megatron Bridge, FP8, BF16 gradients as its
-    # performance configs ran: Llama 3 8B on 8 B200, Llama 3 70B on 64 GB200; :func:`fit_matmul_efficiency`,
-    # worst error 3.4% on each), so it absorbs whatever else those runs did. Fitted one row each, they came
-    # out 0.68 and 0.75: GB200 22% faster per GPU than B200, twice the 11% their peaks allow.
-    # elementwise_efficiency is the H100's, not fitted. The MoE rows are left out of the fit: they check it.
+    # One matmul_efficiency for the B200 chip (a GB200's GPUs are B200s at a higher power limit; the datasheets
+    # put the faster clock in the GB200's peak, 2.5 against 2.25 PFLOP/s BF16, and the same share of it is an
+    # assumption), fitted on the two dense Blackwell rows of published-runs-2026.csv together (Megatron
+    # Bridge, FP8, BF16 gradients as its performance configs ran: Llama 3 8B on 8 B200, Llama 3 70B on 64
+    # GB200; :func:`fit_matmul_efficiency`, the two rows at +3.4% and -3.4%), so it absorbs whatever else those
+    # runs did. Fitted one row each, they came out 0.68 and 0.75, pricing a GB200 23% faster per GPU than a
+    # B200, twice the 11% the peaks allow, from two rows that differ in model, GPU count and data
+    # parallelism. elementwise_efficiency is the H100's, not fitted. The MoE rows are left out: they check it.
     "B200-180GB": dict(matmul_efficiency=0.72, elementwise_efficiency=0.30),
     "GB200-186GB": dict(matmul_efficiency=0.72, elementwise_efficiency=0.30),
 }

@@ -21,7 +21,7 @@ from pathlib import Path
 import commtax.formulas.predict.compute as compute
 import commtax.formulas.predict.moe as moe
 from commtax.formulas.predict.config import normalize
-from commtax.formulas.predict.hardware import FITTED, FLASH2_EFFICIENCY, GPU_ALIASES, GPUS
+from commtax.formulas.predict.hardware import FLASH2_EFFICIENCY, GPU_ALIASES, GPUS
 from commtax.formulas.predict.hf_config import model_from_config
 from commtax.formulas.predict.presets import CONFIGS, DATA
 from commtax.formulas.predict.recipes_2026 import moe_recipe
@@ -230,20 +230,26 @@ def errors_2026(entries=None, constants=None) -> list[dict]:
 
 def fit_matmul_efficiency(gpu: str, entries=None, grid=None) -> float:
     """The ``matmul_efficiency`` of ``gpu``'s chip whose worst |log(predicted / published)| over the dense
-    2026 rows on that chip's presets (B200 and GB200 together: :attr:`GPU.chip`) is smallest (the
-    element-wise efficiency kept); ValueError if there is none."""
+    2026 rows on that chip's presets (B200 and GB200 together: :attr:`GPU.chip`) is smallest, each row
+    keeping its own element-wise efficiency; ValueError if there is none.
+
+    The source of the B200 chip's constant in :data:`FITTED`. The A100's and the H100's come from the 2021-2024
+    rows (:func:`commtax.formulas.predict.published.fit_constants`): for them this says what the few dense
+    2026 rows on those chips (PyTorch FSDP stacks) would choose, a check only."""
     entries = read_runs_2026() if entries is None else entries
-    if gpu not in GPUS:
+    name = GPU_ALIASES.get(gpu, gpu) if isinstance(gpu, str) else None
+    if name not in GPUS:
         raise ValueError(f"gpu {gpu!r} is none of {', '.join(GPUS)}")
-    chip = [name for name, g in GPUS.items() if g.chip == GPUS[gpu].chip]
+    grid = grid if grid is not None else [x / 100 for x in range(50, 96)]
+    if not grid or not all(isinstance(x, (int, float)) and 0 < x <= 1 for x in grid):
+        raise ValueError(f"grid {grid!r} must be a non-empty list of efficiencies in (0, 1]")
+    chip = [n for n, g in GPUS.items() if g.chip == GPUS[name].chip]
     mine = [e for e in entries if e["run"]["gpu"] in chip and not e["run"].get("experts")]
     if not mine:
         raise ValueError(f"gpu {gpu!r}: no dense row of the 2026 runs is on its chip ({', '.join(chip)})")
-    grid = grid if grid is not None else [x / 100 for x in range(50, 96)]
-    elementwise = FITTED[gpu]["elementwise_efficiency"]
 
     def worst(eta):
-        k = dict(matmul_efficiency=eta, elementwise_efficiency=elementwise)
+        k = dict(matmul_efficiency=eta)  # constants_for keeps each row's own element-wise efficiency
         return max(
             abs(math.log(predict(e["run"], k)["tokens_per_s_per_gpu"] / e["published"]["tokens_per_s_per_gpu"]))
             for e in mine
@@ -282,9 +288,10 @@ def _best_setting(entries, grid, holder, key) -> float:
     return min(grid, key=lambda value: (round(worst(value), 9), value))
 
 
-def fit_flash2_efficiency(gpu: str = "H100-80GB", entries=None, grid=None) -> float:
+def fit_flash2_efficiency(gpu: str, entries=None, grid=None) -> float:
     """FlashAttention-2's share of ``gpu``'s BF16 peak that best predicts the 2026 rows running it on that
-    GPU (worst |log error| first); ValueError if none does."""
+    GPU (worst |log error| first); ValueError if none does (of the fit rows, only the A100 one runs it).
+    A check, not the source: :data:`FLASH2_EFFICIENCY` holds measured kernel figures."""
     entries = read_runs_2026() if entries is None else entries
     mine = [e for e in entries if e["run"]["gpu"] == gpu and e["run"].get("attention_kernel") == "flash2"]
     if not mine:
