@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numbers
 
-from commtax.formulas.predict.hardware import GPU_ALIASES, GPUS, ZERO_BANDWIDTH_SHARE
+from commtax.formulas.predict.hardware import GPUS, ZERO_BANDWIDTH_SHARE, preset_name
 from commtax.formulas.predict.shape import SHAPE_DEFAULTS, normalize_shape
 
 RECOMPUTE = ("none", "selective", "full")
@@ -156,9 +156,7 @@ def normalize(run) -> dict:
     for name, value in OPEN_DEFAULTS.items():  # None where the source does not say
         if cfg[name] is None:
             cfg[name] = value
-    if not isinstance(cfg["gpu"], str) or GPU_ALIASES.get(cfg["gpu"], cfg["gpu"]) not in GPUS:
-        raise ValueError(f"gpu must be one of {', '.join(map(repr, GPUS))}; got {cfg['gpu']!r}")
-    cfg["gpu"] = GPU_ALIASES.get(cfg["gpu"], cfg["gpu"])
+    cfg["gpu"] = preset_name(cfg["gpu"])
     for name in ("layers", "hidden", "heads", "seq", "vocab", "gpus", "tp", "pp", "cp", "global_batch"):
         _int(cfg, name)
     for name in ("ffn_hidden", "kv_heads", "micro_batch", "vpp", "dp", "shard_group"):

@@ -296,5 +296,14 @@ GPU_ALIASES = {
     "B200": "B200-180GB",
     "GB200": "GB200-186GB",
 }
+
+
+def preset_name(gpu) -> str:
+    """The preset's full name for ``gpu``, a full name or one of :data:`GPU_ALIASES`; ValueError naming gpu."""
+    if not isinstance(gpu, str) or GPU_ALIASES.get(gpu, gpu) not in GPUS:
+        raise ValueError(f"gpu must be one of {', '.join(map(repr, GPUS))}; got {gpu!r}")
+    return GPU_ALIASES.get(gpu, gpu)
+
+
 #: The GPUs of Lab 11 (its plans are drawn over these two; the lab's presets are theirs).
 LAB_GPUS = ("A100-80GB", "H100-80GB")

@@ -21,7 +21,7 @@ from pathlib import Path
 import commtax.formulas.predict.compute as compute
 import commtax.formulas.predict.moe as moe
 from commtax.formulas.predict.config import normalize
-from commtax.formulas.predict.hardware import FLASH2_EFFICIENCY, GPU_ALIASES, GPUS
+from commtax.formulas.predict.hardware import FLASH2_EFFICIENCY, GPU_ALIASES, GPUS, preset_name
 from commtax.formulas.predict.hf_config import model_from_config
 from commtax.formulas.predict.presets import CONFIGS, DATA
 from commtax.formulas.predict.recipes_2026 import moe_recipe
@@ -237,9 +237,7 @@ def fit_matmul_efficiency(gpu: str, entries=None, grid=None) -> float:
     rows (:func:`commtax.formulas.predict.published.fit_constants`): for them this says what the few dense
     2026 rows on those chips (PyTorch FSDP stacks) would choose, a check only."""
     entries = read_runs_2026() if entries is None else entries
-    name = GPU_ALIASES.get(gpu, gpu) if isinstance(gpu, str) else None
-    if name not in GPUS:
-        raise ValueError(f"gpu {gpu!r} is none of {', '.join(GPUS)}")
+    name = preset_name(gpu)
     grid = grid if grid is not None else [x / 100 for x in range(50, 96)]
     if not grid or not all(isinstance(x, (int, float)) and 0 < x <= 1 for x in grid):
         raise ValueError(f"grid {grid!r} must be a non-empty list of efficiencies in (0, 1]")
@@ -293,11 +291,12 @@ def fit_flash2_efficiency(gpu: str, entries=None, grid=None) -> float:
     GPU (worst |log error| first); ValueError if none does (of the fit rows, only the A100 one runs it).
     A check, not the source: :data:`FLASH2_EFFICIENCY` holds measured kernel figures."""
     entries = read_runs_2026() if entries is None else entries
-    mine = [e for e in entries if e["run"]["gpu"] == gpu and e["run"].get("attention_kernel") == "flash2"]
+    name = preset_name(gpu)
+    mine = [e for e in entries if e["run"]["gpu"] == name and e["run"].get("attention_kernel") == "flash2"]
     if not mine:
         raise ValueError(f"gpu {gpu!r} has no 2026 row that runs FlashAttention-2")
     grid = grid if grid is not None else [x / 100 for x in range(15, 81)]
-    return _best_setting(mine, grid, FLASH2_EFFICIENCY, gpu)
+    return _best_setting(mine, grid, FLASH2_EFFICIENCY, name)
 
 
 def fit_triton_flash_share(entries=None, grid=None) -> float:
